@@ -1,0 +1,151 @@
+/* The table of compute operations the model calls. CPU (BLAS + OpenMP) and CUDA provide
+   it; the model never branches on which one it has. Buffers are in the backend's memory.
+   Shapes are row-major; comments give them as (rows, cols). No operation is collective. */
+#pragma once
+
+#include <stdint.h>
+
+#include "mgt/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A dropout site: the mask element e of the sample in row r is drawn from stream
+   mgt_rng_dropout_stream(sample_base + r, layer, site), word e. */
+typedef struct mgt_dropout {
+  float p; /* drop probability; 0 turns the site off */
+  uint64_t seed;
+  uint64_t sample_base;
+  int layer;
+  int site;
+} mgt_dropout;
+
+/* Where a tensor-parallel shard sits in its logical tensor. Elements of the local buffer
+   whose logical index falls outside `full` are padding. */
+typedef struct mgt_shard {
+  int ndim;
+  int64_t shape[3]; /* local */
+  int64_t full[3];  /* logical, unpadded */
+  int split_dim;    /* -1 when every rank holds the whole tensor */
+  int64_t offset;   /* first logical index along split_dim held here */
+} mgt_shard;
+
+/* A contiguous range of a flat buffer and how the optimizer treats it. */
+typedef struct mgt_segment {
+  size_t offset, n;
+  float weight_decay; /* 0 for biases and LayerNorm */
+  int count_in_norm;  /* 0 for a replicated tensor on a rank that is not its owner */
+} mgt_segment;
+
+/* AdamW hyper-parameters of one step. */
+typedef struct mgt_adamw_step {
+  float lr, beta1, beta2, eps;
+  float bias_correction1, bias_correction2; /* 1 - beta^t */
+  float grad_scale;                         /* multiplies every gradient first (clipping) */
+} mgt_adamw_step;
+
+enum { MGT_NOTRANS = 0, MGT_TRANS = 1 };
+
+typedef struct mgt_backend {
+  const char *name;
+  void *ctx;
+
+  /* Memory. alloc returns zeroed memory. */
+  mgt_status (*alloc)(void *ctx, size_t bytes, const char *what, void **out);
+  void (*free)(void *ctx, void *p);
+  mgt_status (*zero)(void *ctx, void *p, size_t bytes);
+  mgt_status (*upload)(void *ctx, void *dst, const void *host_src, size_t bytes);
+  mgt_status (*download)(void *ctx, void *host_dst, const void *src, size_t bytes);
+  /* Waits for queued work to finish (timers and host reads need it). */
+  mgt_status (*sync)(void *ctx);
+
+  /* p = std * N(0,1) by logical element index, or 0 on padding. */
+  mgt_status (*init_normal)(void *ctx, float *p, const mgt_shard *sh, uint64_t seed,
+                            uint64_t stream, float std);
+  mgt_status (*fill)(void *ctx, float *p, size_t n, float value);
+
+  /* C(M,N) = alpha * op(A) op(B) + beta * C. */
+  mgt_status (*gemm)(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc);
+  /* y(N,C) += b(C) broadcast over rows. */
+  mgt_status (*add_bias)(void *ctx, float *y, const float *b, int N, int C);
+  /* db(C) = [db +] column sums of dy(N,C). */
+  mgt_status (*bias_backward)(void *ctx, float *db, const float *dy, int N, int C, int accumulate);
+
+  /* out(N,C) = (x - mean) * rstd * w + b; mean, rstd (N) kept for backward. */
+  mgt_status (*layernorm_forward)(void *ctx, float *out, float *mean, float *rstd, const float *x,
+                                  const float *w, const float *b, int N, int C, float eps);
+  /* dx += d/dx; dw, db = [dw, db +] parameter gradients. */
+  mgt_status (*layernorm_backward)(void *ctx, float *dx, float *dw, float *db, const float *dout,
+                                   const float *x, const float *w, const float *mean,
+                                   const float *rstd, int N, int C, int accumulate);
+
+  /* pre(N,C) += b; out = gelu(pre), tanh form. */
+  mgt_status (*bias_gelu_forward)(void *ctx, float *out, float *pre, const float *b, int N, int C);
+  /* dpre = dout * gelu'(pre); dpre may alias dout. */
+  mgt_status (*gelu_backward)(void *ctx, float *dpre, const float *dout, const float *pre,
+                              size_t n);
+
+  /* Causal self-attention of Hl local heads. qkv (B*T, 3*Hl*hd) holds [q | k | v], each
+     (Hl, hd) per token; out (B*T, Hl*hd); P (B, Hl, T, T) softmax probabilities before
+     dropout. head_offset is the global index of local head 0, for the dropout mask.
+     scratch holds B*Hl*T*T floats. */
+  mgt_status (*attention_forward)(void *ctx, float *out, float *P, const float *qkv, int B, int T,
+                                  int Hl, int hd, int head_offset, int H, const mgt_dropout *d,
+                                  float *scratch);
+  /* dqkv = gradient wrt qkv (overwritten). scratch holds B*Hl*T*T floats. */
+  mgt_status (*attention_backward)(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                                   const float *P, int B, int T, int Hl, int hd, int head_offset,
+                                   int H, const mgt_dropout *d, float *scratch);
+
+  /* out(N,C) = rows of wte (Vl,C) for tokens in [v0, v0+Vl), zero rows otherwise. */
+  mgt_status (*embedding_forward)(void *ctx, float *out, const int32_t *tokens, const float *wte,
+                                  int N, int C, int v0, int Vl);
+  /* x(B,T,C) += wpe(T,C) */
+  mgt_status (*add_position)(void *ctx, float *x, const float *wpe, int B, int T, int C);
+  /* dwte[tok - v0] += dout for tokens in range; dwpe = [dwpe +] sum over the batch. */
+  mgt_status (*embedding_backward)(void *ctx, float *dwte, float *dwpe, const float *dout,
+                                   const int32_t *tokens, int B, int T, int C, int v0, int Vl,
+                                   int accumulate);
+
+  /* out = [res +] dropout(x) over B rows of `row` elements; p = 0 is a plain add/copy.
+     out may alias x. */
+  mgt_status (*dropout_forward)(void *ctx, float *out, const float *x, const float *res, int B,
+                                size_t row, const mgt_dropout *d);
+  /* dx = dropout mask applied to dout; dx may alias dout. */
+  mgt_status (*dropout_backward)(void *ctx, float *dx, const float *dout, int B, size_t row,
+                                 const mgt_dropout *d);
+  /* y += x */
+  mgt_status (*add)(void *ctx, float *y, const float *x, size_t n);
+
+  /* Vocabulary-parallel cross-entropy over logits (N, Vl) of which the first nv columns
+     are real vocabulary starting at global id v0. Step 1: rowmax(N). */
+  mgt_status (*xent_max)(void *ctx, float *rowmax, const float *logits, int N, int Vl, int nv);
+  /* Step 2 (after the max is reduced): sum(N) of exp(l - max) and the target logit tgt(N)
+     (0 when the target lives on another rank). With keep_exp, logits become exp(l - max). */
+  mgt_status (*xent_sumexp)(void *ctx, float *sum, float *tgt, float *logits, const float *rowmax,
+                            const int32_t *targets, int N, int Vl, int nv, int v0, int keep_exp);
+  /* Step 3 (after sum and tgt are reduced): losses(N) = log(sum) + max - tgt; returns
+     their total on the host. */
+  mgt_status (*xent_loss)(void *ctx, float *losses, const float *rowmax, const float *sum,
+                          const float *tgt, int N, double *total);
+  /* Step 4: logits holding exp(l - max) become scale * (softmax - onehot). */
+  mgt_status (*xent_backward)(void *ctx, float *logits, const float *sum, const int32_t *targets,
+                              int N, int Vl, int nv, int v0, float scale);
+
+  /* Sum of squares over the segments with count_in_norm set, on the host. */
+  mgt_status (*sumsq)(void *ctx, const float *x, const mgt_segment *segs, int nseg, double *out);
+  /* One AdamW step over the segments of the flat buffers. */
+  mgt_status (*adamw)(void *ctx, float *p, const float *g, float *m, float *v,
+                      const mgt_segment *segs, int nseg, const mgt_adamw_step *s);
+} mgt_backend;
+
+/* The CPU backend: BLAS for GEMMs, OpenMP for the rest. Not collective. */
+MGT_NODISCARD mgt_status mgt_backend_cpu_create(mgt_backend **out);
+void mgt_backend_destroy(mgt_backend **be);
+
+#ifdef __cplusplus
+}
+#endif

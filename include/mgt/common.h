@@ -1,0 +1,93 @@
+/* Status codes, error tracebacks and the checking macros every module uses. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mgt_status {
+  MGT_OK = 0,
+  MGT_ERR_INPUT,    /* bad flag, configuration, file or data from the user */
+  MGT_ERR_NOMEM,    /* an allocation failed or would not fit */
+  MGT_ERR_MPI,      /* an MPI call failed */
+  MGT_ERR_IO,       /* a file could not be read or written */
+  MGT_ERR_BACKEND,  /* a compute backend call failed */
+  MGT_ERR_INTERNAL, /* a broken invariant: a bug */
+} mgt_status;
+
+#define MGT_NODISCARD __attribute__((warn_unused_result))
+#define MGT_PRINTF(f, a) __attribute__((format(printf, f, a)))
+
+/* Records the first error of a failure: its status, where, and a message for the user.
+   The record is per thread; a later set replaces it. Not collective. */
+void mgt_error_set(mgt_status st, const char *file, int line, const char *func, const char *fmt,
+                   ...) MGT_PRINTF(5, 6);
+/* Adds one frame ("file:line func: call") to the traceback of the current error. */
+void mgt_error_push(const char *file, int line, const char *func, const char *call);
+/* The message of the current error ("" if none). The pointer stays valid until the next set. */
+const char *mgt_error_message(void);
+mgt_status mgt_error_status(void);
+/* Prints "mgt: error: message" and, unless the error is user input, the traceback. */
+void mgt_error_print(FILE *f);
+void mgt_error_clear(void);
+/* The rank printed in tracebacks; set once by main after MPI_Init. */
+void mgt_error_set_rank(int rank);
+
+/* Returns from the calling function, which must return mgt_status, if `call` fails. */
+#define MGT_CHECK(call)                                                                            \
+  do {                                                                                             \
+    mgt_status mgt_st_ = (call);                                                                   \
+    if (mgt_st_ != MGT_OK) {                                                                       \
+      mgt_error_push(__FILE__, __LINE__, __func__, #call);                                         \
+      return mgt_st_;                                                                              \
+    }                                                                                              \
+  } while (0)
+
+/* Like MGT_CHECK, but stores the status in `st` and jumps to the function's `done:` label. */
+#define MGT_TRY(call)                                                                              \
+  do {                                                                                             \
+    st = (call);                                                                                   \
+    if (st != MGT_OK) {                                                                            \
+      mgt_error_push(__FILE__, __LINE__, __func__, #call);                                         \
+      goto done;                                                                                   \
+    }                                                                                              \
+  } while (0)
+
+/* Fails with status `code` and a user-facing message. */
+#define MGT_FAIL(code, ...)                                                                        \
+  do {                                                                                             \
+    mgt_error_set((code), __FILE__, __LINE__, __func__, __VA_ARGS__);                              \
+    return (code);                                                                                 \
+  } while (0)
+
+/* Always-on check of user input (flags, files, checkpoints): one actionable message. */
+#define MGT_REQUIRE(cond, ...)                                                                     \
+  do {                                                                                             \
+    if (!(cond)) MGT_FAIL(MGT_ERR_INPUT, __VA_ARGS__);                                             \
+  } while (0)
+
+/* Internal invariant, checked in debug builds only. */
+#ifdef NDEBUG
+#define MGT_ASSERT(cond) ((void)0)
+#else
+#define MGT_ASSERT(cond)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s:%d %s: internal assertion failed: %s\n", __FILE__, __LINE__, __func__,   \
+              #cond);                                                                              \
+      __builtin_trap();                                                                            \
+    }                                                                                              \
+  } while (0)
+#endif
+
+/* Allocates `n` zeroed bytes aligned to 64, or fails with MGT_ERR_NOMEM naming `what`. */
+MGT_NODISCARD mgt_status mgt_calloc(size_t n, const char *what, void **out);
+void mgt_free(void *p);
+
+#ifdef __cplusplus
+}
+#endif

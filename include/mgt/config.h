@@ -1,0 +1,83 @@
+/* The one configuration of a run: defaults, command-line parsing with Megatron-LM's flag
+   names, validation with messages that name the flag, and the table rank 0 prints. */
+#pragma once
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mgt/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mgt_lr_style { MGT_LR_CONSTANT, MGT_LR_LINEAR, MGT_LR_COSINE } mgt_lr_style;
+
+enum { MGT_PATH_MAX = 4096 };
+
+typedef struct mgt_config {
+  /* model */
+  int num_layers;
+  int hidden_size;
+  int num_attention_heads;
+  int ffn_hidden_size; /* 0: 4 * hidden_size */
+  int seq_length;
+  int max_position_embeddings; /* 0: seq_length */
+  int vocab_size;
+  int make_vocab_size_divisible_by;
+  double init_method_std;
+  double hidden_dropout;
+  double attention_dropout;
+  double layernorm_epsilon;
+  /* parallelism and memory */
+  int tensor_model_parallel_size;
+  int recompute_activations;
+  int dry_run;
+  /* batches and schedule */
+  int micro_batch_size;
+  int global_batch_size; /* 0: micro_batch_size * data-parallel size */
+  int64_t train_iters;
+  double lr;
+  double min_lr;
+  mgt_lr_style lr_decay_style;
+  int64_t lr_warmup_iters;
+  int64_t lr_decay_iters; /* 0: train_iters */
+  double weight_decay;
+  double adam_beta1;
+  double adam_beta2;
+  double adam_eps;
+  double clip_grad;
+  uint64_t seed;
+  /* data */
+  int mock_data;
+  /* logging */
+  int log_interval;
+  char metrics_file[MGT_PATH_MAX];
+} mgt_config;
+
+/* Megatron-LM's defaults where it has them; a small model otherwise. */
+void mgt_config_defaults(mgt_config *cfg);
+
+/* Parses argv[first..argc) into cfg (which holds defaults). Unknown flags, missing or
+   malformed values and values out of range fail with MGT_ERR_INPUT naming the flag.
+   `--help` sets *help. Not collective: every rank parses the same arguments. */
+MGT_NODISCARD mgt_status mgt_config_parse(mgt_config *cfg, int argc, char **argv, int first,
+                                          int *help);
+
+/* Fills derived defaults and checks the relations between flags for a job of
+   `world_size` ranks. Fails with MGT_ERR_INPUT naming the flags. Not collective. */
+MGT_NODISCARD mgt_status mgt_config_finalize(mgt_config *cfg, int world_size);
+
+/* Writes the flags, their defaults and help to f. */
+void mgt_config_usage(FILE *f);
+/* Writes the configuration as an aligned table of flag = value. */
+void mgt_config_print(const mgt_config *cfg, FILE *f);
+/* Writes the configuration as one JSON object (no newline). */
+void mgt_config_json(const mgt_config *cfg, FILE *f);
+
+/* The learning rate of iteration `iter` (1-based): linear warmup, then decay. */
+double mgt_lr_at(const mgt_config *cfg, int64_t iter);
+
+#ifdef __cplusplus
+}
+#endif

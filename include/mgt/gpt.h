@@ -1,0 +1,91 @@
+/* GPT-2 style transformer with Megatron-LM's intra-layer (tensor) model parallelism:
+   vocabulary-parallel embedding and cross-entropy, attention split by heads, MLP split on
+   its inner dimension, everything else computed redundantly on each tensor-parallel rank. */
+#pragma once
+
+#include <stdint.h>
+
+#include "mgt/backend.h"
+#include "mgt/config.h"
+#include "mgt/grid.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Logical sizes and this rank's share of them. */
+typedef struct mgt_gpt_dims {
+  int L, C, H, F, T, maxpos, V, Vp; /* layers, hidden, heads, ffn, seq, positions, vocab */
+  int B;                            /* micro-batch */
+  int tp, tp_rank;
+  int hd;             /* head size C / H */
+  int Cl, Hl, Fl, Vl; /* local: C/tp (attention width), H/tp, F/tp, Vp/tp */
+  int v0, nv;         /* first vocabulary row held here, and how many are not padding */
+} mgt_gpt_dims;
+
+/* Bytes one rank needs, computed before anything is allocated. */
+typedef struct mgt_gpt_memory {
+  size_t params, grads, optimizer;
+  size_t activations;           /* as configured */
+  size_t activations_full;      /* without recomputation */
+  size_t activations_recompute; /* with recomputation */
+  size_t total;                 /* params + grads + optimizer + activations as configured */
+} mgt_gpt_memory;
+
+enum { MGT_PARAM_NAME = 64 };
+
+/* One parameter tensor: a view into the flat buffers and where its shard sits. */
+typedef struct mgt_param {
+  char name[MGT_PARAM_NAME]; /* e.g. "layers.3.attention.qkv.weight" */
+  size_t offset, numel;      /* in the flat buffers, in floats */
+  mgt_shard shard;
+  uint32_t id;    /* RNG stream of its initialization */
+  float init_std; /* > 0: normal init; otherwise constant init_value */
+  float init_value;
+  int decay;      /* weight decay applies */
+  int replicated; /* every tensor-parallel rank holds the same values */
+} mgt_param;
+
+typedef struct mgt_gpt mgt_gpt;
+
+/* Derives the dimensions of `cfg` for tensor-parallel rank `tp_rank` of `tp`. */
+void mgt_gpt_dims_from_config(const mgt_config *cfg, int tp, int tp_rank, mgt_gpt_dims *d);
+/* Computes the per-rank memory of a configuration. */
+void mgt_gpt_memory_plan(const mgt_config *cfg, int tp, mgt_gpt_memory *m);
+
+/* Allocates parameters, gradients and activations for `cfg` on `be` and initializes the
+   parameters from cfg->seed. Not collective. The model keeps pointers to grid, be and
+   comm, which must outlive it. */
+MGT_NODISCARD mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid,
+                                        const mgt_backend *be, const mgt_comm *comm, mgt_gpt **out);
+void mgt_gpt_destroy(mgt_gpt **model);
+
+/* One micro-batch: forward, loss and backward. `tokens` (host) holds B windows of T+1
+   tokens; sample_base is the global index of the first. Gradients are scaled by
+   grad_scale (1 / tokens of the global batch) and added to the gradient buffer, or
+   overwrite it when accumulate is 0. With sync_dp, gradients are averaged over the
+   data-parallel group (non-blocking, bucket by bucket as backward proceeds) before the
+   call returns. *loss_sum is the summed token loss of this micro-batch. Collective over
+   tp_comm (and dp_comm with sync_dp). */
+MGT_NODISCARD mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tokens,
+                                                  uint64_t sample_base, float grad_scale,
+                                                  int accumulate, int sync_dp, double *loss_sum);
+/* Forward and loss only, dropout off. Collective over tp_comm. */
+MGT_NODISCARD mgt_status mgt_gpt_forward(mgt_gpt *m, const int32_t *tokens, double *loss_sum);
+
+/* Accessors. */
+const mgt_gpt_dims *mgt_gpt_get_dims(const mgt_gpt *m);
+const mgt_param *mgt_gpt_params(const mgt_gpt *m, int *count);
+float *mgt_gpt_param_data(mgt_gpt *m); /* flat buffer, in the backend's memory */
+float *mgt_gpt_grad_data(mgt_gpt *m);
+size_t mgt_gpt_param_count(const mgt_gpt *m); /* floats in the flat buffers */
+/* Optimizer segments (weight decay and norm ownership per tensor); `count` receives n. */
+const mgt_segment *mgt_gpt_segments(const mgt_gpt *m, int *count);
+/* Parameters of the logical (unsharded) model, without vocabulary padding. */
+int64_t mgt_gpt_logical_params(const mgt_config *cfg);
+/* Model FLOPs of one iteration: 6 N tokens + 12 L C T tokens (N without positions). */
+double mgt_gpt_flops_per_iteration(const mgt_config *cfg);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,69 @@
+/* The 2D process grid: world = tp * dp, the tensor-parallel rank varies fastest. */
+#pragma once
+
+#include <mpi.h>
+
+#include "mgt/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mgt_grid {
+  MPI_Comm world;   /* duplicate of the communicator the grid was built from */
+  MPI_Comm tp_comm; /* ranks that share one layer: consecutive world ranks */
+  MPI_Comm dp_comm; /* ranks that hold the same shard in different replicas */
+  int rank, size;   /* in world */
+  int tp, dp;
+  int tp_rank, dp_rank;
+} mgt_grid;
+
+/* Builds the grid over `world` with tensor-parallel size `tp`: tp_rank = rank % tp,
+   dp_rank = rank / tp. Fails with MGT_ERR_INPUT if the size is not a multiple of tp.
+   Collective over `world`. The caller owns the grid and frees it with mgt_grid_destroy. */
+MGT_NODISCARD mgt_status mgt_grid_create(MPI_Comm world, int tp, mgt_grid **out);
+/* Frees the communicators and the grid; collective over the grid's world. */
+void mgt_grid_destroy(mgt_grid **grid);
+
+/* Which communicator of the grid a collective runs on. */
+typedef enum mgt_axis { MGT_AXIS_TP, MGT_AXIS_DP, MGT_AXIS_WORLD } mgt_axis;
+typedef enum mgt_redop { MGT_SUM, MGT_MAX } mgt_redop;
+
+/* A non-blocking collective in flight. */
+typedef struct mgt_comm_req {
+  MPI_Request mpi;
+} mgt_comm_req;
+
+/* The communication interface the model calls; backends provide it for host or device
+   buffers. All calls are collective over the communicator of `axis`. */
+typedef struct mgt_comm {
+  const mgt_grid *grid;
+  void *ctx;
+  /* In-place all-reduce of `n` floats. */
+  mgt_status (*allreduce)(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
+                          mgt_redop op);
+  /* In-place all-reduce of `n` host doubles (losses, norms). */
+  mgt_status (*allreduce_f64)(void *ctx, const mgt_grid *g, mgt_axis axis, double *buf, size_t n,
+                              mgt_redop op);
+  /* Starts an in-place all-reduce; finish it with wait. */
+  mgt_status (*iallreduce)(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
+                           mgt_redop op, mgt_comm_req *req);
+  mgt_status (*wait)(void *ctx, mgt_comm_req *req);
+  /* Every rank contributes `n` floats; `out` holds size*n floats in rank order. */
+  mgt_status (*allgather)(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in, float *out,
+                          size_t n);
+  mgt_status (*broadcast)(void *ctx, const mgt_grid *g, mgt_axis axis, void *buf, size_t bytes,
+                          int root);
+} mgt_comm;
+
+/* The MPI implementation on host buffers. */
+void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid);
+
+/* Checks an MPI return code; on failure records MPI's message and returns MGT_ERR_MPI. */
+MGT_NODISCARD mgt_status mgt_mpi_status(int rc, const char *file, int line, const char *func,
+                                        const char *call);
+#define MGT_MPI(call) MGT_CHECK(mgt_mpi_status((call), __FILE__, __LINE__, __func__, #call))
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,36 @@
+/* AdamW with decoupled weight decay over the flat buffers, and clipping by global norm. */
+#pragma once
+
+#include "mgt/backend.h"
+#include "mgt/config.h"
+#include "mgt/gpt.h"
+#include "mgt/grid.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mgt_optim mgt_optim;
+
+/* Allocates the two moment buffers (zeroed) for `model`. Not collective. */
+MGT_NODISCARD mgt_status mgt_optim_create(const mgt_config *cfg, mgt_gpt *model,
+                                          const mgt_backend *be, const mgt_comm *comm,
+                                          mgt_optim **out);
+void mgt_optim_destroy(mgt_optim **opt);
+
+/* The global gradient norm: each tensor-parallel shard once, each replicated tensor once.
+   Gradients must already be averaged over data parallelism. Collective over tp_comm. */
+MGT_NODISCARD mgt_status mgt_optim_grad_norm(mgt_optim *opt, double *norm);
+
+/* Clips by cfg->clip_grad and applies one AdamW step at learning rate `lr`. A non-finite
+   norm skips the update (*skipped = 1) and leaves the step count. Collective over tp_comm. */
+MGT_NODISCARD mgt_status mgt_optim_step(mgt_optim *opt, double lr, double *grad_norm, int *skipped);
+
+int64_t mgt_optim_step_count(const mgt_optim *opt);
+void mgt_optim_set_step_count(mgt_optim *opt, int64_t steps);
+float *mgt_optim_exp_avg(mgt_optim *opt);    /* first moment, flat, backend memory */
+float *mgt_optim_exp_avg_sq(mgt_optim *opt); /* second moment */
+
+#ifdef __cplusplus
+}
+#endif

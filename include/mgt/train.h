@@ -1,0 +1,53 @@
+/* The training loop: micro-batches with gradient accumulation, data-parallel averaging,
+   clipping and AdamW, the learning-rate schedule, logs and metrics. */
+#pragma once
+
+#include <stdint.h>
+
+#include "mgt/backend.h"
+#include "mgt/config.h"
+#include "mgt/data.h"
+#include "mgt/gpt.h"
+#include "mgt/grid.h"
+#include "mgt/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mgt_trainer mgt_trainer;
+
+/* What one iteration did. Identical on every rank. */
+typedef struct mgt_step_stats {
+  int64_t iteration;
+  uint64_t consumed_samples; /* after the iteration */
+  double loss;               /* mean token loss over the global batch */
+  double grad_norm;          /* before clipping */
+  double lr;
+  double seconds;
+  int skipped; /* the update was skipped: non-finite gradients */
+} mgt_step_stats;
+
+/* Builds the model, optimizer and data source of `cfg` (already finalized) over `grid`,
+   computing on `be` and communicating through `comm`. Collective over the world. */
+MGT_NODISCARD mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid,
+                                            const mgt_backend *be, const mgt_comm *comm,
+                                            mgt_trainer **out);
+void mgt_trainer_destroy(mgt_trainer **tr);
+
+/* Runs one iteration. Collective over the world. */
+MGT_NODISCARD mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats);
+
+/* Runs iterations until cfg->train_iters, logging on rank 0 to `log` every
+   --log-interval iterations and appending to --metrics-file. Collective. */
+MGT_NODISCARD mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log);
+
+mgt_gpt *mgt_trainer_model(mgt_trainer *tr);
+mgt_optim *mgt_trainer_optim(mgt_trainer *tr);
+
+/* Prints the per-rank memory plan (rank 0). */
+void mgt_print_memory_plan(const mgt_config *cfg, int tp, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,136 @@
+/* Causal multi-head attention, one (batch, head) pair per task, BLAS for the products. */
+#include <cblas.h>
+#include <float.h>
+
+#include "cpu.h"
+#include "mgt/rng.h"
+#include "philox.h"
+
+/* Dropout mask of attention row i of head hg: words ((hg*T + i)*T + j), j <= i. */
+static void row_mask(uint8_t *keep, const mgt_dropout *d, int b, int hg, int T, int i,
+                     uint32_t thr) {
+  uint64_t stream = mgt_rng_dropout_stream(d->sample_base + (uint64_t)b, d->layer, d->site);
+  uint64_t e0 = ((uint64_t)hg * T + (uint64_t)i) * (uint64_t)T;
+  cpu_dropout_mask(keep, d->seed, stream, e0, (size_t)i + 1, thr);
+}
+
+mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
+                                 int Hl, int hd, int head_offset, int H, const mgt_dropout *d,
+                                 float *scratch) {
+  const int Cl = Hl * hd, ld = 3 * Cl;
+  const float scale = 1.0f / sqrtf((float)hd);
+  const int drop = d->p > 0.0f;
+  const uint32_t thr = drop ? mgt_dropout_threshold(d->p) : 0;
+  const float dscale = drop ? 1.0f / (1.0f - d->p) : 1.0f;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < Hl; h++) {
+      const float *q = qkv + (size_t)b * T * ld + (size_t)h * hd;
+      const float *k = q + Cl, *v = q + 2 * Cl;
+      float *p = P + ((size_t)b * Hl + h) * T * T;
+      float *o = out + (size_t)b * T * Cl + (size_t)h * hd;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, q, ld, k, ld, 0.0f, p,
+                  T);
+      for (int i = 0; i < T; i++) {
+        float *r = p + (size_t)i * T;
+        float mx = -FLT_MAX;
+        for (int j = 0; j <= i; j++)
+          mx = r[j] > mx ? r[j] : mx;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int j = 0; j <= i; j++) {
+          r[j] = mgt_fast_expf(r[j] - mx);
+          s += r[j];
+        }
+        float inv = 1.0f / s;
+#pragma omp simd
+        for (int j = 0; j <= i; j++)
+          r[j] *= inv;
+        for (int j = i + 1; j < T; j++)
+          r[j] = 0.0f;
+      }
+      const float *pd = p;
+      if (drop) {
+        float *sd = scratch + ((size_t)b * Hl + h) * T * T;
+        uint8_t keep[T];
+        for (int i = 0; i < T; i++) {
+          row_mask(keep, d, b, head_offset + h, T, i, thr);
+          const float *r = p + (size_t)i * T;
+          float *w = sd + (size_t)i * T;
+          for (int j = 0; j <= i; j++)
+            w[j] = keep[j] ? r[j] * dscale : 0.0f;
+          for (int j = i + 1; j < T; j++)
+            w[j] = 0.0f;
+        }
+        pd = sd;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, pd, T, v, ld, 0.0f, o,
+                  Cl);
+    }
+  return MGT_OK;
+}
+
+mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                                  const float *P, int B, int T, int Hl, int hd, int head_offset,
+                                  int H, const mgt_dropout *d, float *scratch) {
+  const int Cl = Hl * hd, ld = 3 * Cl;
+  const float scale = 1.0f / sqrtf((float)hd);
+  const int drop = d->p > 0.0f;
+  const uint32_t thr = drop ? mgt_dropout_threshold(d->p) : 0;
+  const float dscale = drop ? 1.0f / (1.0f - d->p) : 1.0f;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < Hl; h++) {
+      const float *q = qkv + (size_t)b * T * ld + (size_t)h * hd;
+      const float *k = q + Cl, *v = q + 2 * Cl;
+      float *dq = dqkv + (size_t)b * T * ld + (size_t)h * hd;
+      float *dk = dq + Cl, *dv = dq + 2 * Cl;
+      const float *p = P + ((size_t)b * Hl + h) * T * T;
+      const float *o = dout + (size_t)b * T * Cl + (size_t)h * hd;
+      float *s = scratch + ((size_t)b * Hl + h) * T * T;
+      uint8_t keep[T];
+      /* dV = Pd^T dO, with Pd the dropped probabilities rebuilt from the mask. */
+      const float *pd = p;
+      if (drop) {
+        for (int i = 0; i < T; i++) {
+          row_mask(keep, d, b, head_offset + h, T, i, thr);
+          const float *r = p + (size_t)i * T;
+          float *w = s + (size_t)i * T;
+          for (int j = 0; j <= i; j++)
+            w[j] = keep[j] ? r[j] * dscale : 0.0f;
+          for (int j = i + 1; j < T; j++)
+            w[j] = 0.0f;
+        }
+        pd = s;
+      }
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, pd, T, o, Cl, 0.0f, dv,
+                  ld);
+      /* dPd = dO V^T, then through the mask and the softmax. */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, o, Cl, v, ld, 0.0f, s,
+                  T);
+      for (int i = 0; i < T; i++) {
+        float *r = s + (size_t)i * T;
+        const float *pr = p + (size_t)i * T;
+        if (drop) {
+          row_mask(keep, d, b, head_offset + h, T, i, thr);
+          for (int j = 0; j <= i; j++)
+            r[j] = keep[j] ? r[j] * dscale : 0.0f;
+        }
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int j = 0; j <= i; j++)
+          dot += pr[j] * r[j];
+#pragma omp simd
+        for (int j = 0; j <= i; j++)
+          r[j] = pr[j] * (r[j] - dot) * scale;
+        for (int j = i + 1; j < T; j++)
+          r[j] = 0.0f;
+      }
+      /* dQ = dS K, dK = dS^T Q */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, s, T, k, ld, 0.0f, dq,
+                  ld);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, s, T, q, ld, 0.0f, dk,
+                  ld);
+    }
+  return MGT_OK;
+}

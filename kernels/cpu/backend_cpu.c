@@ -1,0 +1,65 @@
+/* The CPU backend table. */
+#include <stdlib.h>
+
+#include "cpu.h"
+
+static mgt_status cpu_alloc(void *ctx, size_t bytes, const char *what, void **out) {
+  return mgt_calloc(bytes, what, out);
+}
+
+static void cpu_free(void *ctx, void *p) { mgt_free(p); }
+
+static mgt_status cpu_zero(void *ctx, void *p, size_t bytes) {
+  memset(p, 0, bytes);
+  return MGT_OK;
+}
+
+static mgt_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+  if (bytes) memcpy(dst, src, bytes);
+  return MGT_OK;
+}
+
+static mgt_status cpu_sync(void *ctx) { return MGT_OK; }
+
+mgt_status mgt_backend_cpu_create(mgt_backend **out) {
+  mgt_backend *be = NULL;
+  MGT_CHECK(mgt_calloc(sizeof *be, "CPU backend", (void **)&be));
+  be->name = "cpu";
+  be->alloc = cpu_alloc;
+  be->free = cpu_free;
+  be->zero = cpu_zero;
+  be->upload = cpu_copy;
+  be->download = cpu_copy;
+  be->sync = cpu_sync;
+  be->init_normal = cpu_init_normal;
+  be->fill = cpu_fill;
+  be->gemm = cpu_gemm;
+  be->add_bias = cpu_add_bias;
+  be->bias_backward = cpu_bias_backward;
+  be->layernorm_forward = cpu_layernorm_forward;
+  be->layernorm_backward = cpu_layernorm_backward;
+  be->bias_gelu_forward = cpu_bias_gelu_forward;
+  be->gelu_backward = cpu_gelu_backward;
+  be->attention_forward = cpu_attention_forward;
+  be->attention_backward = cpu_attention_backward;
+  be->embedding_forward = cpu_embedding_forward;
+  be->add_position = cpu_add_position;
+  be->embedding_backward = cpu_embedding_backward;
+  be->dropout_forward = cpu_dropout_forward;
+  be->dropout_backward = cpu_dropout_backward;
+  be->add = cpu_add;
+  be->xent_max = cpu_xent_max;
+  be->xent_sumexp = cpu_xent_sumexp;
+  be->xent_loss = cpu_xent_loss;
+  be->xent_backward = cpu_xent_backward;
+  be->sumsq = cpu_sumsq;
+  be->adamw = cpu_adamw;
+  *out = be;
+  return MGT_OK;
+}
+
+void mgt_backend_destroy(mgt_backend **be) {
+  if (!*be) return;
+  mgt_free(*be);
+  *be = NULL;
+}

@@ -1,0 +1,91 @@
+/* Private to the CPU backend: the operations of its table and vectorizable math. */
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "mgt/backend.h"
+
+/* exp for float, accurate to about 1 ulp on [-87, 88]; clamps outside. Written so that
+   GCC vectorizes it inside `omp simd` loops (libm's expf does not vectorize without
+   -ffast-math). */
+static inline float mgt_fast_expf(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+  float k = (x * 1.44269504088896341f + shifter) - shifter;
+  float r = x - k * 0.693359375f;
+  r = r + k * 2.12194440e-4f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t n = (int32_t)k;
+  uint32_t bits = (uint32_t)(n + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+static inline float mgt_fast_tanhf(float x) {
+  float e = mgt_fast_expf(2.0f * x);
+  return 1.0f - 2.0f / (e + 1.0f);
+}
+
+#define MGT_GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
+#define MGT_GELU_K1 0.044715f
+
+/* Largest team the reductions keep per-thread partials for. */
+enum { MGT_CPU_MAX_THREADS = 256 };
+
+mgt_status cpu_init_normal(void *ctx, float *p, const mgt_shard *sh, uint64_t seed, uint64_t stream,
+                           float std);
+mgt_status cpu_fill(void *ctx, float *p, size_t n, float value);
+mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
+                    const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                    int ldc);
+mgt_status cpu_add_bias(void *ctx, float *y, const float *b, int N, int C);
+mgt_status cpu_bias_backward(void *ctx, float *db, const float *dy, int N, int C, int accumulate);
+mgt_status cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *x,
+                                 const float *w, const float *b, int N, int C, float eps);
+mgt_status cpu_layernorm_backward(void *ctx, float *dx, float *dw, float *db, const float *dout,
+                                  const float *x, const float *w, const float *mean,
+                                  const float *rstd, int N, int C, int accumulate);
+mgt_status cpu_bias_gelu_forward(void *ctx, float *out, float *pre, const float *b, int N, int C);
+mgt_status cpu_gelu_backward(void *ctx, float *dpre, const float *dout, const float *pre, size_t n);
+mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
+                                 int Hl, int hd, int head_offset, int H, const mgt_dropout *d,
+                                 float *scratch);
+mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                                  const float *P, int B, int T, int Hl, int hd, int head_offset,
+                                  int H, const mgt_dropout *d, float *scratch);
+mgt_status cpu_embedding_forward(void *ctx, float *out, const int32_t *tokens, const float *wte,
+                                 int N, int C, int v0, int Vl);
+mgt_status cpu_add_position(void *ctx, float *x, const float *wpe, int B, int T, int C);
+mgt_status cpu_embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
+                                  const int32_t *tokens, int B, int T, int C, int v0, int Vl,
+                                  int accumulate);
+mgt_status cpu_dropout_forward(void *ctx, float *out, const float *x, const float *res, int B,
+                               size_t row, const mgt_dropout *d);
+mgt_status cpu_dropout_backward(void *ctx, float *dx, const float *dout, int B, size_t row,
+                                const mgt_dropout *d);
+mgt_status cpu_add(void *ctx, float *y, const float *x, size_t n);
+mgt_status cpu_xent_max(void *ctx, float *rowmax, const float *logits, int N, int Vl, int nv);
+mgt_status cpu_xent_sumexp(void *ctx, float *sum, float *tgt, float *logits, const float *rowmax,
+                           const int32_t *targets, int N, int Vl, int nv, int v0, int keep_exp);
+mgt_status cpu_xent_loss(void *ctx, float *losses, const float *rowmax, const float *sum,
+                         const float *tgt, int N, double *total);
+mgt_status cpu_xent_backward(void *ctx, float *logits, const float *sum, const int32_t *targets,
+                             int N, int Vl, int nv, int v0, float scale);
+mgt_status cpu_sumsq(void *ctx, const float *x, const mgt_segment *segs, int nseg, double *out);
+mgt_status cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v,
+                     const mgt_segment *segs, int nseg, const mgt_adamw_step *s);
+
+/* Keep-mask helper for dropout: fills keep[0..n) (1 or 0) for words [e0, e0+n) of the
+   stream. */
+void cpu_dropout_mask(uint8_t *keep, uint64_t seed, uint64_t stream, uint64_t e0, size_t n,
+                      uint32_t threshold);

@@ -1,0 +1,30 @@
+#include "cpu.h"
+
+mgt_status cpu_bias_gelu_forward(void *ctx, float *out, float *pre, const float *b, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    float *p = pre + (size_t)n * C, *o = out + (size_t)n * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+      float x = p[c] + b[c];
+      p[c] = x;
+      float u = MGT_GELU_K0 * (x + MGT_GELU_K1 * x * x * x);
+      o[c] = 0.5f * x * (1.0f + mgt_fast_tanhf(u));
+    }
+  }
+  return MGT_OK;
+}
+
+mgt_status cpu_gelu_backward(void *ctx, float *dpre, const float *dout, const float *pre,
+                             size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = pre[i];
+    float u = MGT_GELU_K0 * (x + MGT_GELU_K1 * x * x * x);
+    float t = mgt_fast_tanhf(u);
+    float du = MGT_GELU_K0 * (1.0f + 3.0f * MGT_GELU_K1 * x * x);
+    float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+    dpre[i] = dout[i] * g;
+  }
+  return MGT_OK;
+}

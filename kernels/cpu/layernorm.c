@@ -1,0 +1,73 @@
+#include <omp.h>
+
+#include "cpu.h"
+
+mgt_status cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *x,
+                                 const float *w, const float *b, int N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *xr = x + (size_t)n * C;
+    float *o = out + (size_t)n * C;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++)
+      s += xr[c];
+    float m = s / C;
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++)
+      v += (xr[c] - m) * (xr[c] - m);
+    float r = 1.0f / sqrtf(v / C + eps);
+#pragma omp simd
+    for (int c = 0; c < C; c++)
+      o[c] = (xr[c] - m) * r * w[c] + b[c];
+    mean[n] = m;
+    rstd[n] = r;
+  }
+  return MGT_OK;
+}
+
+mgt_status cpu_layernorm_backward(void *ctx, float *dx, float *dw, float *db, const float *dout,
+                                  const float *x, const float *w, const float *mean,
+                                  const float *rstd, int N, int C, int accumulate) {
+#pragma omp parallel
+  {
+    /* Input gradient: rows are independent. */
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; n++) {
+      const float *xr = x + (size_t)n * C, *dr = dout + (size_t)n * C;
+      float *dxr = dx + (size_t)n * C;
+      float m = mean[n], r = rstd[n];
+      float s1 = 0.0f, s2 = 0.0f;
+#pragma omp simd reduction(+ : s1, s2)
+      for (int c = 0; c < C; c++) {
+        float dn = dr[c] * w[c];
+        s1 += dn;
+        s2 += dn * (xr[c] - m) * r;
+      }
+      s1 /= C;
+      s2 /= C;
+#pragma omp simd
+      for (int c = 0; c < C; c++) {
+        float nrm = (xr[c] - m) * r;
+        dxr[c] += (dr[c] * w[c] - s1 - nrm * s2) * r;
+      }
+    }
+    /* Parameter gradients: each thread owns a column range, so sums have a fixed order. */
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    int c0 = (int)((int64_t)C * t / nt), c1 = (int)((int64_t)C * (t + 1) / nt);
+    if (!accumulate)
+      for (int c = c0; c < c1; c++)
+        dw[c] = db[c] = 0.0f;
+    for (int n = 0; n < N; n++) {
+      const float *xr = x + (size_t)n * C, *dr = dout + (size_t)n * C;
+      float m = mean[n], r = rstd[n];
+#pragma omp simd
+      for (int c = c0; c < c1; c++) {
+        dw[c] += dr[c] * (xr[c] - m) * r;
+        db[c] += dr[c];
+      }
+    }
+  }
+  return MGT_OK;
+}

@@ -1,0 +1,34 @@
+#include "mgt/rng.h"
+
+#include "philox.h"
+
+void mgt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+  mgt_philox_block(ctr[0], ctr[1], ctr[2], ctr[3], key[0], key[1], out);
+}
+
+uint64_t mgt_rng_init_stream(uint32_t tensor_id) { return (1ull << 63) | tensor_id; }
+
+uint64_t mgt_rng_dropout_stream(uint64_t sample, int layer, int site) {
+  /* 20 low bits: 16 for the layer (the embedding uses layer 0xFFFF), 4 for the site. */
+  return ((sample & 0x3FFFFFFFFFFull) << 20) | ((uint64_t)(layer & 0xFFFF) << 4) |
+         (uint64_t)(site & 0xF);
+}
+
+uint64_t mgt_rng_data_stream(uint32_t what) { return (3ull << 62) | what; }
+
+void mgt_rng_block(uint64_t seed, uint64_t stream, uint64_t block, uint32_t out[4]) {
+  mgt_philox_at(seed, stream, block, out);
+}
+
+float mgt_rng_normal(uint64_t seed, uint64_t stream, uint64_t index) {
+  uint32_t w[4];
+  mgt_philox_at(seed, stream, index >> 1, w);
+  /* 53-bit uniforms in (0, 1]; the log never sees zero. */
+  uint64_t a = ((uint64_t)w[0] << 21) ^ (w[1] >> 11);
+  uint64_t b = ((uint64_t)w[2] << 21) ^ (w[3] >> 11);
+  double u1 = ((double)(a & ((1ull << 53) - 1)) + 1.0) / 9007199254740992.0;
+  double u2 = (double)(b & ((1ull << 53) - 1)) / 9007199254740992.0;
+  double r = sqrt(-2.0 * log(u1));
+  double th = 6.283185307179586 * u2;
+  return (float)((index & 1) ? r * sin(th) : r * cos(th));
+}

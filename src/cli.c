@@ -1,0 +1,154 @@
+#define _GNU_SOURCE
+#include "mgt/cli.h"
+
+#include <omp.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mgt/backend.h"
+#include "mgt/config.h"
+#include "mgt/gpt.h"
+#include "mgt/grid.h"
+#include "mgt/train.h"
+
+#ifndef MGT_VERSION
+#define MGT_VERSION "unknown"
+#endif
+
+static int local_ranks(MPI_Comm world) {
+  MPI_Comm node;
+  int n = 1;
+  if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_size(node, &n);
+    MPI_Comm_free(&node);
+  }
+  return n;
+}
+
+void mgt_cli_configure_threads(MPI_Comm world) {
+  int local = local_ranks(world);
+  if (getenv("OMP_NUM_THREADS")) return;
+  cpu_set_t set;
+  int bound = 0, online = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) bound = CPU_COUNT(&set);
+  if (bound <= 0) bound = online;
+  int threads = bound < online ? bound : bound / local;
+  omp_set_num_threads(threads < 1 ? 1 : threads);
+}
+
+/* Bytes this rank may use: the node's available memory shared by its ranks. */
+static size_t available_memory(MPI_Comm world) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  size_t kb = 0;
+  if (f) {
+    char line[256];
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+    fclose(f);
+  }
+  return kb * 1024 / (size_t)local_ranks(world);
+}
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: mgt <command> [flags]\n\n"
+             "commands:\n"
+             "  train     train a GPT model (mgt train --help for its flags)\n"
+             "  version   print the version\n\n"
+             "Run under MPI for several ranks: mpiexec -n 4 mgt train "
+             "--tensor-model-parallel-size 2 ...\n");
+}
+
+/* Reports a failure. Input errors found before any collective state are the same on every
+   rank: rank 0 prints and all return 2. Anything else aborts the job. */
+static int fail(mgt_status st, int rank, MPI_Comm world, int agreed) {
+  if (agreed) {
+    if (rank == 0) mgt_error_print(stderr);
+    return st == MGT_ERR_INPUT ? 2 : 1;
+  }
+  mgt_error_print(stderr);
+  fflush(stderr);
+  MPI_Abort(world, st == MGT_ERR_INPUT ? 2 : 1);
+  return 1;
+}
+
+static int cmd_train(int argc, char **argv, MPI_Comm world) {
+  int rank, size;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  mgt_config cfg;
+  mgt_config_defaults(&cfg);
+  int help = 0;
+  mgt_status st = mgt_config_parse(&cfg, argc, argv, 2, &help);
+  if (st != MGT_OK) return fail(st, rank, world, 1);
+  if (help) {
+    if (rank == 0) mgt_config_usage(stdout);
+    return 0;
+  }
+  st = mgt_config_finalize(&cfg, size);
+  if (st != MGT_OK) return fail(st, rank, world, 1);
+  if (rank == 0) {
+    printf("megatron-c %s\n", MGT_VERSION);
+    mgt_config_print(&cfg, stdout);
+  }
+  if (cfg.dry_run) {
+    if (rank == 0) mgt_print_memory_plan(&cfg, cfg.tensor_model_parallel_size, stdout);
+    return 0;
+  }
+  /* Refuse before allocating: every rank sees the same plan, the node the same memory. */
+  mgt_gpt_memory plan;
+  mgt_gpt_memory_plan(&cfg, cfg.tensor_model_parallel_size, &plan);
+  size_t avail = available_memory(world);
+  size_t need = plan.total;
+  MPI_Allreduce(MPI_IN_PLACE, &avail, 1, MPI_UNSIGNED_LONG, MPI_MIN, world);
+  if (avail > 0 && need > avail) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "the model needs %.1f MiB per rank but %.1f MiB are available per rank "
+                  "(see --dry-run; try --recompute-activations, a smaller "
+                  "--micro-batch-size or a larger --tensor-model-parallel-size)",
+                  need / 1048576.0, avail / 1048576.0);
+    return fail(MGT_ERR_INPUT, rank, world, 1);
+  }
+
+  mgt_grid *grid = NULL;
+  mgt_backend *be = NULL;
+  mgt_trainer *tr = NULL;
+  int rc = 0;
+  st = mgt_grid_create(world, cfg.tensor_model_parallel_size, &grid);
+  if (st != MGT_OK) return fail(st, rank, world, 0);
+  if (rank == 0) {
+    printf("layout: %d ranks = tensor-parallel %d x data-parallel %d; %d OpenMP threads per "
+           "rank; backend cpu\n",
+           grid->size, grid->tp, grid->dp, omp_get_max_threads());
+    mgt_print_memory_plan(&cfg, grid->tp, stdout);
+    fflush(stdout);
+  }
+  mgt_comm comm;
+  mgt_comm_mpi_init(&comm, grid);
+  st = mgt_backend_cpu_create(&be);
+  if (st == MGT_OK) st = mgt_trainer_create(&cfg, grid, be, &comm, &tr);
+  if (st == MGT_OK) st = mgt_trainer_run(tr, stdout);
+  if (st != MGT_OK) rc = fail(st, rank, world, 0);
+  mgt_trainer_destroy(&tr);
+  mgt_backend_destroy(&be);
+  mgt_grid_destroy(&grid);
+  return rc;
+}
+
+int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
+  int rank;
+  MPI_Comm_rank(world, &rank);
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+      strcmp(argv[1], "help") == 0) {
+    if (rank == 0) usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
+    if (rank == 0) printf("megatron-c %s\n", MGT_VERSION);
+    return 0;
+  }
+  if (strcmp(argv[1], "train") == 0) return cmd_train(argc, argv, world);
+  if (rank == 0) fprintf(stderr, "mgt: error: unknown command '%s' (see mgt --help)\n", argv[1]);
+  return 2;
+}

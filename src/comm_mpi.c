@@ -1,0 +1,81 @@
+/* The communication interface over MPI on host buffers. */
+#include "mgt/grid.h"
+
+#include <limits.h>
+
+static MPI_Comm axis_comm(const mgt_grid *g, mgt_axis axis, int *size) {
+  switch (axis) {
+  case MGT_AXIS_TP: *size = g->tp; return g->tp_comm;
+  case MGT_AXIS_DP: *size = g->dp; return g->dp_comm;
+  default: *size = g->size; return g->world;
+  }
+}
+
+static MPI_Op mpi_op(mgt_redop op) { return op == MGT_MAX ? MPI_MAX : MPI_SUM; }
+
+static mgt_status mpi_allreduce(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
+                                mgt_redop op) {
+  int size;
+  MPI_Comm c = axis_comm(g, axis, &size);
+  if (size == 1 || n == 0) return MGT_OK;
+  MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu floats exceeds MPI's count limit", n);
+  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mpi_op(op), c));
+  return MGT_OK;
+}
+
+static mgt_status mpi_allreduce_f64(void *ctx, const mgt_grid *g, mgt_axis axis, double *buf,
+                                    size_t n, mgt_redop op) {
+  int size;
+  MPI_Comm c = axis_comm(g, axis, &size);
+  if (size == 1 || n == 0) return MGT_OK;
+  MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu doubles exceeds MPI's count limit", n);
+  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, mpi_op(op), c));
+  return MGT_OK;
+}
+
+static mgt_status mpi_iallreduce(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
+                                 mgt_redop op, mgt_comm_req *req) {
+  int size;
+  MPI_Comm c = axis_comm(g, axis, &size);
+  req->mpi = MPI_REQUEST_NULL;
+  if (size == 1 || n == 0) return MGT_OK;
+  MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu floats exceeds MPI's count limit", n);
+  MGT_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mpi_op(op), c, &req->mpi));
+  return MGT_OK;
+}
+
+static mgt_status mpi_wait(void *ctx, mgt_comm_req *req) {
+  if (req->mpi == MPI_REQUEST_NULL) return MGT_OK;
+  MGT_MPI(MPI_Wait(&req->mpi, MPI_STATUS_IGNORE));
+  return MGT_OK;
+}
+
+static mgt_status mpi_allgather(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in,
+                                float *out, size_t n) {
+  int size;
+  MPI_Comm c = axis_comm(g, axis, &size);
+  MGT_REQUIRE(n <= INT_MAX, "all-gather of %zu floats exceeds MPI's count limit", n);
+  MGT_MPI(MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, c));
+  return MGT_OK;
+}
+
+static mgt_status mpi_broadcast(void *ctx, const mgt_grid *g, mgt_axis axis, void *buf,
+                                size_t bytes, int root) {
+  int size;
+  MPI_Comm c = axis_comm(g, axis, &size);
+  if (size == 1) return MGT_OK;
+  MGT_REQUIRE(bytes <= INT_MAX, "broadcast of %zu bytes exceeds MPI's count limit", bytes);
+  MGT_MPI(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c));
+  return MGT_OK;
+}
+
+void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid) {
+  comm->grid = grid;
+  comm->ctx = NULL;
+  comm->allreduce = mpi_allreduce;
+  comm->allreduce_f64 = mpi_allreduce_f64;
+  comm->iallreduce = mpi_iallreduce;
+  comm->wait = mpi_wait;
+  comm->allgather = mpi_allgather;
+  comm->broadcast = mpi_broadcast;
+}

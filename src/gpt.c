@@ -1,0 +1,620 @@
+/* GPT forward and backward, written layer by layer over the backend table, with the
+   tensor-parallel collectives of Megatron-LM (Shoeybi et al. 2019, Section 3). */
+#include "mgt/gpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "mgt/rng.h"
+
+/* Parameters of one layer, in flat-buffer order. */
+enum {
+  P_LN1_W,
+  P_LN1_B,
+  P_QKV_W,
+  P_QKV_B,
+  P_PROJ_W,
+  P_PROJ_B,
+  P_LN2_W,
+  P_LN2_B,
+  P_FC_W,
+  P_FC_B,
+  P_FCP_W,
+  P_FCP_B,
+  P_PER_LAYER
+};
+/* Index of the model-wide parameters in the descriptor array. */
+enum { P_WTE = 0, P_WPE = 1, P_FIRST_LAYER = 2 };
+
+/* Activations one layer keeps for its backward pass. */
+typedef struct layer_acts {
+  float *ln1, *ln1_mean, *ln1_rstd; /* (N,C) (N) (N) */
+  float *qkv;                       /* (N, 3*Cl) */
+  float *P;                         /* (B, Hl, T, T) */
+  float *atty;                      /* (N, Cl) */
+  float *res_mid;                   /* (N,C) residual after attention */
+  float *ln2, *ln2_mean, *ln2_rstd;
+  float *fch, *fch_gelu; /* (N, Fl) pre- and post-GeLU */
+} layer_acts;
+
+struct mgt_gpt {
+  mgt_config cfg;
+  mgt_gpt_dims d;
+  const mgt_grid *grid;
+  const mgt_backend *be;
+  const mgt_comm *comm;
+
+  mgt_param *params;
+  int n_params;
+  mgt_segment *segs;
+  size_t n_floats;
+  float *w, *g; /* flat parameter and gradient buffers */
+
+  void *arena;
+  float **res;      /* L+1 residual stream buffers (N,C) */
+  layer_acts *acts; /* L sets, or 1 shared set with recomputation */
+  float *lnf, *lnf_mean, *lnf_rstd, *logits;
+  float *rowmax, *sumtgt, *losses; /* (N), (2N): sum then target logit, (N) */
+  int32_t *inputs, *targets;
+  float *dres, *dtmp, *dqkv, *datty, *dfch, *att_scratch;
+
+  int32_t *host_tokens; /* (N) staging of inputs and targets */
+  mgt_comm_req *reqs;   /* one per gradient bucket */
+  int n_reqs;
+};
+
+/* ---- parameter layout ---- */
+
+static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+void mgt_gpt_dims_from_config(const mgt_config *c, int tp, int tp_rank, mgt_gpt_dims *d) {
+  memset(d, 0, sizeof *d);
+  d->L = c->num_layers;
+  d->C = c->hidden_size;
+  d->H = c->num_attention_heads;
+  d->F = c->ffn_hidden_size ? c->ffn_hidden_size : 4 * c->hidden_size;
+  d->T = c->seq_length;
+  d->maxpos = c->max_position_embeddings ? c->max_position_embeddings : c->seq_length;
+  d->V = c->vocab_size;
+  int64_t mult = (int64_t)c->make_vocab_size_divisible_by * tp;
+  d->Vp = (int)((d->V + mult - 1) / mult * mult);
+  d->B = c->micro_batch_size;
+  d->tp = tp;
+  d->tp_rank = tp_rank;
+  d->hd = d->C / d->H;
+  d->Hl = d->H / tp;
+  d->Cl = d->Hl * d->hd;
+  d->Fl = d->F / tp;
+  d->Vl = d->Vp / tp;
+  d->v0 = tp_rank * d->Vl;
+  int nv = d->V - d->v0;
+  d->nv = nv < 0 ? 0 : (nv > d->Vl ? d->Vl : nv);
+}
+
+typedef struct param_spec {
+  const char *name;
+  int ndim;
+  int64_t local[3], full[3];
+  int split_dim;
+  int64_t offset;
+  float std, value;
+  int decay;
+} param_spec;
+
+static void add_param(mgt_param *out, int *n, size_t *off, uint32_t id, const param_spec *s,
+                      const char *prefix) {
+  mgt_param p;
+  memset(&p, 0, sizeof p);
+  snprintf(p.name, sizeof p.name, "%s%s", prefix, s->name);
+  p.shard.ndim = s->ndim;
+  size_t numel = 1;
+  for (int i = 0; i < s->ndim; i++) {
+    p.shard.shape[i] = s->local[i];
+    p.shard.full[i] = s->full[i];
+    numel *= (size_t)s->local[i];
+  }
+  p.shard.split_dim = s->split_dim;
+  p.shard.offset = s->offset;
+  p.numel = numel;
+  p.offset = *off;
+  p.id = id;
+  p.init_std = s->std;
+  p.init_value = s->value;
+  p.decay = s->decay;
+  p.replicated = s->split_dim < 0;
+  if (out) out[*n] = p;
+  (*n)++;
+  *off += round16(numel);
+}
+
+/* Lists the parameters in flat-buffer order; with out == NULL only counts them. */
+static void build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out, int *n,
+                         size_t *total) {
+  *n = 0;
+  size_t off = 0;
+  const float std = (float)c->init_method_std;
+  const float out_std = std / sqrtf(2.0f * (float)d->L); /* scaled output projections */
+  const int64_t C = d->C, Cl = d->Cl, Fl = d->Fl, F = d->F;
+  const int r = d->tp_rank;
+  param_spec wte = {
+      "embedding.word_embeddings.weight", 2, {d->Vl, C}, {d->V, C}, 0, d->v0, std, 0, 1};
+  param_spec wpe = {
+      "embedding.position_embeddings.weight", 2, {d->maxpos, C}, {d->maxpos, C}, -1, 0, std, 0, 1};
+  add_param(out, n, &off, 0xFFFF0000u, &wte, "");
+  add_param(out, n, &off, 0xFFFF0001u, &wpe, "");
+  for (int l = 0; l < d->L; l++) {
+    param_spec s[P_PER_LAYER] = {
+        {"input_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0},
+        {"input_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
+        {"attention.qkv.weight", 3, {3, Cl, C}, {3, C, C}, 1, r * Cl, std, 0, 1},
+        {"attention.qkv.bias", 2, {3, Cl}, {3, C}, 1, r * Cl, 0, 0, 0},
+        {"attention.dense.weight", 2, {C, Cl}, {C, C}, 1, r * Cl, out_std, 0, 1},
+        {"attention.dense.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
+        {"post_attention_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0},
+        {"post_attention_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
+        {"mlp.dense_h_to_4h.weight", 2, {Fl, C}, {F, C}, 0, r * Fl, std, 0, 1},
+        {"mlp.dense_h_to_4h.bias", 1, {Fl}, {F}, 0, r * Fl, 0, 0, 0},
+        {"mlp.dense_4h_to_h.weight", 2, {C, Fl}, {C, F}, 1, r * Fl, out_std, 0, 1},
+        {"mlp.dense_4h_to_h.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
+    };
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "layers.%d.", l);
+    for (int k = 0; k < P_PER_LAYER; k++)
+      add_param(out, n, &off, (uint32_t)l * 16u + (uint32_t)k, &s[k], prefix);
+  }
+  param_spec lnw = {"final_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0};
+  param_spec lnb = {"final_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0};
+  add_param(out, n, &off, 0xFFFF0002u, &lnw, "");
+  add_param(out, n, &off, 0xFFFF0003u, &lnb, "");
+  *total = off;
+}
+
+/* ---- activation layout ---- */
+
+typedef struct arena {
+  float *base;
+  size_t used; /* floats */
+} arena;
+
+static float *take(arena *a, size_t n) {
+  float *p = a->base ? a->base + a->used : NULL;
+  a->used += round16(n);
+  return p;
+}
+
+static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la) {
+  size_t N = (size_t)d->B * d->T;
+  la->ln1 = take(a, N * d->C);
+  la->ln1_mean = take(a, N);
+  la->ln1_rstd = take(a, N);
+  la->qkv = take(a, N * 3 * d->Cl);
+  la->P = take(a, (size_t)d->B * d->Hl * d->T * d->T);
+  la->atty = take(a, N * d->Cl);
+  la->res_mid = take(a, N * d->C);
+  la->ln2 = take(a, N * d->C);
+  la->ln2_mean = take(a, N);
+  la->ln2_rstd = take(a, N);
+  la->fch = take(a, N * d->Fl);
+  la->fch_gelu = take(a, N * d->Fl);
+}
+
+/* Places every activation buffer; with m->arena == NULL it only counts floats. */
+static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, int recompute) {
+  arena a = {(float *)m->arena, 0};
+  size_t N = (size_t)d->B * d->T;
+  for (int l = 0; l <= d->L; l++) {
+    float *p = take(&a, N * d->C);
+    if (m->res) m->res[l] = p;
+  }
+  int nsets = recompute ? 1 : d->L;
+  for (int l = 0; l < nsets; l++) {
+    layer_acts la;
+    take_layer(&a, d, &la);
+    if (m->acts) m->acts[l] = la;
+  }
+  m->lnf = take(&a, N * d->C);
+  m->lnf_mean = take(&a, N);
+  m->lnf_rstd = take(&a, N);
+  m->logits = take(&a, N * d->Vl);
+  m->rowmax = take(&a, N);
+  m->sumtgt = take(&a, 2 * N);
+  m->losses = take(&a, N);
+  m->inputs = (int32_t *)take(&a, N);
+  m->targets = (int32_t *)take(&a, N);
+  m->dres = take(&a, N * d->C);
+  m->dtmp = take(&a, N * d->C);
+  m->dqkv = take(&a, N * 3 * d->Cl);
+  m->datty = take(&a, N * d->Cl);
+  m->dfch = take(&a, N * d->Fl);
+  m->att_scratch = take(&a, (size_t)d->B * d->Hl * d->T * d->T);
+  return a.used;
+}
+
+void mgt_gpt_memory_plan(const mgt_config *cfg, int tp, mgt_gpt_memory *mem) {
+  mgt_gpt_dims d;
+  mgt_gpt_dims_from_config(cfg, tp, 0, &d);
+  int n;
+  size_t floats;
+  build_params(cfg, &d, NULL, &n, &floats);
+  mgt_gpt probe;
+  memset(&probe, 0, sizeof probe);
+  memset(mem, 0, sizeof *mem);
+  mem->params = floats * sizeof(float);
+  mem->grads = mem->params;
+  mem->optimizer = 2 * mem->params;
+  mem->activations_full = layout_activations(&probe, &d, 0) * sizeof(float);
+  mem->activations_recompute = layout_activations(&probe, &d, 1) * sizeof(float);
+  mem->activations =
+      cfg->recompute_activations ? mem->activations_recompute : mem->activations_full;
+  mem->total = mem->params + mem->grads + mem->optimizer + mem->activations;
+}
+
+int64_t mgt_gpt_logical_params(const mgt_config *cfg) {
+  int64_t C = cfg->hidden_size, F = cfg->ffn_hidden_size ? cfg->ffn_hidden_size : 4 * C;
+  int64_t P = cfg->max_position_embeddings ? cfg->max_position_embeddings : cfg->seq_length;
+  int64_t layer = 4 * C + 3 * C * C + 3 * C + C * C + C + F * C + F + C * F + C;
+  return (int64_t)cfg->vocab_size * C + P * C + cfg->num_layers * layer + 2 * C;
+}
+
+double mgt_gpt_flops_per_iteration(const mgt_config *cfg) {
+  int64_t P = cfg->max_position_embeddings ? cfg->max_position_embeddings : cfg->seq_length;
+  double n = (double)(mgt_gpt_logical_params(cfg) - P * cfg->hidden_size);
+  double tokens = (double)cfg->global_batch_size * cfg->seq_length;
+  return 6.0 * n * tokens +
+         12.0 * cfg->num_layers * (double)cfg->hidden_size * cfg->seq_length * tokens;
+}
+
+/* ---- creation ---- */
+
+static void layer_views(float *base, const mgt_param *p, int l, float *v[P_PER_LAYER]) {
+  for (int k = 0; k < P_PER_LAYER; k++)
+    v[k] = base + p[P_FIRST_LAYER + l * P_PER_LAYER + k].offset;
+}
+
+static mgt_status init_params(mgt_gpt *m) {
+  const mgt_backend *be = m->be;
+  for (int i = 0; i < m->n_params; i++) {
+    const mgt_param *p = &m->params[i];
+    float *dst = m->w + p->offset;
+    if (p->init_std > 0.0f)
+      MGT_CHECK(be->init_normal(be->ctx, dst, &p->shard, m->cfg.seed, mgt_rng_init_stream(p->id),
+                                p->init_std));
+    else
+      MGT_CHECK(be->fill(be->ctx, dst, p->numel, p->init_value));
+  }
+  return MGT_OK;
+}
+
+mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt_backend *be,
+                          const mgt_comm *comm, mgt_gpt **out) {
+  *out = NULL;
+  mgt_status st = MGT_OK;
+  mgt_gpt *m = NULL;
+  MGT_CHECK(mgt_calloc(sizeof *m, "model", (void **)&m));
+  m->cfg = *cfg;
+  m->grid = grid;
+  m->be = be;
+  m->comm = comm;
+  mgt_gpt_dims_from_config(cfg, grid->tp, grid->tp_rank, &m->d);
+  const mgt_gpt_dims *d = &m->d;
+
+  build_params(cfg, d, NULL, &m->n_params, &m->n_floats);
+  MGT_TRY(
+      mgt_calloc(sizeof *m->params * (size_t)m->n_params, "parameter table", (void **)&m->params));
+  build_params(cfg, d, m->params, &m->n_params, &m->n_floats);
+  MGT_TRY(
+      mgt_calloc(sizeof *m->segs * (size_t)m->n_params, "optimizer segments", (void **)&m->segs));
+  for (int i = 0; i < m->n_params; i++) {
+    const mgt_param *p = &m->params[i];
+    m->segs[i].offset = p->offset;
+    m->segs[i].n = p->numel;
+    m->segs[i].weight_decay = p->decay ? (float)cfg->weight_decay : 0.0f;
+    m->segs[i].count_in_norm = !p->replicated || grid->tp_rank == 0;
+  }
+  size_t bytes = m->n_floats * sizeof(float);
+  MGT_TRY(be->alloc(be->ctx, bytes, "parameters", (void **)&m->w));
+  MGT_TRY(be->alloc(be->ctx, bytes, "gradients", (void **)&m->g));
+
+  MGT_TRY(mgt_calloc(sizeof(float *) * (size_t)(d->L + 1), "residual views", (void **)&m->res));
+  int nsets = cfg->recompute_activations ? 1 : d->L;
+  MGT_TRY(mgt_calloc(sizeof(layer_acts) * (size_t)nsets, "activation views", (void **)&m->acts));
+  {
+    mgt_gpt probe;
+    memset(&probe, 0, sizeof probe);
+    size_t floats = layout_activations(&probe, d, cfg->recompute_activations);
+    MGT_TRY(be->alloc(be->ctx, floats * sizeof(float), "activations", &m->arena));
+    layout_activations(m, d, cfg->recompute_activations);
+  }
+  MGT_TRY(mgt_calloc(sizeof(int32_t) * 2 * (size_t)d->B * d->T, "token staging",
+                     (void **)&m->host_tokens));
+  m->n_reqs = d->L + 2;
+  MGT_TRY(
+      mgt_calloc(sizeof(mgt_comm_req) * (size_t)m->n_reqs, "gradient buckets", (void **)&m->reqs));
+  MGT_TRY(init_params(m));
+  *out = m;
+  return MGT_OK;
+done:
+  mgt_gpt_destroy(&m);
+  return st;
+}
+
+void mgt_gpt_destroy(mgt_gpt **model) {
+  mgt_gpt *m = *model;
+  if (!m) return;
+  if (m->be) {
+    if (m->w) m->be->free(m->be->ctx, m->w);
+    if (m->g) m->be->free(m->be->ctx, m->g);
+    if (m->arena) m->be->free(m->be->ctx, m->arena);
+  }
+  mgt_free(m->params);
+  mgt_free(m->segs);
+  mgt_free(m->res);
+  mgt_free(m->acts);
+  mgt_free(m->host_tokens);
+  mgt_free(m->reqs);
+  mgt_free(m);
+  *model = NULL;
+}
+
+/* ---- forward ---- */
+
+static mgt_status tp_allreduce(mgt_gpt *m, float *buf, size_t n, mgt_redop op) {
+  return m->comm->allreduce(m->comm->ctx, m->grid, MGT_AXIS_TP, buf, n, op);
+}
+
+static mgt_dropout dropout_site(const mgt_gpt *m, double p, uint64_t sample_base, int layer,
+                                int site) {
+  mgt_dropout d = {(float)p, m->cfg.seed, sample_base, layer, site};
+  return d;
+}
+
+typedef struct step_ctx {
+  uint64_t sample_base;
+  int train; /* dropout on */
+} step_ctx;
+
+static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, layer_acts *a,
+                                const step_ctx *s) {
+  const mgt_backend *be = m->be;
+  void *bc = be->ctx;
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl;
+  float *w[P_PER_LAYER];
+  layer_views(m->w, m->params, l, w);
+  const float eps = (float)m->cfg.layernorm_epsilon;
+  float *tmp = m->dtmp; /* free during forward and before backward uses it */
+  mgt_dropout d_attn =
+      dropout_site(m, s->train ? m->cfg.attention_dropout : 0, s->sample_base, l, MGT_DROPOUT_ATTN);
+  mgt_dropout d_proj =
+      dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, l, MGT_DROPOUT_PROJ);
+  mgt_dropout d_mlp =
+      dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, l, MGT_DROPOUT_MLP);
+
+  MGT_CHECK(be->layernorm_forward(bc, a->ln1, a->ln1_mean, a->ln1_rstd, x, w[P_LN1_W], w[P_LN1_B],
+                                  N, C, eps));
+  /* column-parallel QKV: identity forward (f) */
+  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_TRANS, N, 3 * Cl, C, 1.0f, a->ln1, C, w[P_QKV_W], C, 0.0f,
+                     a->qkv, 3 * Cl));
+  MGT_CHECK(be->add_bias(bc, a->qkv, w[P_QKV_B], N, 3 * Cl));
+  MGT_CHECK(be->attention_forward(bc, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
+                                  d->tp_rank * d->Hl, d->H, &d_attn, m->att_scratch));
+  /* row-parallel output projection: all-reduce forward (g), then the bias once */
+  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_TRANS, N, C, Cl, 1.0f, a->atty, Cl, w[P_PROJ_W], Cl, 0.0f,
+                     tmp, C));
+  MGT_CHECK(tp_allreduce(m, tmp, (size_t)N * C, MGT_SUM));
+  MGT_CHECK(be->add_bias(bc, tmp, w[P_PROJ_B], N, C));
+  MGT_CHECK(be->dropout_forward(bc, a->res_mid, tmp, x, d->B, (size_t)d->T * C, &d_proj));
+
+  MGT_CHECK(be->layernorm_forward(bc, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w[P_LN2_W],
+                                  w[P_LN2_B], N, C, eps));
+  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_TRANS, N, Fl, C, 1.0f, a->ln2, C, w[P_FC_W], C, 0.0f,
+                     a->fch, Fl));
+  MGT_CHECK(be->bias_gelu_forward(bc, a->fch_gelu, a->fch, w[P_FC_B], N, Fl));
+  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_TRANS, N, C, Fl, 1.0f, a->fch_gelu, Fl, w[P_FCP_W], Fl,
+                     0.0f, tmp, C));
+  MGT_CHECK(tp_allreduce(m, tmp, (size_t)N * C, MGT_SUM));
+  MGT_CHECK(be->add_bias(bc, tmp, w[P_FCP_B], N, C));
+  MGT_CHECK(be->dropout_forward(bc, y, tmp, a->res_mid, d->B, (size_t)d->T * C, &d_mlp));
+  return MGT_OK;
+}
+
+static layer_acts *acts_of(mgt_gpt *m, int l) {
+  return m->cfg.recompute_activations ? &m->acts[0] : &m->acts[l];
+}
+
+/* Stages tokens (B windows of T+1) as inputs and targets on the backend. */
+static mgt_status load_tokens(mgt_gpt *m, const int32_t *tokens) {
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T;
+  int32_t *in = m->host_tokens, *tg = m->host_tokens + N;
+  for (int b = 0; b < d->B; b++)
+    for (int t = 0; t < d->T; t++) {
+      int32_t x = tokens[(size_t)b * (d->T + 1) + t], y = tokens[(size_t)b * (d->T + 1) + t + 1];
+      MGT_REQUIRE(x >= 0 && x < d->V && y >= 0 && y < d->V,
+                  "token id %d out of range [0, %d) in sample row %d", (x < 0 || x >= d->V) ? x : y,
+                  d->V, b);
+      in[b * d->T + t] = x;
+      tg[b * d->T + t] = y;
+    }
+  MGT_CHECK(m->be->upload(m->be->ctx, m->inputs, in, sizeof(int32_t) * (size_t)N));
+  MGT_CHECK(m->be->upload(m->be->ctx, m->targets, tg, sizeof(int32_t) * (size_t)N));
+  return MGT_OK;
+}
+
+/* Embedding, layers, final LayerNorm, logits and the loss; with keep_exp the logits are
+   left as exp(l - max) for the backward pass. */
+static mgt_status forward(mgt_gpt *m, const step_ctx *s, int keep_exp, double *loss_sum) {
+  const mgt_backend *be = m->be;
+  void *bc = be->ctx;
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T, C = d->C;
+  const float *wte = m->w + m->params[P_WTE].offset, *wpe = m->w + m->params[P_WPE].offset;
+
+  /* vocabulary-parallel lookup, completed by an all-reduce */
+  MGT_CHECK(be->embedding_forward(bc, m->res[0], m->inputs, wte, N, C, d->v0, d->Vl));
+  MGT_CHECK(tp_allreduce(m, m->res[0], (size_t)N * C, MGT_SUM));
+  MGT_CHECK(be->add_position(bc, m->res[0], wpe, d->B, d->T, C));
+  mgt_dropout de = dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, 0xFFFF,
+                                MGT_DROPOUT_EMBED);
+  MGT_CHECK(be->dropout_forward(bc, m->res[0], m->res[0], NULL, d->B, (size_t)d->T * C, &de));
+
+  for (int l = 0; l < d->L; l++)
+    MGT_CHECK(layer_forward(m, l, m->res[l], m->res[l + 1], acts_of(m, l), s));
+
+  const mgt_param *lnf = &m->params[m->n_params - 2];
+  MGT_CHECK(be->layernorm_forward(bc, m->lnf, m->lnf_mean, m->lnf_rstd, m->res[d->L],
+                                  m->w + lnf[0].offset, m->w + lnf[1].offset, N, C,
+                                  (float)m->cfg.layernorm_epsilon));
+  /* tied output layer: logits stay split by vocabulary */
+  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_TRANS, N, d->Vl, C, 1.0f, m->lnf, C, wte, C, 0.0f,
+                     m->logits, d->Vl));
+  MGT_CHECK(be->xent_max(bc, m->rowmax, m->logits, N, d->Vl, d->nv));
+  MGT_CHECK(tp_allreduce(m, m->rowmax, (size_t)N, MGT_MAX));
+  MGT_CHECK(be->xent_sumexp(bc, m->sumtgt, m->sumtgt + N, m->logits, m->rowmax, m->targets, N,
+                            d->Vl, d->nv, d->v0, keep_exp));
+  MGT_CHECK(tp_allreduce(m, m->sumtgt, 2 * (size_t)N, MGT_SUM));
+  MGT_CHECK(be->xent_loss(bc, m->losses, m->rowmax, m->sumtgt, m->sumtgt + N, N, loss_sum));
+  return MGT_OK;
+}
+
+mgt_status mgt_gpt_forward(mgt_gpt *m, const int32_t *tokens, double *loss_sum) {
+  MGT_CHECK(load_tokens(m, tokens));
+  step_ctx s = {0, 0};
+  MGT_CHECK(forward(m, &s, 0, loss_sum));
+  return MGT_OK;
+}
+
+/* ---- backward ---- */
+
+static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) {
+  const mgt_backend *be = m->be;
+  void *bc = be->ctx;
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl;
+  const float beta = acc ? 1.0f : 0.0f;
+  float *w[P_PER_LAYER], *g[P_PER_LAYER];
+  layer_views(m->w, m->params, l, w);
+  layer_views(m->g, m->params, l, g);
+  layer_acts *a = acts_of(m, l);
+  const float *x = m->res[l];
+  if (m->cfg.recompute_activations) MGT_CHECK(layer_forward(m, l, x, m->res[l + 1], a, s));
+  mgt_dropout d_attn =
+      dropout_site(m, s->train ? m->cfg.attention_dropout : 0, s->sample_base, l, MGT_DROPOUT_ATTN);
+  mgt_dropout d_proj =
+      dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, l, MGT_DROPOUT_PROJ);
+  mgt_dropout d_mlp =
+      dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, l, MGT_DROPOUT_MLP);
+  float *dres = m->dres, *dtmp = m->dtmp;
+
+  /* MLP: y = res_mid + dropout(fch_gelu W^T + b); g is identity backward */
+  MGT_CHECK(be->dropout_backward(bc, dtmp, dres, d->B, (size_t)d->T * C, &d_mlp));
+  MGT_CHECK(be->bias_backward(bc, g[P_FCP_B], dtmp, N, C, acc));
+  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_NOTRANS, N, Fl, C, 1.0f, dtmp, C, w[P_FCP_W], Fl, 0.0f,
+                     m->dfch, Fl));
+  MGT_CHECK(be->gemm(bc, MGT_TRANS, MGT_NOTRANS, C, Fl, N, 1.0f, dtmp, C, a->fch_gelu, Fl, beta,
+                     g[P_FCP_W], Fl));
+  MGT_CHECK(be->gelu_backward(bc, m->dfch, m->dfch, a->fch, (size_t)N * Fl));
+  MGT_CHECK(be->bias_backward(bc, g[P_FC_B], m->dfch, N, Fl, acc));
+  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_NOTRANS, N, C, Fl, 1.0f, m->dfch, Fl, w[P_FC_W], C, 0.0f,
+                     dtmp, C));
+  MGT_CHECK(be->gemm(bc, MGT_TRANS, MGT_NOTRANS, Fl, C, N, 1.0f, m->dfch, Fl, a->ln2, C, beta,
+                     g[P_FC_W], C));
+  /* f: all-reduce backward of the column-parallel input */
+  MGT_CHECK(tp_allreduce(m, dtmp, (size_t)N * C, MGT_SUM));
+  MGT_CHECK(be->layernorm_backward(bc, dres, g[P_LN2_W], g[P_LN2_B], dtmp, a->res_mid, w[P_LN2_W],
+                                   a->ln2_mean, a->ln2_rstd, N, C, acc));
+
+  /* attention: res_mid = x + dropout(atty W^T + b) */
+  MGT_CHECK(be->dropout_backward(bc, dtmp, dres, d->B, (size_t)d->T * C, &d_proj));
+  MGT_CHECK(be->bias_backward(bc, g[P_PROJ_B], dtmp, N, C, acc));
+  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_NOTRANS, N, Cl, C, 1.0f, dtmp, C, w[P_PROJ_W], Cl, 0.0f,
+                     m->datty, Cl));
+  MGT_CHECK(be->gemm(bc, MGT_TRANS, MGT_NOTRANS, C, Cl, N, 1.0f, dtmp, C, a->atty, Cl, beta,
+                     g[P_PROJ_W], Cl));
+  MGT_CHECK(be->attention_backward(bc, m->dqkv, m->datty, a->qkv, a->P, d->B, d->T, d->Hl, d->hd,
+                                   d->tp_rank * d->Hl, d->H, &d_attn, m->att_scratch));
+  MGT_CHECK(be->bias_backward(bc, g[P_QKV_B], m->dqkv, N, 3 * Cl, acc));
+  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_NOTRANS, N, C, 3 * Cl, 1.0f, m->dqkv, 3 * Cl, w[P_QKV_W],
+                     C, 0.0f, dtmp, C));
+  MGT_CHECK(be->gemm(bc, MGT_TRANS, MGT_NOTRANS, 3 * Cl, C, N, 1.0f, m->dqkv, 3 * Cl, a->ln1, C,
+                     beta, g[P_QKV_W], C));
+  MGT_CHECK(tp_allreduce(m, dtmp, (size_t)N * C, MGT_SUM));
+  MGT_CHECK(be->layernorm_backward(bc, dres, g[P_LN1_W], g[P_LN1_B], dtmp, x, w[P_LN1_W],
+                                   a->ln1_mean, a->ln1_rstd, N, C, acc));
+  return MGT_OK;
+}
+
+/* Starts the data-parallel average of the gradients in [first, last) parameters. */
+static mgt_status start_bucket(mgt_gpt *m, int bucket, int first, int last) {
+  size_t lo = m->params[first].offset;
+  size_t hi = m->params[last - 1].offset + m->params[last - 1].numel;
+  return m->comm->iallreduce(m->comm->ctx, m->grid, MGT_AXIS_DP, m->g + lo, hi - lo, MGT_SUM,
+                             &m->reqs[bucket]);
+}
+
+mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tokens, uint64_t sample_base,
+                                    float grad_scale, int accumulate, int sync_dp,
+                                    double *loss_sum) {
+  const mgt_backend *be = m->be;
+  void *bc = be->ctx;
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T, C = d->C;
+  const int dp_sync = sync_dp && m->grid->dp > 1;
+  MGT_CHECK(load_tokens(m, tokens));
+  step_ctx s = {sample_base, 1};
+  MGT_CHECK(forward(m, &s, 1, loss_sum));
+
+  const float *wte = m->w + m->params[P_WTE].offset;
+  float *gwte = m->g + m->params[P_WTE].offset, *gwpe = m->g + m->params[P_WPE].offset;
+  const int lnf_idx = m->n_params - 2;
+  const mgt_param *lnf = &m->params[lnf_idx];
+
+  MGT_CHECK(
+      be->xent_backward(bc, m->logits, m->sumtgt, m->targets, N, d->Vl, d->nv, d->v0, grad_scale));
+  /* tied output layer: dlnf = dlogits W, dW = dlogits^T lnf */
+  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_NOTRANS, N, C, d->Vl, 1.0f, m->logits, d->Vl, wte, C,
+                     0.0f, m->dtmp, C));
+  MGT_CHECK(be->gemm(bc, MGT_TRANS, MGT_NOTRANS, d->Vl, C, N, 1.0f, m->logits, d->Vl, m->lnf, C,
+                     accumulate ? 1.0f : 0.0f, gwte, C));
+  MGT_CHECK(tp_allreduce(m, m->dtmp, (size_t)N * C, MGT_SUM));
+  MGT_CHECK(be->zero(bc, m->dres, sizeof(float) * (size_t)N * C));
+  MGT_CHECK(be->layernorm_backward(bc, m->dres, m->g + lnf[0].offset, m->g + lnf[1].offset, m->dtmp,
+                                   m->res[d->L], m->w + lnf[0].offset, m->lnf_mean, m->lnf_rstd, N,
+                                   C, accumulate));
+  if (dp_sync) MGT_CHECK(start_bucket(m, d->L, lnf_idx, m->n_params));
+
+  for (int l = d->L - 1; l >= 0; l--) {
+    MGT_CHECK(layer_backward(m, l, &s, accumulate));
+    if (dp_sync) {
+      int first = P_FIRST_LAYER + l * P_PER_LAYER;
+      MGT_CHECK(start_bucket(m, l, first, first + P_PER_LAYER));
+    }
+  }
+  mgt_dropout de = dropout_site(m, m->cfg.hidden_dropout, sample_base, 0xFFFF, MGT_DROPOUT_EMBED);
+  MGT_CHECK(be->dropout_backward(bc, m->dres, m->dres, d->B, (size_t)d->T * C, &de));
+  MGT_CHECK(be->embedding_backward(bc, gwte, gwpe, m->dres, m->inputs, d->B, d->T, C, d->v0, d->Vl,
+                                   accumulate));
+  if (dp_sync) {
+    MGT_CHECK(start_bucket(m, d->L + 1, P_WTE, P_FIRST_LAYER));
+    for (int i = 0; i < m->n_reqs; i++)
+      MGT_CHECK(m->comm->wait(m->comm->ctx, &m->reqs[i]));
+  }
+  return MGT_OK;
+}
+
+/* ---- accessors ---- */
+
+const mgt_gpt_dims *mgt_gpt_get_dims(const mgt_gpt *m) { return &m->d; }
+const mgt_param *mgt_gpt_params(const mgt_gpt *m, int *count) {
+  *count = m->n_params;
+  return m->params;
+}
+float *mgt_gpt_param_data(mgt_gpt *m) { return m->w; }
+float *mgt_gpt_grad_data(mgt_gpt *m) { return m->g; }
+size_t mgt_gpt_param_count(const mgt_gpt *m) { return m->n_floats; }
+const mgt_segment *mgt_gpt_segments(const mgt_gpt *m, int *count) {
+  *count = m->n_params;
+  return m->segs;
+}

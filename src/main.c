@@ -1,0 +1,22 @@
+/* The mgt executable: MPI setup around the command line. */
+#include <mpi.h>
+#include <stdio.h>
+
+#include "mgt/cli.h"
+#include "mgt/common.h"
+
+int main(int argc, char **argv) {
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    fprintf(stderr, "mgt: error: MPI_Init_thread failed\n");
+    return 1;
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  mgt_error_set_rank(rank);
+  mgt_cli_configure_threads(MPI_COMM_WORLD);
+  int rc = mgt_cli_main(argc, argv, MPI_COMM_WORLD);
+  fflush(stdout);
+  MPI_Finalize();
+  return rc;
+}

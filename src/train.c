@@ -1,0 +1,183 @@
+#include "mgt/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "mgt/log.h"
+
+enum { T_ITERATION, T_FWDBWD, T_OPTIMIZER, T_DATA, N_TIMERS };
+static const char *timer_names[N_TIMERS] = {"iteration", "forward-backward", "optimizer", "data"};
+
+struct mgt_trainer {
+  mgt_config cfg;
+  const mgt_grid *grid;
+  const mgt_backend *be;
+  const mgt_comm *comm;
+  mgt_gpt *model;
+  mgt_optim *optim;
+  mgt_data data;
+  int32_t *tokens; /* (B, T+1) host staging */
+  int64_t iteration;
+  uint64_t consumed;
+  mgt_timer timers[N_TIMERS];
+};
+
+mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const mgt_backend *be,
+                              const mgt_comm *comm, mgt_trainer **out) {
+  *out = NULL;
+  mgt_status st = MGT_OK;
+  mgt_trainer *tr = NULL;
+  MGT_CHECK(mgt_calloc(sizeof *tr, "trainer", (void **)&tr));
+  tr->cfg = *cfg;
+  tr->grid = grid;
+  tr->be = be;
+  tr->comm = comm;
+  for (int i = 0; i < N_TIMERS; i++)
+    tr->timers[i].name = timer_names[i];
+  MGT_TRY(mgt_gpt_create(cfg, grid, be, comm, &tr->model));
+  MGT_TRY(mgt_optim_create(cfg, tr->model, be, comm, &tr->optim));
+  MGT_TRY(mgt_data_mock_create(cfg, &tr->data));
+  MGT_TRY(mgt_calloc(sizeof(int32_t) * (size_t)cfg->micro_batch_size * (cfg->seq_length + 1),
+                     "token batch", (void **)&tr->tokens));
+  *out = tr;
+  return MGT_OK;
+done:
+  mgt_trainer_destroy(&tr);
+  return st;
+}
+
+void mgt_trainer_destroy(mgt_trainer **ptr) {
+  mgt_trainer *tr = *ptr;
+  if (!tr) return;
+  mgt_data_destroy(&tr->data);
+  mgt_optim_destroy(&tr->optim);
+  mgt_gpt_destroy(&tr->model);
+  mgt_free(tr->tokens);
+  mgt_free(tr);
+  *ptr = NULL;
+}
+
+mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
+  const mgt_config *c = &tr->cfg;
+  const mgt_grid *g = tr->grid;
+  const int B = c->micro_batch_size, T = c->seq_length;
+  const int n_micro = c->global_batch_size / (B * g->dp);
+  const float grad_scale = 1.0f / ((float)c->global_batch_size * (float)T);
+  mgt_timer_start(&tr->timers[T_ITERATION]);
+  int64_t it = tr->iteration + 1;
+  double lr = mgt_lr_at(c, it);
+  double loss = 0.0;
+  for (int mb = 0; mb < n_micro; mb++) {
+    /* Each replica takes its slice of every group of B * dp samples, so the global batch
+       is the same set of samples for any data-parallel size. */
+    uint64_t first = tr->consumed + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
+    mgt_timer_start(&tr->timers[T_DATA]);
+    MGT_CHECK(tr->data.get(tr->data.ctx, first, B, T, tr->tokens));
+    mgt_timer_stop(&tr->timers[T_DATA]);
+    double ls = 0.0;
+    mgt_timer_start(&tr->timers[T_FWDBWD]);
+    MGT_CHECK(mgt_gpt_forward_backward(tr->model, tr->tokens, first, grad_scale, mb > 0,
+                                       mb == n_micro - 1, &ls));
+    mgt_timer_stop(&tr->timers[T_FWDBWD]);
+    loss += ls;
+  }
+  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, &loss, 1, MGT_SUM));
+  mgt_timer_start(&tr->timers[T_OPTIMIZER]);
+  double norm = 0.0;
+  int skipped = 0;
+  MGT_CHECK(mgt_optim_step(tr->optim, lr, &norm, &skipped));
+  MGT_CHECK(tr->be->sync(tr->be->ctx));
+  mgt_timer_stop(&tr->timers[T_OPTIMIZER]);
+  mgt_timer_stop(&tr->timers[T_ITERATION]);
+  tr->iteration = it;
+  tr->consumed += (uint64_t)c->global_batch_size;
+  stats->iteration = it;
+  stats->consumed_samples = tr->consumed;
+  stats->loss = loss / ((double)c->global_batch_size * T);
+  stats->grad_norm = norm;
+  stats->lr = lr;
+  stats->seconds = tr->timers[T_ITERATION].total;
+  stats->skipped = skipped;
+  return MGT_OK;
+}
+
+static void metrics_line(FILE *f, const mgt_step_stats *s, double loss, double ms,
+                         double tokens_per_sec, double tflops, int skipped) {
+  fprintf(f,
+          "{\"iteration\":%lld,\"consumed_samples\":%llu,\"loss\":%.9g,\"lr\":%.9g,"
+          "\"grad_norm\":%.9g,\"ms_per_iteration\":%.4f,\"tokens_per_sec\":%.3f,"
+          "\"tflops\":%.6f,\"skipped_iterations\":%d}\n",
+          (long long)s->iteration, (unsigned long long)s->consumed_samples, loss, s->lr,
+          s->grad_norm, ms, tokens_per_sec, tflops, skipped);
+}
+
+mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log) {
+  const mgt_config *c = &tr->cfg;
+  const int root = tr->grid->rank == 0;
+  FILE *metrics = NULL;
+  if (root && c->metrics_file[0]) {
+    metrics = fopen(c->metrics_file, "a");
+    MGT_REQUIRE(metrics, "--metrics-file %s: cannot open for appending: %s", c->metrics_file,
+                strerror(errno));
+  }
+  mgt_status st = MGT_OK;
+  double loss_acc = 0.0, t_acc = 0.0;
+  int n_acc = 0, skipped_acc = 0;
+  const double flops = mgt_gpt_flops_per_iteration(c);
+  const double tokens = (double)c->global_batch_size * c->seq_length;
+  while (tr->iteration < c->train_iters) {
+    mgt_step_stats s;
+    double t0 = mgt_now();
+    MGT_TRY(mgt_trainer_step(tr, &s));
+    t_acc += mgt_now() - t0;
+    if (!s.skipped) loss_acc += s.loss, n_acc++;
+    skipped_acc += s.skipped;
+    if (s.iteration % c->log_interval == 0 || s.iteration == c->train_iters) {
+      int n_it = n_acc + skipped_acc;
+      double ms = 1e3 * t_acc / (n_it ? n_it : 1);
+      double loss = n_acc ? loss_acc / n_acc : NAN;
+      double tps = tokens / (ms / 1e3), tflops = flops / (ms / 1e3) / 1e12;
+      if (root) {
+        fprintf(log,
+                " iteration %8lld/%8lld | consumed samples: %10llu | elapsed time per "
+                "iteration (ms): %.1f | learning rate: %.3E | global batch size: %5d | lm "
+                "loss: %.6E | grad norm: %.3f | tokens/s: %.1f | TFLOP/s: %.4f | skipped "
+                "iterations: %d\n",
+                (long long)s.iteration, (long long)c->train_iters,
+                (unsigned long long)s.consumed_samples, ms, s.lr, c->global_batch_size, loss,
+                s.grad_norm, tps, tflops, skipped_acc);
+        fflush(log);
+        if (metrics) {
+          metrics_line(metrics, &s, loss, ms, tps, tflops, skipped_acc);
+          fflush(metrics);
+        }
+      }
+      loss_acc = t_acc = 0.0;
+      n_acc = skipped_acc = 0;
+    }
+  }
+  MGT_TRY(mgt_timers_report(tr->timers, N_TIMERS, tr->grid, log));
+done:
+  if (metrics && fclose(metrics) != 0 && st == MGT_OK)
+    MGT_FAIL(MGT_ERR_IO, "--metrics-file %s: write failed: %s", c->metrics_file, strerror(errno));
+  return st;
+}
+
+mgt_gpt *mgt_trainer_model(mgt_trainer *tr) { return tr->model; }
+mgt_optim *mgt_trainer_optim(mgt_trainer *tr) { return tr->optim; }
+
+void mgt_print_memory_plan(const mgt_config *cfg, int tp, FILE *f) {
+  mgt_gpt_memory m;
+  mgt_gpt_memory_plan(cfg, tp, &m);
+  const double MiB = 1024.0 * 1024.0;
+  fprintf(f, "memory per rank (MiB):\n");
+  fprintf(f, "  parameters          %12.1f\n", m.params / MiB);
+  fprintf(f, "  gradients           %12.1f\n", m.grads / MiB);
+  fprintf(f, "  optimizer (Adam)    %12.1f\n", m.optimizer / MiB);
+  fprintf(f, "  activations         %12.1f  (without recomputation)\n", m.activations_full / MiB);
+  fprintf(f, "  activations         %12.1f  (with --recompute-activations)\n",
+          m.activations_recompute / MiB);
+  fprintf(f, "  total               %12.1f  (%s recomputation)\n", m.total / MiB,
+          cfg->recompute_activations ? "with" : "without");
+}
