@@ -119,8 +119,8 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
   if (st != MGT_OK) return fail(st, rank, world, 0);
   if (rank == 0) {
     printf("layout: %d ranks = tensor-parallel %d x data-parallel %d; %d OpenMP threads per "
-           "rank; backend cpu\n",
-           grid->size, grid->tp, grid->dp, omp_get_max_threads());
+           "rank; backend cpu (OpenBLAS %s)\n",
+           grid->size, grid->tp, grid->dp, omp_get_max_threads(), mgt_cpu_blas_name());
     mgt_print_memory_plan(&cfg, grid->tp, stdout);
     fflush(stdout);
   }

@@ -2,6 +2,7 @@
 #include <mpi.h>
 #include <stdio.h>
 
+#include "mgt/backend.h"
 #include "mgt/cli.h"
 #include "mgt/common.h"
 

@@ -146,6 +146,9 @@ typedef struct mgt_backend {
 MGT_NODISCARD mgt_status mgt_backend_cpu_create(mgt_backend **out);
 void mgt_backend_destroy(mgt_backend **be);
 
+/* The OpenBLAS kernel family in use (e.g. "Haswell"); OPENBLAS_CORETYPE can choose it. */
+const char *mgt_cpu_blas_name(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,3 +10,5 @@ mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, floa
               M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   return MGT_OK;
 }
+
+const char *mgt_cpu_blas_name(void) { return openblas_get_corename(); }

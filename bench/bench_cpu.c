@@ -1,0 +1,204 @@
+/* CPU training benchmark: GPT-2 124M shapes. Measures, in one run, the machine's FMA peak
+   and its sgemm rate on the model's GEMM shapes, then times training steps and reports
+   tokens/s, model FLOP/s and both ratios. */
+#include <cblas.h>
+#include <immintrin.h>
+#include <mpi.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgt/backend.h"
+#include "mgt/cli.h"
+#include "mgt/config.h"
+#include "mgt/gpt.h"
+#include "mgt/grid.h"
+#include "mgt/log.h"
+#include "mgt/train.h"
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* FLOP/s of independent FMA chains on every thread: the peak the cores can issue. Both
+   vector widths are tried; the wider one only counts where the core runs it at full rate. */
+#define FMA_CHAINS(VEC, SET1, FMA, ADD, STORE, LANES)                                              \
+  do {                                                                                             \
+    VEC a[16], x = SET1(0.999999f), y = SET1(1e-7f);                                               \
+    for (int i = 0; i < 16; i++)                                                                   \
+      a[i] = SET1((float)(i + omp_get_thread_num()));                                              \
+    for (long it = 0; it < iters; it++)                                                            \
+      for (int i = 0; i < 16; i++)                                                                 \
+        a[i] = FMA(a[i], x, y);                                                                    \
+    float out[LANES];                                                                              \
+    VEC s = a[0];                                                                                  \
+    for (int i = 1; i < 16; i++)                                                                   \
+      s = ADD(s, a[i]);                                                                            \
+    STORE(out, s);                                                                                 \
+    sink += out[0];                                                                                \
+  } while (0)
+
+static double fma_peak_width(int wide) {
+  const long iters = 10000000;
+  double best = 0.0;
+  for (int rep = 0; rep < 3; rep++) {
+    double t0 = mgt_now();
+    float sink = 0.0f;
+    int lanes = 8;
+#pragma omp parallel reduction(+ : sink)
+    {
+#ifdef __AVX512F__
+      if (wide)
+        FMA_CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_storeu_ps, 16);
+      else
+#endif
+        FMA_CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_storeu_ps, 8);
+    }
+#ifdef __AVX512F__
+    if (wide) lanes = 16;
+#endif
+    double t = mgt_now() - t0;
+    double flops = (double)omp_get_max_threads() * iters * 16 * lanes * 2;
+    if (flops / t > best) best = flops / t;
+    if (sink == 12345.0f) printf(" ");
+  }
+  return best;
+}
+
+/* sgemm FLOP/s over the GEMMs of one training step (forward and both backward products
+   of each linear layer and the output layer), for N tokens. */
+static double sgemm_rate(int N, int C, int V) {
+  int shapes[][3] = {{N, 3 * C, C}, {N, C, C}, {N, 4 * C, C}, {N, C, 4 * C}, {N, V, C}};
+  int ns = sizeof shapes / sizeof shapes[0];
+  size_t maxa = 0, maxb = 0, maxc = 0;
+  for (int s = 0; s < ns; s++) {
+    size_t M = (size_t)shapes[s][0], Nn = (size_t)shapes[s][1], K = (size_t)shapes[s][2];
+    if (M * K > maxa) maxa = M * K;
+    if (Nn * K > maxb) maxb = Nn * K;
+    if (M * Nn > maxc) maxc = M * Nn;
+  }
+  size_t big = maxa > maxb ? maxa : maxb;
+  big = big > maxc ? big : maxc;
+  float *A = malloc(big * sizeof(float)), *B = malloc(big * sizeof(float)),
+        *Cm = malloc(big * sizeof(float));
+  for (size_t i = 0; i < big; i++)
+    A[i] = B[i] = Cm[i] = (float)((i % 17) - 8) * 0.01f;
+  double best = 0.0;
+  for (int rep = 0; rep < 3; rep++) {
+    double flops = 0.0, t0 = mgt_now();
+    for (int s = 0; s < ns; s++) {
+      int M = shapes[s][0], Nn = shapes[s][1], K = shapes[s][2];
+      /* forward y = x W^T, backward dx = dy W, dW = dy^T x */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Nn, K, 1.0f, A, K, B, K, 0.0f, Cm,
+                  Nn);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, Nn, 1.0f, Cm, Nn, B, K, 0.0f, A,
+                  K);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Nn, K, M, 1.0f, Cm, Nn, A, K, 1.0f, B,
+                  K);
+      flops += 3.0 * 2.0 * M * Nn * K;
+    }
+    double r = flops / (mgt_now() - t0);
+    if (r > best) best = r;
+  }
+  free(A);
+  free(B);
+  free(Cm);
+  return best;
+}
+
+typedef struct rates {
+  double fma256, fma512, gemm; /* FLOP/s */
+} rates;
+
+static int run_config(const mgt_grid *grid, const mgt_backend *be, const mgt_comm *comm, int B,
+                      int T, int steps, const rates *r, double dropout) {
+  mgt_config cfg;
+  mgt_config_defaults(&cfg);
+  cfg.num_layers = 12;
+  cfg.hidden_size = 768;
+  cfg.num_attention_heads = 12;
+  cfg.vocab_size = 50257;
+  cfg.max_position_embeddings = 1024;
+  cfg.seq_length = T;
+  cfg.micro_batch_size = B;
+  cfg.global_batch_size = B;
+  cfg.train_iters = steps + 1;
+  cfg.hidden_dropout = cfg.attention_dropout = dropout;
+  cfg.mock_data = 1;
+  cfg.lr = 1e-4;
+  if (mgt_config_finalize(&cfg, grid->size) != MGT_OK) {
+    mgt_error_print(stderr);
+    return 1;
+  }
+  mgt_trainer *tr = NULL;
+  if (mgt_trainer_create(&cfg, grid, be, comm, &tr) != MGT_OK) {
+    mgt_error_print(stderr);
+    return 1;
+  }
+  double times[64];
+  mgt_step_stats s;
+  for (int i = 0; i <= steps; i++) {
+    double t0 = mgt_now();
+    if (mgt_trainer_step(tr, &s) != MGT_OK) {
+      mgt_error_print(stderr);
+      mgt_trainer_destroy(&tr);
+      return 1;
+    }
+    if (i > 0) times[i - 1] = mgt_now() - t0; /* the first step warms caches and pages */
+  }
+  double t = median(times, steps);
+  double flops = mgt_gpt_flops_per_iteration(&cfg);
+  double tokens = (double)B * T;
+  if (grid->rank == 0)
+    printf("gpt2-124M B=%d T=%-4d dropout=%.1f: %8.1f ms/step %7.1f tokens/s %6.1f GFLOP/s | "
+           "%.3f of 256-bit FMA peak | %.3f of 512-bit | %.3f of sgemm | model %.1f GFLOP/step, "
+           "loss %.3f\n",
+           B, T, dropout, 1e3 * t, tokens / t, flops / t / 1e9, flops / t / r->fma256,
+           r->fma512 > 0 ? flops / t / r->fma512 : 0.0, flops / t / r->gemm, flops / 1e9, s.loss);
+  mgt_trainer_destroy(&tr);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  mgt_cli_configure_threads(MPI_COMM_WORLD);
+  int steps = argc > 1 ? atoi(argv[1]) : 5;
+  if (steps < 1 || steps > 60) steps = 5;
+  mgt_grid *grid = NULL;
+  mgt_backend *be = NULL;
+  if (mgt_grid_create(MPI_COMM_WORLD, 1, &grid) != MGT_OK ||
+      mgt_backend_cpu_create(&be) != MGT_OK) {
+    mgt_error_print(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  mgt_comm comm;
+  mgt_comm_mpi_init(&comm, grid);
+  int rc = 0;
+  rates r1 = {0}, r2;
+  r1.fma256 = fma_peak_width(0);
+#ifdef __AVX512F__
+  r1.fma512 = fma_peak_width(1);
+#endif
+  printf("threads: %d, OpenBLAS kernels: %s\n", omp_get_max_threads(), mgt_cpu_blas_name());
+  printf("FMA peak: %.1f GFLOP/s with 256-bit vectors, %.1f GFLOP/s with 512-bit vectors\n",
+         r1.fma256 / 1e9, r1.fma512 / 1e9);
+  r2 = r1;
+  r1.gemm = sgemm_rate(256, 768, 50304);
+  r2.gemm = sgemm_rate(2048, 768, 50304);
+  printf("sgemm on the step's GEMM shapes: %.1f GFLOP/s at 256 tokens, %.1f GFLOP/s at 2048 "
+         "tokens\n",
+         r1.gemm / 1e9, r2.gemm / 1e9);
+  rc |= run_config(grid, be, &comm, 4, 64, steps, &r1, 0.0);
+  rc |= run_config(grid, be, &comm, 8, 256, steps > 3 ? 3 : steps, &r2, 0.0);
+  mgt_backend_destroy(&be);
+  mgt_grid_destroy(&grid);
+  MPI_Finalize();
+  return rc;
+}
