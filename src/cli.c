@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "mgt/cli.h"
 
+#include <errno.h>
 #include <omp.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -92,6 +93,19 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
     printf("megatron-c %s\n", MGT_VERSION);
     mgt_config_print(&cfg, stdout);
   }
+  /* Files only rank 0 writes are checked by rank 0 and the verdict shared, so that every
+     rank stops the same way. */
+  int ok = 1;
+  if (rank == 0 && cfg.metrics_file[0]) {
+    FILE *f = fopen(cfg.metrics_file, "a");
+    if (!f)
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "--metrics-file %s: cannot open for appending: %s", cfg.metrics_file,
+                    strerror(errno));
+    ok = f && fclose(f) == 0;
+  }
+  MPI_Bcast(&ok, 1, MPI_INT, 0, world);
+  if (!ok) return fail(MGT_ERR_INPUT, rank, world, 1);
   if (cfg.dry_run) {
     if (rank == 0) mgt_print_memory_plan(&cfg, cfg.tensor_model_parallel_size, stdout);
     return 0;

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "mgt/rng.h"
+#include "mgt/tp.h"
 
 /* Parameters of one layer, in flat-buffer order. */
 enum {
@@ -45,6 +46,7 @@ struct mgt_gpt {
   const mgt_grid *grid;
   const mgt_backend *be;
   const mgt_comm *comm;
+  mgt_tp tp;
 
   mgt_param *params;
   int n_params;
@@ -56,7 +58,7 @@ struct mgt_gpt {
   float **res;      /* L+1 residual stream buffers (N,C) */
   layer_acts *acts; /* L sets, or 1 shared set with recomputation */
   float *lnf, *lnf_mean, *lnf_rstd, *logits;
-  float *rowmax, *sumtgt, *losses; /* (N), (2N): sum then target logit, (N) */
+  mgt_tp_xent xent;
   int32_t *inputs, *targets;
   float *dres, *dtmp, *dqkv, *datty, *dfch, *att_scratch;
 
@@ -218,9 +220,9 @@ static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, int recomput
   m->lnf_mean = take(&a, N);
   m->lnf_rstd = take(&a, N);
   m->logits = take(&a, N * d->Vl);
-  m->rowmax = take(&a, N);
-  m->sumtgt = take(&a, 2 * N);
-  m->losses = take(&a, N);
+  m->xent.rowmax = take(&a, N);
+  m->xent.sumtgt = take(&a, 2 * N);
+  m->xent.losses = take(&a, N);
   m->inputs = (int32_t *)take(&a, N);
   m->targets = (int32_t *)take(&a, N);
   m->dres = take(&a, N * d->C);
@@ -297,6 +299,9 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   m->grid = grid;
   m->be = be;
   m->comm = comm;
+  m->tp.be = be;
+  m->tp.comm = comm;
+  m->tp.grid = grid;
   mgt_gpt_dims_from_config(cfg, grid->tp, grid->tp_rank, &m->d);
   const mgt_gpt_dims *d = &m->d;
 
@@ -360,10 +365,6 @@ void mgt_gpt_destroy(mgt_gpt **model) {
 
 /* ---- forward ---- */
 
-static mgt_status tp_allreduce(mgt_gpt *m, float *buf, size_t n, mgt_redop op) {
-  return m->comm->allreduce(m->comm->ctx, m->grid, MGT_AXIS_TP, buf, n, op);
-}
-
 static mgt_dropout dropout_site(const mgt_gpt *m, double p, uint64_t sample_base, int layer,
                                 int site) {
   mgt_dropout d = {(float)p, m->cfg.seed, sample_base, layer, site};
@@ -392,30 +393,21 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
   mgt_dropout d_mlp =
       dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, l, MGT_DROPOUT_MLP);
 
+  /* attention: QKV column-parallel by heads, heads local, output row-parallel */
   MGT_CHECK(be->layernorm_forward(bc, a->ln1, a->ln1_mean, a->ln1_rstd, x, w[P_LN1_W], w[P_LN1_B],
                                   N, C, eps));
-  /* column-parallel QKV: identity forward (f) */
-  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_TRANS, N, 3 * Cl, C, 1.0f, a->ln1, C, w[P_QKV_W], C, 0.0f,
-                     a->qkv, 3 * Cl));
-  MGT_CHECK(be->add_bias(bc, a->qkv, w[P_QKV_B], N, 3 * Cl));
+  MGT_CHECK(mgt_tp_column_forward(&m->tp, a->qkv, a->ln1, w[P_QKV_W], w[P_QKV_B], N, C, 3 * Cl));
   MGT_CHECK(be->attention_forward(bc, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
                                   d->tp_rank * d->Hl, d->H, &d_attn, m->att_scratch));
-  /* row-parallel output projection: all-reduce forward (g), then the bias once */
-  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_TRANS, N, C, Cl, 1.0f, a->atty, Cl, w[P_PROJ_W], Cl, 0.0f,
-                     tmp, C));
-  MGT_CHECK(tp_allreduce(m, tmp, (size_t)N * C, MGT_SUM));
-  MGT_CHECK(be->add_bias(bc, tmp, w[P_PROJ_B], N, C));
+  MGT_CHECK(mgt_tp_row_forward(&m->tp, tmp, a->atty, w[P_PROJ_W], w[P_PROJ_B], N, Cl, C));
   MGT_CHECK(be->dropout_forward(bc, a->res_mid, tmp, x, d->B, (size_t)d->T * C, &d_proj));
 
+  /* MLP: first linear column-parallel with GeLU local, second row-parallel */
   MGT_CHECK(be->layernorm_forward(bc, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w[P_LN2_W],
                                   w[P_LN2_B], N, C, eps));
-  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_TRANS, N, Fl, C, 1.0f, a->ln2, C, w[P_FC_W], C, 0.0f,
-                     a->fch, Fl));
+  MGT_CHECK(mgt_tp_column_forward(&m->tp, a->fch, a->ln2, w[P_FC_W], NULL, N, C, Fl));
   MGT_CHECK(be->bias_gelu_forward(bc, a->fch_gelu, a->fch, w[P_FC_B], N, Fl));
-  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_TRANS, N, C, Fl, 1.0f, a->fch_gelu, Fl, w[P_FCP_W], Fl,
-                     0.0f, tmp, C));
-  MGT_CHECK(tp_allreduce(m, tmp, (size_t)N * C, MGT_SUM));
-  MGT_CHECK(be->add_bias(bc, tmp, w[P_FCP_B], N, C));
+  MGT_CHECK(mgt_tp_row_forward(&m->tp, tmp, a->fch_gelu, w[P_FCP_W], w[P_FCP_B], N, Fl, C));
   MGT_CHECK(be->dropout_forward(bc, y, tmp, a->res_mid, d->B, (size_t)d->T * C, &d_mlp));
   return MGT_OK;
 }
@@ -452,9 +444,7 @@ static mgt_status forward(mgt_gpt *m, const step_ctx *s, int keep_exp, double *l
   const int N = d->B * d->T, C = d->C;
   const float *wte = m->w + m->params[P_WTE].offset, *wpe = m->w + m->params[P_WPE].offset;
 
-  /* vocabulary-parallel lookup, completed by an all-reduce */
-  MGT_CHECK(be->embedding_forward(bc, m->res[0], m->inputs, wte, N, C, d->v0, d->Vl));
-  MGT_CHECK(tp_allreduce(m, m->res[0], (size_t)N * C, MGT_SUM));
+  MGT_CHECK(mgt_tp_embedding_forward(&m->tp, m->res[0], m->inputs, wte, N, C, d->v0, d->Vl));
   MGT_CHECK(be->add_position(bc, m->res[0], wpe, d->B, d->T, C));
   mgt_dropout de = dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, 0xFFFF,
                                 MGT_DROPOUT_EMBED);
@@ -467,15 +457,10 @@ static mgt_status forward(mgt_gpt *m, const step_ctx *s, int keep_exp, double *l
   MGT_CHECK(be->layernorm_forward(bc, m->lnf, m->lnf_mean, m->lnf_rstd, m->res[d->L],
                                   m->w + lnf[0].offset, m->w + lnf[1].offset, N, C,
                                   (float)m->cfg.layernorm_epsilon));
-  /* tied output layer: logits stay split by vocabulary */
-  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_TRANS, N, d->Vl, C, 1.0f, m->lnf, C, wte, C, 0.0f,
-                     m->logits, d->Vl));
-  MGT_CHECK(be->xent_max(bc, m->rowmax, m->logits, N, d->Vl, d->nv));
-  MGT_CHECK(tp_allreduce(m, m->rowmax, (size_t)N, MGT_MAX));
-  MGT_CHECK(be->xent_sumexp(bc, m->sumtgt, m->sumtgt + N, m->logits, m->rowmax, m->targets, N,
-                            d->Vl, d->nv, d->v0, keep_exp));
-  MGT_CHECK(tp_allreduce(m, m->sumtgt, 2 * (size_t)N, MGT_SUM));
-  MGT_CHECK(be->xent_loss(bc, m->losses, m->rowmax, m->sumtgt, m->sumtgt + N, N, loss_sum));
+  /* tied output layer, column-parallel over the vocabulary; logits are never gathered */
+  MGT_CHECK(mgt_tp_column_forward(&m->tp, m->logits, m->lnf, wte, NULL, N, C, d->Vl));
+  MGT_CHECK(mgt_tp_xent_forward(&m->tp, &m->xent, m->logits, m->targets, N, d->Vl, d->nv, d->v0,
+                                keep_exp, loss_sum));
   return MGT_OK;
 }
 
@@ -493,7 +478,6 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
   void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl;
-  const float beta = acc ? 1.0f : 0.0f;
   float *w[P_PER_LAYER], *g[P_PER_LAYER];
   layer_views(m->w, m->params, l, w);
   layer_views(m->g, m->params, l, g);
@@ -508,39 +492,24 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
       dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, l, MGT_DROPOUT_MLP);
   float *dres = m->dres, *dtmp = m->dtmp;
 
-  /* MLP: y = res_mid + dropout(fch_gelu W^T + b); g is identity backward */
+  /* MLP: y = res_mid + dropout(row(gelu(column(ln2(res_mid))))) */
   MGT_CHECK(be->dropout_backward(bc, dtmp, dres, d->B, (size_t)d->T * C, &d_mlp));
-  MGT_CHECK(be->bias_backward(bc, g[P_FCP_B], dtmp, N, C, acc));
-  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_NOTRANS, N, Fl, C, 1.0f, dtmp, C, w[P_FCP_W], Fl, 0.0f,
-                     m->dfch, Fl));
-  MGT_CHECK(be->gemm(bc, MGT_TRANS, MGT_NOTRANS, C, Fl, N, 1.0f, dtmp, C, a->fch_gelu, Fl, beta,
-                     g[P_FCP_W], Fl));
+  MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dfch, g[P_FCP_W], g[P_FCP_B], dtmp, a->fch_gelu,
+                                w[P_FCP_W], N, Fl, C, acc));
   MGT_CHECK(be->gelu_backward(bc, m->dfch, m->dfch, a->fch, (size_t)N * Fl));
-  MGT_CHECK(be->bias_backward(bc, g[P_FC_B], m->dfch, N, Fl, acc));
-  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_NOTRANS, N, C, Fl, 1.0f, m->dfch, Fl, w[P_FC_W], C, 0.0f,
-                     dtmp, C));
-  MGT_CHECK(be->gemm(bc, MGT_TRANS, MGT_NOTRANS, Fl, C, N, 1.0f, m->dfch, Fl, a->ln2, C, beta,
-                     g[P_FC_W], C));
-  /* f: all-reduce backward of the column-parallel input */
-  MGT_CHECK(tp_allreduce(m, dtmp, (size_t)N * C, MGT_SUM));
+  MGT_CHECK(mgt_tp_column_backward(&m->tp, dtmp, g[P_FC_W], g[P_FC_B], m->dfch, a->ln2, w[P_FC_W],
+                                   N, C, Fl, acc));
   MGT_CHECK(be->layernorm_backward(bc, dres, g[P_LN2_W], g[P_LN2_B], dtmp, a->res_mid, w[P_LN2_W],
                                    a->ln2_mean, a->ln2_rstd, N, C, acc));
 
-  /* attention: res_mid = x + dropout(atty W^T + b) */
+  /* attention: res_mid = x + dropout(row(attention(column(ln1(x))))) */
   MGT_CHECK(be->dropout_backward(bc, dtmp, dres, d->B, (size_t)d->T * C, &d_proj));
-  MGT_CHECK(be->bias_backward(bc, g[P_PROJ_B], dtmp, N, C, acc));
-  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_NOTRANS, N, Cl, C, 1.0f, dtmp, C, w[P_PROJ_W], Cl, 0.0f,
-                     m->datty, Cl));
-  MGT_CHECK(be->gemm(bc, MGT_TRANS, MGT_NOTRANS, C, Cl, N, 1.0f, dtmp, C, a->atty, Cl, beta,
-                     g[P_PROJ_W], Cl));
+  MGT_CHECK(mgt_tp_row_backward(&m->tp, m->datty, g[P_PROJ_W], g[P_PROJ_B], dtmp, a->atty,
+                                w[P_PROJ_W], N, Cl, C, acc));
   MGT_CHECK(be->attention_backward(bc, m->dqkv, m->datty, a->qkv, a->P, d->B, d->T, d->Hl, d->hd,
                                    d->tp_rank * d->Hl, d->H, &d_attn, m->att_scratch));
-  MGT_CHECK(be->bias_backward(bc, g[P_QKV_B], m->dqkv, N, 3 * Cl, acc));
-  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_NOTRANS, N, C, 3 * Cl, 1.0f, m->dqkv, 3 * Cl, w[P_QKV_W],
-                     C, 0.0f, dtmp, C));
-  MGT_CHECK(be->gemm(bc, MGT_TRANS, MGT_NOTRANS, 3 * Cl, C, N, 1.0f, m->dqkv, 3 * Cl, a->ln1, C,
-                     beta, g[P_QKV_W], C));
-  MGT_CHECK(tp_allreduce(m, dtmp, (size_t)N * C, MGT_SUM));
+  MGT_CHECK(mgt_tp_column_backward(&m->tp, dtmp, g[P_QKV_W], g[P_QKV_B], m->dqkv, a->ln1,
+                                   w[P_QKV_W], N, C, 3 * Cl, acc));
   MGT_CHECK(be->layernorm_backward(bc, dres, g[P_LN1_W], g[P_LN1_B], dtmp, x, w[P_LN1_W],
                                    a->ln1_mean, a->ln1_rstd, N, C, acc));
   return MGT_OK;
@@ -571,14 +540,10 @@ mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tokens, uint64_t 
   const int lnf_idx = m->n_params - 2;
   const mgt_param *lnf = &m->params[lnf_idx];
 
-  MGT_CHECK(
-      be->xent_backward(bc, m->logits, m->sumtgt, m->targets, N, d->Vl, d->nv, d->v0, grad_scale));
-  /* tied output layer: dlnf = dlogits W, dW = dlogits^T lnf */
-  MGT_CHECK(be->gemm(bc, MGT_NOTRANS, MGT_NOTRANS, N, C, d->Vl, 1.0f, m->logits, d->Vl, wte, C,
-                     0.0f, m->dtmp, C));
-  MGT_CHECK(be->gemm(bc, MGT_TRANS, MGT_NOTRANS, d->Vl, C, N, 1.0f, m->logits, d->Vl, m->lnf, C,
-                     accumulate ? 1.0f : 0.0f, gwte, C));
-  MGT_CHECK(tp_allreduce(m, m->dtmp, (size_t)N * C, MGT_SUM));
+  MGT_CHECK(mgt_tp_xent_backward(&m->tp, &m->xent, m->logits, m->targets, N, d->Vl, d->nv, d->v0,
+                                 grad_scale));
+  MGT_CHECK(mgt_tp_column_backward(&m->tp, m->dtmp, gwte, NULL, m->logits, m->lnf, wte, N, C, d->Vl,
+                                   accumulate));
   MGT_CHECK(be->zero(bc, m->dres, sizeof(float) * (size_t)N * C));
   MGT_CHECK(be->layernorm_backward(bc, m->dres, m->g + lnf[0].offset, m->g + lnf[1].offset, m->dtmp,
                                    m->res[d->L], m->w + lnf[0].offset, m->lnf_mean, m->lnf_rstd, N,

@@ -1,0 +1,65 @@
+/* Tensor-parallel layers (Megatron-LM, Section 3): each rank of tp_comm holds a shard and
+   the conjugate operators f (identity forward, all-reduce backward) and g (all-reduce
+   forward, identity backward) keep activations consistent. Linear weights are (out, in)
+   row-major: y = x W^T + b. Every function is collective over tp_comm. */
+#pragma once
+
+#include "mgt/backend.h"
+#include "mgt/grid.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mgt_tp {
+  const mgt_backend *be;
+  const mgt_comm *comm;
+  const mgt_grid *grid;
+} mgt_tp;
+
+/* Column-parallel: W (out_l, in) holds this rank's output rows; x (N, in) is replicated;
+   y (N, out_l) = x W^T + b stays split. */
+MGT_NODISCARD mgt_status mgt_tp_column_forward(const mgt_tp *tp, float *y, const float *x,
+                                               const float *W, const float *b, int N, int in,
+                                               int out_l);
+/* dx (N, in) = all-reduce of dy W over the group (f); dW, db = [dW, db +] local gradients. */
+MGT_NODISCARD mgt_status mgt_tp_column_backward(const mgt_tp *tp, float *dx, float *dW, float *db,
+                                                const float *dy, const float *x, const float *W,
+                                                int N, int in, int out_l, int accumulate);
+
+/* Row-parallel: W (out, in_l) holds this rank's input columns; x (N, in_l) is split;
+   y (N, out) = all-reduce of x W^T (g), then + b once. */
+MGT_NODISCARD mgt_status mgt_tp_row_forward(const mgt_tp *tp, float *y, const float *x,
+                                            const float *W, const float *b, int N, int in_l,
+                                            int out);
+/* dx (N, in_l) = dy W; dW = [dW +] dy^T x; db = [db +] column sums of dy (replicated). */
+MGT_NODISCARD mgt_status mgt_tp_row_backward(const mgt_tp *tp, float *dx, float *dW, float *db,
+                                             const float *dy, const float *x, const float *W, int N,
+                                             int in_l, int out, int accumulate);
+
+/* Vocabulary-parallel embedding: wte (Vl, C) holds rows [v0, v0 + Vl); out (N, C) is the
+   full lookup after an all-reduce. */
+MGT_NODISCARD mgt_status mgt_tp_embedding_forward(const mgt_tp *tp, float *out,
+                                                  const int32_t *tokens, const float *wte, int N,
+                                                  int C, int v0, int Vl);
+
+/* Buffers of the vocabulary-parallel cross-entropy, each of N floats except sumtgt (2N). */
+typedef struct mgt_tp_xent {
+  float *rowmax, *sumtgt, *losses;
+} mgt_tp_xent;
+
+/* Loss of logits (N, Vl), of which the first nv columns are vocabulary ids from v0, against
+   targets; the logits are never gathered: the max, the sum of exponentials and the target
+   logit are reduced (3N floats). With keep_exp the logits become exp(l - max) for
+   mgt_tp_xent_backward. *loss_sum (host) is the summed token loss. */
+MGT_NODISCARD mgt_status mgt_tp_xent_forward(const mgt_tp *tp, const mgt_tp_xent *x, float *logits,
+                                             const int32_t *targets, int N, int Vl, int nv, int v0,
+                                             int keep_exp, double *loss_sum);
+/* logits (holding exp values) become scale * (softmax - onehot). Local, no communication. */
+MGT_NODISCARD mgt_status mgt_tp_xent_backward(const mgt_tp *tp, const mgt_tp_xent *x, float *logits,
+                                              const int32_t *targets, int N, int Vl, int nv, int v0,
+                                              float scale);
+
+#ifdef __cplusplus
+}
+#endif

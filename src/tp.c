@@ -1,0 +1,75 @@
+#include "mgt/tp.h"
+
+static mgt_status allreduce(const mgt_tp *tp, float *buf, size_t n, mgt_redop op) {
+  return tp->comm->allreduce(tp->comm->ctx, tp->grid, MGT_AXIS_TP, buf, n, op);
+}
+
+mgt_status mgt_tp_column_forward(const mgt_tp *tp, float *y, const float *x, const float *W,
+                                 const float *b, int N, int in, int out_l) {
+  const mgt_backend *be = tp->be;
+  MGT_CHECK(
+      be->gemm(be->ctx, MGT_NOTRANS, MGT_TRANS, N, out_l, in, 1.0f, x, in, W, in, 0.0f, y, out_l));
+  if (b) MGT_CHECK(be->add_bias(be->ctx, y, b, N, out_l));
+  return MGT_OK;
+}
+
+mgt_status mgt_tp_column_backward(const mgt_tp *tp, float *dx, float *dW, float *db,
+                                  const float *dy, const float *x, const float *W, int N, int in,
+                                  int out_l, int accumulate) {
+  const mgt_backend *be = tp->be;
+  if (db) MGT_CHECK(be->bias_backward(be->ctx, db, dy, N, out_l, accumulate));
+  MGT_CHECK(be->gemm(be->ctx, MGT_NOTRANS, MGT_NOTRANS, N, in, out_l, 1.0f, dy, out_l, W, in, 0.0f,
+                     dx, in));
+  MGT_CHECK(be->gemm(be->ctx, MGT_TRANS, MGT_NOTRANS, out_l, in, N, 1.0f, dy, out_l, x, in,
+                     accumulate ? 1.0f : 0.0f, dW, in));
+  MGT_CHECK(allreduce(tp, dx, (size_t)N * in, MGT_SUM));
+  return MGT_OK;
+}
+
+mgt_status mgt_tp_row_forward(const mgt_tp *tp, float *y, const float *x, const float *W,
+                              const float *b, int N, int in_l, int out) {
+  const mgt_backend *be = tp->be;
+  MGT_CHECK(be->gemm(be->ctx, MGT_NOTRANS, MGT_TRANS, N, out, in_l, 1.0f, x, in_l, W, in_l, 0.0f, y,
+                     out));
+  MGT_CHECK(allreduce(tp, y, (size_t)N * out, MGT_SUM));
+  if (b) MGT_CHECK(be->add_bias(be->ctx, y, b, N, out));
+  return MGT_OK;
+}
+
+mgt_status mgt_tp_row_backward(const mgt_tp *tp, float *dx, float *dW, float *db, const float *dy,
+                               const float *x, const float *W, int N, int in_l, int out,
+                               int accumulate) {
+  const mgt_backend *be = tp->be;
+  if (db) MGT_CHECK(be->bias_backward(be->ctx, db, dy, N, out, accumulate));
+  MGT_CHECK(be->gemm(be->ctx, MGT_NOTRANS, MGT_NOTRANS, N, in_l, out, 1.0f, dy, out, W, in_l, 0.0f,
+                     dx, in_l));
+  MGT_CHECK(be->gemm(be->ctx, MGT_TRANS, MGT_NOTRANS, out, in_l, N, 1.0f, dy, out, x, in_l,
+                     accumulate ? 1.0f : 0.0f, dW, in_l));
+  return MGT_OK;
+}
+
+mgt_status mgt_tp_embedding_forward(const mgt_tp *tp, float *out, const int32_t *tokens,
+                                    const float *wte, int N, int C, int v0, int Vl) {
+  MGT_CHECK(tp->be->embedding_forward(tp->be->ctx, out, tokens, wte, N, C, v0, Vl));
+  MGT_CHECK(allreduce(tp, out, (size_t)N * C, MGT_SUM));
+  return MGT_OK;
+}
+
+mgt_status mgt_tp_xent_forward(const mgt_tp *tp, const mgt_tp_xent *x, float *logits,
+                               const int32_t *targets, int N, int Vl, int nv, int v0, int keep_exp,
+                               double *loss_sum) {
+  const mgt_backend *be = tp->be;
+  MGT_CHECK(be->xent_max(be->ctx, x->rowmax, logits, N, Vl, nv));
+  MGT_CHECK(allreduce(tp, x->rowmax, (size_t)N, MGT_MAX));
+  MGT_CHECK(be->xent_sumexp(be->ctx, x->sumtgt, x->sumtgt + N, logits, x->rowmax, targets, N, Vl,
+                            nv, v0, keep_exp));
+  MGT_CHECK(allreduce(tp, x->sumtgt, 2 * (size_t)N, MGT_SUM));
+  MGT_CHECK(be->xent_loss(be->ctx, x->losses, x->rowmax, x->sumtgt, x->sumtgt + N, N, loss_sum));
+  return MGT_OK;
+}
+
+mgt_status mgt_tp_xent_backward(const mgt_tp *tp, const mgt_tp_xent *x, float *logits,
+                                const int32_t *targets, int N, int Vl, int nv, int v0,
+                                float scale) {
+  return tp->be->xent_backward(tp->be->ctx, logits, x->sumtgt, targets, N, Vl, nv, v0, scale);
+}

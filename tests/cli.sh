@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The mgt command line: bad input gives one error line naming the flag and exit status 2,
+# on rank 0 only; a good run writes the metrics file. Usage: cli.sh MGT MPIEXEC
+set -u
+MGT=$1
+MPIEXEC=${2:-mpiexec}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+fails=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect NRANKS "substring" args...
+expect() {
+  local n=$1 want=$2
+  shift 2
+  if [ "$n" = 1 ]; then
+    "$MGT" "$@" >"$tmp/out" 2>"$tmp/err"
+  else
+    "$MPIEXEC" -n "$n" "$MGT" "$@" >"$tmp/out" 2>"$tmp/err"
+  fi
+  local rc=$?
+  local ours
+  ours=$(grep -c '^mgt: error:' "$tmp/err")
+  if [ "$rc" != 2 ] || [ "$ours" != 1 ] || ! grep -q -F -- "$want" "$tmp/err"; then
+    echo "FAIL: mgt $* (ranks $n): exit $rc, $ours error lines, wanted '$want'"
+    sed 's/^/    /' "$tmp/err" | head -5
+    fails=$((fails + 1))
+  else
+    echo "ok: $(grep '^mgt: error:' "$tmp/err")"
+  fi
+  if [ "$n" = 1 ] && [ "$(wc -l <"$tmp/err")" != 1 ]; then
+    echo "FAIL: mgt $*: stderr is not one line"
+    fails=$((fails + 1))
+  fi
+}
+
+expect 1 "unknown command 'trian'" trian
+expect 1 "did you mean --num-layers" train --mock-data --num-layer 2
+expect 1 "--seq-length: expected an integer" train --mock-data --seq-length x
+expect 1 "no training data" train
+expect 2 "--tensor-model-parallel-size 4 does not divide the number of ranks 2" \
+  train --mock-data --tensor-model-parallel-size 4
+expect 2 "--global-batch-size 24 is not divisible" \
+  train --mock-data --micro-batch-size 16 --global-batch-size 24
+expect 1 "--metrics-file /nonexistent/dir/m.jsonl: cannot open" \
+  train --mock-data --train-iters 1 --metrics-file /nonexistent/dir/m.jsonl
+
+# a good run: exit 0, metrics lines with the documented keys
+if ! "$MPIEXEC" -n 2 "$MGT" train --mock-data --train-iters 6 --log-interval 2 \
+  --tensor-model-parallel-size 2 --metrics-file "$tmp/m.jsonl" >"$tmp/out" 2>&1; then
+  echo "FAIL: good run failed"
+  cat "$tmp/out"
+  fails=$((fails + 1))
+fi
+if ! python3 - "$tmp/m.jsonl" <<'PY'; then
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["iteration"] for r in rows] == [2, 4, 6], rows
+for r in rows:
+    for k in ("iteration", "loss", "lr", "grad_norm", "tokens_per_sec"):
+        assert k in r and r[k] == r[k], (k, r)
+    assert r["loss"] > 0 and r["tokens_per_sec"] > 0
+print("ok: metrics file has", len(rows), "rows with the documented keys")
+PY
+  fails=$((fails + 1))
+fi
+grep -q "layout: 2 ranks = tensor-parallel 2 x data-parallel 1" "$tmp/out" ||
+  { echo "FAIL: layout line missing"; fails=$((fails + 1)); }
+
+echo "cli: $fails failures"
+[ "$fails" = 0 ]

@@ -1,0 +1,99 @@
+/* Flag parsing, validation messages and the learning-rate schedule. */
+#include <string.h>
+
+#include "mgt/config.h"
+#include "testutil.h"
+
+static mgt_status parse(mgt_config *c, const char *line) {
+  char buf[1024], *argv[64];
+  int argc = 0;
+  snprintf(buf, sizeof buf, "mgt train %s", line);
+  for (char *t = strtok(buf, " "); t && argc < 64; t = strtok(NULL, " "))
+    argv[argc++] = t;
+  mgt_config_defaults(c);
+  int help = 0;
+  mgt_error_clear();
+  return mgt_config_parse(c, argc, argv, 2, &help);
+}
+
+static void expect_error(const char *line, int world, const char *needle) {
+  mgt_config c;
+  mgt_status st = parse(&c, line);
+  if (st == MGT_OK) st = mgt_config_finalize(&c, world);
+  T_CHECK(st == MGT_ERR_INPUT, "'%s' was accepted", line);
+  T_CHECK(strstr(mgt_error_message(), needle) != NULL, "'%s': message '%s' lacks '%s'", line,
+          mgt_error_message(), needle);
+  T_CHECK(strchr(mgt_error_message(), '\n') == NULL, "'%s': message is not one line", line);
+}
+
+static void test_parse(void) {
+  mgt_config c;
+  T_CHECK(parse(&c, "--num-layers 3 --hidden-size=96 --num-attention-heads 6 --lr 1e-4 "
+                    "--lr-decay-style cosine --mock-data --seed 7") == MGT_OK,
+          "valid flags rejected: %s", mgt_error_message());
+  T_CHECK(c.num_layers == 3 && c.hidden_size == 96 && c.num_attention_heads == 6 && c.lr == 1e-4 &&
+              c.lr_decay_style == MGT_LR_COSINE && c.mock_data && c.seed == 7,
+          "parsed values wrong");
+  T_CHECK(mgt_config_finalize(&c, 4) == MGT_OK, "finalize: %s", mgt_error_message());
+  T_CHECK(c.ffn_hidden_size == 384 && c.global_batch_size == 4 * c.micro_batch_size &&
+              c.max_position_embeddings == c.seq_length && c.lr_decay_iters == c.train_iters,
+          "derived defaults wrong");
+}
+
+static void test_errors(void) {
+  expect_error("--hiden-size 64 --mock-data", 1, "did you mean --hidden-size");
+  expect_error("--bogus", 1, "unknown flag '--bogus'");
+  expect_error("--mock-data --hidden-size", 1, "--hidden-size: missing value");
+  expect_error("--mock-data --hidden-size 12x", 1, "--hidden-size: expected an integer, got '12x'");
+  expect_error("--mock-data --hidden-size 0", 1, "--hidden-size: 0 is out of range");
+  expect_error("--mock-data --lr abc", 1, "--lr: expected a number");
+  expect_error("--mock-data --lr nan", 1, "--lr: expected a number");
+  expect_error("--mock-data --hidden-dropout 1.5", 1, "--hidden-dropout");
+  expect_error("--mock-data --lr-decay-style step", 1, "expected constant, linear or cosine");
+  expect_error("--mock-data --mock-data=1", 1, "--mock-data takes no value");
+  expect_error("positional", 1, "unexpected argument 'positional'");
+  expect_error("--mock-data --hidden-size 100 --num-attention-heads 3", 1,
+               "--hidden-size 100 is not divisible by --num-attention-heads 3");
+  expect_error("--mock-data --tensor-model-parallel-size 2", 3,
+               "--tensor-model-parallel-size 2 does not divide the number of ranks 3");
+  expect_error("--mock-data --num-attention-heads 4 --tensor-model-parallel-size 8", 8,
+               "--num-attention-heads 4 is not divisible by --tensor-model-parallel-size 8");
+  expect_error("--mock-data --ffn-hidden-size 30 --tensor-model-parallel-size 4", 4,
+               "--ffn-hidden-size 30 is not divisible");
+  expect_error("--mock-data --micro-batch-size 4 --global-batch-size 6", 2,
+               "--global-batch-size 6 is not divisible by --micro-batch-size 4 times the "
+               "data-parallel size 2");
+  expect_error("--mock-data --seq-length 64 --max-position-embeddings 32", 1,
+               "--seq-length 64 exceeds --max-position-embeddings 32");
+  expect_error("--mock-data --lr 1e-4 --min-lr 1e-3", 1, "--min-lr 0.001 exceeds --lr 0.0001");
+  expect_error("", 1, "no training data");
+}
+
+static void test_schedule(void) {
+  mgt_config c;
+  mgt_config_defaults(&c);
+  c.lr = 1.0;
+  c.min_lr = 0.1;
+  c.lr_warmup_iters = 10;
+  c.lr_decay_iters = 110;
+  c.lr_decay_style = MGT_LR_LINEAR;
+  T_CHECK(fabs(mgt_lr_at(&c, 1) - 0.1) < 1e-12, "warmup 1: %g", mgt_lr_at(&c, 1));
+  T_CHECK(fabs(mgt_lr_at(&c, 10) - 1.0) < 1e-12, "warmup end: %g", mgt_lr_at(&c, 10));
+  T_CHECK(fabs(mgt_lr_at(&c, 60) - 0.55) < 1e-12, "linear middle: %g", mgt_lr_at(&c, 60));
+  T_CHECK(fabs(mgt_lr_at(&c, 110) - 0.1) < 1e-12, "linear end: %g", mgt_lr_at(&c, 110));
+  T_CHECK(fabs(mgt_lr_at(&c, 500) - 0.1) < 1e-12, "after decay: %g", mgt_lr_at(&c, 500));
+  c.lr_decay_style = MGT_LR_COSINE;
+  T_CHECK(fabs(mgt_lr_at(&c, 60) - 0.55) < 1e-12, "cosine middle: %g", mgt_lr_at(&c, 60));
+  T_CHECK(fabs(mgt_lr_at(&c, 35) - (0.1 + 0.9 * 0.5 * (1 + cos(3.14159265358979323846 * 0.25)))) <
+              1e-12,
+          "cosine quarter: %g", mgt_lr_at(&c, 35));
+  c.lr_decay_style = MGT_LR_CONSTANT;
+  T_CHECK(mgt_lr_at(&c, 5) == 0.5 && mgt_lr_at(&c, 1000) == 1.0, "constant");
+}
+
+int main(void) {
+  test_parse();
+  test_errors();
+  test_schedule();
+  return t_report("test_config");
+}

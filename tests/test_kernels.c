@@ -1,0 +1,537 @@
+/* Every CPU kernel against an independent float64 reference on random inputs of several
+   shapes (odd sizes included); every backward against central finite differences of the
+   float64 forward. */
+#include <float.h>
+#include <string.h>
+
+#include "cpu/cpu.h"
+#include "mgt/backend.h"
+#include "mgt/rng.h"
+#include "testutil.h"
+
+static mgt_backend *be;
+
+static float *fa(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+static double *da(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
+
+/* Central differences of f at x over every coordinate. */
+typedef double (*objective)(const double *x, void *ctx);
+static void fd_grad(objective f, double *x, size_t n, void *ctx, double *g) {
+  for (size_t i = 0; i < n; i++) {
+    double h = 1e-5 * (1.0 + fabs(x[i])), x0 = x[i];
+    x[i] = x0 + h;
+    double fp = f(x, ctx);
+    x[i] = x0 - h;
+    double fm = f(x, ctx);
+    x[i] = x0;
+    g[i] = (fp - fm) / (2 * h);
+  }
+}
+
+static void to_double(const float *x, double *y, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    y[i] = x[i];
+}
+
+/* The reference dropout decision for word e of a stream, from the public RNG API. */
+static int ref_keep(const mgt_dropout *d, int row, uint64_t e) {
+  uint32_t w[4];
+  mgt_rng_block(d->seed, mgt_rng_dropout_stream(d->sample_base + (uint64_t)row, d->layer, d->site),
+                e >> 2, w);
+  uint32_t thr = (uint32_t)((double)d->p * 4294967296.0);
+  return w[e & 3] >= thr;
+}
+
+/* ---------------- GEMM ---------------- */
+static void test_gemm(void) {
+  int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 48, 80}, {2, 129, 31}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        for (int bi = 0; bi < 2; bi++) {
+          int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+          float alpha = 0.7f, beta = bi ? 0.5f : 0.0f;
+          int lda = ta ? M : K, ldb = tb ? K : N;
+          float *A = fa((size_t)M * K), *B = fa((size_t)K * N), *C = fa((size_t)M * N);
+          double *R = da((size_t)M * N);
+          t_fill(A, (size_t)M * K, 1);
+          t_fill(B, (size_t)K * N, 1);
+          t_fill(C, (size_t)M * N, 1);
+          for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+              double acc = 0;
+              for (int k = 0; k < K; k++) {
+                double a = ta ? A[k * lda + i] : A[i * lda + k];
+                double b = tb ? B[j * ldb + k] : B[k * ldb + j];
+                acc += a * b;
+              }
+              R[i * N + j] = alpha * acc + beta * C[i * N + j];
+            }
+          T_OK(be->gemm(be->ctx, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, N));
+          T_CLOSE("gemm", C, R, (size_t)M * N, 1e-5 * sqrt(K), 1e-5);
+          free(A), free(B), free(C), free(R);
+        }
+}
+
+/* ---------------- bias ---------------- */
+static void test_bias(void) {
+  int N = 13, C = 37;
+  float *y = fa((size_t)N * C), *b = fa(C), *db = fa(C);
+  double *r = da((size_t)N * C), *rb = da(C);
+  t_fill(y, (size_t)N * C, 1);
+  t_fill(b, C, 1);
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++)
+      r[n * C + c] = (double)y[n * C + c] + b[c];
+  T_OK(be->add_bias(be->ctx, y, b, N, C));
+  T_CLOSE("add_bias", y, r, (size_t)N * C, 1e-6, 1e-6);
+  for (int acc = 0; acc < 2; acc++) {
+    t_fill(db, C, 1);
+    for (int c = 0; c < C; c++) {
+      rb[c] = acc ? db[c] : 0;
+      for (int n = 0; n < N; n++)
+        rb[c] += y[n * C + c];
+    }
+    T_OK(be->bias_backward(be->ctx, db, y, N, C, acc));
+    T_CLOSE("bias_backward", db, rb, C, 1e-5, 1e-5);
+  }
+  free(y), free(b), free(db), free(r), free(rb);
+}
+
+/* ---------------- LayerNorm ---------------- */
+typedef struct ln_ctx {
+  int N, C;
+  const double *dout; /* objective = sum dout * LN(x; w, b) */
+} ln_ctx;
+
+static void ln_ref(const double *x, const double *w, const double *b, int N, int C, double *out) {
+  for (int n = 0; n < N; n++) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; c++)
+      m += x[n * C + c];
+    m /= C;
+    for (int c = 0; c < C; c++)
+      v += (x[n * C + c] - m) * (x[n * C + c] - m);
+    v /= C;
+    double r = 1.0 / sqrt(v + 1e-5);
+    for (int c = 0; c < C; c++)
+      out[n * C + c] = (x[n * C + c] - m) * r * w[c] + b[c];
+  }
+}
+
+/* x packs [x (N*C) | w (C) | b (C)] */
+static double ln_obj(const double *x, void *p) {
+  ln_ctx *c = p;
+  size_t nc = (size_t)c->N * c->C;
+  double *o = da(nc), s = 0;
+  ln_ref(x, x + nc, x + nc + c->C, c->N, c->C, o);
+  for (size_t i = 0; i < nc; i++)
+    s += o[i] * c->dout[i];
+  free(o);
+  return s;
+}
+
+static void test_layernorm(void) {
+  int shapes[][2] = {{1, 1}, {3, 7}, {16, 64}, {5, 130}};
+  for (size_t s = 0; s < 4; s++) {
+    int N = shapes[s][0], C = shapes[s][1];
+    size_t nc = (size_t)N * C, np = nc + 2 * (size_t)C;
+    float *x = fa(nc), *w = fa(C), *b = fa(C), *out = fa(nc), *mean = fa(N), *rstd = fa(N);
+    float *dout = fa(nc), *dx = fa(nc), *dx0 = fa(nc), *dw = fa(C), *db = fa(C);
+    double *P = da(np), *ref = da(nc), *g = da(np), *dd = da(nc), *rx = da(nc), *rw = da(C),
+           *rb = da(C);
+    t_fill(x, nc, 2);
+    for (size_t i = 0; i < nc; i++)
+      x[i] += 0.5f; /* nonzero mean */
+    t_fill(w, C, 1);
+    t_fill(b, C, 1);
+    t_fill(dout, nc, 1);
+    t_fill(dx0, nc, 1);
+    to_double(x, P, nc);
+    to_double(w, P + nc, C);
+    to_double(b, P + nc + C, C);
+    ln_ref(P, P + nc, P + nc + C, N, C, ref);
+    T_OK(be->layernorm_forward(be->ctx, out, mean, rstd, x, w, b, N, C, 1e-5f));
+    T_CLOSE("layernorm_forward", out, ref, nc, 1e-5, 1e-5);
+    if (C == 1) { /* the normalized value is 0; only b flows */
+      free(x), free(w), free(b), free(out), free(mean), free(rstd), free(dout), free(dx), free(dx0),
+          free(dw), free(db), free(P), free(ref), free(g), free(dd), free(rx), free(rw), free(rb);
+      continue;
+    }
+    to_double(dout, dd, nc);
+    ln_ctx c = {N, C, dd};
+    fd_grad(ln_obj, P, np, &c, g);
+    for (int acc = 0; acc < 2; acc++) {
+      memcpy(dx, dx0, nc * sizeof(float));
+      t_fill(dw, C, 1);
+      t_fill(db, C, 1);
+      for (size_t i = 0; i < nc; i++)
+        rx[i] = dx0[i] + g[i];
+      for (int k = 0; k < C; k++) {
+        rw[k] = (acc ? dw[k] : 0) + g[nc + k];
+        rb[k] = (acc ? db[k] : 0) + g[nc + C + k];
+      }
+      T_OK(be->layernorm_backward(be->ctx, dx, dw, db, dout, x, w, mean, rstd, N, C, acc));
+      T_CLOSE("layernorm_backward dx", dx, rx, nc, 1e-4, 1e-3);
+      T_CLOSE("layernorm_backward dw", dw, rw, C, 1e-4, 1e-3);
+      T_CLOSE("layernorm_backward db", db, rb, C, 1e-4, 1e-3);
+    }
+    free(x), free(w), free(b), free(out), free(mean), free(rstd), free(dout), free(dx), free(dx0),
+        free(dw), free(db), free(P), free(ref), free(g), free(dd), free(rx), free(rw), free(rb);
+  }
+}
+
+/* ---------------- GeLU ---------------- */
+static double gelu_ref(double x) {
+  return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+static void test_gelu(void) {
+  int N = 7, C = 129;
+  size_t n = (size_t)N * C;
+  float *pre = fa(n), *pre0 = fa(n), *b = fa(C), *out = fa(n), *dout = fa(n), *dpre = fa(n);
+  double *r = da(n), *rp = da(n), *rg = da(n);
+  t_fill(pre, n, 3);
+  pre[0] = 0.0f, pre[1] = -12.0f, pre[2] = 12.0f, pre[3] = 1e-4f;
+  t_fill(b, C, 0.5f);
+  memcpy(pre0, pre, n * sizeof(float));
+  for (int i = 0; i < N; i++)
+    for (int c = 0; c < C; c++) {
+      double x = (double)pre0[i * C + c] + b[c];
+      rp[i * C + c] = x;
+      r[i * C + c] = gelu_ref(x);
+    }
+  T_OK(be->bias_gelu_forward(be->ctx, out, pre, b, N, C));
+  T_CLOSE("bias_gelu pre", pre, rp, n, 1e-6, 1e-6);
+  T_CLOSE("bias_gelu out", out, r, n, 1e-6, 1e-5);
+  t_fill(dout, n, 1);
+  for (size_t i = 0; i < n; i++) {
+    double x = pre[i], h = 1e-5 * (1 + fabs(x));
+    rg[i] = dout[i] * (gelu_ref(x + h) - gelu_ref(x - h)) / (2 * h);
+  }
+  T_OK(be->gelu_backward(be->ctx, dpre, dout, pre, n));
+  T_CLOSE("gelu_backward", dpre, rg, n, 1e-5, 1e-4);
+  free(pre), free(pre0), free(b), free(out), free(dout), free(dpre), free(r), free(rp), free(rg);
+}
+
+/* ---------------- attention ---------------- */
+typedef struct att_ctx {
+  int B, T, Hl, hd, head_offset;
+  const mgt_dropout *d;
+  const double *dout;
+} att_ctx;
+
+/* out (B*T, Hl*hd) and P (B,Hl,T,T) of causal attention over qkv, in float64. */
+static void att_ref(const double *qkv, const att_ctx *c, double *out, double *P) {
+  int Cl = c->Hl * c->hd, ld = 3 * Cl, T = c->T;
+  double scale = 1.0 / sqrt((double)c->hd), ds = c->d->p > 0 ? 1.0 / (1.0 - c->d->p) : 1.0;
+  double *row = da((size_t)T);
+  for (int b = 0; b < c->B; b++)
+    for (int h = 0; h < c->Hl; h++)
+      for (int i = 0; i < T; i++) {
+        const double *q = qkv + ((size_t)b * T + i) * ld + h * c->hd;
+        double mx = -1e300, s = 0;
+        for (int j = 0; j <= i; j++) {
+          const double *k = qkv + ((size_t)b * T + j) * ld + Cl + h * c->hd;
+          double dot = 0;
+          for (int e = 0; e < c->hd; e++)
+            dot += q[e] * k[e];
+          row[j] = dot * scale;
+          if (row[j] > mx) mx = row[j];
+        }
+        for (int j = 0; j <= i; j++)
+          s += (row[j] = exp(row[j] - mx));
+        for (int j = 0; j < T; j++) {
+          double p = j <= i ? row[j] / s : 0.0;
+          if (P) P[(((size_t)b * c->Hl + h) * T + i) * T + j] = p;
+          row[j] = p;
+        }
+        double *o = out + ((size_t)b * T + i) * Cl + h * c->hd;
+        for (int e = 0; e < c->hd; e++)
+          o[e] = 0;
+        for (int j = 0; j <= i; j++) {
+          double p = row[j];
+          if (c->d->p > 0) {
+            uint64_t word = (((uint64_t)(c->head_offset + h) * T) + i) * T + j;
+            p = ref_keep(c->d, b, word) ? p * ds : 0.0;
+          }
+          const double *v = qkv + ((size_t)b * T + j) * ld + 2 * Cl + h * c->hd;
+          for (int e = 0; e < c->hd; e++)
+            o[e] += p * v[e];
+        }
+      }
+  free(row);
+}
+
+static double att_obj(const double *qkv, void *p) {
+  att_ctx *c = p;
+  size_t n = (size_t)c->B * c->T * c->Hl * c->hd;
+  double *o = da(n), s = 0;
+  att_ref(qkv, c, o, NULL);
+  for (size_t i = 0; i < n; i++)
+    s += o[i] * c->dout[i];
+  free(o);
+  return s;
+}
+
+static void test_attention(void) {
+  int shapes[][5] = {/* B, T, Hl, hd, head_offset */
+                     {1, 1, 1, 4, 0},
+                     {2, 5, 2, 3, 0},
+                     {1, 17, 3, 8, 3},
+                     {3, 8, 1, 16, 1}};
+  float drops[] = {0.0f, 0.3f};
+  for (size_t s = 0; s < 4; s++)
+    for (int di = 0; di < 2; di++) {
+      int B = shapes[s][0], T = shapes[s][1], Hl = shapes[s][2], hd = shapes[s][3];
+      int Cl = Hl * hd, H = shapes[s][4] + Hl;
+      mgt_dropout d = {drops[di], 99, 1000, 3, MGT_DROPOUT_ATTN};
+      size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, np = (size_t)B * Hl * T * T;
+      float *qkv = fa(nq), *out = fa(no), *P = fa(np), *scr = fa(np), *dout = fa(no),
+            *dqkv = fa(nq);
+      double *Q = da(nq), *ro = da(no), *rP = da(np), *dd = da(no), *g = da(nq);
+      t_fill(qkv, nq, 1.5f);
+      to_double(qkv, Q, nq);
+      att_ctx c = {B, T, Hl, hd, shapes[s][4], &d, NULL};
+      att_ref(Q, &c, ro, rP);
+      T_OK(be->attention_forward(be->ctx, out, P, qkv, B, T, Hl, hd, shapes[s][4], H, &d, scr));
+      T_CLOSE("attention_forward out", out, ro, no, 1e-5, 1e-4);
+      T_CLOSE("attention_forward P", P, rP, np, 1e-6, 1e-4);
+      t_fill(dout, no, 1);
+      to_double(dout, dd, no);
+      c.dout = dd;
+      fd_grad(att_obj, Q, nq, &c, g);
+      T_OK(be->attention_backward(be->ctx, dqkv, dout, qkv, P, B, T, Hl, hd, shapes[s][4], H, &d,
+                                  scr));
+      T_CLOSE("attention_backward", dqkv, g, nq, 1e-4, 1e-3);
+      free(qkv), free(out), free(P), free(scr), free(dout), free(dqkv), free(Q), free(ro), free(rP),
+          free(dd), free(g);
+    }
+}
+
+/* Heads split over two shards give the same result as all heads on one, dropout included. */
+static void test_attention_shards(void) {
+  int B = 2, T = 9, H = 4, hd = 5, C = H * hd;
+  mgt_dropout d = {0.25f, 7, 40, 1, MGT_DROPOUT_ATTN};
+  float *qkv = fa((size_t)B * T * 3 * C), *out = fa((size_t)B * T * C),
+        *P = fa((size_t)B * H * T * T), *scr = fa((size_t)B * H * T * T);
+  t_fill(qkv, (size_t)B * T * 3 * C, 1);
+  T_OK(be->attention_forward(be->ctx, out, P, qkv, B, T, H, hd, 0, H, &d, scr));
+  int Hl = 2, Cl = Hl * hd;
+  float *sq = fa((size_t)B * T * 3 * Cl), *so = fa((size_t)B * T * Cl);
+  for (int r = 0; r < 2; r++) {
+    for (int n = 0; n < B * T; n++)
+      for (int part = 0; part < 3; part++)
+        memcpy(sq + (size_t)n * 3 * Cl + part * Cl, qkv + (size_t)n * 3 * C + part * C + r * Cl,
+               Cl * sizeof(float));
+    T_OK(be->attention_forward(be->ctx, so, P, sq, B, T, Hl, hd, r * Hl, H, &d, scr));
+    int same = 1;
+    for (int n = 0; n < B * T; n++)
+      same &= memcmp(so + (size_t)n * Cl, out + (size_t)n * C + r * Cl, Cl * sizeof(float)) == 0;
+    T_CHECK(same, "attention shard %d differs from the unsplit heads", r);
+  }
+  free(qkv), free(out), free(P), free(scr), free(sq), free(so);
+}
+
+/* ---------------- embedding ---------------- */
+static void test_embedding(void) {
+  int B = 3, T = 5, C = 11, Vl = 4, v0 = 4, N = B * T;
+  int32_t tok[15] = {0, 4, 5, 7, 9, 4, 4, 3, 8, 7, 6, 5, 1, 2, 7};
+  float *wte = fa((size_t)Vl * C), *wpe = fa((size_t)T * C), *out = fa((size_t)N * C);
+  float *dout = fa((size_t)N * C), *dwte = fa((size_t)Vl * C), *dwpe = fa((size_t)T * C);
+  double *r = da((size_t)N * C), *rw = da((size_t)Vl * C), *rp = da((size_t)T * C);
+  t_fill(wte, (size_t)Vl * C, 1);
+  t_fill(wpe, (size_t)T * C, 1);
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      int t = tok[n] - v0;
+      r[n * C + c] = (t >= 0 && t < Vl ? wte[t * C + c] : 0.0) + wpe[(n % T) * C + c];
+    }
+  T_OK(be->embedding_forward(be->ctx, out, tok, wte, N, C, v0, Vl));
+  T_OK(be->add_position(be->ctx, out, wpe, B, T, C));
+  T_CLOSE("embedding_forward", out, r, (size_t)N * C, 1e-6, 1e-6);
+  for (int acc = 0; acc < 2; acc++) {
+    t_fill(dout, (size_t)N * C, 1);
+    t_fill(dwte, (size_t)Vl * C, 1);
+    t_fill(dwpe, (size_t)T * C, 1);
+    for (int i = 0; i < Vl * C; i++)
+      rw[i] = dwte[i];
+    for (int i = 0; i < T * C; i++)
+      rp[i] = acc ? dwpe[i] : 0.0;
+    for (int n = 0; n < N; n++)
+      for (int c = 0; c < C; c++) {
+        int t = tok[n] - v0;
+        if (t >= 0 && t < Vl) rw[t * C + c] += dout[n * C + c];
+        rp[(n % T) * C + c] += dout[n * C + c];
+      }
+    T_OK(be->embedding_backward(be->ctx, dwte, dwpe, dout, tok, B, T, C, v0, Vl, acc));
+    T_CLOSE("embedding_backward wte", dwte, rw, (size_t)Vl * C, 1e-5, 1e-5);
+    T_CLOSE("embedding_backward wpe", dwpe, rp, (size_t)T * C, 1e-5, 1e-5);
+  }
+  free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe), free(r), free(rw), free(rp);
+}
+
+/* ---------------- dropout ---------------- */
+static void test_dropout(void) {
+  int B = 3;
+  size_t row = 4099; /* odd, spans several chunks */
+  size_t n = (size_t)B * row;
+  float *x = fa(n), *res = fa(n), *out = fa(n), *dx = fa(n);
+  double *r = da(n), *rg = da(n);
+  t_fill(x, n, 1);
+  t_fill(res, n, 1);
+  mgt_dropout d = {0.1f, 5, 123456789, 7, MGT_DROPOUT_MLP};
+  size_t dropped = 0;
+  for (int b = 0; b < B; b++)
+    for (size_t e = 0; e < row; e++) {
+      int k = ref_keep(&d, b, e);
+      dropped += !k;
+      size_t i = (size_t)b * row + e;
+      r[i] = res[i] + (k ? x[i] / (1.0 - d.p) : 0.0);
+      rg[i] = k ? x[i] / (1.0 - d.p) : 0.0;
+    }
+  T_OK(be->dropout_forward(be->ctx, out, x, res, B, row, &d));
+  T_CLOSE("dropout_forward", out, r, n, 1e-6, 1e-6);
+  T_OK(be->dropout_backward(be->ctx, dx, x, B, row, &d));
+  T_CLOSE("dropout_backward", dx, rg, n, 1e-6, 1e-6);
+  double rate = (double)dropped / n, sd = sqrt(0.1 * 0.9 / n);
+  T_CHECK(fabs(rate - 0.1) < 5 * sd, "dropout rate %.4f, expected 0.1 +- %.4f", rate, 5 * sd);
+  /* p = 0 is a plain residual add */
+  mgt_dropout d0 = {0.0f, 5, 0, 0, 0};
+  for (size_t i = 0; i < n; i++)
+    r[i] = (double)res[i] + x[i];
+  T_OK(be->dropout_forward(be->ctx, out, x, res, B, row, &d0));
+  T_CLOSE("dropout_forward p=0", out, r, n, 1e-6, 1e-6);
+  free(x), free(res), free(out), free(dx), free(r), free(rg);
+}
+
+/* ---------------- cross-entropy ---------------- */
+typedef struct xe_ctx {
+  int N, nv;
+  const int32_t *tg;
+} xe_ctx;
+
+static double xe_obj(const double *l, void *p) {
+  xe_ctx *c = p;
+  double total = 0;
+  for (int n = 0; n < c->N; n++) {
+    double mx = -1e300, s = 0;
+    for (int j = 0; j < c->nv; j++)
+      mx = l[n * c->nv + j] > mx ? l[n * c->nv + j] : mx;
+    for (int j = 0; j < c->nv; j++)
+      s += exp(l[n * c->nv + j] - mx);
+    total += log(s) + mx - l[n * c->nv + c->tg[n]];
+  }
+  return total;
+}
+
+/* The vocabulary (V = 13) split into two shards of Vl = 8 columns, the second padded. */
+static void test_xent(void) {
+  const int N = 6, V = 13, Vl = 8;
+  int32_t tg[6] = {0, 12, 7, 8, 3, 9};
+  float *lg[2], *mx[2], *st[2], *loss = fa(N);
+  double *full = da((size_t)N * V), *g = da((size_t)N * V);
+  for (int r = 0; r < 2; r++) {
+    lg[r] = fa((size_t)N * Vl), mx[r] = fa(N), st[r] = fa(2 * N);
+    t_fill(lg[r], (size_t)N * Vl, 3);
+  }
+  lg[0][3] = 40.0f; /* a large logit */
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < V; j++)
+      full[n * V + j] = lg[j / Vl][n * Vl + j % Vl];
+  xe_ctx c = {N, V, tg};
+  double ref_total = xe_obj(full, &c);
+  fd_grad(xe_obj, full, (size_t)N * V, &c, g);
+  float scale = 0.25f;
+  int nv[2] = {8, 5};
+  for (int r = 0; r < 2; r++)
+    T_OK(be->xent_max(be->ctx, mx[r], lg[r], N, Vl, nv[r]));
+  for (int n = 0; n < N; n++)
+    mx[0][n] = mx[1][n] = fmaxf(mx[0][n], mx[1][n]);
+  for (int r = 0; r < 2; r++)
+    T_OK(be->xent_sumexp(be->ctx, st[r], st[r] + N, lg[r], mx[r], tg, N, Vl, nv[r], r * Vl, 1));
+  for (int i = 0; i < 2 * N; i++)
+    st[0][i] = st[1][i] = st[0][i] + st[1][i];
+  double total = 0;
+  T_OK(be->xent_loss(be->ctx, loss, mx[0], st[0], st[0] + N, N, &total));
+  T_CHECK(fabs(total - ref_total) <= 1e-5 * fabs(ref_total) + 1e-5,
+          "xent loss %.9g, reference %.9g", total, ref_total);
+  for (int r = 0; r < 2; r++) {
+    T_OK(be->xent_backward(be->ctx, lg[r], st[r], tg, N, Vl, nv[r], r * Vl, scale));
+    double *rg = da((size_t)N * Vl);
+    for (int n = 0; n < N; n++)
+      for (int j = 0; j < Vl; j++) {
+        int gj = r * Vl + j;
+        rg[n * Vl + j] = gj < V ? scale * g[n * V + gj] : 0.0;
+      }
+    T_CLOSE("xent_backward", lg[r], rg, (size_t)N * Vl, 1e-6, 1e-4);
+    free(rg);
+  }
+  for (int r = 0; r < 2; r++)
+    free(lg[r]), free(mx[r]), free(st[r]);
+  free(loss), free(full), free(g);
+}
+
+/* ---------------- optimizer kernels ---------------- */
+static void test_optimizer(void) {
+  size_t n = 10007;
+  mgt_segment segs[3] = {{0, 5000, 0.1f, 1}, {5008, 3, 0.0f, 0}, {5024, 4983, 0.0f, 1}};
+  float *p = fa(n), *g = fa(n), *m = fa(n), *v = fa(n);
+  double *rp = da(n), *rm = da(n), *rv = da(n);
+  t_fill(p, n, 1), t_fill(g, n, 1), t_fill(m, n, 0.1f);
+  for (size_t i = 0; i < n; i++)
+    v[i] = fabsf(t_randn()) * 0.01f;
+  double ss = 0, want = 0;
+  for (int s = 0; s < 3; s++)
+    if (segs[s].count_in_norm)
+      for (size_t i = 0; i < segs[s].n; i++)
+        want += (double)g[segs[s].offset + i] * g[segs[s].offset + i];
+  T_OK(be->sumsq(be->ctx, g, segs, 3, &ss));
+  T_CHECK(fabs(ss - want) <= 1e-6 * want, "sumsq %.12g, reference %.12g", ss, want);
+  mgt_adamw_step st = {1e-2f, 0.9f, 0.95f, 1e-8f, 1 - 0.9f * 0.9f, 1 - 0.95f * 0.95f, 0.5f};
+  to_double(p, rp, n), to_double(m, rm, n), to_double(v, rv, n);
+  for (int s = 0; s < 3; s++)
+    for (size_t k = 0; k < segs[s].n; k++) {
+      size_t i = segs[s].offset + k;
+      double gi = g[i] * 0.5;
+      rm[i] = 0.9 * rm[i] + 0.1 * gi;
+      rv[i] = 0.95 * rv[i] + 0.05 * gi * gi;
+      double mh = rm[i] / st.bias_correction1, vh = rv[i] / st.bias_correction2;
+      rp[i] -= 1e-2 * (mh / (sqrt(vh) + 1e-8) + segs[s].weight_decay * rp[i]);
+    }
+  T_OK(be->adamw(be->ctx, p, g, m, v, segs, 3, &st));
+  T_CLOSE("adamw p", p, rp, n, 1e-6, 1e-5);
+  T_CLOSE("adamw m", m, rm, n, 1e-7, 1e-5);
+  T_CLOSE("adamw v", v, rv, n, 1e-9, 1e-5);
+  free(p), free(g), free(m), free(v), free(rp), free(rm), free(rv);
+}
+
+/* ---------------- fast math ---------------- */
+static void test_fast_exp(void) {
+  double worst = 0;
+  float at = 0;
+  for (int i = 0; i <= 2000000; i++) {
+    float x = -87.0f + 175.0f * (float)i / 2000000.0f;
+    double e = fabs(mgt_fast_expf(x) / exp((double)x) - 1.0);
+    if (e > worst) worst = e, at = x;
+  }
+  T_CHECK(worst < 3.0 * FLT_EPSILON, "fast exp relative error %.3g at %g", worst, at);
+  T_CHECK(mgt_fast_expf(-1000.0f) < 1e-37f && mgt_fast_expf(-1000.0f) >= 0.0f, "exp(-1000)");
+}
+
+int main(void) {
+  T_OK(mgt_backend_cpu_create(&be));
+  test_gemm();
+  test_bias();
+  test_layernorm();
+  test_gelu();
+  test_attention();
+  test_attention_shards();
+  test_embedding();
+  test_dropout();
+  test_xent();
+  test_optimizer();
+  test_fast_exp();
+  mgt_backend_destroy(&be);
+  return t_report("test_kernels");
+}
