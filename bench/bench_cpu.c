@@ -114,11 +114,15 @@ static double sgemm_rate(int N, int C, int V) {
 }
 
 typedef struct rates {
-  double fma256, fma512, gemm; /* FLOP/s */
+  double fma256, fma512, gemm; /* FLOP/s; 0 when not measured */
 } rates;
 
-static int run_config(const mgt_grid *grid, const mgt_backend *be, const mgt_comm *comm, int B,
-                      int T, int steps, const rates *r, double dropout) {
+/* Times `steps` training steps (after one warm-up step) of GPT-2 124M shapes with global
+   batch B at the grid's layout; prints throughput and the share of time in collectives. */
+static int overlap;
+
+static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T, int steps,
+                      const rates *r) {
   mgt_config cfg;
   mgt_config_defaults(&cfg);
   cfg.num_layers = 12;
@@ -127,76 +131,114 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, const mgt_com
   cfg.vocab_size = 50257;
   cfg.max_position_embeddings = 1024;
   cfg.seq_length = T;
-  cfg.micro_batch_size = B;
+  cfg.micro_batch_size = B / grid->dp;
   cfg.global_batch_size = B;
   cfg.train_iters = steps + 1;
-  cfg.hidden_dropout = cfg.attention_dropout = dropout;
+  cfg.hidden_dropout = cfg.attention_dropout = 0.0;
+  cfg.tensor_model_parallel_size = grid->tp;
   cfg.mock_data = 1;
   cfg.lr = 1e-4;
+  cfg.overlap_grad_reduce = overlap;
   if (mgt_config_finalize(&cfg, grid->size) != MGT_OK) {
     mgt_error_print(stderr);
     return 1;
   }
+  mgt_comm_stats stats;
+  memset(&stats, 0, sizeof stats);
+  mgt_comm comm;
+  mgt_comm_mpi_init(&comm, grid, &stats);
   mgt_trainer *tr = NULL;
-  if (mgt_trainer_create(&cfg, grid, be, comm, &tr) != MGT_OK) {
+  if (mgt_trainer_create(&cfg, grid, be, &comm, &tr) != MGT_OK) {
     mgt_error_print(stderr);
     return 1;
   }
-  double times[64];
+  double times[64], comm_s = 0.0;
   mgt_step_stats s;
   for (int i = 0; i <= steps; i++) {
-    double t0 = mgt_now();
+    MPI_Barrier(grid->world);
+    double c0 = stats.seconds[0] + stats.seconds[1] + stats.seconds[2], t0 = mgt_now();
     if (mgt_trainer_step(tr, &s) != MGT_OK) {
       mgt_error_print(stderr);
-      mgt_trainer_destroy(&tr);
-      return 1;
+      MPI_Abort(grid->world, 1);
     }
-    if (i > 0) times[i - 1] = mgt_now() - t0; /* the first step warms caches and pages */
+    double t = mgt_now() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, grid->world);
+    if (i > 0) { /* the first step warms caches and pages */
+      times[i - 1] = t;
+      comm_s += stats.seconds[0] + stats.seconds[1] + stats.seconds[2] - c0;
+    }
   }
+  double cmax = comm_s;
+  MPI_Allreduce(MPI_IN_PLACE, &cmax, 1, MPI_DOUBLE, MPI_MAX, grid->world);
+  double total = 0;
+  for (int i = 0; i < steps; i++)
+    total += times[i];
   double t = median(times, steps);
   double flops = mgt_gpt_flops_per_iteration(&cfg);
   double tokens = (double)B * T;
-  if (grid->rank == 0)
-    printf("gpt2-124M B=%d T=%-4d dropout=%.1f: %8.1f ms/step %7.1f tokens/s %6.1f GFLOP/s | "
-           "%.3f of 256-bit FMA peak | %.3f of 512-bit | %.3f of sgemm | model %.1f GFLOP/step, "
-           "loss %.3f\n",
-           B, T, dropout, 1e3 * t, tokens / t, flops / t / 1e9, flops / t / r->fma256,
-           r->fma512 > 0 ? flops / t / r->fma512 : 0.0, flops / t / r->gemm, flops / 1e9, s.loss);
+  if (grid->rank == 0) {
+    printf("gpt2-124M B=%d T=%-4d tp=%d dp=%d threads/rank=%d: %8.1f ms/step %7.1f tokens/s "
+           "%6.1f GFLOP/s",
+           B, T, grid->tp, grid->dp, omp_get_max_threads(), 1e3 * t, tokens / t, flops / t / 1e9);
+    if (r->fma256 > 0)
+      printf(" | %.3f of 256-bit FMA peak | %.3f of 512-bit | %.3f of sgemm", flops / t / r->fma256,
+             r->fma512 > 0 ? flops / t / r->fma512 : 0.0, flops / t / r->gemm);
+    if (grid->size > 1)
+      printf(" | communication %.1f%% of step time%s", 100.0 * cmax / total,
+             overlap && grid->dp > 1 ? " (overlapped gradient all-reduce)" : "");
+    printf(" | model %.1f GFLOP/step, loss %.3f\n", flops / 1e9, s.loss);
+  }
   mgt_trainer_destroy(&tr);
   return 0;
 }
 
+/* usage: bench_cpu [--steps N] [--tp T] [--no-peaks] [--overlap-grad-reduce]
+   One rank: measures the machine's peaks, then the step time at two shapes.
+   Several ranks (under mpiexec): the same shapes at the given tensor-parallel size, the
+   rest data-parallel, at the same global batch. */
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   mgt_cli_configure_threads(MPI_COMM_WORLD);
-  int steps = argc > 1 ? atoi(argv[1]) : 5;
+  int steps = 5, tp = 1, peaks = 1, rank;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+      steps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--tp") && i + 1 < argc)
+      tp = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--no-peaks"))
+      peaks = 0;
+    else if (!strcmp(argv[i], "--overlap-grad-reduce"))
+      overlap = 1;
+  }
   if (steps < 1 || steps > 60) steps = 5;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   mgt_grid *grid = NULL;
   mgt_backend *be = NULL;
-  if (mgt_grid_create(MPI_COMM_WORLD, 1, &grid) != MGT_OK ||
+  if (mgt_grid_create(MPI_COMM_WORLD, tp, &grid) != MGT_OK ||
       mgt_backend_cpu_create(&be) != MGT_OK) {
     mgt_error_print(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  mgt_comm comm;
-  mgt_comm_mpi_init(&comm, grid);
-  int rc = 0;
-  rates r1 = {0}, r2;
-  r1.fma256 = fma_peak_width(0);
+  rates r1 = {0, 0, 0}, r2 = r1;
+  if (peaks && rank == 0) {
+    r1.fma256 = fma_peak_width(0);
 #ifdef __AVX512F__
-  r1.fma512 = fma_peak_width(1);
+    r1.fma512 = fma_peak_width(1);
 #endif
-  printf("threads: %d, OpenBLAS kernels: %s\n", omp_get_max_threads(), mgt_cpu_blas_name());
-  printf("FMA peak: %.1f GFLOP/s with 256-bit vectors, %.1f GFLOP/s with 512-bit vectors\n",
-         r1.fma256 / 1e9, r1.fma512 / 1e9);
-  r2 = r1;
-  r1.gemm = sgemm_rate(256, 768, 50304);
-  r2.gemm = sgemm_rate(2048, 768, 50304);
-  printf("sgemm on the step's GEMM shapes: %.1f GFLOP/s at 256 tokens, %.1f GFLOP/s at 2048 "
-         "tokens\n",
-         r1.gemm / 1e9, r2.gemm / 1e9);
-  rc |= run_config(grid, be, &comm, 4, 64, steps, &r1, 0.0);
-  rc |= run_config(grid, be, &comm, 8, 256, steps > 3 ? 3 : steps, &r2, 0.0);
+    printf("threads: %d, OpenBLAS kernels: %s\n", omp_get_max_threads(), mgt_cpu_blas_name());
+    printf("FMA peak: %.1f GFLOP/s with 256-bit vectors, %.1f GFLOP/s with 512-bit vectors\n",
+           r1.fma256 / 1e9, r1.fma512 / 1e9);
+    r2 = r1;
+    r1.gemm = sgemm_rate(256, 768, 50304);
+    r2.gemm = sgemm_rate(2048, 768, 50304);
+    printf("sgemm on the step's GEMM shapes: %.1f GFLOP/s at 256 tokens, %.1f GFLOP/s at 2048 "
+           "tokens\n",
+           r1.gemm / 1e9, r2.gemm / 1e9);
+    fflush(stdout);
+  }
+  int rc = 0;
+  rc |= run_config(grid, be, 4, 64, steps, &r1);
+  rc |= run_config(grid, be, 8, 256, steps > 3 ? 3 : steps, &r2);
   mgt_backend_destroy(&be);
   mgt_grid_destroy(&grid);
   MPI_Finalize();

@@ -139,7 +139,7 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
     fflush(stdout);
   }
   mgt_comm comm;
-  mgt_comm_mpi_init(&comm, grid);
+  mgt_comm_mpi_init(&comm, grid, NULL);
   st = mgt_backend_cpu_create(&be);
   if (st == MGT_OK) st = mgt_trainer_create(&cfg, grid, be, &comm, &tr);
   if (st == MGT_OK) st = mgt_trainer_run(tr, stdout);

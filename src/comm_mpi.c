@@ -3,6 +3,16 @@
 
 #include <limits.h>
 
+#include "mgt/log.h"
+
+static void account(void *ctx, mgt_axis axis, double t0, size_t bytes) {
+  mgt_comm_stats *st = ctx;
+  if (!st) return;
+  st->seconds[axis] += mgt_now() - t0;
+  st->calls[axis]++;
+  st->bytes[axis] += bytes;
+}
+
 static MPI_Comm axis_comm(const mgt_grid *g, mgt_axis axis, int *size) {
   switch (axis) {
   case MGT_AXIS_TP: *size = g->tp; return g->tp_comm;
@@ -19,7 +29,9 @@ static mgt_status mpi_allreduce(void *ctx, const mgt_grid *g, mgt_axis axis, flo
   MPI_Comm c = axis_comm(g, axis, &size);
   if (size == 1 || n == 0) return MGT_OK;
   MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu floats exceeds MPI's count limit", n);
+  double t0 = mgt_now();
   MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mpi_op(op), c));
+  account(ctx, axis, t0, n * sizeof(float));
   return MGT_OK;
 }
 
@@ -29,7 +41,9 @@ static mgt_status mpi_allreduce_f64(void *ctx, const mgt_grid *g, mgt_axis axis,
   MPI_Comm c = axis_comm(g, axis, &size);
   if (size == 1 || n == 0) return MGT_OK;
   MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu doubles exceeds MPI's count limit", n);
+  double t0 = mgt_now();
   MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, mpi_op(op), c));
+  account(ctx, axis, t0, n * sizeof(double));
   return MGT_OK;
 }
 
@@ -38,15 +52,29 @@ static mgt_status mpi_iallreduce(void *ctx, const mgt_grid *g, mgt_axis axis, fl
   int size;
   MPI_Comm c = axis_comm(g, axis, &size);
   req->mpi = MPI_REQUEST_NULL;
+  req->axis = axis;
   if (size == 1 || n == 0) return MGT_OK;
   MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu floats exceeds MPI's count limit", n);
+  double t0 = mgt_now();
   MGT_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mpi_op(op), c, &req->mpi));
+  account(ctx, axis, t0, n * sizeof(float));
   return MGT_OK;
 }
 
 static mgt_status mpi_wait(void *ctx, mgt_comm_req *req) {
   if (req->mpi == MPI_REQUEST_NULL) return MGT_OK;
+  double t0 = mgt_now();
   MGT_MPI(MPI_Wait(&req->mpi, MPI_STATUS_IGNORE));
+  account(ctx, req->axis, t0, 0);
+  return MGT_OK;
+}
+
+static mgt_status mpi_test(void *ctx, mgt_comm_req *req, int *done) {
+  *done = 1;
+  if (req->mpi == MPI_REQUEST_NULL) return MGT_OK;
+  double t0 = mgt_now();
+  MGT_MPI(MPI_Test(&req->mpi, done, MPI_STATUS_IGNORE));
+  account(ctx, req->axis, t0, 0);
   return MGT_OK;
 }
 
@@ -69,13 +97,14 @@ static mgt_status mpi_broadcast(void *ctx, const mgt_grid *g, mgt_axis axis, voi
   return MGT_OK;
 }
 
-void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid) {
+void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid, mgt_comm_stats *stats) {
   comm->grid = grid;
-  comm->ctx = NULL;
+  comm->ctx = stats;
   comm->allreduce = mpi_allreduce;
   comm->allreduce_f64 = mpi_allreduce_f64;
   comm->iallreduce = mpi_iallreduce;
   comm->wait = mpi_wait;
+  comm->test = mpi_test;
   comm->allgather = mpi_allgather;
   comm->broadcast = mpi_broadcast;
 }

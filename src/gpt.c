@@ -63,8 +63,13 @@ struct mgt_gpt {
   float *dres, *dtmp, *dqkv, *datty, *dfch, *att_scratch;
 
   int32_t *host_tokens; /* (N) staging of inputs and targets */
-  mgt_comm_req *reqs;   /* one per gradient bucket */
-  int n_reqs;
+  /* Data-parallel gradient buckets (lnf, layers last to first, embeddings), each cut into
+     pieces of at most --ddp-bucket-size elements, one all-reduce per piece. */
+  int n_buckets;
+  int *bucket_first; /* n_buckets + 1 indices into pieces */
+  size_t *piece_off, *piece_n;
+  mgt_comm_req *reqs;
+  int n_pieces, n_started, n_done;
 };
 
 /* ---- parameter layout ---- */
@@ -289,6 +294,50 @@ static mgt_status init_params(mgt_gpt *m) {
   return MGT_OK;
 }
 
+/* Parameter index range [first, last) of bucket b, in the order backward completes them. */
+static void bucket_params(const mgt_gpt *m, int b, int *first, int *last) {
+  const int L = m->d.L;
+  if (b == 0) { /* final LayerNorm */
+    *first = m->n_params - 2, *last = m->n_params;
+  } else if (b <= L) { /* layer L - b */
+    *first = P_FIRST_LAYER + (L - b) * P_PER_LAYER, *last = *first + P_PER_LAYER;
+  } else { /* embeddings: complete only after the embedding backward */
+    *first = P_WTE, *last = P_FIRST_LAYER;
+  }
+}
+
+static mgt_status plan_buckets(mgt_gpt *m) {
+  const size_t cap = (size_t)m->cfg.ddp_bucket_size;
+  m->n_buckets = m->d.L + 2;
+  MGT_CHECK(mgt_calloc(sizeof(int) * (size_t)(m->n_buckets + 1), "bucket index",
+                       (void **)&m->bucket_first));
+  for (int pass = 0; pass < 2; pass++) {
+    int np = 0;
+    for (int b = 0; b < m->n_buckets; b++) {
+      int first, last;
+      bucket_params(m, b, &first, &last);
+      size_t lo = m->params[first].offset;
+      size_t hi = m->params[last - 1].offset + m->params[last - 1].numel;
+      if (pass) m->bucket_first[b] = np;
+      for (size_t o = lo; o < hi; o += cap, np++)
+        if (pass) {
+          m->piece_off[np] = o;
+          m->piece_n[np] = hi - o < cap ? hi - o : cap;
+        }
+    }
+    if (!pass) {
+      m->n_pieces = np;
+      MGT_CHECK(mgt_calloc(sizeof(size_t) * (size_t)np, "bucket pieces", (void **)&m->piece_off));
+      MGT_CHECK(mgt_calloc(sizeof(size_t) * (size_t)np, "bucket pieces", (void **)&m->piece_n));
+      MGT_CHECK(
+          mgt_calloc(sizeof(mgt_comm_req) * (size_t)np, "bucket requests", (void **)&m->reqs));
+    } else {
+      m->bucket_first[m->n_buckets] = np;
+    }
+  }
+  return MGT_OK;
+}
+
 mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt_backend *be,
                           const mgt_comm *comm, mgt_gpt **out) {
   *out = NULL;
@@ -334,9 +383,7 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   }
   MGT_TRY(mgt_calloc(sizeof(int32_t) * 2 * (size_t)d->B * d->T, "token staging",
                      (void **)&m->host_tokens));
-  m->n_reqs = d->L + 2;
-  MGT_TRY(
-      mgt_calloc(sizeof(mgt_comm_req) * (size_t)m->n_reqs, "gradient buckets", (void **)&m->reqs));
+  MGT_TRY(plan_buckets(m));
   MGT_TRY(init_params(m));
   *out = m;
   return MGT_OK;
@@ -359,6 +406,9 @@ void mgt_gpt_destroy(mgt_gpt **model) {
   mgt_free(m->acts);
   mgt_free(m->host_tokens);
   mgt_free(m->reqs);
+  mgt_free(m->bucket_first);
+  mgt_free(m->piece_off);
+  mgt_free(m->piece_n);
   mgt_free(m);
   *model = NULL;
 }
@@ -515,12 +565,31 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
   return MGT_OK;
 }
 
-/* Starts the data-parallel average of the gradients in [first, last) parameters. */
-static mgt_status start_bucket(mgt_gpt *m, int bucket, int first, int last) {
-  size_t lo = m->params[first].offset;
-  size_t hi = m->params[last - 1].offset + m->params[last - 1].numel;
-  return m->comm->iallreduce(m->comm->ctx, m->grid, MGT_AXIS_DP, m->g + lo, hi - lo, MGT_SUM,
-                             &m->reqs[bucket]);
+/* Sums bucket b's pieces over the data-parallel group, as soon as backward completes the
+   bucket: started non-blocking with --overlap-grad-reduce, otherwise done here. */
+static mgt_status start_bucket(mgt_gpt *m, int b) {
+  for (int p = m->bucket_first[b]; p < m->bucket_first[b + 1]; p++, m->n_started++) {
+    float *buf = m->g + m->piece_off[p];
+    if (m->cfg.overlap_grad_reduce)
+      MGT_CHECK(m->comm->iallreduce(m->comm->ctx, m->grid, MGT_AXIS_DP, buf, m->piece_n[p], MGT_SUM,
+                                    &m->reqs[p]));
+    else
+      MGT_CHECK(
+          m->comm->allreduce(m->comm->ctx, m->grid, MGT_AXIS_DP, buf, m->piece_n[p], MGT_SUM));
+  }
+  if (!m->cfg.overlap_grad_reduce) m->n_done = m->n_started;
+  return MGT_OK;
+}
+
+/* Drives the started all-reduces: MPI progresses them only inside MPI calls. */
+static mgt_status progress_buckets(mgt_gpt *m) {
+  while (m->n_done < m->n_started) {
+    int done = 0;
+    MGT_CHECK(m->comm->test(m->comm->ctx, &m->reqs[m->n_done], &done));
+    if (!done) break;
+    m->n_done++;
+  }
+  return MGT_OK;
 }
 
 mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tokens, uint64_t sample_base,
@@ -537,8 +606,7 @@ mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tokens, uint64_t 
 
   const float *wte = m->w + m->params[P_WTE].offset;
   float *gwte = m->g + m->params[P_WTE].offset, *gwpe = m->g + m->params[P_WPE].offset;
-  const int lnf_idx = m->n_params - 2;
-  const mgt_param *lnf = &m->params[lnf_idx];
+  const mgt_param *lnf = &m->params[m->n_params - 2];
 
   MGT_CHECK(mgt_tp_xent_backward(&m->tp, &m->xent, m->logits, m->targets, N, d->Vl, d->nv, d->v0,
                                  grad_scale));
@@ -548,13 +616,14 @@ mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tokens, uint64_t 
   MGT_CHECK(be->layernorm_backward(bc, m->dres, m->g + lnf[0].offset, m->g + lnf[1].offset, m->dtmp,
                                    m->res[d->L], m->w + lnf[0].offset, m->lnf_mean, m->lnf_rstd, N,
                                    C, accumulate));
-  if (dp_sync) MGT_CHECK(start_bucket(m, d->L, lnf_idx, m->n_params));
+  m->n_started = m->n_done = 0;
+  if (dp_sync) MGT_CHECK(start_bucket(m, 0));
 
   for (int l = d->L - 1; l >= 0; l--) {
     MGT_CHECK(layer_backward(m, l, &s, accumulate));
     if (dp_sync) {
-      int first = P_FIRST_LAYER + l * P_PER_LAYER;
-      MGT_CHECK(start_bucket(m, l, first, first + P_PER_LAYER));
+      MGT_CHECK(progress_buckets(m));
+      MGT_CHECK(start_bucket(m, d->L - l));
     }
   }
   mgt_dropout de = dropout_site(m, m->cfg.hidden_dropout, sample_base, 0xFFFF, MGT_DROPOUT_EMBED);
@@ -562,9 +631,9 @@ mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tokens, uint64_t 
   MGT_CHECK(be->embedding_backward(bc, gwte, gwpe, m->dres, m->inputs, d->B, d->T, C, d->v0, d->Vl,
                                    accumulate));
   if (dp_sync) {
-    MGT_CHECK(start_bucket(m, d->L + 1, P_WTE, P_FIRST_LAYER));
-    for (int i = 0; i < m->n_reqs; i++)
-      MGT_CHECK(m->comm->wait(m->comm->ctx, &m->reqs[i]));
+    MGT_CHECK(start_bucket(m, d->L + 1));
+    for (int p = m->n_done; p < m->n_started; p++)
+      MGT_CHECK(m->comm->wait(m->comm->ctx, &m->reqs[p]));
   }
   return MGT_OK;
 }

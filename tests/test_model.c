@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
   T_OK(mgt_grid_create(MPI_COMM_WORLD, 1, &grid));
   T_OK(mgt_backend_cpu_create(&be));
   mgt_comm comm;
-  mgt_comm_mpi_init(&comm, grid);
+  mgt_comm_mpi_init(&comm, grid, NULL);
   mgt_config c = tiny();
   T_OK(mgt_config_finalize(&c, 1));
   mgt_gpt *m = NULL;

@@ -58,7 +58,8 @@ static inline double t_worst(const float *x, const double *ref, size_t n, double
                              size_t *where) {
   double worst = 0.0;
   for (size_t i = 0; i < n; i++) {
-    double err = fabs((double)x[i] - ref[i]) / (atol + rtol * fabs(ref[i]));
+    double diff = fabs((double)x[i] - ref[i]);
+    double err = diff == 0.0 ? 0.0 : diff / (atol + rtol * fabs(ref[i]));
     if (!(err <= worst)) { /* NaN counts as worst */
       worst = isnan(err) ? INFINITY : err;
       if (where) *where = i;

@@ -32,6 +32,8 @@ typedef struct mgt_config {
   /* parallelism and memory */
   int tensor_model_parallel_size;
   int recompute_activations;
+  int64_t ddp_bucket_size; /* gradient elements per data-parallel all-reduce */
+  int overlap_grad_reduce; /* non-blocking bucket all-reduces during backward */
   int dry_run;
   /* batches and schedule */
   int micro_batch_size;

@@ -32,7 +32,16 @@ typedef enum mgt_redop { MGT_SUM, MGT_MAX } mgt_redop;
 /* A non-blocking collective in flight. */
 typedef struct mgt_comm_req {
   MPI_Request mpi;
+  mgt_axis axis;
 } mgt_comm_req;
+
+/* Time spent inside collectives, per axis: blocking calls whole, non-blocking ones from
+   start to return plus the wait. */
+typedef struct mgt_comm_stats {
+  double seconds[3];
+  uint64_t calls[3];
+  uint64_t bytes[3];
+} mgt_comm_stats;
 
 /* The communication interface the model calls; backends provide it for host or device
    buffers. All calls are collective over the communicator of `axis`. */
@@ -49,6 +58,8 @@ typedef struct mgt_comm {
   mgt_status (*iallreduce)(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
                            mgt_redop op, mgt_comm_req *req);
   mgt_status (*wait)(void *ctx, mgt_comm_req *req);
+  /* Lets a started collective progress; *done is set once it has finished. */
+  mgt_status (*test)(void *ctx, mgt_comm_req *req, int *done);
   /* Every rank contributes `n` floats; `out` holds size*n floats in rank order. */
   mgt_status (*allgather)(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in, float *out,
                           size_t n);
@@ -56,8 +67,9 @@ typedef struct mgt_comm {
                           int root);
 } mgt_comm;
 
-/* The MPI implementation on host buffers. */
-void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid);
+/* The MPI implementation on host buffers. With `stats` non-NULL, time in collectives is
+   added there (the caller owns it and must keep it alive). */
+void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid, mgt_comm_stats *stats);
 
 /* Checks an MPI return code; on failure records MPI's message and returns MGT_ERR_MPI. */
 MGT_NODISCARD mgt_status mgt_mpi_status(int rc, const char *file, int line, const char *func,
