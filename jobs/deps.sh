@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what megatron-c needs on Debian 12 (bookworm): compiler, CMake, Open MPI,
+# parallel HDF5, OpenBLAS (OpenMP build), and Python with numpy/h5py for the tests.
+# Needs root or sudo. Skips the install when everything is already there.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
+  hdf5-tools libopenblas-openmp-dev python3 python3-numpy python3-h5py clang-format)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+SUDO=
+[ "$(id -u)" = 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
