@@ -20,9 +20,9 @@ void mgt_rng_block(uint64_t seed, uint64_t stream, uint64_t block, uint32_t out[
   mgt_philox_at(seed, stream, block, out);
 }
 
-float mgt_rng_normal(uint64_t seed, uint64_t stream, uint64_t index) {
+void mgt_rng_normal_pair(uint64_t seed, uint64_t stream, uint64_t pair, float out[2]) {
   uint32_t w[4];
-  mgt_philox_at(seed, stream, index >> 1, w);
+  mgt_philox_at(seed, stream, pair, w);
   /* 53-bit uniforms in (0, 1]; the log never sees zero. */
   uint64_t a = ((uint64_t)w[0] << 21) ^ (w[1] >> 11);
   uint64_t b = ((uint64_t)w[2] << 21) ^ (w[3] >> 11);
@@ -30,5 +30,12 @@ float mgt_rng_normal(uint64_t seed, uint64_t stream, uint64_t index) {
   double u2 = (double)(b & ((1ull << 53) - 1)) / 9007199254740992.0;
   double r = sqrt(-2.0 * log(u1));
   double th = 6.283185307179586 * u2;
-  return (float)((index & 1) ? r * sin(th) : r * cos(th));
+  out[0] = (float)(r * cos(th));
+  out[1] = (float)(r * sin(th));
+}
+
+float mgt_rng_normal(uint64_t seed, uint64_t stream, uint64_t index) {
+  float z[2];
+  mgt_rng_normal_pair(seed, stream, index >> 1, z);
+  return z[index & 1];
 }

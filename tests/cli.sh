@@ -45,6 +45,20 @@ expect 2 "--global-batch-size 24 is not divisible" \
 expect 1 "--metrics-file /nonexistent/dir/m.jsonl: cannot open" \
   train --mock-data --train-iters 1 --metrics-file /nonexistent/dir/m.jsonl
 
+expect 1 "MiB per rank but" \
+  train --mock-data --num-layers 64 --hidden-size 16384 --num-attention-heads 128
+
+# --dry-run prints the plan, with and without recomputation, and allocates nothing
+if "$MGT" train --mock-data --num-layers 64 --hidden-size 16384 --num-attention-heads 128 \
+  --dry-run >"$tmp/out" 2>&1 && grep -q "with --recompute-activations" "$tmp/out" &&
+  grep -q "without recomputation" "$tmp/out"; then
+  echo "ok: --dry-run prints the memory plan"
+else
+  echo "FAIL: --dry-run"
+  cat "$tmp/out"
+  fails=$((fails + 1))
+fi
+
 # a good run: exit 0, metrics lines with the documented keys
 if ! "$MPIEXEC" -n 2 "$MGT" train --mock-data --train-iters 6 --log-interval 2 \
   --tensor-model-parallel-size 2 --metrics-file "$tmp/m.jsonl" >"$tmp/out" 2>&1; then

@@ -30,6 +30,8 @@ uint64_t mgt_rng_data_stream(uint32_t what);
 /* One standard normal for element `index` of `stream` (Box-Muller over one Philox call
    per pair of elements). */
 float mgt_rng_normal(uint64_t seed, uint64_t stream, uint64_t index);
+/* Elements 2*pair and 2*pair + 1 at once (the two outputs of one Box-Muller draw). */
+void mgt_rng_normal_pair(uint64_t seed, uint64_t stream, uint64_t pair, float out[2]);
 /* The four raw 32-bit words of the Philox block that holds elements 4k..4k+3. */
 void mgt_rng_block(uint64_t seed, uint64_t stream, uint64_t block, uint32_t out[4]);
 

@@ -40,8 +40,8 @@ void cpu_dropout_mask(uint8_t *keep, uint64_t seed, uint64_t stream, uint64_t e0
   }
 }
 
-mgt_status cpu_init_normal(void *ctx, float *p, const mgt_shard *sh, uint64_t seed, uint64_t stream,
-                           float std) {
+mgt_status cpu_init_normal(void *ctx, float *p, const mgt_shard *sh, uint64_t seed,
+                           uint64_t stream, float std) {
   int64_t s0 = sh->shape[0], s1 = sh->ndim > 1 ? sh->shape[1] : 1,
           s2 = sh->ndim > 2 ? sh->shape[2] : 1;
   int64_t f0 = sh->full[0], f1 = sh->ndim > 1 ? sh->full[1] : 1,
@@ -52,14 +52,23 @@ mgt_status cpu_init_normal(void *ctx, float *p, const mgt_shard *sh, uint64_t se
       int64_t gi = i + (sh->split_dim == 0 ? sh->offset : 0);
       int64_t gj = j + (sh->split_dim == 1 ? sh->offset : 0);
       float *row = p + (i * s1 + j) * s2;
-      for (int64_t k = 0; k < s2; k++) {
-        int64_t gk = k + (sh->split_dim == 2 ? sh->offset : 0);
-        if (gi >= f0 || gj >= f1 || gk >= f2) {
-          row[k] = 0.0f;
+      int64_t k0 = sh->split_dim == 2 ? sh->offset : 0;
+      if (gi >= f0 || gj >= f1) {
+        for (int64_t k = 0; k < s2; k++) row[k] = 0.0f;
+        continue;
+      }
+      /* the row's logical indices are consecutive: draw the Box-Muller pairs once */
+      uint64_t base = (uint64_t)((gi * f1 + gj) * f2 + k0);
+      for (int64_t k = 0; k < s2;) {
+        if (k0 + k >= f2) {
+          row[k++] = 0.0f;
           continue;
         }
-        uint64_t idx = (uint64_t)((gi * f1 + gj) * f2 + gk);
-        row[k] = std * mgt_rng_normal(seed, stream, idx);
+        uint64_t idx = base + (uint64_t)k;
+        float z[2];
+        mgt_rng_normal_pair(seed, stream, idx >> 1, z);
+        row[k++] = std * z[idx & 1];
+        if (!(idx & 1) && k < s2 && k0 + k < f2) row[k++] = std * z[1];
       }
     }
   return MGT_OK;
