@@ -426,6 +426,19 @@ typedef struct step_ctx {
   int train; /* dropout on */
 } step_ctx;
 
+/* The three dropout sites of layer l for this micro-batch. */
+typedef struct layer_sites {
+  mgt_dropout attn, proj, mlp;
+} layer_sites;
+
+static layer_sites sites_of(const mgt_gpt *m, int l, const step_ctx *s) {
+  double ph = s->train ? m->cfg.hidden_dropout : 0, pa = s->train ? m->cfg.attention_dropout : 0;
+  layer_sites ls = {dropout_site(m, pa, s->sample_base, l, MGT_DROPOUT_ATTN),
+                    dropout_site(m, ph, s->sample_base, l, MGT_DROPOUT_PROJ),
+                    dropout_site(m, ph, s->sample_base, l, MGT_DROPOUT_MLP)};
+  return ls;
+}
+
 static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, layer_acts *a,
                                 const step_ctx *s) {
   const mgt_backend *be = m->be;
@@ -436,21 +449,16 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
   layer_views(m->w, m->params, l, w);
   const float eps = (float)m->cfg.layernorm_epsilon;
   float *tmp = m->dtmp; /* free during forward and before backward uses it */
-  mgt_dropout d_attn =
-      dropout_site(m, s->train ? m->cfg.attention_dropout : 0, s->sample_base, l, MGT_DROPOUT_ATTN);
-  mgt_dropout d_proj =
-      dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, l, MGT_DROPOUT_PROJ);
-  mgt_dropout d_mlp =
-      dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, l, MGT_DROPOUT_MLP);
+  const layer_sites ds = sites_of(m, l, s);
 
   /* attention: QKV column-parallel by heads, heads local, output row-parallel */
   MGT_CHECK(be->layernorm_forward(bc, a->ln1, a->ln1_mean, a->ln1_rstd, x, w[P_LN1_W], w[P_LN1_B],
                                   N, C, eps));
   MGT_CHECK(mgt_tp_column_forward(&m->tp, a->qkv, a->ln1, w[P_QKV_W], w[P_QKV_B], N, C, 3 * Cl));
   MGT_CHECK(be->attention_forward(bc, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
-                                  d->tp_rank * d->Hl, d->H, &d_attn, m->att_scratch));
+                                  d->tp_rank * d->Hl, d->H, &ds.attn, m->att_scratch));
   MGT_CHECK(mgt_tp_row_forward(&m->tp, tmp, a->atty, w[P_PROJ_W], w[P_PROJ_B], N, Cl, C));
-  MGT_CHECK(be->dropout_forward(bc, a->res_mid, tmp, x, d->B, (size_t)d->T * C, &d_proj));
+  MGT_CHECK(be->dropout_forward(bc, a->res_mid, tmp, x, d->B, (size_t)d->T * C, &ds.proj));
 
   /* MLP: first linear column-parallel with GeLU local, second row-parallel */
   MGT_CHECK(be->layernorm_forward(bc, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w[P_LN2_W],
@@ -458,7 +466,7 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
   MGT_CHECK(mgt_tp_column_forward(&m->tp, a->fch, a->ln2, w[P_FC_W], NULL, N, C, Fl));
   MGT_CHECK(be->bias_gelu_forward(bc, a->fch_gelu, a->fch, w[P_FC_B], N, Fl));
   MGT_CHECK(mgt_tp_row_forward(&m->tp, tmp, a->fch_gelu, w[P_FCP_W], w[P_FCP_B], N, Fl, C));
-  MGT_CHECK(be->dropout_forward(bc, y, tmp, a->res_mid, d->B, (size_t)d->T * C, &d_mlp));
+  MGT_CHECK(be->dropout_forward(bc, y, tmp, a->res_mid, d->B, (size_t)d->T * C, &ds.mlp));
   return MGT_OK;
 }
 
@@ -534,16 +542,11 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
   layer_acts *a = acts_of(m, l);
   const float *x = m->res[l];
   if (m->cfg.recompute_activations) MGT_CHECK(layer_forward(m, l, x, m->res[l + 1], a, s));
-  mgt_dropout d_attn =
-      dropout_site(m, s->train ? m->cfg.attention_dropout : 0, s->sample_base, l, MGT_DROPOUT_ATTN);
-  mgt_dropout d_proj =
-      dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, l, MGT_DROPOUT_PROJ);
-  mgt_dropout d_mlp =
-      dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, l, MGT_DROPOUT_MLP);
+  const layer_sites ds = sites_of(m, l, s);
   float *dres = m->dres, *dtmp = m->dtmp;
 
   /* MLP: y = res_mid + dropout(row(gelu(column(ln2(res_mid))))) */
-  MGT_CHECK(be->dropout_backward(bc, dtmp, dres, d->B, (size_t)d->T * C, &d_mlp));
+  MGT_CHECK(be->dropout_backward(bc, dtmp, dres, d->B, (size_t)d->T * C, &ds.mlp));
   MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dfch, g[P_FCP_W], g[P_FCP_B], dtmp, a->fch_gelu,
                                 w[P_FCP_W], N, Fl, C, acc));
   MGT_CHECK(be->gelu_backward(bc, m->dfch, m->dfch, a->fch, (size_t)N * Fl));
@@ -553,11 +556,11 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
                                    a->ln2_mean, a->ln2_rstd, N, C, acc));
 
   /* attention: res_mid = x + dropout(row(attention(column(ln1(x))))) */
-  MGT_CHECK(be->dropout_backward(bc, dtmp, dres, d->B, (size_t)d->T * C, &d_proj));
+  MGT_CHECK(be->dropout_backward(bc, dtmp, dres, d->B, (size_t)d->T * C, &ds.proj));
   MGT_CHECK(mgt_tp_row_backward(&m->tp, m->datty, g[P_PROJ_W], g[P_PROJ_B], dtmp, a->atty,
                                 w[P_PROJ_W], N, Cl, C, acc));
   MGT_CHECK(be->attention_backward(bc, m->dqkv, m->datty, a->qkv, a->P, d->B, d->T, d->Hl, d->hd,
-                                   d->tp_rank * d->Hl, d->H, &d_attn, m->att_scratch));
+                                   d->tp_rank * d->Hl, d->H, &ds.attn, m->att_scratch));
   MGT_CHECK(mgt_tp_column_backward(&m->tp, dtmp, g[P_QKV_W], g[P_QKV_B], m->dqkv, a->ln1,
                                    w[P_QKV_W], N, C, 3 * Cl, acc));
   MGT_CHECK(be->layernorm_backward(bc, dres, g[P_LN1_W], g[P_LN1_B], dtmp, x, w[P_LN1_W],

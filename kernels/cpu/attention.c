@@ -14,6 +14,21 @@ static void row_mask(uint8_t *keep, const mgt_dropout *d, int b, int hg, int T, 
   cpu_dropout_mask(keep, d->seed, stream, e0, (size_t)i + 1, thr);
 }
 
+/* Writes the dropped, rescaled probabilities Pd of one (batch, head) into w (T, T). */
+static void dropped_probs(float *w, const float *p, const mgt_dropout *d, int b, int hg, int T,
+                          uint32_t thr, float dscale) {
+  uint8_t keep[T];
+  for (int i = 0; i < T; i++) {
+    row_mask(keep, d, b, hg, T, i, thr);
+    const float *r = p + (size_t)i * T;
+    float *o = w + (size_t)i * T;
+    for (int j = 0; j <= i; j++)
+      o[j] = keep[j] ? r[j] * dscale : 0.0f;
+    for (int j = i + 1; j < T; j++)
+      o[j] = 0.0f;
+  }
+}
+
 mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
                                  int Hl, int hd, int head_offset, int H, const mgt_dropout *d,
                                  float *scratch) {
@@ -52,16 +67,7 @@ mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *q
       const float *pd = p;
       if (drop) {
         float *sd = scratch + ((size_t)b * Hl + h) * T * T;
-        uint8_t keep[T];
-        for (int i = 0; i < T; i++) {
-          row_mask(keep, d, b, head_offset + h, T, i, thr);
-          const float *r = p + (size_t)i * T;
-          float *w = sd + (size_t)i * T;
-          for (int j = 0; j <= i; j++)
-            w[j] = keep[j] ? r[j] * dscale : 0.0f;
-          for (int j = i + 1; j < T; j++)
-            w[j] = 0.0f;
-        }
+        dropped_probs(sd, p, d, b, head_offset + h, T, thr, dscale);
         pd = sd;
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, pd, T, v, ld, 0.0f, o,
@@ -92,15 +98,7 @@ mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, con
       /* dV = Pd^T dO, with Pd the dropped probabilities rebuilt from the mask. */
       const float *pd = p;
       if (drop) {
-        for (int i = 0; i < T; i++) {
-          row_mask(keep, d, b, head_offset + h, T, i, thr);
-          const float *r = p + (size_t)i * T;
-          float *w = s + (size_t)i * T;
-          for (int j = 0; j <= i; j++)
-            w[j] = keep[j] ? r[j] * dscale : 0.0f;
-          for (int j = i + 1; j < T; j++)
-            w[j] = 0.0f;
-        }
+        dropped_probs(s, p, d, b, head_offset + h, T, thr, dscale);
         pd = s;
       }
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, pd, T, o, Cl, 0.0f, dv,

@@ -40,8 +40,8 @@ void cpu_dropout_mask(uint8_t *keep, uint64_t seed, uint64_t stream, uint64_t e0
   }
 }
 
-mgt_status cpu_init_normal(void *ctx, float *p, const mgt_shard *sh, uint64_t seed,
-                           uint64_t stream, float std) {
+mgt_status cpu_init_normal(void *ctx, float *p, const mgt_shard *sh, uint64_t seed, uint64_t stream,
+                           float std) {
   int64_t s0 = sh->shape[0], s1 = sh->ndim > 1 ? sh->shape[1] : 1,
           s2 = sh->ndim > 2 ? sh->shape[2] : 1;
   int64_t f0 = sh->full[0], f1 = sh->ndim > 1 ? sh->full[1] : 1,
@@ -54,7 +54,8 @@ mgt_status cpu_init_normal(void *ctx, float *p, const mgt_shard *sh, uint64_t se
       float *row = p + (i * s1 + j) * s2;
       int64_t k0 = sh->split_dim == 2 ? sh->offset : 0;
       if (gi >= f0 || gj >= f1) {
-        for (int64_t k = 0; k < s2; k++) row[k] = 0.0f;
+        for (int64_t k = 0; k < s2; k++)
+          row[k] = 0.0f;
         continue;
       }
       /* the row's logical indices are consecutive: draw the Box-Muller pairs once */
@@ -145,25 +146,9 @@ mgt_status cpu_dropout_forward(void *ctx, float *out, const float *x, const floa
   return MGT_OK;
 }
 
+/* The mask applied to the gradient is the forward without a residual. */
 mgt_status cpu_dropout_backward(void *ctx, float *dx, const float *dout, int B, size_t row,
                                 const mgt_dropout *d) {
-  if (d->p <= 0.0f) {
-    if (dx != dout) memcpy(dx, dout, (size_t)B * row * sizeof(float));
-    return MGT_OK;
-  }
-  const uint32_t thr = mgt_dropout_threshold(d->p);
-  const float scale = 1.0f / (1.0f - d->p);
-  size_t nchunk = (row + CHUNK - 1) / CHUNK;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++)
-    for (size_t c = 0; c < nchunk; c++) {
-      uint64_t stream = mgt_rng_dropout_stream(d->sample_base + (uint64_t)b, d->layer, d->site);
-      size_t e0 = c * CHUNK, n = row - e0 < CHUNK ? row - e0 : CHUNK;
-      uint8_t keep[CHUNK];
-      cpu_dropout_mask(keep, d->seed, stream, e0, n, thr);
-      size_t base = (size_t)b * row + e0;
-      for (size_t i = 0; i < n; i++)
-        dx[base + i] = keep[i] ? dout[base + i] * scale : 0.0f;
-    }
-  return MGT_OK;
+  if (d->p <= 0.0f && dx == dout) return MGT_OK;
+  return cpu_dropout_forward(ctx, dx, dout, NULL, B, row, d);
 }
