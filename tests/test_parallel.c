@@ -11,7 +11,7 @@
 
 enum { ITERS = 20 };
 
-static int overlap;
+static int overlap, recompute;
 
 static mgt_config test_config(int tp) {
   mgt_config c;
@@ -33,6 +33,7 @@ static mgt_config test_config(int tp) {
   c.tensor_model_parallel_size = tp;
   c.ddp_bucket_size = 5000; /* several all-reduce pieces per bucket */
   c.overlap_grad_reduce = overlap;
+  c.recompute_activations = recompute;
   c.mock_data = 1;
   return c;
 }
@@ -110,6 +111,7 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int tp = argc > 1 ? atoi(argv[1]) : 1, rank;
   overlap = argc > 2 && strcmp(argv[2], "overlap") == 0;
+  recompute = argc > 2 && strcmp(argv[2], "recompute") == 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   mgt_grid *grid = NULL, *single = NULL;
   T_OK(mgt_grid_create(MPI_COMM_WORLD, tp, &grid));
@@ -137,8 +139,9 @@ int main(int argc, char **argv) {
     T_CLOSE("parameters after training", p, r, n, 1e-5, 1e-5);
     printf("tp=%d dp=%d%s: %d iterations, worst loss difference %.2e relative, final loss %.6f "
            "(one rank %.6f)\n",
-           grid->tp, grid->dp, overlap ? " (overlapped gradient all-reduce)" : "", ITERS, worst,
-           got[ITERS - 1], ref[ITERS - 1]);
+           grid->tp, grid->dp,
+           overlap ? " (overlapped gradient all-reduce)" : (recompute ? " (recomputation)" : ""),
+           ITERS, worst, got[ITERS - 1], ref[ITERS - 1]);
     free(r);
   }
   free(p);
