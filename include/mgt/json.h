@@ -1,0 +1,48 @@
+/* A small JSON reader: one document into an arena, values as a tree. Used for JSONL input,
+   the GPT-2 vocabulary, and configuration files. Not collective. */
+#pragma once
+
+#include <stddef.h>
+
+#include "mgt/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mgt_json_type {
+  MGT_JSON_NULL,
+  MGT_JSON_BOOL,
+  MGT_JSON_NUMBER,
+  MGT_JSON_STRING,
+  MGT_JSON_ARRAY,
+  MGT_JSON_OBJECT
+} mgt_json_type;
+
+typedef struct mgt_json {
+  mgt_json_type type;
+  double number;           /* NUMBER, and BOOL as 0/1 */
+  const char *str;         /* STRING: UTF-8, NUL-terminated (may hold NULs: use len) */
+  size_t len;              /* STRING: bytes; ARRAY/OBJECT: children */
+  const struct mgt_json *items; /* ARRAY/OBJECT children */
+  const char *const *keys; /* OBJECT: member names, parallel to items */
+  const size_t *key_lens;
+} mgt_json;
+
+typedef struct mgt_json_parser mgt_json_parser;
+
+MGT_NODISCARD mgt_status mgt_json_parser_create(mgt_json_parser **out);
+void mgt_json_parser_destroy(mgt_json_parser **p);
+
+/* Parses text[0..len) as one JSON value (surrounding whitespace allowed). On success *root
+   points into the parser's arena, valid until the next parse. On malformed input returns
+   MGT_ERR_INPUT with a message naming the byte offset and the problem. */
+MGT_NODISCARD mgt_status mgt_json_parse(mgt_json_parser *p, const char *text, size_t len,
+                                        const mgt_json **root);
+
+/* The member `key` of an object, or NULL. */
+const mgt_json *mgt_json_get(const mgt_json *obj, const char *key);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,55 @@
+/* Tokenizers: GPT-2's byte-level BPE (identical to OpenAI's encoder, read from the standard
+   vocabulary and merges files) and a plain byte tokenizer (ids 0-255, end of document 256)
+   for text when no vocabulary is at hand. Not collective; one tokenizer per thread. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mgt/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mgt_tokenizer mgt_tokenizer;
+
+/* A growable array of token ids. */
+typedef struct mgt_ids {
+  int32_t *ids;
+  size_t n, cap;
+} mgt_ids;
+
+MGT_NODISCARD mgt_status mgt_ids_push(mgt_ids *v, int32_t id);
+void mgt_ids_free(mgt_ids *v);
+
+/* GPT-2 BPE from gpt2-vocab.json (encoder.json) and gpt2-merges.txt (vocab.bpe). Errors name
+   the file and the problem. */
+MGT_NODISCARD mgt_status mgt_tok_load_gpt2(const char *vocab_file, const char *merge_file,
+                                           mgt_tokenizer **out);
+/* Byte tokenizer: every byte its own id, end of document 256. */
+MGT_NODISCARD mgt_status mgt_tok_create_bytes(mgt_tokenizer **out);
+void mgt_tok_destroy(mgt_tokenizer **tok);
+
+int mgt_tok_vocab_size(const mgt_tokenizer *tok);
+int32_t mgt_tok_eod(const mgt_tokenizer *tok);
+/* "GPT2BPETokenizer" or "ByteTokenizer". */
+const char *mgt_tok_name(const mgt_tokenizer *tok);
+/* SHA-256 (hex) of the vocabulary and merges files; for bytes, of the name. */
+const char *mgt_tok_hash(const mgt_tokenizer *tok);
+
+/* Appends the ids of text[0..len) to out. Any bytes are accepted: invalid UTF-8 bytes are
+   pre-tokenized as symbols, so decoding gives the input back. "<|endoftext|>" in the text
+   is ordinary text. */
+MGT_NODISCARD mgt_status mgt_tok_encode(mgt_tokenizer *tok, const char *text, size_t len,
+                                        mgt_ids *out);
+
+/* Appends the bytes of ids to *buf (grown with realloc; *len and *cap updated). Fails with
+   MGT_ERR_INPUT on an id outside the vocabulary. The end-of-document id decodes to
+   "<|endoftext|>" for GPT-2 and to nothing for bytes. */
+MGT_NODISCARD mgt_status mgt_tok_decode(const mgt_tokenizer *tok, const int32_t *ids, size_t n,
+                                        char **buf, size_t *len, size_t *cap);
+
+#ifdef __cplusplus
+}
+#endif

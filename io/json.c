@@ -1,0 +1,343 @@
+#include "mgt/json.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_DEPTH = 64 };
+
+/* Chunked arena: values, strings and key tables of one document. */
+typedef struct chunk {
+  struct chunk *next;
+  size_t cap, used;
+  unsigned char data[];
+} chunk;
+
+struct mgt_json_parser {
+  chunk *chunks;
+  const char *s, *end, *begin;
+  char err[160];
+  /* scratch stacks for children while an array/object is being read */
+  mgt_json *stack;
+  const char **kstack;
+  size_t *lstack;
+  size_t stack_cap, stack_len;
+};
+
+static void *arena_take(mgt_json_parser *p, size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  chunk *c = p->chunks;
+  if (!c || c->cap - c->used < n) {
+    size_t cap = n > (1u << 16) ? n : (1u << 16);
+    chunk *nc = malloc(sizeof *nc + cap);
+    if (!nc) return NULL;
+    nc->cap = cap;
+    nc->used = 0;
+    nc->next = c;
+    p->chunks = nc;
+    c = nc;
+  }
+  void *r = c->data + c->used;
+  c->used += n;
+  return r;
+}
+
+static void arena_reset(mgt_json_parser *p) {
+  /* keep the newest chunk, free the rest */
+  chunk *c = p->chunks;
+  if (!c) return;
+  chunk *rest = c->next;
+  c->next = NULL;
+  c->used = 0;
+  while (rest) {
+    chunk *n = rest->next;
+    free(rest);
+    rest = n;
+  }
+}
+
+mgt_status mgt_json_parser_create(mgt_json_parser **out) {
+  MGT_CHECK(mgt_calloc(sizeof **out, "JSON parser", (void **)out));
+  return MGT_OK;
+}
+
+void mgt_json_parser_destroy(mgt_json_parser **pp) {
+  mgt_json_parser *p = *pp;
+  if (!p) return;
+  arena_reset(p);
+  free(p->chunks);
+  free(p->stack);
+  free(p->kstack);
+  free(p->lstack);
+  mgt_free(p);
+  *pp = NULL;
+}
+
+#define FAIL(...)                                                                          \
+  do {                                                                                     \
+    snprintf(p->err, sizeof p->err, __VA_ARGS__);                                          \
+    return 0;                                                                              \
+  } while (0)
+
+static void skip_ws(mgt_json_parser *p) {
+  while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r'))
+    p->s++;
+}
+
+static int push(mgt_json_parser *p, const mgt_json *v, const char *key, size_t klen) {
+  if (p->stack_len == p->stack_cap) {
+    size_t cap = p->stack_cap ? 2 * p->stack_cap : 64;
+    mgt_json *ns = realloc(p->stack, cap * sizeof *ns);
+    const char **nk = realloc(p->kstack, cap * sizeof *nk);
+    size_t *nl = realloc(p->lstack, cap * sizeof *nl);
+    if (ns) p->stack = ns;
+    if (nk) p->kstack = nk;
+    if (nl) p->lstack = nl;
+    if (!ns || !nk || !nl) FAIL("out of memory");
+    p->stack_cap = cap;
+  }
+  p->stack[p->stack_len] = *v;
+  p->kstack[p->stack_len] = key;
+  p->lstack[p->stack_len] = klen;
+  p->stack_len++;
+  return 1;
+}
+
+static int hex4(mgt_json_parser *p, unsigned *out) {
+  if (p->end - p->s < 4) FAIL("truncated \\u escape");
+  unsigned v = 0;
+  for (int i = 0; i < 4; i++) {
+    char c = p->s[i];
+    v <<= 4;
+    if (c >= '0' && c <= '9')
+      v |= (unsigned)(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      v |= (unsigned)(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F')
+      v |= (unsigned)(c - 'A' + 10);
+    else
+      FAIL("bad \\u escape");
+  }
+  p->s += 4;
+  *out = v;
+  return 1;
+}
+
+static size_t put_utf8(unsigned char *o, unsigned cp) {
+  if (cp < 0x80) {
+    o[0] = (unsigned char)cp;
+    return 1;
+  }
+  if (cp < 0x800) {
+    o[0] = (unsigned char)(0xC0 | (cp >> 6));
+    o[1] = (unsigned char)(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    o[0] = (unsigned char)(0xE0 | (cp >> 12));
+    o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+    o[2] = (unsigned char)(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  o[0] = (unsigned char)(0xF0 | (cp >> 18));
+  o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+  o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+  o[3] = (unsigned char)(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+/* Reads a string at p->s (on the opening quote) into the arena. */
+static int parse_string(mgt_json_parser *p, const char **out, size_t *olen) {
+  p->s++;
+  const char *q = p->s;
+  size_t raw = 0;
+  while (q < p->end && *q != '"') {
+    if (*q == '\\') q++;
+    q++;
+    raw++;
+  }
+  if (q >= p->end) FAIL("unterminated string");
+  /* escapes never expand: \uXXXX (6 bytes) becomes at most 4, a surrogate pair 12 -> 4 */
+  unsigned char *o = arena_take(p, (size_t)(q - p->s) + 1);
+  if (!o) FAIL("out of memory");
+  size_t n = 0;
+  while (*p->s != '"') {
+    unsigned char c = (unsigned char)*p->s;
+    if (c < 0x20) FAIL("control character in string");
+    if (c != '\\') {
+      o[n++] = c;
+      p->s++;
+      continue;
+    }
+    p->s++;
+    char e = *p->s++;
+    switch (e) {
+    case '"': o[n++] = '"'; break;
+    case '\\': o[n++] = '\\'; break;
+    case '/': o[n++] = '/'; break;
+    case 'b': o[n++] = '\b'; break;
+    case 'f': o[n++] = '\f'; break;
+    case 'n': o[n++] = '\n'; break;
+    case 'r': o[n++] = '\r'; break;
+    case 't': o[n++] = '\t'; break;
+    case 'u': {
+      unsigned cp;
+      if (!hex4(p, &cp)) return 0;
+      if (cp >= 0xD800 && cp < 0xDC00 && p->end - p->s >= 6 && p->s[0] == '\\' &&
+          p->s[1] == 'u') {
+        const char *save = p->s;
+        unsigned lo;
+        p->s += 2;
+        if (!hex4(p, &lo)) return 0;
+        if (lo >= 0xDC00 && lo < 0xE000)
+          cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        else
+          p->s = save; /* lone high surrogate; the next escape stands alone */
+      }
+      n += put_utf8(o + n, cp); /* lone surrogates are kept as WTF-8 */
+      break;
+    }
+    default: FAIL("bad escape '\\%c'", e);
+    }
+  }
+  p->s++;
+  o[n] = 0;
+  *out = (const char *)o;
+  *olen = n;
+  (void)raw;
+  return 1;
+}
+
+static int parse_value(mgt_json_parser *p, mgt_json *v, int depth);
+
+static int parse_container(mgt_json_parser *p, mgt_json *v, int depth, int object) {
+  if (depth >= MAX_DEPTH) FAIL("nesting deeper than %d", MAX_DEPTH);
+  char close = object ? '}' : ']';
+  p->s++;
+  size_t base = p->stack_len;
+  skip_ws(p);
+  if (p->s < p->end && *p->s == close) {
+    p->s++;
+  } else {
+    for (;;) {
+      const char *key = NULL;
+      size_t klen = 0;
+      skip_ws(p);
+      if (object) {
+        if (p->s >= p->end || *p->s != '"') FAIL("expected a member name");
+        if (!parse_string(p, &key, &klen)) return 0;
+        skip_ws(p);
+        if (p->s >= p->end || *p->s != ':') FAIL("expected ':' after a member name");
+        p->s++;
+      }
+      mgt_json child;
+      if (!parse_value(p, &child, depth + 1)) return 0;
+      if (!push(p, &child, key, klen)) return 0;
+      skip_ws(p);
+      if (p->s < p->end && *p->s == ',') {
+        p->s++;
+        continue;
+      }
+      if (p->s < p->end && *p->s == close) {
+        p->s++;
+        break;
+      }
+      FAIL("expected ',' or '%c'", close);
+    }
+  }
+  size_t n = p->stack_len - base;
+  memset(v, 0, sizeof *v);
+  v->type = object ? MGT_JSON_OBJECT : MGT_JSON_ARRAY;
+  v->len = n;
+  mgt_json *items = arena_take(p, n * sizeof *items + 1);
+  if (!items) FAIL("out of memory");
+  memcpy(items, p->stack + base, n * sizeof *items);
+  v->items = items;
+  if (object) {
+    const char **keys = arena_take(p, n * sizeof *keys + 1);
+    size_t *lens = arena_take(p, n * sizeof *lens + 1);
+    if (!keys || !lens) FAIL("out of memory");
+    memcpy(keys, p->kstack + base, n * sizeof *keys);
+    memcpy(lens, p->lstack + base, n * sizeof *lens);
+    v->keys = keys;
+    v->key_lens = lens;
+  }
+  p->stack_len = base;
+  return 1;
+}
+
+static int literal(mgt_json_parser *p, const char *word) {
+  size_t n = strlen(word);
+  if ((size_t)(p->end - p->s) < n || memcmp(p->s, word, n) != 0) FAIL("unexpected character");
+  p->s += n;
+  return 1;
+}
+
+static int parse_value(mgt_json_parser *p, mgt_json *v, int depth) {
+  skip_ws(p);
+  memset(v, 0, sizeof *v);
+  if (p->s >= p->end) FAIL("unexpected end of input");
+  char c = *p->s;
+  if (c == '{') return parse_container(p, v, depth, 1);
+  if (c == '[') return parse_container(p, v, depth, 0);
+  if (c == '"') {
+    v->type = MGT_JSON_STRING;
+    return parse_string(p, &v->str, &v->len);
+  }
+  if (c == 't' || c == 'f') {
+    v->type = MGT_JSON_BOOL;
+    v->number = c == 't';
+    return literal(p, c == 't' ? "true" : "false");
+  }
+  if (c == 'n') {
+    v->type = MGT_JSON_NULL;
+    return literal(p, "null");
+  }
+  if (c == '-' || (c >= '0' && c <= '9')) {
+    const char *q = p->s;
+    if (*q == '-') q++;
+    if (q >= p->end || *q < '0' || *q > '9') FAIL("bad number");
+    if (*q == '0' && q + 1 < p->end && q[1] >= '0' && q[1] <= '9') FAIL("leading zero in number");
+    while (q < p->end && ((*q >= '0' && *q <= '9') || *q == '.' || *q == 'e' || *q == 'E' ||
+                          *q == '+' || *q == '-'))
+      q++;
+    char buf[64];
+    size_t n = (size_t)(q - p->s);
+    if (n >= sizeof buf) FAIL("number too long");
+    memcpy(buf, p->s, n);
+    buf[n] = 0;
+    char *e = NULL;
+    v->number = strtod(buf, &e);
+    if (*e != 0 || !isfinite(v->number)) FAIL("bad number");
+    v->type = MGT_JSON_NUMBER;
+    p->s = q;
+    return 1;
+  }
+  FAIL("unexpected character '%c'", c);
+}
+
+mgt_status mgt_json_parse(mgt_json_parser *p, const char *text, size_t len, const mgt_json **root) {
+  arena_reset(p);
+  p->stack_len = 0;
+  p->s = p->begin = text;
+  p->end = text + len;
+  p->err[0] = 0;
+  mgt_json *v = arena_take(p, sizeof *v);
+  if (!v) MGT_FAIL(MGT_ERR_NOMEM, "out of memory parsing JSON");
+  if (!parse_value(p, v, 0))
+    MGT_FAIL(MGT_ERR_INPUT, "malformed JSON at byte %zu: %s", (size_t)(p->s - p->begin), p->err);
+  skip_ws(p);
+  if (p->s != p->end)
+    MGT_FAIL(MGT_ERR_INPUT, "malformed JSON at byte %zu: text after the value",
+             (size_t)(p->s - p->begin));
+  *root = v;
+  return MGT_OK;
+}
+
+const mgt_json *mgt_json_get(const mgt_json *obj, const char *key) {
+  if (!obj || obj->type != MGT_JSON_OBJECT) return NULL;
+  size_t kl = strlen(key);
+  for (size_t i = 0; i < obj->len; i++)
+    if (obj->key_lens[i] == kl && memcmp(obj->keys[i], key, kl) == 0) return &obj->items[i];
+  return NULL;
+}

@@ -1,0 +1,297 @@
+/* The GPT-2 tokenizer against independent references: the 294 reference encodings (made
+   with OpenAI's encoder and checked against tiktoken), whole-file id streams (count and
+   SHA-256), a naive BPE written here for long pieces, and decode(encode(x)) == x on random
+   bytes. Usage: test_tokenizer DATA_DIR (../shared/data); exits 77 (skipped) without it. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "mgt/json.h"
+#include "mgt/sha256.h"
+#include "mgt/tokenizer.h"
+#include "testutil.h"
+
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  rewind(f);
+  char *b = malloc((size_t)n + 1);
+  if (fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
+  b[n] = 0;
+  fclose(f);
+  *len = (size_t)n;
+  return b;
+}
+
+static int hexval(char c) { return c <= '9' ? c - '0' : c - 'a' + 10; }
+
+static void test_reference(mgt_tokenizer *tok, const char *dir) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/gpt2/reference-encodings.jsonl", dir);
+  size_t len;
+  char *text = slurp(path, &len);
+  T_CHECK(text != NULL, "cannot read %s", path);
+  if (!text) return;
+  mgt_json_parser *jp = NULL;
+  T_OK(mgt_json_parser_create(&jp));
+  int cases = 0, exact = 0;
+  for (char *line = text; *line;) {
+    char *nl = strchr(line, '\n');
+    size_t ll = nl ? (size_t)(nl - line) : strlen(line);
+    const mgt_json *root;
+    T_OK(mgt_json_parse(jp, line, ll, &root));
+    const mgt_json *hex = mgt_json_get(root, "utf8_hex"), *ids = mgt_json_get(root, "ids"),
+                   *txt = mgt_json_get(root, "text");
+    size_t n = hex->len / 2;
+    char *bytes = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+      bytes[i] = (char)(hexval(hex->str[2 * i]) << 4 | hexval(hex->str[2 * i + 1]));
+    /* the JSON text and the hex spelling must agree: checks the JSON reader too */
+    T_CHECK(txt->len == n && memcmp(txt->str, bytes, n) == 0, "case %d: text and utf8_hex differ",
+            cases);
+    mgt_ids out = {0};
+    T_OK(mgt_tok_encode(tok, bytes, n, &out));
+    int same = out.n == ids->len;
+    for (size_t i = 0; same && i < out.n; i++) same = out.ids[i] == (int32_t)ids->items[i].number;
+    exact += same;
+    T_CHECK(same, "reference case %d (%s): %zu ids, expected %zu", cases,
+            mgt_json_get(root, "category")->str, out.n, ids->len);
+    char *dec = NULL;
+    size_t dl = 0, dc = 0;
+    T_OK(mgt_tok_decode(tok, out.ids, out.n, &dec, &dl, &dc));
+    T_CHECK(dl == n && (n == 0 || memcmp(dec, bytes, n) == 0), "case %d: decode differs", cases);
+    free(dec);
+    free(bytes);
+    mgt_ids_free(&out);
+    cases++;
+    if (!nl) break;
+    line = nl + 1;
+  }
+  printf("reference encodings: %d of %d exact\n", exact, cases);
+  T_CHECK(cases == 294, "expected 294 reference cases, read %d", cases);
+  mgt_json_parser_destroy(&jp);
+  free(text);
+}
+
+static void test_files(mgt_tokenizer *tok, const char *dir) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/gpt2/reference-file-encodings.json", dir);
+  size_t len;
+  char *meta = slurp(path, &len);
+  T_CHECK(meta != NULL, "cannot read %s", path);
+  if (!meta) return;
+  mgt_json_parser *jp = NULL;
+  const mgt_json *root;
+  T_OK(mgt_json_parser_create(&jp));
+  T_OK(mgt_json_parse(jp, meta, len, &root));
+  const mgt_json *files = mgt_json_get(root, "files");
+  for (size_t f = 0; files && f < files->len; f++) {
+    const mgt_json *e = &files->items[f];
+    snprintf(path, sizeof path, "%s/%s", dir, files->keys[f]);
+    size_t n;
+    char *text = slurp(path, &n);
+    T_CHECK(text != NULL, "cannot read %s", path);
+    if (!text) continue;
+    mgt_ids out = {0};
+    T_OK(mgt_tok_encode(tok, text, n, &out));
+    mgt_sha256 h;
+    unsigned char d[32];
+    char hex[65];
+    mgt_sha256_init(&h);
+    for (size_t i = 0; i < out.n; i++) {
+      unsigned char le[2] = {(unsigned char)out.ids[i], (unsigned char)(out.ids[i] >> 8)};
+      mgt_sha256_update(&h, le, 2);
+    }
+    mgt_sha256_final(&h, d);
+    mgt_sha256_hex(d, hex);
+    size_t want = (size_t)mgt_json_get(e, "n_tokens")->number;
+    const char *sha = mgt_json_get(e, "sha256_u16le")->str;
+    T_CHECK(out.n == want && strcmp(hex, sha) == 0, "%s: %zu tokens sha256 %.12s, expected %zu %.12s",
+            files->keys[f], out.n, hex, want, sha);
+    printf("%s: %zu tokens, stream sha256 %s\n", files->keys[f], out.n,
+           strcmp(hex, sha) == 0 ? "matches" : "DIFFERS");
+    mgt_ids_free(&out);
+    free(text);
+  }
+  mgt_json_parser_destroy(&jp);
+  free(meta);
+}
+
+/* ---- a naive BPE from the merges file, for long single-class pieces ---- */
+typedef struct naive {
+  char **merge_a, **merge_b;
+  int n;
+  mgt_json_parser *jp;
+  const mgt_json *vocab;
+} naive;
+
+/* GPT-2 spelling of a byte */
+static void spell(unsigned char b, char *out) {
+  int n = 0, cp = -1;
+  for (int x = 0; x < 256; x++) {
+    int pr = (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF);
+    int c = pr ? x : 256 + n;
+    if (!pr) n++;
+    if (x == b) cp = c;
+  }
+  if (cp < 0x80) {
+    out[0] = (char)cp, out[1] = 0;
+  } else {
+    out[0] = (char)(0xC0 | (cp >> 6)), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
+  }
+}
+
+static int naive_rank(const naive *nv, const char *a, const char *b) {
+  for (int r = 0; r < nv->n; r++)
+    if (!strcmp(nv->merge_a[r], a) && !strcmp(nv->merge_b[r], b)) return r;
+  return -1;
+}
+
+/* encoder.py's bpe(): merge every occurrence of the lowest-ranked pair until none is left */
+static int naive_encode(const naive *nv, const unsigned char *s, size_t n, int32_t *ids) {
+  char **sym = malloc(n * sizeof *sym);
+  size_t m = n;
+  for (size_t i = 0; i < n; i++) {
+    sym[i] = malloc(4);
+    spell(s[i], sym[i]);
+  }
+  for (;;) {
+    int best = -1;
+    for (size_t i = 0; i + 1 < m; i++) {
+      int r = naive_rank(nv, sym[i], sym[i + 1]);
+      if (r >= 0 && (best < 0 || r < best)) best = r;
+    }
+    if (best < 0) break;
+    size_t j = 0;
+    for (size_t i = 0; i < m;) {
+      if (i + 1 < m && !strcmp(sym[i], nv->merge_a[best]) && !strcmp(sym[i + 1], nv->merge_b[best])) {
+        char *c = malloc(strlen(sym[i]) + strlen(sym[i + 1]) + 1);
+        strcpy(c, sym[i]);
+        strcat(c, sym[i + 1]);
+        free(sym[i]), free(sym[i + 1]);
+        sym[j++] = c;
+        i += 2;
+      } else {
+        sym[j++] = sym[i++];
+      }
+    }
+    m = j;
+  }
+  for (size_t i = 0; i < m; i++) {
+    const mgt_json *id = mgt_json_get(nv->vocab, sym[i]);
+    ids[i] = id ? (int32_t)id->number : -1;
+    free(sym[i]);
+  }
+  free(sym);
+  return (int)m;
+}
+
+static void test_long_pieces(mgt_tokenizer *tok, const char *dir) {
+  char path[1024];
+  size_t ml, vl;
+  snprintf(path, sizeof path, "%s/gpt2/gpt2-merges.txt", dir);
+  char *merges = slurp(path, &ml);
+  snprintf(path, sizeof path, "%s/gpt2/gpt2-vocab.json", dir);
+  char *vocab = slurp(path, &vl);
+  if (!merges || !vocab) return;
+  naive nv = {0};
+  nv.merge_a = malloc(50001 * sizeof(char *));
+  nv.merge_b = malloc(50001 * sizeof(char *));
+  char *save = NULL;
+  for (char *line = strtok_r(merges, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    if (strncmp(line, "#version", 8) == 0) continue;
+    char *sp = strchr(line, ' ');
+    *sp = 0;
+    nv.merge_a[nv.n] = line;
+    nv.merge_b[nv.n++] = sp + 1;
+  }
+  T_OK(mgt_json_parser_create(&nv.jp));
+  T_OK(mgt_json_parse(nv.jp, vocab, vl, &nv.vocab));
+  /* single-class pieces of 30 to 130 bytes, so the library's heap path runs */
+  const char *alphabets[] = {"abcdefghijklmnopqrstuvwxyz", "etaoinshr", "0123456789", "!?.,;:-*#",
+                             "aeiouy"};
+  int checked = 0, agree = 0;
+  for (int trial = 0; trial < 30; trial++) {
+    const char *al = alphabets[trial % 5];
+    size_t n = 30 + t_next() % 100, na = strlen(al);
+    unsigned char *s = malloc(n);
+    for (size_t i = 0; i < n; i++) s[i] = (unsigned char)al[t_next() % na];
+    int32_t *ref = malloc(n * sizeof *ref);
+    int m = naive_encode(&nv, s, n, ref);
+    mgt_ids out = {0};
+    T_OK(mgt_tok_encode(tok, (const char *)s, n, &out));
+    int same = (size_t)m == out.n;
+    for (int i = 0; same && i < m; i++) same = ref[i] == out.ids[i];
+    T_CHECK(same, "long piece of %zu bytes ('%.20s...'): %zu ids, naive BPE %d", n, s, out.n, m);
+    agree += same;
+    checked++;
+    mgt_ids_free(&out);
+    free(ref), free(s);
+  }
+  printf("long pieces: %d of %d agree with the naive BPE\n", agree, checked);
+  mgt_json_parser_destroy(&nv.jp);
+  free(nv.merge_a), free(nv.merge_b), free(merges), free(vocab);
+}
+
+static void test_roundtrip(mgt_tokenizer *tok, const char *name) {
+  int bad = 0;
+  for (int trial = 0; trial < 2000; trial++) {
+    size_t n = t_next() % 300;
+    unsigned char *s = malloc(n + 1);
+    int mode = trial % 4;
+    for (size_t i = 0; i < n; i++) {
+      uint64_t r = t_next();
+      if (mode == 0) s[i] = (unsigned char)r; /* any bytes */
+      else if (mode == 1) s[i] = " \n\t'sabc1\xc3\xa9\xe2\x80\xa8"[r % 15];
+      else if (mode == 2) s[i] = (unsigned char)(0x80 + r % 64); /* lone continuations */
+      else s[i] = (unsigned char)(r % 2 ? ' ' : "aZ9!\xf0\x9f\x98\x80"[r % 8]);
+    }
+    mgt_ids out = {0};
+    T_OK(mgt_tok_encode(tok, (const char *)s, n, &out));
+    char *d = NULL;
+    size_t dl = 0, dc = 0;
+    T_OK(mgt_tok_decode(tok, out.ids, out.n, &d, &dl, &dc));
+    if (dl != n || (n && memcmp(d, s, n) != 0)) bad++;
+    free(d), free(s);
+    mgt_ids_free(&out);
+  }
+  T_CHECK(bad == 0, "%s: %d of 2000 random byte strings did not round-trip", name, bad);
+}
+
+int main(int argc, char **argv) {
+  const char *dir = argc > 1 ? argv[1] : "../shared/data";
+  mgt_tokenizer *bytes = NULL;
+  T_OK(mgt_tok_create_bytes(&bytes));
+  test_roundtrip(bytes, "bytes");
+  T_CHECK(mgt_tok_vocab_size(bytes) == 257 && mgt_tok_eod(bytes) == 256, "byte tokenizer sizes");
+  mgt_tok_destroy(&bytes);
+
+  char vocab[1024], merges[1024];
+  snprintf(vocab, sizeof vocab, "%s/gpt2/gpt2-vocab.json", dir);
+  snprintf(merges, sizeof merges, "%s/gpt2/gpt2-merges.txt", dir);
+  struct stat st;
+  if (stat(vocab, &st) != 0) {
+    printf("test_tokenizer: %s not found: GPT-2 checks skipped\n", vocab);
+    return t_failures ? 1 : 77;
+  }
+  mgt_tokenizer *tok = NULL;
+  T_OK(mgt_tok_load_gpt2(vocab, merges, &tok));
+  T_CHECK(mgt_tok_vocab_size(tok) == 50257 && mgt_tok_eod(tok) == 50256, "GPT-2 sizes: %d, eod %d",
+          mgt_tok_vocab_size(tok), mgt_tok_eod(tok));
+  test_reference(tok, dir);
+  test_files(tok, dir);
+  test_long_pieces(tok, dir);
+  test_roundtrip(tok, "gpt2");
+  /* bad files are refused with the file's name */
+  mgt_tokenizer *bad = NULL;
+  mgt_status s = mgt_tok_load_gpt2(merges, merges, &bad);
+  T_CHECK(s == MGT_ERR_INPUT && strstr(mgt_error_message(), "--vocab-file"),
+          "a merges file as vocabulary: %s", mgt_error_message());
+  s = mgt_tok_load_gpt2("/nonexistent/vocab.json", merges, &bad);
+  T_CHECK(s == MGT_ERR_INPUT && strstr(mgt_error_message(), "cannot open"), "missing file: %s",
+          mgt_error_message());
+  mgt_tok_destroy(&tok);
+  return t_report("test_tokenizer");
+}
