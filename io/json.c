@@ -73,10 +73,10 @@ void mgt_json_parser_destroy(mgt_json_parser **pp) {
   *pp = NULL;
 }
 
-#define FAIL(...)                                                                          \
-  do {                                                                                     \
-    snprintf(p->err, sizeof p->err, __VA_ARGS__);                                          \
-    return 0;                                                                              \
+#define FAIL(...)                                                                                  \
+  do {                                                                                             \
+    snprintf(p->err, sizeof p->err, __VA_ARGS__);                                                  \
+    return 0;                                                                                      \
   } while (0)
 
 static void skip_ws(mgt_json_parser *p) {
@@ -183,8 +183,7 @@ static int parse_string(mgt_json_parser *p, const char **out, size_t *olen) {
     case 'u': {
       unsigned cp;
       if (!hex4(p, &cp)) return 0;
-      if (cp >= 0xD800 && cp < 0xDC00 && p->end - p->s >= 6 && p->s[0] == '\\' &&
-          p->s[1] == 'u') {
+      if (cp >= 0xD800 && cp < 0xDC00 && p->end - p->s >= 6 && p->s[0] == '\\' && p->s[1] == 'u') {
         const char *save = p->s;
         unsigned lo;
         p->s += 2;

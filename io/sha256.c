@@ -55,7 +55,8 @@ void mgt_sha256_update(mgt_sha256 *s, const void *data, size_t n) {
     block(s, s->buf);
     s->fill = 0;
   }
-  for (; n >= 64; p += 64, n -= 64) block(s, p);
+  for (; n >= 64; p += 64, n -= 64)
+    block(s, p);
   memcpy(s->buf, p, n);
   s->fill = n;
 }
@@ -64,8 +65,10 @@ void mgt_sha256_final(mgt_sha256 *s, unsigned char digest[32]) {
   uint64_t bits = s->bytes * 8;
   unsigned char pad = 0x80, zero = 0, len[8];
   mgt_sha256_update(s, &pad, 1);
-  while (s->fill != 56) mgt_sha256_update(s, &zero, 1);
-  for (int i = 0; i < 8; i++) len[i] = (unsigned char)(bits >> (56 - 8 * i));
+  while (s->fill != 56)
+    mgt_sha256_update(s, &zero, 1);
+  for (int i = 0; i < 8; i++)
+    len[i] = (unsigned char)(bits >> (56 - 8 * i));
   mgt_sha256_update(s, len, 8);
   for (int i = 0; i < 8; i++) {
     digest[4 * i] = (unsigned char)(s->h[i] >> 24);
@@ -76,5 +79,6 @@ void mgt_sha256_final(mgt_sha256 *s, unsigned char digest[32]) {
 }
 
 void mgt_sha256_hex(const unsigned char digest[32], char hex[65]) {
-  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+  for (int i = 0; i < 32; i++)
+    snprintf(hex + 2 * i, 3, "%02x", digest[i]);
 }

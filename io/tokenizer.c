@@ -272,7 +272,8 @@ static mgt_status bpe_large(const mgt_tokenizer *t, int32_t *ids, size_t *np) {
     }
   }
   size_t j = 0;
-  for (int32_t i = 0; i >= 0; i = next[i]) ids[j++] = ids[i];
+  for (int32_t i = 0; i >= 0; i = next[i])
+    ids[j++] = ids[i];
   *np = j;
   free(next), free(prev), free(heap);
   return MGT_OK;
@@ -294,14 +295,16 @@ static mgt_status encode_piece(mgt_tokenizer *t, const unsigned char *s, size_t 
         break;
       }
       if (c->hash == h && c->key_len == n && memcmp(t->ckeys + c->key_off, s, n) == 0) {
-        for (size_t k = 0; k < c->n_ids; k++) MGT_CHECK(mgt_ids_push(out, t->cids[c->ids_off + k]));
+        for (size_t k = 0; k < c->n_ids; k++)
+          MGT_CHECK(mgt_ids_push(out, t->cids[c->ids_off + k]));
         return MGT_OK;
       }
     }
   }
   MGT_CHECK(ensure_work(t, n));
   int32_t *ids = t->work;
-  for (size_t i = 0; i < n; i++) ids[i] = t->byte_id[s[i]];
+  for (size_t i = 0; i < n; i++)
+    ids[i] = t->byte_id[s[i]];
   size_t m = n;
   if (n < HEAP_MIN) {
     m = bpe_small(t, ids, t->work2, n);
@@ -309,7 +312,8 @@ static mgt_status encode_piece(mgt_tokenizer *t, const unsigned char *s, size_t 
     /* the heap orders pairs by the stored value; the merged id rides in it */
     MGT_CHECK(bpe_large(t, ids, &m));
   }
-  for (size_t k = 0; k < m; k++) MGT_CHECK(mgt_ids_push(out, ids[k]));
+  for (size_t k = 0; k < m; k++)
+    MGT_CHECK(mgt_ids_push(out, ids[k]));
   if (slot) {
     /* a full cache starts over: pieces repeat locally in text */
     if (t->n_cached * 2 >= ((size_t)1 << CACHE_BITS)) {
@@ -355,7 +359,8 @@ static size_t contraction(const unsigned char *s, size_t n) {
 mgt_status mgt_tok_encode(mgt_tokenizer *t, const char *text, size_t len, mgt_ids *out) {
   const unsigned char *s = (const unsigned char *)text;
   if (t->kind == KIND_BYTES) {
-    for (size_t i = 0; i < len; i++) MGT_CHECK(mgt_ids_push(out, s[i]));
+    for (size_t i = 0; i < len; i++)
+      MGT_CHECK(mgt_ids_push(out, s[i]));
     return MGT_OK;
   }
   size_t i = 0;
@@ -484,8 +489,10 @@ static void byte_unicode_tables(uint32_t b2u[256], int16_t u2b[324]) {
     int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
     b2u[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
   }
-  for (int i = 0; i < 324; i++) u2b[i] = -1;
-  for (int b = 0; b < 256; b++) u2b[b2u[b]] = (int16_t)b;
+  for (int i = 0; i < 324; i++)
+    u2b[i] = -1;
+  for (int b = 0; b < 256; b++)
+    u2b[b2u[b]] = (int16_t)b;
 }
 
 /* Byte-level spelling (UTF-8) to raw bytes; returns the length or -1. */
@@ -509,7 +516,8 @@ static long unspell(const int16_t u2b[324], const unsigned char *s, size_t n, un
 
 static mgt_status tok_alloc_common(mgt_tokenizer *t) {
   MGT_CHECK(mgt_calloc(0x10000, "code point classes", (void **)&t->cls));
-  for (uint32_t cp = 0; cp < 0x10000; cp++) t->cls[cp] = (uint8_t)class_slow(cp);
+  for (uint32_t cp = 0; cp < 0x10000; cp++)
+    t->cls[cp] = (uint8_t)class_slow(cp);
   MGT_CHECK(mgt_calloc(sizeof(cache_slot) << CACHE_BITS, "tokenizer cache", (void **)&t->slots));
   MGT_CHECK(mgt_calloc((size_t)CACHE_MAX_PIECE << (CACHE_BITS - 1), "tokenizer cache",
                        (void **)&t->ckeys));
@@ -552,7 +560,8 @@ static mgt_status load_vocab(mgt_tokenizer *t, const char *path, const char *tex
     MGT_FAIL(MGT_ERR_INPUT, "--vocab-file %s: expected a JSON object of token: id", path);
   }
   size_t n = root->len, blob = 0;
-  for (size_t i = 0; i < n; i++) blob += root->key_lens[i];
+  for (size_t i = 0; i < n; i++)
+    blob += root->key_lens[i];
   t->n_vocab = (int)n;
   if ((st = mgt_calloc(blob + 1, "vocabulary", (void **)&t->blob)) != MGT_OK ||
       (st = mgt_calloc(n * sizeof(uint32_t), "vocabulary", (void **)&t->tok_off)) != MGT_OK ||
@@ -560,13 +569,14 @@ static mgt_status load_vocab(mgt_tokenizer *t, const char *path, const char *tex
     mgt_json_parser_destroy(&jp);
     return st;
   }
-  for (size_t i = 0; i < n; i++) t->tok_len[i] = UINT32_MAX;
+  for (size_t i = 0; i < n; i++)
+    t->tok_len[i] = UINT32_MAX;
   size_t used = 0;
   for (size_t i = 0; i < n; i++) {
     const mgt_json *v = &root->items[i];
     double idd = v->number;
-    long bytes = unspell(u2b, (const unsigned char *)root->keys[i], root->key_lens[i],
-                         t->blob + used);
+    long bytes =
+        unspell(u2b, (const unsigned char *)root->keys[i], root->key_lens[i], t->blob + used);
     if (v->type != MGT_JSON_NUMBER || idd < 0 || idd >= (double)n || idd != (double)(long)idd ||
         bytes < 0 || t->tok_len[(long)idd] != UINT32_MAX) {
       mgt_json_parser_destroy(&jp);
@@ -601,25 +611,31 @@ static mgt_status load_merges(mgt_tokenizer *t, const char *path, char *text, si
                               const int16_t u2b[324]) {
   vocab_index ix = {NULL, 0};
   size_t cap = 1;
-  while (cap < 4 * (size_t)t->n_vocab) cap <<= 1;
+  while (cap < 4 * (size_t)t->n_vocab)
+    cap <<= 1;
   ix.mask = cap - 1;
   MGT_CHECK(mgt_calloc(cap * sizeof(int32_t), "vocabulary index", (void **)&ix.slot));
-  for (size_t i = 0; i < cap; i++) ix.slot[i] = -1;
+  for (size_t i = 0; i < cap; i++)
+    ix.slot[i] = -1;
   for (int32_t id = 0; id < t->n_vocab; id++) {
     size_t i = hash_bytes(t->blob + t->tok_off[id], t->tok_len[id]) & ix.mask;
-    while (ix.slot[i] >= 0) i = (i + 1) & ix.mask;
+    while (ix.slot[i] >= 0)
+      i = (i + 1) & ix.mask;
     ix.slot[i] = id;
   }
   mgt_status st = MGT_OK;
   size_t n_lines = 0;
-  for (size_t i = 0; i < len; i++) n_lines += text[i] == '\n';
+  for (size_t i = 0; i < len; i++)
+    n_lines += text[i] == '\n';
   size_t mcap = 1;
-  while (mcap < 2 * (n_lines + 1)) mcap <<= 1;
+  while (mcap < 2 * (n_lines + 1))
+    mcap <<= 1;
   t->mmask = mcap - 1;
   if ((st = mgt_calloc(mcap * sizeof(uint64_t), "merges", (void **)&t->mkey)) != MGT_OK ||
       (st = mgt_calloc(mcap * sizeof(uint64_t), "merges", (void **)&t->mval)) != MGT_OK)
     goto done;
-  for (size_t i = 0; i < mcap; i++) t->mkey[i] = NO_MERGE;
+  for (size_t i = 0; i < mcap; i++)
+    t->mkey[i] = NO_MERGE;
   unsigned char a[512], b[512], ab[1024];
   uint64_t rank = 0;
   size_t line_no = 0;
@@ -656,7 +672,8 @@ static mgt_status load_merges(mgt_tokenizer *t, const char *path, char *text, si
     }
     uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
     size_t h = mix64(key) & t->mmask;
-    while (t->mkey[h] != NO_MERGE && t->mkey[h] != key) h = (h + 1) & t->mmask;
+    while (t->mkey[h] != NO_MERGE && t->mkey[h] != key)
+      h = (h + 1) & t->mmask;
     if (t->mkey[h] == NO_MERGE) { /* the first (lowest-ranked) occurrence wins */
       t->mkey[h] = key;
       t->mval[h] = rank << 32 | (uint32_t)im;

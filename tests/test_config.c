@@ -49,7 +49,13 @@ static void test_errors(void) {
   expect_error("--mock-data --lr abc", 1, "--lr: expected a number");
   expect_error("--mock-data --lr nan", 1, "--lr: expected a number");
   expect_error("--mock-data --hidden-dropout 1.5", 1, "--hidden-dropout");
-  expect_error("--mock-data --lr-decay-style step", 1, "expected constant, linear or cosine");
+  expect_error("--mock-data --lr-decay-style step", 1,
+               "--lr-decay-style: expected one of constant, linear, cosine, got 'step'");
+  expect_error("--mock-data --data-path a.h5", 1, "--mock-data and --data-path exclude each other");
+  expect_error("--data-path", 1, "--data-path: missing value");
+  expect_error("--data-path x --split 1,2,x", 1, "--split '1,2,x': expected up to three");
+  expect_error("--data-path x --split 0,0,0", 1, "the weights sum to zero");
+  expect_error("--data-path x --merge-file m.txt", 1, "--merge-file needs --vocab-file");
   expect_error("--mock-data --mock-data=1", 1, "--mock-data takes no value");
   expect_error("positional", 1, "unexpected argument 'positional'");
   expect_error("--mock-data --hidden-size 100 --num-attention-heads 3", 1,
@@ -66,7 +72,22 @@ static void test_errors(void) {
   expect_error("--mock-data --seq-length 64 --max-position-embeddings 32", 1,
                "--seq-length 64 exceeds --max-position-embeddings 32");
   expect_error("--mock-data --lr 1e-4 --min-lr 1e-3", 1, "--min-lr 0.001 exceeds --lr 0.0001");
-  expect_error("", 1, "no training data");
+  expect_error("", 1, "no training data: pass --data-path or --mock-data");
+}
+
+static void test_lists(void) {
+  mgt_config c;
+  T_CHECK(parse(&c, "--data-path 0.3 a 0.7 b --seq-length 8 --split 90,9,1") == MGT_OK,
+          "list flag rejected: %s", mgt_error_message());
+  T_CHECK(strcmp(c.data_path, "0.3\na\n0.7\nb") == 0 && c.seq_length == 8, "list value '%s'",
+          c.data_path);
+  double w[3];
+  T_CHECK(mgt_split_parse(c.split, w) == MGT_OK && fabs(w[0] - 0.9) < 1e-12 &&
+              fabs(w[1] - 0.09) < 1e-12 && fabs(w[2] - 0.01) < 1e-12,
+          "split fractions %g %g %g", w[0], w[1], w[2]);
+  T_CHECK(mgt_split_parse("969, 30, 1", w) == MGT_OK && fabs(w[0] - 0.969) < 1e-12,
+          "default split");
+  T_CHECK(mgt_split_parse("1", w) == MGT_OK && w[0] == 1 && w[1] == 0, "single weight");
 }
 
 static void test_schedule(void) {
@@ -94,6 +115,7 @@ static void test_schedule(void) {
 int main(void) {
   test_parse();
   test_errors();
+  test_lists();
   test_schedule();
   return t_report("test_config");
 }

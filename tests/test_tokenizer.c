@@ -54,7 +54,8 @@ static void test_reference(mgt_tokenizer *tok, const char *dir) {
     mgt_ids out = {0};
     T_OK(mgt_tok_encode(tok, bytes, n, &out));
     int same = out.n == ids->len;
-    for (size_t i = 0; same && i < out.n; i++) same = out.ids[i] == (int32_t)ids->items[i].number;
+    for (size_t i = 0; same && i < out.n; i++)
+      same = out.ids[i] == (int32_t)ids->items[i].number;
     exact += same;
     T_CHECK(same, "reference case %d (%s): %zu ids, expected %zu", cases,
             mgt_json_get(root, "category")->str, out.n, ids->len);
@@ -108,8 +109,9 @@ static void test_files(mgt_tokenizer *tok, const char *dir) {
     mgt_sha256_hex(d, hex);
     size_t want = (size_t)mgt_json_get(e, "n_tokens")->number;
     const char *sha = mgt_json_get(e, "sha256_u16le")->str;
-    T_CHECK(out.n == want && strcmp(hex, sha) == 0, "%s: %zu tokens sha256 %.12s, expected %zu %.12s",
-            files->keys[f], out.n, hex, want, sha);
+    T_CHECK(out.n == want && strcmp(hex, sha) == 0,
+            "%s: %zu tokens sha256 %.12s, expected %zu %.12s", files->keys[f], out.n, hex, want,
+            sha);
     printf("%s: %zu tokens, stream sha256 %s\n", files->keys[f], out.n,
            strcmp(hex, sha) == 0 ? "matches" : "DIFFERS");
     mgt_ids_free(&out);
@@ -166,7 +168,8 @@ static int naive_encode(const naive *nv, const unsigned char *s, size_t n, int32
     if (best < 0) break;
     size_t j = 0;
     for (size_t i = 0; i < m;) {
-      if (i + 1 < m && !strcmp(sym[i], nv->merge_a[best]) && !strcmp(sym[i + 1], nv->merge_b[best])) {
+      if (i + 1 < m && !strcmp(sym[i], nv->merge_a[best]) &&
+          !strcmp(sym[i + 1], nv->merge_b[best])) {
         char *c = malloc(strlen(sym[i]) + strlen(sym[i + 1]) + 1);
         strcpy(c, sym[i]);
         strcat(c, sym[i + 1]);
@@ -217,13 +220,15 @@ static void test_long_pieces(mgt_tokenizer *tok, const char *dir) {
     const char *al = alphabets[trial % 5];
     size_t n = 30 + t_next() % 100, na = strlen(al);
     unsigned char *s = malloc(n);
-    for (size_t i = 0; i < n; i++) s[i] = (unsigned char)al[t_next() % na];
+    for (size_t i = 0; i < n; i++)
+      s[i] = (unsigned char)al[t_next() % na];
     int32_t *ref = malloc(n * sizeof *ref);
     int m = naive_encode(&nv, s, n, ref);
     mgt_ids out = {0};
     T_OK(mgt_tok_encode(tok, (const char *)s, n, &out));
     int same = (size_t)m == out.n;
-    for (int i = 0; same && i < m; i++) same = ref[i] == out.ids[i];
+    for (int i = 0; same && i < m; i++)
+      same = ref[i] == out.ids[i];
     T_CHECK(same, "long piece of %zu bytes ('%.20s...'): %zu ids, naive BPE %d", n, s, out.n, m);
     agree += same;
     checked++;
@@ -243,10 +248,14 @@ static void test_roundtrip(mgt_tokenizer *tok, const char *name) {
     int mode = trial % 4;
     for (size_t i = 0; i < n; i++) {
       uint64_t r = t_next();
-      if (mode == 0) s[i] = (unsigned char)r; /* any bytes */
-      else if (mode == 1) s[i] = " \n\t'sabc1\xc3\xa9\xe2\x80\xa8"[r % 15];
-      else if (mode == 2) s[i] = (unsigned char)(0x80 + r % 64); /* lone continuations */
-      else s[i] = (unsigned char)(r % 2 ? ' ' : "aZ9!\xf0\x9f\x98\x80"[r % 8]);
+      if (mode == 0)
+        s[i] = (unsigned char)r; /* any bytes */
+      else if (mode == 1)
+        s[i] = " \n\t'sabc1\xc3\xa9\xe2\x80\xa8"[r % 15];
+      else if (mode == 2)
+        s[i] = (unsigned char)(0x80 + r % 64); /* lone continuations */
+      else
+        s[i] = (unsigned char)(r % 2 ? ' ' : "aZ9!\xf0\x9f\x98\x80"[r % 8]);
     }
     mgt_ids out = {0};
     T_OK(mgt_tok_encode(tok, (const char *)s, n, &out));

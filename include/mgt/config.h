@@ -12,6 +12,7 @@ extern "C" {
 #endif
 
 typedef enum mgt_lr_style { MGT_LR_CONSTANT, MGT_LR_LINEAR, MGT_LR_COSINE } mgt_lr_style;
+enum { MGT_TOKENIZER_GPT2 = 0, MGT_TOKENIZER_BYTES = 1 };
 
 enum { MGT_PATH_MAX = 4096 };
 
@@ -23,7 +24,7 @@ typedef struct mgt_config {
   int ffn_hidden_size; /* 0: 4 * hidden_size */
   int seq_length;
   int max_position_embeddings; /* 0: seq_length */
-  int vocab_size;
+  int vocab_size;              /* 0: from the dataset (128 with --mock-data) */
   int make_vocab_size_divisible_by;
   double init_method_std;
   double hidden_dropout;
@@ -41,7 +42,7 @@ typedef struct mgt_config {
   int64_t train_iters;
   double lr;
   double min_lr;
-  mgt_lr_style lr_decay_style;
+  int lr_decay_style; /* mgt_lr_style */
   int64_t lr_warmup_iters;
   int64_t lr_decay_iters; /* 0: train_iters */
   double weight_decay;
@@ -52,6 +53,13 @@ typedef struct mgt_config {
   uint64_t seed;
   /* data */
   int mock_data;
+  char data_path[8192]; /* "P" or "W1 P1 W2 P2 ...", one value per line */
+  char split[128];      /* train,valid,test weights over documents */
+  char vocab_file[MGT_PATH_MAX];
+  char merge_file[MGT_PATH_MAX];
+  int tokenizer_type; /* MGT_TOKENIZER_* */
+  int eval_interval;
+  int eval_iters;
   /* logging */
   int log_interval;
   char metrics_file[MGT_PATH_MAX];
@@ -76,6 +84,11 @@ void mgt_config_usage(FILE *f);
 void mgt_config_print(const mgt_config *cfg, FILE *f);
 /* Writes the configuration as one JSON object (no newline). */
 void mgt_config_json(const mgt_config *cfg, FILE *f);
+/* Names of the tokenizer types, as --tokenizer-type spells them. */
+const char *mgt_tokenizer_type_name(int type);
+
+/* Parses --split "969, 30, 1" into fractions of documents (train, valid, test) summing to 1. */
+MGT_NODISCARD mgt_status mgt_split_parse(const char *split, double w[3]);
 
 /* The learning rate of iteration `iter` (1-based): linear warmup, then decay. */
 double mgt_lr_at(const mgt_config *cfg, int64_t iter);

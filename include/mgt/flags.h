@@ -1,0 +1,52 @@
+/* Table-driven command-line flags shared by the subcommands: each flag names a field of a
+   struct, its kind and its valid range. Unknown flags, missing values, malformed values and
+   values out of range fail with MGT_ERR_INPUT and a message that names the flag. */
+#pragma once
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "mgt/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mgt_flag_kind {
+  MGT_FLAG_INT,    /* int */
+  MGT_FLAG_INT64,  /* int64_t */
+  MGT_FLAG_UINT64, /* uint64_t */
+  MGT_FLAG_DOUBLE, /* double */
+  MGT_FLAG_STR,    /* char[size] */
+  MGT_FLAG_LIST,   /* char[size]: one or more values up to the next --flag, joined by '\n' */
+  MGT_FLAG_BOOL,   /* int, set to 1 by the flag alone */
+  MGT_FLAG_ENUM,   /* int: the index of the value in choices (NULL-terminated) */
+} mgt_flag_kind;
+
+typedef struct mgt_flag {
+  const char *name; /* "--hidden-size" */
+  mgt_flag_kind kind;
+  size_t offset;   /* of the field in the destination struct */
+  double min, max; /* inclusive range of numbers */
+  const char *help;
+  const char *const *choices; /* MGT_FLAG_ENUM */
+  size_t size;                /* MGT_FLAG_STR and MGT_FLAG_LIST: buffer size */
+} mgt_flag;
+
+/* Parses argv[first..argc) into dst. "--flag value" and "--flag=value" are both accepted.
+   "--help" sets *help. Not collective. */
+MGT_NODISCARD mgt_status mgt_flags_parse(const mgt_flag *flags, int n, void *dst, int argc,
+                                         char **argv, int first, const char *command, int *help);
+/* "usage: mgt COMMAND [flags]" and one line per flag with its default from `defaults`. */
+void mgt_flags_usage(const mgt_flag *flags, int n, const void *defaults, const char *command,
+                     FILE *f);
+/* One "name value" line per flag. */
+void mgt_flags_print(const mgt_flag *flags, int n, const void *src, FILE *f);
+/* The flags as one JSON object, keys with '_' for '-'. */
+void mgt_flags_json(const mgt_flag *flags, int n, const void *src, FILE *f);
+/* Writes s as a JSON string literal. */
+void mgt_json_write_string(FILE *f, const char *s);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,242 @@
+#include "mgt/flags.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 63 || lb > 63) return 99;
+  size_t d[64][64];
+  for (size_t i = 0; i <= la; i++)
+    d[i][0] = i;
+  for (size_t j = 0; j <= lb; j++)
+    d[0][j] = j;
+  for (size_t i = 1; i <= la; i++)
+    for (size_t j = 1; j <= lb; j++) {
+      size_t c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
+      d[i][j] = c;
+    }
+  return d[la][lb];
+}
+
+static const mgt_flag *find(const mgt_flag *flags, int n, const char *name, size_t len) {
+  for (int i = 0; i < n; i++)
+    if (strlen(flags[i].name) == len && strncmp(flags[i].name, name, len) == 0) return &flags[i];
+  return NULL;
+}
+
+static mgt_status unknown(const mgt_flag *flags, int n, const char *arg, size_t len,
+                          const char *command) {
+  char name[64];
+  snprintf(name, sizeof name, "%.*s", (int)(len < 63 ? len : 63), arg);
+  const char *best = NULL;
+  size_t bd = 4;
+  for (int i = 0; i < n; i++) {
+    size_t d = edit_distance(name, flags[i].name);
+    if (d < bd) bd = d, best = flags[i].name;
+  }
+  if (best) MGT_FAIL(MGT_ERR_INPUT, "unknown flag '%s' (did you mean %s?)", name, best);
+  MGT_FAIL(MGT_ERR_INPUT, "unknown flag '%s' (see mgt %s --help)", name, command);
+}
+
+static mgt_status set_value(const mgt_flag *f, void *dst, const char *v) {
+  char *p = (char *)dst + f->offset;
+  char *end = NULL;
+  errno = 0;
+  switch (f->kind) {
+  case MGT_FLAG_INT:
+  case MGT_FLAG_INT64:
+  case MGT_FLAG_UINT64: {
+    long long x = strtoll(v, &end, 10);
+    MGT_REQUIRE(v[0] != '\0' && *end == '\0' && errno == 0, "%s: expected an integer, got '%s'",
+                f->name, v);
+    MGT_REQUIRE((double)x >= f->min && (double)x <= f->max, "%s: %lld is out of range [%.0f, %.0f]",
+                f->name, x, f->min, f->max);
+    if (f->kind == MGT_FLAG_INT)
+      *(int *)p = (int)x;
+    else if (f->kind == MGT_FLAG_INT64)
+      *(int64_t *)p = (int64_t)x;
+    else
+      *(uint64_t *)p = (uint64_t)x;
+    break;
+  }
+  case MGT_FLAG_DOUBLE: {
+    double x = strtod(v, &end);
+    MGT_REQUIRE(v[0] != '\0' && *end == '\0' && errno == 0 && isfinite(x),
+                "%s: expected a number, got '%s'", f->name, v);
+    MGT_REQUIRE(x >= f->min && x <= f->max, "%s: %g is out of range [%g, %g]", f->name, x, f->min,
+                f->max);
+    *(double *)p = x;
+    break;
+  }
+  case MGT_FLAG_STR:
+    MGT_REQUIRE(v[0] != '\0', "%s: empty value", f->name);
+    MGT_REQUIRE(strlen(v) < f->size, "%s: value longer than %zu characters", f->name, f->size - 1);
+    strcpy(p, v);
+    break;
+  case MGT_FLAG_LIST: {
+    MGT_REQUIRE(v[0] != '\0', "%s: empty value", f->name);
+    MGT_REQUIRE(!strchr(v, '\n'), "%s: a value may not contain a newline", f->name);
+    size_t used = strlen(p);
+    MGT_REQUIRE(used + strlen(v) + 2 <= f->size, "%s: values longer than %zu characters in all",
+                f->name, f->size - 1);
+    if (used) p[used++] = '\n';
+    strcpy(p + used, v);
+    break;
+  }
+  case MGT_FLAG_ENUM: {
+    int found = -1;
+    char list[256] = "";
+    for (int i = 0; f->choices[i]; i++) {
+      if (strcmp(v, f->choices[i]) == 0) found = i;
+      snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+               f->choices[i]);
+    }
+    MGT_REQUIRE(found >= 0, "%s: expected one of %s, got '%s'", f->name, list, v);
+    *(int *)p = found;
+    break;
+  }
+  case MGT_FLAG_BOOL: *(int *)p = 1; break;
+  }
+  return MGT_OK;
+}
+
+mgt_status mgt_flags_parse(const mgt_flag *flags, int n, void *dst, int argc, char **argv,
+                           int first, const char *command, int *help) {
+  *help = 0;
+  for (int i = first; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      *help = 1;
+      continue;
+    }
+    MGT_REQUIRE(strncmp(a, "--", 2) == 0, "unexpected argument '%s' (flags start with --)", a);
+    const char *eq = strchr(a, '=');
+    size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    const mgt_flag *f = find(flags, n, a, len);
+    if (!f) MGT_CHECK(unknown(flags, n, a, len, command));
+    if (f->kind == MGT_FLAG_BOOL) {
+      MGT_REQUIRE(!eq, "%s takes no value", f->name);
+      MGT_CHECK(set_value(f, dst, ""));
+      continue;
+    }
+    if (f->kind == MGT_FLAG_LIST) {
+      char *p = (char *)dst + f->offset;
+      p[0] = '\0'; /* a repeated list flag replaces the earlier one */
+      int got = 0;
+      if (eq) {
+        MGT_CHECK(set_value(f, dst, eq + 1));
+        got++;
+      }
+      while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+        MGT_CHECK(set_value(f, dst, argv[++i]));
+        got++;
+      }
+      MGT_REQUIRE(got > 0, "%s: missing value", f->name);
+      continue;
+    }
+    const char *v = eq ? eq + 1 : NULL;
+    if (!v) {
+      MGT_REQUIRE(i + 1 < argc, "%s: missing value", f->name);
+      v = argv[++i];
+    }
+    MGT_CHECK(set_value(f, dst, v));
+  }
+  return MGT_OK;
+}
+
+static void value_string(const mgt_flag *f, const void *src, char *buf, size_t n) {
+  const char *p = (const char *)src + f->offset;
+  switch (f->kind) {
+  case MGT_FLAG_INT: snprintf(buf, n, "%d", *(const int *)p); break;
+  case MGT_FLAG_INT64: snprintf(buf, n, "%lld", (long long)*(const int64_t *)p); break;
+  case MGT_FLAG_UINT64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+  case MGT_FLAG_DOUBLE: snprintf(buf, n, "%.9g", *(const double *)p); break;
+  case MGT_FLAG_STR: snprintf(buf, n, "%s", p); break;
+  case MGT_FLAG_LIST: {
+    snprintf(buf, n, "%s", p);
+    for (char *c = buf; *c; c++)
+      if (*c == '\n') *c = ' ';
+    break;
+  }
+  case MGT_FLAG_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "true" : "false"); break;
+  case MGT_FLAG_ENUM: snprintf(buf, n, "%s", f->choices[*(const int *)p]); break;
+  }
+}
+
+void mgt_flags_usage(const mgt_flag *flags, int n, const void *defaults, const char *command,
+                     FILE *f) {
+  fprintf(f, "usage: mgt %s [flags]\n\nflags:\n", command);
+  for (int i = 0; i < n; i++) {
+    char v[256];
+    value_string(&flags[i], defaults, v, sizeof v);
+    const char *arg =
+        flags[i].kind == MGT_FLAG_BOOL ? "" : (flags[i].kind == MGT_FLAG_LIST ? " V..." : " V");
+    int pad = 36 - (int)strlen(flags[i].name) - (int)strlen(arg);
+    fprintf(f, "  %s%s%*s %s", flags[i].name, arg, pad > 0 ? pad : 1, "", flags[i].help);
+    if (flags[i].kind != MGT_FLAG_BOOL && v[0] && strcmp(v, "0") != 0) fprintf(f, " [%s]", v);
+    fprintf(f, "\n");
+  }
+}
+
+void mgt_flags_print(const mgt_flag *flags, int n, const void *src, FILE *f) {
+  for (int i = 0; i < n; i++) {
+    char v[8192];
+    value_string(&flags[i], src, v, sizeof v);
+    fprintf(f, "  %-32s %s\n", flags[i].name + 2, v);
+  }
+}
+
+void mgt_json_write_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+void mgt_flags_json(const mgt_flag *flags, int n, const void *src, FILE *f) {
+  fputc('{', f);
+  for (int i = 0; i < n; i++) {
+    char key[64], v[8192];
+    snprintf(key, sizeof key, "%s", flags[i].name + 2);
+    for (char *k = key; *k; k++)
+      if (*k == '-') *k = '_';
+    fprintf(f, "%s\"%s\":", i ? "," : "", key);
+    const char *p = (const char *)src + flags[i].offset;
+    if (flags[i].kind == MGT_FLAG_LIST) {
+      /* a list is a JSON array of its values */
+      fputc('[', f);
+      const char *s = p;
+      int first = 1;
+      while (*s) {
+        const char *e = strchr(s, '\n');
+        size_t l = e ? (size_t)(e - s) : strlen(s);
+        snprintf(v, sizeof v, "%.*s", (int)l, s);
+        if (!first) fputc(',', f);
+        mgt_json_write_string(f, v);
+        first = 0;
+        s += l + (e ? 1 : 0);
+      }
+      fputc(']', f);
+      continue;
+    }
+    value_string(&flags[i], src, v, sizeof v);
+    if (flags[i].kind == MGT_FLAG_STR || flags[i].kind == MGT_FLAG_ENUM)
+      mgt_json_write_string(f, v);
+    else
+      fputs(v, f);
+  }
+  fputc('}', f);
+}
