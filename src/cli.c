@@ -10,6 +10,7 @@
 
 #include "mgt/backend.h"
 #include "mgt/config.h"
+#include "mgt/dataset.h"
 #include "mgt/gpt.h"
 #include "mgt/grid.h"
 #include "mgt/train.h"
@@ -55,8 +56,9 @@ static size_t available_memory(MPI_Comm world) {
 static void usage(FILE *f) {
   fprintf(f, "usage: mgt <command> [flags]\n\n"
              "commands:\n"
-             "  train     train a GPT model (mgt train --help for its flags)\n"
-             "  version   print the version\n\n"
+             "  train       train a GPT model (mgt train --help for its flags)\n"
+             "  preprocess  tokenize JSON lines or text files into an HDF5 token dataset\n"
+             "  version     print the version\n\n"
              "Run under MPI for several ranks: mpiexec -n 4 mgt train "
              "--tensor-model-parallel-size 2 ...\n");
 }
@@ -150,6 +152,22 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
   return rc;
 }
 
+static int cmd_preprocess(int argc, char **argv, MPI_Comm world) {
+  int rank;
+  MPI_Comm_rank(world, &rank);
+  mgt_preprocess_opts o;
+  mgt_preprocess_defaults(&o);
+  int help = 0;
+  mgt_status st = mgt_preprocess_parse(&o, argc, argv, 2, &help);
+  if (st != MGT_OK) return fail(st, rank, world, 1);
+  if (help) {
+    if (rank == 0) mgt_preprocess_usage(stdout);
+    return 0;
+  }
+  st = mgt_preprocess_run(&o, world, rank == 0 ? stdout : NULL);
+  return st == MGT_OK ? 0 : fail(st, rank, world, 1); /* errors are agreed across ranks */
+}
+
 int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
   int rank;
   MPI_Comm_rank(world, &rank);
@@ -163,6 +181,7 @@ int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
     return 0;
   }
   if (strcmp(argv[1], "train") == 0) return cmd_train(argc, argv, world);
+  if (strcmp(argv[1], "preprocess") == 0) return cmd_preprocess(argc, argv, world);
   if (rank == 0) fprintf(stderr, "mgt: error: unknown command '%s' (see mgt --help)\n", argv[1]);
   return 2;
 }

@@ -71,6 +71,10 @@ typedef struct mgt_comm {
    added there (the caller owns it and must keep it alive). */
 void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid, mgt_comm_stats *stats);
 
+/* Agrees on a status that ranks computed independently: if any rank failed, every rank
+   returns the failure of the lowest failing rank, with its message. Collective over comm. */
+MGT_NODISCARD mgt_status mgt_mpi_agree(MPI_Comm comm, mgt_status local);
+
 /* Checks an MPI return code; on failure records MPI's message and returns MGT_ERR_MPI. */
 MGT_NODISCARD mgt_status mgt_mpi_status(int rc, const char *file, int line, const char *func,
                                         const char *call);

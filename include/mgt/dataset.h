@@ -1,0 +1,74 @@
+/* Token datasets in HDF5 (docs/data-format.md): `mgt preprocess` writes them in parallel,
+   training reads samples of seq_length + 1 tokens from a train/valid/test split of their
+   documents, shuffled by seed, optionally blended from several datasets by weight. */
+#pragma once
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mgt/common.h"
+#include "mgt/config.h"
+#include "mgt/data.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- preprocessing ---- */
+
+typedef struct mgt_preprocess_opts {
+  char input[8192]; /* paths, one per line: .jsonl/.json are JSON lines, others one document */
+  char output_prefix[MGT_PATH_MAX];
+  char vocab_file[MGT_PATH_MAX];
+  char merge_file[MGT_PATH_MAX];
+  int tokenizer_type; /* MGT_TOKENIZER_* */
+  char json_keys[256];
+  int append_eod;
+  int skip_bad_lines;
+  int log_interval_mb; /* progress line on rank 0 every this many MB of its share */
+} mgt_preprocess_opts;
+
+void mgt_preprocess_defaults(mgt_preprocess_opts *o);
+/* Parses `mgt preprocess` flags; *help is set by --help. Not collective. */
+MGT_NODISCARD mgt_status mgt_preprocess_parse(mgt_preprocess_opts *o, int argc, char **argv,
+                                              int first, int *help);
+void mgt_preprocess_usage(FILE *f);
+
+/* Tokenizes the inputs, each rank its share of the documents, and writes OUTPUT_PREFIX.h5
+   with collective HDF5 writes (under a temporary name, renamed when complete). The output
+   is the same for any number of ranks. Errors are agreed: every rank returns the same
+   status and message. Rank 0 writes progress and a summary to `log`. Collective. */
+MGT_NODISCARD mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world,
+                                            FILE *log);
+
+/* ---- reading ---- */
+
+/* What a dataset file says about itself. */
+typedef struct mgt_dataset_info {
+  char path[MGT_PATH_MAX];
+  char tokenizer[64];
+  char vocab_hash[65];
+  int64_t vocab_size, eod_id, n_tokens, n_documents, max_token_id;
+  int token_bytes; /* 2 or 4 */
+} mgt_dataset_info;
+
+/* Reads the attributes of PREFIX.h5 (or PATH when it ends in .h5). Not collective. */
+MGT_NODISCARD mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info);
+
+/* Training and validation samples from cfg->data_path, cfg->split and cfg->seed, for
+   cfg->train_iters iterations and cfg->eval_iters validation batches: windows of
+   seq_length + 1 tokens over the split's documents joined in shuffled order. The sample
+   index is built once by world rank 0 and cached beside each dataset (rebuilt in memory if
+   the directory is not writable). Checks the vocabulary (hash and size) against cfg. The
+   `train` and `valid` sources are owned by the caller. Collective over world. */
+MGT_NODISCARD mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
+                                             mgt_data *train, mgt_data *valid);
+
+/* The vocabulary size the datasets of cfg->data_path need (the largest of their
+   vocab_size attributes). Not collective. */
+MGT_NODISCARD mgt_status mgt_dataset_vocab_size(const mgt_config *cfg, int *vocab_size);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,98 @@
+#include "h5util.h"
+
+#include <string.h>
+
+void mgt_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+typedef struct walk {
+  char desc[256];
+} walk;
+
+static herr_t walk_cb(unsigned n, const H5E_error2_t *e, void *data) {
+  walk *w = data;
+  if (e->desc && e->desc[0]) snprintf(w->desc, sizeof w->desc, "%s", e->desc);
+  return 0;
+}
+
+mgt_status mgt_h5_status(int64_t ret, const char *what, const char *file, int line,
+                         const char *func, const char *call) {
+  if (ret >= 0) return MGT_OK;
+  walk w = {""};
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, &w);
+  H5Eclear2(H5E_DEFAULT);
+  char name[64];
+  snprintf(name, sizeof name, "%.*s", (int)strcspn(call, "("), call);
+  mgt_error_set(MGT_ERR_IO, file, line, func, "%s: HDF5 %s failed%s%s", what, name,
+                w.desc[0] ? ": " : "", w.desc);
+  return MGT_ERR_IO;
+}
+
+mgt_status mgt_h5_write_i64(hid_t obj, const char *name, int64_t v, const char *what) {
+  mgt_status st = MGT_OK;
+  hid_t sp = -1, a = -1;
+  MGT_H5_TRY(sp = H5Screate(H5S_SCALAR), what);
+  MGT_H5_TRY(a = H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT), what);
+  MGT_H5_TRY(H5Awrite(a, H5T_NATIVE_INT64, &v), what);
+done:
+  if (a >= 0) H5Aclose(a);
+  if (sp >= 0) H5Sclose(sp);
+  return st;
+}
+
+mgt_status mgt_h5_write_str(hid_t obj, const char *name, const char *v, const char *what) {
+  mgt_status st = MGT_OK;
+  hid_t sp = -1, a = -1, t = -1;
+  size_t n = strlen(v);
+  MGT_H5_TRY(t = H5Tcopy(H5T_C_S1), what);
+  MGT_H5_TRY(H5Tset_size(t, n ? n : 1), what);
+  MGT_H5_TRY(H5Tset_cset(t, H5T_CSET_UTF8), what);
+  MGT_H5_TRY(sp = H5Screate(H5S_SCALAR), what);
+  MGT_H5_TRY(a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT), what);
+  MGT_H5_TRY(H5Awrite(a, t, v), what);
+done:
+  if (a >= 0) H5Aclose(a);
+  if (sp >= 0) H5Sclose(sp);
+  if (t >= 0) H5Tclose(t);
+  return st;
+}
+
+mgt_status mgt_h5_read_i64(hid_t obj, const char *name, int64_t *v, const char *what) {
+  MGT_REQUIRE(H5Aexists(obj, name) > 0, "%s: attribute '%s' is missing", what, name);
+  mgt_status st = MGT_OK;
+  hid_t a = -1;
+  MGT_H5_TRY(a = H5Aopen(obj, name, H5P_DEFAULT), what);
+  MGT_H5_TRY(H5Aread(a, H5T_NATIVE_INT64, v), what);
+done:
+  if (a >= 0) H5Aclose(a);
+  return st;
+}
+
+mgt_status mgt_h5_read_str(hid_t obj, const char *name, char *buf, size_t n, const char *what) {
+  MGT_REQUIRE(H5Aexists(obj, name) > 0, "%s: attribute '%s' is missing", what, name);
+  mgt_status st = MGT_OK;
+  hid_t a = -1, t = -1, mt = -1;
+  MGT_H5_TRY(a = H5Aopen(obj, name, H5P_DEFAULT), what);
+  MGT_H5_TRY(t = H5Aget_type(a), what);
+  if (H5Tget_class(t) != H5T_STRING || H5Tis_variable_str(t) > 0) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "%s: attribute '%s' is not a fixed-length string", what, name);
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
+  size_t len = H5Tget_size(t);
+  if (len + 1 > n) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "%s: attribute '%s' is longer than %zu bytes", what, name, n - 1);
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
+  MGT_H5_TRY(mt = H5Tcopy(H5T_C_S1), what);
+  MGT_H5_TRY(H5Tset_size(mt, len + 1), what);
+  MGT_H5_TRY(H5Aread(a, mt, buf), what);
+  buf[len] = 0;
+done:
+  if (mt >= 0) H5Tclose(mt);
+  if (t >= 0) H5Tclose(t);
+  if (a >= 0) H5Aclose(a);
+  return st;
+}

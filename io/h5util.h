@@ -1,0 +1,28 @@
+/* Private to io/: checking HDF5 calls and small attribute helpers. */
+#pragma once
+
+#include <hdf5.h>
+#include <stdint.h>
+
+#include "mgt/common.h"
+
+/* Turns off HDF5's printing of error stacks; errors are reported through mgt_status. */
+void mgt_h5_quiet(void);
+
+/* Fails with MGT_ERR_IO if `ret` is negative, naming the call, `what` (a file) and HDF5's
+   innermost error description. */
+MGT_NODISCARD mgt_status mgt_h5_status(int64_t ret, const char *what, const char *file, int line,
+                                       const char *func, const char *call);
+#define MGT_H5(call, what)                                                                         \
+  MGT_CHECK(mgt_h5_status((int64_t)(call), (what), __FILE__, __LINE__, __func__, #call))
+#define MGT_H5_TRY(call, what)                                                                     \
+  MGT_TRY(mgt_h5_status((int64_t)(call), (what), __FILE__, __LINE__, __func__, #call))
+
+/* Scalar attributes on an object. Writes are collective when the file is open in parallel. */
+MGT_NODISCARD mgt_status mgt_h5_write_i64(hid_t obj, const char *name, int64_t v, const char *what);
+MGT_NODISCARD mgt_status mgt_h5_write_str(hid_t obj, const char *name, const char *v,
+                                          const char *what);
+/* Reads fail with MGT_ERR_INPUT naming `what` when the attribute is missing or mistyped. */
+MGT_NODISCARD mgt_status mgt_h5_read_i64(hid_t obj, const char *name, int64_t *v, const char *what);
+MGT_NODISCARD mgt_status mgt_h5_read_str(hid_t obj, const char *name, char *buf, size_t n,
+                                         const char *what);

@@ -1,0 +1,511 @@
+/* mgt preprocess: documents in, one HDF5 token file out, written in parallel.
+
+   The inputs are seen as one byte stream (files in order). Rank r owns the documents that
+   start in bytes [r T / N, (r+1) T / N) of it: a JSON-lines document starts at a line start,
+   a plain-text file is one document starting at its first byte. Ranks tokenize their
+   documents, an exclusive scan gives each its offsets, and collective hyperslab writes put
+   tokens and document offsets in place, so the file is the same for any N. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <libgen.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "h5util.h"
+#include "mgt/dataset.h"
+#include "mgt/flags.h"
+#include "mgt/grid.h"
+#include "mgt/json.h"
+#include "mgt/log.h"
+#include "mgt/tokenizer.h"
+
+#define OFF(f) offsetof(mgt_preprocess_opts, f)
+#define SZ(f) sizeof(((mgt_preprocess_opts *)0)->f)
+static const char *const tokenizers[] = {"GPT2BPETokenizer", "ByteTokenizer", NULL};
+static const mgt_flag flags[] = {
+    {"--input", MGT_FLAG_LIST, OFF(input), 0, 0,
+     "input files: .jsonl/.json hold one JSON document per line, others are one document each",
+     NULL, SZ(input)},
+    {"--output-prefix", MGT_FLAG_STR, OFF(output_prefix), 0, 0, "write PREFIX.h5", NULL,
+     SZ(output_prefix)},
+    {"--vocab-file", MGT_FLAG_STR, OFF(vocab_file), 0, 0, "GPT-2 vocabulary (gpt2-vocab.json)",
+     NULL, SZ(vocab_file)},
+    {"--merge-file", MGT_FLAG_STR, OFF(merge_file), 0, 0, "GPT-2 merges (gpt2-merges.txt)", NULL,
+     SZ(merge_file)},
+    {"--tokenizer-type", MGT_FLAG_ENUM, OFF(tokenizer_type), 0, 0,
+     "GPT2BPETokenizer or ByteTokenizer", tokenizers, 0},
+    {"--json-keys", MGT_FLAG_STR, OFF(json_keys), 0, 0, "the key of the text in each JSON line",
+     NULL, SZ(json_keys)},
+    {"--append-eod", MGT_FLAG_BOOL, OFF(append_eod), 0, 1, "end every document with <|endoftext|>",
+     NULL, 0},
+    {"--skip-bad-lines", MGT_FLAG_BOOL, OFF(skip_bad_lines), 0, 1,
+     "count and skip malformed JSON lines and lines without the key, instead of stopping", NULL, 0},
+    {"--log-interval", MGT_FLAG_INT, OFF(log_interval_mb), 1, 1 << 20,
+     "progress line every this many MB (rank 0's share)", NULL, 0},
+};
+enum { N_FLAGS = sizeof flags / sizeof flags[0] };
+
+void mgt_preprocess_defaults(mgt_preprocess_opts *o) {
+  memset(o, 0, sizeof *o);
+  strcpy(o->json_keys, "text");
+  o->log_interval_mb = 64;
+}
+
+mgt_status mgt_preprocess_parse(mgt_preprocess_opts *o, int argc, char **argv, int first,
+                                int *help) {
+  MGT_CHECK(mgt_flags_parse(flags, N_FLAGS, o, argc, argv, first, "preprocess", help));
+  if (*help) return MGT_OK;
+  MGT_REQUIRE(o->input[0], "--input: give one or more input files");
+  MGT_REQUIRE(o->output_prefix[0], "--output-prefix: give the prefix of the output file");
+  MGT_REQUIRE(o->tokenizer_type != MGT_TOKENIZER_GPT2 || (o->vocab_file[0] && o->merge_file[0]),
+              "GPT2BPETokenizer needs --vocab-file and --merge-file");
+  MGT_REQUIRE(strlen(o->output_prefix) + 8 < MGT_PATH_MAX, "--output-prefix is too long");
+  return MGT_OK;
+}
+
+void mgt_preprocess_usage(FILE *f) {
+  mgt_preprocess_opts d;
+  mgt_preprocess_defaults(&d);
+  mgt_flags_usage(flags, N_FLAGS, &d, "preprocess", f);
+}
+
+/* ---- inputs ---- */
+
+typedef struct input {
+  char path[MGT_PATH_MAX];
+  int jsonl;
+  uint64_t size, start; /* start: offset in the concatenated stream */
+} input;
+
+static int is_jsonl(const char *p) {
+  size_t n = strlen(p);
+  return (n > 6 && strcmp(p + n - 6, ".jsonl") == 0) || (n > 5 && strcmp(p + n - 5, ".json") == 0);
+}
+
+static mgt_status list_inputs(const char *list, input **out, int *count) {
+  int n = 1;
+  for (const char *c = list; *c; c++)
+    n += *c == '\n';
+  input *in = NULL;
+  MGT_CHECK(mgt_calloc(sizeof *in * (size_t)n, "input list", (void **)&in));
+  uint64_t at = 0;
+  int k = 0;
+  for (const char *s = list; *s; k++) {
+    const char *e = strchr(s, '\n');
+    size_t l = e ? (size_t)(e - s) : strlen(s);
+    snprintf(in[k].path, sizeof in[k].path, "%.*s", (int)l, s);
+    struct stat st;
+    if (stat(in[k].path, &st) != 0 || !S_ISREG(st.st_mode) || access(in[k].path, R_OK) != 0) {
+      int err = errno;
+      mgt_free(in);
+      MGT_FAIL(MGT_ERR_INPUT, "--input %.*s: %s", (int)l, s,
+               S_ISDIR(st.st_mode) ? "is a directory" : strerror(err ? err : EACCES));
+    }
+    in[k].jsonl = is_jsonl(in[k].path);
+    in[k].size = (uint64_t)st.st_size;
+    in[k].start = at;
+    at += in[k].size;
+    s += l + (e ? 1 : 0);
+  }
+  *out = in;
+  *count = k;
+  return MGT_OK;
+}
+
+/* 1-based line number of byte `off` in a file (counted only when reporting an error). */
+static uint64_t line_of(const char *path, uint64_t off) {
+  FILE *f = fopen(path, "rb");
+  uint64_t line = 1, pos = 0;
+  if (!f) return 0;
+  char buf[65536];
+  size_t n;
+  while (pos < off && (n = fread(buf, 1, sizeof buf, f)) > 0)
+    for (size_t i = 0; i < n && pos < off; i++, pos++)
+      line += buf[i] == '\n';
+  fclose(f);
+  return line;
+}
+
+/* ---- tokenizing this rank's share ---- */
+
+typedef struct share {
+  mgt_ids tokens;
+  int64_t *doc_len;
+  size_t n_docs, cap_docs;
+  uint64_t bad_lines, bytes_done;
+  int32_t max_id;
+} share;
+
+static mgt_status add_doc(share *sh, size_t n_tokens) {
+  if (sh->n_docs == sh->cap_docs) {
+    size_t cap = sh->cap_docs ? 2 * sh->cap_docs : 1024;
+    int64_t *p = realloc(sh->doc_len, cap * sizeof *p);
+    if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory holding %zu document lengths", sh->n_docs);
+    sh->doc_len = p;
+    sh->cap_docs = cap;
+  }
+  sh->doc_len[sh->n_docs++] = (int64_t)n_tokens;
+  return MGT_OK;
+}
+
+static mgt_status encode_doc(const mgt_preprocess_opts *o, mgt_tokenizer *tok, share *sh,
+                             const char *text, size_t len) {
+  size_t before = sh->tokens.n;
+  MGT_CHECK(mgt_tok_encode(tok, text, len, &sh->tokens));
+  if (o->append_eod) MGT_CHECK(mgt_ids_push(&sh->tokens, mgt_tok_eod(tok)));
+  for (size_t i = before; i < sh->tokens.n; i++)
+    if (sh->tokens.ids[i] > sh->max_id) sh->max_id = sh->tokens.ids[i];
+  return add_doc(sh, sh->tokens.n - before);
+}
+
+typedef struct progress {
+  FILE *log;
+  double t0, next_mb, every_mb;
+  uint64_t total; /* this rank's share in bytes */
+  int on;
+} progress;
+
+static void report(progress *p, const share *sh) {
+  if (!p->on || (double)sh->bytes_done / 1e6 < p->next_mb) return;
+  double dt = mgt_now() - p->t0;
+  fprintf(p->log, "preprocess: rank 0 %.1f of %.1f MB, %zu documents, %zu tokens, %.2f MB/s\n",
+          sh->bytes_done / 1e6, p->total / 1e6, sh->n_docs, sh->tokens.n,
+          dt > 0 ? sh->bytes_done / 1e6 / dt : 0.0);
+  fflush(p->log);
+  while (p->next_mb <= (double)sh->bytes_done / 1e6)
+    p->next_mb += p->every_mb;
+}
+
+static mgt_status read_text_doc(const mgt_preprocess_opts *o, mgt_tokenizer *tok, share *sh,
+                                const input *in) {
+  FILE *f = fopen(in->path, "rb");
+  MGT_REQUIRE(f, "--input %s: cannot open: %s", in->path, strerror(errno));
+  char *buf = malloc(in->size + 1);
+  size_t got = buf ? fread(buf, 1, in->size, f) : 0;
+  fclose(f);
+  if (!buf) MGT_FAIL(MGT_ERR_NOMEM, "out of memory reading %s", in->path);
+  if (got != in->size) {
+    free(buf);
+    MGT_FAIL(MGT_ERR_IO, "--input %s: read %zu of %llu bytes", in->path, got,
+             (unsigned long long)in->size);
+  }
+  mgt_status st = encode_doc(o, tok, sh, buf, got);
+  free(buf);
+  sh->bytes_done += got;
+  return st;
+}
+
+/* Lines of a JSON-lines file that start in [a, b) (offsets within the file). */
+static mgt_status read_jsonl(const mgt_preprocess_opts *o, mgt_tokenizer *tok, mgt_json_parser *jp,
+                             share *sh, const input *in, uint64_t a, uint64_t b, progress *pr) {
+  FILE *f = fopen(in->path, "rb");
+  MGT_REQUIRE(f, "--input %s: cannot open: %s", in->path, strerror(errno));
+  mgt_status st = MGT_OK;
+  char *line = NULL;
+  size_t cap = 0;
+  uint64_t pos = a;
+  if (a > 0) { /* the first line that starts at or after a */
+    fseeko(f, (off_t)(a - 1), SEEK_SET);
+    int c = fgetc(f);
+    pos = a;
+    if (c != '\n') {
+      ssize_t n = getline(&line, &cap, f);
+      pos = n > 0 ? a + (uint64_t)n : in->size;
+    }
+  }
+  while (pos < b) {
+    ssize_t n = getline(&line, &cap, f);
+    if (n <= 0) break;
+    uint64_t start = pos;
+    pos += (uint64_t)n;
+    sh->bytes_done += (uint64_t)n;
+    size_t len = (size_t)n;
+    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+      len--;
+    size_t k = 0;
+    while (k < len && (line[k] == ' ' || line[k] == '\t'))
+      k++;
+    if (k == len) continue; /* blank line */
+    const mgt_json *root = NULL, *v = NULL;
+    mgt_status ps = mgt_json_parse(jp, line, len, &root);
+    if (ps == MGT_OK) v = mgt_json_get(root, o->json_keys);
+    if (ps == MGT_OK && v && v->type == MGT_JSON_STRING) {
+      MGT_TRY(encode_doc(o, tok, sh, v->str, v->len));
+    } else if (o->skip_bad_lines) {
+      sh->bad_lines++;
+    } else {
+      char why[512];
+      if (ps != MGT_OK)
+        snprintf(why, sizeof why, "%s", mgt_error_message());
+      else if (!v)
+        snprintf(why, sizeof why, "no \"%s\" key (--json-keys)", o->json_keys);
+      else
+        snprintf(why, sizeof why, "\"%s\" is not a string", o->json_keys);
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "%s:%llu: %s (use --skip-bad-lines to skip such lines)", in->path,
+                    (unsigned long long)line_of(in->path, start), why);
+      st = MGT_ERR_INPUT;
+      goto done;
+    }
+    report(pr, sh);
+  }
+done:
+  free(line);
+  fclose(f);
+  return st;
+}
+
+static mgt_status tokenize_share(const mgt_preprocess_opts *o, const input *in, int n_in, int rank,
+                                 int size, share *sh, FILE *log) {
+  mgt_status st = MGT_OK;
+  mgt_tokenizer *tok = NULL;
+  mgt_json_parser *jp = NULL;
+  if (o->tokenizer_type == MGT_TOKENIZER_GPT2)
+    MGT_TRY(mgt_tok_load_gpt2(o->vocab_file, o->merge_file, &tok));
+  else
+    MGT_TRY(mgt_tok_create_bytes(&tok));
+  MGT_TRY(mgt_json_parser_create(&jp));
+  uint64_t total = n_in ? in[n_in - 1].start + in[n_in - 1].size : 0;
+  uint64_t lo = total * (uint64_t)rank / (uint64_t)size;
+  uint64_t hi = total * (uint64_t)(rank + 1) / (uint64_t)size;
+  progress pr = {log,     mgt_now(),       (double)o->log_interval_mb, (double)o->log_interval_mb,
+                 hi - lo, rank == 0 && log};
+  for (int i = 0; i < n_in; i++) {
+    uint64_t fs = in[i].start, fe = fs + in[i].size;
+    if (!in[i].jsonl) {
+      /* one document starting at fs; a document at the very end belongs to the last rank */
+      if ((fs >= lo && fs < hi) || (rank == size - 1 && fs == total))
+        MGT_TRY(read_text_doc(o, tok, sh, &in[i]));
+      continue;
+    }
+    uint64_t a = fs > lo ? fs : lo, b = fe < hi ? fe : hi;
+    if (a < b) MGT_TRY(read_jsonl(o, tok, jp, sh, &in[i], a - fs, b - fs, &pr));
+  }
+done:
+  mgt_json_parser_destroy(&jp);
+  mgt_tok_destroy(&tok);
+  return st;
+}
+
+/* ---- writing ---- */
+
+typedef struct totals {
+  int64_t tok_before, doc_before, n_tokens, n_docs, max_id, bad_lines;
+} totals;
+
+/* The tokenizer facts written as attributes; every rank computes the same. */
+typedef struct tok_meta {
+  char name[64], hash[65];
+  int64_t vocab_size, eod;
+} tok_meta;
+
+static mgt_status write_1d(hid_t file, const char *name, hid_t ftype, hid_t mtype, hsize_t total,
+                           hsize_t start, hsize_t count, const void *buf, const char *what) {
+  mgt_status st = MGT_OK;
+  hid_t space = -1, dcpl = -1, dset = -1, fspace = -1, mspace = -1, dxpl = -1;
+  MGT_H5_TRY(space = H5Screate_simple(1, &total, NULL), what);
+  MGT_H5_TRY(dcpl = H5Pcreate(H5P_DATASET_CREATE), what);
+  MGT_H5_TRY(H5Pset_layout(dcpl, H5D_CONTIGUOUS), what);
+  MGT_H5_TRY(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), what);
+  MGT_H5_TRY(dset = H5Dcreate2(file, name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), what);
+  MGT_H5_TRY(fspace = H5Dget_space(dset), what);
+  hsize_t one = count ? count : 1;
+  MGT_H5_TRY(mspace = H5Screate_simple(1, &one, NULL), what);
+  if (count) {
+    MGT_H5_TRY(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &start, NULL, &count, NULL), what);
+  } else {
+    MGT_H5_TRY(H5Sselect_none(fspace), what);
+    MGT_H5_TRY(H5Sselect_none(mspace), what);
+  }
+  MGT_H5_TRY(dxpl = H5Pcreate(H5P_DATASET_XFER), what);
+  MGT_H5_TRY(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), what);
+  /* memory type equal to the file type: a conversion would turn collective I/O off */
+  MGT_H5_TRY(H5Dwrite(dset, mtype, mspace, fspace, dxpl, buf), what);
+done:
+  if (dxpl >= 0) H5Pclose(dxpl);
+  if (mspace >= 0) H5Sclose(mspace);
+  if (fspace >= 0) H5Sclose(fspace);
+  if (dset >= 0) H5Dclose(dset);
+  if (dcpl >= 0) H5Pclose(dcpl);
+  if (space >= 0) H5Sclose(space);
+  return st;
+}
+
+static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_Comm world,
+                             const share *sh, const totals *t, const tok_meta *meta) {
+  mgt_status st = MGT_OK;
+  int rank, size;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  hid_t fapl = -1, file = -1;
+  void *buf = NULL;
+  int64_t *offs = NULL;
+  const int wide = meta->vocab_size > 65536;
+  const char *what = tmp;
+  MGT_H5_TRY(fapl = H5Pcreate(H5P_FILE_ACCESS), what);
+  MGT_H5_TRY(H5Pset_fapl_mpio(fapl, world, MPI_INFO_NULL), what);
+  MGT_H5_TRY(H5Pset_coll_metadata_write(fapl, 1), what);
+  MGT_H5_TRY(H5Pset_all_coll_metadata_ops(fapl, 1), what);
+  MGT_H5_TRY(file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), what);
+
+  size_t n = sh->tokens.n;
+  MGT_TRY(mgt_calloc(n * (wide ? 4 : 2), "token buffer", &buf));
+  for (size_t i = 0; i < n; i++) {
+    if (wide)
+      ((uint32_t *)buf)[i] = (uint32_t)sh->tokens.ids[i];
+    else
+      ((uint16_t *)buf)[i] = (uint16_t)sh->tokens.ids[i];
+  }
+  MGT_TRY(write_1d(file, "tokens", wide ? H5T_STD_U32LE : H5T_STD_U16LE,
+                   wide ? H5T_NATIVE_UINT32 : H5T_NATIVE_UINT16, (hsize_t)t->n_tokens,
+                   (hsize_t)t->tok_before, (hsize_t)n, buf, what));
+  /* document i spans tokens [offsets[i], offsets[i+1]); the last rank adds the total */
+  size_t nd = sh->n_docs + (rank == size - 1);
+  MGT_TRY(mgt_calloc((nd ? nd : 1) * sizeof(int64_t), "document offsets", (void **)&offs));
+  int64_t at = t->tok_before;
+  for (size_t i = 0; i < sh->n_docs; i++) {
+    offs[i] = at;
+    at += sh->doc_len[i];
+  }
+  if (rank == size - 1) offs[sh->n_docs] = t->n_tokens;
+  MGT_TRY(write_1d(file, "document_offsets", H5T_STD_I64LE, H5T_NATIVE_INT64,
+                   (hsize_t)t->n_docs + 1, (hsize_t)t->doc_before, (hsize_t)nd, offs, what));
+  MGT_TRY(mgt_h5_write_str(file, "format", "megatron-c tokens 1", what));
+  MGT_TRY(mgt_h5_write_str(file, "tokenizer", meta->name, what));
+  MGT_TRY(mgt_h5_write_str(file, "vocab_hash", meta->hash, what));
+  MGT_TRY(mgt_h5_write_i64(file, "vocab_size", meta->vocab_size, what));
+  MGT_TRY(mgt_h5_write_i64(file, "eod_id", meta->eod, what));
+  MGT_TRY(mgt_h5_write_i64(file, "append_eod", o->append_eod, what));
+  MGT_TRY(mgt_h5_write_str(file, "json_key", o->json_keys, what));
+  MGT_TRY(mgt_h5_write_i64(file, "n_tokens", t->n_tokens, what));
+  MGT_TRY(mgt_h5_write_i64(file, "n_documents", t->n_docs, what));
+  MGT_TRY(mgt_h5_write_i64(file, "max_token_id", t->max_id, what));
+  MGT_TRY(mgt_h5_write_i64(file, "complete", 1, what)); /* last */
+  MGT_H5_TRY(H5Fflush(file, H5F_SCOPE_GLOBAL), what);
+  if (H5Fget_obj_count(file, H5F_OBJ_ALL) != 1) {
+    mgt_error_set(MGT_ERR_INTERNAL, __FILE__, __LINE__, __func__,
+                  "%s: HDF5 objects left open before closing", what);
+    st = MGT_ERR_INTERNAL;
+    goto done;
+  }
+done:
+  if (file >= 0 && H5Fclose(file) < 0 && st == MGT_OK)
+    st = mgt_h5_status(-1, what, __FILE__, __LINE__, __func__, "H5Fclose(file)");
+  if (fapl >= 0) H5Pclose(fapl);
+  mgt_free(buf);
+  mgt_free(offs);
+  return st;
+}
+
+/* Rank 0: make the finished temporary file durable and give it its name. */
+static mgt_status publish(const char *tmp, const char *final) {
+  int fd = open(tmp, O_RDONLY);
+  MGT_REQUIRE(fd >= 0, "%s: cannot reopen to sync: %s", tmp, strerror(errno));
+  int rc = fsync(fd);
+  close(fd);
+  MGT_REQUIRE(rc == 0, "%s: fsync failed: %s", tmp, strerror(errno));
+  MGT_REQUIRE(rename(tmp, final) == 0, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+  char dir[MGT_PATH_MAX + 16];
+  snprintf(dir, sizeof dir, "%s", final);
+  int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return MGT_OK;
+}
+
+mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE *log) {
+  int rank, size;
+  MGT_MPI(MPI_Comm_rank(world, &rank));
+  MGT_MPI(MPI_Comm_size(world, &size));
+  mgt_h5_quiet();
+  double t0 = mgt_now();
+  input *in = NULL;
+  int n_in = 0;
+  share sh;
+  memset(&sh, 0, sizeof sh);
+  sh.max_id = -1;
+  tok_meta meta;
+  memset(&meta, 0, sizeof meta);
+  char final[MGT_PATH_MAX + 8], tmp[MGT_PATH_MAX + 16];
+  snprintf(final, sizeof final, "%s.h5", o->output_prefix);
+  snprintf(tmp, sizeof tmp, "%s.h5.tmp", o->output_prefix);
+
+  mgt_status st = list_inputs(o->input, &in, &n_in);
+  if (st == MGT_OK) {
+    /* the output directory must exist and be writable before hours of tokenizing */
+    char dir[MGT_PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s", final);
+    char *d = dirname(dir);
+    if (access(d, W_OK) != 0) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "--output-prefix %s: directory %s is not writable: %s", o->output_prefix, d,
+                    strerror(errno));
+      st = MGT_ERR_INPUT;
+    }
+  }
+  st = mgt_mpi_agree(world, st);
+  if (st == MGT_OK) {
+    if (rank == 0 && log) {
+      uint64_t total = in[n_in - 1].start + in[n_in - 1].size;
+      fprintf(log, "preprocess: %d input file(s), %.1f MB, %d rank(s), %s\n", n_in, total / 1e6,
+              size, tokenizers[o->tokenizer_type]);
+      fflush(log);
+    }
+    st = tokenize_share(o, in, n_in, rank, size, &sh, log);
+  }
+  st = mgt_mpi_agree(world, st);
+  totals t;
+  memset(&t, 0, sizeof t);
+  if (st == MGT_OK) {
+    int64_t mine[2] = {(int64_t)sh.tokens.n, (int64_t)sh.n_docs}, before[2] = {0, 0}, sum[4],
+            loc[4] = {mine[0], mine[1], (int64_t)sh.bad_lines, 0};
+    MGT_MPI(MPI_Exscan(mine, before, 2, MPI_INT64_T, MPI_SUM, world));
+    if (rank == 0) before[0] = before[1] = 0; /* Exscan leaves rank 0's result undefined */
+    MGT_MPI(MPI_Allreduce(loc, sum, 3, MPI_INT64_T, MPI_SUM, world));
+    int64_t mx = sh.max_id;
+    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_INT64_T, MPI_MAX, world));
+    t.tok_before = before[0], t.doc_before = before[1];
+    t.n_tokens = sum[0], t.n_docs = sum[1], t.bad_lines = sum[2], t.max_id = mx;
+    mgt_tokenizer *tok = NULL;
+    if (o->tokenizer_type == MGT_TOKENIZER_GPT2)
+      st = mgt_tok_load_gpt2(o->vocab_file, o->merge_file, &tok);
+    else
+      st = mgt_tok_create_bytes(&tok);
+    if (st == MGT_OK) {
+      snprintf(meta.name, sizeof meta.name, "%s", mgt_tok_name(tok));
+      snprintf(meta.hash, sizeof meta.hash, "%s", mgt_tok_hash(tok));
+      meta.vocab_size = mgt_tok_vocab_size(tok);
+      meta.eod = mgt_tok_eod(tok);
+    }
+    mgt_tok_destroy(&tok);
+  }
+  st = mgt_mpi_agree(world, st);
+  if (st == MGT_OK) st = mgt_mpi_agree(world, write_file(o, tmp, world, &sh, &t, &meta));
+  if (st == MGT_OK) {
+    MGT_MPI(MPI_Barrier(world));
+    mgt_status ps = rank == 0 ? publish(tmp, final) : MGT_OK;
+    st = mgt_mpi_agree(world, ps);
+  }
+  if (st != MGT_OK && rank == 0) unlink(tmp); /* never leave a partial file behind */
+  if (st == MGT_OK && rank == 0 && log) {
+    double dt = mgt_now() - t0;
+    uint64_t total = n_in ? in[n_in - 1].start + in[n_in - 1].size : 0;
+    fprintf(log,
+            "preprocess: wrote %s: %lld documents, %lld tokens (%s), max id %lld, %lld bad lines "
+            "skipped; %.1f s, %.2f MB/s\n",
+            final, (long long)t.n_docs, (long long)t.n_tokens,
+            meta.vocab_size > 65536 ? "uint32" : "uint16", (long long)t.max_id,
+            (long long)t.bad_lines, dt, total / 1e6 / (dt > 0 ? dt : 1));
+  }
+  mgt_ids_free(&sh.tokens);
+  free(sh.doc_len);
+  mgt_free(in);
+  return st;
+}
