@@ -159,7 +159,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   mgt_comm comm;
   mgt_comm_mpi_init(&comm, grid, &stats);
   mgt_trainer *tr = NULL;
-  if (mgt_trainer_create(&cfg, grid, be, &comm, &tr) != MGT_OK) {
+  if (mgt_trainer_create(&cfg, grid, be, &comm, NULL, &tr) != MGT_OK) {
     mgt_error_print(stderr);
     return 1;
   }

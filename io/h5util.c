@@ -88,6 +88,7 @@ mgt_status mgt_h5_read_str(hid_t obj, const char *name, char *buf, size_t n, con
   }
   MGT_H5_TRY(mt = H5Tcopy(H5T_C_S1), what);
   MGT_H5_TRY(H5Tset_size(mt, len + 1), what);
+  MGT_H5_TRY(H5Tset_cset(mt, H5Tget_cset(t)), what);
   MGT_H5_TRY(H5Aread(a, mt, buf), what);
   buf[len] = 0;
 done:

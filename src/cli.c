@@ -13,6 +13,7 @@
 #include "mgt/dataset.h"
 #include "mgt/gpt.h"
 #include "mgt/grid.h"
+#include "mgt/tokenize.h"
 #include "mgt/train.h"
 
 #ifndef MGT_VERSION
@@ -58,6 +59,7 @@ static void usage(FILE *f) {
              "commands:\n"
              "  train       train a GPT model (mgt train --help for its flags)\n"
              "  preprocess  tokenize JSON lines or text files into an HDF5 token dataset\n"
+          "  tokenize    encode JSON lines to token ids, or decode ids (--decode)\n"
              "  version     print the version\n\n"
              "Run under MPI for several ranks: mpiexec -n 4 mgt train "
              "--tensor-model-parallel-size 2 ...\n");
@@ -91,6 +93,12 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
   }
   st = mgt_config_finalize(&cfg, size);
   if (st != MGT_OK) return fail(st, rank, world, 1);
+  if (cfg.data_path[0] && cfg.vocab_size == 0) {
+    /* the vocabulary comes from the datasets; every rank reads the same attributes */
+    st = mgt_mpi_agree(world, mgt_dataset_vocab_size(&cfg, &cfg.vocab_size));
+    if (st == MGT_OK) st = mgt_config_finalize(&cfg, size);
+    if (st != MGT_OK) return fail(st, rank, world, 1);
+  }
   if (rank == 0) {
     printf("megatron-c %s\n", MGT_VERSION);
     mgt_config_print(&cfg, stdout);
@@ -143,7 +151,7 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
   mgt_comm comm;
   mgt_comm_mpi_init(&comm, grid, NULL);
   st = mgt_backend_cpu_create(&be);
-  if (st == MGT_OK) st = mgt_trainer_create(&cfg, grid, be, &comm, &tr);
+  if (st == MGT_OK) st = mgt_trainer_create(&cfg, grid, be, &comm, stdout, &tr);
   if (st == MGT_OK) st = mgt_trainer_run(tr, stdout);
   if (st != MGT_OK) rc = fail(st, rank, world, 0);
   mgt_trainer_destroy(&tr);
@@ -168,6 +176,25 @@ static int cmd_preprocess(int argc, char **argv, MPI_Comm world) {
   return st == MGT_OK ? 0 : fail(st, rank, world, 1); /* errors are agreed across ranks */
 }
 
+static int cmd_tokenize(int argc, char **argv, MPI_Comm world) {
+  int rank;
+  MPI_Comm_rank(world, &rank);
+  mgt_tokenize_opts o;
+  mgt_tokenize_defaults(&o);
+  int help = 0;
+  mgt_status st = mgt_tokenize_parse(&o, argc, argv, 2, &help);
+  if (st != MGT_OK) return fail(st, rank, world, 1);
+  if (help) {
+    if (rank == 0) mgt_tokenize_usage(stdout);
+    return 0;
+  }
+  /* one rank does the work; the verdict is shared so every rank exits alike */
+  if (rank == 0) st = mgt_tokenize_run(&o, stdout);
+  fflush(stdout);
+  st = mgt_mpi_agree(world, st);
+  return st == MGT_OK ? 0 : fail(st, rank, world, 1);
+}
+
 int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
   int rank;
   MPI_Comm_rank(world, &rank);
@@ -182,6 +209,7 @@ int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
   }
   if (strcmp(argv[1], "train") == 0) return cmd_train(argc, argv, world);
   if (strcmp(argv[1], "preprocess") == 0) return cmd_preprocess(argc, argv, world);
+  if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc, argv, world);
   if (rank == 0) fprintf(stderr, "mgt: error: unknown command '%s' (see mgt --help)\n", argv[1]);
   return 2;
 }

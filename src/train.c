@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "mgt/dataset.h"
 #include "mgt/log.h"
 
 enum { T_ITERATION, T_FWDBWD, T_OPTIMIZER, T_DATA, N_TIMERS };
@@ -16,7 +17,7 @@ struct mgt_trainer {
   const mgt_comm *comm;
   mgt_gpt *model;
   mgt_optim *optim;
-  mgt_data data;
+  mgt_data data, valid;
   int32_t *tokens; /* (B, T+1) host staging */
   int64_t iteration;
   uint64_t consumed;
@@ -24,7 +25,7 @@ struct mgt_trainer {
 };
 
 mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const mgt_backend *be,
-                              const mgt_comm *comm, mgt_trainer **out) {
+                              const mgt_comm *comm, FILE *log, mgt_trainer **out) {
   *out = NULL;
   mgt_status st = MGT_OK;
   mgt_trainer *tr = NULL;
@@ -37,7 +38,13 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
     tr->timers[i].name = timer_names[i];
   MGT_TRY(mgt_gpt_create(cfg, grid, be, comm, &tr->model));
   MGT_TRY(mgt_optim_create(cfg, tr->model, be, comm, &tr->optim));
-  MGT_TRY(mgt_data_mock_create(cfg, &tr->data));
+  if (cfg->mock_data) {
+    MGT_TRY(mgt_data_mock_create(cfg, &tr->data));
+    MGT_TRY(mgt_data_mock_valid_create(cfg, &tr->valid));
+  } else {
+    MGT_TRY(mgt_dataset_sources(cfg, grid->world, grid->rank == 0 ? log : NULL, &tr->data,
+                                &tr->valid));
+  }
   MGT_TRY(mgt_calloc(sizeof(int32_t) * (size_t)cfg->micro_batch_size * (cfg->seq_length + 1),
                      "token batch", (void **)&tr->tokens));
   *out = tr;
@@ -51,6 +58,7 @@ void mgt_trainer_destroy(mgt_trainer **ptr) {
   mgt_trainer *tr = *ptr;
   if (!tr) return;
   mgt_data_destroy(&tr->data);
+  mgt_data_destroy(&tr->valid);
   mgt_optim_destroy(&tr->optim);
   mgt_gpt_destroy(&tr->model);
   mgt_free(tr->tokens);
@@ -102,6 +110,32 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   return MGT_OK;
 }
 
+int mgt_trainer_has_validation(const mgt_trainer *tr) {
+  return tr->valid.get != NULL && tr->cfg.eval_iters > 0;
+}
+
+mgt_status mgt_trainer_evaluate(mgt_trainer *tr, double *loss) {
+  const mgt_config *c = &tr->cfg;
+  const mgt_grid *g = tr->grid;
+  MGT_REQUIRE(mgt_trainer_has_validation(tr),
+              "no validation data (a valid split in --split and --eval-iters > 0 are needed)");
+  const int B = c->micro_batch_size, T = c->seq_length;
+  const int n_micro = c->global_batch_size / (B * g->dp);
+  double sum = 0.0;
+  for (int it = 0; it < c->eval_iters; it++)
+    for (int mb = 0; mb < n_micro; mb++) {
+      uint64_t first = (uint64_t)it * c->global_batch_size + (uint64_t)mb * B * g->dp +
+                       (uint64_t)g->dp_rank * B;
+      MGT_CHECK(tr->valid.get(tr->valid.ctx, first, B, T, tr->tokens));
+      double ls = 0.0;
+      MGT_CHECK(mgt_gpt_forward(tr->model, tr->tokens, &ls));
+      sum += ls;
+    }
+  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, &sum, 1, MGT_SUM));
+  *loss = sum / ((double)c->eval_iters * c->global_batch_size * T);
+  return MGT_OK;
+}
+
 static void metrics_line(FILE *f, const mgt_step_stats *s, double loss, double ms,
                          double tokens_per_sec, double tflops, int skipped) {
   fprintf(f,
@@ -133,6 +167,21 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log) {
     t_acc += mgt_now() - t0;
     if (!s.skipped) loss_acc += s.loss, n_acc++;
     skipped_acc += s.skipped;
+    if (mgt_trainer_has_validation(tr) &&
+        (s.iteration % c->eval_interval == 0 || s.iteration == c->train_iters)) {
+      double vl = 0.0;
+      MGT_TRY(mgt_trainer_evaluate(tr, &vl));
+      if (root) {
+        fprintf(log,
+                "-----------------------------------------------------------------------------\n"
+                " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
+                "-----------------------------------------------------------------------------\n",
+                (long long)s.iteration, vl, exp(vl < 700 ? vl : 700));
+        if (metrics)
+          fprintf(metrics, "{\"iteration\":%lld,\"valid_loss\":%.9g,\"valid_ppl\":%.9g}\n",
+                  (long long)s.iteration, vl, exp(vl < 700 ? vl : 700));
+      }
+    }
     if (s.iteration % c->log_interval == 0 || s.iteration == c->train_iters) {
       int n_it = n_acc + skipped_acc;
       double ms = 1e3 * t_acc / (n_it ? n_it : 1);

@@ -71,7 +71,7 @@ static float *run(const mgt_grid *grid, int tp, double *losses, size_t *total) {
   mgt_config c = test_config(tp);
   T_OK(mgt_config_finalize(&c, grid->size));
   mgt_trainer *tr = NULL;
-  T_OK(mgt_trainer_create(&c, grid, be, &comm, &tr));
+  T_OK(mgt_trainer_create(&c, grid, be, &comm, NULL, &tr));
   for (int i = 0; i < ITERS; i++) {
     mgt_step_stats s;
     T_OK(mgt_trainer_step(tr, &s));

@@ -33,7 +33,7 @@ static double train(const mgt_grid *g, const mgt_backend *be, const mgt_comm *co
   mgt_config c = test_config(iters);
   T_OK(mgt_config_finalize(&c, 1));
   mgt_trainer *tr = NULL;
-  T_OK(mgt_trainer_create(&c, g, be, comm, &tr));
+  T_OK(mgt_trainer_create(&c, g, be, comm, NULL, &tr));
   double tail = 0;
   for (int i = 0; i < iters; i++) {
     mgt_step_stats s;
@@ -135,7 +135,7 @@ int main(int argc, char **argv) {
   T_OK(mgt_config_finalize(&c, 1));
   T_CHECK(memcmp(l1, l2, sizeof l1) == 0, "losses differ between two runs with the same seed");
   mgt_trainer *tr = NULL;
-  T_OK(mgt_trainer_create(&c, grid, be, &comm, &tr));
+  T_OK(mgt_trainer_create(&c, grid, be, &comm, NULL, &tr));
   size_t n = mgt_gpt_param_count(mgt_trainer_model(tr));
   mgt_trainer_destroy(&tr);
   T_CHECK(memcmp(p1, p2, n * sizeof(float)) == 0, "parameters differ between two runs");

@@ -23,6 +23,8 @@ typedef struct mgt_data {
    it needs attention: the next token depends on the stride, visible only across
    positions. */
 MGT_NODISCARD mgt_status mgt_data_mock_create(const mgt_config *cfg, mgt_data *out);
+/* The same generator from sample 2^40 on: validation samples the training never sees. */
+MGT_NODISCARD mgt_status mgt_data_mock_valid_create(const mgt_config *cfg, mgt_data *out);
 void mgt_data_destroy(mgt_data *data);
 
 #ifdef __cplusplus

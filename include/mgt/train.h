@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "mgt/backend.h"
 #include "mgt/config.h"
@@ -28,18 +29,26 @@ typedef struct mgt_step_stats {
   int skipped; /* the update was skipped: non-finite gradients */
 } mgt_step_stats;
 
-/* Builds the model, optimizer and data source of `cfg` (already finalized) over `grid`,
-   computing on `be` and communicating through `comm`. Collective over the world. */
+/* Builds the model, optimizer and data sources of `cfg` (already finalized) over `grid`,
+   computing on `be` and communicating through `comm`. Rank 0 notes what it builds (sample
+   indices) on `log`, which may be NULL. Collective over the world. */
 MGT_NODISCARD mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid,
                                             const mgt_backend *be, const mgt_comm *comm,
-                                            mgt_trainer **out);
+                                            FILE *log, mgt_trainer **out);
 void mgt_trainer_destroy(mgt_trainer **tr);
 
 /* Runs one iteration. Collective over the world. */
 MGT_NODISCARD mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats);
 
+/* Mean token loss over cfg->eval_iters global batches of validation samples (the same
+   samples every time), dropout off. Fails with MGT_ERR_INPUT if the run has no validation
+   data. Collective over the world. */
+MGT_NODISCARD mgt_status mgt_trainer_evaluate(mgt_trainer *tr, double *loss);
+int mgt_trainer_has_validation(const mgt_trainer *tr);
+
 /* Runs iterations until cfg->train_iters, logging on rank 0 to `log` every
-   --log-interval iterations and appending to --metrics-file. Collective. */
+   --log-interval iterations and appending to --metrics-file; validates every
+   --eval-interval iterations and at the end. Collective. */
 MGT_NODISCARD mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log);
 
 mgt_gpt *mgt_trainer_model(mgt_trainer *tr);

@@ -1,0 +1,163 @@
+/* mgt tokenize: JSON lines to ids, or ids back to JSON lines, on one rank. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgt/flags.h"
+#include "mgt/json.h"
+#include "mgt/tokenize.h"
+#include "mgt/tokenizer.h"
+
+#define OFF(f) offsetof(mgt_tokenize_opts, f)
+#define SZ(f) sizeof(((mgt_tokenize_opts *)0)->f)
+static const char *const tokenizers[] = {"GPT2BPETokenizer", "ByteTokenizer", NULL};
+static const mgt_flag flags[] = {
+    {"--vocab-file", MGT_FLAG_STR, OFF(vocab_file), 0, 0, "GPT-2 vocabulary (gpt2-vocab.json)", NULL,
+     SZ(vocab_file)},
+    {"--merge-file", MGT_FLAG_STR, OFF(merge_file), 0, 0, "GPT-2 merges (gpt2-merges.txt)", NULL,
+     SZ(merge_file)},
+    {"--tokenizer-type", MGT_FLAG_ENUM, OFF(tokenizer_type), 0, 0,
+     "GPT2BPETokenizer or ByteTokenizer", tokenizers, 0},
+    {"--input", MGT_FLAG_STR, OFF(input), 0, 0, "JSON lines to encode, or id lines to decode "
+     "(default: standard input)", NULL, SZ(input)},
+    {"--json-keys", MGT_FLAG_STR, OFF(json_keys), 0, 0, "the key of the text in each JSON line",
+     NULL, SZ(json_keys)},
+    {"--decode", MGT_FLAG_BOOL, OFF(decode), 0, 1,
+     "read lines of space-separated ids, write one JSON line of text each", NULL, 0},
+};
+enum { N_FLAGS = sizeof flags / sizeof flags[0] };
+
+void mgt_tokenize_defaults(mgt_tokenize_opts *o) {
+  memset(o, 0, sizeof *o);
+  strcpy(o->json_keys, "text");
+}
+
+mgt_status mgt_tokenize_parse(mgt_tokenize_opts *o, int argc, char **argv, int first, int *help) {
+  MGT_CHECK(mgt_flags_parse(flags, N_FLAGS, o, argc, argv, first, "tokenize", help));
+  if (*help) return MGT_OK;
+  MGT_REQUIRE(o->tokenizer_type != MGT_TOKENIZER_GPT2 || (o->vocab_file[0] && o->merge_file[0]),
+              "GPT2BPETokenizer needs --vocab-file and --merge-file");
+  return MGT_OK;
+}
+
+void mgt_tokenize_usage(FILE *f) {
+  mgt_tokenize_opts d;
+  mgt_tokenize_defaults(&d);
+  mgt_flags_usage(flags, N_FLAGS, &d, "tokenize", f);
+}
+
+static mgt_status decode_line(mgt_tokenizer *tok, const mgt_tokenize_opts *o, const char *name,
+                              size_t line_no, char *line, mgt_ids *ids, char **buf, size_t *cap,
+                              FILE *out) {
+  ids->n = 0;
+  for (char *p = line;;) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    if (!*p) break;
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    MGT_REQUIRE(end != p && errno == 0 && v >= 0 && v < mgt_tok_vocab_size(tok) &&
+                    (*end == 0 || *end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'),
+                "%s:%zu: '%.20s' is not a token id in [0, %d)", name, line_no, p,
+                mgt_tok_vocab_size(tok));
+    MGT_CHECK(mgt_ids_push(ids, (int32_t)v));
+    p = end;
+  }
+  size_t len = 0;
+  if (*buf) (*buf)[0] = 0;
+  MGT_CHECK(mgt_tok_decode(tok, ids->ids, ids->n, buf, &len, cap));
+  fprintf(out, "{\"%s\": ", o->json_keys);
+  /* text with NULs cannot pass through a C string: escape them here */
+  size_t start = 0;
+  fputc('"', out);
+  for (size_t i = 0; i <= len; i++) {
+    if (i == len || (*buf)[i] == 0) {
+      char save = i < len ? (*buf)[i] : 0;
+      if (i > start) {
+        char *piece = strndup(*buf + start, i - start);
+        if (!piece) MGT_FAIL(MGT_ERR_NOMEM, "out of memory");
+        /* the helper writes the quotes: strip them by writing into a memory stream */
+        char *mem = NULL;
+        size_t ml = 0;
+        FILE *ms = open_memstream(&mem, &ml);
+        mgt_json_write_string(ms, piece);
+        fclose(ms);
+        fwrite(mem + 1, 1, ml - 2, out);
+        free(mem);
+        free(piece);
+      }
+      if (i < len && save == 0) fputs("\\u0000", out);
+      start = i + 1;
+    }
+  }
+  fputs("\"}\n", out);
+  return MGT_OK;
+}
+
+mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out) {
+  mgt_status st = MGT_OK;
+  mgt_tokenizer *tok = NULL;
+  mgt_json_parser *jp = NULL;
+  FILE *in = stdin;
+  const char *name = o->input[0] ? o->input : "<stdin>";
+  char *line = NULL, *buf = NULL;
+  size_t cap = 0, bcap = 0, line_no = 0;
+  mgt_ids ids = {0};
+  if (o->tokenizer_type == MGT_TOKENIZER_GPT2)
+    MGT_TRY(mgt_tok_load_gpt2(o->vocab_file, o->merge_file, &tok));
+  else
+    MGT_TRY(mgt_tok_create_bytes(&tok));
+  MGT_TRY(mgt_json_parser_create(&jp));
+  if (o->input[0]) {
+    in = fopen(o->input, "rb");
+    if (!in) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "--input %s: cannot open: %s",
+                    o->input, strerror(errno));
+      st = MGT_ERR_INPUT;
+      goto done;
+    }
+  }
+  ssize_t n;
+  while ((n = getline(&line, &cap, in)) > 0) {
+    line_no++;
+    size_t len = (size_t)n;
+    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+    if (o->decode) {
+      MGT_TRY(decode_line(tok, o, name, line_no, line, &ids, &buf, &bcap, out));
+      continue;
+    }
+    const mgt_json *root = NULL, *v = NULL;
+    if (mgt_json_parse(jp, line, len, &root) != MGT_OK) {
+      char why[512];
+      snprintf(why, sizeof why, "%s", mgt_error_message());
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s:%zu: %s", name, line_no, why);
+      st = MGT_ERR_INPUT;
+      goto done;
+    }
+    v = mgt_json_get(root, o->json_keys);
+    if (!v || v->type != MGT_JSON_STRING) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "%s:%zu: no string \"%s\" key (--json-keys)", name, line_no, o->json_keys);
+      st = MGT_ERR_INPUT;
+      goto done;
+    }
+    ids.n = 0;
+    MGT_TRY(mgt_tok_encode(tok, v->str, v->len, &ids));
+    for (size_t i = 0; i < ids.n; i++) fprintf(out, i ? " %d" : "%d", ids.ids[i]);
+    fputc('\n', out);
+  }
+  if (ferror(in)) {
+    mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "%s: read error", name);
+    st = MGT_ERR_IO;
+  }
+done:
+  if (in && in != stdin) fclose(in);
+  free(line);
+  free(buf);
+  mgt_ids_free(&ids);
+  mgt_json_parser_destroy(&jp);
+  mgt_tok_destroy(&tok);
+  return st;
+}

@@ -1,0 +1,211 @@
+#define _GNU_SOURCE
+/* The training-data loader against a direct reading of the token array. The test writes its
+   own datasets with the HDF5 API, following docs/data-format.md, with token = 1000 * document
+   + position, so every token says where it came from. Checked: each sample is seq_length + 1
+   consecutive tokens of documents of its split joined end to start; every token of the train
+   split is covered; train and valid never mix; the same seed gives the same samples (from
+   the cached index too), another seed another order; blending follows its weights. */
+#include <hdf5.h>
+#include <mpi.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mgt/dataset.h"
+#include "testutil.h"
+
+enum { NDOC = 200, SEQ = 16 };
+
+static int doc_len(int d) { return 1 + (d * 37) % 50; }
+
+static void attr_i64(hid_t f, const char *n, int64_t v) {
+  hid_t s = H5Screate(H5S_SCALAR), a = H5Acreate2(f, n, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_INT64, &v);
+  H5Aclose(a), H5Sclose(s);
+}
+
+static void attr_str(hid_t f, const char *n, const char *v) {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, strlen(v));
+  hid_t s = H5Screate(H5S_SCALAR), a = H5Acreate2(f, n, t, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, t, v);
+  H5Aclose(a), H5Sclose(s), H5Tclose(t);
+}
+
+/* Writes PREFIX.h5 with NDOC ramp documents; tokens offset by `base`. */
+static void write_dataset(const char *prefix, uint32_t base, int complete) {
+  char path[512];
+  snprintf(path, sizeof path, "%s.h5", prefix);
+  int64_t off[NDOC + 1];
+  off[0] = 0;
+  for (int d = 0; d < NDOC; d++) off[d + 1] = off[d] + doc_len(d);
+  uint32_t *tok = malloc(sizeof(uint32_t) * (size_t)off[NDOC]);
+  uint32_t mx = 0;
+  for (int d = 0; d < NDOC; d++)
+    for (int j = 0; j < doc_len(d); j++) {
+      tok[off[d] + j] = base + (uint32_t)(1000 * d + j);
+      if (tok[off[d] + j] > mx) mx = tok[off[d] + j];
+    }
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  hsize_t n = (hsize_t)off[NDOC], nd = NDOC + 1;
+  hid_t s = H5Screate_simple(1, &n, NULL);
+  hid_t ds = H5Dcreate2(f, "tokens", H5T_STD_U32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(ds, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tok);
+  H5Dclose(ds), H5Sclose(s);
+  s = H5Screate_simple(1, &nd, NULL);
+  ds = H5Dcreate2(f, "document_offsets", H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, off);
+  H5Dclose(ds), H5Sclose(s);
+  attr_str(f, "format", "megatron-c tokens 1");
+  attr_str(f, "tokenizer", "TestTokenizer");
+  attr_str(f, "vocab_hash", "0000");
+  attr_i64(f, "vocab_size", 1000000);
+  attr_i64(f, "eod_id", 999999);
+  attr_i64(f, "append_eod", 0);
+  attr_str(f, "json_key", "text");
+  attr_i64(f, "n_tokens", off[NDOC]);
+  attr_i64(f, "n_documents", NDOC);
+  attr_i64(f, "max_token_id", mx);
+  if (complete) attr_i64(f, "complete", 1);
+  H5Fclose(f);
+  free(tok);
+}
+
+static mgt_config config(const char *data_path, uint64_t seed) {
+  mgt_config c;
+  mgt_config_defaults(&c);
+  snprintf(c.data_path, sizeof c.data_path, "%s", data_path);
+  strcpy(c.split, "80,20,0");
+  c.seq_length = SEQ;
+  c.micro_batch_size = 4;
+  c.global_batch_size = 8;
+  c.train_iters = 50; /* 400 samples: more than one epoch of the train split */
+  c.eval_iters = 5;
+  c.seed = seed;
+  c.vocab_size = 1000000;
+  c.mock_data = 0;
+  return c;
+}
+
+/* Checks every sample of a source; counts coverage of (doc, pos) in cover (may be NULL). */
+static void check_samples(mgt_data *src, int n, int lo_doc, int hi_doc, uint32_t base,
+                          int *cover, const char *what) {
+  int32_t buf[SEQ + 1];
+  int bad = 0;
+  for (int s = 0; s < n && !bad; s++) {
+    T_OK(src->get(src->ctx, (uint64_t)s, 1, SEQ, buf));
+    for (int k = 0; k <= SEQ; k++) {
+      int v = buf[k] - (int)base, d = v / 1000, j = v % 1000;
+      if (d < lo_doc || d >= hi_doc || j >= doc_len(d)) {
+        bad = 1;
+        T_CHECK(0, "%s sample %d token %d = %d is not from a document of the split [%d, %d)", what,
+                s, k, buf[k], lo_doc, hi_doc);
+        break;
+      }
+      if (cover && k < SEQ) cover[d * 64 + j]++;
+      if (k == 0) continue;
+      int pv = buf[k - 1] - (int)base, pd = pv / 1000, pj = pv % 1000;
+      int inside = d == pd && j == pj + 1;
+      int joined = pj == doc_len(pd) - 1 && j == 0;
+      if (!inside && !joined) {
+        bad = 1;
+        T_CHECK(0, "%s sample %d: %d follows %d, neither the next token nor a document start", what,
+                s, buf[k], buf[k - 1]);
+      }
+    }
+  }
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  char dir[] = "/tmp/mgt_test_dataset_XXXXXX";
+  T_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  char a[256], b[256], bad[256], blend_path[600];
+  snprintf(a, sizeof a, "%s/a", dir);
+  snprintf(b, sizeof b, "%s/b", dir);
+  snprintf(bad, sizeof bad, "%s/incomplete", dir);
+  write_dataset(a, 0, 1);
+  write_dataset(b, 500000, 1);
+  write_dataset(bad, 0, 0);
+
+  /* split 80/20: train documents [0, 160), valid [160, 200) */
+  mgt_config c = config(a, 7);
+  mgt_data train, valid;
+  T_OK(mgt_dataset_sources(&c, MPI_COMM_WORLD, NULL, &train, &valid));
+  int *cover = calloc(NDOC * 64, sizeof(int));
+  check_samples(&train, 400, 0, 160, 0, cover, "train");
+  int mn = 1 << 30, mxc = 0;
+  for (int d = 0; d < 160; d++)
+    for (int j = 0; j < doc_len(d); j++) {
+      int v = cover[d * 64 + j];
+      mn = v < mn ? v : mn;
+      mxc = v > mxc ? v : mxc;
+    }
+  T_CHECK(mn >= 1 && mxc <= 2, "train tokens covered between %d and %d times (400 samples, "
+          "about 1.6 epochs)", mn, mxc);
+  check_samples(&valid, 40, 160, NDOC, 0, NULL, "valid");
+  int32_t first[4][SEQ + 1];
+  T_OK(train.get(train.ctx, 0, 4, SEQ, &first[0][0]));
+
+  /* again: the cached index gives the same samples */
+  mgt_data t2, v2;
+  T_OK(mgt_dataset_sources(&c, MPI_COMM_WORLD, NULL, &t2, &v2));
+  int32_t again[4][SEQ + 1];
+  T_OK(t2.get(t2.ctx, 0, 4, SEQ, &again[0][0]));
+  T_CHECK(memcmp(first, again, sizeof first) == 0, "samples differ when read through the cached index");
+  mgt_data_destroy(&t2), mgt_data_destroy(&v2);
+  /* another seed: the same split, another order */
+  c = config(a, 8);
+  T_OK(mgt_dataset_sources(&c, MPI_COMM_WORLD, NULL, &t2, &v2));
+  T_OK(t2.get(t2.ctx, 0, 4, SEQ, &again[0][0]));
+  T_CHECK(memcmp(first, again, sizeof first) != 0, "another seed gave the same samples");
+  check_samples(&t2, 400, 0, 160, 0, NULL, "train (seed 8)");
+  mgt_data_destroy(&t2), mgt_data_destroy(&v2);
+
+  /* blending 1:3 */
+  snprintf(blend_path, sizeof blend_path, "1\n%s\n3\n%s", a, b);
+  c = config(blend_path, 7);
+  T_OK(mgt_dataset_sources(&c, MPI_COMM_WORLD, NULL, &t2, &v2));
+  int from_b = 0;
+  int32_t buf[SEQ + 1];
+  for (int s = 0; s < 400; s++) {
+    T_OK(t2.get(t2.ctx, (uint64_t)s, 1, SEQ, buf));
+    from_b += buf[0] >= 500000;
+    int same = 1;
+    for (int k = 1; k <= SEQ; k++) same &= (buf[k] >= 500000) == (buf[0] >= 500000);
+    T_CHECK(same, "blended sample %d mixes datasets", s);
+  }
+  T_CHECK(abs(from_b - 300) <= 1, "blend 1:3 took %d of 400 samples from the second dataset", from_b);
+  printf("blending 1:3: %d of 400 samples from the second dataset\n", from_b);
+  mgt_data_destroy(&t2), mgt_data_destroy(&v2);
+
+  /* bad inputs are refused with the file named */
+  c = config(bad, 7);
+  mgt_status st = mgt_dataset_sources(&c, MPI_COMM_WORLD, NULL, &t2, &v2);
+  T_CHECK(st == MGT_ERR_INPUT && strstr(mgt_error_message(), "incomplete.h5") &&
+              strstr(mgt_error_message(), "complete"),
+          "incomplete dataset: %s", mgt_error_message());
+  char missing[300];
+  snprintf(missing, sizeof missing, "%s/none", dir);
+  c = config(missing, 7);
+  st = mgt_dataset_sources(&c, MPI_COMM_WORLD, NULL, &t2, &v2);
+  T_CHECK(st == MGT_ERR_INPUT && strstr(mgt_error_message(), "none.h5"), "missing dataset: %s",
+          mgt_error_message());
+  c = config(a, 7);
+  c.vocab_size = 1000;
+  st = mgt_dataset_sources(&c, MPI_COMM_WORLD, NULL, &t2, &v2);
+  T_CHECK(st == MGT_ERR_INPUT && strstr(mgt_error_message(), "does not fit --vocab-size"),
+          "vocabulary too small: %s", mgt_error_message());
+  c = config(a, 7);
+  c.seq_length = 5000;
+  st = mgt_dataset_sources(&c, MPI_COMM_WORLD, NULL, &t2, &v2);
+  T_CHECK(st == MGT_ERR_INPUT && strstr(mgt_error_message(), "too few for one sample"),
+          "sequence longer than the split: %s", mgt_error_message());
+
+  mgt_data_destroy(&train), mgt_data_destroy(&valid);
+  free(cover);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  MPI_Finalize();
+  return t_report("test_dataset");
+}
