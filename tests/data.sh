@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# mgt preprocess and mgt tokenize on real text (../shared/data): the token dataset is the
+# same for 1, 2 and 4 ranks and agrees with mgt tokenize; bad input is refused with the file
+# and line named and leaves no output behind; training refuses a dataset made with another
+# vocabulary. Usage: data.sh MGT MPIEXEC DATA_DIR (exit 77 when DATA_DIR is missing).
+set -u
+MGT=$1 MPIEXEC=$2 DATA=$3
+[ -f "$DATA/gpt2/gpt2-vocab.json" ] || { echo "no $DATA: skipped"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+tmp=$(mktemp -d)
+trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
+V="--vocab-file $DATA/gpt2/gpt2-vocab.json --merge-file $DATA/gpt2/gpt2-merges.txt"
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# Tiny Shakespeare as JSON lines (one paragraph each) plus a plain-text book
+python3 - "$DATA/tinyshakespeare/input.txt" "$tmp/shakes.jsonl" <<'PY'
+import json, sys
+paras = open(sys.argv[1], encoding="utf-8").read().split("\n\n")
+with open(sys.argv[2], "w", encoding="utf-8") as f:
+    for p in paras[:3000]:
+        f.write(json.dumps({"text": p, "id": len(p)}) + "\n")
+PY
+head -c 200000 "$DATA/books/pg11-alices-adventures-in-wonderland.txt" > "$tmp/alice.txt"
+
+for n in 1 2 4; do
+  if ! "$MPIEXEC" -n $n "$MGT" preprocess --input "$tmp/shakes.jsonl" "$tmp/alice.txt" \
+    --output-prefix "$tmp/out$n" $V --append-eod > "$tmp/log$n" 2>&1; then
+    fail "preprocess with $n ranks"; cat "$tmp/log$n"
+  fi
+  h5dump -d tokens -b LE -o "$tmp/tok$n.bin" "$tmp/out$n.h5" > /dev/null
+  h5dump -d document_offsets -b LE -o "$tmp/off$n.bin" "$tmp/out$n.h5" > /dev/null
+  h5dump -A "$tmp/out$n.h5" | grep -v "^HDF5" > "$tmp/attr$n.txt"
+done
+for n in 2 4; do
+  cmp -s "$tmp/tok1.bin" "$tmp/tok$n.bin" || fail "tokens with $n ranks differ from 1 rank"
+  cmp -s "$tmp/off1.bin" "$tmp/off$n.bin" || fail "document offsets with $n ranks differ"
+  cmp -s "$tmp/attr1.txt" "$tmp/attr$n.txt" || fail "attributes with $n ranks differ"
+done
+grep -q "3001 documents" "$tmp/log1" || { fail "expected 3001 documents"; cat "$tmp/log1"; }
+echo "ok: the token dataset is identical for 1, 2 and 4 ranks ($(stat -c %s "$tmp/tok1.bin") bytes)"
+
+# the dataset holds what mgt tokenize says, each document ended by <|endoftext|>
+"$MGT" tokenize $V --input "$tmp/shakes.jsonl" > "$tmp/ids.txt" || fail "mgt tokenize"
+/usr/bin/python3 - "$tmp/ids.txt" "$tmp/tok1.bin" "$tmp/off1.bin" <<'PY' || fail "dataset and mgt tokenize disagree"
+import sys, struct
+ids = [list(map(int, l.split())) for l in open(sys.argv[1])]
+raw = open(sys.argv[2], "rb").read(); tok = struct.unpack("<%dH" % (len(raw) // 2), raw)
+raw = open(sys.argv[3], "rb").read(); off = struct.unpack("<%dq" % (len(raw) // 8), raw)
+assert len(off) == len(ids) + 2, (len(off), len(ids))
+for d, want in enumerate(ids):
+    got = list(tok[off[d]:off[d + 1]])
+    assert got == want + [50256], d
+print("ok: %d documents match mgt tokenize" % len(ids))
+PY
+# decode gives the text back
+head -3 "$tmp/ids.txt" | "$MGT" tokenize $V --decode > "$tmp/back.jsonl"
+python3 - "$tmp/shakes.jsonl" "$tmp/back.jsonl" <<'PY' || fail "decode is not the inverse of encode"
+import json, sys
+a = [json.loads(l)["text"] for l in open(sys.argv[1])][:3]
+b = [json.loads(l)["text"] for l in open(sys.argv[2])]
+assert a == b
+print("ok: mgt tokenize --decode gives the text back")
+PY
+
+# bad input
+expect_error() { # want, then the command
+  local want=$1; shift
+  "$@" > "$tmp/out" 2> "$tmp/err"; local rc=$?
+  if [ $rc != 2 ] || ! grep -q -F -- "$want" "$tmp/err"; then
+    fail "$* gave exit $rc, wanted 2 and '$want'"; sed 's/^/    /' "$tmp/err" | head -5
+  else
+    echo "ok: $(grep '^mgt: error' "$tmp/err" | head -1)"
+  fi
+}
+{ echo '{"text": "fine"}'; echo '{"text": "also fine"}'; echo '{"text": broken'; echo '{"other": 1}'; } > "$tmp/bad.jsonl"
+expect_error "bad.jsonl:3: malformed JSON" "$MPIEXEC" -n 2 "$MGT" preprocess --input "$tmp/bad.jsonl" --output-prefix "$tmp/bad" $V
+[ ! -e "$tmp/bad.h5" ] && [ ! -e "$tmp/bad.h5.tmp" ] || fail "a failed preprocess left a file"
+sed -i '3d' "$tmp/bad.jsonl"
+expect_error 'bad.jsonl:3: no "text" key' "$MGT" preprocess --input "$tmp/bad.jsonl" --output-prefix "$tmp/bad" $V
+"$MGT" preprocess --input "$tmp/bad.jsonl" --output-prefix "$tmp/bad" $V --skip-bad-lines > "$tmp/out" 2>&1 &&
+  grep -q "2 documents.*1 bad lines skipped" "$tmp/out" && echo "ok: --skip-bad-lines skips and counts" ||
+  { fail "--skip-bad-lines"; cat "$tmp/out"; }
+mkdir "$tmp/ro" && chmod 555 "$tmp/ro"
+if [ "$(id -u)" != 0 ]; then
+  expect_error "not writable" "$MGT" preprocess --input "$tmp/alice.txt" --output-prefix "$tmp/ro/x" $V
+fi
+expect_error "directory $tmp/none is not writable" "$MGT" preprocess --input "$tmp/alice.txt" --output-prefix "$tmp/none/x" $V
+expect_error "--input $tmp/missing.jsonl" "$MGT" preprocess --input "$tmp/missing.jsonl" --output-prefix "$tmp/m" $V
+expect_error "GPT2BPETokenizer needs --vocab-file" "$MGT" preprocess --input "$tmp/alice.txt" --output-prefix "$tmp/m"
+
+# training refuses a dataset of another vocabulary, or a vocabulary too small for it
+"$MGT" preprocess --input "$tmp/alice.txt" "$tmp/shakes.jsonl" --output-prefix "$tmp/bytes" --tokenizer-type ByteTokenizer --append-eod > /dev/null || fail "byte preprocess"
+expect_error "tokenized with another vocabulary" "$MGT" train --data-path "$tmp/bytes" $V --train-iters 1 --seq-length 16 --num-layers 1 --hidden-size 16 --num-attention-heads 2
+expect_error "does not fit --vocab-size 100" "$MGT" train --data-path "$tmp/bytes" --vocab-size 100 --train-iters 1 --seq-length 16 --num-layers 1 --hidden-size 16 --num-attention-heads 2
+cp "$tmp/alice.txt" "$tmp/text.h5"
+expect_error "text.h5: not a readable HDF5 file" "$MGT" train --data-path "$tmp/text.h5" --train-iters 1
+expect_error "alice.h5: No such file" "$MGT" train --data-path "$tmp/alice" --train-iters 1
+
+echo "data: $fails failures"
+[ $fails = 0 ]
