@@ -3,9 +3,10 @@
    A split is a contiguous range of documents. For as many epochs as the run needs, the
    split's documents are shuffled (per epoch, by seed) and concatenated; sample s is the
    window of seq_length + 1 tokens starting seq_length * s tokens into that stream; samples
-   are then shuffled by seed (the last epoch apart from the earlier ones). The three arrays (document order, sample starts, sample order)
-   are the sample index, built by world rank 0 and cached beside the dataset. Tokens are read
-   through a memory map of the contiguous HDF5 dataset. */
+   are then shuffled by seed (the last epoch apart from the earlier ones). The three arrays
+   (document order, sample starts, sample order) are the sample index, built by world rank 0 and
+   cached beside the dataset. Tokens are read through a memory map of the contiguous HDF5 dataset.
+ */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -226,7 +227,8 @@ static mgt_status build_index(const dataset *ds, int64_t a, int64_t b, int split
   int64_t tpe = ds->doc_off[b] - ds->doc_off[a];
   int64_t spe = tpe > 0 ? (tpe - 1) / seq : 0;
   static const char *names[3] = {"train", "valid", "test"};
-  MGT_REQUIRE(spe > 0, "--data-path %s: the %s split (documents %lld to %lld) has %lld tokens, "
+  MGT_REQUIRE(spe > 0,
+              "--data-path %s: the %s split (documents %lld to %lld) has %lld tokens, "
               "too few for one sample of --seq-length %d + 1",
               p, names[split], (long long)a, (long long)b, (long long)tpe, seq);
   int64_t epochs = (needed + spe - 1) / spe;
@@ -251,7 +253,8 @@ static mgt_status build_index(const dataset *ds, int64_t a, int64_t b, int split
   int64_t *sample_idx = (int64_t *)(mem + off_samples), *shuffle = (int64_t *)(mem + off_shuffle);
   for (int64_t e = 0; e < epochs; e++) {
     int32_t *d = doc_idx + e * n_docs;
-    for (int64_t i = 0; i < n_docs; i++) d[i] = (int32_t)(a + i);
+    for (int64_t i = 0; i < n_docs; i++)
+      d[i] = (int32_t)(a + i);
     for (int64_t i = n_docs - 1; i > 0; i--) { /* Fisher-Yates */
       int64_t j = (int64_t)(draw(seed, mgt_rng_data_stream(0x100u + (uint32_t)split),
                                  (uint64_t)e << 32 | (uint64_t)i) %
@@ -282,13 +285,14 @@ static mgt_status build_index(const dataset *ds, int64_t a, int64_t b, int split
      every earlier epoch is seen whole before the last begins. */
   int64_t n_first = (epochs - 1) * tpe / seq;
   if (n_first > n_samples) n_first = n_samples;
-  for (int64_t i = 0; i < n_samples; i++) shuffle[i] = i;
+  for (int64_t i = 0; i < n_samples; i++)
+    shuffle[i] = i;
   for (int part = 0; part < 2; part++) {
     int64_t lo = part ? n_first : 0, hi = part ? n_samples : n_first;
     for (int64_t i = hi - 1; i > lo; i--) {
-      int64_t j = lo + (int64_t)(draw(seed, mgt_rng_data_stream(0x200u + (uint32_t)split),
-                                      (uint64_t)i) %
-                                 (uint64_t)(i - lo + 1));
+      int64_t j =
+          lo + (int64_t)(draw(seed, mgt_rng_data_stream(0x200u + (uint32_t)split), (uint64_t)i) %
+                         (uint64_t)(i - lo + 1));
       int64_t tmp = shuffle[i];
       shuffle[i] = shuffle[j];
       shuffle[j] = tmp;
@@ -367,8 +371,8 @@ static mgt_status map_cache(const char *path, split_index *ix) {
 /* The index of one split, from the cache beside the dataset or built by world rank 0.
    Collective over world. */
 static mgt_status split_index_get(const dataset *ds, int split, int64_t a, int64_t b,
-                                  int64_t needed, int seq, uint64_t seed, MPI_Comm world,
-                                  FILE *log, split_index *ix) {
+                                  int64_t needed, int seq, uint64_t seed, MPI_Comm world, FILE *log,
+                                  split_index *ix) {
   memset(ix, 0, sizeof *ix);
   ix->ds = ds;
   int rank;
@@ -398,8 +402,11 @@ static mgt_status split_index_get(const dataset *ds, int split, int64_t a, int64
         cached = write_cache(path, mem, len) == MGT_OK;
         if (!cached) {
           mgt_error_clear();
-          if (log) fprintf(log, "note: cannot cache the sample index beside %s; every rank builds "
-                                "it in memory\n", ds->info.path);
+          if (log)
+            fprintf(log,
+                    "note: cannot cache the sample index beside %s; every rank builds "
+                    "it in memory\n",
+                    ds->info.path);
         } else if (log) {
           fprintf(log, "built sample index %s\n", path);
         }
@@ -416,8 +423,8 @@ static mgt_status split_index_get(const dataset *ds, int split, int64_t a, int64
     if (st == MGT_OK) index_views(ix);
   }
   MGT_CHECK(mgt_mpi_agree(world, st));
-  MGT_REQUIRE(ix->n_samples >= needed, "%s: the sample index holds %lld samples, %lld needed",
-              path, (long long)ix->n_samples, (long long)needed);
+  MGT_REQUIRE(ix->n_samples >= needed, "%s: the sample index holds %lld samples, %lld needed", path,
+              (long long)ix->n_samples, (long long)needed);
   return MGT_OK;
 }
 
@@ -428,7 +435,8 @@ static void read_sample(const split_index *ix, int64_t s, int seq, int32_t *out)
   for (int k = 0; k <= seq;) {
     int32_t d = ix->doc_idx[pos % ix->n_doc_idx];
     int64_t first = ds->doc_off[d] + off, end = ds->doc_off[d + 1];
-    for (int64_t i = first; i < end && k <= seq; i++) out[k++] = token_at(ds, i);
+    for (int64_t i = first; i < end && k <= seq; i++)
+      out[k++] = token_at(ds, i);
     pos++;
     off = 0;
   }
@@ -442,8 +450,8 @@ typedef struct source {
   opened *op; /* shared with the other source of the run */
   int n;      /* datasets */
   split_index *ix;
-  uint8_t *which;   /* blended sample -> dataset (NULL with one dataset) */
-  int64_t *within;  /* blended sample -> sample of that dataset */
+  uint8_t *which;  /* blended sample -> dataset (NULL with one dataset) */
+  int64_t *within; /* blended sample -> sample of that dataset */
   int64_t n_blend;
   int seq;
 } source;
@@ -474,7 +482,8 @@ static void source_destroy(void *ctx) {
   source *s = ctx;
   if (!s) return;
   if (s->ix)
-    for (int d = 0; d < s->n; d++) index_free(&s->ix[d]);
+    for (int d = 0; d < s->n; d++)
+      index_free(&s->ix[d]);
   opened_release(s->op);
   mgt_free(s->ix);
   mgt_free(s->which);
@@ -486,7 +495,8 @@ static void source_destroy(void *ctx) {
    w_d * (i + 1) - taken_d (ties to the lower index), as Megatron-LM's blendable dataset. */
 static void blend(const double *w, int n, int64_t total, uint8_t *which, int64_t *within,
                   int64_t *counts) {
-  for (int d = 0; d < n; d++) counts[d] = 0;
+  for (int d = 0; d < n; d++)
+    counts[d] = 0;
   for (int64_t i = 0; i < total; i++) {
     int best = 0;
     double be = -1e300;
@@ -537,7 +547,8 @@ static mgt_status parse_data_path(const char *list, data_spec *spec) {
     snprintf(spec->prefix[i], MGT_PATH_MAX, "%s", items[2 * i + 1]);
   }
   spec->n = n / 2;
-  for (int i = 0; i < spec->n; i++) spec->w[i] /= sum;
+  for (int i = 0; i < spec->n; i++)
+    spec->w[i] /= sum;
   return MGT_OK;
 }
 
@@ -566,7 +577,8 @@ struct opened {
 
 static void opened_release(opened *op) {
   if (!op || --op->refs > 0) return;
-  for (int d = 0; d < op->n; d++) dataset_close(&op->ds[d]);
+  for (int d = 0; d < op->n; d++)
+    dataset_close(&op->ds[d]);
   mgt_free(op);
 }
 
@@ -585,8 +597,8 @@ static mgt_status make_source(opened *op, const data_spec *spec, int split, cons
   if (spec->n > 1) {
     s->n_blend = needed;
     MGT_TRY(mgt_calloc((size_t)needed + 1, "blending index", (void **)&s->which));
-    MGT_TRY(mgt_calloc(sizeof(int64_t) * ((size_t)needed + 1), "blending index",
-                       (void **)&s->within));
+    MGT_TRY(
+        mgt_calloc(sizeof(int64_t) * ((size_t)needed + 1), "blending index", (void **)&s->within));
     blend(spec->w, spec->n, needed, s->which, s->within, counts);
   } else {
     counts[0] = needed;
@@ -596,9 +608,11 @@ static mgt_status make_source(opened *op, const data_spec *spec, int split, cons
     int64_t nd = ds->info.n_documents;
     double c1 = frac[0], c2 = frac[0] + frac[1];
     int64_t b1 = (int64_t)(c1 * (double)nd + 0.5), b2 = (int64_t)(c2 * (double)nd + 0.5);
-    int64_t a = split == 0 ? 0 : (split == 1 ? b1 : b2), b = split == 0 ? b1 : (split == 1 ? b2 : nd);
+    int64_t a = split == 0 ? 0 : (split == 1 ? b1 : b2),
+            b = split == 0 ? b1 : (split == 1 ? b2 : nd);
     int64_t need = counts[d] > 0 ? counts[d] : 1;
-    MGT_TRY(split_index_get(ds, split, a, b, need, cfg->seq_length, cfg->seed, world, log, &s->ix[d]));
+    MGT_TRY(
+        split_index_get(ds, split, a, b, need, cfg->seq_length, cfg->seed, world, log, &s->ix[d]));
   }
   out->ctx = s;
   out->get = source_get;

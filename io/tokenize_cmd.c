@@ -14,14 +14,16 @@
 #define SZ(f) sizeof(((mgt_tokenize_opts *)0)->f)
 static const char *const tokenizers[] = {"GPT2BPETokenizer", "ByteTokenizer", NULL};
 static const mgt_flag flags[] = {
-    {"--vocab-file", MGT_FLAG_STR, OFF(vocab_file), 0, 0, "GPT-2 vocabulary (gpt2-vocab.json)", NULL,
-     SZ(vocab_file)},
+    {"--vocab-file", MGT_FLAG_STR, OFF(vocab_file), 0, 0, "GPT-2 vocabulary (gpt2-vocab.json)",
+     NULL, SZ(vocab_file)},
     {"--merge-file", MGT_FLAG_STR, OFF(merge_file), 0, 0, "GPT-2 merges (gpt2-merges.txt)", NULL,
      SZ(merge_file)},
     {"--tokenizer-type", MGT_FLAG_ENUM, OFF(tokenizer_type), 0, 0,
      "GPT2BPETokenizer or ByteTokenizer", tokenizers, 0},
-    {"--input", MGT_FLAG_STR, OFF(input), 0, 0, "JSON lines to encode, or id lines to decode "
-     "(default: standard input)", NULL, SZ(input)},
+    {"--input", MGT_FLAG_STR, OFF(input), 0, 0,
+     "JSON lines to encode, or id lines to decode "
+     "(default: standard input)",
+     NULL, SZ(input)},
     {"--json-keys", MGT_FLAG_STR, OFF(json_keys), 0, 0, "the key of the text in each JSON line",
      NULL, SZ(json_keys)},
     {"--decode", MGT_FLAG_BOOL, OFF(decode), 0, 1,
@@ -53,7 +55,8 @@ static mgt_status decode_line(mgt_tokenizer *tok, const mgt_tokenize_opts *o, co
                               FILE *out) {
   ids->n = 0;
   for (char *p = line;;) {
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+      p++;
     if (!*p) break;
     char *end;
     errno = 0;
@@ -123,7 +126,8 @@ mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out) {
   while ((n = getline(&line, &cap, in)) > 0) {
     line_no++;
     size_t len = (size_t)n;
-    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+      line[--len] = 0;
     if (o->decode) {
       MGT_TRY(decode_line(tok, o, name, line_no, line, &ids, &buf, &bcap, out));
       continue;
@@ -145,7 +149,8 @@ mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out) {
     }
     ids.n = 0;
     MGT_TRY(mgt_tok_encode(tok, v->str, v->len, &ids));
-    for (size_t i = 0; i < ids.n; i++) fprintf(out, i ? " %d" : "%d", ids.ids[i]);
+    for (size_t i = 0; i < ids.n; i++)
+      fprintf(out, i ? " %d" : "%d", ids.ids[i]);
     fputc('\n', out);
   }
   if (ferror(in)) {

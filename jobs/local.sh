@@ -1,20 +1,60 @@
 #!/usr/bin/env bash
-# The local launcher: runs `mgt train` on this machine through mpiexec, without a
-# scheduler. Environment (all optional):
-#   NP   ranks (default 2)          TP   tensor-parallel size (default: NP if it divides 4, else 1)
-#   MGT  the mgt binary (default: build/mgt beside this script, else mgt on PATH)
-# Extra arguments are passed to `mgt train` and override the demo's flags.
+# The local launcher: trains a small GPT on real text on this machine through mpiexec,
+# without a scheduler. It tokenizes the text (mgt preprocess), then trains with tensor
+# parallelism (mgt train), validating on held-out documents.
+#
+# Which text, in order:
+#   DATA="a.txt b.jsonl ..."  your files (.jsonl/.json: one {"text": ...} per line; others: one
+#                             document per file), with GPT-2 BPE when its vocabulary is found,
+#                             else the byte tokenizer
+#   ../shared/data            19 public-domain books and Tiny Shakespeare, GPT-2 BPE
+#   otherwise                 the licence texts every Debian system has and this project's
+#                             documentation, byte tokenizer
+# Environment (all optional):
+#   NP     ranks (default 2)            TP     tensor-parallel size (default: NP if it is 1, 2 or 4)
+#   ITERS  training iterations (200)    WORK   directory for the dataset (build/demo)
+#   VOCAB_DIR  a directory with gpt2-vocab.json and gpt2-merges.txt
+#   MGT    the mgt binary (default: build/mgt beside this script, else mgt on PATH)
+# Extra arguments go to `mgt train` and override the flags below.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
 NP=${NP:-2}
 case "$NP" in 1 | 2 | 4) TP=${TP:-$NP} ;; *) TP=${TP:-1} ;; esac
-MGT=${MGT:-$here/../build/mgt}
+ITERS=${ITERS:-200}
+WORK=${WORK:-$root/build/demo}
+MGT=${MGT:-$root/build/mgt}
 [ -x "$MGT" ] || MGT=$(command -v mgt) || { echo "local.sh: no mgt binary (build first)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# One OpenMP thread per core of this rank's share of the machine.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(($(nproc) / NP > 0 ? $(nproc) / NP : 1))}
-exec mpiexec -n "$NP" --oversubscribe --bind-to none "$MGT" train \
-  --mock-data --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 64 \
-  --vocab-size 128 --micro-batch-size 16 --global-batch-size 32 --train-iters 300 \
-  --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 20 --lr-decay-style cosine --log-interval 25 \
+run() { mpiexec -n "$NP" --oversubscribe --bind-to none "$MGT" "$@"; }
+
+shared=${SHARED:-$root/../shared/data}
+VOCAB_DIR=${VOCAB_DIR:-$shared/gpt2}
+tok=(--tokenizer-type ByteTokenizer)
+if [ -f "$VOCAB_DIR/gpt2-vocab.json" ] && [ -f "$VOCAB_DIR/gpt2-merges.txt" ]; then
+  tok=(--vocab-file "$VOCAB_DIR/gpt2-vocab.json" --merge-file "$VOCAB_DIR/gpt2-merges.txt")
+fi
+if [ -n "${DATA:-}" ]; then
+  read -r -a files <<< "$DATA"
+  echo "local.sh: training on your files: ${files[*]}"
+elif [ -d "$shared/books" ]; then
+  files=("$shared"/books/*.txt "$shared/tinyshakespeare/input.txt")
+  echo "local.sh: training on ${#files[@]} public-domain texts from $shared"
+else
+  tok=(--tokenizer-type ByteTokenizer)
+  files=()
+  for f in /usr/share/common-licenses/* "$root"/README.md "$root"/docs/*.md; do
+    [ -f "$f" ] && [ ! -L "$f" ] && files+=("$f")
+  done
+  echo "local.sh: no ../shared/data: training on ${#files[@]} licence and documentation texts, bytes"
+fi
+mkdir -p "$WORK"
+run preprocess --input "${files[@]}" --output-prefix "$WORK/text" "${tok[@]}" --append-eod
+rm -f "$WORK"/text.h5.index-* # the sample index is rebuilt for the new file anyway
+run train --data-path "$WORK/text" "${tok[@]}" --split 90,10,0 \
+  --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 \
+  --micro-batch-size 8 --global-batch-size 16 --train-iters "$ITERS" \
+  --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 20 --lr-decay-style cosine \
+  --eval-interval 100 --eval-iters 10 --log-interval 25 \
   --tensor-model-parallel-size "$TP" "$@"

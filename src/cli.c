@@ -59,7 +59,7 @@ static void usage(FILE *f) {
              "commands:\n"
              "  train       train a GPT model (mgt train --help for its flags)\n"
              "  preprocess  tokenize JSON lines or text files into an HDF5 token dataset\n"
-          "  tokenize    encode JSON lines to token ids, or decode ids (--decode)\n"
+             "  tokenize    encode JSON lines to token ids, or decode ids (--decode)\n"
              "  version     print the version\n\n"
              "Run under MPI for several ranks: mpiexec -n 4 mgt train "
              "--tensor-model-parallel-size 2 ...\n");

@@ -42,8 +42,8 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
     MGT_TRY(mgt_data_mock_create(cfg, &tr->data));
     MGT_TRY(mgt_data_mock_valid_create(cfg, &tr->valid));
   } else {
-    MGT_TRY(mgt_dataset_sources(cfg, grid->world, grid->rank == 0 ? log : NULL, &tr->data,
-                                &tr->valid));
+    MGT_TRY(
+        mgt_dataset_sources(cfg, grid->world, grid->rank == 0 ? log : NULL, &tr->data, &tr->valid));
   }
   MGT_TRY(mgt_calloc(sizeof(int32_t) * (size_t)cfg->micro_batch_size * (cfg->seq_length + 1),
                      "token batch", (void **)&tr->tokens));
@@ -124,8 +124,8 @@ mgt_status mgt_trainer_evaluate(mgt_trainer *tr, double *loss) {
   double sum = 0.0;
   for (int it = 0; it < c->eval_iters; it++)
     for (int mb = 0; mb < n_micro; mb++) {
-      uint64_t first = (uint64_t)it * c->global_batch_size + (uint64_t)mb * B * g->dp +
-                       (uint64_t)g->dp_rank * B;
+      uint64_t first =
+          (uint64_t)it * c->global_batch_size + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
       MGT_CHECK(tr->valid.get(tr->valid.ctx, first, B, T, tr->tokens));
       double ls = 0.0;
       MGT_CHECK(mgt_gpt_forward(tr->model, tr->tokens, &ls));

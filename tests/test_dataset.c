@@ -37,7 +37,8 @@ static void write_dataset(const char *prefix, uint32_t base, int complete) {
   snprintf(path, sizeof path, "%s.h5", prefix);
   int64_t off[NDOC + 1];
   off[0] = 0;
-  for (int d = 0; d < NDOC; d++) off[d + 1] = off[d] + doc_len(d);
+  for (int d = 0; d < NDOC; d++)
+    off[d + 1] = off[d] + doc_len(d);
   uint32_t *tok = malloc(sizeof(uint32_t) * (size_t)off[NDOC]);
   uint32_t mx = 0;
   for (int d = 0; d < NDOC; d++)
@@ -87,8 +88,8 @@ static mgt_config config(const char *data_path, uint64_t seed) {
 }
 
 /* Checks every sample of a source; counts coverage of (doc, pos) in cover (may be NULL). */
-static void check_samples(mgt_data *src, int n, int lo_doc, int hi_doc, uint32_t base,
-                          int *cover, const char *what) {
+static void check_samples(mgt_data *src, int n, int lo_doc, int hi_doc, uint32_t base, int *cover,
+                          const char *what) {
   int32_t buf[SEQ + 1];
   int bad = 0;
   for (int s = 0; s < n && !bad; s++) {
@@ -140,8 +141,10 @@ int main(int argc, char **argv) {
       mn = v < mn ? v : mn;
       mxc = v > mxc ? v : mxc;
     }
-  T_CHECK(mn >= 1 && mxc <= 2, "train tokens covered between %d and %d times (400 samples, "
-          "about 1.6 epochs)", mn, mxc);
+  T_CHECK(mn >= 1 && mxc <= 2,
+          "train tokens covered between %d and %d times (400 samples, "
+          "about 1.6 epochs)",
+          mn, mxc);
   check_samples(&valid, 40, 160, NDOC, 0, NULL, "valid");
   int32_t first[4][SEQ + 1];
   T_OK(train.get(train.ctx, 0, 4, SEQ, &first[0][0]));
@@ -151,7 +154,8 @@ int main(int argc, char **argv) {
   T_OK(mgt_dataset_sources(&c, MPI_COMM_WORLD, NULL, &t2, &v2));
   int32_t again[4][SEQ + 1];
   T_OK(t2.get(t2.ctx, 0, 4, SEQ, &again[0][0]));
-  T_CHECK(memcmp(first, again, sizeof first) == 0, "samples differ when read through the cached index");
+  T_CHECK(memcmp(first, again, sizeof first) == 0,
+          "samples differ when read through the cached index");
   mgt_data_destroy(&t2), mgt_data_destroy(&v2);
   /* another seed: the same split, another order */
   c = config(a, 8);
@@ -171,10 +175,12 @@ int main(int argc, char **argv) {
     T_OK(t2.get(t2.ctx, (uint64_t)s, 1, SEQ, buf));
     from_b += buf[0] >= 500000;
     int same = 1;
-    for (int k = 1; k <= SEQ; k++) same &= (buf[k] >= 500000) == (buf[0] >= 500000);
+    for (int k = 1; k <= SEQ; k++)
+      same &= (buf[k] >= 500000) == (buf[0] >= 500000);
     T_CHECK(same, "blended sample %d mixes datasets", s);
   }
-  T_CHECK(abs(from_b - 300) <= 1, "blend 1:3 took %d of 400 samples from the second dataset", from_b);
+  T_CHECK(abs(from_b - 300) <= 1, "blend 1:3 took %d of 400 samples from the second dataset",
+          from_b);
   printf("blending 1:3: %d of 400 samples from the second dataset\n", from_b);
   mgt_data_destroy(&t2), mgt_data_destroy(&v2);
 

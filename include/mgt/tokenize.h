@@ -20,8 +20,8 @@ typedef struct mgt_tokenize_opts {
 } mgt_tokenize_opts;
 
 void mgt_tokenize_defaults(mgt_tokenize_opts *o);
-MGT_NODISCARD mgt_status mgt_tokenize_parse(mgt_tokenize_opts *o, int argc, char **argv,
-                                            int first, int *help);
+MGT_NODISCARD mgt_status mgt_tokenize_parse(mgt_tokenize_opts *o, int argc, char **argv, int first,
+                                            int *help);
 void mgt_tokenize_usage(FILE *f);
 /* Encodes each JSON line of the input (its --json-keys string) into a line of
    space-separated ids, or with decode each line of ids into {"text": ...}. Not collective. */

@@ -33,8 +33,8 @@ typedef struct mgt_step_stats {
    computing on `be` and communicating through `comm`. Rank 0 notes what it builds (sample
    indices) on `log`, which may be NULL. Collective over the world. */
 MGT_NODISCARD mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid,
-                                            const mgt_backend *be, const mgt_comm *comm,
-                                            FILE *log, mgt_trainer **out);
+                                            const mgt_backend *be, const mgt_comm *comm, FILE *log,
+                                            mgt_trainer **out);
 void mgt_trainer_destroy(mgt_trainer **tr);
 
 /* Runs one iteration. Collective over the world. */

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Tokenizer throughput on one core, side by side with the npm BPE implementations of GPT-2:
+# tiktoken (Rust core compiled to WASM), gpt-tokenizer and js-tiktoken (JavaScript).
+# MB/s of whole-file encoding, median of 5 runs, single-threaded (node may run its garbage
+# collector and compiler on other threads, which only favours it). The npm packages go to a temporary
+# directory (npm registry access needed); set NPM_DIR to reuse an installation.
+# Usage: bench/tokenizer.sh [build-dir] [data-dir]
+set -eu
+BUILD=${1:-build}
+DATA=${2:-$(dirname "$0")/../../shared/data}
+FILES=("$DATA/tinyshakespeare/input.txt" "$DATA/wikitext103/wiki.test.tokens")
+V=("$DATA/gpt2/gpt2-vocab.json" "$DATA/gpt2/gpt2-merges.txt")
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+"$BUILD/bench/bench_tokenizer" "${V[@]}" "${FILES[@]}"
+NPM_DIR=${NPM_DIR:-$(mktemp -d)}
+if [ ! -d "$NPM_DIR/node_modules/tiktoken" ]; then
+  (cd "$NPM_DIR" && npm init -y > /dev/null && npm install --silent tiktoken gpt-tokenizer js-tiktoken) ||
+    { echo "npm install failed: no side-by-side numbers"; exit 0; }
+fi
+cat > "$NPM_DIR/bench.js" <<'JS'
+const fs = require('fs');
+const impls = [
+  ['tiktoken (WASM)', () => { const e = require('tiktoken').get_encoding('gpt2'); return (t) => e.encode_ordinary(t).length; }],
+  ['gpt-tokenizer (JS)', () => { const g = require('gpt-tokenizer/encoding/r50k_base');
+      return (t) => g.encode(t, { allowedSpecial: new Set(), disallowedSpecial: new Set() }).length; }],
+  ['js-tiktoken (JS)', () => { const { Tiktoken } = require('js-tiktoken/lite'); const r = require('js-tiktoken/ranks/gpt2');
+      const e = new Tiktoken(r.default || r); return (t) => e.encode(t, [], []).length; }],
+];
+for (const f of process.argv.slice(2)) {
+  const text = fs.readFileSync(f, 'utf8'), bytes = Buffer.byteLength(text, 'utf8');
+  for (const [name, make] of impls) {
+    const fn = make(), times = []; let n = 0;
+    for (let r = 0; r < 5; r++) { const t0 = process.hrtime.bigint(); n = fn(text); times.push(Number(process.hrtime.bigint() - t0) / 1e9); }
+    times.sort((a, b) => a - b);
+    console.log(`${name.padEnd(20)} ${f.padEnd(40)} ${String(n).padStart(8)} tokens ${(bytes / times[2] / 1e6).toFixed(2).padStart(7)} MB/s (median of 5, one core)`);
+  }
+}
+JS
+(cd "$NPM_DIR" && node bench.js "${FILES[@]}")
