@@ -69,12 +69,15 @@ fi
 if ! python3 - "$tmp/m.jsonl" <<'PY'; then
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+valid = [r for r in rows if "valid_loss" in r]
+rows = [r for r in rows if "loss" in r]
 assert [r["iteration"] for r in rows] == [2, 4, 6], rows
+assert [r["iteration"] for r in valid] == [6] and valid[0]["valid_ppl"] > 1, valid
 for r in rows:
     for k in ("iteration", "loss", "lr", "grad_norm", "tokens_per_sec"):
         assert k in r and r[k] == r[k], (k, r)
     assert r["loss"] > 0 and r["tokens_per_sec"] > 0
-print("ok: metrics file has", len(rows), "rows with the documented keys")
+print("ok: metrics file has", len(rows), "rows with the documented keys and a validation row")
 PY
   fails=$((fails + 1))
 fi
