@@ -2,6 +2,7 @@
 #include "mgt/cli.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <omp.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -9,7 +10,10 @@
 #include <unistd.h>
 
 #include "mgt/backend.h"
+#include "mgt/checkpoint.h"
 #include "mgt/config.h"
+#include "mgt/eval.h"
+#include "mgt/flags.h"
 #include "mgt/dataset.h"
 #include "mgt/gpt.h"
 #include "mgt/grid.h"
@@ -60,6 +64,8 @@ static void usage(FILE *f) {
              "  train       train a GPT model (mgt train --help for its flags)\n"
              "  preprocess  tokenize JSON lines or text files into an HDF5 token dataset\n"
              "  tokenize    encode JSON lines to token ids, or decode ids (--decode)\n"
+             "  eval        score token ids with a checkpoint (loss and perplexity)\n"
+             "  ckpt        checkpoints: info, verify, export --format hf, import --format hf\n"
              "  version     print the version\n\n"
              "Run under MPI for several ranks: mpiexec -n 4 mgt train "
              "--tensor-model-parallel-size 2 ...\n");
@@ -150,10 +156,14 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
   }
   mgt_comm comm;
   mgt_comm_mpi_init(&comm, grid, NULL);
-  st = mgt_backend_cpu_create(&be);
+  st = mgt_mpi_agree(world, mgt_backend_cpu_create(&be));
   if (st == MGT_OK) st = mgt_trainer_create(&cfg, grid, be, &comm, stdout, &tr);
-  if (st == MGT_OK) st = mgt_trainer_run(tr, stdout);
-  if (st != MGT_OK) rc = fail(st, rank, world, 0);
+  if (st != MGT_OK) {
+    rc = fail(st, rank, world, 1); /* creation failures are agreed */
+  } else {
+    st = mgt_trainer_run(tr, stdout);
+    if (st != MGT_OK) rc = fail(st, rank, world, 0);
+  }
   mgt_trainer_destroy(&tr);
   mgt_backend_destroy(&be);
   mgt_grid_destroy(&grid);
@@ -195,6 +205,122 @@ static int cmd_tokenize(int argc, char **argv, MPI_Comm world) {
   return st == MGT_OK ? 0 : fail(st, rank, world, 1);
 }
 
+static int cmd_eval(int argc, char **argv, MPI_Comm world) {
+  int rank;
+  MPI_Comm_rank(world, &rank);
+  mgt_eval_opts o;
+  mgt_eval_defaults(&o);
+  int help = 0;
+  mgt_status st = mgt_eval_parse(&o, argc, argv, 2, &help);
+  if (st != MGT_OK) return fail(st, rank, world, 1);
+  if (help) {
+    if (rank == 0) mgt_eval_usage(stdout);
+    return 0;
+  }
+  st = mgt_eval_run(&o, world, stdout);
+  return st == MGT_OK ? 0 : fail(st, rank, world, 1);
+}
+
+typedef struct ckpt_opts {
+  char load[MGT_PATH_MAX], output[MGT_PATH_MAX], input[MGT_PATH_MAX], save[MGT_PATH_MAX];
+  int64_t ckpt_iteration;
+  int format;
+} ckpt_opts;
+
+static const char *const ckpt_formats[] = {"hf", NULL};
+#define COFF(f) offsetof(ckpt_opts, f)
+static const mgt_flag ckpt_flags[] = {
+    {"--load", MGT_FLAG_STR, COFF(load), 0, 0, "checkpoint directory (its latest) or file", NULL,
+     MGT_PATH_MAX},
+    {"--ckpt-iteration", MGT_FLAG_INT64, COFF(ckpt_iteration), -1, 9e15,
+     "this iteration instead of the latest", NULL, 0},
+    {"--format", MGT_FLAG_ENUM, COFF(format), 0, 0, "export/import format: hf (Hugging Face GPT-2)",
+     ckpt_formats, 0},
+    {"--output", MGT_FLAG_STR, COFF(output), 0, 0, "export: directory to write", NULL,
+     MGT_PATH_MAX},
+    {"--input", MGT_FLAG_STR, COFF(input), 0, 0, "import: Hugging Face model directory", NULL,
+     MGT_PATH_MAX},
+    {"--save", MGT_FLAG_STR, COFF(save), 0, 0, "import: checkpoint directory to write", NULL,
+     MGT_PATH_MAX},
+};
+
+static void ckpt_usage(FILE *f) {
+  fprintf(f, "usage: mgt ckpt info DIR|FILE [--ckpt-iteration K]\n"
+             "       mgt ckpt verify DIR|FILE [--ckpt-iteration K]\n"
+             "       mgt ckpt export --format hf --load DIR|FILE --output OUT\n"
+             "       mgt ckpt import --format hf --input HF_DIR --save DIR\n");
+}
+
+/* Checkpoint tools run on rank 0; the verdict is shared so every rank exits alike. */
+static int cmd_ckpt(int argc, char **argv, MPI_Comm world) {
+  int rank;
+  MPI_Comm_rank(world, &rank);
+  if (argc < 3 || !strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {
+    if (rank == 0) ckpt_usage(argc < 3 ? stderr : stdout);
+    return argc < 3 ? 2 : 0;
+  }
+  const char *sub = argv[2];
+  ckpt_opts o;
+  memset(&o, 0, sizeof o);
+  o.ckpt_iteration = -1;
+  int first = 3, help = 0, bad_sub = 0;
+  if (!strcmp(sub, "info") || !strcmp(sub, "verify")) {
+    if (argc > 3 && strncmp(argv[3], "--", 2) != 0) {
+      snprintf(o.load, sizeof o.load, "%s", argv[3]);
+      first = 4;
+    }
+  } else if (strcmp(sub, "export") != 0 && strcmp(sub, "import") != 0) {
+    bad_sub = 1;
+  }
+  mgt_status st = MGT_OK;
+  if (bad_sub) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "unknown ckpt command '%s' (info, verify, export, import)", sub);
+    st = MGT_ERR_INPUT;
+  } else {
+    st = mgt_flags_parse(ckpt_flags, sizeof ckpt_flags / sizeof ckpt_flags[0], &o, argc, argv,
+                         first, "ckpt", &help);
+  }
+  if (st == MGT_OK && !help) {
+    if (!strcmp(sub, "import")) {
+      if (!o.input[0] || !o.save[0]) {
+        mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                      "mgt ckpt import needs --input HF_DIR and --save DIR");
+        st = MGT_ERR_INPUT;
+      }
+    } else if (!o.load[0]) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "mgt ckpt %s needs a checkpoint%s",
+                    sub, !strcmp(sub, "export") ? " (--load)" : " (DIR or FILE)");
+      st = MGT_ERR_INPUT;
+    } else if (!strcmp(sub, "export") && !o.output[0]) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "mgt ckpt export needs --output");
+      st = MGT_ERR_INPUT;
+    }
+  }
+  if (st != MGT_OK) return fail(st, rank, world, 1);
+  if (help) {
+    if (rank == 0) ckpt_usage(stdout);
+    return 0;
+  }
+  int damaged = 0;
+  if (rank == 0) {
+    char path[MGT_PATH_MAX + 64];
+    if (!strcmp(sub, "import")) {
+      st = mgt_hf_import(o.input, o.save, stdout);
+    } else {
+      st = mgt_ckpt_resolve(o.load, o.ckpt_iteration, path, sizeof path);
+      if (st == MGT_OK && !strcmp(sub, "info")) st = mgt_ckpt_info(path, stdout);
+      if (st == MGT_OK && !strcmp(sub, "verify")) st = mgt_ckpt_verify(path, stdout, &damaged);
+      if (st == MGT_OK && !strcmp(sub, "export")) st = mgt_hf_export(path, o.output, stdout);
+    }
+    fflush(stdout);
+  }
+  st = mgt_mpi_agree(world, st);
+  if (st != MGT_OK) return fail(st, rank, world, 1);
+  MPI_Bcast(&damaged, 1, MPI_INT, 0, world);
+  return damaged ? 1 : 0;
+}
+
 int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
   int rank;
   MPI_Comm_rank(world, &rank);
@@ -210,6 +336,8 @@ int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
   if (strcmp(argv[1], "train") == 0) return cmd_train(argc, argv, world);
   if (strcmp(argv[1], "preprocess") == 0) return cmd_preprocess(argc, argv, world);
   if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc, argv, world);
+  if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc, argv, world);
+  if (strcmp(argv[1], "ckpt") == 0) return cmd_ckpt(argc, argv, world);
   if (rank == 0) fprintf(stderr, "mgt: error: unknown command '%s' (see mgt --help)\n", argv[1]);
   return 2;
 }

@@ -82,6 +82,16 @@ static const mgt_flag flags[] = {
     INT("--eval-interval", eval_interval, 1, 1 << 30, "iterations between validations"),
     INT("--eval-iters", eval_iters, 0, 1 << 30,
         "global batches per validation (0: none); also run at the end"),
+    STR("--save", save, "directory of checkpoints (iter_NNNNNNN.h5 and latest)"),
+    INT("--save-interval", save_interval, 0, 1 << 30,
+        "iterations between checkpoints (0: only at the end)"),
+    BOOL("--no-save-optim", no_save_optim, "leave the optimizer state out of checkpoints"),
+    STR("--load", load, "resume from this checkpoint directory (its latest) or file"),
+    I64("--ckpt-iteration", ckpt_iteration, -1, BIG, "load this iteration instead of the latest"),
+    BOOL("--no-load-optim", no_load_optim, "start the optimizer afresh when loading"),
+    BOOL("--no-load-rng", no_load_rng,
+         "use --seed instead of the checkpoint's seed (dropout and data order change)"),
+    BOOL("--finetune", finetune, "load weights only; iteration, samples and optimizer restart"),
     INT("--log-interval", log_interval, 1, 1 << 30, "iterations between log lines"),
     STR("--metrics-file", metrics_file, "append one JSON object per logged iteration"),
 };
@@ -121,6 +131,7 @@ void mgt_config_defaults(mgt_config *cfg) {
   cfg->tokenizer_type = MGT_TOKENIZER_GPT2;
   cfg->eval_interval = 1000;
   cfg->eval_iters = 100;
+  cfg->ckpt_iteration = -1;
 }
 
 mgt_status mgt_config_parse(mgt_config *cfg, int argc, char **argv, int first, int *help) {
@@ -194,6 +205,10 @@ void mgt_config_print(const mgt_config *cfg, FILE *f) {
 }
 
 void mgt_config_json(const mgt_config *cfg, FILE *f) { mgt_flags_json(flags, N_FLAGS, cfg, f); }
+
+mgt_status mgt_config_from_json(mgt_config *cfg, const struct mgt_json *obj, const char *what) {
+  return mgt_flags_from_json(flags, N_FLAGS, cfg, obj, what);
+}
 
 mgt_status mgt_split_parse(const char *s, double w[3]) {
   double sum = 0;

@@ -1,5 +1,7 @@
 #include "mgt/flags.h"
 
+#include "mgt/json.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -239,4 +241,67 @@ void mgt_flags_json(const mgt_flag *flags, int n, const void *src, FILE *f) {
       fputs(v, f);
   }
   fputc('}', f);
+}
+
+mgt_status mgt_flags_from_json(const mgt_flag *flags, int n, void *dst, const mgt_json *obj,
+                               const char *what) {
+  MGT_REQUIRE(obj && obj->type == MGT_JSON_OBJECT, "%s: the configuration is not a JSON object",
+              what);
+  for (int i = 0; i < n; i++) {
+    const mgt_flag *f = &flags[i];
+    char key[64];
+    snprintf(key, sizeof key, "%s", f->name + 2);
+    for (char *k = key; *k; k++)
+      if (*k == '-') *k = '_';
+    const mgt_json *v = mgt_json_get(obj, key);
+    if (!v) continue;
+    char *p = (char *)dst + f->offset;
+    switch (f->kind) {
+    case MGT_FLAG_INT:
+    case MGT_FLAG_INT64:
+    case MGT_FLAG_UINT64:
+    case MGT_FLAG_DOUBLE:
+      MGT_REQUIRE(v->type == MGT_JSON_NUMBER, "%s: configuration key %s is not a number", what,
+                  key);
+      if (f->kind == MGT_FLAG_INT)
+        *(int *)p = (int)v->number;
+      else if (f->kind == MGT_FLAG_INT64)
+        *(int64_t *)p = (int64_t)v->number;
+      else if (f->kind == MGT_FLAG_UINT64)
+        *(uint64_t *)p = (uint64_t)v->number;
+      else
+        *(double *)p = v->number;
+      break;
+    case MGT_FLAG_BOOL:
+      MGT_REQUIRE(v->type == MGT_JSON_BOOL, "%s: configuration key %s is not a boolean", what, key);
+      *(int *)p = v->number != 0;
+      break;
+    case MGT_FLAG_STR:
+      MGT_REQUIRE(v->type == MGT_JSON_STRING && v->len < f->size,
+                  "%s: configuration key %s is not a string of fewer than %zu bytes", what, key,
+                  f->size);
+      memcpy(p, v->str, v->len + 1);
+      break;
+    case MGT_FLAG_ENUM: {
+      int found = -1;
+      for (int c = 0; v->type == MGT_JSON_STRING && f->choices[c]; c++)
+        if (strcmp(v->str, f->choices[c]) == 0) found = c;
+      MGT_REQUIRE(found >= 0, "%s: configuration key %s has an unknown value", what, key);
+      *(int *)p = found;
+      break;
+    }
+    case MGT_FLAG_LIST: {
+      MGT_REQUIRE(v->type == MGT_JSON_ARRAY, "%s: configuration key %s is not a list", what, key);
+      p[0] = 0;
+      for (size_t k = 0; k < v->len; k++) {
+        const mgt_json *e = &v->items[k];
+        MGT_REQUIRE(e->type == MGT_JSON_STRING, "%s: configuration key %s holds a non-string", what,
+                    key);
+        MGT_CHECK(set_value(f, dst, e->str));
+      }
+      break;
+    }
+    }
+  }
+  return MGT_OK;
 }

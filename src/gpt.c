@@ -529,6 +529,16 @@ mgt_status mgt_gpt_forward(mgt_gpt *m, const int32_t *tokens, double *loss_sum) 
   return MGT_OK;
 }
 
+mgt_status mgt_gpt_forward_losses(mgt_gpt *m, const int32_t *tokens, float *losses) {
+  MGT_CHECK(load_tokens(m, tokens));
+  step_ctx s = {0, 0};
+  double sum = 0.0;
+  MGT_CHECK(forward(m, &s, 0, &sum));
+  MGT_CHECK(
+      m->be->download(m->be->ctx, losses, m->xent.losses, sizeof(float) * (size_t)m->d.B * m->d.T));
+  return MGT_OK;
+}
+
 /* ---- backward ---- */
 
 static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) {
@@ -644,6 +654,7 @@ mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tokens, uint64_t 
 /* ---- accessors ---- */
 
 const mgt_gpt_dims *mgt_gpt_get_dims(const mgt_gpt *m) { return &m->d; }
+const mgt_backend *mgt_gpt_backend(const mgt_gpt *m) { return m->be; }
 const mgt_param *mgt_gpt_params(const mgt_gpt *m, int *count) {
   *count = m->n_params;
   return m->params;

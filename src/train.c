@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "mgt/checkpoint.h"
 #include "mgt/dataset.h"
 #include "mgt/log.h"
 
@@ -21,6 +22,8 @@ struct mgt_trainer {
   int32_t *tokens; /* (B, T+1) host staging */
   int64_t iteration;
   uint64_t consumed;
+  int64_t saved_iteration; /* of the last checkpoint written or loaded, -1 if none */
+  FILE *log;
   mgt_timer timers[N_TIMERS];
 };
 
@@ -29,30 +32,76 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
   *out = NULL;
   mgt_status st = MGT_OK;
   mgt_trainer *tr = NULL;
+  char path[MGT_PATH_MAX + 64] = "";
+  mgt_ckpt_state saved;
+  memset(&saved, 0, sizeof saved);
   MGT_CHECK(mgt_calloc(sizeof *tr, "trainer", (void **)&tr));
   tr->cfg = *cfg;
   tr->grid = grid;
   tr->be = be;
   tr->comm = comm;
+  tr->log = grid->rank == 0 ? log : NULL;
+  tr->saved_iteration = -1;
   for (int i = 0; i < N_TIMERS; i++)
     tr->timers[i].name = timer_names[i];
-  MGT_TRY(mgt_gpt_create(cfg, grid, be, comm, &tr->model));
-  MGT_TRY(mgt_optim_create(cfg, tr->model, be, comm, &tr->optim));
-  if (cfg->mock_data) {
-    MGT_TRY(mgt_data_mock_create(cfg, &tr->data));
-    MGT_TRY(mgt_data_mock_valid_create(cfg, &tr->valid));
-  } else {
-    MGT_TRY(
-        mgt_dataset_sources(cfg, grid->world, grid->rank == 0 ? log : NULL, &tr->data, &tr->valid));
+  if (cfg->load[0]) {
+    /* the checkpoint's seed drives dropout and data order, so it is set before they exist */
+    st = mgt_ckpt_resolve(cfg->load, cfg->ckpt_iteration, path, sizeof path);
+    if (st == MGT_OK) st = mgt_ckpt_check_model(path, cfg);
+    if (st == MGT_OK) {
+      mgt_config ccfg;
+      st = mgt_ckpt_read_config(path, &ccfg, &saved);
+    }
+    MGT_TRY(mgt_mpi_agree(grid->world, st));
+    if (!cfg->no_load_rng && !cfg->finetune) tr->cfg.seed = saved.seed;
   }
-  MGT_TRY(mgt_calloc(sizeof(int32_t) * (size_t)cfg->micro_batch_size * (cfg->seq_length + 1),
-                     "token batch", (void **)&tr->tokens));
+  /* every failure below is agreed across ranks, so callers may report it once */
+  st = mgt_gpt_create(&tr->cfg, grid, be, comm, &tr->model);
+  if (st == MGT_OK) st = mgt_optim_create(&tr->cfg, tr->model, be, comm, &tr->optim);
+  if (st == MGT_OK)
+    st = mgt_calloc(sizeof(int32_t) * (size_t)cfg->micro_batch_size * (cfg->seq_length + 1),
+                    "token batch", (void **)&tr->tokens);
+  MGT_TRY(mgt_mpi_agree(grid->world, st));
+  if (cfg->mock_data) {
+    st = mgt_data_mock_create(&tr->cfg, &tr->data);
+    if (st == MGT_OK) st = mgt_data_mock_valid_create(&tr->cfg, &tr->valid);
+    MGT_TRY(mgt_mpi_agree(grid->world, st));
+  } else {
+    MGT_TRY(mgt_dataset_sources(&tr->cfg, grid->world, tr->log, &tr->data, &tr->valid));
+  }
+  if (path[0]) {
+    int with_optim = !cfg->no_load_optim && !cfg->finetune;
+    MGT_TRY(mgt_ckpt_load(path, grid, tr->model, with_optim ? tr->optim : NULL, &saved));
+    if (!cfg->finetune) {
+      tr->iteration = saved.iteration;
+      tr->consumed = saved.consumed_samples;
+      tr->saved_iteration = saved.iteration;
+      if (with_optim) mgt_optim_set_step_count(tr->optim, saved.optimizer_steps);
+    }
+    if (tr->log) {
+      fprintf(tr->log, "loaded checkpoint %s: iteration %lld, %llu samples consumed%s%s\n", path,
+              (long long)saved.iteration, (unsigned long long)saved.consumed_samples,
+              with_optim ? "" : ", optimizer restarted",
+              cfg->finetune ? " (fine-tuning from iteration 0)" : "");
+      fflush(tr->log);
+    }
+  }
   *out = tr;
   return MGT_OK;
 done:
   mgt_trainer_destroy(&tr);
   return st;
 }
+
+mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
+  mgt_ckpt_state s = {tr->iteration, tr->consumed, mgt_optim_step_count(tr->optim), tr->cfg.seed};
+  MGT_CHECK(mgt_ckpt_save(dir, &tr->cfg, tr->grid, tr->model,
+                          tr->cfg.no_save_optim ? NULL : tr->optim, &s, tr->log));
+  tr->saved_iteration = tr->iteration;
+  return MGT_OK;
+}
+
+int64_t mgt_trainer_iteration(const mgt_trainer *tr) { return tr->iteration; }
 
 void mgt_trainer_destroy(mgt_trainer **ptr) {
   mgt_trainer *tr = *ptr;
@@ -139,7 +188,7 @@ mgt_status mgt_trainer_evaluate(mgt_trainer *tr, double *loss) {
 static void metrics_line(FILE *f, const mgt_step_stats *s, double loss, double ms,
                          double tokens_per_sec, double tflops, int skipped) {
   fprintf(f,
-          "{\"iteration\":%lld,\"consumed_samples\":%llu,\"loss\":%.9g,\"lr\":%.9g,"
+          "{\"iteration\":%lld,\"consumed_samples\":%llu,\"loss\":%.17g,\"lr\":%.9g,"
           "\"grad_norm\":%.9g,\"ms_per_iteration\":%.4f,\"tokens_per_sec\":%.3f,"
           "\"tflops\":%.6f,\"skipped_iterations\":%d}\n",
           (long long)s->iteration, (unsigned long long)s->consumed_samples, loss, s->lr,
@@ -182,6 +231,8 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log) {
                   (long long)s.iteration, vl, exp(vl < 700 ? vl : 700));
       }
     }
+    if (c->save[0] && c->save_interval > 0 && s.iteration % c->save_interval == 0)
+      MGT_TRY(mgt_trainer_save(tr, c->save));
     if (s.iteration % c->log_interval == 0 || s.iteration == c->train_iters) {
       int n_it = n_acc + skipped_acc;
       double ms = 1e3 * t_acc / (n_it ? n_it : 1);
@@ -206,6 +257,7 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log) {
       n_acc = skipped_acc = 0;
     }
   }
+  if (c->save[0] && tr->saved_iteration != tr->iteration) MGT_TRY(mgt_trainer_save(tr, c->save));
   MGT_TRY(mgt_timers_report(tr->timers, N_TIMERS, tr->grid, log));
 done:
   if (metrics && fclose(metrics) != 0 && st == MGT_OK)

@@ -60,6 +60,15 @@ typedef struct mgt_config {
   int tokenizer_type; /* MGT_TOKENIZER_* */
   int eval_interval;
   int eval_iters;
+  /* checkpoints */
+  char save[MGT_PATH_MAX];
+  int save_interval;
+  int no_save_optim;
+  char load[MGT_PATH_MAX];
+  int64_t ckpt_iteration; /* -1: the latest */
+  int no_load_optim;
+  int no_load_rng;
+  int finetune;
   /* logging */
   int log_interval;
   char metrics_file[MGT_PATH_MAX];
@@ -84,6 +93,11 @@ void mgt_config_usage(FILE *f);
 void mgt_config_print(const mgt_config *cfg, FILE *f);
 /* Writes the configuration as one JSON object (no newline). */
 void mgt_config_json(const mgt_config *cfg, FILE *f);
+/* Sets cfg from a configuration written by mgt_config_json. `what` names the source in
+   errors. */
+struct mgt_json;
+MGT_NODISCARD mgt_status mgt_config_from_json(mgt_config *cfg, const struct mgt_json *obj,
+                                              const char *what);
 /* Names of the tokenizer types, as --tokenizer-type spells them. */
 const char *mgt_tokenizer_type_name(int type);
 

@@ -44,6 +44,11 @@ void mgt_flags_usage(const mgt_flag *flags, int n, const void *defaults, const c
 void mgt_flags_print(const mgt_flag *flags, int n, const void *src, FILE *f);
 /* The flags as one JSON object, keys with '_' for '-'. */
 void mgt_flags_json(const mgt_flag *flags, int n, const void *src, FILE *f);
+/* Sets the fields of dst from a JSON object written by mgt_flags_json; keys it lacks keep
+   their values. A value of the wrong type fails with MGT_ERR_INPUT naming `what`. */
+struct mgt_json;
+MGT_NODISCARD mgt_status mgt_flags_from_json(const mgt_flag *flags, int n, void *dst,
+                                             const struct mgt_json *obj, const char *what);
 /* Writes s as a JSON string literal. */
 void mgt_json_write_string(FILE *f, const char *s);
 

@@ -72,9 +72,13 @@ MGT_NODISCARD mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tok
                                                   int accumulate, int sync_dp, double *loss_sum);
 /* Forward and loss only, dropout off. Collective over tp_comm. */
 MGT_NODISCARD mgt_status mgt_gpt_forward(mgt_gpt *m, const int32_t *tokens, double *loss_sum);
+/* Forward with dropout off; losses (host, B*T) receives the loss of every position.
+   Collective over tp_comm. */
+MGT_NODISCARD mgt_status mgt_gpt_forward_losses(mgt_gpt *m, const int32_t *tokens, float *losses);
 
 /* Accessors. */
 const mgt_gpt_dims *mgt_gpt_get_dims(const mgt_gpt *m);
+const mgt_backend *mgt_gpt_backend(const mgt_gpt *m);
 const mgt_param *mgt_gpt_params(const mgt_gpt *m, int *count);
 float *mgt_gpt_param_data(mgt_gpt *m); /* flat buffer, in the backend's memory */
 float *mgt_gpt_grad_data(mgt_gpt *m);

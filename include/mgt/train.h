@@ -30,8 +30,10 @@ typedef struct mgt_step_stats {
 } mgt_step_stats;
 
 /* Builds the model, optimizer and data sources of `cfg` (already finalized) over `grid`,
-   computing on `be` and communicating through `comm`. Rank 0 notes what it builds (sample
-   indices) on `log`, which may be NULL. Collective over the world. */
+   computing on `be` and communicating through `comm`, and resumes from cfg->load if set
+   (the checkpoint's seed unless --no-load-rng; weights only with --finetune). Rank 0 notes
+   what it builds and loads on `log`, which may be NULL. Failures are agreed: every rank
+   returns the same status and message. Collective over the world. */
 MGT_NODISCARD mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid,
                                             const mgt_backend *be, const mgt_comm *comm, FILE *log,
                                             mgt_trainer **out);
@@ -50,6 +52,10 @@ int mgt_trainer_has_validation(const mgt_trainer *tr);
    --log-interval iterations and appending to --metrics-file; validates every
    --eval-interval iterations and at the end. Collective. */
 MGT_NODISCARD mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log);
+
+/* Saves a checkpoint of the current iteration into dir (see mgt/checkpoint.h). Collective. */
+MGT_NODISCARD mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir);
+int64_t mgt_trainer_iteration(const mgt_trainer *tr);
 
 mgt_gpt *mgt_trainer_model(mgt_trainer *tr);
 mgt_optim *mgt_trainer_optim(mgt_trainer *tr);

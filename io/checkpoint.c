@@ -1,0 +1,649 @@
+/* Checkpoints: see include/mgt/checkpoint.h and docs/checkpoint-format.md. */
+#define _GNU_SOURCE
+#include "mgt/checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "h5util.h"
+#include "mgt/json.h"
+#include "mgt/log.h"
+
+static const char *const FORMAT = "megatron-c checkpoint 1";
+enum { KIND_MODEL, KIND_EXP_AVG, KIND_EXP_AVG_SQ, N_KINDS };
+static const char *const kind_group[N_KINDS] = {"model", "optimizer/exp_avg",
+                                                "optimizer/exp_avg_sq"};
+
+static uint64_t fmix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+uint64_t mgt_ckpt_hash(uint64_t index, float value) {
+  uint32_t b;
+  memcpy(&b, &value, sizeof b);
+  return fmix64(fmix64(index + 1) ^ b);
+}
+
+/* The part of a logical tensor a shard holds (padding excluded). */
+typedef struct region {
+  int ndim;
+  hsize_t full[3], start[3], count[3], local[3];
+  size_t n;
+} region;
+
+static void region_of(const mgt_param *p, int whole, region *r) {
+  memset(r, 0, sizeof *r);
+  r->ndim = p->shard.ndim;
+  r->n = 1;
+  for (int d = 0; d < 3; d++) {
+    int in = d < r->ndim;
+    r->full[d] = in ? (hsize_t)p->shard.full[d] : 1;
+    r->local[d] = in ? (hsize_t)p->shard.shape[d] : 1;
+    r->start[d] = (in && d == p->shard.split_dim) ? (hsize_t)p->shard.offset : 0;
+    r->count[d] = r->local[d];
+    if (r->start[d] + r->count[d] > r->full[d])
+      r->count[d] = r->full[d] > r->start[d] ? r->full[d] - r->start[d] : 0;
+    r->n *= r->count[d];
+  }
+  if (whole) { /* the whole logical tensor, as a verifier reads it */
+    for (int d = 0; d < 3; d++)
+      r->local[d] = r->count[d] = r->full[d], r->start[d] = 0;
+    r->n = (size_t)(r->full[0] * r->full[1] * r->full[2]);
+  }
+}
+
+/* Checksum of the region held in `local` (laid out in the shard's local shape). */
+static uint64_t region_sum(const region *r, const float *local) {
+  uint64_t s = 0;
+  for (hsize_t i = 0; i < r->count[0]; i++)
+    for (hsize_t j = 0; j < r->count[1]; j++) {
+      const float *row = local + (i * r->local[1] + j) * r->local[2];
+      uint64_t g = ((r->start[0] + i) * r->full[1] + r->start[1] + j) * r->full[2] + r->start[2];
+      for (hsize_t k = 0; k < r->count[2]; k++)
+        s += mgt_ckpt_hash(g + k, row[k]);
+    }
+  return s;
+}
+
+static mgt_status select_region(hid_t fspace, hid_t mspace, const region *r, int active,
+                                const char *what) {
+  if (!active || r->n == 0) {
+    MGT_H5(H5Sselect_none(fspace), what);
+    MGT_H5(H5Sselect_none(mspace), what);
+    return MGT_OK;
+  }
+  hsize_t zero[3] = {0, 0, 0};
+  MGT_H5(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, r->start, NULL, r->count, NULL), what);
+  MGT_H5(H5Sselect_hyperslab(mspace, H5S_SELECT_SET, zero, NULL, r->count, NULL), what);
+  return MGT_OK;
+}
+
+static float *flat_of(mgt_gpt *m, mgt_optim *o, int kind) {
+  if (kind == KIND_MODEL) return mgt_gpt_param_data(m);
+  return kind == KIND_EXP_AVG ? mgt_optim_exp_avg(o) : mgt_optim_exp_avg_sq(o);
+}
+
+static void tensor_path(char *out, size_t n, int kind, const char *name) {
+  snprintf(out, n, "/%s/%s", kind_group[kind], name);
+}
+
+/* ---- saving ---- */
+
+static mgt_status write_config_attr(hid_t file, const mgt_config *cfg, const char *what) {
+  char *json = NULL;
+  size_t len = 0;
+  FILE *ms = open_memstream(&json, &len);
+  if (!ms) MGT_FAIL(MGT_ERR_NOMEM, "out of memory writing the configuration");
+  mgt_config_json(cfg, ms);
+  fclose(ms);
+  mgt_status st = mgt_h5_write_str(file, "config", json, what);
+  free(json);
+  return st;
+}
+
+/* Writers (the tensor-parallel group of data-parallel replica 0) write the file. */
+static mgt_status write_file(const char *tmp, const mgt_config *cfg, const mgt_grid *g, mgt_gpt *m,
+                             mgt_optim *o, const mgt_ckpt_state *s) {
+  mgt_status st = MGT_OK;
+  const char *what = tmp;
+  int np;
+  const mgt_param *params = mgt_gpt_params(m, &np);
+  const mgt_backend *be = NULL;
+  const int kinds = o ? N_KINDS : 1;
+  hid_t fapl = -1, file = -1, dxpl = -1;
+  float *host = NULL;
+  uint64_t *sums = NULL;
+  size_t max_numel = 0;
+  for (int i = 0; i < np; i++)
+    if (params[i].numel > max_numel) max_numel = params[i].numel;
+  MGT_TRY(mgt_calloc(max_numel * sizeof(float), "checkpoint staging", (void **)&host));
+  MGT_TRY(mgt_calloc(sizeof(uint64_t) * (size_t)(np * kinds), "checksums", (void **)&sums));
+  be = mgt_gpt_backend(m);
+
+  MGT_H5_TRY(fapl = H5Pcreate(H5P_FILE_ACCESS), what);
+  MGT_H5_TRY(H5Pset_fapl_mpio(fapl, g->tp_comm, MPI_INFO_NULL), what);
+  MGT_H5_TRY(H5Pset_coll_metadata_write(fapl, 1), what);
+  MGT_H5_TRY(H5Pset_all_coll_metadata_ops(fapl, 1), what);
+  MGT_H5_TRY(file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), what);
+  MGT_H5_TRY(dxpl = H5Pcreate(H5P_DATASET_XFER), what);
+  MGT_H5_TRY(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), what);
+  {
+    hid_t grp = -1;
+    MGT_H5_TRY(grp = H5Gcreate2(file, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), what);
+    H5Gclose(grp);
+    if (o) {
+      MGT_H5_TRY(grp = H5Gcreate2(file, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), what);
+      H5Gclose(grp);
+      for (int k = 1; k < N_KINDS; k++) {
+        MGT_H5_TRY(grp = H5Gcreate2(file, kind_group[k], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                   what);
+        H5Gclose(grp);
+      }
+    }
+  }
+  for (int k = 0; k < kinds; k++) {
+    const float *flat = flat_of(m, o, k);
+    for (int i = 0; i < np; i++) {
+      const mgt_param *p = &params[i];
+      region r;
+      region_of(p, 0, &r);
+      int active = !p->replicated || g->tp_rank == 0;
+      char path[160];
+      tensor_path(path, sizeof path, k, p->name);
+      hid_t space = -1, dcpl = -1, d = -1, fs = -1, ms = -1;
+      MGT_TRY(be->download(be->ctx, host, flat + p->offset, p->numel * sizeof(float)));
+      sums[k * np + i] = active ? region_sum(&r, host) : 0;
+      MGT_H5_TRY(space = H5Screate_simple(r.ndim, r.full, NULL), what);
+      MGT_H5_TRY(dcpl = H5Pcreate(H5P_DATASET_CREATE), what);
+      MGT_H5_TRY(H5Pset_layout(dcpl, H5D_CONTIGUOUS), what);
+      MGT_H5_TRY(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), what);
+      MGT_H5_TRY(d = H5Dcreate2(file, path, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                 what);
+      MGT_H5_TRY(fs = H5Dget_space(d), what);
+      MGT_H5_TRY(ms = H5Screate_simple(r.ndim, r.local, NULL), what);
+      MGT_TRY(select_region(fs, ms, &r, active, what));
+      MGT_H5_TRY(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, host), what);
+      H5Sclose(ms), H5Sclose(fs), H5Dclose(d), H5Pclose(dcpl), H5Sclose(space);
+    }
+  }
+  /* shards add up to the logical tensors' checksums */
+  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, np * kinds, MPI_UINT64_T, MPI_SUM, g->tp_comm));
+  for (int k = 0; k < kinds; k++)
+    for (int i = 0; i < np; i++) {
+      char path[160];
+      tensor_path(path, sizeof path, k, params[i].name);
+      hid_t d = -1, sp = -1, a = -1;
+      MGT_H5_TRY(d = H5Dopen2(file, path, H5P_DEFAULT), what);
+      MGT_H5_TRY(sp = H5Screate(H5S_SCALAR), what);
+      MGT_H5_TRY(a = H5Acreate2(d, "checksum", H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT), what);
+      MGT_H5_TRY(H5Awrite(a, H5T_NATIVE_UINT64, &sums[k * np + i]), what);
+      H5Aclose(a), H5Sclose(sp), H5Dclose(d);
+    }
+  MGT_TRY(mgt_h5_write_str(file, "format", FORMAT, what));
+  MGT_TRY(mgt_h5_write_i64(file, "iteration", s->iteration, what));
+  MGT_TRY(mgt_h5_write_i64(file, "consumed_samples", (int64_t)s->consumed_samples, what));
+  MGT_TRY(mgt_h5_write_i64(file, "optimizer_steps", s->optimizer_steps, what));
+  MGT_TRY(mgt_h5_write_i64(file, "seed", (int64_t)s->seed, what));
+  MGT_TRY(mgt_h5_write_i64(file, "has_optimizer", o != NULL, what));
+  MGT_TRY(mgt_h5_write_i64(file, "tensor_model_parallel_size", g->tp, what));
+  MGT_TRY(mgt_h5_write_i64(file, "data_parallel_size", g->dp, what));
+  MGT_TRY(write_config_attr(file, cfg, what));
+  MGT_H5_TRY(H5Fflush(file, H5F_SCOPE_GLOBAL), what);
+  MGT_TRY(mgt_h5_write_i64(file, "complete", 1, what)); /* last, after the data is flushed */
+  if (H5Fget_obj_count(file, H5F_OBJ_ALL) != 1) {
+    mgt_error_set(MGT_ERR_INTERNAL, __FILE__, __LINE__, __func__,
+                  "%s: HDF5 objects left open before closing", what);
+    st = MGT_ERR_INTERNAL;
+  }
+done:
+  if (dxpl >= 0) H5Pclose(dxpl);
+  if (file >= 0 && H5Fclose(file) < 0 && st == MGT_OK)
+    st = mgt_h5_status(-1, what, __FILE__, __LINE__, __func__, "H5Fclose(file)");
+  if (fapl >= 0) H5Pclose(fapl);
+  mgt_free(host);
+  mgt_free(sums);
+  return st;
+}
+
+static mgt_status sync_rename(const char *tmp, const char *final) {
+  int fd = open(tmp, O_RDONLY);
+  MGT_REQUIRE(fd >= 0, "%s: cannot reopen to sync: %s", tmp, strerror(errno));
+  int rc = fsync(fd);
+  close(fd);
+  if (rc != 0) MGT_FAIL(MGT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
+  if (rename(tmp, final) != 0)
+    MGT_FAIL(MGT_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+  char dir[MGT_PATH_MAX + 64];
+  snprintf(dir, sizeof dir, "%s", final);
+  int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return MGT_OK;
+}
+
+/* DIR/latest holds the iteration number; replaced atomically after the file is in place. */
+static mgt_status write_latest(const char *dir, int64_t iteration) {
+  char tmp[MGT_PATH_MAX + 64], final[MGT_PATH_MAX + 64];
+  snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
+  snprintf(final, sizeof final, "%s/latest", dir);
+  FILE *f = fopen(tmp, "w");
+  if (!f) MGT_FAIL(MGT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+  int ok = fprintf(f, "%lld\n", (long long)iteration) > 0;
+  ok &= fclose(f) == 0;
+  if (!ok) MGT_FAIL(MGT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+  return sync_rename(tmp, final);
+}
+
+mgt_status mgt_ckpt_save(const char *dir, const mgt_config *cfg, const mgt_grid *g, mgt_gpt *model,
+                         mgt_optim *opt, const mgt_ckpt_state *state, FILE *log) {
+  mgt_h5_quiet();
+  double t0 = mgt_now();
+  char final[MGT_PATH_MAX + 64], tmp[MGT_PATH_MAX + 80];
+  snprintf(final, sizeof final, "%s/iter_%07lld.h5", dir, (long long)state->iteration);
+  snprintf(tmp, sizeof tmp, "%s.tmp", final);
+  mgt_status st = MGT_OK;
+  if (g->rank == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "--save %s: cannot create: %s", dir,
+                  strerror(errno));
+    st = MGT_ERR_INPUT;
+  }
+  MGT_CHECK(mgt_mpi_agree(g->world, st));
+  if (g->dp_rank == 0) st = write_file(tmp, cfg, g, model, opt, state);
+  st = mgt_mpi_agree(g->world, st);
+  if (st == MGT_OK && g->rank == 0) {
+    st = sync_rename(tmp, final);
+    if (st == MGT_OK) st = write_latest(dir, state->iteration);
+  }
+  if (st != MGT_OK && g->rank == 0) unlink(tmp);
+  MGT_CHECK(mgt_mpi_agree(g->world, st));
+  if (g->rank == 0 && log) {
+    struct stat sb;
+    double gb = stat(final, &sb) == 0 ? sb.st_size / 1e9 : 0.0, dt = mgt_now() - t0;
+    fprintf(log, "saved checkpoint %s: iteration %lld, %.3f GB in %.2f s (%.2f GB/s)\n", final,
+            (long long)state->iteration, gb, dt, gb / (dt > 0 ? dt : 1));
+    fflush(log);
+  }
+  return MGT_OK;
+}
+
+/* ---- reading ---- */
+
+mgt_status mgt_ckpt_resolve(const char *src, int64_t iteration, char *path, size_t n) {
+  struct stat sb;
+  MGT_REQUIRE(stat(src, &sb) == 0, "--load %s: %s", src, strerror(errno));
+  if (!S_ISDIR(sb.st_mode)) {
+    snprintf(path, n, "%s", src);
+    return MGT_OK;
+  }
+  if (iteration < 0) {
+    char latest[MGT_PATH_MAX + 16];
+    snprintf(latest, sizeof latest, "%s/latest", src);
+    FILE *f = fopen(latest, "r");
+    MGT_REQUIRE(f, "--load %s: no 'latest' file (%s): no checkpoint was completed there", src,
+                strerror(errno));
+    long long it = -1;
+    int ok = fscanf(f, "%lld", &it) == 1;
+    fclose(f);
+    MGT_REQUIRE(ok && it >= 0, "--load %s: 'latest' does not hold an iteration number", src);
+    iteration = it;
+  }
+  snprintf(path, n, "%s/iter_%07lld.h5", src, (long long)iteration);
+  MGT_REQUIRE(stat(path, &sb) == 0, "--load %s: %s: %s", src, path, strerror(errno));
+  return MGT_OK;
+}
+
+static hid_t open_ro(const char *path) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  if (fapl < 0) return -1;
+  H5Pset_file_locking(fapl, 0, 1);
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+  H5Pclose(fapl);
+  return f;
+}
+
+/* Opens a checkpoint and checks it is complete and of this format. */
+static mgt_status open_checkpoint(const char *path, hid_t *out) {
+  mgt_h5_quiet();
+  *out = -1;
+  hid_t f = open_ro(path);
+  MGT_REQUIRE(f >= 0, "checkpoint %s: not a readable HDF5 file (truncated or not a checkpoint?)",
+              path);
+  char format[64] = "";
+  int64_t complete = 0;
+  mgt_status st = MGT_OK;
+  if (H5Aexists(f, "format") <= 0 ||
+      mgt_h5_read_str(f, "format", format, sizeof format, path) != MGT_OK ||
+      strcmp(format, FORMAT) != 0) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "checkpoint %s: not a megatron-c checkpoint", path);
+    st = MGT_ERR_INPUT;
+  } else if (H5Aexists(f, "complete") <= 0 ||
+             mgt_h5_read_i64(f, "complete", &complete, path) != MGT_OK || complete != 1) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "checkpoint %s: incomplete (no completion mark: the save was interrupted)", path);
+    st = MGT_ERR_INPUT;
+  }
+  if (st != MGT_OK) {
+    H5Fclose(f);
+    return st;
+  }
+  *out = f;
+  return MGT_OK;
+}
+
+static mgt_status read_state(hid_t f, const char *path, mgt_ckpt_state *s) {
+  int64_t it, consumed, steps, seed;
+  MGT_CHECK(mgt_h5_read_i64(f, "iteration", &it, path));
+  MGT_CHECK(mgt_h5_read_i64(f, "consumed_samples", &consumed, path));
+  MGT_CHECK(mgt_h5_read_i64(f, "optimizer_steps", &steps, path));
+  MGT_CHECK(mgt_h5_read_i64(f, "seed", &seed, path));
+  s->iteration = it;
+  s->consumed_samples = (uint64_t)consumed;
+  s->optimizer_steps = steps;
+  s->seed = (uint64_t)seed;
+  return MGT_OK;
+}
+
+static mgt_status read_config_attr(hid_t f, const char *path, mgt_config *cfg) {
+  mgt_status st = MGT_OK;
+  hid_t a = -1, t = -1;
+  char *buf = NULL;
+  mgt_json_parser *jp = NULL;
+  const mgt_json *root = NULL;
+  MGT_REQUIRE(H5Aexists(f, "config") > 0, "checkpoint %s: no configuration attribute", path);
+  MGT_H5_TRY(a = H5Aopen(f, "config", H5P_DEFAULT), path);
+  MGT_H5_TRY(t = H5Aget_type(a), path);
+  size_t len = H5Tget_size(t);
+  MGT_TRY(mgt_calloc(len + 1, "configuration", (void **)&buf));
+  MGT_TRY(mgt_h5_read_str(f, "config", buf, len + 1, path));
+  MGT_TRY(mgt_json_parser_create(&jp));
+  MGT_TRY(mgt_json_parse(jp, buf, strlen(buf), &root));
+  mgt_config_defaults(cfg);
+  MGT_TRY(mgt_config_from_json(cfg, root, path));
+done:
+  mgt_json_parser_destroy(&jp);
+  mgt_free(buf);
+  if (t >= 0) H5Tclose(t);
+  if (a >= 0) H5Aclose(a);
+  return st;
+}
+
+mgt_status mgt_ckpt_read_config(const char *path, mgt_config *cfg, mgt_ckpt_state *state) {
+  hid_t f;
+  MGT_CHECK(open_checkpoint(path, &f));
+  mgt_status st = read_config_attr(f, path, cfg);
+  if (st == MGT_OK && state) st = read_state(f, path, state);
+  H5Fclose(f);
+  return st;
+}
+
+mgt_status mgt_ckpt_check_model(const char *path, const mgt_config *cfg) {
+  mgt_config saved;
+  MGT_CHECK(mgt_ckpt_read_config(path, &saved, NULL));
+  int F = cfg->ffn_hidden_size ? cfg->ffn_hidden_size : 4 * cfg->hidden_size;
+  int sF = saved.ffn_hidden_size ? saved.ffn_hidden_size : 4 * saved.hidden_size;
+  char diff[1024] = "";
+#define DIFF(flag, a, b)                                                                           \
+  if ((a) != (b))                                                                                  \
+    snprintf(diff + strlen(diff), sizeof diff - strlen(diff), "%s%s %d (checkpoint %d)",           \
+             diff[0] ? ", " : "", flag, (int)(a), (int)(b));
+  DIFF("--num-layers", cfg->num_layers, saved.num_layers);
+  DIFF("--hidden-size", cfg->hidden_size, saved.hidden_size);
+  DIFF("--num-attention-heads", cfg->num_attention_heads, saved.num_attention_heads);
+  DIFF("--ffn-hidden-size", F, sF);
+  DIFF("--vocab-size", cfg->vocab_size, saved.vocab_size);
+  DIFF("--max-position-embeddings", cfg->max_position_embeddings, saved.max_position_embeddings);
+#undef DIFF
+  MGT_REQUIRE(diff[0] == 0, "checkpoint %s is of another model: %s", path, diff);
+  return MGT_OK;
+}
+
+/* Reads this rank's region of one tensor into `host` (local shape, padding zeroed). */
+static mgt_status read_region(hid_t f, const char *file, const char *path, const region *r,
+                              float *host, size_t local_n) {
+  mgt_status st = MGT_OK;
+  hid_t d = -1, fs = -1, ms = -1;
+  memset(host, 0, local_n * sizeof(float));
+  if (H5Lexists(f, path, H5P_DEFAULT) <= 0) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "checkpoint %s: tensor %s is missing", file, path);
+    return MGT_ERR_INPUT;
+  }
+  MGT_H5_TRY(d = H5Dopen2(f, path, H5P_DEFAULT), file);
+  MGT_H5_TRY(fs = H5Dget_space(d), file);
+  hsize_t dims[3] = {1, 1, 1};
+  int nd = H5Sget_simple_extent_ndims(fs);
+  H5Sget_simple_extent_dims(fs, dims, NULL);
+  if (nd != r->ndim || dims[0] != r->full[0] || (nd > 1 && dims[1] != r->full[1]) ||
+      (nd > 2 && dims[2] != r->full[2])) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "checkpoint %s: tensor %s has shape [%llu %llu %llu], the model wants [%llu %llu "
+                  "%llu]",
+                  file, path, (unsigned long long)dims[0], (unsigned long long)dims[1],
+                  (unsigned long long)dims[2], (unsigned long long)r->full[0],
+                  (unsigned long long)r->full[1], (unsigned long long)r->full[2]);
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
+  MGT_H5_TRY(ms = H5Screate_simple(r->ndim, r->local, NULL), file);
+  MGT_TRY(select_region(fs, ms, r, 1, file));
+  if (r->n) MGT_H5_TRY(H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, host), file);
+done:
+  if (ms >= 0) H5Sclose(ms);
+  if (fs >= 0) H5Sclose(fs);
+  if (d >= 0) H5Dclose(d);
+  return st;
+}
+
+static mgt_status read_checksum(hid_t f, const char *file, const char *path, uint64_t *sum) {
+  mgt_status st = MGT_OK;
+  hid_t d = -1, a = -1;
+  MGT_H5_TRY(d = H5Dopen2(f, path, H5P_DEFAULT), file);
+  if (H5Aexists(d, "checksum") <= 0) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "checkpoint %s: tensor %s has no checksum", file, path);
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
+  MGT_H5_TRY(a = H5Aopen(d, "checksum", H5P_DEFAULT), file);
+  MGT_H5_TRY(H5Aread(a, H5T_NATIVE_UINT64, sum), file);
+done:
+  if (a >= 0) H5Aclose(a);
+  if (d >= 0) H5Dclose(d);
+  return st;
+}
+
+mgt_status mgt_ckpt_load(const char *path, const mgt_grid *g, mgt_gpt *m, mgt_optim *o,
+                         mgt_ckpt_state *state) {
+  int np;
+  const mgt_param *params = mgt_gpt_params(m, &np);
+  const mgt_backend *be = mgt_gpt_backend(m);
+  const int kinds = o ? N_KINDS : 1;
+  hid_t f = -1;
+  float *host = NULL;
+  uint64_t *mine = NULL, *want = NULL;
+  size_t max_numel = 0;
+  for (int i = 0; i < np; i++)
+    if (params[i].numel > max_numel) max_numel = params[i].numel;
+  mgt_status st = mgt_calloc(max_numel * sizeof(float), "checkpoint staging", (void **)&host);
+  if (st == MGT_OK)
+    st = mgt_calloc(sizeof(uint64_t) * (size_t)(np * kinds), "checksums", (void **)&mine);
+  if (st == MGT_OK)
+    st = mgt_calloc(sizeof(uint64_t) * (size_t)(np * kinds), "checksums", (void **)&want);
+  if (st == MGT_OK) st = open_checkpoint(path, &f);
+  if (st == MGT_OK) st = read_state(f, path, state);
+  if (st == MGT_OK && o) {
+    int64_t has = 0;
+    st = mgt_h5_read_i64(f, "has_optimizer", &has, path);
+    if (st == MGT_OK && !has) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "checkpoint %s holds no optimizer state (use --no-load-optim or --finetune)",
+                    path);
+      st = MGT_ERR_INPUT;
+    }
+  }
+  for (int k = 0; k < kinds && st == MGT_OK; k++) {
+    float *flat = flat_of(m, o, k);
+    for (int i = 0; i < np && st == MGT_OK; i++) {
+      const mgt_param *p = &params[i];
+      region r;
+      region_of(p, 0, &r);
+      char tp[160];
+      tensor_path(tp, sizeof tp, k, p->name);
+      st = read_region(f, path, tp, &r, host, p->numel);
+      if (st == MGT_OK) st = read_checksum(f, path, tp, &want[k * np + i]);
+      if (st == MGT_OK) st = be->upload(be->ctx, flat + p->offset, host, p->numel * sizeof(float));
+      mine[k * np + i] = (!p->replicated || g->tp_rank == 0) ? region_sum(&r, host) : 0;
+    }
+  }
+  if (f >= 0) H5Fclose(f);
+  st = mgt_mpi_agree(g->world, st);
+  if (st == MGT_OK) {
+    /* each replica checks its own copy: shards of one replica add up to the checksum */
+    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, mine, np * kinds, MPI_UINT64_T, MPI_SUM, g->tp_comm));
+    char bad[512] = "";
+    int n_bad = 0;
+    for (int k = 0; k < kinds; k++)
+      for (int i = 0; i < np; i++)
+        if (mine[k * np + i] != want[k * np + i]) {
+          if (n_bad++ < 3) {
+            char tp[160];
+            tensor_path(tp, sizeof tp, k, params[i].name);
+            snprintf(bad + strlen(bad), sizeof bad - strlen(bad), "%s%s", n_bad > 1 ? ", " : "",
+                     tp);
+          }
+        }
+    if (n_bad) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "checkpoint %s is damaged: %d tensor(s) fail their checksum (%s%s)", path,
+                    n_bad, bad, n_bad > 3 ? ", ..." : "");
+      st = MGT_ERR_INPUT;
+    }
+    st = mgt_mpi_agree(g->world, st);
+  }
+  mgt_free(host);
+  mgt_free(mine);
+  mgt_free(want);
+  return st;
+}
+
+/* ---- verify and info ---- */
+
+typedef struct visit {
+  hid_t file;
+  const char *path;
+  FILE *out;
+  int damaged, tensors;
+  mgt_status st;
+  int info;
+} visit;
+
+static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void *data) {
+  visit *v = data;
+  if (info->type != H5O_TYPE_DATASET) return 0;
+  hid_t d = H5Dopen2(obj, name, H5P_DEFAULT), sp = d >= 0 ? H5Dget_space(d) : -1;
+  if (d < 0 || sp < 0) {
+    if (sp >= 0) H5Sclose(sp);
+    if (d >= 0) H5Dclose(d);
+    fprintf(v->out, "damaged: /%s (unreadable)\n", name);
+    v->damaged++;
+    return 0;
+  }
+  hsize_t dims[3] = {1, 1, 1};
+  int nd = H5Sget_simple_extent_ndims(sp);
+  H5Sget_simple_extent_dims(sp, dims, NULL);
+  H5Sclose(sp);
+  size_t n = (size_t)H5Sget_simple_extent_npoints(H5Dget_space(d));
+  v->tensors++;
+  if (v->info) {
+    fprintf(v->out, "  /%-52s [", name);
+    for (int i = 0; i < nd; i++)
+      fprintf(v->out, "%s%llu", i ? ", " : "", (unsigned long long)dims[i]);
+    fprintf(v->out, "] %.2f MB\n", n * 4 / 1e6);
+    H5Dclose(d);
+    return 0;
+  }
+  uint64_t want = 0, got = 0;
+  float *buf = malloc((n ? n : 1) * sizeof(float));
+  int ok = buf && H5Aexists(d, "checksum") > 0;
+  if (ok) {
+    hid_t a = H5Aopen(d, "checksum", H5P_DEFAULT);
+    ok = a >= 0 && H5Aread(a, H5T_NATIVE_UINT64, &want) >= 0;
+    if (a >= 0) H5Aclose(a);
+  }
+  if (ok) ok = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0;
+  if (ok) {
+    for (size_t i = 0; i < n; i++)
+      got += mgt_ckpt_hash(i, buf[i]);
+    ok = got == want;
+  }
+  if (!ok) {
+    fprintf(v->out, "damaged: /%s (checksum %016" PRIx64 ", stored %016" PRIx64 ")\n", name, got,
+            want);
+    v->damaged++;
+  }
+  free(buf);
+  H5Dclose(d);
+  H5Eclear2(H5E_DEFAULT);
+  return 0;
+}
+
+mgt_status mgt_ckpt_verify(const char *path, FILE *out, int *damaged) {
+  hid_t f;
+  MGT_CHECK(open_checkpoint(path, &f));
+  visit v = {f, path, out, 0, 0, MGT_OK, 0};
+  herr_t rc = H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v, H5O_INFO_BASIC);
+  H5Fclose(f);
+  MGT_REQUIRE(rc >= 0, "checkpoint %s: cannot list its tensors", path);
+  *damaged = v.damaged;
+  fprintf(out, "%s: %d tensors, %d damaged\n", path, v.tensors, v.damaged);
+  return MGT_OK;
+}
+
+mgt_status mgt_ckpt_info(const char *path, FILE *out) {
+  hid_t f;
+  MGT_CHECK(open_checkpoint(path, &f));
+  mgt_ckpt_state s;
+  mgt_config cfg;
+  int64_t tp = 0, dp = 0, has = 0;
+  mgt_status st = read_state(f, path, &s);
+  if (st == MGT_OK) st = read_config_attr(f, path, &cfg);
+  if (st == MGT_OK) st = mgt_h5_read_i64(f, "tensor_model_parallel_size", &tp, path);
+  if (st == MGT_OK) st = mgt_h5_read_i64(f, "data_parallel_size", &dp, path);
+  if (st == MGT_OK) st = mgt_h5_read_i64(f, "has_optimizer", &has, path);
+  if (st == MGT_OK) {
+    fprintf(out, "checkpoint %s\n", path);
+    fprintf(out, "  iteration %lld, consumed samples %llu, optimizer steps %lld, seed %llu\n",
+            (long long)s.iteration, (unsigned long long)s.consumed_samples,
+            (long long)s.optimizer_steps, (unsigned long long)s.seed);
+    fprintf(out, "  saved by tensor-parallel %lld x data-parallel %lld; optimizer state: %s\n",
+            (long long)tp, (long long)dp, has ? "yes" : "no");
+    fprintf(out,
+            "  model: %d layers, hidden %d, %d heads, ffn %d, vocabulary %d, %d positions, "
+            "%lld parameters\n",
+            cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads,
+            cfg.ffn_hidden_size ? cfg.ffn_hidden_size : 4 * cfg.hidden_size, cfg.vocab_size,
+            cfg.max_position_embeddings, (long long)mgt_gpt_logical_params(&cfg));
+    fprintf(out, "  configuration:\n");
+    mgt_config_print(&cfg, out);
+    fprintf(out, "  tensors:\n");
+    visit v = {f, path, out, 0, 0, MGT_OK, 1};
+    H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v, H5O_INFO_BASIC);
+  }
+  H5Fclose(f);
+  return st;
+}

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Checkpoints: resume on other layouts, a process killed in the middle of a save, damaged and
+# foreign checkpoints, and Hugging Face export/import checked by an independent numpy GPT-2.
+# Usage: checkpoint.sh MGT MPIEXEC TESTS_DIR
+set -u
+MGT=$1 MPIEXEC=$2 TESTS=$3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+PY=/usr/bin/python3 # Debian's, with numpy and h5py
+
+# ---- resume on every layout: 20 iterations at (tp 2, dp 2) saving at 10 ----
+A=(--mock-data --train-iters 20 --log-interval 1 --micro-batch-size 4 --global-batch-size 16
+  --hidden-dropout 0.1 --attention-dropout 0.1 --lr-warmup-iters 5 --lr-decay-style cosine)
+"$MPIEXEC" -n 4 "$MGT" train "${A[@]}" --tensor-model-parallel-size 2 --save "$tmp/run" \
+  --save-interval 10 --metrics-file "$tmp/full.jsonl" > "$tmp/log" 2>&1 || { fail "full run"; cat "$tmp/log"; }
+for layout in "4 2" "4 4" "4 1" "1 1"; do
+  set -- $layout
+  "$MPIEXEC" -n $1 "$MGT" train "${A[@]}" --tensor-model-parallel-size $2 --load "$tmp/run" \
+    --ckpt-iteration 10 --metrics-file "$tmp/resume_$1_$2.jsonl" > "$tmp/log" 2>&1 ||
+    { fail "resume on $1 ranks, tp $2"; cat "$tmp/log"; }
+done
+$PY - "$tmp" <<'PY' || fail "resumed losses differ"
+import json, sys
+d = sys.argv[1]
+rows = lambda f: {r["iteration"]: r["loss"] for r in map(json.loads, open(f)) if "loss" in r}
+full = rows(d + "/full.jsonl")
+for n, tp in [(4, 2), (4, 4), (4, 1), (1, 1)]:
+    res = rows("%s/resume_%d_%d.jsonl" % (d, n, tp))
+    assert sorted(res) == list(range(11, 21)), sorted(res)
+    worst = max(abs(res[i] - full[i]) / full[i] for i in res)
+    same = all(res[i] == full[i] for i in res)
+    print("ok: resumed at tp=%d dp=%d: iterations 11-20 within %.1e of the uninterrupted run%s"
+          % (tp, n // tp, worst, " (bit for bit)" if same else ""))
+    assert worst <= 1e-5, worst
+    if (n, tp) == (4, 2):
+        assert same, "the same layout must resume bit for bit"
+PY
+
+# ---- damaged and foreign checkpoints ----
+expect_error() { # want, then the command
+  local want=$1; shift
+  "$@" > "$tmp/out" 2> "$tmp/err"; local rc=$?
+  if [ $rc != 2 ] || ! grep -q -F -- "$want" "$tmp/err" || grep -q MPI_ABORT "$tmp/err"; then
+    fail "$* gave exit $rc, wanted an error with '$want'"; sed 's/^/    /' "$tmp/err" | head -5
+  else
+    echo "ok: $(grep '^mgt: error' "$tmp/err" | head -1)"
+  fi
+}
+B=(train --mock-data --train-iters 12 --micro-batch-size 4 --global-batch-size 16)
+mkdir "$tmp/trunc" "$tmp/flip" "$tmp/nolatest"
+cp "$tmp/run/iter_0000010.h5" "$tmp/trunc/" && echo 10 > "$tmp/trunc/latest"
+truncate -s 500000 "$tmp/trunc/iter_0000010.h5"
+expect_error "trunc/iter_0000010.h5: not a readable HDF5 file" "$MGT" "${B[@]}" --load "$tmp/trunc"
+cp "$tmp/run/iter_0000010.h5" "$tmp/flip/" && echo 10 > "$tmp/flip/latest"
+$PY - "$tmp/flip/iter_0000010.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    off = f["model/layers.1.mlp.dense_h_to_4h.weight"].id.get_offset() + 1000
+with open(sys.argv[1], "r+b") as f:
+    f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0x10]))
+PY
+"$MGT" ckpt verify "$tmp/flip" > "$tmp/out" 2>&1; rc=$?
+if [ $rc != 0 ] && grep -q "damaged: /model/layers.1.mlp.dense_h_to_4h.weight" "$tmp/out" &&
+  grep -q "1 damaged" "$tmp/out"; then
+  echo "ok: mgt ckpt verify names the damaged tensor (exit $rc)"
+else
+  fail "verify of a flipped byte (exit $rc)"; cat "$tmp/out"
+fi
+expect_error "is damaged: 1 tensor(s) fail their checksum (/model/layers.1.mlp.dense_h_to_4h.weight)" \
+  "$MPIEXEC" -n 2 "$MGT" "${B[@]}" --tensor-model-parallel-size 2 --load "$tmp/flip"
+expect_error "no 'latest' file" "$MGT" "${B[@]}" --load "$tmp/nolatest"
+expect_error "is of another model: --num-layers 3 (checkpoint 2), --hidden-size 32 (checkpoint 64)" \
+  "$MPIEXEC" -n 2 "$MGT" "${B[@]}" --load "$tmp/run" --hidden-size 32 --num-layers 3
+"$MGT" ckpt verify "$tmp/run" > "$tmp/out" 2>&1 && grep -q " 0 damaged" "$tmp/out" &&
+  echo "ok: an intact checkpoint verifies" || { fail "verify of an intact checkpoint"; cat "$tmp/out"; }
+
+# ---- SIGKILL in the middle of a save ----
+K=(--mock-data --num-layers 4 --hidden-size 768 --num-attention-heads 12 --vocab-size 8192
+  --seq-length 16 --micro-batch-size 1 --global-batch-size 2 --train-iters 6 --save-interval 2
+  --save "$tmp/kill" --log-interval 1)
+("$MPIEXEC" -n 2 "$MGT" train "${K[@]}" --tensor-model-parallel-size 2 > "$tmp/killlog" 2>&1 &
+  wait) 2> /dev/null &
+caught=0
+for _ in $(seq 1 6000); do
+  if [ -e "$tmp/kill/iter_0000004.h5.tmp" ]; then
+    pkill -KILL -f -- "--save $tmp/kill" && caught=1
+    break
+  fi
+  sleep 0.01
+done
+wait
+if [ $caught = 1 ] && [ "$(cat "$tmp/kill/latest")" = 2 ] && [ ! -e "$tmp/kill/iter_0000004.h5" ]; then
+  echo "ok: killed during the save of iteration 4; latest still says 2"
+  "$MGT" ckpt verify "$tmp/kill" > "$tmp/out" 2>&1 || { fail "the previous checkpoint is damaged"; cat "$tmp/out"; }
+  "$MPIEXEC" -n 2 "$MGT" train "${K[@]}" --tensor-model-parallel-size 2 --load "$tmp/kill" > "$tmp/out" 2>&1 &&
+    grep -q "loaded checkpoint .*iter_0000002.h5: iteration 2" "$tmp/out" &&
+    [ "$(cat "$tmp/kill/latest")" = 6 ] && echo "ok: the next start resumed from iteration 2 and finished" ||
+    { fail "restart after the kill"; tail -5 "$tmp/out"; }
+else
+  fail "could not kill during a save (caught=$caught, latest=$(cat "$tmp/kill/latest" 2>/dev/null))"
+  tail -3 "$tmp/killlog"
+fi
+
+# ---- Hugging Face export and import; an independent numpy GPT-2 agrees with mgt eval ----
+"$MGT" ckpt export --format hf --load "$tmp/run" --output "$tmp/hf" > "$tmp/out" 2>&1 || { fail "export"; cat "$tmp/out"; }
+"$MGT" ckpt import --format hf --input "$tmp/hf" --save "$tmp/imported" > "$tmp/out" 2>&1 || { fail "import"; cat "$tmp/out"; }
+$PY - "$tmp/run/iter_0000020.h5" "$tmp/imported/iter_0000000.h5" <<'PY' || fail "export then import changed the weights"
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+names = list(a["model"].keys())
+assert sorted(names) == sorted(b["model"].keys())
+for n in names:
+    assert np.array_equal(a["model"][n][()].view(np.uint32), b["model"][n][()].view(np.uint32)), n
+print("ok: export then import gives the same %d tensors bit for bit" % len(names))
+PY
+$PY -c "import random; random.seed(5); print(' '.join(str((7 + 3 * i) % 128 if i % 9 else random.randrange(128)) for i in range(150)))" > "$tmp/ids.txt"
+for tp in 1 2; do
+  "$MPIEXEC" -n 2 "$MGT" eval --load "$tmp/run" --input-ids "$tmp/ids.txt" --tensor-model-parallel-size $tp > "$tmp/eval$tp.json" 2>&1 || { fail "mgt eval tp=$tp"; cat "$tmp/eval$tp.json"; }
+done
+$PY "$TESTS/gpt2_numpy.py" "$tmp/hf" "$tmp/ids.txt" 32 > "$tmp/numpy.json" || fail "numpy GPT-2"
+$PY - "$tmp/eval1.json" "$tmp/eval2.json" "$tmp/numpy.json" <<'PY' || fail "mgt eval and the numpy GPT-2 disagree"
+import json, sys
+e1, e2, ref = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:])
+print("mgt eval (tp=1 dp=2): %.7f over %d tokens; (tp=2): %.7f; numpy float64: %.7f" %
+      (e1["avg_loss"], e1["tokens"], e2["avg_loss"], ref["avg_loss"]))
+assert e1["tokens"] == ref["tokens"] == 149
+assert abs(e1["avg_loss"] - ref["avg_loss"]) <= 1e-5 * ref["avg_loss"]
+assert abs(e2["avg_loss"] - ref["avg_loss"]) <= 1e-5 * ref["avg_loss"]
+print("ok: the exported model's loss from numpy matches mgt eval")
+PY
+
+echo "checkpoint: $fails failures"
+[ $fails = 0 ]
