@@ -312,6 +312,7 @@ static mgt_status write_1d(hid_t file, const char *name, hid_t ftype, hid_t mtyp
   MGT_H5_TRY(dcpl = H5Pcreate(H5P_DATASET_CREATE), what);
   MGT_H5_TRY(H5Pset_layout(dcpl, H5D_CONTIGUOUS), what);
   MGT_H5_TRY(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), what);
+  MGT_H5_TRY(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), what); /* every byte is written */
   MGT_H5_TRY(dset = H5Dcreate2(file, name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), what);
   MGT_H5_TRY(fspace = H5Dget_space(dset), what);
   hsize_t one = count ? count : 1;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "mgt/checkpoint.h"
 #include "mgt/dataset.h"
@@ -71,7 +72,9 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
   }
   if (path[0]) {
     int with_optim = !cfg->no_load_optim && !cfg->finetune;
+    double t0 = mgt_now();
     MGT_TRY(mgt_ckpt_load(path, grid, tr->model, with_optim ? tr->optim : NULL, &saved));
+    double dt = mgt_now() - t0;
     if (!cfg->finetune) {
       tr->iteration = saved.iteration;
       tr->consumed = saved.consumed_samples;
@@ -79,10 +82,14 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
       if (with_optim) mgt_optim_set_step_count(tr->optim, saved.optimizer_steps);
     }
     if (tr->log) {
-      fprintf(tr->log, "loaded checkpoint %s: iteration %lld, %llu samples consumed%s%s\n", path,
-              (long long)saved.iteration, (unsigned long long)saved.consumed_samples,
+      struct stat sb;
+      double gb = stat(path, &sb) == 0 ? sb.st_size / 1e9 : 0.0;
+      fprintf(tr->log,
+              "loaded checkpoint %s: iteration %lld, %llu samples consumed%s%s; %.3f GB in "
+              "%.2f s\n",
+              path, (long long)saved.iteration, (unsigned long long)saved.consumed_samples,
               with_optim ? "" : ", optimizer restarted",
-              cfg->finetune ? " (fine-tuning from iteration 0)" : "");
+              cfg->finetune ? " (fine-tuning from iteration 0)" : "", gb, dt);
       fflush(tr->log);
     }
   }
