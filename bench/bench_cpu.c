@@ -247,7 +247,7 @@ int main(int argc, char **argv) {
     r.fma256 = fmax(before.fma256, after.fma256);
     r.fma512 = fmax(before.fma512, after.fma512);
     double g256 = fmax(before.gemm, after.gemm), g2048 = fmax(before.gemm2048, after.gemm2048);
-    printf("threads: %d, OpenBLAS kernels: %s\n", omp_get_max_threads(), mgt_cpu_blas_name());
+    printf("threads: %d, BLAS kernels: %s\n", omp_get_max_threads(), mgt_cpu_blas_name());
     printf("FMA peak: %.1f GFLOP/s with 256-bit vectors, %.1f GFLOP/s with 512-bit vectors\n",
            r.fma256 / 1e9, r.fma512 / 1e9);
     printf("sgemm on the step's GEMM shapes: %.1f GFLOP/s at 256 tokens, %.1f GFLOP/s at 2048 "

@@ -24,7 +24,7 @@ for np in 1 2 4; do
   if [ $np = 1 ]; then
     size=$(stat -c %s "$DIR"/ckpt/iter_*.h5)
     # memory a rank holds, from the plan the trainer prints (MiB)
-    hold=$("$BUILD/mgt" train "${M[@]}" --dry-run | awk '/total/ {print int($2 * 1048576)}')
+    hold=$("$BUILD/mgt" train "${M[@]}" --dry-run | awk '/total/ {printf "%.0f", $2 * 1048576}')
     "$BUILD/bench/bench_write" "$DIR/raw" "$size" 0
     "$BUILD/bench/bench_write" "$DIR/raw" "$size" "$hold"
   fi

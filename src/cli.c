@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <omp.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,6 +24,22 @@
 #ifndef MGT_VERSION
 #define MGT_VERSION "unknown"
 #endif
+
+/* Set by SIGUSR1/SIGTERM; the trainer polls it between iterations. Nothing else happens in
+   the handler, so it is async-signal-safe. */
+static volatile sig_atomic_t stop_signal = 0;
+
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+static void install_stop_handlers(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
 
 static int local_ranks(MPI_Comm world) {
   MPI_Comm node;
@@ -149,7 +166,7 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
   if (st != MGT_OK) return fail(st, rank, world, 0);
   if (rank == 0) {
     printf("layout: %d ranks = tensor-parallel %d x data-parallel %d; %d OpenMP threads per "
-           "rank; backend cpu (OpenBLAS %s)\n",
+           "rank; backend cpu (BLAS: %s)\n",
            grid->size, grid->tp, grid->dp, omp_get_max_threads(), mgt_cpu_blas_name());
     mgt_print_memory_plan(&cfg, grid->tp, stdout);
     fflush(stdout);
@@ -161,8 +178,13 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
   if (st != MGT_OK) {
     rc = fail(st, rank, world, 1); /* creation failures are agreed */
   } else {
-    st = mgt_trainer_run(tr, stdout);
-    if (st != MGT_OK) rc = fail(st, rank, world, 0);
+    mgt_run_end end = MGT_RUN_FINISHED;
+    install_stop_handlers();
+    st = mgt_trainer_run(tr, stdout, &stop_signal, &end);
+    if (st != MGT_OK)
+      rc = fail(st, rank, world, 0);
+    else if (end == MGT_RUN_SIGNALED || end == MGT_RUN_DURATION)
+      rc = MGT_EXIT_REQUEUE;
   }
   mgt_trainer_destroy(&tr);
   mgt_backend_destroy(&be);

@@ -92,6 +92,10 @@ static const mgt_flag flags[] = {
     BOOL("--no-load-rng", no_load_rng,
          "use --seed instead of the checkpoint's seed (dropout and data order change)"),
     BOOL("--finetune", finetune, "load weights only; iteration, samples and optimizer restart"),
+    INT("--exit-duration-in-mins", exit_duration_in_mins, 0, 1 << 30,
+        "save and exit (status 75, for requeue) after this many minutes (0: never)"),
+    INT("--exit-interval", exit_interval, 0, 1 << 30,
+        "save and exit (status 0) when the iteration is a multiple of this (0: never)"),
     INT("--log-interval", log_interval, 1, 1 << 30, "iterations between log lines"),
     STR("--metrics-file", metrics_file, "append one JSON object per logged iteration"),
 };

@@ -202,7 +202,8 @@ static void metrics_line(FILE *f, const mgt_step_stats *s, double loss, double m
           s->grad_norm, ms, tokens_per_sec, tflops, skipped);
 }
 
-mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log) {
+mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic_t *stop,
+                           mgt_run_end *end) {
   const mgt_config *c = &tr->cfg;
   const int root = tr->grid->rank == 0;
   FILE *metrics = NULL;
@@ -216,6 +217,8 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log) {
   int n_acc = 0, skipped_acc = 0;
   const double flops = mgt_gpt_flops_per_iteration(c);
   const double tokens = (double)c->global_batch_size * c->seq_length;
+  const double started = mgt_now();
+  *end = MGT_RUN_FINISHED;
   while (tr->iteration < c->train_iters) {
     mgt_step_stats s;
     double t0 = mgt_now();
@@ -240,6 +243,29 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log) {
     }
     if (c->save[0] && c->save_interval > 0 && s.iteration % c->save_interval == 0)
       MGT_TRY(mgt_trainer_save(tr, c->save));
+    /* stop requests: a signal on any rank, or the time budget; every rank must agree */
+    if (stop || c->exit_duration_in_mins > 0) {
+      int want[2] = {stop && *stop ? (int)*stop : 0,
+                     c->exit_duration_in_mins > 0 &&
+                         mgt_now() - started >= 60.0 * c->exit_duration_in_mins};
+      MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, want, 2, MPI_INT, MPI_MAX, tr->grid->world));
+      if (want[0] || want[1]) {
+        *end = want[0] ? MGT_RUN_SIGNALED : MGT_RUN_DURATION;
+        if (root)
+          fprintf(log, "%s after iteration %lld: saving and exiting for a restart\n",
+                  want[0] == SIGTERM ? "SIGTERM"
+                                     : (want[0] ? "SIGUSR1" : "--exit-duration-in-mins"),
+                  (long long)s.iteration);
+        break;
+      }
+    }
+    if (c->exit_interval > 0 && s.iteration % c->exit_interval == 0 &&
+        s.iteration < c->train_iters) {
+      *end = MGT_RUN_INTERVAL;
+      if (root)
+        fprintf(log, "--exit-interval: exiting after iteration %lld\n", (long long)s.iteration);
+      break;
+    }
     if (s.iteration % c->log_interval == 0 || s.iteration == c->train_iters) {
       int n_it = n_acc + skipped_acc;
       double ms = 1e3 * t_acc / (n_it ? n_it : 1);
@@ -265,6 +291,8 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log) {
     }
   }
   if (c->save[0] && tr->saved_iteration != tr->iteration) MGT_TRY(mgt_trainer_save(tr, c->save));
+  if (*end != MGT_RUN_FINISHED && !c->save[0] && root)
+    fprintf(log, "warning: stopped early without --save: nothing was saved\n");
   MGT_TRY(mgt_timers_report(tr->timers, N_TIMERS, tr->grid, log));
 done:
   if (metrics && fclose(metrics) != 0 && st == MGT_OK)

@@ -146,7 +146,8 @@ typedef struct mgt_backend {
 MGT_NODISCARD mgt_status mgt_backend_cpu_create(mgt_backend **out);
 void mgt_backend_destroy(mgt_backend **be);
 
-/* The OpenBLAS kernel family in use (e.g. "Haswell"); OPENBLAS_CORETYPE can choose it. */
+/* The OpenBLAS kernel family in use (e.g. "Haswell"; OPENBLAS_CORETYPE chooses it), or
+   "CBLAS" for another BLAS. */
 const char *mgt_cpu_blas_name(void);
 
 #ifdef __cplusplus

@@ -69,6 +69,9 @@ typedef struct mgt_config {
   int no_load_optim;
   int no_load_rng;
   int finetune;
+  /* stopping early */
+  int exit_duration_in_mins;
+  int exit_interval;
   /* logging */
   int log_interval;
   char metrics_file[MGT_PATH_MAX];

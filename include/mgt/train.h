@@ -2,6 +2,7 @@
    clipping and AdamW, the learning-rate schedule, logs and metrics. */
 #pragma once
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -48,10 +49,26 @@ MGT_NODISCARD mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats
 MGT_NODISCARD mgt_status mgt_trainer_evaluate(mgt_trainer *tr, double *loss);
 int mgt_trainer_has_validation(const mgt_trainer *tr);
 
+/* Why a run ended. */
+typedef enum mgt_run_end {
+  MGT_RUN_FINISHED, /* cfg->train_iters reached */
+  MGT_RUN_SIGNALED, /* *stop was set (SIGUSR1/SIGTERM) on some rank */
+  MGT_RUN_DURATION, /* --exit-duration-in-mins elapsed */
+  MGT_RUN_INTERVAL, /* --exit-interval reached */
+} mgt_run_end;
+
+/* The exit status `mgt train` uses for a run that stopped early but is not finished (signal,
+   --exit-duration-in-mins): job scripts turn it into `scontrol requeue` (EX_TEMPFAIL). */
+enum { MGT_EXIT_REQUEUE = 75 };
+
 /* Runs iterations until cfg->train_iters, logging on rank 0 to `log` every
    --log-interval iterations and appending to --metrics-file; validates every
-   --eval-interval iterations and at the end. Collective. */
-MGT_NODISCARD mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log);
+   --eval-interval iterations and at the end. After every iteration it checks `stop` (may be
+   NULL; a signal handler sets it, nothing else happens in the handler) and the elapsed time,
+   agreeing over all ranks; on a stop, or at --exit-interval, it finishes the iteration, saves a
+   checkpoint to --save if given, and returns with *end saying why. Collective. */
+MGT_NODISCARD mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log,
+                                         const volatile sig_atomic_t *stop, mgt_run_end *end);
 
 /* Saves a checkpoint of the current iteration into dir (see mgt/checkpoint.h). Collective. */
 MGT_NODISCARD mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir);

@@ -11,4 +11,8 @@ mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, floa
   return MGT_OK;
 }
 
+#ifdef MGT_HAVE_OPENBLAS
 const char *mgt_cpu_blas_name(void) { return openblas_get_corename(); }
+#else
+const char *mgt_cpu_blas_name(void) { return "CBLAS"; }
+#endif
