@@ -14,6 +14,7 @@
 #include "mgt/checkpoint.h"
 #include "mgt/config.h"
 #include "mgt/eval.h"
+#include "mgt/generate.h"
 #include "mgt/flags.h"
 #include "mgt/dataset.h"
 #include "mgt/gpt.h"
@@ -81,7 +82,9 @@ static void usage(FILE *f) {
              "  train       train a GPT model (mgt train --help for its flags)\n"
              "  preprocess  tokenize JSON lines or text files into an HDF5 token dataset\n"
              "  tokenize    encode JSON lines to token ids, or decode ids (--decode)\n"
-             "  eval        score token ids with a checkpoint (loss and perplexity)\n"
+             "  eval        evaluate a checkpoint: WikiText-103 perplexity, LAMBADA accuracy,\n"
+             "              perplexity of any text or token ids\n"
+             "  generate    continue a prompt with a checkpoint (sampling, key/value cache)\n"
              "  ckpt        checkpoints: info, verify, export --format hf, import --format hf\n"
              "  version     print the version\n\n"
              "Run under MPI for several ranks: mpiexec -n 4 mgt train "
@@ -240,7 +243,24 @@ static int cmd_eval(int argc, char **argv, MPI_Comm world) {
     return 0;
   }
   st = mgt_eval_run(&o, world, stdout);
-  return st == MGT_OK ? 0 : fail(st, rank, world, 1);
+  /* input errors are found in agreed phases; anything else may be on one rank only */
+  return st == MGT_OK ? 0 : fail(st, rank, world, st == MGT_ERR_INPUT);
+}
+
+static int cmd_generate(int argc, char **argv, MPI_Comm world) {
+  int rank;
+  MPI_Comm_rank(world, &rank);
+  mgt_generate_opts o;
+  mgt_generate_defaults(&o);
+  int help = 0;
+  mgt_status st = mgt_generate_parse(&o, argc, argv, 2, &help);
+  if (st != MGT_OK) return fail(st, rank, world, 1);
+  if (help) {
+    if (rank == 0) mgt_generate_usage(stdout);
+    return 0;
+  }
+  st = mgt_generate_run(&o, world, stdout, stderr);
+  return st == MGT_OK ? 0 : fail(st, rank, world, st == MGT_ERR_INPUT);
 }
 
 typedef struct ckpt_opts {
@@ -360,6 +380,7 @@ int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
   if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc, argv, world);
   if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc, argv, world);
   if (strcmp(argv[1], "ckpt") == 0) return cmd_ckpt(argc, argv, world);
+  if (strcmp(argv[1], "generate") == 0) return cmd_generate(argc, argv, world);
   if (rank == 0) fprintf(stderr, "mgt: error: unknown command '%s' (see mgt --help)\n", argv[1]);
   return 2;
 }

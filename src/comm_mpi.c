@@ -2,6 +2,7 @@
 #include "mgt/grid.h"
 
 #include <limits.h>
+#include <stdlib.h>
 
 #include "mgt/log.h"
 
@@ -44,6 +45,29 @@ static mgt_status mpi_allreduce_f64(void *ctx, const mgt_grid *g, mgt_axis axis,
   double t0 = mgt_now();
   MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, mpi_op(op), c));
   account(ctx, axis, t0, n * sizeof(double));
+  return MGT_OK;
+}
+
+static mgt_status mpi_allreduce_maxloc(void *ctx, const mgt_grid *g, mgt_axis axis, float *val,
+                                       int32_t *idx, size_t n) {
+  int size;
+  MPI_Comm c = axis_comm(g, axis, &size);
+  if (size == 1 || n == 0) return MGT_OK;
+  MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu pairs exceeds MPI's count limit", n);
+  struct pair {
+    float v;
+    int i;
+  } *p = malloc(n * sizeof *p);
+  if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for %zu (value, index) pairs", n);
+  for (size_t k = 0; k < n; k++)
+    p[k].v = val[k], p[k].i = idx[k];
+  double t0 = mgt_now();
+  int rc = MPI_Allreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT_INT, MPI_MAXLOC, c);
+  account(ctx, axis, t0, n * sizeof *p);
+  for (size_t k = 0; k < n; k++)
+    val[k] = p[k].v, idx[k] = p[k].i;
+  free(p);
+  MGT_MPI(rc);
   return MGT_OK;
 }
 
@@ -102,6 +126,7 @@ void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid, mgt_comm_stats *sta
   comm->ctx = stats;
   comm->allreduce = mpi_allreduce;
   comm->allreduce_f64 = mpi_allreduce_f64;
+  comm->allreduce_maxloc = mpi_allreduce_maxloc;
   comm->iallreduce = mpi_iallreduce;
   comm->wait = mpi_wait;
   comm->test = mpi_test;

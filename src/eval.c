@@ -1,3 +1,10 @@
+/* mgt eval: the Megatron-LM paper's zero-shot evaluations of a checkpoint, on any layout.
+   lm          loss and perplexity of token ids (--input-ids) or a text file (--text)
+   wikitext103 the WikiText detokenizer, GPT-2 BPE, a sliding window advancing by
+               --overlapping-eval; perplexity per subword token and adjusted to the original
+               word-level tokens
+   lambada     last-word accuracy, greedy under teacher forcing (--strict-lambada: every
+               token of ' ' + word must be predicted) */
 #include "mgt/eval.h"
 
 #include <errno.h>
@@ -11,20 +18,34 @@
 #include "mgt/flags.h"
 #include "mgt/gpt.h"
 #include "mgt/grid.h"
+#include "mgt/json.h"
+#include "mgt/tokenizer.h"
+
+enum { TASK_LM, TASK_WIKITEXT, TASK_LAMBADA };
+static const char *const tasks[] = {"lm", "wikitext103", "lambada", NULL};
+const char *const mgt_tokenizer_choices[] = {"GPT2BPETokenizer", "ByteTokenizer", NULL};
 
 #define OFF(f) offsetof(mgt_eval_opts, f)
 #define SZ(f) sizeof(((mgt_eval_opts *)0)->f)
 static const mgt_flag flags[] = {
-    {"--load", MGT_FLAG_STR, OFF(load), 0, 0, "checkpoint directory (its latest) or file", NULL,
-     SZ(load)},
-    {"--ckpt-iteration", MGT_FLAG_INT64, OFF(ckpt_iteration), -1, 9e15,
-     "load this iteration instead of the latest", NULL, 0},
-    {"--input-ids", MGT_FLAG_STR, OFF(input_ids), 0, 0, "file of whitespace-separated token ids",
+    {"--task", MGT_FLAG_ENUM, OFF(task), 0, 0, "lm, wikitext103 or lambada", tasks, 0},
+    MGT_CHECKPOINT_FLAGS(mgt_eval_opts),
+    {"--valid-data", MGT_FLAG_STR, OFF(valid_data), 0, 0,
+     "wikitext103: wiki.test.tokens; lambada: lambada_test.jsonl", NULL, SZ(valid_data)},
+    {"--input-ids", MGT_FLAG_STR, OFF(input_ids), 0, 0, "lm: file of whitespace-separated ids",
      NULL, SZ(input_ids)},
-    {"--tensor-model-parallel-size", MGT_FLAG_INT, OFF(tensor_model_parallel_size), 1, 1 << 16,
-     "ranks that split each layer", NULL, 0},
+    {"--text", MGT_FLAG_STR, OFF(text), 0, 0, "lm: a text file, tokenized whole", NULL, SZ(text)},
+    {"--overlapping-eval", MGT_FLAG_INT, OFF(overlapping_eval), 1, 1 << 20,
+     "window stride: lm default the sequence length, wikitext103 32", NULL, 0},
+    {"--strict-lambada", MGT_FLAG_BOOL, OFF(strict_lambada), 0, 1,
+     "lambada: all tokens of the last word must be right", NULL, 0},
     {"--seq-length", MGT_FLAG_INT, OFF(seq_length), 1, 1 << 20,
      "window length (default: the checkpoint's sequence length)", NULL, 0},
+    {"--micro-batch-size", MGT_FLAG_INT, OFF(micro_batch_size), 1, 1 << 16,
+     "windows or examples per forward pass", NULL, 0},
+    {"--tensor-model-parallel-size", MGT_FLAG_INT, OFF(tensor_model_parallel_size), 1, 1 << 16,
+     "ranks that split each layer; the rest of the ranks share the windows", NULL, 0},
+    MGT_TOKENIZER_FLAGS(mgt_eval_opts),
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
@@ -32,13 +53,19 @@ void mgt_eval_defaults(mgt_eval_opts *o) {
   memset(o, 0, sizeof *o);
   o->ckpt_iteration = -1;
   o->tensor_model_parallel_size = 1;
+  o->micro_batch_size = 4;
+  o->tokenizer_type = -1;
 }
 
 mgt_status mgt_eval_parse(mgt_eval_opts *o, int argc, char **argv, int first, int *help) {
   MGT_CHECK(mgt_flags_parse(flags, N_FLAGS, o, argc, argv, first, "eval", help));
   if (*help) return MGT_OK;
   MGT_REQUIRE(o->load[0], "--load: give the checkpoint to evaluate");
-  MGT_REQUIRE(o->input_ids[0], "--input-ids: give the token ids to score");
+  if (o->task == TASK_LM)
+    MGT_REQUIRE((o->input_ids[0] != 0) + (o->text[0] != 0) == 1,
+                "--task lm needs one of --input-ids and --text");
+  else
+    MGT_REQUIRE(o->valid_data[0], "--task %s needs --valid-data", tasks[o->task]);
   return MGT_OK;
 }
 
@@ -48,14 +75,30 @@ void mgt_eval_usage(FILE *f) {
   mgt_flags_usage(flags, N_FLAGS, &d, "eval", f);
 }
 
+/* ---- windows ---- */
+
+size_t mgt_eval_windows(size_t n, int seq_len, int stride) {
+  if (n < 2) return 0;
+  size_t targets = n - 1;
+  if (targets <= (size_t)seq_len) return 1;
+  return 1 + (targets - (size_t)seq_len + (size_t)stride - 1) / (size_t)stride;
+}
+
+void mgt_eval_window(size_t n, int seq_len, int stride, size_t w, int *first, int *last) {
+  size_t start = w * (size_t)stride, avail = n - 1 - start;
+  *last = avail < (size_t)seq_len ? (int)avail : seq_len;
+  *first = w == 0 ? 0 : seq_len - stride;
+}
+
+/* ---- inputs ---- */
+
 mgt_status mgt_read_ids(const char *path, int vocab, int32_t **out, size_t *n) {
   FILE *f = fopen(path, "r");
   MGT_REQUIRE(f, "--input-ids %s: cannot open: %s", path, strerror(errno));
   size_t cap = 1 << 16, k = 0;
   int32_t *ids = malloc(cap * sizeof *ids);
   long long v;
-  int rc;
-  while (ids && (rc = fscanf(f, "%lld", &v)) == 1) {
+  while (ids && fscanf(f, "%lld", &v) == 1) {
     if (v < 0 || v >= vocab) {
       fclose(f);
       free(ids);
@@ -83,40 +126,314 @@ mgt_status mgt_read_ids(const char *path, int vocab, int32_t **out, size_t *n) {
   return MGT_OK;
 }
 
+mgt_status mgt_read_file(const char *flag, const char *path, char **out, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  MGT_REQUIRE(f, "%s %s: cannot open: %s", flag, path, strerror(errno));
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  rewind(f);
+  char *b = malloc((size_t)(len > 0 ? len : 0) + 1);
+  size_t got = b ? fread(b, 1, (size_t)(len > 0 ? len : 0), f) : 0;
+  fclose(f);
+  if (!b || got != (size_t)(len > 0 ? len : 0)) {
+    free(b);
+    MGT_FAIL(MGT_ERR_IO, "%s %s: read failed", flag, path);
+  }
+  b[got] = 0;
+  *out = b;
+  *n = got;
+  return MGT_OK;
+}
+
+mgt_status mgt_open_tokenizer(int type, const char *vocab_file, const char *merge_file,
+                              const mgt_config *ck, mgt_tokenizer **tok) {
+  if (type < 0) type = ck->tokenizer_type;
+  if (type == MGT_TOKENIZER_BYTES) {
+    MGT_CHECK(mgt_tok_create_bytes(tok));
+  } else {
+    const char *v = vocab_file[0] ? vocab_file : ck->vocab_file;
+    const char *m = merge_file[0] ? merge_file : ck->merge_file;
+    MGT_REQUIRE(v[0] && m[0], "text needs a tokenizer: give --vocab-file and --merge-file (or "
+                              "--tokenizer-type ByteTokenizer)");
+    MGT_CHECK(mgt_tok_load_gpt2(v, m, tok));
+  }
+  if (mgt_tok_vocab_size(*tok) > ck->vocab_size) {
+    int n = mgt_tok_vocab_size(*tok);
+    mgt_tok_destroy(tok);
+    MGT_FAIL(MGT_ERR_INPUT, "the tokenizer has %d ids but the model's vocabulary only %d", n,
+             ck->vocab_size);
+  }
+  return MGT_OK;
+}
+
+/* One LAMBADA example: context ids and the ids of the last word. */
+typedef struct example {
+  int32_t *ids;
+  int n, n_target;
+} example;
+
+/* Megatron-LM's construction: the last word is the last whitespace-separated field; strict
+   mode tokenizes the text before it (stripped) and ' ' + word apart, the other mode tokenizes
+   the whole text and takes its last token as the target. */
+mgt_status mgt_lambada_example(mgt_tokenizer *tok, const char *text, size_t len, int strict,
+                               int32_t **ids, int *n, int *n_target) {
+  mgt_ids all = {0}, tgt = {0};
+  mgt_status st = MGT_OK;
+  *ids = NULL;
+  if (!strict) {
+    MGT_TRY(mgt_tok_encode(tok, text, len, &all));
+    MGT_REQUIRE(all.n >= 2, "a LAMBADA text of fewer than two tokens");
+    *n = (int)all.n;
+    *n_target = 1;
+    *ids = all.ids;
+    return MGT_OK;
+  }
+  size_t e = len;
+  while (e > 0 &&
+         (text[e - 1] == ' ' || text[e - 1] == '\t' || text[e - 1] == '\n' || text[e - 1] == '\r'))
+    e--;
+  size_t b = e;
+  while (b > 0 &&
+         !(text[b - 1] == ' ' || text[b - 1] == '\t' || text[b - 1] == '\n' || text[b - 1] == '\r'))
+    b--;
+  MGT_REQUIRE(e > b, "a LAMBADA text without words");
+  /* rfind of the word in the text is its last occurrence, which starts at b */
+  size_t ce = b;
+  while (ce > 0 && (text[ce - 1] == ' ' || text[ce - 1] == '\t' || text[ce - 1] == '\n' ||
+                    text[ce - 1] == '\r'))
+    ce--;
+  size_t cb = 0;
+  while (cb < ce && (text[cb] == ' ' || text[cb] == '\t' || text[cb] == '\n' || text[cb] == '\r'))
+    cb++;
+  MGT_TRY(mgt_tok_encode(tok, text + cb, ce - cb, &all));
+  char *word = malloc(e - b + 2);
+  if (!word) MGT_FAIL(MGT_ERR_NOMEM, "out of memory");
+  word[0] = ' ';
+  memcpy(word + 1, text + b, e - b);
+  st = mgt_tok_encode(tok, word, e - b + 1, &tgt);
+  free(word);
+  MGT_TRY(st);
+  for (size_t i = 0; i < tgt.n; i++)
+    MGT_TRY(mgt_ids_push(&all, tgt.ids[i]));
+  *n = (int)all.n;
+  *n_target = (int)tgt.n;
+  *ids = all.ids;
+  all.ids = NULL;
+done:
+  mgt_ids_free(&all);
+  mgt_ids_free(&tgt);
+  return st;
+}
+
+/* ---- the run ---- */
+
+typedef struct ctx {
+  const mgt_eval_opts *o;
+  mgt_gpt *m;
+  const mgt_grid *g;
+  int B, T;
+  int32_t *tokens; /* B (T+1) */
+  float *losses;   /* B T */
+  int32_t *pred;   /* B T */
+} ctx;
+
+/* Scores a token stream in windows; sums[0] += loss of the scored targets, sums[1] += their
+   count. Batches of B windows go round-robin to the data-parallel groups. */
+static mgt_status score_stream(ctx *c, const int32_t *ids, size_t n, int stride, double sums[2]) {
+  size_t windows = mgt_eval_windows(n, c->T, stride);
+  size_t batches = (windows + (size_t)c->B - 1) / (size_t)c->B;
+  for (size_t bt = (size_t)c->g->dp_rank; bt < batches; bt += (size_t)c->g->dp) {
+    int first[64], last[64];
+    for (int r = 0; r < c->B; r++) {
+      size_t w = bt * (size_t)c->B + (size_t)r;
+      int32_t *row = c->tokens + (size_t)r * (c->T + 1);
+      memset(row, 0, sizeof(int32_t) * (size_t)(c->T + 1));
+      first[r] = last[r] = 0;
+      if (w >= windows) continue;
+      mgt_eval_window(n, c->T, stride, w, &first[r], &last[r]);
+      memcpy(row, ids + w * (size_t)stride, sizeof(int32_t) * (size_t)(last[r] + 1));
+    }
+    MGT_CHECK(mgt_gpt_forward_losses(c->m, c->tokens, c->losses));
+    for (int r = 0; r < c->B; r++)
+      for (int t = first[r]; t < last[r]; t++)
+        sums[0] += c->losses[(size_t)r * c->T + t];
+    for (int r = 0; r < c->B; r++)
+      sums[1] += last[r] - first[r];
+  }
+  return MGT_OK;
+}
+
+static void free_examples(example *ex, size_t n) {
+  for (size_t e = 0; ex && e < n; e++)
+    free(ex[e].ids);
+  free(ex);
+}
+
+/* Reads LAMBADA's JSON lines ({"text": ...}) into examples. */
+static mgt_status load_lambada(const mgt_eval_opts *o, mgt_tokenizer *tok, example **out,
+                               size_t *out_n) {
+  char *text = NULL;
+  size_t len = 0;
+  MGT_CHECK(mgt_read_file("--valid-data", o->valid_data, &text, &len));
+  mgt_json_parser *jp = NULL;
+  example *ex = NULL;
+  size_t n_ex = 0, cap = 0;
+  mgt_status st = mgt_json_parser_create(&jp);
+  size_t line = 0;
+  for (char *p = text; st == MGT_OK && *p;) {
+    char *nl = strchr(p, '\n');
+    size_t ll = nl ? (size_t)(nl - p) : strlen(p);
+    line++;
+    const mgt_json *root = NULL, *t = NULL;
+    if (ll > 0) {
+      st = mgt_json_parse(jp, p, ll, &root);
+      if (st == MGT_OK) t = mgt_json_get(root, "text");
+      if (st == MGT_OK && (!t || t->type != MGT_JSON_STRING)) {
+        mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s:%zu: no string \"text\"",
+                      o->valid_data, line);
+        st = MGT_ERR_INPUT;
+      } else if (st != MGT_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", mgt_error_message());
+        mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s:%zu: %s", o->valid_data,
+                      line, why);
+      }
+      if (st == MGT_OK && n_ex == cap) {
+        cap = cap ? 2 * cap : 1024;
+        example *q = realloc(ex, cap * sizeof *ex);
+        if (!q) {
+          mgt_error_set(MGT_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory");
+          st = MGT_ERR_NOMEM;
+        } else {
+          ex = q;
+        }
+      }
+      if (st == MGT_OK) {
+        st = mgt_lambada_example(tok, t->str, t->len, o->strict_lambada, &ex[n_ex].ids, &ex[n_ex].n,
+                                 &ex[n_ex].n_target);
+        if (st == MGT_OK) n_ex++;
+      }
+    }
+    if (!nl) break;
+    p = nl + 1;
+  }
+  mgt_json_parser_destroy(&jp);
+  free(text);
+  if (st == MGT_OK && n_ex == 0) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s: no examples", o->valid_data);
+    st = MGT_ERR_INPUT;
+  }
+  if (st != MGT_OK) {
+    free_examples(ex, n_ex);
+    return st;
+  }
+  *out = ex;
+  *out_n = n_ex;
+  return MGT_OK;
+}
+
+/* Greedy accuracy under teacher forcing; out = {correct, examples}. */
+static mgt_status score_lambada(ctx *c, const example *ex, size_t n_ex, double out[2]) {
+  mgt_status st = MGT_OK;
+  double correct = 0, total = 0;
+  size_t batches = (n_ex + (size_t)c->B - 1) / (size_t)c->B;
+  for (size_t bt = (size_t)c->g->dp_rank; st == MGT_OK && bt < batches; bt += (size_t)c->g->dp) {
+    int first[64], last[64], off[64];
+    for (int r = 0; r < c->B; r++) {
+      size_t e = bt * (size_t)c->B + (size_t)r;
+      int32_t *row = c->tokens + (size_t)r * (c->T + 1);
+      memset(row, 0, sizeof(int32_t) * (size_t)(c->T + 1));
+      first[r] = last[r] = off[r] = 0;
+      if (e >= n_ex) continue;
+      /* keep the end of a long example: its target must be in the window */
+      int keep = ex[e].n < c->T + 1 ? ex[e].n : c->T + 1;
+      off[r] = ex[e].n - keep;
+      memcpy(row, ex[e].ids + off[r], sizeof(int32_t) * (size_t)keep);
+      last[r] = keep - 1;
+      first[r] = last[r] - ex[e].n_target;
+      if (first[r] < 0) first[r] = 0;
+    }
+    st = mgt_gpt_forward_predict(c->m, c->tokens, c->losses, c->pred);
+    for (int r = 0; st == MGT_OK && r < c->B; r++) {
+      if (bt * (size_t)c->B + (size_t)r >= n_ex) continue;
+      const int32_t *row = c->tokens + (size_t)r * (c->T + 1);
+      int ok = 1;
+      for (int t = first[r]; t < last[r]; t++)
+        ok &= c->pred[(size_t)r * c->T + t] == row[t + 1];
+      correct += ok;
+      total += 1;
+    }
+  }
+  MGT_CHECK(st);
+  out[0] += correct, out[1] += total;
+  return MGT_OK;
+}
+
 mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
   int rank, size;
   MGT_MPI(MPI_Comm_rank(world, &rank));
   MGT_MPI(MPI_Comm_size(world, &size));
   char path[MGT_PATH_MAX + 64];
-  mgt_config cfg;
+  mgt_config cfg, ck;
   mgt_ckpt_state state;
   mgt_status st = mgt_ckpt_resolve(o->load, o->ckpt_iteration, path, sizeof path);
   if (st == MGT_OK) st = mgt_ckpt_read_config(path, &cfg, &state);
   MGT_CHECK(mgt_mpi_agree(world, st));
-  /* the model from the checkpoint, the layout from this job */
+  ck = cfg;
+  /* the model from the checkpoint, the layout and batch from this job */
   cfg.tensor_model_parallel_size = o->tensor_model_parallel_size;
   if (o->seq_length) cfg.seq_length = o->seq_length;
   MGT_REQUIRE(cfg.seq_length <= cfg.max_position_embeddings,
               "--seq-length %d exceeds the checkpoint's %d positions", cfg.seq_length,
               cfg.max_position_embeddings);
-  cfg.micro_batch_size = 1;
+  MGT_REQUIRE(o->micro_batch_size <= 64, "--micro-batch-size: at most 64 for evaluation");
+  cfg.micro_batch_size = o->micro_batch_size;
   cfg.global_batch_size = 0;
   cfg.recompute_activations = 0;
-  cfg.mock_data = 1; /* no dataset is read: the ids come from --input-ids */
-  cfg.data_path[0] = 0;
-  cfg.load[0] = cfg.save[0] = 0;
+  cfg.mock_data = 1; /* nothing is read from a dataset */
+  cfg.data_path[0] = cfg.load[0] = cfg.save[0] = 0;
   MGT_CHECK(mgt_config_finalize(&cfg, size));
+  int stride =
+      o->overlapping_eval ? o->overlapping_eval : (o->task == TASK_WIKITEXT ? 32 : cfg.seq_length);
+  MGT_REQUIRE(stride <= cfg.seq_length, "--overlapping-eval %d exceeds the window of %d tokens",
+              stride, cfg.seq_length);
+
   int32_t *ids = NULL;
-  size_t n = 0;
+  size_t n = 0, words = 0;
+  char *text = NULL, *detok = NULL;
+  size_t text_n = 0, detok_n = 0;
+  mgt_tokenizer *tok = NULL;
   mgt_grid *grid = NULL;
   mgt_backend *be = NULL;
   mgt_gpt *m = NULL;
-  float *losses = NULL;
-  int32_t *win = NULL;
-  st = mgt_read_ids(o->input_ids, cfg.vocab_size, &ids, &n);
-  if (st == MGT_OK && n < 2) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "--input-ids %s: at least two ids are needed to score one", o->input_ids);
+  example *ex = NULL;
+  size_t n_ex = 0;
+  ctx c;
+  memset(&c, 0, sizeof c);
+  /* inputs first, so that bad input stops every rank before anything is allocated */
+  if (o->task == TASK_LM && o->input_ids[0]) {
+    st = mgt_read_ids(o->input_ids, cfg.vocab_size, &ids, &n);
+  } else {
+    st = mgt_open_tokenizer(o->tokenizer_type, o->vocab_file, o->merge_file, &ck, &tok);
+    if (st == MGT_OK && o->task == TASK_LAMBADA)
+      st = load_lambada(o, tok, &ex, &n_ex);
+    else if (st == MGT_OK) {
+      const char *file = o->task == TASK_LM ? o->text : o->valid_data;
+      st = mgt_read_file(o->task == TASK_LM ? "--text" : "--valid-data", file, &text, &text_n);
+      const char *src = text;
+      size_t src_n = text_n;
+      if (st == MGT_OK && o->task == TASK_WIKITEXT) {
+        words = mgt_wikitext_word_count(text, text_n);
+        st = mgt_wikitext_detokenize(text, text_n, &detok, &detok_n);
+        src = detok, src_n = detok_n;
+      }
+      mgt_ids v = {0};
+      if (st == MGT_OK) st = mgt_tok_encode(tok, src, src_n, &v);
+      ids = v.ids, n = v.n;
+    }
+  }
+  if (st == MGT_OK && o->task != TASK_LAMBADA && n < 2) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "fewer than two tokens to score");
     st = MGT_ERR_INPUT;
   }
   MGT_TRY(mgt_mpi_agree(world, st));
@@ -124,38 +441,69 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
   MGT_TRY(mgt_backend_cpu_create(&be));
   mgt_comm comm;
   mgt_comm_mpi_init(&comm, grid, NULL);
-  MGT_TRY(mgt_gpt_create(&cfg, grid, be, &comm, &m));
+  MGT_TRY(mgt_mpi_agree(world, mgt_gpt_create(&cfg, grid, be, &comm, &m)));
   MGT_TRY(mgt_ckpt_load(path, grid, m, NULL, &state));
-  const int T = cfg.seq_length;
-  MGT_TRY(mgt_calloc(sizeof(float) * (size_t)T, "losses", (void **)&losses));
-  MGT_TRY(mgt_calloc(sizeof(int32_t) * (size_t)(T + 1), "window", (void **)&win));
-  /* window w predicts tokens w*T+1 .. w*T+len: each token after the first exactly once */
-  size_t preds = n - 1, windows = (preds + T - 1) / T;
-  double sum[2] = {0, 0};
-  for (size_t w = (size_t)grid->dp_rank; w < windows; w += (size_t)grid->dp) {
-    size_t start = w * T, len = preds - start < (size_t)T ? preds - start : (size_t)T;
-    memset(win, 0, sizeof(int32_t) * (size_t)(T + 1));
-    memcpy(win, ids + start, sizeof(int32_t) * (len + 1));
-    MGT_TRY(mgt_gpt_forward_losses(m, win, losses));
-    for (size_t t = 0; t < len; t++)
-      sum[0] += losses[t];
-    sum[1] += (double)len;
-  }
-  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, sum, 2, MPI_DOUBLE, MPI_SUM, grid->dp_comm));
+  c.o = o, c.m = m, c.g = grid, c.B = cfg.micro_batch_size, c.T = cfg.seq_length;
+  MGT_TRY(mgt_calloc(sizeof(int32_t) * (size_t)c.B * (c.T + 1), "tokens", (void **)&c.tokens));
+  MGT_TRY(mgt_calloc(sizeof(float) * (size_t)c.B * c.T, "losses", (void **)&c.losses));
+  MGT_TRY(mgt_calloc(sizeof(int32_t) * (size_t)c.B * c.T, "predictions", (void **)&c.pred));
+  double sums[3] = {0, 0, 0};
+  if (o->task == TASK_LAMBADA)
+    MGT_TRY(score_lambada(&c, ex, n_ex, sums));
+  else
+    MGT_TRY(score_stream(&c, ids, n, stride, sums));
+  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, grid->dp_comm));
   if (rank == 0) {
-    double avg = sum[0] / sum[1];
     fprintf(out,
-            "{\"checkpoint\": \"%s\", \"iteration\": %lld, \"tokens\": %.0f, \"windows\": %zu, "
-            "\"seq_length\": %d, \"avg_loss\": %.9g, \"ppl\": %.9g}\n",
-            path, (long long)state.iteration, sum[1], windows, T, avg, exp(avg));
+            "checkpoint %s (iteration %lld), %d ranks = tensor-parallel %d x data-parallel %d\n",
+            path, (long long)state.iteration, grid->size, grid->tp, grid->dp);
+    if (o->task == TASK_LAMBADA) {
+      double acc = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+      fprintf(out, " lambada%s | examples: %.0f | correct: %.0f | accuracy: %.4f\n",
+              o->strict_lambada ? " (strict)" : "", sums[1], sums[0], acc);
+      fprintf(out,
+              "{\"task\": \"lambada\", \"strict\": %s, \"examples\": %.0f, \"correct\": %.0f, "
+              "\"accuracy\": %.9g, \"seq_length\": %d, \"iteration\": %lld, \"checkpoint\": ",
+              o->strict_lambada ? "true" : "false", sums[1], sums[0], acc, c.T,
+              (long long)state.iteration);
+    } else {
+      double avg = sums[0] / sums[1];
+      fprintf(out, " %s | tokens scored: %.0f | window %d, stride %d | avg loss: %.6f | ppl: %.4f",
+              tasks[o->task], sums[1], c.T, stride, avg, exp(avg < 20 ? avg : 20));
+      if (o->task == TASK_WIKITEXT) {
+        /* Megatron-LM's normalization: loss over the T - 1 subword targets, rescaled to the
+           T_o - 1 original tokens */
+        double ratio = ((double)n - 1) / ((double)words - 1), adj = avg * ratio;
+        fprintf(out, " | adjusted ppl: %.4f (T %zu subword tokens, T_o %zu original tokens)",
+                exp(adj < 20 ? adj : 20), n, words);
+        fprintf(out,
+                "\n{\"task\": \"wikitext103\", \"T\": %zu, \"T_o\": %zu, \"avg_loss\": %.9g, "
+                "\"ppl\": %.9g, \"adjusted_ppl\": %.9g, \"token_ratio\": %.9g, ",
+                n, words, avg, exp(avg < 20 ? avg : 20), exp(adj < 20 ? adj : 20), ratio);
+      } else {
+        fprintf(out, "\n{\"task\": \"lm\", \"avg_loss\": %.9g, \"ppl\": %.9g, ", avg,
+                exp(avg < 20 ? avg : 20));
+      }
+      fprintf(out,
+              "\"tokens\": %.0f, \"seq_length\": %d, \"overlapping_eval\": %d, "
+              "\"iteration\": %lld, \"checkpoint\": ",
+              sums[1], c.T, stride, (long long)state.iteration);
+    }
+    mgt_json_write_string(out, path);
+    fprintf(out, "}\n");
     fflush(out);
   }
 done:
-  mgt_free(win);
-  mgt_free(losses);
+  mgt_free(c.tokens);
+  mgt_free(c.losses);
+  mgt_free(c.pred);
   mgt_gpt_destroy(&m);
   mgt_backend_destroy(&be);
   mgt_grid_destroy(&grid);
+  mgt_tok_destroy(&tok);
+  free_examples(ex, n_ex);
   free(ids);
+  free(text);
+  free(detok);
   return st;
 }

@@ -167,7 +167,11 @@ static void value_string(const mgt_flag *f, const void *src, char *buf, size_t n
     break;
   }
   case MGT_FLAG_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "true" : "false"); break;
-  case MGT_FLAG_ENUM: snprintf(buf, n, "%s", f->choices[*(const int *)p]); break;
+  case MGT_FLAG_ENUM: {
+    int k = *(const int *)p; /* negative: unset, the default comes from elsewhere */
+    snprintf(buf, n, "%s", k >= 0 ? f->choices[k] : "");
+    break;
+  }
   }
 }
 

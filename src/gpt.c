@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -536,6 +537,158 @@ mgt_status mgt_gpt_forward_losses(mgt_gpt *m, const int32_t *tokens, float *loss
   MGT_CHECK(forward(m, &s, 0, &sum));
   MGT_CHECK(
       m->be->download(m->be->ctx, losses, m->xent.losses, sizeof(float) * (size_t)m->d.B * m->d.T));
+  return MGT_OK;
+}
+
+/* Gathers the vocabulary shards of one row of logits into the full vocabulary (host). */
+static mgt_status gather_row(mgt_gpt *m, const float *row_local, float *host_shard, float *all,
+                             float *logits) {
+  const mgt_gpt_dims *d = &m->d;
+  MGT_CHECK(m->be->download(m->be->ctx, host_shard, row_local, sizeof(float) * (size_t)d->Vl));
+  MGT_CHECK(m->comm->allgather(m->comm->ctx, m->grid, MGT_AXIS_TP, host_shard, all, (size_t)d->Vl));
+  memcpy(logits, all, sizeof(float) * (size_t)d->V); /* shards in rank order; padding last */
+  return MGT_OK;
+}
+
+mgt_status mgt_gpt_forward_predict(mgt_gpt *m, const int32_t *tokens, float *losses,
+                                   int32_t *pred) {
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T;
+  MGT_CHECK(load_tokens(m, tokens));
+  step_ctx s = {0, 0};
+  double sum = 0.0;
+  MGT_CHECK(forward(m, &s, 0, &sum)); /* keep_exp = 0: the logits are left as they are */
+  MGT_CHECK(m->be->download(m->be->ctx, losses, m->xent.losses, sizeof(float) * (size_t)N));
+  float *val = malloc(sizeof(float) * (size_t)N);
+  if (!val) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for %d predictions", N);
+  mgt_status st = m->be->argmax(m->be->ctx, m->logits, N, d->Vl, d->nv, val, pred);
+  for (int n = 0; st == MGT_OK && n < N; n++)
+    if (pred[n] >= 0) pred[n] += d->v0;
+  if (st == MGT_OK)
+    st = m->comm->allreduce_maxloc(m->comm->ctx, m->grid, MGT_AXIS_TP, val, pred, (size_t)N);
+  free(val);
+  return st;
+}
+
+mgt_status mgt_gpt_forward_logits(mgt_gpt *m, const int32_t *tokens, int row, float *logits) {
+  const mgt_gpt_dims *d = &m->d;
+  MGT_REQUIRE(row >= 0 && row < d->B * d->T, "row %d outside the batch", row);
+  MGT_CHECK(load_tokens(m, tokens));
+  step_ctx s = {0, 0};
+  double sum = 0.0;
+  MGT_CHECK(forward(m, &s, 0, &sum));
+  float *shard = malloc(sizeof(float) * (size_t)d->Vl),
+        *all = malloc(sizeof(float) * (size_t)d->Vp);
+  mgt_status st = shard && all ? gather_row(m, m->logits + (size_t)row * d->Vl, shard, all, logits)
+                               : MGT_ERR_NOMEM;
+  free(shard);
+  free(all);
+  if (st == MGT_ERR_NOMEM) MGT_FAIL(st, "out of memory gathering logits");
+  return st;
+}
+
+/* ---- decoding with a key/value cache ---- */
+
+struct mgt_gpt_decoder {
+  mgt_gpt *m;
+  int max_len;
+  void *mem; /* backend memory for everything below */
+  float *x, *ln, *mean, *rstd, *qkv, *att, *tmp, *fch, *fch_gelu, *logits;
+  float **kc, **vc; /* per layer, (max_len, Cl) */
+  int32_t *tok;
+  float *host_shard, *host_all;
+};
+
+mgt_status mgt_gpt_decoder_create(mgt_gpt *m, int max_len, mgt_gpt_decoder **out) {
+  *out = NULL;
+  const mgt_gpt_dims *d = &m->d;
+  MGT_REQUIRE(max_len >= 1 && max_len <= d->maxpos,
+              "a sequence of %d tokens does not fit the model's %d positions", max_len, d->maxpos);
+  mgt_status st = MGT_OK;
+  mgt_gpt_decoder *dec = NULL;
+  MGT_CHECK(mgt_calloc(sizeof *dec, "decoder", (void **)&dec));
+  dec->m = m;
+  dec->max_len = max_len;
+  MGT_TRY(mgt_calloc(sizeof(float *) * (size_t)d->L, "decoder cache views", (void **)&dec->kc));
+  MGT_TRY(mgt_calloc(sizeof(float *) * (size_t)d->L, "decoder cache views", (void **)&dec->vc));
+  for (int pass = 0; pass < 2; pass++) {
+    arena a = {(float *)dec->mem, 0};
+    dec->x = take(&a, d->C), dec->ln = take(&a, d->C), dec->mean = take(&a, 1);
+    dec->rstd = take(&a, 1), dec->qkv = take(&a, 3 * (size_t)d->Cl), dec->att = take(&a, d->Cl);
+    dec->tmp = take(&a, d->C), dec->fch = take(&a, d->Fl), dec->fch_gelu = take(&a, d->Fl);
+    dec->logits = take(&a, d->Vl);
+    dec->tok = (int32_t *)take(&a, 1);
+    for (int l = 0; l < d->L; l++) {
+      dec->kc[l] = take(&a, (size_t)max_len * d->Cl);
+      dec->vc[l] = take(&a, (size_t)max_len * d->Cl);
+    }
+    if (pass == 0)
+      MGT_TRY(m->be->alloc(m->be->ctx, a.used * sizeof(float), "key/value cache", &dec->mem));
+  }
+  MGT_TRY(mgt_calloc(sizeof(float) * (size_t)d->Vl, "logit staging", (void **)&dec->host_shard));
+  MGT_TRY(mgt_calloc(sizeof(float) * (size_t)d->Vp, "logit staging", (void **)&dec->host_all));
+  *out = dec;
+  return MGT_OK;
+done:
+  mgt_gpt_decoder_destroy(&dec);
+  return st;
+}
+
+void mgt_gpt_decoder_destroy(mgt_gpt_decoder **pd) {
+  mgt_gpt_decoder *dec = *pd;
+  if (!dec) return;
+  if (dec->mem) dec->m->be->free(dec->m->be->ctx, dec->mem);
+  mgt_free(dec->kc);
+  mgt_free(dec->vc);
+  mgt_free(dec->host_shard);
+  mgt_free(dec->host_all);
+  mgt_free(dec);
+  *pd = NULL;
+}
+
+mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *logits) {
+  mgt_gpt *m = dec->m;
+  const mgt_gpt_dims *d = &m->d;
+  const mgt_backend *be = m->be;
+  void *bc = be->ctx;
+  const int C = d->C, Cl = d->Cl, Fl = d->Fl;
+  const float eps = (float)m->cfg.layernorm_epsilon;
+  MGT_REQUIRE(pos >= 0 && pos < dec->max_len, "position %d beyond the decoder's %d", pos,
+              dec->max_len);
+  MGT_REQUIRE(token >= 0 && token < d->V, "token id %d outside the vocabulary [0, %d)", token,
+              d->V);
+  const float *wte = m->w + m->params[P_WTE].offset, *wpe = m->w + m->params[P_WPE].offset;
+  MGT_CHECK(be->upload(bc, dec->tok, &token, sizeof token));
+  MGT_CHECK(mgt_tp_embedding_forward(&m->tp, dec->x, dec->tok, wte, 1, C, d->v0, d->Vl));
+  MGT_CHECK(be->add_bias(bc, dec->x, wpe + (size_t)pos * C, 1, C));
+  for (int l = 0; l < d->L; l++) {
+    float *w[P_PER_LAYER];
+    layer_views(m->w, m->params, l, w);
+    MGT_CHECK(be->layernorm_forward(bc, dec->ln, dec->mean, dec->rstd, dec->x, w[P_LN1_W],
+                                    w[P_LN1_B], 1, C, eps));
+    MGT_CHECK(
+        mgt_tp_column_forward(&m->tp, dec->qkv, dec->ln, w[P_QKV_W], w[P_QKV_B], 1, C, 3 * Cl));
+    MGT_CHECK(
+        be->copy(bc, dec->kc[l] + (size_t)pos * Cl, dec->qkv + Cl, sizeof(float) * (size_t)Cl));
+    MGT_CHECK(
+        be->copy(bc, dec->vc[l] + (size_t)pos * Cl, dec->qkv + 2 * Cl, sizeof(float) * (size_t)Cl));
+    MGT_CHECK(be->attention_decode(bc, dec->att, dec->qkv, dec->kc[l], dec->vc[l], pos + 1, d->Hl,
+                                   d->hd));
+    MGT_CHECK(mgt_tp_row_forward(&m->tp, dec->tmp, dec->att, w[P_PROJ_W], w[P_PROJ_B], 1, Cl, C));
+    MGT_CHECK(be->add(bc, dec->x, dec->tmp, (size_t)C));
+    MGT_CHECK(be->layernorm_forward(bc, dec->ln, dec->mean, dec->rstd, dec->x, w[P_LN2_W],
+                                    w[P_LN2_B], 1, C, eps));
+    MGT_CHECK(mgt_tp_column_forward(&m->tp, dec->fch, dec->ln, w[P_FC_W], NULL, 1, C, Fl));
+    MGT_CHECK(be->bias_gelu_forward(bc, dec->fch_gelu, dec->fch, w[P_FC_B], 1, Fl));
+    MGT_CHECK(
+        mgt_tp_row_forward(&m->tp, dec->tmp, dec->fch_gelu, w[P_FCP_W], w[P_FCP_B], 1, Fl, C));
+    MGT_CHECK(be->add(bc, dec->x, dec->tmp, (size_t)C));
+  }
+  const mgt_param *lnf = &m->params[m->n_params - 2];
+  MGT_CHECK(be->layernorm_forward(bc, dec->ln, dec->mean, dec->rstd, dec->x, m->w + lnf[0].offset,
+                                  m->w + lnf[1].offset, 1, C, eps));
+  MGT_CHECK(mgt_tp_column_forward(&m->tp, dec->logits, dec->ln, wte, NULL, 1, C, d->Vl));
+  MGT_CHECK(gather_row(m, dec->logits, dec->host_shard, dec->host_all, logits));
   return MGT_OK;
 }
 

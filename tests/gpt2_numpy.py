@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """An independent GPT-2 in float64 numpy, reading a Hugging Face export (config.json,
-model.safetensors): prints the mean loss of token ids scored in non-overlapping windows.
-Usage: gpt2_numpy.py HF_DIR IDS_FILE SEQ_LENGTH"""
+model.safetensors): prints the mean loss of token ids scored in windows of SEQ_LENGTH
+that start every STRIDE tokens (default SEQ_LENGTH); each target is scored by the first
+window that reaches it.
+Usage: gpt2_numpy.py HF_DIR IDS_FILE SEQ_LENGTH [STRIDE]"""
 import json
 import math
 import sys
@@ -63,15 +65,22 @@ def main():
     cfg, w = load(sys.argv[1])
     ids = [int(t) for t in open(sys.argv[2]).read().split()]
     T = int(sys.argv[3])
-    total, count = 0.0, 0
-    for start in range(0, len(ids) - 1, T):
+    stride = int(sys.argv[4]) if len(sys.argv) > 4 else T
+    total, count, done = 0.0, 0, 0  # targets 1..done are scored
+    start = 0
+    while done < len(ids) - 1:
         window = ids[start:start + T + 1]
         logits = forward(cfg, w, window[:-1])
         m = logits.max(-1, keepdims=True)
         logp = logits - m - np.log(np.exp(logits - m).sum(-1, keepdims=True))
-        total -= sum(logp[t, window[t + 1]] for t in range(len(window) - 1))
-        count += len(window) - 1
+        for t in range(len(window) - 1):
+            if start + t + 1 > done:
+                total -= logp[t, window[t + 1]]
+                count += 1
+        done = start + len(window) - 1
+        start += stride
     print(json.dumps({"tokens": count, "avg_loss": total / count}))
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -333,6 +333,65 @@ static void test_attention_shards(void) {
   free(qkv), free(out), free(P), free(scr), free(sq), free(so);
 }
 
+/* One query against a cache: the float64 softmax-weighted sum of the first len rows. */
+static void test_attention_decode(void) {
+  int shapes[][3] = {/* len, Hl, hd */ {1, 1, 4}, {7, 3, 5}, {33, 2, 16}};
+  for (size_t s = 0; s < 3; s++) {
+    int len = shapes[s][0], Hl = shapes[s][1], hd = shapes[s][2], Cl = Hl * hd, rows = len + 3;
+    float *q = fa(Cl), *kc = fa((size_t)rows * Cl), *vc = fa((size_t)rows * Cl), *out = fa(Cl);
+    double *ref = da(Cl);
+    t_fill(q, Cl, 1.5f);
+    t_fill(kc, (size_t)rows * Cl, 1.5f);
+    t_fill(vc, (size_t)rows * Cl, 1);
+    for (int h = 0; h < Hl; h++) {
+      double w[64], mx = -1e300, sum = 0;
+      for (int t = 0; t < len; t++) {
+        double dot = 0;
+        for (int e = 0; e < hd; e++)
+          dot += (double)q[h * hd + e] * kc[(size_t)t * Cl + h * hd + e];
+        w[t] = dot / sqrt((double)hd);
+        mx = w[t] > mx ? w[t] : mx;
+      }
+      for (int t = 0; t < len; t++)
+        sum += (w[t] = exp(w[t] - mx));
+      for (int e = 0; e < hd; e++)
+        for (int t = 0; t < len; t++)
+          ref[h * hd + e] += w[t] / sum * vc[(size_t)t * Cl + h * hd + e];
+    }
+    /* rows past len must not matter */
+    for (size_t i = (size_t)len * Cl; i < (size_t)rows * Cl; i++)
+      kc[i] = 1e30f, vc[i] = 1e30f;
+    T_OK(be->attention_decode(be->ctx, out, q, kc, vc, len, Hl, hd));
+    T_CLOSE("attention_decode", out, ref, Cl, 1e-5, 1e-4);
+    free(q), free(kc), free(vc), free(out), free(ref);
+  }
+}
+
+/* Row argmax over the first nv columns, lowest index on ties; copy. */
+static void test_argmax_copy(void) {
+  int N = 5, Vl = 13, nv = 11;
+  float *x = fa((size_t)N * Vl), val[5];
+  int32_t idx[5];
+  t_fill(x, (size_t)N * Vl, 1);
+  x[1 * Vl + 3] = x[1 * Vl + 8] = 50.0f; /* a tie */
+  x[2 * Vl + 12] = 99.0f;                /* padding, not eligible */
+  for (int i = 0; i < Vl; i++)
+    x[4 * Vl + i] = -2.0f; /* all equal */
+  T_OK(be->argmax(be->ctx, x, N, Vl, nv, val, idx));
+  for (int n = 0; n < N; n++) {
+    int b = 0;
+    for (int j = 1; j < nv; j++)
+      if (x[n * Vl + j] > x[n * Vl + b]) b = j;
+    T_CHECK(idx[n] == b && val[n] == x[n * Vl + b], "argmax row %d: %d, want %d", n, idx[n], b);
+  }
+  T_OK(be->argmax(be->ctx, x, 1, Vl, 0, val, idx));
+  T_CHECK(idx[0] == -1 && val[0] == -FLT_MAX, "argmax of no columns");
+  float *y = fa((size_t)N * Vl);
+  T_OK(be->copy(be->ctx, y, x, sizeof(float) * (size_t)N * Vl));
+  T_CHECK(memcmp(x, y, sizeof(float) * (size_t)N * Vl) == 0, "copy");
+  free(x), free(y);
+}
+
 /* ---------------- embedding ---------------- */
 static void test_embedding(void) {
   int B = 3, T = 5, C = 11, Vl = 4, v0 = 4, N = B * T;
@@ -527,6 +586,8 @@ int main(void) {
   test_gelu();
   test_attention();
   test_attention_shards();
+  test_attention_decode();
+  test_argmax_copy();
   test_embedding();
   test_dropout();
   test_xent();

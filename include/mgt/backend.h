@@ -56,6 +56,8 @@ typedef struct mgt_backend {
   void (*free)(void *ctx, void *p);
   mgt_status (*zero)(void *ctx, void *p, size_t bytes);
   mgt_status (*upload)(void *ctx, void *dst, const void *host_src, size_t bytes);
+  /* dst = src, both in the backend's memory. */
+  mgt_status (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
   mgt_status (*download)(void *ctx, void *host_dst, const void *src, size_t bytes);
   /* Waits for queued work to finish (timers and host reads need it). */
   mgt_status (*sync)(void *ctx);
@@ -134,6 +136,16 @@ typedef struct mgt_backend {
   /* Step 4: logits holding exp(l - max) become scale * (softmax - onehot). */
   mgt_status (*xent_backward)(void *ctx, float *logits, const float *sum, const int32_t *targets,
                               int N, int Vl, int nv, int v0, float scale);
+
+  /* Greedy prediction: per row of logits (N, Vl), the largest of the first nv columns
+     (lowest index on ties); val = -FLT_MAX and idx = -1 when nv is 0. val and idx are host
+     arrays of N. */
+  mgt_status (*argmax)(void *ctx, const float *logits, int N, int Vl, int nv, float *val,
+                       int32_t *idx);
+  /* One query per head against the first len rows of a key/value cache: q and out are
+     (Hl*hd); kc and vc are (rows, Hl*hd) with head h in columns h*hd. */
+  mgt_status (*attention_decode)(void *ctx, float *out, const float *q, const float *kc,
+                                 const float *vc, int len, int Hl, int hd);
 
   /* Sum of squares over the segments with count_in_norm set, on the host. */
   mgt_status (*sumsq)(void *ctx, const float *x, const mgt_segment *segs, int nseg, double *out);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <mpi.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -13,12 +14,61 @@ extern "C" {
 #endif
 
 typedef struct mgt_eval_opts {
+  int task; /* 0 lm, 1 wikitext103, 2 lambada */
   char load[MGT_PATH_MAX];
   int64_t ckpt_iteration;
+  char valid_data[MGT_PATH_MAX];
   char input_ids[MGT_PATH_MAX];
-  int tensor_model_parallel_size;
+  char text[MGT_PATH_MAX];
+  int overlapping_eval; /* window stride; 0: the task's default */
+  int strict_lambada;
   int seq_length; /* 0: the checkpoint's */
+  int micro_batch_size;
+  int tensor_model_parallel_size;
+  char vocab_file[MGT_PATH_MAX];
+  char merge_file[MGT_PATH_MAX];
+  int tokenizer_type; /* -1: the checkpoint's */
 } mgt_eval_opts;
+
+/* Flag table entries shared by the commands that read a checkpoint (struct S has fields load
+   and ckpt_iteration) and may override its tokenizer (vocab_file, merge_file,
+   tokenizer_type). */
+extern const char *const mgt_tokenizer_choices[];
+#define MGT_FIELD_SIZE(S, f) sizeof(((S *)0)->f)
+#define MGT_CHECKPOINT_FLAGS(S)                                                                    \
+  {"--load",                                                                                       \
+   MGT_FLAG_STR,                                                                                   \
+   offsetof(S, load),                                                                              \
+   0,                                                                                              \
+   0,                                                                                              \
+   "checkpoint directory (its latest) or file",                                                    \
+   NULL,                                                                                           \
+   MGT_FIELD_SIZE(S, load)},                                                                       \
+  {                                                                                                \
+    "--ckpt-iteration", MGT_FLAG_INT64, offsetof(S, ckpt_iteration), -1, 9e15,                     \
+        "load this iteration instead of the latest", NULL, 0                                       \
+  }
+#define MGT_TOKENIZER_FLAGS(S)                                                                     \
+  {"--vocab-file",                                                                                 \
+   MGT_FLAG_STR,                                                                                   \
+   offsetof(S, vocab_file),                                                                        \
+   0,                                                                                              \
+   0,                                                                                              \
+   "GPT-2 vocabulary (default: the checkpoint's)",                                                 \
+   NULL,                                                                                           \
+   MGT_FIELD_SIZE(S, vocab_file)},                                                                 \
+      {"--merge-file",                                                                             \
+       MGT_FLAG_STR,                                                                               \
+       offsetof(S, merge_file),                                                                    \
+       0,                                                                                          \
+       0,                                                                                          \
+       "GPT-2 merges (default: the checkpoint's)",                                                 \
+       NULL,                                                                                       \
+       MGT_FIELD_SIZE(S, merge_file)},                                                             \
+  {                                                                                                \
+    "--tokenizer-type", MGT_FLAG_ENUM, offsetof(S, tokenizer_type), 0, 0,                          \
+        "GPT2BPETokenizer or ByteTokenizer (default: the checkpoint's)", mgt_tokenizer_choices, 0  \
+  }
 
 void mgt_eval_defaults(mgt_eval_opts *o);
 MGT_NODISCARD mgt_status mgt_eval_parse(mgt_eval_opts *o, int argc, char **argv, int first,
@@ -26,10 +76,43 @@ MGT_NODISCARD mgt_status mgt_eval_parse(mgt_eval_opts *o, int argc, char **argv,
 void mgt_eval_usage(FILE *f);
 
 /* Loads the checkpoint on this job's layout (tensor parallelism from the options, the rest
-   data parallelism) and scores the token ids of --input-ids in non-overlapping windows of the
-   sequence length: every token after the first is predicted once. Rank 0 writes one JSON
-   line with tokens, avg_loss and ppl to `out`. Collective over world; errors are agreed. */
+   data parallelism, which shares out the windows or examples) and runs the task. Rank 0
+   writes a summary line and one JSON line to `out`. Collective over world; errors are
+   agreed. */
 MGT_NODISCARD mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out);
+
+/* Megatron-LM's WikiText detokenizer over the whole text (see src/detok.c for the rules).
+ *out is malloc'd and NUL-terminated. Not collective. */
+MGT_NODISCARD mgt_status mgt_wikitext_detokenize(const char *text, size_t n, char **out,
+                                                 size_t *out_n);
+/* Words as Megatron-LM counts them for the adjusted perplexity: the text stripped of
+   surrounding whitespace, split on single spaces. */
+size_t mgt_wikitext_word_count(const char *text, size_t n);
+
+/* Which targets of a token stream of n tokens window w scores, with windows of seq_len
+   tokens advancing by stride (Megatron-LM's --overlapping-eval): the first window scores all
+   its targets, later ones only their last `stride`; every target is scored exactly once.
+   Window w covers tokens [w * stride, w * stride + seq_len]; it scores its positions
+   [*first, *last) (0 <= first <= last <= seq_len). Returns the number of windows. */
+size_t mgt_eval_windows(size_t n, int seq_len, int stride);
+void mgt_eval_window(size_t n, int seq_len, int stride, size_t w, int *first, int *last);
+
+/* A LAMBADA example as Megatron-LM builds it from a text: the ids of the text and how many
+   of the last ones are the target word. Strict: the text before the last whitespace-separated
+   word (stripped) and ' ' + word are tokenized apart, the target is all of the word's tokens;
+   otherwise the whole text is tokenized and the target is its last token. *ids is malloc'd. */
+struct mgt_tokenizer;
+MGT_NODISCARD mgt_status mgt_lambada_example(struct mgt_tokenizer *tok, const char *text,
+                                             size_t len, int strict, int32_t **ids, int *n,
+                                             int *n_target);
+
+/* Reads a whole file into a malloc'd, NUL-terminated buffer; errors name the flag. */
+MGT_NODISCARD mgt_status mgt_read_file(const char *flag, const char *path, char **buf, size_t *n);
+/* The tokenizer of type (MGT_TOKENIZER_*, or -1 for the checkpoint's) with the given files,
+   empty ones replaced by the checkpoint's; refused when it has more ids than the model. */
+MGT_NODISCARD mgt_status mgt_open_tokenizer(int type, const char *vocab_file,
+                                            const char *merge_file, const mgt_config *ck,
+                                            struct mgt_tokenizer **tok);
 
 /* Reads whitespace-separated token ids from a file; each must lie in [0, vocab). */
 MGT_NODISCARD mgt_status mgt_read_ids(const char *path, int vocab, int32_t **ids, size_t *n);

@@ -76,6 +76,25 @@ MGT_NODISCARD mgt_status mgt_gpt_forward(mgt_gpt *m, const int32_t *tokens, doub
    Collective over tp_comm. */
 MGT_NODISCARD mgt_status mgt_gpt_forward_losses(mgt_gpt *m, const int32_t *tokens, float *losses);
 
+/* Forward with dropout off: per-position losses (host, B*T) and greedy predictions (host,
+   B*T): the argmax over the whole vocabulary, lowest id on ties. Collective over tp_comm. */
+MGT_NODISCARD mgt_status mgt_gpt_forward_predict(mgt_gpt *m, const int32_t *tokens, float *losses,
+                                                 int32_t *pred);
+/* Forward with dropout off; logits (host, V floats) receives the full-vocabulary logits of
+   position `row` (of B*T), gathered over tp_comm. Collective over tp_comm. */
+MGT_NODISCARD mgt_status mgt_gpt_forward_logits(mgt_gpt *m, const int32_t *tokens, int row,
+                                                float *logits);
+
+/* Autoregressive decoding with a key/value cache: every token is fed once, the keys and
+   values of every layer are kept, and each step costs one token's work. */
+typedef struct mgt_gpt_decoder mgt_gpt_decoder;
+/* A decoder for sequences of up to max_len tokens (at most the model's positions). */
+MGT_NODISCARD mgt_status mgt_gpt_decoder_create(mgt_gpt *m, int max_len, mgt_gpt_decoder **out);
+void mgt_gpt_decoder_destroy(mgt_gpt_decoder **d);
+/* Feeds `token` at position `pos` (0, 1, 2, ... in order) and writes the full-vocabulary
+   logits of the next token (host, V floats). Collective over tp_comm. */
+MGT_NODISCARD mgt_status mgt_gpt_decode(mgt_gpt_decoder *d, int32_t token, int pos, float *logits);
+
 /* Accessors. */
 const mgt_gpt_dims *mgt_gpt_get_dims(const mgt_gpt *m);
 const mgt_backend *mgt_gpt_backend(const mgt_gpt *m);

@@ -54,6 +54,10 @@ typedef struct mgt_comm {
   /* In-place all-reduce of `n` host doubles (losses, norms). */
   mgt_status (*allreduce_f64)(void *ctx, const mgt_grid *g, mgt_axis axis, double *buf, size_t n,
                               mgt_redop op);
+  /* For each i, the largest val[i] over the group and its idx[i] (the lowest idx among equal
+     values); host arrays. */
+  mgt_status (*allreduce_maxloc)(void *ctx, const mgt_grid *g, mgt_axis axis, float *val,
+                                 int32_t *idx, size_t n);
   /* Starts an in-place all-reduce; finish it with wait. */
   mgt_status (*iallreduce)(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
                            mgt_redop op, mgt_comm_req *req);

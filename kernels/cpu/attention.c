@@ -132,3 +132,37 @@ mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, con
     }
   return MGT_OK;
 }
+
+mgt_status cpu_attention_decode(void *ctx, float *out, const float *q, const float *kc,
+                                const float *vc, int len, int Hl, int hd) {
+  const int Cl = Hl * hd;
+  const float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for schedule(static)
+  for (int h = 0; h < Hl; h++) {
+    const float *qh = q + (size_t)h * hd;
+    float *oh = out + (size_t)h * hd;
+    float mx = -FLT_MAX, sum = 0.0f;
+    float w[len];
+    for (int t = 0; t < len; t++) {
+      const float *k = kc + (size_t)t * Cl + (size_t)h * hd;
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int e = 0; e < hd; e++)
+        dot += qh[e] * k[e];
+      w[t] = dot * scale;
+      mx = w[t] > mx ? w[t] : mx;
+    }
+    for (int t = 0; t < len; t++)
+      sum += (w[t] = mgt_fast_expf(w[t] - mx));
+    for (int e = 0; e < hd; e++)
+      oh[e] = 0.0f;
+    for (int t = 0; t < len; t++) {
+      const float *v = vc + (size_t)t * Cl + (size_t)h * hd;
+      float p = w[t] / sum;
+#pragma omp simd
+      for (int e = 0; e < hd; e++)
+        oh[e] += p * v[e];
+    }
+  }
+  return MGT_OK;
+}

@@ -30,6 +30,7 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
   be->zero = cpu_zero;
   be->upload = cpu_copy;
   be->download = cpu_copy;
+  be->copy = cpu_copy;
   be->sync = cpu_sync;
   be->init_normal = cpu_init_normal;
   be->fill = cpu_fill;
@@ -52,6 +53,8 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
   be->xent_sumexp = cpu_xent_sumexp;
   be->xent_loss = cpu_xent_loss;
   be->xent_backward = cpu_xent_backward;
+  be->argmax = cpu_argmax;
+  be->attention_decode = cpu_attention_decode;
   be->sumsq = cpu_sumsq;
   be->adamw = cpu_adamw;
   *out = be;

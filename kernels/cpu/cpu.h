@@ -81,6 +81,10 @@ mgt_status cpu_xent_loss(void *ctx, float *losses, const float *rowmax, const fl
                          const float *tgt, int N, double *total);
 mgt_status cpu_xent_backward(void *ctx, float *logits, const float *sum, const int32_t *targets,
                              int N, int Vl, int nv, int v0, float scale);
+mgt_status cpu_argmax(void *ctx, const float *logits, int N, int Vl, int nv, float *val,
+                      int32_t *idx);
+mgt_status cpu_attention_decode(void *ctx, float *out, const float *q, const float *kc,
+                                const float *vc, int len, int Hl, int hd);
 mgt_status cpu_sumsq(void *ctx, const float *x, const mgt_segment *segs, int nseg, double *out);
 mgt_status cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v,
                      const mgt_segment *segs, int nseg, const mgt_adamw_step *s);

@@ -69,3 +69,18 @@ mgt_status cpu_xent_backward(void *ctx, float *logits, const float *sum, const i
   }
   return MGT_OK;
 }
+
+mgt_status cpu_argmax(void *ctx, const float *logits, int N, int Vl, int nv, float *val,
+                      int32_t *idx) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *r = logits + (size_t)n * Vl;
+    float best = -FLT_MAX;
+    int32_t at = -1;
+    for (int j = 0; j < nv; j++)
+      if (r[j] > best || at < 0) best = r[j], at = j;
+    val[n] = best;
+    idx[n] = at;
+  }
+  return MGT_OK;
+}

@@ -1,0 +1,52 @@
+/* Text generation from a checkpoint: `mgt generate`. */
+#pragma once
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mgt/common.h"
+#include "mgt/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mgt_generate_opts {
+  char load[MGT_PATH_MAX];
+  int64_t ckpt_iteration;
+  char prompt[16384];
+  char prompt_file[MGT_PATH_MAX];
+  int max_new_tokens;
+  int greedy;
+  double temperature;
+  int top_k;    /* 0: off */
+  double top_p; /* 0: off */
+  uint64_t seed;
+  int tensor_model_parallel_size; /* 0: every rank */
+  char vocab_file[MGT_PATH_MAX];
+  char merge_file[MGT_PATH_MAX];
+  int tokenizer_type; /* -1: the checkpoint's */
+} mgt_generate_opts;
+
+void mgt_generate_defaults(mgt_generate_opts *o);
+MGT_NODISCARD mgt_status mgt_generate_parse(mgt_generate_opts *o, int argc, char **argv, int first,
+                                            int *help);
+void mgt_generate_usage(FILE *f);
+
+/* Picks the next token from full-vocabulary logits (the first n are eligible): the argmax
+   (lowest id on ties) when greedy, else a draw from softmax(logits / temperature) restricted
+   to the top_k largest and then to the smallest set of probability >= top_p, using the
+   uniform u in [0, 1). Not collective. */
+int32_t mgt_sample_token(const float *logits, int n, int greedy, double temperature, int top_k,
+                         double top_p, double u);
+
+/* Loads the checkpoint with every rank of world as one tensor-parallel group and writes the
+   prompt and its continuation to `out` (rank 0), token by token, with a key/value cache. A
+   summary goes to `info`. Collective over world; errors are agreed. */
+MGT_NODISCARD mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *out,
+                                          FILE *info);
+
+#ifdef __cplusplus
+}
+#endif

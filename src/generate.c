@@ -1,0 +1,253 @@
+/* mgt generate: sampling from a checkpoint with a key/value cache, tensor-parallel over all
+   ranks. Every rank holds the gathered logits; rank 0 draws and broadcasts the token so that
+   the ranks never diverge. */
+#include "mgt/generate.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgt/backend.h"
+#include "mgt/checkpoint.h"
+#include "mgt/eval.h"
+#include "mgt/flags.h"
+#include "mgt/gpt.h"
+#include "mgt/grid.h"
+#include "mgt/log.h"
+#include "mgt/rng.h"
+#include "mgt/tokenizer.h"
+
+#define OFF(f) offsetof(mgt_generate_opts, f)
+#define SZ(f) sizeof(((mgt_generate_opts *)0)->f)
+static const mgt_flag flags[] = {
+    MGT_CHECKPOINT_FLAGS(mgt_generate_opts),
+    {"--prompt", MGT_FLAG_STR, OFF(prompt), 0, 0, "text to continue (empty: start a document)",
+     NULL, SZ(prompt)},
+    {"--prompt-file", MGT_FLAG_STR, OFF(prompt_file), 0, 0, "file whose text to continue", NULL,
+     SZ(prompt_file)},
+    {"--max-new-tokens", MGT_FLAG_INT, OFF(max_new_tokens), 1, 1 << 20,
+     "tokens to generate at most (fewer at end-of-document)", NULL, 0},
+    {"--greedy", MGT_FLAG_BOOL, OFF(greedy), 0, 1, "always take the most likely token", NULL, 0},
+    {"--temperature", MGT_FLAG_DOUBLE, OFF(temperature), 1e-6, 1e6, "divides the logits", NULL, 0},
+    {"--top-k", MGT_FLAG_INT, OFF(top_k), 0, 1 << 30, "sample among the k most likely (0: all)",
+     NULL, 0},
+    {"--top-p", MGT_FLAG_DOUBLE, OFF(top_p), 0, 1,
+     "sample among the most likely tokens of total probability p (0: off)", NULL, 0},
+    {"--seed", MGT_FLAG_UINT64, OFF(seed), 0, 1.8e19, "random seed of the sampler", NULL, 0},
+    {"--tensor-model-parallel-size", MGT_FLAG_INT, OFF(tensor_model_parallel_size), 0, 1 << 16,
+     "must be the number of ranks (0: the number of ranks)", NULL, 0},
+    MGT_TOKENIZER_FLAGS(mgt_generate_opts),
+};
+enum { N_FLAGS = sizeof flags / sizeof flags[0] };
+
+void mgt_generate_defaults(mgt_generate_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->ckpt_iteration = -1;
+  o->max_new_tokens = 64;
+  o->temperature = 1.0;
+  o->seed = 1234;
+  o->tokenizer_type = -1;
+}
+
+mgt_status mgt_generate_parse(mgt_generate_opts *o, int argc, char **argv, int first, int *help) {
+  MGT_CHECK(mgt_flags_parse(flags, N_FLAGS, o, argc, argv, first, "generate", help));
+  if (*help) return MGT_OK;
+  MGT_REQUIRE(o->load[0], "--load: give the checkpoint to generate from");
+  MGT_REQUIRE(!(o->prompt[0] && o->prompt_file[0]), "give --prompt or --prompt-file, not both");
+  return MGT_OK;
+}
+
+void mgt_generate_usage(FILE *f) {
+  mgt_generate_opts d;
+  mgt_generate_defaults(&d);
+  mgt_flags_usage(flags, N_FLAGS, &d, "generate", f);
+}
+
+/* ---- sampling ---- */
+
+typedef struct cand {
+  float logit;
+  int32_t id;
+} cand;
+
+/* Descending logits, ascending ids among equals: a total order, so results do not depend on
+   the sort. */
+static int by_logit(const void *a, const void *b) {
+  const cand *x = a, *y = b;
+  if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+int32_t mgt_sample_token(const float *logits, int n, int greedy, double temperature, int top_k,
+                         double top_p, double u) {
+  int32_t best = 0;
+  for (int i = 1; i < n; i++)
+    if (logits[i] > logits[best]) best = i;
+  if (greedy || n <= 1) return best;
+  cand *c = malloc(sizeof *c * (size_t)n);
+  double *p = malloc(sizeof *p * (size_t)n);
+  if (!c || !p) {
+    free(c), free(p);
+    return best; /* out of memory: the mode is still a valid token */
+  }
+  for (int i = 0; i < n; i++)
+    c[i].logit = logits[i], c[i].id = i;
+  int k = n;
+  if (top_k > 0 || top_p > 0) {
+    qsort(c, (size_t)n, sizeof *c, by_logit);
+    if (top_k > 0 && top_k < k) k = top_k;
+  }
+  double mx = c[0].logit;
+  for (int i = 1; i < k; i++)
+    mx = c[i].logit > mx ? c[i].logit : mx;
+  double sum = 0.0;
+  for (int i = 0; i < k; i++)
+    sum += (p[i] = exp(((double)c[i].logit - mx) / temperature));
+  if (top_p > 0) {
+    /* the smallest prefix of the sorted candidates whose probability reaches top_p */
+    double acc = 0.0;
+    int keep = 0;
+    while (keep < k && acc < top_p * sum)
+      acc += p[keep++];
+    k = keep > 0 ? keep : 1;
+    sum = 0.0;
+    for (int i = 0; i < k; i++)
+      sum += p[i];
+  }
+  double target = u * sum, acc = 0.0;
+  int32_t pick = c[k - 1].id;
+  for (int i = 0; i < k; i++) {
+    acc += p[i];
+    if (target < acc) {
+      pick = c[i].id;
+      break;
+    }
+  }
+  free(c);
+  free(p);
+  return pick;
+}
+
+/* ---- the run ---- */
+
+mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *out, FILE *info) {
+  int rank, size;
+  MGT_MPI(MPI_Comm_rank(world, &rank));
+  MGT_MPI(MPI_Comm_size(world, &size));
+  MGT_REQUIRE(o->tensor_model_parallel_size == 0 || o->tensor_model_parallel_size == size,
+              "--tensor-model-parallel-size %d: generate runs one model over all %d ranks",
+              o->tensor_model_parallel_size, size);
+  char path[MGT_PATH_MAX + 64];
+  mgt_config cfg, ck;
+  mgt_ckpt_state state;
+  mgt_status st = mgt_ckpt_resolve(o->load, o->ckpt_iteration, path, sizeof path);
+  if (st == MGT_OK) st = mgt_ckpt_read_config(path, &cfg, &state);
+  MGT_CHECK(mgt_mpi_agree(world, st));
+  ck = cfg;
+  cfg.tensor_model_parallel_size = size;
+  cfg.micro_batch_size = 1;
+  cfg.seq_length = 1; /* the training activations are not used: decoding has its own buffers */
+  cfg.global_batch_size = 0;
+  cfg.recompute_activations = 0;
+  cfg.mock_data = 1;
+  cfg.data_path[0] = cfg.load[0] = cfg.save[0] = 0;
+  MGT_CHECK(mgt_config_finalize(&cfg, size));
+
+  mgt_tokenizer *tok = NULL;
+  mgt_ids prompt = {0};
+  char *text = NULL, *piece = NULL;
+  size_t text_n = 0, piece_n = 0, piece_cap = 0;
+  float *logits = NULL;
+  mgt_grid *grid = NULL;
+  mgt_backend *be = NULL;
+  mgt_gpt *m = NULL;
+  mgt_gpt_decoder *dec = NULL;
+  /* inputs first: bad input stops every rank before anything is allocated */
+  st = mgt_open_tokenizer(o->tokenizer_type, o->vocab_file, o->merge_file, &ck, &tok);
+  if (st == MGT_OK && o->prompt_file[0])
+    st = mgt_read_file("--prompt-file", o->prompt_file, &text, &text_n);
+  if (st == MGT_OK)
+    st = text ? mgt_tok_encode(tok, text, text_n, &prompt)
+              : mgt_tok_encode(tok, o->prompt, strlen(o->prompt), &prompt);
+  /* an empty prompt starts a new document */
+  if (st == MGT_OK && prompt.n == 0) st = mgt_ids_push(&prompt, mgt_tok_eod(tok));
+  const int positions = cfg.max_position_embeddings;
+  const int max_len = (int)prompt.n + o->max_new_tokens;
+  if (st == MGT_OK && (prompt.n > (size_t)positions || max_len > positions)) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "a prompt of %zu tokens and --max-new-tokens %d exceed the model's %d positions",
+                  prompt.n, o->max_new_tokens, positions);
+    st = MGT_ERR_INPUT;
+  }
+  MGT_TRY(mgt_mpi_agree(world, st));
+  MGT_TRY(mgt_grid_create(world, size, &grid));
+  MGT_TRY(mgt_backend_cpu_create(&be));
+  mgt_comm comm;
+  mgt_comm_mpi_init(&comm, grid, NULL);
+  MGT_TRY(mgt_mpi_agree(world, mgt_gpt_create(&cfg, grid, be, &comm, &m)));
+  MGT_TRY(mgt_ckpt_load(path, grid, m, NULL, &state));
+  MGT_TRY(mgt_mpi_agree(world, mgt_gpt_decoder_create(m, max_len, &dec)));
+  const int V = mgt_gpt_get_dims(m)->V, eligible = mgt_tok_vocab_size(tok);
+  MGT_TRY(mgt_calloc(sizeof(float) * (size_t)V, "logits", (void **)&logits));
+
+  const int32_t eod = mgt_tok_eod(tok);
+  const int started_doc = o->prompt[0] == 0 && text_n == 0;
+  if (rank == 0) {
+    if (!started_doc) fwrite(text ? text : o->prompt, 1, text ? text_n : strlen(o->prompt), out);
+    fflush(out);
+  }
+  double t0 = mgt_now();
+  int pos = 0;
+  for (; pos < (int)prompt.n; pos++)
+    MGT_TRY(mgt_gpt_decode(dec, prompt.ids[pos], pos, logits));
+  double t_prompt = mgt_now() - t0;
+  int generated = 0, at_eod = 0;
+  const uint64_t stream = mgt_rng_data_stream(0x300u);
+  for (; generated < o->max_new_tokens; generated++) {
+    int32_t next = 0;
+    if (rank == 0) {
+      uint32_t w[4];
+      mgt_rng_block(o->seed, stream, (uint64_t)generated, w);
+      double u = (double)(((uint64_t)w[0] << 21) ^ (w[1] >> 11)) / 9007199254740992.0;
+      next = mgt_sample_token(logits, eligible, o->greedy, o->temperature, o->top_k, o->top_p, u);
+    }
+    MGT_MPI(MPI_Bcast(&next, 1, MPI_INT32_T, 0, world));
+    if (next == eod) {
+      at_eod = 1;
+      break;
+    }
+    if (rank == 0) {
+      piece_n = 0;
+      MGT_TRY(mgt_tok_decode(tok, &next, 1, &piece, &piece_n, &piece_cap));
+      fwrite(piece, 1, piece_n, out);
+      fflush(out);
+    }
+    if (generated + 1 < o->max_new_tokens) MGT_TRY(mgt_gpt_decode(dec, next, pos++, logits));
+  }
+  double t_all = mgt_now() - t0;
+  if (rank == 0) {
+    fputc('\n', out);
+    fflush(out);
+    if (info) {
+      double t_gen = t_all - t_prompt;
+      fprintf(info,
+              "generate: %s (iteration %lld) on %d tensor-parallel ranks: prompt %zu tokens in "
+              "%.3f s, %d new tokens in %.3f s (%.1f tokens/s), stopped at %s\n",
+              path, (long long)state.iteration, size, prompt.n, t_prompt, generated, t_gen,
+              t_gen > 0 ? generated / t_gen : 0.0, at_eod ? "end-of-document" : "--max-new-tokens");
+      fflush(info);
+    }
+  }
+done:
+  mgt_free(logits);
+  mgt_gpt_decoder_destroy(&dec);
+  mgt_gpt_destroy(&m);
+  mgt_backend_destroy(&be);
+  mgt_grid_destroy(&grid);
+  mgt_tok_destroy(&tok);
+  mgt_ids_free(&prompt);
+  free(text);
+  free(piece);
+  return st;
+}
