@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The local launcher: trains a small GPT on real text on this machine through mpiexec,
 # without a scheduler. It tokenizes the text (mgt preprocess), then trains with tensor
-# parallelism (mgt train), validating on held-out documents.
+# parallelism (mgt train), validating on held-out documents, saves an HDF5 checkpoint, and
+# ends by sampling text from it (mgt generate) and printing its validation perplexity.
 #
 # Which text, in order:
 #   DATA="a.txt b.jsonl ..."  your files (.jsonl/.json: one {"text": ...} per line; others: one
@@ -14,6 +15,7 @@
 #   NP     ranks (default 2)            TP     tensor-parallel size (default: NP if it is 1, 2 or 4)
 #   ITERS  training iterations (200)    WORK   directory for the dataset (build/demo)
 #   VOCAB_DIR  a directory with gpt2-vocab.json and gpt2-merges.txt
+#   PROMPT the start of the generated sample ("The")
 #   MGT    the mgt binary (default: build/mgt beside this script, else mgt on PATH)
 # Extra arguments go to `mgt train` and override the flags below.
 set -euo pipefail
@@ -28,6 +30,7 @@ MGT=${MGT:-$root/build/mgt}
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(($(nproc) / NP > 0 ? $(nproc) / NP : 1))}
 run() { mpiexec -n "$NP" --oversubscribe --bind-to none "$MGT" "$@"; }
+PROMPT=${PROMPT:-The}
 
 shared=${SHARED:-$root/../shared/data}
 VOCAB_DIR=${VOCAB_DIR:-$shared/gpt2}
@@ -57,4 +60,10 @@ run train --data-path "$WORK/text" "${tok[@]}" --split 90,10,0 \
   --micro-batch-size 8 --global-batch-size 16 --train-iters "$ITERS" \
   --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 20 --lr-decay-style cosine \
   --eval-interval 100 --eval-iters 10 --log-interval 25 \
-  --tensor-model-parallel-size "$TP" "$@"
+  --save "$WORK/ckpt" --tensor-model-parallel-size "$TP" "$@" | tee "$WORK/train.log"
+# generation splits each layer over exactly the ranks it runs on: tp of them
+echo "local.sh: a sample from the trained model (mgt generate, top-k 40, tp=$TP):"
+NP=$TP run generate --load "$WORK/ckpt" --prompt "$PROMPT" --max-new-tokens 60 --top-k 40 \
+  --seed 7 --tensor-model-parallel-size "$TP"
+ppl=$(grep 'validation loss at iteration' "$WORK/train.log" | tail -n 1 | sed 's/.*lm loss PPL: *\([^ |]*\).*/\1/')
+echo "local.sh: validation perplexity of the trained model: ${ppl:-none (no validation split)}"
