@@ -9,9 +9,7 @@ void mgt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t ou
 uint64_t mgt_rng_init_stream(uint32_t tensor_id) { return (1ull << 63) | tensor_id; }
 
 uint64_t mgt_rng_dropout_stream(uint64_t sample, int layer, int site) {
-  /* 20 low bits: 16 for the layer (the embedding uses layer 0xFFFF), 4 for the site. */
-  return ((sample & 0x3FFFFFFFFFFull) << 20) | ((uint64_t)(layer & 0xFFFF) << 4) |
-         (uint64_t)(site & 0xF);
+  return mgt_philox_dropout_stream(sample, layer, site);
 }
 
 uint64_t mgt_rng_data_stream(uint32_t what) { return (3ull << 62) | what; }

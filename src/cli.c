@@ -17,6 +17,7 @@
 #include "mgt/generate.h"
 #include "mgt/flags.h"
 #include "mgt/dataset.h"
+#include "mgt/device.h"
 #include "mgt/gpt.h"
 #include "mgt/grid.h"
 #include "mgt/tokenize.h"
@@ -104,6 +105,15 @@ static int fail(mgt_status st, int rank, MPI_Comm world, int agreed) {
   return 1;
 }
 
+static int refuse_memory(size_t need, size_t avail, int rank, MPI_Comm world) {
+  mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                "the model needs %.1f MiB per rank but %.1f MiB are available per rank "
+                "(see --dry-run; try --recompute-activations, a smaller "
+                "--micro-batch-size or a larger --tensor-model-parallel-size)",
+                need / 1048576.0, avail / 1048576.0);
+  return fail(MGT_ERR_INPUT, rank, world, 1);
+}
+
 static int cmd_train(int argc, char **argv, MPI_Comm world) {
   int rank, size;
   MPI_Comm_rank(world, &rank);
@@ -149,35 +159,45 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
   /* Refuse before allocating: every rank sees the same plan, the node the same memory. */
   mgt_gpt_memory plan;
   mgt_gpt_memory_plan(&cfg, cfg.tensor_model_parallel_size, &plan);
-  size_t avail = available_memory(world);
   size_t need = plan.total;
-  MPI_Allreduce(MPI_IN_PLACE, &avail, 1, MPI_UNSIGNED_LONG, MPI_MIN, world);
-  if (avail > 0 && need > avail) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "the model needs %.1f MiB per rank but %.1f MiB are available per rank "
-                  "(see --dry-run; try --recompute-activations, a smaller "
-                  "--micro-batch-size or a larger --tensor-model-parallel-size)",
-                  need / 1048576.0, avail / 1048576.0);
-    return fail(MGT_ERR_INPUT, rank, world, 1);
+  if (cfg.device == MGT_DEVICE_CPU) {
+    size_t avail = available_memory(world);
+    MPI_Allreduce(MPI_IN_PLACE, &avail, 1, MPI_UNSIGNED_LONG, MPI_MIN, world);
+    if (avail > 0 && need > avail) return refuse_memory(need, avail, rank, world);
   }
 
   mgt_grid *grid = NULL;
-  mgt_backend *be = NULL;
+  mgt_device dev = {0};
   mgt_trainer *tr = NULL;
   int rc = 0;
   st = mgt_grid_create(world, cfg.tensor_model_parallel_size, &grid);
   if (st != MGT_OK) return fail(st, rank, world, 0);
+  const mgt_precision prec = cfg.bf16 ? MGT_PREC_BF16 : (cfg.fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32);
+  st = mgt_device_open(&dev, cfg.device, cfg.distributed_backend, prec, grid, NULL);
+  if (st != MGT_OK) {
+    mgt_grid_destroy(&grid);
+    return fail(st, rank, world, 1); /* agreed */
+  }
+  if (cfg.device == MGT_DEVICE_CUDA) {
+    size_t avail = 0, total = 0;
+    mgt_device_memory(&dev, &avail, &total);
+    MPI_Allreduce(MPI_IN_PLACE, &avail, 1, MPI_UNSIGNED_LONG, MPI_MIN, world);
+    if (avail > 0 && need > avail) {
+      mgt_device_close(&dev);
+      mgt_grid_destroy(&grid);
+      return refuse_memory(need, avail, rank, world);
+    }
+  }
   if (rank == 0) {
     printf("layout: %d ranks = tensor-parallel %d x data-parallel %d; %d OpenMP threads per "
-           "rank; backend cpu (BLAS: %s)\n",
-           grid->size, grid->tp, grid->dp, omp_get_max_threads(), mgt_cpu_blas_name());
+           "rank; backend %s%s\n",
+           grid->size, grid->tp, grid->dp, omp_get_max_threads(), dev.desc,
+           prec == MGT_PREC_BF16 ? "; bf16 GEMM inputs"
+                                 : (prec == MGT_PREC_FP16 ? "; fp16 GEMM inputs" : ""));
     mgt_print_memory_plan(&cfg, grid->tp, stdout);
     fflush(stdout);
   }
-  mgt_comm comm;
-  mgt_comm_mpi_init(&comm, grid, NULL);
-  st = mgt_mpi_agree(world, mgt_backend_cpu_create(&be));
-  if (st == MGT_OK) st = mgt_trainer_create(&cfg, grid, be, &comm, stdout, &tr);
+  st = mgt_trainer_create(&cfg, grid, dev.be, &dev.comm, stdout, &tr);
   if (st != MGT_OK) {
     rc = fail(st, rank, world, 1); /* creation failures are agreed */
   } else {
@@ -190,7 +210,7 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
       rc = MGT_EXIT_REQUEUE;
   }
   mgt_trainer_destroy(&tr);
-  mgt_backend_destroy(&be);
+  mgt_device_close(&dev);
   mgt_grid_destroy(&grid);
   return rc;
 }
@@ -372,7 +392,19 @@ int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
     return argc < 2 ? 2 : 0;
   }
   if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
-    if (rank == 0) printf("megatron-c %s\n", MGT_VERSION);
+    if (rank == 0) {
+#ifdef MGT_HAVE_CUDA
+      printf("megatron-c %s (backends: cpu, cuda%s)\n", MGT_VERSION,
+#ifdef MGT_HAVE_NCCL
+             " with NCCL"
+#else
+             ""
+#endif
+      );
+#else
+      printf("megatron-c %s (backends: cpu)\n", MGT_VERSION);
+#endif
+    }
     return 0;
   }
   if (strcmp(argv[1], "train") == 0) return cmd_train(argc, argv, world);

@@ -13,6 +13,8 @@
 
 static const char *const lr_styles[] = {"constant", "linear", "cosine", NULL};
 static const char *const tokenizers[] = {"GPT2BPETokenizer", "ByteTokenizer", NULL};
+static const char *const devices[] = {"cpu", "cuda", NULL};
+static const char *const dist_backends[] = {"nccl", "mpi", NULL};
 
 #define INT(n, f, lo, hi, h)                                                                       \
   { n, MGT_FLAG_INT, OFF(f), lo, hi, h, NULL, 0 }
@@ -52,6 +54,19 @@ static const mgt_flag flags[] = {
     BOOL("--overlap-grad-reduce", overlap_grad_reduce,
          "start non-blocking gradient all-reduces while backward runs"),
     BOOL("--dry-run", dry_run, "print the memory plan per rank and exit"),
+    {"--device", MGT_FLAG_ENUM, OFF(device), 0, 0,
+     "cpu, or cuda (one GPU per rank, chosen by the node-local rank)", devices, 0},
+    {"--distributed-backend", MGT_FLAG_ENUM, OFF(distributed_backend), 0, 0,
+     "collectives on GPU buffers: nccl or mpi (default: nccl when every rank has its own GPU)",
+     dist_backends, 0},
+    BOOL("--fp16", fp16, "fp16 GEMM inputs with loss scaling; fp32 master weights"),
+    BOOL("--bf16", bf16, "bf16 GEMM inputs; fp32 master weights"),
+    DBL("--loss-scale", loss_scale, 0, 1e30, "fp16: a fixed loss scale (default: dynamic)"),
+    DBL("--initial-loss-scale", initial_loss_scale, 1, 1e30, "fp16: the first dynamic scale"),
+    DBL("--min-loss-scale", min_loss_scale, 1e-30, 1e30, "fp16: the dynamic scale's floor"),
+    INT("--loss-scale-window", loss_scale_window, 1, 1 << 30,
+        "fp16: iterations without overflow before the scale doubles"),
+    INT("--hysteresis", hysteresis, 1, 1 << 30, "fp16: overflows before the scale halves"),
     INT("--micro-batch-size", micro_batch_size, 1, 1 << 20, "samples per micro-batch"),
     INT("--global-batch-size", global_batch_size, 1, 1 << 30,
         "samples per iteration (default: micro batch * data-parallel size)"),
@@ -136,6 +151,12 @@ void mgt_config_defaults(mgt_config *cfg) {
   cfg->eval_interval = 1000;
   cfg->eval_iters = 100;
   cfg->ckpt_iteration = -1;
+  cfg->device = MGT_DEVICE_CPU;
+  cfg->distributed_backend = -1;
+  cfg->initial_loss_scale = 4294967296.0; /* 2^32, as Megatron-LM */
+  cfg->min_loss_scale = 1.0;
+  cfg->loss_scale_window = 1000;
+  cfg->hysteresis = 2;
 }
 
 mgt_status mgt_config_parse(mgt_config *cfg, int argc, char **argv, int first, int *help) {
@@ -168,6 +189,12 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(c->seq_length <= c->max_position_embeddings,
               "--seq-length %d exceeds --max-position-embeddings %d", c->seq_length,
               c->max_position_embeddings);
+  MGT_REQUIRE(!(c->fp16 && c->bf16), "--fp16 and --bf16 exclude each other");
+  MGT_REQUIRE(c->distributed_backend != MGT_DIST_BACKEND_NCCL || c->device == MGT_DEVICE_CUDA,
+              "--distributed-backend nccl needs --device cuda");
+  MGT_REQUIRE(c->min_loss_scale <= c->initial_loss_scale,
+              "--min-loss-scale %g exceeds --initial-loss-scale %g", c->min_loss_scale,
+              c->initial_loss_scale);
   MGT_REQUIRE(c->min_lr <= c->lr, "--min-lr %g exceeds --lr %g", c->min_lr, c->lr);
   MGT_REQUIRE(c->lr_decay_style == MGT_LR_CONSTANT || c->lr_warmup_iters <= c->lr_decay_iters,
               "--lr-warmup-iters %lld exceeds --lr-decay-iters %lld", (long long)c->lr_warmup_iters,

@@ -15,6 +15,7 @@
 
 #include "mgt/backend.h"
 #include "mgt/checkpoint.h"
+#include "mgt/device.h"
 #include "mgt/flags.h"
 #include "mgt/gpt.h"
 #include "mgt/grid.h"
@@ -24,6 +25,7 @@
 enum { TASK_LM, TASK_WIKITEXT, TASK_LAMBADA };
 static const char *const tasks[] = {"lm", "wikitext103", "lambada", NULL};
 const char *const mgt_tokenizer_choices[] = {"GPT2BPETokenizer", "ByteTokenizer", NULL};
+const char *const mgt_device_choices[] = {"cpu", "cuda", NULL};
 
 #define OFF(f) offsetof(mgt_eval_opts, f)
 #define SZ(f) sizeof(((mgt_eval_opts *)0)->f)
@@ -46,6 +48,7 @@ static const mgt_flag flags[] = {
     {"--tensor-model-parallel-size", MGT_FLAG_INT, OFF(tensor_model_parallel_size), 1, 1 << 16,
      "ranks that split each layer; the rest of the ranks share the windows", NULL, 0},
     MGT_TOKENIZER_FLAGS(mgt_eval_opts),
+    MGT_DEVICE_FLAG(mgt_eval_opts),
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
@@ -404,7 +407,7 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
   size_t text_n = 0, detok_n = 0;
   mgt_tokenizer *tok = NULL;
   mgt_grid *grid = NULL;
-  mgt_backend *be = NULL;
+  mgt_device dev = {0};
   mgt_gpt *m = NULL;
   example *ex = NULL;
   size_t n_ex = 0;
@@ -438,10 +441,8 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
   }
   MGT_TRY(mgt_mpi_agree(world, st));
   MGT_TRY(mgt_grid_create(world, cfg.tensor_model_parallel_size, &grid));
-  MGT_TRY(mgt_backend_cpu_create(&be));
-  mgt_comm comm;
-  mgt_comm_mpi_init(&comm, grid, NULL);
-  MGT_TRY(mgt_mpi_agree(world, mgt_gpt_create(&cfg, grid, be, &comm, &m)));
+  MGT_TRY(mgt_device_open(&dev, o->device, -1, MGT_PREC_FP32, grid, NULL));
+  MGT_TRY(mgt_mpi_agree(world, mgt_gpt_create(&cfg, grid, dev.be, &dev.comm, &m)));
   MGT_TRY(mgt_ckpt_load(path, grid, m, NULL, &state));
   c.o = o, c.m = m, c.g = grid, c.B = cfg.micro_batch_size, c.T = cfg.seq_length;
   MGT_TRY(mgt_calloc(sizeof(int32_t) * (size_t)c.B * (c.T + 1), "tokens", (void **)&c.tokens));
@@ -498,7 +499,7 @@ done:
   mgt_free(c.losses);
   mgt_free(c.pred);
   mgt_gpt_destroy(&m);
-  mgt_backend_destroy(&be);
+  mgt_device_close(&dev);
   mgt_grid_destroy(&grid);
   mgt_tok_destroy(&tok);
   free_examples(ex, n_ex);

@@ -10,6 +10,7 @@
 
 #include "mgt/backend.h"
 #include "mgt/checkpoint.h"
+#include "mgt/device.h"
 #include "mgt/eval.h"
 #include "mgt/flags.h"
 #include "mgt/gpt.h"
@@ -38,6 +39,7 @@ static const mgt_flag flags[] = {
     {"--tensor-model-parallel-size", MGT_FLAG_INT, OFF(tensor_model_parallel_size), 0, 1 << 16,
      "must be the number of ranks (0: the number of ranks)", NULL, 0},
     MGT_TOKENIZER_FLAGS(mgt_generate_opts),
+    MGT_DEVICE_FLAG(mgt_generate_opts),
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
@@ -160,7 +162,7 @@ mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *ou
   size_t text_n = 0, piece_n = 0, piece_cap = 0;
   float *logits = NULL;
   mgt_grid *grid = NULL;
-  mgt_backend *be = NULL;
+  mgt_device dev = {0};
   mgt_gpt *m = NULL;
   mgt_gpt_decoder *dec = NULL;
   /* inputs first: bad input stops every rank before anything is allocated */
@@ -182,10 +184,8 @@ mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *ou
   }
   MGT_TRY(mgt_mpi_agree(world, st));
   MGT_TRY(mgt_grid_create(world, size, &grid));
-  MGT_TRY(mgt_backend_cpu_create(&be));
-  mgt_comm comm;
-  mgt_comm_mpi_init(&comm, grid, NULL);
-  MGT_TRY(mgt_mpi_agree(world, mgt_gpt_create(&cfg, grid, be, &comm, &m)));
+  MGT_TRY(mgt_device_open(&dev, o->device, -1, MGT_PREC_FP32, grid, NULL));
+  MGT_TRY(mgt_mpi_agree(world, mgt_gpt_create(&cfg, grid, dev.be, &dev.comm, &m)));
   MGT_TRY(mgt_ckpt_load(path, grid, m, NULL, &state));
   MGT_TRY(mgt_mpi_agree(world, mgt_gpt_decoder_create(m, max_len, &dec)));
   const int V = mgt_gpt_get_dims(m)->V, eligible = mgt_tok_vocab_size(tok);
@@ -243,7 +243,7 @@ done:
   mgt_free(logits);
   mgt_gpt_decoder_destroy(&dec);
   mgt_gpt_destroy(&m);
-  mgt_backend_destroy(&be);
+  mgt_device_close(&dev);
   mgt_grid_destroy(&grid);
   mgt_tok_destroy(&tok);
   mgt_ids_free(&prompt);

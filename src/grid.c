@@ -76,3 +76,19 @@ void mgt_grid_destroy(mgt_grid **grid) {
   mgt_free(g);
   *grid = NULL;
 }
+
+int mgt_local_rank(MPI_Comm world) {
+  const char *vars[] = {"SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                        "PMI_LOCAL_RANK"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) return atoi(v);
+  }
+  MPI_Comm node;
+  int r = 0;
+  if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_rank(node, &r);
+    MPI_Comm_free(&node);
+  }
+  return r;
+}

@@ -9,6 +9,9 @@ struct mgt_optim {
   const mgt_comm *comm;
   float *m, *v;
   int64_t steps;
+  /* fp16 loss scaling (Megatron-LM's dynamic grad scaler) */
+  double loss_scale;
+  int growth_tracker, hysteresis_left;
 };
 
 mgt_status mgt_optim_create(const mgt_config *cfg, mgt_gpt *model, const mgt_backend *be,
@@ -21,6 +24,9 @@ mgt_status mgt_optim_create(const mgt_config *cfg, mgt_gpt *model, const mgt_bac
   o->model = model;
   o->be = be;
   o->comm = comm;
+  o->loss_scale =
+      !cfg->fp16 ? 1.0 : (cfg->loss_scale > 0 ? cfg->loss_scale : cfg->initial_loss_scale);
+  o->hysteresis_left = cfg->hysteresis;
   size_t bytes = mgt_gpt_param_count(model) * sizeof(float);
   MGT_TRY(be->alloc(be->ctx, bytes, "Adam first moment", (void **)&o->m));
   MGT_TRY(be->alloc(be->ctx, bytes, "Adam second moment", (void **)&o->v));
@@ -50,14 +56,36 @@ mgt_status mgt_optim_grad_norm(mgt_optim *o, double *norm) {
   return MGT_OK;
 }
 
+double mgt_optim_loss_scale(const mgt_optim *o) { return o->loss_scale; }
+
+/* After each step: an overflow (non-finite norm) spends one unit of hysteresis and, when
+   none is left, halves the scale down to its floor; `window` clean steps in a row double it. */
+static void update_loss_scale(mgt_optim *o, int overflow) {
+  if (!o->cfg.fp16 || o->cfg.loss_scale > 0) return;
+  if (overflow) {
+    o->growth_tracker = 0;
+    if (--o->hysteresis_left <= 0) {
+      o->loss_scale = fmax(o->loss_scale * 0.5, o->cfg.min_loss_scale);
+      o->hysteresis_left = 0;
+    }
+  } else if (++o->growth_tracker == o->cfg.loss_scale_window) {
+    o->growth_tracker = 0;
+    o->hysteresis_left = o->cfg.hysteresis;
+    o->loss_scale *= 2.0;
+  }
+}
+
 mgt_status mgt_optim_step(mgt_optim *o, double lr, double *grad_norm, int *skipped) {
   double norm = 0.0;
   MGT_CHECK(mgt_optim_grad_norm(o, &norm));
+  norm /= o->loss_scale; /* the gradients carry the loss scale */
   *grad_norm = norm;
   *skipped = !isfinite(norm);
+  update_loss_scale(o, *skipped);
   if (*skipped) return MGT_OK;
   double scale = 1.0;
   if (o->cfg.clip_grad > 0.0 && norm > o->cfg.clip_grad) scale = o->cfg.clip_grad / (norm + 1e-6);
+  scale /= o->loss_scale;
   o->steps++;
   mgt_adamw_step s;
   s.lr = (float)lr;

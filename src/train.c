@@ -127,7 +127,8 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   const mgt_grid *g = tr->grid;
   const int B = c->micro_batch_size, T = c->seq_length;
   const int n_micro = c->global_batch_size / (B * g->dp);
-  const float grad_scale = 1.0f / ((float)c->global_batch_size * (float)T);
+  const float grad_scale =
+      (float)(mgt_optim_loss_scale(tr->optim) / ((double)c->global_batch_size * (double)T));
   mgt_timer_start(&tr->timers[T_ITERATION]);
   int64_t it = tr->iteration + 1;
   double lr = mgt_lr_at(c, it);
@@ -163,6 +164,7 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   stats->lr = lr;
   stats->seconds = tr->timers[T_ITERATION].total;
   stats->skipped = skipped;
+  stats->loss_scale = mgt_optim_loss_scale(tr->optim);
   return MGT_OK;
 }
 
@@ -192,14 +194,29 @@ mgt_status mgt_trainer_evaluate(mgt_trainer *tr, double *loss) {
   return MGT_OK;
 }
 
+/* A JSON number, or null for NaN and infinities (no loss when every step was skipped,
+   an infinite norm on overflow), which JSON cannot spell. */
+static void json_num(FILE *f, const char *key, double v, int digits) {
+  fprintf(f, ",\"%s\":", key);
+  if (isfinite(v))
+    fprintf(f, "%.*g", digits, v);
+  else
+    fputs("null", f);
+}
+
 static void metrics_line(FILE *f, const mgt_step_stats *s, double loss, double ms,
                          double tokens_per_sec, double tflops, int skipped) {
-  fprintf(f,
-          "{\"iteration\":%lld,\"consumed_samples\":%llu,\"loss\":%.17g,\"lr\":%.9g,"
-          "\"grad_norm\":%.9g,\"ms_per_iteration\":%.4f,\"tokens_per_sec\":%.3f,"
-          "\"tflops\":%.6f,\"skipped_iterations\":%d}\n",
-          (long long)s->iteration, (unsigned long long)s->consumed_samples, loss, s->lr,
-          s->grad_norm, ms, tokens_per_sec, tflops, skipped);
+  fprintf(f, "{\"iteration\":%lld,\"consumed_samples\":%llu", (long long)s->iteration,
+          (unsigned long long)s->consumed_samples);
+  json_num(f, "loss", loss, 17);
+  json_num(f, "lr", s->lr, 9);
+  json_num(f, "grad_norm", s->grad_norm, 9);
+  json_num(f, "ms_per_iteration", ms, 9);
+  json_num(f, "tokens_per_sec", tokens_per_sec, 9);
+  json_num(f, "tflops", tflops, 9);
+  fprintf(f, ",\"skipped_iterations\":%d", skipped);
+  json_num(f, "loss_scale", s->loss_scale, 17);
+  fputs("}\n", f);
 }
 
 mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic_t *stop,
@@ -276,10 +293,12 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
                 " iteration %8lld/%8lld | consumed samples: %10llu | elapsed time per "
                 "iteration (ms): %.1f | learning rate: %.3E | global batch size: %5d | lm "
                 "loss: %.6E | grad norm: %.3f | tokens/s: %.1f | TFLOP/s: %.4f | skipped "
-                "iterations: %d\n",
+                "iterations: %d",
                 (long long)s.iteration, (long long)c->train_iters,
                 (unsigned long long)s.consumed_samples, ms, s.lr, c->global_batch_size, loss,
                 s.grad_norm, tps, tflops, skipped_acc);
+        if (c->fp16) fprintf(log, " | loss scale: %.1f", s.loss_scale);
+        fputc('\n', log);
         fflush(log);
         if (metrics) {
           metrics_line(metrics, &s, loss, ms, tps, tflops, skipped_acc);

@@ -115,8 +115,11 @@ assert r["T_o"] == len(raw.strip().split(" ")), "T_o"
 assert r["T"] == n_ids, "T is not the token count of the detokenized text"
 for x in runs:
     assert x["T"] == r["T"] and x["T_o"] == r["T_o"] and x["tokens"] == r["T"] - 1
-    assert abs(x["ppl"] - r["ppl"]) <= 1e-5 * r["ppl"], (x["ppl"], r["ppl"])
-    assert abs(x["adjusted_ppl"] - r["adjusted_ppl"]) <= 1e-5 * r["adjusted_ppl"]
+    # float32 reductions differ between layouts: the mean loss agrees to about 1e-6 of
+    # itself, which exp() turns into 1e-5 of a perplexity near 1e4
+    assert abs(x["avg_loss"] - r["avg_loss"]) <= 3e-6 * r["avg_loss"], (x["avg_loss"], r["avg_loss"])
+    assert abs(x["ppl"] - r["ppl"]) <= 5e-5 * r["ppl"], (x["ppl"], r["ppl"])
+    assert abs(x["adjusted_ppl"] - r["adjusted_ppl"]) <= 5e-5 * r["adjusted_ppl"]
 adj = math.exp(min(20, r["avg_loss"] * (r["T"] - 1) / (r["T_o"] - 1)))
 assert abs(adj - r["adjusted_ppl"]) <= 1e-6 * adj, (adj, r["adjusted_ppl"])
 assert lm["tokens"] == r["tokens"] and abs(lm["avg_loss"] - r["avg_loss"]) <= 1e-6 * r["avg_loss"]

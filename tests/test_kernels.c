@@ -578,8 +578,71 @@ static void test_fast_exp(void) {
   T_CHECK(mgt_fast_expf(-1000.0f) < 1e-37f && mgt_fast_expf(-1000.0f) >= 0.0f, "exp(-1000)");
 }
 
+/* ---------------- mixed precision ---------------- */
+/* Round-to-nearest-even to `bits` significant bits in double, with a subnormal quantum and an
+   overflow threshold: an independent statement of the two formats. */
+static double ref_round(double x, int bits, int min_exp, double max_finite) {
+  if (x == 0.0) return x;
+  int e;
+  frexp(fabs(x), &e); /* |x| in [2^(e-1), 2^e) */
+  int q = e - bits;
+  if (q < min_exp - bits + 1) q = min_exp - bits + 1; /* subnormals share the smallest quantum */
+  double r = nearbyint(ldexp(x, -q)) * ldexp(1.0, q);
+  if (fabs(r) > max_finite) return copysign(INFINITY, x);
+  return r;
+}
+
+static void test_precision(void) {
+  T_CHECK(mgt_round_bf16(1.0f + 0x1p-8f) == 1.0f, "bf16 tie to even, down");
+  T_CHECK(mgt_round_bf16(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f, "bf16 tie to even, up");
+  T_CHECK(mgt_round_fp16(65519.0f) == 65504.0f && isinf(mgt_round_fp16(65520.0f)),
+          "fp16 overflow threshold");
+  T_CHECK(mgt_round_fp16(0x1p-25f) == 0.0f && mgt_round_fp16(3 * 0x1p-25f) == 0x1p-23f,
+          "fp16 subnormal ties");
+  int bad16 = 0, bad32 = 0;
+  for (int i = 0; i < 200000; i++) {
+    float x = (float)(t_randn() * ldexp(1.0, (int)(t_next() % 60) - 30));
+    double r16 = ref_round(x, 11, -14, 65504.0), rb = ref_round(x, 8, -126, 3.3895313892515355e38);
+    float g16 = mgt_round_fp16(x), gb = mgt_round_bf16(x);
+    bad16 += !((double)g16 == r16);
+    bad32 += !((double)gb == rb);
+  }
+  T_CHECK(bad16 == 0, "fp16 rounding differs from the reference on %d of 200000 values", bad16);
+  T_CHECK(bad32 == 0, "bf16 rounding differs from the reference on %d of 200000 values", bad32);
+  /* a GEMM in 16-bit precision is the float64 product of the rounded inputs */
+  const int M = 19, N = 23, K = 37;
+  for (int prec = 1; prec <= 2; prec++) {
+    float A[M * K], B[K * N], C[M * N];
+    double ref[M * N];
+    t_fill(A, M * K, 1.0f);
+    t_fill(B, K * N, 1.0f);
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        double acc = 0.0;
+        for (int k = 0; k < K; k++) {
+          float a = prec == 1 ? mgt_round_bf16(A[i * K + k]) : mgt_round_fp16(A[i * K + k]);
+          float b = prec == 1 ? mgt_round_bf16(B[k * N + j]) : mgt_round_fp16(B[k * N + j]);
+          acc += (double)a * b;
+        }
+        ref[i * N + j] = acc;
+      }
+    T_OK(be->set_precision(be->ctx, (mgt_precision)prec));
+    T_OK(be->gemm(be->ctx, 0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N));
+    T_OK(be->set_precision(be->ctx, MGT_PREC_FP32));
+    T_CLOSE(prec == 1 ? "bf16 gemm" : "fp16 gemm", C, ref, (size_t)M * N, 1e-5, 1e-5);
+    /* and differs from the fp32 product: the rounding happened */
+    float C32[M * N];
+    T_OK(be->gemm(be->ctx, 0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C32, N));
+    double diff = 0;
+    for (int i = 0; i < M * N; i++)
+      diff = fmax(diff, fabs(C32[i] - C[i]));
+    T_CHECK(diff > 1e-4, "16-bit gemm equals the fp32 one (max diff %g)", diff);
+  }
+}
+
 int main(void) {
   T_OK(mgt_backend_cpu_create(&be));
+  test_precision();
   test_gemm();
   test_bias();
   test_layernorm();

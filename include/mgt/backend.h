@@ -47,6 +47,14 @@ typedef struct mgt_adamw_step {
 
 enum { MGT_NOTRANS = 0, MGT_TRANS = 1 };
 
+/* Precision of the inputs of the linear-layer GEMMs (mixed precision as in the paper: the
+   inputs are rounded to 16 bits, products accumulate in fp32, everything else is fp32). */
+typedef enum mgt_precision {
+  MGT_PREC_FP32 = 0,
+  MGT_PREC_BF16 = 1,
+  MGT_PREC_FP16 = 2
+} mgt_precision;
+
 typedef struct mgt_backend {
   const char *name;
   void *ctx;
@@ -61,13 +69,17 @@ typedef struct mgt_backend {
   mgt_status (*download)(void *ctx, void *host_dst, const void *src, size_t bytes);
   /* Waits for queued work to finish (timers and host reads need it). */
   mgt_status (*sync)(void *ctx);
+  /* Releases what the backend holds (handles, streams, scratch); NULL if nothing. */
+  void (*destroy)(void *ctx);
+  /* Sets the precision of gemm's inputs from now on. */
+  mgt_status (*set_precision)(void *ctx, mgt_precision prec);
 
   /* p = std * N(0,1) by logical element index, or 0 on padding. */
   mgt_status (*init_normal)(void *ctx, float *p, const mgt_shard *sh, uint64_t seed,
                             uint64_t stream, float std);
   mgt_status (*fill)(void *ctx, float *p, size_t n, float value);
 
-  /* C(M,N) = alpha * op(A) op(B) + beta * C. */
+  /* C(M,N) = alpha * op(A) op(B) + beta * C, A and B rounded to the set precision. */
   mgt_status (*gemm)(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc);
@@ -157,6 +169,22 @@ typedef struct mgt_backend {
 /* The CPU backend: BLAS for GEMMs, OpenMP for the rest. Not collective. */
 MGT_NODISCARD mgt_status mgt_backend_cpu_create(mgt_backend **out);
 void mgt_backend_destroy(mgt_backend **be);
+
+/* The CUDA backend on `device` (cuBLAS and kernels on one stream of its own); buffers are
+   device memory. Built with MGT_CUDA (MGT_HAVE_CUDA defined); not collective. */
+MGT_NODISCARD mgt_status mgt_backend_cuda_create(int device, mgt_backend **out);
+/* Visible CUDA devices (0 with no driver or no device). */
+int mgt_cuda_device_count(void);
+/* The backend's stream (a cudaStream_t), for device-buffer collectives. */
+void *mgt_backend_cuda_stream(const mgt_backend *be);
+/* Name and memory (free, total bytes) of the backend's device. */
+MGT_NODISCARD mgt_status mgt_backend_cuda_info(const mgt_backend *be, char *name, size_t name_size,
+                                               size_t *free_bytes, size_t *total_bytes);
+
+/* Rounds to the nearest bfloat16 / IEEE half (ties to even; half overflows to infinity):
+   the CPU twins of the GPU's conversions. */
+float mgt_round_bf16(float x);
+float mgt_round_fp16(float x);
 
 /* The OpenBLAS kernel family in use (e.g. "Haswell"; OPENBLAS_CORETYPE chooses it), or
    "CBLAS" for another BLAS. */

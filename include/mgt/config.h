@@ -15,6 +15,8 @@ typedef enum mgt_lr_style { MGT_LR_CONSTANT, MGT_LR_LINEAR, MGT_LR_COSINE } mgt_
 enum { MGT_TOKENIZER_GPT2 = 0, MGT_TOKENIZER_BYTES = 1 };
 
 enum { MGT_PATH_MAX = 4096 };
+enum { MGT_DEVICE_CPU = 0, MGT_DEVICE_CUDA = 1 };
+enum { MGT_DIST_BACKEND_NCCL = 0, MGT_DIST_BACKEND_MPI = 1 };
 
 typedef struct mgt_config {
   /* model */
@@ -36,6 +38,15 @@ typedef struct mgt_config {
   int64_t ddp_bucket_size; /* gradient elements per data-parallel all-reduce */
   int overlap_grad_reduce; /* non-blocking bucket all-reduces during backward */
   int dry_run;
+  /* devices and precision */
+  int device;              /* MGT_DEVICE_* */
+  int distributed_backend; /* MGT_DIST_BACKEND_*; -1: NCCL where it can run, else MPI */
+  int fp16, bf16;          /* 16-bit GEMM inputs, fp32 master weights */
+  double loss_scale;       /* fp16: a fixed scale; 0: dynamic */
+  double initial_loss_scale;
+  double min_loss_scale;
+  int loss_scale_window; /* iterations without overflow before the scale doubles */
+  int hysteresis;        /* overflows tolerated before the scale halves */
   /* batches and schedule */
   int micro_batch_size;
   int global_batch_size; /* 0: micro_batch_size * data-parallel size */

@@ -28,6 +28,7 @@ typedef struct mgt_eval_opts {
   char vocab_file[MGT_PATH_MAX];
   char merge_file[MGT_PATH_MAX];
   int tokenizer_type; /* -1: the checkpoint's */
+  int device;         /* MGT_DEVICE_* */
 } mgt_eval_opts;
 
 /* Flag table entries shared by the commands that read a checkpoint (struct S has fields load
@@ -48,6 +49,13 @@ extern const char *const mgt_tokenizer_choices[];
     "--ckpt-iteration", MGT_FLAG_INT64, offsetof(S, ckpt_iteration), -1, 9e15,                     \
         "load this iteration instead of the latest", NULL, 0                                       \
   }
+extern const char *const mgt_device_choices[];
+#define MGT_DEVICE_FLAG(S)                                                                         \
+  {                                                                                                \
+    "--device", MGT_FLAG_ENUM, offsetof(S, device), 0, 0, "cpu, or cuda (one GPU per rank)",       \
+        mgt_device_choices, 0                                                                      \
+  }
+
 #define MGT_TOKENIZER_FLAGS(S)                                                                     \
   {"--vocab-file",                                                                                 \
    MGT_FLAG_STR,                                                                                   \

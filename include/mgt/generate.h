@@ -27,6 +27,7 @@ typedef struct mgt_generate_opts {
   char vocab_file[MGT_PATH_MAX];
   char merge_file[MGT_PATH_MAX];
   int tokenizer_type; /* -1: the checkpoint's */
+  int device;         /* MGT_DEVICE_* */
 } mgt_generate_opts;
 
 void mgt_generate_defaults(mgt_generate_opts *o);

@@ -79,6 +79,29 @@ void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid, mgt_comm_stats *sta
    returns the failure of the lowest failing rank, with its message. Collective over comm. */
 MGT_NODISCARD mgt_status mgt_mpi_agree(MPI_Comm comm, mgt_status local);
 
+/* This process's rank among the ranks of its node: SLURM_LOCALID, Open MPI's or MPICH's local
+   rank, else the rank in MPI_COMM_TYPE_SHARED. Collective over world (the fallback splits it). */
+int mgt_local_rank(MPI_Comm world);
+
+/* Collectives on device buffers (built with MGT_CUDA). Host buffers passed to them go to the
+   MPI implementation. */
+typedef enum mgt_dist_mode {
+  MGT_DIST_MPI_STAGED = 0,     /* MPI on pinned host copies */
+  MGT_DIST_MPI_CUDA_AWARE = 1, /* MPI on device pointers */
+  MGT_DIST_NCCL = 2,           /* NCCL communicators per grid axis, on the backend's stream */
+} mgt_dist_mode;
+struct mgt_backend;
+/* Builds the communicator for a CUDA backend: NCCL when use_nccl, else MPI (on device
+   pointers if mgt_mpi_cuda_aware(), else staged). Collective over the grid's world. */
+MGT_NODISCARD mgt_status mgt_comm_cuda_create(mgt_comm *comm, const mgt_grid *grid,
+                                              const struct mgt_backend *be, int use_nccl,
+                                              mgt_comm_stats *stats, mgt_dist_mode *mode);
+void mgt_comm_cuda_destroy(mgt_comm *comm);
+/* Whether MPI may be given device pointers: MPIX_Query_cuda_support() where Open MPI has
+   it; MGT_CUDA_AWARE_MPI=0/1 in the environment overrides. */
+int mgt_mpi_cuda_aware(void);
+const char *mgt_dist_mode_name(mgt_dist_mode m);
+
 /* Checks an MPI return code; on failure records MPI's message and returns MGT_ERR_MPI. */
 MGT_NODISCARD mgt_status mgt_mpi_status(int rc, const char *file, int line, const char *func,
                                         const char *call);

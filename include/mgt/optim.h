@@ -23,10 +23,14 @@ void mgt_optim_destroy(mgt_optim **opt);
 MGT_NODISCARD mgt_status mgt_optim_grad_norm(mgt_optim *opt, double *norm);
 
 /* Clips by cfg->clip_grad and applies one AdamW step at learning rate `lr`. A non-finite
-   norm skips the update (*skipped = 1) and leaves the step count. Collective over tp_comm. */
+   norm skips the update (*skipped = 1) and leaves the step count. With --fp16 the gradients
+   are taken to carry mgt_optim_loss_scale(): the norm reported and clipped is unscaled, and
+   the dynamic scale is updated. Collective over tp_comm. */
 MGT_NODISCARD mgt_status mgt_optim_step(mgt_optim *opt, double lr, double *grad_norm, int *skipped);
 
 int64_t mgt_optim_step_count(const mgt_optim *opt);
+/* The factor the loss is multiplied by before backward (1 unless --fp16). */
+double mgt_optim_loss_scale(const mgt_optim *opt);
 void mgt_optim_set_step_count(mgt_optim *opt, int64_t steps);
 float *mgt_optim_exp_avg(mgt_optim *opt);    /* first moment, flat, backend memory */
 float *mgt_optim_exp_avg_sq(mgt_optim *opt); /* second moment */

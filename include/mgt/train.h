@@ -27,7 +27,8 @@ typedef struct mgt_step_stats {
   double grad_norm;          /* before clipping */
   double lr;
   double seconds;
-  int skipped; /* the update was skipped: non-finite gradients */
+  int skipped;       /* the update was skipped: non-finite gradients */
+  double loss_scale; /* after the step (1 unless --fp16) */
 } mgt_step_stats;
 
 /* Builds the model, optimizer and data sources of `cfg` (already finalized) over `grid`,

@@ -21,9 +21,25 @@ static mgt_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) 
 
 static mgt_status cpu_sync(void *ctx) { return MGT_OK; }
 
+static void cpu_destroy(void *ctx) {
+  cpu_ctx *c = ctx;
+  free(c->scratch[0]);
+  free(c->scratch[1]);
+  mgt_free(c);
+}
+
+static mgt_status cpu_set_precision(void *ctx, mgt_precision prec) {
+  ((cpu_ctx *)ctx)->precision = prec;
+  return MGT_OK;
+}
+
 mgt_status mgt_backend_cpu_create(mgt_backend **out) {
   mgt_backend *be = NULL;
   MGT_CHECK(mgt_calloc(sizeof *be, "CPU backend", (void **)&be));
+  if (mgt_calloc(sizeof(cpu_ctx), "CPU backend", &be->ctx) != MGT_OK) {
+    mgt_free(be);
+    return MGT_ERR_NOMEM;
+  }
   be->name = "cpu";
   be->alloc = cpu_alloc;
   be->free = cpu_free;
@@ -32,6 +48,8 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
   be->download = cpu_copy;
   be->copy = cpu_copy;
   be->sync = cpu_sync;
+  be->destroy = cpu_destroy;
+  be->set_precision = cpu_set_precision;
   be->init_normal = cpu_init_normal;
   be->fill = cpu_fill;
   be->gemm = cpu_gemm;
@@ -63,6 +81,7 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
 
 void mgt_backend_destroy(mgt_backend **be) {
   if (!*be) return;
+  if ((*be)->destroy) (*be)->destroy((*be)->ctx);
   mgt_free(*be);
   *be = NULL;
 }

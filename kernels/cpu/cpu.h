@@ -39,6 +39,13 @@ static inline float mgt_fast_tanhf(float x) {
 #define MGT_GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
 #define MGT_GELU_K1 0.044715f
 
+/* The CPU backend's state: the GEMM input precision and the scratch it rounds into. */
+typedef struct cpu_ctx {
+  mgt_precision precision;
+  float *scratch[2];
+  size_t scratch_n[2];
+} cpu_ctx;
+
 /* Largest team the reductions keep per-thread partials for. */
 enum { MGT_CPU_MAX_THREADS = 256 };
 

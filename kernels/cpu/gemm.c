@@ -1,11 +1,67 @@
+/* GEMM through CBLAS; in mixed precision the inputs are first rounded to 16 bits, the
+   same numbers a GPU's half-precision GEMM multiplies. */
 #include <cblas.h>
+#include <stdlib.h>
 
 #include "cpu.h"
+
+float mgt_round_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  if ((u & 0x7F800000u) == 0x7F800000u) return x; /* inf, nan */
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  u &= 0xFFFF0000u;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+float mgt_round_fp16(float x) {
+  if (!isfinite(x)) return x;
+  float a = fabsf(x);
+  if (a >= 65520.0f) return copysignf(INFINITY, x); /* beyond the largest half, rounded */
+  if (a < 6.103515625e-05f) {                       /* subnormal halves: steps of 2^-24 */
+    float q = a * 16777216.0f, f = floorf(q), r = q - f;
+    if (r > 0.5f || (r == 0.5f && fmodf(f, 2.0f) != 0.0f)) f += 1.0f;
+    return copysignf(f / 16777216.0f, x);
+  }
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  u += 0xFFFu + ((u >> 13) & 1u); /* 10 mantissa bits, ties to even */
+  u &= ~0x1FFFu;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/* Rounds a rows x cols matrix with leading dimension ld into the scratch slot `k`. */
+static mgt_status rounded(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
+                          const float **out) {
+  size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+  if (n > c->scratch_n[k]) {
+    float *p = realloc(c->scratch[k], n * sizeof(float));
+    if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for a %d x %d mixed-precision copy", rows, cols);
+    c->scratch[k] = p, c->scratch_n[k] = n;
+  }
+  float *dst = c->scratch[k];
+  const int bf = c->precision == MGT_PREC_BF16;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < rows; i++)
+    for (int j = 0; j < cols; j++) {
+      float v = src[(size_t)i * ld + j];
+      dst[(size_t)i * ld + j] = bf ? mgt_round_bf16(v) : mgt_round_fp16(v);
+    }
+  *out = dst;
+  return MGT_OK;
+}
 
 mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc) {
   if (M == 0 || N == 0) return MGT_OK;
+  cpu_ctx *c = ctx;
+  if (c && c->precision != MGT_PREC_FP32 && K > 0) {
+    MGT_CHECK(rounded(c, 0, A, transa ? K : M, transa ? M : K, lda, &A));
+    MGT_CHECK(rounded(c, 1, B, transb ? N : K, transb ? K : N, ldb, &B));
+  }
   cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
               M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   return MGT_OK;

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# GPU benchmark: one training step of the paper's 1.2B configuration and of GPT-2 350M, bf16,
+# with recomputation, on one GPU; MFU against the GPU's measured bf16 GEMM rate.
+# Usage: bench/gpu.sh [build-dir] [extra bench_gpu flags, e.g. --micro-batch-size 4]
+set -eu
+BUILD=${1:-build}
+shift || true
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+[ -x "$BUILD/bench/bench_gpu" ] || { echo "gpu.sh: $BUILD/bench/bench_gpu not built (configure with -DMGT_CUDA=ON)" >&2; exit 2; }
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+"$BUILD/bench/bench_gpu" --steps 3 "$@"

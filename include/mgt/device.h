@@ -1,0 +1,33 @@
+/* The backend and communicator a job runs on: the CPU with MPI, or one GPU per rank with
+   NCCL or MPI on device buffers. */
+#pragma once
+
+#include "mgt/backend.h"
+#include "mgt/grid.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mgt_device {
+  mgt_backend *be;
+  mgt_comm comm;
+  int cuda;       /* the comm is the CUDA one */
+  int gpu;        /* the GPU of this rank (cuda only) */
+  char desc[256]; /* for the layout line: "cpu (BLAS: Haswell)", "cuda: H200 ..., NCCL" */
+} mgt_device;
+
+/* Opens the backend `device` (MGT_DEVICE_*) with GEMM inputs at `precision`; the GPU is the
+   node-local rank modulo the visible GPUs. dist_backend (MGT_DIST_BACKEND_*, -1: NCCL when it
+   is built and every rank has its own GPU, else MPI) chooses the device collectives.
+   Collective over the grid's world; failures are agreed. */
+MGT_NODISCARD mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend,
+                                         mgt_precision precision, const mgt_grid *grid,
+                                         mgt_comm_stats *stats);
+void mgt_device_close(mgt_device *d);
+/* Free and total memory of the device in bytes (0, 0 for the CPU: see available_memory). */
+void mgt_device_memory(const mgt_device *d, size_t *free_bytes, size_t *total_bytes);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,1052 @@
+/* The CUDA backend: cuBLAS for GEMMs (fp32, or bf16/fp16 inputs with fp32 accumulation),
+   hand-written kernels for the rest, all on one stream. Each kernel computes what its CPU
+   twin in kernels/cpu computes; the conformance test (tests/test_cuda.c) holds them to it.
+   Row-major (rows, cols) as in include/mgt/backend.h; cuBLAS is column-major, so a row-major
+   C = op(A) op(B) is issued as the column-major C^T = op(B)^T op(A)^T. */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <math.h>
+#include <stdint.h>
+
+#include "../philox.h"
+#include "mgt/backend.h"
+#include "mgt/rng.h"
+extern "C" {
+#include "../cpu/cpu.h" /* the CPU twins: initialization is drawn by the same code */
+}
+
+namespace {
+
+struct cuda_ctx {
+  int device;
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  mgt_precision precision;
+  void *half[2]; /* 16-bit copies of GEMM inputs */
+  size_t half_n[2];
+  double *dsum; /* device accumulator of sumsq */
+  float *fscratch;
+  size_t fscratch_n;
+  float *host; /* pinned staging for argmax values */
+  size_t host_n;
+};
+
+mgt_status cuda_fail(cudaError_t e, const char *file, int line, const char *what) {
+  mgt_error_set(e == cudaErrorMemoryAllocation ? MGT_ERR_NOMEM : MGT_ERR_BACKEND, file, line,
+                "cuda", "%s: %s", what, cudaGetErrorString(e));
+  return e == cudaErrorMemoryAllocation ? MGT_ERR_NOMEM : MGT_ERR_BACKEND;
+}
+
+#define CU(call)                                                                                   \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess) return cuda_fail(e_, __FILE__, __LINE__, #call);                        \
+  } while (0)
+
+#define CUBLAS(call)                                                                               \
+  do {                                                                                             \
+    cublasStatus_t s_ = (call);                                                                    \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                             \
+      mgt_error_set(MGT_ERR_BACKEND, __FILE__, __LINE__, "cublas", "%s: cuBLAS status %d", #call,  \
+                    (int)s_);                                                                      \
+      return MGT_ERR_BACKEND;                                                                      \
+    }                                                                                              \
+  } while (0)
+
+/* Kernel launches report configuration errors at once and execution errors at the next sync. */
+#define LAUNCHED() CU(cudaGetLastError())
+
+cuda_ctx *C_(void *ctx) { return static_cast<cuda_ctx *>(ctx); }
+
+unsigned blocks_for(size_t n, unsigned threads) {
+  size_t b = (n + threads - 1) / threads;
+  return (unsigned)(b < 65535u * 16u ? (b > 0 ? b : 1) : 65535u * 16u);
+}
+
+#define GRID_STRIDE(i, n)                                                                          \
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                          \
+       i += (size_t)blockDim.x * gridDim.x)
+
+/* ---- block reductions (blockDim.x a multiple of 32, at most 1024) ---- */
+
+__device__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ float block_sum(float v, float *sh) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  v = threadIdx.x < (unsigned)nw ? sh[threadIdx.x] : 0.0f;
+  if (w == 0) v = warp_sum(v);
+  if (threadIdx.x == 0) sh[0] = v;
+  __syncthreads();
+  float r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+__device__ float block_max(float v, float *sh) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  v = threadIdx.x < (unsigned)nw ? sh[threadIdx.x] : -FLT_MAX;
+  if (w == 0) v = warp_max(v);
+  if (threadIdx.x == 0) sh[0] = v;
+  __syncthreads();
+  float r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+__device__ float gelu_tanh(float x) {
+  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+  return 0.5f * x * (1.0f + tanhf(k0 * (x + k1 * x * x * x)));
+}
+
+/* Keep decision of dropout word e of a stream. */
+__device__ bool keep_word(uint64_t seed, uint64_t stream, uint64_t e, uint32_t thr) {
+  uint32_t w[4];
+  mgt_philox_at(seed, stream, e >> 2, w);
+  return w[e & 3] >= thr;
+}
+
+/* ---- memory ---- */
+
+mgt_status cu_alloc(void *ctx, size_t bytes, const char *what, void **out) {
+  *out = NULL;
+  if (bytes == 0) bytes = 1;
+  cudaError_t e = cudaMalloc(out, bytes);
+  if (e != cudaSuccess) {
+    *out = NULL;
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    MGT_FAIL(MGT_ERR_NOMEM, "GPU memory for %s: %.1f MiB requested, %.1f MiB free of %.1f MiB (%s)",
+             what, bytes / 1048576.0, fr / 1048576.0, tot / 1048576.0, cudaGetErrorString(e));
+  }
+  CU(cudaMemsetAsync(*out, 0, bytes, C_(ctx)->stream));
+  return MGT_OK;
+}
+
+void cu_free(void *ctx, void *p) {
+  if (p) cudaFree(p);
+}
+
+mgt_status cu_zero(void *ctx, void *p, size_t bytes) {
+  if (bytes) CU(cudaMemsetAsync(p, 0, bytes, C_(ctx)->stream));
+  return MGT_OK;
+}
+
+mgt_status cu_upload(void *ctx, void *dst, const void *src, size_t bytes) {
+  if (!bytes) return MGT_OK;
+  CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, C_(ctx)->stream));
+  CU(cudaStreamSynchronize(C_(ctx)->stream)); /* the host buffer may be reused at once */
+  return MGT_OK;
+}
+
+mgt_status cu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+  if (bytes) CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, C_(ctx)->stream));
+  return MGT_OK;
+}
+
+mgt_status cu_download(void *ctx, void *dst, const void *src, size_t bytes) {
+  if (!bytes) return MGT_OK;
+  CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, C_(ctx)->stream));
+  CU(cudaStreamSynchronize(C_(ctx)->stream));
+  return MGT_OK;
+}
+
+mgt_status cu_sync(void *ctx) {
+  CU(cudaStreamSynchronize(C_(ctx)->stream));
+  return MGT_OK;
+}
+
+void cu_destroy(void *ctx) {
+  cuda_ctx *c = C_(ctx);
+  cudaStreamSynchronize(c->stream);
+  cudaFree(c->half[0]);
+  cudaFree(c->half[1]);
+  cudaFree(c->dsum);
+  cudaFree(c->fscratch);
+  cudaFreeHost(c->host);
+  cublasDestroy(c->blas);
+  cudaStreamDestroy(c->stream);
+  free(c);
+}
+
+mgt_status cu_set_precision(void *ctx, mgt_precision prec) {
+  C_(ctx)->precision = prec;
+  return MGT_OK;
+}
+
+mgt_status grow(void **p, size_t *have, size_t bytes) {
+  if (bytes <= *have) return MGT_OK;
+  cudaFree(*p);
+  *p = NULL;
+  *have = 0;
+  CU(cudaMalloc(p, bytes));
+  *have = bytes;
+  return MGT_OK;
+}
+
+/* Pinned host memory of at least n floats, kept for reuse. */
+mgt_status host_buffer(cuda_ctx *c, size_t n, float **out) {
+  if (c->host_n < n) {
+    cudaFreeHost(c->host);
+    c->host = NULL;
+    c->host_n = 0;
+    CU(cudaMallocHost((void **)&c->host, sizeof(float) * n));
+    c->host_n = n;
+  }
+  *out = c->host;
+  return MGT_OK;
+}
+
+/* ---- initialization ---- */
+
+/* Drawn on the host by the CPU twin (once per run) and uploaded: the same numbers by
+   construction. */
+mgt_status cu_init_normal(void *ctx, float *p, const mgt_shard *sh, uint64_t seed, uint64_t stream,
+                          float std) {
+  size_t n = 1;
+  for (int i = 0; i < sh->ndim; i++)
+    n *= (size_t)sh->shape[i];
+  float *h = NULL;
+  MGT_CHECK(mgt_calloc(n * sizeof(float), "initial values", (void **)&h));
+  mgt_status st = cpu_init_normal(NULL, h, sh, seed, stream, std);
+  if (st == MGT_OK) st = cu_upload(ctx, p, h, n * sizeof(float));
+  mgt_free(h);
+  return st;
+}
+
+__global__ void k_fill(float *p, size_t n, float v) { GRID_STRIDE(i, n) p[i] = v; }
+
+mgt_status cu_fill(void *ctx, float *p, size_t n, float value) {
+  if (!n) return MGT_OK;
+  k_fill<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(p, n, value);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+/* ---- GEMM ---- */
+
+__device__ inline void store16(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ inline void store16(__half *p, float v) { *p = __float2half_rn(v); }
+
+template <typename T>
+__global__ void k_round(T *dst, const float *src, int rows, int cols, int ld) {
+  GRID_STRIDE(i, (size_t)rows * cols) {
+    size_t r = i / cols, c = i % cols;
+    store16(&dst[r * ld + c], src[r * ld + c]);
+  }
+}
+
+/* A 16-bit copy of a rows x cols row-major matrix (leading dimension ld) in slot k. */
+mgt_status half_copy(cuda_ctx *c, int k, const float *src, int rows, int cols, int ld,
+                     const void **out) {
+  size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+  MGT_CHECK(grow(&c->half[k], &c->half_n[k], n * 2));
+  if (c->precision == MGT_PREC_BF16)
+    k_round<__nv_bfloat16><<<blocks_for((size_t)rows * cols, 256), 256, 0, c->stream>>>(
+        (__nv_bfloat16 *)c->half[k], src, rows, cols, ld);
+  else
+    k_round<__half><<<blocks_for((size_t)rows * cols, 256), 256, 0, c->stream>>>(
+        (__half *)c->half[k], src, rows, cols, ld);
+  LAUNCHED();
+  *out = c->half[k];
+  return MGT_OK;
+}
+
+mgt_status cu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
+                   const float *A, int lda, const float *B, int ldb, float beta, float *Cm,
+                   int ldc) {
+  cuda_ctx *c = C_(ctx);
+  if (M == 0 || N == 0) return MGT_OK;
+  const cublasOperation_t ob = transb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          oa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (c->precision == MGT_PREC_FP32 || K == 0) {
+    CUBLAS(cublasSgemm(c->blas, ob, oa, N, M, K, &alpha, B, ldb, A, lda, &beta, Cm, ldc));
+    return MGT_OK;
+  }
+  const void *a16, *b16;
+  MGT_CHECK(half_copy(c, 0, A, transa ? K : M, transa ? M : K, lda, &a16));
+  MGT_CHECK(half_copy(c, 1, B, transb ? N : K, transb ? K : N, ldb, &b16));
+  const cudaDataType_t t = c->precision == MGT_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  CUBLAS(cublasGemmEx(c->blas, ob, oa, N, M, K, &alpha, b16, t, ldb, a16, t, lda, &beta, Cm,
+                      CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return MGT_OK;
+}
+
+/* Row-major strided-batched fp32 GEMM (attention's per-head products). */
+mgt_status gemm_batched(cuda_ctx *c, int transa, int transb, int M, int N, int K, float alpha,
+                        const float *A, int lda, long long sa, const float *B, int ldb,
+                        long long sb, float beta, float *Cm, int ldc, long long sc, int batch) {
+  CUBLAS(cublasSgemmStridedBatched(c->blas, transb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   transa ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, sb,
+                                   A, lda, sa, &beta, Cm, ldc, sc, batch));
+  return MGT_OK;
+}
+
+/* ---- bias, LayerNorm, GeLU ---- */
+
+__global__ void k_add_bias(float *y, const float *b, int N, int C) {
+  GRID_STRIDE(i, (size_t)N * C) y[i] += b[i % C];
+}
+
+mgt_status cu_add_bias(void *ctx, float *y, const float *b, int N, int C) {
+  if ((size_t)N * C == 0) return MGT_OK;
+  k_add_bias<<<blocks_for((size_t)N * C, 256), 256, 0, C_(ctx)->stream>>>(y, b, N, C);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+/* Column sums of (N, C) in two passes with a fixed order (deterministic run to run): chunks
+   of rows give partial sums part[chunk][c], then one thread per column adds the chunks in
+   order. With x given, the summand is dy * (x - mean) * rstd (LayerNorm's weight gradient). */
+enum { COLSUM_CHUNKS = 64 };
+
+__global__ void k_colsum_partial(float *part, const float *dy, const float *x, const float *mean,
+                                 const float *rstd, int N, int C, int rows) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x, r0 = blockIdx.y * rows;
+  if (c >= C) return;
+  const int r1 = min(N, r0 + rows);
+  float s = 0.0f;
+  for (int n = r0; n < r1; n++) {
+    float d = dy[(size_t)n * C + c];
+    s += x ? d * (x[(size_t)n * C + c] - mean[n]) * rstd[n] : d;
+  }
+  part[(size_t)blockIdx.y * C + c] = s;
+}
+
+__global__ void k_colsum_finish(float *out, const float *part, int chunks, int C, int acc) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float s = acc ? out[c] : 0.0f;
+  for (int k = 0; k < chunks; k++)
+    s += part[(size_t)k * C + c];
+  out[c] = s;
+}
+
+mgt_status column_sums(cuda_ctx *c, float *out, const float *dy, const float *x, const float *mean,
+                       const float *rstd, int N, int C, int acc) {
+  if (C == 0) return MGT_OK;
+  const int chunks = N < COLSUM_CHUNKS ? (N > 0 ? N : 1) : COLSUM_CHUNKS;
+  const int rows = (N + chunks - 1) / chunks;
+  MGT_CHECK(grow((void **)&c->fscratch, &c->fscratch_n, sizeof(float) * (size_t)chunks * C));
+  dim3 grid((unsigned)((C + 127) / 128), (unsigned)chunks);
+  k_colsum_partial<<<grid, 128, 0, c->stream>>>(c->fscratch, dy, x, mean, rstd, N, C, rows);
+  LAUNCHED();
+  k_colsum_finish<<<(C + 127) / 128, 128, 0, c->stream>>>(out, c->fscratch, chunks, C, acc);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+mgt_status cu_bias_backward(void *ctx, float *db, const float *dy, int N, int C, int accumulate) {
+  return column_sums(C_(ctx), db, dy, NULL, NULL, NULL, N, C, accumulate);
+}
+
+__global__ void k_layernorm_forward(float *out, float *mean, float *rstd, const float *x,
+                                    const float *w, const float *b, int C, float eps) {
+  __shared__ float sh[32];
+  const int n = blockIdx.x;
+  const float *xr = x + (size_t)n * C;
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    s += xr[c];
+  const float m = block_sum(s, sh) / C;
+  float v = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    v += (xr[c] - m) * (xr[c] - m);
+  const float r = rsqrtf(block_sum(v, sh) / C + eps);
+  float *o = out + (size_t)n * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    o[c] = (xr[c] - m) * r * w[c] + b[c];
+  if (threadIdx.x == 0) mean[n] = m, rstd[n] = r;
+}
+
+mgt_status cu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *x,
+                                const float *w, const float *b, int N, int C, float eps) {
+  if (N == 0) return MGT_OK;
+  k_layernorm_forward<<<N, 256, 0, C_(ctx)->stream>>>(out, mean, rstd, x, w, b, C, eps);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+__global__ void k_layernorm_dx(float *dx, const float *dout, const float *x, const float *w,
+                               const float *mean, const float *rstd, int C) {
+  __shared__ float sh[32];
+  const int n = blockIdx.x;
+  const float *xr = x + (size_t)n * C, *dr = dout + (size_t)n * C;
+  const float m = mean[n], r = rstd[n];
+  float s1 = 0.0f, s2 = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float dn = dr[c] * w[c];
+    s1 += dn;
+    s2 += dn * (xr[c] - m) * r;
+  }
+  s1 = block_sum(s1, sh) / C;
+  s2 = block_sum(s2, sh) / C;
+  float *dxr = dx + (size_t)n * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    dxr[c] += (dr[c] * w[c] - s1 - (xr[c] - m) * r * s2) * r;
+}
+
+mgt_status cu_layernorm_backward(void *ctx, float *dx, float *dw, float *db, const float *dout,
+                                 const float *x, const float *w, const float *mean,
+                                 const float *rstd, int N, int C, int accumulate) {
+  cudaStream_t s = C_(ctx)->stream;
+  if (N > 0) k_layernorm_dx<<<N, 256, 0, s>>>(dx, dout, x, w, mean, rstd, C);
+  LAUNCHED();
+  MGT_CHECK(column_sums(C_(ctx), dw, dout, x, mean, rstd, N, C, accumulate));
+  MGT_CHECK(column_sums(C_(ctx), db, dout, NULL, NULL, NULL, N, C, accumulate));
+  return MGT_OK;
+}
+
+__global__ void k_bias_gelu(float *out, float *pre, const float *b, int N, int C) {
+  GRID_STRIDE(i, (size_t)N * C) {
+    float x = pre[i] + b[i % C];
+    pre[i] = x;
+    out[i] = gelu_tanh(x);
+  }
+}
+
+mgt_status cu_bias_gelu_forward(void *ctx, float *out, float *pre, const float *b, int N, int C) {
+  if ((size_t)N * C == 0) return MGT_OK;
+  k_bias_gelu<<<blocks_for((size_t)N * C, 256), 256, 0, C_(ctx)->stream>>>(out, pre, b, N, C);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+__global__ void k_gelu_backward(float *dpre, const float *dout, const float *pre, size_t n) {
+  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+  GRID_STRIDE(i, n) {
+    float x = pre[i];
+    float t = tanhf(k0 * (x + k1 * x * x * x));
+    float du = k0 * (1.0f + 3.0f * k1 * x * x);
+    dpre[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+  }
+}
+
+mgt_status cu_gelu_backward(void *ctx, float *dpre, const float *dout, const float *pre, size_t n) {
+  if (!n) return MGT_OK;
+  k_gelu_backward<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(dpre, dout, pre, n);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+/* ---- attention ---- */
+
+/* Causal softmax of row i of (b, h), in place, zeros above the diagonal. One block per row. */
+__global__ void k_causal_softmax(float *P, int T) {
+  __shared__ float sh[32];
+  const size_t row = blockIdx.x; /* (b*Hl + h)*T + i */
+  const int i = (int)(row % T);
+  float *r = P + row * T;
+  float mx = -FLT_MAX;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x)
+    mx = fmaxf(mx, r[j]);
+  mx = block_max(mx, sh);
+  float s = 0.0f;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x) {
+    float e = __expf(r[j] - mx);
+    r[j] = e;
+    s += e;
+  }
+  const float inv = 1.0f / block_sum(s, sh);
+  for (int j = threadIdx.x; j < T; j += blockDim.x)
+    r[j] = j <= i ? r[j] * inv : 0.0f;
+}
+
+struct mask_args {
+  uint64_t seed, sample_base;
+  int layer, site, head_offset, Hl, T;
+  uint32_t thr;
+  float dscale;
+};
+
+/* Mask word of element (row, j) of the probabilities: ((global head)*T + i)*T + j. */
+__device__ bool attn_keep(const mask_args &a, size_t row, int j) {
+  const int i = (int)(row % a.T), bh = (int)(row / a.T), h = bh % a.Hl, b = bh / a.Hl;
+  const uint64_t stream = mgt_philox_dropout_stream(a.sample_base + (uint64_t)b, a.layer, a.site);
+  const uint64_t e = ((uint64_t)(a.head_offset + h) * a.T + (uint64_t)i) * (uint64_t)a.T + j;
+  return keep_word(a.seed, stream, e, a.thr);
+}
+
+/* out = dropout(x) on the causal probabilities (or gradients) of B*Hl*T rows. */
+__global__ void k_attn_dropout(float *out, const float *x, size_t n, mask_args a) {
+  GRID_STRIDE(k, n) {
+    size_t row = k / a.T;
+    int j = (int)(k % a.T), i = (int)(row % a.T);
+    out[k] = (j <= i && attn_keep(a, row, j)) ? x[k] * a.dscale : 0.0f;
+  }
+}
+
+/* dS from dP (in s) and P: r = P * (dP - sum(P dP)) * scale, causal. One block per row. */
+__global__ void k_softmax_backward(float *s, const float *P, int T, float scale) {
+  __shared__ float sh[32];
+  const size_t row = blockIdx.x;
+  const int i = (int)(row % T);
+  float *r = s + row * T;
+  const float *pr = P + row * T;
+  float dot = 0.0f;
+  for (int j = threadIdx.x; j <= i; j += blockDim.x)
+    dot += pr[j] * r[j];
+  dot = block_sum(dot, sh);
+  for (int j = threadIdx.x; j < T; j += blockDim.x)
+    r[j] = j <= i ? pr[j] * (r[j] - dot) * scale : 0.0f;
+}
+
+mask_args mask_of(const mgt_dropout *d, int head_offset, int Hl, int T) {
+  mask_args a;
+  a.seed = d->seed;
+  a.sample_base = d->sample_base;
+  a.layer = d->layer;
+  a.site = d->site;
+  a.head_offset = head_offset;
+  a.Hl = Hl;
+  a.T = T;
+  a.thr = mgt_dropout_threshold(d->p);
+  a.dscale = 1.0f / (1.0f - d->p);
+  return a;
+}
+
+mgt_status cu_attention_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
+                                int Hl, int hd, int head_offset, int H, const mgt_dropout *d,
+                                float *scratch) {
+  cuda_ctx *c = C_(ctx);
+  const int Cl = Hl * hd, ld = 3 * Cl;
+  const float scale = 1.0f / sqrtf((float)hd);
+  const long long TT = (long long)T * T;
+  const size_t rows = (size_t)B * Hl * T;
+  if (rows == 0) return MGT_OK;
+  for (int b = 0; b < B; b++) {
+    const float *q = qkv + (size_t)b * T * ld;
+    MGT_CHECK(gemm_batched(c, 0, 1, T, T, hd, scale, q, ld, hd, q + Cl, ld, hd, 0.0f,
+                           P + (size_t)b * Hl * TT, T, TT, Hl));
+  }
+  k_causal_softmax<<<(unsigned)rows, 128, 0, c->stream>>>(P, T);
+  LAUNCHED();
+  const float *probs = P;
+  if (d->p > 0.0f) {
+    k_attn_dropout<<<blocks_for(rows * T, 256), 256, 0, c->stream>>>(
+        scratch, P, rows * T, mask_of(d, head_offset, Hl, T));
+    LAUNCHED();
+    probs = scratch;
+  }
+  for (int b = 0; b < B; b++)
+    MGT_CHECK(gemm_batched(c, 0, 0, T, hd, T, 1.0f, probs + (size_t)b * Hl * TT, T, TT,
+                           qkv + (size_t)b * T * ld + 2 * Cl, ld, hd, 0.0f,
+                           out + (size_t)b * T * Cl, Cl, hd, Hl));
+  return MGT_OK;
+}
+
+mgt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                                 const float *P, int B, int T, int Hl, int hd, int head_offset,
+                                 int H, const mgt_dropout *d, float *scratch) {
+  cuda_ctx *c = C_(ctx);
+  const int Cl = Hl * hd, ld = 3 * Cl;
+  const float scale = 1.0f / sqrtf((float)hd);
+  const int drop = d->p > 0.0f;
+  const long long TT = (long long)T * T;
+  const size_t rows = (size_t)B * Hl * T;
+  if (rows == 0) return MGT_OK;
+  const mask_args ma = drop ? mask_of(d, head_offset, Hl, T) : mask_args();
+  /* dV = Pd^T dO, with Pd rebuilt from the mask into scratch */
+  const float *probs = P;
+  if (drop) {
+    k_attn_dropout<<<blocks_for(rows * T, 256), 256, 0, c->stream>>>(scratch, P, rows * T, ma);
+    LAUNCHED();
+    probs = scratch;
+  }
+  for (int b = 0; b < B; b++)
+    MGT_CHECK(gemm_batched(c, 1, 0, T, hd, T, 1.0f, probs + (size_t)b * Hl * TT, T, TT,
+                           dout + (size_t)b * T * Cl, Cl, hd, 0.0f,
+                           dqkv + (size_t)b * T * ld + 2 * Cl, ld, hd, Hl));
+  /* dPd = dO V^T into scratch, through the mask, then the softmax */
+  for (int b = 0; b < B; b++)
+    MGT_CHECK(gemm_batched(c, 0, 1, T, T, hd, 1.0f, dout + (size_t)b * T * Cl, Cl, hd,
+                           qkv + (size_t)b * T * ld + 2 * Cl, ld, hd, 0.0f,
+                           scratch + (size_t)b * Hl * TT, T, TT, Hl));
+  if (drop) {
+    k_attn_dropout<<<blocks_for(rows * T, 256), 256, 0, c->stream>>>(scratch, scratch, rows * T,
+                                                                     ma);
+    LAUNCHED();
+  }
+  k_softmax_backward<<<(unsigned)rows, 128, 0, c->stream>>>(scratch, P, T, scale);
+  LAUNCHED();
+  /* dQ = dS K, dK = dS^T Q */
+  for (int b = 0; b < B; b++) {
+    const float *q = qkv + (size_t)b * T * ld;
+    float *dq = dqkv + (size_t)b * T * ld;
+    const float *s = scratch + (size_t)b * Hl * TT;
+    MGT_CHECK(
+        gemm_batched(c, 0, 0, T, hd, T, 1.0f, s, T, TT, q + Cl, ld, hd, 0.0f, dq, ld, hd, Hl));
+    MGT_CHECK(
+        gemm_batched(c, 1, 0, T, hd, T, 1.0f, s, T, TT, q, ld, hd, 0.0f, dq + Cl, ld, hd, Hl));
+  }
+  return MGT_OK;
+}
+
+/* One block per head: scores over the cache, softmax, weighted sum of values. w holds
+   Hl * len floats. */
+__global__ void k_attention_decode(float *out, const float *q, const float *kc, const float *vc,
+                                   float *w, int len, int Hl, int hd, float scale) {
+  __shared__ float sh[32];
+  const int h = blockIdx.x, Cl = Hl * hd;
+  const float *qh = q + (size_t)h * hd;
+  float *wh = w + (size_t)h * len;
+  float mx = -FLT_MAX;
+  for (int t = threadIdx.x; t < len; t += blockDim.x) {
+    const float *k = kc + (size_t)t * Cl + (size_t)h * hd;
+    float dot = 0.0f;
+    for (int e = 0; e < hd; e++)
+      dot += qh[e] * k[e];
+    wh[t] = dot * scale;
+    mx = fmaxf(mx, wh[t]);
+  }
+  mx = block_max(mx, sh);
+  float s = 0.0f;
+  for (int t = threadIdx.x; t < len; t += blockDim.x) {
+    wh[t] = __expf(wh[t] - mx);
+    s += wh[t];
+  }
+  const float inv = 1.0f / block_sum(s, sh); /* also orders the writes of wh before the reads */
+  for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+    float acc = 0.0f;
+    for (int t = 0; t < len; t++)
+      acc += wh[t] * vc[(size_t)t * Cl + (size_t)h * hd + e];
+    out[(size_t)h * hd + e] = acc * inv;
+  }
+}
+
+mgt_status cu_attention_decode(void *ctx, float *out, const float *q, const float *kc,
+                               const float *vc, int len, int Hl, int hd) {
+  cuda_ctx *c = C_(ctx);
+  if (Hl == 0 || len == 0) return MGT_OK;
+  MGT_CHECK(grow((void **)&c->fscratch, &c->fscratch_n, sizeof(float) * (size_t)Hl * len));
+  k_attention_decode<<<Hl, 128, 0, c->stream>>>(out, q, kc, vc, c->fscratch, len, Hl, hd,
+                                                1.0f / sqrtf((float)hd));
+  LAUNCHED();
+  return MGT_OK;
+}
+
+/* ---- embeddings ---- */
+
+__global__ void k_embedding_forward(float *out, const int32_t *tokens, const float *wte, int N,
+                                    int C, int v0, int Vl) {
+  GRID_STRIDE(i, (size_t)N * C) {
+    int n = (int)(i / C), c = (int)(i % C), t = tokens[n] - v0;
+    out[i] = (t >= 0 && t < Vl) ? wte[(size_t)t * C + c] : 0.0f;
+  }
+}
+
+mgt_status cu_embedding_forward(void *ctx, float *out, const int32_t *tokens, const float *wte,
+                                int N, int C, int v0, int Vl) {
+  if ((size_t)N * C == 0) return MGT_OK;
+  k_embedding_forward<<<blocks_for((size_t)N * C, 256), 256, 0, C_(ctx)->stream>>>(out, tokens, wte,
+                                                                                   N, C, v0, Vl);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+__global__ void k_add_position(float *x, const float *wpe, int T, int C, size_t n) {
+  GRID_STRIDE(i, n) x[i] += wpe[i % ((size_t)T * C)];
+}
+
+mgt_status cu_add_position(void *ctx, float *x, const float *wpe, int B, int T, int C) {
+  size_t n = (size_t)B * T * C;
+  if (!n) return MGT_OK;
+  k_add_position<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(x, wpe, T, C, n);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+/* One thread per column, rows in order: a token seen twice adds in row order, as on the CPU,
+   without atomics. */
+__global__ void k_embedding_backward_wte(float *dwte, const float *dout, const int32_t *tokens,
+                                         int N, int C, int v0, int Vl) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  for (int n = 0; n < N; n++) {
+    int t = tokens[n] - v0;
+    if (t >= 0 && t < Vl) dwte[(size_t)t * C + c] += dout[(size_t)n * C + c];
+  }
+}
+
+__global__ void k_embedding_backward_wpe(float *dwpe, const float *dout, int B, int T, int C,
+                                         int acc) {
+  GRID_STRIDE(i, (size_t)T * C) {
+    float s = acc ? dwpe[i] : 0.0f;
+    for (int b = 0; b < B; b++)
+      s += dout[(size_t)b * T * C + i];
+    dwpe[i] = s;
+  }
+}
+
+mgt_status cu_embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
+                                 const int32_t *tokens, int B, int T, int C, int v0, int Vl,
+                                 int accumulate) {
+  cudaStream_t s = C_(ctx)->stream;
+  if (C == 0) return MGT_OK;
+  k_embedding_backward_wte<<<(C + 127) / 128, 128, 0, s>>>(dwte, dout, tokens, B * T, C, v0, Vl);
+  LAUNCHED();
+  if (dwpe && (size_t)T * C > 0) {
+    k_embedding_backward_wpe<<<blocks_for((size_t)T * C, 256), 256, 0, s>>>(dwpe, dout, B, T, C,
+                                                                            accumulate);
+    LAUNCHED();
+  }
+  return MGT_OK;
+}
+
+/* ---- dropout, residual ---- */
+
+__global__ void k_dropout(float *out, const float *x, const float *res, int B, size_t row,
+                          uint64_t seed, uint64_t sample_base, int layer, int site, uint32_t thr,
+                          float scale, int drop) {
+  GRID_STRIDE(i, (size_t)B * row) {
+    float v = x[i];
+    if (drop) {
+      uint64_t b = i / row, e = i % row;
+      uint64_t stream = mgt_philox_dropout_stream(sample_base + b, layer, site);
+      v = keep_word(seed, stream, e, thr) ? v * scale : 0.0f;
+    }
+    out[i] = (res ? res[i] : 0.0f) + v;
+  }
+}
+
+mgt_status cu_dropout_forward(void *ctx, float *out, const float *x, const float *res, int B,
+                              size_t row, const mgt_dropout *d) {
+  size_t n = (size_t)B * row;
+  if (!n) return MGT_OK;
+  const int drop = d->p > 0.0f;
+  k_dropout<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(
+      out, x, res, B, row, d->seed, d->sample_base, d->layer, d->site,
+      drop ? mgt_dropout_threshold(d->p) : 0u, drop ? 1.0f / (1.0f - d->p) : 1.0f, drop);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+mgt_status cu_dropout_backward(void *ctx, float *dx, const float *dout, int B, size_t row,
+                               const mgt_dropout *d) {
+  if (d->p <= 0.0f && dx == dout) return MGT_OK;
+  return cu_dropout_forward(ctx, dx, dout, NULL, B, row, d);
+}
+
+__global__ void k_add(float *y, const float *x, size_t n) { GRID_STRIDE(i, n) y[i] += x[i]; }
+
+mgt_status cu_add(void *ctx, float *y, const float *x, size_t n) {
+  if (!n) return MGT_OK;
+  k_add<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(y, x, n);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+/* ---- vocabulary-parallel cross-entropy ---- */
+
+__global__ void k_xent_max(float *rowmax, const float *logits, int Vl, int nv) {
+  __shared__ float sh[32];
+  const float *r = logits + (size_t)blockIdx.x * Vl;
+  float m = -FLT_MAX;
+  for (int j = threadIdx.x; j < nv; j += blockDim.x)
+    m = fmaxf(m, r[j]);
+  m = block_max(m, sh);
+  if (threadIdx.x == 0) rowmax[blockIdx.x] = m;
+}
+
+mgt_status cu_xent_max(void *ctx, float *rowmax, const float *logits, int N, int Vl, int nv) {
+  if (N == 0) return MGT_OK;
+  k_xent_max<<<N, 256, 0, C_(ctx)->stream>>>(rowmax, logits, Vl, nv);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+__global__ void k_xent_sumexp(float *sum, float *tgt, float *logits, const float *rowmax,
+                              const int32_t *targets, int Vl, int nv, int v0, int keep_exp) {
+  __shared__ float sh[32];
+  const int n = blockIdx.x;
+  float *r = logits + (size_t)n * Vl;
+  const float m = rowmax[n];
+  const int t = targets[n] - v0;
+  if (threadIdx.x == 0) tgt[n] = (t >= 0 && t < nv) ? r[t] : 0.0f;
+  __syncthreads(); /* the target logit is read before keep_exp overwrites it */
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < nv; j += blockDim.x) {
+    float e = __expf(r[j] - m);
+    if (keep_exp) r[j] = e;
+    s += e;
+  }
+  s = block_sum(s, sh);
+  if (threadIdx.x == 0) sum[n] = s;
+}
+
+mgt_status cu_xent_sumexp(void *ctx, float *sum, float *tgt, float *logits, const float *rowmax,
+                          const int32_t *targets, int N, int Vl, int nv, int v0, int keep_exp) {
+  if (N == 0) return MGT_OK;
+  k_xent_sumexp<<<N, 256, 0, C_(ctx)->stream>>>(sum, tgt, logits, rowmax, targets, Vl, nv, v0,
+                                                keep_exp);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+__global__ void k_xent_loss(float *losses, const float *rowmax, const float *sum, const float *tgt,
+                            int N) {
+  GRID_STRIDE(n, (size_t)N) losses[n] = logf(sum[n]) + rowmax[n] - tgt[n];
+}
+
+mgt_status cu_xent_loss(void *ctx, float *losses, const float *rowmax, const float *sum,
+                        const float *tgt, int N, double *total) {
+  cuda_ctx *c = C_(ctx);
+  *total = 0.0;
+  if (N == 0) return MGT_OK;
+  k_xent_loss<<<blocks_for((size_t)N, 256), 256, 0, c->stream>>>(losses, rowmax, sum, tgt, N);
+  LAUNCHED();
+  /* summed on the host in double, in row order, as the CPU twin does */
+  float *h = NULL;
+  MGT_CHECK(host_buffer(c, (size_t)N, &h));
+  MGT_CHECK(cu_download(ctx, h, losses, sizeof(float) * (size_t)N));
+  double acc = 0.0;
+  for (int n = 0; n < N; n++)
+    acc += h[n];
+  *total = acc;
+  return MGT_OK;
+}
+
+__global__ void k_xent_backward(float *logits, const float *sum, const int32_t *targets, int N,
+                                int Vl, int nv, int v0, float scale) {
+  GRID_STRIDE(i, (size_t)N * Vl) {
+    int n = (int)(i / Vl), j = (int)(i % Vl), t = targets[n] - v0;
+    float g = j < nv ? logits[i] * (scale / sum[n]) : 0.0f;
+    if (j == t && t < nv) g -= scale;
+    logits[i] = g;
+  }
+}
+
+mgt_status cu_xent_backward(void *ctx, float *logits, const float *sum, const int32_t *targets,
+                            int N, int Vl, int nv, int v0, float scale) {
+  size_t n = (size_t)N * Vl;
+  if (!n) return MGT_OK;
+  k_xent_backward<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(logits, sum, targets, N, Vl, nv,
+                                                                   v0, scale);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+/* Row argmax, lowest index on ties: one block per row. out holds (value, index) pairs. */
+__global__ void k_argmax(float *out, const float *logits, int Vl, int nv) {
+  __shared__ float sv[256];
+  __shared__ int si[256];
+  const float *r = logits + (size_t)blockIdx.x * Vl;
+  float best = -FLT_MAX;
+  int at = -1;
+  for (int j = threadIdx.x; j < nv; j += blockDim.x)
+    if (at < 0 || r[j] > best) best = r[j], at = j; /* j ascends: ties keep the first */
+  sv[threadIdx.x] = best;
+  si[threadIdx.x] = at;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < (unsigned)o) {
+      float v2 = sv[threadIdx.x + o];
+      int i2 = si[threadIdx.x + o];
+      bool take = i2 >= 0 && (si[threadIdx.x] < 0 || v2 > sv[threadIdx.x] ||
+                              (v2 == sv[threadIdx.x] && i2 < si[threadIdx.x]));
+      if (take) sv[threadIdx.x] = v2, si[threadIdx.x] = i2;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    out[2 * blockIdx.x] = sv[0];
+    out[2 * blockIdx.x + 1] = __int_as_float(si[0]);
+  }
+}
+
+mgt_status cu_argmax(void *ctx, const float *logits, int N, int Vl, int nv, float *val,
+                     int32_t *idx) {
+  cuda_ctx *c = C_(ctx);
+  if (N == 0) return MGT_OK;
+  MGT_CHECK(grow((void **)&c->fscratch, &c->fscratch_n, sizeof(float) * 2 * (size_t)N));
+  k_argmax<<<N, 256, 0, c->stream>>>(c->fscratch, logits, Vl, nv);
+  LAUNCHED();
+  float *h = NULL;
+  MGT_CHECK(host_buffer(c, 2 * (size_t)N, &h));
+  MGT_CHECK(cu_download(ctx, h, c->fscratch, sizeof(float) * 2 * (size_t)N));
+  for (int n = 0; n < N; n++) {
+    val[n] = h[2 * n];
+    memcpy(&idx[n], &h[2 * n + 1], sizeof(int32_t));
+  }
+  return MGT_OK;
+}
+
+/* ---- optimizer ---- */
+
+__global__ void k_sumsq(double *out, const float *x, size_t n) {
+  __shared__ float sh[32];
+  double acc = 0.0;
+  /* float partials of bounded length, summed in double, as on the CPU */
+  for (size_t base = (size_t)blockIdx.x * 4096; base < n; base += (size_t)gridDim.x * 4096) {
+    float f = 0.0f;
+    size_t end = base + 4096 < n ? base + 4096 : n;
+    for (size_t i = base + threadIdx.x; i < end; i += blockDim.x)
+      f += x[i] * x[i];
+    f = block_sum(f, sh);
+    acc += f;
+  }
+  if (threadIdx.x == 0) atomicAdd(out, acc);
+}
+
+mgt_status cu_sumsq(void *ctx, const float *x, const mgt_segment *segs, int nseg, double *out) {
+  cuda_ctx *c = C_(ctx);
+  CU(cudaMemsetAsync(c->dsum, 0, sizeof(double), c->stream));
+  for (int k = 0; k < nseg; k++) {
+    if (!segs[k].count_in_norm || segs[k].n == 0) continue;
+    size_t nb = (segs[k].n + 4095) / 4096;
+    k_sumsq<<<(unsigned)(nb < 1024 ? nb : 1024), 256, 0, c->stream>>>(c->dsum, x + segs[k].offset,
+                                                                      segs[k].n);
+    LAUNCHED();
+  }
+  MGT_CHECK(cu_download(ctx, out, c->dsum, sizeof(double)));
+  return MGT_OK;
+}
+
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float b1, float b2,
+                        float lr, float eps, float gs, float ib1, float ib2, float wd) {
+  GRID_STRIDE(i, n) {
+    float gi = g[i] * gs;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= lr * ((mi * ib1) / (sqrtf(vi * ib2) + eps) + wd * p[i]);
+  }
+}
+
+mgt_status cu_adamw(void *ctx, float *p, const float *g, float *m, float *v,
+                    const mgt_segment *segs, int nseg, const mgt_adamw_step *s) {
+  cudaStream_t st = C_(ctx)->stream;
+  for (int k = 0; k < nseg; k++) {
+    size_t off = segs[k].offset, n = segs[k].n;
+    if (!n) continue;
+    k_adamw<<<blocks_for(n, 256), 256, 0, st>>>(
+        p + off, g + off, m + off, v + off, n, s->beta1, s->beta2, s->lr, s->eps, s->grad_scale,
+        1.0f / s->bias_correction1, 1.0f / s->bias_correction2, segs[k].weight_decay);
+    LAUNCHED();
+  }
+  return MGT_OK;
+}
+
+} // namespace
+
+/* ---- the table ---- */
+
+extern "C" int mgt_cuda_device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError(); /* no driver or no device: clear the sticky error */
+    return 0;
+  }
+  return n;
+}
+
+extern "C" mgt_status mgt_backend_cuda_create(int device, mgt_backend **out) {
+  *out = NULL;
+  int n = mgt_cuda_device_count();
+  MGT_REQUIRE(n > 0, "--device cuda: no CUDA device is visible (driver, CUDA_VISIBLE_DEVICES)");
+  MGT_REQUIRE(device >= 0 && device < n, "CUDA device %d does not exist (%d visible)", device, n);
+  CU(cudaSetDevice(device));
+  cuda_ctx *c = static_cast<cuda_ctx *>(calloc(1, sizeof(cuda_ctx)));
+  mgt_backend *be = static_cast<mgt_backend *>(calloc(1, sizeof(mgt_backend)));
+  if (!c || !be) {
+    free(c);
+    free(be);
+    MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the CUDA backend");
+  }
+  c->device = device;
+  cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaMalloc((void **)&c->dsum, sizeof(double));
+  if (e != cudaSuccess) {
+    free(c);
+    free(be);
+    return cuda_fail(e, __FILE__, __LINE__, "creating the CUDA stream");
+  }
+  cublasStatus_t bs = cublasCreate(&c->blas);
+  if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(c->blas, c->stream);
+  /* fp32 GEMMs stay fp32 (no TF32), so the CPU and GPU agree to float rounding */
+  if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+  if (bs != CUBLAS_STATUS_SUCCESS) {
+    cudaStreamDestroy(c->stream);
+    cudaFree(c->dsum);
+    free(c);
+    free(be);
+    MGT_FAIL(MGT_ERR_BACKEND, "cuBLAS initialization failed (status %d)", (int)bs);
+  }
+  be->name = "cuda";
+  be->ctx = c;
+  be->alloc = cu_alloc;
+  be->free = cu_free;
+  be->zero = cu_zero;
+  be->upload = cu_upload;
+  be->download = cu_download;
+  be->copy = cu_copy;
+  be->sync = cu_sync;
+  be->destroy = cu_destroy;
+  be->set_precision = cu_set_precision;
+  be->init_normal = cu_init_normal;
+  be->fill = cu_fill;
+  be->gemm = cu_gemm;
+  be->add_bias = cu_add_bias;
+  be->bias_backward = cu_bias_backward;
+  be->layernorm_forward = cu_layernorm_forward;
+  be->layernorm_backward = cu_layernorm_backward;
+  be->bias_gelu_forward = cu_bias_gelu_forward;
+  be->gelu_backward = cu_gelu_backward;
+  be->attention_forward = cu_attention_forward;
+  be->attention_backward = cu_attention_backward;
+  be->embedding_forward = cu_embedding_forward;
+  be->add_position = cu_add_position;
+  be->embedding_backward = cu_embedding_backward;
+  be->dropout_forward = cu_dropout_forward;
+  be->dropout_backward = cu_dropout_backward;
+  be->add = cu_add;
+  be->xent_max = cu_xent_max;
+  be->xent_sumexp = cu_xent_sumexp;
+  be->xent_loss = cu_xent_loss;
+  be->xent_backward = cu_xent_backward;
+  be->argmax = cu_argmax;
+  be->attention_decode = cu_attention_decode;
+  be->sumsq = cu_sumsq;
+  be->adamw = cu_adamw;
+  *out = be;
+  return MGT_OK;
+}
+
+extern "C" void *mgt_backend_cuda_stream(const mgt_backend *be) {
+  return be && be->destroy == cu_destroy ? static_cast<cuda_ctx *>(be->ctx)->stream : NULL;
+}
+
+extern "C" mgt_status mgt_backend_cuda_info(const mgt_backend *be, char *name, size_t name_size,
+                                            size_t *free_bytes, size_t *total_bytes) {
+  MGT_REQUIRE(be && be->destroy == cu_destroy, "not a CUDA backend");
+  cudaDeviceProp prop;
+  CU(cudaGetDeviceProperties(&prop, static_cast<cuda_ctx *>(be->ctx)->device));
+  snprintf(name, name_size, "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
+  CU(cudaMemGetInfo(free_bytes, total_bytes));
+  return MGT_OK;
+}

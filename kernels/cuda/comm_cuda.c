@@ -1,0 +1,283 @@
+/* Collectives on device buffers for the CUDA backend: NCCL communicators built from the
+   grid's MPI communicators, or MPI on device pointers when the MPI library is CUDA-aware, or
+   MPI through pinned host staging. Host buffers (losses, norms, gathered logits) go to the
+   plain MPI implementation. NCCL work is ordered on the backend's stream; the MPI paths wait
+   for the stream first, since MPI cannot see it. */
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgt/backend.h"
+#include "mgt/grid.h"
+#include "mgt/log.h"
+#ifdef MGT_HAVE_NCCL
+#include <nccl.h>
+#endif
+#if defined(OPEN_MPI) && OPEN_MPI
+#include <mpi-ext.h>
+#endif
+
+typedef struct cuda_comm {
+  mgt_comm host; /* the MPI implementation, for host buffers */
+  mgt_comm_stats *stats;
+  cudaStream_t stream;
+  mgt_dist_mode mode;
+  float *stage; /* pinned: 2 * stage_n floats (in and out of a staged all-gather) */
+  size_t stage_n;
+#ifdef MGT_HAVE_NCCL
+  ncclComm_t nccl[3]; /* per axis; NULL on axes of size 1 */
+#endif
+} cuda_comm;
+
+#define CU(call)                                                                                   \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess) MGT_FAIL(MGT_ERR_BACKEND, "%s: %s", #call, cudaGetErrorString(e_));     \
+  } while (0)
+
+#ifdef MGT_HAVE_NCCL
+#define NCCL(call)                                                                                 \
+  do {                                                                                             \
+    ncclResult_t r_ = (call);                                                                      \
+    if (r_ != ncclSuccess) MGT_FAIL(MGT_ERR_MPI, "%s: %s", #call, ncclGetErrorString(r_));         \
+  } while (0)
+#endif
+
+static MPI_Comm axis_comm(const mgt_grid *g, mgt_axis axis, int *size) {
+  switch (axis) {
+  case MGT_AXIS_TP: *size = g->tp; return g->tp_comm;
+  case MGT_AXIS_DP: *size = g->dp; return g->dp_comm;
+  default: *size = g->size; return g->world;
+  }
+}
+
+static int on_device(const void *p) {
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+static void account(cuda_comm *c, mgt_axis axis, double t0, size_t bytes) {
+  if (!c->stats) return;
+  c->stats->seconds[axis] += mgt_now() - t0;
+  c->stats->calls[axis]++;
+  c->stats->bytes[axis] += bytes;
+}
+
+static mgt_status stage(cuda_comm *c, size_t n) {
+  if (n <= c->stage_n) return MGT_OK;
+  cudaFreeHost(c->stage);
+  c->stage = NULL;
+  c->stage_n = 0;
+  CU(cudaMallocHost((void **)&c->stage, 2 * n * sizeof(float)));
+  c->stage_n = n;
+  return MGT_OK;
+}
+
+static mgt_status cu_allreduce(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
+                               mgt_redop op) {
+  cuda_comm *c = ctx;
+  int size;
+  MPI_Comm mc = axis_comm(g, axis, &size);
+  if (size == 1 || n == 0) return MGT_OK;
+  if (!on_device(buf)) return c->host.allreduce(c->host.ctx, g, axis, buf, n, op);
+  MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu floats exceeds the count limit", n);
+  double t0 = mgt_now();
+#ifdef MGT_HAVE_NCCL
+  if (c->mode == MGT_DIST_NCCL) {
+    NCCL(ncclAllReduce(buf, buf, n, ncclFloat, op == MGT_MAX ? ncclMax : ncclSum, c->nccl[axis],
+                       c->stream));
+    account(c, axis, t0, n * sizeof(float));
+    return MGT_OK;
+  }
+#endif
+  CU(cudaStreamSynchronize(c->stream));
+  MPI_Op mop = op == MGT_MAX ? MPI_MAX : MPI_SUM;
+  if (c->mode == MGT_DIST_MPI_CUDA_AWARE) {
+    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mop, mc));
+  } else {
+    MGT_CHECK(stage(c, n));
+    CU(cudaMemcpy(c->stage, buf, n * sizeof(float), cudaMemcpyDeviceToHost));
+    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, c->stage, (int)n, MPI_FLOAT, mop, mc));
+    CU(cudaMemcpy(buf, c->stage, n * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  account(c, axis, t0, n * sizeof(float));
+  return MGT_OK;
+}
+
+static mgt_status cu_allreduce_f64(void *ctx, const mgt_grid *g, mgt_axis axis, double *buf,
+                                   size_t n, mgt_redop op) {
+  cuda_comm *c = ctx;
+  return c->host.allreduce_f64(c->host.ctx, g, axis, buf, n, op);
+}
+
+static mgt_status cu_allreduce_maxloc(void *ctx, const mgt_grid *g, mgt_axis axis, float *val,
+                                      int32_t *idx, size_t n) {
+  cuda_comm *c = ctx;
+  return c->host.allreduce_maxloc(c->host.ctx, g, axis, val, idx, n);
+}
+
+/* Device all-reduces complete in order on the stream (NCCL) or at once (MPI): the request
+   is already finished. */
+static mgt_status cu_iallreduce(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
+                                mgt_redop op, mgt_comm_req *req) {
+  cuda_comm *c = ctx;
+  if (!on_device(buf)) return c->host.iallreduce(c->host.ctx, g, axis, buf, n, op, req);
+  req->mpi = MPI_REQUEST_NULL;
+  req->axis = axis;
+  return cu_allreduce(ctx, g, axis, buf, n, op);
+}
+
+static mgt_status cu_wait(void *ctx, mgt_comm_req *req) {
+  cuda_comm *c = ctx;
+  return c->host.wait(c->host.ctx, req);
+}
+
+static mgt_status cu_test(void *ctx, mgt_comm_req *req, int *done) {
+  cuda_comm *c = ctx;
+  return c->host.test(c->host.ctx, req, done);
+}
+
+static mgt_status cu_allgather(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in,
+                               float *out, size_t n) {
+  cuda_comm *c = ctx;
+  int size;
+  MPI_Comm mc = axis_comm(g, axis, &size);
+  if (!on_device(out)) return c->host.allgather(c->host.ctx, g, axis, in, out, n);
+  MGT_REQUIRE(n * (size_t)size <= INT_MAX, "all-gather of %zu floats exceeds the count limit", n);
+  double t0 = mgt_now();
+#ifdef MGT_HAVE_NCCL
+  if (c->mode == MGT_DIST_NCCL && size > 1) {
+    NCCL(ncclAllGather(in, out, n, ncclFloat, c->nccl[axis], c->stream));
+    account(c, axis, t0, n * sizeof(float));
+    return MGT_OK;
+  }
+#endif
+  CU(cudaStreamSynchronize(c->stream));
+  if (c->mode == MGT_DIST_MPI_CUDA_AWARE) {
+    MGT_MPI(MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, mc));
+  } else {
+    MGT_CHECK(stage(c, n * (size_t)(size + 1)));
+    float *hin = c->stage, *hout = c->stage + n;
+    CU(cudaMemcpy(hin, in, n * sizeof(float), cudaMemcpyDeviceToHost));
+    MGT_MPI(MPI_Allgather(hin, (int)n, MPI_FLOAT, hout, (int)n, MPI_FLOAT, mc));
+    CU(cudaMemcpy(out, hout, n * (size_t)size * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  account(c, axis, t0, n * sizeof(float));
+  return MGT_OK;
+}
+
+static mgt_status cu_broadcast(void *ctx, const mgt_grid *g, mgt_axis axis, void *buf, size_t bytes,
+                               int root) {
+  cuda_comm *c = ctx;
+  int size;
+  MPI_Comm mc = axis_comm(g, axis, &size);
+  if (size == 1 || bytes == 0) return MGT_OK;
+  if (!on_device(buf)) return c->host.broadcast(c->host.ctx, g, axis, buf, bytes, root);
+  MGT_REQUIRE(bytes <= INT_MAX, "broadcast of %zu bytes exceeds the count limit", bytes);
+#ifdef MGT_HAVE_NCCL
+  if (c->mode == MGT_DIST_NCCL) {
+    NCCL(ncclBroadcast(buf, buf, bytes, ncclChar, root, c->nccl[axis], c->stream));
+    return MGT_OK;
+  }
+#endif
+  CU(cudaStreamSynchronize(c->stream));
+  if (c->mode == MGT_DIST_MPI_CUDA_AWARE) {
+    MGT_MPI(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, mc));
+  } else {
+    MGT_CHECK(stage(c, (bytes + sizeof(float) - 1) / sizeof(float)));
+    CU(cudaMemcpy(c->stage, buf, bytes, cudaMemcpyDeviceToHost));
+    MGT_MPI(MPI_Bcast(c->stage, (int)bytes, MPI_BYTE, root, mc));
+    CU(cudaMemcpy(buf, c->stage, bytes, cudaMemcpyHostToDevice));
+  }
+  return MGT_OK;
+}
+
+int mgt_mpi_cuda_aware(void) {
+  const char *env = getenv("MGT_CUDA_AWARE_MPI"); /* 0 forces staging, 1 trusts the user */
+  if (env && *env) return atoi(env) != 0;
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support();
+#else
+  return 0;
+#endif
+}
+
+const char *mgt_dist_mode_name(mgt_dist_mode m) {
+  switch (m) {
+  case MGT_DIST_NCCL: return "NCCL";
+  case MGT_DIST_MPI_CUDA_AWARE: return "CUDA-aware MPI";
+  default: return "MPI through host memory";
+  }
+}
+
+#ifdef MGT_HAVE_NCCL
+/* One NCCL communicator over an MPI communicator: rank 0 makes the id, MPI carries it. */
+static mgt_status nccl_over(MPI_Comm mc, ncclComm_t *out) {
+  int rank, size;
+  MGT_MPI(MPI_Comm_rank(mc, &rank));
+  MGT_MPI(MPI_Comm_size(mc, &size));
+  *out = NULL;
+  if (size == 1) return MGT_OK;
+  ncclUniqueId id;
+  if (rank == 0) NCCL(ncclGetUniqueId(&id));
+  MGT_MPI(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, mc));
+  NCCL(ncclCommInitRank(out, size, id, rank));
+  return MGT_OK;
+}
+#endif
+
+mgt_status mgt_comm_cuda_create(mgt_comm *comm, const mgt_grid *grid, const mgt_backend *be,
+                                int use_nccl, mgt_comm_stats *stats, mgt_dist_mode *mode) {
+  memset(comm, 0, sizeof *comm);
+#ifndef MGT_HAVE_NCCL
+  MGT_REQUIRE(!use_nccl, "--distributed-backend nccl: this build has no NCCL (configure with "
+                         "-DMGT_NCCL=ON)");
+#endif
+  cudaStream_t stream = (cudaStream_t)mgt_backend_cuda_stream(be);
+  MGT_REQUIRE(stream, "device collectives need the CUDA backend");
+  cuda_comm *c = calloc(1, sizeof *c);
+  if (!c) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the communicator");
+  mgt_comm_mpi_init(&c->host, grid, stats);
+  c->stats = stats;
+  c->stream = stream;
+  c->mode = use_nccl ? MGT_DIST_NCCL
+                     : (mgt_mpi_cuda_aware() ? MGT_DIST_MPI_CUDA_AWARE : MGT_DIST_MPI_STAGED);
+  mgt_status st = MGT_OK;
+#ifdef MGT_HAVE_NCCL
+  if (use_nccl) {
+    st = nccl_over(grid->tp_comm, &c->nccl[MGT_AXIS_TP]);
+    if (st == MGT_OK) st = nccl_over(grid->dp_comm, &c->nccl[MGT_AXIS_DP]);
+    if (st == MGT_OK) st = nccl_over(grid->world, &c->nccl[MGT_AXIS_WORLD]);
+  }
+#endif
+  comm->grid = grid;
+  comm->ctx = c;
+  comm->allreduce = cu_allreduce;
+  comm->allreduce_f64 = cu_allreduce_f64;
+  comm->allreduce_maxloc = cu_allreduce_maxloc;
+  comm->iallreduce = cu_iallreduce;
+  comm->wait = cu_wait;
+  comm->test = cu_test;
+  comm->allgather = cu_allgather;
+  comm->broadcast = cu_broadcast;
+  if (mode) *mode = c->mode;
+  if (st != MGT_OK) mgt_comm_cuda_destroy(comm);
+  return st;
+}
+
+void mgt_comm_cuda_destroy(mgt_comm *comm) {
+  cuda_comm *c = comm->ctx;
+  if (!c) return;
+#ifdef MGT_HAVE_NCCL
+  for (int a = 0; a < 3; a++)
+    if (c->nccl[a]) ncclCommDestroy(c->nccl[a]);
+#endif
+  cudaFreeHost(c->stage);
+  free(c);
+  comm->ctx = NULL;
+}

@@ -1,0 +1,74 @@
+/* Backend and communicator selection. */
+#include "mgt/device.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "mgt/config.h"
+
+mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend, mgt_precision precision,
+                           const mgt_grid *grid, mgt_comm_stats *stats) {
+  memset(d, 0, sizeof *d);
+  mgt_status st = MGT_OK;
+  if (device == MGT_DEVICE_CPU) {
+    st = mgt_mpi_agree(grid->world, mgt_backend_cpu_create(&d->be));
+    if (st != MGT_OK) return st;
+    mgt_comm_mpi_init(&d->comm, grid, stats);
+    snprintf(d->desc, sizeof d->desc, "cpu (BLAS: %s)", mgt_cpu_blas_name());
+  } else {
+#ifdef MGT_HAVE_CUDA
+    int n = mgt_cuda_device_count(), local = mgt_local_rank(grid->world);
+    d->gpu = n > 0 ? local % n : 0;
+    int shared = n > 0 && local >= n; /* some GPU serves two ranks */
+    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_MAX, grid->world));
+#ifdef MGT_HAVE_NCCL
+    int use_nccl = dist_backend == MGT_DIST_BACKEND_NCCL || (dist_backend < 0 && !shared);
+#else
+    int use_nccl = dist_backend == MGT_DIST_BACKEND_NCCL; /* refused below, with the reason */
+#endif
+    st = mgt_mpi_agree(grid->world, mgt_backend_cuda_create(d->gpu, &d->be));
+    if (st != MGT_OK) return st;
+    mgt_dist_mode mode = MGT_DIST_MPI_STAGED;
+    st = mgt_mpi_agree(grid->world,
+                       mgt_comm_cuda_create(&d->comm, grid, d->be, use_nccl, stats, &mode));
+    if (st != MGT_OK) {
+      mgt_backend_destroy(&d->be);
+      return st;
+    }
+    d->cuda = 1;
+    char name[128] = "";
+    size_t fr = 0, tot = 0;
+    if (mgt_backend_cuda_info(d->be, name, sizeof name, &fr, &tot) != MGT_OK) mgt_error_clear();
+    snprintf(d->desc, sizeof d->desc,
+             "cuda: %s, %.0f GiB, rank 0 on GPU %d of %d; "
+             "collectives: %s",
+             name, tot / 1073741824.0, d->gpu, n, mgt_dist_mode_name(mode));
+#else
+    (void)dist_backend;
+    MGT_FAIL(MGT_ERR_INPUT, "--device cuda: this mgt was built without CUDA (configure with "
+                            "-DMGT_CUDA=ON)");
+#endif
+  }
+  if (precision != MGT_PREC_FP32) {
+    st = d->be->set_precision(d->be->ctx, precision);
+    if (st != MGT_OK) mgt_device_close(d);
+  }
+  return st;
+}
+
+void mgt_device_close(mgt_device *d) {
+#ifdef MGT_HAVE_CUDA
+  if (d->cuda) mgt_comm_cuda_destroy(&d->comm);
+#endif
+  mgt_backend_destroy(&d->be);
+  d->cuda = 0;
+}
+
+void mgt_device_memory(const mgt_device *d, size_t *free_bytes, size_t *total_bytes) {
+  *free_bytes = *total_bytes = 0;
+#ifdef MGT_HAVE_CUDA
+  char name[8];
+  if (d->cuda && mgt_backend_cuda_info(d->be, name, sizeof name, free_bytes, total_bytes) != MGT_OK)
+    mgt_error_clear();
+#endif
+}

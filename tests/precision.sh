@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Mixed precision on the CPU backend, which rounds GEMM inputs exactly as a GPU's 16-bit
+# GEMMs do. Usage: precision.sh MGT MPIEXEC
+#  - --bf16 trains within 2e-2 of the fp32 losses, and tp=2 within 1e-3 of tp=1 (16-bit
+#    rounding turns float32 reduction-order differences into larger ones);
+#  - --fp16 from the default scale 2^32 overflows, skips those steps and halves the scale
+#    (after the hysteresis) until it fits, then trains with at most a few more skips;
+#  - with a fixed --loss-scale that fits, fp16 never skips and stays within 2e-2 of fp32;
+#  - flags that exclude each other are refused.
+set -u
+MGT=$1
+MPIEXEC=${2:-mpiexec}
+PY=/usr/bin/python3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+
+run() { # name ranks tp extra...
+  local name=$1 n=$2 tp=$3
+  shift 3
+  "$MPIEXEC" -n "$n" "$MGT" train --mock-data --num-layers 2 --hidden-size 64 \
+    --num-attention-heads 4 --seq-length 32 --micro-batch-size 8 --global-batch-size 16 \
+    --train-iters 60 --lr 3e-3 --lr-warmup-iters 5 --log-interval 1 --eval-iters 0 \
+    --tensor-model-parallel-size "$tp" --metrics-file "$tmp/$name.jsonl" "$@" >"$tmp/$name.log" 2>&1 ||
+    { echo "FAIL: $name did not run"; tail -5 "$tmp/$name.log"; fails=$((fails + 1)); }
+}
+
+run fp32 1 1
+run bf16 1 1 --bf16
+run bf16_tp2 2 2 --bf16
+run fp16 1 1 --fp16 --hysteresis 2
+run fp16_fixed 1 1 --fp16 --loss-scale 1024
+grep -q "bf16 GEMM inputs" "$tmp/bf16.log" || { echo "FAIL: the layout line does not name bf16"; fails=$((fails + 1)); }
+grep -q "loss scale:" "$tmp/fp16.log" || { echo "FAIL: the fp16 log line has no loss scale"; fails=$((fails + 1)); }
+
+$PY - "$tmp" <<'PY' || fails=$((fails + 1))
+import json, sys
+d = sys.argv[1]
+def rows(name):
+    return [json.loads(l) for l in open(f"{d}/{name}.jsonl")]
+ref = rows("fp32")
+assert len(ref) == 60
+def close(name, first=0):
+    r = rows(name)
+    bad = [(a["iteration"], a["loss"], b["loss"]) for a, b in zip(ref, r)
+           if a["iteration"] > first and abs(a["loss"] - b["loss"]) > 2e-2]
+    assert not bad, (name, bad[:3])
+    print(f"ok: {name}: losses within 2e-2 of fp32 (max diff "
+          f"{max(abs(a['loss'] - b['loss']) for a, b in zip(ref, r)):.2e})")
+    return r
+b1 = close("bf16")
+b2 = rows("bf16_tp2")
+worst = max(abs(a["loss"] - b["loss"]) for a, b in zip(b1, b2))
+assert worst <= 1e-3, ("bf16 tp=2 against tp=1", worst)
+print(f"ok: bf16 tp=2 equals tp=1 within {worst:.1e}")
+f = rows("fp16")
+scales = [r["loss_scale"] for r in f]
+skipped = sum(r["skipped_iterations"] for r in f)
+# the first overflow only spends the hysteresis: the scale is still 2^32 after it
+assert scales[0] == 2.0**32 and f[0]["skipped_iterations"] == 1 and skipped >= 2, (scales[:5], skipped)
+assert all(b <= a for a, b in zip(scales, scales[1:])), "the scale only falls within 60 steps"
+# every skip is an overflow: the scale halves from the second one on (hysteresis 2)
+assert scales[-1] == 2.0**32 / 2 ** (skipped - 1), (scales[-1], skipped)
+# once the scale fits, overflows are rare (growing gradients may cause one) and the model learns
+first = next(r for r in f if r["skipped_iterations"] == 0)
+late = sum(r["skipped_iterations"] for r in f[f.index(first):])
+assert late <= 3, f"{late} overflows after the scale fitted"
+assert f[-1]["loss"] < first["loss"] - 1.0, (first["loss"], f[-1]["loss"])
+print(f"ok: fp16: {skipped} overflow steps skipped, scale 2^32 -> {scales[-1]:.0f}, "
+      f"then loss {first['loss']:.3f} -> {f[-1]['loss']:.3f}")
+fx = rows("fp16_fixed")
+assert all(r["loss_scale"] == 1024 for r in fx) and all(r["skipped_iterations"] == 0 for r in fx)
+close("fp16_fixed")
+PY
+
+expect_err() { # want args...
+  local want=$1
+  shift
+  "$MGT" train --mock-data "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" != 2 ] || ! grep -q -F -- "$want" "$tmp/err"; then
+    echo "FAIL: mgt train $*: exit $rc, wanted '$want'"
+    head -3 "$tmp/err"
+    fails=$((fails + 1))
+  else
+    echo "ok: $(head -1 "$tmp/err")"
+  fi
+}
+expect_err "--fp16 and --bf16 exclude each other" --fp16 --bf16
+expect_err "--distributed-backend nccl needs --device cuda" --distributed-backend nccl
+expect_err "--min-loss-scale" --fp16 --initial-loss-scale 4 --min-loss-scale 8
+if ! "$MGT" version 2>/dev/null | grep -q cuda; then
+  expect_err "built without CUDA" --device cuda
+elif ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
+  expect_err "no CUDA device is visible" --device cuda
+fi
+[ "$fails" = 0 ] && echo "precision: all passed" || echo "precision: $fails failures"
+exit $((fails > 0))

@@ -1,0 +1,344 @@
+/* CUDA conformance: every operation of the CUDA backend against its CPU twin on the same
+   random inputs (the CPU kernels are themselves checked against float64 references and finite
+   differences in test_kernels). fp32 results agree within 1e-5 of the result's scale; GEMMs
+   with bf16/fp16 inputs within 1e-4 (both sides round the inputs the same way, so only the
+   order of fp32 accumulation differs). Exits 77 (skipped) without a GPU. */
+#include <float.h>
+#include <string.h>
+
+#include "mgt/backend.h"
+#include "testutil.h"
+
+static mgt_backend *cpu, *gpu;
+
+static void *dev(const void *host, size_t bytes) {
+  void *d = NULL;
+  T_OK(gpu->alloc(gpu->ctx, bytes, "test", &d));
+  if (host) T_OK(gpu->upload(gpu->ctx, d, host, bytes));
+  return d;
+}
+
+static float *fetch(const void *d, size_t n) {
+  float *h = malloc(n * sizeof(float) + 1);
+  T_OK(gpu->download(gpu->ctx, h, d, n * sizeof(float)));
+  return h;
+}
+
+static float *rnd(size_t n, float scale) {
+  float *x = malloc(n * sizeof(float) + 1);
+  t_fill(x, n, scale);
+  return x;
+}
+
+static float *dup(const float *x, size_t n) {
+  float *y = malloc(n * sizeof(float) + 1);
+  memcpy(y, x, n * sizeof(float));
+  return y;
+}
+
+/* The GPU result d (device, n floats) against the CPU result ref: |d - ref| <= tol * scale,
+   scale the largest |ref| (at least 1e-30). */
+static void same(const char *what, const void *d, const float *ref, size_t n, double tol) {
+  float *g = fetch(d, n);
+  double scale = 1e-30, worst = 0.0;
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++)
+    scale = fmax(scale, fabs(ref[i]));
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)g[i] - ref[i]);
+    if (!(e <= worst)) worst = isnan(e) ? INFINITY : e, at = i;
+  }
+  T_CHECK(worst <= tol * scale, "%s: element %zu is %.9g on the GPU, %.9g on the CPU (scale %.3g)",
+          what, at, n ? g[at] : 0.0, n ? ref[at] : 0.0, scale);
+  free(g);
+}
+
+static void test_memory(void) {
+  const size_t n = 1000;
+  float *x = rnd(n, 1.0f);
+  float *d = dev(x, n * sizeof(float)), *e = dev(NULL, n * sizeof(float));
+  T_OK(gpu->copy(gpu->ctx, e, d, n * sizeof(float)));
+  same("upload/copy/download", e, x, n, 0.0);
+  T_OK(gpu->zero(gpu->ctx, e, n * sizeof(float)));
+  float *z = calloc(n, sizeof(float));
+  same("zero", e, z, n, 0.0);
+  T_OK(gpu->fill(gpu->ctx, e, n, 2.5f));
+  T_OK(cpu->fill(cpu->ctx, z, n, 2.5f));
+  same("fill", e, z, n, 0.0);
+  gpu->free(gpu->ctx, d);
+  gpu->free(gpu->ctx, e);
+  free(x), free(z);
+}
+
+static void test_init(void) {
+  mgt_shard sh = {3, {5, 7, 9}, {10, 7, 8}, 0, 5}; /* a shard with padding in dims 0 and 2 */
+  size_t n = 5 * 7 * 9;
+  float *c = malloc(n * sizeof(float));
+  float *d = dev(NULL, n * sizeof(float));
+  T_OK(cpu->init_normal(cpu->ctx, c, &sh, 42, 7, 0.02f));
+  T_OK(gpu->init_normal(gpu->ctx, d, &sh, 42, 7, 0.02f));
+  same("init_normal", d, c, n, 0.0);
+  gpu->free(gpu->ctx, d);
+  free(c);
+}
+
+static void test_gemm(void) {
+  const int shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {64, 48, 96}, {33, 130, 17}, {256, 64, 512}};
+  for (int prec = 0; prec < 3; prec++) {
+    T_OK(cpu->set_precision(cpu->ctx, (mgt_precision)prec));
+    T_OK(gpu->set_precision(gpu->ctx, (mgt_precision)prec));
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+      for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+          int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+          int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+          size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb,
+                 nc = (size_t)M * ldc;
+          float *A = rnd(na, 1.0f), *B = rnd(nb, 1.0f), *Cc = rnd(nc, 1.0f);
+          float *dA = dev(A, na * 4), *dB = dev(B, nb * 4), *dC = dev(Cc, nc * 4);
+          for (int beta = 0; beta < 2; beta++) {
+            T_OK(cpu->gemm(cpu->ctx, ta, tb, M, N, K, 0.5f, A, lda, B, ldb, (float)beta, Cc, ldc));
+            T_OK(
+                gpu->gemm(gpu->ctx, ta, tb, M, N, K, 0.5f, dA, lda, dB, ldb, (float)beta, dC, ldc));
+            char what[96];
+            snprintf(what, sizeof what, "gemm prec %d %dx%dx%d ta %d tb %d beta %d", prec, M, N, K,
+                     ta, tb, beta);
+            same(what, dC, Cc, nc, prec ? 1e-4 : 1e-5);
+          }
+          gpu->free(gpu->ctx, dA), gpu->free(gpu->ctx, dB), gpu->free(gpu->ctx, dC);
+          free(A), free(B), free(Cc);
+        }
+  }
+  T_OK(cpu->set_precision(cpu->ctx, MGT_PREC_FP32));
+  T_OK(gpu->set_precision(gpu->ctx, MGT_PREC_FP32));
+}
+
+static void test_rowwise(void) {
+  const int N = 37, C = 300;
+  const size_t n = (size_t)N * C;
+  float *x = rnd(n, 2.0f), *w = rnd(C, 1.0f), *b = rnd(C, 1.0f), *dy = rnd(n, 1.0f);
+  /* bias */
+  float *y = dup(x, n), *dydev = dev(x, n * 4), *db = rnd(C, 1.0f), *bd = dev(b, C * 4);
+  float *dbd = dev(db, C * 4), *dyd = dev(dy, n * 4);
+  T_OK(cpu->add_bias(cpu->ctx, y, b, N, C));
+  T_OK(gpu->add_bias(gpu->ctx, dydev, bd, N, C));
+  same("add_bias", dydev, y, n, 1e-6);
+  for (int acc = 0; acc < 2; acc++) {
+    T_OK(cpu->bias_backward(cpu->ctx, db, dy, N, C, acc));
+    T_OK(gpu->bias_backward(gpu->ctx, dbd, dyd, N, C, acc));
+    same(acc ? "bias_backward accumulate" : "bias_backward", dbd, db, C, 1e-5);
+  }
+  /* LayerNorm */
+  float *out = malloc(n * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
+  float *xd = dev(x, n * 4), *wd = dev(w, C * 4), *outd = dev(NULL, n * 4);
+  float *meand = dev(NULL, N * 4), *rstdd = dev(NULL, N * 4);
+  T_OK(cpu->layernorm_forward(cpu->ctx, out, mean, rstd, x, w, b, N, C, 1e-5f));
+  T_OK(gpu->layernorm_forward(gpu->ctx, outd, meand, rstdd, xd, wd, bd, N, C, 1e-5f));
+  same("layernorm out", outd, out, n, 1e-5);
+  same("layernorm mean", meand, mean, N, 1e-5);
+  same("layernorm rstd", rstdd, rstd, N, 1e-5);
+  float *gx = rnd(n, 1.0f), *gw = rnd(C, 1.0f), *gb = rnd(C, 1.0f);
+  float *gxd = dev(gx, n * 4), *gwd = dev(gw, C * 4), *gbd = dev(gb, C * 4);
+  for (int acc = 0; acc < 2; acc++) {
+    T_OK(cpu->layernorm_backward(cpu->ctx, gx, gw, gb, dy, x, w, mean, rstd, N, C, acc));
+    T_OK(gpu->layernorm_backward(gpu->ctx, gxd, gwd, gbd, dyd, xd, wd, meand, rstdd, N, C, acc));
+    same("layernorm dx", gxd, gx, n, 1e-5);
+    same("layernorm dw", gwd, gw, C, 1e-5);
+    same("layernorm db", gbd, gb, C, 1e-5);
+  }
+  /* GeLU */
+  float *pre = dup(x, n), *pred = dev(x, n * 4);
+  T_OK(cpu->bias_gelu_forward(cpu->ctx, out, pre, b, N, C));
+  T_OK(gpu->bias_gelu_forward(gpu->ctx, outd, pred, bd, N, C));
+  same("bias_gelu pre", pred, pre, n, 1e-6);
+  same("bias_gelu out", outd, out, n, 1e-5);
+  T_OK(cpu->gelu_backward(cpu->ctx, gx, dy, pre, n));
+  T_OK(gpu->gelu_backward(gpu->ctx, gxd, dyd, pred, n));
+  same("gelu_backward", gxd, gx, n, 1e-5);
+  /* residual add */
+  T_OK(cpu->add(cpu->ctx, x, dy, n));
+  T_OK(gpu->add(gpu->ctx, xd, dyd, n));
+  same("add", xd, x, n, 1e-6);
+  void *all[] = {dydev, bd, dbd, dyd, xd, wd, outd, meand, rstdd, gxd, gwd, gbd, pred};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    gpu->free(gpu->ctx, all[i]);
+  free(x), free(w), free(b), free(dy), free(y), free(db), free(out), free(mean), free(rstd);
+  free(gx), free(gw), free(gb), free(pre);
+}
+
+static void test_attention(void) {
+  const int cases[][5] = {/* B, T, Hl, hd, head_offset */ {1, 1, 1, 8, 0},
+                          {2, 17, 3, 16, 0},
+                          {2, 64, 2, 32, 2},
+                          {1, 130, 4, 64, 4}};
+  for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++)
+    for (int drop = 0; drop < 2; drop++) {
+      const int B = cases[s][0], T = cases[s][1], Hl = cases[s][2], hd = cases[s][3];
+      const int off = cases[s][4], H = off + 2 * Hl, Cl = Hl * hd;
+      mgt_dropout d = {drop ? 0.2f : 0.0f, 99, 1000, 3, 1};
+      size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, np = (size_t)B * Hl * T * T;
+      float *qkv = rnd(nq, 1.0f), *dout = rnd(no, 1.0f);
+      float *out = malloc(no * 4), *P = malloc(np * 4), *scr = malloc(np * 4), *dq = malloc(nq * 4);
+      float *qkvd = dev(qkv, nq * 4), *doutd = dev(dout, no * 4), *outd = dev(NULL, no * 4);
+      float *Pd = dev(NULL, np * 4), *scrd = dev(NULL, np * 4), *dqd = dev(NULL, nq * 4);
+      T_OK(cpu->attention_forward(cpu->ctx, out, P, qkv, B, T, Hl, hd, off, H, &d, scr));
+      T_OK(gpu->attention_forward(gpu->ctx, outd, Pd, qkvd, B, T, Hl, hd, off, H, &d, scrd));
+      char what[96];
+      snprintf(what, sizeof what, "attention B%d T%d Hl%d hd%d drop %d", B, T, Hl, hd, drop);
+      same(what, outd, out, no, 1e-5);
+      same("attention probabilities", Pd, P, np, 1e-5);
+      T_OK(cpu->attention_backward(cpu->ctx, dq, dout, qkv, P, B, T, Hl, hd, off, H, &d, scr));
+      T_OK(gpu->attention_backward(gpu->ctx, dqd, doutd, qkvd, Pd, B, T, Hl, hd, off, H, &d, scrd));
+      same("attention dqkv", dqd, dq, nq, 1e-5);
+      void *all[] = {qkvd, doutd, outd, Pd, scrd, dqd};
+      for (size_t i = 0; i < 6; i++)
+        gpu->free(gpu->ctx, all[i]);
+      free(qkv), free(dout), free(out), free(P), free(scr), free(dq);
+    }
+  /* one query against a cache */
+  const int len = 300, Hl = 3, hd = 64, Cl = Hl * hd;
+  float *q = rnd(Cl, 1.0f), *kc = rnd((size_t)len * Cl, 1.0f), *vc = rnd((size_t)len * Cl, 1.0f);
+  float *o = malloc(Cl * 4);
+  float *qd = dev(q, Cl * 4), *kcd = dev(kc, (size_t)len * Cl * 4),
+        *vcd = dev(vc, (size_t)len * Cl * 4);
+  float *od = dev(NULL, Cl * 4);
+  for (int l = 1; l <= len; l += 149) {
+    T_OK(cpu->attention_decode(cpu->ctx, o, q, kc, vc, l, Hl, hd));
+    T_OK(gpu->attention_decode(gpu->ctx, od, qd, kcd, vcd, l, Hl, hd));
+    same("attention_decode", od, o, Cl, 1e-5);
+  }
+  gpu->free(gpu->ctx, qd), gpu->free(gpu->ctx, kcd), gpu->free(gpu->ctx, vcd),
+      gpu->free(gpu->ctx, od);
+  free(q), free(kc), free(vc), free(o);
+}
+
+static void test_embedding_dropout(void) {
+  const int B = 3, T = 11, C = 40, Vl = 50, v0 = 25, P = 16;
+  const int N = B * T;
+  int32_t tok[B * T];
+  for (int i = 0; i < N; i++)
+    tok[i] = (int32_t)(t_next() % 100); /* about half outside [v0, v0 + Vl) */
+  tok[1] = tok[5] = v0 + 3;             /* a repeated token */
+  float *wte = rnd((size_t)Vl * C, 1.0f), *wpe = rnd((size_t)P * C, 1.0f);
+  float *out = malloc((size_t)N * C * 4);
+  int32_t *tokd = dev(tok, sizeof tok);
+  float *wted = dev(wte, (size_t)Vl * C * 4), *wped = dev(wpe, (size_t)P * C * 4);
+  float *outd = dev(NULL, (size_t)N * C * 4);
+  T_OK(cpu->embedding_forward(cpu->ctx, out, tok, wte, N, C, v0, Vl));
+  T_OK(gpu->embedding_forward(gpu->ctx, outd, tokd, wted, N, C, v0, Vl));
+  same("embedding_forward", outd, out, (size_t)N * C, 0.0);
+  T_OK(cpu->add_position(cpu->ctx, out, wpe, B, T, C));
+  T_OK(gpu->add_position(gpu->ctx, outd, wped, B, T, C));
+  same("add_position", outd, out, (size_t)N * C, 1e-6);
+  float *dout = rnd((size_t)N * C, 1.0f), *doutd = dev(dout, (size_t)N * C * 4);
+  for (int acc = 0; acc < 2; acc++) {
+    T_OK(cpu->embedding_backward(cpu->ctx, wte, wpe, dout, tok, B, T, C, v0, Vl, acc));
+    T_OK(gpu->embedding_backward(gpu->ctx, wted, wped, doutd, tokd, B, T, C, v0, Vl, acc));
+    same("embedding_backward wte", wted, wte, (size_t)Vl * C, 1e-6);
+    same("embedding_backward wpe", wped, wpe, (size_t)T * C, 1e-6);
+  }
+  /* dropout with and without a residual, and its backward */
+  const size_t row = (size_t)T * C;
+  mgt_dropout d = {0.3f, 5, 77, 2, 3};
+  float *res = rnd((size_t)N * C, 1.0f), *resd = dev(res, (size_t)N * C * 4);
+  for (int with_res = 0; with_res < 2; with_res++) {
+    T_OK(cpu->dropout_forward(cpu->ctx, out, dout, with_res ? res : NULL, B, row, &d));
+    T_OK(gpu->dropout_forward(gpu->ctx, outd, doutd, with_res ? resd : NULL, B, row, &d));
+    same("dropout_forward", outd, out, (size_t)N * C, 1e-6);
+  }
+  T_OK(cpu->dropout_backward(cpu->ctx, out, dout, B, row, &d));
+  T_OK(gpu->dropout_backward(gpu->ctx, outd, doutd, B, row, &d));
+  same("dropout_backward", outd, out, (size_t)N * C, 1e-6);
+  void *all[] = {tokd, wted, wped, outd, doutd, resd};
+  for (size_t i = 0; i < 6; i++)
+    gpu->free(gpu->ctx, all[i]);
+  free(wte), free(wpe), free(out), free(dout), free(res);
+}
+
+static void test_xent(void) {
+  const int N = 29, Vl = 1000, nv = 990, v0 = 500;
+  const size_t n = (size_t)N * Vl;
+  float *lg = rnd(n, 3.0f);
+  int32_t tgt[N];
+  for (int i = 0; i < N; i++)
+    tgt[i] = (int32_t)(t_next() % 2000);   /* some on this shard, some elsewhere */
+  lg[5 * Vl + 7] = lg[5 * Vl + 9] = 50.0f; /* a tie for argmax */
+  float *mx = malloc(N * 4), *sum = malloc(N * 4), *tv = malloc(N * 4), *loss = malloc(N * 4);
+  float *lgd = dev(lg, n * 4), *mxd = dev(NULL, N * 4), *sumd = dev(NULL, N * 4);
+  float *tvd = dev(NULL, N * 4), *lossd = dev(NULL, N * 4);
+  int32_t *tgtd = dev(tgt, sizeof tgt);
+  float va[N], vb[N];
+  int32_t ia[N], ib[N];
+  T_OK(cpu->argmax(cpu->ctx, lg, N, Vl, nv, va, ia));
+  T_OK(gpu->argmax(gpu->ctx, lgd, N, Vl, nv, vb, ib));
+  int same_idx = 1;
+  for (int i = 0; i < N; i++)
+    same_idx &= ia[i] == ib[i] && va[i] == vb[i];
+  T_CHECK(same_idx, "argmax differs between CPU and GPU");
+  T_OK(cpu->xent_max(cpu->ctx, mx, lg, N, Vl, nv));
+  T_OK(gpu->xent_max(gpu->ctx, mxd, lgd, N, Vl, nv));
+  same("xent_max", mxd, mx, N, 0.0);
+  for (int keep = 0; keep < 2; keep++) {
+    T_OK(cpu->xent_sumexp(cpu->ctx, sum, tv, lg, mx, tgt, N, Vl, nv, v0, keep));
+    T_OK(gpu->xent_sumexp(gpu->ctx, sumd, tvd, lgd, mxd, tgtd, N, Vl, nv, v0, keep));
+    same("xent_sumexp sum", sumd, sum, N, 1e-5);
+    same("xent_sumexp target", tvd, tv, N, 0.0);
+  }
+  same("xent exp(logits)", lgd, lg, n, 1e-5);
+  double ta = 0, tb = 0;
+  T_OK(cpu->xent_loss(cpu->ctx, loss, mx, sum, tv, N, &ta));
+  T_OK(gpu->xent_loss(gpu->ctx, lossd, mxd, sumd, tvd, N, &tb));
+  same("xent_loss", lossd, loss, N, 1e-5);
+  T_CHECK(fabs(ta - tb) <= 1e-5 * fabs(ta), "xent total %.9g vs %.9g", ta, tb);
+  T_OK(cpu->xent_backward(cpu->ctx, lg, sum, tgt, N, Vl, nv, v0, 0.25f));
+  T_OK(gpu->xent_backward(gpu->ctx, lgd, sumd, tgtd, N, Vl, nv, v0, 0.25f));
+  same("xent_backward", lgd, lg, n, 1e-5);
+  void *all[] = {lgd, mxd, sumd, tvd, lossd, tgtd};
+  for (size_t i = 0; i < 6; i++)
+    gpu->free(gpu->ctx, all[i]);
+  free(lg), free(mx), free(sum), free(tv), free(loss);
+}
+
+static void test_optimizer(void) {
+  const size_t n = 100000;
+  mgt_segment segs[3] = {{0, 40000, 0.1f, 1}, {40064, 30000, 0.0f, 0}, {70080, 29920, 0.1f, 1}};
+  float *p = rnd(n, 1.0f), *g = rnd(n, 1.0f), *m = rnd(n, 0.1f), *v = rnd(n, 0.1f);
+  for (size_t i = 0; i < n; i++)
+    v[i] = fabsf(v[i]);
+  float *pd = dev(p, n * 4), *gd = dev(g, n * 4), *md = dev(m, n * 4), *vd = dev(v, n * 4);
+  double sa = 0, sb = 0;
+  T_OK(cpu->sumsq(cpu->ctx, g, segs, 3, &sa));
+  T_OK(gpu->sumsq(gpu->ctx, gd, segs, 3, &sb));
+  T_CHECK(fabs(sa - sb) <= 1e-6 * sa, "sumsq %.12g vs %.12g", sa, sb);
+  mgt_adamw_step st = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.05f, 0.7f};
+  T_OK(cpu->adamw(cpu->ctx, p, g, m, v, segs, 3, &st));
+  T_OK(gpu->adamw(gpu->ctx, pd, gd, md, vd, segs, 3, &st));
+  same("adamw p", pd, p, n, 1e-6);
+  same("adamw m", md, m, n, 1e-6);
+  same("adamw v", vd, v, n, 1e-6);
+  gpu->free(gpu->ctx, pd), gpu->free(gpu->ctx, gd), gpu->free(gpu->ctx, md),
+      gpu->free(gpu->ctx, vd);
+  free(p), free(g), free(m), free(v);
+}
+
+int main(void) {
+  int n = mgt_cuda_device_count();
+  if (n == 0) {
+    printf("test_cuda: skipped: no CUDA device is visible\n");
+    return 77;
+  }
+  T_OK(mgt_backend_cpu_create(&cpu));
+  T_OK(mgt_backend_cuda_create(0, &gpu));
+  test_memory();
+  test_init();
+  test_gemm();
+  test_rowwise();
+  test_attention();
+  test_embedding_dropout();
+  test_xent();
+  test_optimizer();
+  T_OK(gpu->sync(gpu->ctx));
+  mgt_backend_destroy(&gpu);
+  mgt_backend_destroy(&cpu);
+  return t_report("test_cuda");
+}
