@@ -209,6 +209,13 @@ static mgt_status write_file(const char *tmp, const mgt_config *cfg, const mgt_g
   MGT_TRY(mgt_h5_write_i64(file, "consumed_samples", (int64_t)s->consumed_samples, what));
   MGT_TRY(mgt_h5_write_i64(file, "optimizer_steps", s->optimizer_steps, what));
   MGT_TRY(mgt_h5_write_i64(file, "seed", (int64_t)s->seed, what));
+  if (s->loss_scale > 0) { /* a string keeps every bit of the double */
+    char ls[64];
+    snprintf(ls, sizeof ls, "%.17g", s->loss_scale);
+    MGT_TRY(mgt_h5_write_str(file, "loss_scale", ls, what));
+    MGT_TRY(mgt_h5_write_i64(file, "loss_scale_growth", s->loss_scale_growth, what));
+    MGT_TRY(mgt_h5_write_i64(file, "loss_scale_hysteresis", s->loss_scale_hysteresis, what));
+  }
   MGT_TRY(mgt_h5_write_i64(file, "has_optimizer", o != NULL, what));
   MGT_TRY(mgt_h5_write_i64(file, "tensor_model_parallel_size", g->tp, what));
   MGT_TRY(mgt_h5_write_i64(file, "data_parallel_size", g->dp, what));
@@ -368,6 +375,18 @@ static mgt_status read_state(hid_t f, const char *path, mgt_ckpt_state *s) {
   s->consumed_samples = (uint64_t)consumed;
   s->optimizer_steps = steps;
   s->seed = (uint64_t)seed;
+  s->loss_scale = 0.0;
+  s->loss_scale_growth = s->loss_scale_hysteresis = 0;
+  if (H5Aexists(f, "loss_scale") > 0) {
+    char ls[64];
+    char *end = NULL;
+    MGT_CHECK(mgt_h5_read_str(f, "loss_scale", ls, sizeof ls, path));
+    s->loss_scale = strtod(ls, &end);
+    MGT_REQUIRE(end != ls && *end == 0 && s->loss_scale > 0,
+                "checkpoint %s: loss_scale '%s' is not a positive number", path, ls);
+    MGT_CHECK(mgt_h5_read_i64(f, "loss_scale_growth", &s->loss_scale_growth, path));
+    MGT_CHECK(mgt_h5_read_i64(f, "loss_scale_hysteresis", &s->loss_scale_hysteresis, path));
+  }
   return MGT_OK;
 }
 

@@ -443,7 +443,7 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   cfg.mock_data = 0;
   cfg.seq_length = seq;
   cfg.micro_batch_size = 1;
-  mgt_ckpt_state state = {0, 0, 0, cfg.seed};
+  mgt_ckpt_state state = {0, 0, 0, cfg.seed, 0.0, 0, 0};
   MGT_TRY(mgt_ckpt_save(save_dir, &cfg, s.grid, s.model, NULL, &state, log));
 done:
   if (map != MAP_FAILED) munmap(map, map_len);

@@ -14,7 +14,7 @@ static void account(void *ctx, mgt_axis axis, double t0, size_t bytes) {
   st->bytes[axis] += bytes;
 }
 
-static MPI_Comm axis_comm(const mgt_grid *g, mgt_axis axis, int *size) {
+MPI_Comm mgt_grid_axis_comm(const mgt_grid *g, mgt_axis axis, int *size) {
   switch (axis) {
   case MGT_AXIS_TP: *size = g->tp; return g->tp_comm;
   case MGT_AXIS_DP: *size = g->dp; return g->dp_comm;
@@ -27,7 +27,7 @@ static MPI_Op mpi_op(mgt_redop op) { return op == MGT_MAX ? MPI_MAX : MPI_SUM; }
 static mgt_status mpi_allreduce(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
                                 mgt_redop op) {
   int size;
-  MPI_Comm c = axis_comm(g, axis, &size);
+  MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
   if (size == 1 || n == 0) return MGT_OK;
   MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu floats exceeds MPI's count limit", n);
   double t0 = mgt_now();
@@ -39,7 +39,7 @@ static mgt_status mpi_allreduce(void *ctx, const mgt_grid *g, mgt_axis axis, flo
 static mgt_status mpi_allreduce_f64(void *ctx, const mgt_grid *g, mgt_axis axis, double *buf,
                                     size_t n, mgt_redop op) {
   int size;
-  MPI_Comm c = axis_comm(g, axis, &size);
+  MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
   if (size == 1 || n == 0) return MGT_OK;
   MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu doubles exceeds MPI's count limit", n);
   double t0 = mgt_now();
@@ -51,7 +51,7 @@ static mgt_status mpi_allreduce_f64(void *ctx, const mgt_grid *g, mgt_axis axis,
 static mgt_status mpi_allreduce_maxloc(void *ctx, const mgt_grid *g, mgt_axis axis, float *val,
                                        int32_t *idx, size_t n) {
   int size;
-  MPI_Comm c = axis_comm(g, axis, &size);
+  MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
   if (size == 1 || n == 0) return MGT_OK;
   MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu pairs exceeds MPI's count limit", n);
   struct pair {
@@ -74,7 +74,7 @@ static mgt_status mpi_allreduce_maxloc(void *ctx, const mgt_grid *g, mgt_axis ax
 static mgt_status mpi_iallreduce(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
                                  mgt_redop op, mgt_comm_req *req) {
   int size;
-  MPI_Comm c = axis_comm(g, axis, &size);
+  MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
   req->mpi = MPI_REQUEST_NULL;
   req->axis = axis;
   if (size == 1 || n == 0) return MGT_OK;
@@ -105,7 +105,7 @@ static mgt_status mpi_test(void *ctx, mgt_comm_req *req, int *done) {
 static mgt_status mpi_allgather(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in,
                                 float *out, size_t n) {
   int size;
-  MPI_Comm c = axis_comm(g, axis, &size);
+  MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
   MGT_REQUIRE(n <= INT_MAX, "all-gather of %zu floats exceeds MPI's count limit", n);
   MGT_MPI(MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, c));
   return MGT_OK;
@@ -114,7 +114,7 @@ static mgt_status mpi_allgather(void *ctx, const mgt_grid *g, mgt_axis axis, con
 static mgt_status mpi_broadcast(void *ctx, const mgt_grid *g, mgt_axis axis, void *buf,
                                 size_t bytes, int root) {
   int size;
-  MPI_Comm c = axis_comm(g, axis, &size);
+  MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
   if (size == 1) return MGT_OK;
   MGT_REQUIRE(bytes <= INT_MAX, "broadcast of %zu bytes exceeds MPI's count limit", bytes);
   MGT_MPI(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c));

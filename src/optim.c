@@ -58,6 +58,19 @@ mgt_status mgt_optim_grad_norm(mgt_optim *o, double *norm) {
 
 double mgt_optim_loss_scale(const mgt_optim *o) { return o->loss_scale; }
 
+void mgt_optim_get_scaler(const mgt_optim *o, double *scale, int64_t *growth, int64_t *hysteresis) {
+  *scale = o->cfg.fp16 ? o->loss_scale : 0.0;
+  *growth = o->growth_tracker;
+  *hysteresis = o->hysteresis_left;
+}
+
+void mgt_optim_set_scaler(mgt_optim *o, double scale, int64_t growth, int64_t hysteresis) {
+  if (!o->cfg.fp16 || o->cfg.loss_scale > 0 || scale <= 0) return; /* a fixed scale wins */
+  o->loss_scale = scale;
+  o->growth_tracker = (int)growth;
+  o->hysteresis_left = (int)hysteresis;
+}
+
 /* After each step: an overflow (non-finite norm) spends one unit of hysteresis and, when
    none is left, halves the scale down to its floor; `window` clean steps in a row double it. */
 static void update_loss_scale(mgt_optim *o, int overflow) {

@@ -79,7 +79,11 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
       tr->iteration = saved.iteration;
       tr->consumed = saved.consumed_samples;
       tr->saved_iteration = saved.iteration;
-      if (with_optim) mgt_optim_set_step_count(tr->optim, saved.optimizer_steps);
+      if (with_optim) {
+        mgt_optim_set_step_count(tr->optim, saved.optimizer_steps);
+        mgt_optim_set_scaler(tr->optim, saved.loss_scale, saved.loss_scale_growth,
+                             saved.loss_scale_hysteresis);
+      }
     }
     if (tr->log) {
       struct stat sb;
@@ -101,7 +105,9 @@ done:
 }
 
 mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
-  mgt_ckpt_state s = {tr->iteration, tr->consumed, mgt_optim_step_count(tr->optim), tr->cfg.seed};
+  mgt_ckpt_state s = {
+      tr->iteration, tr->consumed, mgt_optim_step_count(tr->optim), tr->cfg.seed, 0.0, 0, 0};
+  mgt_optim_get_scaler(tr->optim, &s.loss_scale, &s.loss_scale_growth, &s.loss_scale_hysteresis);
   MGT_CHECK(mgt_ckpt_save(dir, &tr->cfg, tr->grid, tr->model,
                           tr->cfg.no_save_optim ? NULL : tr->optim, &s, tr->log));
   tr->saved_iteration = tr->iteration;
@@ -258,31 +264,6 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
                   (long long)s.iteration, vl, exp(vl < 700 ? vl : 700));
       }
     }
-    if (c->save[0] && c->save_interval > 0 && s.iteration % c->save_interval == 0)
-      MGT_TRY(mgt_trainer_save(tr, c->save));
-    /* stop requests: a signal on any rank, or the time budget; every rank must agree */
-    if (stop || c->exit_duration_in_mins > 0) {
-      int want[2] = {stop && *stop ? (int)*stop : 0,
-                     c->exit_duration_in_mins > 0 &&
-                         mgt_now() - started >= 60.0 * c->exit_duration_in_mins};
-      MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, want, 2, MPI_INT, MPI_MAX, tr->grid->world));
-      if (want[0] || want[1]) {
-        *end = want[0] ? MGT_RUN_SIGNALED : MGT_RUN_DURATION;
-        if (root)
-          fprintf(log, "%s after iteration %lld: saving and exiting for a restart\n",
-                  want[0] == SIGTERM ? "SIGTERM"
-                                     : (want[0] ? "SIGUSR1" : "--exit-duration-in-mins"),
-                  (long long)s.iteration);
-        break;
-      }
-    }
-    if (c->exit_interval > 0 && s.iteration % c->exit_interval == 0 &&
-        s.iteration < c->train_iters) {
-      *end = MGT_RUN_INTERVAL;
-      if (root)
-        fprintf(log, "--exit-interval: exiting after iteration %lld\n", (long long)s.iteration);
-      break;
-    }
     if (s.iteration % c->log_interval == 0 || s.iteration == c->train_iters) {
       int n_it = n_acc + skipped_acc;
       double ms = 1e3 * t_acc / (n_it ? n_it : 1);
@@ -307,6 +288,31 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
       }
       loss_acc = t_acc = 0.0;
       n_acc = skipped_acc = 0;
+    }
+    if (c->save[0] && c->save_interval > 0 && s.iteration % c->save_interval == 0)
+      MGT_TRY(mgt_trainer_save(tr, c->save));
+    /* stop requests: a signal on any rank, or the time budget; every rank must agree */
+    if (stop || c->exit_duration_in_mins > 0) {
+      int want[2] = {stop && *stop ? (int)*stop : 0,
+                     c->exit_duration_in_mins > 0 &&
+                         mgt_now() - started >= 60.0 * c->exit_duration_in_mins};
+      MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, want, 2, MPI_INT, MPI_MAX, tr->grid->world));
+      if (want[0] || want[1]) {
+        *end = want[0] ? MGT_RUN_SIGNALED : MGT_RUN_DURATION;
+        if (root)
+          fprintf(log, "%s after iteration %lld: saving and exiting for a restart\n",
+                  want[0] == SIGTERM ? "SIGTERM"
+                                     : (want[0] ? "SIGUSR1" : "--exit-duration-in-mins"),
+                  (long long)s.iteration);
+        break;
+      }
+    }
+    if (c->exit_interval > 0 && s.iteration % c->exit_interval == 0 &&
+        s.iteration < c->train_iters) {
+      *end = MGT_RUN_INTERVAL;
+      if (root)
+        fprintf(log, "--exit-interval: exiting after iteration %lld\n", (long long)s.iteration);
+      break;
     }
   }
   if (c->save[0] && tr->saved_iteration != tr->iteration) MGT_TRY(mgt_trainer_save(tr, c->save));

@@ -32,6 +32,9 @@ run bf16 1 1 --bf16
 run bf16_tp2 2 2 --bf16
 run fp16 1 1 --fp16 --hysteresis 2
 run fp16_fixed 1 1 --fp16 --loss-scale 1024
+# the loss scaler is part of the checkpoint: stop at 30, resume, and match the run above
+run fp16_first 1 1 --fp16 --hysteresis 2 --save "$tmp/ckpt" --exit-interval 30
+run fp16_resumed 1 1 --fp16 --hysteresis 2 --load "$tmp/ckpt"
 grep -q "bf16 GEMM inputs" "$tmp/bf16.log" || { echo "FAIL: the layout line does not name bf16"; fails=$((fails + 1)); }
 grep -q "loss scale:" "$tmp/fp16.log" || { echo "FAIL: the fp16 log line has no loss scale"; fails=$((fails + 1)); }
 
@@ -70,6 +73,11 @@ assert late <= 3, f"{late} overflows after the scale fitted"
 assert f[-1]["loss"] < first["loss"] - 1.0, (first["loss"], f[-1]["loss"])
 print(f"ok: fp16: {skipped} overflow steps skipped, scale 2^32 -> {scales[-1]:.0f}, "
       f"then loss {first['loss']:.3f} -> {f[-1]['loss']:.3f}")
+resumed = rows("fp16_first") + rows("fp16_resumed")
+assert [r["iteration"] for r in resumed] == list(range(1, 61)), "the resumed run's iterations"
+assert all(a["loss"] == b["loss"] and a["loss_scale"] == b["loss_scale"] for a, b in zip(f, resumed)), \
+    "an fp16 run resumed from iteration 30 differs from the uninterrupted one"
+print("ok: fp16 resumed at iteration 30 equals the uninterrupted run bit for bit, scale included")
 fx = rows("fp16_fixed")
 assert all(r["loss_scale"] == 1024 for r in fx) and all(r["skipped_iterations"] == 0 for r in fx)
 close("fp16_fixed")

@@ -113,6 +113,69 @@ static void test_lambada(void) {
   mgt_tok_destroy(&tok);
 }
 
+/* The sampler's definition written plainly (sort everything), for large vocabularies. */
+typedef struct rc {
+  float l;
+  int id;
+} rc;
+static int rc_cmp(const void *a, const void *b) {
+  const rc *x = a, *y = b;
+  if (x->l != y->l) return x->l > y->l ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+static int ref_sample(const float *l, int n, double temp, int top_k, double top_p, double u) {
+  rc *c = malloc(sizeof *c * (size_t)n);
+  double *p = malloc(sizeof *p * (size_t)n);
+  for (int i = 0; i < n; i++)
+    c[i].l = l[i], c[i].id = i;
+  qsort(c, (size_t)n, sizeof *c, rc_cmp);
+  int k = top_k > 0 && top_k < n ? top_k : n;
+  double sum = 0;
+  for (int i = 0; i < k; i++)
+    sum += (p[i] = exp(((double)c[i].l - c[0].l) / temp));
+  if (top_p > 0) {
+    double acc = 0;
+    int keep = 0;
+    while (keep < k && acc < top_p * sum)
+      acc += p[keep++];
+    k = keep, sum = acc;
+  }
+  double t = u * sum, acc = 0;
+  int pick = c[k - 1].id;
+  for (int i = 0; i < k; i++)
+    if (t < (acc += p[i])) {
+      pick = c[i].id;
+      break;
+    }
+  free(c), free(p);
+  return pick;
+}
+
+static void test_sampler_large(void) {
+  enum { V = 5000 };
+  static float l[V];
+  int bad = 0, runs = 0;
+  for (int rep = 0; rep < 20; rep++) {
+    for (int i = 0; i < V; i++)
+      l[i] = (float)(4.0 * t_randn());
+    l[7] = l[4000]; /* a tie */
+    const int ks[] = {1, 2, 40, 4999};
+    const double ps[] = {0.1, 0.5, 0.9, 0.999};
+    for (int a = 0; a < 4; a++)
+      for (int b = 0; b < 4; b++) {
+        double u = t_uniform(), temp = 0.5 + t_uniform();
+        bad +=
+            mgt_sample_token(l, V, 0, temp, ks[a], 0.0, u) != ref_sample(l, V, temp, ks[a], 0.0, u);
+        bad += mgt_sample_token(l, V, 0, temp, 0, ps[b], u) != ref_sample(l, V, temp, 0, ps[b], u);
+        bad += mgt_sample_token(l, V, 0, temp, ks[a], ps[b], u) !=
+               ref_sample(l, V, temp, ks[a], ps[b], u);
+        runs += 3;
+      }
+  }
+  T_CHECK(bad == 0, "top-k/top-p sampling differs from the plain definition in %d of %d draws", bad,
+          runs);
+}
+
 static void test_sampler(void) {
   const float logits[5] = {1.0f, 3.0f, 3.0f, 2.0f, -1.0f};
   for (double u = 0; u < 1; u += 0.125) {
@@ -162,5 +225,6 @@ int main(int argc, char **argv) {
   test_windows();
   test_lambada();
   test_sampler();
+  test_sampler_large();
   return t_report("eval");
 }

@@ -173,6 +173,11 @@ void mgt_backend_destroy(mgt_backend **be);
 /* The CUDA backend on `device` (cuBLAS and kernels on one stream of its own); buffers are
    device memory. Built with MGT_CUDA (MGT_HAVE_CUDA defined); not collective. */
 MGT_NODISCARD mgt_status mgt_backend_cuda_create(int device, mgt_backend **out);
+/* The same on the caller's stream (a cudaStream_t) and cuBLAS handle (a cublasHandle_t, which
+   is set to that stream), either NULL to create one; the caller's are not destroyed. For
+   embedding megatron-c in an application that owns its streams. */
+MGT_NODISCARD mgt_status mgt_backend_cuda_create_on(int device, void *stream, void *blas,
+                                                    mgt_backend **out);
 /* Visible CUDA devices (0 with no driver or no device). */
 int mgt_cuda_device_count(void);
 /* The backend's stream (a cudaStream_t), for device-buffer collectives. */

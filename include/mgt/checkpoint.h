@@ -23,6 +23,9 @@ typedef struct mgt_ckpt_state {
   uint64_t consumed_samples;
   int64_t optimizer_steps;
   uint64_t seed;
+  /* the fp16 loss scaler (loss_scale 0: none saved, as in checkpoints of fp32/bf16 runs) */
+  double loss_scale;
+  int64_t loss_scale_growth, loss_scale_hysteresis;
 } mgt_ckpt_state;
 
 /* The per-tensor checksum: the sum mod 2^64 over elements of h(i, b), where i is the element's

@@ -71,6 +71,9 @@ typedef struct mgt_comm {
                           int root);
 } mgt_comm;
 
+/* The communicator of an axis and its size. */
+MPI_Comm mgt_grid_axis_comm(const mgt_grid *g, mgt_axis axis, int *size);
+
 /* The MPI implementation on host buffers. With `stats` non-NULL, time in collectives is
    added there (the caller owns it and must keep it alive). */
 void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid, mgt_comm_stats *stats);

@@ -31,6 +31,11 @@ MGT_NODISCARD mgt_status mgt_optim_step(mgt_optim *opt, double lr, double *grad_
 int64_t mgt_optim_step_count(const mgt_optim *opt);
 /* The factor the loss is multiplied by before backward (1 unless --fp16). */
 double mgt_optim_loss_scale(const mgt_optim *opt);
+/* The dynamic scaler's state for checkpoints (scale 0 unless --fp16), and its restoration
+   (ignored without --fp16 or with a fixed --loss-scale). */
+void mgt_optim_get_scaler(const mgt_optim *opt, double *scale, int64_t *growth,
+                          int64_t *hysteresis);
+void mgt_optim_set_scaler(mgt_optim *opt, double scale, int64_t growth, int64_t hysteresis);
 void mgt_optim_set_step_count(mgt_optim *opt, int64_t steps);
 float *mgt_optim_exp_avg(mgt_optim *opt);    /* first moment, flat, backend memory */
 float *mgt_optim_exp_avg_sq(mgt_optim *opt); /* second moment */

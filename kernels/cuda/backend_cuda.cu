@@ -36,6 +36,7 @@ struct cuda_ctx {
   size_t fscratch_n;
   float *host; /* pinned staging for argmax values */
   size_t host_n;
+  bool own_stream, own_blas; /* created here (else the caller's, left to the caller) */
 };
 
 mgt_status cuda_fail(cudaError_t e, const char *file, int line, const char *what) {
@@ -188,8 +189,8 @@ void cu_destroy(void *ctx) {
   cudaFree(c->dsum);
   cudaFree(c->fscratch);
   cudaFreeHost(c->host);
-  cublasDestroy(c->blas);
-  cudaStreamDestroy(c->stream);
+  if (c->own_blas) cublasDestroy(c->blas);
+  if (c->own_stream) cudaStreamDestroy(c->stream);
   free(c);
 }
 
@@ -966,6 +967,11 @@ extern "C" int mgt_cuda_device_count(void) {
 }
 
 extern "C" mgt_status mgt_backend_cuda_create(int device, mgt_backend **out) {
+  return mgt_backend_cuda_create_on(device, NULL, NULL, out);
+}
+
+extern "C" mgt_status mgt_backend_cuda_create_on(int device, void *stream, void *blas,
+                                                 mgt_backend **out) {
   *out = NULL;
   int n = mgt_cuda_device_count();
   MGT_REQUIRE(n > 0, "--device cuda: no CUDA device is visible (driver, CUDA_VISIBLE_DEVICES)");
@@ -979,19 +985,32 @@ extern "C" mgt_status mgt_backend_cuda_create(int device, mgt_backend **out) {
     MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the CUDA backend");
   }
   c->device = device;
-  cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+  c->own_stream = stream == NULL;
+  c->own_blas = blas == NULL;
+  cudaError_t e = cudaSuccess;
+  if (stream)
+    c->stream = static_cast<cudaStream_t>(stream);
+  else
+    e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaMalloc((void **)&c->dsum, sizeof(double));
   if (e != cudaSuccess) {
+    if (c->own_stream && c->stream) cudaStreamDestroy(c->stream);
     free(c);
     free(be);
     return cuda_fail(e, __FILE__, __LINE__, "creating the CUDA stream");
   }
-  cublasStatus_t bs = cublasCreate(&c->blas);
+  cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
+  if (blas)
+    c->blas = static_cast<cublasHandle_t>(blas);
+  else
+    bs = cublasCreate(&c->blas);
+  /* the handle works on the backend's stream from now on */
   if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(c->blas, c->stream);
   /* fp32 GEMMs stay fp32 (no TF32), so the CPU and GPU agree to float rounding */
   if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
   if (bs != CUBLAS_STATUS_SUCCESS) {
-    cudaStreamDestroy(c->stream);
+    if (c->own_blas && c->blas) cublasDestroy(c->blas);
+    if (c->own_stream) cudaStreamDestroy(c->stream);
     cudaFree(c->dsum);
     free(c);
     free(be);

@@ -44,14 +44,6 @@ typedef struct cuda_comm {
   } while (0)
 #endif
 
-static MPI_Comm axis_comm(const mgt_grid *g, mgt_axis axis, int *size) {
-  switch (axis) {
-  case MGT_AXIS_TP: *size = g->tp; return g->tp_comm;
-  case MGT_AXIS_DP: *size = g->dp; return g->dp_comm;
-  default: *size = g->size; return g->world;
-  }
-}
-
 static int on_device(const void *p) {
   struct cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
@@ -82,7 +74,7 @@ static mgt_status cu_allreduce(void *ctx, const mgt_grid *g, mgt_axis axis, floa
                                mgt_redop op) {
   cuda_comm *c = ctx;
   int size;
-  MPI_Comm mc = axis_comm(g, axis, &size);
+  MPI_Comm mc = mgt_grid_axis_comm(g, axis, &size);
   if (size == 1 || n == 0) return MGT_OK;
   if (!on_device(buf)) return c->host.allreduce(c->host.ctx, g, axis, buf, n, op);
   MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu floats exceeds the count limit", n);
@@ -146,7 +138,7 @@ static mgt_status cu_allgather(void *ctx, const mgt_grid *g, mgt_axis axis, cons
                                float *out, size_t n) {
   cuda_comm *c = ctx;
   int size;
-  MPI_Comm mc = axis_comm(g, axis, &size);
+  MPI_Comm mc = mgt_grid_axis_comm(g, axis, &size);
   if (!on_device(out)) return c->host.allgather(c->host.ctx, g, axis, in, out, n);
   MGT_REQUIRE(n * (size_t)size <= INT_MAX, "all-gather of %zu floats exceeds the count limit", n);
   double t0 = mgt_now();
@@ -175,7 +167,7 @@ static mgt_status cu_broadcast(void *ctx, const mgt_grid *g, mgt_axis axis, void
                                int root) {
   cuda_comm *c = ctx;
   int size;
-  MPI_Comm mc = axis_comm(g, axis, &size);
+  MPI_Comm mc = mgt_grid_axis_comm(g, axis, &size);
   if (size == 1 || bytes == 0) return MGT_OK;
   if (!on_device(buf)) return c->host.broadcast(c->host.ctx, g, axis, buf, bytes, root);
   MGT_REQUIRE(bytes <= INT_MAX, "broadcast of %zu bytes exceeds the count limit", bytes);
