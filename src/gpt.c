@@ -464,8 +464,8 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
   /* MLP: first linear column-parallel with GeLU local, second row-parallel */
   MGT_CHECK(be->layernorm_forward(bc, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w[P_LN2_W],
                                   w[P_LN2_B], N, C, eps));
-  MGT_CHECK(mgt_tp_column_forward(&m->tp, a->fch, a->ln2, w[P_FC_W], NULL, N, C, Fl));
-  MGT_CHECK(be->bias_gelu_forward(bc, a->fch_gelu, a->fch, w[P_FC_B], N, Fl));
+  MGT_CHECK(mgt_tp_column_forward_gelu(&m->tp, a->fch, a->fch_gelu, a->ln2, w[P_FC_W], w[P_FC_B], N,
+                                       C, Fl));
   MGT_CHECK(mgt_tp_row_forward(&m->tp, tmp, a->fch_gelu, w[P_FCP_W], w[P_FCP_B], N, Fl, C));
   MGT_CHECK(be->dropout_forward(bc, y, tmp, a->res_mid, d->B, (size_t)d->T * C, &ds.mlp));
   return MGT_OK;
@@ -678,8 +678,8 @@ mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *l
     MGT_CHECK(be->add(bc, dec->x, dec->tmp, (size_t)C));
     MGT_CHECK(be->layernorm_forward(bc, dec->ln, dec->mean, dec->rstd, dec->x, w[P_LN2_W],
                                     w[P_LN2_B], 1, C, eps));
-    MGT_CHECK(mgt_tp_column_forward(&m->tp, dec->fch, dec->ln, w[P_FC_W], NULL, 1, C, Fl));
-    MGT_CHECK(be->bias_gelu_forward(bc, dec->fch_gelu, dec->fch, w[P_FC_B], 1, Fl));
+    MGT_CHECK(mgt_tp_column_forward_gelu(&m->tp, dec->fch, dec->fch_gelu, dec->ln, w[P_FC_W],
+                                         w[P_FC_B], 1, C, Fl));
     MGT_CHECK(
         mgt_tp_row_forward(&m->tp, dec->tmp, dec->fch_gelu, w[P_FCP_W], w[P_FCP_B], 1, Fl, C));
     MGT_CHECK(be->add(bc, dec->x, dec->tmp, (size_t)C));

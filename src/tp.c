@@ -13,6 +13,12 @@ mgt_status mgt_tp_column_forward(const mgt_tp *tp, float *y, const float *x, con
   return MGT_OK;
 }
 
+mgt_status mgt_tp_column_forward_gelu(const mgt_tp *tp, float *pre, float *y, const float *x,
+                                      const float *W, const float *b, int N, int in, int out_l) {
+  const mgt_backend *be = tp->be;
+  return be->linear_bias_gelu(be->ctx, N, out_l, in, x, in, W, in, b, pre, y);
+}
+
 mgt_status mgt_tp_column_backward(const mgt_tp *tp, float *dx, float *dW, float *db,
                                   const float *dy, const float *x, const float *W, int N, int in,
                                   int out_l, int accumulate) {

@@ -113,6 +113,40 @@ static void test_gemm(void) {
   T_OK(gpu->set_precision(gpu->ctx, MGT_PREC_FP32));
 }
 
+/* The MLP's fused linear + bias + GeLU (cuBLASLt's epilogue, or its fallback). */
+static void test_linear_bias_gelu(void) {
+  const int shapes[][3] = {{64, 256, 128}, {8, 1024, 256}, {33, 96, 40}, {1, 512, 64}};
+  for (int prec = 0; prec < 3; prec++) {
+    T_OK(cpu->set_precision(cpu->ctx, (mgt_precision)prec));
+    T_OK(gpu->set_precision(gpu->ctx, (mgt_precision)prec));
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+      size_t na = (size_t)M * K, nw = (size_t)N * K, no = (size_t)M * N;
+      float *A = rnd(na, 1.0f), *W = rnd(nw, 0.2f), *b = rnd(N, 0.5f);
+      float *pre = malloc(no * 4), *out = malloc(no * 4);
+      float *dA = dev(A, na * 4), *dW = dev(W, nw * 4), *db = dev(b, N * 4);
+      float *dpre = dev(NULL, no * 4), *dout = dev(NULL, no * 4);
+      T_OK(cpu->linear_bias_gelu(cpu->ctx, M, N, K, A, K, W, K, b, pre, out));
+      T_OK(gpu->linear_bias_gelu(gpu->ctx, M, N, K, dA, K, dW, K, db, dpre, dout));
+      char what[96];
+      snprintf(what, sizeof what, "linear_bias_gelu prec %d %dx%dx%d pre", prec, M, N, K);
+      same(what, dpre, pre, no, prec ? 1e-4 : 1e-5);
+      snprintf(what, sizeof what, "linear_bias_gelu prec %d %dx%dx%d out", prec, M, N, K);
+      same(what, dout, out, no, prec ? 1e-4 : 1e-5);
+      void *all[] = {dA, dW, db, dpre, dout};
+      for (size_t i = 0; i < 5; i++)
+        gpu->free(gpu->ctx, all[i]);
+      free(A), free(W), free(b), free(pre), free(out);
+    }
+  }
+  printf("test_cuda: linear_bias_gelu ran %s\n",
+         mgt_backend_cuda_fused_epilogue(gpu) ? "as one cuBLASLt call with the bias + GeLU epilogue"
+                                              : "as a GEMM and the bias + GeLU kernel (no fused "
+                                                "cuBLASLt algorithm)");
+  T_OK(cpu->set_precision(cpu->ctx, MGT_PREC_FP32));
+  T_OK(gpu->set_precision(gpu->ctx, MGT_PREC_FP32));
+}
+
 static void test_rowwise(void) {
   const int N = 37, C = 300;
   const size_t n = (size_t)N * C;
@@ -332,6 +366,7 @@ int main(void) {
   test_memory();
   test_init();
   test_gemm();
+  test_linear_bias_gelu();
   test_rowwise();
   test_attention();
   test_embedding_dropout();

@@ -83,6 +83,11 @@ typedef struct mgt_backend {
   mgt_status (*gemm)(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc);
+  /* The MLP's first linear layer fused with its bias and GeLU: pre(M,N) = A(M,K) W(N,K)^T + b,
+     out = gelu(pre), both with leading dimension N (cuBLASLt's bias + GeLU epilogue on GPUs;
+     gemm then bias_gelu_forward on the CPU). */
+  mgt_status (*linear_bias_gelu)(void *ctx, int M, int N, int K, const float *A, int lda,
+                                 const float *W, int ldw, const float *b, float *pre, float *out);
   /* y(N,C) += b(C) broadcast over rows. */
   mgt_status (*add_bias)(void *ctx, float *y, const float *b, int N, int C);
   /* db(C) = [db +] column sums of dy(N,C). */
@@ -182,6 +187,9 @@ MGT_NODISCARD mgt_status mgt_backend_cuda_create_on(int device, void *stream, vo
 int mgt_cuda_device_count(void);
 /* The backend's stream (a cudaStream_t), for device-buffer collectives. */
 void *mgt_backend_cuda_stream(const mgt_backend *be);
+/* 1 when linear_bias_gelu runs as one cuBLASLt call with the bias + GeLU epilogue, 0 when it
+   fell back (no suitable algorithm) to a GEMM and the bias + GeLU kernel. */
+int mgt_backend_cuda_fused_epilogue(const mgt_backend *be);
 /* Name and memory (free, total bytes) of the backend's device. */
 MGT_NODISCARD mgt_status mgt_backend_cuda_info(const mgt_backend *be, char *name, size_t name_size,
                                                size_t *free_bytes, size_t *total_bytes);

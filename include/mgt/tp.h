@@ -19,6 +19,11 @@ typedef struct mgt_tp {
 
 /* Column-parallel: W (out_l, in) holds this rank's output rows; x (N, in) is replicated;
    y (N, out_l) = x W^T + b stays split. */
+/* Column-parallel linear layer with its bias and GeLU fused (the MLP's first layer):
+   pre = x W^T + b, y = gelu(pre). */
+MGT_NODISCARD mgt_status mgt_tp_column_forward_gelu(const mgt_tp *tp, float *pre, float *y,
+                                                    const float *x, const float *W, const float *b,
+                                                    int N, int in, int out_l);
 MGT_NODISCARD mgt_status mgt_tp_column_forward(const mgt_tp *tp, float *y, const float *x,
                                                const float *W, const float *b, int N, int in,
                                                int out_l);

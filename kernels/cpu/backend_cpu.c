@@ -53,6 +53,7 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
   be->init_normal = cpu_init_normal;
   be->fill = cpu_fill;
   be->gemm = cpu_gemm;
+  be->linear_bias_gelu = cpu_linear_bias_gelu;
   be->add_bias = cpu_add_bias;
   be->bias_backward = cpu_bias_backward;
   be->layernorm_forward = cpu_layernorm_forward;

@@ -55,6 +55,8 @@ mgt_status cpu_fill(void *ctx, float *p, size_t n, float value);
 mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc);
+mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
+                                const float *W, int ldw, const float *b, float *pre, float *out);
 mgt_status cpu_add_bias(void *ctx, float *y, const float *b, int N, int C);
 mgt_status cpu_bias_backward(void *ctx, float *db, const float *dy, int N, int C, int accumulate);
 mgt_status cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *x,

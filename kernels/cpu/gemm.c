@@ -67,6 +67,12 @@ mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, floa
   return MGT_OK;
 }
 
+mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
+                                const float *W, int ldw, const float *b, float *pre, float *out) {
+  MGT_CHECK(cpu_gemm(ctx, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, lda, W, ldw, 0.0f, pre, N));
+  return cpu_bias_gelu_forward(ctx, out, pre, b, M, N);
+}
+
 #ifdef MGT_HAVE_OPENBLAS
 const char *mgt_cpu_blas_name(void) { return openblas_get_corename(); }
 #else

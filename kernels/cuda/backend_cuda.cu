@@ -3,6 +3,7 @@
    twin in kernels/cpu computes; the conformance test (tests/test_cuda.c) holds them to it.
    Row-major (rows, cols) as in include/mgt/backend.h; cuBLAS is column-major, so a row-major
    C = op(A) op(B) is issued as the column-major C^T = op(B)^T op(A)^T. */
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -37,6 +38,10 @@ struct cuda_ctx {
   float *host; /* pinned staging for argmax values */
   size_t host_n;
   bool own_stream, own_blas; /* created here (else the caller's, left to the caller) */
+  cublasLtHandle_t lt;
+  void *lt_work; /* cuBLASLt workspace */
+  size_t lt_work_n;
+  int lt_state; /* 0 untried, 1 the fused epilogue works, -1 fall back to GEMM + kernel */
 };
 
 mgt_status cuda_fail(cudaError_t e, const char *file, int line, const char *what) {
@@ -189,6 +194,8 @@ void cu_destroy(void *ctx) {
   cudaFree(c->dsum);
   cudaFree(c->fscratch);
   cudaFreeHost(c->host);
+  if (c->lt) cublasLtDestroy(c->lt);
+  cudaFree(c->lt_work);
   if (c->own_blas) cublasDestroy(c->blas);
   if (c->own_stream) cudaStreamDestroy(c->stream);
   free(c);
@@ -435,6 +442,83 @@ mgt_status cu_bias_gelu_forward(void *ctx, float *out, float *pre, const float *
   k_bias_gelu<<<blocks_for((size_t)N * C, 256), 256, 0, C_(ctx)->stream>>>(out, pre, b, N, C);
   LAUNCHED();
   return MGT_OK;
+}
+
+/* pre = A W^T + b and out = gelu(pre) in one cuBLASLt matmul with the GELU_AUX_BIAS epilogue
+   (the GeLU output in D, the pre-activation in the aux matrix). Column-major view: D (N x M,
+   ld N) = op_T(W: K x N, ld ldw) * (A: K x M, ld lda); the bias runs along D's rows. Returns
+   MGT_ERR_BACKEND when cuBLASLt offers no algorithm for the case. */
+mgt_status lt_bias_gelu(cuda_ctx *c, int M, int N, int K, const void *A, int lda, const void *W,
+                        int ldw, cudaDataType_t in_t, const float *b, float *pre, float *out) {
+  if (!c->lt && cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) return MGT_ERR_BACKEND;
+  const size_t work = 32u << 20;
+  MGT_CHECK(grow(&c->lt_work, &c->lt_work_n, work));
+  cublasLtMatmulDesc_t op = NULL;
+  cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasStatus_t s = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+  const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const int64_t aux_ld = N;
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre,
+                                       sizeof pre);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                       sizeof aux_ld);
+  if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatrixLayoutCreate(&la, in_t, K, N, ldw);
+  if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatrixLayoutCreate(&lb, in_t, K, M, lda);
+  if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, N, M, N);
+  if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceCreate(&pref);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &work,
+                                             sizeof work);
+  cublasLtMatmulHeuristicResult_t h;
+  int found = 0;
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, ld, ld, pref, 1, &h, &found);
+  const float one = 1.0f, zero = 0.0f;
+  if (s == CUBLAS_STATUS_SUCCESS && found > 0)
+    s = cublasLtMatmul(c->lt, op, &one, W, la, A, lb, &zero, out, ld, out, ld, &h.algo, c->lt_work,
+                       work, c->stream);
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (ld) cublasLtMatrixLayoutDestroy(ld);
+  if (lb) cublasLtMatrixLayoutDestroy(lb);
+  if (la) cublasLtMatrixLayoutDestroy(la);
+  if (op) cublasLtMatmulDescDestroy(op);
+  return s == CUBLAS_STATUS_SUCCESS && found > 0 ? MGT_OK : MGT_ERR_BACKEND;
+}
+
+mgt_status cu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
+                               const float *W, int ldw, const float *b, float *pre, float *out) {
+  cuda_ctx *c = C_(ctx);
+  if (M == 0 || N == 0) return MGT_OK;
+  if (c->lt_state >= 0 && K > 0) {
+    const void *a = A, *w = W;
+    cudaDataType_t t = CUDA_R_32F;
+    if (c->precision != MGT_PREC_FP32) {
+      MGT_CHECK(half_copy(c, 0, A, M, K, lda, &a));
+      MGT_CHECK(half_copy(c, 1, W, N, K, ldw, &w));
+      t = c->precision == MGT_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    }
+    if (lt_bias_gelu(c, M, N, K, a, lda, w, ldw, t, b, pre, out) == MGT_OK) {
+      c->lt_state = 1;
+      return MGT_OK;
+    }
+    /* no fused algorithm for this case (or this cuBLASLt): the two-step path from now on */
+    c->lt_state = -1;
+    mgt_error_clear();
+  }
+  MGT_CHECK(cu_gemm(ctx, 0, 1, M, N, K, 1.0f, A, lda, W, ldw, 0.0f, pre, N));
+  return cu_bias_gelu_forward(ctx, out, pre, b, M, N);
 }
 
 __global__ void k_gelu_backward(float *dpre, const float *dout, const float *pre, size_t n) {
@@ -1030,6 +1114,7 @@ extern "C" mgt_status mgt_backend_cuda_create_on(int device, void *stream, void 
   be->init_normal = cu_init_normal;
   be->fill = cu_fill;
   be->gemm = cu_gemm;
+  be->linear_bias_gelu = cu_linear_bias_gelu;
   be->add_bias = cu_add_bias;
   be->bias_backward = cu_bias_backward;
   be->layernorm_forward = cu_layernorm_forward;
@@ -1058,6 +1143,10 @@ extern "C" mgt_status mgt_backend_cuda_create_on(int device, void *stream, void 
 
 extern "C" void *mgt_backend_cuda_stream(const mgt_backend *be) {
   return be && be->destroy == cu_destroy ? static_cast<cuda_ctx *>(be->ctx)->stream : NULL;
+}
+
+extern "C" int mgt_backend_cuda_fused_epilogue(const mgt_backend *be) {
+  return be && be->destroy == cu_destroy && static_cast<cuda_ctx *>(be->ctx)->lt_state > 0;
 }
 
 extern "C" mgt_status mgt_backend_cuda_info(const mgt_backend *be, char *name, size_t name_size,
