@@ -3,10 +3,8 @@
 #include "mgt/checkpoint.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <hdf5.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,6 +12,7 @@
 
 #include "h5util.h"
 #include "mgt/json.h"
+#include "mgt/sha256.h"
 #include "mgt/log.h"
 
 static const char *const FORMAT = "megatron-c checkpoint 1";
@@ -21,19 +20,10 @@ enum { KIND_MODEL, KIND_EXP_AVG, KIND_EXP_AVG_SQ, N_KINDS };
 static const char *const kind_group[N_KINDS] = {"model", "optimizer/exp_avg",
                                                 "optimizer/exp_avg_sq"};
 
-static uint64_t fmix64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
-}
-
 uint64_t mgt_ckpt_hash(uint64_t index, float value) {
   uint32_t b;
   memcpy(&b, &value, sizeof b);
-  return fmix64(fmix64(index + 1) ^ b);
+  return mgt_fmix64(mgt_fmix64(index + 1) ^ b);
 }
 
 /* The part of a logical tensor a shard holds (padding excluded). */
@@ -83,7 +73,7 @@ static uint64_t region_sum(const region *r, const float *local) {
     uint64_t acc = 0;
 #pragma omp simd reduction(+ : acc)
     for (hsize_t k = 0; k < c[2]; k++)
-      acc += fmix64(fmix64(g + k + 1) ^ row[k]);
+      acc += mgt_fmix64(mgt_fmix64(g + k + 1) ^ row[k]);
     s += acc;
   }
   return s;
@@ -237,24 +227,6 @@ done:
   return st;
 }
 
-static mgt_status sync_rename(const char *tmp, const char *final) {
-  int fd = open(tmp, O_RDONLY);
-  MGT_REQUIRE(fd >= 0, "%s: cannot reopen to sync: %s", tmp, strerror(errno));
-  int rc = fsync(fd);
-  close(fd);
-  if (rc != 0) MGT_FAIL(MGT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-  if (rename(tmp, final) != 0)
-    MGT_FAIL(MGT_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
-  char dir[MGT_PATH_MAX + 64];
-  snprintf(dir, sizeof dir, "%s", final);
-  int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
-  return MGT_OK;
-}
-
 /* DIR/latest holds the iteration number; replaced atomically after the file is in place. */
 static mgt_status write_latest(const char *dir, int64_t iteration) {
   char tmp[MGT_PATH_MAX + 64], final[MGT_PATH_MAX + 64];
@@ -265,7 +237,7 @@ static mgt_status write_latest(const char *dir, int64_t iteration) {
   int ok = fprintf(f, "%lld\n", (long long)iteration) > 0;
   ok &= fclose(f) == 0;
   if (!ok) MGT_FAIL(MGT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-  return sync_rename(tmp, final);
+  return mgt_publish_file(tmp, final);
 }
 
 mgt_status mgt_ckpt_save(const char *dir, const mgt_config *cfg, const mgt_grid *g, mgt_gpt *model,
@@ -285,7 +257,7 @@ mgt_status mgt_ckpt_save(const char *dir, const mgt_config *cfg, const mgt_grid 
   if (g->dp_rank == 0) st = write_file(tmp, cfg, g, model, opt, state);
   st = mgt_mpi_agree(g->world, st);
   if (st == MGT_OK && g->rank == 0) {
-    st = sync_rename(tmp, final);
+    st = mgt_publish_file(tmp, final);
     if (st == MGT_OK) st = write_latest(dir, state->iteration);
   }
   if (st != MGT_OK && g->rank == 0) unlink(tmp);
@@ -622,7 +594,7 @@ static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void
     const uint32_t *bits = (const uint32_t *)buf;
 #pragma omp parallel for simd reduction(+ : got) schedule(static)
     for (size_t i = 0; i < n; i++)
-      got += fmix64(fmix64(i + 1) ^ bits[i]);
+      got += mgt_fmix64(mgt_fmix64(i + 1) ^ bits[i]);
     ok = got == want;
   }
   if (!ok) {

@@ -1,4 +1,11 @@
+#define _POSIX_C_SOURCE 200809L /* O_DIRECTORY, fsync */
 #include "h5util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include <string.h>
 
@@ -96,4 +103,22 @@ done:
   if (t >= 0) H5Tclose(t);
   if (a >= 0) H5Aclose(a);
   return st;
+}
+
+mgt_status mgt_publish_file(const char *tmp, const char *final) {
+  int fd = open(tmp, O_RDONLY);
+  MGT_REQUIRE(fd >= 0, "%s: cannot reopen to sync: %s", tmp, strerror(errno));
+  int rc = fsync(fd);
+  close(fd);
+  if (rc != 0) MGT_FAIL(MGT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
+  if (rename(tmp, final) != 0)
+    MGT_FAIL(MGT_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+  char dir[4096 + 64];
+  snprintf(dir, sizeof dir, "%s", final);
+  int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return MGT_OK;
 }

@@ -1,4 +1,4 @@
-/* Private to io/: checking HDF5 calls and small attribute helpers. */
+/* Private to io/: checking HDF5 calls, small attribute helpers, and publishing finished files. */
 #pragma once
 
 #include <hdf5.h>
@@ -26,3 +26,8 @@ MGT_NODISCARD mgt_status mgt_h5_write_str(hid_t obj, const char *name, const cha
 MGT_NODISCARD mgt_status mgt_h5_read_i64(hid_t obj, const char *name, int64_t *v, const char *what);
 MGT_NODISCARD mgt_status mgt_h5_read_str(hid_t obj, const char *name, char *buf, size_t n,
                                          const char *what);
+
+/* Makes a finished temporary file durable (fsync), gives it its final name (rename, atomic on
+   one file system) and syncs the directory, so that a crash leaves either the old file or the
+   whole new one. Not collective. */
+MGT_NODISCARD mgt_status mgt_publish_file(const char *tmp, const char *final);

@@ -7,7 +7,6 @@
    tokens and document offsets in place, so the file is the same for any N. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <hdf5.h>
 #include <libgen.h>
 #include <stddef.h>
@@ -403,24 +402,6 @@ done:
   return st;
 }
 
-/* Rank 0: make the finished temporary file durable and give it its name. */
-static mgt_status publish(const char *tmp, const char *final) {
-  int fd = open(tmp, O_RDONLY);
-  MGT_REQUIRE(fd >= 0, "%s: cannot reopen to sync: %s", tmp, strerror(errno));
-  int rc = fsync(fd);
-  close(fd);
-  MGT_REQUIRE(rc == 0, "%s: fsync failed: %s", tmp, strerror(errno));
-  MGT_REQUIRE(rename(tmp, final) == 0, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
-  char dir[MGT_PATH_MAX + 16];
-  snprintf(dir, sizeof dir, "%s", final);
-  int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
-  return MGT_OK;
-}
-
 mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE *log) {
   int rank, size;
   MGT_MPI(MPI_Comm_rank(world, &rank));
@@ -491,7 +472,7 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
   if (st == MGT_OK) st = mgt_mpi_agree(world, write_file(o, tmp, world, &sh, &t, &meta));
   if (st == MGT_OK) {
     MGT_MPI(MPI_Barrier(world));
-    mgt_status ps = rank == 0 ? publish(tmp, final) : MGT_OK;
+    mgt_status ps = rank == 0 ? mgt_publish_file(tmp, final) : MGT_OK;
     st = mgt_mpi_agree(world, ps);
   }
   if (st != MGT_OK && rank == 0) unlink(tmp); /* never leave a partial file behind */

@@ -49,33 +49,24 @@ struct mgt_tokenizer {
 
 /* ---- small hash helpers ---- */
 
-static uint64_t mix64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
-}
-
 static uint64_t hash_bytes(const unsigned char *p, size_t n) {
   uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
   while (n >= 8) {
     uint64_t w;
     memcpy(&w, p, 8);
-    h = mix64(h ^ w);
+    h = mgt_fmix64(h ^ w);
     p += 8, n -= 8;
   }
   uint64_t w = 0;
   memcpy(&w, p, n);
-  return mix64(h ^ w ^ 0x5bd1e995ull);
+  return mgt_fmix64(h ^ w ^ 0x5bd1e995ull);
 }
 
 static const uint64_t NO_MERGE = ~0ull;
 
 static uint64_t merge_lookup(const mgt_tokenizer *t, int32_t a, int32_t b) {
   uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-  for (size_t i = mix64(key) & t->mmask;; i = (i + 1) & t->mmask) {
+  for (size_t i = mgt_fmix64(key) & t->mmask;; i = (i + 1) & t->mmask) {
     if (t->mkey[i] == key) return t->mval[i];
     if (t->mkey[i] == NO_MERGE) return NO_MERGE;
   }
@@ -671,7 +662,7 @@ static mgt_status load_merges(mgt_tokenizer *t, const char *path, char *text, si
       goto done;
     }
     uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
-    size_t h = mix64(key) & t->mmask;
+    size_t h = mgt_fmix64(key) & t->mmask;
     while (t->mkey[h] != NO_MERGE && t->mkey[h] != key)
       h = (h + 1) & t->mmask;
     if (t->mkey[h] == NO_MERGE) { /* the first (lowest-ranked) occurrence wins */
