@@ -25,6 +25,26 @@ extern "C" {
 
 namespace {
 
+/* A cuBLASLt matmul set up once per shape (descriptors and the chosen algorithm); only the
+   bias and aux pointers change between calls. */
+struct lt_plan {
+  bool used;
+  int M, N, K, lda, ldw;
+  cudaDataType_t type;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatmulAlgo_t algo;
+};
+enum { LT_PLANS = 4 };
+
+void lt_plan_free(lt_plan *p) {
+  if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->op) cublasLtMatmulDescDestroy(p->op);
+  memset(p, 0, sizeof *p);
+}
+
 struct cuda_ctx {
   int device;
   cudaStream_t stream;
@@ -42,6 +62,8 @@ struct cuda_ctx {
   void *lt_work; /* cuBLASLt workspace */
   size_t lt_work_n;
   int lt_state; /* 0 untried, 1 the fused epilogue works, -1 fall back to GEMM + kernel */
+  lt_plan plans[LT_PLANS];
+  int next_plan; /* the slot the next new shape replaces */
 };
 
 mgt_status cuda_fail(cudaError_t e, const char *file, int line, const char *what) {
@@ -82,26 +104,30 @@ unsigned blocks_for(size_t n, unsigned threads) {
 
 /* ---- block reductions (blockDim.x a multiple of 32, at most 1024) ---- */
 
-__device__ float warp_sum(float v) {
+struct op_sum {
+  static constexpr float identity = 0.0f;
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct op_max {
+  static constexpr float identity = -FLT_MAX;
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <typename Op> __device__ float warp_reduce(float v, Op op) {
   for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
-__device__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-__device__ float block_sum(float v, float *sh) {
+/* Every thread of the block receives the reduction; sh holds 32 floats. */
+template <typename Op> __device__ float block_reduce(float v, float *sh, Op op) {
   int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  v = warp_sum(v);
+  v = warp_reduce(v, op);
   __syncthreads();
   if (lane == 0) sh[w] = v;
   __syncthreads();
-  v = threadIdx.x < (unsigned)nw ? sh[threadIdx.x] : 0.0f;
-  if (w == 0) v = warp_sum(v);
+  v = threadIdx.x < (unsigned)nw ? sh[threadIdx.x] : Op::identity;
+  if (w == 0) v = warp_reduce(v, op);
   if (threadIdx.x == 0) sh[0] = v;
   __syncthreads();
   float r = sh[0];
@@ -109,20 +135,8 @@ __device__ float block_sum(float v, float *sh) {
   return r;
 }
 
-__device__ float block_max(float v, float *sh) {
-  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) sh[w] = v;
-  __syncthreads();
-  v = threadIdx.x < (unsigned)nw ? sh[threadIdx.x] : -FLT_MAX;
-  if (w == 0) v = warp_max(v);
-  if (threadIdx.x == 0) sh[0] = v;
-  __syncthreads();
-  float r = sh[0];
-  __syncthreads();
-  return r;
-}
+__device__ float block_sum(float v, float *sh) { return block_reduce(v, sh, op_sum()); }
+__device__ float block_max(float v, float *sh) { return block_reduce(v, sh, op_max()); }
 
 __device__ float gelu_tanh(float x) {
   const float k0 = 0.7978845608028654f, k1 = 0.044715f;
@@ -194,6 +208,8 @@ void cu_destroy(void *ctx) {
   cudaFree(c->dsum);
   cudaFree(c->fscratch);
   cudaFreeHost(c->host);
+  for (int i = 0; i < LT_PLANS; i++)
+    lt_plan_free(&c->plans[i]);
   if (c->lt) cublasLtDestroy(c->lt);
   cudaFree(c->lt_work);
   if (c->own_blas) cublasDestroy(c->blas);
@@ -444,57 +460,81 @@ mgt_status cu_bias_gelu_forward(void *ctx, float *out, float *pre, const float *
   return MGT_OK;
 }
 
-/* pre = A W^T + b and out = gelu(pre) in one cuBLASLt matmul with the GELU_AUX_BIAS epilogue
-   (the GeLU output in D, the pre-activation in the aux matrix). Column-major view: D (N x M,
-   ld N) = op_T(W: K x N, ld ldw) * (A: K x M, ld lda); the bias runs along D's rows. Returns
-   MGT_ERR_BACKEND when cuBLASLt offers no algorithm for the case. */
-mgt_status lt_bias_gelu(cuda_ctx *c, int M, int N, int K, const void *A, int lda, const void *W,
-                        int ldw, cudaDataType_t in_t, const float *b, float *pre, float *out) {
-  if (!c->lt && cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) return MGT_ERR_BACKEND;
-  const size_t work = 32u << 20;
-  MGT_CHECK(grow(&c->lt_work, &c->lt_work_n, work));
-  cublasLtMatmulDesc_t op = NULL;
-  cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
-  cublasLtMatmulPreference_t pref = NULL;
-  cublasStatus_t s = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+const size_t LT_WORK = 32u << 20;
+
+/* Builds the plan of one shape: the GELU_AUX_BIAS epilogue (the GeLU output in D, the
+   pre-activation in the aux matrix, ld N). Column-major view: D (N x M, ld N) =
+   op_T(W: K x N, ld ldw) * (A: K x M, ld lda); the bias runs along D's rows. */
+bool lt_plan_make(cuda_ctx *c, lt_plan *p) {
   const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
   const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  const int64_t aux_ld = N;
+  const int64_t aux_ld = p->N;
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasStatus_t s = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n);
+    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b);
-  if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre,
-                                       sizeof pre);
-  if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                        sizeof aux_ld);
-  if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatrixLayoutCreate(&la, in_t, K, N, ldw);
-  if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatrixLayoutCreate(&lb, in_t, K, M, lda);
-  if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, N, M, N);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatrixLayoutCreate(&p->la, p->type, p->K, p->N, p->ldw);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatrixLayoutCreate(&p->lb, p->type, p->K, p->M, p->lda);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, p->N, p->M, p->N);
   if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceCreate(&pref);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &work,
-                                             sizeof work);
+    s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &LT_WORK, sizeof LT_WORK);
   cublasLtMatmulHeuristicResult_t h;
   int found = 0;
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, ld, ld, pref, 1, &h, &found);
-  const float one = 1.0f, zero = 0.0f;
-  if (s == CUBLAS_STATUS_SUCCESS && found > 0)
-    s = cublasLtMatmul(c->lt, op, &one, W, la, A, lb, &zero, out, ld, out, ld, &h.algo, c->lt_work,
-                       work, c->stream);
+    s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &h,
+                                       &found);
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (ld) cublasLtMatrixLayoutDestroy(ld);
-  if (lb) cublasLtMatrixLayoutDestroy(lb);
-  if (la) cublasLtMatrixLayoutDestroy(la);
-  if (op) cublasLtMatmulDescDestroy(op);
-  return s == CUBLAS_STATUS_SUCCESS && found > 0 ? MGT_OK : MGT_ERR_BACKEND;
+  if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
+    lt_plan_free(p);
+    return false;
+  }
+  p->algo = h.algo;
+  p->used = true;
+  return true;
+}
+
+/* pre = A W^T + b and out = gelu(pre) in one cuBLASLt matmul. Returns MGT_ERR_BACKEND when
+   cuBLASLt offers no algorithm for the case. */
+mgt_status lt_bias_gelu(cuda_ctx *c, int M, int N, int K, const void *A, int lda, const void *W,
+                        int ldw, cudaDataType_t in_t, const float *b, float *pre, float *out) {
+  if (!c->lt && cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) return MGT_ERR_BACKEND;
+  MGT_CHECK(grow(&c->lt_work, &c->lt_work_n, LT_WORK));
+  lt_plan *p = NULL;
+  for (int i = 0; i < LT_PLANS && !p; i++) {
+    lt_plan *q = &c->plans[i];
+    if (q->used && q->M == M && q->N == N && q->K == K && q->lda == lda && q->ldw == ldw &&
+        q->type == in_t)
+      p = q;
+  }
+  if (!p) {
+    p = &c->plans[c->next_plan];
+    c->next_plan = (c->next_plan + 1) % LT_PLANS;
+    lt_plan_free(p);
+    p->M = M, p->N = N, p->K = K, p->lda = lda, p->ldw = ldw, p->type = in_t;
+    if (!lt_plan_make(c, p)) return MGT_ERR_BACKEND;
+  }
+  cublasStatus_t s =
+      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre,
+                                       sizeof pre);
+  const float one = 1.0f, zero = 0.0f;
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmul(c->lt, p->op, &one, W, p->la, A, p->lb, &zero, out, p->ld, out, p->ld,
+                       &p->algo, c->lt_work, LT_WORK, c->stream);
+  return s == CUBLAS_STATUS_SUCCESS ? MGT_OK : MGT_ERR_BACKEND;
 }
 
 mgt_status cu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
