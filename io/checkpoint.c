@@ -1,4 +1,5 @@
-/* Checkpoints: see include/mgt/checkpoint.h and docs/checkpoint-format.md. */
+/* Checkpoints: see include/mgt/checkpoint.h and docs/checkpoint-format.md. The tensors come
+   from a state list; nothing here knows which model or optimizer made it. */
 #define _GNU_SOURCE
 #include "mgt/checkpoint.h"
 
@@ -12,13 +13,10 @@
 
 #include "h5util.h"
 #include "mgt/json.h"
-#include "mgt/sha256.h"
 #include "mgt/log.h"
+#include "mgt/sha256.h"
 
 static const char *const FORMAT = "megatron-c checkpoint 1";
-enum { KIND_MODEL, KIND_EXP_AVG, KIND_EXP_AVG_SQ, N_KINDS };
-static const char *const kind_group[N_KINDS] = {"model", "optimizer/exp_avg",
-                                                "optimizer/exp_avg_sq"};
 
 uint64_t mgt_ckpt_hash(uint64_t index, float value) {
   uint32_t b;
@@ -26,35 +24,30 @@ uint64_t mgt_ckpt_hash(uint64_t index, float value) {
   return mgt_fmix64(mgt_fmix64(index + 1) ^ b);
 }
 
-/* The part of a logical tensor a shard holds (padding excluded). */
+/* The part of a logical tensor a slab holds (padding excluded). */
 typedef struct region {
   int ndim;
   hsize_t full[3], start[3], count[3], local[3];
   size_t n;
 } region;
 
-static void region_of(const mgt_param *p, int whole, region *r) {
+static void region_of(const mgt_shard *s, region *r) {
   memset(r, 0, sizeof *r);
-  r->ndim = p->shard.ndim;
+  r->ndim = s->ndim;
   r->n = 1;
   for (int d = 0; d < 3; d++) {
     int in = d < r->ndim;
-    r->full[d] = in ? (hsize_t)p->shard.full[d] : 1;
-    r->local[d] = in ? (hsize_t)p->shard.shape[d] : 1;
-    r->start[d] = (in && d == p->shard.split_dim) ? (hsize_t)p->shard.offset : 0;
+    r->full[d] = in ? (hsize_t)s->full[d] : 1;
+    r->local[d] = in ? (hsize_t)s->shape[d] : 1;
+    r->start[d] = (in && d == s->split_dim) ? (hsize_t)s->offset : 0;
     r->count[d] = r->local[d];
     if (r->start[d] + r->count[d] > r->full[d])
       r->count[d] = r->full[d] > r->start[d] ? r->full[d] - r->start[d] : 0;
     r->n *= r->count[d];
   }
-  if (whole) { /* the whole logical tensor, as a verifier reads it */
-    for (int d = 0; d < 3; d++)
-      r->local[d] = r->count[d] = r->full[d], r->start[d] = 0;
-    r->n = (size_t)(r->full[0] * r->full[1] * r->full[2]);
-  }
 }
 
-/* Checksum of the region held in `local` (laid out in the shard's local shape). The sum is
+/* Checksum of the region held in `local` (laid out in the slab's local shape). The sum is
    order-free, so rows are spread over threads and the inner loop vectorizes. */
 static uint64_t region_sum(const region *r, const float *local) {
   /* the real dimensions right-aligned in three, so the last one is the contiguous one */
@@ -92,13 +85,43 @@ static mgt_status select_region(hid_t fspace, hid_t mspace, const region *r, int
   return MGT_OK;
 }
 
-static float *flat_of(mgt_gpt *m, mgt_optim *o, int kind) {
-  if (kind == KIND_MODEL) return mgt_gpt_param_data(m);
-  return kind == KIND_EXP_AVG ? mgt_optim_exp_avg(o) : mgt_optim_exp_avg_sq(o);
+/* ---- the list ---- */
+
+static size_t max_staging(const mgt_state *s) {
+  size_t m = 0;
+  for (int i = 0; i < s->n; i++)
+    if (s->t[i].mem && mgt_state_local_numel(&s->t[i]) > m) m = mgt_state_local_numel(&s->t[i]);
+  return m;
 }
 
-static void tensor_path(char *out, size_t n, int kind, const char *name) {
-  snprintf(out, n, "/%s/%s", kind_group[kind], name);
+/* Every rank must list the same tensors: HDF5 creates datasets collectively, and copies are
+   matched by position. A mismatch is a bug of the caller. Collective over world. */
+static mgt_status check_same_list(MPI_Comm world, const mgt_state *s) {
+  uint64_t h = mgt_fmix64((uint64_t)s->n + 1);
+  for (int i = 0; i < s->n; i++) {
+    const mgt_state_tensor *t = &s->t[i];
+    for (const char *c = t->name; *c; c++)
+      h = mgt_fmix64(h ^ (unsigned char)*c);
+    h = mgt_fmix64(h ^ ((uint64_t)t->dtype << 8 | (uint64_t)t->shard.ndim));
+    for (int d = 0; d < t->shard.ndim; d++)
+      h = mgt_fmix64(h ^ (uint64_t)t->shard.full[d]);
+  }
+  uint64_t v[2] = {h, ~h};
+  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_MAX, world));
+  if (v[0] != h || v[1] != ~h)
+    MGT_FAIL(MGT_ERR_INTERNAL, "the ranks describe different checkpoint tensors");
+  return MGT_OK;
+}
+
+/* This rank's slab on the host: the data itself when it is in host memory. */
+static mgt_status slab_to_host(const mgt_state_tensor *t, float *staging, const float **out) {
+  if (!t->mem) {
+    *out = t->data;
+    return MGT_OK;
+  }
+  MGT_CHECK(t->mem->download(t->mem->ctx, staging, t->data, mgt_state_local_numel(t) * 4));
+  *out = staging;
+  return MGT_OK;
 }
 
 /* ---- saving ---- */
@@ -115,100 +138,82 @@ static mgt_status write_config_attr(hid_t file, const mgt_config *cfg, const cha
   return st;
 }
 
-/* Writers (the tensor-parallel group of data-parallel replica 0) write the file. */
-static mgt_status write_file(const char *tmp, const mgt_config *cfg, const mgt_grid *g, mgt_gpt *m,
-                             mgt_optim *o, const mgt_ckpt_state *s) {
+static mgt_status write_state_attrs(hid_t file, const mgt_ckpt_state *s, const char *what) {
+  MGT_CHECK(mgt_h5_write_str(file, "format", FORMAT, what));
+  MGT_CHECK(mgt_h5_write_i64(file, "iteration", s->iteration, what));
+  MGT_CHECK(mgt_h5_write_i64(file, "consumed_samples", (int64_t)s->consumed_samples, what));
+  MGT_CHECK(mgt_h5_write_i64(file, "optimizer_steps", s->optimizer_steps, what));
+  MGT_CHECK(mgt_h5_write_i64(file, "seed", (int64_t)s->seed, what));
+  if (s->loss_scale > 0) { /* a string keeps every bit of the double */
+    char ls[64];
+    snprintf(ls, sizeof ls, "%.17g", s->loss_scale);
+    MGT_CHECK(mgt_h5_write_str(file, "loss_scale", ls, what));
+    MGT_CHECK(mgt_h5_write_i64(file, "loss_scale_growth", s->loss_scale_growth, what));
+    MGT_CHECK(mgt_h5_write_i64(file, "loss_scale_hysteresis", s->loss_scale_hysteresis, what));
+  }
+  MGT_CHECK(mgt_h5_write_i64(file, "has_optimizer", s->has_optimizer != 0, what));
+  MGT_CHECK(
+      mgt_h5_write_i64(file, "tensor_model_parallel_size", s->tensor_model_parallel_size, what));
+  MGT_CHECK(mgt_h5_write_i64(file, "data_parallel_size", s->data_parallel_size, what));
+  return MGT_OK;
+}
+
+/* The writers (ranks that hold primary slabs) write the file together over `comm`. */
+static mgt_status write_file(const char *tmp, MPI_Comm comm, const mgt_state *s,
+                             const mgt_config *cfg, const mgt_ckpt_state *state) {
   mgt_status st = MGT_OK;
   const char *what = tmp;
-  int np;
-  const mgt_param *params = mgt_gpt_params(m, &np);
-  const mgt_backend *be = NULL;
-  const int kinds = o ? N_KINDS : 1;
-  hid_t fapl = -1, file = -1, dxpl = -1;
-  float *host = NULL;
+  hid_t fapl = -1, file = -1, dxpl = -1, lcpl = -1;
+  float *staging = NULL;
   uint64_t *sums = NULL;
-  size_t max_numel = 0;
-  for (int i = 0; i < np; i++)
-    if (params[i].numel > max_numel) max_numel = params[i].numel;
-  MGT_TRY(mgt_calloc(max_numel * sizeof(float), "checkpoint staging", (void **)&host));
-  MGT_TRY(mgt_calloc(sizeof(uint64_t) * (size_t)(np * kinds), "checksums", (void **)&sums));
-  be = mgt_gpt_backend(m);
+  size_t stage_n = max_staging(s);
+  MGT_TRY(
+      mgt_calloc((stage_n ? stage_n : 1) * sizeof(float), "checkpoint staging", (void **)&staging));
+  MGT_TRY(mgt_calloc(sizeof(uint64_t) * (size_t)(s->n ? s->n : 1), "checksums", (void **)&sums));
 
   MGT_H5_TRY(fapl = H5Pcreate(H5P_FILE_ACCESS), what);
-  MGT_H5_TRY(H5Pset_fapl_mpio(fapl, g->tp_comm, MPI_INFO_NULL), what);
+  MGT_H5_TRY(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL), what);
   MGT_H5_TRY(H5Pset_coll_metadata_write(fapl, 1), what);
   MGT_H5_TRY(H5Pset_all_coll_metadata_ops(fapl, 1), what);
   MGT_H5_TRY(file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), what);
   MGT_H5_TRY(dxpl = H5Pcreate(H5P_DATASET_XFER), what);
   MGT_H5_TRY(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), what);
-  {
-    hid_t grp = -1;
-    MGT_H5_TRY(grp = H5Gcreate2(file, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), what);
-    H5Gclose(grp);
-    if (o) {
-      MGT_H5_TRY(grp = H5Gcreate2(file, "optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), what);
-      H5Gclose(grp);
-      for (int k = 1; k < N_KINDS; k++) {
-        MGT_H5_TRY(grp = H5Gcreate2(file, kind_group[k], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                   what);
-        H5Gclose(grp);
-      }
+  MGT_H5_TRY(lcpl = H5Pcreate(H5P_LINK_CREATE), what);
+  MGT_H5_TRY(H5Pset_create_intermediate_group(lcpl, 1), what); /* "optimizer/exp_avg/..." */
+  for (int i = 0; i < s->n; i++) {
+    const mgt_state_tensor *t = &s->t[i];
+    region r;
+    region_of(&t->shard, &r);
+    const int active = t->replica == MGT_REPLICA_PRIMARY;
+    const float *host = NULL;
+    hid_t space = -1, dcpl = -1, d = -1, fs = -1, ms = -1;
+    if (active) {
+      MGT_TRY(slab_to_host(t, staging, &host));
+      sums[i] = region_sum(&r, host);
     }
+    MGT_H5_TRY(space = H5Screate_simple(r.ndim, r.full, NULL), what);
+    MGT_H5_TRY(dcpl = H5Pcreate(H5P_DATASET_CREATE), what);
+    MGT_H5_TRY(H5Pset_layout(dcpl, H5D_CONTIGUOUS), what);
+    MGT_H5_TRY(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), what);
+    MGT_H5_TRY(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), what); /* every byte is written */
+    MGT_H5_TRY(d = H5Dcreate2(file, t->name, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT), what);
+    MGT_H5_TRY(fs = H5Dget_space(d), what);
+    MGT_H5_TRY(ms = H5Screate_simple(r.ndim, r.local, NULL), what);
+    MGT_TRY(select_region(fs, ms, &r, active, what));
+    MGT_H5_TRY(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, host ? host : staging), what);
+    H5Sclose(ms), H5Sclose(fs), H5Dclose(d), H5Pclose(dcpl), H5Sclose(space);
   }
-  for (int k = 0; k < kinds; k++) {
-    const float *flat = flat_of(m, o, k);
-    for (int i = 0; i < np; i++) {
-      const mgt_param *p = &params[i];
-      region r;
-      region_of(p, 0, &r);
-      int active = !p->replicated || g->tp_rank == 0;
-      char path[160];
-      tensor_path(path, sizeof path, k, p->name);
-      hid_t space = -1, dcpl = -1, d = -1, fs = -1, ms = -1;
-      MGT_TRY(be->download(be->ctx, host, flat + p->offset, p->numel * sizeof(float)));
-      sums[k * np + i] = active ? region_sum(&r, host) : 0;
-      MGT_H5_TRY(space = H5Screate_simple(r.ndim, r.full, NULL), what);
-      MGT_H5_TRY(dcpl = H5Pcreate(H5P_DATASET_CREATE), what);
-      MGT_H5_TRY(H5Pset_layout(dcpl, H5D_CONTIGUOUS), what);
-      MGT_H5_TRY(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), what);
-      MGT_H5_TRY(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), what); /* every byte is written */
-      MGT_H5_TRY(d = H5Dcreate2(file, path, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
-                 what);
-      MGT_H5_TRY(fs = H5Dget_space(d), what);
-      MGT_H5_TRY(ms = H5Screate_simple(r.ndim, r.local, NULL), what);
-      MGT_TRY(select_region(fs, ms, &r, active, what));
-      MGT_H5_TRY(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, host), what);
-      H5Sclose(ms), H5Sclose(fs), H5Dclose(d), H5Pclose(dcpl), H5Sclose(space);
-    }
+  /* the primary slabs add up to the logical tensors' checksums */
+  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, s->n, MPI_UINT64_T, MPI_SUM, comm));
+  for (int i = 0; i < s->n; i++) {
+    hid_t d = -1, sp = -1, a = -1;
+    MGT_H5_TRY(d = H5Dopen2(file, s->t[i].name, H5P_DEFAULT), what);
+    MGT_H5_TRY(sp = H5Screate(H5S_SCALAR), what);
+    MGT_H5_TRY(a = H5Acreate2(d, "checksum", H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT), what);
+    MGT_H5_TRY(H5Awrite(a, H5T_NATIVE_UINT64, &sums[i]), what);
+    H5Aclose(a), H5Sclose(sp), H5Dclose(d);
   }
-  /* shards add up to the logical tensors' checksums */
-  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, np * kinds, MPI_UINT64_T, MPI_SUM, g->tp_comm));
-  for (int k = 0; k < kinds; k++)
-    for (int i = 0; i < np; i++) {
-      char path[160];
-      tensor_path(path, sizeof path, k, params[i].name);
-      hid_t d = -1, sp = -1, a = -1;
-      MGT_H5_TRY(d = H5Dopen2(file, path, H5P_DEFAULT), what);
-      MGT_H5_TRY(sp = H5Screate(H5S_SCALAR), what);
-      MGT_H5_TRY(a = H5Acreate2(d, "checksum", H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT), what);
-      MGT_H5_TRY(H5Awrite(a, H5T_NATIVE_UINT64, &sums[k * np + i]), what);
-      H5Aclose(a), H5Sclose(sp), H5Dclose(d);
-    }
-  MGT_TRY(mgt_h5_write_str(file, "format", FORMAT, what));
-  MGT_TRY(mgt_h5_write_i64(file, "iteration", s->iteration, what));
-  MGT_TRY(mgt_h5_write_i64(file, "consumed_samples", (int64_t)s->consumed_samples, what));
-  MGT_TRY(mgt_h5_write_i64(file, "optimizer_steps", s->optimizer_steps, what));
-  MGT_TRY(mgt_h5_write_i64(file, "seed", (int64_t)s->seed, what));
-  if (s->loss_scale > 0) { /* a string keeps every bit of the double */
-    char ls[64];
-    snprintf(ls, sizeof ls, "%.17g", s->loss_scale);
-    MGT_TRY(mgt_h5_write_str(file, "loss_scale", ls, what));
-    MGT_TRY(mgt_h5_write_i64(file, "loss_scale_growth", s->loss_scale_growth, what));
-    MGT_TRY(mgt_h5_write_i64(file, "loss_scale_hysteresis", s->loss_scale_hysteresis, what));
-  }
-  MGT_TRY(mgt_h5_write_i64(file, "has_optimizer", o != NULL, what));
-  MGT_TRY(mgt_h5_write_i64(file, "tensor_model_parallel_size", g->tp, what));
-  MGT_TRY(mgt_h5_write_i64(file, "data_parallel_size", g->dp, what));
+  MGT_TRY(write_state_attrs(file, state, what));
   MGT_TRY(write_config_attr(file, cfg, what));
   MGT_H5_TRY(H5Fflush(file, H5F_SCOPE_GLOBAL), what);
   MGT_TRY(mgt_h5_write_i64(file, "complete", 1, what)); /* last, after the data is flushed */
@@ -218,11 +223,12 @@ static mgt_status write_file(const char *tmp, const mgt_config *cfg, const mgt_g
     st = MGT_ERR_INTERNAL;
   }
 done:
+  if (lcpl >= 0) H5Pclose(lcpl);
   if (dxpl >= 0) H5Pclose(dxpl);
   if (file >= 0 && H5Fclose(file) < 0 && st == MGT_OK)
     st = mgt_h5_status(-1, what, __FILE__, __LINE__, __func__, "H5Fclose(file)");
   if (fapl >= 0) H5Pclose(fapl);
-  mgt_free(host);
+  mgt_free(staging);
   mgt_free(sums);
   return st;
 }
@@ -240,29 +246,38 @@ static mgt_status write_latest(const char *dir, int64_t iteration) {
   return mgt_publish_file(tmp, final);
 }
 
-mgt_status mgt_ckpt_save(const char *dir, const mgt_config *cfg, const mgt_grid *g, mgt_gpt *model,
-                         mgt_optim *opt, const mgt_ckpt_state *state, FILE *log) {
+mgt_status mgt_ckpt_save(const char *dir, MPI_Comm world, const mgt_state *s, const mgt_config *cfg,
+                         const mgt_ckpt_state *state, FILE *log) {
   mgt_h5_quiet();
   double t0 = mgt_now();
+  int rank;
+  MGT_MPI(MPI_Comm_rank(world, &rank));
   char final[MGT_PATH_MAX + 64], tmp[MGT_PATH_MAX + 80];
   snprintf(final, sizeof final, "%s/iter_%07lld.h5", dir, (long long)state->iteration);
   snprintf(tmp, sizeof tmp, "%s.tmp", final);
   mgt_status st = MGT_OK;
-  if (g->rank == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST) {
+  if (rank == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST) {
     mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "--save %s: cannot create: %s", dir,
                   strerror(errno));
     st = MGT_ERR_INPUT;
   }
-  MGT_CHECK(mgt_mpi_agree(g->world, st));
-  if (g->dp_rank == 0) st = write_file(tmp, cfg, g, model, opt, state);
-  st = mgt_mpi_agree(g->world, st);
-  if (st == MGT_OK && g->rank == 0) {
+  MGT_CHECK(mgt_mpi_agree(world, st));
+  MGT_CHECK(check_same_list(world, s));
+  int writer = 0;
+  for (int i = 0; i < s->n && !writer; i++)
+    writer = s->t[i].replica == MGT_REPLICA_PRIMARY;
+  MPI_Comm wcomm = MPI_COMM_NULL;
+  MGT_MPI(MPI_Comm_split(world, writer ? 0 : MPI_UNDEFINED, rank, &wcomm));
+  if (writer) st = write_file(tmp, wcomm, s, cfg, state);
+  if (wcomm != MPI_COMM_NULL) MPI_Comm_free(&wcomm);
+  st = mgt_mpi_agree(world, st);
+  if (st == MGT_OK && rank == 0) {
     st = mgt_publish_file(tmp, final);
     if (st == MGT_OK) st = write_latest(dir, state->iteration);
   }
-  if (st != MGT_OK && g->rank == 0) unlink(tmp);
-  MGT_CHECK(mgt_mpi_agree(g->world, st));
-  if (g->rank == 0 && log) {
+  if (st != MGT_OK && rank == 0) unlink(tmp);
+  MGT_CHECK(mgt_mpi_agree(world, st));
+  if (rank == 0 && log) {
     struct stat sb;
     double gb = stat(final, &sb) == 0 ? sb.st_size / 1e9 : 0.0, dt = mgt_now() - t0;
     fprintf(log, "saved checkpoint %s: iteration %lld, %.3f GB in %.2f s (%.2f GB/s)\n", final,
@@ -339,16 +354,18 @@ static mgt_status open_checkpoint(const char *path, hid_t *out) {
 
 static mgt_status read_state(hid_t f, const char *path, mgt_ckpt_state *s) {
   int64_t it, consumed, steps, seed;
+  memset(s, 0, sizeof *s);
   MGT_CHECK(mgt_h5_read_i64(f, "iteration", &it, path));
   MGT_CHECK(mgt_h5_read_i64(f, "consumed_samples", &consumed, path));
   MGT_CHECK(mgt_h5_read_i64(f, "optimizer_steps", &steps, path));
   MGT_CHECK(mgt_h5_read_i64(f, "seed", &seed, path));
+  MGT_CHECK(mgt_h5_read_i64(f, "has_optimizer", &s->has_optimizer, path));
+  MGT_CHECK(mgt_h5_read_i64(f, "tensor_model_parallel_size", &s->tensor_model_parallel_size, path));
+  MGT_CHECK(mgt_h5_read_i64(f, "data_parallel_size", &s->data_parallel_size, path));
   s->iteration = it;
   s->consumed_samples = (uint64_t)consumed;
   s->optimizer_steps = steps;
   s->seed = (uint64_t)seed;
-  s->loss_scale = 0.0;
-  s->loss_scale_growth = s->loss_scale_hysteresis = 0;
   if (H5Aexists(f, "loss_scale") > 0) {
     char ls[64];
     char *end = NULL;
@@ -364,25 +381,19 @@ static mgt_status read_state(hid_t f, const char *path, mgt_ckpt_state *s) {
 
 static mgt_status read_config_attr(hid_t f, const char *path, mgt_config *cfg) {
   mgt_status st = MGT_OK;
-  hid_t a = -1, t = -1;
   char *buf = NULL;
   mgt_json_parser *jp = NULL;
   const mgt_json *root = NULL;
   MGT_REQUIRE(H5Aexists(f, "config") > 0, "checkpoint %s: no configuration attribute", path);
-  MGT_H5_TRY(a = H5Aopen(f, "config", H5P_DEFAULT), path);
-  MGT_H5_TRY(t = H5Aget_type(a), path);
-  size_t len = H5Tget_size(t);
-  MGT_TRY(mgt_calloc(len + 1, "configuration", (void **)&buf));
-  MGT_TRY(mgt_h5_read_str(f, "config", buf, len + 1, path));
+  MGT_TRY(mgt_h5_read_str_dup(f, "config", &buf, path));
   MGT_TRY(mgt_json_parser_create(&jp));
   MGT_TRY(mgt_json_parse(jp, buf, strlen(buf), &root));
   mgt_config_defaults(cfg);
   MGT_TRY(mgt_config_from_json(cfg, root, path));
+  mgt_config_derive(cfg);
 done:
   mgt_json_parser_destroy(&jp);
   mgt_free(buf);
-  if (t >= 0) H5Tclose(t);
-  if (a >= 0) H5Aclose(a);
   return st;
 }
 
@@ -395,57 +406,42 @@ mgt_status mgt_ckpt_read_config(const char *path, mgt_config *cfg, mgt_ckpt_stat
   return st;
 }
 
-mgt_status mgt_ckpt_check_model(const char *path, const mgt_config *cfg) {
-  mgt_config saved;
-  MGT_CHECK(mgt_ckpt_read_config(path, &saved, NULL));
-  int F = cfg->ffn_hidden_size ? cfg->ffn_hidden_size : 4 * cfg->hidden_size;
-  int sF = saved.ffn_hidden_size ? saved.ffn_hidden_size : 4 * saved.hidden_size;
-  char diff[1024] = "";
-#define DIFF(flag, a, b)                                                                           \
-  if ((a) != (b))                                                                                  \
-    snprintf(diff + strlen(diff), sizeof diff - strlen(diff), "%s%s %d (checkpoint %d)",           \
-             diff[0] ? ", " : "", flag, (int)(a), (int)(b));
-  DIFF("--num-layers", cfg->num_layers, saved.num_layers);
-  DIFF("--hidden-size", cfg->hidden_size, saved.hidden_size);
-  DIFF("--num-attention-heads", cfg->num_attention_heads, saved.num_attention_heads);
-  DIFF("--ffn-hidden-size", F, sF);
-  DIFF("--vocab-size", cfg->vocab_size, saved.vocab_size);
-  DIFF("--max-position-embeddings", cfg->max_position_embeddings, saved.max_position_embeddings);
-#undef DIFF
-  MGT_REQUIRE(diff[0] == 0, "checkpoint %s is of another model: %s", path, diff);
-  return MGT_OK;
-}
-
-/* Reads this rank's region of one tensor into `host` (local shape, padding zeroed). */
-static mgt_status read_region(hid_t f, const char *file, const char *path, const region *r,
-                              float *host, size_t local_n) {
+/* Reads this rank's region of one tensor into `local` (its slab shape, padding zeroed). */
+static mgt_status read_region(hid_t f, const char *file, const char *name, const region *r,
+                              float *local, size_t local_n) {
   mgt_status st = MGT_OK;
   hid_t d = -1, fs = -1, ms = -1;
-  memset(host, 0, local_n * sizeof(float));
-  if (H5Lexists(f, path, H5P_DEFAULT) <= 0) {
+  memset(local, 0, local_n * sizeof(float));
+  if (H5Lexists(f, name, H5P_DEFAULT) <= 0) {
     mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "checkpoint %s: tensor %s is missing", file, path);
+                  "checkpoint %s: tensor /%s is missing", file, name);
     return MGT_ERR_INPUT;
   }
-  MGT_H5_TRY(d = H5Dopen2(f, path, H5P_DEFAULT), file);
+  MGT_H5_TRY(d = H5Dopen2(f, name, H5P_DEFAULT), file);
   MGT_H5_TRY(fs = H5Dget_space(d), file);
-  hsize_t dims[3] = {1, 1, 1};
+  hsize_t dims[H5S_MAX_RANK];
   int nd = H5Sget_simple_extent_ndims(fs);
-  H5Sget_simple_extent_dims(fs, dims, NULL);
-  if (nd != r->ndim || dims[0] != r->full[0] || (nd > 1 && dims[1] != r->full[1]) ||
-      (nd > 2 && dims[2] != r->full[2])) {
+  int same = nd == r->ndim;
+  if (nd >= 0 && nd <= H5S_MAX_RANK) H5Sget_simple_extent_dims(fs, dims, NULL);
+  for (int i = 0; same && i < nd; i++)
+    same = dims[i] == r->full[i];
+  if (!same) {
+    char got[160] = "", want[160] = "";
+    for (int i = 0; i < nd && i < H5S_MAX_RANK; i++)
+      snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu", i ? ", " : "",
+               (unsigned long long)dims[i]);
+    for (int i = 0; i < r->ndim; i++)
+      snprintf(want + strlen(want), sizeof want - strlen(want), "%s%llu", i ? ", " : "",
+               (unsigned long long)r->full[i]);
     mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "checkpoint %s: tensor %s has shape [%llu %llu %llu], the model wants [%llu %llu "
-                  "%llu]",
-                  file, path, (unsigned long long)dims[0], (unsigned long long)dims[1],
-                  (unsigned long long)dims[2], (unsigned long long)r->full[0],
-                  (unsigned long long)r->full[1], (unsigned long long)r->full[2]);
+                  "checkpoint %s: tensor /%s has shape [%s], the model wants [%s]", file, name, got,
+                  want);
     st = MGT_ERR_INPUT;
     goto done;
   }
   MGT_H5_TRY(ms = H5Screate_simple(r->ndim, r->local, NULL), file);
   MGT_TRY(select_region(fs, ms, r, 1, file));
-  if (r->n) MGT_H5_TRY(H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, host), file);
+  if (r->n) MGT_H5_TRY(H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, local), file);
 done:
   if (ms >= 0) H5Sclose(ms);
   if (fs >= 0) H5Sclose(fs);
@@ -453,13 +449,13 @@ done:
   return st;
 }
 
-static mgt_status read_checksum(hid_t f, const char *file, const char *path, uint64_t *sum) {
+static mgt_status read_checksum(hid_t f, const char *file, const char *name, uint64_t *sum) {
   mgt_status st = MGT_OK;
   hid_t d = -1, a = -1;
-  MGT_H5_TRY(d = H5Dopen2(f, path, H5P_DEFAULT), file);
+  MGT_H5_TRY(d = H5Dopen2(f, name, H5P_DEFAULT), file);
   if (H5Aexists(d, "checksum") <= 0) {
     mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "checkpoint %s: tensor %s has no checksum", file, path);
+                  "checkpoint %s: tensor /%s has no checksum", file, name);
     st = MGT_ERR_INPUT;
     goto done;
   }
@@ -471,76 +467,71 @@ done:
   return st;
 }
 
-mgt_status mgt_ckpt_load(const char *path, const mgt_grid *g, mgt_gpt *m, mgt_optim *o,
+/* Reads every slab of the list; sums[2 (i R + replica)] += its checksum and the next word
+   counts the slabs, for every copy (replica >= 0). */
+static mgt_status read_slabs(hid_t f, const char *path, const mgt_state *s, int R, float *staging,
+                             uint64_t *sums, uint64_t *want) {
+  for (int i = 0; i < s->n; i++) {
+    const mgt_state_tensor *t = &s->t[i];
+    region r;
+    region_of(&t->shard, &r);
+    const size_t n = mgt_state_local_numel(t);
+    float *local = t->mem ? staging : t->data;
+    MGT_CHECK(read_region(f, path, t->name, &r, local, n));
+    MGT_CHECK(read_checksum(f, path, t->name, &want[i]));
+    if (t->mem) MGT_CHECK(t->mem->upload(t->mem->ctx, t->data, local, n * sizeof(float)));
+    if (t->replica >= 0) {
+      sums[2 * ((size_t)i * R + t->replica)] += region_sum(&r, local);
+      sums[2 * ((size_t)i * R + t->replica) + 1]++;
+    }
+  }
+  return MGT_OK;
+}
+
+mgt_status mgt_ckpt_load(const char *path, MPI_Comm world, const mgt_state *s,
                          mgt_ckpt_state *state) {
-  int np;
-  const mgt_param *params = mgt_gpt_params(m, &np);
-  const mgt_backend *be = mgt_gpt_backend(m);
-  const int kinds = o ? N_KINDS : 1;
+  int R = 0;
+  for (int i = 0; i < s->n; i++)
+    if (s->t[i].replica + 1 > R) R = s->t[i].replica + 1;
+  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, &R, 1, MPI_INT, MPI_MAX, world));
+  if (R < 1) R = 1;
   hid_t f = -1;
-  float *host = NULL;
-  uint64_t *mine = NULL, *want = NULL;
-  size_t max_numel = 0;
-  for (int i = 0; i < np; i++)
-    if (params[i].numel > max_numel) max_numel = params[i].numel;
-  mgt_status st = mgt_calloc(max_numel * sizeof(float), "checkpoint staging", (void **)&host);
+  float *staging = NULL;
+  uint64_t *sums = NULL, *want = NULL;
+  const size_t stage_n = max_staging(s), nsum = 2 * (size_t)(s->n ? s->n : 1) * (size_t)R;
+  mgt_status st =
+      mgt_calloc((stage_n ? stage_n : 1) * sizeof(float), "checkpoint staging", (void **)&staging);
+  if (st == MGT_OK) st = mgt_calloc(sizeof(uint64_t) * nsum, "checksums", (void **)&sums);
   if (st == MGT_OK)
-    st = mgt_calloc(sizeof(uint64_t) * (size_t)(np * kinds), "checksums", (void **)&mine);
-  if (st == MGT_OK)
-    st = mgt_calloc(sizeof(uint64_t) * (size_t)(np * kinds), "checksums", (void **)&want);
+    st = mgt_calloc(sizeof(uint64_t) * (size_t)(s->n ? s->n : 1), "checksums", (void **)&want);
   if (st == MGT_OK) st = open_checkpoint(path, &f);
   if (st == MGT_OK) st = read_state(f, path, state);
-  if (st == MGT_OK && o) {
-    int64_t has = 0;
-    st = mgt_h5_read_i64(f, "has_optimizer", &has, path);
-    if (st == MGT_OK && !has) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "checkpoint %s holds no optimizer state (use --no-load-optim or --finetune)",
-                    path);
-      st = MGT_ERR_INPUT;
-    }
-  }
-  for (int k = 0; k < kinds && st == MGT_OK; k++) {
-    float *flat = flat_of(m, o, k);
-    for (int i = 0; i < np && st == MGT_OK; i++) {
-      const mgt_param *p = &params[i];
-      region r;
-      region_of(p, 0, &r);
-      char tp[160];
-      tensor_path(tp, sizeof tp, k, p->name);
-      st = read_region(f, path, tp, &r, host, p->numel);
-      if (st == MGT_OK) st = read_checksum(f, path, tp, &want[k * np + i]);
-      if (st == MGT_OK) st = be->upload(be->ctx, flat + p->offset, host, p->numel * sizeof(float));
-      mine[k * np + i] = (!p->replicated || g->tp_rank == 0) ? region_sum(&r, host) : 0;
-    }
-  }
+  if (st == MGT_OK) st = read_slabs(f, path, s, R, staging, sums, want);
   if (f >= 0) H5Fclose(f);
-  st = mgt_mpi_agree(g->world, st);
+  st = mgt_mpi_agree(world, st);
   if (st == MGT_OK) {
-    /* each replica checks its own copy: shards of one replica add up to the checksum */
-    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, mine, np * kinds, MPI_UINT64_T, MPI_SUM, g->tp_comm));
+    /* each copy is checked: the slabs of one copy add up to the stored checksum */
+    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, (int)nsum, MPI_UINT64_T, MPI_SUM, world));
     char bad[512] = "";
     int n_bad = 0;
-    for (int k = 0; k < kinds; k++)
-      for (int i = 0; i < np; i++)
-        if (mine[k * np + i] != want[k * np + i]) {
-          if (n_bad++ < 3) {
-            char tp[160];
-            tensor_path(tp, sizeof tp, k, params[i].name);
-            snprintf(bad + strlen(bad), sizeof bad - strlen(bad), "%s%s", n_bad > 1 ? ", " : "",
-                     tp);
-          }
-        }
+    for (int i = 0; i < s->n; i++) {
+      int ok = 1;
+      for (int r = 0; r < R; r++)
+        if (sums[2 * ((size_t)i * R + r) + 1] && sums[2 * ((size_t)i * R + r)] != want[i]) ok = 0;
+      if (!ok && n_bad++ < 3)
+        snprintf(bad + strlen(bad), sizeof bad - strlen(bad), "%s/%s", n_bad > 1 ? ", " : "",
+                 s->t[i].name);
+    }
     if (n_bad) {
       mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
                     "checkpoint %s is damaged: %d tensor(s) fail their checksum (%s%s)", path,
                     n_bad, bad, n_bad > 3 ? ", ..." : "");
       st = MGT_ERR_INPUT;
     }
-    st = mgt_mpi_agree(g->world, st);
+    st = mgt_mpi_agree(world, st);
   }
-  mgt_free(host);
-  mgt_free(mine);
+  mgt_free(staging);
+  mgt_free(sums);
   mgt_free(want);
   return st;
 }
@@ -548,36 +539,36 @@ mgt_status mgt_ckpt_load(const char *path, const mgt_grid *g, mgt_gpt *m, mgt_op
 /* ---- verify and info ---- */
 
 typedef struct visit {
-  hid_t file;
-  const char *path;
   FILE *out;
   int damaged, tensors;
-  mgt_status st;
-  int info;
+  int info;         /* list shapes instead of checking */
+  int64_t elements; /* under /model, counted by info */
 } visit;
 
 static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void *data) {
   visit *v = data;
   if (info->type != H5O_TYPE_DATASET) return 0;
   hid_t d = H5Dopen2(obj, name, H5P_DEFAULT), sp = d >= 0 ? H5Dget_space(d) : -1;
-  if (d < 0 || sp < 0) {
-    if (sp >= 0) H5Sclose(sp);
+  int nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+  hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+  hsize_t dims[H5S_MAX_RANK];
+  if (nd >= 0) H5Sget_simple_extent_dims(sp, dims, NULL);
+  if (sp >= 0) H5Sclose(sp);
+  if (d < 0 || nd < 0 || np < 0) {
     if (d >= 0) H5Dclose(d);
     fprintf(v->out, "damaged: /%s (unreadable)\n", name);
     v->damaged++;
+    H5Eclear2(H5E_DEFAULT);
     return 0;
   }
-  hsize_t dims[3] = {1, 1, 1};
-  int nd = H5Sget_simple_extent_ndims(sp);
-  H5Sget_simple_extent_dims(sp, dims, NULL);
-  H5Sclose(sp);
-  size_t n = (size_t)H5Sget_simple_extent_npoints(H5Dget_space(d));
+  size_t n = (size_t)np;
   v->tensors++;
   if (v->info) {
     fprintf(v->out, "  /%-52s [", name);
     for (int i = 0; i < nd; i++)
       fprintf(v->out, "%s%llu", i ? ", " : "", (unsigned long long)dims[i]);
     fprintf(v->out, "] %.2f MB\n", n * 4 / 1e6);
+    if (strncmp(name, "model/", 6) == 0) v->elements += (int64_t)n;
     H5Dclose(d);
     return 0;
   }
@@ -611,7 +602,7 @@ static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void
 mgt_status mgt_ckpt_verify(const char *path, FILE *out, int *damaged) {
   hid_t f;
   MGT_CHECK(open_checkpoint(path, &f));
-  visit v = {f, path, out, 0, 0, MGT_OK, 0};
+  visit v = {out, 0, 0, 0, 0};
   herr_t rc = H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v, H5O_INFO_BASIC);
   H5Fclose(f);
   MGT_REQUIRE(rc >= 0, "checkpoint %s: cannot list its tensors", path);
@@ -625,30 +616,32 @@ mgt_status mgt_ckpt_info(const char *path, FILE *out) {
   MGT_CHECK(open_checkpoint(path, &f));
   mgt_ckpt_state s;
   mgt_config cfg;
-  int64_t tp = 0, dp = 0, has = 0;
   mgt_status st = read_state(f, path, &s);
   if (st == MGT_OK) st = read_config_attr(f, path, &cfg);
-  if (st == MGT_OK) st = mgt_h5_read_i64(f, "tensor_model_parallel_size", &tp, path);
-  if (st == MGT_OK) st = mgt_h5_read_i64(f, "data_parallel_size", &dp, path);
-  if (st == MGT_OK) st = mgt_h5_read_i64(f, "has_optimizer", &has, path);
   if (st == MGT_OK) {
+    char *listing = NULL;
+    size_t len = 0;
+    FILE *ms = open_memstream(&listing, &len);
+    visit v = {ms ? ms : out, 0, 0, 1, 0};
+    H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v, H5O_INFO_BASIC);
+    if (ms) fclose(ms);
     fprintf(out, "checkpoint %s\n", path);
     fprintf(out, "  iteration %lld, consumed samples %llu, optimizer steps %lld, seed %llu\n",
             (long long)s.iteration, (unsigned long long)s.consumed_samples,
             (long long)s.optimizer_steps, (unsigned long long)s.seed);
     fprintf(out, "  saved by tensor-parallel %lld x data-parallel %lld; optimizer state: %s\n",
-            (long long)tp, (long long)dp, has ? "yes" : "no");
+            (long long)s.tensor_model_parallel_size, (long long)s.data_parallel_size,
+            s.has_optimizer ? "yes" : "no");
     fprintf(out,
             "  model: %d layers, hidden %d, %d heads, ffn %d, vocabulary %d, %d positions, "
             "%lld parameters\n",
-            cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads,
-            cfg.ffn_hidden_size ? cfg.ffn_hidden_size : 4 * cfg.hidden_size, cfg.vocab_size,
-            cfg.max_position_embeddings, (long long)mgt_gpt_logical_params(&cfg));
+            cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.ffn_hidden_size,
+            cfg.vocab_size, cfg.max_position_embeddings, (long long)v.elements);
     fprintf(out, "  configuration:\n");
     mgt_config_print(&cfg, out);
     fprintf(out, "  tensors:\n");
-    visit v = {f, path, out, 0, 0, MGT_OK, 1};
-    H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v, H5O_INFO_BASIC);
+    if (listing) fputs(listing, out);
+    free(listing);
   }
   H5Fclose(f);
   return st;

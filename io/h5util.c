@@ -1,12 +1,6 @@
-#define _POSIX_C_SOURCE 200809L /* O_DIRECTORY, fsync */
 #include "h5util.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
-#include <unistd.h>
-
 #include <string.h>
 
 void mgt_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
@@ -74,51 +68,57 @@ done:
   return st;
 }
 
-mgt_status mgt_h5_read_str(hid_t obj, const char *name, char *buf, size_t n, const char *what) {
+mgt_status mgt_h5_read_str_dup(hid_t obj, const char *name, char **out, const char *what) {
+  *out = NULL;
   MGT_REQUIRE(H5Aexists(obj, name) > 0, "%s: attribute '%s' is missing", what, name);
   mgt_status st = MGT_OK;
-  hid_t a = -1, t = -1, mt = -1;
+  hid_t a = -1, t = -1, mt = -1, sp = -1;
+  char *vl = NULL, *buf = NULL;
   MGT_H5_TRY(a = H5Aopen(obj, name, H5P_DEFAULT), what);
   MGT_H5_TRY(t = H5Aget_type(a), what);
-  if (H5Tget_class(t) != H5T_STRING || H5Tis_variable_str(t) > 0) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "%s: attribute '%s' is not a fixed-length string", what, name);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
-  size_t len = H5Tget_size(t);
-  if (len + 1 > n) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "%s: attribute '%s' is longer than %zu bytes", what, name, n - 1);
+  MGT_H5_TRY(sp = H5Aget_space(a), what);
+  if (H5Tget_class(t) != H5T_STRING || H5Sget_simple_extent_npoints(sp) != 1) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s: attribute '%s' is not a string",
+                  what, name);
     st = MGT_ERR_INPUT;
     goto done;
   }
   MGT_H5_TRY(mt = H5Tcopy(H5T_C_S1), what);
-  MGT_H5_TRY(H5Tset_size(mt, len + 1), what);
   MGT_H5_TRY(H5Tset_cset(mt, H5Tget_cset(t)), what);
-  MGT_H5_TRY(H5Aread(a, mt, buf), what);
-  buf[len] = 0;
+  if (H5Tis_variable_str(t) > 0) { /* h5py's default for str */
+    MGT_H5_TRY(H5Tset_size(mt, H5T_VARIABLE), what);
+    MGT_H5_TRY(H5Aread(a, mt, &vl), what);
+    size_t len = vl ? strlen(vl) : 0;
+    MGT_TRY(mgt_calloc(len + 1, "string attribute", (void **)&buf));
+    if (len) memcpy(buf, vl, len);
+  } else {
+    size_t len = H5Tget_size(t);
+    MGT_TRY(mgt_calloc(len + 1, "string attribute", (void **)&buf));
+    MGT_H5_TRY(H5Tset_size(mt, len + 1), what);
+    MGT_H5_TRY(H5Aread(a, mt, buf), what);
+    buf[len] = 0;
+  }
+  *out = buf;
+  buf = NULL;
 done:
+  if (vl) H5free_memory(vl);
+  mgt_free(buf);
+  if (sp >= 0) H5Sclose(sp);
   if (mt >= 0) H5Tclose(mt);
   if (t >= 0) H5Tclose(t);
   if (a >= 0) H5Aclose(a);
   return st;
 }
 
-mgt_status mgt_publish_file(const char *tmp, const char *final) {
-  int fd = open(tmp, O_RDONLY);
-  MGT_REQUIRE(fd >= 0, "%s: cannot reopen to sync: %s", tmp, strerror(errno));
-  int rc = fsync(fd);
-  close(fd);
-  if (rc != 0) MGT_FAIL(MGT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-  if (rename(tmp, final) != 0)
-    MGT_FAIL(MGT_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
-  char dir[4096 + 64];
-  snprintf(dir, sizeof dir, "%s", final);
-  int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
+mgt_status mgt_h5_read_str(hid_t obj, const char *name, char *buf, size_t n, const char *what) {
+  char *s = NULL;
+  MGT_CHECK(mgt_h5_read_str_dup(obj, name, &s, what));
+  size_t len = strlen(s);
+  if (len + 1 > n) {
+    mgt_free(s);
+    MGT_FAIL(MGT_ERR_INPUT, "%s: attribute '%s' is longer than %zu bytes", what, name, n - 1);
   }
+  memcpy(buf, s, len + 1);
+  mgt_free(s);
   return MGT_OK;
 }

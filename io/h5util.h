@@ -24,10 +24,9 @@ MGT_NODISCARD mgt_status mgt_h5_write_str(hid_t obj, const char *name, const cha
                                           const char *what);
 /* Reads fail with MGT_ERR_INPUT naming `what` when the attribute is missing or mistyped. */
 MGT_NODISCARD mgt_status mgt_h5_read_i64(hid_t obj, const char *name, int64_t *v, const char *what);
+/* Strings may be fixed-length or variable-length (h5py writes str as the latter). */
 MGT_NODISCARD mgt_status mgt_h5_read_str(hid_t obj, const char *name, char *buf, size_t n,
                                          const char *what);
-
-/* Makes a finished temporary file durable (fsync), gives it its final name (rename, atomic on
-   one file system) and syncs the directory, so that a crash leaves either the old file or the
-   whole new one. Not collective. */
-MGT_NODISCARD mgt_status mgt_publish_file(const char *tmp, const char *final);
+/* The whole string, allocated with mgt_calloc; the caller frees it with mgt_free. */
+MGT_NODISCARD mgt_status mgt_h5_read_str_dup(hid_t obj, const char *name, char **out,
+                                             const char *what);

@@ -1,6 +1,7 @@
 #include "mgt/json.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -336,7 +337,21 @@ mgt_status mgt_json_parse(mgt_json_parser *p, const char *text, size_t len, cons
 const mgt_json *mgt_json_get(const mgt_json *obj, const char *key) {
   if (!obj || obj->type != MGT_JSON_OBJECT) return NULL;
   size_t kl = strlen(key);
-  for (size_t i = 0; i < obj->len; i++)
+  for (size_t i = obj->len; i-- > 0;) /* the last of duplicate keys wins, as in Python */
     if (obj->key_lens[i] == kl && memcmp(obj->keys[i], key, kl) == 0) return &obj->items[i];
   return NULL;
+}
+
+void mgt_json_write_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
+  }
+  fputc('"', f);
 }

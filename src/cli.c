@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "mgt/backend.h"
-#include "mgt/checkpoint.h"
 #include "mgt/config.h"
 #include "mgt/eval.h"
 #include "mgt/generate.h"
@@ -92,9 +91,7 @@ static void usage(FILE *f) {
              "--tensor-model-parallel-size 2 ...\n");
 }
 
-/* Reports a failure. Input errors found before any collective state are the same on every
-   rank: rank 0 prints and all return 2. Anything else aborts the job. */
-static int fail(mgt_status st, int rank, MPI_Comm world, int agreed) {
+int mgt_cli_fail(mgt_status st, int rank, MPI_Comm world, int agreed) {
   if (agreed) {
     if (rank == 0) mgt_error_print(stderr);
     return st == MGT_ERR_INPUT ? 2 : 1;
@@ -111,7 +108,7 @@ static int refuse_memory(size_t need, size_t avail, int rank, MPI_Comm world) {
                 "(see --dry-run; try --recompute-activations, a smaller "
                 "--micro-batch-size or a larger --tensor-model-parallel-size)",
                 need / 1048576.0, avail / 1048576.0);
-  return fail(MGT_ERR_INPUT, rank, world, 1);
+  return mgt_cli_fail(MGT_ERR_INPUT, rank, world, 1);
 }
 
 static int cmd_train(int argc, char **argv, MPI_Comm world) {
@@ -122,18 +119,18 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
   mgt_config_defaults(&cfg);
   int help = 0;
   mgt_status st = mgt_config_parse(&cfg, argc, argv, 2, &help);
-  if (st != MGT_OK) return fail(st, rank, world, 1);
+  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
   if (help) {
     if (rank == 0) mgt_config_usage(stdout);
     return 0;
   }
   st = mgt_config_finalize(&cfg, size);
-  if (st != MGT_OK) return fail(st, rank, world, 1);
+  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
   if (cfg.data_path[0] && cfg.vocab_size == 0) {
     /* the vocabulary comes from the datasets; every rank reads the same attributes */
     st = mgt_mpi_agree(world, mgt_dataset_vocab_size(&cfg, &cfg.vocab_size));
     if (st == MGT_OK) st = mgt_config_finalize(&cfg, size);
-    if (st != MGT_OK) return fail(st, rank, world, 1);
+    if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
   }
   if (rank == 0) {
     printf("megatron-c %s\n", MGT_VERSION);
@@ -151,7 +148,7 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
     ok = f && fclose(f) == 0;
   }
   MPI_Bcast(&ok, 1, MPI_INT, 0, world);
-  if (!ok) return fail(MGT_ERR_INPUT, rank, world, 1);
+  if (!ok) return mgt_cli_fail(MGT_ERR_INPUT, rank, world, 1);
   if (cfg.dry_run) {
     if (rank == 0) mgt_print_memory_plan(&cfg, cfg.tensor_model_parallel_size, stdout);
     return 0;
@@ -171,12 +168,12 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
   mgt_trainer *tr = NULL;
   int rc = 0;
   st = mgt_grid_create(world, cfg.tensor_model_parallel_size, &grid);
-  if (st != MGT_OK) return fail(st, rank, world, 0);
+  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 0);
   const mgt_precision prec = cfg.bf16 ? MGT_PREC_BF16 : (cfg.fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32);
   st = mgt_device_open(&dev, cfg.device, cfg.distributed_backend, prec, grid, NULL);
   if (st != MGT_OK) {
     mgt_grid_destroy(&grid);
-    return fail(st, rank, world, 1); /* agreed */
+    return mgt_cli_fail(st, rank, world, 1); /* agreed */
   }
   if (cfg.device == MGT_DEVICE_CUDA) {
     size_t avail = 0, total = 0;
@@ -199,13 +196,13 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
   }
   st = mgt_trainer_create(&cfg, grid, dev.be, &dev.comm, stdout, &tr);
   if (st != MGT_OK) {
-    rc = fail(st, rank, world, 1); /* creation failures are agreed */
+    rc = mgt_cli_fail(st, rank, world, 1); /* creation failures are agreed */
   } else {
     mgt_run_end end = MGT_RUN_FINISHED;
     install_stop_handlers();
     st = mgt_trainer_run(tr, stdout, &stop_signal, &end);
     if (st != MGT_OK)
-      rc = fail(st, rank, world, 0);
+      rc = mgt_cli_fail(st, rank, world, 0);
     else if (end == MGT_RUN_SIGNALED || end == MGT_RUN_DURATION)
       rc = MGT_EXIT_REQUEUE;
   }
@@ -222,13 +219,13 @@ static int cmd_preprocess(int argc, char **argv, MPI_Comm world) {
   mgt_preprocess_defaults(&o);
   int help = 0;
   mgt_status st = mgt_preprocess_parse(&o, argc, argv, 2, &help);
-  if (st != MGT_OK) return fail(st, rank, world, 1);
+  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
   if (help) {
     if (rank == 0) mgt_preprocess_usage(stdout);
     return 0;
   }
   st = mgt_preprocess_run(&o, world, rank == 0 ? stdout : NULL);
-  return st == MGT_OK ? 0 : fail(st, rank, world, 1); /* errors are agreed across ranks */
+  return st == MGT_OK ? 0 : mgt_cli_fail(st, rank, world, 1); /* errors are agreed across ranks */
 }
 
 static int cmd_tokenize(int argc, char **argv, MPI_Comm world) {
@@ -238,7 +235,7 @@ static int cmd_tokenize(int argc, char **argv, MPI_Comm world) {
   mgt_tokenize_defaults(&o);
   int help = 0;
   mgt_status st = mgt_tokenize_parse(&o, argc, argv, 2, &help);
-  if (st != MGT_OK) return fail(st, rank, world, 1);
+  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
   if (help) {
     if (rank == 0) mgt_tokenize_usage(stdout);
     return 0;
@@ -247,7 +244,7 @@ static int cmd_tokenize(int argc, char **argv, MPI_Comm world) {
   if (rank == 0) st = mgt_tokenize_run(&o, stdout);
   fflush(stdout);
   st = mgt_mpi_agree(world, st);
-  return st == MGT_OK ? 0 : fail(st, rank, world, 1);
+  return st == MGT_OK ? 0 : mgt_cli_fail(st, rank, world, 1);
 }
 
 static int cmd_eval(int argc, char **argv, MPI_Comm world) {
@@ -257,14 +254,14 @@ static int cmd_eval(int argc, char **argv, MPI_Comm world) {
   mgt_eval_defaults(&o);
   int help = 0;
   mgt_status st = mgt_eval_parse(&o, argc, argv, 2, &help);
-  if (st != MGT_OK) return fail(st, rank, world, 1);
+  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
   if (help) {
     if (rank == 0) mgt_eval_usage(stdout);
     return 0;
   }
   st = mgt_eval_run(&o, world, stdout);
   /* input errors are found in agreed phases; anything else may be on one rank only */
-  return st == MGT_OK ? 0 : fail(st, rank, world, st == MGT_ERR_INPUT);
+  return st == MGT_OK ? 0 : mgt_cli_fail(st, rank, world, st == MGT_ERR_INPUT);
 }
 
 static int cmd_generate(int argc, char **argv, MPI_Comm world) {
@@ -274,113 +271,13 @@ static int cmd_generate(int argc, char **argv, MPI_Comm world) {
   mgt_generate_defaults(&o);
   int help = 0;
   mgt_status st = mgt_generate_parse(&o, argc, argv, 2, &help);
-  if (st != MGT_OK) return fail(st, rank, world, 1);
+  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
   if (help) {
     if (rank == 0) mgt_generate_usage(stdout);
     return 0;
   }
   st = mgt_generate_run(&o, world, stdout, stderr);
-  return st == MGT_OK ? 0 : fail(st, rank, world, st == MGT_ERR_INPUT);
-}
-
-typedef struct ckpt_opts {
-  char load[MGT_PATH_MAX], output[MGT_PATH_MAX], input[MGT_PATH_MAX], save[MGT_PATH_MAX];
-  int64_t ckpt_iteration;
-  int format;
-} ckpt_opts;
-
-static const char *const ckpt_formats[] = {"hf", NULL};
-#define COFF(f) offsetof(ckpt_opts, f)
-static const mgt_flag ckpt_flags[] = {
-    {"--load", MGT_FLAG_STR, COFF(load), 0, 0, "checkpoint directory (its latest) or file", NULL,
-     MGT_PATH_MAX},
-    {"--ckpt-iteration", MGT_FLAG_INT64, COFF(ckpt_iteration), -1, 9e15,
-     "this iteration instead of the latest", NULL, 0},
-    {"--format", MGT_FLAG_ENUM, COFF(format), 0, 0, "export/import format: hf (Hugging Face GPT-2)",
-     ckpt_formats, 0},
-    {"--output", MGT_FLAG_STR, COFF(output), 0, 0, "export: directory to write", NULL,
-     MGT_PATH_MAX},
-    {"--input", MGT_FLAG_STR, COFF(input), 0, 0, "import: Hugging Face model directory", NULL,
-     MGT_PATH_MAX},
-    {"--save", MGT_FLAG_STR, COFF(save), 0, 0, "import: checkpoint directory to write", NULL,
-     MGT_PATH_MAX},
-};
-
-static void ckpt_usage(FILE *f) {
-  fprintf(f, "usage: mgt ckpt info DIR|FILE [--ckpt-iteration K]\n"
-             "       mgt ckpt verify DIR|FILE [--ckpt-iteration K]\n"
-             "       mgt ckpt export --format hf --load DIR|FILE --output OUT\n"
-             "       mgt ckpt import --format hf --input HF_DIR --save DIR\n");
-}
-
-/* Checkpoint tools run on rank 0; the verdict is shared so every rank exits alike. */
-static int cmd_ckpt(int argc, char **argv, MPI_Comm world) {
-  int rank;
-  MPI_Comm_rank(world, &rank);
-  if (argc < 3 || !strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {
-    if (rank == 0) ckpt_usage(argc < 3 ? stderr : stdout);
-    return argc < 3 ? 2 : 0;
-  }
-  const char *sub = argv[2];
-  ckpt_opts o;
-  memset(&o, 0, sizeof o);
-  o.ckpt_iteration = -1;
-  int first = 3, help = 0, bad_sub = 0;
-  if (!strcmp(sub, "info") || !strcmp(sub, "verify")) {
-    if (argc > 3 && strncmp(argv[3], "--", 2) != 0) {
-      snprintf(o.load, sizeof o.load, "%s", argv[3]);
-      first = 4;
-    }
-  } else if (strcmp(sub, "export") != 0 && strcmp(sub, "import") != 0) {
-    bad_sub = 1;
-  }
-  mgt_status st = MGT_OK;
-  if (bad_sub) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "unknown ckpt command '%s' (info, verify, export, import)", sub);
-    st = MGT_ERR_INPUT;
-  } else {
-    st = mgt_flags_parse(ckpt_flags, sizeof ckpt_flags / sizeof ckpt_flags[0], &o, argc, argv,
-                         first, "ckpt", &help);
-  }
-  if (st == MGT_OK && !help) {
-    if (!strcmp(sub, "import")) {
-      if (!o.input[0] || !o.save[0]) {
-        mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                      "mgt ckpt import needs --input HF_DIR and --save DIR");
-        st = MGT_ERR_INPUT;
-      }
-    } else if (!o.load[0]) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "mgt ckpt %s needs a checkpoint%s",
-                    sub, !strcmp(sub, "export") ? " (--load)" : " (DIR or FILE)");
-      st = MGT_ERR_INPUT;
-    } else if (!strcmp(sub, "export") && !o.output[0]) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "mgt ckpt export needs --output");
-      st = MGT_ERR_INPUT;
-    }
-  }
-  if (st != MGT_OK) return fail(st, rank, world, 1);
-  if (help) {
-    if (rank == 0) ckpt_usage(stdout);
-    return 0;
-  }
-  int damaged = 0;
-  if (rank == 0) {
-    char path[MGT_PATH_MAX + 64];
-    if (!strcmp(sub, "import")) {
-      st = mgt_hf_import(o.input, o.save, stdout);
-    } else {
-      st = mgt_ckpt_resolve(o.load, o.ckpt_iteration, path, sizeof path);
-      if (st == MGT_OK && !strcmp(sub, "info")) st = mgt_ckpt_info(path, stdout);
-      if (st == MGT_OK && !strcmp(sub, "verify")) st = mgt_ckpt_verify(path, stdout, &damaged);
-      if (st == MGT_OK && !strcmp(sub, "export")) st = mgt_hf_export(path, o.output, stdout);
-    }
-    fflush(stdout);
-  }
-  st = mgt_mpi_agree(world, st);
-  if (st != MGT_OK) return fail(st, rank, world, 1);
-  MPI_Bcast(&damaged, 1, MPI_INT, 0, world);
-  return damaged ? 1 : 0;
+  return st == MGT_OK ? 0 : mgt_cli_fail(st, rank, world, st == MGT_ERR_INPUT);
 }
 
 int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
@@ -411,7 +308,7 @@ int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
   if (strcmp(argv[1], "preprocess") == 0) return cmd_preprocess(argc, argv, world);
   if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc, argv, world);
   if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc, argv, world);
-  if (strcmp(argv[1], "ckpt") == 0) return cmd_ckpt(argc, argv, world);
+  if (strcmp(argv[1], "ckpt") == 0) return mgt_cli_ckpt(argc, argv, world);
   if (strcmp(argv[1], "generate") == 0) return cmd_generate(argc, argv, world);
   if (rank == 0) fprintf(stderr, "mgt: error: unknown command '%s' (see mgt --help)\n", argv[1]);
   return 2;

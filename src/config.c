@@ -163,9 +163,43 @@ mgt_status mgt_config_parse(mgt_config *cfg, int argc, char **argv, int first, i
   return mgt_flags_parse(flags, N_FLAGS, cfg, argc, argv, first, "train", help);
 }
 
-mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
+void mgt_config_derive(mgt_config *c) {
   if (c->ffn_hidden_size == 0) c->ffn_hidden_size = 4 * c->hidden_size;
   if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
+  if (c->mock_data && c->vocab_size == 0) c->vocab_size = 128;
+}
+
+int64_t mgt_config_padded_vocab(const mgt_config *c, int tp) {
+  int64_t mult = (int64_t)c->make_vocab_size_divisible_by * tp;
+  return (c->vocab_size + mult - 1) / mult * mult;
+}
+
+int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, size_t n) {
+  const struct {
+    const char *flag;
+    int a, b;
+  } f[] = {
+      {"--num-layers", a->num_layers, b->num_layers},
+      {"--hidden-size", a->hidden_size, b->hidden_size},
+      {"--num-attention-heads", a->num_attention_heads, b->num_attention_heads},
+      {"--ffn-hidden-size", a->ffn_hidden_size, b->ffn_hidden_size},
+      {"--vocab-size", a->vocab_size, b->vocab_size},
+      {"--max-position-embeddings", a->max_position_embeddings, b->max_position_embeddings},
+  };
+  int k = 0;
+  if (n) diff[0] = 0;
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    if (f[i].a == f[i].b) continue;
+    size_t used = strlen(diff);
+    snprintf(diff + used, n - used, "%s%s %d (checkpoint %d)", k ? ", " : "", f[i].flag, f[i].a,
+             f[i].b);
+    k++;
+  }
+  return k;
+}
+
+mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
+  mgt_config_derive(c);
   if (c->lr_decay_iters == 0) c->lr_decay_iters = c->train_iters > 0 ? c->train_iters : 1;
   int tp = c->tensor_model_parallel_size;
   MGT_REQUIRE(world_size % tp == 0,
@@ -201,7 +235,6 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               (long long)c->lr_decay_iters);
   MGT_REQUIRE(c->mock_data || c->data_path[0], "no training data: pass --data-path or --mock-data");
   MGT_REQUIRE(!(c->mock_data && c->data_path[0]), "--mock-data and --data-path exclude each other");
-  if (c->mock_data && c->vocab_size == 0) c->vocab_size = 128;
   double w[3];
   MGT_CHECK(mgt_split_parse(c->split, w));
   MGT_REQUIRE(!c->merge_file[0] || c->vocab_file[0], "--merge-file needs --vocab-file");
@@ -209,9 +242,7 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               "--vocab-file needs --merge-file for GPT2BPETokenizer");
   if (c->vocab_size == 0) return MGT_OK; /* the dataset supplies it; finalize again then */
   /* Activations are indexed with int: keep every per-rank tensor below 2^31 elements. */
-  int64_t vp = ((int64_t)c->vocab_size + (int64_t)c->make_vocab_size_divisible_by * tp - 1) /
-               ((int64_t)c->make_vocab_size_divisible_by * tp) *
-               ((int64_t)c->make_vocab_size_divisible_by * tp);
+  int64_t vp = mgt_config_padded_vocab(c, tp);
   int64_t tokens = (int64_t)c->micro_batch_size * c->seq_length;
   MGT_REQUIRE(tokens * (vp / tp) < (1ll << 31) && tokens * c->ffn_hidden_size / tp < (1ll << 31) &&
                   (int64_t)c->micro_batch_size * c->num_attention_heads / tp * c->seq_length *

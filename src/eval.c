@@ -14,8 +14,7 @@
 #include <string.h>
 
 #include "mgt/backend.h"
-#include "mgt/checkpoint.h"
-#include "mgt/device.h"
+#include "mgt/session.h"
 #include "mgt/flags.h"
 #include "mgt/gpt.h"
 #include "mgt/grid.h"
@@ -126,25 +125,6 @@ mgt_status mgt_read_ids(const char *path, int vocab, int32_t **out, size_t *n) {
   }
   *out = ids;
   *n = k;
-  return MGT_OK;
-}
-
-mgt_status mgt_read_file(const char *flag, const char *path, char **out, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  MGT_REQUIRE(f, "%s %s: cannot open: %s", flag, path, strerror(errno));
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  rewind(f);
-  char *b = malloc((size_t)(len > 0 ? len : 0) + 1);
-  size_t got = b ? fread(b, 1, (size_t)(len > 0 ? len : 0), f) : 0;
-  fclose(f);
-  if (!b || got != (size_t)(len > 0 ? len : 0)) {
-    free(b);
-    MGT_FAIL(MGT_ERR_IO, "%s %s: read failed", flag, path);
-  }
-  b[got] = 0;
-  *out = b;
-  *n = got;
   return MGT_OK;
 }
 
@@ -376,26 +356,14 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
   int rank, size;
   MGT_MPI(MPI_Comm_rank(world, &rank));
   MGT_MPI(MPI_Comm_size(world, &size));
-  char path[MGT_PATH_MAX + 64];
-  mgt_config cfg, ck;
-  mgt_ckpt_state state;
-  mgt_status st = mgt_ckpt_resolve(o->load, o->ckpt_iteration, path, sizeof path);
-  if (st == MGT_OK) st = mgt_ckpt_read_config(path, &cfg, &state);
-  MGT_CHECK(mgt_mpi_agree(world, st));
-  ck = cfg;
-  /* the model from the checkpoint, the layout and batch from this job */
-  cfg.tensor_model_parallel_size = o->tensor_model_parallel_size;
-  if (o->seq_length) cfg.seq_length = o->seq_length;
-  MGT_REQUIRE(cfg.seq_length <= cfg.max_position_embeddings,
-              "--seq-length %d exceeds the checkpoint's %d positions", cfg.seq_length,
-              cfg.max_position_embeddings);
+  mgt_session ses;
+  mgt_session_opts so = {o->load,       o->ckpt_iteration,   o->tensor_model_parallel_size,
+                         o->seq_length, o->micro_batch_size, o->device};
   MGT_REQUIRE(o->micro_batch_size <= 64, "--micro-batch-size: at most 64 for evaluation");
-  cfg.micro_batch_size = o->micro_batch_size;
-  cfg.global_batch_size = 0;
-  cfg.recompute_activations = 0;
-  cfg.mock_data = 1; /* nothing is read from a dataset */
-  cfg.data_path[0] = cfg.load[0] = cfg.save[0] = 0;
-  MGT_CHECK(mgt_config_finalize(&cfg, size));
+  MGT_CHECK(mgt_session_open_config(&ses, &so, world));
+  const mgt_config cfg = ses.cfg;
+  const char *path = ses.path;
+  mgt_status st = MGT_OK;
   int stride =
       o->overlapping_eval ? o->overlapping_eval : (o->task == TASK_WIKITEXT ? 32 : cfg.seq_length);
   MGT_REQUIRE(stride <= cfg.seq_length, "--overlapping-eval %d exceeds the window of %d tokens",
@@ -406,9 +374,6 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
   char *text = NULL, *detok = NULL;
   size_t text_n = 0, detok_n = 0;
   mgt_tokenizer *tok = NULL;
-  mgt_grid *grid = NULL;
-  mgt_device dev = {0};
-  mgt_gpt *m = NULL;
   example *ex = NULL;
   size_t n_ex = 0;
   ctx c;
@@ -417,7 +382,7 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
   if (o->task == TASK_LM && o->input_ids[0]) {
     st = mgt_read_ids(o->input_ids, cfg.vocab_size, &ids, &n);
   } else {
-    st = mgt_open_tokenizer(o->tokenizer_type, o->vocab_file, o->merge_file, &ck, &tok);
+    st = mgt_open_tokenizer(o->tokenizer_type, o->vocab_file, o->merge_file, &ses.saved, &tok);
     if (st == MGT_OK && o->task == TASK_LAMBADA)
       st = load_lambada(o, tok, &ex, &n_ex);
     else if (st == MGT_OK) {
@@ -440,11 +405,9 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
     st = MGT_ERR_INPUT;
   }
   MGT_TRY(mgt_mpi_agree(world, st));
-  MGT_TRY(mgt_grid_create(world, cfg.tensor_model_parallel_size, &grid));
-  MGT_TRY(mgt_device_open(&dev, o->device, -1, MGT_PREC_FP32, grid, NULL));
-  MGT_TRY(mgt_mpi_agree(world, mgt_gpt_create(&cfg, grid, dev.be, &dev.comm, &m)));
-  MGT_TRY(mgt_ckpt_load(path, grid, m, NULL, &state));
-  c.o = o, c.m = m, c.g = grid, c.B = cfg.micro_batch_size, c.T = cfg.seq_length;
+  MGT_TRY(mgt_session_open_model(&ses, world));
+  const mgt_grid *grid = ses.grid;
+  c.o = o, c.m = ses.model, c.g = grid, c.B = cfg.micro_batch_size, c.T = cfg.seq_length;
   MGT_TRY(mgt_calloc(sizeof(int32_t) * (size_t)c.B * (c.T + 1), "tokens", (void **)&c.tokens));
   MGT_TRY(mgt_calloc(sizeof(float) * (size_t)c.B * c.T, "losses", (void **)&c.losses));
   MGT_TRY(mgt_calloc(sizeof(int32_t) * (size_t)c.B * c.T, "predictions", (void **)&c.pred));
@@ -457,7 +420,7 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
   if (rank == 0) {
     fprintf(out,
             "checkpoint %s (iteration %lld), %d ranks = tensor-parallel %d x data-parallel %d\n",
-            path, (long long)state.iteration, grid->size, grid->tp, grid->dp);
+            path, (long long)ses.state.iteration, grid->size, grid->tp, grid->dp);
     if (o->task == TASK_LAMBADA) {
       double acc = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
       fprintf(out, " lambada%s | examples: %.0f | correct: %.0f | accuracy: %.4f\n",
@@ -466,7 +429,7 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
               "{\"task\": \"lambada\", \"strict\": %s, \"examples\": %.0f, \"correct\": %.0f, "
               "\"accuracy\": %.9g, \"seq_length\": %d, \"iteration\": %lld, \"checkpoint\": ",
               o->strict_lambada ? "true" : "false", sums[1], sums[0], acc, c.T,
-              (long long)state.iteration);
+              (long long)ses.state.iteration);
     } else {
       double avg = sums[0] / sums[1];
       fprintf(out, " %s | tokens scored: %.0f | window %d, stride %d | avg loss: %.6f | ppl: %.4f",
@@ -488,7 +451,7 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
       fprintf(out,
               "\"tokens\": %.0f, \"seq_length\": %d, \"overlapping_eval\": %d, "
               "\"iteration\": %lld, \"checkpoint\": ",
-              sums[1], c.T, stride, (long long)state.iteration);
+              sums[1], c.T, stride, (long long)ses.state.iteration);
     }
     mgt_json_write_string(out, path);
     fprintf(out, "}\n");
@@ -498,9 +461,7 @@ done:
   mgt_free(c.tokens);
   mgt_free(c.losses);
   mgt_free(c.pred);
-  mgt_gpt_destroy(&m);
-  mgt_device_close(&dev);
-  mgt_grid_destroy(&grid);
+  mgt_session_close(&ses);
   mgt_tok_destroy(&tok);
   free_examples(ex, n_ex);
   free(ids);

@@ -198,20 +198,6 @@ void mgt_flags_print(const mgt_flag *flags, int n, const void *src, FILE *f) {
   }
 }
 
-void mgt_json_write_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(f, "\\%c", ch);
-    else if (ch < 0x20)
-      fprintf(f, "\\u%04x", ch);
-    else
-      fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
 void mgt_flags_json(const mgt_flag *flags, int n, const void *src, FILE *f) {
   fputc('{', f);
   for (int i = 0; i < n; i++) {

@@ -9,8 +9,7 @@
 #include <string.h>
 
 #include "mgt/backend.h"
-#include "mgt/checkpoint.h"
-#include "mgt/device.h"
+#include "mgt/session.h"
 #include "mgt/eval.h"
 #include "mgt/flags.h"
 #include "mgt/gpt.h"
@@ -192,33 +191,22 @@ mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *ou
   MGT_REQUIRE(o->tensor_model_parallel_size == 0 || o->tensor_model_parallel_size == size,
               "--tensor-model-parallel-size %d: generate runs one model over all %d ranks",
               o->tensor_model_parallel_size, size);
-  char path[MGT_PATH_MAX + 64];
-  mgt_config cfg, ck;
-  mgt_ckpt_state state;
-  mgt_status st = mgt_ckpt_resolve(o->load, o->ckpt_iteration, path, sizeof path);
-  if (st == MGT_OK) st = mgt_ckpt_read_config(path, &cfg, &state);
-  MGT_CHECK(mgt_mpi_agree(world, st));
-  ck = cfg;
-  cfg.tensor_model_parallel_size = size;
-  cfg.micro_batch_size = 1;
-  cfg.seq_length = 1; /* the training activations are not used: decoding has its own buffers */
-  cfg.global_batch_size = 0;
-  cfg.recompute_activations = 0;
-  cfg.mock_data = 1;
-  cfg.data_path[0] = cfg.load[0] = cfg.save[0] = 0;
-  MGT_CHECK(mgt_config_finalize(&cfg, size));
+  /* decoding has its own buffers: the training activations are for one token */
+  mgt_session ses;
+  mgt_session_opts so = {o->load, o->ckpt_iteration, size, 1, 1, o->device};
+  MGT_CHECK(mgt_session_open_config(&ses, &so, world));
+  const mgt_config *cfg = &ses.cfg;
+  const char *path = ses.path;
+  mgt_status st = MGT_OK;
 
   mgt_tokenizer *tok = NULL;
   mgt_ids prompt = {0};
   char *text = NULL, *piece = NULL;
   size_t text_n = 0, piece_n = 0, piece_cap = 0;
   float *logits = NULL;
-  mgt_grid *grid = NULL;
-  mgt_device dev = {0};
-  mgt_gpt *m = NULL;
   mgt_gpt_decoder *dec = NULL;
   /* inputs first: bad input stops every rank before anything is allocated */
-  st = mgt_open_tokenizer(o->tokenizer_type, o->vocab_file, o->merge_file, &ck, &tok);
+  st = mgt_open_tokenizer(o->tokenizer_type, o->vocab_file, o->merge_file, &ses.saved, &tok);
   if (st == MGT_OK && o->prompt_file[0])
     st = mgt_read_file("--prompt-file", o->prompt_file, &text, &text_n);
   if (st == MGT_OK)
@@ -226,7 +214,7 @@ mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *ou
               : mgt_tok_encode(tok, o->prompt, strlen(o->prompt), &prompt);
   /* an empty prompt starts a new document */
   if (st == MGT_OK && prompt.n == 0) st = mgt_ids_push(&prompt, mgt_tok_eod(tok));
-  const int positions = cfg.max_position_embeddings;
+  const int positions = cfg->max_position_embeddings;
   const int max_len = (int)prompt.n + o->max_new_tokens;
   if (st == MGT_OK && (prompt.n > (size_t)positions || max_len > positions)) {
     mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
@@ -235,12 +223,9 @@ mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *ou
     st = MGT_ERR_INPUT;
   }
   MGT_TRY(mgt_mpi_agree(world, st));
-  MGT_TRY(mgt_grid_create(world, size, &grid));
-  MGT_TRY(mgt_device_open(&dev, o->device, -1, MGT_PREC_FP32, grid, NULL));
-  MGT_TRY(mgt_mpi_agree(world, mgt_gpt_create(&cfg, grid, dev.be, &dev.comm, &m)));
-  MGT_TRY(mgt_ckpt_load(path, grid, m, NULL, &state));
-  MGT_TRY(mgt_mpi_agree(world, mgt_gpt_decoder_create(m, max_len, &dec)));
-  const int V = mgt_gpt_get_dims(m)->V, eligible = mgt_tok_vocab_size(tok);
+  MGT_TRY(mgt_session_open_model(&ses, world));
+  MGT_TRY(mgt_mpi_agree(world, mgt_gpt_decoder_create(ses.model, max_len, &dec)));
+  const int V = mgt_gpt_get_dims(ses.model)->V, eligible = mgt_tok_vocab_size(tok);
   MGT_TRY(mgt_calloc(sizeof(float) * (size_t)V, "logits", (void **)&logits));
 
   const int32_t eod = mgt_tok_eod(tok);
@@ -286,7 +271,7 @@ mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *ou
       fprintf(info,
               "generate: %s (iteration %lld) on %d tensor-parallel ranks: prompt %zu tokens in "
               "%.3f s, %d new tokens in %.3f s (%.1f tokens/s), stopped at %s\n",
-              path, (long long)state.iteration, size, prompt.n, t_prompt, generated, t_gen,
+              path, (long long)ses.state.iteration, size, prompt.n, t_prompt, generated, t_gen,
               t_gen > 0 ? generated / t_gen : 0.0, at_eod ? "end-of-document" : "--max-new-tokens");
       fflush(info);
     }
@@ -294,9 +279,7 @@ mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *ou
 done:
   mgt_free(logits);
   mgt_gpt_decoder_destroy(&dec);
-  mgt_gpt_destroy(&m);
-  mgt_device_close(&dev);
-  mgt_grid_destroy(&grid);
+  mgt_session_close(&ses);
   mgt_tok_destroy(&tok);
   mgt_ids_free(&prompt);
   free(text);

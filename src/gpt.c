@@ -82,12 +82,11 @@ void mgt_gpt_dims_from_config(const mgt_config *c, int tp, int tp_rank, mgt_gpt_
   d->L = c->num_layers;
   d->C = c->hidden_size;
   d->H = c->num_attention_heads;
-  d->F = c->ffn_hidden_size ? c->ffn_hidden_size : 4 * c->hidden_size;
+  d->F = c->ffn_hidden_size;
   d->T = c->seq_length;
-  d->maxpos = c->max_position_embeddings ? c->max_position_embeddings : c->seq_length;
+  d->maxpos = c->max_position_embeddings;
   d->V = c->vocab_size;
-  int64_t mult = (int64_t)c->make_vocab_size_divisible_by * tp;
-  d->Vp = (int)((d->V + mult - 1) / mult * mult);
+  d->Vp = (int)mgt_config_padded_vocab(c, tp);
   d->B = c->micro_batch_size;
   d->tp = tp;
   d->tp_rank = tp_rank;
@@ -179,6 +178,12 @@ static void build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *
   *total = off;
 }
 
+/* The one decision of who holds the saved copy: data-parallel replica d holds copy d; a
+   replicated tensor's copy is tensor-parallel rank 0's, the others are duplicates. */
+static int replica_of(const mgt_param *p, int tp_rank, int dp_rank) {
+  return p->replicated && tp_rank != 0 ? MGT_REPLICA_DUPLICATE : dp_rank;
+}
+
 /* ---- activation layout ---- */
 
 typedef struct arena {
@@ -260,14 +265,13 @@ void mgt_gpt_memory_plan(const mgt_config *cfg, int tp, mgt_gpt_memory *mem) {
 }
 
 int64_t mgt_gpt_logical_params(const mgt_config *cfg) {
-  int64_t C = cfg->hidden_size, F = cfg->ffn_hidden_size ? cfg->ffn_hidden_size : 4 * C;
-  int64_t P = cfg->max_position_embeddings ? cfg->max_position_embeddings : cfg->seq_length;
+  int64_t C = cfg->hidden_size, F = cfg->ffn_hidden_size, P = cfg->max_position_embeddings;
   int64_t layer = 4 * C + 3 * C * C + 3 * C + C * C + C + F * C + F + C * F + C;
   return (int64_t)cfg->vocab_size * C + P * C + cfg->num_layers * layer + 2 * C;
 }
 
 double mgt_gpt_flops_per_iteration(const mgt_config *cfg) {
-  int64_t P = cfg->max_position_embeddings ? cfg->max_position_embeddings : cfg->seq_length;
+  int64_t P = cfg->max_position_embeddings;
   double n = (double)(mgt_gpt_logical_params(cfg) - P * cfg->hidden_size);
   double tokens = (double)cfg->global_batch_size * cfg->seq_length;
   return 6.0 * n * tokens +
@@ -366,7 +370,7 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
     m->segs[i].offset = p->offset;
     m->segs[i].n = p->numel;
     m->segs[i].weight_decay = p->decay ? (float)cfg->weight_decay : 0.0f;
-    m->segs[i].count_in_norm = !p->replicated || grid->tp_rank == 0;
+    m->segs[i].count_in_norm = replica_of(p, grid->tp_rank, 0) != MGT_REPLICA_DUPLICATE;
   }
   size_t bytes = m->n_floats * sizeof(float);
   MGT_TRY(be->alloc(be->ctx, bytes, "parameters", (void **)&m->w));
@@ -818,4 +822,41 @@ size_t mgt_gpt_param_count(const mgt_gpt *m) { return m->n_floats; }
 const mgt_segment *mgt_gpt_segments(const mgt_gpt *m, int *count) {
   *count = m->n_params;
   return m->segs;
+}
+
+/* ---- state ---- */
+
+static mgt_status list_params(const mgt_param *params, int n, int tp_rank, int dp_rank, float *flat,
+                              const mgt_backend *mem, mgt_state *out) {
+  for (int i = 0; i < n; i++) {
+    mgt_state_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "model/%s", params[i].name);
+    t.dtype = MGT_DTYPE_F32;
+    t.shard = params[i].shard;
+    t.replica = replica_of(&params[i], tp_rank, dp_rank);
+    t.data = flat ? flat + params[i].offset : NULL;
+    t.mem = flat ? mem : NULL;
+    MGT_CHECK(mgt_state_add(out, &t));
+  }
+  return MGT_OK;
+}
+
+mgt_status mgt_gpt_describe(const mgt_config *cfg, int tp, int tp_rank, int dp_rank,
+                            mgt_state *out) {
+  mgt_gpt_dims d;
+  mgt_gpt_dims_from_config(cfg, tp, tp_rank, &d);
+  int n = 0;
+  size_t total = 0;
+  build_params(cfg, &d, NULL, &n, &total);
+  mgt_param *params = calloc((size_t)n, sizeof *params);
+  if (!params) MGT_FAIL(MGT_ERR_NOMEM, "out of memory describing the model");
+  build_params(cfg, &d, params, &n, &total);
+  mgt_status st = list_params(params, n, tp_rank, dp_rank, NULL, NULL, out);
+  free(params);
+  return st;
+}
+
+mgt_status mgt_gpt_state(mgt_gpt *m, mgt_state *out) {
+  return list_params(m->params, m->n_params, m->grid->tp_rank, m->grid->dp_rank, m->w, m->be, out);
 }

@@ -1,6 +1,8 @@
 #include "mgt/optim.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 struct mgt_optim {
   mgt_config cfg;
@@ -117,5 +119,34 @@ mgt_status mgt_optim_step(mgt_optim *o, double lr, double *grad_norm, int *skipp
 
 int64_t mgt_optim_step_count(const mgt_optim *o) { return o->steps; }
 void mgt_optim_set_step_count(mgt_optim *o, int64_t steps) { o->steps = steps; }
-float *mgt_optim_exp_avg(mgt_optim *o) { return o->m; }
-float *mgt_optim_exp_avg_sq(mgt_optim *o) { return o->v; }
+
+/* The moments have the parameters' layout: each model entry gives one entry per moment, at the
+   same offset in the moment's flat buffer. */
+static mgt_status list_moments(const mgt_state *model, const float *w, float *const mom[2],
+                               mgt_state *out) {
+  static const char *const names[2] = {"exp_avg", "exp_avg_sq"};
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < model->n; i++) {
+      mgt_state_tensor t = model->t[i];
+      const char *name = model->t[i].name;
+      const char *base = strncmp(name, "model/", 6) == 0 ? name + 6 : name;
+      if (snprintf(t.name, sizeof t.name, "optimizer/%s/%s", names[k], base) >= (int)sizeof t.name)
+        MGT_FAIL(MGT_ERR_INTERNAL, "tensor name too long: %s", model->t[i].name);
+      if (mom && t.data) t.data = mom[k] + ((const float *)model->t[i].data - w);
+      MGT_CHECK(mgt_state_add(out, &t));
+    }
+  return MGT_OK;
+}
+
+mgt_status mgt_optim_describe(const mgt_state *model, mgt_state *out) {
+  return list_moments(model, NULL, NULL, out);
+}
+
+mgt_status mgt_optim_state(mgt_optim *o, mgt_state *out) {
+  mgt_state model = {0};
+  mgt_status st = mgt_gpt_state(o->model, &model);
+  float *const mom[2] = {o->m, o->v};
+  if (st == MGT_OK) st = list_moments(&model, mgt_gpt_param_data(o->model), mom, out);
+  mgt_state_fini(&model);
+  return st;
+}

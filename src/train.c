@@ -28,6 +28,13 @@ struct mgt_trainer {
   mgt_timer timers[N_TIMERS];
 };
 
+/* What a checkpoint of this trainer holds: the model, and the optimizer's moments. */
+static mgt_status trainer_state(mgt_trainer *tr, int with_optim, mgt_state *out) {
+  MGT_CHECK(mgt_gpt_state(tr->model, out));
+  if (with_optim) MGT_CHECK(mgt_optim_state(tr->optim, out));
+  return MGT_OK;
+}
+
 mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const mgt_backend *be,
                               const mgt_comm *comm, FILE *log, mgt_trainer **out) {
   *out = NULL;
@@ -35,6 +42,7 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
   mgt_trainer *tr = NULL;
   char path[MGT_PATH_MAX + 64] = "";
   mgt_ckpt_state saved;
+  mgt_state list = {0};
   memset(&saved, 0, sizeof saved);
   MGT_CHECK(mgt_calloc(sizeof *tr, "trainer", (void **)&tr));
   tr->cfg = *cfg;
@@ -45,13 +53,23 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
   tr->saved_iteration = -1;
   for (int i = 0; i < N_TIMERS; i++)
     tr->timers[i].name = timer_names[i];
+  const int with_optim = !cfg->no_load_optim && !cfg->finetune;
   if (cfg->load[0]) {
     /* the checkpoint's seed drives dropout and data order, so it is set before they exist */
+    mgt_config ccfg;
+    char diff[1024];
     st = mgt_ckpt_resolve(cfg->load, cfg->ckpt_iteration, path, sizeof path);
-    if (st == MGT_OK) st = mgt_ckpt_check_model(path, cfg);
-    if (st == MGT_OK) {
-      mgt_config ccfg;
-      st = mgt_ckpt_read_config(path, &ccfg, &saved);
+    if (st == MGT_OK) st = mgt_ckpt_read_config(path, &ccfg, &saved);
+    if (st == MGT_OK && mgt_config_model_diff(cfg, &ccfg, diff, sizeof diff)) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "checkpoint %s is of another model: %s", path, diff);
+      st = MGT_ERR_INPUT;
+    }
+    if (st == MGT_OK && with_optim && !saved.has_optimizer) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "checkpoint %s holds no optimizer state (use --no-load-optim or --finetune)",
+                    path);
+      st = MGT_ERR_INPUT;
     }
     MGT_TRY(mgt_mpi_agree(grid->world, st));
     if (!cfg->no_load_rng && !cfg->finetune) tr->cfg.seed = saved.seed;
@@ -71,9 +89,9 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
     MGT_TRY(mgt_dataset_sources(&tr->cfg, grid->world, tr->log, &tr->data, &tr->valid));
   }
   if (path[0]) {
-    int with_optim = !cfg->no_load_optim && !cfg->finetune;
     double t0 = mgt_now();
-    MGT_TRY(mgt_ckpt_load(path, grid, tr->model, with_optim ? tr->optim : NULL, &saved));
+    MGT_TRY(trainer_state(tr, with_optim, &list));
+    MGT_TRY(mgt_ckpt_load(path, grid->world, &list, &saved));
     double dt = mgt_now() - t0;
     if (!cfg->finetune) {
       tr->iteration = saved.iteration;
@@ -97,19 +115,31 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
       fflush(tr->log);
     }
   }
+  mgt_state_fini(&list);
   *out = tr;
   return MGT_OK;
 done:
+  mgt_state_fini(&list);
   mgt_trainer_destroy(&tr);
   return st;
 }
 
 mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
-  mgt_ckpt_state s = {
-      tr->iteration, tr->consumed, mgt_optim_step_count(tr->optim), tr->cfg.seed, 0.0, 0, 0};
+  mgt_ckpt_state s;
+  memset(&s, 0, sizeof s);
+  s.iteration = tr->iteration;
+  s.consumed_samples = tr->consumed;
+  s.optimizer_steps = mgt_optim_step_count(tr->optim);
+  s.seed = tr->cfg.seed;
   mgt_optim_get_scaler(tr->optim, &s.loss_scale, &s.loss_scale_growth, &s.loss_scale_hysteresis);
-  MGT_CHECK(mgt_ckpt_save(dir, &tr->cfg, tr->grid, tr->model,
-                          tr->cfg.no_save_optim ? NULL : tr->optim, &s, tr->log));
+  s.has_optimizer = !tr->cfg.no_save_optim;
+  s.tensor_model_parallel_size = tr->grid->tp;
+  s.data_parallel_size = tr->grid->dp;
+  mgt_state list = {0};
+  mgt_status st = trainer_state(tr, (int)s.has_optimizer, &list);
+  if (st == MGT_OK) st = mgt_ckpt_save(dir, tr->grid->world, &list, &tr->cfg, &s, tr->log);
+  mgt_state_fini(&list);
+  MGT_CHECK(st);
   tr->saved_iteration = tr->iteration;
   return MGT_OK;
 }

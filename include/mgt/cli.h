@@ -3,6 +3,8 @@
 
 #include <mpi.h>
 
+#include "mgt/common.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -12,6 +14,14 @@ extern "C" {
    every rank. A failure that may differ between ranks is printed by the failing rank and
    ends the job with MPI_Abort. Collective over `world`. */
 int mgt_cli_main(int argc, char **argv, MPI_Comm world);
+
+/* Reports a failure of a command and returns its exit status. Input errors found before any
+   collective state are the same on every rank: rank 0 prints and all return 2 (`agreed`).
+   Anything else is printed by the failing rank and aborts the job. */
+int mgt_cli_fail(mgt_status st, int rank, MPI_Comm world, int agreed);
+
+/* `mgt ckpt ...` (src/ckpt_cmd.c). Collective over `world`. */
+int mgt_cli_ckpt(int argc, char **argv, MPI_Comm world);
 
 /* Chooses OpenMP threads per rank when OMP_NUM_THREADS is unset: the CPUs this rank is
    bound to, or the node's CPUs shared among its ranks. Collective over `world`. */

@@ -19,6 +19,8 @@ typedef enum mgt_status {
   MGT_ERR_INTERNAL, /* a broken invariant: a bug */
 } mgt_status;
 
+enum { MGT_PATH_MAX = 4096 }; /* longest path a flag or file name may hold */
+
 #define MGT_NODISCARD __attribute__((warn_unused_result))
 #define MGT_PRINTF(f, a) __attribute__((format(printf, f, a)))
 
@@ -87,6 +89,15 @@ void mgt_error_set_rank(int rank);
 /* Allocates `n` zeroed bytes aligned to 64, or fails with MGT_ERR_NOMEM naming `what`. */
 MGT_NODISCARD mgt_status mgt_calloc(size_t n, const char *what, void **out);
 void mgt_free(void *p);
+
+/* Makes a finished temporary file durable (fsync), gives it its final name (rename, atomic on
+   one file system) and syncs the directory, so that a crash leaves either the old file or the
+   whole new one. The one way every output of the project is published. Not collective. */
+MGT_NODISCARD mgt_status mgt_publish_file(const char *tmp, const char *final);
+
+/* Reads a whole regular file into a malloc'd, NUL-terminated buffer (*n bytes, free with
+   free); errors name the flag (or other origin) `flag`. Not collective. */
+MGT_NODISCARD mgt_status mgt_read_file(const char *flag, const char *path, char **buf, size_t *n);
 
 #ifdef __cplusplus
 }

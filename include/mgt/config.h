@@ -14,7 +14,6 @@ extern "C" {
 typedef enum mgt_lr_style { MGT_LR_CONSTANT, MGT_LR_LINEAR, MGT_LR_COSINE } mgt_lr_style;
 enum { MGT_TOKENIZER_GPT2 = 0, MGT_TOKENIZER_BYTES = 1 };
 
-enum { MGT_PATH_MAX = 4096 };
 enum { MGT_DEVICE_CPU = 0, MGT_DEVICE_CUDA = 1 };
 enum { MGT_DIST_BACKEND_NCCL = 0, MGT_DIST_BACKEND_MPI = 1 };
 
@@ -100,6 +99,17 @@ MGT_NODISCARD mgt_status mgt_config_parse(mgt_config *cfg, int argc, char **argv
 /* Fills derived defaults and checks the relations between flags for a job of
    `world_size` ranks. Fails with MGT_ERR_INPUT naming the flags. Not collective. */
 MGT_NODISCARD mgt_status mgt_config_finalize(mgt_config *cfg, int world_size);
+
+/* Fills the sizes other flags imply when they are left at 0: --ffn-hidden-size (4 * hidden),
+   --max-position-embeddings (the sequence length), --vocab-size with --mock-data (128). The
+   one owner of these defaults; mgt_config_finalize calls it. */
+void mgt_config_derive(mgt_config *cfg);
+/* The vocabulary padded to a multiple of --make-vocab-size-divisible-by times tp. */
+int64_t mgt_config_padded_vocab(const mgt_config *cfg, int tp);
+/* Compares the model flags of a and b (layers, hidden size, heads, FFN size, vocabulary,
+   positions) and writes the differences to diff ("--num-layers 3 (checkpoint 2), ..."), b
+   being the checkpoint's. Returns the number of differences. */
+int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, size_t n);
 
 /* Writes the flags, their defaults and help to f. */
 void mgt_config_usage(FILE *f);

@@ -114,8 +114,6 @@ MGT_NODISCARD mgt_status mgt_lambada_example(struct mgt_tokenizer *tok, const ch
                                              size_t len, int strict, int32_t **ids, int *n,
                                              int *n_target);
 
-/* Reads a whole file into a malloc'd, NUL-terminated buffer; errors name the flag. */
-MGT_NODISCARD mgt_status mgt_read_file(const char *flag, const char *path, char **buf, size_t *n);
 /* The tokenizer of type (MGT_TOKENIZER_*, or -1 for the checkpoint's) with the given files,
    empty ones replaced by the checkpoint's; refused when it has more ids than the model. */
 MGT_NODISCARD mgt_status mgt_open_tokenizer(int type, const char *vocab_file,

@@ -49,8 +49,6 @@ void mgt_flags_json(const mgt_flag *flags, int n, const void *src, FILE *f);
 struct mgt_json;
 MGT_NODISCARD mgt_status mgt_flags_from_json(const mgt_flag *flags, int n, void *dst,
                                              const struct mgt_json *obj, const char *what);
-/* Writes s as a JSON string literal. */
-void mgt_json_write_string(FILE *f, const char *s);
 
 #ifdef __cplusplus
 }

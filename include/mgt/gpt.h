@@ -8,6 +8,7 @@
 #include "mgt/backend.h"
 #include "mgt/config.h"
 #include "mgt/grid.h"
+#include "mgt/state.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -104,6 +105,14 @@ float *mgt_gpt_grad_data(mgt_gpt *m);
 size_t mgt_gpt_param_count(const mgt_gpt *m); /* floats in the flat buffers */
 /* Optimizer segments (weight decay and norm ownership per tensor); `count` receives n. */
 const mgt_segment *mgt_gpt_segments(const mgt_gpt *m, int *count);
+/* Appends the model's parameters to `out` as "model/<name>" entries: this rank's slabs in the
+   backend's memory, data-parallel replica d holding copy d, a replicated tensor's copy held by
+   tensor-parallel rank 0. Not collective. */
+MGT_NODISCARD mgt_status mgt_gpt_state(mgt_gpt *m, mgt_state *out);
+/* The same list for configuration cfg at tensor-parallel rank tp_rank of tp and data-parallel
+   rank dp_rank, without a model (data NULL): what a checkpoint of cfg holds. Not collective. */
+MGT_NODISCARD mgt_status mgt_gpt_describe(const mgt_config *cfg, int tp, int tp_rank, int dp_rank,
+                                          mgt_state *out);
 /* Parameters of the logical (unsharded) model, without vocabulary padding. */
 int64_t mgt_gpt_logical_params(const mgt_config *cfg);
 /* Model FLOPs of one iteration: 6 N tokens + 12 L C T tokens (N without positions). */

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "mgt/common.h"
 
@@ -40,8 +41,11 @@ void mgt_json_parser_destroy(mgt_json_parser **p);
 MGT_NODISCARD mgt_status mgt_json_parse(mgt_json_parser *p, const char *text, size_t len,
                                         const mgt_json **root);
 
-/* The member `key` of an object, or NULL. */
+/* The member `key` of an object, or NULL. With duplicate keys, the last one (as Python's json). */
 const mgt_json *mgt_json_get(const mgt_json *obj, const char *key);
+
+/* Writes s as a JSON string literal. */
+void mgt_json_write_string(FILE *f, const char *s);
 
 #ifdef __cplusplus
 }

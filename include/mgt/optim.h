@@ -37,8 +37,11 @@ void mgt_optim_get_scaler(const mgt_optim *opt, double *scale, int64_t *growth,
                           int64_t *hysteresis);
 void mgt_optim_set_scaler(mgt_optim *opt, double scale, int64_t growth, int64_t hysteresis);
 void mgt_optim_set_step_count(mgt_optim *opt, int64_t steps);
-float *mgt_optim_exp_avg(mgt_optim *opt);    /* first moment, flat, backend memory */
-float *mgt_optim_exp_avg_sq(mgt_optim *opt); /* second moment */
+/* Appends the AdamW moments to `out`: "optimizer/exp_avg/<name>" for every parameter, then
+   "optimizer/exp_avg_sq/<name>", with the parameters' slabs and copies. Not collective. */
+MGT_NODISCARD mgt_status mgt_optim_state(mgt_optim *opt, mgt_state *out);
+/* The same entries for a described model list (mgt_gpt_describe), data NULL. */
+MGT_NODISCARD mgt_status mgt_optim_describe(const mgt_state *model, mgt_state *out);
 
 #ifdef __cplusplus
 }

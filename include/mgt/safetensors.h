@@ -1,0 +1,41 @@
+/* The safetensors file format (Hugging Face): an 8-byte little-endian header length, a JSON
+   header naming each tensor's dtype, shape and byte range, then the data. Named tensors only:
+   which model they belong to is the caller's business. Not collective. */
+#pragma once
+
+#include <stdint.h>
+
+#include "mgt/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { MGT_ST_MAX_DIMS = 8 };
+
+/* A float32 tensor to write. */
+typedef struct mgt_st_tensor {
+  const char *name;
+  int ndim;
+  int64_t shape[MGT_ST_MAX_DIMS];
+  const float *data; /* row-major, prod(shape) floats */
+} mgt_st_tensor;
+
+/* Writes the tensors (float32, in the given order) to `path` through a temporary file that is
+   published durably (mgt_publish_file) once complete. */
+MGT_NODISCARD mgt_status mgt_safetensors_write(const char *path, const mgt_st_tensor *t, int n);
+
+typedef struct mgt_safetensors mgt_safetensors;
+
+/* Maps `path` and parses its header; a file shorter than its header is refused. */
+MGT_NODISCARD mgt_status mgt_safetensors_open(const char *path, mgt_safetensors **out);
+void mgt_safetensors_close(mgt_safetensors **f);
+/* Reads tensor `name` (F32, F16 or BF16) as float32 into out. It must exist with exactly the
+   shape (ndim, shape), and its byte range must lie in the file; otherwise MGT_ERR_INPUT naming
+   the tensor and what is wrong. */
+MGT_NODISCARD mgt_status mgt_safetensors_read(const mgt_safetensors *f, const char *name, int ndim,
+                                              const int64_t *shape, float *out);
+
+#ifdef __cplusplus
+}
+#endif

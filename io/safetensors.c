@@ -1,0 +1,234 @@
+/* safetensors reading and writing: see include/mgt/safetensors.h. */
+#define _GNU_SOURCE
+#include "mgt/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mgt/json.h"
+
+static mgt_status write_all(int fd, const void *p, size_t n, const char *what) {
+  const unsigned char *b = p;
+  while (n) {
+    ssize_t w = write(fd, b, n);
+    if (w <= 0) MGT_FAIL(MGT_ERR_IO, "%s: write failed: %s", what, strerror(errno));
+    b += w, n -= (size_t)w;
+  }
+  return MGT_OK;
+}
+
+static size_t numel(int ndim, const int64_t *shape) {
+  size_t n = 1;
+  for (int d = 0; d < ndim; d++)
+    n *= (size_t)shape[d];
+  return n;
+}
+
+mgt_status mgt_safetensors_write(const char *path, const mgt_st_tensor *t, int n) {
+  char *header = NULL;
+  size_t hl = 0;
+  FILE *ms = open_memstream(&header, &hl);
+  if (!ms) MGT_FAIL(MGT_ERR_NOMEM, "out of memory writing %s", path);
+  fprintf(ms, "{\"__metadata__\":{\"format\":\"pt\"}");
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    fputc(',', ms);
+    mgt_json_write_string(ms, t[i].name);
+    fprintf(ms, ":{\"dtype\":\"F32\",\"shape\":[");
+    for (int d = 0; d < t[i].ndim; d++)
+      fprintf(ms, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
+    size_t bytes = 4 * numel(t[i].ndim, t[i].shape);
+    fprintf(ms, "],\"data_offsets\":[%zu,%zu]}", off, off + bytes);
+    off += bytes;
+  }
+  fputc('}', ms);
+  while ((ftell(ms) % 8) != 0) /* the data section starts 8-aligned */
+    fputc(' ', ms);
+  if (fclose(ms) != 0) {
+    free(header);
+    MGT_FAIL(MGT_ERR_NOMEM, "out of memory writing %s", path);
+  }
+  mgt_status st = MGT_OK;
+  char tmp[MGT_PATH_MAX + 16];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "cannot write %s: %s", tmp,
+                  strerror(errno));
+    st = MGT_ERR_IO;
+    goto done;
+  }
+  unsigned char le[8];
+  for (int i = 0; i < 8; i++)
+    le[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+  MGT_TRY(write_all(fd, le, 8, tmp));
+  MGT_TRY(write_all(fd, header, hl, tmp));
+  for (int i = 0; i < n; i++)
+    MGT_TRY(write_all(fd, t[i].data, 4 * numel(t[i].ndim, t[i].shape), tmp));
+  int rc = close(fd);
+  fd = -1;
+  if (rc != 0) {
+    mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "cannot write %s: %s", tmp,
+                  strerror(errno));
+    st = MGT_ERR_IO;
+    goto done;
+  }
+  MGT_TRY(mgt_publish_file(tmp, path));
+done:
+  if (fd >= 0) close(fd);
+  if (st != MGT_OK) unlink(tmp);
+  free(header);
+  return st;
+}
+
+struct mgt_safetensors {
+  char path[MGT_PATH_MAX];
+  void *map;
+  size_t len;
+  const unsigned char *data; /* the data section */
+  size_t data_len;
+  mgt_json_parser *parser;
+  const mgt_json *header;
+};
+
+void mgt_safetensors_close(mgt_safetensors **pf) {
+  mgt_safetensors *f = *pf;
+  if (!f) return;
+  if (f->map && f->map != MAP_FAILED) munmap(f->map, f->len);
+  mgt_json_parser_destroy(&f->parser);
+  free(f);
+  *pf = NULL;
+}
+
+mgt_status mgt_safetensors_open(const char *path, mgt_safetensors **out) {
+  *out = NULL;
+  mgt_safetensors *f = calloc(1, sizeof *f);
+  if (!f) MGT_FAIL(MGT_ERR_NOMEM, "out of memory opening %s", path);
+  snprintf(f->path, sizeof f->path, "%s", path);
+  mgt_status st = MGT_OK;
+  struct stat sb;
+  int fd = open(path, O_RDONLY);
+  if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 8) {
+    if (fd >= 0) close(fd);
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "%s: not a readable safetensors file", path);
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
+  f->len = (size_t)sb.st_size;
+  f->map = mmap(NULL, f->len, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (f->map == MAP_FAILED) {
+    mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "%s: mmap failed: %s", path,
+                  strerror(errno));
+    st = MGT_ERR_IO;
+    goto done;
+  }
+  const unsigned char *base = f->map;
+  uint64_t hlen = 0;
+  for (int i = 0; i < 8; i++)
+    hlen |= (uint64_t)base[i] << (8 * i);
+  if (hlen > f->len - 8) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s: header longer than the file",
+                  path);
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
+  MGT_TRY(mgt_json_parser_create(&f->parser));
+  MGT_TRY(mgt_json_parse(f->parser, (const char *)base + 8, (size_t)hlen, &f->header));
+  if (f->header->type != MGT_JSON_OBJECT) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s: the header is not an object",
+                  path);
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
+  f->data = base + 8 + hlen;
+  f->data_len = f->len - 8 - (size_t)hlen;
+  *out = f;
+  return MGT_OK;
+done:
+  mgt_safetensors_close(&f);
+  return st;
+}
+
+static float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, bits;
+  if (e == 0) {
+    float v = ldexpf((float)m, -24);
+    return sign ? -v : v;
+  }
+  if (e == 31)
+    bits = sign | 0x7F800000u | (m << 13);
+  else
+    bits = sign | ((e + 112) << 23) | (m << 13);
+  float v;
+  memcpy(&v, &bits, 4);
+  return v;
+}
+
+/* A non-negative integer that a double holds exactly. */
+static int as_size(const mgt_json *v, size_t *out) {
+  if (!v || v->type != MGT_JSON_NUMBER || !(v->number >= 0) || v->number > 9007199254740992.0 ||
+      v->number != floor(v->number))
+    return 0;
+  *out = (size_t)v->number;
+  return 1;
+}
+
+mgt_status mgt_safetensors_read(const mgt_safetensors *f, const char *name, int ndim,
+                                const int64_t *shape, float *out) {
+  const mgt_json *t = mgt_json_get(f->header, name);
+  MGT_REQUIRE(t && t->type == MGT_JSON_OBJECT, "%s: tensor %s is missing", f->path, name);
+  const mgt_json *dt = mgt_json_get(t, "dtype"), *sh = mgt_json_get(t, "shape"),
+                 *of = mgt_json_get(t, "data_offsets");
+  int esize = 0, bf16 = 0;
+  if (dt && dt->type == MGT_JSON_STRING) {
+    if (!strcmp(dt->str, "F32")) esize = 4;
+    if (!strcmp(dt->str, "F16")) esize = 2;
+    if (!strcmp(dt->str, "BF16")) esize = 2, bf16 = 1;
+  }
+  MGT_REQUIRE(esize, "%s: tensor %s is not of dtype F32, F16 or BF16", f->path, name);
+  int same = sh && sh->type == MGT_JSON_ARRAY && sh->len == (size_t)ndim;
+  for (int d = 0; same && d < ndim; d++) {
+    size_t v;
+    same = as_size(&sh->items[d], &v) && v == (size_t)shape[d];
+  }
+  if (!same) {
+    char want[160] = "";
+    for (int d = 0; d < ndim; d++)
+      snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "",
+               (long long)shape[d]);
+    MGT_FAIL(MGT_ERR_INPUT, "%s: tensor %s does not have the shape [%s] the model needs", f->path,
+             name, want);
+  }
+  const size_t n = numel(ndim, shape);
+  size_t b0 = 0, b1 = 0;
+  MGT_REQUIRE(of && of->type == MGT_JSON_ARRAY && of->len == 2 && as_size(&of->items[0], &b0) &&
+                  as_size(&of->items[1], &b1) && b0 <= b1 && b1 <= f->data_len &&
+                  b1 - b0 == n * (size_t)esize,
+              "%s: tensor %s: data_offsets do not give %zu elements inside the file", f->path, name,
+              n);
+  const unsigned char *src = f->data + b0;
+  for (size_t e = 0; e < n; e++) {
+    if (esize == 4) {
+      memcpy(&out[e], src + 4 * e, 4);
+    } else {
+      uint16_t h;
+      memcpy(&h, src + 2 * e, 2);
+      if (bf16) {
+        uint32_t bits = (uint32_t)h << 16;
+        memcpy(&out[e], &bits, 4);
+      } else {
+        out[e] = half_to_float(h);
+      }
+    }
+  }
+  return MGT_OK;
+}

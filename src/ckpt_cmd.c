@@ -1,0 +1,109 @@
+/* mgt ckpt: info, verify, export and import of checkpoints, on rank 0. */
+#include <stddef.h>
+#include <string.h>
+
+#include "mgt/checkpoint.h"
+#include "mgt/cli.h"
+#include "mgt/flags.h"
+#include "mgt/grid.h"
+#include "mgt/hf.h"
+
+typedef struct ckpt_opts {
+  char load[MGT_PATH_MAX], output[MGT_PATH_MAX], input[MGT_PATH_MAX], save[MGT_PATH_MAX];
+  int64_t ckpt_iteration;
+  int format;
+} ckpt_opts;
+
+static const char *const ckpt_formats[] = {"hf", NULL};
+#define COFF(f) offsetof(ckpt_opts, f)
+static const mgt_flag ckpt_flags[] = {
+    {"--load", MGT_FLAG_STR, COFF(load), 0, 0, "checkpoint directory (its latest) or file", NULL,
+     MGT_PATH_MAX},
+    {"--ckpt-iteration", MGT_FLAG_INT64, COFF(ckpt_iteration), -1, 9e15,
+     "this iteration instead of the latest", NULL, 0},
+    {"--format", MGT_FLAG_ENUM, COFF(format), 0, 0, "export/import format: hf (Hugging Face GPT-2)",
+     ckpt_formats, 0},
+    {"--output", MGT_FLAG_STR, COFF(output), 0, 0, "export: directory to write", NULL,
+     MGT_PATH_MAX},
+    {"--input", MGT_FLAG_STR, COFF(input), 0, 0, "import: Hugging Face model directory", NULL,
+     MGT_PATH_MAX},
+    {"--save", MGT_FLAG_STR, COFF(save), 0, 0, "import: checkpoint directory to write", NULL,
+     MGT_PATH_MAX},
+};
+
+static void ckpt_usage(FILE *f) {
+  fprintf(f, "usage: mgt ckpt info DIR|FILE [--ckpt-iteration K]\n"
+             "       mgt ckpt verify DIR|FILE [--ckpt-iteration K]\n"
+             "       mgt ckpt export --format hf --load DIR|FILE --output OUT\n"
+             "       mgt ckpt import --format hf --input HF_DIR --save DIR\n");
+}
+
+/* Checkpoint tools run on rank 0; the verdict is shared so every rank exits alike. */
+int mgt_cli_ckpt(int argc, char **argv, MPI_Comm world) {
+  int rank;
+  MPI_Comm_rank(world, &rank);
+  if (argc < 3 || !strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {
+    if (rank == 0) ckpt_usage(argc < 3 ? stderr : stdout);
+    return argc < 3 ? 2 : 0;
+  }
+  const char *sub = argv[2];
+  ckpt_opts o;
+  memset(&o, 0, sizeof o);
+  o.ckpt_iteration = -1;
+  int first = 3, help = 0, bad_sub = 0;
+  if (!strcmp(sub, "info") || !strcmp(sub, "verify")) {
+    if (argc > 3 && strncmp(argv[3], "--", 2) != 0) {
+      snprintf(o.load, sizeof o.load, "%s", argv[3]);
+      first = 4;
+    }
+  } else if (strcmp(sub, "export") != 0 && strcmp(sub, "import") != 0) {
+    bad_sub = 1;
+  }
+  mgt_status st = MGT_OK;
+  if (bad_sub) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "unknown ckpt command '%s' (info, verify, export, import)", sub);
+    st = MGT_ERR_INPUT;
+  } else {
+    st = mgt_flags_parse(ckpt_flags, sizeof ckpt_flags / sizeof ckpt_flags[0], &o, argc, argv,
+                         first, "ckpt", &help);
+  }
+  if (st == MGT_OK && !help) {
+    if (!strcmp(sub, "import")) {
+      if (!o.input[0] || !o.save[0]) {
+        mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                      "mgt ckpt import needs --input HF_DIR and --save DIR");
+        st = MGT_ERR_INPUT;
+      }
+    } else if (!o.load[0]) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "mgt ckpt %s needs a checkpoint%s",
+                    sub, !strcmp(sub, "export") ? " (--load)" : " (DIR or FILE)");
+      st = MGT_ERR_INPUT;
+    } else if (!strcmp(sub, "export") && !o.output[0]) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "mgt ckpt export needs --output");
+      st = MGT_ERR_INPUT;
+    }
+  }
+  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
+  if (help) {
+    if (rank == 0) ckpt_usage(stdout);
+    return 0;
+  }
+  int damaged = 0;
+  if (rank == 0) {
+    char path[MGT_PATH_MAX + 64];
+    if (!strcmp(sub, "import")) {
+      st = mgt_hf_import(o.input, o.save, stdout);
+    } else {
+      st = mgt_ckpt_resolve(o.load, o.ckpt_iteration, path, sizeof path);
+      if (st == MGT_OK && !strcmp(sub, "info")) st = mgt_ckpt_info(path, stdout);
+      if (st == MGT_OK && !strcmp(sub, "verify")) st = mgt_ckpt_verify(path, stdout, &damaged);
+      if (st == MGT_OK && !strcmp(sub, "export")) st = mgt_hf_export(path, o.output, stdout);
+    }
+    fflush(stdout);
+  }
+  st = mgt_mpi_agree(world, st);
+  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
+  MPI_Bcast(&damaged, 1, MPI_INT, 0, world);
+  return damaged ? 1 : 0;
+}

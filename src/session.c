@@ -1,0 +1,49 @@
+/* Opening a checkpoint's model for a command: see include/mgt/session.h. */
+#include "mgt/session.h"
+
+#include <string.h>
+
+mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MPI_Comm world) {
+  memset(s, 0, sizeof *s);
+  int size;
+  MGT_MPI(MPI_Comm_size(world, &size));
+  mgt_status st = mgt_ckpt_resolve(o->load, o->ckpt_iteration, s->path, sizeof s->path);
+  if (st == MGT_OK) st = mgt_ckpt_read_config(s->path, &s->saved, &s->state);
+  MGT_CHECK(mgt_mpi_agree(world, st));
+  mgt_config *c = &s->cfg;
+  *c = s->saved;
+  c->tensor_model_parallel_size = o->tensor_parallel ? o->tensor_parallel : size;
+  if (o->seq_length) c->seq_length = o->seq_length;
+  MGT_REQUIRE(c->seq_length <= c->max_position_embeddings,
+              "--seq-length %d exceeds the checkpoint's %d positions", c->seq_length,
+              c->max_position_embeddings);
+  c->micro_batch_size = o->micro_batch_size > 0 ? o->micro_batch_size : 1;
+  c->global_batch_size = 0;
+  c->recompute_activations = 0;
+  c->hidden_dropout = c->attention_dropout = 0.0;
+  c->device = o->device;
+  c->distributed_backend = -1;
+  c->fp16 = c->bf16 = 0;
+  c->mock_data = 1; /* nothing is read from a dataset */
+  c->data_path[0] = c->load[0] = c->save[0] = c->metrics_file[0] = 0;
+  MGT_CHECK(mgt_config_finalize(c, size)); /* the same verdict on every rank */
+  return MGT_OK;
+}
+
+mgt_status mgt_session_open_model(mgt_session *s, MPI_Comm world) {
+  MGT_CHECK(mgt_grid_create(world, s->cfg.tensor_model_parallel_size, &s->grid));
+  MGT_CHECK(mgt_device_open(&s->dev, s->cfg.device, -1, MGT_PREC_FP32, s->grid, NULL));
+  MGT_CHECK(
+      mgt_mpi_agree(world, mgt_gpt_create(&s->cfg, s->grid, s->dev.be, &s->dev.comm, &s->model)));
+  mgt_state list = {0};
+  mgt_status st = mgt_mpi_agree(world, mgt_gpt_state(s->model, &list));
+  if (st == MGT_OK) st = mgt_ckpt_load(s->path, world, &list, &s->state);
+  mgt_state_fini(&list);
+  return st;
+}
+
+void mgt_session_close(mgt_session *s) {
+  mgt_gpt_destroy(&s->model);
+  if (s->dev.be) mgt_device_close(&s->dev);
+  mgt_grid_destroy(&s->grid);
+}

@@ -1,0 +1,57 @@
+/* Lists of sharded tensors: see include/mgt/state.h. */
+#include "mgt/state.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+mgt_status mgt_state_add(mgt_state *s, const mgt_state_tensor *t) {
+  if (s->n == s->cap) {
+    int cap = s->cap ? 2 * s->cap : 64;
+    mgt_state_tensor *p = realloc(s->t, sizeof *p * (size_t)cap);
+    if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory listing the state tensors");
+    s->t = p, s->cap = cap;
+  }
+  s->t[s->n++] = *t;
+  return MGT_OK;
+}
+
+void mgt_state_fini(mgt_state *s) {
+  free(s->t);
+  memset(s, 0, sizeof *s);
+}
+
+const mgt_state_tensor *mgt_state_find(const mgt_state *s, const char *name) {
+  for (int i = 0; i < s->n; i++)
+    if (strcmp(s->t[i].name, name) == 0) return &s->t[i];
+  return NULL;
+}
+
+size_t mgt_state_local_numel(const mgt_state_tensor *t) {
+  size_t n = 1;
+  for (int d = 0; d < t->shard.ndim; d++)
+    n *= (size_t)t->shard.shape[d];
+  return n;
+}
+
+int64_t mgt_state_numel(const mgt_state_tensor *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->shard.ndim; d++)
+    n *= t->shard.full[d];
+  return n;
+}
+
+void mgt_state_whole(const mgt_state_tensor *described, mgt_state_tensor *out) {
+  *out = *described;
+  for (int d = 0; d < out->shard.ndim; d++)
+    out->shard.shape[d] = out->shard.full[d];
+  out->shard.split_dim = -1;
+  out->shard.offset = 0;
+  out->replica = MGT_REPLICA_PRIMARY;
+  out->data = NULL;
+  out->mem = NULL;
+}
+
+size_t mgt_dtype_size(mgt_dtype t) {
+  (void)t;
+  return 4;
+}
