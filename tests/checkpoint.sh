@@ -133,5 +133,60 @@ assert abs(e2["avg_loss"] - ref["avg_loss"]) <= 1e-5 * ref["avg_loss"]
 print("ok: the exported model's loss from numpy matches mgt eval")
 PY
 
+# ---- a checkpoint written by an earlier version (format 1, saved by commit 7929857) ----
+# tests/data/ckpt-format1: iteration 3 of a 2-layer model trained with --fp16 (loss scaler
+# state) and optimizer state. It must verify, load exactly the stored numbers, and resume: on
+# the same layout bit for bit across a save, on tp=2 within float tolerance. Its string
+# attributes rewritten by h5py as variable-length strings must load the same.
+OLD=$TESTS/data/ckpt-format1
+O=(train --mock-data --num-layers 2 --hidden-size 16 --num-attention-heads 2 --seq-length 8
+  --micro-batch-size 2 --global-batch-size 4 --fp16 --initial-loss-scale 4096 --loss-scale-window 2
+  --lr-warmup-iters 2 --log-interval 1 --eval-iters 0 --train-iters 6)
+"$MGT" ckpt verify "$OLD" > "$tmp/out" 2>&1 && grep -q "84 tensors, 0 damaged" "$tmp/out" &&
+  echo "ok: the format-1 checkpoint verifies" || { fail "verify of the format-1 checkpoint"; cat "$tmp/out"; }
+"$MGT" "${O[@]}" --load "$OLD" --save "$tmp/old_a" --save-interval 5 --metrics-file "$tmp/old_a.jsonl" \
+  > "$tmp/out" 2>&1 || { fail "resume from the format-1 checkpoint"; tail -3 "$tmp/out"; }
+"$MGT" "${O[@]}" --load "$tmp/old_a" --ckpt-iteration 5 --metrics-file "$tmp/old_b.jsonl" \
+  > "$tmp/out" 2>&1 || { fail "resume of the resumed run"; tail -3 "$tmp/out"; }
+"$MPIEXEC" -n 2 "$MGT" "${O[@]}" --load "$OLD" --tensor-model-parallel-size 2 \
+  --metrics-file "$tmp/old_tp2.jsonl" > "$tmp/out" 2>&1 || { fail "format-1 at tp=2"; tail -3 "$tmp/out"; }
+mkdir -p "$tmp/vlen" && cp "$OLD/iter_0000003.h5" "$OLD/latest" "$tmp/vlen/"
+"$MGT" "${O[@]}" --load "$tmp/vlen" --train-iters 4 --metrics-file "$tmp/fixed.jsonl" > /dev/null 2>&1
+$PY - "$tmp/vlen/iter_0000003.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    for k in ("format", "config", "loss_scale"):
+        f.attrs[k] = f.attrs[k].decode()  # a Python str: h5py writes a variable-length string
+    assert h5py.check_string_dtype(f.attrs.get_id("config").dtype).length is None
+PY
+"$MGT" "${O[@]}" --load "$tmp/vlen" --train-iters 4 --metrics-file "$tmp/vlen.jsonl" > "$tmp/out" 2>&1 ||
+  { fail "a checkpoint with h5py's variable-length strings"; tail -3 "$tmp/out"; }
+"$MGT" ckpt export --format hf --load "$OLD" --output "$tmp/old_hf" > "$tmp/out" 2>&1 || { fail "export of format 1"; cat "$tmp/out"; }
+$PY - "$tmp" "$OLD/iter_0000003.h5" <<'PY' || fail "format-1 checkpoint"
+import json, struct, sys, h5py, numpy as np
+d = sys.argv[1]
+rows = lambda f: {r["iteration"]: (r["loss"], r["loss_scale"]) for r in map(json.loads, open(d + f)) if "loss" in r}
+a, b, t2 = rows("/old_a.jsonl"), rows("/old_b.jsonl"), rows("/old_tp2.jsonl")
+assert sorted(a) == [4, 5, 6] and sorted(b) == [6], (a, b)
+assert b[6] == a[6], "resumed across a save: %r vs %r" % (b[6], a[6])
+print("ok: the format-1 checkpoint resumes; iteration 6 after another save and load is bit for bit")
+worst = max(abs(t2[i][0] - a[i][0]) / a[i][0] for i in a)
+assert worst <= 1e-5 and all(t2[i][1] == a[i][1] for i in a), (worst, t2, a)
+print("ok: resumed at tp=2 within %.1e of tp=1, same loss scales" % worst)
+assert rows("/vlen.jsonl") == rows("/fixed.jsonl") and 4 in rows("/vlen.jsonl")
+print("ok: variable-length string attributes (h5py's default) load the same")
+# the exported tensors are exactly the file's, so the weights were read as stored
+raw = open(d + "/old_hf/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n])
+t = lambda k: np.frombuffer(raw[8 + n + hdr[k]["data_offsets"][0]:8 + n + hdr[k]["data_offsets"][1]], np.float32).reshape(hdr[k]["shape"])
+f = h5py.File(sys.argv[2], "r")["model"]
+assert np.array_equal(t("transformer.wte.weight"), f["embedding.word_embeddings.weight"][()])
+assert np.array_equal(t("transformer.h.1.attn.c_attn.weight"), f["layers.1.attention.qkv.weight"][()].reshape(-1, 16).T)
+assert np.array_equal(t("transformer.h.0.mlp.c_proj.weight"), f["layers.0.mlp.dense_4h_to_h.weight"][()].T)
+assert np.array_equal(t("transformer.h.0.attn.c_attn.bias"), f["layers.0.attention.qkv.bias"][()].reshape(-1))
+print("ok: the format-1 weights export exactly as stored")
+PY
+
 echo "checkpoint: $fails failures"
 [ $fails = 0 ]
