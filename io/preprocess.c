@@ -25,7 +25,6 @@
 
 #define OFF(f) offsetof(mgt_preprocess_opts, f)
 #define SZ(f) sizeof(((mgt_preprocess_opts *)0)->f)
-static const char *const tokenizers[] = {"GPT2BPETokenizer", "ByteTokenizer", NULL};
 static const mgt_flag flags[] = {
     {"--input", MGT_FLAG_LIST, OFF(input), 0, 0,
      "input files: .jsonl/.json hold one JSON document per line, others are one document each",
@@ -36,8 +35,8 @@ static const mgt_flag flags[] = {
      NULL, SZ(vocab_file)},
     {"--merge-file", MGT_FLAG_STR, OFF(merge_file), 0, 0, "GPT-2 merges (gpt2-merges.txt)", NULL,
      SZ(merge_file)},
-    {"--tokenizer-type", MGT_FLAG_ENUM, OFF(tokenizer_type), 0, 0,
-     "GPT2BPETokenizer or ByteTokenizer", tokenizers, 0},
+    {"--tokenizer-type", MGT_FLAG_ENUM, OFF(tokenizer_type), 0, 0, MGT_TOKENIZER_HELP,
+     mgt_tokenizer_names, 0},
     {"--json-keys", MGT_FLAG_STR, OFF(json_keys), 0, 0, "the key of the text in each JSON line",
      NULL, SZ(json_keys)},
     {"--append-eod", MGT_FLAG_BOOL, OFF(append_eod), 0, 1, "end every document with <|endoftext|>",
@@ -437,7 +436,7 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
     if (rank == 0 && log) {
       uint64_t total = in[n_in - 1].start + in[n_in - 1].size;
       fprintf(log, "preprocess: %d input file(s), %.1f MB, %d rank(s), %s\n", n_in, total / 1e6,
-              size, tokenizers[o->tokenizer_type]);
+              size, mgt_tokenizer_names[o->tokenizer_type]);
       fflush(log);
     }
     st = tokenize_share(o, in, n_in, rank, size, &sh, log);

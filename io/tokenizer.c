@@ -748,7 +748,9 @@ void mgt_tok_destroy(mgt_tokenizer **tok) {
 
 int mgt_tok_vocab_size(const mgt_tokenizer *t) { return t->n_vocab; }
 int32_t mgt_tok_eod(const mgt_tokenizer *t) { return t->eod; }
+const char *const mgt_tokenizer_names[] = {"GPT2BPETokenizer", "ByteTokenizer", NULL};
+
 const char *mgt_tok_name(const mgt_tokenizer *t) {
-  return t->kind == KIND_GPT2 ? "GPT2BPETokenizer" : "ByteTokenizer";
+  return mgt_tokenizer_names[t->kind == KIND_GPT2 ? MGT_TOKENIZER_GPT2 : MGT_TOKENIZER_BYTES];
 }
 const char *mgt_tok_hash(const mgt_tokenizer *t) { return t->hash; }

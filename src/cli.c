@@ -20,6 +20,7 @@
 #include "mgt/gpt.h"
 #include "mgt/grid.h"
 #include "mgt/tokenize.h"
+#include "mgt/tokenizer.h"
 #include "mgt/train.h"
 
 #ifndef MGT_VERSION
@@ -111,6 +112,20 @@ static int refuse_memory(size_t need, size_t avail, int rank, MPI_Comm world) {
   return mgt_cli_fail(MGT_ERR_INPUT, rank, world, 1);
 }
 
+/* The vocabulary of the tokenizer the flags give (--vocab-file, or --tokenizer-type
+   ByteTokenizer), or 0 when they give none. */
+static mgt_status tokenizer_vocab(const mgt_config *cfg, int *n) {
+  *n = 0;
+  mgt_tokenizer *tok = NULL;
+  if (cfg->tokenizer_type == MGT_TOKENIZER_BYTES)
+    MGT_CHECK(mgt_tok_create_bytes(&tok));
+  else if (cfg->vocab_file[0] && cfg->merge_file[0])
+    MGT_CHECK(mgt_tok_load_gpt2(cfg->vocab_file, cfg->merge_file, &tok));
+  if (tok) *n = mgt_tok_vocab_size(tok);
+  mgt_tok_destroy(&tok);
+  return MGT_OK;
+}
+
 static int cmd_train(int argc, char **argv, MPI_Comm world) {
   int rank, size;
   MPI_Comm_rank(world, &rank);
@@ -124,6 +139,15 @@ static int cmd_train(int argc, char **argv, MPI_Comm world) {
     if (rank == 0) mgt_config_usage(stdout);
     return 0;
   }
+  int tok_vocab = 0;
+  st = mgt_mpi_agree(world, tokenizer_vocab(&cfg, &tok_vocab));
+  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
+  if (tok_vocab && cfg.vocab_size == 0) cfg.vocab_size = tok_vocab; /* as Megatron-LM does */
+  if (tok_vocab > cfg.vocab_size && rank == 0)
+    fprintf(stderr,
+            "mgt: note: --vocab-size %d is smaller than the tokenizer's %d ids; ids from %d up "
+            "cannot be trained on or evaluated\n",
+            cfg.vocab_size, tok_vocab, cfg.vocab_size);
   st = mgt_config_finalize(&cfg, size);
   if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
   if (cfg.data_path[0] && cfg.vocab_size == 0) {

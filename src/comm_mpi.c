@@ -1,17 +1,20 @@
 /* The communication interface over MPI on host buffers. */
-#include "mgt/grid.h"
+#include "mgt/comm.h"
 
 #include <limits.h>
 #include <stdlib.h>
 
 #include "mgt/log.h"
 
-static void account(void *ctx, mgt_axis axis, double t0, size_t bytes) {
-  mgt_comm_stats *st = ctx;
+void mgt_comm_stats_add(mgt_comm_stats *st, mgt_axis axis, double t0, size_t bytes) {
   if (!st) return;
   st->seconds[axis] += mgt_now() - t0;
   st->calls[axis]++;
   st->bytes[axis] += bytes;
+}
+
+static void account(void *ctx, mgt_axis axis, double t0, size_t bytes) {
+  mgt_comm_stats_add(ctx, axis, t0, bytes);
 }
 
 MPI_Comm mgt_grid_axis_comm(const mgt_grid *g, mgt_axis axis, int *size) {

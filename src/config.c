@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *const mgt_device_names[] = {"cpu", "cuda", NULL};
+
 #define OFF(f) offsetof(mgt_config, f)
 #define BIG 9.0e15
 
 static const char *const lr_styles[] = {"constant", "linear", "cosine", NULL};
-static const char *const tokenizers[] = {"GPT2BPETokenizer", "ByteTokenizer", NULL};
-static const char *const devices[] = {"cpu", "cuda", NULL};
 static const char *const dist_backends[] = {"nccl", "mpi", NULL};
 
 #define INT(n, f, lo, hi, h)                                                                       \
@@ -55,7 +55,7 @@ static const mgt_flag flags[] = {
          "start non-blocking gradient all-reduces while backward runs"),
     BOOL("--dry-run", dry_run, "print the memory plan per rank and exit"),
     {"--device", MGT_FLAG_ENUM, OFF(device), 0, 0,
-     "cpu, or cuda (one GPU per rank, chosen by the node-local rank)", devices, 0},
+     "cpu, or cuda (one GPU per rank, chosen by the node-local rank)", mgt_device_names, 0},
     {"--distributed-backend", MGT_FLAG_ENUM, OFF(distributed_backend), 0, 0,
      "collectives on GPU buffers: nccl or mpi (default: nccl when every rank has its own GPU)",
      dist_backends, 0},
@@ -92,8 +92,8 @@ static const mgt_flag flags[] = {
     STR("--split", split, "train,valid,test weights over documents"),
     STR("--vocab-file", vocab_file, "GPT-2 vocabulary, to check the dataset was made with it"),
     STR("--merge-file", merge_file, "GPT-2 merges, with --vocab-file"),
-    {"--tokenizer-type", MGT_FLAG_ENUM, OFF(tokenizer_type), 0, 0,
-     "GPT2BPETokenizer or ByteTokenizer", tokenizers, 0},
+    {"--tokenizer-type", MGT_FLAG_ENUM, OFF(tokenizer_type), 0, 0, MGT_TOKENIZER_HELP,
+     mgt_tokenizer_names, 0},
     INT("--eval-interval", eval_interval, 1, 1 << 30, "iterations between validations"),
     INT("--eval-iters", eval_iters, 0, 1 << 30,
         "global batches per validation (0: none); also run at the end"),
@@ -115,10 +115,6 @@ static const mgt_flag flags[] = {
     STR("--metrics-file", metrics_file, "append one JSON object per logged iteration"),
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
-
-const char *mgt_tokenizer_type_name(int type) {
-  return type >= 0 && type < 2 ? tokenizers[type] : "unknown";
-}
 
 void mgt_config_defaults(mgt_config *cfg) {
   memset(cfg, 0, sizeof *cfg);

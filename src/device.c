@@ -30,7 +30,8 @@ mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend, mgt_prec
     if (st != MGT_OK) return st;
     mgt_dist_mode mode = MGT_DIST_MPI_STAGED;
     st = mgt_mpi_agree(grid->world,
-                       mgt_comm_cuda_create(&d->comm, grid, d->be, use_nccl, stats, &mode));
+                       mgt_comm_cuda_create(&d->comm, grid, mgt_backend_cuda_stream(d->be),
+                                            use_nccl, stats, &mode));
     if (st != MGT_OK) {
       mgt_backend_destroy(&d->be);
       return st;

@@ -23,8 +23,6 @@
 
 enum { TASK_LM, TASK_WIKITEXT, TASK_LAMBADA };
 static const char *const tasks[] = {"lm", "wikitext103", "lambada", NULL};
-const char *const mgt_tokenizer_choices[] = {"GPT2BPETokenizer", "ByteTokenizer", NULL};
-const char *const mgt_device_choices[] = {"cpu", "cuda", NULL};
 
 #define OFF(f) offsetof(mgt_eval_opts, f)
 #define SZ(f) sizeof(((mgt_eval_opts *)0)->f)

@@ -59,6 +59,18 @@ else
   fails=$((fails + 1))
 fi
 
+# the vocabulary comes from the tokenizer when one is given; an explicit --vocab-size wins, noted
+"$MGT" train --mock-data --tokenizer-type ByteTokenizer --dry-run >"$tmp/out" 2>&1
+"$MGT" train --mock-data --tokenizer-type ByteTokenizer --vocab-size 200 --dry-run >"$tmp/out2" 2>&1
+if grep -Eq "^  vocab-size +257$" "$tmp/out" && grep -Eq "^  vocab-size +200$" "$tmp/out2" &&
+  grep -q "note: --vocab-size 200 is smaller than the tokenizer's 257 ids" "$tmp/out2"; then
+  echo "ok: the vocabulary comes from the tokenizer unless --vocab-size is given"
+else
+  echo "FAIL: vocabulary from the tokenizer"
+  grep vocab "$tmp/out" "$tmp/out2"
+  fails=$((fails + 1))
+fi
+
 # a good run: exit 0, metrics lines with the documented keys
 if ! "$MPIEXEC" -n 2 "$MGT" train --mock-data --train-iters 6 --log-interval 2 \
   --tensor-model-parallel-size 2 --metrics-file "$tmp/m.jsonl" >"$tmp/out" 2>&1; then

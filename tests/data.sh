@@ -93,6 +93,20 @@ expect_error "GPT2BPETokenizer needs --vocab-file" "$MGT" preprocess --input "$t
 "$MGT" preprocess --input "$tmp/alice.txt" "$tmp/shakes.jsonl" --output-prefix "$tmp/bytes" --tokenizer-type ByteTokenizer --append-eod > /dev/null || fail "byte preprocess"
 expect_error "tokenized with another vocabulary" "$MGT" train --data-path "$tmp/bytes" $V --train-iters 1 --seq-length 16 --num-layers 1 --hidden-size 16 --num-attention-heads 2
 expect_error "does not fit --vocab-size 100" "$MGT" train --data-path "$tmp/bytes" --vocab-size 100 --train-iters 1 --seq-length 16 --num-layers 1 --hidden-size 16 --num-attention-heads 2
+# string attributes rewritten by h5py (variable-length strings, its default for str) are read too
+cp "$tmp/bytes.h5" "$tmp/vlen.h5"
+/usr/bin/python3 - "$tmp/vlen.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    for k in list(f.attrs):
+        if isinstance(f.attrs[k], bytes):
+            f.attrs[k] = f.attrs[k].decode()
+    assert h5py.check_string_dtype(f.attrs.get_id("format").dtype).length is None
+PY
+"$MGT" train --data-path "$tmp/vlen" --tokenizer-type ByteTokenizer --train-iters 1 --seq-length 16 --num-layers 1 \
+  --hidden-size 16 --num-attention-heads 2 --eval-iters 0 > "$tmp/out" 2>&1 &&
+  echo "ok: a dataset with h5py's variable-length string attributes trains" ||
+  { fail "a dataset with variable-length string attributes"; tail -3 "$tmp/out"; }
 cp "$tmp/alice.txt" "$tmp/text.h5"
 expect_error "text.h5: not a readable HDF5 file" "$MGT" train --data-path "$tmp/text.h5" --train-iters 1
 expect_error "alice.h5: No such file" "$MGT" train --data-path "$tmp/alice" --train-iters 1

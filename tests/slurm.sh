@@ -2,8 +2,11 @@
 # On a real Slurm started here (munged, slurmctld, slurmd): submit the project's own job script
 # jobs/gpt-small-cpu.sbatch (shrunk through EXTRA_ARGS) twice, 4 tasks at tensor-parallel 2 x
 # data-parallel 2, one after the other:
-#   - a job with a 2-minute limit and --signal=B:USR1@60, so the signal arrives mid-training:
-#     it must save, requeue itself, resume at tensor-parallel 4 (TP_RESTART) and finish;
+#   - a job that Slurm signals in the middle of training (scancel --signal=USR1 --batch once
+#     its metrics pass iteration 300: the signal --signal=B:USR1@N delivers before the time
+#     limit, sent when the job is known to be training, so that the test does not depend on
+#     how fast the machine is): it must save, requeue itself, resume at tensor-parallel 4
+#     (TP_RESTART) and finish;
 #   - a reference job with time to spare, which runs uninterrupted.
 # The losses must agree within 1e-5. Every daemon started is stopped by PID at the end.
 # Usage: slurm.sh MGT SOURCE_DIR   (exit 77 when Slurm or munge is missing, or not root)
@@ -39,9 +42,17 @@ wait_job() { # id: until it ends for good (a requeued job goes back to PENDING f
 }
 
 job=$(EXTRA_ARGS="$SMALL --metrics-file $tmp/job.jsonl" SAVE_DIR=$tmp/job TP_RESTART=4 \
-  sbatch --parsable --job-name=interrupted --time=2 --signal=B:USR1@60 \
-  "$SRC/jobs/gpt-small-cpu.sbatch") || exit 1
-slurm_log "submitted job $job (2-minute limit, USR1 60 s before it)"
+  sbatch --parsable --job-name=interrupted --time=15 "$SRC/jobs/gpt-small-cpu.sbatch") || exit 1
+slurm_log "submitted job $job"
+signaled=0
+for _ in $(seq 1 1200); do
+  if [ -f "$tmp/job.jsonl" ] && grep -q '"iteration":300,' "$tmp/job.jsonl"; then
+    scancel --signal=USR1 --batch "$job" && signaled=1
+    break
+  fi
+  sleep 0.5
+done
+slurm_log "job $job at iteration 300: USR1 sent to its batch shell ($signaled)"
 b=$(wait_job "$job")
 slurm_log "job $job: $b"
 ref=$(EXTRA_ARGS="$SMALL --metrics-file $tmp/ref.jsonl" SAVE_DIR=$tmp/ref \

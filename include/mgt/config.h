@@ -6,15 +6,17 @@
 #include <stdio.h>
 
 #include "mgt/common.h"
+#include "mgt/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef enum mgt_lr_style { MGT_LR_CONSTANT, MGT_LR_LINEAR, MGT_LR_COSINE } mgt_lr_style;
-enum { MGT_TOKENIZER_GPT2 = 0, MGT_TOKENIZER_BYTES = 1 };
 
 enum { MGT_DEVICE_CPU = 0, MGT_DEVICE_CUDA = 1 };
+/* The --device names, indexed by MGT_DEVICE_* (NULL-terminated). */
+extern const char *const mgt_device_names[];
 enum { MGT_DIST_BACKEND_NCCL = 0, MGT_DIST_BACKEND_MPI = 1 };
 
 typedef struct mgt_config {
@@ -122,8 +124,6 @@ void mgt_config_json(const mgt_config *cfg, FILE *f);
 struct mgt_json;
 MGT_NODISCARD mgt_status mgt_config_from_json(mgt_config *cfg, const struct mgt_json *obj,
                                               const char *what);
-/* Names of the tokenizer types, as --tokenizer-type spells them. */
-const char *mgt_tokenizer_type_name(int type);
 
 /* Parses --split "969, 30, 1" into fractions of documents (train, valid, test) summing to 1. */
 MGT_NODISCARD mgt_status mgt_split_parse(const char *split, double w[3]);

@@ -7,6 +7,7 @@
 
 #include "mgt/backend.h"
 #include "mgt/config.h"
+#include "mgt/comm.h"
 #include "mgt/grid.h"
 #include "mgt/state.h"
 

@@ -4,6 +4,7 @@
 #include "mgt/backend.h"
 #include "mgt/config.h"
 #include "mgt/gpt.h"
+#include "mgt/comm.h"
 #include "mgt/grid.h"
 
 #ifdef __cplusplus

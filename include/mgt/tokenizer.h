@@ -14,6 +14,12 @@ extern "C" {
 
 typedef struct mgt_tokenizer mgt_tokenizer;
 
+/* The tokenizer types, and their names as --tokenizer-type spells them (NULL-terminated,
+   indexed by type): the one place they are spelt. */
+enum { MGT_TOKENIZER_GPT2 = 0, MGT_TOKENIZER_BYTES = 1 };
+extern const char *const mgt_tokenizer_names[];
+#define MGT_TOKENIZER_HELP "GPT2BPETokenizer or ByteTokenizer"
+
 /* A growable array of token ids. */
 typedef struct mgt_ids {
   int32_t *ids;

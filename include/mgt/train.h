@@ -10,6 +10,7 @@
 #include "mgt/config.h"
 #include "mgt/data.h"
 #include "mgt/gpt.h"
+#include "mgt/comm.h"
 #include "mgt/grid.h"
 #include "mgt/optim.h"
 

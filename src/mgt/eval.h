@@ -34,7 +34,6 @@ typedef struct mgt_eval_opts {
 /* Flag table entries shared by the commands that read a checkpoint (struct S has fields load
    and ckpt_iteration) and may override its tokenizer (vocab_file, merge_file,
    tokenizer_type). */
-extern const char *const mgt_tokenizer_choices[];
 #define MGT_FIELD_SIZE(S, f) sizeof(((S *)0)->f)
 #define MGT_CHECKPOINT_FLAGS(S)                                                                    \
   {"--load",                                                                                       \
@@ -49,11 +48,10 @@ extern const char *const mgt_tokenizer_choices[];
     "--ckpt-iteration", MGT_FLAG_INT64, offsetof(S, ckpt_iteration), -1, 9e15,                     \
         "load this iteration instead of the latest", NULL, 0                                       \
   }
-extern const char *const mgt_device_choices[];
 #define MGT_DEVICE_FLAG(S)                                                                         \
   {                                                                                                \
     "--device", MGT_FLAG_ENUM, offsetof(S, device), 0, 0, "cpu, or cuda (one GPU per rank)",       \
-        mgt_device_choices, 0                                                                      \
+        mgt_device_names, 0                                                                        \
   }
 
 #define MGT_TOKENIZER_FLAGS(S)                                                                     \
@@ -75,7 +73,7 @@ extern const char *const mgt_device_choices[];
        MGT_FIELD_SIZE(S, merge_file)},                                                             \
   {                                                                                                \
     "--tokenizer-type", MGT_FLAG_ENUM, offsetof(S, tokenizer_type), 0, 0,                          \
-        "GPT2BPETokenizer or ByteTokenizer (default: the checkpoint's)", mgt_tokenizer_choices, 0  \
+        MGT_TOKENIZER_HELP " (default: the checkpoint's)", mgt_tokenizer_names, 0                  \
   }
 
 void mgt_eval_defaults(mgt_eval_opts *o);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "mgt/backend.h"
+#include "mgt/comm.h"
 #include "mgt/grid.h"
 
 #ifdef __cplusplus

@@ -1,15 +1,14 @@
 /* Collectives on device buffers for the CUDA backend: NCCL communicators built from the
    grid's MPI communicators, or MPI on device pointers when the MPI library is CUDA-aware, or
    MPI through pinned host staging. Host buffers (losses, norms, gathered logits) go to the
-   plain MPI implementation. NCCL work is ordered on the backend's stream; the MPI paths wait
-   for the stream first, since MPI cannot see it. */
+   plain MPI implementation. NCCL work is ordered on the stream passed in (the backend's); the MPI
+   paths wait for the stream first, since MPI cannot see it. */
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mgt/backend.h"
-#include "mgt/grid.h"
+#include "mgt/comm.h"
 #include "mgt/log.h"
 #ifdef MGT_HAVE_NCCL
 #include <nccl.h>
@@ -54,10 +53,7 @@ static int on_device(const void *p) {
 }
 
 static void account(cuda_comm *c, mgt_axis axis, double t0, size_t bytes) {
-  if (!c->stats) return;
-  c->stats->seconds[axis] += mgt_now() - t0;
-  c->stats->calls[axis]++;
-  c->stats->bytes[axis] += bytes;
+  mgt_comm_stats_add(c->stats, axis, t0, bytes);
 }
 
 static mgt_status stage(cuda_comm *c, size_t n) {
@@ -223,15 +219,15 @@ static mgt_status nccl_over(MPI_Comm mc, ncclComm_t *out) {
 }
 #endif
 
-mgt_status mgt_comm_cuda_create(mgt_comm *comm, const mgt_grid *grid, const mgt_backend *be,
+mgt_status mgt_comm_cuda_create(mgt_comm *comm, const mgt_grid *grid, void *stream_ptr,
                                 int use_nccl, mgt_comm_stats *stats, mgt_dist_mode *mode) {
   memset(comm, 0, sizeof *comm);
 #ifndef MGT_HAVE_NCCL
   MGT_REQUIRE(!use_nccl, "--distributed-backend nccl: this build has no NCCL (configure with "
                          "-DMGT_NCCL=ON)");
 #endif
-  cudaStream_t stream = (cudaStream_t)mgt_backend_cuda_stream(be);
-  MGT_REQUIRE(stream, "device collectives need the CUDA backend");
+  cudaStream_t stream = (cudaStream_t)stream_ptr;
+  MGT_REQUIRE(stream, "device collectives need the CUDA backend's stream");
   cuda_comm *c = calloc(1, sizeof *c);
   if (!c) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the communicator");
   mgt_comm_mpi_init(&c->host, grid, stats);

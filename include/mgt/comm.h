@@ -1,0 +1,95 @@
+/* Communication: the collectives the model calls on the grid's axes, as one interface with an
+   MPI implementation on host buffers and a device one (NCCL, CUDA-aware or staged MPI) for
+   the CUDA backend. Kernels know no communicators; the model calls only this. */
+#pragma once
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mgt/common.h"
+#include "mgt/grid.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Which communicator of the grid a collective runs on. */
+typedef enum mgt_axis { MGT_AXIS_TP, MGT_AXIS_DP, MGT_AXIS_WORLD } mgt_axis;
+typedef enum mgt_redop { MGT_SUM, MGT_MAX } mgt_redop;
+
+/* A non-blocking collective in flight. */
+typedef struct mgt_comm_req {
+  MPI_Request mpi;
+  mgt_axis axis;
+} mgt_comm_req;
+
+/* Time spent inside collectives, per axis: blocking calls whole, non-blocking ones from
+   start to return plus the wait. */
+typedef struct mgt_comm_stats {
+  double seconds[3];
+  uint64_t calls[3];
+  uint64_t bytes[3];
+} mgt_comm_stats;
+
+/* The communication interface the model calls; backends provide it for host or device
+   buffers. All calls are collective over the communicator of `axis`. */
+typedef struct mgt_comm {
+  const mgt_grid *grid;
+  void *ctx;
+  /* In-place all-reduce of `n` floats. */
+  mgt_status (*allreduce)(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
+                          mgt_redop op);
+  /* In-place all-reduce of `n` host doubles (losses, norms). */
+  mgt_status (*allreduce_f64)(void *ctx, const mgt_grid *g, mgt_axis axis, double *buf, size_t n,
+                              mgt_redop op);
+  /* For each i, the largest val[i] over the group and its idx[i] (the lowest idx among equal
+     values); host arrays. */
+  mgt_status (*allreduce_maxloc)(void *ctx, const mgt_grid *g, mgt_axis axis, float *val,
+                                 int32_t *idx, size_t n);
+  /* Starts an in-place all-reduce; finish it with wait. */
+  mgt_status (*iallreduce)(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
+                           mgt_redop op, mgt_comm_req *req);
+  mgt_status (*wait)(void *ctx, mgt_comm_req *req);
+  /* Lets a started collective progress; *done is set once it has finished. */
+  mgt_status (*test)(void *ctx, mgt_comm_req *req, int *done);
+  /* Every rank contributes `n` floats; `out` holds size*n floats in rank order. */
+  mgt_status (*allgather)(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in, float *out,
+                          size_t n);
+  mgt_status (*broadcast)(void *ctx, const mgt_grid *g, mgt_axis axis, void *buf, size_t bytes,
+                          int root);
+} mgt_comm;
+
+/* The communicator of an axis and its size. */
+MPI_Comm mgt_grid_axis_comm(const mgt_grid *g, mgt_axis axis, int *size);
+
+/* The MPI implementation on host buffers. With `stats` non-NULL, time in collectives is
+   added there (the caller owns it and must keep it alive). */
+void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid, mgt_comm_stats *stats);
+
+/* Adds one collective that started at t0 (mgt_now) and moved `bytes` to stats (may be NULL):
+   the one timing helper of every implementation. */
+void mgt_comm_stats_add(mgt_comm_stats *stats, mgt_axis axis, double t0, size_t bytes);
+
+/* Collectives on device buffers (built with MGT_CUDA). Host buffers passed to them go to the
+   MPI implementation. */
+typedef enum mgt_dist_mode {
+  MGT_DIST_MPI_STAGED = 0,     /* MPI on pinned host copies */
+  MGT_DIST_MPI_CUDA_AWARE = 1, /* MPI on device pointers */
+  MGT_DIST_NCCL = 2,           /* NCCL communicators per grid axis, on the backend's stream */
+} mgt_dist_mode;
+/* Builds the communicator on device buffers ordered on `stream` (a cudaStream_t, the CUDA
+   backend's): NCCL when use_nccl, else MPI (on device pointers if mgt_mpi_cuda_aware(), else
+   staged). Collective over the grid's world. */
+MGT_NODISCARD mgt_status mgt_comm_cuda_create(mgt_comm *comm, const mgt_grid *grid, void *stream,
+                                              int use_nccl, mgt_comm_stats *stats,
+                                              mgt_dist_mode *mode);
+void mgt_comm_cuda_destroy(mgt_comm *comm);
+/* Whether MPI may be given device pointers: MPIX_Query_cuda_support() where Open MPI has
+   it; MGT_CUDA_AWARE_MPI=0/1 in the environment overrides. */
+int mgt_mpi_cuda_aware(void);
+const char *mgt_dist_mode_name(mgt_dist_mode m);
+
+#ifdef __cplusplus
+}
+#endif
