@@ -13,12 +13,7 @@
 #define OFF(f) offsetof(mgt_tokenize_opts, f)
 #define SZ(f) sizeof(((mgt_tokenize_opts *)0)->f)
 static const mgt_flag flags[] = {
-    {"--vocab-file", MGT_FLAG_STR, OFF(vocab_file), 0, 0, "GPT-2 vocabulary (gpt2-vocab.json)",
-     NULL, SZ(vocab_file)},
-    {"--merge-file", MGT_FLAG_STR, OFF(merge_file), 0, 0, "GPT-2 merges (gpt2-merges.txt)", NULL,
-     SZ(merge_file)},
-    {"--tokenizer-type", MGT_FLAG_ENUM, OFF(tokenizer_type), 0, 0, MGT_TOKENIZER_HELP,
-     mgt_tokenizer_names, 0},
+    MGT_TOKENIZER_FLAGS(mgt_tokenize_opts, ""),
     {"--input", MGT_FLAG_STR, OFF(input), 0, 0,
      "JSON lines to encode, or id lines to decode "
      "(default: standard input)",

@@ -1,49 +1,24 @@
 #define _GNU_SOURCE
 #include "mgt/cli.h"
 
-#include <errno.h>
-#include <stddef.h>
 #include <omp.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "mgt/backend.h"
-#include "mgt/config.h"
 #include "mgt/eval.h"
 #include "mgt/generate.h"
 #include "mgt/flags.h"
 #include "mgt/dataset.h"
-#include "mgt/device.h"
-#include "mgt/gpt.h"
 #include "mgt/grid.h"
 #include "mgt/tokenize.h"
-#include "mgt/tokenizer.h"
-#include "mgt/train.h"
 
 #ifndef MGT_VERSION
 #define MGT_VERSION "unknown"
 #endif
 
-/* Set by SIGUSR1/SIGTERM; the trainer polls it between iterations. Nothing else happens in
-   the handler, so it is async-signal-safe. */
-static volatile sig_atomic_t stop_signal = 0;
-
-static void on_stop_signal(int sig) { stop_signal = sig; }
-
-static void install_stop_handlers(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGUSR1, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-}
-
-static int local_ranks(MPI_Comm world) {
+int mgt_cli_local_ranks(MPI_Comm world) {
   MPI_Comm node;
   int n = 1;
   if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
@@ -54,7 +29,7 @@ static int local_ranks(MPI_Comm world) {
 }
 
 void mgt_cli_configure_threads(MPI_Comm world) {
-  int local = local_ranks(world);
+  int local = mgt_cli_local_ranks(world);
   if (getenv("OMP_NUM_THREADS")) return;
   cpu_set_t set;
   int bound = 0, online = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -62,19 +37,6 @@ void mgt_cli_configure_threads(MPI_Comm world) {
   if (bound <= 0) bound = online;
   int threads = bound < online ? bound : bound / local;
   omp_set_num_threads(threads < 1 ? 1 : threads);
-}
-
-/* Bytes this rank may use: the node's available memory shared by its ranks. */
-static size_t available_memory(MPI_Comm world) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  size_t kb = 0;
-  if (f) {
-    char line[256];
-    while (fgets(line, sizeof line, f))
-      if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
-    fclose(f);
-  }
-  return kb * 1024 / (size_t)local_ranks(world);
 }
 
 static void usage(FILE *f) {
@@ -101,139 +63,6 @@ int mgt_cli_fail(mgt_status st, int rank, MPI_Comm world, int agreed) {
   fflush(stderr);
   MPI_Abort(world, st == MGT_ERR_INPUT ? 2 : 1);
   return 1;
-}
-
-static int refuse_memory(size_t need, size_t avail, int rank, MPI_Comm world) {
-  mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                "the model needs %.1f MiB per rank but %.1f MiB are available per rank "
-                "(see --dry-run; try --recompute-activations, a smaller "
-                "--micro-batch-size or a larger --tensor-model-parallel-size)",
-                need / 1048576.0, avail / 1048576.0);
-  return mgt_cli_fail(MGT_ERR_INPUT, rank, world, 1);
-}
-
-/* The vocabulary of the tokenizer the flags give (--vocab-file, or --tokenizer-type
-   ByteTokenizer), or 0 when they give none. */
-static mgt_status tokenizer_vocab(const mgt_config *cfg, int *n) {
-  *n = 0;
-  mgt_tokenizer *tok = NULL;
-  if (cfg->tokenizer_type == MGT_TOKENIZER_BYTES)
-    MGT_CHECK(mgt_tok_create_bytes(&tok));
-  else if (cfg->vocab_file[0] && cfg->merge_file[0])
-    MGT_CHECK(mgt_tok_load_gpt2(cfg->vocab_file, cfg->merge_file, &tok));
-  if (tok) *n = mgt_tok_vocab_size(tok);
-  mgt_tok_destroy(&tok);
-  return MGT_OK;
-}
-
-static int cmd_train(int argc, char **argv, MPI_Comm world) {
-  int rank, size;
-  MPI_Comm_rank(world, &rank);
-  MPI_Comm_size(world, &size);
-  mgt_config cfg;
-  mgt_config_defaults(&cfg);
-  int help = 0;
-  mgt_status st = mgt_config_parse(&cfg, argc, argv, 2, &help);
-  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
-  if (help) {
-    if (rank == 0) mgt_config_usage(stdout);
-    return 0;
-  }
-  int tok_vocab = 0;
-  st = mgt_mpi_agree(world, tokenizer_vocab(&cfg, &tok_vocab));
-  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
-  if (tok_vocab && cfg.vocab_size == 0) cfg.vocab_size = tok_vocab; /* as Megatron-LM does */
-  if (tok_vocab > cfg.vocab_size && rank == 0)
-    fprintf(stderr,
-            "mgt: note: --vocab-size %d is smaller than the tokenizer's %d ids; ids from %d up "
-            "cannot be trained on or evaluated\n",
-            cfg.vocab_size, tok_vocab, cfg.vocab_size);
-  st = mgt_config_finalize(&cfg, size);
-  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
-  if (cfg.data_path[0] && cfg.vocab_size == 0) {
-    /* the vocabulary comes from the datasets; every rank reads the same attributes */
-    st = mgt_mpi_agree(world, mgt_dataset_vocab_size(&cfg, &cfg.vocab_size));
-    if (st == MGT_OK) st = mgt_config_finalize(&cfg, size);
-    if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
-  }
-  if (rank == 0) {
-    printf("megatron-c %s\n", MGT_VERSION);
-    mgt_config_print(&cfg, stdout);
-  }
-  /* Files only rank 0 writes are checked by rank 0 and the verdict shared, so that every
-     rank stops the same way. */
-  int ok = 1;
-  if (rank == 0 && cfg.metrics_file[0]) {
-    FILE *f = fopen(cfg.metrics_file, "a");
-    if (!f)
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "--metrics-file %s: cannot open for appending: %s", cfg.metrics_file,
-                    strerror(errno));
-    ok = f && fclose(f) == 0;
-  }
-  MPI_Bcast(&ok, 1, MPI_INT, 0, world);
-  if (!ok) return mgt_cli_fail(MGT_ERR_INPUT, rank, world, 1);
-  if (cfg.dry_run) {
-    if (rank == 0) mgt_print_memory_plan(&cfg, cfg.tensor_model_parallel_size, stdout);
-    return 0;
-  }
-  /* Refuse before allocating: every rank sees the same plan, the node the same memory. */
-  mgt_gpt_memory plan;
-  mgt_gpt_memory_plan(&cfg, cfg.tensor_model_parallel_size, &plan);
-  size_t need = plan.total;
-  if (cfg.device == MGT_DEVICE_CPU) {
-    size_t avail = available_memory(world);
-    MPI_Allreduce(MPI_IN_PLACE, &avail, 1, MPI_UNSIGNED_LONG, MPI_MIN, world);
-    if (avail > 0 && need > avail) return refuse_memory(need, avail, rank, world);
-  }
-
-  mgt_grid *grid = NULL;
-  mgt_device dev = {0};
-  mgt_trainer *tr = NULL;
-  int rc = 0;
-  st = mgt_grid_create(world, cfg.tensor_model_parallel_size, &grid);
-  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 0);
-  const mgt_precision prec = cfg.bf16 ? MGT_PREC_BF16 : (cfg.fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32);
-  st = mgt_device_open(&dev, cfg.device, cfg.distributed_backend, prec, grid, NULL);
-  if (st != MGT_OK) {
-    mgt_grid_destroy(&grid);
-    return mgt_cli_fail(st, rank, world, 1); /* agreed */
-  }
-  if (cfg.device == MGT_DEVICE_CUDA) {
-    size_t avail = 0, total = 0;
-    mgt_device_memory(&dev, &avail, &total);
-    MPI_Allreduce(MPI_IN_PLACE, &avail, 1, MPI_UNSIGNED_LONG, MPI_MIN, world);
-    if (avail > 0 && need > avail) {
-      mgt_device_close(&dev);
-      mgt_grid_destroy(&grid);
-      return refuse_memory(need, avail, rank, world);
-    }
-  }
-  if (rank == 0) {
-    printf("layout: %d ranks = tensor-parallel %d x data-parallel %d; %d OpenMP threads per "
-           "rank; backend %s%s\n",
-           grid->size, grid->tp, grid->dp, omp_get_max_threads(), dev.desc,
-           prec == MGT_PREC_BF16 ? "; bf16 GEMM inputs"
-                                 : (prec == MGT_PREC_FP16 ? "; fp16 GEMM inputs" : ""));
-    mgt_print_memory_plan(&cfg, grid->tp, stdout);
-    fflush(stdout);
-  }
-  st = mgt_trainer_create(&cfg, grid, dev.be, &dev.comm, stdout, &tr);
-  if (st != MGT_OK) {
-    rc = mgt_cli_fail(st, rank, world, 1); /* creation failures are agreed */
-  } else {
-    mgt_run_end end = MGT_RUN_FINISHED;
-    install_stop_handlers();
-    st = mgt_trainer_run(tr, stdout, &stop_signal, &end);
-    if (st != MGT_OK)
-      rc = mgt_cli_fail(st, rank, world, 0);
-    else if (end == MGT_RUN_SIGNALED || end == MGT_RUN_DURATION)
-      rc = MGT_EXIT_REQUEUE;
-  }
-  mgt_trainer_destroy(&tr);
-  mgt_device_close(&dev);
-  mgt_grid_destroy(&grid);
-  return rc;
 }
 
 static int cmd_preprocess(int argc, char **argv, MPI_Comm world) {
@@ -328,7 +157,7 @@ int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
     }
     return 0;
   }
-  if (strcmp(argv[1], "train") == 0) return cmd_train(argc, argv, world);
+  if (strcmp(argv[1], "train") == 0) return mgt_cli_train(argc, argv, world);
   if (strcmp(argv[1], "preprocess") == 0) return cmd_preprocess(argc, argv, world);
   if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc, argv, world);
   if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc, argv, world);

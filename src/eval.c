@@ -44,7 +44,7 @@ static const mgt_flag flags[] = {
      "windows or examples per forward pass", NULL, 0},
     {"--tensor-model-parallel-size", MGT_FLAG_INT, OFF(tensor_model_parallel_size), 1, 1 << 16,
      "ranks that split each layer; the rest of the ranks share the windows", NULL, 0},
-    MGT_TOKENIZER_FLAGS(mgt_eval_opts),
+    MGT_TOKENIZER_FLAGS(mgt_eval_opts, " (default: the checkpoint's)"),
     MGT_DEVICE_FLAG(mgt_eval_opts),
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };

@@ -37,7 +37,7 @@ static const mgt_flag flags[] = {
     {"--seed", MGT_FLAG_UINT64, OFF(seed), 0, 1.8e19, "random seed of the sampler", NULL, 0},
     {"--tensor-model-parallel-size", MGT_FLAG_INT, OFF(tensor_model_parallel_size), 0, 1 << 16,
      "must be the number of ranks (0: the number of ranks)", NULL, 0},
-    MGT_TOKENIZER_FLAGS(mgt_generate_opts),
+    MGT_TOKENIZER_FLAGS(mgt_generate_opts, " (default: the checkpoint's)"),
     MGT_DEVICE_FLAG(mgt_generate_opts),
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };

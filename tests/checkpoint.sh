@@ -117,6 +117,32 @@ for n in names:
     assert np.array_equal(a["model"][n][()].view(np.uint32), b["model"][n][()].view(np.uint32)), n
 print("ok: export then import gives the same %d tensors bit for bit" % len(names))
 PY
+# named tensors that are missing or of the wrong shape: one line naming them, no crash
+mkdir -p "$tmp/deleted" && cp "$tmp/run/iter_0000020.h5" "$tmp/deleted/" && echo 20 > "$tmp/deleted/latest"
+$PY - "$tmp/deleted/iter_0000020.h5" "$tmp/hf" "$tmp/hf_bad" <<'PY'
+import json, os, shutil, struct, sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    del f["model/layers.1.attention.dense.bias"]
+def rewrite(out, edit):
+    raw = open(sys.argv[2] + "/model.safetensors", "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    edit(hdr)
+    h = json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)
+    os.makedirs(out, exist_ok=True)
+    shutil.copy(sys.argv[2] + "/config.json", out)
+    open(out + "/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + raw[8 + n:])
+rewrite(sys.argv[3] + "_missing", lambda h: h.pop("transformer.h.0.ln_2.bias"))
+rewrite(sys.argv[3] + "_shape", lambda h: h["transformer.wpe.weight"].update(shape=[16, 64]))
+rewrite(sys.argv[3] + "_offsets", lambda h: h["transformer.h.1.mlp.c_fc.bias"].update(data_offsets=[-1024, 0]))
+PY
+expect_error "tensor /model/layers.1.attention.dense.bias is missing" "$MGT" ckpt export --format hf --load "$tmp/deleted" --output "$tmp/hf_x"
+expect_error "tensor transformer.h.0.ln_2.bias is missing" "$MGT" ckpt import --format hf --input "$tmp/hf_bad_missing" --save "$tmp/imp_x"
+expect_error "tensor transformer.wpe.weight does not have the shape [32, 64]" "$MGT" ckpt import --format hf --input "$tmp/hf_bad_shape" --save "$tmp/imp_x"
+expect_error "tensor transformer.h.1.mlp.c_fc.bias: data_offsets do not give 256 elements" "$MGT" ckpt import --format hf --input "$tmp/hf_bad_offsets" --save "$tmp/imp_x"
+[ ! -e "$tmp/imp_x/latest" ] && [ ! -e "$tmp/hf_x/model.safetensors" ] || fail "a refused export or import left a file"
+
 $PY -c "import random; random.seed(5); print(' '.join(str((7 + 3 * i) % 128 if i % 9 else random.randrange(128)) for i in range(150)))" > "$tmp/ids.txt"
 for tp in 1 2; do
   "$MPIEXEC" -n 2 "$MGT" eval --load "$tmp/run" --input-ids "$tmp/ids.txt" --tensor-model-parallel-size $tp > "$tmp/eval$tp.json" 2>&1 || { fail "mgt eval tp=$tp"; cat "$tmp/eval$tp.json"; }

@@ -115,14 +115,16 @@ assert r["T_o"] == len(raw.strip().split(" ")), "T_o"
 assert r["T"] == n_ids, "T is not the token count of the detokenized text"
 for x in runs:
     assert x["T"] == r["T"] and x["T_o"] == r["T_o"] and x["tokens"] == r["T"] - 1
-    # float32 reductions differ between layouts: the mean loss agrees to about 1e-6 of
-    # itself, which exp() turns into 1e-5 of a perplexity near 1e4
-    assert abs(x["avg_loss"] - r["avg_loss"]) <= 3e-6 * r["avg_loss"], (x["avg_loss"], r["avg_loss"])
-    assert abs(x["ppl"] - r["ppl"]) <= 5e-5 * r["ppl"], (x["ppl"], r["ppl"])
-    assert abs(x["adjusted_ppl"] - r["adjusted_ppl"]) <= 5e-5 * r["adjusted_ppl"]
+    # Each float32 run is within 1e-5 of float64 (section 4 checks numpy; up to 4e-6 was seen
+    # on some builds), so two runs on different layouts or builds agree within twice that;
+    # exp() turns it into avg_loss times as much of the perplexity.
+    assert abs(x["avg_loss"] - r["avg_loss"]) <= 2e-5 * r["avg_loss"], (x["avg_loss"], r["avg_loss"])
+    assert abs(x["ppl"] - r["ppl"]) <= 2e-5 * r["avg_loss"] * r["ppl"], (x["ppl"], r["ppl"])
+    assert abs(x["adjusted_ppl"] - r["adjusted_ppl"]) <= 4e-5 * r["avg_loss"] * r["adjusted_ppl"]
 adj = math.exp(min(20, r["avg_loss"] * (r["T"] - 1) / (r["T_o"] - 1)))
 assert abs(adj - r["adjusted_ppl"]) <= 1e-6 * adj, (adj, r["adjusted_ppl"])
-assert lm["tokens"] == r["tokens"] and abs(lm["avg_loss"] - r["avg_loss"]) <= 1e-6 * r["avg_loss"]
+assert lm["tokens"] == r["tokens"], (lm["tokens"], r["tokens"])
+assert abs(lm["avg_loss"] - r["avg_loss"]) <= 2e-5 * r["avg_loss"], (lm["avg_loss"], r["avg_loss"])
 print("ok: wikitext103 agrees across layouts, with the token counts and with --task lm")
 PY
 

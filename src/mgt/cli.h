@@ -20,6 +20,12 @@ int mgt_cli_main(int argc, char **argv, MPI_Comm world);
    Anything else is printed by the failing rank and aborts the job. */
 int mgt_cli_fail(mgt_status st, int rank, MPI_Comm world, int agreed);
 
+/* Ranks of this node in `world`. Collective over `world`. */
+int mgt_cli_local_ranks(MPI_Comm world);
+
+/* `mgt train ...` (src/train_cmd.c). Collective over `world`. */
+int mgt_cli_train(int argc, char **argv, MPI_Comm world);
+
 /* `mgt ckpt ...` (src/ckpt_cmd.c). Collective over `world`. */
 int mgt_cli_ckpt(int argc, char **argv, MPI_Comm world);
 

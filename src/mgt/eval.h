@@ -31,51 +31,6 @@ typedef struct mgt_eval_opts {
   int device;         /* MGT_DEVICE_* */
 } mgt_eval_opts;
 
-/* Flag table entries shared by the commands that read a checkpoint (struct S has fields load
-   and ckpt_iteration) and may override its tokenizer (vocab_file, merge_file,
-   tokenizer_type). */
-#define MGT_FIELD_SIZE(S, f) sizeof(((S *)0)->f)
-#define MGT_CHECKPOINT_FLAGS(S)                                                                    \
-  {"--load",                                                                                       \
-   MGT_FLAG_STR,                                                                                   \
-   offsetof(S, load),                                                                              \
-   0,                                                                                              \
-   0,                                                                                              \
-   "checkpoint directory (its latest) or file",                                                    \
-   NULL,                                                                                           \
-   MGT_FIELD_SIZE(S, load)},                                                                       \
-  {                                                                                                \
-    "--ckpt-iteration", MGT_FLAG_INT64, offsetof(S, ckpt_iteration), -1, 9e15,                     \
-        "load this iteration instead of the latest", NULL, 0                                       \
-  }
-#define MGT_DEVICE_FLAG(S)                                                                         \
-  {                                                                                                \
-    "--device", MGT_FLAG_ENUM, offsetof(S, device), 0, 0, "cpu, or cuda (one GPU per rank)",       \
-        mgt_device_names, 0                                                                        \
-  }
-
-#define MGT_TOKENIZER_FLAGS(S)                                                                     \
-  {"--vocab-file",                                                                                 \
-   MGT_FLAG_STR,                                                                                   \
-   offsetof(S, vocab_file),                                                                        \
-   0,                                                                                              \
-   0,                                                                                              \
-   "GPT-2 vocabulary (default: the checkpoint's)",                                                 \
-   NULL,                                                                                           \
-   MGT_FIELD_SIZE(S, vocab_file)},                                                                 \
-      {"--merge-file",                                                                             \
-       MGT_FLAG_STR,                                                                               \
-       offsetof(S, merge_file),                                                                    \
-       0,                                                                                          \
-       0,                                                                                          \
-       "GPT-2 merges (default: the checkpoint's)",                                                 \
-       NULL,                                                                                       \
-       MGT_FIELD_SIZE(S, merge_file)},                                                             \
-  {                                                                                                \
-    "--tokenizer-type", MGT_FLAG_ENUM, offsetof(S, tokenizer_type), 0, 0,                          \
-        MGT_TOKENIZER_HELP " (default: the checkpoint's)", mgt_tokenizer_names, 0                  \
-  }
-
 void mgt_eval_defaults(mgt_eval_opts *o);
 MGT_NODISCARD mgt_status mgt_eval_parse(mgt_eval_opts *o, int argc, char **argv, int first,
                                         int *help);
