@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <hdf5.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -16,7 +17,40 @@
 #include "mgt/log.h"
 #include "mgt/sha256.h"
 
-static const char *const FORMAT = "megatron-c checkpoint 1";
+/* Format 2 adds checksums of the configuration and the trainer state; format 1 is still read. */
+static const char *const FORMAT = "megatron-c checkpoint 2";
+static const char *const FORMAT_1 = "megatron-c checkpoint 1";
+
+/* Checksums of the root attributes: the configuration's JSON text, and the trainer state in a
+   fixed order of 64-bit words (then the loss scale's text). */
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++)
+    h = mgt_fmix64(h ^ ((uint64_t)b[i] + 0x100));
+  return h;
+}
+
+static uint64_t config_hash(const char *json) {
+  return hash_bytes(0x636f6e666967ull, json, strlen(json));
+}
+
+static uint64_t state_hash(const mgt_ckpt_state *s) {
+  const int64_t w[] = {s->iteration, (int64_t)s->consumed_samples, s->optimizer_steps,
+                       (int64_t)s->seed, s->has_optimizer, s->tensor_model_parallel_size,
+                       s->data_parallel_size, s->loss_scale > 0,
+                       /* the scaler's counters are stored only with a loss scale */
+                       s->loss_scale > 0 ? s->loss_scale_growth : 0,
+                       s->loss_scale > 0 ? s->loss_scale_hysteresis : 0};
+  uint64_t h = 0x7374617465ull;
+  for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+    h = mgt_fmix64(h ^ (uint64_t)w[i]) + i;
+  if (s->loss_scale > 0) {
+    char ls[64];
+    snprintf(ls, sizeof ls, "%.17g", s->loss_scale);
+    h = hash_bytes(h, ls, strlen(ls));
+  }
+  return h;
+}
 
 uint64_t mgt_ckpt_hash(uint64_t index, float value) {
   uint32_t b;
@@ -134,6 +168,7 @@ static mgt_status write_config_attr(hid_t file, const mgt_config *cfg, const cha
   mgt_config_json(cfg, ms);
   fclose(ms);
   mgt_status st = mgt_h5_write_str(file, "config", json, what);
+  if (st == MGT_OK) st = mgt_h5_write_u64(file, "config_checksum", config_hash(json), what);
   free(json);
   return st;
 }
@@ -155,6 +190,7 @@ static mgt_status write_state_attrs(hid_t file, const mgt_ckpt_state *s, const c
   MGT_CHECK(
       mgt_h5_write_i64(file, "tensor_model_parallel_size", s->tensor_model_parallel_size, what));
   MGT_CHECK(mgt_h5_write_i64(file, "data_parallel_size", s->data_parallel_size, what));
+  MGT_CHECK(mgt_h5_write_u64(file, "state_checksum", state_hash(s), what));
   return MGT_OK;
 }
 
@@ -292,6 +328,8 @@ mgt_status mgt_ckpt_save(const char *dir, MPI_Comm world, const mgt_state *s, co
 mgt_status mgt_ckpt_resolve(const char *src, int64_t iteration, char *path, size_t n) {
   struct stat sb;
   MGT_REQUIRE(stat(src, &sb) == 0, "--load %s: %s", src, strerror(errno));
+  MGT_REQUIRE(S_ISDIR(sb.st_mode) || S_ISREG(sb.st_mode),
+              "--load %s: neither a directory nor a regular file", src); /* a FIFO would block */
   if (!S_ISDIR(sb.st_mode)) {
     snprintf(path, n, "%s", src);
     return MGT_OK;
@@ -299,6 +337,8 @@ mgt_status mgt_ckpt_resolve(const char *src, int64_t iteration, char *path, size
   if (iteration < 0) {
     char latest[MGT_PATH_MAX + 16];
     snprintf(latest, sizeof latest, "%s/latest", src);
+    MGT_REQUIRE(stat(latest, &sb) != 0 || S_ISREG(sb.st_mode),
+                "--load %s: %s is not a regular file", src, latest);
     FILE *f = fopen(latest, "r");
     MGT_REQUIRE(f, "--load %s: no 'latest' file (%s): no checkpoint was completed there", src,
                 strerror(errno));
@@ -310,6 +350,7 @@ mgt_status mgt_ckpt_resolve(const char *src, int64_t iteration, char *path, size
   }
   snprintf(path, n, "%s/iter_%07lld.h5", src, (long long)iteration);
   MGT_REQUIRE(stat(path, &sb) == 0, "--load %s: %s: %s", src, path, strerror(errno));
+  MGT_REQUIRE(S_ISREG(sb.st_mode), "--load %s: %s is not a regular file", src, path);
   return MGT_OK;
 }
 
@@ -326,6 +367,9 @@ static hid_t open_ro(const char *path) {
 static mgt_status open_checkpoint(const char *path, hid_t *out) {
   mgt_h5_quiet();
   *out = -1;
+  struct stat sb;
+  MGT_REQUIRE(stat(path, &sb) == 0, "checkpoint %s: %s", path, strerror(errno));
+  MGT_REQUIRE(S_ISREG(sb.st_mode), "checkpoint %s: not a regular file", path);
   hid_t f = open_ro(path);
   MGT_REQUIRE(f >= 0, "checkpoint %s: not a readable HDF5 file (truncated or not a checkpoint?)",
               path);
@@ -334,7 +378,7 @@ static mgt_status open_checkpoint(const char *path, hid_t *out) {
   mgt_status st = MGT_OK;
   if (H5Aexists(f, "format") <= 0 ||
       mgt_h5_read_str(f, "format", format, sizeof format, path) != MGT_OK ||
-      strcmp(format, FORMAT) != 0) {
+      (strcmp(format, FORMAT) != 0 && strcmp(format, FORMAT_1) != 0)) {
     mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
                   "checkpoint %s: not a megatron-c checkpoint", path);
     st = MGT_ERR_INPUT;
@@ -349,6 +393,22 @@ static mgt_status open_checkpoint(const char *path, hid_t *out) {
     return st;
   }
   *out = f;
+  return MGT_OK;
+}
+
+/* Format 1 files carry no checksums of their root attributes. */
+static int has_checksums(hid_t f, const char *path) {
+  char format[64] = "";
+  return mgt_h5_read_str(f, "format", format, sizeof format, path) == MGT_OK &&
+         strcmp(format, FORMAT_1) != 0;
+}
+
+static mgt_status read_checksum_attr(hid_t f, const char *path, const char *name, uint64_t want,
+                                     const char *what) {
+  uint64_t got = 0;
+  MGT_CHECK(mgt_h5_read_u64(f, name, &got, path));
+  MGT_REQUIRE(got == want, "checkpoint %s: %s was changed after the save (%s does not match)", path,
+              what, name);
   return MGT_OK;
 }
 
@@ -376,6 +436,28 @@ static mgt_status read_state(hid_t f, const char *path, mgt_ckpt_state *s) {
     MGT_CHECK(mgt_h5_read_i64(f, "loss_scale_growth", &s->loss_scale_growth, path));
     MGT_CHECK(mgt_h5_read_i64(f, "loss_scale_hysteresis", &s->loss_scale_hysteresis, path));
   }
+  /* the ranges the trainer produces, whatever the checksum says */
+  const struct {
+    const char *name;
+    int64_t v, lo, hi;
+  } range[] = {
+      {"iteration", it, 0, INT64_MAX},
+      {"consumed_samples", consumed, 0, INT64_MAX},
+      {"optimizer_steps", steps, 0, it},
+      {"has_optimizer", s->has_optimizer, 0, 1},
+      {"tensor_model_parallel_size", s->tensor_model_parallel_size, 1, 1 << 20},
+      {"data_parallel_size", s->data_parallel_size, 1, 1 << 30},
+      {"loss_scale_growth", s->loss_scale_growth, 0, INT32_MAX},
+      {"loss_scale_hysteresis", s->loss_scale_hysteresis, 0, INT32_MAX},
+  };
+  for (size_t i = 0; i < sizeof range / sizeof range[0]; i++)
+    MGT_REQUIRE(range[i].v >= range[i].lo && range[i].v <= range[i].hi,
+                "checkpoint %s: trainer state %s is %lld, outside [%lld, %lld]", path,
+                range[i].name, (long long)range[i].v, (long long)range[i].lo,
+                (long long)range[i].hi);
+  MGT_REQUIRE(isfinite(s->loss_scale), "checkpoint %s: loss_scale is not finite", path);
+  if (has_checksums(f, path))
+    MGT_CHECK(read_checksum_attr(f, path, "state_checksum", state_hash(s), "the trainer state"));
   return MGT_OK;
 }
 
@@ -386,11 +468,20 @@ static mgt_status read_config_attr(hid_t f, const char *path, mgt_config *cfg) {
   const mgt_json *root = NULL;
   MGT_REQUIRE(H5Aexists(f, "config") > 0, "checkpoint %s: no configuration attribute", path);
   MGT_TRY(mgt_h5_read_str_dup(f, "config", &buf, path));
+  if (has_checksums(f, path))
+    MGT_TRY(read_checksum_attr(f, path, "config_checksum", config_hash(buf), "the configuration"));
   MGT_TRY(mgt_json_parser_create(&jp));
-  MGT_TRY(mgt_json_parse(jp, buf, strlen(buf), &root));
+  if (mgt_json_parse(jp, buf, strlen(buf), &root) != MGT_OK) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", mgt_error_message());
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s: configuration: %s", path, why);
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
   mgt_config_defaults(cfg);
   MGT_TRY(mgt_config_from_json(cfg, root, path));
   mgt_config_derive(cfg);
+  MGT_TRY(mgt_config_check_model(cfg, path));
 done:
   mgt_json_parser_destroy(&jp);
   mgt_free(buf);
@@ -541,9 +632,44 @@ mgt_status mgt_ckpt_load(const char *path, MPI_Comm world, const mgt_state *s,
 typedef struct visit {
   FILE *out;
   int damaged, tensors;
-  int info;         /* list shapes instead of checking */
-  int64_t elements; /* under /model, counted by info */
+  int info;                /* list shapes instead of checking */
+  int64_t elements;        /* under /model, counted by info */
+  const mgt_state *expect; /* what the configuration implies (verify; may be NULL) */
+  char *seen;              /* per expected tensor */
 } visit;
+
+/* The dataset against what the configuration implies: known, float32, of its logical shape. */
+static int check_expected(visit *v, hid_t d, const char *name, int nd, const hsize_t *dims) {
+  if (!v->expect) return 1;
+  int k = -1;
+  for (int i = 0; i < v->expect->n && k < 0; i++)
+    if (strcmp(v->expect->t[i].name, name) == 0) k = i;
+  if (k < 0) {
+    fprintf(v->out, "damaged: /%s (not a tensor of the stored configuration)\n", name);
+    return 0;
+  }
+  v->seen[k] = 1;
+  const mgt_shard *s = &v->expect->t[k].shard;
+  int same = nd == s->ndim;
+  for (int i = 0; same && i < nd; i++)
+    same = dims[i] == (hsize_t)s->full[i];
+  if (!same) {
+    char want[160] = "", got[160] = "";
+    for (int i = 0; i < s->ndim; i++)
+      snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "",
+               (long long)s->full[i]);
+    for (int i = 0; i < nd; i++)
+      snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu", i ? ", " : "",
+               (unsigned long long)dims[i]);
+    fprintf(v->out, "damaged: /%s (shape [%s], the configuration implies [%s])\n", name, got, want);
+    return 0;
+  }
+  hid_t t = H5Dget_type(d);
+  int f32 = t >= 0 && H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 4;
+  if (t >= 0) H5Tclose(t);
+  if (!f32) fprintf(v->out, "damaged: /%s (not float32)\n", name);
+  return f32;
+}
 
 static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void *data) {
   visit *v = data;
@@ -563,6 +689,12 @@ static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void
   }
   size_t n = (size_t)np;
   v->tensors++;
+  if (!v->info && !check_expected(v, d, name, nd, dims)) {
+    v->damaged++;
+    H5Dclose(d);
+    H5Eclear2(H5E_DEFAULT);
+    return 0;
+  }
   if (v->info) {
     fprintf(v->out, "  /%-52s [", name);
     for (int i = 0; i < nd; i++)
@@ -599,12 +731,22 @@ static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void
   return 0;
 }
 
-mgt_status mgt_ckpt_verify(const char *path, FILE *out, int *damaged) {
+mgt_status mgt_ckpt_verify(const char *path, const mgt_state *expect, FILE *out, int *damaged) {
   hid_t f;
   MGT_CHECK(open_checkpoint(path, &f));
-  visit v = {out, 0, 0, 0, 0};
+  visit v = {out, 0, 0, 0, 0, expect, NULL};
+  if (expect && !(v.seen = calloc((size_t)expect->n + 1, 1))) {
+    H5Fclose(f);
+    MGT_FAIL(MGT_ERR_NOMEM, "out of memory verifying %s", path);
+  }
   herr_t rc = H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v, H5O_INFO_BASIC);
   H5Fclose(f);
+  for (int i = 0; expect && rc >= 0 && i < expect->n; i++)
+    if (!v.seen[i]) {
+      fprintf(out, "damaged: /%s (missing)\n", expect->t[i].name);
+      v.damaged++;
+    }
+  free(v.seen);
   MGT_REQUIRE(rc >= 0, "checkpoint %s: cannot list its tensors", path);
   *damaged = v.damaged;
   fprintf(out, "%s: %d tensors, %d damaged\n", path, v.tensors, v.damaged);
@@ -622,7 +764,7 @@ mgt_status mgt_ckpt_info(const char *path, FILE *out) {
     char *listing = NULL;
     size_t len = 0;
     FILE *ms = open_memstream(&listing, &len);
-    visit v = {ms ? ms : out, 0, 0, 1, 0};
+    visit v = {ms ? ms : out, 0, 0, 1, 0, NULL, NULL};
     H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v, H5O_INFO_BASIC);
     if (ms) fclose(ms);
     fprintf(out, "checkpoint %s\n", path);

@@ -50,6 +50,7 @@ mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info) {
   struct stat sb;
   MGT_REQUIRE(stat(p, &sb) == 0, "--data-path %s: %s (run mgt preprocess first)", p,
               strerror(errno));
+  MGT_REQUIRE(S_ISREG(sb.st_mode), "--data-path %s: not a regular file", p);
   mgt_h5_quiet();
   hid_t f = open_ro(p);
   MGT_REQUIRE(f >= 0, "--data-path %s: not a readable HDF5 file", p);
@@ -75,7 +76,8 @@ mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info) {
   MGT_H5_TRY(d = H5Dopen2(f, "tokens", H5P_DEFAULT), p);
   MGT_H5_TRY(t = H5Dget_type(d), p);
   info->token_bytes = (int)H5Tget_size(t);
-  if (complete != 1 || (info->token_bytes != 2 && info->token_bytes != 4) || info->n_tokens < 0 ||
+  if (complete != 1 || H5Tget_class(t) != H5T_INTEGER || H5Tget_sign(t) != H5T_SGN_NONE ||
+      (info->token_bytes != 2 && info->token_bytes != 4) || info->n_tokens < 0 ||
       info->n_documents < 0 || info->max_token_id >= info->vocab_size) {
     mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
                   "--data-path %s: inconsistent attributes (complete %lld, %d-byte tokens, max "
@@ -107,6 +109,19 @@ static void dataset_close(dataset *ds) {
   memset(ds, 0, sizeof *ds);
 }
 
+/* The length of a one-dimensional dataset. */
+static mgt_status extent_1d(hid_t d, const char *p, const char *name, int64_t *n) {
+  hid_t sp = H5Dget_space(d);
+  MGT_REQUIRE(sp >= 0, "--data-path %s: %s has no dataspace", p, name);
+  int nd = H5Sget_simple_extent_ndims(sp);
+  hsize_t dims[H5S_MAX_RANK] = {0};
+  if (nd >= 1 && nd <= H5S_MAX_RANK) H5Sget_simple_extent_dims(sp, dims, NULL);
+  H5Sclose(sp);
+  MGT_REQUIRE(nd == 1, "--data-path %s: %s is not one-dimensional", p, name);
+  *n = (int64_t)dims[0];
+  return MGT_OK;
+}
+
 static mgt_status dataset_open(const char *prefix, dataset *ds) {
   memset(ds, 0, sizeof *ds);
   MGT_CHECK(mgt_dataset_info_read(prefix, &ds->info));
@@ -115,9 +130,31 @@ static mgt_status dataset_open(const char *prefix, dataset *ds) {
   hid_t f = -1, d = -1, o = -1, dcpl = -1;
   int fd = -1;
   MGT_H5_TRY(f = open_ro(p), p);
+  MGT_H5_TRY(o = H5Dopen2(f, "document_offsets", H5P_DEFAULT), p);
+  /* sizes from attributes are checked against the datasets before they size a buffer */
+  int64_t n_off = 0, n_tok = 0;
+  MGT_TRY(extent_1d(o, p, "document_offsets", &n_off));
+  if (n_off != ds->info.n_documents + 1) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "--data-path %s: document_offsets holds %lld entries, but the n_documents "
+                  "attribute says %lld documents",
+                  p, (long long)n_off, (long long)ds->info.n_documents);
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
+  MGT_H5_TRY(d = H5Dopen2(f, "tokens", H5P_DEFAULT), p);
+  MGT_TRY(extent_1d(d, p, "tokens", &n_tok));
+  if (n_tok != ds->info.n_tokens) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "--data-path %s: tokens holds %lld ids, but the n_tokens attribute says %lld", p,
+                  (long long)n_tok, (long long)ds->info.n_tokens);
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
+  H5Dclose(d);
+  d = -1;
   MGT_TRY(mgt_calloc(sizeof(int64_t) * (size_t)(ds->info.n_documents + 1), "document offsets",
                      (void **)&ds->doc_off));
-  MGT_H5_TRY(o = H5Dopen2(f, "document_offsets", H5P_DEFAULT), p);
   MGT_H5_TRY(H5Dread(o, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ds->doc_off), p);
   for (int64_t i = 0; i < ds->info.n_documents; i++)
     if (ds->doc_off[i] > ds->doc_off[i + 1]) {
@@ -197,10 +234,36 @@ static int32_t token_at(const dataset *ds, int64_t i) {
 
 /* ---- sample index ---- */
 
+/* The cache file: this header, then doc_idx, sample_idx and shuffle (index_views). A job killed
+   while writing it, or a damaged file, is found by the length and checksum and rebuilt. */
 typedef struct index_header {
-  char magic[8];
+  char magic[8]; /* "MGTIDX2" */
   int64_t n_doc_idx, n_samples, seq;
+  uint64_t bytes;    /* of the whole file */
+  uint64_t checksum; /* of everything after the header, as body_checksum computes it */
 } index_header;
+
+static const char INDEX_MAGIC[8] = "MGTIDX2";
+
+/* Bytes of an index of these sizes (0 if absurd). */
+static size_t index_bytes(int64_t n_doc_idx, int64_t n_samples) {
+  if (n_doc_idx < 0 || n_samples < 0 || n_doc_idx > (1ll << 40) || n_samples > (1ll << 40))
+    return 0;
+  size_t bytes = sizeof(index_header) + sizeof(int32_t) * (size_t)n_doc_idx;
+  bytes = (bytes + 7) / 8 * 8;
+  bytes += sizeof(int64_t) * 2 * (size_t)(n_samples + 1);
+  return bytes + sizeof(int64_t) * (size_t)n_samples;
+}
+
+static uint64_t body_checksum(const void *mem, size_t bytes) {
+  const uint64_t *w = (const uint64_t *)((const unsigned char *)mem + sizeof(index_header));
+  const size_t n = (bytes - sizeof(index_header)) / 8;
+  uint64_t s = 0;
+#pragma omp parallel for simd reduction(+ : s) schedule(static)
+  for (size_t i = 0; i < n; i++)
+    s += mgt_fmix64(mgt_fmix64(i + 1) ^ w[i]);
+  return s;
+}
 
 /* Samples of one split of one dataset. */
 typedef struct split_index {
@@ -213,6 +276,8 @@ typedef struct split_index {
   size_t mem_len;
   int mapped;
 } split_index;
+
+static void index_views(split_index *ix);
 
 static uint64_t draw(uint64_t seed, uint64_t stream, uint64_t k) {
   uint32_t w[4];
@@ -236,19 +301,19 @@ static mgt_status build_index(const dataset *ds, int64_t a, int64_t b, int split
   /* a sample may straddle epochs, so count samples over the concatenated stream */
   int64_t n_docs = b - a, n_doc_idx = epochs * n_docs;
   int64_t n_samples = (epochs * tpe - 1) / seq;
-  size_t bytes = sizeof(index_header) + sizeof(int32_t) * (size_t)n_doc_idx;
-  bytes = (bytes + 7) / 8 * 8;
-  size_t off_samples = bytes;
-  bytes += sizeof(int64_t) * 2 * (size_t)(n_samples + 1);
-  size_t off_shuffle = bytes;
-  bytes += sizeof(int64_t) * (size_t)n_samples;
+  size_t off_samples = (sizeof(index_header) + sizeof(int32_t) * (size_t)n_doc_idx + 7) / 8 * 8;
+  size_t off_shuffle = off_samples + sizeof(int64_t) * 2 * (size_t)(n_samples + 1);
+  size_t bytes = index_bytes(n_doc_idx, n_samples);
+  MGT_REQUIRE(bytes > 0, "--data-path %s: a sample index of %lld samples is too large", p,
+              (long long)n_samples);
   unsigned char *mem = NULL;
   MGT_CHECK(mgt_calloc(bytes, "sample index", (void **)&mem));
   index_header *h = (index_header *)mem;
-  memcpy(h->magic, "MGTIDX1", 8);
+  memcpy(h->magic, INDEX_MAGIC, 8);
   h->n_doc_idx = n_doc_idx;
   h->n_samples = n_samples;
   h->seq = seq;
+  h->bytes = bytes;
   int32_t *doc_idx = (int32_t *)(mem + sizeof *h);
   int64_t *sample_idx = (int64_t *)(mem + off_samples), *shuffle = (int64_t *)(mem + off_shuffle);
   for (int64_t e = 0; e < epochs; e++) {
@@ -298,9 +363,41 @@ static mgt_status build_index(const dataset *ds, int64_t a, int64_t b, int split
       shuffle[j] = tmp;
     }
   }
+  h->checksum = body_checksum(mem, bytes);
   *out = mem;
   *out_len = bytes;
   return MGT_OK;
+}
+
+/* Whether `mem` (len bytes) is a whole, undamaged index of documents [a, b) of ds for
+   samples of seq tokens: length, checksum and every value in range, so reading samples from
+   it cannot leave the dataset. */
+static int index_valid(const dataset *ds, const void *mem, size_t len, int64_t a, int64_t b,
+                       int seq) {
+  const index_header *h = mem;
+  if (len < sizeof *h || memcmp(h->magic, INDEX_MAGIC, 8) != 0 || h->bytes != len ||
+      h->seq != seq || index_bytes(h->n_doc_idx, h->n_samples) != len ||
+      body_checksum(mem, len) != h->checksum)
+    return 0;
+  split_index ix = {0};
+  ix.mem = (void *)mem;
+  index_views(&ix);
+  int64_t tokens = 0; /* read_sample wraps around doc_idx: it must hold a sample's tokens */
+  for (int64_t i = 0; i < ix.n_doc_idx; i++) {
+    if (ix.doc_idx[i] < a || ix.doc_idx[i] >= b) return 0;
+    tokens += ds->doc_off[ix.doc_idx[i] + 1] - ds->doc_off[ix.doc_idx[i]];
+  }
+  if (ix.n_samples > 0 && tokens < seq + 1) return 0;
+  for (int64_t s = 0; s <= ix.n_samples; s++) {
+    int64_t pos = ix.sample_idx[2 * s], off = ix.sample_idx[2 * s + 1];
+    if (pos < 0 || pos > ix.n_doc_idx || off < 0 || (s && pos < ix.sample_idx[2 * s - 2])) return 0;
+    if (pos < ix.n_doc_idx &&
+        off >= ds->doc_off[ix.doc_idx[pos] + 1] - ds->doc_off[ix.doc_idx[pos]] && off > 0)
+      return 0;
+  }
+  for (int64_t s = 0; s < ix.n_samples; s++)
+    if (ix.shuffle[s] < 0 || ix.shuffle[s] >= ix.n_samples) return 0;
+  return 1;
 }
 
 static void index_views(split_index *ix) {
@@ -337,13 +434,15 @@ static mgt_status write_cache(const char *path, const void *mem, size_t len) {
     if (w <= 0) break;
     done += (size_t)w;
   }
-  int ok = done == len && fsync(fd) == 0;
-  close(fd);
-  if (!ok || rename(tmp, path) != 0) {
+  int err = done == len ? 0 : errno;
+  if (close(fd) != 0 && !err) err = errno;
+  if (err) {
     unlink(tmp);
-    MGT_FAIL(MGT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    MGT_FAIL(MGT_ERR_IO, "cannot write %s: %s", tmp, strerror(err));
   }
-  return MGT_OK;
+  mgt_status st = mgt_publish_file(tmp, path);
+  if (st != MGT_OK) unlink(tmp);
+  return st;
 }
 
 static mgt_status map_cache(const char *path, split_index *ix) {
@@ -360,7 +459,7 @@ static mgt_status map_cache(const char *path, split_index *ix) {
   ix->mem = m;
   ix->mem_len = (size_t)st.st_size;
   ix->mapped = 1;
-  if (memcmp(((index_header *)m)->magic, "MGTIDX1", 8) != 0) {
+  if (memcmp(((index_header *)m)->magic, INDEX_MAGIC, 8) != 0) {
     index_free(ix);
     MGT_FAIL(MGT_ERR_IO, "%s: not a sample index", path);
   }
@@ -379,7 +478,7 @@ static mgt_status split_index_get(const dataset *ds, int split, int64_t a, int64
   MGT_MPI(MPI_Comm_rank(world, &rank));
   /* the cache name hashes everything the index depends on */
   char key[512], hex[65], path[MGT_PATH_MAX + 128];
-  snprintf(key, sizeof key, "v2 %s %d %lld %lld %lld %d %llu", ds->identity, split, (long long)a,
+  snprintf(key, sizeof key, "v3 %s %d %lld %lld %lld %d %llu", ds->identity, split, (long long)a,
            (long long)b, (long long)needed, seq, (unsigned long long)seed);
   mgt_sha256 h;
   unsigned char dg[32];
@@ -388,13 +487,22 @@ static mgt_status split_index_get(const dataset *ds, int split, int64_t a, int64
   mgt_sha256_final(&h, dg);
   mgt_sha256_hex(dg, hex);
   snprintf(path, sizeof path, "%s.index-%.16s", ds->info.path, hex);
-  /* rank 0 makes sure the cache exists; the others use it if it does */
+  /* rank 0 makes sure a whole, valid cache exists; the others use it if it does */
   int cached = 0;
   mgt_status st = MGT_OK;
   if (rank == 0) {
-    if (access(path, R_OK) == 0) {
-      cached = 1;
-    } else {
+    split_index probe = {0};
+    if (access(path, F_OK) == 0) {
+      cached =
+          map_cache(path, &probe) == MGT_OK && index_valid(ds, probe.mem, probe.mem_len, a, b, seq);
+      if (!cached) {
+        mgt_error_clear();
+        if (log)
+          fprintf(log, "note: the sample index %s is damaged or incomplete: rebuilding it\n", path);
+      }
+      index_free(&probe);
+    }
+    if (!cached) {
       void *mem = NULL;
       size_t len = 0;
       st = build_index(ds, a, b, split, needed, seq, seed, &mem, &len);
@@ -418,6 +526,11 @@ static mgt_status split_index_get(const dataset *ds, int split, int64_t a, int64
   MGT_MPI(MPI_Bcast(&cached, 1, MPI_INT, 0, world));
   if (cached) {
     st = map_cache(path, ix);
+    if (st == MGT_OK && !index_valid(ds, ix->mem, ix->mem_len, a, b, seq)) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "%s: the sample index changed while the job started (another job?)", path);
+      st = MGT_ERR_INPUT;
+    }
   } else {
     st = build_index(ds, a, b, split, needed, seq, seed, &ix->mem, &ix->mem_len);
     if (st == MGT_OK) index_views(ix);

@@ -57,14 +57,46 @@ done:
   return st;
 }
 
-mgt_status mgt_h5_read_i64(hid_t obj, const char *name, int64_t *v, const char *what) {
+/* Reads a scalar integer attribute as `mem` (an int64 or uint64 native type). A float (2.7
+   would silently become 2) or an array is refused. */
+static mgt_status read_int(hid_t obj, const char *name, hid_t mem, void *v, const char *what) {
   MGT_REQUIRE(H5Aexists(obj, name) > 0, "%s: attribute '%s' is missing", what, name);
   mgt_status st = MGT_OK;
-  hid_t a = -1;
+  hid_t a = -1, t = -1, sp = -1;
   MGT_H5_TRY(a = H5Aopen(obj, name, H5P_DEFAULT), what);
-  MGT_H5_TRY(H5Aread(a, H5T_NATIVE_INT64, v), what);
+  MGT_H5_TRY(t = H5Aget_type(a), what);
+  MGT_H5_TRY(sp = H5Aget_space(a), what);
+  if (H5Tget_class(t) != H5T_INTEGER || H5Sget_simple_extent_npoints(sp) != 1) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "%s: attribute '%s' is not one integer", what, name);
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
+  MGT_H5_TRY(H5Aread(a, mem, v), what);
+done:
+  if (sp >= 0) H5Sclose(sp);
+  if (t >= 0) H5Tclose(t);
+  if (a >= 0) H5Aclose(a);
+  return st;
+}
+
+mgt_status mgt_h5_read_i64(hid_t obj, const char *name, int64_t *v, const char *what) {
+  return read_int(obj, name, H5T_NATIVE_INT64, v, what);
+}
+
+mgt_status mgt_h5_read_u64(hid_t obj, const char *name, uint64_t *v, const char *what) {
+  return read_int(obj, name, H5T_NATIVE_UINT64, v, what);
+}
+
+mgt_status mgt_h5_write_u64(hid_t obj, const char *name, uint64_t v, const char *what) {
+  mgt_status st = MGT_OK;
+  hid_t sp = -1, a = -1;
+  MGT_H5_TRY(sp = H5Screate(H5S_SCALAR), what);
+  MGT_H5_TRY(a = H5Acreate2(obj, name, H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT), what);
+  MGT_H5_TRY(H5Awrite(a, H5T_NATIVE_UINT64, &v), what);
 done:
   if (a >= 0) H5Aclose(a);
+  if (sp >= 0) H5Sclose(sp);
   return st;
 }
 

@@ -23,7 +23,12 @@ MGT_NODISCARD mgt_status mgt_h5_write_i64(hid_t obj, const char *name, int64_t v
 MGT_NODISCARD mgt_status mgt_h5_write_str(hid_t obj, const char *name, const char *v,
                                           const char *what);
 /* Reads fail with MGT_ERR_INPUT naming `what` when the attribute is missing or mistyped. */
+MGT_NODISCARD mgt_status mgt_h5_write_u64(hid_t obj, const char *name, uint64_t v,
+                                          const char *what);
+/* Integers must be stored as one integer (not a float, not an array). */
 MGT_NODISCARD mgt_status mgt_h5_read_i64(hid_t obj, const char *name, int64_t *v, const char *what);
+MGT_NODISCARD mgt_status mgt_h5_read_u64(hid_t obj, const char *name, uint64_t *v,
+                                         const char *what);
 /* Strings may be fixed-length or variable-length (h5py writes str as the latter). */
 MGT_NODISCARD mgt_status mgt_h5_read_str(hid_t obj, const char *name, char *buf, size_t n,
                                          const char *what);

@@ -251,14 +251,14 @@ static int parse_container(mgt_json_parser *p, mgt_json *v, int depth, int objec
   v->len = n;
   mgt_json *items = arena_take(p, n * sizeof *items + 1);
   if (!items) FAIL("out of memory");
-  memcpy(items, p->stack + base, n * sizeof *items);
+  if (n) memcpy(items, p->stack + base, n * sizeof *items); /* the stack is NULL before use */
   v->items = items;
   if (object) {
     const char **keys = arena_take(p, n * sizeof *keys + 1);
     size_t *lens = arena_take(p, n * sizeof *lens + 1);
     if (!keys || !lens) FAIL("out of memory");
-    memcpy(keys, p->kstack + base, n * sizeof *keys);
-    memcpy(lens, p->lstack + base, n * sizeof *lens);
+    if (n) memcpy(keys, p->kstack + base, n * sizeof *keys);
+    if (n) memcpy(lens, p->lstack + base, n * sizeof *lens);
     v->keys = keys;
     v->key_lens = lens;
   }

@@ -165,6 +165,17 @@ void mgt_config_derive(mgt_config *c) {
   if (c->mock_data && c->vocab_size == 0) c->vocab_size = 128;
 }
 
+mgt_status mgt_config_check_model(const mgt_config *c, const char *what) {
+  MGT_REQUIRE(c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads == 0,
+              "%s: configuration: hidden_size %d is not divisible by num_attention_heads %d", what,
+              c->hidden_size, c->num_attention_heads);
+  MGT_REQUIRE(c->vocab_size > 0, "%s: configuration: no vocab_size", what);
+  MGT_REQUIRE(c->seq_length <= c->max_position_embeddings,
+              "%s: configuration: seq_length %d exceeds max_position_embeddings %d", what,
+              c->seq_length, c->max_position_embeddings);
+  return MGT_OK;
+}
+
 int64_t mgt_config_padded_vocab(const mgt_config *c, int tp) {
   int64_t mult = (int64_t)c->make_vocab_size_divisible_by * tp;
   return (c->vocab_size + mult - 1) / mult * mult;

@@ -2,6 +2,7 @@
 
 #include "mgt/json.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -46,30 +47,39 @@ static mgt_status unknown(const mgt_flag *flags, int n, const char *arg, size_t 
   MGT_FAIL(MGT_ERR_INPUT, "unknown flag '%s' (see mgt %s --help)", name, command);
 }
 
+/* strtoll and strtod skip leading white space; a value must not have any. */
+static int plain_number(const char *v) { return v[0] != '\0' && !isspace((unsigned char)v[0]); }
+
 static mgt_status set_value(const mgt_flag *f, void *dst, const char *v) {
   char *p = (char *)dst + f->offset;
   char *end = NULL;
   errno = 0;
   switch (f->kind) {
   case MGT_FLAG_INT:
-  case MGT_FLAG_INT64:
-  case MGT_FLAG_UINT64: {
+  case MGT_FLAG_INT64: {
     long long x = strtoll(v, &end, 10);
-    MGT_REQUIRE(v[0] != '\0' && *end == '\0' && errno == 0, "%s: expected an integer, got '%s'",
+    MGT_REQUIRE(plain_number(v) && *end == '\0' && errno == 0, "%s: expected an integer, got '%s'",
                 f->name, v);
     MGT_REQUIRE((double)x >= f->min && (double)x <= f->max, "%s: %lld is out of range [%.0f, %.0f]",
                 f->name, x, f->min, f->max);
     if (f->kind == MGT_FLAG_INT)
       *(int *)p = (int)x;
-    else if (f->kind == MGT_FLAG_INT64)
-      *(int64_t *)p = (int64_t)x;
     else
-      *(uint64_t *)p = (uint64_t)x;
+      *(int64_t *)p = (int64_t)x;
+    break;
+  }
+  case MGT_FLAG_UINT64: {
+    unsigned long long x = strtoull(v, &end, 10);
+    MGT_REQUIRE(plain_number(v) && v[0] != '-' && *end == '\0' && errno == 0,
+                "%s: expected a non-negative integer, got '%s'", f->name, v);
+    MGT_REQUIRE((double)x >= f->min && (double)x <= f->max, "%s: %llu is out of range [%.0f, %.0f]",
+                f->name, x, f->min, f->max);
+    *(uint64_t *)p = (uint64_t)x;
     break;
   }
   case MGT_FLAG_DOUBLE: {
     double x = strtod(v, &end);
-    MGT_REQUIRE(v[0] != '\0' && *end == '\0' && errno == 0 && isfinite(x),
+    MGT_REQUIRE(plain_number(v) && *end == '\0' && errno == 0 && isfinite(x),
                 "%s: expected a number, got '%s'", f->name, v);
     MGT_REQUIRE(x >= f->min && x <= f->max, "%s: %g is out of range [%g, %g]", f->name, x, f->min,
                 f->max);
@@ -145,6 +155,10 @@ mgt_status mgt_flags_parse(const mgt_flag *flags, int n, void *dst, int argc, ch
     const char *v = eq ? eq + 1 : NULL;
     if (!v) {
       MGT_REQUIRE(i + 1 < argc, "%s: missing value", f->name);
+      /* "--metrics-file --fp16" is a forgotten value, not a file named --fp16 */
+      MGT_REQUIRE(strncmp(argv[i + 1], "--", 2) != 0,
+                  "%s: missing value before %s (write %s=VALUE for a value that starts with --)",
+                  f->name, argv[i + 1], f->name);
       v = argv[++i];
     }
     MGT_CHECK(set_value(f, dst, v));
@@ -253,6 +267,12 @@ mgt_status mgt_flags_from_json(const mgt_flag *flags, int n, void *dst, const mg
     case MGT_FLAG_DOUBLE:
       MGT_REQUIRE(v->type == MGT_JSON_NUMBER, "%s: configuration key %s is not a number", what,
                   key);
+      /* the same ranges as on the command line: a stored configuration is input too */
+      MGT_REQUIRE(f->kind == MGT_FLAG_DOUBLE || v->number == floor(v->number),
+                  "%s: configuration key %s is %.17g, not an integer", what, key, v->number);
+      MGT_REQUIRE(v->number >= f->min && v->number <= f->max,
+                  "%s: configuration key %s is %.17g, out of the range [%g, %g] of %s", what, key,
+                  v->number, f->min, f->max, f->name);
       if (f->kind == MGT_FLAG_INT)
         *(int *)p = (int)v->number;
       else if (f->kind == MGT_FLAG_INT64)

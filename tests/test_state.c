@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
     memset(&st0, 0, sizeof st0);
     st0.iteration = ++it;
     st0.consumed_samples = 1000 + (uint64_t)it;
-    st0.optimizer_steps = 7 * it;
+    st0.optimizer_steps = it - 1;
     st0.seed = 0xFEEDull + (uint64_t)it;
     st0.loss_scale = 65536.0 / 3.0; /* every bit of the double must survive */
     st0.loss_scale_growth = 5, st0.loss_scale_hysteresis = 1;

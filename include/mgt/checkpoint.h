@@ -62,9 +62,12 @@ MGT_NODISCARD mgt_status mgt_ckpt_read_config(const char *path, mgt_config *cfg,
 MGT_NODISCARD mgt_status mgt_ckpt_load(const char *path, MPI_Comm world, const mgt_state *tensors,
                                        mgt_ckpt_state *state);
 
-/* Reads every tensor of a checkpoint file and recomputes its checksum; writes one line per
-   tensor that fails to f and sets *damaged to their number. Not collective. */
-MGT_NODISCARD mgt_status mgt_ckpt_verify(const char *path, FILE *f, int *damaged);
+/* Reads every tensor of a checkpoint file and recomputes its checksum; with `expect` (the list
+   the stored configuration implies, whole tensors: mgt_gpt_describe at one rank) also checks
+   that each expected tensor is there with its logical shape as float32 and that there is no
+   other. Writes one line per failure to f and sets *damaged to their number. Not collective. */
+MGT_NODISCARD mgt_status mgt_ckpt_verify(const char *path, const mgt_state *expect, FILE *f,
+                                         int *damaged);
 
 /* Prints iteration, layout, configuration and tensors of a checkpoint. Not collective. */
 MGT_NODISCARD mgt_status mgt_ckpt_info(const char *path, FILE *f);

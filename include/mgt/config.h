@@ -106,6 +106,10 @@ MGT_NODISCARD mgt_status mgt_config_finalize(mgt_config *cfg, int world_size);
    --max-position-embeddings (the sequence length), --vocab-size with --mock-data (128). The
    one owner of these defaults; mgt_config_finalize calls it. */
 void mgt_config_derive(mgt_config *cfg);
+/* Checks the relations between the model flags of a configuration read from a file (its
+   values were range-checked as flags are): heads divide the hidden size, a vocabulary, the
+   sequence within the positions. `what` names the file in the error. */
+MGT_NODISCARD mgt_status mgt_config_check_model(const mgt_config *cfg, const char *what);
 /* The vocabulary padded to a multiple of --make-vocab-size-divisible-by times tp. */
 int64_t mgt_config_padded_vocab(const mgt_config *cfg, int tp);
 /* Compares the model flags of a and b (layers, hidden size, heads, FFN size, vocabulary,

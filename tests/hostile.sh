@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Input a hostile user gives: damaged and edited checkpoints and datasets (written with h5py),
+# FIFOs where files belong, flags that swallow each other. Each must end in one error line
+# naming what and why, exit status 2, no MPI_Abort banner, and never a hang or a crash (every
+# command runs under a timeout). Usage: hostile.sh MGT MPIEXEC TESTS_DIR
+set -u
+MGT=$(readlink -f "$1") MPIEXEC=$2 TESTS=$3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+PY=/usr/bin/python3 # Debian's, with numpy and h5py
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+T=(timeout -k 5 120)
+
+# expect_error WANT CMD...: exit 2, one "mgt: error" line containing WANT, no abort, no hang
+expect_error() {
+  local want=$1
+  shift
+  "${T[@]}" "$@" > "$tmp/out" 2> "$tmp/err"
+  local rc=$? n
+  n=$(grep -c '^mgt: error' "$tmp/err")
+  if [ $rc = 124 ] || [ $rc = 137 ]; then
+    fail "$* hung (killed after the timeout)"
+  elif [ $rc != 2 ] || [ "$n" != 1 ] || ! grep -q -F -- "$want" "$tmp/err" || grep -q "MPI_ABORT" "$tmp/err"; then
+    fail "$* gave exit $rc and $n error lines, wanted one with '$want'"
+    sed 's/^/    /' "$tmp/err" | head -6
+  else
+    echo "ok: $(grep '^mgt: error' "$tmp/err")"
+  fi
+}
+# h5edit FILE PYTHON: runs PYTHON with f = h5py.File(FILE, "r+")
+h5edit() {
+  $PY - "$1" "$2" <<'PY'
+import sys, json, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r+")
+exec(sys.argv[2])
+f.close()
+PY
+}
+# a copy of checkpoint file $1 as directory $2 (with latest)
+ckcopy() { mkdir -p "$2" && cp "$1" "$2/" && basename "$1" | sed 's/iter_0*\([0-9][0-9]*\)\.h5/\1/' > "$2/latest"; }
+
+M0=(--num-layers 2 --hidden-size 16 --num-attention-heads 2 --seq-length 8 --micro-batch-size 2
+  --global-batch-size 4 --log-interval 1 --eval-iters 0)
+M=(--mock-data --tokenizer-type ByteTokenizer "${M0[@]}") # 257 ids, from the tokenizer
+"${T[@]}" "$MGT" train "${M[@]}" --train-iters 3 --save "$tmp/good" > "$tmp/log" 2>&1 || { fail "training"; cat "$tmp/log"; }
+GOOD=$tmp/good/iter_0000003.h5
+OLD=$TESTS/data/ckpt-format1/iter_0000003.h5 # format 1: no checksums of config and state
+R=(train "${M[@]}" --train-iters 4)
+RO=(train --mock-data "${M0[@]}" --train-iters 4) # the format-1 file's model
+echo "1 2 3 4 5" > "$tmp/ids.txt"
+
+# ---- paths that are not regular files ----
+mkfifo "$tmp/fifo.h5"
+mkdir -p "$tmp/fifodir" && mkfifo "$tmp/fifodir/latest"
+expect_error "neither a directory nor a regular file" "$MGT" ckpt verify "$tmp/fifo.h5"
+expect_error "neither a directory nor a regular file" "$MGT" "${R[@]}" --load "$tmp/fifo.h5"
+expect_error "neither a directory nor a regular file" "$MPIEXEC" -n 2 "$MGT" eval --load "$tmp/fifo.h5" --input-ids "$tmp/ids.txt"
+expect_error "latest is not a regular file" "$MGT" ckpt info "$tmp/fifodir"
+expect_error "fifo.h5: not a regular file" "$MGT" train "${M0[@]}" --data-path "$tmp/fifo" --vocab-size 128 --train-iters 1
+
+# ---- stored configurations: validated like flags (format 1 has no checksum to stop an edit) ----
+cfgedit() { # name, python editing the JSON object c
+  ckcopy "$OLD" "$tmp/$1"
+  h5edit "$tmp/$1/iter_0000003.h5" "c = json.loads(f.attrs['config']); $2; f.attrs['config'] = np.bytes_(json.dumps(c))"
+}
+cfgedit heads0 "c['num_attention_heads'] = 0"
+expect_error "configuration key num_attention_heads is 0, out of the range [1, 65536]" "$MGT" eval --load "$tmp/heads0" --input-ids "$tmp/ids.txt"
+cfgedit vdiv0 "c['make_vocab_size_divisible_by'] = 0"
+expect_error "make_vocab_size_divisible_by is 0, out of the range" "$MGT" eval --load "$tmp/vdiv0" --input-ids "$tmp/ids.txt"
+cfgedit eps "c['layernorm_epsilon'] = -1e-5"
+expect_error "layernorm_epsilon is -1.0000000000000001e-05, out of the range" "$MGT" eval --load "$tmp/eps" --input-ids "$tmp/ids.txt"
+cfgedit heads3 "c['num_attention_heads'] = 3"
+expect_error "hidden_size 16 is not divisible by num_attention_heads 3" "$MGT" ckpt export --format hf --load "$tmp/heads3" --output "$tmp/x"
+ckcopy "$OLD" "$tmp/empty" && h5edit "$tmp/empty/iter_0000003.h5" "f.attrs['config'] = np.bytes_('{}')"
+expect_error "configuration: no vocab_size" "$MGT" ckpt verify "$tmp/empty"
+ckcopy "$OLD" "$tmp/brace" && h5edit "$tmp/brace/iter_0000003.h5" "f.attrs['config'] = f.attrs['config'][:-1]"
+expect_error "brace/iter_0000003.h5: configuration: malformed JSON" "$MGT" "${RO[@]}" --load "$tmp/brace"
+# ---- the trainer state: ranges, and integers ----
+ckcopy "$OLD" "$tmp/neg" && h5edit "$tmp/neg/iter_0000003.h5" "f.attrs['iteration'] = np.int64(-5)"
+expect_error "trainer state iteration is -5, outside" "$MGT" "${RO[@]}" --load "$tmp/neg"
+ckcopy "$OLD" "$tmp/frac" && h5edit "$tmp/frac/iter_0000003.h5" "f.attrs['iteration'] = np.float64(2.7)"
+expect_error "attribute 'iteration' is not one integer" "$MGT" "${RO[@]}" --load "$tmp/frac"
+ckcopy "$OLD" "$tmp/samples" && h5edit "$tmp/samples/iter_0000003.h5" "f.attrs['consumed_samples'] = np.int64(-1)"
+expect_error "trainer state consumed_samples is -1" "$MGT" "${RO[@]}" --load "$tmp/samples"
+# ---- format 2: any edit of the configuration or the state is found by its checksum ----
+ckcopy "$GOOD" "$tmp/it5" && h5edit "$tmp/it5/iter_0000003.h5" "f.attrs['iteration'] = np.int64(5)"
+expect_error "the trainer state was changed after the save" "$MGT" "${R[@]}" --load "$tmp/it5"
+ckcopy "$GOOD" "$tmp/digit" && h5edit "$tmp/digit/iter_0000003.h5" "f.attrs['config'] = np.bytes_(f.attrs['config'].replace(b'\"seed\":1234', b'\"seed\":1235'))"
+expect_error "the configuration was changed after the save" "$MGT" "${R[@]}" --load "$tmp/digit"
+expect_error "the configuration was changed after the save" "$MGT" ckpt verify "$tmp/digit"
+
+# ---- tensors: deleted, reshaped, resized with a recomputed checksum; verify knows the list ----
+verify_damaged() { # what, dir, expected line
+  "${T[@]}" "$MGT" ckpt verify "$2" > "$tmp/out" 2>&1
+  local rc=$?
+  if [ $rc = 1 ] && grep -q -F -- "$3" "$tmp/out"; then echo "ok: verify of $1: $3"; else
+    fail "verify of $1 (exit $rc)"
+    sed 's/^/    /' "$tmp/out" | head -4
+  fi
+}
+rehash='
+def recompute(d):
+    a = d[()].astype(np.float32).reshape(-1).view(np.uint32).astype(np.uint64)
+    M = (1 << 64) - 1
+    def fmix(x):
+        x = x ^ (x >> np.uint64(33)); x = (x * np.uint64(0xff51afd7ed558ccd)) & np.uint64(M)
+        x = x ^ (x >> np.uint64(33)); x = (x * np.uint64(0xc4ceb9fe1a85ec53)) & np.uint64(M)
+        return x ^ (x >> np.uint64(33))
+    with np.errstate(over="ignore"):
+        i = np.arange(1, a.size + 1, dtype=np.uint64)
+        d.attrs["checksum"] = np.uint64(int(fmix(fmix(i) ^ a).sum(dtype=np.uint64)))
+'
+ckcopy "$GOOD" "$tmp/del" && h5edit "$tmp/del/iter_0000003.h5" "del f['model/layers.0.mlp.dense_4h_to_h.bias']"
+verify_damaged "a deleted model tensor" "$tmp/del" "damaged: /model/layers.0.mlp.dense_4h_to_h.bias (missing)"
+ckcopy "$GOOD" "$tmp/delopt" && h5edit "$tmp/delopt/iter_0000003.h5" "del f['optimizer/exp_avg/final_layernorm.bias']"
+verify_damaged "a deleted optimizer tensor" "$tmp/delopt" "damaged: /optimizer/exp_avg/final_layernorm.bias (missing)"
+ckcopy "$GOOD" "$tmp/delgrp" && h5edit "$tmp/delgrp/iter_0000003.h5" "del f['optimizer']"
+verify_damaged "a deleted optimizer group" "$tmp/delgrp" "damaged: /optimizer/exp_avg_sq/layers.1.attention.qkv.weight (missing)"
+expect_error "tensor /optimizer/exp_avg/embedding.word_embeddings.weight is missing" "$MGT" "${R[@]}" --load "$tmp/delgrp"
+ckcopy "$GOOD" "$tmp/resize" && h5edit "$tmp/resize/iter_0000003.h5" "$rehash
+w = f['model/final_layernorm.weight'][()]; del f['model/final_layernorm.weight']
+f['model/final_layernorm.weight'] = np.concatenate([w, w[:4]]); recompute(f['model/final_layernorm.weight'])"
+verify_damaged "a resized tensor with its checksum recomputed" "$tmp/resize" "damaged: /model/final_layernorm.weight (shape [20], the configuration implies [16])"
+ckcopy "$GOOD" "$tmp/five" && h5edit "$tmp/five/iter_0000003.h5" "$rehash
+w = f['model/layers.1.attention.qkv.weight'][()]; del f['model/layers.1.attention.qkv.weight']
+f['model/layers.1.attention.qkv.weight'] = w.reshape(3, 4, 4, 4, 4); recompute(f['model/layers.1.attention.qkv.weight'])"
+verify_damaged "a tensor reshaped to 5 dimensions" "$tmp/five" "damaged: /model/layers.1.attention.qkv.weight (shape [3, 4, 4, 4, 4]"
+expect_error "tensor /model/layers.1.attention.qkv.weight has shape [3, 4, 4, 4, 4], the model wants [3, 16, 16]" "$MGT" "${R[@]}" --load "$tmp/five"
+expect_error "tensor /model/layers.1.attention.qkv.weight has shape [3, 4, 4, 4, 4]" "$MPIEXEC" -n 2 "$MGT" eval --load "$tmp/five" --tensor-model-parallel-size 2 --input-ids "$tmp/ids.txt"
+ckcopy "$GOOD" "$tmp/extra" && h5edit "$tmp/extra/iter_0000003.h5" "f['model/spare'] = np.zeros(4, np.float32)"
+verify_damaged "an unknown tensor" "$tmp/extra" "damaged: /model/spare (not a tensor of the stored configuration)"
+
+# ---- datasets: attributes that disagree with the data, a damaged sample-index cache ----
+printf '{"text": "%s"}\n' "first document of the set" "a second one, longer than the first" "third" "and a fourth one here" > "$tmp/docs.jsonl"
+for i in $(seq 1 40); do echo "{\"text\": \"line $i of some more text to train on, with words\"}"; done >> "$tmp/docs.jsonl"
+"${T[@]}" "$MGT" preprocess --input "$tmp/docs.jsonl" --output-prefix "$tmp/docs" --tokenizer-type ByteTokenizer --append-eod > /dev/null || fail "preprocess"
+D=(train --data-path "$tmp/docs" --tokenizer-type ByteTokenizer --num-layers 1 --hidden-size 16
+  --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 2 --eval-iters 0)
+ndocs=$($PY -c "import h5py; print(h5py.File('$tmp/docs.h5')['document_offsets'].shape[0] - 1)")
+for n in 2 $((ndocs / 2)); do
+  cp "$tmp/docs.h5" "$tmp/nd$n.h5" && h5edit "$tmp/nd$n.h5" "f.attrs['n_documents'] = np.int64($n)"
+  expect_error "document_offsets holds $((ndocs + 1)) entries, but the n_documents attribute says $n documents" "$MGT" "${D[@]/$tmp\/docs/$tmp/nd$n}"
+done
+cp "$tmp/docs.h5" "$tmp/nt.h5" && h5edit "$tmp/nt.h5" "f.attrs['n_tokens'] = np.int64(f.attrs['n_tokens'] + 1000)"
+expect_error "but the n_tokens attribute says" "$MGT" "${D[@]/$tmp\/docs/$tmp/nt}"
+"${T[@]}" "$MGT" "${D[@]}" > "$tmp/out" 2>&1 || { fail "training on the dataset"; cat "$tmp/out"; }
+idx=$(ls "$tmp"/docs.h5.index-* | head -1)
+truncate -s $(($(stat -c %s "$idx") / 2)) "$idx"
+"${T[@]}" "$MGT" "${D[@]}" > "$tmp/out" 2>&1 && grep -q "is damaged or incomplete: rebuilding it" "$tmp/out" &&
+  [ "$(stat -c %s "$idx")" -gt 0 ] && echo "ok: a truncated sample-index cache is rebuilt" ||
+  { fail "a truncated sample-index cache"; tail -3 "$tmp/out"; }
+$PY - "$idx" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read()); b[-3] ^= 0x40; open(sys.argv[1], "wb").write(b)
+PY
+"${T[@]}" "$MPIEXEC" -n 2 "$MGT" "${D[@]}" > "$tmp/out" 2>&1 && grep -q "is damaged or incomplete: rebuilding it" "$tmp/out" &&
+  echo "ok: a sample-index cache with a flipped bit is rebuilt" || { fail "a flipped bit in the cache"; tail -3 "$tmp/out"; }
+
+# ---- flags ----
+expect_error "--metrics-file: missing value before --fp16 (write --metrics-file=VALUE" "$MGT" "${R[@]}" --metrics-file --fp16
+expect_error "--hidden-size: expected an integer, got ' 64'" "$MGT" train --mock-data --hidden-size " 64"
+(cd "$tmp" && "${T[@]}" "$MGT" "${R[@]}" --train-iters 1 --metrics-file=--odd-name.jsonl > /dev/null 2>&1) &&
+  [ -f "$tmp/--odd-name.jsonl" ] && echo "ok: --flag=--value takes a value that starts with --" ||
+  fail "--flag=--value"
+"${T[@]}" "$MGT" generate --load "$tmp/good" --tokenizer-type ByteTokenizer --max-new-tokens 2 --seed 18000000000000000000 > "$tmp/out" 2>&1 &&
+  echo "ok: generate takes a --seed near the top of its range" || { fail "generate --seed 1.8e19"; tail -2 "$tmp/out"; }
+# duplicate JSON keys: the last wins, as in Python's json
+echo '{"text": "first", "text": "zz"}' > "$tmp/dup.jsonl"
+"${T[@]}" "$MGT" tokenize --tokenizer-type ByteTokenizer --input "$tmp/dup.jsonl" > "$tmp/out" 2>&1 &&
+  [ "$(cat "$tmp/out")" = "122 122" ] && echo "ok: the last of duplicate JSON keys wins" ||
+  { fail "duplicate JSON keys"; cat "$tmp/out"; }
+
+echo "hostile: $fails failures"
+[ $fails = 0 ]
