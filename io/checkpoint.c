@@ -4,11 +4,13 @@
 #include "mgt/checkpoint.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -194,79 +196,151 @@ static mgt_status write_state_attrs(hid_t file, const mgt_ckpt_state *s, const c
   return MGT_OK;
 }
 
-/* The writers (ranks that hold primary slabs) write the file together over `comm`. */
-static mgt_status write_file(const char *tmp, MPI_Comm comm, const mgt_state *s,
-                             const mgt_config *cfg, const mgt_ckpt_state *state) {
-  mgt_status st = MGT_OK;
-  const char *what = tmp;
-  hid_t fapl = -1, file = -1, dxpl = -1, lcpl = -1;
-  float *staging = NULL;
-  uint64_t *sums = NULL;
-  size_t stage_n = max_staging(s);
-  MGT_TRY(
-      mgt_calloc((stage_n ? stage_n : 1) * sizeof(float), "checkpoint staging", (void **)&staging));
-  MGT_TRY(mgt_calloc(sizeof(uint64_t) * (size_t)(s->n ? s->n : 1), "checksums", (void **)&sums));
+/* Creates every dataset of the list (collective, the same on every writer). */
+static mgt_status create_datasets(hid_t file, hid_t lcpl, const mgt_state *s, const char *what) {
+  for (int i = 0; i < s->n; i++) {
+    region r;
+    region_of(&s->t[i].shard, &r);
+    mgt_status st = MGT_OK;
+    hid_t space = -1, dcpl = -1, d = -1;
+    MGT_H5_TRY(space = H5Screate_simple(r.ndim, r.full, NULL), what);
+    MGT_H5_TRY(dcpl = H5Pcreate(H5P_DATASET_CREATE), what);
+    MGT_H5_TRY(H5Pset_layout(dcpl, H5D_CONTIGUOUS), what);
+    MGT_H5_TRY(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), what); /* sizes the file now */
+    MGT_H5_TRY(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), what);   /* every byte is written */
+    MGT_H5_TRY(d = H5Dcreate2(file, s->t[i].name, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT),
+               what);
+  done:
+    if (d >= 0) H5Dclose(d);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (space >= 0) H5Sclose(space);
+    MGT_CHECK(st);
+  }
+  return MGT_OK;
+}
 
-  MGT_H5_TRY(fapl = H5Pcreate(H5P_FILE_ACCESS), what);
-  MGT_H5_TRY(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL), what);
-  MGT_H5_TRY(H5Pset_coll_metadata_write(fapl, 1), what);
-  MGT_H5_TRY(H5Pset_all_coll_metadata_ops(fapl, 1), what);
-  MGT_H5_TRY(file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), what);
-  MGT_H5_TRY(dxpl = H5Pcreate(H5P_DATASET_XFER), what);
-  MGT_H5_TRY(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), what);
-  MGT_H5_TRY(lcpl = H5Pcreate(H5P_LINK_CREATE), what);
-  MGT_H5_TRY(H5Pset_create_intermediate_group(lcpl, 1), what); /* "optimizer/exp_avg/..." */
+/* Writes this rank's primary slabs (collective writes) and sums their checksums into sums. */
+static mgt_status write_slabs(hid_t file, hid_t dxpl, const mgt_state *s, float *staging,
+                              uint64_t *sums, const char *what) {
   for (int i = 0; i < s->n; i++) {
     const mgt_state_tensor *t = &s->t[i];
     region r;
     region_of(&t->shard, &r);
     const int active = t->replica == MGT_REPLICA_PRIMARY;
     const float *host = NULL;
-    hid_t space = -1, dcpl = -1, d = -1, fs = -1, ms = -1;
+    mgt_status st = MGT_OK;
+    hid_t d = -1, fs = -1, ms = -1;
     if (active) {
-      MGT_TRY(slab_to_host(t, staging, &host));
+      MGT_CHECK(slab_to_host(t, staging, &host));
       sums[i] = region_sum(&r, host);
     }
-    MGT_H5_TRY(space = H5Screate_simple(r.ndim, r.full, NULL), what);
-    MGT_H5_TRY(dcpl = H5Pcreate(H5P_DATASET_CREATE), what);
-    MGT_H5_TRY(H5Pset_layout(dcpl, H5D_CONTIGUOUS), what);
-    MGT_H5_TRY(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), what);
-    MGT_H5_TRY(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), what); /* every byte is written */
-    MGT_H5_TRY(d = H5Dcreate2(file, t->name, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT), what);
+    MGT_H5_TRY(d = H5Dopen2(file, t->name, H5P_DEFAULT), what);
     MGT_H5_TRY(fs = H5Dget_space(d), what);
     MGT_H5_TRY(ms = H5Screate_simple(r.ndim, r.local, NULL), what);
     MGT_TRY(select_region(fs, ms, &r, active, what));
     MGT_H5_TRY(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, host ? host : staging), what);
-    H5Sclose(ms), H5Sclose(fs), H5Dclose(d), H5Pclose(dcpl), H5Sclose(space);
+  done:
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    if (d >= 0) H5Dclose(d);
+    MGT_CHECK(st);
   }
-  /* the primary slabs add up to the logical tensors' checksums */
-  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, s->n, MPI_UINT64_T, MPI_SUM, comm));
+  return MGT_OK;
+}
+
+/* The checksums, the trainer state and the configuration; the completion mark last. */
+static mgt_status write_attrs(hid_t file, const mgt_state *s, const uint64_t *sums,
+                              const mgt_config *cfg, const mgt_ckpt_state *state,
+                              const char *what) {
   for (int i = 0; i < s->n; i++) {
+    mgt_status st = MGT_OK;
     hid_t d = -1, sp = -1, a = -1;
     MGT_H5_TRY(d = H5Dopen2(file, s->t[i].name, H5P_DEFAULT), what);
     MGT_H5_TRY(sp = H5Screate(H5S_SCALAR), what);
     MGT_H5_TRY(a = H5Acreate2(d, "checksum", H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT), what);
     MGT_H5_TRY(H5Awrite(a, H5T_NATIVE_UINT64, &sums[i]), what);
-    H5Aclose(a), H5Sclose(sp), H5Dclose(d);
+  done:
+    if (a >= 0) H5Aclose(a);
+    if (sp >= 0) H5Sclose(sp);
+    if (d >= 0) H5Dclose(d);
+    MGT_CHECK(st);
   }
-  MGT_TRY(write_state_attrs(file, state, what));
-  MGT_TRY(write_config_attr(file, cfg, what));
-  MGT_H5_TRY(H5Fflush(file, H5F_SCOPE_GLOBAL), what);
-  MGT_TRY(mgt_h5_write_i64(file, "complete", 1, what)); /* last, after the data is flushed */
-  if (H5Fget_obj_count(file, H5F_OBJ_ALL) != 1) {
-    mgt_error_set(MGT_ERR_INTERNAL, __FILE__, __LINE__, __func__,
-                  "%s: HDF5 objects left open before closing", what);
-    st = MGT_ERR_INTERNAL;
+  MGT_CHECK(write_state_attrs(file, state, what));
+  MGT_CHECK(write_config_attr(file, cfg, what));
+  MGT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), what);
+  MGT_CHECK(mgt_h5_write_i64(file, "complete", 1, what)); /* last, after the data is flushed */
+  if (H5Fget_obj_count(file, H5F_OBJ_ALL) != 1)
+    MGT_FAIL(MGT_ERR_INTERNAL, "%s: HDF5 objects left open before closing", what);
+  return MGT_OK;
+}
+
+/* The writers (ranks that hold primary slabs) write the file together over `comm`, in phases
+   whose outcome they agree on before the next, so that a failure on one rank (above all a
+   full disk) makes every writer stop at the same point instead of waiting for it. */
+static mgt_status write_file(const char *tmp, MPI_Comm comm, const mgt_state *s,
+                             const mgt_config *cfg, const mgt_ckpt_state *state) {
+  const char *what = tmp;
+  int rank;
+  MGT_MPI(MPI_Comm_rank(comm, &rank));
+  hid_t fapl = -1, file = -1, dxpl = -1, lcpl = -1;
+  float *staging = NULL;
+  uint64_t *sums = NULL;
+  size_t stage_n = max_staging(s);
+  mgt_status st =
+      mgt_calloc((stage_n ? stage_n : 1) * sizeof(float), "checkpoint staging", (void **)&staging);
+  if (st == MGT_OK)
+    st = mgt_calloc(sizeof(uint64_t) * (size_t)(s->n ? s->n : 1), "checksums", (void **)&sums);
+  if (st == MGT_OK) {
+    if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
+        H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0 ||
+        H5Pset_coll_metadata_write(fapl, 1) < 0 || H5Pset_all_coll_metadata_ops(fapl, 1) < 0 ||
+        (dxpl = H5Pcreate(H5P_DATASET_XFER)) < 0 ||
+        H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0 ||
+        (lcpl = H5Pcreate(H5P_LINK_CREATE)) < 0 ||
+        H5Pset_create_intermediate_group(lcpl, 1) < 0) /* "optimizer/exp_avg/..." */
+      st = mgt_h5_status(-1, what, __FILE__, __LINE__, __func__, "H5Pcreate");
   }
-done:
+  MGT_CHECK(mgt_mpi_agree(comm, st));
+  file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  st = mgt_h5_status(file, what, __FILE__, __LINE__, __func__, "H5Fcreate");
+  st = mgt_mpi_agree(comm, st);
+  if (st == MGT_OK) st = mgt_mpi_agree(comm, create_datasets(file, lcpl, s, what));
+  if (st == MGT_OK) {
+    /* every dataset is allocated: the file's size is known before any data is written */
+    hsize_t size = 0;
+    if (rank == 0) {
+      st = mgt_h5_status(H5Fget_filesize(file, &size), what, __FILE__, __LINE__, __func__,
+                         "H5Fget_filesize");
+      if (st == MGT_OK) st = mgt_reserve_file(tmp, size);
+    }
+    st = mgt_mpi_agree(comm, st);
+  }
+  if (st == MGT_OK) st = mgt_mpi_agree(comm, write_slabs(file, dxpl, s, staging, sums, what));
+  if (st == MGT_OK) {
+    /* the primary slabs add up to the logical tensors' checksums */
+    int rc = MPI_Allreduce(MPI_IN_PLACE, sums, s->n, MPI_UINT64_T, MPI_SUM, comm);
+    st = mgt_mpi_status(rc, __FILE__, __LINE__, __func__, "MPI_Allreduce(sums)");
+  }
+  if (st == MGT_OK) st = mgt_mpi_agree(comm, write_attrs(file, s, sums, cfg, state, what));
+  if (st != MGT_OK && file >= 0) {
+    /* Give the space back first: the close writes metadata, which a full disk would refuse
+       on some ranks only. The caller removes the file. */
+    if (rank == 0) (void)!truncate(tmp, 0);
+    MPI_Barrier(comm);
+  }
+  if (file >= 0) {
+    herr_t rc = H5Fclose(file);
+    if (st == MGT_OK)
+      st = mgt_h5_status(rc, what, __FILE__, __LINE__, __func__, "H5Fclose");
+    else
+      H5Eclear2(H5E_DEFAULT); /* the first error is the one to report */
+  }
   if (lcpl >= 0) H5Pclose(lcpl);
   if (dxpl >= 0) H5Pclose(dxpl);
-  if (file >= 0 && H5Fclose(file) < 0 && st == MGT_OK)
-    st = mgt_h5_status(-1, what, __FILE__, __LINE__, __func__, "H5Fclose(file)");
   if (fapl >= 0) H5Pclose(fapl);
   mgt_free(staging);
   mgt_free(sums);
-  return st;
+  return mgt_mpi_agree(comm, st);
 }
 
 /* DIR/latest holds the iteration number; replaced atomically after the file is in place. */
@@ -297,6 +371,7 @@ mgt_status mgt_ckpt_save(const char *dir, MPI_Comm world, const mgt_state *s, co
                   strerror(errno));
     st = MGT_ERR_INPUT;
   }
+  if (st == MGT_OK && rank == 0) st = mgt_check_space(dir, mgt_ckpt_bytes(s), final);
   MGT_CHECK(mgt_mpi_agree(world, st));
   MGT_CHECK(check_same_list(world, s));
   int writer = 0;
@@ -321,6 +396,139 @@ mgt_status mgt_ckpt_save(const char *dir, MPI_Comm world, const mgt_state *s, co
     fflush(log);
   }
   return MGT_OK;
+}
+
+uint64_t mgt_ckpt_bytes(const mgt_state *s) {
+  uint64_t need = (1u << 20) + (uint64_t)s->n * 4096; /* HDF5's metadata, the attributes */
+  for (int i = 0; i < s->n; i++)
+    need += (uint64_t)mgt_state_numel(&s->t[i]) * mgt_dtype_size(s->t[i].dtype);
+  return need;
+}
+
+/* mkdir -p */
+static mgt_status make_dirs(const char *dir) {
+  char p[MGT_PATH_MAX];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *c = p + 1; *c; c++) {
+    if (*c != '/') continue;
+    *c = 0;
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+      MGT_FAIL(MGT_ERR_INPUT, "--save %s: cannot create %s: %s", dir, p, strerror(errno));
+    *c = '/';
+  }
+  if (mkdir(p, 0755) != 0 && errno != EEXIST)
+    MGT_FAIL(MGT_ERR_INPUT, "--save %s: cannot create: %s", dir, strerror(errno));
+  struct stat sb;
+  MGT_REQUIRE(stat(p, &sb) == 0 && S_ISDIR(sb.st_mode), "--save %s: not a directory", dir);
+  return MGT_OK;
+}
+
+typedef struct lock_owner {
+  char host[256];
+  long long pid;
+  char job[64];
+} lock_owner;
+
+static void lock_me(lock_owner *o) {
+  memset(o, 0, sizeof *o);
+  gethostname(o->host, sizeof o->host - 1);
+  o->pid = (long long)getpid();
+  const char *job = getenv("SLURM_JOB_ID"); /* the scheduler's: a requeued job keeps it */
+  snprintf(o->job, sizeof o->job, "%s", job && *job ? job : "-");
+}
+
+static int lock_read(const char *path, lock_owner *o) {
+  memset(o, 0, sizeof *o);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int ok = fscanf(f, "%255s %lld %63s", o->host, &o->pid, o->job) == 3;
+  fclose(f);
+  return ok;
+}
+
+/* Whether the lock `o` may be taken over by `me`: its process is gone from this host, or it
+   is this Slurm job before a requeue, or it cannot be read (a lock half written). */
+static int lock_stale(const lock_owner *o, int readable, const lock_owner *me) {
+  if (!readable) return 1;
+  if (strcmp(o->job, "-") != 0 && strcmp(o->job, me->job) == 0) return 1;
+  if (strcmp(o->host, me->host) != 0) return 0;
+  return o->pid != me->pid && kill((pid_t)o->pid, 0) != 0 && errno == ESRCH;
+}
+
+static mgt_status lock_take(const char *dir) {
+  char path[MGT_PATH_MAX + 16], tmp[MGT_PATH_MAX + 48];
+  snprintf(path, sizeof path, "%s/mgt.lock", dir);
+  lock_owner me, other;
+  lock_me(&me);
+  snprintf(tmp, sizeof tmp, "%s/mgt.lock.%lld", dir, me.pid);
+  FILE *f = fopen(tmp, "w");
+  MGT_REQUIRE(f, "--save %s: not writable: %s", dir, strerror(errno));
+  int ok = fprintf(f, "%s %lld %s\n", me.host, me.pid, me.job) > 0;
+  ok &= fclose(f) == 0;
+  if (!ok) {
+    unlink(tmp);
+    MGT_FAIL(MGT_ERR_IO, "--save %s: cannot write %s: %s", dir, tmp, strerror(errno));
+  }
+  /* link() fails if the lock exists: taking it is atomic, on NFS too, and a lock is never seen
+     half written. File systems without hard links fall back to an exclusive create. */
+  for (int attempt = 0; attempt < 2; attempt++) {
+    int rc = link(tmp, path), err = errno;
+    if (rc != 0 && (err == EPERM || err == EOPNOTSUPP || err == ENOSYS)) {
+      int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+      rc = fd >= 0 ? 0 : -1, err = errno;
+      if (fd >= 0) {
+        rc = dprintf(fd, "%s %lld %s\n", me.host, me.pid, me.job) > 0 ? 0 : -1;
+        close(fd);
+      }
+    }
+    if (rc == 0) {
+      unlink(tmp);
+      return MGT_OK;
+    }
+    if (err != EEXIST) break;
+    int readable = lock_read(path, &other);
+    if (!lock_stale(&other, readable, &me)) {
+      unlink(tmp);
+      MGT_FAIL(MGT_ERR_INPUT,
+               "--save %s is in use by another job (host %s, pid %lld, Slurm job %s); if that job "
+               "is gone, remove %s",
+               dir, other.host, other.pid, other.job, path);
+    }
+    unlink(path); /* stale: the next attempt takes it */
+    errno = err;
+  }
+  int err = errno;
+  unlink(tmp);
+  MGT_FAIL(MGT_ERR_IO, "--save %s: cannot take the lock %s: %s", dir, path, strerror(err));
+}
+
+mgt_status mgt_ckpt_prepare_dir(const char *dir, MPI_Comm world, uint64_t bytes, int *lock) {
+  int rank;
+  MGT_MPI(MPI_Comm_rank(world, &rank));
+  *lock = 0;
+  mgt_status st = MGT_OK;
+  if (rank == 0) {
+    st = make_dirs(dir);
+    if (st == MGT_OK) st = lock_take(dir);
+    if (st == MGT_OK) {
+      *lock = 1;
+      char what[MGT_PATH_MAX + 32];
+      snprintf(what, sizeof what, "--save %s", dir);
+      st = mgt_check_space(dir, bytes, what);
+      if (st != MGT_OK) mgt_ckpt_unlock(dir, lock);
+    }
+  }
+  return mgt_mpi_agree(world, st);
+}
+
+void mgt_ckpt_unlock(const char *dir, int *lock) {
+  if (!*lock) return;
+  *lock = 0;
+  char path[MGT_PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s/mgt.lock", dir);
+  lock_owner me, o;
+  lock_me(&me);
+  if (lock_read(path, &o) && o.pid == me.pid && strcmp(o.host, me.host) == 0) unlink(path);
 }
 
 /* ---- reading ---- */

@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <stdlib.h>
@@ -563,7 +564,7 @@ typedef struct source {
   opened *op; /* shared with the other source of the run */
   int n;      /* datasets */
   split_index *ix;
-  uint8_t *which;  /* blended sample -> dataset (NULL with one dataset) */
+  int32_t *which;  /* blended sample -> dataset (NULL with one dataset) */
   int64_t *within; /* blended sample -> sample of that dataset */
   int64_t n_blend;
   int seq;
@@ -606,7 +607,7 @@ static void source_destroy(void *ctx) {
 
 /* Blending by weight: sample i goes to the dataset furthest behind its share,
    w_d * (i + 1) - taken_d (ties to the lower index), as Megatron-LM's blendable dataset. */
-static void blend(const double *w, int n, int64_t total, uint8_t *which, int64_t *within,
+static void blend(const double *w, int n, int64_t total, int32_t *which, int64_t *within,
                   int64_t *counts) {
   for (int d = 0; d < n; d++)
     counts[d] = 0;
@@ -617,59 +618,103 @@ static void blend(const double *w, int n, int64_t total, uint8_t *which, int64_t
       double e = w[d] * (double)(i + 1) - (double)counts[d];
       if (e > be) be = e, best = d;
     }
-    which[i] = (uint8_t)best;
+    which[i] = best;
     within[i] = counts[best]++;
   }
 }
 
 /* ---- the training sources ---- */
 
+/* The datasets of --data-path and their weights: one prefix, or any number of weight-prefix
+   pairs, every one checked. */
 typedef struct data_spec {
   int n;
-  double w[64];
-  char prefix[64][MGT_PATH_MAX];
+  double *w;
+  char **prefix; /* into buf */
+  char *buf;
 } data_spec;
 
-static mgt_status parse_data_path(const char *list, data_spec *spec) {
-  char items[128][MGT_PATH_MAX];
-  int n = 0;
-  for (const char *s = list; *s && n < 128;) {
-    const char *e = strchr(s, '\n');
-    size_t l = e ? (size_t)(e - s) : strlen(s);
-    snprintf(items[n++], MGT_PATH_MAX, "%.*s", (int)l, s);
-    s += l + (e ? 1 : 0);
+static void spec_free(data_spec *spec) {
+  if (!spec) return;
+  free(spec->w);
+  free(spec->prefix);
+  free(spec->buf);
+  free(spec);
+}
+
+static mgt_status parse_data_path(const char *list, data_spec **out) {
+  *out = NULL;
+  data_spec *spec = calloc(1, sizeof *spec);
+  char **items = NULL;
+  mgt_status st = MGT_OK;
+  size_t n = 0;
+  if (!spec || !(spec->buf = strdup(list))) goto nomem;
+  for (const char *c = list; *c; c++)
+    n += *c == '\n';
+  n += list[0] != 0;
+  if (!(items = calloc(n + 1, sizeof *items))) goto nomem;
+  n = 0;
+  for (char *s = spec->buf; *s;) { /* one value per line */
+    items[n++] = s;
+    char *e = strchr(s, '\n');
+    if (!e) break;
+    *e = 0;
+    s = e + 1;
   }
-  memset(spec, 0, sizeof *spec);
   if (n == 1) {
     spec->n = 1;
+    spec->w = malloc(sizeof *spec->w);
+    spec->prefix = malloc(sizeof *spec->prefix);
+    if (!spec->w || !spec->prefix) goto nomem;
     spec->w[0] = 1;
-    snprintf(spec->prefix[0], MGT_PATH_MAX, "%s", items[0]);
-    return MGT_OK;
+    spec->prefix[0] = items[0];
+  } else {
+    if (n == 0 || n % 2 != 0) {
+      mgt_error_set(
+          MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+          "--data-path: give one prefix, or pairs of weight and prefix (%zu values given)", n);
+      st = MGT_ERR_INPUT;
+      goto done;
+    }
+    spec->n = (int)(n / 2);
+    spec->w = calloc(n / 2, sizeof *spec->w);
+    spec->prefix = calloc(n / 2, sizeof *spec->prefix);
+    if (!spec->w || !spec->prefix) goto nomem;
+    double sum = 0;
+    for (int i = 0; i < spec->n; i++) {
+      char *end;
+      double w = strtod(items[2 * i], &end);
+      if (!(*end == 0 && end != items[2 * i] && w > 0 && isfinite(w))) {
+        mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                      "--data-path: value %d, '%.64s', is not a positive weight (pairs of weight "
+                      "and prefix)",
+                      2 * i + 1, items[2 * i]);
+        st = MGT_ERR_INPUT;
+        goto done;
+      }
+      spec->w[i] = w;
+      sum += w;
+      spec->prefix[i] = items[2 * i + 1];
+    }
+    for (int i = 0; i < spec->n; i++)
+      spec->w[i] /= sum;
   }
-  MGT_REQUIRE(n % 2 == 0 && n / 2 <= 64,
-              "--data-path: give one prefix, or pairs of weight and prefix (up to 64)");
-  double sum = 0;
-  for (int i = 0; i < n / 2; i++) {
-    char *end;
-    double w = strtod(items[2 * i], &end);
-    MGT_REQUIRE(*end == 0 && end != items[2 * i] && w > 0,
-                "--data-path: '%s' is not a positive weight (pairs of weight and prefix)",
-                items[2 * i]);
-    spec->w[i] = w;
-    sum += w;
-    snprintf(spec->prefix[i], MGT_PATH_MAX, "%s", items[2 * i + 1]);
-  }
-  spec->n = n / 2;
-  for (int i = 0; i < spec->n; i++)
-    spec->w[i] /= sum;
+  free(items);
+  *out = spec;
   return MGT_OK;
+nomem:
+  mgt_error_set(MGT_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory reading --data-path");
+  st = MGT_ERR_NOMEM;
+done:
+  free(items);
+  spec_free(spec);
+  return st;
 }
 
 mgt_status mgt_dataset_vocab_size(const mgt_config *cfg, int *vocab_size) {
   data_spec *spec = NULL;
-  MGT_CHECK(mgt_calloc(sizeof *spec, "data path", (void **)&spec));
   mgt_status st = MGT_OK;
-  MGT_TRY(parse_data_path(cfg->data_path, spec));
+  MGT_TRY(parse_data_path(cfg->data_path, &spec));
   *vocab_size = 0;
   for (int i = 0; i < spec->n; i++) {
     mgt_dataset_info info;
@@ -677,14 +722,14 @@ mgt_status mgt_dataset_vocab_size(const mgt_config *cfg, int *vocab_size) {
     if (info.vocab_size > *vocab_size) *vocab_size = (int)info.vocab_size;
   }
 done:
-  mgt_free(spec);
+  spec_free(spec);
   return st;
 }
 
 /* The datasets of a run, shared by its sources and closed with the last of them. */
 struct opened {
   int n;
-  dataset ds[64];
+  dataset *ds;
   int refs;
 };
 
@@ -692,6 +737,7 @@ static void opened_release(opened *op) {
   if (!op || --op->refs > 0) return;
   for (int d = 0; d < op->n; d++)
     dataset_close(&op->ds[d]);
+  mgt_free(op->ds);
   mgt_free(op);
 }
 
@@ -705,11 +751,13 @@ static mgt_status make_source(opened *op, const data_spec *spec, int split, cons
   op->refs++;
   s->n = spec->n;
   s->seq = cfg->seq_length;
-  int64_t counts[64];
+  int64_t *counts = NULL;
+  MGT_TRY(mgt_calloc(sizeof *counts * (size_t)spec->n, "blending counts", (void **)&counts));
   MGT_TRY(mgt_calloc(sizeof(split_index) * (size_t)spec->n, "sample indices", (void **)&s->ix));
   if (spec->n > 1) {
     s->n_blend = needed;
-    MGT_TRY(mgt_calloc((size_t)needed + 1, "blending index", (void **)&s->which));
+    MGT_TRY(
+        mgt_calloc(sizeof(int32_t) * ((size_t)needed + 1), "blending index", (void **)&s->which));
     MGT_TRY(
         mgt_calloc(sizeof(int64_t) * ((size_t)needed + 1), "blending index", (void **)&s->within));
     blend(spec->w, spec->n, needed, s->which, s->within, counts);
@@ -730,8 +778,10 @@ static mgt_status make_source(opened *op, const data_spec *spec, int split, cons
   out->ctx = s;
   out->get = source_get;
   out->destroy = source_destroy;
+  mgt_free(counts);
   return MGT_OK;
 done:
+  mgt_free(counts);
   source_destroy(s);
   return st;
 }
@@ -744,10 +794,10 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
   opened *op = NULL;
   mgt_tokenizer *tok = NULL;
   mgt_status st = MGT_OK;
-  MGT_TRY(mgt_calloc(sizeof *spec, "data path", (void **)&spec));
   MGT_TRY(mgt_calloc(sizeof *op, "datasets", (void **)&op));
   op->refs = 1; /* this function's own reference, dropped at the end */
-  MGT_TRY(parse_data_path(cfg->data_path, spec));
+  MGT_TRY(parse_data_path(cfg->data_path, &spec));
+  MGT_TRY(mgt_calloc(sizeof *op->ds * (size_t)spec->n, "datasets", (void **)&op->ds));
   if (cfg->vocab_file[0]) {
     if (cfg->tokenizer_type == MGT_TOKENIZER_GPT2)
       st = mgt_tok_load_gpt2(cfg->vocab_file, cfg->merge_file, &tok);
@@ -787,7 +837,7 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
   }
 done:
   mgt_tok_destroy(&tok);
-  mgt_free(spec);
+  spec_free(spec);
   if (st != MGT_OK) {
     mgt_data_destroy(train);
     mgt_data_destroy(valid);

@@ -187,7 +187,10 @@ static mgt_status read_text_doc(const mgt_preprocess_opts *o, mgt_tokenizer *tok
     MGT_FAIL(MGT_ERR_IO, "--input %s: read %zu of %llu bytes", in->path, got,
              (unsigned long long)in->size);
   }
-  mgt_status st = encode_doc(o, tok, sh, buf, got);
+  size_t k = 0; /* a file of white space only is no document, as a blank JSON line is none */
+  while (k < got && (buf[k] == ' ' || buf[k] == '\t' || buf[k] == '\n' || buf[k] == '\r'))
+    k++;
+  mgt_status st = k < got ? encode_doc(o, tok, sh, buf, got) : MGT_OK;
   free(buf);
   sh->bytes_done += got;
   return st;
@@ -297,16 +300,28 @@ typedef struct tok_meta {
   int64_t vocab_size, eod;
 } tok_meta;
 
-static mgt_status write_1d(hid_t file, const char *name, hid_t ftype, hid_t mtype, hsize_t total,
-                           hsize_t start, hsize_t count, const void *buf, const char *what) {
+static mgt_status create_1d(hid_t file, const char *name, hid_t ftype, hsize_t total,
+                            const char *what) {
   mgt_status st = MGT_OK;
-  hid_t space = -1, dcpl = -1, dset = -1, fspace = -1, mspace = -1, dxpl = -1;
+  hid_t space = -1, dcpl = -1, dset = -1;
   MGT_H5_TRY(space = H5Screate_simple(1, &total, NULL), what);
   MGT_H5_TRY(dcpl = H5Pcreate(H5P_DATASET_CREATE), what);
   MGT_H5_TRY(H5Pset_layout(dcpl, H5D_CONTIGUOUS), what);
-  MGT_H5_TRY(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), what);
-  MGT_H5_TRY(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), what); /* every byte is written */
+  MGT_H5_TRY(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), what); /* sizes the file now */
+  MGT_H5_TRY(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), what);   /* every byte is written */
   MGT_H5_TRY(dset = H5Dcreate2(file, name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), what);
+done:
+  if (dset >= 0) H5Dclose(dset);
+  if (dcpl >= 0) H5Pclose(dcpl);
+  if (space >= 0) H5Sclose(space);
+  return st;
+}
+
+static mgt_status write_1d(hid_t file, const char *name, hid_t mtype, hsize_t start, hsize_t count,
+                           const void *buf, const char *what) {
+  mgt_status st = MGT_OK;
+  hid_t dset = -1, fspace = -1, mspace = -1, dxpl = -1;
+  MGT_H5_TRY(dset = H5Dopen2(file, name, H5P_DEFAULT), what);
   MGT_H5_TRY(fspace = H5Dget_space(dset), what);
   hsize_t one = count ? count : 1;
   MGT_H5_TRY(mspace = H5Screate_simple(1, &one, NULL), what);
@@ -325,14 +340,32 @@ done:
   if (mspace >= 0) H5Sclose(mspace);
   if (fspace >= 0) H5Sclose(fspace);
   if (dset >= 0) H5Dclose(dset);
-  if (dcpl >= 0) H5Pclose(dcpl);
-  if (space >= 0) H5Sclose(space);
   return st;
 }
 
+static mgt_status write_attrs(hid_t file, const mgt_preprocess_opts *o, const totals *t,
+                              const tok_meta *meta, const char *what) {
+  MGT_CHECK(mgt_h5_write_str(file, "format", "megatron-c tokens 1", what));
+  MGT_CHECK(mgt_h5_write_str(file, "tokenizer", meta->name, what));
+  MGT_CHECK(mgt_h5_write_str(file, "vocab_hash", meta->hash, what));
+  MGT_CHECK(mgt_h5_write_i64(file, "vocab_size", meta->vocab_size, what));
+  MGT_CHECK(mgt_h5_write_i64(file, "eod_id", meta->eod, what));
+  MGT_CHECK(mgt_h5_write_i64(file, "append_eod", o->append_eod, what));
+  MGT_CHECK(mgt_h5_write_str(file, "json_key", o->json_keys, what));
+  MGT_CHECK(mgt_h5_write_i64(file, "n_tokens", t->n_tokens, what));
+  MGT_CHECK(mgt_h5_write_i64(file, "n_documents", t->n_docs, what));
+  MGT_CHECK(mgt_h5_write_i64(file, "max_token_id", t->max_id, what));
+  MGT_CHECK(mgt_h5_write_i64(file, "complete", 1, what)); /* last */
+  MGT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), what);
+  if (H5Fget_obj_count(file, H5F_OBJ_ALL) != 1)
+    MGT_FAIL(MGT_ERR_INTERNAL, "%s: HDF5 objects left open before closing", what);
+  return MGT_OK;
+}
+
+/* Every rank writes its share, in phases agreed before the next (as checkpoints are written,
+   io/checkpoint.c): create, reserve the space, write, attributes. */
 static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_Comm world,
                              const share *sh, const totals *t, const tok_meta *meta) {
-  mgt_status st = MGT_OK;
   int rank, size;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
@@ -341,59 +374,76 @@ static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_
   int64_t *offs = NULL;
   const int wide = meta->vocab_size > 65536;
   const char *what = tmp;
-  MGT_H5_TRY(fapl = H5Pcreate(H5P_FILE_ACCESS), what);
-  MGT_H5_TRY(H5Pset_fapl_mpio(fapl, world, MPI_INFO_NULL), what);
-  MGT_H5_TRY(H5Pset_coll_metadata_write(fapl, 1), what);
-  MGT_H5_TRY(H5Pset_all_coll_metadata_ops(fapl, 1), what);
-  MGT_H5_TRY(file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl), what);
-
-  size_t n = sh->tokens.n;
-  MGT_TRY(mgt_calloc(n * (wide ? 4 : 2), "token buffer", &buf));
-  for (size_t i = 0; i < n; i++) {
-    if (wide)
-      ((uint32_t *)buf)[i] = (uint32_t)sh->tokens.ids[i];
-    else
-      ((uint16_t *)buf)[i] = (uint16_t)sh->tokens.ids[i];
-  }
-  MGT_TRY(write_1d(file, "tokens", wide ? H5T_STD_U32LE : H5T_STD_U16LE,
-                   wide ? H5T_NATIVE_UINT32 : H5T_NATIVE_UINT16, (hsize_t)t->n_tokens,
-                   (hsize_t)t->tok_before, (hsize_t)n, buf, what));
+  const size_t n = sh->tokens.n;
   /* document i spans tokens [offsets[i], offsets[i+1]); the last rank adds the total */
-  size_t nd = sh->n_docs + (rank == size - 1);
-  MGT_TRY(mgt_calloc((nd ? nd : 1) * sizeof(int64_t), "document offsets", (void **)&offs));
-  int64_t at = t->tok_before;
-  for (size_t i = 0; i < sh->n_docs; i++) {
-    offs[i] = at;
-    at += sh->doc_len[i];
+  const size_t nd = sh->n_docs + (rank == size - 1);
+  mgt_status st = mgt_calloc((n ? n : 1) * (wide ? 4 : 2), "token buffer", &buf);
+  if (st == MGT_OK)
+    st = mgt_calloc((nd ? nd : 1) * sizeof(int64_t), "document offsets", (void **)&offs);
+  if (st == MGT_OK) {
+    for (size_t i = 0; i < n; i++) {
+      if (wide)
+        ((uint32_t *)buf)[i] = (uint32_t)sh->tokens.ids[i];
+      else
+        ((uint16_t *)buf)[i] = (uint16_t)sh->tokens.ids[i];
+    }
+    int64_t at = t->tok_before;
+    for (size_t i = 0; i < sh->n_docs; i++) {
+      offs[i] = at;
+      at += sh->doc_len[i];
+    }
+    if (rank == size - 1) offs[sh->n_docs] = t->n_tokens;
+    if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
+        H5Pset_fapl_mpio(fapl, world, MPI_INFO_NULL) < 0 ||
+        H5Pset_coll_metadata_write(fapl, 1) < 0 || H5Pset_all_coll_metadata_ops(fapl, 1) < 0)
+      st = mgt_h5_status(-1, what, __FILE__, __LINE__, __func__, "H5Pcreate");
   }
-  if (rank == size - 1) offs[sh->n_docs] = t->n_tokens;
-  MGT_TRY(write_1d(file, "document_offsets", H5T_STD_I64LE, H5T_NATIVE_INT64,
-                   (hsize_t)t->n_docs + 1, (hsize_t)t->doc_before, (hsize_t)nd, offs, what));
-  MGT_TRY(mgt_h5_write_str(file, "format", "megatron-c tokens 1", what));
-  MGT_TRY(mgt_h5_write_str(file, "tokenizer", meta->name, what));
-  MGT_TRY(mgt_h5_write_str(file, "vocab_hash", meta->hash, what));
-  MGT_TRY(mgt_h5_write_i64(file, "vocab_size", meta->vocab_size, what));
-  MGT_TRY(mgt_h5_write_i64(file, "eod_id", meta->eod, what));
-  MGT_TRY(mgt_h5_write_i64(file, "append_eod", o->append_eod, what));
-  MGT_TRY(mgt_h5_write_str(file, "json_key", o->json_keys, what));
-  MGT_TRY(mgt_h5_write_i64(file, "n_tokens", t->n_tokens, what));
-  MGT_TRY(mgt_h5_write_i64(file, "n_documents", t->n_docs, what));
-  MGT_TRY(mgt_h5_write_i64(file, "max_token_id", t->max_id, what));
-  MGT_TRY(mgt_h5_write_i64(file, "complete", 1, what)); /* last */
-  MGT_H5_TRY(H5Fflush(file, H5F_SCOPE_GLOBAL), what);
-  if (H5Fget_obj_count(file, H5F_OBJ_ALL) != 1) {
-    mgt_error_set(MGT_ERR_INTERNAL, __FILE__, __LINE__, __func__,
-                  "%s: HDF5 objects left open before closing", what);
-    st = MGT_ERR_INTERNAL;
-    goto done;
+  st = mgt_mpi_agree(world, st);
+  if (st == MGT_OK) {
+    file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    st = mgt_mpi_agree(world, mgt_h5_status(file, what, __FILE__, __LINE__, __func__, "H5Fcreate"));
   }
-done:
-  if (file >= 0 && H5Fclose(file) < 0 && st == MGT_OK)
-    st = mgt_h5_status(-1, what, __FILE__, __LINE__, __func__, "H5Fclose(file)");
+  if (st == MGT_OK) {
+    st =
+        create_1d(file, "tokens", wide ? H5T_STD_U32LE : H5T_STD_U16LE, (hsize_t)t->n_tokens, what);
+    if (st == MGT_OK)
+      st = create_1d(file, "document_offsets", H5T_STD_I64LE, (hsize_t)t->n_docs + 1, what);
+    st = mgt_mpi_agree(world, st);
+  }
+  if (st == MGT_OK) {
+    hsize_t bytes = 0;
+    if (rank == 0) {
+      st = mgt_h5_status(H5Fget_filesize(file, &bytes), what, __FILE__, __LINE__, __func__,
+                         "H5Fget_filesize");
+      if (st == MGT_OK) st = mgt_reserve_file(tmp, bytes);
+    }
+    st = mgt_mpi_agree(world, st);
+  }
+  if (st == MGT_OK) {
+    st = write_1d(file, "tokens", wide ? H5T_NATIVE_UINT32 : H5T_NATIVE_UINT16,
+                  (hsize_t)t->tok_before, (hsize_t)n, buf, what);
+    if (st == MGT_OK)
+      st = write_1d(file, "document_offsets", H5T_NATIVE_INT64, (hsize_t)t->doc_before, (hsize_t)nd,
+                    offs, what);
+    st = mgt_mpi_agree(world, st);
+  }
+  if (st == MGT_OK) st = mgt_mpi_agree(world, write_attrs(file, o, t, meta, what));
+  if (st != MGT_OK && file >= 0) {
+    /* the close writes metadata: give the space back first (a full disk) */
+    if (rank == 0) (void)!truncate(tmp, 0);
+    MPI_Barrier(world);
+  }
+  if (file >= 0) {
+    herr_t rc = H5Fclose(file);
+    if (st == MGT_OK)
+      st = mgt_h5_status(rc, what, __FILE__, __LINE__, __func__, "H5Fclose");
+    else
+      H5Eclear2(H5E_DEFAULT);
+  }
   if (fapl >= 0) H5Pclose(fapl);
   mgt_free(buf);
   mgt_free(offs);
-  return st;
+  return mgt_mpi_agree(world, st);
 }
 
 mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE *log) {
@@ -462,8 +512,21 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
     }
     mgt_tok_destroy(&tok);
   }
+  if (st == MGT_OK && t.n_docs == 0) {
+    mgt_error_set(
+        MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+        "--input: no documents (the input is empty, or blank lines and white space only)");
+    st = MGT_ERR_INPUT;
+  }
+  if (st == MGT_OK && rank == 0) {
+    char dir[MGT_PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s", final);
+    uint64_t need = (1u << 20) + (uint64_t)t.n_tokens * (meta.vocab_size > 65536 ? 4 : 2) +
+                    ((uint64_t)t.n_docs + 1) * 8;
+    st = mgt_check_space(dirname(dir), need, final);
+  }
   st = mgt_mpi_agree(world, st);
-  if (st == MGT_OK) st = mgt_mpi_agree(world, write_file(o, tmp, world, &sh, &t, &meta));
+  if (st == MGT_OK) st = write_file(o, tmp, world, &sh, &t, &meta);
   if (st == MGT_OK) {
     MGT_MPI(MPI_Barrier(world));
     mgt_status ps = rank == 0 ? mgt_publish_file(tmp, final) : MGT_OK;

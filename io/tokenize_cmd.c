@@ -55,10 +55,16 @@ static mgt_status decode_line(mgt_tokenizer *tok, const mgt_tokenize_opts *o, co
     char *end;
     errno = 0;
     long v = strtol(p, &end, 10);
-    MGT_REQUIRE(end != p && errno == 0 && v >= 0 && v < mgt_tok_vocab_size(tok) &&
-                    (*end == 0 || *end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'),
-                "%s:%zu: '%.20s' is not a token id in [0, %d)", name, line_no, p,
-                mgt_tok_vocab_size(tok));
+    if (!(end != p && errno == 0 && v >= 0 && v < mgt_tok_vocab_size(tok) &&
+          (*end == 0 || *end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))) {
+      char shown[24]; /* the word as printable ASCII: raw input bytes stay out of the message */
+      size_t k = 0;
+      for (; k < 20 && p[k] && p[k] != ' ' && p[k] != '\t'; k++)
+        shown[k] = p[k] >= 0x20 && p[k] < 0x7f ? p[k] : '?';
+      shown[k] = 0;
+      MGT_FAIL(MGT_ERR_INPUT, "%s:%zu: '%s' is not a token id in [0, %d)", name, line_no, shown,
+               mgt_tok_vocab_size(tok));
+    }
     MGT_CHECK(mgt_ids_push(ids, (int32_t)v));
     p = end;
   }
@@ -126,6 +132,10 @@ mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out) {
       MGT_TRY(decode_line(tok, o, name, line_no, line, &ids, &buf, &bcap, out));
       continue;
     }
+    size_t k = 0;
+    while (k < len && (line[k] == ' ' || line[k] == '\t'))
+      k++;
+    if (k == len) continue; /* a blank line is no document, as mgt preprocess skips it */
     const mgt_json *root = NULL, *v = NULL;
     if (mgt_json_parse(jp, line, len, &root) != MGT_OK) {
       char why[512];

@@ -55,6 +55,9 @@ static void usage(FILE *f) {
 }
 
 int mgt_cli_fail(mgt_status st, int rank, MPI_Comm world, int agreed) {
+  int size = 0;
+  MPI_Comm_size(world, &size);
+  if (mgt_error_agreed() == size) agreed = 1; /* every rank holds this error */
   if (agreed) {
     if (rank == 0) mgt_error_print(stderr);
     return st == MGT_ERR_INPUT ? 2 : 1;

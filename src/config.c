@@ -230,6 +230,10 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(c->seq_length <= c->max_position_embeddings,
               "--seq-length %d exceeds --max-position-embeddings %d", c->seq_length,
               c->max_position_embeddings);
+  /* samples are counted in 64 bits, with room for the valid split */
+  MGT_REQUIRE(c->train_iters <= ((int64_t)1 << 60) / c->global_batch_size,
+              "--train-iters %lld times --global-batch-size %d is more samples than can be counted",
+              (long long)c->train_iters, c->global_batch_size);
   MGT_REQUIRE(!(c->fp16 && c->bf16), "--fp16 and --bf16 exclude each other");
   MGT_REQUIRE(c->distributed_backend != MGT_DIST_BACKEND_NCCL || c->device == MGT_DEVICE_CUDA,
               "--distributed-backend nccl needs --device cuda");

@@ -14,6 +14,7 @@ static _Thread_local struct {
   char message[MSG_LEN];
   char frames[MAX_FRAMES][FRAME_LEN];
   int n_frames;
+  int agreed; /* ranks that hold this same error (mgt_mpi_agree), 0 if only this one */
 } err;
 
 static int err_rank = -1;
@@ -38,8 +39,12 @@ void mgt_error_set(mgt_status st, const char *file, int line, const char *func, 
   vsnprintf(err.message, sizeof err.message, fmt, ap);
   va_end(ap);
   err.n_frames = 0;
+  err.agreed = 0;
   mgt_error_push(file, line, func, "");
 }
+
+void mgt_error_set_agreed(int nranks) { err.agreed = nranks; }
+int mgt_error_agreed(void) { return err.agreed; }
 
 void mgt_error_push(const char *file, int line, const char *func, const char *call) {
   if (err.n_frames >= MAX_FRAMES) return;
@@ -54,11 +59,14 @@ void mgt_error_clear(void) {
   err.status = MGT_OK;
   err.message[0] = '\0';
   err.n_frames = 0;
+  err.agreed = 0;
 }
 
 void mgt_error_print(FILE *f) {
   fprintf(f, "mgt: error: %s\n", err.message[0] ? err.message : "unknown failure");
-  if (err.status == MGT_ERR_INPUT) return;
+  /* a traceback helps with a bug, not with a bad flag, a full disk or too little memory */
+  if (err.status == MGT_ERR_INPUT || err.status == MGT_ERR_IO || err.status == MGT_ERR_NOMEM)
+    return;
   for (int i = 0; i < err.n_frames; i++) {
     if (err_rank >= 0)
       fprintf(f, "  [rank %d] %s\n", err_rank, err.frames[i]);

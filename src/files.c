@@ -1,5 +1,5 @@
 /* Durable publishing of finished files (checkpoints, datasets, exports). */
-#define _POSIX_C_SOURCE 200809L /* O_DIRECTORY, fsync */
+#define _GNU_SOURCE /* fallocate, O_DIRECTORY */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "mgt/common.h"
@@ -29,6 +30,16 @@ mgt_status mgt_publish_file(const char *tmp, const char *final) {
   return MGT_OK;
 }
 
+mgt_status mgt_check_space(const char *dir, uint64_t bytes, const char *what) {
+  struct statvfs vs;
+  if (statvfs(dir, &vs) != 0) return MGT_OK; /* nothing known: the writes will tell */
+  uint64_t avail = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
+  if (avail < bytes)
+    MGT_FAIL(MGT_ERR_IO, "%s: %.1f MB needed, %.1f MB free in %s: No space left on device", what,
+             bytes / 1e6, avail / 1e6, dir);
+  return MGT_OK;
+}
+
 mgt_status mgt_read_file(const char *flag, const char *path, char **out, size_t *n) {
   struct stat sb; /* a FIFO would block the open */
   MGT_REQUIRE(stat(path, &sb) == 0, "%s %s: cannot open: %s", flag, path, strerror(errno));
@@ -48,5 +59,21 @@ mgt_status mgt_read_file(const char *flag, const char *path, char **out, size_t 
   b[got] = 0;
   *out = b;
   *n = got;
+  return MGT_OK;
+}
+
+/* Reserves the blocks of the file's `bytes` (and room for the metadata written at close), so
+   that no collective write can fail for want of space on one rank only: HDF5's collective
+   calls do not survive that (the failing rank leaves while the others wait). File systems
+   without fallocate are written without a reservation. Not collective. */
+mgt_status mgt_reserve_file(const char *tmp, uint64_t bytes) {
+  int fd = open(tmp, O_WRONLY);
+  if (fd < 0) MGT_FAIL(MGT_ERR_IO, "%s: cannot open to reserve space: %s", tmp, strerror(errno));
+  const off_t want = (off_t)(bytes + bytes / 64 + (1u << 20));
+  int rc = fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, want), err = errno;
+  close(fd);
+  if (rc != 0 && (err == EOPNOTSUPP || err == ENOSYS)) return MGT_OK;
+  if (rc != 0)
+    MGT_FAIL(MGT_ERR_IO, "%s: cannot reserve %.1f MB: %s", tmp, want / 1e6, strerror(err));
   return MGT_OK;
 }

@@ -30,6 +30,7 @@ mgt_status mgt_mpi_agree(MPI_Comm comm, mgt_status local) {
   }
   MGT_MPI(MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, comm));
   if (rank != first) mgt_error_set((mgt_status)e.status, __FILE__, __LINE__, __func__, "%s", e.msg);
+  mgt_error_set_agreed(size);
   return (mgt_status)e.status;
 }
 

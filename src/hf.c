@@ -314,7 +314,11 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   memset(&state, 0, sizeof state);
   state.seed = cfg.seed;
   state.tensor_model_parallel_size = state.data_parallel_size = 1;
-  MGT_TRY(mgt_ckpt_save(save_dir, MPI_COMM_SELF, &w, &cfg, &state, log));
+  int lock = 0;
+  MGT_TRY(mgt_ckpt_prepare_dir(save_dir, MPI_COMM_SELF, mgt_ckpt_bytes(&w), &lock));
+  st = mgt_ckpt_save(save_dir, MPI_COMM_SELF, &w, &cfg, &state, log);
+  mgt_ckpt_unlock(save_dir, &lock);
+  MGT_TRY(st);
 done:
   free(tmp);
   free_whole(&w);

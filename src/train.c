@@ -24,6 +24,7 @@ struct mgt_trainer {
   int64_t iteration;
   uint64_t consumed;
   int64_t saved_iteration; /* of the last checkpoint written or loaded, -1 if none */
+  int save_lock;           /* this rank holds --save's lock */
   FILE *log;
   mgt_timer timers[N_TIMERS];
 };
@@ -81,6 +82,13 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
     st = mgt_calloc(sizeof(int32_t) * (size_t)cfg->micro_batch_size * (cfg->seq_length + 1),
                     "token batch", (void **)&tr->tokens);
   MGT_TRY(mgt_mpi_agree(grid->world, st));
+  if (cfg->save[0]) { /* a bad --save is found now, not at the first save hours later */
+    st = trainer_state(tr, !cfg->no_save_optim, &list);
+    uint64_t bytes = st == MGT_OK ? mgt_ckpt_bytes(&list) : 0;
+    mgt_state_fini(&list);
+    MGT_TRY(mgt_mpi_agree(grid->world, st));
+    MGT_TRY(mgt_ckpt_prepare_dir(cfg->save, grid->world, bytes, &tr->save_lock));
+  }
   if (cfg->mock_data) {
     st = mgt_data_mock_create(&tr->cfg, &tr->data);
     if (st == MGT_OK) st = mgt_data_mock_valid_create(&tr->cfg, &tr->valid);
@@ -149,6 +157,7 @@ int64_t mgt_trainer_iteration(const mgt_trainer *tr) { return tr->iteration; }
 void mgt_trainer_destroy(mgt_trainer **ptr) {
   mgt_trainer *tr = *ptr;
   if (!tr) return;
+  mgt_ckpt_unlock(tr->cfg.save, &tr->save_lock);
   mgt_data_destroy(&tr->data);
   mgt_data_destroy(&tr->valid);
   mgt_optim_destroy(&tr->optim);

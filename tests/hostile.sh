@@ -137,8 +137,9 @@ verify_damaged "an unknown tensor" "$tmp/extra" "damaged: /model/spare (not a te
 printf '{"text": "%s"}\n' "first document of the set" "a second one, longer than the first" "third" "and a fourth one here" > "$tmp/docs.jsonl"
 for i in $(seq 1 40); do echo "{\"text\": \"line $i of some more text to train on, with words\"}"; done >> "$tmp/docs.jsonl"
 "${T[@]}" "$MGT" preprocess --input "$tmp/docs.jsonl" --output-prefix "$tmp/docs" --tokenizer-type ByteTokenizer --append-eod > /dev/null || fail "preprocess"
-D=(train --data-path "$tmp/docs" --tokenizer-type ByteTokenizer --num-layers 1 --hidden-size 16
-  --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 2 --eval-iters 0)
+D0=(train --tokenizer-type ByteTokenizer --num-layers 1 --hidden-size 16 --num-attention-heads 2
+  --seq-length 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 2 --eval-iters 0)
+D=("${D0[@]}" --data-path "$tmp/docs")
 ndocs=$($PY -c "import h5py; print(h5py.File('$tmp/docs.h5')['document_offsets'].shape[0] - 1)")
 for n in 2 $((ndocs / 2)); do
   cp "$tmp/docs.h5" "$tmp/nd$n.h5" && h5edit "$tmp/nd$n.h5" "f.attrs['n_documents'] = np.int64($n)"
@@ -158,6 +159,39 @@ b = bytearray(open(sys.argv[1], "rb").read()); b[-3] ^= 0x40; open(sys.argv[1], 
 PY
 "${T[@]}" "$MPIEXEC" -n 2 "$MGT" "${D[@]}" > "$tmp/out" 2>&1 && grep -q "is damaged or incomplete: rebuilding it" "$tmp/out" &&
   echo "ok: a sample-index cache with a flipped bit is rebuilt" || { fail "a flipped bit in the cache"; tail -3 "$tmp/out"; }
+
+# hundreds of blended prefixes, every one checked
+many=() && for i in $(seq 1 150); do many+=(1 "$tmp/docs"); done
+"${T[@]}" "$MGT" "${D0[@]}" --data-path "${many[@]}" > "$tmp/out" 2>&1 &&
+  echo "ok: 150 weighted prefixes in --data-path train" || { fail "150 prefixes"; tail -3 "$tmp/out"; }
+many[129]=$tmp/typo
+expect_error "--data-path $tmp/typo.h5: No such file" "$MGT" "${D0[@]}" --data-path "${many[@]}"
+many[129]=$tmp/docs && many[128]=x1
+expect_error "--data-path: value 129, 'x1', is not a positive weight" "$MGT" "${D0[@]}" --data-path "${many[@]}"
+
+# ---- output locations: checked before the first iteration; one job per --save directory ----
+expect_error "--save /etc/passwd: not a directory" "$MGT" "${R[@]}" --save /etc/passwd
+expect_error "--save /proc/none/ckpt: cannot create /proc/none" "$MGT" "${R[@]}" --save /proc/none/ckpt
+"${T[@]}" "$MGT" "${R[@]}" --save "$tmp/new/parents/ckpt" > /dev/null 2>&1 && [ -f "$tmp/new/parents/ckpt/latest" ] &&
+  [ ! -e "$tmp/new/parents/ckpt/mgt.lock" ] && echo "ok: --save creates missing parents; the lock is released" ||
+  fail "--save with missing parents"
+"$MGT" "${R[@]}" --train-iters 100000000 --log-interval 10000000 --save "$tmp/shared" > "$tmp/first.log" 2>&1 &
+first=$!
+for _ in $(seq 1 400); do [ -f "$tmp/shared/mgt.lock" ] && break; sleep 0.05; done
+expect_error "--save $tmp/shared is in use by another job (host $(hostname), pid $first" "$MGT" "${R[@]}" --save "$tmp/shared"
+kill -TERM $first
+wait $first
+rc=$?
+[ $rc = 75 ] && [ -f "$tmp/shared/latest" ] && [ ! -e "$tmp/shared/mgt.lock" ] &&
+  echo "ok: the first job saved on SIGTERM (exit 75) and released its lock" ||
+  { fail "the first job after SIGTERM: exit $rc"; tail -3 "$tmp/first.log"; }
+"$MGT" "${R[@]}" --train-iters 100000000 --log-interval 10000000 --save "$tmp/killed" > /dev/null 2>&1 &
+victim=$!
+for _ in $(seq 1 400); do [ -f "$tmp/killed/mgt.lock" ] && break; sleep 0.05; done
+kill -KILL $victim
+wait $victim 2> /dev/null
+[ -f "$tmp/killed/mgt.lock" ] && "${T[@]}" "$MGT" "${R[@]}" --save "$tmp/killed" > "$tmp/out" 2>&1 &&
+  echo "ok: the lock of a killed job is taken over" || { fail "a stale lock"; tail -3 "$tmp/out"; }
 
 # ---- flags ----
 expect_error "--metrics-file: missing value before --fp16 (write --metrics-file=VALUE" "$MGT" "${R[@]}" --metrics-file --fp16

@@ -45,6 +45,19 @@ MGT_NODISCARD mgt_status mgt_ckpt_save(const char *dir, MPI_Comm world, const mg
                                        const mgt_config *cfg, const mgt_ckpt_state *state,
                                        FILE *log);
 
+/* Makes DIR ready to take checkpoints of `bytes` each, before the first iteration rather than
+   at the first save: creates it (and missing parents), checks it is a writable directory with
+   room for one checkpoint, and locks it for this job with DIR/mgt.lock (host, pid, Slurm job).
+   A lock held by a live job is refused, naming it; one left by a process that is gone on this
+   host, or by this same Slurm job before a requeue, is taken over. *lock (0 or 1) says whether
+   this rank holds the lock, for mgt_ckpt_unlock. Collective over world; errors are agreed. */
+MGT_NODISCARD mgt_status mgt_ckpt_prepare_dir(const char *dir, MPI_Comm world, uint64_t bytes,
+                                              int *lock);
+/* Removes the lock taken by mgt_ckpt_prepare_dir (when *lock), and clears *lock. */
+void mgt_ckpt_unlock(const char *dir, int *lock);
+/* Bytes of a checkpoint of `tensors` (data plus room for metadata). Not collective. */
+uint64_t mgt_ckpt_bytes(const mgt_state *tensors);
+
 /* The checkpoint file of DIR (its `latest`, or iteration K when K >= 0), or FILE itself.
    Errors name what is missing. Not collective. */
 MGT_NODISCARD mgt_status mgt_ckpt_resolve(const char *dir_or_file, int64_t iteration, char *path,

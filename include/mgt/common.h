@@ -33,7 +33,11 @@ void mgt_error_push(const char *file, int line, const char *func, const char *ca
 /* The message of the current error ("" if none). The pointer stays valid until the next set. */
 const char *mgt_error_message(void);
 mgt_status mgt_error_status(void);
-/* Prints "mgt: error: message" and, unless the error is user input, the traceback. */
+/* Marks the current error as held by `nranks` ranks alike (mgt_mpi_agree), and reads it back
+   (0: only this rank has it), so that the caller knows whether one rank may report for all. */
+void mgt_error_set_agreed(int nranks);
+int mgt_error_agreed(void);
+/* Prints "mgt: error: message" and, for internal, MPI and backend errors, the traceback. */
 void mgt_error_print(FILE *f);
 void mgt_error_clear(void);
 /* The rank printed in tracebacks; set once by main after MPI_Init. */
@@ -94,6 +98,17 @@ void mgt_free(void *p);
    one file system) and syncs the directory, so that a crash leaves either the old file or the
    whole new one. The one way every output of the project is published. Not collective. */
 MGT_NODISCARD mgt_status mgt_publish_file(const char *tmp, const char *final);
+
+/* Fails with MGT_ERR_IO ("... No space left on device") when the file system of directory
+   `dir` has less than `bytes` free for this user; `what` names the output. A check before a
+   file is created, so that a full disk is a clean refusal rather than a failure inside a
+   collective write. Not collective. */
+MGT_NODISCARD mgt_status mgt_check_space(const char *dir, uint64_t bytes, const char *what);
+
+/* Reserves the blocks of a file of `bytes` being written (and room for metadata) with
+   fallocate(FALLOC_FL_KEEP_SIZE), so that collective writes into it cannot run out of space on
+   one rank only; file systems without fallocate are left as they are. Not collective. */
+MGT_NODISCARD mgt_status mgt_reserve_file(const char *path, uint64_t bytes);
 
 /* Reads a whole regular file into a malloc'd, NUL-terminated buffer (*n bytes, free with
    free); errors name the flag (or other origin) `flag`. Not collective. */

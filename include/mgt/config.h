@@ -65,8 +65,8 @@ typedef struct mgt_config {
   uint64_t seed;
   /* data */
   int mock_data;
-  char data_path[8192]; /* "P" or "W1 P1 W2 P2 ...", one value per line */
-  char split[128];      /* train,valid,test weights over documents */
+  char data_path[1 << 16]; /* "P" or "W1 P1 W2 P2 ...", one value per line (hundreds of pairs) */
+  char split[128];         /* train,valid,test weights over documents */
   char vocab_file[MGT_PATH_MAX];
   char merge_file[MGT_PATH_MAX];
   int tokenizer_type; /* MGT_TOKENIZER_* */
