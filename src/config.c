@@ -109,6 +109,9 @@ static const mgt_flag flags[] = {
     BOOL("--finetune", finetune, "load weights only; iteration, samples and optimizer restart"),
     INT("--exit-duration-in-mins", exit_duration_in_mins, 0, 1 << 30,
         "save and exit (status 75, for requeue) after this many minutes (0: never)"),
+    INT("--max-skipped-iterations", max_skipped_iterations, 0, 1 << 30,
+        "save and stop after this many iterations in a row with a non-finite loss or gradient "
+        "norm (0: never; fp16 loss-scale overflows do not count)"),
     INT("--exit-interval", exit_interval, 0, 1 << 30,
         "save and exit (status 0) when the iteration is a multiple of this (0: never)"),
     INT("--log-interval", log_interval, 1, 1 << 30, "iterations between log lines"),

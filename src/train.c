@@ -194,9 +194,13 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   }
   MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, &loss, 1, MGT_SUM));
   mgt_timer_start(&tr->timers[T_OPTIMIZER]);
-  double norm = 0.0;
-  int skipped = 0;
-  MGT_CHECK(mgt_optim_step(tr->optim, lr, &norm, &skipped));
+  double norm = NAN;
+  int skipped = 1;
+  /* The loss is the same on every rank (summed over both axes), so all take the same branch.
+     A non-finite loss skips the update whatever the gradients look like. */
+  if (isfinite(loss)) MGT_CHECK(mgt_optim_step(tr->optim, lr, &norm, &skipped));
+  /* under dynamic fp16 loss scaling an overflowing norm is expected, and lowers the scale */
+  const int dynamic_fp16 = c->fp16 && c->loss_scale == 0;
   MGT_CHECK(tr->be->sync(tr->be->ctx));
   mgt_timer_stop(&tr->timers[T_OPTIMIZER]);
   mgt_timer_stop(&tr->timers[T_ITERATION]);
@@ -209,6 +213,7 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   stats->lr = lr;
   stats->seconds = tr->timers[T_ITERATION].total;
   stats->skipped = skipped;
+  stats->nonfinite = !isfinite(loss) || (skipped && !dynamic_fp16);
   stats->loss_scale = mgt_optim_loss_scale(tr->optim);
   return MGT_OK;
 }
@@ -250,7 +255,7 @@ static void json_num(FILE *f, const char *key, double v, int digits) {
 }
 
 static void metrics_line(FILE *f, const mgt_step_stats *s, double loss, double ms,
-                         double tokens_per_sec, double tflops, int skipped) {
+                         double tokens_per_sec, double tflops, int skipped, int nans) {
   fprintf(f, "{\"iteration\":%lld,\"consumed_samples\":%llu", (long long)s->iteration,
           (unsigned long long)s->consumed_samples);
   json_num(f, "loss", loss, 17);
@@ -259,7 +264,7 @@ static void metrics_line(FILE *f, const mgt_step_stats *s, double loss, double m
   json_num(f, "ms_per_iteration", ms, 9);
   json_num(f, "tokens_per_sec", tokens_per_sec, 9);
   json_num(f, "tflops", tflops, 9);
-  fprintf(f, ",\"skipped_iterations\":%d", skipped);
+  fprintf(f, ",\"skipped_iterations\":%d,\"nan_iterations\":%d", skipped, nans);
   json_num(f, "loss_scale", s->loss_scale, 17);
   fputs("}\n", f);
 }
@@ -276,7 +281,7 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
   }
   mgt_status st = MGT_OK;
   double loss_acc = 0.0, t_acc = 0.0;
-  int n_acc = 0, skipped_acc = 0;
+  int n_acc = 0, skipped_acc = 0, nan_acc = 0, nan_row = 0;
   const double flops = mgt_gpt_flops_per_iteration(c);
   const double tokens = (double)c->global_batch_size * c->seq_length;
   const double started = mgt_now();
@@ -288,6 +293,8 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
     t_acc += mgt_now() - t0;
     if (!s.skipped) loss_acc += s.loss, n_acc++;
     skipped_acc += s.skipped;
+    nan_acc += s.nonfinite;
+    nan_row = s.nonfinite ? nan_row + 1 : 0;
     if (mgt_trainer_has_validation(tr) &&
         (s.iteration % c->eval_interval == 0 || s.iteration == c->train_iters)) {
       double vl = 0.0;
@@ -313,20 +320,29 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
                 " iteration %8lld/%8lld | consumed samples: %10llu | elapsed time per "
                 "iteration (ms): %.1f | learning rate: %.3E | global batch size: %5d | lm "
                 "loss: %.6E | grad norm: %.3f | tokens/s: %.1f | TFLOP/s: %.4f | skipped "
-                "iterations: %d",
+                "iterations: %d | nan iterations: %d",
                 (long long)s.iteration, (long long)c->train_iters,
                 (unsigned long long)s.consumed_samples, ms, s.lr, c->global_batch_size, loss,
-                s.grad_norm, tps, tflops, skipped_acc);
+                s.grad_norm, tps, tflops, skipped_acc, nan_acc);
         if (c->fp16) fprintf(log, " | loss scale: %.1f", s.loss_scale);
         fputc('\n', log);
         fflush(log);
         if (metrics) {
-          metrics_line(metrics, &s, loss, ms, tps, tflops, skipped_acc);
+          metrics_line(metrics, &s, loss, ms, tps, tflops, skipped_acc, nan_acc);
           fflush(metrics);
         }
       }
       loss_acc = t_acc = 0.0;
-      n_acc = skipped_acc = 0;
+      n_acc = skipped_acc = nan_acc = 0;
+    }
+    if (c->max_skipped_iterations > 0 && nan_row >= c->max_skipped_iterations) {
+      *end = MGT_RUN_NONFINITE; /* every rank saw the same losses and norms */
+      if (root)
+        fprintf(log,
+                "stopping after iteration %lld: %d iterations in a row had a non-finite loss or "
+                "gradient norm (--max-skipped-iterations %d)\n",
+                (long long)s.iteration, nan_row, c->max_skipped_iterations);
+      break;
     }
     if (c->save[0] && c->save_interval > 0 && s.iteration % c->save_interval == 0)
       MGT_TRY(mgt_trainer_save(tr, c->save));

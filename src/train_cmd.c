@@ -171,6 +171,8 @@ int mgt_cli_train(int argc, char **argv, MPI_Comm world) {
     st = mgt_trainer_run(tr, stdout, &stop_signal, &end);
     if (st != MGT_OK)
       rc = mgt_cli_fail(st, rank, world, 0);
+    else if (end == MGT_RUN_NONFINITE)
+      rc = 1; /* a diverged run is not to be requeued */
     else if (end == MGT_RUN_SIGNALED || end == MGT_RUN_DURATION)
       rc = MGT_EXIT_REQUEUE;
   }

@@ -193,6 +193,25 @@ wait $victim 2> /dev/null
 [ -f "$tmp/killed/mgt.lock" ] && "${T[@]}" "$MGT" "${R[@]}" --save "$tmp/killed" > "$tmp/out" 2>&1 &&
   echo "ok: the lock of a killed job is taken over" || { fail "a stale lock"; tail -3 "$tmp/out"; }
 
+# ---- a run that goes non-finite: skipped, counted, and stopped with a checkpoint ----
+# (a fixed loss scale of 1e30 overflows every fp16 gradient: a NaN in every step)
+"${T[@]}" "$MGT" "${R[@]}" --train-iters 50 --fp16 --loss-scale 1e30 --max-skipped-iterations 3 \
+  --save "$tmp/nan" --metrics-file "$tmp/nan.jsonl" > "$tmp/out" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "stopping after iteration 3: 3 iterations in a row had a non-finite loss" "$tmp/out" &&
+  [ "$(cat "$tmp/nan/latest")" = 3 ] && $PY - "$tmp/nan.jsonl" <<'PY' && echo "ok: a non-finite run is skipped, counted and stopped with a checkpoint (exit 1)" || { fail "a non-finite run (exit $rc)"; tail -3 "$tmp/out"; }
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["nan_iterations"] for r in rows] == [1, 1, 1] and all(r["grad_norm"] is None for r in rows), rows
+PY
+# dynamic fp16 scaling skips its overflows without counting them
+"${T[@]}" "$MGT" "${R[@]}" --train-iters 12 --fp16 --max-skipped-iterations 1 --metrics-file "$tmp/ovf.jsonl" > "$tmp/out" 2>&1 &&
+  $PY - "$tmp/ovf.jsonl" <<'PY' && echo "ok: fp16 overflow skips are not counted as non-finite" || { fail "fp16 overflows"; tail -3 "$tmp/out"; }
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert sum(r["skipped_iterations"] for r in rows) > 0 and sum(r["nan_iterations"] for r in rows) == 0, rows
+PY
+
 # ---- flags ----
 expect_error "--metrics-file: missing value before --fp16 (write --metrics-file=VALUE" "$MGT" "${R[@]}" --metrics-file --fp16
 expect_error "--hidden-size: expected an integer, got ' 64'" "$MGT" train --mock-data --hidden-size " 64"

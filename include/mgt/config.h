@@ -84,6 +84,7 @@ typedef struct mgt_config {
   /* stopping early */
   int exit_duration_in_mins;
   int exit_interval;
+  int max_skipped_iterations; /* stop after this many non-finite iterations in a row; 0: never */
   /* logging */
   int log_interval;
   char metrics_file[MGT_PATH_MAX];

@@ -28,7 +28,8 @@ typedef struct mgt_step_stats {
   double grad_norm;          /* before clipping */
   double lr;
   double seconds;
-  int skipped;       /* the update was skipped: non-finite gradients */
+  int skipped;       /* the update was skipped: non-finite loss or gradients */
+  int nonfinite;     /* skipped for a non-finite loss or norm that is no fp16 overflow */
   double loss_scale; /* after the step (1 unless --fp16) */
 } mgt_step_stats;
 
@@ -57,6 +58,7 @@ typedef enum mgt_run_end {
   MGT_RUN_SIGNALED, /* *stop was set (SIGUSR1/SIGTERM) on some rank */
   MGT_RUN_DURATION, /* --exit-duration-in-mins elapsed */
   MGT_RUN_INTERVAL, /* --exit-interval reached */
+  MGT_RUN_NONFINITE, /* --max-skipped-iterations non-finite iterations in a row */
 } mgt_run_end;
 
 /* The exit status `mgt train` uses for a run that stopped early but is not finished (signal,
