@@ -29,4 +29,12 @@ for np in 1 2 4; do
     "$BUILD/bench/bench_write" "$DIR/raw" "$size" "$hold"
   fi
 done
+# --async-save: the pause the training sees (the copy to host memory) against the write the
+# background thread does while the next iterations run
+for np in 1 2; do
+  rm -rf "$DIR/ckpt"
+  OMP_NUM_THREADS=1 mpiexec -n $np --bind-to none "$BUILD/mgt" train "${M[@]}" --train-iters 4 \
+    --save-interval 2 --async-save --tensor-model-parallel-size $np --save "$DIR/ckpt" |
+    grep -E "copied to host memory|saved checkpoint" | sed "s/^/async, $np rank(s): /"
+done
 rm -rf "$DIR"

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -305,16 +306,8 @@ static mgt_status write_file(const char *tmp, MPI_Comm comm, const mgt_state *s,
   st = mgt_h5_status(file, what, __FILE__, __LINE__, __func__, "H5Fcreate");
   st = mgt_mpi_agree(comm, st);
   if (st == MGT_OK) st = mgt_mpi_agree(comm, create_datasets(file, lcpl, s, what));
-  if (st == MGT_OK) {
-    /* every dataset is allocated: the file's size is known before any data is written */
-    hsize_t size = 0;
-    if (rank == 0) {
-      st = mgt_h5_status(H5Fget_filesize(file, &size), what, __FILE__, __LINE__, __func__,
-                         "H5Fget_filesize");
-      if (st == MGT_OK) st = mgt_reserve_file(tmp, size);
-    }
-    st = mgt_mpi_agree(comm, st);
-  }
+  /* every dataset is allocated: the file's size is known before any data is written */
+  if (st == MGT_OK) st = mgt_h5_reserve(file, tmp, comm, what);
   if (st == MGT_OK) st = mgt_mpi_agree(comm, write_slabs(file, dxpl, s, staging, sums, what));
   if (st == MGT_OK) {
     /* the primary slabs add up to the logical tensors' checksums */
@@ -322,19 +315,7 @@ static mgt_status write_file(const char *tmp, MPI_Comm comm, const mgt_state *s,
     st = mgt_mpi_status(rc, __FILE__, __LINE__, __func__, "MPI_Allreduce(sums)");
   }
   if (st == MGT_OK) st = mgt_mpi_agree(comm, write_attrs(file, s, sums, cfg, state, what));
-  if (st != MGT_OK && file >= 0) {
-    /* Give the space back first: the close writes metadata, which a full disk would refuse
-       on some ranks only. The caller removes the file. */
-    if (rank == 0) (void)!truncate(tmp, 0);
-    MPI_Barrier(comm);
-  }
-  if (file >= 0) {
-    herr_t rc = H5Fclose(file);
-    if (st == MGT_OK)
-      st = mgt_h5_status(rc, what, __FILE__, __LINE__, __func__, "H5Fclose");
-    else
-      H5Eclear2(H5E_DEFAULT); /* the first error is the one to report */
-  }
+  st = mgt_h5_close(file, tmp, comm, st, what); /* the caller removes a failed file */
   if (lcpl >= 0) H5Pclose(lcpl);
   if (dxpl >= 0) H5Pclose(dxpl);
   if (fapl >= 0) H5Pclose(fapl);
@@ -452,7 +433,16 @@ static int lock_stale(const lock_owner *o, int readable, const lock_owner *me) {
   if (!readable) return 1;
   if (strcmp(o->job, "-") != 0 && strcmp(o->job, me->job) == 0) return 1;
   if (strcmp(o->host, me->host) != 0) return 0;
-  return o->pid != me->pid && kill((pid_t)o->pid, 0) != 0 && errno == ESRCH;
+  if (o->pid == me->pid) return 0;
+  if (kill((pid_t)o->pid, 0) != 0 && errno == ESRCH) return 1;
+  /* a killed process not reaped yet is a zombie: gone all the same */
+  char stat_path[64], line[512];
+  snprintf(stat_path, sizeof stat_path, "/proc/%lld/stat", o->pid);
+  FILE *f = fopen(stat_path, "r");
+  if (!f) return 0;
+  const char *close_paren = fgets(line, sizeof line, f) ? strrchr(line, ')') : NULL;
+  fclose(f);
+  return close_paren && (close_paren[2] == 'Z' || close_paren[2] == 'X');
 }
 
 static mgt_status lock_take(const char *dir) {
@@ -529,6 +519,55 @@ void mgt_ckpt_unlock(const char *dir, int *lock) {
   lock_owner me, o;
   lock_me(&me);
   if (lock_read(path, &o) && o.pid == me.pid && strcmp(o.host, me.host) == 0) unlink(path);
+}
+
+static int by_iteration_desc(const void *a, const void *b) {
+  long long x = *(const long long *)a, y = *(const long long *)b;
+  return (x < y) - (x > y);
+}
+
+mgt_status mgt_ckpt_prune(const char *dir, int keep, FILE *log) {
+  if (keep <= 0) return MGT_OK;
+  long long latest = -1;
+  char path[MGT_PATH_MAX + 64];
+  snprintf(path, sizeof path, "%s/latest", dir);
+  FILE *f = fopen(path, "r");
+  if (f) {
+    if (fscanf(f, "%lld", &latest) != 1) latest = -1;
+    fclose(f);
+  }
+  DIR *d = opendir(dir);
+  if (!d) MGT_FAIL(MGT_ERR_IO, "--save %s: cannot list: %s", dir, strerror(errno));
+  long long *its = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    /* exactly iter_<digits>.h5: a .tmp being written does not match */
+    const char *c = e->d_name;
+    if (strncmp(c, "iter_", 5) != 0) continue;
+    c += 5;
+    long long it = 0;
+    int digits = 0;
+    for (; *c >= '0' && *c <= '9' && digits < 18; c++, digits++)
+      it = 10 * it + (*c - '0');
+    if (digits < 7 || strcmp(c, ".h5") != 0) continue;
+    if (n == cap) {
+      long long *p = realloc(its, sizeof *p * (cap = cap ? 2 * cap : 64));
+      if (!p) break;
+      its = p;
+    }
+    its[n++] = it;
+  }
+  closedir(d);
+  qsort(its, n, sizeof *its, by_iteration_desc);
+  for (size_t i = (size_t)keep; i < n; i++) {
+    if (its[i] == latest) continue;
+    snprintf(path, sizeof path, "%s/iter_%07lld.h5", dir, its[i]);
+    if (unlink(path) == 0 && log)
+      fprintf(log, "removed checkpoint %s (--keep-last %d)\n", path, keep);
+  }
+  free(its);
+  return MGT_OK;
 }
 
 /* ---- reading ---- */

@@ -585,7 +585,13 @@ static mgt_status source_get(void *ctx, uint64_t first, int n, int T, int32_t *o
     const split_index *ix = &s->ix[d];
     MGT_REQUIRE(k < ix->n_samples, "sample %lld is beyond the %lld in the index of %s",
                 (long long)k, (long long)ix->n_samples, ix->ds->info.path);
-    read_sample(ix, ix->shuffle[k], T, out + (size_t)r * (T + 1));
+    int32_t *row = out + (size_t)r * (T + 1);
+    read_sample(ix, ix->shuffle[k], T, row);
+    const int64_t V = ix->ds->info.vocab_size; /* the attribute may lie about the data */
+    for (int t = 0; t <= T; t++)
+      MGT_REQUIRE(row[t] >= 0 && row[t] < V,
+                  "--data-path %s: token id %lld in sample %lld is outside its vocabulary of %lld",
+                  ix->ds->info.path, (long long)(uint32_t)row[t], (long long)k, (long long)V);
   }
   return MGT_OK;
 }

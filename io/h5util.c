@@ -1,7 +1,11 @@
+#define _GNU_SOURCE /* truncate */
 #include "h5util.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "mgt/grid.h"
 
 void mgt_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
@@ -28,16 +32,25 @@ mgt_status mgt_h5_status(int64_t ret, const char *what, const char *file, int li
   return MGT_ERR_IO;
 }
 
-mgt_status mgt_h5_write_i64(hid_t obj, const char *name, int64_t v, const char *what) {
+static mgt_status write_scalar(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v,
+                               const char *what) {
   mgt_status st = MGT_OK;
   hid_t sp = -1, a = -1;
   MGT_H5_TRY(sp = H5Screate(H5S_SCALAR), what);
-  MGT_H5_TRY(a = H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT), what);
-  MGT_H5_TRY(H5Awrite(a, H5T_NATIVE_INT64, &v), what);
+  MGT_H5_TRY(a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT), what);
+  MGT_H5_TRY(H5Awrite(a, mtype, v), what);
 done:
   if (a >= 0) H5Aclose(a);
   if (sp >= 0) H5Sclose(sp);
   return st;
+}
+
+mgt_status mgt_h5_write_i64(hid_t obj, const char *name, int64_t v, const char *what) {
+  return write_scalar(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v, what);
+}
+
+mgt_status mgt_h5_write_u64(hid_t obj, const char *name, uint64_t v, const char *what) {
+  return write_scalar(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v, what);
 }
 
 mgt_status mgt_h5_write_str(hid_t obj, const char *name, const char *v, const char *what) {
@@ -88,15 +101,32 @@ mgt_status mgt_h5_read_u64(hid_t obj, const char *name, uint64_t *v, const char 
   return read_int(obj, name, H5T_NATIVE_UINT64, v, what);
 }
 
-mgt_status mgt_h5_write_u64(hid_t obj, const char *name, uint64_t v, const char *what) {
+mgt_status mgt_h5_reserve(hid_t file, const char *path, MPI_Comm comm, const char *what) {
+  int rank;
+  MGT_MPI(MPI_Comm_rank(comm, &rank));
   mgt_status st = MGT_OK;
-  hid_t sp = -1, a = -1;
-  MGT_H5_TRY(sp = H5Screate(H5S_SCALAR), what);
-  MGT_H5_TRY(a = H5Acreate2(obj, name, H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT), what);
-  MGT_H5_TRY(H5Awrite(a, H5T_NATIVE_UINT64, &v), what);
-done:
-  if (a >= 0) H5Aclose(a);
-  if (sp >= 0) H5Sclose(sp);
+  if (rank == 0) {
+    hsize_t size = 0;
+    st = mgt_h5_status(H5Fget_filesize(file, &size), what, __FILE__, __LINE__, __func__,
+                       "H5Fget_filesize");
+    if (st == MGT_OK) st = mgt_reserve_file(path, size);
+  }
+  return mgt_mpi_agree(comm, st);
+}
+
+mgt_status mgt_h5_close(hid_t file, const char *path, MPI_Comm comm, mgt_status st,
+                        const char *what) {
+  if (file < 0) return st;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (st != MGT_OK) {
+    /* the close writes metadata, which a full disk would refuse on some ranks only */
+    if (rank == 0) (void)!truncate(path, 0);
+    MPI_Barrier(comm);
+  }
+  herr_t rc = H5Fclose(file);
+  if (st == MGT_OK) return mgt_h5_status(rc, what, __FILE__, __LINE__, __func__, "H5Fclose");
+  H5Eclear2(H5E_DEFAULT); /* the first error is the one to report */
   return st;
 }
 

@@ -25,6 +25,17 @@ MGT_NODISCARD mgt_status mgt_h5_write_str(hid_t obj, const char *name, const cha
 /* Reads fail with MGT_ERR_INPUT naming `what` when the attribute is missing or mistyped. */
 MGT_NODISCARD mgt_status mgt_h5_write_u64(hid_t obj, const char *name, uint64_t v,
                                           const char *what);
+/* Parallel files are written in phases that every rank agrees on (create, reserve, write,
+   attributes). mgt_h5_reserve, once every dataset is created, reserves the file's blocks
+   (mgt_reserve_file, by rank 0 of comm) so that no collective write runs out of space on one
+   rank only. mgt_h5_close closes the file for everyone with the agreed status `st`: after a
+   failure it first gives the space back (truncates the file, which the caller then removes)
+   and returns `st` unchanged. Both collective over comm. */
+MGT_NODISCARD mgt_status mgt_h5_reserve(hid_t file, const char *path, MPI_Comm comm,
+                                        const char *what);
+MGT_NODISCARD mgt_status mgt_h5_close(hid_t file, const char *path, MPI_Comm comm, mgt_status st,
+                                      const char *what);
+
 /* Integers must be stored as one integer (not a float, not an array). */
 MGT_NODISCARD mgt_status mgt_h5_read_i64(hid_t obj, const char *name, int64_t *v, const char *what);
 MGT_NODISCARD mgt_status mgt_h5_read_u64(hid_t obj, const char *name, uint64_t *v,

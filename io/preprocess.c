@@ -410,15 +410,7 @@ static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_
       st = create_1d(file, "document_offsets", H5T_STD_I64LE, (hsize_t)t->n_docs + 1, what);
     st = mgt_mpi_agree(world, st);
   }
-  if (st == MGT_OK) {
-    hsize_t bytes = 0;
-    if (rank == 0) {
-      st = mgt_h5_status(H5Fget_filesize(file, &bytes), what, __FILE__, __LINE__, __func__,
-                         "H5Fget_filesize");
-      if (st == MGT_OK) st = mgt_reserve_file(tmp, bytes);
-    }
-    st = mgt_mpi_agree(world, st);
-  }
+  if (st == MGT_OK) st = mgt_h5_reserve(file, tmp, world, what);
   if (st == MGT_OK) {
     st = write_1d(file, "tokens", wide ? H5T_NATIVE_UINT32 : H5T_NATIVE_UINT16,
                   (hsize_t)t->tok_before, (hsize_t)n, buf, what);
@@ -428,18 +420,7 @@ static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_
     st = mgt_mpi_agree(world, st);
   }
   if (st == MGT_OK) st = mgt_mpi_agree(world, write_attrs(file, o, t, meta, what));
-  if (st != MGT_OK && file >= 0) {
-    /* the close writes metadata: give the space back first (a full disk) */
-    if (rank == 0) (void)!truncate(tmp, 0);
-    MPI_Barrier(world);
-  }
-  if (file >= 0) {
-    herr_t rc = H5Fclose(file);
-    if (st == MGT_OK)
-      st = mgt_h5_status(rc, what, __FILE__, __LINE__, __func__, "H5Fclose");
-    else
-      H5Eclear2(H5E_DEFAULT);
-  }
+  st = mgt_h5_close(file, tmp, world, st, what);
   if (fapl >= 0) H5Pclose(fapl);
   mgt_free(buf);
   mgt_free(offs);

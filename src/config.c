@@ -101,6 +101,11 @@ static const mgt_flag flags[] = {
     INT("--save-interval", save_interval, 0, 1 << 30,
         "iterations between checkpoints (0: only at the end)"),
     BOOL("--no-save-optim", no_save_optim, "leave the optimizer state out of checkpoints"),
+    INT("--keep-last", keep_last, 0, 1 << 30,
+        "keep only the newest N checkpoints in --save (0: keep all)"),
+    BOOL("--async-save", async_save,
+         "copy the checkpoint to host memory and write it in the background while training "
+         "continues"),
     STR("--load", load, "resume from this checkpoint directory (its latest) or file"),
     I64("--ckpt-iteration", ckpt_iteration, -1, BIG, "load this iteration instead of the latest"),
     BOOL("--no-load-optim", no_load_optim, "start the optimizer afresh when loading"),

@@ -1,14 +1,18 @@
 /* The mgt executable: MPI setup around the command line. */
 #include <mpi.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "mgt/backend.h"
 #include "mgt/cli.h"
 #include "mgt/common.h"
 
 int main(int argc, char **argv) {
-  int provided = 0;
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+  int provided = 0, want = MPI_THREAD_FUNNELED;
+  /* a background checkpoint writer calls MPI beside the training thread */
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--async-save") == 0) want = MPI_THREAD_MULTIPLE;
+  if (MPI_Init_thread(&argc, &argv, want, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "mgt: error: MPI_Init_thread failed\n");
     return 1;
   }

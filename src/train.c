@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -11,6 +13,26 @@
 
 enum { T_ITERATION, T_FWDBWD, T_OPTIMIZER, T_DATA, N_TIMERS };
 static const char *timer_names[N_TIMERS] = {"iteration", "forward-backward", "optimizer", "data"};
+
+/* A checkpoint being written by a background thread (--async-save): a host copy of this rank's
+   slabs of the saved copy, and a communicator of its own, so that the writer's collectives
+   never meet the training's. */
+typedef struct async_save {
+  pthread_t thread;
+  int running;
+  MPI_Comm comm;
+  mgt_state list;
+  float *host; /* kept from save to save */
+  size_t host_n;
+  const mgt_config *cfg;
+  mgt_ckpt_state state;
+  char dir[MGT_PATH_MAX];
+  FILE *log;
+  int keep_last, rank;
+  mgt_status status; /* the thread's outcome (its error record is its own) */
+  char error[1024];
+  int agreed;
+} async_save;
 
 struct mgt_trainer {
   mgt_config cfg;
@@ -25,6 +47,7 @@ struct mgt_trainer {
   uint64_t consumed;
   int64_t saved_iteration; /* of the last checkpoint written or loaded, -1 if none */
   int save_lock;           /* this rank holds --save's lock */
+  async_save async;
   FILE *log;
   mgt_timer timers[N_TIMERS];
 };
@@ -82,6 +105,14 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
     st = mgt_calloc(sizeof(int32_t) * (size_t)cfg->micro_batch_size * (cfg->seq_length + 1),
                     "token batch", (void **)&tr->tokens);
   MGT_TRY(mgt_mpi_agree(grid->world, st));
+  if (cfg->async_save) { /* the writer thread and the training both call MPI */
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    MGT_REQUIRE(level == MPI_THREAD_MULTIPLE,
+                "--async-save: the MPI library runs without MPI_THREAD_MULTIPLE, which a "
+                "background writer needs");
+    MGT_REQUIRE(cfg->save[0], "--async-save needs --save");
+  }
   if (cfg->save[0]) { /* a bad --save is found now, not at the first save hours later */
     st = trainer_state(tr, !cfg->no_save_optim, &list);
     uint64_t bytes = st == MGT_OK ? mgt_ckpt_bytes(&list) : 0;
@@ -132,7 +163,110 @@ done:
   return st;
 }
 
+static void *async_main(void *arg) {
+  async_save *a = arg;
+  mgt_status st = mgt_ckpt_save(a->dir, a->comm, &a->list, a->cfg, &a->state, a->log);
+  if (st == MGT_OK && a->keep_last > 0 && a->rank == 0)
+    st = mgt_ckpt_prune(a->dir, a->keep_last, a->log);
+  st = mgt_mpi_agree(a->comm, st);
+  a->status = st;
+  if (st != MGT_OK) {
+    snprintf(a->error, sizeof a->error, "%s", mgt_error_message());
+    a->agreed = mgt_error_agreed();
+  }
+  return NULL;
+}
+
+/* Waits for a background save; its error becomes the caller's. Not collective by itself, but
+   the save it waits for ends with an agreement over the world. */
+static mgt_status async_wait(mgt_trainer *tr) {
+  async_save *a = &tr->async;
+  if (!a->running) return MGT_OK;
+  pthread_join(a->thread, NULL);
+  a->running = 0;
+  MPI_Comm_free(&a->comm);
+  mgt_state_fini(&a->list); /* the host copy stays for the next save: no page faults again */
+  if (a->status != MGT_OK) {
+    mgt_error_set(a->status, __FILE__, __LINE__, __func__, "%s (the background save)", a->error);
+    mgt_error_set_agreed(a->agreed);
+    return a->status;
+  }
+  return MGT_OK;
+}
+
+/* Copies this rank's slabs of the saved copy to host memory and starts the writer thread. */
+static mgt_status async_start(mgt_trainer *tr, const char *dir, const mgt_state *list,
+                              const mgt_ckpt_state *s) {
+  async_save *a = &tr->async;
+  double t0 = mgt_now();
+  size_t total = 0;
+  for (int i = 0; i < list->n; i++)
+    if (list->t[i].replica == MGT_REPLICA_PRIMARY) total += mgt_state_local_numel(&list->t[i]);
+  mgt_status st = MGT_OK;
+  if (a->host && a->host_n != total) {
+    mgt_free(a->host);
+    a->host = NULL;
+  }
+  if (!a->host) {
+    st = mgt_calloc((total ? total : 1) * sizeof(float), "background checkpoint copy",
+                    (void **)&a->host);
+    a->host_n = st == MGT_OK ? total : 0;
+  }
+  memset(&a->list, 0, sizeof a->list);
+  size_t off = 0;
+  for (int i = 0; i < list->n && st == MGT_OK; i++) {
+    mgt_state_tensor t = list->t[i];
+    const size_t n = mgt_state_local_numel(&t);
+    if (t.replica == MGT_REPLICA_PRIMARY) {
+      float *dst = a->host + off;
+      off += n;
+      if (t.mem)
+        st = t.mem->download(t.mem->ctx, dst, t.data, n * sizeof(float));
+      else
+        memcpy(dst, t.data, n * sizeof(float));
+      t.data = dst;
+    } else {
+      t.data = NULL; /* only the saved copy is written */
+    }
+    t.mem = NULL;
+    if (st == MGT_OK) st = mgt_state_add(&a->list, &t);
+  }
+  st = mgt_mpi_agree(tr->grid->world, st);
+  if (st == MGT_OK)
+    st = mgt_mpi_status(MPI_Comm_dup(tr->grid->world, &a->comm), __FILE__, __LINE__, __func__,
+                        "MPI_Comm_dup");
+  if (st != MGT_OK) {
+    mgt_state_fini(&a->list);
+    return st;
+  }
+  a->cfg = &tr->cfg;
+  a->state = *s;
+  snprintf(a->dir, sizeof a->dir, "%s", dir);
+  a->log = tr->log;
+  a->keep_last = tr->cfg.keep_last;
+  a->rank = tr->grid->rank;
+  a->status = MGT_OK;
+  int rc = pthread_create(&a->thread, NULL, async_main, a);
+  /* a thread that cannot start on one rank would leave the others waiting in its collectives */
+  st = mgt_mpi_agree(tr->grid->world,
+                     rc == 0 ? MGT_OK
+                             : (mgt_error_set(MGT_ERR_INTERNAL, __FILE__, __LINE__, __func__,
+                                              "cannot start the save thread: %s", strerror(rc)),
+                                MGT_ERR_INTERNAL));
+  if (rc == 0) a->running = 1;
+  if (st != MGT_OK) return st;
+  if (tr->log) {
+    fprintf(tr->log,
+            "checkpoint of iteration %lld copied to host memory in %.3f s (%.1f MB on rank 0); "
+            "writing it in the background\n",
+            (long long)s->iteration, mgt_now() - t0, total * 4 / 1e6);
+    fflush(tr->log);
+  }
+  return MGT_OK;
+}
+
 mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
+  MGT_CHECK(async_wait(tr)); /* one save at a time */
   mgt_ckpt_state s;
   memset(&s, 0, sizeof s);
   s.iteration = tr->iteration;
@@ -145,18 +279,31 @@ mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
   s.data_parallel_size = tr->grid->dp;
   mgt_state list = {0};
   mgt_status st = trainer_state(tr, (int)s.has_optimizer, &list);
+  if (st == MGT_OK && tr->cfg.async_save) {
+    st = async_start(tr, dir, &list, &s);
+    mgt_state_fini(&list);
+    MGT_CHECK(st);
+    tr->saved_iteration = tr->iteration;
+    return MGT_OK;
+  }
   if (st == MGT_OK) st = mgt_ckpt_save(dir, tr->grid->world, &list, &tr->cfg, &s, tr->log);
   mgt_state_fini(&list);
-  MGT_CHECK(st);
+  if (st == MGT_OK && tr->cfg.keep_last > 0 && tr->grid->rank == 0)
+    st = mgt_ckpt_prune(dir, tr->cfg.keep_last, tr->log);
+  MGT_CHECK(mgt_mpi_agree(tr->grid->world, st));
   tr->saved_iteration = tr->iteration;
   return MGT_OK;
 }
+
+mgt_status mgt_trainer_finish_saves(mgt_trainer *tr) { return async_wait(tr); }
 
 int64_t mgt_trainer_iteration(const mgt_trainer *tr) { return tr->iteration; }
 
 void mgt_trainer_destroy(mgt_trainer **ptr) {
   mgt_trainer *tr = *ptr;
   if (!tr) return;
+  if (async_wait(tr) != MGT_OK) mgt_error_clear(); /* reported by mgt_trainer_run if it ran */
+  mgt_free(tr->async.host);
   mgt_ckpt_unlock(tr->cfg.save, &tr->save_lock);
   mgt_data_destroy(&tr->data);
   mgt_data_destroy(&tr->valid);
@@ -183,7 +330,8 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
        is the same set of samples for any data-parallel size. */
     uint64_t first = tr->consumed + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
     mgt_timer_start(&tr->timers[T_DATA]);
-    MGT_CHECK(tr->data.get(tr->data.ctx, first, B, T, tr->tokens));
+    /* a bad sample is read by some ranks only: agree, so the job stops once, with its file */
+    MGT_CHECK(mgt_mpi_agree(g->world, tr->data.get(tr->data.ctx, first, B, T, tr->tokens)));
     mgt_timer_stop(&tr->timers[T_DATA]);
     double ls = 0.0;
     mgt_timer_start(&tr->timers[T_FWDBWD]);
@@ -234,7 +382,7 @@ mgt_status mgt_trainer_evaluate(mgt_trainer *tr, double *loss) {
     for (int mb = 0; mb < n_micro; mb++) {
       uint64_t first =
           (uint64_t)it * c->global_batch_size + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
-      MGT_CHECK(tr->valid.get(tr->valid.ctx, first, B, T, tr->tokens));
+      MGT_CHECK(mgt_mpi_agree(g->world, tr->valid.get(tr->valid.ctx, first, B, T, tr->tokens)));
       double ls = 0.0;
       MGT_CHECK(mgt_gpt_forward(tr->model, tr->tokens, &ls));
       sum += ls;
@@ -371,10 +519,19 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
     }
   }
   if (c->save[0] && tr->saved_iteration != tr->iteration) MGT_TRY(mgt_trainer_save(tr, c->save));
+  MGT_TRY(async_wait(tr)); /* the exit waits for a background save */
   if (*end != MGT_RUN_FINISHED && !c->save[0] && root)
     fprintf(log, "warning: stopped early without --save: nothing was saved\n");
   MGT_TRY(mgt_timers_report(tr->timers, N_TIMERS, tr->grid, log));
 done:
+  if (st != MGT_OK && tr->async.running) { /* wait for the writer, but report the first error */
+    char first[1024];
+    snprintf(first, sizeof first, "%s", mgt_error_message());
+    int agreed = mgt_error_agreed();
+    (void)async_wait(tr);
+    mgt_error_set(st, __FILE__, __LINE__, __func__, "%s", first);
+    mgt_error_set_agreed(agreed);
+  }
   if (metrics && fclose(metrics) != 0 && st == MGT_OK)
     MGT_FAIL(MGT_ERR_IO, "--metrics-file %s: write failed: %s", c->metrics_file, strerror(errno));
   return st;

@@ -159,6 +159,31 @@ assert abs(e2["avg_loss"] - ref["avg_loss"]) <= 1e-5 * ref["avg_loss"]
 print("ok: the exported model's loss from numpy matches mgt eval")
 PY
 
+# ---- --async-save and --keep-last: the same checkpoints and losses as saving in the foreground ----
+S=(train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16
+  --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --save-interval 5 --eval-iters 0
+  --log-interval 5 --tensor-model-parallel-size 2)
+"$MPIEXEC" -n 4 "$MGT" "${S[@]}" --async-save --keep-last 2 --save "$tmp/async" \
+  --metrics-file "$tmp/async.jsonl" > "$tmp/out" 2>&1 || { fail "--async-save"; tail -5 "$tmp/out"; }
+grep -q "copied to host memory in .* writing it in the background" "$tmp/out" || fail "no background save"
+"$MPIEXEC" -n 4 "$MGT" "${S[@]}" --save "$tmp/sync" --metrics-file "$tmp/sync.jsonl" > /dev/null 2>&1 || fail "sync save"
+[ "$(ls "$tmp/async")" = "$(printf 'iter_0000015.h5\niter_0000020.h5\nlatest')" ] &&
+  echo "ok: --keep-last 2 left the newest two checkpoints" || { fail "--keep-last"; ls "$tmp/async"; }
+$PY - "$tmp" <<'PY' || fail "--async-save differs from a save in the foreground"
+import json, sys, h5py, numpy as np
+d = sys.argv[1]
+losses = lambda f: [json.loads(l)["loss"] for l in open(d + f)]
+assert losses("/async.jsonl") == losses("/sync.jsonl")
+for it in (15, 20):
+    a, b = h5py.File(d + "/async/iter_%07d.h5" % it, "r"), h5py.File(d + "/sync/iter_%07d.h5" % it, "r")
+    names = []
+    a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+    assert len(names) == 84
+    for n in names:
+        assert np.array_equal(a[n][()], b[n][()]), n
+print("ok: --async-save writes the same checkpoints bit for bit and training is unchanged")
+PY
+
 # ---- a checkpoint written by an earlier version (format 1, saved by commit 7929857) ----
 # tests/data/ckpt-format1: iteration 3 of a 2-layer model trained with --fp16 (loss scaler
 # state) and optimizer state. It must verify, load exactly the stored numbers, and resume: on

@@ -145,6 +145,8 @@ for n in 2 $((ndocs / 2)); do
   cp "$tmp/docs.h5" "$tmp/nd$n.h5" && h5edit "$tmp/nd$n.h5" "f.attrs['n_documents'] = np.int64($n)"
   expect_error "document_offsets holds $((ndocs + 1)) entries, but the n_documents attribute says $n documents" "$MGT" "${D[@]/$tmp\/docs/$tmp/nd$n}"
 done
+cp "$tmp/docs.h5" "$tmp/badtok.h5" && h5edit "$tmp/badtok.h5" "t = f['tokens']; v = t[()]; v[::7] = 300; t[...] = v"
+expect_error "--data-path $tmp/badtok.h5: token id 300 in sample" "$MPIEXEC" -n 2 "$MGT" "${D0[@]}" --data-path "$tmp/badtok"
 cp "$tmp/docs.h5" "$tmp/nt.h5" && h5edit "$tmp/nt.h5" "f.attrs['n_tokens'] = np.int64(f.attrs['n_tokens'] + 1000)"
 expect_error "but the n_tokens attribute says" "$MGT" "${D[@]/$tmp\/docs/$tmp/nt}"
 "${T[@]}" "$MGT" "${D[@]}" > "$tmp/out" 2>&1 || { fail "training on the dataset"; cat "$tmp/out"; }

@@ -58,6 +58,10 @@ void mgt_ckpt_unlock(const char *dir, int *lock);
 /* Bytes of a checkpoint of `tensors` (data plus room for metadata). Not collective. */
 uint64_t mgt_ckpt_bytes(const mgt_state *tensors);
 
+/* Removes all but the newest `keep` checkpoint files iter_NNNNNNN.h5 of DIR, never the one
+   `latest` names and never a file being written (*.tmp). Rank 0's business: not collective. */
+MGT_NODISCARD mgt_status mgt_ckpt_prune(const char *dir, int keep, FILE *log);
+
 /* The checkpoint file of DIR (its `latest`, or iteration K when K >= 0), or FILE itself.
    Errors name what is missing. Not collective. */
 MGT_NODISCARD mgt_status mgt_ckpt_resolve(const char *dir_or_file, int64_t iteration, char *path,

@@ -76,6 +76,8 @@ typedef struct mgt_config {
   char save[MGT_PATH_MAX];
   int save_interval;
   int no_save_optim;
+  int keep_last;  /* keep only the newest this many checkpoints; 0: all */
+  int async_save; /* write checkpoints from a background thread while training goes on */
   char load[MGT_PATH_MAX];
   int64_t ckpt_iteration; /* -1: the latest */
   int no_load_optim;

@@ -54,10 +54,10 @@ int mgt_trainer_has_validation(const mgt_trainer *tr);
 
 /* Why a run ended. */
 typedef enum mgt_run_end {
-  MGT_RUN_FINISHED, /* cfg->train_iters reached */
-  MGT_RUN_SIGNALED, /* *stop was set (SIGUSR1/SIGTERM) on some rank */
-  MGT_RUN_DURATION, /* --exit-duration-in-mins elapsed */
-  MGT_RUN_INTERVAL, /* --exit-interval reached */
+  MGT_RUN_FINISHED,  /* cfg->train_iters reached */
+  MGT_RUN_SIGNALED,  /* *stop was set (SIGUSR1/SIGTERM) on some rank */
+  MGT_RUN_DURATION,  /* --exit-duration-in-mins elapsed */
+  MGT_RUN_INTERVAL,  /* --exit-interval reached */
   MGT_RUN_NONFINITE, /* --max-skipped-iterations non-finite iterations in a row */
 } mgt_run_end;
 
@@ -74,8 +74,13 @@ enum { MGT_EXIT_REQUEUE = 75 };
 MGT_NODISCARD mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log,
                                          const volatile sig_atomic_t *stop, mgt_run_end *end);
 
-/* Saves a checkpoint of the current iteration into dir (see mgt/checkpoint.h). Collective. */
+/* Saves a checkpoint of the current iteration into dir (see mgt/checkpoint.h), removing all
+   but the newest --keep-last. With --async-save the slabs are copied to host memory and
+   written by a background thread while training goes on; the next save waits for it, as does
+   mgt_trainer_finish_saves. Collective. */
 MGT_NODISCARD mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir);
+/* Waits for a background save and returns its outcome. Collective. */
+MGT_NODISCARD mgt_status mgt_trainer_finish_saves(mgt_trainer *tr);
 int64_t mgt_trainer_iteration(const mgt_trainer *tr);
 
 mgt_gpt *mgt_trainer_model(mgt_trainer *tr);
