@@ -805,11 +805,7 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
   MGT_TRY(parse_data_path(cfg->data_path, &spec));
   MGT_TRY(mgt_calloc(sizeof *op->ds * (size_t)spec->n, "datasets", (void **)&op->ds));
   if (cfg->vocab_file[0]) {
-    if (cfg->tokenizer_type == MGT_TOKENIZER_GPT2)
-      st = mgt_tok_load_gpt2(cfg->vocab_file, cfg->merge_file, &tok);
-    else
-      st = mgt_tok_create_bytes(&tok);
-    MGT_TRY(st);
+    MGT_TRY(mgt_tok_open(cfg->tokenizer_type, cfg->vocab_file, cfg->merge_file, &tok));
   }
   for (int d = 0; d < spec->n; d++) {
     MGT_TRY(dataset_open(spec->prefix[d], &op->ds[d]));

@@ -55,8 +55,13 @@ mgt_status mgt_preprocess_parse(mgt_preprocess_opts *o, int argc, char **argv, i
   if (*help) return MGT_OK;
   MGT_REQUIRE(o->input[0], "--input: give one or more input files");
   MGT_REQUIRE(o->output_prefix[0], "--output-prefix: give the prefix of the output file");
-  MGT_REQUIRE(o->tokenizer_type != MGT_TOKENIZER_GPT2 || (o->vocab_file[0] && o->merge_file[0]),
+  MGT_REQUIRE(o->tokenizer_type == MGT_TOKENIZER_BYTES || o->vocab_file[0], "%s needs --vocab-file",
+              mgt_tokenizer_names[o->tokenizer_type]);
+  MGT_REQUIRE(o->tokenizer_type != MGT_TOKENIZER_GPT2 || o->merge_file[0],
               "GPT2BPETokenizer needs --vocab-file and --merge-file");
+  MGT_REQUIRE(!o->append_eod || o->tokenizer_type < MGT_TOKENIZER_BERT_LOWER,
+              "--append-eod: BERT's WordPiece has no end-of-document token (documents are kept "
+              "apart by document_offsets)");
   MGT_REQUIRE(strlen(o->output_prefix) + 8 < MGT_PATH_MAX, "--output-prefix is too long");
   return MGT_OK;
 }
@@ -261,10 +266,7 @@ static mgt_status tokenize_share(const mgt_preprocess_opts *o, const input *in, 
   mgt_status st = MGT_OK;
   mgt_tokenizer *tok = NULL;
   mgt_json_parser *jp = NULL;
-  if (o->tokenizer_type == MGT_TOKENIZER_GPT2)
-    MGT_TRY(mgt_tok_load_gpt2(o->vocab_file, o->merge_file, &tok));
-  else
-    MGT_TRY(mgt_tok_create_bytes(&tok));
+  MGT_TRY(mgt_tok_open(o->tokenizer_type, o->vocab_file, o->merge_file, &tok));
   MGT_TRY(mgt_json_parser_create(&jp));
   uint64_t total = n_in ? in[n_in - 1].start + in[n_in - 1].size : 0;
   uint64_t lo = total * (uint64_t)rank / (uint64_t)size;
@@ -481,10 +483,7 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
     t.tok_before = before[0], t.doc_before = before[1];
     t.n_tokens = sum[0], t.n_docs = sum[1], t.bad_lines = sum[2], t.max_id = mx;
     mgt_tokenizer *tok = NULL;
-    if (o->tokenizer_type == MGT_TOKENIZER_GPT2)
-      st = mgt_tok_load_gpt2(o->vocab_file, o->merge_file, &tok);
-    else
-      st = mgt_tok_create_bytes(&tok);
+    st = mgt_tok_open(o->tokenizer_type, o->vocab_file, o->merge_file, &tok);
     if (st == MGT_OK) {
       snprintf(meta.name, sizeof meta.name, "%s", mgt_tok_name(tok));
       snprintf(meta.hash, sizeof meta.hash, "%s", mgt_tok_hash(tok));

@@ -33,7 +33,9 @@ void mgt_tokenize_defaults(mgt_tokenize_opts *o) {
 mgt_status mgt_tokenize_parse(mgt_tokenize_opts *o, int argc, char **argv, int first, int *help) {
   MGT_CHECK(mgt_flags_parse(flags, N_FLAGS, o, argc, argv, first, "tokenize", help));
   if (*help) return MGT_OK;
-  MGT_REQUIRE(o->tokenizer_type != MGT_TOKENIZER_GPT2 || (o->vocab_file[0] && o->merge_file[0]),
+  MGT_REQUIRE(o->tokenizer_type == MGT_TOKENIZER_BYTES || o->vocab_file[0], "%s needs --vocab-file",
+              mgt_tokenizer_names[o->tokenizer_type]);
+  MGT_REQUIRE(o->tokenizer_type != MGT_TOKENIZER_GPT2 || o->merge_file[0],
               "GPT2BPETokenizer needs --vocab-file and --merge-file");
   return MGT_OK;
 }
@@ -108,10 +110,7 @@ mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out) {
   char *line = NULL, *buf = NULL;
   size_t cap = 0, bcap = 0, line_no = 0;
   mgt_ids ids = {0};
-  if (o->tokenizer_type == MGT_TOKENIZER_GPT2)
-    MGT_TRY(mgt_tok_load_gpt2(o->vocab_file, o->merge_file, &tok));
-  else
-    MGT_TRY(mgt_tok_create_bytes(&tok));
+  MGT_TRY(mgt_tok_open(o->tokenizer_type, o->vocab_file, o->merge_file, &tok));
   MGT_TRY(mgt_json_parser_create(&jp));
   if (o->input[0]) {
     in = fopen(o->input, "rb");

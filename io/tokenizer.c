@@ -10,9 +10,11 @@
 
 #include "mgt/json.h"
 #include "mgt/sha256.h"
+#include "unicode.h"
 #include "unicode_tables.h"
+#include "wordpiece.h"
 
-enum { KIND_GPT2, KIND_BYTES };
+enum { KIND_GPT2, KIND_BYTES, KIND_WORDPIECE };
 enum { C_OTHER = 0, C_LETTER = 1, C_NUMBER = 2, C_SPACE = 3 };
 enum { CACHE_BITS = 17, CACHE_MAX_PIECE = 48, HEAP_MIN = 32 };
 
@@ -24,6 +26,8 @@ typedef struct cache_slot {
 
 struct mgt_tokenizer {
   int kind;
+  int type;          /* MGT_TOKENIZER_* */
+  mgt_wordpiece *wp; /* KIND_WORDPIECE */
   int n_vocab;
   int32_t eod;
   char hash[65];
@@ -74,20 +78,6 @@ static uint64_t merge_lookup(const mgt_tokenizer *t, int32_t a, int32_t b) {
 
 /* ---- code points ---- */
 
-static int in_table(const uint32_t (*tab)[2], size_t n, uint32_t cp) {
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (cp < tab[mid][0])
-      hi = mid;
-    else if (cp > tab[mid][1])
-      lo = mid + 1;
-    else
-      return 1;
-  }
-  return 0;
-}
-
 /* Unicode White_Space (the \s of Rust's and Python's regex engines). */
 static int is_space(uint32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
@@ -97,9 +87,11 @@ static int is_space(uint32_t cp) {
 
 static int class_slow(uint32_t cp) {
   if (is_space(cp)) return C_SPACE;
-  if (in_table(mgt_unicode_letters, sizeof mgt_unicode_letters / sizeof mgt_unicode_letters[0], cp))
+  if (mgt_in_ranges(mgt_unicode_letters, sizeof mgt_unicode_letters / sizeof mgt_unicode_letters[0],
+                    cp))
     return C_LETTER;
-  if (in_table(mgt_unicode_numbers, sizeof mgt_unicode_numbers / sizeof mgt_unicode_numbers[0], cp))
+  if (mgt_in_ranges(mgt_unicode_numbers, sizeof mgt_unicode_numbers / sizeof mgt_unicode_numbers[0],
+                    cp))
     return C_NUMBER;
   return C_OTHER;
 }
@@ -349,6 +341,7 @@ static size_t contraction(const unsigned char *s, size_t n) {
 
 mgt_status mgt_tok_encode(mgt_tokenizer *t, const char *text, size_t len, mgt_ids *out) {
   const unsigned char *s = (const unsigned char *)text;
+  if (t->kind == KIND_WORDPIECE) return mgt_wp_encode(t->wp, text, len, out);
   if (t->kind == KIND_BYTES) {
     for (size_t i = 0; i < len; i++)
       MGT_CHECK(mgt_ids_push(out, s[i]));
@@ -393,6 +386,7 @@ mgt_status mgt_tok_encode(mgt_tokenizer *t, const char *text, size_t len, mgt_id
 
 mgt_status mgt_tok_decode(const mgt_tokenizer *t, const int32_t *ids, size_t n, char **buf,
                           size_t *len, size_t *cap) {
+  if (t->kind == KIND_WORDPIECE) return mgt_wp_decode(t->wp, ids, n, buf, len, cap);
   for (size_t i = 0; i < n; i++) {
     int32_t id = ids[i];
     MGT_REQUIRE(id >= 0 && id < t->n_vocab, "token id %d is outside the vocabulary [0, %d)", id,
@@ -439,37 +433,6 @@ mgt_status mgt_ids_push(mgt_ids *v, int32_t id) {
 void mgt_ids_free(mgt_ids *v) {
   free(v->ids);
   memset(v, 0, sizeof *v);
-}
-
-static mgt_status read_file(const char *path, const char *what, char **data, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  MGT_REQUIRE(f, "%s %s: cannot open: %s", what, path, strerror(errno));
-  mgt_status st = MGT_OK;
-  char *buf = NULL;
-  if (fseek(f, 0, SEEK_END) != 0) {
-    fclose(f);
-    MGT_FAIL(MGT_ERR_IO, "%s %s: cannot seek", what, path);
-  }
-  long n = ftell(f);
-  rewind(f);
-  buf = malloc((size_t)(n > 0 ? n : 0) + 1);
-  if (!buf) {
-    fclose(f);
-    MGT_FAIL(MGT_ERR_NOMEM, "out of memory reading %s %s", what, path);
-  }
-  if (n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "%s %s: read failed", what, path);
-    st = MGT_ERR_IO;
-  }
-  fclose(f);
-  if (st != MGT_OK) {
-    free(buf);
-    return st;
-  }
-  buf[n > 0 ? n : 0] = 0;
-  *data = buf;
-  *len = (size_t)(n > 0 ? n : 0);
-  return MGT_OK;
 }
 
 /* GPT-2 spells every byte as a printable code point: printable Latin-1 bytes stand for
@@ -522,6 +485,7 @@ mgt_status mgt_tok_create_bytes(mgt_tokenizer **out) {
   mgt_tokenizer *t = NULL;
   MGT_CHECK(mgt_calloc(sizeof *t, "tokenizer", (void **)&t));
   t->kind = KIND_BYTES;
+  t->type = MGT_TOKENIZER_BYTES;
   t->n_vocab = 257;
   t->eod = 256;
   unsigned char d[32];
@@ -704,8 +668,9 @@ mgt_status mgt_tok_load_gpt2(const char *vocab_file, const char *merge_file, mgt
   byte_unicode_tables(b2u, u2b);
   MGT_TRY(mgt_calloc(sizeof *t, "tokenizer", (void **)&t));
   t->kind = KIND_GPT2;
-  MGT_TRY(read_file(vocab_file, "--vocab-file", &vtext, &vlen));
-  MGT_TRY(read_file(merge_file, "--merge-file", &mtext, &mlen));
+  t->type = MGT_TOKENIZER_GPT2;
+  MGT_TRY(mgt_read_file("--vocab-file", vocab_file, &vtext, &vlen));
+  MGT_TRY(mgt_read_file("--merge-file", merge_file, &mtext, &mlen));
   MGT_TRY(load_vocab(t, vocab_file, vtext, vlen, u2b));
   MGT_TRY(load_merges(t, merge_file, mtext, mlen, u2b));
   MGT_TRY(tok_alloc_common(t));
@@ -728,9 +693,57 @@ done:
   return st;
 }
 
+mgt_status mgt_tok_load_wordpiece(const char *vocab_file, int lower, mgt_tokenizer **out) {
+  *out = NULL;
+  mgt_tokenizer *t = NULL;
+  MGT_CHECK(mgt_calloc(sizeof *t, "tokenizer", (void **)&t));
+  t->kind = KIND_WORDPIECE;
+  t->type = lower ? MGT_TOKENIZER_BERT_LOWER : MGT_TOKENIZER_BERT_CASED;
+  mgt_status st = mgt_wp_load(vocab_file, lower, &t->wp);
+  char *text = NULL;
+  size_t len = 0;
+  if (st == MGT_OK) st = mgt_read_file("--vocab-file", vocab_file, &text, &len);
+  if (st != MGT_OK) {
+    mgt_tok_destroy(&t);
+    return st;
+  }
+  t->n_vocab = mgt_wp_vocab_size(t->wp);
+  t->eod = mgt_wp_special(t->wp, "[SEP]"); /* BERT has no end of document: [SEP] ends segments */
+  mgt_sha256 h; /* the rules (cased or not) are part of what made the ids */
+  unsigned char d[32];
+  mgt_sha256_init(&h);
+  mgt_sha256_update(&h, mgt_tokenizer_names[t->type], strlen(mgt_tokenizer_names[t->type]));
+  mgt_sha256_update(&h, "\n", 1);
+  mgt_sha256_update(&h, text, len);
+  mgt_sha256_final(&h, d);
+  mgt_sha256_hex(d, t->hash);
+  free(text);
+  *out = t;
+  return MGT_OK;
+}
+
+mgt_status mgt_tok_open(int type, const char *vocab_file, const char *merge_file,
+                        mgt_tokenizer **out) {
+  *out = NULL;
+  switch (type) {
+  case MGT_TOKENIZER_BYTES: return mgt_tok_create_bytes(out);
+  case MGT_TOKENIZER_GPT2:
+    MGT_REQUIRE(vocab_file && vocab_file[0] && merge_file && merge_file[0],
+                "GPT2BPETokenizer needs --vocab-file and --merge-file");
+    return mgt_tok_load_gpt2(vocab_file, merge_file, out);
+  case MGT_TOKENIZER_BERT_LOWER:
+  case MGT_TOKENIZER_BERT_CASED:
+    MGT_REQUIRE(vocab_file && vocab_file[0], "%s needs --vocab-file (vocab.txt)",
+                mgt_tokenizer_names[type]);
+    return mgt_tok_load_wordpiece(vocab_file, type == MGT_TOKENIZER_BERT_LOWER, out);
+  default: MGT_FAIL(MGT_ERR_INPUT, "unknown tokenizer type %d", type);
+  }
+}
+
 void mgt_tok_destroy(mgt_tokenizer **tok) {
   mgt_tokenizer *t = *tok;
   if (!t) return;
+  mgt_wp_free(&t->wp);
   mgt_free(t->blob);
   mgt_free(t->tok_off);
   mgt_free(t->tok_len);
@@ -748,9 +761,9 @@ void mgt_tok_destroy(mgt_tokenizer **tok) {
 
 int mgt_tok_vocab_size(const mgt_tokenizer *t) { return t->n_vocab; }
 int32_t mgt_tok_eod(const mgt_tokenizer *t) { return t->eod; }
-const char *const mgt_tokenizer_names[] = {"GPT2BPETokenizer", "ByteTokenizer", NULL};
+const char *const mgt_tokenizer_names[] = {"GPT2BPETokenizer", "ByteTokenizer",
+                                           "BertWordPieceLowerCase", "BertWordPieceCase", NULL};
 
-const char *mgt_tok_name(const mgt_tokenizer *t) {
-  return mgt_tokenizer_names[t->kind == KIND_GPT2 ? MGT_TOKENIZER_GPT2 : MGT_TOKENIZER_BYTES];
-}
+const char *mgt_tok_name(const mgt_tokenizer *t) { return mgt_tokenizer_names[t->type]; }
+int mgt_tok_type(const mgt_tokenizer *t) { return t->type; }
 const char *mgt_tok_hash(const mgt_tokenizer *t) { return t->hash; }

@@ -257,6 +257,8 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   double w[3];
   MGT_CHECK(mgt_split_parse(c->split, w));
   MGT_REQUIRE(!c->merge_file[0] || c->vocab_file[0], "--merge-file needs --vocab-file");
+  MGT_REQUIRE(c->tokenizer_type < MGT_TOKENIZER_BERT_LOWER || c->vocab_file[0],
+              "--tokenizer-type %s needs --vocab-file", mgt_tokenizer_names[c->tokenizer_type]);
   MGT_REQUIRE(!c->vocab_file[0] || c->merge_file[0] || c->tokenizer_type != MGT_TOKENIZER_GPT2,
               "--vocab-file needs --merge-file for GPT2BPETokenizer");
   if (c->vocab_size == 0) return MGT_OK; /* the dataset supplies it; finalize again then */

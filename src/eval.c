@@ -129,15 +129,9 @@ mgt_status mgt_read_ids(const char *path, int vocab, int32_t **out, size_t *n) {
 mgt_status mgt_open_tokenizer(int type, const char *vocab_file, const char *merge_file,
                               const mgt_config *ck, mgt_tokenizer **tok) {
   if (type < 0) type = ck->tokenizer_type;
-  if (type == MGT_TOKENIZER_BYTES) {
-    MGT_CHECK(mgt_tok_create_bytes(tok));
-  } else {
-    const char *v = vocab_file[0] ? vocab_file : ck->vocab_file;
-    const char *m = merge_file[0] ? merge_file : ck->merge_file;
-    MGT_REQUIRE(v[0] && m[0], "text needs a tokenizer: give --vocab-file and --merge-file (or "
-                              "--tokenizer-type ByteTokenizer)");
-    MGT_CHECK(mgt_tok_load_gpt2(v, m, tok));
-  }
+  const char *v = vocab_file[0] ? vocab_file : ck->vocab_file;
+  const char *m = merge_file[0] ? merge_file : ck->merge_file;
+  MGT_CHECK(mgt_tok_open(type, v, m, tok));
   if (mgt_tok_vocab_size(*tok) > ck->vocab_size) {
     int n = mgt_tok_vocab_size(*tok);
     mgt_tok_destroy(tok);

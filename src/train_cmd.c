@@ -61,10 +61,8 @@ static int refuse_memory(size_t need, size_t avail, int rank, MPI_Comm world) {
 static mgt_status tokenizer_vocab(const mgt_config *cfg, int *n) {
   *n = 0;
   mgt_tokenizer *tok = NULL;
-  if (cfg->tokenizer_type == MGT_TOKENIZER_BYTES)
-    MGT_CHECK(mgt_tok_create_bytes(&tok));
-  else if (cfg->vocab_file[0] && cfg->merge_file[0])
-    MGT_CHECK(mgt_tok_load_gpt2(cfg->vocab_file, cfg->merge_file, &tok));
+  if (cfg->tokenizer_type != MGT_TOKENIZER_GPT2 || (cfg->vocab_file[0] && cfg->merge_file[0]))
+    MGT_CHECK(mgt_tok_open(cfg->tokenizer_type, cfg->vocab_file, cfg->merge_file, &tok));
   if (tok) *n = mgt_tok_vocab_size(tok);
   mgt_tok_destroy(&tok);
   return MGT_OK;

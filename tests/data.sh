@@ -63,6 +63,29 @@ assert a == b
 print("ok: mgt tokenize --decode gives the text back")
 PY
 
+# BERT's WordPiece: the same dataset on 1 and 2 ranks, equal to mgt tokenize (no end-of-document
+# token), and a GPT trained on it takes the tokenizer's 30,522 ids
+BV="--tokenizer-type BertWordPieceLowerCase --vocab-file $DATA/bert/bert-base-uncased-vocab.txt"
+for n in 1 2; do
+  "$MPIEXEC" -n $n "$MGT" preprocess --input "$tmp/shakes.jsonl" --output-prefix "$tmp/bert$n" $BV > "$tmp/log" 2>&1 ||
+    { fail "BERT preprocess with $n ranks"; cat "$tmp/log"; }
+  h5dump -d tokens -b LE -o "$tmp/btok$n.bin" "$tmp/bert$n.h5" > /dev/null
+  h5dump -d document_offsets -b LE -o "$tmp/boff$n.bin" "$tmp/bert$n.h5" > /dev/null
+done
+cmp -s "$tmp/btok1.bin" "$tmp/btok2.bin" && cmp -s "$tmp/boff1.bin" "$tmp/boff2.bin" || fail "BERT datasets differ with 2 ranks"
+"$MGT" tokenize $BV --input "$tmp/shakes.jsonl" > "$tmp/bids.txt" || fail "mgt tokenize with WordPiece"
+/usr/bin/python3 - "$tmp/bids.txt" "$tmp/btok1.bin" "$tmp/boff1.bin" <<'PY' || fail "BERT dataset and mgt tokenize disagree"
+import sys, struct
+ids = [list(map(int, l.split())) for l in open(sys.argv[1])]
+raw = open(sys.argv[2], "rb").read(); tok = struct.unpack("<%dH" % (len(raw) // 2), raw)
+raw = open(sys.argv[3], "rb").read(); off = struct.unpack("<%dq" % (len(raw) // 8), raw)
+assert len(off) == len(ids) + 1 and all(list(tok[off[d]:off[d + 1]]) == w for d, w in enumerate(ids))
+print("ok: the WordPiece dataset is the same on 1 and 2 ranks and matches mgt tokenize (%d documents)" % len(ids))
+PY
+"$MGT" train --data-path "$tmp/bert1" $BV --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 32 \
+  --micro-batch-size 2 --train-iters 2 --eval-iters 0 --dry-run > "$tmp/out" 2>&1 && grep -Eq "^  vocab-size +30522$" "$tmp/out" ||
+  { fail "training on WordPiece tokens"; grep -i "vocab\|error" "$tmp/out"; }
+
 # bad input
 expect_error() { # want, then the command
   local want=$1; shift
@@ -88,6 +111,9 @@ fi
 expect_error "directory $tmp/none is not writable" "$MGT" preprocess --input "$tmp/alice.txt" --output-prefix "$tmp/none/x" $V
 expect_error "--input $tmp/missing.jsonl" "$MGT" preprocess --input "$tmp/missing.jsonl" --output-prefix "$tmp/m" $V
 expect_error "GPT2BPETokenizer needs --vocab-file" "$MGT" preprocess --input "$tmp/alice.txt" --output-prefix "$tmp/m"
+expect_error "BertWordPieceCase needs --vocab-file" "$MGT" preprocess --input "$tmp/alice.txt" --output-prefix "$tmp/m" --tokenizer-type BertWordPieceCase
+expect_error "--append-eod: BERT's WordPiece has no end-of-document token" "$MGT" preprocess --input "$tmp/alice.txt" --output-prefix "$tmp/m" $BV --append-eod
+expect_error "no [UNK] token: not a WordPiece vocabulary" "$MGT" tokenize --tokenizer-type BertWordPieceCase --vocab-file "$DATA/gpt2/gpt2-merges.txt" --input "$tmp/shakes.jsonl"
 
 # training refuses a dataset of another vocabulary, or a vocabulary too small for it
 "$MGT" preprocess --input "$tmp/alice.txt" "$tmp/shakes.jsonl" --output-prefix "$tmp/bytes" --tokenizer-type ByteTokenizer --append-eod > /dev/null || fail "byte preprocess"

@@ -11,27 +11,13 @@
 #include "mgt/tokenizer.h"
 #include "testutil.h"
 
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  rewind(f);
-  char *b = malloc((size_t)n + 1);
-  if (fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
-  b[n] = 0;
-  fclose(f);
-  *len = (size_t)n;
-  return b;
-}
-
 static int hexval(char c) { return c <= '9' ? c - '0' : c - 'a' + 10; }
 
 static void test_reference(mgt_tokenizer *tok, const char *dir) {
   char path[1024];
   snprintf(path, sizeof path, "%s/gpt2/reference-encodings.jsonl", dir);
   size_t len;
-  char *text = slurp(path, &len);
+  char *text = t_slurp(path, &len);
   T_CHECK(text != NULL, "cannot read %s", path);
   if (!text) return;
   mgt_json_parser *jp = NULL;
@@ -80,7 +66,7 @@ static void test_files(mgt_tokenizer *tok, const char *dir) {
   char path[1024];
   snprintf(path, sizeof path, "%s/gpt2/reference-file-encodings.json", dir);
   size_t len;
-  char *meta = slurp(path, &len);
+  char *meta = t_slurp(path, &len);
   T_CHECK(meta != NULL, "cannot read %s", path);
   if (!meta) return;
   mgt_json_parser *jp = NULL;
@@ -92,7 +78,7 @@ static void test_files(mgt_tokenizer *tok, const char *dir) {
     const mgt_json *e = &files->items[f];
     snprintf(path, sizeof path, "%s/%s", dir, files->keys[f]);
     size_t n;
-    char *text = slurp(path, &n);
+    char *text = t_slurp(path, &n);
     T_CHECK(text != NULL, "cannot read %s", path);
     if (!text) continue;
     mgt_ids out = {0};
@@ -195,9 +181,9 @@ static void test_long_pieces(mgt_tokenizer *tok, const char *dir) {
   char path[1024];
   size_t ml, vl;
   snprintf(path, sizeof path, "%s/gpt2/gpt2-merges.txt", dir);
-  char *merges = slurp(path, &ml);
+  char *merges = t_slurp(path, &ml);
   snprintf(path, sizeof path, "%s/gpt2/gpt2-vocab.json", dir);
-  char *vocab = slurp(path, &vl);
+  char *vocab = t_slurp(path, &vl);
   if (!merges || !vocab) return;
   naive nv = {0};
   nv.merge_a = malloc(50001 * sizeof(char *));

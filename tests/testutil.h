@@ -35,6 +35,21 @@ static inline int t_report(const char *name) {
   return t_failures ? 1 : 0;
 }
 
+/* A whole file, NUL-terminated (NULL if it cannot be read); the caller frees it. */
+static inline char *t_slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  rewind(f);
+  char *b = malloc((size_t)(n > 0 ? n : 0) + 1);
+  if (n < 0 || fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
+  b[n] = 0;
+  fclose(f);
+  *len = (size_t)n;
+  return b;
+}
+
 /* splitmix64: test inputs that do not come from the code under test */
 static uint64_t t_rng_state = 0x9E3779B97F4A7C15ull;
 static inline uint64_t t_next(void) {

@@ -16,9 +16,15 @@ typedef struct mgt_tokenizer mgt_tokenizer;
 
 /* The tokenizer types, and their names as --tokenizer-type spells them (NULL-terminated,
    indexed by type): the one place they are spelt. */
-enum { MGT_TOKENIZER_GPT2 = 0, MGT_TOKENIZER_BYTES = 1 };
+enum {
+  MGT_TOKENIZER_GPT2 = 0,       /* GPT-2's byte-level BPE */
+  MGT_TOKENIZER_BYTES = 1,      /* bytes, end of document 256 */
+  MGT_TOKENIZER_BERT_LOWER = 2, /* BERT's WordPiece, uncased rules */
+  MGT_TOKENIZER_BERT_CASED = 3, /* BERT's WordPiece, cased */
+};
 extern const char *const mgt_tokenizer_names[];
-#define MGT_TOKENIZER_HELP "GPT2BPETokenizer or ByteTokenizer"
+#define MGT_TOKENIZER_HELP                                                                         \
+  "GPT2BPETokenizer, ByteTokenizer, BertWordPieceLowerCase or BertWordPieceCase"
 
 /* A growable array of token ids. */
 typedef struct mgt_ids {
@@ -33,14 +39,23 @@ void mgt_ids_free(mgt_ids *v);
    the file and the problem. */
 MGT_NODISCARD mgt_status mgt_tok_load_gpt2(const char *vocab_file, const char *merge_file,
                                            mgt_tokenizer **out);
+/* BERT's WordPiece from vocab.txt (Google's BasicTokenizer + greedy longest match, as Megatron-LM
+   uses it); `lower` for BertWordPieceLowerCase. Its end-of-document id is [SEP]. */
+MGT_NODISCARD mgt_status mgt_tok_load_wordpiece(const char *vocab_file, int lower,
+                                                mgt_tokenizer **out);
+/* The tokenizer of `type` (MGT_TOKENIZER_*) from the files it needs (merge_file only for GPT-2);
+   a missing file is named in the error. */
+MGT_NODISCARD mgt_status mgt_tok_open(int type, const char *vocab_file, const char *merge_file,
+                                      mgt_tokenizer **out);
 /* Byte tokenizer: every byte its own id, end of document 256. */
 MGT_NODISCARD mgt_status mgt_tok_create_bytes(mgt_tokenizer **out);
 void mgt_tok_destroy(mgt_tokenizer **tok);
 
 int mgt_tok_vocab_size(const mgt_tokenizer *tok);
 int32_t mgt_tok_eod(const mgt_tokenizer *tok);
-/* "GPT2BPETokenizer" or "ByteTokenizer". */
+/* Its name, as --tokenizer-type spells it, and its type (MGT_TOKENIZER_*). */
 const char *mgt_tok_name(const mgt_tokenizer *tok);
+int mgt_tok_type(const mgt_tokenizer *tok);
 /* SHA-256 (hex) of the vocabulary and merges files; for bytes, of the name. */
 const char *mgt_tok_hash(const mgt_tokenizer *tok);
 
