@@ -22,6 +22,7 @@
 #include "mgt/json.h"
 #include "mgt/log.h"
 #include "mgt/tokenizer.h"
+#include "sentences.h"
 
 #define OFF(f) offsetof(mgt_preprocess_opts, f)
 #define SZ(f) sizeof(((mgt_preprocess_opts *)0)->f)
@@ -34,6 +35,9 @@ static const mgt_flag flags[] = {
     MGT_TOKENIZER_FLAGS(mgt_preprocess_opts, ""),
     {"--json-keys", MGT_FLAG_STR, OFF(json_keys), 0, 0, "the key of the text in each JSON line",
      NULL, SZ(json_keys)},
+    {"--split-sentences", MGT_FLAG_BOOL, OFF(split_sentences), 0, 1,
+     "split documents into sentences (BERT): the rule-based splitter of docs/data-format.md", NULL,
+     0},
     {"--append-eod", MGT_FLAG_BOOL, OFF(append_eod), 0, 1, "end every document with <|endoftext|>",
      NULL, 0},
     {"--skip-bad-lines", MGT_FLAG_BOOL, OFF(skip_bad_lines), 0, 1,
@@ -135,24 +139,55 @@ typedef struct share {
   mgt_ids tokens;
   int64_t *doc_len;
   size_t n_docs, cap_docs;
+  int64_t *sent_len; /* --split-sentences */
+  size_t n_sents, cap_sents;
+  mgt_span *spans;
+  size_t cap_spans;
   uint64_t bad_lines, bytes_done;
   int32_t max_id;
 } share;
 
-static mgt_status add_doc(share *sh, size_t n_tokens) {
-  if (sh->n_docs == sh->cap_docs) {
-    size_t cap = sh->cap_docs ? 2 * sh->cap_docs : 1024;
-    int64_t *p = realloc(sh->doc_len, cap * sizeof *p);
-    if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory holding %zu document lengths", sh->n_docs);
-    sh->doc_len = p;
-    sh->cap_docs = cap;
+static mgt_status push_len(int64_t **v, size_t *n, size_t *cap, size_t len) {
+  if (*n == *cap) {
+    size_t c = *cap ? 2 * *cap : 1024;
+    int64_t *p = realloc(*v, c * sizeof *p);
+    if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory holding %zu lengths", *n);
+    *v = p, *cap = c;
   }
-  sh->doc_len[sh->n_docs++] = (int64_t)n_tokens;
+  (*v)[(*n)++] = (int64_t)len;
   return MGT_OK;
+}
+
+static mgt_status add_doc(share *sh, size_t n_tokens) {
+  return push_len(&sh->doc_len, &sh->n_docs, &sh->cap_docs, n_tokens);
+}
+
+/* A document as sentences, each tokenized apart; a document without a sentence is dropped. */
+static mgt_status encode_sentences(mgt_tokenizer *tok, share *sh, const char *text, size_t len) {
+  size_t n = mgt_split_sentences(text, len, sh->spans, sh->cap_spans);
+  if (n > sh->cap_spans) {
+    mgt_span *p = realloc(sh->spans, n * sizeof *p);
+    if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory splitting a document of %zu bytes", len);
+    sh->spans = p, sh->cap_spans = n;
+    n = mgt_split_sentences(text, len, sh->spans, sh->cap_spans);
+  }
+  size_t before = sh->tokens.n, kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t b = sh->tokens.n;
+    MGT_CHECK(mgt_tok_encode(tok, text + sh->spans[i].begin, sh->spans[i].end - sh->spans[i].begin,
+                             &sh->tokens));
+    if (sh->tokens.n == b) continue; /* nothing a token survives: no sentence */
+    MGT_CHECK(push_len(&sh->sent_len, &sh->n_sents, &sh->cap_sents, sh->tokens.n - b));
+    kept++;
+  }
+  for (size_t i = before; i < sh->tokens.n; i++)
+    if (sh->tokens.ids[i] > sh->max_id) sh->max_id = sh->tokens.ids[i];
+  return kept ? add_doc(sh, sh->tokens.n - before) : MGT_OK;
 }
 
 static mgt_status encode_doc(const mgt_preprocess_opts *o, mgt_tokenizer *tok, share *sh,
                              const char *text, size_t len) {
+  if (o->split_sentences) return encode_sentences(tok, sh, text, len);
   size_t before = sh->tokens.n;
   MGT_CHECK(mgt_tok_encode(tok, text, len, &sh->tokens));
   if (o->append_eod) MGT_CHECK(mgt_ids_push(&sh->tokens, mgt_tok_eod(tok)));
@@ -293,7 +328,7 @@ done:
 /* ---- writing ---- */
 
 typedef struct totals {
-  int64_t tok_before, doc_before, n_tokens, n_docs, max_id, bad_lines;
+  int64_t tok_before, doc_before, sent_before, n_tokens, n_docs, n_sents, max_id, bad_lines;
 } totals;
 
 /* The tokenizer facts written as attributes; every rank computes the same. */
@@ -357,6 +392,7 @@ static mgt_status write_attrs(hid_t file, const mgt_preprocess_opts *o, const to
   MGT_CHECK(mgt_h5_write_i64(file, "n_tokens", t->n_tokens, what));
   MGT_CHECK(mgt_h5_write_i64(file, "n_documents", t->n_docs, what));
   MGT_CHECK(mgt_h5_write_i64(file, "max_token_id", t->max_id, what));
+  if (o->split_sentences) MGT_CHECK(mgt_h5_write_i64(file, "n_sentences", t->n_sents, what));
   MGT_CHECK(mgt_h5_write_i64(file, "complete", 1, what)); /* last */
   MGT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), what);
   if (H5Fget_obj_count(file, H5F_OBJ_ALL) != 1)
@@ -373,15 +409,17 @@ static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_
   MPI_Comm_size(world, &size);
   hid_t fapl = -1, file = -1;
   void *buf = NULL;
-  int64_t *offs = NULL;
-  const int wide = meta->vocab_size > 65536;
+  int64_t *offs = NULL, *soffs = NULL;
+  const int wide = meta->vocab_size > 65536, sents = o->split_sentences;
   const char *what = tmp;
   const size_t n = sh->tokens.n;
   /* document i spans tokens [offsets[i], offsets[i+1]); the last rank adds the total */
-  const size_t nd = sh->n_docs + (rank == size - 1);
+  const size_t nd = sh->n_docs + (rank == size - 1), ns = sh->n_sents + (rank == size - 1);
   mgt_status st = mgt_calloc((n ? n : 1) * (wide ? 4 : 2), "token buffer", &buf);
   if (st == MGT_OK)
     st = mgt_calloc((nd ? nd : 1) * sizeof(int64_t), "document offsets", (void **)&offs);
+  if (st == MGT_OK)
+    st = mgt_calloc((ns ? ns : 1) * sizeof(int64_t), "sentence offsets", (void **)&soffs);
   if (st == MGT_OK) {
     for (size_t i = 0; i < n; i++) {
       if (wide)
@@ -395,6 +433,12 @@ static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_
       at += sh->doc_len[i];
     }
     if (rank == size - 1) offs[sh->n_docs] = t->n_tokens;
+    at = t->tok_before; /* sentence i spans tokens [sentence_offsets[i], ...[i+1]) */
+    for (size_t i = 0; i < sh->n_sents; i++) {
+      soffs[i] = at;
+      at += sh->sent_len[i];
+    }
+    if (rank == size - 1) soffs[sh->n_sents] = t->n_tokens;
     if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
         H5Pset_fapl_mpio(fapl, world, MPI_INFO_NULL) < 0 ||
         H5Pset_coll_metadata_write(fapl, 1) < 0 || H5Pset_all_coll_metadata_ops(fapl, 1) < 0)
@@ -410,6 +454,8 @@ static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_
         create_1d(file, "tokens", wide ? H5T_STD_U32LE : H5T_STD_U16LE, (hsize_t)t->n_tokens, what);
     if (st == MGT_OK)
       st = create_1d(file, "document_offsets", H5T_STD_I64LE, (hsize_t)t->n_docs + 1, what);
+    if (st == MGT_OK && sents)
+      st = create_1d(file, "sentence_offsets", H5T_STD_I64LE, (hsize_t)t->n_sents + 1, what);
     st = mgt_mpi_agree(world, st);
   }
   if (st == MGT_OK) st = mgt_h5_reserve(file, tmp, world, what);
@@ -419,6 +465,9 @@ static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_
     if (st == MGT_OK)
       st = write_1d(file, "document_offsets", H5T_NATIVE_INT64, (hsize_t)t->doc_before, (hsize_t)nd,
                     offs, what);
+    if (st == MGT_OK && sents)
+      st = write_1d(file, "sentence_offsets", H5T_NATIVE_INT64, (hsize_t)t->sent_before,
+                    (hsize_t)ns, soffs, what);
     st = mgt_mpi_agree(world, st);
   }
   if (st == MGT_OK) st = mgt_mpi_agree(world, write_attrs(file, o, t, meta, what));
@@ -426,6 +475,7 @@ static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_
   if (fapl >= 0) H5Pclose(fapl);
   mgt_free(buf);
   mgt_free(offs);
+  mgt_free(soffs);
   return mgt_mpi_agree(world, st);
 }
 
@@ -473,15 +523,16 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
   totals t;
   memset(&t, 0, sizeof t);
   if (st == MGT_OK) {
-    int64_t mine[2] = {(int64_t)sh.tokens.n, (int64_t)sh.n_docs}, before[2] = {0, 0}, sum[4],
-            loc[4] = {mine[0], mine[1], (int64_t)sh.bad_lines, 0};
-    MGT_MPI(MPI_Exscan(mine, before, 2, MPI_INT64_T, MPI_SUM, world));
-    if (rank == 0) before[0] = before[1] = 0; /* Exscan leaves rank 0's result undefined */
-    MGT_MPI(MPI_Allreduce(loc, sum, 3, MPI_INT64_T, MPI_SUM, world));
+    int64_t mine[3] = {(int64_t)sh.tokens.n, (int64_t)sh.n_docs, (int64_t)sh.n_sents},
+            before[3] = {0, 0, 0}, sum[4],
+            loc[4] = {mine[0], mine[1], mine[2], (int64_t)sh.bad_lines};
+    MGT_MPI(MPI_Exscan(mine, before, 3, MPI_INT64_T, MPI_SUM, world));
+    if (rank == 0) before[0] = before[1] = before[2] = 0; /* Exscan leaves rank 0's undefined */
+    MGT_MPI(MPI_Allreduce(loc, sum, 4, MPI_INT64_T, MPI_SUM, world));
     int64_t mx = sh.max_id;
     MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_INT64_T, MPI_MAX, world));
-    t.tok_before = before[0], t.doc_before = before[1];
-    t.n_tokens = sum[0], t.n_docs = sum[1], t.bad_lines = sum[2], t.max_id = mx;
+    t.tok_before = before[0], t.doc_before = before[1], t.sent_before = before[2];
+    t.n_tokens = sum[0], t.n_docs = sum[1], t.n_sents = sum[2], t.bad_lines = sum[3], t.max_id = mx;
     mgt_tokenizer *tok = NULL;
     st = mgt_tok_open(o->tokenizer_type, o->vocab_file, o->merge_file, &tok);
     if (st == MGT_OK) {
@@ -502,7 +553,7 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
     char dir[MGT_PATH_MAX + 16];
     snprintf(dir, sizeof dir, "%s", final);
     uint64_t need = (1u << 20) + (uint64_t)t.n_tokens * (meta.vocab_size > 65536 ? 4 : 2) +
-                    ((uint64_t)t.n_docs + 1) * 8;
+                    ((uint64_t)t.n_docs + 1) * 8 + ((uint64_t)t.n_sents + 1) * 8;
     st = mgt_check_space(dirname(dir), need, final);
   }
   st = mgt_mpi_agree(world, st);
@@ -516,15 +567,19 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
   if (st == MGT_OK && rank == 0 && log) {
     double dt = mgt_now() - t0;
     uint64_t total = n_in ? in[n_in - 1].start + in[n_in - 1].size : 0;
+    char sents[48] = "";
+    if (o->split_sentences) snprintf(sents, sizeof sents, "%lld sentences, ", (long long)t.n_sents);
     fprintf(log,
-            "preprocess: wrote %s: %lld documents, %lld tokens (%s), max id %lld, %lld bad lines "
-            "skipped; %.1f s, %.2f MB/s\n",
-            final, (long long)t.n_docs, (long long)t.n_tokens,
+            "preprocess: wrote %s: %lld documents, %s%lld tokens (%s), max id %lld, "
+            "%lld bad lines skipped; %.1f s, %.2f MB/s\n",
+            final, (long long)t.n_docs, sents, (long long)t.n_tokens,
             meta.vocab_size > 65536 ? "uint32" : "uint16", (long long)t.max_id,
             (long long)t.bad_lines, dt, total / 1e6 / (dt > 0 ? dt : 1));
   }
   mgt_ids_free(&sh.tokens);
   free(sh.doc_len);
+  free(sh.sent_len);
+  free(sh.spans);
   mgt_free(in);
   return st;
 }

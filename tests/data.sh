@@ -82,6 +82,26 @@ raw = open(sys.argv[3], "rb").read(); off = struct.unpack("<%dq" % (len(raw) // 
 assert len(off) == len(ids) + 1 and all(list(tok[off[d]:off[d + 1]]) == w for d, w in enumerate(ids))
 print("ok: the WordPiece dataset is the same on 1 and 2 ranks and matches mgt tokenize (%d documents)" % len(ids))
 PY
+# --split-sentences: the same file on 1 and 2 ranks; every document is whole sentences, none empty
+for n in 1 2; do
+  "$MPIEXEC" -n $n "$MGT" preprocess --input "$tmp/alice.txt" "$tmp/shakes.jsonl" --output-prefix "$tmp/sent$n" \
+    $BV --split-sentences > "$tmp/log" 2>&1 || { fail "--split-sentences with $n ranks"; cat "$tmp/log"; }
+done
+cmp -s <(h5dump -d sentence_offsets "$tmp/sent1.h5") <(h5dump -d sentence_offsets "$tmp/sent2.h5" | sed "s/sent2/sent1/") &&
+  cmp -s <(h5dump -d tokens "$tmp/sent1.h5") <(h5dump -d tokens "$tmp/sent2.h5" | sed "s/sent2/sent1/") ||
+  fail "--split-sentences differs between 1 and 2 ranks"
+/usr/bin/python3 - "$tmp/sent1.h5" "$tmp/bert1.h5" <<'PY' || fail "the sentence dataset"
+import sys, h5py, numpy as np
+f, g = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+so, do, tok = f["sentence_offsets"][()], f["document_offsets"][()], f["tokens"][()]
+assert f.attrs["n_sentences"] == len(so) - 1 and so[0] == 0 and so[-1] == len(tok)
+assert np.all(np.diff(so) > 0), "an empty sentence"
+assert set(do) <= set(so), "a document boundary inside a sentence"
+alice = np.searchsorted(so, do[1])  # the book, document 0, is many sentences
+assert alice > 1000, alice
+print("ok: %d sentences in %d documents (the book %d), documents made of whole sentences" % (len(so) - 1, len(do) - 1, alice))
+PY
+
 "$MGT" train --data-path "$tmp/bert1" $BV --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 32 \
   --micro-batch-size 2 --train-iters 2 --eval-iters 0 --dry-run > "$tmp/out" 2>&1 && grep -Eq "^  vocab-size +30522$" "$tmp/out" ||
   { fail "training on WordPiece tokens"; grep -i "vocab\|error" "$tmp/out"; }

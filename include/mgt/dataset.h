@@ -25,6 +25,7 @@ typedef struct mgt_preprocess_opts {
   int tokenizer_type; /* MGT_TOKENIZER_* */
   char json_keys[256];
   int append_eod;
+  int split_sentences; /* one sequence per sentence (BERT), documents kept apart */
   int skip_bad_lines;
   int log_interval_mb; /* progress line on rank 0 every this many MB of its share */
 } mgt_preprocess_opts;
