@@ -28,6 +28,7 @@ struct mgt_tokenizer {
   int kind;
   int type;          /* MGT_TOKENIZER_* */
   mgt_wordpiece *wp; /* KIND_WORDPIECE */
+  char bytes[256];   /* KIND_BYTES: byte i, the text of id i */
   int n_vocab;
   int32_t eod;
   char hash[65];
@@ -487,6 +488,8 @@ mgt_status mgt_tok_create_bytes(mgt_tokenizer **out) {
   t->kind = KIND_BYTES;
   t->type = MGT_TOKENIZER_BYTES;
   t->n_vocab = 257;
+  for (int i = 0; i < 256; i++)
+    t->bytes[i] = (char)i;
   t->eod = 256;
   unsigned char d[32];
   mgt_sha256 h;
@@ -766,4 +769,18 @@ const char *const mgt_tokenizer_names[] = {"GPT2BPETokenizer", "ByteTokenizer",
 
 const char *mgt_tok_name(const mgt_tokenizer *t) { return mgt_tokenizer_names[t->type]; }
 int mgt_tok_type(const mgt_tokenizer *t) { return t->type; }
+
+mgt_status mgt_tok_piece(const mgt_tokenizer *t, int32_t id, const char **s, size_t *len) {
+  MGT_REQUIRE(id >= 0 && id < t->n_vocab, "token id %d is outside the vocabulary [0, %d)", id,
+              t->n_vocab);
+  if (t->kind == KIND_WORDPIECE) return mgt_wp_piece(t->wp, id, s, len);
+  if (t->kind == KIND_BYTES) {
+    *s = id < 256 ? t->bytes + id : "";
+    *len = id < 256 ? 1 : 0;
+    return MGT_OK;
+  }
+  *s = (const char *)t->blob + t->tok_off[id];
+  *len = t->tok_len[id];
+  return MGT_OK;
+}
 const char *mgt_tok_hash(const mgt_tokenizer *t) { return t->hash; }

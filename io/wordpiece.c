@@ -325,6 +325,14 @@ void mgt_wp_free(mgt_wordpiece **pw) {
 
 int mgt_wp_vocab_size(const mgt_wordpiece *wp) { return wp->n_vocab; }
 
+mgt_status mgt_wp_piece(const mgt_wordpiece *wp, int32_t id, const char **s, size_t *len) {
+  MGT_REQUIRE(id >= 0 && id < wp->n_vocab, "token id %d is outside the vocabulary [0, %d)", id,
+              wp->n_vocab);
+  *s = wp->tok[id];
+  *len = wp->tok_len[id];
+  return MGT_OK;
+}
+
 int32_t mgt_wp_special(const mgt_wordpiece *wp, const char *name) {
   return lookup(wp, (const unsigned char *)name, strlen(name));
 }

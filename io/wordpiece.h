@@ -18,6 +18,9 @@ void mgt_wp_free(mgt_wordpiece **wp);
 int mgt_wp_vocab_size(const mgt_wordpiece *wp);
 /* The id of a special token such as "[SEP]", or -1. */
 int32_t mgt_wp_special(const mgt_wordpiece *wp, const char *name);
+/* The piece of id ("##" included). */
+MGT_NODISCARD mgt_status mgt_wp_piece(const mgt_wordpiece *wp, int32_t id, const char **s,
+                                      size_t *len);
 /* Appends the ids of text[0..len) (no [CLS]/[SEP]). Bytes that are not UTF-8 read as U+FFFD,
    which cleaning deletes. */
 MGT_NODISCARD mgt_status mgt_wp_encode(mgt_wordpiece *wp, const char *text, size_t len,

@@ -53,6 +53,10 @@ void mgt_tok_destroy(mgt_tokenizer **tok);
 
 int mgt_tok_vocab_size(const mgt_tokenizer *tok);
 int32_t mgt_tok_eod(const mgt_tokenizer *tok);
+/* The text of id: its bytes (GPT-2, bytes) or its vocabulary piece (WordPiece, "##" included);
+ *s stays valid while the tokenizer lives. Fails for an id outside the vocabulary. */
+MGT_NODISCARD mgt_status mgt_tok_piece(const mgt_tokenizer *tok, int32_t id, const char **s,
+                                       size_t *len);
 /* Its name, as --tokenizer-type spells it, and its type (MGT_TOKENIZER_*). */
 const char *mgt_tok_name(const mgt_tokenizer *tok);
 int mgt_tok_type(const mgt_tokenizer *tok);
