@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bert_data.h"
 #include "h5util.h"
 #include "mgt/dataset.h"
 #include "mgt/grid.h"
@@ -74,6 +75,16 @@ mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info) {
   MGT_TRY(mgt_h5_read_i64(f, "n_tokens", &info->n_tokens, p));
   MGT_TRY(mgt_h5_read_i64(f, "n_documents", &info->n_documents, p));
   MGT_TRY(mgt_h5_read_i64(f, "max_token_id", &info->max_token_id, p));
+  info->n_sentences = -1;
+  if (H5Aexists(f, "n_sentences") > 0) {
+    MGT_TRY(mgt_h5_read_i64(f, "n_sentences", &info->n_sentences, p));
+    if (info->n_sentences < 0) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "--data-path %s: n_sentences is %lld", p, (long long)info->n_sentences);
+      st = MGT_ERR_INPUT;
+      goto done;
+    }
+  }
   MGT_H5_TRY(d = H5Dopen2(f, "tokens", H5P_DEFAULT), p);
   MGT_H5_TRY(t = H5Dget_type(d), p);
   info->token_bytes = (int)H5Tget_size(t);
@@ -97,7 +108,9 @@ done:
 /* A dataset opened for reading: document offsets in memory, tokens mapped. */
 typedef struct dataset {
   mgt_dataset_info info;
-  int64_t *doc_off; /* n_documents + 1 */
+  int64_t *doc_off;  /* n_documents + 1 */
+  int64_t *sent_off; /* n_sentences + 1, with sentences */
+  int64_t *doc_sent; /* n_documents + 1: each document's first sentence, with sentences */
   void *map;
   size_t map_len;
   const unsigned char *tokens;
@@ -107,6 +120,8 @@ typedef struct dataset {
 static void dataset_close(dataset *ds) {
   if (ds->map) munmap(ds->map, ds->map_len);
   mgt_free(ds->doc_off);
+  mgt_free(ds->sent_off);
+  mgt_free(ds->doc_sent);
   memset(ds, 0, sizeof *ds);
 }
 
@@ -123,7 +138,52 @@ static mgt_status extent_1d(hid_t d, const char *p, const char *name, int64_t *n
   return MGT_OK;
 }
 
-static mgt_status dataset_open(const char *prefix, dataset *ds) {
+/* Reads /sentence_offsets and checks that they split the documents into whole sentences. */
+static mgt_status read_sentences(hid_t f, dataset *ds) {
+  const char *p = ds->info.path;
+  const int64_t ns = ds->info.n_sentences, nd = ds->info.n_documents;
+  MGT_REQUIRE(ns >= 0 && H5Lexists(f, "sentence_offsets", H5P_DEFAULT) > 0,
+              "--data-path %s: not split into sentences (BERT needs mgt preprocess "
+              "--split-sentences)",
+              p);
+  hid_t o = H5Dopen2(f, "sentence_offsets", H5P_DEFAULT);
+  MGT_REQUIRE(o >= 0, "--data-path %s: cannot open sentence_offsets", p);
+  int64_t n = 0;
+  mgt_status st = extent_1d(o, p, "sentence_offsets", &n);
+  if (st == MGT_OK && n != ns + 1) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "--data-path %s: sentence_offsets holds %lld entries, but n_sentences says %lld",
+                  p, (long long)n, (long long)ns);
+    st = MGT_ERR_INPUT;
+  }
+  if (st == MGT_OK)
+    st = mgt_calloc(sizeof(int64_t) * (size_t)(ns + 1), "sentence offsets", (void **)&ds->sent_off);
+  if (st == MGT_OK)
+    st = mgt_calloc(sizeof(int64_t) * (size_t)(nd + 1), "document sentences",
+                    (void **)&ds->doc_sent);
+  if (st == MGT_OK &&
+      H5Dread(o, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ds->sent_off) < 0) {
+    mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__,
+                  "--data-path %s: cannot read sentence_offsets", p);
+    st = MGT_ERR_IO;
+  }
+  H5Dclose(o);
+  MGT_CHECK(st);
+  int ok = ds->sent_off[0] == 0 && ds->sent_off[ns] == ds->info.n_tokens;
+  for (int64_t j = 0; ok && j < ns; j++)
+    ok = ds->sent_off[j] <= ds->sent_off[j + 1];
+  for (int64_t d = 0, j = 0; ok && d <= nd; d++) { /* every document offset a sentence offset */
+    while (j < ns && ds->sent_off[j] < ds->doc_off[d])
+      j++;
+    ok = ds->sent_off[j] == ds->doc_off[d];
+    ds->doc_sent[d] = j;
+  }
+  MGT_REQUIRE(
+      ok, "--data-path %s: sentence_offsets do not split the documents into whole sentences", p);
+  return MGT_OK;
+}
+
+static mgt_status dataset_open(const char *prefix, int sentences, dataset *ds) {
   memset(ds, 0, sizeof *ds);
   MGT_CHECK(mgt_dataset_info_read(prefix, &ds->info));
   const char *p = ds->info.path;
@@ -171,6 +231,7 @@ static mgt_status dataset_open(const char *prefix, dataset *ds) {
     st = MGT_ERR_INPUT;
     goto done;
   }
+  if (sentences) MGT_TRY(read_sentences(f, ds));
   if (ds->info.n_tokens > 0) {
     MGT_H5_TRY(d = H5Dopen2(f, "tokens", H5P_DEFAULT), p);
     MGT_H5_TRY(dcpl = H5Dget_create_plist(d), p);
@@ -446,26 +507,118 @@ static mgt_status write_cache(const char *path, const void *mem, size_t len) {
   return st;
 }
 
-static mgt_status map_cache(const char *path, split_index *ix) {
+/* Maps a cache file read-only. */
+static mgt_status map_file(const char *path, void **mem, size_t *len) {
   int fd = open(path, O_RDONLY);
   if (fd < 0) MGT_FAIL(MGT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(index_header)) {
     close(fd);
-    MGT_FAIL(MGT_ERR_IO, "%s: not a sample index", path);
+    MGT_FAIL(MGT_ERR_IO, "%s: too short for a cached index", path);
   }
   void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (m == MAP_FAILED) MGT_FAIL(MGT_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
-  ix->mem = m;
-  ix->mem_len = (size_t)st.st_size;
-  ix->mapped = 1;
-  if (memcmp(((index_header *)m)->magic, INDEX_MAGIC, 8) != 0) {
-    index_free(ix);
-    MGT_FAIL(MGT_ERR_IO, "%s: not a sample index", path);
-  }
-  index_views(ix);
+  *mem = m;
+  *len = (size_t)st.st_size;
   return MGT_OK;
+}
+
+/* A block cached beside a dataset (a sample index, a BERT samples mapping): how to build it
+   and how to tell that a file holds a whole, valid one. */
+typedef struct cache_ops {
+  const char *what;
+  const void *ctx;
+  mgt_status (*build)(const void *ctx, void **mem, size_t *len);
+  int (*valid)(const void *ctx, const void *mem, size_t len);
+} cache_ops;
+
+/* DATASET.h5.<suffix>-<16 hex digits of the hash of key>. */
+static void cache_path(const dataset *ds, const char *suffix, const char *key, char *path,
+                       size_t n) {
+  char hex[65];
+  mgt_sha256 h;
+  unsigned char dg[32];
+  mgt_sha256_init(&h);
+  mgt_sha256_update(&h, key, strlen(key));
+  mgt_sha256_final(&h, dg);
+  mgt_sha256_hex(dg, hex);
+  snprintf(path, n, "%s.%s-%.16s", ds->info.path, suffix, hex);
+}
+
+/* The block at `path`: rank 0 makes sure a whole, valid cache exists (rebuilding a damaged
+   one), then every rank maps it; where it cannot be written every rank builds its own.
+   *mapped says which. Collective over world. */
+static mgt_status cached_block(const char *path, const cache_ops *ops, const dataset *ds,
+                               MPI_Comm world, FILE *log, void **mem, size_t *len, int *mapped) {
+  *mem = NULL, *len = 0, *mapped = 0;
+  int rank;
+  MGT_MPI(MPI_Comm_rank(world, &rank));
+  int cached = 0;
+  mgt_status st = MGT_OK;
+  if (rank == 0) {
+    if (access(path, F_OK) == 0) {
+      void *m = NULL;
+      size_t l = 0;
+      cached = map_file(path, &m, &l) == MGT_OK && ops->valid(ops->ctx, m, l);
+      if (m) munmap(m, l);
+      if (!cached) {
+        mgt_error_clear();
+        if (log)
+          fprintf(log, "note: the %s %s is damaged or incomplete: rebuilding it\n", ops->what,
+                  path);
+      }
+    }
+    if (!cached) {
+      void *m = NULL;
+      size_t l = 0;
+      st = ops->build(ops->ctx, &m, &l);
+      if (st == MGT_OK) {
+        cached = write_cache(path, m, l) == MGT_OK;
+        if (!cached) {
+          mgt_error_clear();
+          if (log)
+            fprintf(log, "note: cannot cache the %s beside %s; every rank builds it in memory\n",
+                    ops->what, ds->info.path);
+        } else if (log) {
+          fprintf(log, "built %s %s\n", ops->what, path);
+        }
+        mgt_free(m);
+      }
+    }
+  }
+  MGT_CHECK(mgt_mpi_agree(world, st));
+  MGT_MPI(MPI_Bcast(&cached, 1, MPI_INT, 0, world));
+  if (cached) {
+    st = map_file(path, mem, len);
+    *mapped = st == MGT_OK;
+    if (st == MGT_OK && !ops->valid(ops->ctx, *mem, *len)) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "%s: the %s changed while the job started (another job?)", path, ops->what);
+      st = MGT_ERR_INPUT;
+    }
+  } else {
+    st = ops->build(ops->ctx, mem, len);
+  }
+  return mgt_mpi_agree(world, st);
+}
+
+/* What the index of one split depends on. */
+typedef struct index_args {
+  const dataset *ds;
+  int split, seq;
+  int64_t a, b, needed;
+  uint64_t seed;
+} index_args;
+
+static mgt_status index_build_cb(const void *ctx, void **mem, size_t *len) {
+  const index_args *x = ctx;
+  return build_index(x->ds, x->a, x->b, x->split, x->needed, x->seq, x->seed, mem, len);
+}
+
+static int index_valid_cb(const void *ctx, const void *mem, size_t len) {
+  const index_args *x = ctx;
+  return index_valid(x->ds, mem, len, x->a, x->b, x->seq);
 }
 
 /* The index of one split, from the cache beside the dataset or built by world rank 0.
@@ -475,68 +628,19 @@ static mgt_status split_index_get(const dataset *ds, int split, int64_t a, int64
                                   split_index *ix) {
   memset(ix, 0, sizeof *ix);
   ix->ds = ds;
-  int rank;
-  MGT_MPI(MPI_Comm_rank(world, &rank));
   /* the cache name hashes everything the index depends on */
-  char key[512], hex[65], path[MGT_PATH_MAX + 128];
+  char key[512], path[MGT_PATH_MAX + 128];
   snprintf(key, sizeof key, "v3 %s %d %lld %lld %lld %d %llu", ds->identity, split, (long long)a,
            (long long)b, (long long)needed, seq, (unsigned long long)seed);
-  mgt_sha256 h;
-  unsigned char dg[32];
-  mgt_sha256_init(&h);
-  mgt_sha256_update(&h, key, strlen(key));
-  mgt_sha256_final(&h, dg);
-  mgt_sha256_hex(dg, hex);
-  snprintf(path, sizeof path, "%s.index-%.16s", ds->info.path, hex);
-  /* rank 0 makes sure a whole, valid cache exists; the others use it if it does */
-  int cached = 0;
-  mgt_status st = MGT_OK;
-  if (rank == 0) {
-    split_index probe = {0};
-    if (access(path, F_OK) == 0) {
-      cached =
-          map_cache(path, &probe) == MGT_OK && index_valid(ds, probe.mem, probe.mem_len, a, b, seq);
-      if (!cached) {
-        mgt_error_clear();
-        if (log)
-          fprintf(log, "note: the sample index %s is damaged or incomplete: rebuilding it\n", path);
-      }
-      index_free(&probe);
-    }
-    if (!cached) {
-      void *mem = NULL;
-      size_t len = 0;
-      st = build_index(ds, a, b, split, needed, seq, seed, &mem, &len);
-      if (st == MGT_OK) {
-        cached = write_cache(path, mem, len) == MGT_OK;
-        if (!cached) {
-          mgt_error_clear();
-          if (log)
-            fprintf(log,
-                    "note: cannot cache the sample index beside %s; every rank builds "
-                    "it in memory\n",
-                    ds->info.path);
-        } else if (log) {
-          fprintf(log, "built sample index %s\n", path);
-        }
-        mgt_free(mem);
-      }
-    }
+  cache_path(ds, "index", key, path, sizeof path);
+  const index_args args = {ds, split, seq, a, b, needed, seed};
+  const cache_ops ops = {"sample index", &args, index_build_cb, index_valid_cb};
+  mgt_status st = cached_block(path, &ops, ds, world, log, &ix->mem, &ix->mem_len, &ix->mapped);
+  if (st != MGT_OK) {
+    index_free(ix);
+    return st;
   }
-  MGT_CHECK(mgt_mpi_agree(world, st));
-  MGT_MPI(MPI_Bcast(&cached, 1, MPI_INT, 0, world));
-  if (cached) {
-    st = map_cache(path, ix);
-    if (st == MGT_OK && !index_valid(ds, ix->mem, ix->mem_len, a, b, seq)) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "%s: the sample index changed while the job started (another job?)", path);
-      st = MGT_ERR_INPUT;
-    }
-  } else {
-    st = build_index(ds, a, b, split, needed, seq, seed, &ix->mem, &ix->mem_len);
-    if (st == MGT_OK) index_views(ix);
-  }
-  MGT_CHECK(mgt_mpi_agree(world, st));
+  index_views(ix);
   MGT_REQUIRE(ix->n_samples >= needed, "%s: the sample index holds %lld samples, %lld needed", path,
               (long long)ix->n_samples, (long long)needed);
   return MGT_OK;
@@ -556,6 +660,70 @@ static void read_sample(const split_index *ix, int64_t s, int seq, int32_t *out)
   }
 }
 
+/* ---- blending ---- */
+
+/* Which dataset, and which of its samples, each sample of a source is. */
+typedef struct blending {
+  int32_t *which;  /* sample -> dataset (NULL with one dataset) */
+  int64_t *within; /* sample -> sample of that dataset */
+  int64_t n;
+  int64_t *counts; /* the samples each dataset gives */
+} blending;
+
+/* Blending by weight: sample i goes to the dataset furthest behind its share,
+   w_d * (i + 1) - taken_d (ties to the lower index), as Megatron-LM's blendable dataset. */
+static mgt_status blending_make(const double *w, int n, int64_t needed, blending *bl) {
+  memset(bl, 0, sizeof *bl);
+  MGT_CHECK(mgt_calloc(sizeof *bl->counts * (size_t)n, "blending counts", (void **)&bl->counts));
+  if (n == 1) {
+    bl->counts[0] = needed;
+    return MGT_OK;
+  }
+  bl->n = needed;
+  MGT_CHECK(
+      mgt_calloc(sizeof(int32_t) * ((size_t)needed + 1), "blending index", (void **)&bl->which));
+  MGT_CHECK(
+      mgt_calloc(sizeof(int64_t) * ((size_t)needed + 1), "blending index", (void **)&bl->within));
+  for (int64_t i = 0; i < needed; i++) {
+    int best = 0;
+    double be = -1e300;
+    for (int d = 0; d < n; d++) {
+      double e = w[d] * (double)(i + 1) - (double)bl->counts[d];
+      if (e > be) be = e, best = d;
+    }
+    bl->which[i] = best;
+    bl->within[i] = bl->counts[best]++;
+  }
+  return MGT_OK;
+}
+
+static mgt_status blending_at(const blending *bl, uint64_t i, int *d, int64_t *k) {
+  *d = 0;
+  *k = (int64_t)i;
+  if (!bl->which) return MGT_OK;
+  MGT_REQUIRE((int64_t)i < bl->n, "sample %llu is beyond the %lld planned for this run",
+              (unsigned long long)i, (long long)bl->n);
+  *d = bl->which[i];
+  *k = bl->within[i];
+  return MGT_OK;
+}
+
+static void blending_free(blending *bl) {
+  mgt_free(bl->which);
+  mgt_free(bl->within);
+  mgt_free(bl->counts);
+  memset(bl, 0, sizeof *bl);
+}
+
+/* Documents [a, b) of split 0 (train), 1 (valid) or 2 (test) of ds. */
+static void split_docs(const dataset *ds, int split, const double frac[3], int64_t *a, int64_t *b) {
+  const int64_t nd = ds->info.n_documents;
+  const double c1 = frac[0], c2 = frac[0] + frac[1];
+  const int64_t b1 = (int64_t)(c1 * (double)nd + 0.5), b2 = (int64_t)(c2 * (double)nd + 0.5);
+  *a = split == 0 ? 0 : (split == 1 ? b1 : b2);
+  *b = split == 0 ? b1 : (split == 1 ? b2 : nd);
+}
+
 /* ---- blended data source ---- */
 
 typedef struct opened opened;
@@ -564,24 +732,16 @@ typedef struct source {
   opened *op; /* shared with the other source of the run */
   int n;      /* datasets */
   split_index *ix;
-  int32_t *which;  /* blended sample -> dataset (NULL with one dataset) */
-  int64_t *within; /* blended sample -> sample of that dataset */
-  int64_t n_blend;
+  blending bl;
   int seq;
 } source;
 
 static mgt_status source_get(void *ctx, uint64_t first, int n, int T, int32_t *out) {
   source *s = ctx;
   for (int r = 0; r < n; r++) {
-    uint64_t i = first + (uint64_t)r;
-    int d = 0;
-    int64_t k = (int64_t)i;
-    if (s->which) {
-      MGT_REQUIRE((int64_t)i < s->n_blend, "sample %llu is beyond the %lld planned for this run",
-                  (unsigned long long)i, (long long)s->n_blend);
-      d = s->which[i];
-      k = s->within[i];
-    }
+    int d;
+    int64_t k;
+    MGT_CHECK(blending_at(&s->bl, first + (uint64_t)r, &d, &k));
     const split_index *ix = &s->ix[d];
     MGT_REQUIRE(k < ix->n_samples, "sample %lld is beyond the %lld in the index of %s",
                 (long long)k, (long long)ix->n_samples, ix->ds->info.path);
@@ -606,27 +766,8 @@ static void source_destroy(void *ctx) {
       index_free(&s->ix[d]);
   opened_release(s->op);
   mgt_free(s->ix);
-  mgt_free(s->which);
-  mgt_free(s->within);
+  blending_free(&s->bl);
   mgt_free(s);
-}
-
-/* Blending by weight: sample i goes to the dataset furthest behind its share,
-   w_d * (i + 1) - taken_d (ties to the lower index), as Megatron-LM's blendable dataset. */
-static void blend(const double *w, int n, int64_t total, int32_t *which, int64_t *within,
-                  int64_t *counts) {
-  for (int d = 0; d < n; d++)
-    counts[d] = 0;
-  for (int64_t i = 0; i < total; i++) {
-    int best = 0;
-    double be = -1e300;
-    for (int d = 0; d < n; d++) {
-      double e = w[d] * (double)(i + 1) - (double)counts[d];
-      if (e > be) be = e, best = d;
-    }
-    which[i] = best;
-    within[i] = counts[best]++;
-  }
 }
 
 /* ---- the training sources ---- */
@@ -757,38 +898,233 @@ static mgt_status make_source(opened *op, const data_spec *spec, int split, cons
   op->refs++;
   s->n = spec->n;
   s->seq = cfg->seq_length;
-  int64_t *counts = NULL;
-  MGT_TRY(mgt_calloc(sizeof *counts * (size_t)spec->n, "blending counts", (void **)&counts));
   MGT_TRY(mgt_calloc(sizeof(split_index) * (size_t)spec->n, "sample indices", (void **)&s->ix));
-  if (spec->n > 1) {
-    s->n_blend = needed;
-    MGT_TRY(
-        mgt_calloc(sizeof(int32_t) * ((size_t)needed + 1), "blending index", (void **)&s->which));
-    MGT_TRY(
-        mgt_calloc(sizeof(int64_t) * ((size_t)needed + 1), "blending index", (void **)&s->within));
-    blend(spec->w, spec->n, needed, s->which, s->within, counts);
-  } else {
-    counts[0] = needed;
-  }
+  MGT_TRY(blending_make(spec->w, spec->n, needed, &s->bl));
   for (int d = 0; d < spec->n; d++) {
-    const dataset *ds = &op->ds[d];
-    int64_t nd = ds->info.n_documents;
-    double c1 = frac[0], c2 = frac[0] + frac[1];
-    int64_t b1 = (int64_t)(c1 * (double)nd + 0.5), b2 = (int64_t)(c2 * (double)nd + 0.5);
-    int64_t a = split == 0 ? 0 : (split == 1 ? b1 : b2),
-            b = split == 0 ? b1 : (split == 1 ? b2 : nd);
-    int64_t need = counts[d] > 0 ? counts[d] : 1;
-    MGT_TRY(
-        split_index_get(ds, split, a, b, need, cfg->seq_length, cfg->seed, world, log, &s->ix[d]));
+    int64_t a, b, need = s->bl.counts[d] > 0 ? s->bl.counts[d] : 1;
+    split_docs(&op->ds[d], split, frac, &a, &b);
+    MGT_TRY(split_index_get(&op->ds[d], split, a, b, need, cfg->seq_length, cfg->seed, world, log,
+                            &s->ix[d]));
   }
   out->ctx = s;
   out->get = source_get;
   out->destroy = source_destroy;
-  mgt_free(counts);
   return MGT_OK;
 done:
-  mgt_free(counts);
   source_destroy(s);
+  return st;
+}
+
+/* ---- BERT samples ---- */
+
+/* A samples mapping (io/bert_data.h) of one split of one dataset: rows of (first sentence, end
+   sentence, target length), cached beside the dataset as an index_header (magic below,
+   n_samples rows, seq the sequence length) followed by the rows. */
+static const char BERT_MAGIC[8] = "MGTBMP1";
+
+typedef struct bert_map {
+  const dataset *ds;
+  const int64_t *rows;
+  int64_t n;
+  void *mem;
+  size_t mem_len;
+  int mapped;
+} bert_map;
+
+static void bert_map_free(bert_map *bm) {
+  if (bm->mem) {
+    if (bm->mapped)
+      munmap(bm->mem, bm->mem_len);
+    else
+      mgt_free(bm->mem);
+  }
+  memset(bm, 0, sizeof *bm);
+}
+
+static mgt_status bert_map_build(const dataset *ds, int64_t a, int64_t b, int64_t needed,
+                                 const mgt_config *cfg, void **out, size_t *len) {
+  const mgt_bert_corpus corpus = {ds->sent_off, ds->doc_sent};
+  int64_t *rows = NULL, n = 0;
+  MGT_CHECK(mgt_bert_mapping(&corpus, a, b, needed, cfg->seq_length - 3, cfg->short_seq_prob,
+                             cfg->bert_no_binary_head ? 1 : 2, cfg->seed, ds->info.path, &rows,
+                             &n));
+  const size_t bytes = sizeof(index_header) + sizeof(int64_t) * 3 * (size_t)n;
+  unsigned char *mem = NULL;
+  mgt_status st = mgt_calloc(bytes, "BERT samples mapping", (void **)&mem);
+  if (st == MGT_OK) {
+    index_header *h = (index_header *)mem;
+    memcpy(h->magic, BERT_MAGIC, 8);
+    h->n_samples = n;
+    h->seq = cfg->seq_length;
+    h->bytes = bytes;
+    memcpy(mem + sizeof *h, rows, sizeof(int64_t) * 3 * (size_t)n);
+    h->checksum = body_checksum(mem, bytes);
+    *out = mem;
+    *len = bytes;
+  }
+  free(rows);
+  return st;
+}
+
+/* Whether mem is a whole, undamaged mapping whose rows stay inside sentences [lo, hi) and
+   fit samples of seq positions. */
+static int bert_map_valid(const void *mem, size_t len, int64_t lo, int64_t hi, int seq) {
+  const index_header *h = mem;
+  if (len < sizeof *h || memcmp(h->magic, BERT_MAGIC, 8) != 0 || h->bytes != len || h->seq != seq ||
+      h->n_samples < 1 || h->n_samples > (1ll << 40) ||
+      len != sizeof *h + sizeof(int64_t) * 3 * (size_t)h->n_samples ||
+      body_checksum(mem, len) != h->checksum)
+    return 0;
+  const int64_t *r = (const int64_t *)((const unsigned char *)mem + sizeof *h);
+  for (int64_t i = 0; i < h->n_samples; i++, r += 3)
+    if (r[0] < lo || r[1] <= r[0] || r[1] > hi || r[2] < 2 || r[2] > seq - 3) return 0;
+  return 1;
+}
+
+static void bert_map_views(bert_map *bm) {
+  const index_header *h = bm->mem;
+  bm->n = h->n_samples;
+  bm->rows = (const int64_t *)((const unsigned char *)bm->mem + sizeof *h);
+}
+
+typedef struct bert_map_args {
+  const dataset *ds;
+  const mgt_config *cfg;
+  int64_t a, b, needed;
+} bert_map_args;
+
+static mgt_status bert_map_build_cb(const void *ctx, void **mem, size_t *len) {
+  const bert_map_args *x = ctx;
+  return bert_map_build(x->ds, x->a, x->b, x->needed, x->cfg, mem, len);
+}
+
+static int bert_map_valid_cb(const void *ctx, const void *mem, size_t len) {
+  const bert_map_args *x = ctx;
+  return bert_map_valid(mem, len, x->ds->doc_sent[x->a], x->ds->doc_sent[x->b], x->cfg->seq_length);
+}
+
+/* The mapping of documents [a, b), cached beside the dataset as the GPT index is. Collective. */
+static mgt_status bert_map_get(const dataset *ds, int split, int64_t a, int64_t b, int64_t needed,
+                               const mgt_config *cfg, MPI_Comm world, FILE *log, bert_map *bm) {
+  memset(bm, 0, sizeof *bm);
+  bm->ds = ds;
+  char key[512], path[MGT_PATH_MAX + 128];
+  snprintf(key, sizeof key, "bert v1 %s %d %lld %lld %lld %d %.17g %d %llu", ds->identity, split,
+           (long long)a, (long long)b, (long long)needed, cfg->seq_length, cfg->short_seq_prob,
+           cfg->bert_no_binary_head, (unsigned long long)cfg->seed);
+  cache_path(ds, "bertmap", key, path, sizeof path);
+  const bert_map_args args = {ds, cfg, a, b, needed};
+  const cache_ops ops = {"BERT samples mapping", &args, bert_map_build_cb, bert_map_valid_cb};
+  mgt_status st = cached_block(path, &ops, ds, world, log, &bm->mem, &bm->mem_len, &bm->mapped);
+  if (st != MGT_OK) {
+    bert_map_free(bm);
+    return st;
+  }
+  bert_map_views(bm);
+  return MGT_OK;
+}
+
+typedef struct bert_source {
+  opened *op;
+  int n;
+  bert_map *map;
+  blending bl;
+  mgt_bert_vocab vocab;
+  uint8_t *continuation;
+  double mask_prob;
+  int binary;
+  uint64_t seed;
+} bert_source;
+
+static int32_t bert_token(const void *ctx, int64_t i) { return token_at(ctx, i); }
+
+static mgt_status bert_source_get(void *ctx, uint64_t first, int n, int T, int32_t *out) {
+  bert_source *s = ctx;
+  for (int r = 0; r < n; r++) {
+    int d;
+    int64_t k;
+    MGT_CHECK(blending_at(&s->bl, first + (uint64_t)r, &d, &k));
+    const bert_map *bm = &s->map[d];
+    const dataset *ds = bm->ds;
+    MGT_REQUIRE(k < bm->n, "sample %lld is beyond the %lld in the BERT samples mapping of %s",
+                (long long)k, (long long)bm->n, ds->info.path);
+    int32_t *row = out + (size_t)r * mgt_bert_row_ints(T);
+    const mgt_bert_corpus corpus = {ds->sent_off, ds->doc_sent};
+    MGT_CHECK(mgt_bert_sample(&corpus, bert_token, ds, bm->rows + 3 * k, &s->vocab, T, s->mask_prob,
+                              s->binary, s->seed, (uint64_t)k, row + MGT_BERT_TOKENS * T,
+                              row + MGT_BERT_TYPES * T, row + MGT_BERT_LABELS * T,
+                              row + mgt_bert_length_at(T), row + mgt_bert_random_at(T)));
+    const int64_t V = ds->info.vocab_size; /* the attribute may lie about the data */
+    for (int t = 0; t < T; t++)
+      MGT_REQUIRE(row[t] >= 0 && row[t] < V,
+                  "--data-path %s: token id %lld in BERT sample %lld is outside its vocabulary of "
+                  "%lld",
+                  ds->info.path, (long long)(uint32_t)row[t], (long long)k, (long long)V);
+  }
+  return MGT_OK;
+}
+
+static void bert_source_destroy(void *ctx) {
+  bert_source *s = ctx;
+  if (!s) return;
+  if (s->map)
+    for (int d = 0; d < s->n; d++)
+      bert_map_free(&s->map[d]);
+  opened_release(s->op);
+  mgt_free(s->map);
+  blending_free(&s->bl);
+  mgt_free(s->continuation);
+  mgt_free(s);
+}
+
+/* [CLS], [SEP], [MASK], [PAD] and the "##" pieces of a WordPiece vocabulary. */
+static mgt_status bert_vocab(const mgt_tokenizer *tok, bert_source *s) {
+  const int V = mgt_tok_vocab_size(tok);
+  MGT_CHECK(mgt_calloc((size_t)V, "vocabulary flags", (void **)&s->continuation));
+  mgt_bert_vocab v = {-1, -1, -1, -1, V, s->continuation};
+  for (int i = 0; i < V; i++) {
+    const char *p;
+    size_t l;
+    MGT_CHECK(mgt_tok_piece(tok, i, &p, &l));
+    s->continuation[i] = l >= 2 && p[0] == '#' && p[1] == '#';
+    if (l == 5 && !memcmp(p, "[CLS]", 5)) v.cls = i;
+    if (l == 5 && !memcmp(p, "[SEP]", 5)) v.sep = i;
+    if (l == 6 && !memcmp(p, "[MASK]", 6)) v.mask = i;
+    if (l == 5 && !memcmp(p, "[PAD]", 5)) v.pad = i;
+  }
+  MGT_REQUIRE(v.cls >= 0 && v.sep >= 0 && v.mask >= 0 && v.pad >= 0,
+              "--vocab-file: BERT needs [CLS], [SEP], [MASK] and [PAD] in the vocabulary");
+  s->vocab = v;
+  return MGT_OK;
+}
+
+static mgt_status make_bert_source(opened *op, const data_spec *spec, int split,
+                                   const double frac[3], int64_t needed, const mgt_config *cfg,
+                                   const mgt_tokenizer *tok, MPI_Comm world, FILE *log,
+                                   mgt_data *out) {
+  bert_source *s = NULL;
+  MGT_CHECK(mgt_calloc(sizeof *s, "data source", (void **)&s));
+  mgt_status st = MGT_OK;
+  s->op = op;
+  op->refs++;
+  s->n = spec->n;
+  s->mask_prob = cfg->mask_prob;
+  s->binary = !cfg->bert_no_binary_head;
+  s->seed = cfg->seed;
+  MGT_TRY(bert_vocab(tok, s));
+  MGT_TRY(mgt_calloc(sizeof(bert_map) * (size_t)spec->n, "BERT mappings", (void **)&s->map));
+  MGT_TRY(blending_make(spec->w, spec->n, needed, &s->bl));
+  for (int d = 0; d < spec->n; d++) {
+    int64_t a, b, need = s->bl.counts[d] > 0 ? s->bl.counts[d] : 1;
+    split_docs(&op->ds[d], split, frac, &a, &b);
+    MGT_TRY(bert_map_get(&op->ds[d], split, a, b, need, cfg, world, log, &s->map[d]));
+  }
+  out->ctx = s;
+  out->get = bert_source_get;
+  out->destroy = bert_source_destroy;
+  return MGT_OK;
+done:
+  bert_source_destroy(s);
   return st;
 }
 
@@ -808,7 +1144,7 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
     MGT_TRY(mgt_tok_open(cfg->tokenizer_type, cfg->vocab_file, cfg->merge_file, &tok));
   }
   for (int d = 0; d < spec->n; d++) {
-    MGT_TRY(dataset_open(spec->prefix[d], &op->ds[d]));
+    MGT_TRY(dataset_open(spec->prefix[d], cfg->model == MGT_MODEL_BERT, &op->ds[d]));
     op->n = d + 1;
     const mgt_dataset_info *in = &op->ds[d].info;
     if (tok && strcmp(in->vocab_hash, mgt_tok_hash(tok)) != 0) {
@@ -832,10 +1168,22 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
   double frac[3];
   MGT_TRY(mgt_split_parse(cfg->split, frac));
   int64_t need_train = cfg->train_iters * (int64_t)cfg->global_batch_size;
-  MGT_TRY(make_source(op, spec, 0, frac, need_train > 0 ? need_train : 1, cfg, world, log, train));
-  if (cfg->eval_iters > 0 && frac[1] > 0) {
-    int64_t need_valid = (int64_t)cfg->eval_iters * cfg->global_batch_size;
-    MGT_TRY(make_source(op, spec, 1, frac, need_valid, cfg, world, log, valid));
+  if (need_train < 1) need_train = 1;
+  const int64_t need_valid = (int64_t)cfg->eval_iters * cfg->global_batch_size;
+  const int want_valid = cfg->eval_iters > 0 && frac[1] > 0;
+  if (cfg->model == MGT_MODEL_BERT) {
+    if (!tok || mgt_tok_type(tok) < MGT_TOKENIZER_BERT_LOWER) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "--model bert needs the WordPiece --vocab-file the datasets were made with");
+      st = MGT_ERR_INPUT;
+      goto done;
+    }
+    MGT_TRY(make_bert_source(op, spec, 0, frac, need_train, cfg, tok, world, log, train));
+    if (want_valid)
+      MGT_TRY(make_bert_source(op, spec, 1, frac, need_valid, cfg, tok, world, log, valid));
+  } else {
+    MGT_TRY(make_source(op, spec, 0, frac, need_train, cfg, world, log, train));
+    if (want_valid) MGT_TRY(make_source(op, spec, 1, frac, need_valid, cfg, world, log, valid));
   }
 done:
   mgt_tok_destroy(&tok);

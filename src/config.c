@@ -9,6 +9,7 @@
 #include <string.h>
 
 const char *const mgt_device_names[] = {"cpu", "cuda", NULL};
+const char *const mgt_model_names[] = {"gpt", "bert", NULL};
 
 #define OFF(f) offsetof(mgt_config, f)
 #define BIG 9.0e15
@@ -29,6 +30,8 @@ static const char *const dist_backends[] = {"nccl", "mpi", NULL};
 
 /* Every flag `mgt train` accepts. Names are Megatron-LM's. */
 static const mgt_flag flags[] = {
+    {"--model", MGT_FLAG_ENUM, OFF(model), 0, 0,
+     "gpt (causal LM) or bert (masked LM + sentence order; docs/bert.md)", mgt_model_names, 0},
     INT("--num-layers", num_layers, 1, 65535, "transformer layers"),
     INT("--hidden-size", hidden_size, 1, 1 << 20, "hidden size"),
     INT("--num-attention-heads", num_attention_heads, 1, 1 << 16, "attention heads"),
@@ -45,6 +48,13 @@ static const mgt_flag flags[] = {
     DBL("--hidden-dropout", hidden_dropout, 0, 0.99, "dropout on hidden states"),
     DBL("--attention-dropout", attention_dropout, 0, 0.99, "dropout on attention probabilities"),
     DBL("--layernorm-epsilon", layernorm_epsilon, 1e-12, 1, "LayerNorm epsilon"),
+    BOOL("--apply-residual-connection-post-layernorm", apply_residual_connection_post_layernorm,
+         "residuals start from the LayerNorm outputs: the original post-LN BERT"),
+    BOOL("--bert-no-binary-head", bert_no_binary_head,
+         "BERT without the sentence-order head (no tokentypes, pooler, SOP loss)"),
+    DBL("--mask-prob", mask_prob, 0, 1, "BERT: share of the tokens masked for prediction"),
+    DBL("--short-seq-prob", short_seq_prob, 1e-6, 1,
+        "BERT: probability of a sample with a random shorter target length"),
     INT("--tensor-model-parallel-size", tensor_model_parallel_size, 1, 1 << 16,
         "ranks that split each layer"),
     BOOL("--recompute-activations", recompute_activations,
@@ -136,6 +146,8 @@ void mgt_config_defaults(mgt_config *cfg) {
   cfg->hidden_dropout = 0.1;
   cfg->attention_dropout = 0.1;
   cfg->layernorm_epsilon = 1e-5;
+  cfg->mask_prob = 0.15;
+  cfg->short_seq_prob = 0.1;
   cfg->tensor_model_parallel_size = 1;
   cfg->ddp_bucket_size = 4194304; /* larger messages were 20x slower through Open MPI here */
   cfg->micro_batch_size = 16;
@@ -181,6 +193,9 @@ mgt_status mgt_config_check_model(const mgt_config *c, const char *what) {
   MGT_REQUIRE(c->seq_length <= c->max_position_embeddings,
               "%s: configuration: seq_length %d exceeds max_position_embeddings %d", what,
               c->seq_length, c->max_position_embeddings);
+  MGT_REQUIRE(c->model != MGT_MODEL_BERT || c->seq_length >= 5,
+              "%s: configuration: seq_length %d is too short for BERT ([CLS] A [SEP] B [SEP])",
+              what, c->seq_length);
   return MGT_OK;
 }
 
@@ -200,6 +215,10 @@ int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, 
       {"--ffn-hidden-size", a->ffn_hidden_size, b->ffn_hidden_size},
       {"--vocab-size", a->vocab_size, b->vocab_size},
       {"--max-position-embeddings", a->max_position_embeddings, b->max_position_embeddings},
+      {"--model (0 gpt, 1 bert)", a->model, b->model},
+      {"--apply-residual-connection-post-layernorm", a->apply_residual_connection_post_layernorm,
+       b->apply_residual_connection_post_layernorm},
+      {"--bert-no-binary-head", a->bert_no_binary_head, b->bert_no_binary_head},
   };
   int k = 0;
   if (n) diff[0] = 0;
@@ -253,6 +272,19 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               "--lr-warmup-iters %lld exceeds --lr-decay-iters %lld", (long long)c->lr_warmup_iters,
               (long long)c->lr_decay_iters);
   MGT_REQUIRE(c->mock_data || c->data_path[0], "no training data: pass --data-path or --mock-data");
+  if (c->model == MGT_MODEL_BERT) {
+    MGT_REQUIRE(c->seq_length >= 5, "--seq-length %d is too short for BERT ([CLS] A [SEP] B [SEP])",
+                c->seq_length);
+    MGT_REQUIRE(c->mock_data ||
+                    (c->vocab_file[0] && (c->tokenizer_type == MGT_TOKENIZER_BERT_LOWER ||
+                                          c->tokenizer_type == MGT_TOKENIZER_BERT_CASED)),
+                "--model bert needs --tokenizer-type BertWordPieceLowerCase or BertWordPieceCase "
+                "and --vocab-file (the samples need [CLS], [SEP], [MASK] and the word pieces)");
+  } else {
+    MGT_REQUIRE(!c->apply_residual_connection_post_layernorm && !c->bert_no_binary_head,
+                "--apply-residual-connection-post-layernorm and --bert-no-binary-head are BERT "
+                "flags (--model bert)");
+  }
   MGT_REQUIRE(!(c->mock_data && c->data_path[0]), "--mock-data and --data-path exclude each other");
   double w[3];
   MGT_CHECK(mgt_split_parse(c->split, w));

@@ -1,6 +1,8 @@
-/* GPT forward and backward, written layer by layer over the backend table, with the
+/* GPT and BERT forward and backward, written layer by layer over the backend table, with the
    tensor-parallel collectives of Megatron-LM (Shoeybi et al. 2019, Section 3). */
 #include "mgt/gpt.h"
+
+#include "mgt/data.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -27,8 +29,15 @@ enum {
   P_FCP_B,
   P_PER_LAYER
 };
-/* Index of the model-wide parameters in the descriptor array. */
-enum { P_WTE = 0, P_WPE = 1, P_FIRST_LAYER = 2 };
+/* BERT's heads, in flat-buffer order after the final LayerNorm: the LM head, then the pooler
+   and the sentence-order (binary) head. */
+enum { H_DENSE_W, H_DENSE_B, H_LN_W, H_LN_B, H_BIAS, H_LM };
+enum { Q_POOL_W, Q_POOL_B, Q_BIN_W, Q_BIN_B, Q_POOL };
+
+/* Where the model-wide parameters sit in the descriptor array (-1: absent). */
+typedef struct param_index {
+  int wte, wpe, tte, first_layer, lnf, lm, pool;
+} param_index;
 
 /* Activations one layer keeps for its backward pass. */
 typedef struct layer_acts {
@@ -51,6 +60,7 @@ struct mgt_gpt {
 
   mgt_param *params;
   int n_params;
+  param_index ix;
   mgt_segment *segs;
   size_t n_floats;
   float *w, *g; /* flat parameter and gradient buffers */
@@ -62,6 +72,14 @@ struct mgt_gpt {
   mgt_tp_xent xent;
   int32_t *inputs, *targets;
   float *dres, *dtmp, *dqkv, *datty, *dfch, *att_scratch;
+  /* BERT: token types, lengths (the padding mask), masked rows and their labels, [CLS] rows
+     and the order labels; the LM head on the masked rows, the pooler and SOP head on [CLS] */
+  int32_t *types, *keylen, *lm_rows, *cls_rows, *sop_tgt;
+  float *lm_in, *lm_pre, *lm_act, *lm_ln, *lm_mean, *lm_rstd, *dlm, *dlm2;
+  float *pool_in, *pool_pre, *pooled, *sop_logits, *dpool, *dpool2;
+  mgt_tp_xent sop_xent;
+  int n_masked;       /* masked rows of the staged micro-batch */
+  int32_t *host_rows; /* (B*P) staging of masked rows, then labels */
 
   int32_t *host_tokens; /* (N) staging of inputs and targets */
   /* Data-parallel gradient buckets (lnf, layers last to first, embeddings), each cut into
@@ -79,6 +97,10 @@ static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
 void mgt_gpt_dims_from_config(const mgt_config *c, int tp, int tp_rank, mgt_gpt_dims *d) {
   memset(d, 0, sizeof *d);
+  d->bert = c->model == MGT_MODEL_BERT;
+  d->binary = d->bert && !c->bert_no_binary_head;
+  d->post_ln = d->bert && c->apply_residual_connection_post_layernorm;
+  d->P = d->bert ? mgt_bert_max_predictions(c->seq_length, c->mask_prob) : 0;
   d->L = c->num_layers;
   d->C = c->hidden_size;
   d->H = c->num_attention_heads;
@@ -138,8 +160,9 @@ static void add_param(mgt_param *out, int *n, size_t *off, uint32_t id, const pa
 
 /* Lists the parameters in flat-buffer order; with out == NULL only counts them. */
 static void build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out, int *n,
-                         size_t *total) {
+                         size_t *total, param_index *ix) {
   *n = 0;
+  param_index pi = {0, 1, -1, 2, -1, -1, -1};
   size_t off = 0;
   const float std = (float)c->init_method_std;
   const float out_std = std / sqrtf(2.0f * (float)d->L); /* scaled output projections */
@@ -151,6 +174,12 @@ static void build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *
       "embedding.position_embeddings.weight", 2, {d->maxpos, C}, {d->maxpos, C}, -1, 0, std, 0, 1};
   add_param(out, n, &off, 0xFFFF0000u, &wte, "");
   add_param(out, n, &off, 0xFFFF0001u, &wpe, "");
+  if (d->binary) { /* Megatron has token types only with the binary head */
+    param_spec tte = {"embedding.tokentype_embeddings.weight", 2, {2, C}, {2, C}, -1, 0, std, 0, 1};
+    pi.tte = *n;
+    pi.first_layer = *n + 1;
+    add_param(out, n, &off, 0xFFFF0004u, &tte, "");
+  }
   for (int l = 0; l < d->L; l++) {
     param_spec s[P_PER_LAYER] = {
         {"input_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0},
@@ -173,9 +202,34 @@ static void build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *
   }
   param_spec lnw = {"final_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0};
   param_spec lnb = {"final_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0};
+  pi.lnf = *n;
   add_param(out, n, &off, 0xFFFF0002u, &lnw, "");
   add_param(out, n, &off, 0xFFFF0003u, &lnb, "");
+  if (d->bert) {
+    param_spec lm[H_LM] = {
+        {"lm_head.dense.weight", 2, {C, C}, {C, C}, -1, 0, std, 0, 1},
+        {"lm_head.dense.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
+        {"lm_head.layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0},
+        {"lm_head.layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
+        {"lm_head.bias", 1, {d->Vl}, {d->V}, 0, d->v0, 0, 0, 0}, /* split like the vocabulary */
+    };
+    pi.lm = *n;
+    for (int k = 0; k < H_LM; k++)
+      add_param(out, n, &off, 0xFFFF0010u + (uint32_t)k, &lm[k], "");
+  }
+  if (d->binary) {
+    param_spec q[Q_POOL] = {
+        {"pooler.dense.weight", 2, {C, C}, {C, C}, -1, 0, std, 0, 1},
+        {"pooler.dense.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
+        {"binary_head.weight", 2, {2, C}, {2, C}, -1, 0, std, 0, 1},
+        {"binary_head.bias", 1, {2}, {2}, -1, 0, 0, 0, 0},
+    };
+    pi.pool = *n;
+    for (int k = 0; k < Q_POOL; k++)
+      add_param(out, n, &off, 0xFFFF0020u + (uint32_t)k, &q[k], "");
+  }
   *total = off;
+  if (ix) *ix = pi;
 }
 
 /* The one decision of who holds the saved copy: data-parallel replica d holds copy d; a
@@ -230,7 +284,9 @@ static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, int recomput
   m->lnf = take(&a, N * d->C);
   m->lnf_mean = take(&a, N);
   m->lnf_rstd = take(&a, N);
-  m->logits = take(&a, N * d->Vl);
+  /* BERT's LM head sees only the masked rows: B * P of them at most */
+  const size_t R = d->bert ? (size_t)d->B * d->P : N;
+  m->logits = take(&a, R * d->Vl);
   m->xent.rowmax = take(&a, N);
   m->xent.sumtgt = take(&a, 2 * N);
   m->xent.losses = take(&a, N);
@@ -242,6 +298,31 @@ static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, int recomput
   m->datty = take(&a, N * d->Cl);
   m->dfch = take(&a, N * d->Fl);
   m->att_scratch = take(&a, (size_t)d->B * d->Hl * d->T * d->T);
+  if (d->bert) {
+    const size_t B = (size_t)d->B;
+    m->types = (int32_t *)take(&a, N);
+    m->keylen = (int32_t *)take(&a, B);
+    m->lm_rows = (int32_t *)take(&a, R);
+    m->cls_rows = (int32_t *)take(&a, B);
+    m->sop_tgt = (int32_t *)take(&a, B);
+    m->lm_in = take(&a, R * d->C);
+    m->lm_pre = take(&a, R * d->C);
+    m->lm_act = take(&a, R * d->C);
+    m->lm_ln = take(&a, R * d->C);
+    m->lm_mean = take(&a, R);
+    m->lm_rstd = take(&a, R);
+    m->dlm = take(&a, R * d->C);
+    m->dlm2 = take(&a, R * d->C);
+    m->pool_in = take(&a, B * d->C);
+    m->pool_pre = take(&a, B * d->C);
+    m->pooled = take(&a, B * d->C);
+    m->sop_logits = take(&a, B * 2);
+    m->dpool = take(&a, B * d->C);
+    m->dpool2 = take(&a, B * d->C);
+    m->sop_xent.rowmax = take(&a, B);
+    m->sop_xent.sumtgt = take(&a, 2 * B);
+    m->sop_xent.losses = take(&a, B);
+  }
   return a.used;
 }
 
@@ -250,7 +331,7 @@ void mgt_gpt_memory_plan(const mgt_config *cfg, int tp, mgt_gpt_memory *mem) {
   mgt_gpt_dims_from_config(cfg, tp, 0, &d);
   int n;
   size_t floats;
-  build_params(cfg, &d, NULL, &n, &floats);
+  build_params(cfg, &d, NULL, &n, &floats, NULL);
   mgt_gpt probe;
   memset(&probe, 0, sizeof probe);
   memset(mem, 0, sizeof *mem);
@@ -264,25 +345,50 @@ void mgt_gpt_memory_plan(const mgt_config *cfg, int tp, mgt_gpt_memory *mem) {
   mem->total = mem->params + mem->grads + mem->optimizer + mem->activations;
 }
 
+/* Parameters of the LM head (without the tied output) and of the pooler with the SOP head. */
+static int64_t lm_head_params(const mgt_config *c) {
+  int64_t C = c->hidden_size;
+  return c->model == MGT_MODEL_BERT ? C * C + 3 * C + c->vocab_size : 0;
+}
+static int64_t pool_params(const mgt_config *c) {
+  int64_t C = c->hidden_size;
+  return c->model == MGT_MODEL_BERT && !c->bert_no_binary_head ? C * C + C + 2 * C + 2 : 0;
+}
+
 int64_t mgt_gpt_logical_params(const mgt_config *cfg) {
   int64_t C = cfg->hidden_size, F = cfg->ffn_hidden_size, P = cfg->max_position_embeddings;
   int64_t layer = 4 * C + 3 * C * C + 3 * C + C * C + C + F * C + F + C * F + C;
-  return (int64_t)cfg->vocab_size * C + P * C + cfg->num_layers * layer + 2 * C;
+  int64_t tte = pool_params(cfg) ? 2 * C : 0;
+  return (int64_t)cfg->vocab_size * C + P * C + tte + cfg->num_layers * layer + 2 * C +
+         lm_head_params(cfg) + pool_params(cfg);
 }
 
 double mgt_gpt_flops_per_iteration(const mgt_config *cfg) {
-  int64_t P = cfg->max_position_embeddings;
-  double n = (double)(mgt_gpt_logical_params(cfg) - P * cfg->hidden_size);
-  double tokens = (double)cfg->global_batch_size * cfg->seq_length;
-  return 6.0 * n * tokens +
-         12.0 * cfg->num_layers * (double)cfg->hidden_size * cfg->seq_length * tokens;
+  const double C = cfg->hidden_size, L = cfg->num_layers, T = cfg->seq_length;
+  const double samples = cfg->global_batch_size, tokens = samples * T;
+  const double F = cfg->ffn_hidden_size, layer = 4 * C + 4 * C * C + 4 * C + 2 * F * C + F + C;
+  const double attention = 12.0 * L * C * T * tokens;
+  if (cfg->model != MGT_MODEL_BERT) {
+    double n = L * layer + 2 * C + (double)cfg->vocab_size * C; /* the output layer is wte */
+    return 6.0 * n * tokens + attention;
+  }
+  const double masked = cfg->mask_prob * tokens; /* the LM head runs on the masked rows */
+  return 6.0 * (L * layer + 2 * C) * tokens + attention +
+         6.0 * (C * C + (double)cfg->vocab_size * C) * masked +
+         6.0 * (double)pool_params(cfg) * samples;
 }
 
 /* ---- creation ---- */
 
-static void layer_views(float *base, const mgt_param *p, int l, float *v[P_PER_LAYER]) {
+static void layer_views(const mgt_gpt *m, float *base, int l, float *v[P_PER_LAYER]) {
   for (int k = 0; k < P_PER_LAYER; k++)
-    v[k] = base + p[P_FIRST_LAYER + l * P_PER_LAYER + k].offset;
+    v[k] = base + m->params[m->ix.first_layer + l * P_PER_LAYER + k].offset;
+}
+
+/* Views of `count` consecutive parameters from index first (-1: none). */
+static void views(const mgt_gpt *m, float *base, int first, int count, float **v) {
+  for (int k = 0; k < count; k++)
+    v[k] = first < 0 ? NULL : base + m->params[first + k].offset;
 }
 
 static mgt_status init_params(mgt_gpt *m) {
@@ -302,12 +408,12 @@ static mgt_status init_params(mgt_gpt *m) {
 /* Parameter index range [first, last) of bucket b, in the order backward completes them. */
 static void bucket_params(const mgt_gpt *m, int b, int *first, int *last) {
   const int L = m->d.L;
-  if (b == 0) { /* final LayerNorm */
-    *first = m->n_params - 2, *last = m->n_params;
+  if (b == 0) { /* final LayerNorm and BERT's heads */
+    *first = m->ix.lnf, *last = m->n_params;
   } else if (b <= L) { /* layer L - b */
-    *first = P_FIRST_LAYER + (L - b) * P_PER_LAYER, *last = *first + P_PER_LAYER;
+    *first = m->ix.first_layer + (L - b) * P_PER_LAYER, *last = *first + P_PER_LAYER;
   } else { /* embeddings: complete only after the embedding backward */
-    *first = P_WTE, *last = P_FIRST_LAYER;
+    *first = m->ix.wte, *last = m->ix.first_layer;
   }
 }
 
@@ -359,10 +465,10 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   mgt_gpt_dims_from_config(cfg, grid->tp, grid->tp_rank, &m->d);
   const mgt_gpt_dims *d = &m->d;
 
-  build_params(cfg, d, NULL, &m->n_params, &m->n_floats);
+  build_params(cfg, d, NULL, &m->n_params, &m->n_floats, NULL);
   MGT_TRY(
       mgt_calloc(sizeof *m->params * (size_t)m->n_params, "parameter table", (void **)&m->params));
-  build_params(cfg, d, m->params, &m->n_params, &m->n_floats);
+  build_params(cfg, d, m->params, &m->n_params, &m->n_floats, &m->ix);
   MGT_TRY(
       mgt_calloc(sizeof *m->segs * (size_t)m->n_params, "optimizer segments", (void **)&m->segs));
   for (int i = 0; i < m->n_params; i++) {
@@ -388,6 +494,13 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   }
   MGT_TRY(mgt_calloc(sizeof(int32_t) * 2 * (size_t)d->B * d->T, "token staging",
                      (void **)&m->host_tokens));
+  if (d->bert) {
+    MGT_TRY(mgt_calloc(sizeof(int32_t) * 2 * (size_t)d->B * d->P, "masked-row staging",
+                       (void **)&m->host_rows));
+    for (int b = 0; b < d->B; b++) /* [CLS] is position 0 of every sample */
+      m->host_rows[b] = b * d->T;
+    MGT_TRY(be->upload(be->ctx, m->cls_rows, m->host_rows, sizeof(int32_t) * (size_t)d->B));
+  }
   MGT_TRY(plan_buckets(m));
   MGT_TRY(init_params(m));
   *out = m;
@@ -410,6 +523,7 @@ void mgt_gpt_destroy(mgt_gpt **model) {
   mgt_free(m->res);
   mgt_free(m->acts);
   mgt_free(m->host_tokens);
+  mgt_free(m->host_rows);
   mgt_free(m->reqs);
   mgt_free(m->bucket_first);
   mgt_free(m->piece_off);
@@ -451,9 +565,11 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl;
   float *w[P_PER_LAYER];
-  layer_views(m->w, m->params, l, w);
+  layer_views(m, m->w, l, w);
   const float eps = (float)m->cfg.layernorm_epsilon;
   float *tmp = m->dtmp; /* free during forward and before backward uses it */
+  /* post-LN (the original BERT): the residual starts from the LayerNorm's output */
+  const float *res1 = d->post_ln ? a->ln1 : x;
   const layer_sites ds = sites_of(m, l, s);
 
   /* attention: QKV column-parallel by heads, heads local, output row-parallel */
@@ -461,9 +577,9 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
                                   N, C, eps));
   MGT_CHECK(mgt_tp_column_forward(&m->tp, a->qkv, a->ln1, w[P_QKV_W], w[P_QKV_B], N, C, 3 * Cl));
   MGT_CHECK(be->attention_forward(bc, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
-                                  d->tp_rank * d->Hl, d->H, &ds.attn, m->att_scratch));
+                                  d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn, m->att_scratch));
   MGT_CHECK(mgt_tp_row_forward(&m->tp, tmp, a->atty, w[P_PROJ_W], w[P_PROJ_B], N, Cl, C));
-  MGT_CHECK(be->dropout_forward(bc, a->res_mid, tmp, x, d->B, (size_t)d->T * C, &ds.proj));
+  MGT_CHECK(be->dropout_forward(bc, a->res_mid, tmp, res1, d->B, (size_t)d->T * C, &ds.proj));
 
   /* MLP: first linear column-parallel with GeLU local, second row-parallel */
   MGT_CHECK(be->layernorm_forward(bc, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w[P_LN2_W],
@@ -471,7 +587,8 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
   MGT_CHECK(mgt_tp_column_forward_gelu(&m->tp, a->fch, a->fch_gelu, a->ln2, w[P_FC_W], w[P_FC_B], N,
                                        C, Fl));
   MGT_CHECK(mgt_tp_row_forward(&m->tp, tmp, a->fch_gelu, w[P_FCP_W], w[P_FCP_B], N, Fl, C));
-  MGT_CHECK(be->dropout_forward(bc, y, tmp, a->res_mid, d->B, (size_t)d->T * C, &ds.mlp));
+  MGT_CHECK(be->dropout_forward(bc, y, tmp, d->post_ln ? a->ln2 : a->res_mid, d->B,
+                                (size_t)d->T * C, &ds.mlp));
   return MGT_OK;
 }
 
@@ -482,6 +599,7 @@ static layer_acts *acts_of(mgt_gpt *m, int l) {
 /* Stages tokens (B windows of T+1) as inputs and targets on the backend. */
 static mgt_status load_tokens(mgt_gpt *m, const int32_t *tokens) {
   const mgt_gpt_dims *d = &m->d;
+  MGT_REQUIRE(!d->bert, "a BERT model takes BERT samples (mgt_bert_forward_backward)");
   const int N = d->B * d->T;
   int32_t *in = m->host_tokens, *tg = m->host_tokens + N;
   for (int b = 0; b < d->B; b++)
@@ -498,17 +616,22 @@ static mgt_status load_tokens(mgt_gpt *m, const int32_t *tokens) {
   return MGT_OK;
 }
 
-/* Embedding, layers, final LayerNorm, logits and the loss; with keep_exp the logits are
-   left as exp(l - max) for the backward pass. */
-static mgt_status forward(mgt_gpt *m, const step_ctx *s, int keep_exp, double *loss_sum) {
+/* Embeddings (word, position and, for BERT, token type), the layers and the final LayerNorm
+   into m->lnf. */
+static mgt_status trunk_forward(mgt_gpt *m, const step_ctx *s) {
   const mgt_backend *be = m->be;
   void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C;
-  const float *wte = m->w + m->params[P_WTE].offset, *wpe = m->w + m->params[P_WPE].offset;
+  const float *wte = m->w + m->params[m->ix.wte].offset, *wpe = m->w + m->params[m->ix.wpe].offset;
 
   MGT_CHECK(mgt_tp_embedding_forward(&m->tp, m->res[0], m->inputs, wte, N, C, d->v0, d->Vl));
   MGT_CHECK(be->add_position(bc, m->res[0], wpe, d->B, d->T, C));
+  if (m->ix.tte >= 0) { /* two rows, replicated: a local lookup added in */
+    const float *tte = m->w + m->params[m->ix.tte].offset;
+    MGT_CHECK(be->embedding_forward(bc, m->dtmp, m->types, tte, N, C, 0, 2));
+    MGT_CHECK(be->add(bc, m->res[0], m->dtmp, (size_t)N * C));
+  }
   mgt_dropout de = dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, 0xFFFF,
                                 MGT_DROPOUT_EMBED);
   MGT_CHECK(be->dropout_forward(bc, m->res[0], m->res[0], NULL, d->B, (size_t)d->T * C, &de));
@@ -516,10 +639,20 @@ static mgt_status forward(mgt_gpt *m, const step_ctx *s, int keep_exp, double *l
   for (int l = 0; l < d->L; l++)
     MGT_CHECK(layer_forward(m, l, m->res[l], m->res[l + 1], acts_of(m, l), s));
 
-  const mgt_param *lnf = &m->params[m->n_params - 2];
+  const mgt_param *lnf = &m->params[m->ix.lnf];
   MGT_CHECK(be->layernorm_forward(bc, m->lnf, m->lnf_mean, m->lnf_rstd, m->res[d->L],
                                   m->w + lnf[0].offset, m->w + lnf[1].offset, N, C,
                                   (float)m->cfg.layernorm_epsilon));
+  return MGT_OK;
+}
+
+/* GPT: the trunk, logits and the loss; with keep_exp the logits are left as exp(l - max) for
+   the backward pass. */
+static mgt_status forward(mgt_gpt *m, const step_ctx *s, int keep_exp, double *loss_sum) {
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T, C = d->C;
+  const float *wte = m->w + m->params[m->ix.wte].offset;
+  MGT_CHECK(trunk_forward(m, s));
   /* tied output layer, column-parallel over the vocabulary; logits are never gathered */
   MGT_CHECK(mgt_tp_column_forward(&m->tp, m->logits, m->lnf, wte, NULL, N, C, d->Vl));
   MGT_CHECK(mgt_tp_xent_forward(&m->tp, &m->xent, m->logits, m->targets, N, d->Vl, d->nv, d->v0,
@@ -606,6 +739,7 @@ struct mgt_gpt_decoder {
 mgt_status mgt_gpt_decoder_create(mgt_gpt *m, int max_len, mgt_gpt_decoder **out) {
   *out = NULL;
   const mgt_gpt_dims *d = &m->d;
+  MGT_REQUIRE(!d->bert, "BERT is not a generative model: no decoding");
   MGT_REQUIRE(max_len >= 1 && max_len <= d->maxpos,
               "a sequence of %d tokens does not fit the model's %d positions", max_len, d->maxpos);
   mgt_status st = MGT_OK;
@@ -661,13 +795,13 @@ mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *l
               dec->max_len);
   MGT_REQUIRE(token >= 0 && token < d->V, "token id %d outside the vocabulary [0, %d)", token,
               d->V);
-  const float *wte = m->w + m->params[P_WTE].offset, *wpe = m->w + m->params[P_WPE].offset;
+  const float *wte = m->w + m->params[m->ix.wte].offset, *wpe = m->w + m->params[m->ix.wpe].offset;
   MGT_CHECK(be->upload(bc, dec->tok, &token, sizeof token));
   MGT_CHECK(mgt_tp_embedding_forward(&m->tp, dec->x, dec->tok, wte, 1, C, d->v0, d->Vl));
   MGT_CHECK(be->add_bias(bc, dec->x, wpe + (size_t)pos * C, 1, C));
   for (int l = 0; l < d->L; l++) {
     float *w[P_PER_LAYER];
-    layer_views(m->w, m->params, l, w);
+    layer_views(m, m->w, l, w);
     MGT_CHECK(be->layernorm_forward(bc, dec->ln, dec->mean, dec->rstd, dec->x, w[P_LN1_W],
                                     w[P_LN1_B], 1, C, eps));
     MGT_CHECK(
@@ -688,7 +822,7 @@ mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *l
         mgt_tp_row_forward(&m->tp, dec->tmp, dec->fch_gelu, w[P_FCP_W], w[P_FCP_B], 1, Fl, C));
     MGT_CHECK(be->add(bc, dec->x, dec->tmp, (size_t)C));
   }
-  const mgt_param *lnf = &m->params[m->n_params - 2];
+  const mgt_param *lnf = &m->params[m->ix.lnf];
   MGT_CHECK(be->layernorm_forward(bc, dec->ln, dec->mean, dec->rstd, dec->x, m->w + lnf[0].offset,
                                   m->w + lnf[1].offset, 1, C, eps));
   MGT_CHECK(mgt_tp_column_forward(&m->tp, dec->logits, dec->ln, wte, NULL, 1, C, d->Vl));
@@ -698,14 +832,23 @@ mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *l
 
 /* ---- backward ---- */
 
+/* Post-LN: the residual gradient belongs to the LayerNorm's output, not its input; dres is
+   then rebuilt by the LayerNorm backward alone. */
+static mgt_status post_ln_residual(mgt_gpt *m, float *dln, float *dres) {
+  if (!m->d.post_ln) return MGT_OK;
+  const size_t n = (size_t)m->d.B * m->d.T * m->d.C;
+  MGT_CHECK(m->be->add(m->be->ctx, dln, dres, n));
+  return m->be->zero(m->be->ctx, dres, n * sizeof(float));
+}
+
 static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) {
   const mgt_backend *be = m->be;
   void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl;
   float *w[P_PER_LAYER], *g[P_PER_LAYER];
-  layer_views(m->w, m->params, l, w);
-  layer_views(m->g, m->params, l, g);
+  layer_views(m, m->w, l, w);
+  layer_views(m, m->g, l, g);
   layer_acts *a = acts_of(m, l);
   const float *x = m->res[l];
   if (m->cfg.recompute_activations) MGT_CHECK(layer_forward(m, l, x, m->res[l + 1], a, s));
@@ -719,6 +862,7 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
   MGT_CHECK(be->gelu_backward(bc, m->dfch, m->dfch, a->fch, (size_t)N * Fl));
   MGT_CHECK(mgt_tp_column_backward(&m->tp, dtmp, g[P_FC_W], g[P_FC_B], m->dfch, a->ln2, w[P_FC_W],
                                    N, C, Fl, acc));
+  MGT_CHECK(post_ln_residual(m, dtmp, dres));
   MGT_CHECK(be->layernorm_backward(bc, dres, g[P_LN2_W], g[P_LN2_B], dtmp, a->res_mid, w[P_LN2_W],
                                    a->ln2_mean, a->ln2_rstd, N, C, acc));
 
@@ -727,9 +871,10 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
   MGT_CHECK(mgt_tp_row_backward(&m->tp, m->datty, g[P_PROJ_W], g[P_PROJ_B], dtmp, a->atty,
                                 w[P_PROJ_W], N, Cl, C, acc));
   MGT_CHECK(be->attention_backward(bc, m->dqkv, m->datty, a->qkv, a->P, d->B, d->T, d->Hl, d->hd,
-                                   d->tp_rank * d->Hl, d->H, &ds.attn, m->att_scratch));
+                                   d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn, m->att_scratch));
   MGT_CHECK(mgt_tp_column_backward(&m->tp, dtmp, g[P_QKV_W], g[P_QKV_B], m->dqkv, a->ln1,
                                    w[P_QKV_W], N, C, 3 * Cl, acc));
+  MGT_CHECK(post_ln_residual(m, dtmp, dres));
   MGT_CHECK(be->layernorm_backward(bc, dres, g[P_LN1_W], g[P_LN1_B], dtmp, x, w[P_LN1_W],
                                    a->ln1_mean, a->ln1_rstd, N, C, acc));
   return MGT_OK;
@@ -762,26 +907,16 @@ static mgt_status progress_buckets(mgt_gpt *m) {
   return MGT_OK;
 }
 
-mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tokens, uint64_t sample_base,
-                                    float grad_scale, int accumulate, int sync_dp,
-                                    double *loss_sum) {
+/* From the gradient of the final LayerNorm's output (in m->dtmp) down to the embeddings,
+   starting each bucket's data-parallel all-reduce as soon as backward completes it (bucket 0,
+   the final LayerNorm and the heads, first). */
+static mgt_status trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int dp_sync) {
   const mgt_backend *be = m->be;
   void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C;
-  const int dp_sync = sync_dp && m->grid->dp > 1;
-  MGT_CHECK(load_tokens(m, tokens));
-  step_ctx s = {sample_base, 1};
-  MGT_CHECK(forward(m, &s, 1, loss_sum));
-
-  const float *wte = m->w + m->params[P_WTE].offset;
-  float *gwte = m->g + m->params[P_WTE].offset, *gwpe = m->g + m->params[P_WPE].offset;
-  const mgt_param *lnf = &m->params[m->n_params - 2];
-
-  MGT_CHECK(mgt_tp_xent_backward(&m->tp, &m->xent, m->logits, m->targets, N, d->Vl, d->nv, d->v0,
-                                 grad_scale));
-  MGT_CHECK(mgt_tp_column_backward(&m->tp, m->dtmp, gwte, NULL, m->logits, m->lnf, wte, N, C, d->Vl,
-                                   accumulate));
+  float *gwte = m->g + m->params[m->ix.wte].offset, *gwpe = m->g + m->params[m->ix.wpe].offset;
+  const mgt_param *lnf = &m->params[m->ix.lnf];
   MGT_CHECK(be->zero(bc, m->dres, sizeof(float) * (size_t)N * C));
   MGT_CHECK(be->layernorm_backward(bc, m->dres, m->g + lnf[0].offset, m->g + lnf[1].offset, m->dtmp,
                                    m->res[d->L], m->w + lnf[0].offset, m->lnf_mean, m->lnf_rstd, N,
@@ -790,22 +925,214 @@ mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tokens, uint64_t 
   if (dp_sync) MGT_CHECK(start_bucket(m, 0));
 
   for (int l = d->L - 1; l >= 0; l--) {
-    MGT_CHECK(layer_backward(m, l, &s, accumulate));
+    MGT_CHECK(layer_backward(m, l, s, accumulate));
     if (dp_sync) {
       MGT_CHECK(progress_buckets(m));
       MGT_CHECK(start_bucket(m, d->L - l));
     }
   }
-  mgt_dropout de = dropout_site(m, m->cfg.hidden_dropout, sample_base, 0xFFFF, MGT_DROPOUT_EMBED);
+  mgt_dropout de =
+      dropout_site(m, m->cfg.hidden_dropout, s->sample_base, 0xFFFF, MGT_DROPOUT_EMBED);
   MGT_CHECK(be->dropout_backward(bc, m->dres, m->dres, d->B, (size_t)d->T * C, &de));
   MGT_CHECK(be->embedding_backward(bc, gwte, gwpe, m->dres, m->inputs, d->B, d->T, C, d->v0, d->Vl,
                                    accumulate));
+  if (m->ix.tte >= 0) {
+    float *gtte = m->g + m->params[m->ix.tte].offset;
+    if (!accumulate) MGT_CHECK(be->zero(bc, gtte, sizeof(float) * 2 * (size_t)C));
+    MGT_CHECK(
+        be->embedding_backward(bc, gtte, NULL, m->dres, m->types, d->B, d->T, C, 0, 2, accumulate));
+  }
   if (dp_sync) {
     MGT_CHECK(start_bucket(m, d->L + 1));
     for (int p = m->n_done; p < m->n_started; p++)
       MGT_CHECK(m->comm->wait(m->comm->ctx, &m->reqs[p]));
   }
   return MGT_OK;
+}
+
+mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tokens, uint64_t sample_base,
+                                    float grad_scale, int accumulate, int sync_dp,
+                                    double *loss_sum) {
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T, C = d->C;
+  MGT_CHECK(load_tokens(m, tokens));
+  step_ctx s = {sample_base, 1};
+  MGT_CHECK(forward(m, &s, 1, loss_sum));
+  const float *wte = m->w + m->params[m->ix.wte].offset;
+  float *gwte = m->g + m->params[m->ix.wte].offset;
+  MGT_CHECK(mgt_tp_xent_backward(&m->tp, &m->xent, m->logits, m->targets, N, d->Vl, d->nv, d->v0,
+                                 grad_scale));
+  MGT_CHECK(mgt_tp_column_backward(&m->tp, m->dtmp, gwte, NULL, m->logits, m->lnf, wte, N, C, d->Vl,
+                                   accumulate));
+  return trunk_backward(m, &s, accumulate, sync_dp && m->grid->dp > 1);
+}
+
+/* ---- BERT ---- */
+
+int64_t mgt_bert_count_masked(const int32_t *rows, int n, int T) {
+  int64_t k = 0;
+  for (int r = 0; r < n; r++) {
+    const int32_t *lab = rows + (size_t)r * mgt_bert_row_ints(T) + MGT_BERT_LABELS * T;
+    for (int t = 0; t < T; t++)
+      k += lab[t] >= 0;
+  }
+  return k;
+}
+
+/* Checks and stages B packed sample rows: ids, types, lengths, the masked rows with their
+   labels, and the order labels. */
+static mgt_status load_bert(mgt_gpt *m, const int32_t *rows) {
+  const mgt_gpt_dims *d = &m->d;
+  const int T = d->T, B = d->B, N = B * T, W = mgt_bert_row_ints(T);
+  MGT_REQUIRE(d->bert, "a GPT model takes windows of tokens, not BERT samples");
+  int32_t *ids = m->host_tokens, *typ = m->host_tokens + N;
+  int32_t *mrow = m->host_rows, *mlab = m->host_rows + (size_t)B * d->P;
+  int32_t len[B], sop[B];
+  int M = 0;
+  for (int b = 0; b < B; b++) {
+    const int32_t *r = rows + (size_t)b * W;
+    len[b] = r[mgt_bert_length_at(T)];
+    sop[b] = r[mgt_bert_random_at(T)];
+    MGT_REQUIRE(len[b] >= 1 && len[b] <= T && (sop[b] == 0 || sop[b] == 1),
+                "BERT sample row %d: length %d or order label %d out of range", b, len[b], sop[b]);
+    int in_sample = 0;
+    for (int t = 0; t < T; t++) {
+      const int32_t x = r[MGT_BERT_TOKENS * T + t], y = r[MGT_BERT_TYPES * T + t],
+                    lab = r[MGT_BERT_LABELS * T + t];
+      MGT_REQUIRE(x >= 0 && x < d->V, "token id %d out of range [0, %d) in sample row %d", x, d->V,
+                  b);
+      MGT_REQUIRE(y == 0 || y == 1, "token type %d (not 0 or 1) in sample row %d", y, b);
+      MGT_REQUIRE(lab >= -1 && lab < d->V, "label %d out of range in sample row %d", lab, b);
+      ids[b * T + t] = x;
+      typ[b * T + t] = y;
+      if (lab < 0) continue;
+      MGT_REQUIRE(t < len[b] && ++in_sample <= d->P,
+                  "sample row %d: a masked position in the padding, or more than the %d masked "
+                  "positions --mask-prob allows",
+                  b, d->P);
+      mrow[M] = b * T + t;
+      mlab[M++] = lab;
+    }
+  }
+  const mgt_backend *be = m->be;
+  MGT_CHECK(be->upload(be->ctx, m->inputs, ids, sizeof(int32_t) * (size_t)N));
+  MGT_CHECK(be->upload(be->ctx, m->types, typ, sizeof(int32_t) * (size_t)N));
+  MGT_CHECK(be->upload(be->ctx, m->keylen, len, sizeof(int32_t) * (size_t)B));
+  MGT_CHECK(be->upload(be->ctx, m->sop_tgt, sop, sizeof(int32_t) * (size_t)B));
+  if (M > 0) {
+    MGT_CHECK(be->upload(be->ctx, m->lm_rows, mrow, sizeof(int32_t) * (size_t)M));
+    MGT_CHECK(be->upload(be->ctx, m->targets, mlab, sizeof(int32_t) * (size_t)M));
+  }
+  m->n_masked = M;
+  return MGT_OK;
+}
+
+/* The trunk, the LM head on the masked rows (logits vocabulary-parallel and never gathered)
+   and the sentence-order head on the [CLS] rows; with keep_exp both logits are left as
+   exp(l - max) for backward. The heads' dense layers are replicated: the column-parallel
+   forward and row-parallel backward, which communicate in neither of these directions. */
+static mgt_status bert_forward(mgt_gpt *m, const step_ctx *s, int keep_exp, mgt_bert_losses *out) {
+  const mgt_backend *be = m->be;
+  void *bc = be->ctx;
+  const mgt_gpt_dims *d = &m->d;
+  const int C = d->C, M = m->n_masked, B = d->B;
+  const float eps = (float)m->cfg.layernorm_epsilon;
+  memset(out, 0, sizeof *out);
+  MGT_CHECK(trunk_forward(m, s));
+  float *h[H_LM];
+  views(m, m->w, m->ix.lm, H_LM, h);
+  const float *wte = m->w + m->params[m->ix.wte].offset;
+  if (M > 0) {
+    MGT_CHECK(be->gather_rows(bc, m->lm_in, m->lnf, m->lm_rows, M, C));
+    MGT_CHECK(mgt_tp_column_forward(&m->tp, m->lm_pre, m->lm_in, h[H_DENSE_W], NULL, M, C, C));
+    MGT_CHECK(be->bias_act_forward(bc, MGT_ACT_GELU_ERF, m->lm_act, m->lm_pre, h[H_DENSE_B], M, C));
+    MGT_CHECK(be->layernorm_forward(bc, m->lm_ln, m->lm_mean, m->lm_rstd, m->lm_act, h[H_LN_W],
+                                    h[H_LN_B], M, C, eps));
+    MGT_CHECK(mgt_tp_column_forward(&m->tp, m->logits, m->lm_ln, wte, h[H_BIAS], M, C, d->Vl));
+    MGT_CHECK(mgt_tp_xent_forward(&m->tp, &m->xent, m->logits, m->targets, M, d->Vl, d->nv, d->v0,
+                                  keep_exp, &out->lm_sum));
+  }
+  out->lm_count = M;
+  if (!d->binary) return MGT_OK;
+  float *q[Q_POOL];
+  views(m, m->w, m->ix.pool, Q_POOL, q);
+  MGT_CHECK(be->gather_rows(bc, m->pool_in, m->lnf, m->cls_rows, B, C));
+  MGT_CHECK(mgt_tp_column_forward(&m->tp, m->pool_pre, m->pool_in, q[Q_POOL_W], NULL, B, C, C));
+  MGT_CHECK(be->bias_act_forward(bc, MGT_ACT_TANH, m->pooled, m->pool_pre, q[Q_POOL_B], B, C));
+  MGT_CHECK(
+      mgt_tp_column_forward(&m->tp, m->sop_logits, m->pooled, q[Q_BIN_W], q[Q_BIN_B], B, C, 2));
+  /* two classes, replicated: the vocabulary cross-entropy's kernels without reductions */
+  float val[B];
+  int32_t pred[B], tgt[B];
+  MGT_CHECK(be->argmax(bc, m->sop_logits, B, 2, 2, val, pred));
+  MGT_CHECK(be->download(bc, tgt, m->sop_tgt, sizeof(int32_t) * (size_t)B));
+  const mgt_tp_xent *x = &m->sop_xent;
+  MGT_CHECK(be->xent_max(bc, x->rowmax, m->sop_logits, B, 2, 2));
+  MGT_CHECK(be->xent_sumexp(bc, x->sumtgt, x->sumtgt + B, m->sop_logits, x->rowmax, m->sop_tgt, B,
+                            2, 2, 0, keep_exp));
+  MGT_CHECK(be->xent_loss(bc, x->losses, x->rowmax, x->sumtgt, x->sumtgt + B, B, &out->sop_sum));
+  for (int b = 0; b < B; b++)
+    out->sop_correct += pred[b] == tgt[b];
+  out->sop_count = B;
+  return MGT_OK;
+}
+
+mgt_status mgt_bert_forward(mgt_gpt *m, const int32_t *rows, mgt_bert_losses *out) {
+  MGT_CHECK(load_bert(m, rows));
+  step_ctx s = {0, 0};
+  return bert_forward(m, &s, 0, out);
+}
+
+mgt_status mgt_bert_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t sample_base,
+                                     float lm_scale, float sop_scale, int accumulate, int sync_dp,
+                                     mgt_bert_losses *out) {
+  const mgt_backend *be = m->be;
+  void *bc = be->ctx;
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T, C = d->C, B = d->B;
+  MGT_CHECK(load_bert(m, rows));
+  step_ctx s = {sample_base, 1};
+  MGT_CHECK(bert_forward(m, &s, 1, out));
+  const int M = m->n_masked;
+  const int acc = accumulate;
+  float *h[H_LM], *gh[H_LM];
+  views(m, m->w, m->ix.lm, H_LM, h);
+  views(m, m->g, m->ix.lm, H_LM, gh);
+  const float *wte = m->w + m->params[m->ix.wte].offset;
+  float *gwte = m->g + m->params[m->ix.wte].offset;
+  float *dlnf = m->dtmp; /* the trunk's backward starts from here */
+  MGT_CHECK(be->zero(bc, dlnf, sizeof(float) * (size_t)N * C));
+  if (M > 0) {
+    MGT_CHECK(mgt_tp_xent_backward(&m->tp, &m->xent, m->logits, m->targets, M, d->Vl, d->nv, d->v0,
+                                   lm_scale));
+    MGT_CHECK(mgt_tp_column_backward(&m->tp, m->dlm, gwte, gh[H_BIAS], m->logits, m->lm_ln, wte, M,
+                                     C, d->Vl, acc));
+    MGT_CHECK(be->zero(bc, m->dlm2, sizeof(float) * (size_t)M * C));
+    MGT_CHECK(be->layernorm_backward(bc, m->dlm2, gh[H_LN_W], gh[H_LN_B], m->dlm, m->lm_act,
+                                     h[H_LN_W], m->lm_mean, m->lm_rstd, M, C, acc));
+    MGT_CHECK(be->act_backward(bc, MGT_ACT_GELU_ERF, m->dlm2, m->dlm2, m->lm_pre, (size_t)M * C));
+    MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dlm, gh[H_DENSE_W], gh[H_DENSE_B], m->dlm2, m->lm_in,
+                                  h[H_DENSE_W], M, C, C, acc));
+    MGT_CHECK(be->scatter_add_rows(bc, dlnf, m->dlm, m->lm_rows, M, C));
+  } else if (!acc) { /* nothing masked: the head's gradients are zero, not stale */
+    for (int k = 0; k < H_LM; k++)
+      MGT_CHECK(be->zero(bc, gh[k], sizeof(float) * m->params[m->ix.lm + k].numel));
+    MGT_CHECK(be->zero(bc, gwte, sizeof(float) * m->params[m->ix.wte].numel));
+  }
+  if (d->binary) {
+    float *q[Q_POOL], *gq[Q_POOL];
+    views(m, m->w, m->ix.pool, Q_POOL, q);
+    views(m, m->g, m->ix.pool, Q_POOL, gq);
+    MGT_CHECK(be->xent_backward(bc, m->sop_logits, m->sop_xent.sumtgt, m->sop_tgt, B, 2, 2, 0,
+                                sop_scale));
+    MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dpool, gq[Q_BIN_W], gq[Q_BIN_B], m->sop_logits,
+                                  m->pooled, q[Q_BIN_W], B, C, 2, acc));
+    MGT_CHECK(be->act_backward(bc, MGT_ACT_TANH, m->dpool, m->dpool, m->pool_pre, (size_t)B * C));
+    MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dpool2, gq[Q_POOL_W], gq[Q_POOL_B], m->dpool,
+                                  m->pool_in, q[Q_POOL_W], B, C, C, acc));
+    MGT_CHECK(be->scatter_add_rows(bc, dlnf, m->dpool2, m->cls_rows, B, C));
+  }
+  return trunk_backward(m, &s, acc, sync_dp && m->grid->dp > 1);
 }
 
 /* ---- accessors ---- */
@@ -848,10 +1175,10 @@ mgt_status mgt_gpt_describe(const mgt_config *cfg, int tp, int tp_rank, int dp_r
   mgt_gpt_dims_from_config(cfg, tp, tp_rank, &d);
   int n = 0;
   size_t total = 0;
-  build_params(cfg, &d, NULL, &n, &total);
+  build_params(cfg, &d, NULL, &n, &total, NULL);
   mgt_param *params = calloc((size_t)n, sizeof *params);
   if (!params) MGT_FAIL(MGT_ERR_NOMEM, "out of memory describing the model");
-  build_params(cfg, &d, params, &n, &total);
+  build_params(cfg, &d, params, &n, &total, NULL);
   mgt_status st = list_params(params, n, tp_rank, dp_rank, NULL, NULL, out);
   free(params);
   return st;

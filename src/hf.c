@@ -16,72 +16,191 @@
 #include "mgt/json.h"
 #include "mgt/safetensors.h"
 
-typedef enum hf_layout {
-  HF_SAME,   /* the same shape and data */
-  HF_FLAT,   /* the same data as one vector (the QKV bias (3, C) is (3C)) */
-  HF_CONV1D, /* Conv1D: the transpose of our (out, in) matrix, the QKV weight as (3C, C) */
-} hf_layout;
+/* One Hugging Face tensor: a contiguous slice of one of our whole tensors, stored in HF's
+   shape, transposed for GPT-2's Conv1D (HF (in, out), ours (out, in)). ours < 0: a tensor we do
+   not have, zeros (the token types of a BERT without them). */
+typedef struct hf_piece {
+  char name[MGT_STATE_NAME];
+  int ours;
+  int64_t offset, n;
+  int ndim;
+  int64_t shape[3];
+  int transpose;
+} hf_piece;
 
-typedef struct hf_name {
-  const char *hf, *ours;
-  hf_layout layout;
-} hf_name;
+typedef struct hf_plan {
+  hf_piece *p;
+  int n, cap;
+} hf_plan;
 
-static const hf_name model_names[] = {
-    {"transformer.wte.weight", "embedding.word_embeddings.weight", HF_SAME},
-    {"transformer.wpe.weight", "embedding.position_embeddings.weight", HF_SAME},
-    {"transformer.ln_f.weight", "final_layernorm.weight", HF_SAME},
-    {"transformer.ln_f.bias", "final_layernorm.bias", HF_SAME},
-};
-static const hf_name layer_names[] = {
-    {"ln_1.weight", "input_layernorm.weight", HF_SAME},
-    {"ln_1.bias", "input_layernorm.bias", HF_SAME},
-    {"attn.c_attn.weight", "attention.qkv.weight", HF_CONV1D},
-    {"attn.c_attn.bias", "attention.qkv.bias", HF_FLAT},
-    {"attn.c_proj.weight", "attention.dense.weight", HF_CONV1D},
-    {"attn.c_proj.bias", "attention.dense.bias", HF_SAME},
-    {"ln_2.weight", "post_attention_layernorm.weight", HF_SAME},
-    {"ln_2.bias", "post_attention_layernorm.bias", HF_SAME},
-    {"mlp.c_fc.weight", "mlp.dense_h_to_4h.weight", HF_CONV1D},
-    {"mlp.c_fc.bias", "mlp.dense_h_to_4h.bias", HF_SAME},
-    {"mlp.c_proj.weight", "mlp.dense_4h_to_h.weight", HF_CONV1D},
-    {"mlp.c_proj.bias", "mlp.dense_4h_to_h.bias", HF_SAME},
-};
-
-/* Hugging Face's name for our tensor "model/...", and its layout. */
-static mgt_status hf_lookup(const char *ours, char *hf, size_t n, hf_layout *layout) {
-  const char *name = strncmp(ours, "model/", 6) == 0 ? ours + 6 : ours;
-  int layer = -1, used = 0;
-  if (sscanf(name, "layers.%d.%n", &layer, &used) == 1 && used > 0) {
-    for (size_t i = 0; i < sizeof layer_names / sizeof layer_names[0]; i++)
-      if (!strcmp(name + used, layer_names[i].ours)) {
-        snprintf(hf, n, "transformer.h.%d.%s", layer, layer_names[i].hf);
-        *layout = layer_names[i].layout;
-        return MGT_OK;
-      }
-  } else {
-    for (size_t i = 0; i < sizeof model_names / sizeof model_names[0]; i++)
-      if (!strcmp(name, model_names[i].ours)) {
-        snprintf(hf, n, "%s", model_names[i].hf);
-        *layout = model_names[i].layout;
-        return MGT_OK;
-      }
+static mgt_status plan_add(hf_plan *pl, const char *name, int ours, int64_t offset, int ndim,
+                           const int64_t *shape, int transpose) {
+  if (pl->n == pl->cap) {
+    int cap = pl->cap ? 2 * pl->cap : 64;
+    hf_piece *q = realloc(pl->p, sizeof *q * (size_t)cap);
+    if (!q) MGT_FAIL(MGT_ERR_NOMEM, "out of memory planning the Hugging Face tensors");
+    pl->p = q, pl->cap = cap;
   }
-  MGT_FAIL(MGT_ERR_INTERNAL, "no Hugging Face GPT-2 name for tensor %s", ours);
+  hf_piece *x = &pl->p[pl->n++];
+  memset(x, 0, sizeof *x);
+  snprintf(x->name, sizeof x->name, "%s", name);
+  x->ours = ours, x->offset = offset, x->ndim = ndim, x->transpose = transpose, x->n = 1;
+  for (int d = 0; d < ndim; d++)
+    x->shape[d] = shape[d], x->n *= shape[d];
+  return MGT_OK;
 }
 
-/* The shape Hugging Face stores a logical tensor in. */
-static int hf_shape(const mgt_state_tensor *t, hf_layout layout, int64_t *shape) {
-  const mgt_shard *s = &t->shard;
-  int64_t cols = s->full[s->ndim - 1], rows = mgt_state_numel(t) / cols;
-  switch (layout) {
-  case HF_FLAT: shape[0] = rows * cols; return 1;
-  case HF_CONV1D: shape[0] = cols, shape[1] = rows; return 2;
-  default:
-    for (int d = 0; d < s->ndim; d++)
-      shape[d] = s->full[d];
-    return s->ndim;
+static int find(const mgt_state *w, const char *name) {
+  char full[MGT_STATE_NAME];
+  snprintf(full, sizeof full, "model/%s", name);
+  for (int i = 0; i < w->n; i++)
+    if (!strcmp(w->t[i].name, full)) return i;
+  return -1;
+}
+
+/* Our tensor `ours` whole as `hf`, in its own shape (flat: as one vector; conv1d: transposed). */
+static mgt_status plan_whole(hf_plan *pl, const mgt_state *w, const char *hf, const char *ours,
+                             int flat, int conv1d) {
+  int i = find(w, ours);
+  if (i < 0) MGT_FAIL(MGT_ERR_INTERNAL, "the model has no tensor %s", ours);
+  const mgt_shard *s = &w->t[i].shard;
+  int64_t shape[3], n = mgt_state_numel(&w->t[i]);
+  int nd = s->ndim;
+  for (int d = 0; d < nd; d++)
+    shape[d] = s->full[d];
+  if (flat) shape[0] = n, nd = 1;
+  if (conv1d) shape[1] = s->full[s->ndim - 1], shape[0] = n / shape[1], nd = 2;
+  if (conv1d) { /* HF's shape is (in, out) */
+    int64_t t = shape[0];
+    shape[0] = shape[1], shape[1] = t;
   }
+  return plan_add(pl, hf, i, 0, nd, shape, conv1d);
+}
+
+static const char *const gpt2_layer[][3] = {
+    /* HF name, ours, layout: "" same, "f" flat, "c" Conv1D */
+    {"ln_1.weight", "input_layernorm.weight", ""},
+    {"ln_1.bias", "input_layernorm.bias", ""},
+    {"attn.c_attn.weight", "attention.qkv.weight", "c"},
+    {"attn.c_attn.bias", "attention.qkv.bias", "f"},
+    {"attn.c_proj.weight", "attention.dense.weight", "c"},
+    {"attn.c_proj.bias", "attention.dense.bias", ""},
+    {"ln_2.weight", "post_attention_layernorm.weight", ""},
+    {"ln_2.bias", "post_attention_layernorm.bias", ""},
+    {"mlp.c_fc.weight", "mlp.dense_h_to_4h.weight", "c"},
+    {"mlp.c_fc.bias", "mlp.dense_h_to_4h.bias", ""},
+    {"mlp.c_proj.weight", "mlp.dense_4h_to_h.weight", "c"},
+    {"mlp.c_proj.bias", "mlp.dense_4h_to_h.bias", ""},
+};
+
+static mgt_status plan_gpt2(hf_plan *pl, const mgt_config *c, const mgt_state *w) {
+  MGT_CHECK(plan_whole(pl, w, "transformer.wte.weight", "embedding.word_embeddings.weight", 0, 0));
+  MGT_CHECK(
+      plan_whole(pl, w, "transformer.wpe.weight", "embedding.position_embeddings.weight", 0, 0));
+  for (int l = 0; l < c->num_layers; l++)
+    for (size_t k = 0; k < sizeof gpt2_layer / sizeof gpt2_layer[0]; k++) {
+      char hf[96], ours[96];
+      snprintf(hf, sizeof hf, "transformer.h.%d.%s", l, gpt2_layer[k][0]);
+      snprintf(ours, sizeof ours, "layers.%d.%s", l, gpt2_layer[k][1]);
+      MGT_CHECK(
+          plan_whole(pl, w, hf, ours, gpt2_layer[k][2][0] == 'f', gpt2_layer[k][2][0] == 'c'));
+    }
+  MGT_CHECK(plan_whole(pl, w, "transformer.ln_f.weight", "final_layernorm.weight", 0, 0));
+  return plan_whole(pl, w, "transformer.ln_f.bias", "final_layernorm.bias", 0, 0);
+}
+
+/* A LayerNorm's weight and bias under HF prefix `hf` ("...LayerNorm" or "...ln"). */
+static mgt_status plan_ln(hf_plan *pl, const mgt_state *w, const char *hf, const char *ours) {
+  char a[96], b[96];
+  snprintf(a, sizeof a, "%s.weight", hf), snprintf(b, sizeof b, "%s.weight", ours);
+  MGT_CHECK(plan_whole(pl, w, a, b, 0, 0));
+  snprintf(a, sizeof a, "%s.bias", hf), snprintf(b, sizeof b, "%s.bias", ours);
+  return plan_whole(pl, w, a, b, 0, 0);
+}
+
+/* A linear layer: weight (out, in) and bias, the same layout in both. */
+static mgt_status plan_linear(hf_plan *pl, const mgt_state *w, const char *hf, const char *ours) {
+  return plan_ln(pl, w, hf, ours);
+}
+
+/* BERT: MegatronBertForPreTraining for the pre-LN model (its per-layer attention.ln and ln, the
+   final bert.encoder.ln, no embedding LayerNorm); BertForPreTraining for the post-LN one,
+   whose LayerNorms are the same ones shifted by one place (layer 0's input LayerNorm is the
+   embedding LayerNorm, layer l+1's input LayerNorm layer l's output LayerNorm). Without the
+   binary head: the ...ForMaskedLM model, no pooler, zero token types. */
+static mgt_status plan_bert(hf_plan *pl, const mgt_config *c, const mgt_state *w) {
+  const int post = c->apply_residual_connection_post_layernorm, binary = !c->bert_no_binary_head;
+  const int64_t C = c->hidden_size;
+  MGT_CHECK(plan_whole(pl, w, "bert.embeddings.word_embeddings.weight",
+                       "embedding.word_embeddings.weight", 0, 0));
+  MGT_CHECK(plan_whole(pl, w, "bert.embeddings.position_embeddings.weight",
+                       "embedding.position_embeddings.weight", 0, 0));
+  if (binary) {
+    MGT_CHECK(plan_whole(pl, w, "bert.embeddings.token_type_embeddings.weight",
+                         "embedding.tokentype_embeddings.weight", 0, 0));
+  } else {
+    const int64_t shape[2] = {2, C};
+    MGT_CHECK(plan_add(pl, "bert.embeddings.token_type_embeddings.weight", -1, 0, 2, shape, 0));
+  }
+  if (post) MGT_CHECK(plan_ln(pl, w, "bert.embeddings.LayerNorm", "layers.0.input_layernorm"));
+  for (int l = 0; l < c->num_layers; l++) {
+    char hf[MGT_STATE_NAME], ours[96];
+    const char *qkv_names[3] = {"query", "key", "value"};
+    snprintf(ours, sizeof ours, "layers.%d.attention.qkv.weight", l);
+    const int qw = find(w, ours);
+    snprintf(ours, sizeof ours, "layers.%d.attention.qkv.bias", l);
+    const int qb = find(w, ours);
+    MGT_REQUIRE(qw >= 0 && qb >= 0, "the model has no QKV tensors in layer %d", l);
+    for (int k = 0; k < 3; k++) { /* ours (3, C, C): q, k and v one after another */
+      const int64_t ws[2] = {C, C}, bs[1] = {C};
+      snprintf(hf, sizeof hf, "bert.encoder.layer.%d.attention.self.%s.weight", l, qkv_names[k]);
+      MGT_CHECK(plan_add(pl, hf, qw, k * C * C, 2, ws, 0));
+      snprintf(hf, sizeof hf, "bert.encoder.layer.%d.attention.self.%s.bias", l, qkv_names[k]);
+      MGT_CHECK(plan_add(pl, hf, qb, k * C, 1, bs, 0));
+    }
+    struct {
+      const char *hf, *ours;
+    } lin[] = {{"attention.output.dense", "attention.dense"},
+               {"intermediate.dense", "mlp.dense_h_to_4h"},
+               {"output.dense", "mlp.dense_4h_to_h"}};
+    for (size_t k = 0; k < 3; k++) {
+      snprintf(hf, sizeof hf, "bert.encoder.layer.%d.%s", l, lin[k].hf);
+      snprintf(ours, sizeof ours, "layers.%d.%s", l, lin[k].ours);
+      MGT_CHECK(plan_linear(pl, w, hf, ours));
+    }
+    if (post) {
+      snprintf(hf, sizeof hf, "bert.encoder.layer.%d.attention.output.LayerNorm", l);
+      snprintf(ours, sizeof ours, "layers.%d.post_attention_layernorm", l);
+      MGT_CHECK(plan_ln(pl, w, hf, ours));
+      snprintf(hf, sizeof hf, "bert.encoder.layer.%d.output.LayerNorm", l);
+      if (l + 1 < c->num_layers)
+        snprintf(ours, sizeof ours, "layers.%d.input_layernorm", l + 1);
+      else
+        snprintf(ours, sizeof ours, "final_layernorm");
+      MGT_CHECK(plan_ln(pl, w, hf, ours));
+    } else {
+      snprintf(hf, sizeof hf, "bert.encoder.layer.%d.attention.ln", l);
+      snprintf(ours, sizeof ours, "layers.%d.input_layernorm", l);
+      MGT_CHECK(plan_ln(pl, w, hf, ours));
+      snprintf(hf, sizeof hf, "bert.encoder.layer.%d.ln", l);
+      snprintf(ours, sizeof ours, "layers.%d.post_attention_layernorm", l);
+      MGT_CHECK(plan_ln(pl, w, hf, ours));
+    }
+  }
+  if (!post) MGT_CHECK(plan_ln(pl, w, "bert.encoder.ln", "final_layernorm"));
+  if (binary) MGT_CHECK(plan_linear(pl, w, "bert.pooler.dense", "pooler.dense"));
+  MGT_CHECK(plan_linear(pl, w, "cls.predictions.transform.dense", "lm_head.dense"));
+  MGT_CHECK(plan_ln(pl, w, "cls.predictions.transform.LayerNorm", "lm_head.layernorm"));
+  MGT_CHECK(plan_whole(pl, w, "cls.predictions.bias", "lm_head.bias", 0, 0));
+  if (binary) MGT_CHECK(plan_linear(pl, w, "cls.seq_relationship", "binary_head"));
+  return MGT_OK;
+}
+
+static mgt_status make_plan(const mgt_config *c, const mgt_state *w, hf_plan *pl) {
+  memset(pl, 0, sizeof *pl);
+  mgt_status st = c->model == MGT_MODEL_BERT ? plan_bert(pl, c, w) : plan_gpt2(pl, c, w);
+  if (st != MGT_OK) free(pl->p), memset(pl, 0, sizeof *pl);
+  return st;
 }
 
 /* dst (cols, rows) = src (rows, cols) transposed. */
@@ -140,7 +259,35 @@ static mgt_status write_text(const char *path, const char *text) {
   return st;
 }
 
+/* config.json of a BERT export. HF has one activation: "gelu" (erf) is exact in the LM head
+   and approximates our MLP's tanh GeLU (at most 4.7e-4 per activation apart). */
+static char *bert_config_json(const mgt_config *c, int64_t iteration) {
+  const int post = c->apply_residual_connection_post_layernorm, binary = !c->bert_no_binary_head;
+  char *s = NULL;
+  if (asprintf(
+          &s,
+          "{\n  \"architectures\": [\"%s%s\"],\n  \"model_type\": \"%s\",\n"
+          "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"num_hidden_layers\": %d,\n"
+          "  \"num_attention_heads\": %d,\n  \"intermediate_size\": %d,\n"
+          "  \"hidden_act\": \"gelu\",\n  \"hidden_dropout_prob\": %.9g,\n"
+          "  \"attention_probs_dropout_prob\": %.9g,\n  \"max_position_embeddings\": %d,\n"
+          "  \"type_vocab_size\": 2,\n  \"initializer_range\": %.9g,\n"
+          "  \"layer_norm_eps\": %.9g,\n  \"pad_token_id\": 0,\n"
+          "  \"position_embedding_type\": \"absolute\",\n  \"tie_word_embeddings\": true,\n"
+          "  \"torch_dtype\": \"float32\",\n"
+          "  \"megatron_c\": {\"iteration\": %lld, \"seq_length\": %d, \"mlp_gelu\": \"tanh\", "
+          "\"lm_head_gelu\": \"erf\", \"post_layernorm\": %s}\n}\n",
+          post ? "Bert" : "MegatronBert", binary ? "ForPreTraining" : "ForMaskedLM",
+          post ? "bert" : "megatron-bert", c->vocab_size, c->hidden_size, c->num_layers,
+          c->num_attention_heads, c->ffn_hidden_size, c->hidden_dropout, c->attention_dropout,
+          c->max_position_embeddings, c->init_method_std, c->layernorm_epsilon,
+          (long long)iteration, c->seq_length, post ? "true" : "false") < 0)
+    return NULL;
+  return s;
+}
+
 static char *hf_config_json(const mgt_config *c, int64_t iteration) {
+  if (c->model == MGT_MODEL_BERT) return bert_config_json(c, iteration);
   char *s = NULL;
   if (asprintf(&s,
                "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
@@ -167,7 +314,9 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, FILE *log) 
   mgt_status st = MGT_OK;
   mgt_state w = {0};
   mgt_st_tensor *out = NULL;
-  char *json = NULL, *names = NULL;
+  hf_plan plan = {0};
+  float **zeros = NULL;
+  char *json = NULL;
   char path[MGT_PATH_MAX + 64];
   MGT_TRY(whole_model(&cfg, &w));
   MGT_TRY(mgt_ckpt_load(ckpt_path, MPI_COMM_SELF, &w, &state));
@@ -177,17 +326,23 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, FILE *log) 
     st = MGT_ERR_INPUT;
     goto done;
   }
-  MGT_TRY(mgt_calloc(sizeof *out * (size_t)w.n, "export list", (void **)&out));
-  MGT_TRY(mgt_calloc((size_t)w.n * 96, "export names", (void **)&names));
-  for (int i = 0; i < w.n; i++) {
-    mgt_state_tensor *t = &w.t[i];
-    hf_layout layout;
-    char *name = names + (size_t)i * 96;
-    st = hf_lookup(t->name, name, 96, &layout);
-    if (st != MGT_OK) break;
-    out[i].name = name;
-    out[i].ndim = hf_shape(t, layout, out[i].shape);
-    if (layout == HF_CONV1D) { /* swap the buffer for its transpose: one extra tensor at most */
+  MGT_TRY(make_plan(&cfg, &w, &plan));
+  MGT_TRY(mgt_calloc(sizeof *out * (size_t)plan.n, "export list", (void **)&out));
+  MGT_TRY(mgt_calloc(sizeof *zeros * (size_t)plan.n, "export buffers", (void **)&zeros));
+  for (int i = 0; i < plan.n; i++) {
+    const hf_piece *pc = &plan.p[i];
+    out[i].name = pc->name;
+    out[i].ndim = pc->ndim;
+    for (int d = 0; d < pc->ndim; d++)
+      out[i].shape[d] = pc->shape[d];
+    if (pc->ours < 0) { /* a tensor the model does not have: zeros */
+      st = mgt_calloc(sizeof(float) * (size_t)pc->n, "export zeros", (void **)&zeros[i]);
+      if (st != MGT_OK) break;
+      out[i].data = zeros[i];
+      continue;
+    }
+    mgt_state_tensor *t = &w.t[pc->ours];
+    if (pc->transpose) { /* swap the buffer for its transpose: one extra tensor at most */
       float *tr = malloc(sizeof(float) * (size_t)mgt_state_numel(t));
       if (!tr) {
         mgt_error_set(MGT_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory exporting %s",
@@ -195,15 +350,15 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, FILE *log) 
         st = MGT_ERR_NOMEM;
         break;
       }
-      transpose(t->data, out[i].shape[1], out[i].shape[0], tr);
+      transpose(t->data, pc->shape[1], pc->shape[0], tr);
       free(t->data);
       t->data = tr;
     }
-    out[i].data = t->data;
+    out[i].data = (const float *)t->data + pc->offset;
   }
   if (st == MGT_OK) {
     snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
-    st = mgt_safetensors_write(path, out, w.n);
+    st = mgt_safetensors_write(path, out, plan.n);
   }
   MGT_TRY(st);
   json = hf_config_json(&cfg, state.iteration);
@@ -216,8 +371,11 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, FILE *log) 
   MGT_TRY(write_text(path, json));
   if (log) fprintf(log, "exported %s to %s (model.safetensors, config.json)\n", ckpt_path, out_dir);
 done:
+  for (int i = 0; zeros && i < plan.n; i++)
+    mgt_free(zeros[i]);
+  mgt_free(zeros);
+  free(plan.p);
   free(json);
-  mgt_free(names);
   mgt_free(out);
   free_whole(&w);
   return st;
@@ -230,7 +388,45 @@ static int json_int(const mgt_json *obj, const char *key, int dflt) {
   return v && v->type == MGT_JSON_NUMBER ? (int)v->number : dflt;
 }
 
-/* The model configuration of a Hugging Face GPT-2 config.json. */
+static double json_num(const mgt_json *obj, const char *key, double dflt) {
+  const mgt_json *v = mgt_json_get(obj, key);
+  return v && v->type == MGT_JSON_NUMBER ? v->number : dflt;
+}
+
+/* A BERT config.json: MegatronBert (pre-LN) or Bert (post-LN), ...ForPreTraining with the
+   binary head or ...ForMaskedLM without. */
+static mgt_status read_bert_config(const mgt_json *conf, const char *path, int post,
+                                   mgt_config *cfg) {
+  const mgt_json *arch = mgt_json_get(conf, "architectures");
+  int binary = 1;
+  if (arch && arch->type == MGT_JSON_ARRAY && arch->len > 0 &&
+      arch->items[0].type == MGT_JSON_STRING)
+    binary = strstr(arch->items[0].str, "ForPreTraining") != NULL;
+  const mgt_json *act = mgt_json_get(conf, "hidden_act");
+  MGT_REQUIRE(!act || (act->type == MGT_JSON_STRING && !strcmp(act->str, "gelu")),
+              "%s: hidden_act must be \"gelu\" (erf), the LM head's activation", path);
+  MGT_REQUIRE(json_int(conf, "type_vocab_size", 2) == 2, "%s: type_vocab_size is not 2", path);
+  mgt_config_defaults(cfg);
+  cfg->model = MGT_MODEL_BERT;
+  cfg->apply_residual_connection_post_layernorm = post;
+  cfg->bert_no_binary_head = !binary;
+  cfg->hidden_size = json_int(conf, "hidden_size", 0);
+  cfg->num_layers = json_int(conf, "num_hidden_layers", 0);
+  cfg->num_attention_heads = json_int(conf, "num_attention_heads", 0);
+  cfg->max_position_embeddings = json_int(conf, "max_position_embeddings", 512);
+  cfg->vocab_size = json_int(conf, "vocab_size", 0);
+  cfg->ffn_hidden_size = json_int(conf, "intermediate_size", 0);
+  cfg->layernorm_epsilon = json_num(conf, "layer_norm_eps", 1e-12);
+  MGT_REQUIRE(cfg->hidden_size > 0 && cfg->num_layers > 0 && cfg->num_attention_heads > 0 &&
+                  cfg->vocab_size > 0 && cfg->max_position_embeddings >= 5 &&
+                  cfg->ffn_hidden_size >= 0 && cfg->layernorm_epsilon >= 1e-12,
+              "%s: hidden_size, num_hidden_layers, num_attention_heads, vocab_size, "
+              "max_position_embeddings and layer_norm_eps must be positive",
+              path);
+  return MGT_OK;
+}
+
+/* The model configuration of a Hugging Face GPT-2 or BERT config.json. */
 static mgt_status read_hf_config(const char *hf_dir, mgt_config *cfg) {
   char path[MGT_PATH_MAX + 64];
   snprintf(path, sizeof path, "%s/config.json", hf_dir);
@@ -242,6 +438,18 @@ static mgt_status read_hf_config(const char *hf_dir, mgt_config *cfg) {
   MGT_TRY(mgt_read_file("--input", path, &text, &n));
   MGT_TRY(mgt_json_parser_create(&jp));
   MGT_TRY(mgt_json_parse(jp, text, n, &conf));
+  const mgt_json *type = mgt_json_get(conf, "model_type");
+  const char *mt = type && type->type == MGT_JSON_STRING ? type->str : "gpt2";
+  if (!strcmp(mt, "megatron-bert") || !strcmp(mt, "bert")) {
+    MGT_TRY(read_bert_config(conf, path, !strcmp(mt, "bert"), cfg));
+    goto finish;
+  }
+  if (strcmp(mt, "gpt2") != 0) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "%s: model_type %s is not gpt2, megatron-bert or bert", path, mt);
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
   const mgt_json *act = mgt_json_get(conf, "activation_function");
   if (act && act->type == MGT_JSON_STRING && strcmp(act->str, "gelu_new") != 0 &&
       strcmp(act->str, "gelu_pytorch_tanh") != 0) {
@@ -266,6 +474,7 @@ static mgt_status read_hf_config(const char *hf_dir, mgt_config *cfg) {
     st = MGT_ERR_INPUT;
     goto done;
   }
+finish:
   /* a model the trainer accepts: one rank, windows of every position */
   cfg->seq_length = cfg->max_position_embeddings;
   cfg->micro_batch_size = 1;
@@ -284,32 +493,55 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   mgt_status st = MGT_OK;
   mgt_safetensors *sf = NULL;
   mgt_state w = {0};
+  hf_plan plan = {0};
+  int64_t *covered = NULL;
   float *tmp = NULL;
   char path[MGT_PATH_MAX + 64];
   snprintf(path, sizeof path, "%s/model.safetensors", hf_dir);
   MGT_TRY(mgt_safetensors_open(path, &sf));
   MGT_TRY(whole_model(&cfg, &w));
-  for (int i = 0; i < w.n; i++) {
-    mgt_state_tensor *t = &w.t[i];
-    char name[96];
-    hf_layout layout;
-    int64_t shape[MGT_ST_MAX_DIMS];
-    MGT_TRY(hf_lookup(t->name, name, sizeof name, &layout));
-    int nd = hf_shape(t, layout, shape);
-    if (layout != HF_CONV1D) {
-      MGT_TRY(mgt_safetensors_read(sf, name, nd, shape, t->data));
+  MGT_TRY(make_plan(&cfg, &w, &plan));
+  MGT_TRY(mgt_calloc(sizeof(int64_t) * (size_t)w.n, "import counts", (void **)&covered));
+  for (int i = 0; i < plan.n; i++) {
+    const hf_piece *pc = &plan.p[i];
+    if (pc->ours >= 0 && !pc->transpose) {
+      MGT_TRY(mgt_safetensors_read(sf, pc->name, pc->ndim, pc->shape,
+                                   (float *)w.t[pc->ours].data + pc->offset));
+      covered[pc->ours] += pc->n;
       continue;
     }
     free(tmp);
-    tmp = malloc(sizeof(float) * (size_t)mgt_state_numel(t));
+    tmp = malloc(sizeof(float) * (size_t)pc->n);
     if (!tmp) {
-      mgt_error_set(MGT_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory reading %s", name);
+      mgt_error_set(MGT_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory reading %s",
+                    pc->name);
       st = MGT_ERR_NOMEM;
       goto done;
     }
-    MGT_TRY(mgt_safetensors_read(sf, name, nd, shape, tmp));
-    transpose(tmp, shape[0], shape[1], t->data); /* HF (in, out) to our (out, in) */
+    MGT_TRY(mgt_safetensors_read(sf, pc->name, pc->ndim, pc->shape, tmp));
+    if (pc->ours < 0) { /* a tensor the model has no place for must be zero to mean nothing */
+      for (int64_t k = 0; k < pc->n; k++)
+        if (tmp[k] != 0.0f) {
+          mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                        "%s: tensor %s is not zero, but a BERT without the binary head has no "
+                        "token types",
+                        path, pc->name);
+          st = MGT_ERR_INPUT;
+          goto done;
+        }
+      continue;
+    }
+    transpose(tmp, pc->shape[0], pc->shape[1], w.t[pc->ours].data); /* HF (in, out) to ours */
+    covered[pc->ours] += pc->n;
   }
+  for (int i = 0; i < w.n; i++)
+    if (covered[i] != mgt_state_numel(&w.t[i])) {
+      mgt_error_set(MGT_ERR_INTERNAL, __FILE__, __LINE__, __func__,
+                    "the Hugging Face names cover %lld of the %lld elements of %s",
+                    (long long)covered[i], (long long)mgt_state_numel(&w.t[i]), w.t[i].name);
+      st = MGT_ERR_INTERNAL;
+      goto done;
+    }
   mgt_ckpt_state state;
   memset(&state, 0, sizeof state);
   state.seed = cfg.seed;
@@ -321,6 +553,8 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   MGT_TRY(st);
 done:
   free(tmp);
+  free(plan.p);
+  mgt_free(covered);
   free_whole(&w);
   mgt_safetensors_close(&sf);
   return st;

@@ -12,6 +12,10 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
   MGT_CHECK(mgt_mpi_agree(world, st));
   mgt_config *c = &s->cfg;
   *c = s->saved;
+  MGT_REQUIRE(c->model == MGT_MODEL_GPT,
+              "%s holds a BERT: mgt eval and mgt generate are for GPT (BERT is not a generative "
+              "model; its losses are in the training log and validation)",
+              s->path);
   c->tensor_model_parallel_size = o->tensor_parallel ? o->tensor_parallel : size;
   if (o->seq_length) c->seq_length = o->seq_length;
   MGT_REQUIRE(c->seq_length <= c->max_position_embeddings,

@@ -42,7 +42,7 @@ struct mgt_trainer {
   mgt_gpt *model;
   mgt_optim *optim;
   mgt_data data, valid;
-  int32_t *tokens; /* (B, T+1) host staging */
+  int32_t *tokens; /* host staging: (B, T+1) for GPT, every micro-batch's rows for BERT */
   int64_t iteration;
   uint64_t consumed;
   int64_t saved_iteration; /* of the last checkpoint written or loaded, -1 if none */
@@ -101,9 +101,13 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
   /* every failure below is agreed across ranks, so callers may report it once */
   st = mgt_gpt_create(&tr->cfg, grid, be, comm, &tr->model);
   if (st == MGT_OK) st = mgt_optim_create(&tr->cfg, tr->model, be, comm, &tr->optim);
-  if (st == MGT_OK)
-    st = mgt_calloc(sizeof(int32_t) * (size_t)cfg->micro_batch_size * (cfg->seq_length + 1),
-                    "token batch", (void **)&tr->tokens);
+  if (st == MGT_OK) {
+    const size_t B = (size_t)cfg->micro_batch_size, T = (size_t)cfg->seq_length;
+    const size_t n_micro = (size_t)cfg->global_batch_size / (B * (size_t)grid->dp);
+    const size_t n = cfg->model == MGT_MODEL_BERT ? n_micro * B * (size_t)mgt_bert_row_ints((int)T)
+                                                  : B * (T + 1);
+    st = mgt_calloc(sizeof(int32_t) * n, "token batch", (void **)&tr->tokens);
+  }
   MGT_TRY(mgt_mpi_agree(grid->world, st));
   if (cfg->async_save) { /* the writer thread and the training both call MPI */
     int level = MPI_THREAD_SINGLE;
@@ -120,7 +124,11 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
     MGT_TRY(mgt_mpi_agree(grid->world, st));
     MGT_TRY(mgt_ckpt_prepare_dir(cfg->save, grid->world, bytes, &tr->save_lock));
   }
-  if (cfg->mock_data) {
+  if (cfg->mock_data && cfg->model == MGT_MODEL_BERT) {
+    st = mgt_data_mock_bert_create(&tr->cfg, 0, &tr->data);
+    if (st == MGT_OK) st = mgt_data_mock_bert_create(&tr->cfg, 1ull << 40, &tr->valid);
+    MGT_TRY(mgt_mpi_agree(grid->world, st));
+  } else if (cfg->mock_data) {
     st = mgt_data_mock_create(&tr->cfg, &tr->data);
     if (st == MGT_OK) st = mgt_data_mock_valid_create(&tr->cfg, &tr->valid);
     MGT_TRY(mgt_mpi_agree(grid->world, st));
@@ -314,6 +322,47 @@ void mgt_trainer_destroy(mgt_trainer **ptr) {
   *ptr = NULL;
 }
 
+/* The micro-batches of one BERT iteration: every rank fetches its rows first, so that the
+   masked positions of the whole global batch are known before any gradient is scaled. The MLM
+   loss is their mean over the global batch and the SOP loss the mean over its samples, the
+   same for any layout and micro-batch split (Megatron-LM averages per micro-batch instead). */
+static mgt_status bert_step(mgt_trainer *tr, double *loss, mgt_step_stats *stats) {
+  const mgt_config *c = &tr->cfg;
+  const mgt_grid *g = tr->grid;
+  const int B = c->micro_batch_size, T = c->seq_length, W = mgt_bert_row_ints(T);
+  const int n_micro = c->global_batch_size / (B * g->dp);
+  mgt_timer_start(&tr->timers[T_DATA]);
+  mgt_status st = MGT_OK;
+  for (int mb = 0; mb < n_micro && st == MGT_OK; mb++) {
+    uint64_t first = tr->consumed + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
+    st = tr->data.get(tr->data.ctx, first, B, T, tr->tokens + (size_t)mb * B * W);
+  }
+  MGT_CHECK(mgt_mpi_agree(g->world, st));
+  double masked = (double)mgt_bert_count_masked(tr->tokens, n_micro * B, T);
+  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, &masked, 1, MGT_SUM));
+  mgt_timer_stop(&tr->timers[T_DATA]);
+  const double ls = mgt_optim_loss_scale(tr->optim), samples = (double)c->global_batch_size;
+  const float lm_scale = masked > 0 ? (float)(ls / masked) : 0.0f,
+              sop_scale = (float)(ls / samples);
+  double sums[3] = {0, 0, 0}; /* lm, sop, sop correct */
+  for (int mb = 0; mb < n_micro; mb++) {
+    uint64_t first = tr->consumed + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
+    mgt_bert_losses l;
+    mgt_timer_start(&tr->timers[T_FWDBWD]);
+    MGT_CHECK(mgt_bert_forward_backward(tr->model, tr->tokens + (size_t)mb * B * W, first, lm_scale,
+                                        sop_scale, mb > 0, mb == n_micro - 1, &l));
+    mgt_timer_stop(&tr->timers[T_FWDBWD]);
+    sums[0] += l.lm_sum, sums[1] += l.sop_sum, sums[2] += (double)l.sop_correct;
+  }
+  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, sums, 3, MGT_SUM));
+  const int binary = !c->bert_no_binary_head;
+  stats->lm_loss = masked > 0 ? sums[0] / masked : 0.0;
+  stats->sop_loss = binary ? sums[1] / samples : NAN;
+  stats->sop_accuracy = binary ? sums[2] / samples : NAN;
+  *loss = stats->lm_loss + (binary ? stats->sop_loss : 0.0);
+  return MGT_OK;
+}
+
 mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   const mgt_config *c = &tr->cfg;
   const mgt_grid *g = tr->grid;
@@ -325,7 +374,9 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   int64_t it = tr->iteration + 1;
   double lr = mgt_lr_at(c, it);
   double loss = 0.0;
-  for (int mb = 0; mb < n_micro; mb++) {
+  const int bert = c->model == MGT_MODEL_BERT;
+  if (bert) MGT_CHECK(bert_step(tr, &loss, stats));
+  for (int mb = 0; mb < n_micro && !bert; mb++) {
     /* Each replica takes its slice of every group of B * dp samples, so the global batch
        is the same set of samples for any data-parallel size. */
     uint64_t first = tr->consumed + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
@@ -340,7 +391,12 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
     mgt_timer_stop(&tr->timers[T_FWDBWD]);
     loss += ls;
   }
-  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, &loss, 1, MGT_SUM));
+  if (!bert) {
+    MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, &loss, 1, MGT_SUM));
+    loss /= (double)c->global_batch_size * T;
+    stats->lm_loss = loss;
+    stats->sop_loss = stats->sop_accuracy = NAN;
+  }
   mgt_timer_start(&tr->timers[T_OPTIMIZER]);
   double norm = NAN;
   int skipped = 1;
@@ -356,7 +412,7 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   tr->consumed += (uint64_t)c->global_batch_size;
   stats->iteration = it;
   stats->consumed_samples = tr->consumed;
-  stats->loss = loss / ((double)c->global_batch_size * T);
+  stats->loss = loss;
   stats->grad_norm = norm;
   stats->lr = lr;
   stats->seconds = tr->timers[T_ITERATION].total;
@@ -370,25 +426,43 @@ int mgt_trainer_has_validation(const mgt_trainer *tr) {
   return tr->valid.get != NULL && tr->cfg.eval_iters > 0;
 }
 
-mgt_status mgt_trainer_evaluate(mgt_trainer *tr, double *loss) {
+mgt_status mgt_trainer_evaluate(mgt_trainer *tr, mgt_valid_stats *v) {
   const mgt_config *c = &tr->cfg;
   const mgt_grid *g = tr->grid;
   MGT_REQUIRE(mgt_trainer_has_validation(tr),
               "no validation data (a valid split in --split and --eval-iters > 0 are needed)");
   const int B = c->micro_batch_size, T = c->seq_length;
   const int n_micro = c->global_batch_size / (B * g->dp);
-  double sum = 0.0;
+  const int bert = c->model == MGT_MODEL_BERT;
+  double sum[4] = {0, 0, 0, 0}; /* loss (GPT) or lm; sop; sop correct; masked */
   for (int it = 0; it < c->eval_iters; it++)
     for (int mb = 0; mb < n_micro; mb++) {
       uint64_t first =
           (uint64_t)it * c->global_batch_size + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
       MGT_CHECK(mgt_mpi_agree(g->world, tr->valid.get(tr->valid.ctx, first, B, T, tr->tokens)));
-      double ls = 0.0;
-      MGT_CHECK(mgt_gpt_forward(tr->model, tr->tokens, &ls));
-      sum += ls;
+      if (bert) {
+        mgt_bert_losses l;
+        MGT_CHECK(mgt_bert_forward(tr->model, tr->tokens, &l));
+        sum[0] += l.lm_sum, sum[1] += l.sop_sum, sum[2] += (double)l.sop_correct;
+        sum[3] += (double)l.lm_count;
+      } else {
+        double ls = 0.0;
+        MGT_CHECK(mgt_gpt_forward(tr->model, tr->tokens, &ls));
+        sum[0] += ls;
+      }
     }
-  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, &sum, 1, MGT_SUM));
-  *loss = sum / ((double)c->eval_iters * c->global_batch_size * T);
+  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, sum, 4, MGT_SUM));
+  const double samples = (double)c->eval_iters * c->global_batch_size;
+  if (!bert) {
+    v->loss = v->lm_loss = sum[0] / (samples * T);
+    v->sop_loss = v->sop_accuracy = NAN;
+    return MGT_OK;
+  }
+  const int binary = !c->bert_no_binary_head;
+  v->lm_loss = sum[3] > 0 ? sum[0] / sum[3] : 0.0;
+  v->sop_loss = binary ? sum[1] / samples : NAN;
+  v->sop_accuracy = binary ? sum[2] / samples : NAN;
+  v->loss = v->lm_loss + (binary ? v->sop_loss : 0.0);
   return MGT_OK;
 }
 
@@ -402,11 +476,21 @@ static void json_num(FILE *f, const char *key, double v, int digits) {
     fputs("null", f);
 }
 
-static void metrics_line(FILE *f, const mgt_step_stats *s, double loss, double ms,
-                         double tokens_per_sec, double tflops, int skipped, int nans) {
+/* Averages of the losses over the iterations of one log interval. */
+typedef struct loss_means {
+  double loss, lm, sop, sop_acc;
+} loss_means;
+
+static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm, int bert,
+                         double ms, double tokens_per_sec, double tflops, int skipped, int nans) {
   fprintf(f, "{\"iteration\":%lld,\"consumed_samples\":%llu", (long long)s->iteration,
           (unsigned long long)s->consumed_samples);
-  json_num(f, "loss", loss, 17);
+  json_num(f, "loss", lm->loss, 17);
+  if (bert) {
+    json_num(f, "lm_loss", lm->lm, 17);
+    json_num(f, "sop_loss", lm->sop, 17);
+    json_num(f, "sop_accuracy", lm->sop_acc, 9);
+  }
   json_num(f, "lr", s->lr, 9);
   json_num(f, "grad_norm", s->grad_norm, 9);
   json_num(f, "ms_per_iteration", ms, 9);
@@ -428,7 +512,9 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
                 strerror(errno));
   }
   mgt_status st = MGT_OK;
-  double loss_acc = 0.0, t_acc = 0.0;
+  const int bert = c->model == MGT_MODEL_BERT;
+  loss_means acc = {0, 0, 0, 0};
+  double t_acc = 0.0;
   int n_acc = 0, skipped_acc = 0, nan_acc = 0, nan_row = 0;
   const double flops = mgt_gpt_flops_per_iteration(c);
   const double tokens = (double)c->global_batch_size * c->seq_length;
@@ -439,48 +525,70 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
     double t0 = mgt_now();
     MGT_TRY(mgt_trainer_step(tr, &s));
     t_acc += mgt_now() - t0;
-    if (!s.skipped) loss_acc += s.loss, n_acc++;
+    if (!s.skipped) {
+      acc.loss += s.loss, acc.lm += s.lm_loss, acc.sop += s.sop_loss;
+      acc.sop_acc += s.sop_accuracy, n_acc++;
+    }
     skipped_acc += s.skipped;
     nan_acc += s.nonfinite;
     nan_row = s.nonfinite ? nan_row + 1 : 0;
     if (mgt_trainer_has_validation(tr) &&
         (s.iteration % c->eval_interval == 0 || s.iteration == c->train_iters)) {
-      double vl = 0.0;
-      MGT_TRY(mgt_trainer_evaluate(tr, &vl));
+      mgt_valid_stats v;
+      MGT_TRY(mgt_trainer_evaluate(tr, &v));
       if (root) {
+        const double vl = v.lm_loss, ppl = exp(vl < 700 ? vl : 700);
         fprintf(log,
                 "-----------------------------------------------------------------------------\n"
-                " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n"
-                "-----------------------------------------------------------------------------\n",
-                (long long)s.iteration, vl, exp(vl < 700 ? vl : 700));
-        if (metrics)
-          fprintf(metrics, "{\"iteration\":%lld,\"valid_loss\":%.9g,\"valid_ppl\":%.9g}\n",
-                  (long long)s.iteration, vl, exp(vl < 700 ? vl : 700));
+                " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |",
+                (long long)s.iteration, vl, ppl);
+        if (bert && !c->bert_no_binary_head)
+          fprintf(log, " sop loss value: %.6E | sop accuracy: %.4f |", v.sop_loss, v.sop_accuracy);
+        fprintf(
+            log,
+            "\n-----------------------------------------------------------------------------\n");
+        if (metrics) {
+          fprintf(metrics, "{\"iteration\":%lld,\"valid_loss\":%.9g,\"valid_ppl\":%.9g",
+                  (long long)s.iteration, v.loss, ppl);
+          if (bert) {
+            json_num(metrics, "valid_lm_loss", v.lm_loss, 9);
+            json_num(metrics, "valid_sop_loss", v.sop_loss, 9);
+            json_num(metrics, "valid_sop_accuracy", v.sop_accuracy, 9);
+          }
+          fputs("}\n", metrics);
+        }
       }
     }
     if (s.iteration % c->log_interval == 0 || s.iteration == c->train_iters) {
       int n_it = n_acc + skipped_acc;
       double ms = 1e3 * t_acc / (n_it ? n_it : 1);
-      double loss = n_acc ? loss_acc / n_acc : NAN;
+      loss_means mean = {NAN, NAN, NAN, NAN};
+      if (n_acc)
+        mean = (loss_means){acc.loss / n_acc, acc.lm / n_acc, acc.sop / n_acc, acc.sop_acc / n_acc};
       double tps = tokens / (ms / 1e3), tflops = flops / (ms / 1e3) / 1e12;
       if (root) {
         fprintf(log,
                 " iteration %8lld/%8lld | consumed samples: %10llu | elapsed time per "
                 "iteration (ms): %.1f | learning rate: %.3E | global batch size: %5d | lm "
-                "loss: %.6E | grad norm: %.3f | tokens/s: %.1f | TFLOP/s: %.4f | skipped "
-                "iterations: %d | nan iterations: %d",
+                "loss: %.6E |",
                 (long long)s.iteration, (long long)c->train_iters,
-                (unsigned long long)s.consumed_samples, ms, s.lr, c->global_batch_size, loss,
+                (unsigned long long)s.consumed_samples, ms, s.lr, c->global_batch_size, mean.lm);
+        if (bert && !c->bert_no_binary_head)
+          fprintf(log, " sop loss: %.6E | sop accuracy: %.4f |", mean.sop, mean.sop_acc);
+        fprintf(log,
+                " grad norm: %.3f | tokens/s: %.1f | TFLOP/s: %.4f | skipped iterations: %d | nan "
+                "iterations: %d",
                 s.grad_norm, tps, tflops, skipped_acc, nan_acc);
         if (c->fp16) fprintf(log, " | loss scale: %.1f", s.loss_scale);
         fputc('\n', log);
         fflush(log);
         if (metrics) {
-          metrics_line(metrics, &s, loss, ms, tps, tflops, skipped_acc, nan_acc);
+          metrics_line(metrics, &s, &mean, bert, ms, tps, tflops, skipped_acc, nan_acc);
           fflush(metrics);
         }
       }
-      loss_acc = t_acc = 0.0;
+      acc = (loss_means){0, 0, 0, 0};
+      t_acc = 0.0;
       n_acc = skipped_acc = nan_acc = 0;
     }
     if (c->max_skipped_iterations > 0 && nan_row >= c->max_skipped_iterations) {

@@ -190,21 +190,40 @@ def build_sample(sample, target_seq_length, max_seq_length, vocab_id_list, is_co
     return tokens + pad, types + pad, labels, n, int(is_random)
 
 
+class Corpus:
+    """A sentence dataset (tokens, sentence and document offsets) and its WordPiece vocabulary."""
+
+    def __init__(self, path, vocab_file):
+        f = h5py.File(path, "r")
+        self.tok = f["tokens"][()].astype(np.int64).tolist()
+        self.so = so = f["sentence_offsets"][()].tolist()
+        do = f["document_offsets"][()].tolist()
+        self.sizes = [so[j + 1] - so[j] for j in range(len(so) - 1)]
+        start = {o: j for j, o in enumerate(so)}
+        self.docs = [start[o] for o in do]
+        pieces = [l.strip() for l in open(vocab_file, encoding="utf-8").read().split("\n")]
+        if pieces and pieces[-1] == "":
+            pieces.pop()
+        self.n_vocab = len(pieces)
+        self.ids = {p: i for i, p in enumerate(pieces)}
+        self.is_cont = [p.startswith("##") for p in pieces]
+
+    def mapping(self, N, T, seed, binary):
+        return build_mapping(self.docs, self.sizes, N, T - 3, 0.1, seed, 2 if binary else 1)
+
+    def sample(self, row, idx, T, seed, binary):
+        """Sample idx of mapping row `row`: tokens, types, labels, length, is_random."""
+        sample = [self.tok[self.so[j]:self.so[j + 1]] for j in range(row[0], row[1])]
+        rng = np.random.RandomState(seed=(seed + idx) % 2**32)
+        ids = self.ids
+        return build_sample(sample, row[2], T, list(range(self.n_vocab)), self.is_cont, ids["[CLS]"],
+                            ids["[SEP]"], ids["[MASK]"], ids["[PAD]"], 0.15, rng, binary)
+
+
 def main():
     path, vocab_file, T, N, seed, binary = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
-    f = h5py.File(path, "r")
-    tok = f["tokens"][()].astype(np.int64).tolist()
-    so = f["sentence_offsets"][()].tolist()
-    do = f["document_offsets"][()].tolist()
-    sizes = [so[j + 1] - so[j] for j in range(len(so) - 1)]
-    start = {o: j for j, o in enumerate(so)}
-    docs = [start[o] for o in do]
-    pieces = [l.strip() for l in open(vocab_file, encoding="utf-8").read().split("\n")]
-    if pieces and pieces[-1] == "":
-        pieces.pop()
-    ids = {p: i for i, p in enumerate(pieces)}
-    is_cont = [p.startswith("##") for p in pieces]
-    maps = build_mapping(docs, sizes, N, T - 3, 0.1, seed, 2 if binary else 1)
+    corpus = Corpus(path, vocab_file)
+    maps = corpus.mapping(N, T, seed, binary)
     got = [json.loads(l) for l in sys.stdin]
     assert got[0]["n_map"] == len(maps) and got[0]["rows"] == maps, \
         "mapping: %d rows here, %d there" % (len(maps), got[0]["n_map"])
@@ -213,11 +232,7 @@ def main():
     n_masked = 0
     for s in got[1:]:
         idx = s["idx"]
-        row = maps[idx]
-        sample = [tok[so[j]:so[j + 1]] for j in range(row[0], row[1])]
-        rng = np.random.RandomState(seed=(seed + idx) % 2**32)
-        want = build_sample(sample, row[2], T, list(range(len(pieces))), is_cont, ids["[CLS]"], ids["[SEP]"],
-                            ids["[MASK]"], ids["[PAD]"], 0.15, rng, binary)
+        want = corpus.sample(maps[idx], idx, T, seed, binary)
         mine = (s["tokens"], s["types"], s["labels"], s["length"], s["is_random"])
         for name, a, b in zip(("tokens", "types", "labels", "length", "is_random"), mine, want):
             assert a == b, "sample %d: %s differ:\n  C      %s\n  Python %s" % (idx, name, a, b)

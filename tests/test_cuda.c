@@ -200,35 +200,83 @@ static void test_rowwise(void) {
   free(gx), free(gw), free(gb), free(pre);
 }
 
+/* BERT's head activations and the row gather/scatter of its heads. */
+static void test_heads(void) {
+  const int N = 37, C = 300;
+  const size_t n = (size_t)N * C;
+  for (int act = 0; act < 3; act++) {
+    float *pre = rnd(n, 3.0f), *b = rnd(C, 0.5f), *dy = rnd(n, 1.0f);
+    float *out = malloc(n * 4), *gx = malloc(n * 4);
+    float *pred = dev(pre, n * 4), *bd = dev(b, C * 4), *dyd = dev(dy, n * 4);
+    float *outd = dev(NULL, n * 4), *gxd = dev(NULL, n * 4);
+    T_OK(cpu->bias_act_forward(cpu->ctx, act, out, pre, b, N, C));
+    T_OK(gpu->bias_act_forward(gpu->ctx, act, outd, pred, bd, N, C));
+    same("bias_act pre", pred, pre, n, 1e-6);
+    same("bias_act out", outd, out, n, 1e-5);
+    T_OK(cpu->act_backward(cpu->ctx, act, gx, dy, pre, n));
+    T_OK(gpu->act_backward(gpu->ctx, act, gxd, dyd, pred, n));
+    same("act_backward", gxd, gx, n, 1e-5);
+    void *all[] = {pred, bd, dyd, outd, gxd};
+    for (size_t i = 0; i < 5; i++)
+      gpu->free(gpu->ctx, all[i]);
+    free(pre), free(b), free(dy), free(out), free(gx);
+  }
+  const int M = 5;
+  const int32_t idx[5] = {36, 0, 12, 13, 7};
+  float *x = rnd(n, 1.0f), *dx = rnd(n, 1.0f), *dy = rnd((size_t)M * C, 1.0f);
+  float *g = malloc((size_t)M * C * 4);
+  float *xd = dev(x, n * 4), *dxd = dev(dx, n * 4), *dyd = dev(dy, (size_t)M * C * 4);
+  float *gd = dev(NULL, (size_t)M * C * 4);
+  int32_t *idxd = (int32_t *)dev(idx, sizeof idx);
+  T_OK(cpu->gather_rows(cpu->ctx, g, x, idx, M, C));
+  T_OK(gpu->gather_rows(gpu->ctx, gd, xd, idxd, M, C));
+  same("gather_rows", gd, g, (size_t)M * C, 0.0);
+  T_OK(cpu->scatter_add_rows(cpu->ctx, dx, dy, idx, M, C));
+  T_OK(gpu->scatter_add_rows(gpu->ctx, dxd, dyd, idxd, M, C));
+  same("scatter_add_rows", dxd, dx, n, 1e-7);
+  void *all[] = {xd, dxd, dyd, gd, idxd};
+  for (size_t i = 0; i < 5; i++)
+    gpu->free(gpu->ctx, all[i]);
+  free(x), free(dx), free(dy), free(g);
+}
+
 static void test_attention(void) {
   const int cases[][5] = {/* B, T, Hl, hd, head_offset */ {1, 1, 1, 8, 0},
                           {2, 17, 3, 16, 0},
                           {2, 64, 2, 32, 2},
                           {1, 130, 4, 64, 4}};
-  for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++)
-    for (int drop = 0; drop < 2; drop++) {
-      const int B = cases[s][0], T = cases[s][1], Hl = cases[s][2], hd = cases[s][3];
-      const int off = cases[s][4], H = off + 2 * Hl, Cl = Hl * hd;
-      mgt_dropout d = {drop ? 0.2f : 0.0f, 99, 1000, 3, 1};
-      size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, np = (size_t)B * Hl * T * T;
-      float *qkv = rnd(nq, 1.0f), *dout = rnd(no, 1.0f);
-      float *out = malloc(no * 4), *P = malloc(np * 4), *scr = malloc(np * 4), *dq = malloc(nq * 4);
-      float *qkvd = dev(qkv, nq * 4), *doutd = dev(dout, no * 4), *outd = dev(NULL, no * 4);
-      float *Pd = dev(NULL, np * 4), *scrd = dev(NULL, np * 4), *dqd = dev(NULL, nq * 4);
-      T_OK(cpu->attention_forward(cpu->ctx, out, P, qkv, B, T, Hl, hd, off, H, &d, scr));
-      T_OK(gpu->attention_forward(gpu->ctx, outd, Pd, qkvd, B, T, Hl, hd, off, H, &d, scrd));
-      char what[96];
-      snprintf(what, sizeof what, "attention B%d T%d Hl%d hd%d drop %d", B, T, Hl, hd, drop);
-      same(what, outd, out, no, 1e-5);
-      same("attention probabilities", Pd, P, np, 1e-5);
-      T_OK(cpu->attention_backward(cpu->ctx, dq, dout, qkv, P, B, T, Hl, hd, off, H, &d, scr));
-      T_OK(gpu->attention_backward(gpu->ctx, dqd, doutd, qkvd, Pd, B, T, Hl, hd, off, H, &d, scrd));
-      same("attention dqkv", dqd, dq, nq, 1e-5);
-      void *all[] = {qkvd, doutd, outd, Pd, scrd, dqd};
-      for (size_t i = 0; i < 6; i++)
-        gpu->free(gpu->ctx, all[i]);
-      free(qkv), free(dout), free(out), free(P), free(scr), free(dq);
-    }
+  const int32_t lens[4][2] = {{1, 1}, {17, 5}, {1, 40}, {129, 0}};
+  for (int masked = 0; masked < 2; masked++)
+    for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++)
+      for (int drop = 0; drop < 2; drop++) {
+        const int B = cases[s][0], T = cases[s][1], Hl = cases[s][2], hd = cases[s][3];
+        const int off = cases[s][4], H = off + 2 * Hl, Cl = Hl * hd;
+        mgt_dropout d = {drop ? 0.2f : 0.0f, 99, 1000, 3, 1};
+        size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, np = (size_t)B * Hl * T * T;
+        float *qkv = rnd(nq, 1.0f), *dout = rnd(no, 1.0f);
+        float *out = malloc(no * 4), *P = malloc(np * 4), *scr = malloc(np * 4),
+              *dq = malloc(nq * 4);
+        float *qkvd = dev(qkv, nq * 4), *doutd = dev(dout, no * 4), *outd = dev(NULL, no * 4);
+        float *Pd = dev(NULL, np * 4), *scrd = dev(NULL, np * 4), *dqd = dev(NULL, nq * 4);
+        const int32_t *kl = masked ? lens[s] : NULL;
+        int32_t *kld = masked ? (int32_t *)dev(lens[s], sizeof lens[s]) : NULL;
+        T_OK(cpu->attention_forward(cpu->ctx, out, P, qkv, B, T, Hl, hd, off, H, kl, &d, scr));
+        T_OK(gpu->attention_forward(gpu->ctx, outd, Pd, qkvd, B, T, Hl, hd, off, H, kld, &d, scrd));
+        char what[96];
+        snprintf(what, sizeof what, "attention B%d T%d Hl%d hd%d drop %d masked %d", B, T, Hl, hd,
+                 drop, masked);
+        same(what, outd, out, no, 1e-5);
+        same("attention probabilities", Pd, P, np, 1e-5);
+        T_OK(
+            cpu->attention_backward(cpu->ctx, dq, dout, qkv, P, B, T, Hl, hd, off, H, kl, &d, scr));
+        T_OK(gpu->attention_backward(gpu->ctx, dqd, doutd, qkvd, Pd, B, T, Hl, hd, off, H, kld, &d,
+                                     scrd));
+        same("attention dqkv", dqd, dq, nq, 1e-5);
+        void *all[] = {qkvd, doutd, outd, Pd, scrd, dqd, kld};
+        for (size_t i = 0; i < 7; i++)
+          if (all[i]) gpu->free(gpu->ctx, all[i]);
+        free(qkv), free(dout), free(out), free(P), free(scr), free(dq);
+      }
   /* one query against a cache */
   const int len = 300, Hl = 3, hd = 64, Cl = Hl * hd;
   float *q = rnd(Cl, 1.0f), *kc = rnd((size_t)len * Cl, 1.0f), *vc = rnd((size_t)len * Cl, 1.0f);
@@ -368,6 +416,7 @@ int main(void) {
   test_gemm();
   test_linear_bias_gelu();
   test_rowwise();
+  test_heads();
   test_attention();
   test_embedding_dropout();
   test_xent();

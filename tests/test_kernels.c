@@ -214,14 +214,89 @@ static void test_gelu(void) {
   free(pre), free(pre0), free(b), free(out), free(dout), free(dpre), free(r), free(rp), free(rg);
 }
 
+/* BERT's head activations: the erf GeLU and tanh against float64 values and central
+   differences of them (the tanh GeLU too, through the same entry). */
+static double act_ref(int act, double x) {
+  if (act == MGT_ACT_GELU_ERF) return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+  if (act == MGT_ACT_TANH) return tanh(x);
+  return gelu_ref(x);
+}
+
+static void test_head_activations(void) {
+  int N = 5, C = 67;
+  size_t n = (size_t)N * C;
+  for (int act = 0; act < 3; act++)
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+      float *pre = fa(n), *pre0 = fa(n), *b = fa(C), *out = fa(n), *dout = fa(n), *dpre = fa(n);
+      double *r = da(n), *rp = da(n), *rg = da(n);
+      t_fill(pre, n, 3);
+      pre[0] = 0.0f, pre[1] = -12.0f, pre[2] = 12.0f, pre[3] = 1e-4f, pre[4] = -0.7f;
+      t_fill(b, C, 0.5f);
+      memcpy(pre0, pre, n * sizeof(float));
+      for (size_t i = 0; i < n; i++) {
+        double x = (double)pre0[i] + (with_bias ? b[i % C] : 0.0f);
+        rp[i] = x;
+        r[i] = act_ref(act, x);
+      }
+      T_OK(be->bias_act_forward(be->ctx, act, out, pre, with_bias ? b : NULL, N, C));
+      T_CLOSE("bias_act pre", pre, rp, n, 1e-6, 1e-6);
+      T_CLOSE("bias_act out", out, r, n, 1e-6, 1e-5);
+      t_fill(dout, n, 1);
+      for (size_t i = 0; i < n; i++) {
+        double x = pre[i], h = 1e-5 * (1 + fabs(x));
+        rg[i] = dout[i] * (act_ref(act, x + h) - act_ref(act, x - h)) / (2 * h);
+      }
+      T_OK(be->act_backward(be->ctx, act, dpre, dout, pre, n));
+      T_CLOSE("act_backward", dpre, rg, n, 1e-5, 1e-4);
+      T_OK(be->act_backward(be->ctx, act, dout, dout, pre, n)); /* in place */
+      T_CHECK(memcmp(dout, dpre, n * sizeof(float)) == 0, "act_backward in place differs");
+      free(pre), free(pre0), free(b), free(out), free(dout), free(dpre), free(r), free(rp),
+          free(rg);
+    }
+}
+
+/* Rows out by index and their gradients back: exact copies and sums. */
+static void test_gather_rows(void) {
+  const int R = 11, C = 9, M = 4;
+  const int32_t idx[4] = {7, 0, 10, 3};
+  float *x = fa((size_t)R * C), *out = fa((size_t)M * C), *dx = fa((size_t)R * C);
+  float *dx0 = fa((size_t)R * C), *dy = fa((size_t)M * C);
+  t_fill(x, (size_t)R * C, 1);
+  t_fill(dx, (size_t)R * C, 1);
+  t_fill(dy, (size_t)M * C, 1);
+  memcpy(dx0, dx, sizeof(float) * (size_t)R * C);
+  T_OK(be->gather_rows(be->ctx, out, x, idx, M, C));
+  int same = 1;
+  for (int m = 0; m < M; m++)
+    same &= memcmp(out + (size_t)m * C, x + (size_t)idx[m] * C, sizeof(float) * C) == 0;
+  T_CHECK(same, "gather_rows copies the wrong rows");
+  T_OK(be->scatter_add_rows(be->ctx, dx, dy, idx, M, C));
+  same = 1;
+  for (int r = 0; r < R; r++) {
+    int m = -1;
+    for (int k = 0; k < M; k++)
+      if (idx[k] == r) m = k;
+    for (int c = 0; c < C; c++) {
+      float want = m < 0 ? dx0[r * C + c] : dx0[r * C + c] + dy[m * C + c];
+      same &= dx[r * C + c] == want;
+    }
+  }
+  T_CHECK(same, "scatter_add_rows adds to the wrong rows");
+  free(x), free(out), free(dx), free(dx0), free(dy);
+}
+
 /* ---------------- attention ---------------- */
 typedef struct att_ctx {
   int B, T, Hl, hd, head_offset;
   const mgt_dropout *d;
   const double *dout;
+  const int32_t *keylen; /* NULL: causal */
 } att_ctx;
 
-/* out (B*T, Hl*hd) and P (B,Hl,T,T) of causal attention over qkv, in float64. */
+/* Keys row i of sample b sees: j <= i (causal) or j < keylen[b] (padding mask). */
+static int ref_lim(const att_ctx *c, int b, int i) { return c->keylen ? c->keylen[b] : i + 1; }
+
+/* out (B*T, Hl*hd) and P (B,Hl,T,T) of masked attention over qkv, in float64. */
 static void att_ref(const double *qkv, const att_ctx *c, double *out, double *P) {
   int Cl = c->Hl * c->hd, ld = 3 * Cl, T = c->T;
   double scale = 1.0 / sqrt((double)c->hd), ds = c->d->p > 0 ? 1.0 / (1.0 - c->d->p) : 1.0;
@@ -231,7 +306,8 @@ static void att_ref(const double *qkv, const att_ctx *c, double *out, double *P)
       for (int i = 0; i < T; i++) {
         const double *q = qkv + ((size_t)b * T + i) * ld + h * c->hd;
         double mx = -1e300, s = 0;
-        for (int j = 0; j <= i; j++) {
+        const int lim = ref_lim(c, b, i);
+        for (int j = 0; j < lim; j++) {
           const double *k = qkv + ((size_t)b * T + j) * ld + Cl + h * c->hd;
           double dot = 0;
           for (int e = 0; e < c->hd; e++)
@@ -239,17 +315,17 @@ static void att_ref(const double *qkv, const att_ctx *c, double *out, double *P)
           row[j] = dot * scale;
           if (row[j] > mx) mx = row[j];
         }
-        for (int j = 0; j <= i; j++)
+        for (int j = 0; j < lim; j++)
           s += (row[j] = exp(row[j] - mx));
         for (int j = 0; j < T; j++) {
-          double p = j <= i ? row[j] / s : 0.0;
+          double p = j < lim ? row[j] / s : 0.0;
           if (P) P[(((size_t)b * c->Hl + h) * T + i) * T + j] = p;
           row[j] = p;
         }
         double *o = out + ((size_t)b * T + i) * Cl + h * c->hd;
         for (int e = 0; e < c->hd; e++)
           o[e] = 0;
-        for (int j = 0; j <= i; j++) {
+        for (int j = 0; j < lim; j++) {
           double p = row[j];
           if (c->d->p > 0) {
             uint64_t word = (((uint64_t)(c->head_offset + h) * T) + i) * T + j;
@@ -274,6 +350,8 @@ static double att_obj(const double *qkv, void *p) {
   return s;
 }
 
+/* Causal, and the padding mask with lengths from 1 to T (keys past a length must neither
+   receive probability nor gradient). */
 static void test_attention(void) {
   int shapes[][5] = {/* B, T, Hl, hd, head_offset */
                      {1, 1, 1, 4, 0},
@@ -281,32 +359,36 @@ static void test_attention(void) {
                      {1, 17, 3, 8, 3},
                      {3, 8, 1, 16, 1}};
   float drops[] = {0.0f, 0.3f};
-  for (size_t s = 0; s < 4; s++)
-    for (int di = 0; di < 2; di++) {
-      int B = shapes[s][0], T = shapes[s][1], Hl = shapes[s][2], hd = shapes[s][3];
-      int Cl = Hl * hd, H = shapes[s][4] + Hl;
-      mgt_dropout d = {drops[di], 99, 1000, 3, MGT_DROPOUT_ATTN};
-      size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, np = (size_t)B * Hl * T * T;
-      float *qkv = fa(nq), *out = fa(no), *P = fa(np), *scr = fa(np), *dout = fa(no),
-            *dqkv = fa(nq);
-      double *Q = da(nq), *ro = da(no), *rP = da(np), *dd = da(no), *g = da(nq);
-      t_fill(qkv, nq, 1.5f);
-      to_double(qkv, Q, nq);
-      att_ctx c = {B, T, Hl, hd, shapes[s][4], &d, NULL};
-      att_ref(Q, &c, ro, rP);
-      T_OK(be->attention_forward(be->ctx, out, P, qkv, B, T, Hl, hd, shapes[s][4], H, &d, scr));
-      T_CLOSE("attention_forward out", out, ro, no, 1e-5, 1e-4);
-      T_CLOSE("attention_forward P", P, rP, np, 1e-6, 1e-4);
-      t_fill(dout, no, 1);
-      to_double(dout, dd, no);
-      c.dout = dd;
-      fd_grad(att_obj, Q, nq, &c, g);
-      T_OK(be->attention_backward(be->ctx, dqkv, dout, qkv, P, B, T, Hl, hd, shapes[s][4], H, &d,
-                                  scr));
-      T_CLOSE("attention_backward", dqkv, g, nq, 1e-4, 1e-3);
-      free(qkv), free(out), free(P), free(scr), free(dout), free(dqkv), free(Q), free(ro), free(rP),
-          free(dd), free(g);
-    }
+  const int32_t lens[4][3] = {{1, 1, 1}, {5, 2, 1}, {11, 1, 1}, {8, 1, 3}};
+  for (int masked = 0; masked < 2; masked++)
+    for (size_t s = 0; s < 4; s++)
+      for (int di = 0; di < 2; di++) {
+        const int32_t *kl = masked ? lens[s] : NULL;
+        int B = shapes[s][0], T = shapes[s][1], Hl = shapes[s][2], hd = shapes[s][3];
+        int Cl = Hl * hd, H = shapes[s][4] + Hl;
+        mgt_dropout d = {drops[di], 99, 1000, 3, MGT_DROPOUT_ATTN};
+        size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, np = (size_t)B * Hl * T * T;
+        float *qkv = fa(nq), *out = fa(no), *P = fa(np), *scr = fa(np), *dout = fa(no),
+              *dqkv = fa(nq);
+        double *Q = da(nq), *ro = da(no), *rP = da(np), *dd = da(no), *g = da(nq);
+        t_fill(qkv, nq, 1.5f);
+        to_double(qkv, Q, nq);
+        att_ctx c = {B, T, Hl, hd, shapes[s][4], &d, NULL, kl};
+        att_ref(Q, &c, ro, rP);
+        T_OK(be->attention_forward(be->ctx, out, P, qkv, B, T, Hl, hd, shapes[s][4], H, kl, &d,
+                                   scr));
+        T_CLOSE("attention_forward out", out, ro, no, 1e-5, 1e-4);
+        T_CLOSE("attention_forward P", P, rP, np, 1e-6, 1e-4);
+        t_fill(dout, no, 1);
+        to_double(dout, dd, no);
+        c.dout = dd;
+        fd_grad(att_obj, Q, nq, &c, g);
+        T_OK(be->attention_backward(be->ctx, dqkv, dout, qkv, P, B, T, Hl, hd, shapes[s][4], H, kl,
+                                    &d, scr));
+        T_CLOSE("attention_backward", dqkv, g, nq, 1e-4, 1e-3);
+        free(qkv), free(out), free(P), free(scr), free(dout), free(dqkv), free(Q), free(ro),
+            free(rP), free(dd), free(g);
+      }
 }
 
 /* Heads split over two shards give the same result as all heads on one, dropout included. */
@@ -316,7 +398,7 @@ static void test_attention_shards(void) {
   float *qkv = fa((size_t)B * T * 3 * C), *out = fa((size_t)B * T * C),
         *P = fa((size_t)B * H * T * T), *scr = fa((size_t)B * H * T * T);
   t_fill(qkv, (size_t)B * T * 3 * C, 1);
-  T_OK(be->attention_forward(be->ctx, out, P, qkv, B, T, H, hd, 0, H, &d, scr));
+  T_OK(be->attention_forward(be->ctx, out, P, qkv, B, T, H, hd, 0, H, NULL, &d, scr));
   int Hl = 2, Cl = Hl * hd;
   float *sq = fa((size_t)B * T * 3 * Cl), *so = fa((size_t)B * T * Cl);
   for (int r = 0; r < 2; r++) {
@@ -324,7 +406,7 @@ static void test_attention_shards(void) {
       for (int part = 0; part < 3; part++)
         memcpy(sq + (size_t)n * 3 * Cl + part * Cl, qkv + (size_t)n * 3 * C + part * C + r * Cl,
                Cl * sizeof(float));
-    T_OK(be->attention_forward(be->ctx, so, P, sq, B, T, Hl, hd, r * Hl, H, &d, scr));
+    T_OK(be->attention_forward(be->ctx, so, P, sq, B, T, Hl, hd, r * Hl, H, NULL, &d, scr));
     int same = 1;
     for (int n = 0; n < B * T; n++)
       same &= memcmp(so + (size_t)n * Cl, out + (size_t)n * C + r * Cl, Cl * sizeof(float)) == 0;
@@ -647,6 +729,8 @@ int main(void) {
   test_bias();
   test_layernorm();
   test_gelu();
+  test_head_activations();
+  test_gather_rows();
   test_attention();
   test_attention_shards();
   test_attention_decode();

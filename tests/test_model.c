@@ -1,10 +1,13 @@
 /* The whole model's gradient against finite differences of its loss, on a tiny
    configuration with dropout on (the masks are a function of the sample, so the loss is a
-   deterministic function of the parameters). Also: recomputation gives the same gradients. */
+   deterministic function of the parameters), for GPT and for BERT (pre-LN and post-LN, with
+   and without the binary head). Also: recomputation gives the same gradients, and BERT's
+   padding changes nothing. */
 #include <mpi.h>
 #include <string.h>
 
 #include "mgt/backend.h"
+#include "mgt/data.h"
 #include "mgt/gpt.h"
 #include "mgt/grid.h"
 #include "testutil.h"
@@ -31,8 +34,41 @@ static mgt_config tiny(void) {
 static const int32_t tokens[2 * 6] = {1, 4, 7, 10, 2, 5, 3, 3, 9, 0, 6, 6};
 enum { SAMPLE_BASE = 17 };
 
+/* BERT rows (data.h) of T = 8: a full sample and one with two padding positions. */
+enum { BT = 8, BW = 3 * BT + 2 };
+static int32_t bert_rows[2 * BW];
+static void make_bert_rows(void) {
+  const int32_t tok[2][BT] = {{2, 5, 4, 3, 7, 4, 9, 3}, {2, 8, 3, 6, 4, 3, 0, 0}};
+  const int32_t typ[2][BT] = {{0, 0, 0, 0, 1, 1, 1, 1}, {0, 0, 0, 1, 1, 1, 0, 0}};
+  const int32_t lab[2][BT] = {{-1, -1, 6, -1, -1, 10, -1, -1}, {-1, -1, -1, -1, 1, -1, -1, -1}};
+  const int32_t len[2] = {8, 6}, sop[2] = {1, 0};
+  for (int b = 0; b < 2; b++) {
+    int32_t *r = bert_rows + b * BW;
+    memcpy(r + MGT_BERT_TOKENS * BT, tok[b], sizeof tok[b]);
+    memcpy(r + MGT_BERT_TYPES * BT, typ[b], sizeof typ[b]);
+    memcpy(r + MGT_BERT_LABELS * BT, lab[b], sizeof lab[b]);
+    r[mgt_bert_length_at(BT)] = len[b];
+    r[mgt_bert_random_at(BT)] = sop[b];
+  }
+}
+
+static mgt_config tiny_bert(int post_ln, int binary) {
+  mgt_config c = tiny();
+  c.model = MGT_MODEL_BERT;
+  c.seq_length = BT;
+  c.max_position_embeddings = 9;
+  c.apply_residual_connection_post_layernorm = post_ln;
+  c.bert_no_binary_head = !binary;
+  return c;
+}
+
 static double loss_of(mgt_gpt *m) {
   double ls = 0;
+  if (mgt_gpt_get_dims(m)->bert) {
+    mgt_bert_losses l;
+    T_OK(mgt_bert_forward_backward(m, bert_rows, SAMPLE_BASE, 1.0f, 1.0f, 0, 0, &l));
+    return l.lm_sum + l.sop_sum;
+  }
   T_OK(mgt_gpt_forward_backward(m, tokens, SAMPLE_BASE, 1.0f, 0, 0, &ls));
   return ls;
 }
@@ -135,6 +171,51 @@ static void test_recompute(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   mgt_gpt_destroy(&b);
 }
 
+/* BERT: the finite-difference gradient of every tensor, recomputation, accumulation, and ids
+   in the padding that change neither the losses nor the gradients. */
+static void test_bert(mgt_grid *grid, mgt_backend *be, mgt_comm *comm, int post_ln, int binary) {
+  mgt_config c = tiny_bert(post_ln, binary);
+  T_OK(mgt_config_finalize(&c, 1));
+  mgt_gpt *m = NULL, *r = NULL;
+  T_OK(mgt_gpt_create(&c, grid, be, comm, &m));
+  test_gradient(m);
+  size_t n = mgt_gpt_param_count(m);
+  float *g1 = malloc(n * sizeof(float));
+  mgt_bert_losses a, b;
+  T_OK(mgt_bert_forward_backward(m, bert_rows, SAMPLE_BASE, 0.5f, 0.25f, 0, 0, &a));
+  memcpy(g1, mgt_gpt_grad_data(m), n * sizeof(float));
+  T_CHECK(a.lm_count == 3 && a.sop_count == (binary ? 2 : 0), "counted %lld masked, %lld samples",
+          (long long)a.lm_count, (long long)a.sop_count);
+  int32_t padded[2 * BW];
+  memcpy(padded, bert_rows, sizeof padded);
+  padded[BW + MGT_BERT_TOKENS * BT + 6] = 9, padded[BW + MGT_BERT_TOKENS * BT + 7] = 1;
+  padded[BW + MGT_BERT_TYPES * BT + 7] = 1;
+  T_OK(mgt_bert_forward_backward(m, padded, SAMPLE_BASE, 0.5f, 0.25f, 0, 0, &b));
+  T_CHECK(a.lm_sum == b.lm_sum && a.sop_sum == b.sop_sum, "ids in the padding change the losses");
+  /* the padding's embedding rows get gradient only through... nothing: compare all but them */
+  T_CHECK(memcmp(g1 + mgt_gpt_params(m, &(int){0})[2].offset,
+                 mgt_gpt_grad_data(m) + mgt_gpt_params(m, &(int){0})[2].offset,
+                 (n - mgt_gpt_params(m, &(int){0})[2].offset) * sizeof(float)) == 0,
+          "ids in the padding change the gradients of the layers and heads");
+  T_OK(mgt_bert_forward_backward(m, bert_rows, SAMPLE_BASE, 0.5f, 0.25f, 0, 0, &a));
+  T_OK(mgt_bert_forward_backward(m, bert_rows, SAMPLE_BASE, 0.5f, 0.25f, 1, 0, &a));
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++)
+    bad += fabsf(mgt_gpt_grad_data(m)[i] - 2 * g1[i]) > 1e-6f * (1 + fabsf(g1[i]));
+  T_CHECK(bad == 0, "BERT: accumulated gradient differs from twice one micro-batch in %zu places",
+          bad);
+  c.recompute_activations = 1;
+  T_OK(mgt_gpt_create(&c, grid, be, comm, &r));
+  T_OK(mgt_bert_forward_backward(r, bert_rows, SAMPLE_BASE, 0.5f, 0.25f, 0, 0, &b));
+  T_OK(mgt_bert_forward_backward(m, bert_rows, SAMPLE_BASE, 0.5f, 0.25f, 0, 0, &a));
+  T_CHECK(a.lm_sum == b.lm_sum && a.sop_sum == b.sop_sum &&
+              memcmp(mgt_gpt_grad_data(m), mgt_gpt_grad_data(r), n * sizeof(float)) == 0,
+          "BERT: recomputation changes the losses or gradients");
+  mgt_gpt_destroy(&r);
+  mgt_gpt_destroy(&m);
+  free(g1);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   mgt_grid *grid = NULL;
@@ -151,6 +232,10 @@ int main(int argc, char **argv) {
   test_accumulate(m);
   mgt_gpt_destroy(&m);
   test_recompute(grid, be, &comm);
+  make_bert_rows();
+  for (int post_ln = 0; post_ln < 2; post_ln++)
+    test_bert(grid, be, &comm, post_ln, 1);
+  test_bert(grid, be, &comm, 0, 0);
   mgt_backend_destroy(&be);
   mgt_grid_destroy(&grid);
   MPI_Finalize();

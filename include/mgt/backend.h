@@ -47,6 +47,10 @@ typedef struct mgt_adamw_step {
 
 enum { MGT_NOTRANS = 0, MGT_TRANS = 1 };
 
+/* Activations: GPT's MLP and Megatron's fused bias-GeLU use the tanh form; BERT's LM head
+   uses the erf form (torch.nn.functional.gelu), its pooler tanh. */
+enum { MGT_ACT_GELU_TANH = 0, MGT_ACT_GELU_ERF = 1, MGT_ACT_TANH = 2 };
+
 /* Precision of the inputs of the linear-layer GEMMs (mixed precision as in the paper: the
    inputs are rounded to 16 bits, products accumulate in fp32, everything else is fp32). */
 typedef enum mgt_precision {
@@ -107,17 +111,35 @@ typedef struct mgt_backend {
   mgt_status (*gelu_backward)(void *ctx, float *dpre, const float *dout, const float *pre,
                               size_t n);
 
-  /* Causal self-attention of Hl local heads. qkv (B*T, 3*Hl*hd) holds [q | k | v], each
-     (Hl, hd) per token; out (B*T, Hl*hd); P (B, Hl, T, T) softmax probabilities before
-     dropout. head_offset is the global index of local head 0, for the dropout mask.
-     scratch holds B*Hl*T*T floats. */
+  /* Self-attention of Hl local heads. qkv (B*T, 3*Hl*hd) holds [q | k | v], each (Hl, hd)
+     per token; out (B*T, Hl*hd); P (B, Hl, T, T) softmax probabilities before dropout.
+     keylen NULL: causal, row i sees keys j <= i. Otherwise keylen (B, backend memory) is
+     each sample's real length and every row sees keys j < keylen[b] (BERT's padding mask;
+     rows past the length are computed the same way and carry no gradient to real rows).
+     head_offset is the global index of local head 0, for the dropout mask. scratch holds
+     B*Hl*T*T floats. */
   mgt_status (*attention_forward)(void *ctx, float *out, float *P, const float *qkv, int B, int T,
-                                  int Hl, int hd, int head_offset, int H, const mgt_dropout *d,
-                                  float *scratch);
+                                  int Hl, int hd, int head_offset, int H, const int32_t *keylen,
+                                  const mgt_dropout *d, float *scratch);
   /* dqkv = gradient wrt qkv (overwritten). scratch holds B*Hl*T*T floats. */
   mgt_status (*attention_backward)(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                    const float *P, int B, int T, int Hl, int hd, int head_offset,
-                                   int H, const mgt_dropout *d, float *scratch);
+                                   int H, const int32_t *keylen, const mgt_dropout *d,
+                                   float *scratch);
+
+  /* The activations of BERT's heads (MGT_ACT_*): pre(N,C) += b (b may be NULL), out =
+     act(pre); and dpre = dout * act'(pre), dpre may alias dout. */
+  mgt_status (*bias_act_forward)(void *ctx, int act, float *out, float *pre, const float *b, int N,
+                                 int C);
+  mgt_status (*act_backward)(void *ctx, int act, float *dpre, const float *dout, const float *pre,
+                             size_t n);
+  /* out(M,C) = rows idx[m] of x; idx (M) in backend memory. BERT's heads take the masked
+     positions and each [CLS] this way. */
+  mgt_status (*gather_rows)(void *ctx, float *out, const float *x, const int32_t *idx, int M,
+                            int C);
+  /* dx[idx[m]] += dy[m], the indices distinct. */
+  mgt_status (*scatter_add_rows)(void *ctx, float *dx, const float *dy, const int32_t *idx, int M,
+                                 int C);
 
   /* out(N,C) = rows of wte (Vl,C) for tokens in [v0, v0+Vl), zero rows otherwise. */
   mgt_status (*embedding_forward)(void *ctx, float *out, const int32_t *tokens, const float *wte,

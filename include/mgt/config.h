@@ -18,9 +18,14 @@ enum { MGT_DEVICE_CPU = 0, MGT_DEVICE_CUDA = 1 };
 /* The --device names, indexed by MGT_DEVICE_* (NULL-terminated). */
 extern const char *const mgt_device_names[];
 enum { MGT_DIST_BACKEND_NCCL = 0, MGT_DIST_BACKEND_MPI = 1 };
+/* The model families (--model): GPT-2 (causal, next-token loss) and BERT (padding mask, masked
+   LM and sentence-order losses). */
+enum { MGT_MODEL_GPT = 0, MGT_MODEL_BERT = 1 };
+extern const char *const mgt_model_names[];
 
 typedef struct mgt_config {
   /* model */
+  int model; /* MGT_MODEL_* */
   int num_layers;
   int hidden_size;
   int num_attention_heads;
@@ -33,6 +38,10 @@ typedef struct mgt_config {
   double hidden_dropout;
   double attention_dropout;
   double layernorm_epsilon;
+  int apply_residual_connection_post_layernorm; /* the original post-LN BERT (paper Fig. 7a) */
+  int bert_no_binary_head;                      /* BERT without tokentypes, pooler and SOP */
+  double mask_prob;                             /* BERT: share of tokens to predict */
+  double short_seq_prob;                        /* BERT: samples with a shorter target */
   /* parallelism and memory */
   int tensor_model_parallel_size;
   int recompute_activations;

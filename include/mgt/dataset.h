@@ -51,18 +51,21 @@ typedef struct mgt_dataset_info {
   char tokenizer[64];
   char vocab_hash[65];
   int64_t vocab_size, eod_id, n_tokens, n_documents, max_token_id;
-  int token_bytes; /* 2 or 4 */
+  int64_t n_sentences; /* -1: not split into sentences */
+  int token_bytes;     /* 2 or 4 */
 } mgt_dataset_info;
 
 /* Reads the attributes of PREFIX.h5 (or PATH when it ends in .h5). Not collective. */
 MGT_NODISCARD mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info);
 
 /* Training and validation samples from cfg->data_path, cfg->split and cfg->seed, for
-   cfg->train_iters iterations and cfg->eval_iters validation batches: windows of
-   seq_length + 1 tokens over the split's documents joined in shuffled order. The sample
-   index is built once by world rank 0 and cached beside each dataset (rebuilt in memory if
-   the directory is not writable). Checks the vocabulary (hash and size) against cfg. The
-   `train` and `valid` sources are owned by the caller. Collective over world. */
+   cfg->train_iters iterations and cfg->eval_iters validation batches. GPT: windows of
+   seq_length + 1 tokens over the split's documents joined in shuffled order. BERT (datasets
+   made with --split-sentences): Megatron-LM's samples mapping over the split's documents and
+   its sample builder (io/bert_data.h), a sample a function of (seed, its index). The sample
+   index (or mapping) is built once by world rank 0 and cached beside each dataset (rebuilt in
+   memory if the directory is not writable). Checks the vocabulary (hash and size) against
+   cfg. The `train` and `valid` sources are owned by the caller. Collective over world. */
 MGT_NODISCARD mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
                                              mgt_data *train, mgt_data *valid);
 

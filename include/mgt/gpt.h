@@ -1,6 +1,10 @@
-/* GPT-2 style transformer with Megatron-LM's intra-layer (tensor) model parallelism:
-   vocabulary-parallel embedding and cross-entropy, attention split by heads, MLP split on
-   its inner dimension, everything else computed redundantly on each tensor-parallel rank. */
+/* The transformer of both model families, with Megatron-LM's intra-layer (tensor) model
+   parallelism: vocabulary-parallel embedding and cross-entropy, attention split by heads, MLP
+   split on its inner dimension, everything else computed redundantly on each tensor-parallel
+   rank. GPT-2 (cfg->model MGT_MODEL_GPT): causal attention, next-token loss. BERT
+   (MGT_MODEL_BERT): token types, a padding mask, pre-LN blocks or the original post-LN ones,
+   the LM head (dense, erf GeLU, LayerNorm, tied output, bias) on the masked positions and the
+   pooler (dense + tanh on [CLS]) with the sentence-order head. */
 #pragma once
 
 #include <stdint.h>
@@ -19,6 +23,8 @@ extern "C" {
 typedef struct mgt_gpt_dims {
   int L, C, H, F, T, maxpos, V, Vp; /* layers, hidden, heads, ffn, seq, positions, vocab */
   int B;                            /* micro-batch */
+  int bert, binary, post_ln;        /* BERT; its SOP head; post-LN blocks */
+  int P;                            /* BERT: most masked positions a sample can have */
   int tp, tp_rank;
   int hd;             /* head size C / H */
   int Cl, Hl, Fl, Vl; /* local: C/tp (attention width), H/tp, F/tp, Vp/tp */
@@ -97,6 +103,30 @@ void mgt_gpt_decoder_destroy(mgt_gpt_decoder **d);
    logits of the next token (host, V floats). Collective over tp_comm. */
 MGT_NODISCARD mgt_status mgt_gpt_decode(mgt_gpt_decoder *d, int32_t token, int pos, float *logits);
 
+/* ---- BERT ---- */
+
+/* Sums over one BERT micro-batch (over the samples of this rank). */
+typedef struct mgt_bert_losses {
+  double lm_sum;       /* masked-LM cross-entropy summed over the masked positions */
+  int64_t lm_count;    /* masked positions */
+  double sop_sum;      /* sentence-order cross-entropy summed over the samples */
+  int64_t sop_correct; /* samples whose order was predicted right */
+  int64_t sop_count;   /* samples (0 without the binary head) */
+} mgt_bert_losses;
+
+/* Masked positions of n BERT sample rows (mgt_bert_row_ints(T) each, data.h). */
+int64_t mgt_bert_count_masked(const int32_t *rows, int n, int T);
+/* One BERT micro-batch of B packed sample rows (data.h): forward, losses and backward. The
+   masked-LM gradient is scaled by lm_scale (1 / masked positions of the global batch) and the
+   sentence-order gradient by sop_scale (1 / samples of the global batch); otherwise as
+   mgt_gpt_forward_backward. Collective over tp_comm (and dp_comm with sync_dp). */
+MGT_NODISCARD mgt_status mgt_bert_forward_backward(mgt_gpt *m, const int32_t *rows,
+                                                   uint64_t sample_base, float lm_scale,
+                                                   float sop_scale, int accumulate, int sync_dp,
+                                                   mgt_bert_losses *out);
+/* Forward and losses only, dropout off. Collective over tp_comm. */
+MGT_NODISCARD mgt_status mgt_bert_forward(mgt_gpt *m, const int32_t *rows, mgt_bert_losses *out);
+
 /* Accessors. */
 const mgt_gpt_dims *mgt_gpt_get_dims(const mgt_gpt *m);
 const mgt_backend *mgt_gpt_backend(const mgt_gpt *m);
@@ -116,7 +146,9 @@ MGT_NODISCARD mgt_status mgt_gpt_describe(const mgt_config *cfg, int tp, int tp_
                                           mgt_state *out);
 /* Parameters of the logical (unsharded) model, without vocabulary padding. */
 int64_t mgt_gpt_logical_params(const mgt_config *cfg);
-/* Model FLOPs of one iteration: 6 N tokens + 12 L C T tokens (N without positions). */
+/* Model FLOPs of one iteration: GPT 6 N tokens + 12 L C T tokens (N without positions);
+   BERT the same over the layers, plus the LM head on mask_prob of the tokens and the pooler
+   and SOP head on each sample. */
 double mgt_gpt_flops_per_iteration(const mgt_config *cfg);
 
 #ifdef __cplusplus

@@ -24,7 +24,10 @@ typedef struct mgt_trainer mgt_trainer;
 typedef struct mgt_step_stats {
   int64_t iteration;
   uint64_t consumed_samples; /* after the iteration */
-  double loss;               /* mean token loss over the global batch */
+  double loss;               /* GPT: mean token loss over the global batch; BERT: lm + sop */
+  double lm_loss;            /* BERT: mean over the masked positions of the global batch */
+  double sop_loss;           /* BERT: mean over the samples (NaN without the binary head) */
+  double sop_accuracy;       /* BERT: share of samples whose order was predicted right */
   double grad_norm;          /* before clipping */
   double lr;
   double seconds;
@@ -46,10 +49,15 @@ void mgt_trainer_destroy(mgt_trainer **tr);
 /* Runs one iteration. Collective over the world. */
 MGT_NODISCARD mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats);
 
-/* Mean token loss over cfg->eval_iters global batches of validation samples (the same
-   samples every time), dropout off. Fails with MGT_ERR_INPUT if the run has no validation
-   data. Collective over the world. */
-MGT_NODISCARD mgt_status mgt_trainer_evaluate(mgt_trainer *tr, double *loss);
+/* Validation over cfg->eval_iters global batches (the same samples every time), dropout off. */
+typedef struct mgt_valid_stats {
+  double loss;         /* GPT: mean token loss; BERT: lm_loss + sop_loss */
+  double lm_loss;      /* BERT: mean over all masked positions */
+  double sop_loss;     /* BERT: mean over all samples (NaN without the binary head) */
+  double sop_accuracy; /* BERT */
+} mgt_valid_stats;
+/* Fails with MGT_ERR_INPUT if the run has no validation data. Collective over the world. */
+MGT_NODISCARD mgt_status mgt_trainer_evaluate(mgt_trainer *tr, mgt_valid_stats *v);
 int mgt_trainer_has_validation(const mgt_trainer *tr);
 
 /* Why a run ended. */

@@ -1,4 +1,6 @@
-/* Causal multi-head attention, one (batch, head) pair per task, BLAS for the products. */
+/* Multi-head attention, one (batch, head) pair per task, BLAS for the products. Row i of
+   sample b attends to keys [0, lim): i + 1 for the causal mask, the sample's real length
+   for BERT's padding mask. */
 #include <cblas.h>
 #include <float.h>
 
@@ -6,32 +8,40 @@
 #include "mgt/rng.h"
 #include "philox.h"
 
-/* Dropout mask of attention row i of head hg: words ((hg*T + i)*T + j), j <= i. */
-static void row_mask(uint8_t *keep, const mgt_dropout *d, int b, int hg, int T, int i,
+/* Keys row i of sample b attends to. */
+static int key_limit(const int32_t *keylen, int b, int T, int i) {
+  if (!keylen) return i + 1;
+  int n = keylen[b];
+  return n < 1 ? 1 : (n > T ? T : n);
+}
+
+/* Dropout mask of attention row i of head hg: words ((hg*T + i)*T + j), j < lim. */
+static void row_mask(uint8_t *keep, const mgt_dropout *d, int b, int hg, int T, int i, int lim,
                      uint32_t thr) {
   uint64_t stream = mgt_rng_dropout_stream(d->sample_base + (uint64_t)b, d->layer, d->site);
   uint64_t e0 = ((uint64_t)hg * T + (uint64_t)i) * (uint64_t)T;
-  cpu_dropout_mask(keep, d->seed, stream, e0, (size_t)i + 1, thr);
+  cpu_dropout_mask(keep, d->seed, stream, e0, (size_t)lim, thr);
 }
 
 /* Writes the dropped, rescaled probabilities Pd of one (batch, head) into w (T, T). */
-static void dropped_probs(float *w, const float *p, const mgt_dropout *d, int b, int hg, int T,
-                          uint32_t thr, float dscale) {
+static void dropped_probs(float *w, const float *p, const mgt_dropout *d, const int32_t *keylen,
+                          int b, int hg, int T, uint32_t thr, float dscale) {
   uint8_t keep[T];
   for (int i = 0; i < T; i++) {
-    row_mask(keep, d, b, hg, T, i, thr);
+    const int lim = key_limit(keylen, b, T, i);
+    row_mask(keep, d, b, hg, T, i, lim, thr);
     const float *r = p + (size_t)i * T;
     float *o = w + (size_t)i * T;
-    for (int j = 0; j <= i; j++)
+    for (int j = 0; j < lim; j++)
       o[j] = keep[j] ? r[j] * dscale : 0.0f;
-    for (int j = i + 1; j < T; j++)
+    for (int j = lim; j < T; j++)
       o[j] = 0.0f;
   }
 }
 
 mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
-                                 int Hl, int hd, int head_offset, int H, const mgt_dropout *d,
-                                 float *scratch) {
+                                 int Hl, int hd, int head_offset, int H, const int32_t *keylen,
+                                 const mgt_dropout *d, float *scratch) {
   const int Cl = Hl * hd, ld = 3 * Cl;
   const float scale = 1.0f / sqrtf((float)hd);
   const int drop = d->p > 0.0f;
@@ -47,27 +57,28 @@ mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *q
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, q, ld, k, ld, 0.0f, p,
                   T);
       for (int i = 0; i < T; i++) {
+        const int lim = key_limit(keylen, b, T, i);
         float *r = p + (size_t)i * T;
         float mx = -FLT_MAX;
-        for (int j = 0; j <= i; j++)
+        for (int j = 0; j < lim; j++)
           mx = r[j] > mx ? r[j] : mx;
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-        for (int j = 0; j <= i; j++) {
+        for (int j = 0; j < lim; j++) {
           r[j] = mgt_fast_expf(r[j] - mx);
           s += r[j];
         }
         float inv = 1.0f / s;
 #pragma omp simd
-        for (int j = 0; j <= i; j++)
+        for (int j = 0; j < lim; j++)
           r[j] *= inv;
-        for (int j = i + 1; j < T; j++)
+        for (int j = lim; j < T; j++)
           r[j] = 0.0f;
       }
       const float *pd = p;
       if (drop) {
         float *sd = scratch + ((size_t)b * Hl + h) * T * T;
-        dropped_probs(sd, p, d, b, head_offset + h, T, thr, dscale);
+        dropped_probs(sd, p, d, keylen, b, head_offset + h, T, thr, dscale);
         pd = sd;
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, pd, T, v, ld, 0.0f, o,
@@ -78,7 +89,8 @@ mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *q
 
 mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                   const float *P, int B, int T, int Hl, int hd, int head_offset,
-                                  int H, const mgt_dropout *d, float *scratch) {
+                                  int H, const int32_t *keylen, const mgt_dropout *d,
+                                  float *scratch) {
   const int Cl = Hl * hd, ld = 3 * Cl;
   const float scale = 1.0f / sqrtf((float)hd);
   const int drop = d->p > 0.0f;
@@ -98,7 +110,7 @@ mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, con
       /* dV = Pd^T dO, with Pd the dropped probabilities rebuilt from the mask. */
       const float *pd = p;
       if (drop) {
-        dropped_probs(s, p, d, b, head_offset + h, T, thr, dscale);
+        dropped_probs(s, p, d, keylen, b, head_offset + h, T, thr, dscale);
         pd = s;
       }
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, pd, T, o, Cl, 0.0f, dv,
@@ -107,21 +119,22 @@ mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, con
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, o, Cl, v, ld, 0.0f, s,
                   T);
       for (int i = 0; i < T; i++) {
+        const int lim = key_limit(keylen, b, T, i);
         float *r = s + (size_t)i * T;
         const float *pr = p + (size_t)i * T;
         if (drop) {
-          row_mask(keep, d, b, head_offset + h, T, i, thr);
-          for (int j = 0; j <= i; j++)
+          row_mask(keep, d, b, head_offset + h, T, i, lim, thr);
+          for (int j = 0; j < lim; j++)
             r[j] = keep[j] ? r[j] * dscale : 0.0f;
         }
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-        for (int j = 0; j <= i; j++)
+        for (int j = 0; j < lim; j++)
           dot += pr[j] * r[j];
 #pragma omp simd
-        for (int j = 0; j <= i; j++)
+        for (int j = 0; j < lim; j++)
           r[j] = pr[j] * (r[j] - dot) * scale;
-        for (int j = i + 1; j < T; j++)
+        for (int j = lim; j < T; j++)
           r[j] = 0.0f;
       }
       /* dQ = dS K, dK = dS^T Q */

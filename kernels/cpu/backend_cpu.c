@@ -65,6 +65,10 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
   be->embedding_forward = cpu_embedding_forward;
   be->add_position = cpu_add_position;
   be->embedding_backward = cpu_embedding_backward;
+  be->bias_act_forward = cpu_bias_act_forward;
+  be->act_backward = cpu_act_backward;
+  be->gather_rows = cpu_gather_rows;
+  be->scatter_add_rows = cpu_scatter_add_rows;
   be->dropout_forward = cpu_dropout_forward;
   be->dropout_backward = cpu_dropout_backward;
   be->add = cpu_add;

@@ -66,12 +66,20 @@ mgt_status cpu_layernorm_backward(void *ctx, float *dx, float *dw, float *db, co
                                   const float *rstd, int N, int C, int accumulate);
 mgt_status cpu_bias_gelu_forward(void *ctx, float *out, float *pre, const float *b, int N, int C);
 mgt_status cpu_gelu_backward(void *ctx, float *dpre, const float *dout, const float *pre, size_t n);
+mgt_status cpu_bias_act_forward(void *ctx, int act, float *out, float *pre, const float *b, int N,
+                                int C);
+mgt_status cpu_act_backward(void *ctx, int act, float *dpre, const float *dout, const float *pre,
+                            size_t n);
+mgt_status cpu_gather_rows(void *ctx, float *out, const float *x, const int32_t *idx, int M, int C);
+mgt_status cpu_scatter_add_rows(void *ctx, float *dx, const float *dy, const int32_t *idx, int M,
+                                int C);
 mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
-                                 int Hl, int hd, int head_offset, int H, const mgt_dropout *d,
-                                 float *scratch);
+                                 int Hl, int hd, int head_offset, int H, const int32_t *keylen,
+                                 const mgt_dropout *d, float *scratch);
 mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                   const float *P, int B, int T, int Hl, int hd, int head_offset,
-                                  int H, const mgt_dropout *d, float *scratch);
+                                  int H, const int32_t *keylen, const mgt_dropout *d,
+                                  float *scratch);
 mgt_status cpu_embedding_forward(void *ctx, float *out, const int32_t *tokens, const float *wte,
                                  int N, int C, int v0, int Vl);
 mgt_status cpu_add_position(void *ctx, float *x, const float *wpe, int B, int T, int C);

@@ -63,3 +63,24 @@ mgt_status cpu_embedding_backward(void *ctx, float *dwte, float *dwpe, const flo
   }
   return MGT_OK;
 }
+
+mgt_status cpu_gather_rows(void *ctx, float *out, const float *x, const int32_t *idx, int M,
+                           int C) {
+#pragma omp parallel for schedule(static)
+  for (int m = 0; m < M; m++)
+    memcpy(out + (size_t)m * C, x + (size_t)idx[m] * C, (size_t)C * sizeof(float));
+  return MGT_OK;
+}
+
+mgt_status cpu_scatter_add_rows(void *ctx, float *dx, const float *dy, const int32_t *idx, int M,
+                                int C) {
+#pragma omp parallel for schedule(static)
+  for (int m = 0; m < M; m++) {
+    float *d = dx + (size_t)idx[m] * C;
+    const float *s = dy + (size_t)m * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++)
+      d[c] += s[c];
+  }
+  return MGT_OK;
+}

@@ -28,3 +28,55 @@ mgt_status cpu_gelu_backward(void *ctx, float *dpre, const float *dout, const fl
   }
   return MGT_OK;
 }
+
+/* BERT's heads: the LM head's GeLU is the erf form, the pooler's activation tanh; both use
+   libm's functions, not the fast approximations of the MLP. */
+static float act_value(int act, float x) {
+  switch (act) {
+  case MGT_ACT_GELU_ERF: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+  case MGT_ACT_TANH: return tanhf(x);
+  default: {
+    float u = MGT_GELU_K0 * (x + MGT_GELU_K1 * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+  }
+  }
+}
+
+static float act_slope(int act, float x) {
+  switch (act) {
+  case MGT_ACT_GELU_ERF:
+    return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) +
+           x * 0.39894228040143268f * expf(-0.5f * x * x);
+  case MGT_ACT_TANH: {
+    float t = tanhf(x);
+    return 1.0f - t * t;
+  }
+  default: {
+    float u = MGT_GELU_K0 * (x + MGT_GELU_K1 * x * x * x), t = tanhf(u);
+    float du = MGT_GELU_K0 * (1.0f + 3.0f * MGT_GELU_K1 * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+  }
+  }
+}
+
+mgt_status cpu_bias_act_forward(void *ctx, int act, float *out, float *pre, const float *b, int N,
+                                int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    float *p = pre + (size_t)n * C, *o = out + (size_t)n * C;
+    for (int c = 0; c < C; c++) {
+      float x = p[c] + (b ? b[c] : 0.0f);
+      p[c] = x;
+      o[c] = act_value(act, x);
+    }
+  }
+  return MGT_OK;
+}
+
+mgt_status cpu_act_backward(void *ctx, int act, float *dpre, const float *dout, const float *pre,
+                            size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++)
+    dpre[i] = dout[i] * act_slope(act, pre[i]);
+  return MGT_OK;
+}

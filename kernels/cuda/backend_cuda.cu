@@ -578,27 +578,114 @@ mgt_status cu_gelu_backward(void *ctx, float *dpre, const float *dout, const flo
   return MGT_OK;
 }
 
+/* ---- BERT's head activations (the CPU's act_value / act_slope) ---- */
+
+__device__ float act_value(int act, float x) {
+  if (act == MGT_ACT_GELU_ERF) return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+  if (act == MGT_ACT_TANH) return tanhf(x);
+  return gelu_tanh(x);
+}
+
+__device__ float act_slope(int act, float x) {
+  if (act == MGT_ACT_GELU_ERF)
+    return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) +
+           x * 0.39894228040143268f * expf(-0.5f * x * x);
+  if (act == MGT_ACT_TANH) {
+    float t = tanhf(x);
+    return 1.0f - t * t;
+  }
+  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+  float t = tanhf(k0 * (x + k1 * x * x * x)), du = k0 * (1.0f + 3.0f * k1 * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+__global__ void k_bias_act(int act, float *out, float *pre, const float *b, int C, size_t n) {
+  GRID_STRIDE(i, n) {
+    float x = pre[i] + (b ? b[i % C] : 0.0f);
+    pre[i] = x;
+    out[i] = act_value(act, x);
+  }
+}
+
+mgt_status cu_bias_act_forward(void *ctx, int act, float *out, float *pre, const float *b, int N,
+                               int C) {
+  const size_t n = (size_t)N * C;
+  if (!n) return MGT_OK;
+  k_bias_act<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(act, out, pre, b, C, n);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+__global__ void k_act_backward(int act, float *dpre, const float *dout, const float *pre,
+                               size_t n) {
+  GRID_STRIDE(i, n) dpre[i] = dout[i] * act_slope(act, pre[i]);
+}
+
+mgt_status cu_act_backward(void *ctx, int act, float *dpre, const float *dout, const float *pre,
+                           size_t n) {
+  if (!n) return MGT_OK;
+  k_act_backward<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(act, dpre, dout, pre, n);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+__global__ void k_gather_rows(float *out, const float *x, const int32_t *idx, int C, size_t n) {
+  GRID_STRIDE(i, n) out[i] = x[(size_t)idx[i / C] * C + i % C];
+}
+
+mgt_status cu_gather_rows(void *ctx, float *out, const float *x, const int32_t *idx, int M, int C) {
+  const size_t n = (size_t)M * C;
+  if (!n) return MGT_OK;
+  k_gather_rows<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(out, x, idx, C, n);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+/* distinct rows: no two threads write one element */
+__global__ void k_scatter_add_rows(float *dx, const float *dy, const int32_t *idx, int C,
+                                   size_t n) {
+  GRID_STRIDE(i, n) dx[(size_t)idx[i / C] * C + i % C] += dy[i];
+}
+
+mgt_status cu_scatter_add_rows(void *ctx, float *dx, const float *dy, const int32_t *idx, int M,
+                               int C) {
+  const size_t n = (size_t)M * C;
+  if (!n) return MGT_OK;
+  k_scatter_add_rows<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(dx, dy, idx, C, n);
+  LAUNCHED();
+  return MGT_OK;
+}
+
 /* ---- attention ---- */
 
-/* Causal softmax of row i of (b, h), in place, zeros above the diagonal. One block per row. */
-__global__ void k_causal_softmax(float *P, int T) {
+/* Keys row (b*Hl + h)*T + i attends to: i + 1 when causal (keylen NULL), else the sample's
+   length, as the CPU's key_limit. */
+__device__ int key_limit(const int32_t *keylen, size_t row, int Hl, int T) {
+  const int i = (int)(row % T);
+  if (!keylen) return i + 1;
+  const int n = keylen[row / ((size_t)Hl * T)];
+  return n < 1 ? 1 : (n > T ? T : n);
+}
+
+/* Softmax of one row over its keys, in place, zeros beyond them. One block per row. */
+__global__ void k_masked_softmax(float *P, const int32_t *keylen, int Hl, int T) {
   __shared__ float sh[32];
   const size_t row = blockIdx.x; /* (b*Hl + h)*T + i */
-  const int i = (int)(row % T);
+  const int lim = key_limit(keylen, row, Hl, T);
   float *r = P + row * T;
   float mx = -FLT_MAX;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x)
+  for (int j = threadIdx.x; j < lim; j += blockDim.x)
     mx = fmaxf(mx, r[j]);
   mx = block_max(mx, sh);
   float s = 0.0f;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x) {
+  for (int j = threadIdx.x; j < lim; j += blockDim.x) {
     float e = __expf(r[j] - mx);
     r[j] = e;
     s += e;
   }
   const float inv = 1.0f / block_sum(s, sh);
   for (int j = threadIdx.x; j < T; j += blockDim.x)
-    r[j] = j <= i ? r[j] * inv : 0.0f;
+    r[j] = j < lim ? r[j] * inv : 0.0f;
 }
 
 struct mask_args {
@@ -616,28 +703,32 @@ __device__ bool attn_keep(const mask_args &a, size_t row, int j) {
   return keep_word(a.seed, stream, e, a.thr);
 }
 
-/* out = dropout(x) on the causal probabilities (or gradients) of B*Hl*T rows. */
-__global__ void k_attn_dropout(float *out, const float *x, size_t n, mask_args a) {
+/* out = dropout(x) on the probabilities (or gradients) of B*Hl*T rows, within their keys. */
+__global__ void k_attn_dropout(float *out, const float *x, size_t n, const int32_t *keylen,
+                               mask_args a) {
   GRID_STRIDE(k, n) {
     size_t row = k / a.T;
-    int j = (int)(k % a.T), i = (int)(row % a.T);
-    out[k] = (j <= i && attn_keep(a, row, j)) ? x[k] * a.dscale : 0.0f;
+    int j = (int)(k % a.T);
+    out[k] =
+        (j < key_limit(keylen, row, a.Hl, a.T) && attn_keep(a, row, j)) ? x[k] * a.dscale : 0.0f;
   }
 }
 
-/* dS from dP (in s) and P: r = P * (dP - sum(P dP)) * scale, causal. One block per row. */
-__global__ void k_softmax_backward(float *s, const float *P, int T, float scale) {
+/* dS from dP (in s) and P: r = P * (dP - sum(P dP)) * scale within the row's keys. One
+   block per row. */
+__global__ void k_softmax_backward(float *s, const float *P, const int32_t *keylen, int Hl, int T,
+                                   float scale) {
   __shared__ float sh[32];
   const size_t row = blockIdx.x;
-  const int i = (int)(row % T);
+  const int lim = key_limit(keylen, row, Hl, T);
   float *r = s + row * T;
   const float *pr = P + row * T;
   float dot = 0.0f;
-  for (int j = threadIdx.x; j <= i; j += blockDim.x)
+  for (int j = threadIdx.x; j < lim; j += blockDim.x)
     dot += pr[j] * r[j];
   dot = block_sum(dot, sh);
   for (int j = threadIdx.x; j < T; j += blockDim.x)
-    r[j] = j <= i ? pr[j] * (r[j] - dot) * scale : 0.0f;
+    r[j] = j < lim ? pr[j] * (r[j] - dot) * scale : 0.0f;
 }
 
 mask_args mask_of(const mgt_dropout *d, int head_offset, int Hl, int T) {
@@ -655,8 +746,8 @@ mask_args mask_of(const mgt_dropout *d, int head_offset, int Hl, int T) {
 }
 
 mgt_status cu_attention_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
-                                int Hl, int hd, int head_offset, int H, const mgt_dropout *d,
-                                float *scratch) {
+                                int Hl, int hd, int head_offset, int H, const int32_t *keylen,
+                                const mgt_dropout *d, float *scratch) {
   cuda_ctx *c = C_(ctx);
   const int Cl = Hl * hd, ld = 3 * Cl;
   const float scale = 1.0f / sqrtf((float)hd);
@@ -668,12 +759,12 @@ mgt_status cu_attention_forward(void *ctx, float *out, float *P, const float *qk
     MGT_CHECK(gemm_batched(c, 0, 1, T, T, hd, scale, q, ld, hd, q + Cl, ld, hd, 0.0f,
                            P + (size_t)b * Hl * TT, T, TT, Hl));
   }
-  k_causal_softmax<<<(unsigned)rows, 128, 0, c->stream>>>(P, T);
+  k_masked_softmax<<<(unsigned)rows, 128, 0, c->stream>>>(P, keylen, Hl, T);
   LAUNCHED();
   const float *probs = P;
   if (d->p > 0.0f) {
     k_attn_dropout<<<blocks_for(rows * T, 256), 256, 0, c->stream>>>(
-        scratch, P, rows * T, mask_of(d, head_offset, Hl, T));
+        scratch, P, rows * T, keylen, mask_of(d, head_offset, Hl, T));
     LAUNCHED();
     probs = scratch;
   }
@@ -686,7 +777,8 @@ mgt_status cu_attention_forward(void *ctx, float *out, float *P, const float *qk
 
 mgt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                  const float *P, int B, int T, int Hl, int hd, int head_offset,
-                                 int H, const mgt_dropout *d, float *scratch) {
+                                 int H, const int32_t *keylen, const mgt_dropout *d,
+                                 float *scratch) {
   cuda_ctx *c = C_(ctx);
   const int Cl = Hl * hd, ld = 3 * Cl;
   const float scale = 1.0f / sqrtf((float)hd);
@@ -698,7 +790,8 @@ mgt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, cons
   /* dV = Pd^T dO, with Pd rebuilt from the mask into scratch */
   const float *probs = P;
   if (drop) {
-    k_attn_dropout<<<blocks_for(rows * T, 256), 256, 0, c->stream>>>(scratch, P, rows * T, ma);
+    k_attn_dropout<<<blocks_for(rows * T, 256), 256, 0, c->stream>>>(scratch, P, rows * T, keylen,
+                                                                     ma);
     LAUNCHED();
     probs = scratch;
   }
@@ -713,10 +806,10 @@ mgt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, cons
                            scratch + (size_t)b * Hl * TT, T, TT, Hl));
   if (drop) {
     k_attn_dropout<<<blocks_for(rows * T, 256), 256, 0, c->stream>>>(scratch, scratch, rows * T,
-                                                                     ma);
+                                                                     keylen, ma);
     LAUNCHED();
   }
-  k_softmax_backward<<<(unsigned)rows, 128, 0, c->stream>>>(scratch, P, T, scale);
+  k_softmax_backward<<<(unsigned)rows, 128, 0, c->stream>>>(scratch, P, keylen, Hl, T, scale);
   LAUNCHED();
   /* dQ = dS K, dK = dS^T Q */
   for (int b = 0; b < B; b++) {
@@ -1166,6 +1259,10 @@ extern "C" mgt_status mgt_backend_cuda_create_on(int device, void *stream, void 
   be->embedding_forward = cu_embedding_forward;
   be->add_position = cu_add_position;
   be->embedding_backward = cu_embedding_backward;
+  be->bias_act_forward = cu_bias_act_forward;
+  be->act_backward = cu_act_backward;
+  be->gather_rows = cu_gather_rows;
+  be->scatter_add_rows = cu_scatter_add_rows;
   be->dropout_forward = cu_dropout_forward;
   be->dropout_backward = cu_dropout_backward;
   be->add = cu_add;

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# BERT through every command, on a WordPiece sentence dataset of a book: the per-iteration
+# masked-LM and sentence-order losses of layouts (tp, dp) = (1,1), (2,1), (4,1), (1,2), (2,2)
+# with dropout and masking within 1e-5 of one rank; a run saved at tp=2, dp=2 and resumed at
+# tp=1, dp=4 equal to the uninterrupted run; an independent numpy BERT reading the Hugging Face
+# export (pre-LN MegatronBert and post-LN BERT names, with and without the binary head)
+# computing the losses megatron-c reported; import back bit for bit; the --dry-run plan; and
+# the errors of a GPT dataset or GPT-only commands given a BERT.
+# Usage: bert.sh MGT MPIEXEC DATA_DIR (exit 77 without DATA_DIR)
+set -u
+MGT=$1 MPIEXEC=$2 DATA=$3
+V=$DATA/bert/bert-base-uncased-vocab.txt
+[ -f "$V" ] || { echo "no $V: skipped"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+PY=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# documents of ~40 paragraphs each, so that the split has documents to give to each part
+$PY - "$DATA/books/pg11-alices-adventures-in-wonderland.txt" "$tmp/docs.jsonl" <<'PY'
+import json, sys
+paras = [p for p in open(sys.argv[1], encoding="utf-8").read().split("\n\n") if p.strip()]
+with open(sys.argv[2], "w") as f:
+    for i in range(0, len(paras), 40):
+        f.write(json.dumps({"text": "\n\n".join(paras[i:i + 40])}) + "\n")
+PY
+"$MGT" preprocess --input "$tmp/docs.jsonl" --output-prefix "$tmp/alice" \
+  --tokenizer-type BertWordPieceLowerCase --vocab-file "$V" --split-sentences >"$tmp/pp.log" 2>&1 ||
+  { cat "$tmp/pp.log"; exit 1; }
+tail -1 "$tmp/pp.log"
+
+T=32
+BERT="--model bert --data-path $tmp/alice --tokenizer-type BertWordPieceLowerCase --vocab-file $V
+  --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length $T --max-position-embeddings 40
+  --micro-batch-size 2 --global-batch-size 8 --lr 1e-3 --log-interval 1 --eval-iters 0 --split 100,0,0
+  --make-vocab-size-divisible-by 8"
+
+# train NAME RANKS TP ARGS...: metrics in $tmp/NAME.jsonl
+train() {
+  local name=$1 n=$2 tp=$3
+  shift 3
+  rm -f "$tmp/$name.jsonl"
+  "$MPIEXEC" -n "$n" "$MGT" train $BERT --tensor-model-parallel-size "$tp" \
+    --metrics-file "$tmp/$name.jsonl" "$@" >"$tmp/$name.log" 2>&1 ||
+    { fail "$name: mgt train exited $?"; tail -5 "$tmp/$name.log"; return 1; }
+}
+
+# same A B FIRST: iterations FIRST.. of metrics A and B have lm and sop losses within 1e-5
+same() {
+  $PY - "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$3" <<'PY'
+import json, sys
+a = {r["iteration"]: r for r in map(json.loads, open(sys.argv[1])) if "lm_loss" in r}
+b = {r["iteration"]: r for r in map(json.loads, open(sys.argv[2])) if "lm_loss" in r}
+its = [i for i in sorted(b) if i >= int(sys.argv[3])]
+assert its and all(i in a for i in its), "iterations %s missing" % its
+worst = 0.0
+for i in its:
+    for k in ("lm_loss", "sop_loss"):
+        worst = max(worst, abs(a[i][k] - b[i][k]) / max(1.0, abs(a[i][k])))
+assert worst <= 1e-5, "losses differ by %.3g" % worst
+print("   iterations %d-%d: lm and sop losses within %.2g" % (its[0], its[-1], worst))
+PY
+}
+
+train ref 1 1 --train-iters 6 || exit 1
+for layout in "2 2" "4 4" "2 1" "4 2"; do
+  set -- $layout
+  name=n$1tp$2
+  train "$name" "$1" "$2" --train-iters 6 && { same ref "$name" 1 && echo "ok: $1 ranks, tp $2 == one rank" || fail "$1 ranks at tp $2"; }
+done
+
+# a damaged samples mapping is found, rebuilt, and gives the same samples
+for f in "$tmp"/alice.h5.bertmap-*; do truncate -s 100 "$f"; done
+train rebuilt 1 1 --train-iters 6 && grep -q "damaged or incomplete: rebuilding" "$tmp/rebuilt.log" &&
+  same ref rebuilt 1 >/dev/null && echo "ok: a truncated samples mapping is rebuilt, the same samples" ||
+  fail "a damaged samples mapping"
+
+# saved at tp=2, dp=2, resumed at tp=1, dp=4
+train save 4 2 --train-iters 6 --exit-interval 3 --save "$tmp/ck" &&
+  train resume 4 1 --train-iters 6 --load "$tmp/ck" --save "$tmp/ck2" &&
+  { same ref resume 4 && echo "ok: saved at tp=2 dp=2, resumed at tp=1 dp=4 as uninterrupted" || fail "resume at another layout"; }
+
+# numpy BERT on the export; import reads it back bit for bit
+for variant in "pre" "post --apply-residual-connection-post-layernorm" "nobin --bert-no-binary-head"; do
+  set -- $variant
+  v=$1
+  shift
+  train "np_$v" 1 1 --train-iters 1 --lr 0 --hidden-dropout 0 --attention-dropout 0 --save "$tmp/np_$v" "$@" || continue
+  "$MGT" ckpt export --format hf --load "$tmp/np_$v" --output "$tmp/hf_$v" >/dev/null 2>&1 || { fail "export ($v)"; continue; }
+  $PY "$(dirname "$0")/bert_numpy.py" "$tmp/hf_$v" "$tmp/alice.h5" "$V" $T 8 1234 "$tmp/np_$v.jsonl" || fail "numpy BERT ($v)"
+  "$MGT" ckpt import --format hf --input "$tmp/hf_$v" --save "$tmp/imp_$v" >/dev/null 2>&1 &&
+    "$MGT" ckpt export --format hf --load "$tmp/imp_$v" --output "$tmp/hf2_$v" >/dev/null 2>&1 &&
+    cmp -s "$tmp/hf_$v/model.safetensors" "$tmp/hf2_$v/model.safetensors" &&
+    echo "ok: import ($v) reads the export back bit for bit" || fail "import of the export ($v)"
+done
+grep -q '"MegatronBertForPreTraining"' "$tmp/hf_pre/config.json" &&
+  grep -q '"BertForPreTraining"' "$tmp/hf_post/config.json" &&
+  grep -q '"MegatronBertForMaskedLM"' "$tmp/hf_nobin/config.json" &&
+  echo "ok: config.json names the Hugging Face classes" || fail "config.json architectures"
+
+# the memory plan counts the heads; GPT-only uses and a GPT dataset are refused in one line
+"$MGT" train $BERT --dry-run >"$tmp/dry.log" 2>&1 && grep -q "parameters" "$tmp/dry.log" &&
+  echo "ok: --dry-run plans a BERT" || fail "--dry-run"
+expect() { # expect WHAT CMD...: exit 2 and one error line containing WHAT
+  local what=$1
+  shift
+  "$@" >"$tmp/e.log" 2>&1
+  local rc=$? n
+  n=$(grep -c "error" "$tmp/e.log")
+  [ $rc = 2 ] && [ "$n" = 1 ] && grep -q -- "$what" "$tmp/e.log" && echo "ok: $(grep error "$tmp/e.log")" ||
+    { fail "$* gave exit $rc and $n error lines, wanted one with '$what'"; sed 's/^/    /' "$tmp/e.log" | head -5; }
+}
+"$MGT" preprocess --input "$tmp/docs.jsonl" --output-prefix "$tmp/nosent" \
+  --tokenizer-type BertWordPieceLowerCase --vocab-file "$V" >/dev/null 2>&1
+expect "not split into sentences" "$MGT" train $BERT --data-path "$tmp/nosent" --train-iters 1
+expect "needs --tokenizer-type BertWordPieceLowerCase" "$MGT" train --model bert --data-path "$tmp/alice" --train-iters 1
+echo "1 2 3" >"$tmp/ids.txt"
+expect "BERT is not a generative model" "$MGT" eval --load "$tmp/np_pre" --input-ids "$tmp/ids.txt"
+expect "are BERT flags" "$MGT" train --mock-data --apply-residual-connection-post-layernorm --train-iters 1
+echo "bert: $fails failures"
+[ $fails = 0 ]
