@@ -80,6 +80,7 @@ struct mgt_gpt {
   mgt_tp_xent sop_xent;
   int n_masked;       /* masked rows of the staged micro-batch */
   int32_t *host_rows; /* (B*P) staging of masked rows, then labels */
+  int32_t *host_b;    /* (4B) per-sample staging: lengths, order labels, predictions */
 
   int32_t *host_tokens; /* (N) staging of inputs and targets */
   /* Data-parallel gradient buckets (lnf, layers last to first, embeddings), each cut into
@@ -497,6 +498,7 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   if (d->bert) {
     MGT_TRY(mgt_calloc(sizeof(int32_t) * 2 * (size_t)d->B * d->P, "masked-row staging",
                        (void **)&m->host_rows));
+    MGT_TRY(mgt_calloc(sizeof(int32_t) * 4 * (size_t)d->B, "sample staging", (void **)&m->host_b));
     for (int b = 0; b < d->B; b++) /* [CLS] is position 0 of every sample */
       m->host_rows[b] = b * d->T;
     MGT_TRY(be->upload(be->ctx, m->cls_rows, m->host_rows, sizeof(int32_t) * (size_t)d->B));
@@ -524,6 +526,7 @@ void mgt_gpt_destroy(mgt_gpt **model) {
   mgt_free(m->acts);
   mgt_free(m->host_tokens);
   mgt_free(m->host_rows);
+  mgt_free(m->host_b);
   mgt_free(m->reqs);
   mgt_free(m->bucket_first);
   mgt_free(m->piece_off);
@@ -987,7 +990,7 @@ static mgt_status load_bert(mgt_gpt *m, const int32_t *rows) {
   MGT_REQUIRE(d->bert, "a GPT model takes windows of tokens, not BERT samples");
   int32_t *ids = m->host_tokens, *typ = m->host_tokens + N;
   int32_t *mrow = m->host_rows, *mlab = m->host_rows + (size_t)B * d->P;
-  int32_t len[B], sop[B];
+  int32_t *len = m->host_b, *sop = m->host_b + B;
   int M = 0;
   for (int b = 0; b < B; b++) {
     const int32_t *r = rows + (size_t)b * W;
@@ -1062,8 +1065,8 @@ static mgt_status bert_forward(mgt_gpt *m, const step_ctx *s, int keep_exp, mgt_
   MGT_CHECK(
       mgt_tp_column_forward(&m->tp, m->sop_logits, m->pooled, q[Q_BIN_W], q[Q_BIN_B], B, C, 2));
   /* two classes, replicated: the vocabulary cross-entropy's kernels without reductions */
-  float val[B];
-  int32_t pred[B], tgt[B];
+  int32_t *pred = m->host_b, *tgt = m->host_b + B;
+  float *val = (float *)(m->host_b + 2 * B);
   MGT_CHECK(be->argmax(bc, m->sop_logits, B, 2, 2, val, pred));
   MGT_CHECK(be->download(bc, tgt, m->sop_tgt, sizeof(int32_t) * (size_t)B));
   const mgt_tp_xent *x = &m->sop_xent;

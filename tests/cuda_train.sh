@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training on the GPU against the CPU: 20 iterations of a small model (dropout on) at tp=1 and
 # tp=2 (two ranks may share one GPU) give the CPU's losses within 1e-4 in fp32 and 2e-2 in
-# bf16. Exits 77 (skipped) without a GPU. Usage: cuda_train.sh MGT MPIEXEC
+# bf16, for GPT and for BERT (--mock-data; the padding mask, the heads' gather, erf GeLU and
+# tanh on the GPU). Exits 77 (skipped) without a GPU. Usage: cuda_train.sh MGT MPIEXEC
 set -u
 MGT=$1
 MPIEXEC=${2:-mpiexec}
@@ -27,6 +28,8 @@ for tp in 1 2; do
   run cpu_$tp "$tp" "$tp"
   run gpu_$tp "$tp" "$tp" --device cuda
   run gpu_bf16_$tp "$tp" "$tp" --device cuda --bf16
+  run bert_cpu_$tp "$tp" "$tp" --model bert
+  run bert_gpu_$tp "$tp" "$tp" --model bert --device cuda
 done
 grep -h "^layout" "$tmp"/gpu_*.log | sort -u
 $PY - "$tmp" <<'PY' || fails=$((fails + 1))
@@ -41,6 +44,12 @@ for tp in (1, 2):
         worst = max(abs(a - b) for a, b in zip(ref, got))
         print(f"{'ok' if worst <= tol else 'FAIL'}: {name}: worst loss difference {worst:.2e} (tolerance {tol:g})")
         assert worst <= tol
+    ref = [json.loads(l) for l in open(f"{d}/bert_cpu_{tp}.jsonl")]
+    got = [json.loads(l) for l in open(f"{d}/bert_gpu_{tp}.jsonl")]
+    assert len(got) == len(ref) == 20, ("bert", len(got))
+    worst = max(abs(a[k] - b[k]) for a, b in zip(ref, got) for k in ("lm_loss", "sop_loss"))
+    print(f"{'ok' if worst <= 1e-4 else 'FAIL'}: bert_gpu_{tp}: worst MLM/SOP difference {worst:.2e} (tolerance 1e-4)")
+    assert worst <= 1e-4
 PY
 [ "$fails" = 0 ] && echo "cuda_train: all passed" || echo "cuda_train: $fails failures"
 exit $((fails > 0))
