@@ -1081,16 +1081,17 @@ static void bert_source_destroy(void *ctx) {
 static mgt_status bert_vocab(const mgt_tokenizer *tok, bert_source *s) {
   const int V = mgt_tok_vocab_size(tok);
   MGT_CHECK(mgt_calloc((size_t)V, "vocabulary flags", (void **)&s->continuation));
-  mgt_bert_vocab v = {-1, -1, -1, -1, V, s->continuation};
+  mgt_bert_vocab v = {mgt_tok_special(tok, "[CLS]"),
+                      mgt_tok_special(tok, "[SEP]"),
+                      mgt_tok_special(tok, "[MASK]"),
+                      mgt_tok_special(tok, "[PAD]"),
+                      V,
+                      s->continuation};
   for (int i = 0; i < V; i++) {
     const char *p;
     size_t l;
     MGT_CHECK(mgt_tok_piece(tok, i, &p, &l));
     s->continuation[i] = l >= 2 && p[0] == '#' && p[1] == '#';
-    if (l == 5 && !memcmp(p, "[CLS]", 5)) v.cls = i;
-    if (l == 5 && !memcmp(p, "[SEP]", 5)) v.sep = i;
-    if (l == 6 && !memcmp(p, "[MASK]", 6)) v.mask = i;
-    if (l == 5 && !memcmp(p, "[PAD]", 5)) v.pad = i;
   }
   MGT_REQUIRE(v.cls >= 0 && v.sep >= 0 && v.mask >= 0 && v.pad >= 0,
               "--vocab-file: BERT needs [CLS], [SEP], [MASK] and [PAD] in the vocabulary");

@@ -784,3 +784,6 @@ mgt_status mgt_tok_piece(const mgt_tokenizer *t, int32_t id, const char **s, siz
   return MGT_OK;
 }
 const char *mgt_tok_hash(const mgt_tokenizer *t) { return t->hash; }
+int32_t mgt_tok_special(const mgt_tokenizer *t, const char *name) {
+  return t->kind == KIND_WORDPIECE ? mgt_wp_special(t->wp, name) : -1;
+}

@@ -42,7 +42,8 @@ void mgt_cli_configure_threads(MPI_Comm world) {
 static void usage(FILE *f) {
   fprintf(f, "usage: mgt <command> [flags]\n\n"
              "commands:\n"
-             "  train       train a GPT model (mgt train --help for its flags)\n"
+             "  train       train a GPT or BERT model (mgt train --help for its flags)\n"
+             "  finetune    fine-tune a BERT on RACE, MNLI or QQP (docs/finetune.md)\n"
              "  preprocess  tokenize JSON lines or text files into an HDF5 token dataset\n"
              "  tokenize    encode JSON lines to token ids, or decode ids (--decode)\n"
              "  eval        evaluate a checkpoint: WikiText-103 perplexity, LAMBADA accuracy,\n"
@@ -160,7 +161,8 @@ int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
     }
     return 0;
   }
-  if (strcmp(argv[1], "train") == 0) return mgt_cli_train(argc, argv, world);
+  if (strcmp(argv[1], "train") == 0 || strcmp(argv[1], "finetune") == 0)
+    return mgt_cli_train(argc, argv, world);
   if (strcmp(argv[1], "preprocess") == 0) return cmd_preprocess(argc, argv, world);
   if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc, argv, world);
   if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc, argv, world);

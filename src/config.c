@@ -1,6 +1,7 @@
 #include "mgt/config.h"
 
 #include "mgt/flags.h"
+#include "mgt/tasks.h"
 
 #include <errno.h>
 #include <math.h>
@@ -55,6 +56,19 @@ static const mgt_flag flags[] = {
     DBL("--mask-prob", mask_prob, 0, 1, "BERT: share of the tokens masked for prediction"),
     DBL("--short-seq-prob", short_seq_prob, 1e-6, 1,
         "BERT: probability of a sample with a random shorter target length"),
+    {"--task", MGT_FLAG_ENUM, OFF(task), 0, 0, "mgt finetune: RACE, MNLI or QQP (docs/finetune.md)",
+     mgt_task_names, 0},
+    {"--train-data", MGT_FLAG_LIST, OFF(train_data), 0, 0,
+     "mgt finetune: training files (MNLI, QQP) or directories of *.txt (RACE)", NULL,
+     sizeof(((mgt_config *)0)->train_data)},
+    {"--valid-data", MGT_FLAG_LIST, OFF(valid_data), 0, 0,
+     "mgt finetune: validation files or directories, each scored on its own", NULL,
+     sizeof(((mgt_config *)0)->valid_data)},
+    STR("--pretrained-checkpoint", pretrained_checkpoint,
+        "mgt finetune: the pretrained BERT (directory or file) to start from"),
+    INT("--epochs", epochs, 0, 1 << 20, "mgt finetune: passes over the training data"),
+    BOOL("--skip-bad-records", skip_bad_records,
+         "mgt finetune: count and skip malformed records instead of stopping"),
     INT("--tensor-model-parallel-size", tensor_model_parallel_size, 1, 1 << 16,
         "ranks that split each layer"),
     BOOL("--recompute-activations", recompute_activations,
@@ -271,7 +285,8 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(c->lr_decay_style == MGT_LR_CONSTANT || c->lr_warmup_iters <= c->lr_decay_iters,
               "--lr-warmup-iters %lld exceeds --lr-decay-iters %lld", (long long)c->lr_warmup_iters,
               (long long)c->lr_decay_iters);
-  MGT_REQUIRE(c->mock_data || c->data_path[0], "no training data: pass --data-path or --mock-data");
+  MGT_REQUIRE(c->mock_data || c->data_path[0] || c->task,
+              "no training data: pass --data-path or --mock-data");
   if (c->model == MGT_MODEL_BERT) {
     MGT_REQUIRE(c->seq_length >= 5, "--seq-length %d is too short for BERT ([CLS] A [SEP] B [SEP])",
                 c->seq_length);

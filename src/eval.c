@@ -4,7 +4,9 @@
                --overlapping-eval; perplexity per subword token and adjusted to the original
                word-level tokens
    lambada     last-word accuracy, greedy under teacher forcing (--strict-lambada: every
-               token of ' ' + word must be predicted) */
+               token of ' ' + word must be predicted)
+   RACE, MNLI, QQP  a BERT fine-tuned by mgt finetune: accuracy (and QQP's F1) on each
+               --valid-data set, as the run's own validation computes it */
 #include "mgt/eval.h"
 
 #include <errno.h>
@@ -19,18 +21,27 @@
 #include "mgt/gpt.h"
 #include "mgt/grid.h"
 #include "mgt/json.h"
+#include "mgt/tasks.h"
 #include "mgt/tokenizer.h"
+#include "mgt/train.h"
 
-enum { TASK_LM, TASK_WIKITEXT, TASK_LAMBADA };
-static const char *const tasks[] = {"lm", "wikitext103", "lambada", NULL};
+enum { TASK_LM, TASK_WIKITEXT, TASK_LAMBADA, TASK_RACE, TASK_MNLI, TASK_QQP };
+static const char *const tasks[] = {"lm", "wikitext103", "lambada", "RACE", "MNLI", "QQP", NULL};
+/* The fine-tuning task (MGT_TASK_*) of an eval task, 0 for the GPT ones. */
+static int finetuned(int task) { return task >= TASK_RACE ? task - TASK_RACE + MGT_TASK_RACE : 0; }
 
 #define OFF(f) offsetof(mgt_eval_opts, f)
 #define SZ(f) sizeof(((mgt_eval_opts *)0)->f)
 static const mgt_flag flags[] = {
-    {"--task", MGT_FLAG_ENUM, OFF(task), 0, 0, "lm, wikitext103 or lambada", tasks, 0},
+    {"--task", MGT_FLAG_ENUM, OFF(task), 0, 0,
+     "lm, wikitext103, lambada (GPT); RACE, MNLI, QQP (a fine-tuned BERT)", tasks, 0},
     MGT_CHECKPOINT_FLAGS(mgt_eval_opts),
-    {"--valid-data", MGT_FLAG_STR, OFF(valid_data), 0, 0,
-     "wikitext103: wiki.test.tokens; lambada: lambada_test.jsonl", NULL, SZ(valid_data)},
+    {"--valid-data", MGT_FLAG_LIST, OFF(valid_data), 0, 0,
+     "wikitext103: wiki.test.tokens; lambada: lambada_test.jsonl; RACE, MNLI, QQP: the sets, "
+     "each scored on its own",
+     NULL, SZ(valid_data)},
+    {"--skip-bad-records", MGT_FLAG_BOOL, OFF(skip_bad_records), 0, 1,
+     "RACE, MNLI, QQP: count and skip malformed records instead of stopping", NULL, 0},
     {"--input-ids", MGT_FLAG_STR, OFF(input_ids), 0, 0, "lm: file of whitespace-separated ids",
      NULL, SZ(input_ids)},
     {"--text", MGT_FLAG_STR, OFF(text), 0, 0, "lm: a text file, tokenized whole", NULL, SZ(text)},
@@ -66,6 +77,8 @@ mgt_status mgt_eval_parse(mgt_eval_opts *o, int argc, char **argv, int first, in
                 "--task lm needs one of --input-ids and --text");
   else
     MGT_REQUIRE(o->valid_data[0], "--task %s needs --valid-data", tasks[o->task]);
+  MGT_REQUIRE(finetuned(o->task) || !strchr(o->valid_data, '\n'),
+              "--valid-data: --task %s reads one file", tasks[o->task]);
   return MGT_OK;
 }
 
@@ -344,13 +357,79 @@ static mgt_status score_lambada(ctx *c, const example *ex, size_t n_ex, double o
   return MGT_OK;
 }
 
+/* A fine-tuned BERT on each --valid-data set: what the fine-tuning run's validation reports. */
+static mgt_status eval_finetuned(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
+  int rank;
+  MGT_MPI(MPI_Comm_rank(world, &rank));
+  const int task = finetuned(o->task);
+  mgt_session ses;
+  mgt_session_opts so = {o->load,       o->ckpt_iteration,   o->tensor_model_parallel_size,
+                         o->seq_length, o->micro_batch_size, o->device,
+                         task};
+  MGT_CHECK(mgt_session_open_config(&ses, &so, world));
+  mgt_config rc = ses.saved; /* the sets read with the checkpoint's tokenizer unless overridden */
+  if (o->tokenizer_type >= 0) rc.tokenizer_type = o->tokenizer_type;
+  if (o->vocab_file[0]) snprintf(rc.vocab_file, sizeof rc.vocab_file, "%s", o->vocab_file);
+  snprintf(rc.valid_data, sizeof rc.valid_data, "%s", o->valid_data);
+  rc.train_data[0] = 0;
+  rc.skip_bad_records = o->skip_bad_records;
+  mgt_task_data d;
+  mgt_status st = mgt_mpi_agree(world, mgt_task_data_open(&rc, NULL, &d));
+  if (st != MGT_OK) return st;
+  MGT_TRY(mgt_session_open_model(&ses, world));
+  if (rank == 0)
+    fprintf(out,
+            "checkpoint %s (iteration %lld), %d ranks = tensor-parallel %d x data-parallel %d\n",
+            ses.path, (long long)ses.state.iteration, ses.grid->size, ses.grid->tp, ses.grid->dp);
+  int64_t all = 0, right = 0;
+  for (int i = 0; i < d.n_valid; i++) {
+    mgt_task_score sc;
+    MGT_TRY(mgt_task_score_set(ses.model, &ses.cfg, ses.grid, &ses.dev.comm, d.valid[i], &sc));
+    all += sc.examples, right += sc.correct;
+    if (rank != 0) continue;
+    const char *path = mgt_task_set_path(d.valid[i]);
+    fprintf(out,
+            " %s %s | examples: %lld | skipped: %lld | correct: %lld | accuracy: %.4f | loss: %.6f",
+            tasks[o->task], path, (long long)sc.examples,
+            (long long)mgt_task_set_skipped(d.valid[i]), (long long)sc.correct, sc.accuracy,
+            sc.loss);
+    if (isfinite(sc.f1)) fprintf(out, " | F1: %.4f", sc.f1);
+    fprintf(out, "\n{\"task\": \"%s\", \"valid_data\": ", tasks[o->task]);
+    mgt_json_write_string(out, path);
+    fprintf(out,
+            ", \"examples\": %lld, \"skipped\": %lld, \"correct\": %lld, \"accuracy\": %.9g, "
+            "\"loss\": %.9g",
+            (long long)sc.examples, (long long)mgt_task_set_skipped(d.valid[i]),
+            (long long)sc.correct, sc.accuracy, sc.loss);
+    if (isfinite(sc.f1)) fprintf(out, ", \"f1\": %.9g", sc.f1);
+    fprintf(out, ", \"seq_length\": %d, \"iteration\": %lld, \"checkpoint\": ", ses.cfg.seq_length,
+            (long long)ses.state.iteration);
+    mgt_json_write_string(out, ses.path);
+    fprintf(out, "}\n");
+  }
+  if (rank == 0 && d.n_valid > 1)
+    fprintf(out, " %s overall | examples: %lld | correct: %lld | accuracy: %.4f\n", tasks[o->task],
+            (long long)all, (long long)right, (double)right / (double)all);
+  if (rank == 0) fflush(out);
+done:
+  mgt_task_data_close(&d);
+  mgt_session_close(&ses);
+  return st;
+}
+
 mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
+  if (finetuned(o->task)) return eval_finetuned(o, world, out);
   int rank, size;
   MGT_MPI(MPI_Comm_rank(world, &rank));
   MGT_MPI(MPI_Comm_size(world, &size));
   mgt_session ses;
-  mgt_session_opts so = {o->load,       o->ckpt_iteration,   o->tensor_model_parallel_size,
-                         o->seq_length, o->micro_batch_size, o->device};
+  mgt_session_opts so = {o->load,
+                         o->ckpt_iteration,
+                         o->tensor_model_parallel_size,
+                         o->seq_length,
+                         o->micro_batch_size,
+                         o->device,
+                         0};
   MGT_REQUIRE(o->micro_batch_size <= 64, "--micro-batch-size: at most 64 for evaluation");
   MGT_CHECK(mgt_session_open_config(&ses, &so, world));
   const mgt_config cfg = ses.cfg;

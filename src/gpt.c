@@ -3,6 +3,7 @@
 #include "mgt/gpt.h"
 
 #include "mgt/data.h"
+#include "mgt/tasks.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -99,9 +100,12 @@ static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 void mgt_gpt_dims_from_config(const mgt_config *c, int tp, int tp_rank, mgt_gpt_dims *d) {
   memset(d, 0, sizeof *d);
   d->bert = c->model == MGT_MODEL_BERT;
-  d->binary = d->bert && !c->bert_no_binary_head;
+  d->task = d->bert ? c->task : 0;
+  d->binary = d->bert && !c->bert_no_binary_head && !d->task;
+  d->rows = d->task ? mgt_task_rows(d->task) : 1;
+  d->K = d->task ? mgt_task_row_logits(d->task) : 2;
   d->post_ln = d->bert && c->apply_residual_connection_post_layernorm;
-  d->P = d->bert ? mgt_bert_max_predictions(c->seq_length, c->mask_prob) : 0;
+  d->P = d->bert && !d->task ? mgt_bert_max_predictions(c->seq_length, c->mask_prob) : 0;
   d->L = c->num_layers;
   d->C = c->hidden_size;
   d->H = c->num_attention_heads;
@@ -110,7 +114,7 @@ void mgt_gpt_dims_from_config(const mgt_config *c, int tp, int tp_rank, mgt_gpt_
   d->maxpos = c->max_position_embeddings;
   d->V = c->vocab_size;
   d->Vp = (int)mgt_config_padded_vocab(c, tp);
-  d->B = c->micro_batch_size;
+  d->B = c->micro_batch_size * d->rows; /* rows: RACE encodes an example in 4 */
   d->tp = tp;
   d->tp_rank = tp_rank;
   d->hd = d->C / d->H;
@@ -175,7 +179,7 @@ static void build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *
       "embedding.position_embeddings.weight", 2, {d->maxpos, C}, {d->maxpos, C}, -1, 0, std, 0, 1};
   add_param(out, n, &off, 0xFFFF0000u, &wte, "");
   add_param(out, n, &off, 0xFFFF0001u, &wpe, "");
-  if (d->binary) { /* Megatron has token types only with the binary head */
+  if (d->binary || d->task) { /* Megatron has token types only with the binary head */
     param_spec tte = {"embedding.tokentype_embeddings.weight", 2, {2, C}, {2, C}, -1, 0, std, 0, 1};
     pi.tte = *n;
     pi.first_layer = *n + 1;
@@ -206,7 +210,7 @@ static void build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *
   pi.lnf = *n;
   add_param(out, n, &off, 0xFFFF0002u, &lnw, "");
   add_param(out, n, &off, 0xFFFF0003u, &lnb, "");
-  if (d->bert) {
+  if (d->bert && !d->task) {
     param_spec lm[H_LM] = {
         {"lm_head.dense.weight", 2, {C, C}, {C, C}, -1, 0, std, 0, 1},
         {"lm_head.dense.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
@@ -218,12 +222,17 @@ static void build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *
     for (int k = 0; k < H_LM; k++)
       add_param(out, n, &off, 0xFFFF0010u + (uint32_t)k, &lm[k], "");
   }
-  if (d->binary) {
+  if (d->binary || d->task) { /* a task head replaces the SOP head (Megatron's names) */
+    const char *head = d->task == MGT_TASK_RACE ? "multichoice_head" : "classification_head";
+    char hw[48], hb[48];
+    snprintf(hw, sizeof hw, "%s.weight", d->task ? head : "binary_head");
+    snprintf(hb, sizeof hb, "%s.bias", d->task ? head : "binary_head");
+    const int64_t K = d->K;
     param_spec q[Q_POOL] = {
         {"pooler.dense.weight", 2, {C, C}, {C, C}, -1, 0, std, 0, 1},
         {"pooler.dense.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
-        {"binary_head.weight", 2, {2, C}, {2, C}, -1, 0, std, 0, 1},
-        {"binary_head.bias", 1, {2}, {2}, -1, 0, 0, 0, 0},
+        {hw, 2, {K, C}, {K, C}, -1, 0, std, 0, 1},
+        {hb, 1, {K}, {K}, -1, 0, 0, 0, 0},
     };
     pi.pool = *n;
     for (int k = 0; k < Q_POOL; k++)
@@ -317,7 +326,7 @@ static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, int recomput
     m->pool_in = take(&a, B * d->C);
     m->pool_pre = take(&a, B * d->C);
     m->pooled = take(&a, B * d->C);
-    m->sop_logits = take(&a, B * 2);
+    m->sop_logits = take(&a, B * (size_t)d->K);
     m->dpool = take(&a, B * d->C);
     m->dpool2 = take(&a, B * d->C);
     m->sop_xent.rowmax = take(&a, B);
@@ -349,11 +358,12 @@ void mgt_gpt_memory_plan(const mgt_config *cfg, int tp, mgt_gpt_memory *mem) {
 /* Parameters of the LM head (without the tied output) and of the pooler with the SOP head. */
 static int64_t lm_head_params(const mgt_config *c) {
   int64_t C = c->hidden_size;
-  return c->model == MGT_MODEL_BERT ? C * C + 3 * C + c->vocab_size : 0;
+  return c->model == MGT_MODEL_BERT && !c->task ? C * C + 3 * C + c->vocab_size : 0;
 }
 static int64_t pool_params(const mgt_config *c) {
-  int64_t C = c->hidden_size;
-  return c->model == MGT_MODEL_BERT && !c->bert_no_binary_head ? C * C + C + 2 * C + 2 : 0;
+  const int64_t C = c->hidden_size, K = c->task ? mgt_task_row_logits(c->task) : 2;
+  const int pooled = c->model == MGT_MODEL_BERT && (c->task || !c->bert_no_binary_head);
+  return pooled ? C * C + C + K * C + K : 0;
 }
 
 int64_t mgt_gpt_logical_params(const mgt_config *cfg) {
@@ -366,14 +376,15 @@ int64_t mgt_gpt_logical_params(const mgt_config *cfg) {
 
 double mgt_gpt_flops_per_iteration(const mgt_config *cfg) {
   const double C = cfg->hidden_size, L = cfg->num_layers, T = cfg->seq_length;
-  const double samples = cfg->global_batch_size, tokens = samples * T;
+  const double rows = cfg->task ? mgt_task_rows(cfg->task) : 1;
+  const double samples = cfg->global_batch_size * rows, tokens = samples * T;
   const double F = cfg->ffn_hidden_size, layer = 4 * C + 4 * C * C + 4 * C + 2 * F * C + F + C;
   const double attention = 12.0 * L * C * T * tokens;
   if (cfg->model != MGT_MODEL_BERT) {
     double n = L * layer + 2 * C + (double)cfg->vocab_size * C; /* the output layer is wte */
     return 6.0 * n * tokens + attention;
   }
-  const double masked = cfg->mask_prob * tokens; /* the LM head runs on the masked rows */
+  const double masked = cfg->task ? 0 : cfg->mask_prob * tokens; /* the LM head's rows */
   return 6.0 * (L * layer + 2 * C) * tokens + attention +
          6.0 * (C * C + (double)cfg->vocab_size * C) * masked +
          6.0 * (double)pool_params(cfg) * samples;
@@ -496,12 +507,12 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   MGT_TRY(mgt_calloc(sizeof(int32_t) * 2 * (size_t)d->B * d->T, "token staging",
                      (void **)&m->host_tokens));
   if (d->bert) {
-    MGT_TRY(mgt_calloc(sizeof(int32_t) * 2 * (size_t)d->B * d->P, "masked-row staging",
+    MGT_TRY(mgt_calloc(sizeof(int32_t) * (2 * (size_t)d->B * d->P + 1), "masked-row staging",
                        (void **)&m->host_rows));
     MGT_TRY(mgt_calloc(sizeof(int32_t) * 4 * (size_t)d->B, "sample staging", (void **)&m->host_b));
     for (int b = 0; b < d->B; b++) /* [CLS] is position 0 of every sample */
-      m->host_rows[b] = b * d->T;
-    MGT_TRY(be->upload(be->ctx, m->cls_rows, m->host_rows, sizeof(int32_t) * (size_t)d->B));
+      m->host_b[b] = b * d->T;
+    MGT_TRY(be->upload(be->ctx, m->cls_rows, m->host_b, sizeof(int32_t) * (size_t)d->B));
   }
   MGT_TRY(plan_buckets(m));
   MGT_TRY(init_params(m));
@@ -937,6 +948,9 @@ static mgt_status trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, 
   mgt_dropout de =
       dropout_site(m, m->cfg.hidden_dropout, s->sample_base, 0xFFFF, MGT_DROPOUT_EMBED);
   MGT_CHECK(be->dropout_backward(bc, m->dres, m->dres, d->B, (size_t)d->T * C, &de));
+  /* the tied LM head writes the word-embedding gradient first; a task model has no LM head */
+  if (d->task && !accumulate)
+    MGT_CHECK(be->zero(bc, gwte, sizeof(float) * m->params[m->ix.wte].numel));
   MGT_CHECK(be->embedding_backward(bc, gwte, gwpe, m->dres, m->inputs, d->B, d->T, C, d->v0, d->Vl,
                                    accumulate));
   if (m->ix.tte >= 0) {
@@ -991,13 +1005,16 @@ static mgt_status load_bert(mgt_gpt *m, const int32_t *rows) {
   int32_t *ids = m->host_tokens, *typ = m->host_tokens + N;
   int32_t *mrow = m->host_rows, *mlab = m->host_rows + (size_t)B * d->P;
   int32_t *len = m->host_b, *sop = m->host_b + B;
+  /* the order label, or a fine-tuning example's class (its rows' labels side by side) */
+  const int classes = d->task ? mgt_task_classes(d->task) : 2;
   int M = 0;
   for (int b = 0; b < B; b++) {
     const int32_t *r = rows + (size_t)b * W;
     len[b] = r[mgt_bert_length_at(T)];
-    sop[b] = r[mgt_bert_random_at(T)];
-    MGT_REQUIRE(len[b] >= 1 && len[b] <= T && (sop[b] == 0 || sop[b] == 1),
-                "BERT sample row %d: length %d or order label %d out of range", b, len[b], sop[b]);
+    const int32_t label = r[mgt_bert_random_at(T)];
+    MGT_REQUIRE(len[b] >= 1 && len[b] <= T && label >= 0 && label < classes,
+                "BERT sample row %d: length %d or label %d out of range", b, len[b], label);
+    if (b % d->rows == 0) sop[b / d->rows] = label;
     int in_sample = 0;
     for (int t = 0; t < T; t++) {
       const int32_t x = r[MGT_BERT_TOKENS * T + t], y = r[MGT_BERT_TYPES * T + t],
@@ -1005,7 +1022,9 @@ static mgt_status load_bert(mgt_gpt *m, const int32_t *rows) {
       MGT_REQUIRE(x >= 0 && x < d->V, "token id %d out of range [0, %d) in sample row %d", x, d->V,
                   b);
       MGT_REQUIRE(y == 0 || y == 1, "token type %d (not 0 or 1) in sample row %d", y, b);
-      MGT_REQUIRE(lab >= -1 && lab < d->V, "label %d out of range in sample row %d", lab, b);
+      MGT_REQUIRE(lab >= -1 && lab < d->V && !(d->task && lab >= 0),
+                  "label %d out of range in sample row %d (a task row has no masked positions)",
+                  lab, b);
       ids[b * T + t] = x;
       typ[b * T + t] = y;
       if (lab < 0) continue;
@@ -1021,7 +1040,7 @@ static mgt_status load_bert(mgt_gpt *m, const int32_t *rows) {
   MGT_CHECK(be->upload(be->ctx, m->inputs, ids, sizeof(int32_t) * (size_t)N));
   MGT_CHECK(be->upload(be->ctx, m->types, typ, sizeof(int32_t) * (size_t)N));
   MGT_CHECK(be->upload(be->ctx, m->keylen, len, sizeof(int32_t) * (size_t)B));
-  MGT_CHECK(be->upload(be->ctx, m->sop_tgt, sop, sizeof(int32_t) * (size_t)B));
+  MGT_CHECK(be->upload(be->ctx, m->sop_tgt, sop, sizeof(int32_t) * (size_t)(B / d->rows)));
   if (M > 0) {
     MGT_CHECK(be->upload(be->ctx, m->lm_rows, mrow, sizeof(int32_t) * (size_t)M));
     MGT_CHECK(be->upload(be->ctx, m->targets, mlab, sizeof(int32_t) * (size_t)M));
@@ -1081,6 +1100,7 @@ static mgt_status bert_forward(mgt_gpt *m, const step_ctx *s, int keep_exp, mgt_
 }
 
 mgt_status mgt_bert_forward(mgt_gpt *m, const int32_t *rows, mgt_bert_losses *out) {
+  MGT_REQUIRE(!m->d.task, "a fine-tuning model takes mgt_task_forward");
   MGT_CHECK(load_bert(m, rows));
   step_ctx s = {0, 0};
   return bert_forward(m, &s, 0, out);
@@ -1093,6 +1113,7 @@ mgt_status mgt_bert_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t s
   void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, B = d->B;
+  MGT_REQUIRE(!d->task, "a fine-tuning model takes mgt_task_forward_backward");
   MGT_CHECK(load_bert(m, rows));
   step_ctx s = {sample_base, 1};
   MGT_CHECK(bert_forward(m, &s, 1, out));
@@ -1136,6 +1157,95 @@ mgt_status mgt_bert_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t s
     MGT_CHECK(be->scatter_add_rows(bc, dlnf, m->dpool2, m->cls_rows, B, C));
   }
   return trunk_backward(m, &s, acc, sync_dp && m->grid->dp > 1);
+}
+
+/* ---- fine-tuning heads ---- */
+
+static mgt_dropout head_dropout(const mgt_gpt *m, const step_ctx *s) {
+  return dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, 0xFFFE,
+                      MGT_DROPOUT_HEAD);
+}
+
+/* The trunk, the pooled [CLS] of every row (tanh, dropout) and the task head: logits (B, K)
+   read as (examples, rows * K). The loss and predictions of the first n examples. */
+static mgt_status task_forward(mgt_gpt *m, const step_ctx *s, int n, int keep_exp, int32_t *pred,
+                               mgt_task_result *out) {
+  const mgt_backend *be = m->be;
+  void *bc = be->ctx;
+  const mgt_gpt_dims *d = &m->d;
+  const int C = d->C, B = d->B, W = d->rows * d->K;
+  memset(out, 0, sizeof *out);
+  MGT_CHECK(trunk_forward(m, s));
+  float *q[Q_POOL];
+  views(m, m->w, m->ix.pool, Q_POOL, q);
+  MGT_CHECK(be->gather_rows(bc, m->pool_in, m->lnf, m->cls_rows, B, C));
+  MGT_CHECK(mgt_tp_column_forward(&m->tp, m->pool_pre, m->pool_in, q[Q_POOL_W], NULL, B, C, C));
+  MGT_CHECK(be->bias_act_forward(bc, MGT_ACT_TANH, m->pooled, m->pool_pre, q[Q_POOL_B], B, C));
+  const mgt_dropout dh = head_dropout(m, s);
+  MGT_CHECK(be->dropout_forward(bc, m->pooled, m->pooled, NULL, B, (size_t)C, &dh));
+  MGT_CHECK(
+      mgt_tp_column_forward(&m->tp, m->sop_logits, m->pooled, q[Q_BIN_W], q[Q_BIN_B], B, C, d->K));
+  if (n == 0) return MGT_OK;
+  int32_t *p = m->host_b, *tgt = m->host_b + B;
+  float *val = (float *)(m->host_b + 2 * B);
+  const mgt_tp_xent *x = &m->sop_xent;
+  MGT_CHECK(be->argmax(bc, m->sop_logits, n, W, W, val, p));
+  MGT_CHECK(be->download(bc, tgt, m->sop_tgt, sizeof(int32_t) * (size_t)n));
+  MGT_CHECK(be->xent_max(bc, x->rowmax, m->sop_logits, n, W, W));
+  MGT_CHECK(be->xent_sumexp(bc, x->sumtgt, x->sumtgt + n, m->sop_logits, x->rowmax, m->sop_tgt, n,
+                            W, W, 0, keep_exp));
+  MGT_CHECK(be->xent_loss(bc, x->losses, x->rowmax, x->sumtgt, x->sumtgt + n, n, &out->loss_sum));
+  for (int g = 0; g < n; g++) {
+    out->correct += p[g] == tgt[g];
+    if (pred) pred[g] = p[g];
+  }
+  out->count = n;
+  return MGT_OK;
+}
+
+static mgt_status check_task(const mgt_gpt *m) {
+  MGT_REQUIRE(m->d.task, "the model has no fine-tuning head (--task)");
+  return MGT_OK;
+}
+
+mgt_status mgt_task_forward(mgt_gpt *m, const int32_t *rows, int n, int32_t *pred,
+                            mgt_task_result *out) {
+  MGT_CHECK(check_task(m));
+  MGT_REQUIRE(n >= 0 && n <= m->d.B / m->d.rows, "%d examples in a micro-batch of %d", n,
+              m->d.B / m->d.rows);
+  MGT_CHECK(load_bert(m, rows));
+  step_ctx s = {0, 0};
+  return task_forward(m, &s, n, 0, pred, out);
+}
+
+mgt_status mgt_task_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t example_base,
+                                     float scale, int accumulate, int sync_dp,
+                                     mgt_task_result *out) {
+  MGT_CHECK(check_task(m));
+  const mgt_backend *be = m->be;
+  void *bc = be->ctx;
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T, C = d->C, B = d->B, G = d->B / d->rows, W = d->rows * d->K;
+  MGT_CHECK(load_bert(m, rows));
+  /* dropout streams by row, so that an example's masks do not depend on the micro-batch */
+  step_ctx s = {example_base * (uint64_t)d->rows, 1};
+  MGT_CHECK(task_forward(m, &s, G, 1, NULL, out));
+  float *q[Q_POOL], *gq[Q_POOL];
+  views(m, m->w, m->ix.pool, Q_POOL, q);
+  views(m, m->g, m->ix.pool, Q_POOL, gq);
+  float *dlnf = m->dtmp;
+  MGT_CHECK(be->zero(bc, dlnf, sizeof(float) * (size_t)N * C));
+  MGT_CHECK(
+      be->xent_backward(bc, m->sop_logits, m->sop_xent.sumtgt, m->sop_tgt, G, W, W, 0, scale));
+  MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dpool, gq[Q_BIN_W], gq[Q_BIN_B], m->sop_logits,
+                                m->pooled, q[Q_BIN_W], B, C, d->K, accumulate));
+  const mgt_dropout dh = head_dropout(m, &s);
+  MGT_CHECK(be->dropout_backward(bc, m->dpool, m->dpool, B, (size_t)C, &dh));
+  MGT_CHECK(be->act_backward(bc, MGT_ACT_TANH, m->dpool, m->dpool, m->pool_pre, (size_t)B * C));
+  MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dpool2, gq[Q_POOL_W], gq[Q_POOL_B], m->dpool, m->pool_in,
+                                q[Q_POOL_W], B, C, C, accumulate));
+  MGT_CHECK(be->scatter_add_rows(bc, dlnf, m->dpool2, m->cls_rows, B, C));
+  return trunk_backward(m, &s, accumulate, sync_dp && m->grid->dp > 1);
 }
 
 /* ---- accessors ---- */

@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "mgt/tasks.h"
+
 mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MPI_Comm world) {
   memset(s, 0, sizeof *s);
   int size;
@@ -12,10 +14,16 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
   MGT_CHECK(mgt_mpi_agree(world, st));
   mgt_config *c = &s->cfg;
   *c = s->saved;
-  MGT_REQUIRE(c->model == MGT_MODEL_GPT,
-              "%s holds a BERT: mgt eval and mgt generate are for GPT (BERT is not a generative "
-              "model; its losses are in the training log and validation)",
-              s->path);
+  if (o->task) {
+    MGT_REQUIRE(c->model == MGT_MODEL_BERT && c->task == o->task,
+                "%s is not a BERT fine-tuned for %s (mgt finetune --task %s writes one)", s->path,
+                mgt_task_names[o->task], mgt_task_names[o->task]);
+  } else {
+    MGT_REQUIRE(c->model == MGT_MODEL_GPT,
+                "%s holds a BERT: mgt generate and the language-model tasks of mgt eval are for "
+                "GPT (a fine-tuned BERT is scored with mgt eval --task RACE, MNLI or QQP)",
+                s->path);
+  }
   c->tensor_model_parallel_size = o->tensor_parallel ? o->tensor_parallel : size;
   if (o->seq_length) c->seq_length = o->seq_length;
   MGT_REQUIRE(c->seq_length <= c->max_position_embeddings,
@@ -28,8 +36,9 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
   c->device = o->device;
   c->distributed_backend = -1;
   c->fp16 = c->bf16 = 0;
-  c->mock_data = 1; /* nothing is read from a dataset */
+  c->mock_data = !c->task; /* nothing is read from a dataset */
   c->data_path[0] = c->load[0] = c->save[0] = c->metrics_file[0] = 0;
+  c->train_data[0] = c->valid_data[0] = c->pretrained_checkpoint[0] = 0;
   MGT_CHECK(mgt_config_finalize(c, size)); /* the same verdict on every rank */
   return MGT_OK;
 }

@@ -9,7 +9,9 @@
 
 #include "mgt/checkpoint.h"
 #include "mgt/dataset.h"
+#include "mgt/json.h"
 #include "mgt/log.h"
+#include "mgt/tasks.h"
 
 enum { T_ITERATION, T_FWDBWD, T_OPTIMIZER, T_DATA, N_TIMERS };
 static const char *timer_names[N_TIMERS] = {"iteration", "forward-backward", "optimizer", "data"};
@@ -42,7 +44,9 @@ struct mgt_trainer {
   mgt_gpt *model;
   mgt_optim *optim;
   mgt_data data, valid;
-  int32_t *tokens; /* host staging: (B, T+1) for GPT, every micro-batch's rows for BERT */
+  const mgt_task_data *task; /* fine-tuning: the sets (borrowed), or NULL */
+  int64_t iters_per_epoch;   /* fine-tuning */
+  int32_t *tokens;           /* host staging: (B, T+1) for GPT, every micro-batch's rows for BERT */
   int64_t iteration;
   uint64_t consumed;
   int64_t saved_iteration; /* of the last checkpoint written or loaded, -1 if none */
@@ -59,8 +63,77 @@ static mgt_status trainer_state(mgt_trainer *tr, int with_optim, mgt_state *out)
   return MGT_OK;
 }
 
+/* Loads the tensors a fine-tuning model shares with the pretrained checkpoint (the trunk, and
+   the pooler and token types when it has them); the task head starts from its initialization. */
+static mgt_status load_pretrained(mgt_trainer *tr) {
+  const mgt_config *cfg = &tr->cfg;
+  const mgt_grid *g = tr->grid;
+  char path[MGT_PATH_MAX + 64], diff[1024];
+  mgt_config pcfg;
+  mgt_ckpt_state ps;
+  mgt_state ours = {0}, theirs = {0}, both = {0};
+  mgt_status st = mgt_ckpt_resolve(cfg->pretrained_checkpoint, -1, path, sizeof path);
+  if (st == MGT_OK) st = mgt_ckpt_read_config(path, &pcfg, &ps);
+  if (st == MGT_OK) {
+    mgt_config want = pcfg; /* the pretraining heads may differ; the trunk may not */
+    want.bert_no_binary_head = cfg->bert_no_binary_head;
+    if (pcfg.model != MGT_MODEL_BERT || pcfg.task) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "--pretrained-checkpoint %s is not a pretrained BERT", path);
+      st = MGT_ERR_INPUT;
+    } else if (mgt_config_model_diff(cfg, &want, diff, sizeof diff)) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "--pretrained-checkpoint %s is of another model: %s", path, diff);
+      st = MGT_ERR_INPUT;
+    }
+  }
+  MGT_CHECK(mgt_mpi_agree(g->world, st));
+  st = mgt_gpt_state(tr->model, &ours);
+  if (st == MGT_OK) st = mgt_gpt_describe(&pcfg, g->tp, g->tp_rank, g->dp_rank, &theirs);
+  int fresh = 0;
+  for (int i = 0; st == MGT_OK && i < ours.n; i++) {
+    int found = 0;
+    for (int j = 0; j < theirs.n && !found; j++)
+      found = !strcmp(ours.t[i].name, theirs.t[j].name);
+    if (found)
+      st = mgt_state_add(&both, &ours.t[i]);
+    else
+      fresh++;
+  }
+  if (st == MGT_OK) st = mgt_ckpt_load(path, g->world, &both, &ps);
+  if (st == MGT_OK && tr->log) {
+    fprintf(tr->log,
+            "loaded %d tensors of the pretrained checkpoint %s (iteration %lld); %d start from "
+            "their initialization (the %s head)\n",
+            both.n, path, (long long)ps.iteration, fresh, mgt_task_names[cfg->task]);
+    fflush(tr->log);
+  }
+  mgt_state_fini(&ours);
+  mgt_state_fini(&theirs);
+  mgt_state_fini(&both);
+  return mgt_mpi_agree(g->world, st);
+}
+
+static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, const mgt_backend *be,
+                                 const mgt_comm *comm, FILE *log, const mgt_task_data *task,
+                                 mgt_trainer **out);
+
 mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const mgt_backend *be,
                               const mgt_comm *comm, FILE *log, mgt_trainer **out) {
+  MGT_REQUIRE(!cfg->task, "a fine-tuning run needs its data: mgt_trainer_create_task");
+  return trainer_create(cfg, grid, be, comm, log, NULL, out);
+}
+
+mgt_status mgt_trainer_create_task(const mgt_config *cfg, const mgt_grid *grid,
+                                   const mgt_backend *be, const mgt_comm *comm, FILE *log,
+                                   const mgt_task_data *task, mgt_trainer **out) {
+  MGT_REQUIRE(cfg->task && task && task->task == cfg->task, "fine-tuning data of another task");
+  return trainer_create(cfg, grid, be, comm, log, task, out);
+}
+
+static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, const mgt_backend *be,
+                                 const mgt_comm *comm, FILE *log, const mgt_task_data *task,
+                                 mgt_trainer **out) {
   *out = NULL;
   mgt_status st = MGT_OK;
   mgt_trainer *tr = NULL;
@@ -74,6 +147,7 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
   tr->be = be;
   tr->comm = comm;
   tr->log = grid->rank == 0 ? log : NULL;
+  tr->task = task;
   tr->saved_iteration = -1;
   for (int i = 0; i < N_TIMERS; i++)
     tr->timers[i].name = timer_names[i];
@@ -104,8 +178,10 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
   if (st == MGT_OK) {
     const size_t B = (size_t)cfg->micro_batch_size, T = (size_t)cfg->seq_length;
     const size_t n_micro = (size_t)cfg->global_batch_size / (B * (size_t)grid->dp);
-    const size_t n = cfg->model == MGT_MODEL_BERT ? n_micro * B * (size_t)mgt_bert_row_ints((int)T)
-                                                  : B * (T + 1);
+    const size_t rows = cfg->task ? (size_t)mgt_task_rows(cfg->task) : 1;
+    const size_t n = cfg->model == MGT_MODEL_BERT
+                         ? n_micro * B * rows * (size_t)mgt_bert_row_ints((int)T)
+                         : B * (T + 1);
     st = mgt_calloc(sizeof(int32_t) * n, "token batch", (void **)&tr->tokens);
   }
   MGT_TRY(mgt_mpi_agree(grid->world, st));
@@ -124,7 +200,20 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
     MGT_TRY(mgt_mpi_agree(grid->world, st));
     MGT_TRY(mgt_ckpt_prepare_dir(cfg->save, grid->world, bytes, &tr->save_lock));
   }
-  if (cfg->mock_data && cfg->model == MGT_MODEL_BERT) {
+  if (task) {
+    const int64_t per_epoch =
+        task->train_examples / cfg->global_batch_size * cfg->global_batch_size;
+    st = per_epoch > 0 ? MGT_OK : MGT_ERR_INPUT;
+    if (st != MGT_OK)
+      mgt_error_set(st, __FILE__, __LINE__, __func__,
+                    "%lld training examples are fewer than one global batch of %d",
+                    (long long)task->train_examples, cfg->global_batch_size);
+    if (st == MGT_OK)
+      st = mgt_task_train_source(task->train, task->n_train, cfg->task, tr->cfg.seed, per_epoch,
+                                 &tr->data);
+    tr->iters_per_epoch = per_epoch / cfg->global_batch_size;
+    MGT_TRY(mgt_mpi_agree(grid->world, st));
+  } else if (cfg->mock_data && cfg->model == MGT_MODEL_BERT) {
     st = mgt_data_mock_bert_create(&tr->cfg, 0, &tr->data);
     if (st == MGT_OK) st = mgt_data_mock_bert_create(&tr->cfg, 1ull << 40, &tr->valid);
     MGT_TRY(mgt_mpi_agree(grid->world, st));
@@ -162,6 +251,7 @@ mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid, const
       fflush(tr->log);
     }
   }
+  if (!path[0] && cfg->pretrained_checkpoint[0]) MGT_TRY(load_pretrained(tr));
   mgt_state_fini(&list);
   *out = tr;
   return MGT_OK;
@@ -363,6 +453,37 @@ static mgt_status bert_step(mgt_trainer *tr, double *loss, mgt_step_stats *stats
   return MGT_OK;
 }
 
+static void json_num(FILE *f, const char *key, double v, int digits);
+
+/* One fine-tuning iteration: the mean cross-entropy over the examples of the global batch. */
+static mgt_status task_step(mgt_trainer *tr, double *loss, mgt_step_stats *stats) {
+  const mgt_config *c = &tr->cfg;
+  const mgt_grid *g = tr->grid;
+  const int B = c->micro_batch_size, T = c->seq_length;
+  const int n_micro = c->global_batch_size / (B * g->dp);
+  const double examples = (double)c->global_batch_size;
+  const float scale = (float)(mgt_optim_loss_scale(tr->optim) / examples);
+  double sums[2] = {0, 0}; /* loss, correct */
+  for (int mb = 0; mb < n_micro; mb++) {
+    uint64_t first = tr->consumed + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
+    mgt_timer_start(&tr->timers[T_DATA]);
+    MGT_CHECK(mgt_mpi_agree(g->world, tr->data.get(tr->data.ctx, first, B, T, tr->tokens)));
+    mgt_timer_stop(&tr->timers[T_DATA]);
+    mgt_task_result r;
+    mgt_timer_start(&tr->timers[T_FWDBWD]);
+    MGT_CHECK(mgt_task_forward_backward(tr->model, tr->tokens, first, scale, mb > 0,
+                                        mb == n_micro - 1, &r));
+    mgt_timer_stop(&tr->timers[T_FWDBWD]);
+    sums[0] += r.loss_sum, sums[1] += (double)r.correct;
+  }
+  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, sums, 2, MGT_SUM));
+  *loss = sums[0] / examples;
+  stats->lm_loss = *loss;
+  stats->accuracy = sums[1] / examples;
+  stats->sop_loss = stats->sop_accuracy = NAN;
+  return MGT_OK;
+}
+
 mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   const mgt_config *c = &tr->cfg;
   const mgt_grid *g = tr->grid;
@@ -375,7 +496,11 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   double lr = mgt_lr_at(c, it);
   double loss = 0.0;
   const int bert = c->model == MGT_MODEL_BERT;
-  if (bert) MGT_CHECK(bert_step(tr, &loss, stats));
+  stats->accuracy = NAN;
+  if (c->task)
+    MGT_CHECK(task_step(tr, &loss, stats));
+  else if (bert)
+    MGT_CHECK(bert_step(tr, &loss, stats));
   for (int mb = 0; mb < n_micro && !bert; mb++) {
     /* Each replica takes its slice of every group of B * dp samples, so the global batch
        is the same set of samples for any data-parallel size. */
@@ -423,7 +548,90 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
 }
 
 int mgt_trainer_has_validation(const mgt_trainer *tr) {
+  if (tr->task) return tr->task->n_valid > 0;
   return tr->valid.get != NULL && tr->cfg.eval_iters > 0;
+}
+
+mgt_status mgt_task_score_set(mgt_gpt *model, const mgt_config *cfg, const mgt_grid *grid,
+                              const mgt_comm *comm, const mgt_task_set *set, mgt_task_score *out) {
+  const int B = cfg->micro_batch_size, T = cfg->seq_length, task = cfg->task;
+  const size_t stride = (size_t)mgt_task_rows(task) * mgt_bert_row_ints(T);
+  const int64_t n = mgt_task_set_size(set), chunks = (n + B - 1) / B;
+  int32_t *rows = NULL, *pred = NULL;
+  mgt_status st = mgt_calloc(sizeof(int32_t) * stride * (size_t)B, "scoring batch", (void **)&rows);
+  if (st == MGT_OK) st = mgt_calloc(sizeof(int32_t) * (size_t)B, "predictions", (void **)&pred);
+  double sums[5] = {0, 0, 0, 0,
+                    0}; /* loss, correct, true positives, false positives, false negatives */
+  /* chunk k goes to data-parallel group k mod dp: forward has no data-parallel collective */
+  for (int64_t k = grid->dp_rank; st == MGT_OK && k < chunks; k += grid->dp) {
+    const int64_t e0 = k * B;
+    const int real = (int)(n - e0 < B ? n - e0 : B);
+    for (int j = 0; j < B; j++)
+      mgt_task_set_encode(set, e0 + (j < real ? j : real - 1), T, rows + (size_t)j * stride);
+    mgt_task_result r;
+    st = mgt_task_forward(model, rows, real, pred, &r);
+    sums[0] += r.loss_sum, sums[1] += (double)r.correct;
+    for (int j = 0; st == MGT_OK && j < real; j++) {
+      const int y = mgt_task_set_label(set, e0 + j);
+      sums[2] += pred[j] == 1 && y == 1, sums[3] += pred[j] == 1 && y != 1;
+      sums[4] += pred[j] != 1 && y == 1;
+    }
+  }
+  mgt_free(rows);
+  mgt_free(pred);
+  MGT_CHECK(mgt_mpi_agree(grid->world, st));
+  MGT_CHECK(comm->allreduce_f64(comm->ctx, grid, MGT_AXIS_DP, sums, 5, MGT_SUM));
+  out->examples = n;
+  out->correct = (int64_t)sums[1];
+  out->loss = sums[0] / (double)n;
+  out->accuracy = sums[1] / (double)n;
+  const double denom = 2 * sums[2] + sums[3] + sums[4];
+  out->f1 = task == MGT_TASK_QQP ? (denom > 0 ? 2 * sums[2] / denom : 0.0) : NAN;
+  return MGT_OK;
+}
+
+/* Scores every validation set of a fine-tuning run (and, with several, all of them together)
+   and reports each: a log line and a metrics line. */
+static mgt_status task_validate(mgt_trainer *tr, int64_t iteration, FILE *log, FILE *metrics) {
+  const mgt_task_data *d = tr->task;
+  const int root = tr->grid->rank == 0;
+  int64_t all = 0, right = 0;
+  for (int i = 0; i < d->n_valid; i++) {
+    mgt_task_score sc;
+    MGT_CHECK(mgt_task_score_set(tr->model, &tr->cfg, tr->grid, tr->comm, d->valid[i], &sc));
+    all += sc.examples, right += sc.correct;
+    if (!root) continue;
+    const char *path = mgt_task_set_path(d->valid[i]);
+    fprintf(log, " validation at iteration %lld | %s %s | accuracy: %.4f (%lld/%lld) | loss: %.6E",
+            (long long)iteration, mgt_task_names[tr->cfg.task], path, sc.accuracy,
+            (long long)sc.correct, (long long)sc.examples, sc.loss);
+    if (isfinite(sc.f1)) fprintf(log, " | F1: %.4f", sc.f1);
+    fputc('\n', log);
+    if (metrics) {
+      fprintf(metrics, "{\"iteration\":%lld,\"task\":\"%s\",\"valid_data\":", (long long)iteration,
+              mgt_task_names[tr->cfg.task]);
+      mgt_json_write_string(metrics, path);
+      fprintf(metrics, ",\"examples\":%lld,\"correct\":%lld", (long long)sc.examples,
+              (long long)sc.correct);
+      json_num(metrics, "accuracy", sc.accuracy, 9);
+      json_num(metrics, "loss", sc.loss, 9);
+      if (isfinite(sc.f1)) json_num(metrics, "f1", sc.f1, 9);
+      fputs("}\n", metrics);
+    }
+  }
+  if (root && d->n_valid > 1) {
+    fprintf(log, " validation at iteration %lld | %s overall | accuracy: %.4f (%lld/%lld)\n",
+            (long long)iteration, mgt_task_names[tr->cfg.task], (double)right / (double)all,
+            (long long)right, (long long)all);
+    if (metrics)
+      fprintf(metrics,
+              "{\"iteration\":%lld,\"task\":\"%s\",\"valid_data\":\"overall\",\"examples\":%lld,"
+              "\"correct\":%lld,\"accuracy\":%.9g}\n",
+              (long long)iteration, mgt_task_names[tr->cfg.task], (long long)all, (long long)right,
+              (double)right / (double)all);
+  }
+  if (root) fflush(log);
+  return MGT_OK;
 }
 
 mgt_status mgt_trainer_evaluate(mgt_trainer *tr, mgt_valid_stats *v) {
@@ -486,7 +694,9 @@ static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm,
   fprintf(f, "{\"iteration\":%lld,\"consumed_samples\":%llu", (long long)s->iteration,
           (unsigned long long)s->consumed_samples);
   json_num(f, "loss", lm->loss, 17);
-  if (bert) {
+  if (bert == 2) {
+    json_num(f, "accuracy", lm->sop_acc, 9);
+  } else if (bert) {
     json_num(f, "lm_loss", lm->lm, 17);
     json_num(f, "sop_loss", lm->sop, 17);
     json_num(f, "sop_accuracy", lm->sop_acc, 9);
@@ -525,15 +735,20 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
     double t0 = mgt_now();
     MGT_TRY(mgt_trainer_step(tr, &s));
     t_acc += mgt_now() - t0;
-    if (!s.skipped) {
+    if (!s.skipped) { /* a fine-tuning run's accuracy rides in sop_acc */
       acc.loss += s.loss, acc.lm += s.lm_loss, acc.sop += s.sop_loss;
-      acc.sop_acc += s.sop_accuracy, n_acc++;
+      acc.sop_acc += c->task ? s.accuracy : s.sop_accuracy, n_acc++;
     }
     skipped_acc += s.skipped;
     nan_acc += s.nonfinite;
     nan_row = s.nonfinite ? nan_row + 1 : 0;
-    if (mgt_trainer_has_validation(tr) &&
-        (s.iteration % c->eval_interval == 0 || s.iteration == c->train_iters)) {
+    const int epoch_end =
+        tr->task && tr->iters_per_epoch > 0 && s.iteration % tr->iters_per_epoch == 0;
+    if (tr->task && mgt_trainer_has_validation(tr) &&
+        (s.iteration % c->eval_interval == 0 || s.iteration == c->train_iters || epoch_end)) {
+      MGT_TRY(task_validate(tr, s.iteration, log, metrics));
+    } else if (mgt_trainer_has_validation(tr) &&
+               (s.iteration % c->eval_interval == 0 || s.iteration == c->train_iters)) {
       mgt_valid_stats v;
       MGT_TRY(mgt_trainer_evaluate(tr, &v));
       if (root) {
@@ -573,8 +788,9 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
                 "loss: %.6E |",
                 (long long)s.iteration, (long long)c->train_iters,
                 (unsigned long long)s.consumed_samples, ms, s.lr, c->global_batch_size, mean.lm);
-        if (bert && !c->bert_no_binary_head)
+        if (bert && !c->bert_no_binary_head && !c->task)
           fprintf(log, " sop loss: %.6E | sop accuracy: %.4f |", mean.sop, mean.sop_acc);
+        if (c->task) fprintf(log, " accuracy: %.4f |", mean.sop_acc);
         fprintf(log,
                 " grad norm: %.3f | tokens/s: %.1f | TFLOP/s: %.4f | skipped iterations: %d | nan "
                 "iterations: %d",
@@ -583,7 +799,8 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
         fputc('\n', log);
         fflush(log);
         if (metrics) {
-          metrics_line(metrics, &s, &mean, bert, ms, tps, tflops, skipped_acc, nan_acc);
+          metrics_line(metrics, &s, &mean, c->task ? 2 : bert, ms, tps, tflops, skipped_acc,
+                       nan_acc);
           fflush(metrics);
         }
       }

@@ -1,4 +1,5 @@
-/* mgt train: configuration, memory check, devices, the trainer, and the stop signals. */
+/* mgt train and mgt finetune: configuration, memory check, devices, the trainer, and the stop
+   signals. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <omp.h>
@@ -11,6 +12,7 @@
 #include "mgt/dataset.h"
 #include "mgt/device.h"
 #include "mgt/gpt.h"
+#include "mgt/tasks.h"
 #include "mgt/tokenizer.h"
 #include "mgt/train.h"
 
@@ -68,12 +70,39 @@ static mgt_status tokenizer_vocab(const mgt_config *cfg, int *n) {
   return MGT_OK;
 }
 
+static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *task);
+
+/* mgt finetune: the task's data is read first, since its size sets the iterations (--epochs). */
+static mgt_status finetune_config(mgt_config *c, int size, mgt_task_data *data) {
+  MGT_REQUIRE(c->model == MGT_MODEL_BERT, "mgt finetune fine-tunes a BERT (--model bert)");
+  MGT_REQUIRE(c->task != MGT_TASK_NONE, "mgt finetune needs --task RACE, MNLI or QQP");
+  MGT_REQUIRE(c->train_data[0], "mgt finetune needs --train-data");
+  MGT_REQUIRE(c->epochs > 0, "mgt finetune needs --epochs (passes over --train-data)");
+  MGT_REQUIRE(c->pretrained_checkpoint[0] || c->load[0],
+              "mgt finetune needs --pretrained-checkpoint (or --load to resume a fine-tuning run)");
+  MGT_REQUIRE(!c->mock_data && !c->data_path[0],
+              "mgt finetune reads --train-data and --valid-data, not --data-path or --mock-data");
+  MGT_REQUIRE(c->vocab_file[0], "mgt finetune needs the --vocab-file of the pretrained model");
+  MGT_CHECK(mgt_task_data_open(c, NULL, data));
+  const int tp = c->tensor_model_parallel_size;
+  MGT_REQUIRE(tp >= 1 && size % tp == 0,
+              "--tensor-model-parallel-size %d does not divide the number of ranks %d", tp, size);
+  if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * (size / tp);
+  const int64_t per_epoch = data->train_examples / c->global_batch_size;
+  MGT_REQUIRE(per_epoch > 0, "%lld training examples are fewer than one global batch of %d",
+              (long long)data->train_examples, c->global_batch_size);
+  if (c->epochs > 0) c->train_iters = (int64_t)c->epochs * per_epoch;
+  return MGT_OK;
+}
+
 int mgt_cli_train(int argc, char **argv, MPI_Comm world) {
   int rank, size;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
+  const int finetune = strcmp(argv[1], "finetune") == 0;
   mgt_config cfg;
   mgt_config_defaults(&cfg);
+  if (finetune) cfg.model = MGT_MODEL_BERT, cfg.tokenizer_type = MGT_TOKENIZER_BERT_LOWER;
   int help = 0;
   mgt_status st = mgt_config_parse(&cfg, argc, argv, 2, &help);
   if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
@@ -81,6 +110,39 @@ int mgt_cli_train(int argc, char **argv, MPI_Comm world) {
     if (rank == 0) mgt_config_usage(stdout);
     return 0;
   }
+  if (!finetune && cfg.task != MGT_TASK_NONE) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "--task is for mgt finetune (mgt train pretrains)");
+    return mgt_cli_fail(MGT_ERR_INPUT, rank, world, 1);
+  }
+  mgt_task_data data;
+  memset(&data, 0, sizeof data);
+  if (finetune) {
+    st = mgt_mpi_agree(world, finetune_config(&cfg, size, &data));
+    if (st != MGT_OK) {
+      mgt_task_data_close(&data);
+      return mgt_cli_fail(st, rank, world, 1);
+    }
+    if (rank == 0)
+      for (int i = 0; i < data.n_train + data.n_valid; i++) {
+        const mgt_task_set *s = i < data.n_train ? data.train[i] : data.valid[i - data.n_train];
+        printf("%s %s %s: %lld examples, %lld records skipped\n", mgt_task_names[cfg.task],
+               i < data.n_train ? "train" : "valid", mgt_task_set_path(s),
+               (long long)mgt_task_set_size(s), (long long)mgt_task_set_skipped(s));
+      }
+  }
+  int rc = train_job(&cfg, world, finetune ? &data : NULL);
+  mgt_task_data_close(&data);
+  return rc;
+}
+
+/* From a parsed configuration to the end of the run. */
+static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *task) {
+  int rank, size;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  mgt_config cfg = *cfg_in;
+  mgt_status st = MGT_OK;
   int tok_vocab = 0;
   st = mgt_mpi_agree(world, tokenizer_vocab(&cfg, &tok_vocab));
   if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
@@ -160,7 +222,8 @@ int mgt_cli_train(int argc, char **argv, MPI_Comm world) {
     mgt_print_memory_plan(&cfg, grid->tp, stdout);
     fflush(stdout);
   }
-  st = mgt_trainer_create(&cfg, grid, dev.be, &dev.comm, stdout, &tr);
+  st = task ? mgt_trainer_create_task(&cfg, grid, dev.be, &dev.comm, stdout, task, &tr)
+            : mgt_trainer_create(&cfg, grid, dev.be, &dev.comm, stdout, &tr);
   if (st != MGT_OK) {
     rc = mgt_cli_fail(st, rank, world, 1); /* creation failures are agreed */
   } else {

@@ -20,18 +20,9 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
+. "$(dirname "$0")/bert_lib.sh"
 # documents of ~40 paragraphs each, so that the split has documents to give to each part
-$PY - "$DATA/books/pg11-alices-adventures-in-wonderland.txt" "$tmp/docs.jsonl" <<'PY'
-import json, sys
-paras = [p for p in open(sys.argv[1], encoding="utf-8").read().split("\n\n") if p.strip()]
-with open(sys.argv[2], "w") as f:
-    for i in range(0, len(paras), 40):
-        f.write(json.dumps({"text": "\n\n".join(paras[i:i + 40])}) + "\n")
-PY
-"$MGT" preprocess --input "$tmp/docs.jsonl" --output-prefix "$tmp/alice" \
-  --tokenizer-type BertWordPieceLowerCase --vocab-file "$V" --split-sentences >"$tmp/pp.log" 2>&1 ||
-  { cat "$tmp/pp.log"; exit 1; }
-tail -1 "$tmp/pp.log"
+book_dataset "$DATA/books/pg11-alices-adventures-in-wonderland.txt" 40 "$tmp/alice"
 
 T=32
 BERT="--model bert --data-path $tmp/alice --tokenizer-type BertWordPieceLowerCase --vocab-file $V
@@ -123,21 +114,12 @@ done
 # the memory plan counts the heads; GPT-only uses and a GPT dataset are refused in one line
 "$MGT" train $BERT --dry-run >"$tmp/dry.log" 2>&1 && grep -q "parameters" "$tmp/dry.log" &&
   echo "ok: --dry-run plans a BERT" || fail "--dry-run"
-expect() { # expect WHAT CMD...: exit 2 and one error line containing WHAT
-  local what=$1
-  shift
-  "$@" >"$tmp/e.log" 2>&1
-  local rc=$? n
-  n=$(grep -c "error" "$tmp/e.log")
-  [ $rc = 2 ] && [ "$n" = 1 ] && grep -q -- "$what" "$tmp/e.log" && echo "ok: $(grep error "$tmp/e.log")" ||
-    { fail "$* gave exit $rc and $n error lines, wanted one with '$what'"; sed 's/^/    /' "$tmp/e.log" | head -5; }
-}
 "$MGT" preprocess --input "$tmp/docs.jsonl" --output-prefix "$tmp/nosent" \
   --tokenizer-type BertWordPieceLowerCase --vocab-file "$V" >/dev/null 2>&1
 expect "not split into sentences" "$MGT" train $BERT --data-path "$tmp/nosent" --train-iters 1
 expect "needs --tokenizer-type BertWordPieceLowerCase" "$MGT" train --model bert --data-path "$tmp/alice" --train-iters 1
 echo "1 2 3" >"$tmp/ids.txt"
-expect "BERT is not a generative model" "$MGT" eval --load "$tmp/np_pre" --input-ids "$tmp/ids.txt"
+expect "holds a BERT" "$MGT" eval --load "$tmp/np_pre" --input-ids "$tmp/ids.txt"
 expect "are BERT flags" "$MGT" train --mock-data --apply-residual-connection-post-layernorm --train-iters 1
 echo "bert: $fails failures"
 [ $fails = 0 ]

@@ -19,16 +19,8 @@ PY=/usr/bin/python3
 ITERS=${ITERS:-2000}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-$PY - "$BOOK" "$tmp/docs.jsonl" <<'PY'
-import json, sys
-paras = [p for p in open(sys.argv[1], encoding="utf-8").read().split("\n\n") if p.strip()]
-with open(sys.argv[2], "w") as f:
-    for i in range(0, len(paras), 20):
-        f.write(json.dumps({"text": "\n\n".join(paras[i:i + 20])}) + "\n")
-PY
-"$MGT" preprocess --input "$tmp/docs.jsonl" --output-prefix "$tmp/book" --split-sentences \
-  --tokenizer-type BertWordPieceLowerCase --vocab-file "$V" >"$tmp/pp.log" 2>&1 || { cat "$tmp/pp.log"; exit 1; }
-tail -1 "$tmp/pp.log"
+. "$(dirname "$0")/bert_lib.sh"
+book_dataset "$BOOK" 20 "$tmp/book"
 "$MPIEXEC" -n 2 "$MGT" train --model bert --data-path "$tmp/book" --tokenizer-type BertWordPieceLowerCase \
   --vocab-file "$V" --tensor-model-parallel-size 2 --num-layers 2 --hidden-size 128 --num-attention-heads 4 \
   --seq-length 128 --micro-batch-size 16 --global-batch-size 32 --train-iters "$ITERS" --lr ${LR:-1e-3} \

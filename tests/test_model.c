@@ -10,6 +10,7 @@
 #include "mgt/data.h"
 #include "mgt/gpt.h"
 #include "mgt/grid.h"
+#include "mgt/tasks.h"
 #include "testutil.h"
 
 static mgt_config tiny(void) {
@@ -62,8 +63,27 @@ static mgt_config tiny_bert(int post_ln, int binary) {
   return c;
 }
 
+/* Fine-tuning rows: the two BERT rows, their labels the class (MNLI: 2 examples of 1 row) or,
+   for RACE, one example of 4 rows (the two rows twice, the answer option 2). */
+static int32_t task_rows[4 * BW];
+static void make_task_rows(int task) {
+  const int rows = mgt_task_rows(task);
+  for (int k = 0; k < 2 * rows / (rows > 1 ? 2 : 1) && k < 4; k++) {
+    int32_t *r = task_rows + k * BW;
+    memcpy(r, bert_rows + (k % 2) * BW, sizeof(int32_t) * BW);
+    for (int t = 0; t < BT; t++)
+      r[MGT_BERT_LABELS * BT + t] = -1;
+    r[mgt_bert_random_at(BT)] = task == MGT_TASK_RACE ? 2 : (k == 0 ? 2 : 0);
+  }
+}
+
 static double loss_of(mgt_gpt *m) {
   double ls = 0;
+  if (mgt_gpt_get_dims(m)->task) {
+    mgt_task_result r;
+    T_OK(mgt_task_forward_backward(m, task_rows, SAMPLE_BASE, 1.0f, 0, 0, &r));
+    return r.loss_sum;
+  }
   if (mgt_gpt_get_dims(m)->bert) {
     mgt_bert_losses l;
     T_OK(mgt_bert_forward_backward(m, bert_rows, SAMPLE_BASE, 1.0f, 1.0f, 0, 0, &l));
@@ -78,6 +98,8 @@ static void test_gradient(mgt_gpt *m) {
   const mgt_param *params = mgt_gpt_params(m, &np);
   float *w = mgt_gpt_param_data(m), *g = mgt_gpt_grad_data(m);
   size_t n = mgt_gpt_param_count(m);
+  /* twice: a pass without accumulate must write every gradient, not add to the last one's */
+  loss_of(m);
   loss_of(m);
   float *grad = malloc(n * sizeof(float));
   memcpy(grad, g, n * sizeof(float));
@@ -216,6 +238,33 @@ static void test_bert(mgt_grid *grid, mgt_backend *be, mgt_comm *comm, int post_
   free(g1);
 }
 
+/* A fine-tuning head (MNLI's classifier, RACE's multiple choice over 4 rows): finite
+   differences, and the forward's loss and prediction equal to the training pass's. */
+static void test_task(mgt_grid *grid, mgt_backend *be, mgt_comm *comm, int task) {
+  mgt_config c = tiny_bert(0, 1);
+  c.task = task;
+  c.micro_batch_size = task == MGT_TASK_RACE ? 1 : 2;
+  T_OK(mgt_config_finalize(&c, 1));
+  make_task_rows(task);
+  mgt_gpt *m = NULL;
+  T_OK(mgt_gpt_create(&c, grid, be, comm, &m));
+  test_gradient(m);
+  c.hidden_dropout = c.attention_dropout = 0;
+  mgt_gpt *q = NULL;
+  T_OK(mgt_gpt_create(&c, grid, be, comm, &q));
+  mgt_task_result a, b;
+  int32_t pred[2] = {-1, -1};
+  T_OK(mgt_task_forward_backward(q, task_rows, SAMPLE_BASE, 1.0f, 0, 0, &a));
+  T_OK(mgt_task_forward(q, task_rows, c.micro_batch_size, pred, &b));
+  T_CHECK(a.loss_sum == b.loss_sum && a.correct == b.correct && pred[0] >= 0 &&
+              pred[0] < mgt_task_classes(task),
+          "%s: forward %.9g (%lld right), training pass %.9g (%lld right), prediction %d",
+          mgt_task_names[task], b.loss_sum, (long long)b.correct, a.loss_sum, (long long)a.correct,
+          pred[0]);
+  mgt_gpt_destroy(&q);
+  mgt_gpt_destroy(&m);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   mgt_grid *grid = NULL;
@@ -236,6 +285,8 @@ int main(int argc, char **argv) {
   for (int post_ln = 0; post_ln < 2; post_ln++)
     test_bert(grid, be, &comm, post_ln, 1);
   test_bert(grid, be, &comm, 0, 0);
+  test_task(grid, be, &comm, MGT_TASK_MNLI);
+  test_task(grid, be, &comm, MGT_TASK_RACE);
   mgt_backend_destroy(&be);
   mgt_grid_destroy(&grid);
   MPI_Finalize();

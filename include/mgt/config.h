@@ -42,6 +42,13 @@ typedef struct mgt_config {
   int bert_no_binary_head;                      /* BERT without tokentypes, pooler and SOP */
   double mask_prob;                             /* BERT: share of tokens to predict */
   double short_seq_prob;                        /* BERT: samples with a shorter target */
+  /* fine-tuning (mgt finetune): a BERT with a task head instead of its pretraining heads */
+  int task;                 /* MGT_TASK_* (mgt/tasks.h); 0 for pretraining */
+  char train_data[1 << 14]; /* paths, one per line */
+  char valid_data[1 << 14]; /* paths, one per line; each is evaluated on its own */
+  char pretrained_checkpoint[MGT_PATH_MAX];
+  int epochs;
+  int skip_bad_records;
   /* parallelism and memory */
   int tensor_model_parallel_size;
   int recompute_activations;

@@ -24,6 +24,7 @@ typedef struct mgt_gpt_dims {
   int L, C, H, F, T, maxpos, V, Vp; /* layers, hidden, heads, ffn, seq, positions, vocab */
   int B;                            /* micro-batch */
   int bert, binary, post_ln;        /* BERT; its SOP head; post-LN blocks */
+  int task, rows, K;                /* fine-tuning: MGT_TASK_*, rows per example, logits per row */
   int P;                            /* BERT: most masked positions a sample can have */
   int tp, tp_rank;
   int hd;             /* head size C / H */
@@ -126,6 +127,28 @@ MGT_NODISCARD mgt_status mgt_bert_forward_backward(mgt_gpt *m, const int32_t *ro
                                                    mgt_bert_losses *out);
 /* Forward and losses only, dropout off. Collective over tp_comm. */
 MGT_NODISCARD mgt_status mgt_bert_forward(mgt_gpt *m, const int32_t *rows, mgt_bert_losses *out);
+
+/* ---- fine-tuning (cfg->task) ---- */
+
+/* Sums over the examples of one micro-batch. */
+typedef struct mgt_task_result {
+  double loss_sum; /* cross-entropy over each example's classes (RACE: its 4 options) */
+  int64_t correct, count;
+} mgt_task_result;
+
+/* One fine-tuning micro-batch: cfg->micro_batch_size examples of mgt_task_rows rows each
+   (mgt/tasks.h), the label in each row's order slot. The pooled [CLS] of every row, after
+   dropout, goes through the task head; an example's logits are its rows' outputs side by side.
+   Gradients are scaled by `scale` (1 / examples of the global batch); example_base is the
+   global index of the first example (dropout). Collective over tp_comm (and dp_comm). */
+MGT_NODISCARD mgt_status mgt_task_forward_backward(mgt_gpt *m, const int32_t *rows,
+                                                   uint64_t example_base, float scale,
+                                                   int accumulate, int sync_dp,
+                                                   mgt_task_result *out);
+/* Forward only, dropout off, over the first n examples of the micro-batch (the rest are filler);
+   pred (host, n) receives each example's predicted class, or NULL. Collective over tp_comm. */
+MGT_NODISCARD mgt_status mgt_task_forward(mgt_gpt *m, const int32_t *rows, int n, int32_t *pred,
+                                          mgt_task_result *out);
 
 /* Accessors. */
 const mgt_gpt_dims *mgt_gpt_get_dims(const mgt_gpt *m);

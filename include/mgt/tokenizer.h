@@ -57,6 +57,9 @@ int32_t mgt_tok_eod(const mgt_tokenizer *tok);
  *s stays valid while the tokenizer lives. Fails for an id outside the vocabulary. */
 MGT_NODISCARD mgt_status mgt_tok_piece(const mgt_tokenizer *tok, int32_t id, const char **s,
                                        size_t *len);
+/* The id of a WordPiece special token ("[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]"), or -1
+   (always -1 for GPT-2 and bytes). */
+int32_t mgt_tok_special(const mgt_tokenizer *tok, const char *name);
 /* Its name, as --tokenizer-type spells it, and its type (MGT_TOKENIZER_*). */
 const char *mgt_tok_name(const mgt_tokenizer *tok);
 int mgt_tok_type(const mgt_tokenizer *tok);

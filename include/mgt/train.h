@@ -13,6 +13,7 @@
 #include "mgt/comm.h"
 #include "mgt/grid.h"
 #include "mgt/optim.h"
+#include "mgt/tasks.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,6 +29,7 @@ typedef struct mgt_step_stats {
   double lm_loss;            /* BERT: mean over the masked positions of the global batch */
   double sop_loss;           /* BERT: mean over the samples (NaN without the binary head) */
   double sop_accuracy;       /* BERT: share of samples whose order was predicted right */
+  double accuracy;           /* fine-tuning: share of the global batch classified right */
   double grad_norm;          /* before clipping */
   double lr;
   double seconds;
@@ -44,6 +46,14 @@ typedef struct mgt_step_stats {
 MGT_NODISCARD mgt_status mgt_trainer_create(const mgt_config *cfg, const mgt_grid *grid,
                                             const mgt_backend *be, const mgt_comm *comm, FILE *log,
                                             mgt_trainer **out);
+/* The same for a fine-tuning run (cfg->task): trains on task->train over cfg->train_iters
+   iterations of shuffled epochs and validates on each of task->valid; starts from
+   cfg->pretrained_checkpoint (its trunk, and pooler and token types where it has them) unless
+   cfg->load resumes a fine-tuning run. `task` is borrowed and must outlive the trainer. */
+MGT_NODISCARD mgt_status mgt_trainer_create_task(const mgt_config *cfg, const mgt_grid *grid,
+                                                 const mgt_backend *be, const mgt_comm *comm,
+                                                 FILE *log, const mgt_task_data *task,
+                                                 mgt_trainer **out);
 void mgt_trainer_destroy(mgt_trainer **tr);
 
 /* Runs one iteration. Collective over the world. */
@@ -58,6 +68,20 @@ typedef struct mgt_valid_stats {
 } mgt_valid_stats;
 /* Fails with MGT_ERR_INPUT if the run has no validation data. Collective over the world. */
 MGT_NODISCARD mgt_status mgt_trainer_evaluate(mgt_trainer *tr, mgt_valid_stats *v);
+
+/* A fine-tuning task scored on one set: every example once, dropout off. */
+typedef struct mgt_task_score {
+  int64_t examples, correct;
+  double loss;     /* mean cross-entropy */
+  double accuracy; /* correct / examples */
+  double f1;       /* QQP: of class 1 (duplicate); NaN for the other tasks */
+} mgt_task_score;
+/* Scores `set` with `model` (cfg its configuration): micro-batches of cfg->micro_batch_size
+   examples dealt round-robin to the data-parallel groups, the last one filled up and its filler
+   not counted. The same result for any layout. Collective over the world. */
+MGT_NODISCARD mgt_status mgt_task_score_set(mgt_gpt *model, const mgt_config *cfg,
+                                            const mgt_grid *grid, const mgt_comm *comm,
+                                            const mgt_task_set *set, mgt_task_score *out);
 int mgt_trainer_has_validation(const mgt_trainer *tr);
 
 /* Why a run ended. */

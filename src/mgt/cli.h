@@ -23,7 +23,7 @@ int mgt_cli_fail(mgt_status st, int rank, MPI_Comm world, int agreed);
 /* Ranks of this node in `world`. Collective over `world`. */
 int mgt_cli_local_ranks(MPI_Comm world);
 
-/* `mgt train ...` (src/train_cmd.c). Collective over `world`. */
+/* `mgt train ...` and `mgt finetune ...` (src/train_cmd.c). Collective over `world`. */
 int mgt_cli_train(int argc, char **argv, MPI_Comm world);
 
 /* `mgt ckpt ...` (src/ckpt_cmd.c). Collective over `world`. */

@@ -14,10 +14,11 @@ extern "C" {
 #endif
 
 typedef struct mgt_eval_opts {
-  int task; /* 0 lm, 1 wikitext103, 2 lambada */
+  int task; /* 0 lm, 1 wikitext103, 2 lambada; 3 RACE, 4 MNLI, 5 QQP (a fine-tuned BERT) */
   char load[MGT_PATH_MAX];
   int64_t ckpt_iteration;
-  char valid_data[MGT_PATH_MAX];
+  char valid_data[1 << 14]; /* paths, one per line (one for wikitext103 and lambada) */
+  int skip_bad_records;
   char input_ids[MGT_PATH_MAX];
   char text[MGT_PATH_MAX];
   int overlapping_eval; /* window stride; 0: the task's default */

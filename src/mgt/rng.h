@@ -21,6 +21,7 @@ enum {
   MGT_DROPOUT_ATTN = 1,  /* attention probabilities */
   MGT_DROPOUT_PROJ = 2,  /* after the attention output projection */
   MGT_DROPOUT_MLP = 3,   /* after the MLP output projection */
+  MGT_DROPOUT_HEAD = 4,  /* a fine-tuning head's input, the pooled [CLS] */
 };
 uint64_t mgt_rng_init_stream(uint32_t tensor_id);
 uint64_t mgt_rng_dropout_stream(uint64_t sample, int layer, int site);

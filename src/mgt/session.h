@@ -25,6 +25,7 @@ typedef struct mgt_session_opts {
   int seq_length;         /* 0: the checkpoint's */
   int micro_batch_size;   /* sequences per forward pass */
   int device;             /* MGT_DEVICE_* */
+  int task;               /* MGT_TASK_*: the fine-tuned BERT scored; 0: a GPT */
 } mgt_session_opts;
 
 typedef struct mgt_session {

@@ -1,0 +1,29 @@
+# Sourced by the BERT test scripts (needs MGT, V, PY, tmp and fail() set).
+
+# book_dataset BOOK PARAGRAPHS PREFIX: the book as documents of PARAGRAPHS paragraphs each,
+# preprocessed into a WordPiece sentence dataset PREFIX.h5 (its summary line printed)
+book_dataset() {
+  $PY - "$1" "$tmp/docs.jsonl" "$2" <<'PY'
+import json, sys
+paras = [p for p in open(sys.argv[1], encoding="utf-8").read().split("\n\n") if p.strip()]
+k = int(sys.argv[3])
+with open(sys.argv[2], "w") as f:
+    for i in range(0, len(paras), k):
+        f.write(json.dumps({"text": "\n\n".join(paras[i:i + k])}) + "\n")
+PY
+  "$MGT" preprocess --input "$tmp/docs.jsonl" --output-prefix "$3" --split-sentences \
+    --tokenizer-type BertWordPieceLowerCase --vocab-file "$V" >"$tmp/pp.log" 2>&1 ||
+    { cat "$tmp/pp.log"; exit 1; }
+  tail -1 "$tmp/pp.log"
+}
+
+# expect WHAT CMD...: CMD exits 2 with one error line, containing WHAT
+expect() {
+  local what=$1
+  shift
+  "$@" >"$tmp/e.log" 2>&1
+  local rc=$? n
+  n=$(grep -c "error" "$tmp/e.log")
+  [ $rc = 2 ] && [ "$n" = 1 ] && grep -q -- "$what" "$tmp/e.log" && echo "ok: $(grep error "$tmp/e.log")" ||
+    { fail "$* gave exit $rc and $n error lines, wanted one with '$what'"; sed 's/^/    /' "$tmp/e.log" | head -5; }
+}
