@@ -101,6 +101,9 @@ static const mgt_flag flags[] = {
      lr_styles, 0},
     I64("--lr-warmup-iters", lr_warmup_iters, 0, BIG, "linear warmup iterations"),
     I64("--lr-decay-iters", lr_decay_iters, 1, BIG, "iterations of decay (default: train iters)"),
+    DBL("--lr-warmup-fraction", lr_warmup_fraction, 0, 1,
+        "warmup over this fraction of the decay iterations, rounded down (instead of "
+        "--lr-warmup-iters)"),
     DBL("--weight-decay", weight_decay, 0, 10,
         "decoupled weight decay (not on biases or LayerNorm)"),
     DBL("--adam-beta1", adam_beta1, 0, 0.999999, "Adam beta1"),
@@ -249,6 +252,12 @@ int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, 
 mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   mgt_config_derive(c);
   if (c->lr_decay_iters == 0) c->lr_decay_iters = c->train_iters > 0 ? c->train_iters : 1;
+  if (c->lr_warmup_fraction > 0) { /* the same iterations every time it is derived */
+    const int64_t w = (int64_t)(c->lr_warmup_fraction * (double)c->lr_decay_iters);
+    MGT_REQUIRE(c->lr_warmup_iters == 0 || c->lr_warmup_iters == w,
+                "give one of --lr-warmup-iters and --lr-warmup-fraction");
+    c->lr_warmup_iters = w;
+  }
   int tp = c->tensor_model_parallel_size;
   MGT_REQUIRE(world_size % tp == 0,
               "--tensor-model-parallel-size %d does not divide the number of ranks %d", tp,

@@ -365,11 +365,9 @@ static mgt_status eval_finetuned(const mgt_eval_opts *o, MPI_Comm world, FILE *o
   mgt_session ses;
   mgt_session_opts so = {o->load,       o->ckpt_iteration,   o->tensor_model_parallel_size,
                          o->seq_length, o->micro_batch_size, o->device,
-                         task};
+                         task,          o->tokenizer_type,   o->vocab_file};
   MGT_CHECK(mgt_session_open_config(&ses, &so, world));
-  mgt_config rc = ses.saved; /* the sets read with the checkpoint's tokenizer unless overridden */
-  if (o->tokenizer_type >= 0) rc.tokenizer_type = o->tokenizer_type;
-  if (o->vocab_file[0]) snprintf(rc.vocab_file, sizeof rc.vocab_file, "%s", o->vocab_file);
+  mgt_config rc = ses.cfg; /* the sets read with the checkpoint's tokenizer unless overridden */
   snprintf(rc.valid_data, sizeof rc.valid_data, "%s", o->valid_data);
   rc.train_data[0] = 0;
   rc.skip_bad_records = o->skip_bad_records;
@@ -429,7 +427,9 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
                          o->seq_length,
                          o->micro_batch_size,
                          o->device,
-                         0};
+                         0,
+                         -1,
+                         ""};
   MGT_REQUIRE(o->micro_batch_size <= 64, "--micro-batch-size: at most 64 for evaluation");
   MGT_CHECK(mgt_session_open_config(&ses, &so, world));
   const mgt_config cfg = ses.cfg;

@@ -193,7 +193,7 @@ mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *ou
               o->tensor_model_parallel_size, size);
   /* decoding has its own buffers: the training activations are for one token */
   mgt_session ses;
-  mgt_session_opts so = {o->load, o->ckpt_iteration, size, 1, 1, o->device, 0};
+  mgt_session_opts so = {o->load, o->ckpt_iteration, size, 1, 1, o->device, 0, -1, ""};
   MGT_CHECK(mgt_session_open_config(&ses, &so, world));
   const mgt_config *cfg = &ses.cfg;
   const char *path = ses.path;

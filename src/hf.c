@@ -14,6 +14,7 @@
 #include "mgt/checkpoint.h"
 #include "mgt/gpt.h"
 #include "mgt/json.h"
+#include "mgt/tasks.h"
 #include "mgt/safetensors.h"
 
 /* One Hugging Face tensor: a contiguous slice of one of our whole tensors, stored in HF's
@@ -127,9 +128,12 @@ static mgt_status plan_linear(hf_plan *pl, const mgt_state *w, const char *hf, c
    final bert.encoder.ln, no embedding LayerNorm); BertForPreTraining for the post-LN one,
    whose LayerNorms are the same ones shifted by one place (layer 0's input LayerNorm is the
    embedding LayerNorm, layer l+1's input LayerNorm layer l's output LayerNorm). Without the
-   binary head: the ...ForMaskedLM model, no pooler, zero token types. */
+   binary head: the ...ForMaskedLM model, no pooler, zero token types. A fine-tuned model: the
+   ...ForSequenceClassification (MNLI, QQP) or ...ForMultipleChoice (RACE) model, whose
+   "classifier" is our task head on the pooler, and no LM head. */
 static mgt_status plan_bert(hf_plan *pl, const mgt_config *c, const mgt_state *w) {
-  const int post = c->apply_residual_connection_post_layernorm, binary = !c->bert_no_binary_head;
+  const int post = c->apply_residual_connection_post_layernorm, task = c->task,
+            binary = !c->bert_no_binary_head || task;
   const int64_t C = c->hidden_size;
   MGT_CHECK(plan_whole(pl, w, "bert.embeddings.word_embeddings.weight",
                        "embedding.word_embeddings.weight", 0, 0));
@@ -189,6 +193,9 @@ static mgt_status plan_bert(hf_plan *pl, const mgt_config *c, const mgt_state *w
   }
   if (!post) MGT_CHECK(plan_ln(pl, w, "bert.encoder.ln", "final_layernorm"));
   if (binary) MGT_CHECK(plan_linear(pl, w, "bert.pooler.dense", "pooler.dense"));
+  if (task)
+    return plan_linear(pl, w, "classifier",
+                       task == MGT_TASK_RACE ? "multichoice_head" : "classification_head");
   MGT_CHECK(plan_linear(pl, w, "cls.predictions.transform.dense", "lm_head.dense"));
   MGT_CHECK(plan_ln(pl, w, "cls.predictions.transform.LayerNorm", "lm_head.layernorm"));
   MGT_CHECK(plan_whole(pl, w, "cls.predictions.bias", "lm_head.bias", 0, 0));
@@ -263,6 +270,21 @@ static mgt_status write_text(const char *path, const char *text) {
    and approximates our MLP's tanh GeLU (at most 4.7e-4 per activation apart). */
 static char *bert_config_json(const mgt_config *c, int64_t iteration) {
   const int post = c->apply_residual_connection_post_layernorm, binary = !c->bert_no_binary_head;
+  /* a fine-tuned model's head, and its labels in Megatron-LM's order */
+  const char *kind = c->task == MGT_TASK_RACE ? "ForMultipleChoice"
+                     : c->task                ? "ForSequenceClassification"
+                     : binary                 ? "ForPreTraining"
+                                              : "ForMaskedLM";
+  char labels[256] = "";
+  if (c->task == MGT_TASK_MNLI)
+    snprintf(labels, sizeof labels,
+             "  \"num_labels\": 3,\n  \"id2label\": {\"0\": \"contradiction\", \"1\": "
+             "\"entailment\", \"2\": \"neutral\"},\n  \"label2id\": {\"contradiction\": 0, "
+             "\"entailment\": 1, \"neutral\": 2},\n");
+  else if (c->task == MGT_TASK_QQP)
+    snprintf(labels, sizeof labels,
+             "  \"num_labels\": 2,\n  \"id2label\": {\"0\": \"not_duplicate\", \"1\": "
+             "\"duplicate\"},\n  \"label2id\": {\"not_duplicate\": 0, \"duplicate\": 1},\n");
   char *s = NULL;
   if (asprintf(
           &s,
@@ -274,14 +296,14 @@ static char *bert_config_json(const mgt_config *c, int64_t iteration) {
           "  \"type_vocab_size\": 2,\n  \"initializer_range\": %.9g,\n"
           "  \"layer_norm_eps\": %.9g,\n  \"pad_token_id\": 0,\n"
           "  \"position_embedding_type\": \"absolute\",\n  \"tie_word_embeddings\": true,\n"
-          "  \"torch_dtype\": \"float32\",\n"
+          "  \"torch_dtype\": \"float32\",\n%s"
           "  \"megatron_c\": {\"iteration\": %lld, \"seq_length\": %d, \"mlp_gelu\": \"tanh\", "
-          "\"lm_head_gelu\": \"erf\", \"post_layernorm\": %s}\n}\n",
-          post ? "Bert" : "MegatronBert", binary ? "ForPreTraining" : "ForMaskedLM",
-          post ? "bert" : "megatron-bert", c->vocab_size, c->hidden_size, c->num_layers,
-          c->num_attention_heads, c->ffn_hidden_size, c->hidden_dropout, c->attention_dropout,
-          c->max_position_embeddings, c->init_method_std, c->layernorm_epsilon,
-          (long long)iteration, c->seq_length, post ? "true" : "false") < 0)
+          "\"lm_head_gelu\": \"erf\", \"post_layernorm\": %s, \"task\": \"%s\"}\n}\n",
+          post ? "Bert" : "MegatronBert", kind, post ? "bert" : "megatron-bert", c->vocab_size,
+          c->hidden_size, c->num_layers, c->num_attention_heads, c->ffn_hidden_size,
+          c->hidden_dropout, c->attention_dropout, c->max_position_embeddings, c->init_method_std,
+          c->layernorm_epsilon, labels, (long long)iteration, c->seq_length,
+          post ? "true" : "false", mgt_task_names[c->task]) < 0)
     return NULL;
   return s;
 }
@@ -394,14 +416,27 @@ static double json_num(const mgt_json *obj, const char *key, double dflt) {
 }
 
 /* A BERT config.json: MegatronBert (pre-LN) or Bert (post-LN), ...ForPreTraining with the
-   binary head or ...ForMaskedLM without. */
+   binary head or ...ForMaskedLM without; ...ForMultipleChoice is RACE, ...ForSequenceClassification
+   MNLI (3 labels) or QQP (2). */
 static mgt_status read_bert_config(const mgt_json *conf, const char *path, int post,
                                    mgt_config *cfg) {
   const mgt_json *arch = mgt_json_get(conf, "architectures");
   int binary = 1;
   if (arch && arch->type == MGT_JSON_ARRAY && arch->len > 0 &&
       arch->items[0].type == MGT_JSON_STRING)
-    binary = strstr(arch->items[0].str, "ForPreTraining") != NULL;
+    binary = !strstr(arch->items[0].str, "ForMaskedLM");
+  int task = MGT_TASK_NONE;
+  if (binary && strstr(arch->items[0].str, "ForMultipleChoice")) task = MGT_TASK_RACE;
+  if (binary && strstr(arch->items[0].str, "ForSequenceClassification")) {
+    const mgt_json *id2 = mgt_json_get(conf, "id2label");
+    const int n =
+        json_int(conf, "num_labels", id2 && id2->type == MGT_JSON_OBJECT ? (int)id2->len : 2);
+    MGT_REQUIRE(n == 2 || n == 3,
+                "%s: a sequence classifier of %d labels is none of the fine-tuning tasks (MNLI has "
+                "3, QQP 2)",
+                path, n);
+    task = n == 3 ? MGT_TASK_MNLI : MGT_TASK_QQP;
+  }
   const mgt_json *act = mgt_json_get(conf, "hidden_act");
   MGT_REQUIRE(!act || (act->type == MGT_JSON_STRING && !strcmp(act->str, "gelu")),
               "%s: hidden_act must be \"gelu\" (erf), the LM head's activation", path);
@@ -410,6 +445,7 @@ static mgt_status read_bert_config(const mgt_json *conf, const char *path, int p
   cfg->model = MGT_MODEL_BERT;
   cfg->apply_residual_connection_post_layernorm = post;
   cfg->bert_no_binary_head = !binary;
+  cfg->task = task;
   cfg->hidden_size = json_int(conf, "hidden_size", 0);
   cfg->num_layers = json_int(conf, "num_hidden_layers", 0);
   cfg->num_attention_heads = json_int(conf, "num_attention_heads", 0);

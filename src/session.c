@@ -24,6 +24,13 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
                 "GPT (a fine-tuned BERT is scored with mgt eval --task RACE, MNLI or QQP)",
                 s->path);
   }
+  if (o->tokenizer_type >= 0) c->tokenizer_type = o->tokenizer_type;
+  if (o->vocab_file && o->vocab_file[0])
+    snprintf(c->vocab_file, sizeof c->vocab_file, "%s", o->vocab_file);
+  MGT_REQUIRE(!o->task || (c->tokenizer_type >= MGT_TOKENIZER_BERT_LOWER && c->vocab_file[0]),
+              "%s names no WordPiece vocabulary (a model imported from Hugging Face has none): "
+              "give --tokenizer-type BertWordPieceLowerCase or BertWordPieceCase and --vocab-file",
+              s->path);
   c->tensor_model_parallel_size = o->tensor_parallel ? o->tensor_parallel : size;
   if (o->seq_length) c->seq_length = o->seq_length;
   MGT_REQUIRE(c->seq_length <= c->max_position_embeddings,

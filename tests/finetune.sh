@@ -4,10 +4,10 @@
 # rule a small model can learn: a tiny BERT pretrained on a book here, then fine-tuned must
 # reach >= 0.9 validation accuracy on each task (RACE at tp=2), while the same run with its
 # training labels shuffled stays near chance; layouts (1,1), (2,1), (1,2), (2,2) give
-# per-iteration losses within 1e-5 of one rank; a run saved at tp=2 dp=2 and resumed at tp=1
-# dp=2 equals the uninterrupted one; mgt eval of the final checkpoint reports what the run's
-# last validation did; malformed records, a mismatched pretrained model and misuse are refused
-# in one line. Usage: finetune.sh MGT MPIEXEC DATA_DIR (exit 77 without DATA_DIR)
+# per-iteration losses within 1e-5 of one rank (--bf16 within 2e-2); a run saved at tp=2 dp=2
+# and resumed at tp=1 dp=2 equals the uninterrupted one; mgt eval of the final checkpoint
+# reports what the run's last validation did; the Hugging Face export reads back bit for bit;
+# malformed records, a mismatched pretrained model and misuse are refused in one line. Usage: finetune.sh MGT MPIEXEC DATA_DIR (exit 77 without DATA_DIR)
 set -u
 MGT=$1 MPIEXEC=$2 DATA=$3
 V=$DATA/bert/bert-base-uncased-vocab.txt
@@ -130,7 +130,7 @@ ft qqp 1 1 QQP $GLUE --epochs 6 --train-data "$tmp/QQP.train.tsv" --valid-data "
   at_least "$acc" 0.9 && echo "ok: QQP validation accuracy $acc >= 0.9" || fail "QQP accuracy $acc < 0.9"
   grep -q '"f1":' "$tmp/qqp.jsonl" && echo "ok: QQP reports F1" || fail "QQP without F1"
 }
-ft race 2 2 RACE --micro-batch-size 8 --global-batch-size 8 --lr 1e-3 --epochs 6 \
+ft race 2 2 RACE --micro-batch-size 8 --global-batch-size 8 --lr 1e-3 --epochs 6 --lr-warmup-fraction 0.1 --log-interval 1 \
   --pretrained-checkpoint "$tmp/pre" --train-data "$tmp/race/train/middle" \
   --valid-data "$tmp/race/dev/middle" "$tmp/race/dev/high" --save "$tmp/ft_race" && {
   m=$(last_acc race middle) h=$(last_acc race high)
@@ -138,6 +138,13 @@ ft race 2 2 RACE --micro-batch-size 8 --global-batch-size 8 --lr 1e-3 --epochs 6
     fail "RACE accuracy middle $m high $h"
   grep -q "RACE overall" "$tmp/race.log" && echo "ok: RACE reports each set and both together" ||
     fail "RACE overall line"
+  # 6 epochs of 64 iterations: --lr-warmup-fraction 0.1 warms up over 38
+  $PY - "$tmp/race.jsonl" <<'PY' && echo "ok: --lr-warmup-fraction 0.1 of 384 iterations warms up over 38" || fail "--lr-warmup-fraction"
+import json, sys
+lr = {r["iteration"]: r["lr"] for r in map(json.loads, open(sys.argv[1])) if "lr" in r}
+assert max(lr) == 384, max(lr)
+assert abs(lr[1] - 1e-3 / 38) < 1e-12 and abs(lr[38] - 1e-3) < 1e-12 and lr[39] < 1e-3, (lr[1], lr[38], lr[39])
+PY
 }
 
 # same A B [FIRST]: per-iteration losses and validations of A and B within 1e-5
@@ -167,6 +174,14 @@ ft ref 1 1 MNLI $SMALL && {
     ft "n$1tp$2" "$1" "$2" MNLI $SMALL --eval-interval 5 &&
       { same ref "n$1tp$2" && echo "ok: $1 ranks at tp $2 == one rank" || fail "$1 ranks at tp $2"; }
   done
+  ft bf16 2 2 MNLI $SMALL --bf16 && $PY - "$tmp/ref.jsonl" "$tmp/bf16.jsonl" <<'PY' &&
+import json, sys
+a, b = ({r["iteration"]: r["loss"] for r in map(json.loads, open(p)) if "consumed_samples" in r} for p in sys.argv[1:3])
+worst = max(abs(a[i] - b[i]) for i in b)
+assert len(b) == 20 and worst <= 2e-2, worst
+print("   bf16: losses within %.2g of fp32" % worst)
+PY
+    echo "ok: --bf16 at tp 2 within 2e-2 of fp32" || fail "--bf16 fine-tuning"
   # 20 iterations: saved at 7 (inside the first epoch) at tp=2 dp=2, resumed at tp=1 dp=2
   ft part 4 2 MNLI $SMALL --exit-interval 7 --save "$tmp/ck" &&
     ft resumed 2 1 MNLI $SMALL --load "$tmp/ck" &&
@@ -206,6 +221,34 @@ evaluate race 2 1 RACE "$tmp/race/dev/middle" "$tmp/race/dev/high" && agree race
   echo "ok: mgt eval --task RACE at tp=1 dp=2 == the run's last validation (trained at tp=2)" ||
   fail "mgt eval RACE"
 
+# Hugging Face: the fine-tuned models with their heads and labels, read back bit for bit, and the
+# imported MNLI model scores as the original
+for name in mnli race; do
+  "$MGT" ckpt export --format hf --load "$tmp/ft_$name" --output "$tmp/hf_$name" >"$tmp/x.log" 2>&1 &&
+    "$MGT" ckpt import --format hf --input "$tmp/hf_$name" --save "$tmp/imp_$name" >>"$tmp/x.log" 2>&1 &&
+    "$MGT" ckpt export --format hf --load "$tmp/imp_$name" --output "$tmp/hf2_$name" >>"$tmp/x.log" 2>&1 &&
+    cmp -s "$tmp/hf_$name/model.safetensors" "$tmp/hf2_$name/model.safetensors" &&
+    echo "ok: export of the $name model, imported and exported again bit for bit" ||
+    { fail "export/import of the $name model"; tail -3 "$tmp/x.log"; }
+done
+$PY - "$tmp/hf_mnli" "$tmp/hf_race" <<'PY' && echo "ok: the exports are ...ForSequenceClassification (3 labels) and ...ForMultipleChoice" || fail "export config and names"
+import json, struct, sys
+def header(d):
+    with open(d + "/model.safetensors", "rb") as f:
+        return json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+m, r = (json.load(open(d + "/config.json")) for d in sys.argv[1:3])
+assert m["architectures"] == ["MegatronBertForSequenceClassification"] and m["num_labels"] == 3, m
+assert m["id2label"] == {"0": "contradiction", "1": "entailment", "2": "neutral"}, m["id2label"]
+assert r["architectures"] == ["MegatronBertForMultipleChoice"], r["architectures"]
+hm, hr = header(sys.argv[1]), header(sys.argv[2])
+assert hm["classifier.weight"]["shape"] == [3, 32] and hr["classifier.weight"]["shape"] == [1, 32]
+assert "bert.pooler.dense.weight" in hm and not any(k.startswith("cls.") for k in hm), sorted(hm)
+PY
+expect "names no WordPiece vocabulary" "$MGT" eval --task MNLI --load "$tmp/imp_mnli" --valid-data "$tmp/MNLI.dev.tsv"
+"$MGT" eval --task MNLI --load "$tmp/imp_mnli" --tokenizer-type BertWordPieceLowerCase --vocab-file "$V" --valid-data "$tmp/MNLI.dev.tsv" >"$tmp/imp.eval" 2>&1 &&
+  [ "$(grep -o '"correct": [0-9]*' "$tmp/imp.eval")" = "$(grep -o '"correct": [0-9]*' "$tmp/mnli.eval")" ] &&
+  echo "ok: the imported MNLI model scores as the original" || fail "the imported MNLI model"
+
 # refusals: one error line, exit 2, nothing written
 FT="$MGT finetune $ARCH --micro-batch-size 4 --epochs 1 --pretrained-checkpoint $tmp/pre"
 sed '5s/\tneutral$/\tmaybe/; 5s/\tentailment$/\tmaybe/; 5s/\tcontradiction$/\tmaybe/' \
@@ -225,6 +268,7 @@ expect "is not a pretrained BERT" $FT --task QQP --train-data "$tmp/QQP.dev.tsv"
 expect "needs --pretrained-checkpoint" "$MGT" finetune $ARCH --task QQP --train-data "$tmp/QQP.dev.tsv" --epochs 1
 expect "needs --epochs" "$MGT" finetune $ARCH --task QQP --train-data "$tmp/QQP.dev.tsv" --pretrained-checkpoint "$tmp/pre"
 expect "fewer than one global batch" $FT --task QQP --train-data "$tmp/QQP.dev.tsv" --global-batch-size 256
+expect "the paper scores GPT zero-shot" $FT --model gpt --task QQP --train-data "$tmp/QQP.dev.tsv"
 expect "--task is for mgt finetune" "$MGT" train --model bert $ARCH --task MNLI --train-data "$tmp/MNLI.dev.tsv"
 expect "not a BERT fine-tuned for QQP" "$MGT" eval --task QQP --load "$tmp/ft_mnli" --valid-data "$tmp/QQP.dev.tsv"
 expect "not a BERT fine-tuned for MNLI" "$MGT" eval --task MNLI --load "$tmp/pre" --valid-data "$tmp/MNLI.dev.tsv"

@@ -72,7 +72,8 @@ typedef struct mgt_config {
   double min_lr;
   int lr_decay_style; /* mgt_lr_style */
   int64_t lr_warmup_iters;
-  int64_t lr_decay_iters; /* 0: train_iters */
+  double lr_warmup_fraction; /* > 0: lr_warmup_iters derived from lr_decay_iters */
+  int64_t lr_decay_iters;    /* 0: train_iters */
   double weight_decay;
   double adam_beta1;
   double adam_beta2;

@@ -26,6 +26,8 @@ typedef struct mgt_session_opts {
   int micro_batch_size;   /* sequences per forward pass */
   int device;             /* MGT_DEVICE_* */
   int task;               /* MGT_TASK_*: the fine-tuned BERT scored; 0: a GPT */
+  int tokenizer_type;     /* -1: the checkpoint's */
+  const char *vocab_file; /* "": the checkpoint's (an imported model has none) */
 } mgt_session_opts;
 
 typedef struct mgt_session {
