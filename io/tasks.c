@@ -401,7 +401,8 @@ static mgt_status read_race(mgt_task_set *s, mgt_tokenizer *tok, int skip) {
   closedir(d);
   mgt_json_parser *jp = NULL;
   if (st == MGT_OK) st = mgt_json_parser_create(&jp);
-  if (st == MGT_OK) qsort(names, n, sizeof *names, by_name); /* glob's order is the disk's */
+  if (st == MGT_OK && n > 0)
+    qsort(names, n, sizeof *names, by_name); /* glob's order is the disk's */
   for (size_t i = 0; i < n && st == MGT_OK; i++) {
     char file[MGT_PATH_MAX + 256], *text = NULL;
     size_t len = 0;
