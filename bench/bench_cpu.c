@@ -130,7 +130,18 @@ static void measure(rates *r) {
 
 /* Times `steps` training steps (after one warm-up step) of GPT-2 124M shapes with global
    batch B at the grid's layout; prints throughput and the share of time in collectives. */
-static int overlap;
+static int overlap, distopt;
+
+/* This process's peak resident memory (VmHWM), MiB; 0 when /proc does not say. */
+static double peak_rss_mib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  double kib = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmHWM:", 6)) kib = atof(line + 6);
+  if (f) fclose(f);
+  return kib / 1024.0;
+}
 
 static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T, int steps,
                       double *achieved) {
@@ -150,6 +161,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   cfg.mock_data = 1;
   cfg.lr = 1e-4;
   cfg.overlap_grad_reduce = overlap;
+  cfg.use_distributed_optimizer = distopt;
   if (mgt_config_finalize(&cfg, grid->size) != MGT_OK) {
     mgt_error_print(stderr);
     return 1;
@@ -187,6 +199,10 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   double t = median(times, steps);
   double flops = mgt_gpt_flops_per_iteration(&cfg);
   double tokens = (double)B * T;
+  mgt_gpt_memory plan;
+  mgt_gpt_memory_plan_grid(&cfg, grid->tp, grid->dp, &plan);
+  double rss = peak_rss_mib();
+  MPI_Allreduce(MPI_IN_PLACE, &rss, 1, MPI_DOUBLE, MPI_MAX, grid->world);
   if (grid->rank == 0) {
     printf("gpt2-124M B=%d T=%-4d tp=%d dp=%d threads/rank=%d: %8.1f ms/step %7.1f tokens/s "
            "%6.1f GFLOP/s",
@@ -194,6 +210,10 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
     if (grid->size > 1)
       printf(" | communication %.1f%% of step time%s", 100.0 * cmax / total,
              overlap && grid->dp > 1 ? " (overlapped gradient all-reduce)" : "");
+    printf(" | optimizer state %.0f MiB/rank%s, planned total %.0f MiB/rank, peak RSS %.0f MiB "
+           "(largest rank)",
+           plan.optimizer / 1048576.0, distopt ? " (distributed optimizer)" : "",
+           plan.total / 1048576.0, rss);
     printf(" | model %.1f GFLOP/step, loss %.3f\n", flops / 1e9, s.loss);
   }
   *achieved = flops / t;
@@ -202,6 +222,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
 }
 
 /* usage: bench_cpu [--steps N] [--tp T] [--no-peaks] [--overlap-grad-reduce]
+                    [--use-distributed-optimizer]
                     [--config small|large|both]
    One rank: measures the machine's peaks, then the step time at two shapes.
    Several ranks (under mpiexec): the same shapes at the given tensor-parallel size, the
@@ -220,6 +241,8 @@ int main(int argc, char **argv) {
       peaks = 0;
     else if (!strcmp(argv[i], "--overlap-grad-reduce"))
       overlap = 1;
+    else if (!strcmp(argv[i], "--use-distributed-optimizer"))
+      distopt = 1;
     else if (!strcmp(argv[i], "--config") && i + 1 < argc)
       which = argv[++i];
   }

@@ -109,6 +109,87 @@ static uint64_t region_sum(const region *r, const float *local) {
   return s;
 }
 
+/* A rank's part of a tensor: its slab's region and, for a ranged entry, the element range of
+   the slab it holds (state.h). */
+typedef struct part {
+  region r;
+  int ranged;
+  hsize_t first, count;
+} part;
+
+static void part_of(const mgt_state_tensor *t, part *p) {
+  region_of(&t->shard, &p->r);
+  p->ranged = t->ranged;
+  p->first = t->ranged ? (hsize_t)t->first : 0;
+  p->count = t->ranged ? (hsize_t)t->count : 0;
+}
+
+/* The dimensions right-aligned in three, so that the last one is the contiguous one. */
+typedef struct dims3 {
+  hsize_t f[3], st[3], c[3], l[3];
+} dims3;
+
+static void dims3_of(const region *r, dims3 *v) {
+  for (int d = 0; d < 3; d++)
+    v->f[d] = v->c[d] = v->l[d] = 1, v->st[d] = 0;
+  for (int d = 0; d < r->ndim; d++) {
+    int e = 3 - r->ndim + d;
+    v->f[e] = r->full[d], v->st[e] = r->start[d], v->c[e] = r->count[d], v->l[e] = r->local[d];
+  }
+}
+
+/* Plane i, rows [j0, j1), columns [k0, k1) of a slab (right-aligned, padding clipped); mem is
+   the index in the part's data of element (i, j0, k0). */
+typedef struct box {
+  hsize_t i, j0, j1, k0, k1, mem;
+} box;
+
+static void add_box(const dims3 *v, hsize_t first, hsize_t i, hsize_t j0, hsize_t j1, hsize_t k0,
+                    hsize_t k1, box *out, size_t *n) {
+  const hsize_t mem = (i * v->l[1] + j0) * v->l[2] + k0 - first;
+  if (j1 > v->c[1]) j1 = v->c[1];
+  if (k1 > v->c[2]) k1 = v->c[2];
+  if (i >= v->c[0] || j0 >= j1 || k0 >= k1) return; /* padding only */
+  out[(*n)++] = (box){i, j0, j1, k0, k1, mem};
+}
+
+/* Most boxes a ranged part can need: per plane a partial row, whole rows, a partial row. */
+static size_t max_boxes(const part *p) {
+  dims3 v;
+  dims3_of(&p->r, &v);
+  return 3 * (size_t)v.l[0];
+}
+
+/* The boxes of elements [first, first + count) of the slab, in row-major order. */
+static size_t part_boxes(const part *p, box *out) {
+  dims3 v;
+  dims3_of(&p->r, &v);
+  const hsize_t P = v.l[1] * v.l[2], L = v.l[2], a = p->first, b = p->first + p->count;
+  size_t n = 0;
+  for (hsize_t i = a / P; p->count > 0 && i * P < b; i++) {
+    const hsize_t pa = (a > i * P ? a : i * P) - i * P,
+                  pb = (b < (i + 1) * P ? b : (i + 1) * P) - i * P;
+    const hsize_t ja = pa / L, ka = pa % L, jb = (pb - 1) / L, kb = (pb - 1) % L + 1;
+    if (ja == jb) {
+      add_box(&v, a, i, ja, ja + 1, ka, kb, out, &n);
+      continue;
+    }
+    hsize_t j = ja;
+    if (ka > 0) add_box(&v, a, i, ja, ja + 1, ka, L, out, &n), j = ja + 1;
+    const hsize_t jend = kb < L ? jb : jb + 1;
+    if (jend > j) add_box(&v, a, i, j, jend, 0, L, out, &n);
+    if (kb < L) add_box(&v, a, i, jb, jb + 1, 0, kb, out, &n);
+  }
+  return n;
+}
+
+/* Checksum of the elements a part holds, `data` laid out as the part holds them. */
+static uint64_t part_sum(const part *p, const float *data);
+
+/* Selects the part in the file space and creates the matching memory space in *mspace. */
+static mgt_status select_part(hid_t fspace, hid_t *mspace, const part *p, int active,
+                              const char *what);
+
 static mgt_status select_region(hid_t fspace, hid_t mspace, const region *r, int active,
                                 const char *what) {
   if (!active || r->n == 0) {
@@ -120,6 +201,65 @@ static mgt_status select_region(hid_t fspace, hid_t mspace, const region *r, int
   MGT_H5(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, r->start, NULL, r->count, NULL), what);
   MGT_H5(H5Sselect_hyperslab(mspace, H5S_SELECT_SET, zero, NULL, r->count, NULL), what);
   return MGT_OK;
+}
+
+static uint64_t part_sum(const part *p, const float *data) {
+  if (!p->ranged) return region_sum(&p->r, data);
+  box bx[3 * 64], *boxes = max_boxes(p) <= 3 * 64 ? bx : malloc(sizeof(box) * max_boxes(p));
+  if (!boxes) return 0; /* cannot happen for this project's tensors (at most 3 planes) */
+  const size_t nb = part_boxes(p, boxes);
+  dims3 v;
+  dims3_of(&p->r, &v);
+  uint64_t s = 0;
+  for (size_t q = 0; q < nb; q++) {
+    const box *x = &boxes[q];
+    for (hsize_t j = x->j0; j < x->j1; j++) {
+      const uint32_t *row = (const uint32_t *)(data + x->mem + (j - x->j0) * v.l[2]);
+      const uint64_t g = ((v.st[0] + x->i) * v.f[1] + v.st[1] + j) * v.f[2] + v.st[2] + x->k0;
+      uint64_t acc = 0;
+#pragma omp simd reduction(+ : acc)
+      for (hsize_t k = 0; k < x->k1 - x->k0; k++)
+        acc += mgt_fmix64(mgt_fmix64(g + k + 1) ^ row[k]);
+      s += acc;
+    }
+  }
+  if (boxes != bx) free(boxes);
+  return s;
+}
+
+static mgt_status select_part(hid_t fspace, hid_t *mspace, const part *p, int active,
+                              const char *what) {
+  if (!p->ranged) {
+    MGT_H5(*mspace = H5Screate_simple(p->r.ndim, p->r.local, NULL), what);
+    return select_region(fspace, *mspace, &p->r, active, what);
+  }
+  const hsize_t mn = p->count > 0 ? p->count : 1;
+  MGT_H5(*mspace = H5Screate_simple(1, &mn, NULL), what);
+  box bx[3 * 64], *boxes = max_boxes(p) <= 3 * 64 ? bx : malloc(sizeof(box) * max_boxes(p));
+  if (!boxes) MGT_FAIL(MGT_ERR_NOMEM, "%s: out of memory selecting a tensor part", what);
+  const size_t nb = active ? part_boxes(p, boxes) : 0;
+  mgt_status st = MGT_OK;
+  if (nb == 0) {
+    MGT_H5_TRY(H5Sselect_none(fspace), what);
+    MGT_H5_TRY(H5Sselect_none(*mspace), what);
+  }
+  for (size_t q = 0; q < nb; q++) { /* both sides are visited in row-major order */
+    const box *x = &boxes[q];
+    const hsize_t b3[3] = {x->i, x->j0, x->k0}, c3[3] = {1, x->j1 - x->j0, x->k1 - x->k0};
+    hsize_t start[3], count[3];
+    for (int d = 0; d < p->r.ndim; d++) {
+      const int e = 3 - p->r.ndim + d;
+      start[d] = b3[e] + p->r.start[d], count[d] = c3[e];
+    }
+    const H5S_seloper_t op = q ? H5S_SELECT_OR : H5S_SELECT_SET;
+    const hsize_t ms0 = x->mem, mstride = p->r.local[p->r.ndim - 1], mcount = x->j1 - x->j0,
+                  mblock = x->k1 - x->k0;
+    MGT_H5_TRY(H5Sselect_hyperslab(fspace, op, start, NULL, count, NULL), what);
+    MGT_H5_TRY(H5Sselect_hyperslab(*mspace, op, &ms0, &mstride, &mcount, &mblock), what);
+  }
+done:
+  if (boxes != bx) free(boxes);
+  return st;
 }
 
 /* ---- the list ---- */
@@ -225,20 +365,19 @@ static mgt_status write_slabs(hid_t file, hid_t dxpl, const mgt_state *s, float 
                               uint64_t *sums, const char *what) {
   for (int i = 0; i < s->n; i++) {
     const mgt_state_tensor *t = &s->t[i];
-    region r;
-    region_of(&t->shard, &r);
+    part pt;
+    part_of(t, &pt);
     const int active = t->replica == MGT_REPLICA_PRIMARY;
     const float *host = NULL;
     mgt_status st = MGT_OK;
     hid_t d = -1, fs = -1, ms = -1;
     if (active) {
       MGT_CHECK(slab_to_host(t, staging, &host));
-      sums[i] = region_sum(&r, host);
+      sums[i] = part_sum(&pt, host);
     }
     MGT_H5_TRY(d = H5Dopen2(file, t->name, H5P_DEFAULT), what);
     MGT_H5_TRY(fs = H5Dget_space(d), what);
-    MGT_H5_TRY(ms = H5Screate_simple(r.ndim, r.local, NULL), what);
-    MGT_TRY(select_region(fs, ms, &r, active, what));
+    MGT_TRY(select_part(fs, &ms, &pt, active, what));
     MGT_H5_TRY(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, dxpl, host ? host : staging), what);
   done:
     if (ms >= 0) H5Sclose(ms);
@@ -744,12 +883,14 @@ mgt_status mgt_ckpt_read_config(const char *path, mgt_config *cfg, mgt_ckpt_stat
   return st;
 }
 
-/* Reads this rank's region of one tensor into `local` (its slab shape, padding zeroed). */
-static mgt_status read_region(hid_t f, const char *file, const char *name, const region *r,
-                              float *local, size_t local_n) {
+/* Reads this rank's part of one tensor into `local` (laid out as the part holds it, padding
+   zeroed). */
+static mgt_status read_part(hid_t f, const char *file, const char *name, const part *pt,
+                            float *local, size_t local_n) {
+  const region *r = &pt->r;
   mgt_status st = MGT_OK;
   hid_t d = -1, fs = -1, ms = -1;
-  memset(local, 0, local_n * sizeof(float));
+  if (local_n) memset(local, 0, local_n * sizeof(float));
   if (H5Lexists(f, name, H5P_DEFAULT) <= 0) {
     mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
                   "checkpoint %s: tensor /%s is missing", file, name);
@@ -777,9 +918,9 @@ static mgt_status read_region(hid_t f, const char *file, const char *name, const
     st = MGT_ERR_INPUT;
     goto done;
   }
-  MGT_H5_TRY(ms = H5Screate_simple(r->ndim, r->local, NULL), file);
-  MGT_TRY(select_region(fs, ms, r, 1, file));
-  if (r->n) MGT_H5_TRY(H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, local), file);
+  MGT_TRY(select_part(fs, &ms, pt, 1, file));
+  if (r->n && (!pt->ranged || H5Sget_select_npoints(ms) > 0))
+    MGT_H5_TRY(H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, local), file);
 done:
   if (ms >= 0) H5Sclose(ms);
   if (fs >= 0) H5Sclose(fs);
@@ -811,15 +952,15 @@ static mgt_status read_slabs(hid_t f, const char *path, const mgt_state *s, int 
                              uint64_t *sums, uint64_t *want) {
   for (int i = 0; i < s->n; i++) {
     const mgt_state_tensor *t = &s->t[i];
-    region r;
-    region_of(&t->shard, &r);
+    part pt;
+    part_of(t, &pt);
     const size_t n = mgt_state_local_numel(t);
     float *local = t->mem ? staging : t->data;
-    MGT_CHECK(read_region(f, path, t->name, &r, local, n));
+    MGT_CHECK(read_part(f, path, t->name, &pt, local, n));
     MGT_CHECK(read_checksum(f, path, t->name, &want[i]));
     if (t->mem) MGT_CHECK(t->mem->upload(t->mem->ctx, t->data, local, n * sizeof(float)));
     if (t->replica >= 0) {
-      sums[2 * ((size_t)i * R + t->replica)] += region_sum(&r, local);
+      sums[2 * ((size_t)i * R + t->replica)] += part_sum(&pt, local);
       sums[2 * ((size_t)i * R + t->replica) + 1]++;
     }
   }

@@ -93,7 +93,7 @@ static mgt_status cu_allreduce(void *ctx, const mgt_grid *g, mgt_axis axis, floa
     MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, c->stage, (int)n, MPI_FLOAT, mop, mc));
     CU(cudaMemcpy(buf, c->stage, n * sizeof(float), cudaMemcpyHostToDevice));
   }
-  account(c, axis, t0, n * sizeof(float));
+  (void)t0; /* the MPI implementation counted it */
   return MGT_OK;
 }
 
@@ -156,6 +156,91 @@ static mgt_status cu_allgather(void *ctx, const mgt_grid *g, mgt_axis axis, cons
     CU(cudaMemcpy(out, hout, n * (size_t)size * sizeof(float), cudaMemcpyHostToDevice));
   }
   account(c, axis, t0, n * sizeof(float));
+  return MGT_OK;
+}
+
+/* NCCL has no variable counts: a reduce to each part's owner, grouped. MPI on device pointers
+   or through the pinned stage otherwise (finished at once). */
+static mgt_status cu_reduce_scatter(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in,
+                                    float *out, const int *counts, mgt_comm_req *req) {
+  cuda_comm *c = ctx;
+  int size, rank;
+  MPI_Comm mc = mgt_grid_axis_comm(g, axis, &size);
+  if (!on_device(in)) return c->host.reduce_scatter(c->host.ctx, g, axis, in, out, counts, req);
+  if (req) req->mpi = MPI_REQUEST_NULL, req->axis = axis;
+  MGT_MPI(MPI_Comm_rank(mc, &rank));
+  size_t n = 0;
+  for (int q = 0; q < size; q++)
+    n += (size_t)counts[q];
+  if (size == 1) {
+    if (counts[0] > 0 && out != in)
+      CU(cudaMemcpyAsync(out, in, sizeof(float) * (size_t)counts[0], cudaMemcpyDeviceToDevice,
+                         c->stream));
+    return MGT_OK;
+  }
+  double t0 = mgt_now();
+#ifdef MGT_HAVE_NCCL
+  if (c->mode == MGT_DIST_NCCL) {
+    NCCL(ncclGroupStart());
+    size_t at = 0;
+    for (int q = 0; q < size; q++) {
+      NCCL(ncclReduce(in + at, out, (size_t)counts[q], ncclFloat, ncclSum, q, c->nccl[axis],
+                      c->stream));
+      at += (size_t)counts[q];
+    }
+    NCCL(ncclGroupEnd());
+    account(c, axis, t0, n * sizeof(float));
+    return MGT_OK;
+  }
+#endif
+  CU(cudaStreamSynchronize(c->stream));
+  if (c->mode == MGT_DIST_MPI_CUDA_AWARE) {
+    MGT_MPI(MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, mc));
+  } else {
+    MGT_CHECK(stage(c, n));
+    CU(cudaMemcpy(c->stage, in, n * sizeof(float), cudaMemcpyDeviceToHost));
+    MGT_MPI(MPI_Reduce_scatter(c->stage, c->stage + n, counts, MPI_FLOAT, MPI_SUM, mc));
+    CU(cudaMemcpy(out, c->stage + n, sizeof(float) * (size_t)counts[rank], cudaMemcpyHostToDevice));
+  }
+  account(c, axis, t0, n * sizeof(float));
+  return MGT_OK;
+}
+
+static mgt_status cu_allgatherv(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf,
+                                const int *counts) {
+  cuda_comm *c = ctx;
+  int size;
+  (void)mgt_grid_axis_comm(g, axis, &size);
+  if (size == 1) return MGT_OK;
+  if (!on_device(buf)) return c->host.allgatherv(c->host.ctx, g, axis, buf, counts);
+  size_t n = 0;
+  for (int q = 0; q < size; q++)
+    n += (size_t)counts[q];
+  double t0 = mgt_now();
+#ifdef MGT_HAVE_NCCL
+  if (c->mode == MGT_DIST_NCCL) { /* each part broadcast by its owner, grouped */
+    NCCL(ncclGroupStart());
+    size_t at = 0;
+    for (int q = 0; q < size; q++) {
+      NCCL(ncclBroadcast(buf + at, buf + at, (size_t)counts[q], ncclFloat, q, c->nccl[axis],
+                         c->stream));
+      at += (size_t)counts[q];
+    }
+    NCCL(ncclGroupEnd());
+    account(c, axis, t0, n * sizeof(float));
+    return MGT_OK;
+  }
+#endif
+  CU(cudaStreamSynchronize(c->stream));
+  if (c->mode == MGT_DIST_MPI_CUDA_AWARE) {
+    MGT_CHECK(c->host.allgatherv(c->host.ctx, g, axis, buf, counts));
+  } else {
+    MGT_CHECK(stage(c, n));
+    CU(cudaMemcpy(c->stage, buf, n * sizeof(float), cudaMemcpyDeviceToHost));
+    MGT_CHECK(c->host.allgatherv(c->host.ctx, g, axis, c->stage, counts));
+    CU(cudaMemcpy(buf, c->stage, n * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  (void)t0; /* the MPI implementation counted it */
   return MGT_OK;
 }
 
@@ -253,6 +338,8 @@ mgt_status mgt_comm_cuda_create(mgt_comm *comm, const mgt_grid *grid, void *stre
   comm->test = cu_test;
   comm->allgather = cu_allgather;
   comm->broadcast = cu_broadcast;
+  comm->reduce_scatter = cu_reduce_scatter;
+  comm->allgatherv = cu_allgatherv;
   if (mode) *mode = c->mode;
   if (st != MGT_OK) mgt_comm_cuda_destroy(comm);
   return st;

@@ -3,6 +3,7 @@
 
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mgt/log.h"
 
@@ -124,6 +125,46 @@ static mgt_status mpi_broadcast(void *ctx, const mgt_grid *g, mgt_axis axis, voi
   return MGT_OK;
 }
 
+static mgt_status mpi_reduce_scatter(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in,
+                                     float *out, const int *counts, mgt_comm_req *req) {
+  int size, rank;
+  MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
+  MGT_MPI(MPI_Comm_rank(c, &rank));
+  if (req) req->mpi = MPI_REQUEST_NULL, req->axis = axis;
+  if (size == 1) {
+    if (counts[0] > 0 && out != in) memcpy(out, in, sizeof(float) * (size_t)counts[0]);
+    return MGT_OK;
+  }
+  size_t n = 0;
+  for (int q = 0; q < size; q++)
+    n += (size_t)counts[q];
+  double t0 = mgt_now();
+  if (req)
+    MGT_MPI(MPI_Ireduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, c, &req->mpi));
+  else
+    MGT_MPI(MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, c));
+  account(ctx, axis, t0, n * sizeof(float));
+  return MGT_OK;
+}
+
+static mgt_status mpi_allgatherv(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf,
+                                 const int *counts) {
+  int size;
+  MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
+  if (size == 1) return MGT_OK;
+  int *displs = malloc(sizeof(int) * (size_t)size);
+  if (!displs) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for an all-gather");
+  size_t n = 0;
+  for (int q = 0; q < size; q++)
+    displs[q] = (int)n, n += (size_t)counts[q];
+  double t0 = mgt_now();
+  int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, c);
+  free(displs);
+  MGT_MPI(rc);
+  account(ctx, axis, t0, n * sizeof(float));
+  return MGT_OK;
+}
+
 void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid, mgt_comm_stats *stats) {
   comm->grid = grid;
   comm->ctx = stats;
@@ -135,4 +176,6 @@ void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid, mgt_comm_stats *sta
   comm->test = mpi_test;
   comm->allgather = mpi_allgather;
   comm->broadcast = mpi_broadcast;
+  comm->reduce_scatter = mpi_reduce_scatter;
+  comm->allgatherv = mpi_allgatherv;
 }

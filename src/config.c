@@ -77,6 +77,9 @@ static const mgt_flag flags[] = {
         "gradient elements per data-parallel all-reduce"),
     BOOL("--overlap-grad-reduce", overlap_grad_reduce,
          "start non-blocking gradient all-reduces while backward runs"),
+    BOOL("--use-distributed-optimizer", use_distributed_optimizer,
+         "shard the Adam moments and the update over the data-parallel ranks: gradients "
+         "reduce-scattered, parameters all-gathered (Megatron-LM's distributed optimizer)"),
     BOOL("--dry-run", dry_run, "print the memory plan per rank and exit"),
     {"--device", MGT_FLAG_ENUM, OFF(device), 0, 0,
      "cpu, or cuda (one GPU per rank, chosen by the node-local rank)", mgt_device_names, 0},

@@ -5,6 +5,7 @@
 #include "mgt/data.h"
 #include "mgt/tasks.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,12 @@ struct mgt_gpt {
   size_t *piece_off, *piece_n;
   mgt_comm_req *reqs;
   int n_pieces, n_started, n_done;
+  /* --use-distributed-optimizer: data-parallel rank q owns [shard[q], shard[q + 1]) of the flat
+     buffers, cut at any element; a piece's reduce-scatter gives each rank its part
+     (piece_counts, dp per piece) in gshard, the owned gradient (m->g itself at dp = 1). */
+  size_t *shard;
+  int *piece_counts;
+  float *gshard;
 };
 
 /* ---- parameter layout ---- */
@@ -337,6 +344,10 @@ static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, int recomput
 }
 
 void mgt_gpt_memory_plan(const mgt_config *cfg, int tp, mgt_gpt_memory *mem) {
+  mgt_gpt_memory_plan_grid(cfg, tp, 1, mem);
+}
+
+void mgt_gpt_memory_plan_grid(const mgt_config *cfg, int tp, int dp, mgt_gpt_memory *mem) {
   mgt_gpt_dims d;
   mgt_gpt_dims_from_config(cfg, tp, 0, &d);
   int n;
@@ -348,6 +359,11 @@ void mgt_gpt_memory_plan(const mgt_config *cfg, int tp, mgt_gpt_memory *mem) {
   mem->params = floats * sizeof(float);
   mem->grads = mem->params;
   mem->optimizer = 2 * mem->params;
+  if (cfg->use_distributed_optimizer && dp > 1) { /* the largest shard, and its gradient */
+    const size_t shard = (floats + (size_t)dp - 1) / (size_t)dp * sizeof(float);
+    mem->optimizer = 2 * shard;
+    mem->grads += shard;
+  }
   mem->activations_full = layout_activations(&probe, &d, 0) * sizeof(float);
   mem->activations_recompute = layout_activations(&probe, &d, 1) * sizeof(float);
   mem->activations =
@@ -461,6 +477,34 @@ static mgt_status plan_buckets(mgt_gpt *m) {
   return MGT_OK;
 }
 
+/* --use-distributed-optimizer: rank q of dp owns the q-th of dp even cuts of the flat buffers
+   (at any element: a tensor may span two ranks); each piece's reduce-scatter gives every rank
+   the part of the piece it owns. */
+static mgt_status plan_shards(mgt_gpt *m) {
+  const int dp = m->grid->dp, r = m->grid->dp_rank;
+  MGT_CHECK(mgt_calloc(sizeof(size_t) * (size_t)(dp + 1), "optimizer shards", (void **)&m->shard));
+  for (int q = 0; q <= dp; q++)
+    m->shard[q] = (size_t)((uint64_t)m->n_floats * (uint64_t)q / (uint64_t)dp);
+  if (dp == 1) {
+    m->gshard = m->g; /* nothing to reduce: the shard is everything */
+    return MGT_OK;
+  }
+  MGT_CHECK(mgt_calloc(sizeof(int) * (size_t)m->n_pieces * (size_t)dp, "shard counts",
+                       (void **)&m->piece_counts));
+  for (int p = 0; p < m->n_pieces; p++) {
+    const size_t a = m->piece_off[p], b = a + m->piece_n[p];
+    MGT_REQUIRE(m->piece_n[p] <= INT_MAX, "--ddp-bucket-size: pieces above 2^31 elements");
+    for (int q = 0; q < dp; q++) {
+      const size_t lo = a > m->shard[q] ? a : m->shard[q],
+                   hi = b < m->shard[q + 1] ? b : m->shard[q + 1];
+      m->piece_counts[(size_t)p * dp + q] = hi > lo ? (int)(hi - lo) : 0;
+    }
+  }
+  const size_t n = m->shard[r + 1] - m->shard[r];
+  return m->be->alloc(m->be->ctx, sizeof(float) * (n ? n : 1), "gradient shard",
+                      (void **)&m->gshard);
+}
+
 mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt_backend *be,
                           const mgt_comm *comm, mgt_gpt **out) {
   *out = NULL;
@@ -515,6 +559,7 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
     MGT_TRY(be->upload(be->ctx, m->cls_rows, m->host_b, sizeof(int32_t) * (size_t)d->B));
   }
   MGT_TRY(plan_buckets(m));
+  if (cfg->use_distributed_optimizer) MGT_TRY(plan_shards(m));
   MGT_TRY(init_params(m));
   *out = m;
   return MGT_OK;
@@ -527,6 +572,7 @@ void mgt_gpt_destroy(mgt_gpt **model) {
   mgt_gpt *m = *model;
   if (!m) return;
   if (m->be) {
+    if (m->gshard && m->gshard != m->g) m->be->free(m->be->ctx, m->gshard);
     if (m->w) m->be->free(m->be->ctx, m->w);
     if (m->g) m->be->free(m->be->ctx, m->g);
     if (m->arena) m->be->free(m->be->ctx, m->arena);
@@ -542,6 +588,8 @@ void mgt_gpt_destroy(mgt_gpt **model) {
   mgt_free(m->bucket_first);
   mgt_free(m->piece_off);
   mgt_free(m->piece_n);
+  mgt_free(m->shard);
+  mgt_free(m->piece_counts);
   mgt_free(m);
   *model = NULL;
 }
@@ -899,6 +947,15 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
 static mgt_status start_bucket(mgt_gpt *m, int b) {
   for (int p = m->bucket_first[b]; p < m->bucket_first[b + 1]; p++, m->n_started++) {
     float *buf = m->g + m->piece_off[p];
+    if (m->piece_counts) { /* distributed optimizer: only the owned part is summed here */
+      const size_t lo = m->shard[m->grid->dp_rank], hi = m->shard[m->grid->dp_rank + 1],
+                   at = m->piece_off[p] < lo ? lo : (m->piece_off[p] > hi ? hi : m->piece_off[p]);
+      MGT_CHECK(m->comm->reduce_scatter(m->comm->ctx, m->grid, MGT_AXIS_DP, buf,
+                                        m->gshard + (at - lo),
+                                        m->piece_counts + (size_t)p * m->grid->dp,
+                                        m->cfg.overlap_grad_reduce ? &m->reqs[p] : NULL));
+      continue;
+    }
     if (m->cfg.overlap_grad_reduce)
       MGT_CHECK(m->comm->iallreduce(m->comm->ctx, m->grid, MGT_AXIS_DP, buf, m->piece_n[p], MGT_SUM,
                                     &m->reqs[p]));
@@ -1259,6 +1316,23 @@ const mgt_param *mgt_gpt_params(const mgt_gpt *m, int *count) {
 float *mgt_gpt_param_data(mgt_gpt *m) { return m->w; }
 float *mgt_gpt_grad_data(mgt_gpt *m) { return m->g; }
 size_t mgt_gpt_param_count(const mgt_gpt *m) { return m->n_floats; }
+
+float *mgt_gpt_grad_shard(mgt_gpt *m, size_t *first, size_t *n) {
+  if (!m->shard) {
+    *first = 0, *n = m->n_floats;
+    return m->g;
+  }
+  const int r = m->grid->dp_rank;
+  *first = m->shard[r], *n = m->shard[r + 1] - m->shard[r];
+  return m->gshard;
+}
+
+mgt_status mgt_gpt_gather_params(mgt_gpt *m) {
+  for (int p = 0; m->piece_counts && p < m->n_pieces; p++)
+    MGT_CHECK(m->comm->allgatherv(m->comm->ctx, m->grid, MGT_AXIS_DP, m->w + m->piece_off[p],
+                                  m->piece_counts + (size_t)p * m->grid->dp));
+  return MGT_OK;
+}
 const mgt_segment *mgt_gpt_segments(const mgt_gpt *m, int *count) {
   *count = m->n_params;
   return m->segs;

@@ -9,7 +9,10 @@ struct mgt_optim {
   mgt_gpt *model;
   const mgt_backend *be;
   const mgt_comm *comm;
-  float *m, *v;
+  float *m, *v; /* of the elements this rank updates: [first, first + n) of the flat buffers */
+  size_t first, n;
+  mgt_segment *segs; /* the model's segments cut to [first, first + n), offsets from first */
+  int nseg;
   int64_t steps;
   /* fp16 loss scaling (Megatron-LM's dynamic grad scaler) */
   double loss_scale;
@@ -29,7 +32,24 @@ mgt_status mgt_optim_create(const mgt_config *cfg, mgt_gpt *model, const mgt_bac
   o->loss_scale =
       !cfg->fp16 ? 1.0 : (cfg->loss_scale > 0 ? cfg->loss_scale : cfg->initial_loss_scale);
   o->hysteresis_left = cfg->hysteresis;
-  size_t bytes = mgt_gpt_param_count(model) * sizeof(float);
+  o->n = mgt_gpt_param_count(model);
+  if (cfg->use_distributed_optimizer) {
+    (void)mgt_gpt_grad_shard(model, &o->first, &o->n);
+    int ns;
+    const mgt_segment *all = mgt_gpt_segments(model, &ns);
+    MGT_TRY(mgt_calloc(sizeof(mgt_segment) * (size_t)(ns ? ns : 1), "optimizer segments",
+                       (void **)&o->segs));
+    for (int i = 0; i < ns; i++) {
+      const size_t a = all[i].offset > o->first ? all[i].offset : o->first,
+                   b = all[i].offset + all[i].n < o->first + o->n ? all[i].offset + all[i].n
+                                                                  : o->first + o->n;
+      if (b <= a) continue;
+      o->segs[o->nseg] = all[i];
+      o->segs[o->nseg].offset = a - o->first;
+      o->segs[o->nseg++].n = b - a;
+    }
+  }
+  size_t bytes = (o->n ? o->n : 1) * sizeof(float);
   MGT_TRY(be->alloc(be->ctx, bytes, "Adam first moment", (void **)&o->m));
   MGT_TRY(be->alloc(be->ctx, bytes, "Adam second moment", (void **)&o->v));
   *out = o;
@@ -44,14 +64,23 @@ void mgt_optim_destroy(mgt_optim **opt) {
   if (!o) return;
   if (o->m) o->be->free(o->be->ctx, o->m);
   if (o->v) o->be->free(o->be->ctx, o->v);
+  mgt_free(o->segs);
   mgt_free(o);
   *opt = NULL;
 }
 
 mgt_status mgt_optim_grad_norm(mgt_optim *o, double *norm) {
+  double ss = 0.0;
+  if (o->segs) { /* each shard once: the sum is over the whole grid */
+    size_t first, n;
+    const float *g = mgt_gpt_grad_shard(o->model, &first, &n);
+    if (o->nseg) MGT_CHECK(o->be->sumsq(o->be->ctx, g, o->segs, o->nseg, &ss));
+    MGT_CHECK(o->comm->allreduce_f64(o->comm->ctx, o->comm->grid, MGT_AXIS_WORLD, &ss, 1, MGT_SUM));
+    *norm = sqrt(ss);
+    return MGT_OK;
+  }
   int nseg;
   const mgt_segment *segs = mgt_gpt_segments(o->model, &nseg);
-  double ss = 0.0;
   MGT_CHECK(o->be->sumsq(o->be->ctx, mgt_gpt_grad_data(o->model), segs, nseg, &ss));
   MGT_CHECK(o->comm->allreduce_f64(o->comm->ctx, o->comm->grid, MGT_AXIS_TP, &ss, 1, MGT_SUM));
   *norm = sqrt(ss);
@@ -110,6 +139,14 @@ mgt_status mgt_optim_step(mgt_optim *o, double lr, double *grad_norm, int *skipp
   s.bias_correction1 = (float)(1.0 - pow(o->cfg.adam_beta1, (double)o->steps));
   s.bias_correction2 = (float)(1.0 - pow(o->cfg.adam_beta2, (double)o->steps));
   s.grad_scale = (float)scale;
+  if (o->segs) { /* this rank's shard, then every shard to every data-parallel rank */
+    size_t first, n;
+    float *g = mgt_gpt_grad_shard(o->model, &first, &n);
+    if (o->nseg)
+      MGT_CHECK(o->be->adamw(o->be->ctx, mgt_gpt_param_data(o->model) + first, g, o->m, o->v,
+                             o->segs, o->nseg, &s));
+    return mgt_gpt_gather_params(o->model);
+  }
   int nseg;
   const mgt_segment *segs = mgt_gpt_segments(o->model, &nseg);
   MGT_CHECK(o->be->adamw(o->be->ctx, mgt_gpt_param_data(o->model), mgt_gpt_grad_data(o->model),
@@ -121,9 +158,11 @@ int64_t mgt_optim_step_count(const mgt_optim *o) { return o->steps; }
 void mgt_optim_set_step_count(mgt_optim *o, int64_t steps) { o->steps = steps; }
 
 /* The moments have the parameters' layout: each model entry gives one entry per moment, at the
-   same offset in the moment's flat buffer. */
+   same offset in the moment's flat buffer. A distributed optimizer holds elements
+   [first, first + n) of those buffers: each entry is the range of its slab that falls there,
+   parts of one copy over the data-parallel ranks. */
 static mgt_status list_moments(const mgt_state *model, const float *w, float *const mom[2],
-                               mgt_state *out) {
+                               const mgt_optim *dist, mgt_state *out) {
   static const char *const names[2] = {"exp_avg", "exp_avg_sq"};
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < model->n; i++) {
@@ -133,20 +172,32 @@ static mgt_status list_moments(const mgt_state *model, const float *w, float *co
       if (snprintf(t.name, sizeof t.name, "optimizer/%s/%s", names[k], base) >= (int)sizeof t.name)
         MGT_FAIL(MGT_ERR_INTERNAL, "tensor name too long: %s", model->t[i].name);
       if (mom && t.data) t.data = mom[k] + ((const float *)model->t[i].data - w);
+      if (dist && t.data) {
+        const size_t at = (size_t)((const float *)model->t[i].data - w),
+                     len = mgt_state_local_numel(&model->t[i]),
+                     a = at > dist->first ? at : dist->first,
+                     b = at + len < dist->first + dist->n ? at + len : dist->first + dist->n;
+        t.ranged = 1;
+        t.first = b > a ? (int64_t)(a - at) : 0;
+        t.count = b > a ? (int64_t)(b - a) : 0;
+        t.data = mom[k] + (b > a ? a - dist->first : 0);
+        if (t.replica > 0) t.replica = MGT_REPLICA_PRIMARY; /* one copy, in parts */
+      }
       MGT_CHECK(mgt_state_add(out, &t));
     }
   return MGT_OK;
 }
 
 mgt_status mgt_optim_describe(const mgt_state *model, mgt_state *out) {
-  return list_moments(model, NULL, NULL, out);
+  return list_moments(model, NULL, NULL, NULL, out);
 }
 
 mgt_status mgt_optim_state(mgt_optim *o, mgt_state *out) {
   mgt_state model = {0};
   mgt_status st = mgt_gpt_state(o->model, &model);
   float *const mom[2] = {o->m, o->v};
-  if (st == MGT_OK) st = list_moments(&model, mgt_gpt_param_data(o->model), mom, out);
+  if (st == MGT_OK)
+    st = list_moments(&model, mgt_gpt_param_data(o->model), mom, o->segs ? o : NULL, out);
   mgt_state_fini(&model);
   return st;
 }

@@ -27,6 +27,7 @@ const mgt_state_tensor *mgt_state_find(const mgt_state *s, const char *name) {
 }
 
 size_t mgt_state_local_numel(const mgt_state_tensor *t) {
+  if (t->ranged) return (size_t)t->count;
   size_t n = 1;
   for (int d = 0; d < t->shard.ndim; d++)
     n *= (size_t)t->shard.shape[d];
@@ -49,6 +50,8 @@ void mgt_state_whole(const mgt_state_tensor *described, mgt_state_tensor *out) {
   out->replica = MGT_REPLICA_PRIMARY;
   out->data = NULL;
   out->mem = NULL;
+  out->ranged = 0;
+  out->first = out->count = 0;
 }
 
 size_t mgt_dtype_size(mgt_dtype t) {

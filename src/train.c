@@ -865,14 +865,18 @@ done:
 mgt_gpt *mgt_trainer_model(mgt_trainer *tr) { return tr->model; }
 mgt_optim *mgt_trainer_optim(mgt_trainer *tr) { return tr->optim; }
 
-void mgt_print_memory_plan(const mgt_config *cfg, int tp, FILE *f) {
+void mgt_print_memory_plan(const mgt_config *cfg, int tp, int dp, FILE *f) {
   mgt_gpt_memory m;
-  mgt_gpt_memory_plan(cfg, tp, &m);
+  mgt_gpt_memory_plan_grid(cfg, tp, dp, &m);
   const double MiB = 1024.0 * 1024.0;
   fprintf(f, "memory per rank (MiB):\n");
   fprintf(f, "  parameters          %12.1f\n", m.params / MiB);
   fprintf(f, "  gradients           %12.1f\n", m.grads / MiB);
-  fprintf(f, "  optimizer (Adam)    %12.1f\n", m.optimizer / MiB);
+  if (cfg->use_distributed_optimizer && dp > 1)
+    fprintf(f, "  optimizer (Adam)    %12.1f  (a shard of %d, --use-distributed-optimizer)\n",
+            m.optimizer / MiB, dp);
+  else
+    fprintf(f, "  optimizer (Adam)    %12.1f\n", m.optimizer / MiB);
   fprintf(f, "  activations         %12.1f  (without recomputation)\n", m.activations_full / MiB);
   fprintf(f, "  activations         %12.1f  (with --recompute-activations)\n",
           m.activations_recompute / MiB);

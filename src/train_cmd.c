@@ -180,12 +180,15 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
   MPI_Bcast(&ok, 1, MPI_INT, 0, world);
   if (!ok) return mgt_cli_fail(MGT_ERR_INPUT, rank, world, 1);
   if (cfg.dry_run) {
-    if (rank == 0) mgt_print_memory_plan(&cfg, cfg.tensor_model_parallel_size, stdout);
+    if (rank == 0)
+      mgt_print_memory_plan(&cfg, cfg.tensor_model_parallel_size,
+                            size / cfg.tensor_model_parallel_size, stdout);
     return 0;
   }
   /* Refuse before allocating: every rank sees the same plan, the node the same memory. */
   mgt_gpt_memory plan;
-  mgt_gpt_memory_plan(&cfg, cfg.tensor_model_parallel_size, &plan);
+  mgt_gpt_memory_plan_grid(&cfg, cfg.tensor_model_parallel_size,
+                           size / cfg.tensor_model_parallel_size, &plan);
   size_t need = plan.total;
   if (cfg.device == MGT_DEVICE_CPU) {
     size_t avail = available_memory(world);
@@ -221,7 +224,7 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
            grid->size, grid->tp, grid->dp, omp_get_max_threads(), dev.desc,
            prec == MGT_PREC_BF16 ? "; bf16 GEMM inputs"
                                  : (prec == MGT_PREC_FP16 ? "; fp16 GEMM inputs" : ""));
-    mgt_print_memory_plan(&cfg, grid->tp, stdout);
+    mgt_print_memory_plan(&cfg, grid->tp, grid->dp, stdout);
     fflush(stdout);
   }
   st = task ? mgt_trainer_create_task(&cfg, grid, dev.be, &dev.comm, stdout, task, &tr)

@@ -40,6 +40,41 @@ for n, tp in [(4, 2), (4, 4), (4, 1), (1, 1)]:
         assert same, "the same layout must resume bit for bit"
 PY
 
+# ---- the distributed optimizer: saved at (tp 2, dp 4) with it and resumed at (tp 1, dp 2)
+# without it, at (tp 4, dp 2) with it and on one rank; the ordinary checkpoint above resumed
+# with it at (tp 1, dp 4); every one within 1e-5 of the uninterrupted ordinary run ----
+D=(--use-distributed-optimizer --ddp-bucket-size 20000)
+"$MPIEXEC" -n 8 "$MGT" train "${A[@]}" "${D[@]}" --tensor-model-parallel-size 2 --save "$tmp/dist" \
+  --save-interval 10 --metrics-file "$tmp/dist_full.jsonl" > "$tmp/log" 2>&1 || { fail "distributed optimizer run"; tail -5 "$tmp/log"; }
+grep -q "a shard of 4, --use-distributed-optimizer" "$tmp/log" || fail "the memory plan of the distributed optimizer"
+"$MGT" ckpt verify "$tmp/dist" > "$tmp/out" 2>&1 && grep -q " 0 damaged" "$tmp/out" &&
+  echo "ok: a distributed optimizer's checkpoint verifies" || { fail "verify of a distributed optimizer's checkpoint"; cat "$tmp/out"; }
+for spec in "2 1 none dist" "8 4 dist dist" "1 1 none dist" "4 1 dist run"; do
+  set -- $spec
+  flags=()
+  [ "$3" = dist ] && flags=("${D[@]}")
+  "$MPIEXEC" -n $1 "$MGT" train "${A[@]}" "${flags[@]}" --tensor-model-parallel-size $2 --load "$tmp/$4" \
+    --ckpt-iteration 10 --metrics-file "$tmp/dres_$1_$2_$3_$4.jsonl" > "$tmp/log" 2>&1 ||
+    { fail "resume of $4 on $1 ranks, tp $2, $3"; tail -5 "$tmp/log"; }
+done
+$PY - "$tmp" <<'PY' || fail "distributed optimizer resumes differ"
+import json, sys
+d = sys.argv[1]
+rows = lambda f: {r["iteration"]: r["loss"] for r in map(json.loads, open(f)) if "loss" in r}
+full, dist = rows(d + "/full.jsonl"), rows(d + "/dist_full.jsonl")
+worst = max(abs(dist[i] - full[i]) / full[i] for i in full)
+assert sorted(dist) == list(range(1, 21)) and worst <= 1e-5, worst
+print("ok: --use-distributed-optimizer at tp=2 dp=4: 20 iterations within %.1e of tp=2 dp=2 without" % worst)
+for n, tp, fl, src in [(2, 1, "none", "dist"), (8, 4, "dist", "dist"), (1, 1, "none", "dist"), (4, 1, "dist", "run")]:
+    res = rows("%s/dres_%d_%d_%s_%s.jsonl" % (d, n, tp, fl, src))
+    assert sorted(res) == list(range(11, 21)), sorted(res)
+    worst = max(abs(res[i] - full[i]) / full[i] for i in res)
+    print("ok: %s checkpoint resumed at tp=%d dp=%d %s: within %.1e of the uninterrupted run"
+          % ("a distributed optimizer's" if src == "dist" else "an ordinary", tp, n // tp,
+             "with the distributed optimizer" if fl == "dist" else "without it", worst))
+    assert worst <= 1e-5, worst
+PY
+
 # ---- damaged and foreign checkpoints ----
 expect_error() { # want, then the command
   local want=$1; shift
@@ -201,6 +236,8 @@ O=(train --mock-data --num-layers 2 --hidden-size 16 --num-attention-heads 2 --s
   > "$tmp/out" 2>&1 || { fail "resume of the resumed run"; tail -3 "$tmp/out"; }
 "$MPIEXEC" -n 2 "$MGT" "${O[@]}" --load "$OLD" --tensor-model-parallel-size 2 \
   --metrics-file "$tmp/old_tp2.jsonl" > "$tmp/out" 2>&1 || { fail "format-1 at tp=2"; tail -3 "$tmp/out"; }
+"$MPIEXEC" -n 2 "$MGT" "${O[@]}" --load "$OLD" --use-distributed-optimizer \
+  --metrics-file "$tmp/old_dist.jsonl" > "$tmp/out" 2>&1 || { fail "format-1 with the distributed optimizer"; tail -3 "$tmp/out"; }
 mkdir -p "$tmp/vlen" && cp "$OLD/iter_0000003.h5" "$OLD/latest" "$tmp/vlen/"
 "$MGT" "${O[@]}" --load "$tmp/vlen" --train-iters 4 --metrics-file "$tmp/fixed.jsonl" > /dev/null 2>&1
 $PY - "$tmp/vlen/iter_0000003.h5" <<'PY'
@@ -224,6 +261,10 @@ print("ok: the format-1 checkpoint resumes; iteration 6 after another save and l
 worst = max(abs(t2[i][0] - a[i][0]) / a[i][0] for i in a)
 assert worst <= 1e-5 and all(t2[i][1] == a[i][1] for i in a), (worst, t2, a)
 print("ok: resumed at tp=2 within %.1e of tp=1, same loss scales" % worst)
+t3 = rows("/old_dist.jsonl")
+worst = max(abs(t3[i][0] - a[i][0]) / a[i][0] for i in a)
+assert worst <= 1e-5 and all(t3[i][1] == a[i][1] for i in a), (worst, t3, a)
+print("ok: resumed at dp=2 with --use-distributed-optimizer within %.1e, same loss scales" % worst)
 assert rows("/vlen.jsonl") == rows("/fixed.jsonl") and 4 in rows("/vlen.jsonl")
 print("ok: variable-length string attributes (h5py's default) load the same")
 # the exported tensors are exactly the file's, so the weights were read as stored

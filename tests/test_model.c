@@ -189,6 +189,16 @@ static void test_recompute(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   mgt_gpt_memory mem;
   mgt_gpt_memory_plan(&c, 1, &mem);
   T_CHECK(mem.activations_recompute < mem.activations_full, "recomputation saves no memory");
+  /* the distributed optimizer at dp = 3: moments and a gradient shard of ceil(n / 3) floats */
+  c.use_distributed_optimizer = 1;
+  mgt_gpt_memory d3;
+  mgt_gpt_memory_plan_grid(&c, 1, 3, &d3);
+  const size_t shard = (n + 2) / 3 * sizeof(float);
+  T_CHECK(mem.params == n * sizeof(float) && d3.optimizer == 2 * shard &&
+              d3.grads == n * sizeof(float) + shard && d3.params == mem.params &&
+              d3.total == mem.total - mem.optimizer + 2 * shard + shard,
+          "distributed optimizer plan: optimizer %zu (want %zu), gradients %zu (want %zu)",
+          d3.optimizer, 2 * shard, d3.grads, n * sizeof(float) + shard);
   mgt_gpt_destroy(&a);
   mgt_gpt_destroy(&b);
 }

@@ -1,7 +1,9 @@
 /* Every (tp, dp) layout trains the same model as one rank: run under mpiexec with the
    tensor-parallel size as argument. Rank 0 also trains the single-rank reference alone
    (over MPI_COMM_SELF); per-iteration losses must agree within 1e-5 relative and the
-   parameters, gathered to their logical shape, within 1e-5. Replicas must be identical. */
+   parameters, gathered to their logical shape, within 1e-5. Replicas must be identical.
+   Modes: overlap, recompute, distopt (--use-distributed-optimizer on the layout only, with a
+   clipping norm that binds, against the reference without it), distopt-overlap. */
 #include <mpi.h>
 #include <string.h>
 
@@ -11,9 +13,9 @@
 
 enum { ITERS = 20 };
 
-static int overlap, recompute;
+static int overlap, recompute, distopt;
 
-static mgt_config test_config(int tp) {
+static mgt_config test_config(int tp, int dist) {
   mgt_config c;
   mgt_config_defaults(&c);
   c.num_layers = 2;
@@ -34,6 +36,8 @@ static mgt_config test_config(int tp) {
   c.ddp_bucket_size = 5000; /* several all-reduce pieces per bucket */
   c.overlap_grad_reduce = overlap;
   c.recompute_activations = recompute;
+  c.use_distributed_optimizer = dist;
+  if (distopt) c.clip_grad = 0.05; /* the global norm, summed over shards, must be exact */
   c.mock_data = 1;
   return c;
 }
@@ -63,12 +67,12 @@ static size_t full_numel(const mgt_param *p) {
 
 /* Trains ITERS iterations on `grid`; returns losses and (on world rank 0 of the grid) the
    logical parameters concatenated in order. */
-static float *run(const mgt_grid *grid, int tp, double *losses, size_t *total) {
+static float *run(const mgt_grid *grid, int tp, int dist, double *losses, size_t *total) {
   mgt_backend *be = NULL;
   T_OK(mgt_backend_cpu_create(&be));
   mgt_comm comm;
   mgt_comm_mpi_init(&comm, grid, NULL);
-  mgt_config c = test_config(tp);
+  mgt_config c = test_config(tp, dist);
   T_OK(mgt_config_finalize(&c, grid->size));
   mgt_trainer *tr = NULL;
   T_OK(mgt_trainer_create(&c, grid, be, &comm, NULL, &tr));
@@ -112,6 +116,8 @@ int main(int argc, char **argv) {
   int tp = argc > 1 ? atoi(argv[1]) : 1, rank;
   overlap = argc > 2 && strcmp(argv[2], "overlap") == 0;
   recompute = argc > 2 && strcmp(argv[2], "recompute") == 0;
+  distopt = argc > 2 && strncmp(argv[2], "distopt", 7) == 0;
+  if (distopt && strstr(argv[2], "overlap")) overlap = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   mgt_grid *grid = NULL, *single = NULL;
   T_OK(mgt_grid_create(MPI_COMM_WORLD, tp, &grid));
@@ -120,10 +126,10 @@ int main(int argc, char **argv) {
   float *pref = NULL;
   if (rank == 0) {
     T_OK(mgt_grid_create(MPI_COMM_SELF, 1, &single));
-    pref = run(single, 1, ref, &nref);
+    pref = run(single, 1, 0, ref, &nref);
     mgt_grid_destroy(&single);
   }
-  float *p = run(grid, tp, got, &n);
+  float *p = run(grid, tp, distopt, got, &n);
   if (rank == 0) {
     double worst = 0;
     for (int i = 0; i < ITERS; i++) {
@@ -140,7 +146,10 @@ int main(int argc, char **argv) {
     printf("tp=%d dp=%d%s: %d iterations, worst loss difference %.2e relative, final loss %.6f "
            "(one rank %.6f)\n",
            grid->tp, grid->dp,
-           overlap ? " (overlapped gradient all-reduce)" : (recompute ? " (recomputation)" : ""),
+           distopt   ? (overlap ? " (distributed optimizer, overlapped reduce-scatter)"
+                                : " (distributed optimizer)")
+           : overlap ? " (overlapped gradient all-reduce)"
+                     : (recompute ? " (recomputation)" : ""),
            ITERS, worst, got[ITERS - 1], ref[ITERS - 1]);
     free(r);
   }

@@ -30,15 +30,23 @@ typedef struct spec {
   int split;  /* dimension split over tensor-parallel ranks, -1 replicated */
   int world;  /* split dimension 0 over every rank, one copy */
   int on_mem; /* data in the backend's memory */
+  int ranged; /* the slab cut at uneven elements over the data-parallel ranks, one copy */
 } spec;
 
 static const spec specs[] = {
-    {"synth/rows", 2, {13, 5, 0}, 0, 0, 0},   /* padded rows, as a vocabulary */
-    {"synth/cube", 3, {3, 8, 6}, 1, 0, 0},    /* whole "heads" of a 3-D tensor */
-    {"synth/cols", 2, {7, 12, 0}, 1, 0, 0},   /* columns, as a row-parallel weight */
-    {"synth/vec", 1, {9, 0, 0}, -1, 0, 0},    /* replicated over tensor parallelism */
-    {"opt/flat", 1, {27, 0, 0}, 0, 1, 0},     /* one copy over the whole world */
-    {"synth/device", 2, {4, 10, 0}, 0, 0, 1}, /* in backend memory */
+    {"synth/rows", 2, {13, 5, 0}, 0, 0, 0, 0},   /* padded rows, as a vocabulary */
+    {"synth/cube", 3, {3, 8, 6}, 1, 0, 0, 0},    /* whole "heads" of a 3-D tensor */
+    {"synth/cols", 2, {7, 12, 0}, 1, 0, 0, 0},   /* columns, as a row-parallel weight */
+    {"synth/vec", 1, {9, 0, 0}, -1, 0, 0, 0},    /* replicated over tensor parallelism */
+    {"opt/flat", 1, {27, 0, 0}, 0, 1, 0, 0},     /* one copy over the whole world */
+    {"synth/device", 2, {4, 10, 0}, 0, 0, 1, 0}, /* in backend memory */
+    /* a distributed optimizer's shards: each tensor-parallel slab (padding included) cut into
+       element ranges over the data-parallel ranks, starting and ending inside rows */
+    {"opt/rows", 2, {13, 5, 0}, 0, 0, 0, 1},
+    {"opt/cube", 3, {3, 8, 6}, 1, 0, 0, 1},
+    {"opt/cols", 2, {7, 12, 0}, 1, 0, 0, 1},
+    {"opt/vec", 1, {9, 0, 0}, -1, 0, 0, 1},
+    {"opt/device", 2, {4, 10, 0}, 0, 0, 1, 1},
 };
 enum { NT = sizeof specs / sizeof specs[0] };
 
@@ -79,6 +87,17 @@ static void make_list(int tp, mgt_state *s, float *host[NT]) {
           int pad = ga >= f[0] || gb >= f[1] || gc >= f[2];
           host[k][(a * l[1] + b) * l[2] + c] = pad ? NAN : value(k, (ga * f[1] + gb) * f[2] + gc);
         }
+    if (p->ranged) { /* uneven cuts: rank d of dp holds [cut(d), cut(d + 1)) */
+      const int dp = W / tp;
+      int64_t lo = (int64_t)n * d / dp + (d > 0 && d % 2), hi = (int64_t)n * (d + 1) / dp;
+      if (d + 1 < dp && (d + 1) % 2) hi++;
+      if (hi > (int64_t)n) hi = (int64_t)n;
+      if (lo > hi) lo = hi;
+      e.ranged = 1, e.first = lo, e.count = hi - lo;
+      e.replica = p->split < 0 && t != 0 ? MGT_REPLICA_DUPLICATE : MGT_REPLICA_PRIMARY;
+      memmove(host[k], host[k] + lo, sizeof(float) * (size_t)(hi - lo));
+      n = (size_t)(hi - lo);
+    }
     if (p->on_mem) {
       T_OK(cpu->alloc(cpu->ctx, n * sizeof(float), p->name, &e.data));
       T_OK(cpu->upload(cpu->ctx, e.data, host[k], n * sizeof(float)));

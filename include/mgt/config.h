@@ -52,8 +52,9 @@ typedef struct mgt_config {
   /* parallelism and memory */
   int tensor_model_parallel_size;
   int recompute_activations;
-  int64_t ddp_bucket_size; /* gradient elements per data-parallel all-reduce */
-  int overlap_grad_reduce; /* non-blocking bucket all-reduces during backward */
+  int64_t ddp_bucket_size;       /* gradient elements per data-parallel all-reduce */
+  int overlap_grad_reduce;       /* non-blocking bucket all-reduces during backward */
+  int use_distributed_optimizer; /* ZeRO-1: optimizer state sharded over data parallelism */
   int dry_run;
   /* devices and precision */
   int device;              /* MGT_DEVICE_* */

@@ -59,7 +59,9 @@ typedef struct mgt_gpt mgt_gpt;
 
 /* Derives the dimensions of `cfg` for tensor-parallel rank `tp_rank` of `tp`. */
 void mgt_gpt_dims_from_config(const mgt_config *cfg, int tp, int tp_rank, mgt_gpt_dims *d);
-/* Computes the per-rank memory of a configuration. */
+/* Computes the per-rank memory of a configuration on tp x dp ranks (dp matters to the
+   distributed optimizer), and the same at dp = 1. */
+void mgt_gpt_memory_plan_grid(const mgt_config *cfg, int tp, int dp, mgt_gpt_memory *m);
 void mgt_gpt_memory_plan(const mgt_config *cfg, int tp, mgt_gpt_memory *m);
 
 /* Allocates parameters, gradients and activations for `cfg` on `be` and initializes the
@@ -157,6 +159,13 @@ const mgt_param *mgt_gpt_params(const mgt_gpt *m, int *count);
 float *mgt_gpt_param_data(mgt_gpt *m); /* flat buffer, in the backend's memory */
 float *mgt_gpt_grad_data(mgt_gpt *m);
 size_t mgt_gpt_param_count(const mgt_gpt *m); /* floats in the flat buffers */
+/* The gradient of the flat-buffer elements [*first, *first + *n) this rank updates: with
+   --use-distributed-optimizer its data-parallel shard, summed over the data-parallel group by
+   the last backward of an iteration; otherwise the whole gradient buffer. */
+float *mgt_gpt_grad_shard(mgt_gpt *m, size_t *first, size_t *n);
+/* --use-distributed-optimizer: every rank's updated shard of the parameters to every
+   data-parallel rank (nothing otherwise). Collective over dp_comm. */
+MGT_NODISCARD mgt_status mgt_gpt_gather_params(mgt_gpt *m);
 /* Optimizer segments (weight decay and norm ownership per tensor); `count` receives n. */
 const mgt_segment *mgt_gpt_segments(const mgt_gpt *m, int *count);
 /* Appends the model's parameters to `out` as "model/<name>" entries: this rank's slabs in the

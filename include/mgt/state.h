@@ -32,6 +32,11 @@ typedef struct mgt_state_tensor {
   int replica;     /* MGT_REPLICA_*, or k > 0 for the k-th other copy (a data-parallel replica) */
   void *data;      /* the slab, row-major in shard.shape; NULL when only described */
   const mgt_backend *mem; /* whose memory data is in; NULL for host memory */
+  /* Part of the slab only (a distributed optimizer's shard, cut at any element): when ranged,
+     data holds elements [first, first + count) of the slab's row-major order (padding
+     included); count may be 0. The parts of one copy's slabs, over the ranks, partition it. */
+  int ranged;
+  int64_t first, count;
 } mgt_state_tensor;
 
 /* A list of tensors. Every rank of a job lists the same names with the same logical shapes in
@@ -47,7 +52,8 @@ MGT_NODISCARD mgt_status mgt_state_add(mgt_state *s, const mgt_state_tensor *t);
 void mgt_state_fini(mgt_state *s);
 /* The entry called `name`, or NULL. */
 const mgt_state_tensor *mgt_state_find(const mgt_state *s, const char *name);
-/* Elements of the local slab (padding included), and of the logical tensor. */
+/* Elements data holds (the local slab, padding included, or its range), and of the logical
+   tensor. */
 size_t mgt_state_local_numel(const mgt_state_tensor *t);
 int64_t mgt_state_numel(const mgt_state_tensor *t);
 /* A whole logical tensor in host memory on one process (local = logical, primary copy), for

@@ -119,7 +119,7 @@ mgt_gpt *mgt_trainer_model(mgt_trainer *tr);
 mgt_optim *mgt_trainer_optim(mgt_trainer *tr);
 
 /* Prints the per-rank memory plan (rank 0). */
-void mgt_print_memory_plan(const mgt_config *cfg, int tp, FILE *f);
+void mgt_print_memory_plan(const mgt_config *cfg, int tp, int dp, FILE *f);
 
 #ifdef __cplusplus
 }
