@@ -17,6 +17,8 @@ const char *const mgt_model_names[] = {"gpt", "bert", NULL};
 
 static const char *const lr_styles[] = {"constant", "linear", "cosine", NULL};
 static const char *const dist_backends[] = {"nccl", "mpi", NULL};
+static const char *const recompute_granularities[] = {"none", "full", "selective", NULL};
+static const char *const recompute_methods[] = {"uniform", "block", NULL};
 
 #define INT(n, f, lo, hi, h)                                                                       \
   { n, MGT_FLAG_INT, OFF(f), lo, hi, h, NULL, 0 }
@@ -72,7 +74,18 @@ static const mgt_flag flags[] = {
     INT("--tensor-model-parallel-size", tensor_model_parallel_size, 1, 1 << 16,
         "ranks that split each layer"),
     BOOL("--recompute-activations", recompute_activations,
-         "keep only layer inputs; recompute each layer in backward"),
+         "keep only layer inputs; recompute each layer in backward (--recompute-granularity "
+         "full with one layer per chunk)"),
+    {"--recompute-granularity", MGT_FLAG_ENUM, OFF(recompute_granularity), 0, 0,
+     "none; full: recompute whole layers from their inputs; selective: keep everything but the "
+     "attention probabilities, recompute those",
+     recompute_granularities, 0},
+    {"--recompute-method", MGT_FLAG_ENUM, OFF(recompute_method), 0, 0,
+     "full: uniform (chunks of --recompute-num-layers layers, each recomputed from its input) "
+     "or block (only the first --recompute-num-layers layers recomputed)",
+     recompute_methods, 0},
+    INT("--recompute-num-layers", recompute_num_layers, 0, 1 << 20,
+        "layers per recomputed chunk (uniform) or recomputed layers (block)"),
     I64("--ddp-bucket-size", ddp_bucket_size, 1024, 2147483647.0,
         "gradient elements per data-parallel all-reduce"),
     BOOL("--overlap-grad-reduce", overlap_grad_reduce,
@@ -170,6 +183,7 @@ void mgt_config_defaults(mgt_config *cfg) {
   cfg->short_seq_prob = 0.1;
   cfg->tensor_model_parallel_size = 1;
   cfg->ddp_bucket_size = 4194304; /* larger messages were 20x slower through Open MPI here */
+  cfg->recompute_num_layers = 1;
   cfg->micro_batch_size = 16;
   cfg->train_iters = 100;
   cfg->lr = 3e-3;
@@ -254,6 +268,19 @@ int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, 
 
 mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   mgt_config_derive(c);
+  MGT_REQUIRE(!c->recompute_activations || c->recompute_granularity != MGT_RECOMPUTE_SELECTIVE,
+              "--recompute-activations is full recomputation: give it or --recompute-granularity "
+              "selective");
+  if (c->recompute_activations) c->recompute_granularity = MGT_RECOMPUTE_FULL;
+  MGT_REQUIRE(c->recompute_granularity == MGT_RECOMPUTE_FULL ||
+                  (c->recompute_method == MGT_RECOMPUTE_UNIFORM && c->recompute_num_layers == 1),
+              "--recompute-method and --recompute-num-layers choose the layers of "
+              "--recompute-granularity full");
+  MGT_REQUIRE(c->recompute_method == MGT_RECOMPUTE_BLOCK || c->recompute_num_layers >= 1,
+              "--recompute-num-layers: at least 1 layer per chunk with --recompute-method uniform");
+  MGT_REQUIRE(c->recompute_num_layers <= c->num_layers,
+              "--recompute-num-layers %d exceeds --num-layers %d", c->recompute_num_layers,
+              c->num_layers);
   if (c->lr_decay_iters == 0) c->lr_decay_iters = c->train_iters > 0 ? c->train_iters : 1;
   if (c->lr_warmup_fraction > 0) { /* the same iterations every time it is derived */
     const int64_t w = (int64_t)(c->lr_warmup_fraction * (double)c->lr_decay_iters);

@@ -52,6 +52,10 @@ typedef struct layer_acts {
   float *fch, *fch_gelu; /* (N, Fl) pre- and post-GeLU */
 } layer_acts;
 
+typedef struct rplan {
+  int full, selective, block, k, nsets;
+} rplan;
+
 struct mgt_gpt {
   mgt_config cfg;
   mgt_gpt_dims d;
@@ -66,6 +70,7 @@ struct mgt_gpt {
   mgt_segment *segs;
   size_t n_floats;
   float *w, *g; /* flat parameter and gradient buffers */
+  rplan rp;     /* which activations are kept and recomputed */
 
   void *arena;
   float **res;      /* L+1 residual stream buffers (N,C) */
@@ -268,13 +273,51 @@ static float *take(arena *a, size_t n) {
   return p;
 }
 
-static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la) {
+/* Which activations a layer keeps: --recompute-granularity full recomputes whole layers from
+   their inputs (the residual stream is always kept), in chunks of k layers (uniform: one chunk
+   live at a time, k sets) or for the first k layers only (block: one shared set, the others
+   their own); selective keeps every layer's set but one shared buffer of attention
+   probabilities, recomputed before each attention backward. */
+static rplan recompute_plan(const mgt_config *c, int L) {
+  rplan p = {0, 0, 0, 0, L};
+  p.selective = c->recompute_granularity == MGT_RECOMPUTE_SELECTIVE;
+  p.full =
+      !p.selective && (c->recompute_granularity == MGT_RECOMPUTE_FULL || c->recompute_activations);
+  if (!p.full) return p;
+  p.block = c->recompute_method == MGT_RECOMPUTE_BLOCK;
+  p.k = c->recompute_num_layers < L ? c->recompute_num_layers : L;
+  if (!p.block && p.k < 1) p.k = 1;
+  p.nsets = p.block ? (p.k > 0) + (L - p.k) : p.k;
+  return p;
+}
+
+/* The activation set of layer l. */
+static int set_of(const rplan *p, int l) {
+  if (!p->full) return l;
+  if (!p->block) return l % p->k;
+  return l < p->k ? 0 : (p->k > 0) + l - p->k;
+}
+
+/* The recomputed chunk whose last layer is l ([*first, l]), or 0 when l starts none. */
+static int chunk_ending_at(const rplan *p, int l, int L, int *first) {
+  if (!p->full) return 0;
+  if (p->block) {
+    *first = l;
+    return l < p->k;
+  }
+  *first = l / p->k * p->k;
+  const int last = *first + p->k < L ? *first + p->k - 1 : L - 1;
+  return l == last;
+}
+
+/* One layer's set; with share_P its attention probabilities are the buffer P (selective). */
+static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la, int share_P, float *P) {
   size_t N = (size_t)d->B * d->T;
   la->ln1 = take(a, N * d->C);
   la->ln1_mean = take(a, N);
   la->ln1_rstd = take(a, N);
   la->qkv = take(a, N * 3 * d->Cl);
-  la->P = take(a, (size_t)d->B * d->Hl * d->T * d->T);
+  la->P = share_P ? P : take(a, (size_t)d->B * d->Hl * d->T * d->T);
   la->atty = take(a, N * d->Cl);
   la->res_mid = take(a, N * d->C);
   la->ln2 = take(a, N * d->C);
@@ -285,17 +328,17 @@ static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la) {
 }
 
 /* Places every activation buffer; with m->arena == NULL it only counts floats. */
-static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, int recompute) {
+static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp) {
   arena a = {(float *)m->arena, 0};
   size_t N = (size_t)d->B * d->T;
   for (int l = 0; l <= d->L; l++) {
     float *p = take(&a, N * d->C);
     if (m->res) m->res[l] = p;
   }
-  int nsets = recompute ? 1 : d->L;
-  for (int l = 0; l < nsets; l++) {
+  float *shared_P = rp->selective ? take(&a, (size_t)d->B * d->Hl * d->T * d->T) : NULL;
+  for (int l = 0; l < rp->nsets; l++) {
     layer_acts la;
-    take_layer(&a, d, &la);
+    take_layer(&a, d, &la, rp->selective, shared_P);
     if (m->acts) m->acts[l] = la;
   }
   m->lnf = take(&a, N * d->C);
@@ -364,10 +407,19 @@ void mgt_gpt_memory_plan_grid(const mgt_config *cfg, int tp, int dp, mgt_gpt_mem
     mem->optimizer = 2 * shard;
     mem->grads += shard;
   }
-  mem->activations_full = layout_activations(&probe, &d, 0) * sizeof(float);
-  mem->activations_recompute = layout_activations(&probe, &d, 1) * sizeof(float);
-  mem->activations =
-      cfg->recompute_activations ? mem->activations_recompute : mem->activations_full;
+  mgt_config alt = *cfg;
+  alt.recompute_activations = 0, alt.recompute_method = MGT_RECOMPUTE_UNIFORM;
+  alt.recompute_num_layers = 1;
+  const int gran[3] = {MGT_RECOMPUTE_NONE, MGT_RECOMPUTE_FULL, MGT_RECOMPUTE_SELECTIVE};
+  size_t *out[3] = {&mem->activations_full, &mem->activations_recompute,
+                    &mem->activations_selective};
+  for (int k = 0; k < 3; k++) {
+    alt.recompute_granularity = gran[k];
+    const rplan rp = recompute_plan(&alt, d.L);
+    *out[k] = layout_activations(&probe, &d, &rp) * sizeof(float);
+  }
+  const rplan rp = recompute_plan(cfg, d.L);
+  mem->activations = layout_activations(&probe, &d, &rp) * sizeof(float);
   mem->total = mem->params + mem->grads + mem->optimizer + mem->activations;
 }
 
@@ -539,14 +591,15 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   MGT_TRY(be->alloc(be->ctx, bytes, "gradients", (void **)&m->g));
 
   MGT_TRY(mgt_calloc(sizeof(float *) * (size_t)(d->L + 1), "residual views", (void **)&m->res));
-  int nsets = cfg->recompute_activations ? 1 : d->L;
-  MGT_TRY(mgt_calloc(sizeof(layer_acts) * (size_t)nsets, "activation views", (void **)&m->acts));
+  m->rp = recompute_plan(cfg, d->L);
+  MGT_TRY(mgt_calloc(sizeof(layer_acts) * (size_t)(m->rp.nsets ? m->rp.nsets : 1),
+                     "activation views", (void **)&m->acts));
   {
     mgt_gpt probe;
     memset(&probe, 0, sizeof probe);
-    size_t floats = layout_activations(&probe, d, cfg->recompute_activations);
+    size_t floats = layout_activations(&probe, d, &m->rp);
     MGT_TRY(be->alloc(be->ctx, floats * sizeof(float), "activations", &m->arena));
-    layout_activations(m, d, cfg->recompute_activations);
+    layout_activations(m, d, &m->rp);
   }
   MGT_TRY(mgt_calloc(sizeof(int32_t) * 2 * (size_t)d->B * d->T, "token staging",
                      (void **)&m->host_tokens));
@@ -654,9 +707,7 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
   return MGT_OK;
 }
 
-static layer_acts *acts_of(mgt_gpt *m, int l) {
-  return m->cfg.recompute_activations ? &m->acts[0] : &m->acts[l];
-}
+static layer_acts *acts_of(mgt_gpt *m, int l) { return &m->acts[set_of(&m->rp, l)]; }
 
 /* Stages tokens (B windows of T+1) as inputs and targets on the backend. */
 static mgt_status load_tokens(mgt_gpt *m, const int32_t *tokens) {
@@ -913,7 +964,10 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
   layer_views(m, m->g, l, g);
   layer_acts *a = acts_of(m, l);
   const float *x = m->res[l];
-  if (m->cfg.recompute_activations) MGT_CHECK(layer_forward(m, l, x, m->res[l + 1], a, s));
+  int first;
+  if (chunk_ending_at(&m->rp, l, d->L, &first)) /* its chunk's forward again, from its input */
+    for (int k = first; k <= l; k++)
+      MGT_CHECK(layer_forward(m, k, m->res[k], m->res[k + 1], acts_of(m, k), s));
   const layer_sites ds = sites_of(m, l, s);
   float *dres = m->dres, *dtmp = m->dtmp;
 
@@ -932,6 +986,9 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
   MGT_CHECK(be->dropout_backward(bc, dtmp, dres, d->B, (size_t)d->T * C, &ds.proj));
   MGT_CHECK(mgt_tp_row_backward(&m->tp, m->datty, g[P_PROJ_W], g[P_PROJ_B], dtmp, a->atty,
                                 w[P_PROJ_W], N, Cl, C, acc));
+  if (m->rp.selective) /* the probabilities again; atty is rewritten with the same values */
+    MGT_CHECK(be->attention_forward(bc, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
+                                    d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn, m->att_scratch));
   MGT_CHECK(be->attention_backward(bc, m->dqkv, m->datty, a->qkv, a->P, d->B, d->T, d->Hl, d->hd,
                                    d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn, m->att_scratch));
   MGT_CHECK(mgt_tp_column_backward(&m->tp, dtmp, g[P_QKV_W], g[P_QKV_B], m->dqkv, a->ln1,

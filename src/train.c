@@ -877,9 +877,21 @@ void mgt_print_memory_plan(const mgt_config *cfg, int tp, int dp, FILE *f) {
             m.optimizer / MiB, dp);
   else
     fprintf(f, "  optimizer (Adam)    %12.1f\n", m.optimizer / MiB);
+  static const char *const gran[] = {"without recomputation", "full recomputation",
+                                     "selective recomputation"};
+  const int g = cfg->recompute_granularity >= 0 && cfg->recompute_granularity <= 2
+                    ? cfg->recompute_granularity
+                    : 0;
   fprintf(f, "  activations         %12.1f  (without recomputation)\n", m.activations_full / MiB);
   fprintf(f, "  activations         %12.1f  (with --recompute-activations)\n",
           m.activations_recompute / MiB);
-  fprintf(f, "  total               %12.1f  (%s recomputation)\n", m.total / MiB,
-          cfg->recompute_activations ? "with" : "without");
+  fprintf(f, "  activations         %12.1f  (with --recompute-granularity selective)\n",
+          m.activations_selective / MiB);
+  if (g == MGT_RECOMPUTE_FULL &&
+      (cfg->recompute_method != MGT_RECOMPUTE_UNIFORM || cfg->recompute_num_layers != 1))
+    fprintf(f, "  activations         %12.1f  (as configured: %s, %d layers)\n",
+            m.activations / MiB, cfg->recompute_method ? "block" : "uniform",
+            cfg->recompute_num_layers);
+  fprintf(f, "  total               %12.1f  (%s)\n", m.total / MiB,
+          g == 0 && cfg->recompute_activations ? gran[1] : gran[g]);
 }

@@ -48,9 +48,21 @@ expect 1 "--metrics-file /nonexistent/dir/m.jsonl: cannot open" \
 expect 1 "MiB per rank but" \
   train --mock-data --num-layers 64 --hidden-size 16384 --num-attention-heads 128
 
+# recomputation choices that contradict each other
+expect 1 "--recompute-activations is full recomputation" train --mock-data --recompute-activations \
+  --recompute-granularity selective --dry-run
+expect 1 "choose the layers of --recompute-granularity full" train --mock-data \
+  --recompute-granularity selective --recompute-method block --dry-run
+expect 1 "--recompute-num-layers 5 exceeds --num-layers 2" train --mock-data --num-layers 2 \
+  --recompute-granularity full --recompute-num-layers 5 --dry-run
+expect 1 "at least 1 layer per chunk" train --mock-data --recompute-granularity full \
+  --recompute-num-layers 0 --dry-run
+expect 1 "--recompute-granularity: " train --mock-data --recompute-granularity some --dry-run
+
 # --dry-run prints the plan, with and without recomputation, and allocates nothing
 if "$MGT" train --mock-data --num-layers 64 --hidden-size 16384 --num-attention-heads 128 \
   --dry-run >"$tmp/out" 2>&1 && grep -q "with --recompute-activations" "$tmp/out" &&
+  grep -q "with --recompute-granularity selective" "$tmp/out" &&
   grep -q "without recomputation" "$tmp/out"; then
   echo "ok: --dry-run prints the memory plan"
 else

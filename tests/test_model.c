@@ -186,9 +186,56 @@ static void test_recompute(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   T_CHECK(la == lb, "loss with recomputation %.17g, without %.17g", lb, la);
   T_CHECK(memcmp(mgt_gpt_grad_data(a), mgt_gpt_grad_data(b), n * sizeof(float)) == 0,
           "gradients differ with --recompute-activations");
+  /* every other way of recomputing: the same loss and gradients bit for bit, less memory */
+  mgt_gpt_memory base;
+  mgt_config none = c;
+  none.recompute_activations = 0;
+  T_OK(mgt_config_finalize(&none, 1));
+  mgt_gpt_memory_plan(&none, 1, &base);
+  struct {
+    int gran, method, k;
+    const char *what;
+  } ways[] = {{MGT_RECOMPUTE_FULL, MGT_RECOMPUTE_UNIFORM, 2, "full, uniform chunks of 2 of 3"},
+              {MGT_RECOMPUTE_FULL, MGT_RECOMPUTE_UNIFORM, 3, "full, uniform, one chunk"},
+              {MGT_RECOMPUTE_FULL, MGT_RECOMPUTE_BLOCK, 2, "full, block of the first 2"},
+              {MGT_RECOMPUTE_FULL, MGT_RECOMPUTE_BLOCK, 0, "full, block of none"},
+              {MGT_RECOMPUTE_SELECTIVE, MGT_RECOMPUTE_UNIFORM, 1, "selective"}};
+  for (size_t w = 0; w < sizeof ways / sizeof ways[0]; w++) {
+    mgt_config r = none;
+    r.recompute_granularity = ways[w].gran;
+    r.recompute_method = ways[w].method;
+    r.recompute_num_layers = ways[w].k;
+    T_OK(mgt_config_finalize(&r, 1));
+    mgt_gpt *x = NULL;
+    T_OK(mgt_gpt_create(&r, grid, be, comm, &x));
+    double lx;
+    T_OK(mgt_gpt_forward_backward(x, tokens, SAMPLE_BASE, 0.1f, 0, 0, &lx));
+    T_CHECK(lx == la && !memcmp(mgt_gpt_grad_data(a), mgt_gpt_grad_data(x), n * sizeof(float)),
+            "recomputation %s: loss %.17g (without %.17g) or gradients differ", ways[w].what, lx,
+            la);
+    mgt_gpt_memory mx;
+    mgt_gpt_memory_plan(&r, 1, &mx);
+    /* no block at all, or one chunk of every layer (all of them live in its backward) */
+    const int none_saved = ways[w].k == (ways[w].method == MGT_RECOMPUTE_BLOCK ? 0 : 3);
+    T_CHECK(none_saved ? mx.activations == base.activations : mx.activations < base.activations,
+            "recomputation %s: %zu bytes of activations, %zu without", ways[w].what, mx.activations,
+            base.activations);
+    mgt_gpt_destroy(&x);
+  }
   mgt_gpt_memory mem;
   mgt_gpt_memory_plan(&c, 1, &mem);
   T_CHECK(mem.activations_recompute < mem.activations_full, "recomputation saves no memory");
+  T_CHECK(mem.activations_selective < mem.activations_full &&
+              mem.activations_full - mem.activations_selective ==
+                  2 *
+                      (((size_t)c.micro_batch_size * c.num_attention_heads * c.seq_length *
+                            c.seq_length +
+                        15) /
+                       16 * 16) *
+                      sizeof(float),
+          "selective recomputation keeps %zu of %zu bytes: not one layer's probabilities less "
+          "per layer after the first",
+          mem.activations_selective, mem.activations_full);
   /* the distributed optimizer at dp = 3: moments and a gradient shard of ceil(n / 3) floats */
   c.use_distributed_optimizer = 1;
   mgt_gpt_memory d3;

@@ -2,8 +2,10 @@
    tensor-parallel size as argument. Rank 0 also trains the single-rank reference alone
    (over MPI_COMM_SELF); per-iteration losses must agree within 1e-5 relative and the
    parameters, gathered to their logical shape, within 1e-5. Replicas must be identical.
-   Modes: overlap, recompute, distopt (--use-distributed-optimizer on the layout only, with a
-   clipping norm that binds, against the reference without it), distopt-overlap. */
+   Modes: overlap, recompute (full, every layer), selective (--recompute-granularity selective),
+   block (full, --recompute-method block, the first layer), distopt (--use-distributed-optimizer on
+   the layout only, with a clipping norm that binds, against the reference without it),
+   distopt-overlap. */
 #include <mpi.h>
 #include <string.h>
 
@@ -13,7 +15,7 @@
 
 enum { ITERS = 20 };
 
-static int overlap, recompute, distopt;
+static int overlap, recompute, distopt, selective, block;
 
 static mgt_config test_config(int tp, int dist) {
   mgt_config c;
@@ -36,6 +38,9 @@ static mgt_config test_config(int tp, int dist) {
   c.ddp_bucket_size = 5000; /* several all-reduce pieces per bucket */
   c.overlap_grad_reduce = overlap;
   c.recompute_activations = recompute;
+  if (selective) c.recompute_granularity = MGT_RECOMPUTE_SELECTIVE;
+  if (block) /* layer 0 recomputed, layer 1 kept */
+    c.recompute_granularity = MGT_RECOMPUTE_FULL, c.recompute_method = MGT_RECOMPUTE_BLOCK;
   c.use_distributed_optimizer = dist;
   if (distopt) c.clip_grad = 0.05; /* the global norm, summed over shards, must be exact */
   c.mock_data = 1;
@@ -117,6 +122,8 @@ int main(int argc, char **argv) {
   overlap = argc > 2 && strcmp(argv[2], "overlap") == 0;
   recompute = argc > 2 && strcmp(argv[2], "recompute") == 0;
   distopt = argc > 2 && strncmp(argv[2], "distopt", 7) == 0;
+  selective = argc > 2 && strcmp(argv[2], "selective") == 0;
+  block = argc > 2 && strcmp(argv[2], "block") == 0;
   if (distopt && strstr(argv[2], "overlap")) overlap = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   mgt_grid *grid = NULL, *single = NULL;
@@ -149,7 +156,10 @@ int main(int argc, char **argv) {
            distopt   ? (overlap ? " (distributed optimizer, overlapped reduce-scatter)"
                                 : " (distributed optimizer)")
            : overlap ? " (overlapped gradient all-reduce)"
-                     : (recompute ? " (recomputation)" : ""),
+                     : (recompute   ? " (recomputation)"
+                        : selective ? " (selective recomputation)"
+                        : block     ? " (block recomputation)"
+                                    : ""),
            ITERS, worst, got[ITERS - 1], ref[ITERS - 1]);
     free(r);
   }

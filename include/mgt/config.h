@@ -23,6 +23,11 @@ enum { MGT_DIST_BACKEND_NCCL = 0, MGT_DIST_BACKEND_MPI = 1 };
 enum { MGT_MODEL_GPT = 0, MGT_MODEL_BERT = 1 };
 extern const char *const mgt_model_names[];
 
+/* --recompute-granularity: nothing, whole layers (from their inputs), or only the attention
+   core (its probabilities, the T x T tensors). */
+enum { MGT_RECOMPUTE_NONE = 0, MGT_RECOMPUTE_FULL = 1, MGT_RECOMPUTE_SELECTIVE = 2 };
+enum { MGT_RECOMPUTE_UNIFORM = 0, MGT_RECOMPUTE_BLOCK = 1 };
+
 typedef struct mgt_config {
   /* model */
   int model; /* MGT_MODEL_* */
@@ -51,7 +56,10 @@ typedef struct mgt_config {
   int skip_bad_records;
   /* parallelism and memory */
   int tensor_model_parallel_size;
-  int recompute_activations;
+  int recompute_activations; /* = --recompute-granularity full, uniform, 1 layer */
+  int recompute_granularity; /* MGT_RECOMPUTE_* */
+  int recompute_method;      /* 0 uniform, 1 block */
+  int recompute_num_layers;
   int64_t ddp_bucket_size;       /* gradient elements per data-parallel all-reduce */
   int overlap_grad_reduce;       /* non-blocking bucket all-reduces during backward */
   int use_distributed_optimizer; /* ZeRO-1: optimizer state sharded over data parallelism */

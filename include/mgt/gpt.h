@@ -37,7 +37,8 @@ typedef struct mgt_gpt_memory {
   size_t params, grads, optimizer;
   size_t activations;           /* as configured */
   size_t activations_full;      /* without recomputation */
-  size_t activations_recompute; /* with recomputation */
+  size_t activations_recompute; /* with full recomputation, one layer per chunk */
+  size_t activations_selective; /* with --recompute-granularity selective */
   size_t total;                 /* params + grads + optimizer + activations as configured */
 } mgt_gpt_memory;
 
