@@ -132,13 +132,14 @@ static void measure(rates *r) {
    batch B at the grid's layout; prints throughput and the share of time in collectives. */
 static int overlap, distopt;
 
-/* This process's peak resident memory (VmHWM), MiB; 0 when /proc does not say. */
-static double peak_rss_mib(void) {
+/* This process's resident memory, now (VmRSS) or at its peak (VmHWM), MiB; 0 when /proc does
+   not say. */
+static double rss_mib(const char *key) {
   FILE *f = fopen("/proc/self/status", "r");
   char line[256];
   double kib = 0;
   while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "VmHWM:", 6)) kib = atof(line + 6);
+    if (!strncmp(line, key, strlen(key))) kib = atof(line + strlen(key));
   if (f) fclose(f);
   return kib / 1024.0;
 }
@@ -171,6 +172,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   mgt_comm comm;
   mgt_comm_mpi_init(&comm, grid, &stats);
   mgt_trainer *tr = NULL;
+  double base = rss_mib("VmRSS:"); /* libraries, MPI: what the run had before the model */
   if (mgt_trainer_create(&cfg, grid, be, &comm, NULL, &tr) != MGT_OK) {
     mgt_error_print(stderr);
     return 1;
@@ -201,8 +203,9 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   double tokens = (double)B * T;
   mgt_gpt_memory plan;
   mgt_gpt_memory_plan_grid(&cfg, grid->tp, grid->dp, &plan);
-  double rss = peak_rss_mib();
-  MPI_Allreduce(MPI_IN_PLACE, &rss, 1, MPI_DOUBLE, MPI_MAX, grid->world);
+  double rss[2] = {rss_mib("VmHWM:"), 0};
+  rss[1] = rss[0] - base;
+  MPI_Allreduce(MPI_IN_PLACE, rss, 2, MPI_DOUBLE, MPI_MAX, grid->world);
   if (grid->rank == 0) {
     printf("gpt2-124M B=%d T=%-4d tp=%d dp=%d threads/rank=%d: %8.1f ms/step %7.1f tokens/s "
            "%6.1f GFLOP/s",
@@ -211,9 +214,9 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
       printf(" | communication %.1f%% of step time%s", 100.0 * cmax / total,
              overlap && grid->dp > 1 ? " (overlapped gradient all-reduce)" : "");
     printf(" | optimizer state %.0f MiB/rank%s, planned total %.0f MiB/rank, peak RSS %.0f MiB "
-           "(largest rank)",
+           "of which %.0f MiB above the RSS before the model (largest rank)",
            plan.optimizer / 1048576.0, distopt ? " (distributed optimizer)" : "",
-           plan.total / 1048576.0, rss);
+           plan.total / 1048576.0, rss[0], rss[1]);
     printf(" | model %.1f GFLOP/step, loss %.3f\n", flops / 1e9, s.loss);
   }
   *achieved = flops / t;
