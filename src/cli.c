@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "mgt/eval.h"
+#include "mgt/plan.h"
 #include "mgt/generate.h"
 #include "mgt/flags.h"
 #include "mgt/dataset.h"
@@ -50,6 +51,7 @@ static void usage(FILE *f) {
              "              perplexity of any text or token ids\n"
              "  generate    continue a prompt with a checkpoint (sampling, key/value cache)\n"
              "  ckpt        checkpoints: info, verify, export --format hf, import --format hf\n"
+             "  plan        the layouts of a model that fit a machine, ranked by estimated speed\n"
              "  version     print the version\n\n"
              "Run under MPI for several ranks: mpiexec -n 4 mgt train "
              "--tensor-model-parallel-size 2 ...\n");
@@ -102,6 +104,27 @@ static int cmd_tokenize(int argc, char **argv, MPI_Comm world) {
   fflush(stdout);
   st = mgt_mpi_agree(world, st);
   return st == MGT_OK ? 0 : mgt_cli_fail(st, rank, world, 1);
+}
+
+/* mgt plan: arithmetic only, printed by rank 0. */
+static int cmd_plan(int argc, char **argv, MPI_Comm world) {
+  int rank;
+  MPI_Comm_rank(world, &rank);
+  mgt_plan_opts o;
+  mgt_plan_defaults(&o);
+  int help = 0;
+  mgt_status st = mgt_plan_parse(&o, argc, argv, 2, &help);
+  if (st == MGT_OK && help) {
+    if (rank == 0) mgt_plan_usage(stdout);
+    return 0;
+  }
+  if (st == MGT_OK && rank == 0) st = mgt_plan_run(&o, stdout);
+  MPI_Bcast(&st, sizeof st, MPI_BYTE, 0, world);
+  if (st != MGT_OK) {
+    if (rank == 0) mgt_error_print(stderr);
+    return st == MGT_ERR_INPUT ? 2 : 1;
+  }
+  return 0;
 }
 
 static int cmd_eval(int argc, char **argv, MPI_Comm world) {
@@ -168,6 +191,7 @@ int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
   if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc, argv, world);
   if (strcmp(argv[1], "ckpt") == 0) return mgt_cli_ckpt(argc, argv, world);
   if (strcmp(argv[1], "generate") == 0) return cmd_generate(argc, argv, world);
+  if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc, argv, world);
   if (rank == 0) fprintf(stderr, "mgt: error: unknown command '%s' (see mgt --help)\n", argv[1]);
   return 2;
 }

@@ -20,7 +20,7 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
-. "$(dirname "$0")/bert_lib.sh"
+. "$(dirname "$0")/lib.sh"
 # documents of ~40 paragraphs each, so that the split has documents to give to each part
 book_dataset "$DATA/books/pg11-alices-adventures-in-wonderland.txt" 40 "$tmp/alice"
 

@@ -19,7 +19,7 @@ PY=/usr/bin/python3
 ITERS=${ITERS:-2000}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-. "$(dirname "$0")/bert_lib.sh"
+. "$(dirname "$0")/lib.sh"
 book_dataset "$BOOK" 20 "$tmp/book"
 "$MPIEXEC" -n 2 "$MGT" train --model bert --data-path "$tmp/book" --tokenizer-type BertWordPieceLowerCase \
   --vocab-file "$V" --tensor-model-parallel-size 2 --num-layers 2 --hidden-size 128 --num-attention-heads 4 \

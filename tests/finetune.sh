@@ -20,7 +20,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-. "$(dirname "$0")/bert_lib.sh"
+. "$(dirname "$0")/lib.sh"
 
 # gen TASK OUT N SEED SHUFFLE: N examples (RACE: questions) in the task's public format. MNLI:
 # sentence2 holds one of three keywords, the gold label its class; QQP: question2 asks "why"

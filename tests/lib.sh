@@ -1,4 +1,4 @@
-# Sourced by the BERT test scripts (needs MGT, V, PY, tmp and fail() set).
+# Sourced by the test scripts: needs tmp and fail() set (book_dataset also MGT, V and PY).
 
 # book_dataset BOOK PARAGRAPHS PREFIX: the book as documents of PARAGRAPHS paragraphs each,
 # preprocessed into a WordPiece sentence dataset PREFIX.h5 (its summary line printed)

@@ -1,0 +1,53 @@
+/* mgt plan: the layouts of a model that fit a machine's GPU memory, ranked by an estimated
+   step time (docs/performance.md has the model and its check against the paper). */
+#pragma once
+
+#include <stdio.h>
+
+#include "mgt/common.h"
+#include "mgt/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mgt_plan_opts {
+  int model; /* 0 gpt, 1 bert */
+  int num_layers, hidden_size, heads, ffn, seq_length, vocab_size, vocab_multiple;
+  int global_batch, nodes, gpus_per_node;
+  char gpu_memory[64];
+  double memory_bytes; /* parsed from gpu_memory */
+  double gemm_tflops, nvlink_gbps, network_gbps, memory_gbps, dp_overlap;
+  int comm_bytes;
+  int tp, micro_batch; /* 0: every one */
+  int recompute;       /* 0: try each; else 1 + MGT_RECOMPUTE_* */
+  int distopt_only;
+  int top;
+  int json; /* one JSON object per layout instead of the table */
+} mgt_plan_opts;
+
+/* One layout and its estimate. Times in seconds per iteration; memory in bytes per GPU. */
+typedef struct mgt_plan_row {
+  int tp, dp, micro_batch, recompute, distopt;
+  double memory, model_flops;
+  double params, grads, optimizer, activations; /* the parts of memory */
+  double compute_s, elementwise_s, tp_comm_s, dp_comm_s, dp_exposed_s, step_s;
+  double ideal_s; /* the model's FLOPs at the GEMM rate on every GPU, nothing else */
+} mgt_plan_row;
+
+void mgt_plan_defaults(mgt_plan_opts *o);
+MGT_NODISCARD mgt_status mgt_plan_parse(mgt_plan_opts *o, int argc, char **argv, int first,
+                                        int *help);
+void mgt_plan_usage(FILE *f);
+/* The training configuration of one layout (what mgt train would be given). */
+void mgt_plan_config(const mgt_plan_opts *o, int tp, int dp, int micro_batch, int recompute,
+                     int distopt, mgt_config *c);
+/* The memory (this project's plan, as --dry-run) and the step-time estimate of c on dp
+   data-parallel groups. */
+void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_plan_row *r);
+/* Every layout that fits, fastest first, to `out`; an input error when none fits. */
+MGT_NODISCARD mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,269 @@
+/* mgt plan: every layout of a model on a machine that fits in its GPU memory, ranked by a step
+   time estimated from a small compute and communication model whose constants are flags.
+   Memory is this project's own plan (the one --dry-run prints); nothing is allocated. */
+#include "mgt/plan.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgt/flags.h"
+#include "mgt/gpt.h"
+
+static const char *const models[] = {"gpt", "bert", NULL};
+static const char *const recomputes[] = {"all", "none", "full", "selective", NULL};
+
+#define OFF(f) offsetof(mgt_plan_opts, f)
+#define SZ(f) sizeof(((mgt_plan_opts *)0)->f)
+static const mgt_flag flags[] = {
+    {"--model", MGT_FLAG_ENUM, OFF(model), 0, 0, "gpt or bert", models, 0},
+    {"--num-layers", MGT_FLAG_INT, OFF(num_layers), 1, 1 << 16, "transformer layers", NULL, 0},
+    {"--hidden-size", MGT_FLAG_INT, OFF(hidden_size), 1, 1 << 20, "hidden size", NULL, 0},
+    {"--num-attention-heads", MGT_FLAG_INT, OFF(heads), 1, 1 << 16, "attention heads", NULL, 0},
+    {"--ffn-hidden-size", MGT_FLAG_INT, OFF(ffn), 0, 1 << 24, "MLP width (default 4 x hidden)",
+     NULL, 0},
+    {"--seq-length", MGT_FLAG_INT, OFF(seq_length), 1, 1 << 20, "sequence length", NULL, 0},
+    {"--vocab-size", MGT_FLAG_INT, OFF(vocab_size), 1, 1 << 26, "vocabulary", NULL, 0},
+    {"--make-vocab-size-divisible-by", MGT_FLAG_INT, OFF(vocab_multiple), 1, 1 << 16,
+     "vocabulary padding multiple (per tensor-parallel rank)", NULL, 0},
+    {"--global-batch-size", MGT_FLAG_INT, OFF(global_batch), 1, 1 << 30, "samples per iteration",
+     NULL, 0},
+    {"--nodes", MGT_FLAG_INT, OFF(nodes), 1, 1 << 20, "nodes", NULL, 0},
+    {"--gpus-per-node", MGT_FLAG_INT, OFF(gpus_per_node), 1, 1024, "GPUs per node", NULL, 0},
+    {"--gpu-memory", MGT_FLAG_STR, OFF(gpu_memory), 0, 0, "memory per GPU, e.g. 80GiB or 32GB",
+     NULL, SZ(gpu_memory)},
+    {"--gemm-tflops", MGT_FLAG_DOUBLE, OFF(gemm_tflops), 1e-3, 1e6,
+     "sustained model TFLOP/s of one GPU", NULL, 0},
+    {"--nvlink-gbps", MGT_FLAG_DOUBLE, OFF(nvlink_gbps), 1e-3, 1e6,
+     "all-reduce bus bandwidth inside a node, GB/s per GPU", NULL, 0},
+    {"--network-gbps", MGT_FLAG_DOUBLE, OFF(network_gbps), 1e-3, 1e6,
+     "network bandwidth of a node (all its adapters), GB/s", NULL, 0},
+    {"--memory-gbps", MGT_FLAG_DOUBLE, OFF(memory_gbps), 1e-3, 1e6,
+     "GPU memory bandwidth, GB/s (the element-wise work every tensor-parallel rank repeats)", NULL,
+     0},
+    {"--comm-bytes", MGT_FLAG_INT, OFF(comm_bytes), 1, 8,
+     "bytes per element sent (4: this project's fp32; 2: fp16 as the paper's runs)", NULL, 0},
+    {"--dp-overlap", MGT_FLAG_DOUBLE, OFF(dp_overlap), 0, 1,
+     "fraction of the last backward the data-parallel reduction can hide under", NULL, 0},
+    {"--tensor-model-parallel-size", MGT_FLAG_INT, OFF(tp), 0, 1 << 16,
+     "only this tensor-parallel size (default: every one that divides the heads)", NULL, 0},
+    {"--micro-batch-size", MGT_FLAG_INT, OFF(micro_batch), 0, 1 << 20,
+     "only this micro-batch (default: powers of two)", NULL, 0},
+    {"--recompute", MGT_FLAG_ENUM, OFF(recompute), 0, 0,
+     "all (try each), none, full or selective (--recompute-granularity)", recomputes, 0},
+    {"--use-distributed-optimizer", MGT_FLAG_BOOL, OFF(distopt_only), 0, 1,
+     "only layouts with the distributed optimizer (default: with and without)", NULL, 0},
+    {"--top", MGT_FLAG_INT, OFF(top), 1, 1 << 20, "layouts printed", NULL, 0},
+    {"--json", MGT_FLAG_BOOL, OFF(json), 0, 1, "one JSON object per layout (bytes, seconds)", NULL,
+     0},
+};
+enum { N_FLAGS = sizeof flags / sizeof flags[0] };
+
+void mgt_plan_defaults(mgt_plan_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->num_layers = 24, o->hidden_size = 1024, o->heads = 16, o->seq_length = 1024;
+  o->vocab_size = 50257, o->vocab_multiple = 128, o->global_batch = 512;
+  o->nodes = 1, o->gpus_per_node = 8;
+  snprintf(o->gpu_memory, sizeof o->gpu_memory, "80GiB");
+  o->gemm_tflops = 100, o->nvlink_gbps = 150, o->network_gbps = 100, o->memory_gbps = 2000;
+  o->comm_bytes = 4, o->top = 20;
+}
+
+/* "80GiB", "32GB", "1.5TiB", or bytes. */
+static mgt_status parse_bytes(const char *s, double *out) {
+  char *end = NULL;
+  double v = strtod(s, &end);
+  MGT_REQUIRE(end != s && v > 0, "--gpu-memory '%s': not a size (e.g. 80GiB)", s);
+  static const struct {
+    const char *unit;
+    double mult;
+  } units[] = {{"", 1},          {"B", 1},
+               {"KiB", 1024.0},  {"MiB", 1048576.0},
+               {"GiB", 1 << 30}, {"TiB", 1099511627776.0},
+               {"KB", 1e3},      {"MB", 1e6},
+               {"GB", 1e9},      {"TB", 1e12}};
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+    if (!strcmp(end, units[i].unit)) {
+      *out = v * units[i].mult;
+      return MGT_OK;
+    }
+  MGT_FAIL(MGT_ERR_INPUT, "--gpu-memory '%s': unknown unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)",
+           s);
+}
+
+mgt_status mgt_plan_parse(mgt_plan_opts *o, int argc, char **argv, int first, int *help) {
+  MGT_CHECK(mgt_flags_parse(flags, N_FLAGS, o, argc, argv, first, "plan", help));
+  if (*help) return MGT_OK;
+  MGT_CHECK(parse_bytes(o->gpu_memory, &o->memory_bytes));
+  MGT_REQUIRE(o->hidden_size % o->heads == 0,
+              "--hidden-size %d is not divisible by --num-attention-heads %d", o->hidden_size,
+              o->heads);
+  return MGT_OK;
+}
+
+void mgt_plan_usage(FILE *f) {
+  mgt_plan_opts d;
+  mgt_plan_defaults(&d);
+  mgt_flags_usage(flags, N_FLAGS, &d, "plan", f);
+}
+
+void mgt_plan_config(const mgt_plan_opts *o, int tp, int dp, int mb, int recompute, int distopt,
+                     mgt_config *c) {
+  mgt_config_defaults(c);
+  c->model = o->model == 1 ? MGT_MODEL_BERT : MGT_MODEL_GPT;
+  c->num_layers = o->num_layers, c->hidden_size = o->hidden_size;
+  c->num_attention_heads = o->heads, c->ffn_hidden_size = o->ffn;
+  c->seq_length = o->seq_length, c->max_position_embeddings = o->seq_length;
+  c->vocab_size = o->vocab_size, c->make_vocab_size_divisible_by = o->vocab_multiple;
+  c->tensor_model_parallel_size = tp;
+  c->micro_batch_size = mb, c->global_batch_size = o->global_batch;
+  c->recompute_granularity = recompute;
+  c->use_distributed_optimizer = distopt;
+  (void)dp;
+  mgt_config_derive(c);
+}
+
+/* Ring all-reduce of `bytes` over n ranks at `gbps` of bus bandwidth. */
+static double allreduce_s(double bytes, int n, double gbps) {
+  return n > 1 ? 2.0 * (n - 1) / n * bytes / (gbps * 1e9) : 0.0;
+}
+
+void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_plan_row *r) {
+  const int tp = c->tensor_model_parallel_size, G = o->gpus_per_node, L = c->num_layers;
+  const double T = c->seq_length, C = c->hidden_size, mb = c->micro_batch_size;
+  const double n_micro = (double)c->global_batch_size / (mb * dp);
+  mgt_gpt_memory mem;
+  mgt_gpt_memory_plan_grid(c, tp, dp, &mem);
+  r->tp = tp, r->dp = dp, r->micro_batch = c->micro_batch_size;
+  r->recompute = c->recompute_granularity, r->distopt = c->use_distributed_optimizer;
+  r->memory = (double)mem.total;
+  r->params = (double)mem.params, r->grads = (double)mem.grads;
+  r->optimizer = (double)mem.optimizer, r->activations = (double)mem.activations;
+  /* compute: the model's FLOPs (forward and backward), plus the forward recomputed */
+  const double F = mgt_gpt_flops_per_iteration(c);
+  const double attention = 12.0 * L * C * T * T * c->global_batch_size;
+  const double extra =
+      c->recompute_granularity == MGT_RECOMPUTE_FULL
+          ? F / 3.0
+          : (c->recompute_granularity == MGT_RECOMPUTE_SELECTIVE ? attention / 3.0 : 0.0);
+  r->model_flops = F;
+  r->compute_s = (F + extra) / (tp * (double)dp) / (o->gemm_tflops * 1e12);
+  /* element-wise work (LayerNorms, dropouts, residuals) every tensor-parallel rank repeats on
+     the whole B x T x C: about 16 passes over it per layer, fwd and bwd */
+  const double elem = 16.0 * mb * T * C * o->comm_bytes * L * n_micro;
+  r->elementwise_s = (tp > 1 ? elem * (1.0 - 1.0 / tp) : 0.0) / (o->memory_gbps * 1e9);
+  /* tensor parallelism: per layer and micro-batch 2 all-reduces forward and 2 backward (2 more
+     when the forward is recomputed), and 2 for the vocabulary-parallel embedding and output */
+  const double per_layer = 4.0 + (c->recompute_granularity == MGT_RECOMPUTE_FULL ? 2.0 : 0.0);
+  const double tp_gbps = tp <= G ? o->nvlink_gbps : o->network_gbps / G;
+  r->tp_comm_s =
+      n_micro * (per_layer * L + 2.0) * allreduce_s(mb * T * C * o->comm_bytes, tp, tp_gbps);
+  /* data parallelism: the gradients of this rank's parameters (a reduce-scatter and an
+     all-gather move the same bytes as the all-reduce), hidden under the last backward as far
+     as --dp-overlap allows. A group that spans nodes has G / tp of its members in each node
+     and gets that share of the node's network (the tp groups' rings run side by side). */
+  const double params = (double)mem.params / sizeof(float);
+  const int across = tp * dp > G, per_node = tp < G ? G / tp : 1;
+  const double dp_gbps = across ? o->network_gbps * per_node / G : o->nvlink_gbps;
+  r->dp_comm_s = allreduce_s(params * o->comm_bytes, dp, dp_gbps);
+  const double last_backward = r->compute_s * (2.0 / 3.0) / n_micro;
+  r->dp_exposed_s = fmax(0.0, r->dp_comm_s - o->dp_overlap * last_backward);
+  r->step_s = r->compute_s + r->elementwise_s + r->tp_comm_s + r->dp_exposed_s;
+  r->ideal_s = F / (tp * (double)dp) / (o->gemm_tflops * 1e12);
+}
+
+static int by_time(const void *a, const void *b) {
+  const mgt_plan_row *x = a, *y = b;
+  if (x->step_s != y->step_s) return x->step_s < y->step_s ? -1 : 1;
+  return x->memory < y->memory ? -1 : (x->memory > y->memory ? 1 : 0); /* then the smaller */
+}
+
+static const char *rname(int g) {
+  return g == MGT_RECOMPUTE_FULL ? "full" : (g == MGT_RECOMPUTE_SELECTIVE ? "selective" : "none");
+}
+
+mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
+  const int gpus = o->nodes * o->gpus_per_node;
+  size_t cap = 256, n = 0, tried = 0;
+  mgt_plan_row *rows = malloc(sizeof *rows * cap);
+  MGT_REQUIRE(rows, "out of memory for the plan");
+  for (int tp = 1; tp <= gpus; tp++) {
+    if (gpus % tp || o->heads % tp || (o->tp && tp != o->tp)) continue;
+    const int dp = gpus / tp;
+    if (o->global_batch % dp) continue;
+    for (int mb = 1; mb <= o->global_batch / dp; mb *= 2) {
+      if ((o->global_batch / dp) % mb || (o->micro_batch && mb != o->micro_batch)) continue;
+      for (int g = 0; g < 3; g++) {
+        if (o->recompute && g != o->recompute - 1) continue;
+        for (int dist = o->distopt_only; dist <= (dp > 1); dist++) {
+          mgt_config c;
+          mgt_plan_config(o, tp, dp, mb, g, dist, &c);
+          mgt_plan_row r;
+          mgt_plan_estimate(o, &c, dp, &r);
+          tried++;
+          if (r.memory > o->memory_bytes) continue;
+          if (n == cap) {
+            mgt_plan_row *p = realloc(rows, sizeof *rows * (cap *= 2));
+            if (!p) {
+              free(rows);
+              MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the plan");
+            }
+            rows = p;
+          }
+          rows[n++] = r;
+        }
+      }
+    }
+  }
+  mgt_config c0;
+  mgt_plan_config(o, 1, 1, 1, 0, 0, &c0);
+  fprintf(out,
+          "%s: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d, %.3g B parameters; "
+          "global batch %d on %d x %d GPUs of %s\n",
+          models[o->model], o->num_layers, o->hidden_size, o->heads, o->seq_length, o->vocab_size,
+          (double)mgt_gpt_logical_params(&c0) / 1e9, o->global_batch, o->nodes, o->gpus_per_node,
+          o->gpu_memory);
+  fprintf(out,
+          "model: %.4g TFLOP/s per GPU, %.4g GB/s all-reduce in a node, %.4g GB/s network per "
+          "node, %.4g GB/s memory, %d bytes per element sent, data-parallel overlap %.2f\n",
+          o->gemm_tflops, o->nvlink_gbps, o->network_gbps, o->memory_gbps, o->comm_bytes,
+          o->dp_overlap);
+  if (n == 0) {
+    free(rows);
+    MGT_FAIL(MGT_ERR_INPUT,
+             "none of the %zu layouts tried fits in %s per GPU (see the memory of each with "
+             "mgt train --dry-run; more GPUs or a smaller micro-batch may)",
+             tried, o->gpu_memory);
+  }
+  qsort(rows, n, sizeof *rows, by_time);
+  fprintf(out, "%zu of %zu layouts fit; fastest first:\n", n, tried);
+  if (!o->json)
+    fprintf(out, "   tp    dp  micro  recompute  dist-opt  memory/GPU  step (s)  compute  "
+                 "tp comm  dp comm  tokens/s  TFLOP/s/GPU  efficiency\n");
+  for (size_t i = 0; i < n && i < (size_t)o->top && o->json; i++) {
+    const mgt_plan_row *r = &rows[i];
+    fprintf(out,
+            "{\"tp\": %d, \"dp\": %d, \"micro_batch\": %d, \"recompute\": \"%s\", "
+            "\"distributed_optimizer\": %s, \"memory\": %.0f, \"params\": %.0f, \"grads\": "
+            "%.0f, \"optimizer\": %.0f, \"activations\": %.0f, \"step_s\": %.9g, "
+            "\"compute_s\": %.9g, \"elementwise_s\": %.9g, \"tp_comm_s\": %.9g, \"dp_comm_s\": "
+            "%.9g, \"dp_exposed_s\": %.9g, \"efficiency\": %.9g}\n",
+            r->tp, r->dp, r->micro_batch, rname(r->recompute), r->distopt ? "true" : "false",
+            r->memory, r->params, r->grads, r->optimizer, r->activations, r->step_s, r->compute_s,
+            r->elementwise_s, r->tp_comm_s, r->dp_comm_s, r->dp_exposed_s, r->ideal_s / r->step_s);
+  }
+  for (size_t i = 0; i < n && i < (size_t)o->top && !o->json; i++) {
+    const mgt_plan_row *r = &rows[i];
+    fprintf(out,
+            " %4d  %4d  %5d  %9s  %8s  %7.1f GiB  %8.3f  %7.3f  %7.3f  %7.3f  %8.0f  %11.2f  "
+            "%9.1f%%\n",
+            r->tp, r->dp, r->micro_batch, rname(r->recompute), r->distopt ? "yes" : "no",
+            r->memory / (1 << 30), r->step_s, r->compute_s, r->tp_comm_s, r->dp_exposed_s,
+            (double)o->global_batch * o->seq_length / r->step_s,
+            r->model_flops / r->step_s / gpus / 1e12, 100.0 * r->ideal_s / r->step_s);
+  }
+  free(rows);
+  return MGT_OK;
+}

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# mgt plan: its memory against parameters counted by hand for two configurations (tp=1; tp=2
+# with vocabulary padding and the distributed optimizer at dp=4) and against what
+# mgt train --dry-run prints for the same layouts; its step-time model against the weak
+# scaling the Megatron-LM paper measured (Figure 5: 1.2B-8.3B GPT-2 on 1-8 GPUs and on
+# 64-512 GPUs, and the README's 60% for 8.3B without overlapped gradient reduction), with V100
+# and DGX-2H constants; and its refusals. Usage: plan.sh MGT MPIEXEC
+set -u
+MGT=$1 MPIEXEC=$2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+PY=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
+
+# ---- memory: parameters by hand ----
+A="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16 --vocab-size 128
+  --make-vocab-size-divisible-by 16 --global-batch-size 8"
+B="--num-layers 3 --hidden-size 128 --num-attention-heads 8 --seq-length 64 --vocab-size 1000
+  --make-vocab-size-divisible-by 16 --global-batch-size 32"
+"$MGT" plan $A --nodes 1 --gpus-per-node 1 --micro-batch-size 2 --recompute none --json \
+  --gpu-memory 1GiB >"$tmp/a.json" 2>&1 || { fail "plan A"; cat "$tmp/a.json"; }
+"$MGT" plan $B --nodes 1 --gpus-per-node 8 --tensor-model-parallel-size 2 --micro-batch-size 4 \
+  --recompute full --use-distributed-optimizer --json --gpu-memory 1GiB >"$tmp/b.json" 2>&1 ||
+  { fail "plan B"; cat "$tmp/b.json"; }
+$PY - "$tmp/a.json" "$tmp/b.json" <<'PY' || fail "memory against the hand count"
+import json, sys
+def row(path):
+    return [json.loads(l) for l in open(path) if l.startswith("{")][0]
+def floats(C, L, F, Vp, P, tp):  # GPT's flat buffers on one tensor-parallel rank
+    layer = 2 * C + (3 * C // tp) * C + 3 * C // tp + C * (C // tp) + C + 2 * C \
+        + (F // tp) * C + F // tp + C * (F // tp) + C
+    return (Vp // tp) * C + P * C + L * layer + 2 * C
+a, b = row(sys.argv[1]), row(sys.argv[2])
+n = floats(64, 2, 256, 128, 16, 1)  # 128 is already a multiple of 16
+assert a["params"] == 4 * n and a["grads"] == 4 * n and a["optimizer"] == 8 * n, (a, n)
+print("ok: A: %d parameters, 4 bytes each of weights and gradients, 8 of Adam" % n)
+n = floats(128, 3, 512, 1024, 64, 2)  # 1000 padded to a multiple of 16 x tp = 32
+shard = -(-n // 4)                   # dp = 8 GPUs / tp 2
+assert b["tp"] == 2 and b["dp"] == 4 and b["distributed_optimizer"], b
+assert b["params"] == 4 * n and b["optimizer"] == 8 * shard and b["grads"] == 4 * n + 4 * shard, (b, n)
+print("ok: B at tp=2, dp=4 with the distributed optimizer: %d parameters per rank, Adam on %d" % (n, shard))
+PY
+
+# ---- memory: the same as --dry-run for three layouts ----
+for spec in "1 1 2 none no" "2 2 4 selective yes" "2 4 2 full no"; do
+  set -- $spec
+  both=(--tensor-model-parallel-size $1 --micro-batch-size $3)
+  tflags=(--recompute-granularity $4)
+  pflags=(--nodes 1 --gpus-per-node $(($1 * $2)) --recompute $4)
+  [ "$5" = yes ] && both+=(--use-distributed-optimizer)
+  "$MPIEXEC" -n $(($1 * $2)) "$MGT" train --mock-data $B "${both[@]}" "${tflags[@]}" --dry-run >"$tmp/dry" 2>&1 ||
+    { fail "dry-run $spec"; tail -3 "$tmp/dry"; continue; }
+  "$MGT" plan $B "${both[@]}" "${pflags[@]}" --json --gpu-memory 1GiB --top 1000 >"$tmp/p.json" 2>&1 ||
+    { fail "plan $spec"; tail -3 "$tmp/p.json"; continue; }
+  $PY - "$tmp/dry" "$tmp/p.json" "$1" "$2" "$5" <<'PY' && echo "ok: plan == --dry-run at tp=$1 dp=$2, micro $3, recompute $4, distributed optimizer $5" || fail "plan vs --dry-run ($spec)"
+import json, re, sys
+total = float(re.search(r"total\s+([0-9.]+)", open(sys.argv[1]).read()).group(1))
+rows = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+r = [r for r in rows if r["tp"] == int(sys.argv[3]) and r["dp"] == int(sys.argv[4]) and
+     r["distributed_optimizer"] == (sys.argv[5] == "yes")]
+assert len(r) == 1, r
+assert abs(r[0]["memory"] / 1048576 - total) <= 0.05, (r[0]["memory"] / 1048576, total)
+PY
+done
+
+# ---- the step-time model against the paper's weak scaling ----
+# V100: 39 TFLOP/s (the paper's own 1-GPU rate, recomputation counted), 900 GB/s HBM2; DGX-2H:
+# 16 GPUs per node, NVSwitch all-reduce at 70 GB/s per GPU and 8 EDR adapters at 50 GB/s per node
+# (effective rates, about half the links' nominal 150 GB/s and 100 GB/s); fp16 on the wire;
+# activation checkpointing (--recompute full), batch 8 per model-parallel group. 1.2B and 2.5B
+# ran with Megatron-LM's own DDP (reduction after backward), 4.2B and 8.3B with torch's
+# (overlapped): --dp-overlap 0 and 1.
+C="--gemm-tflops 39 --nvlink-gbps 70 --network-gbps 50 --memory-gbps 900 --comm-bytes 2
+  --gpu-memory 1TB --recompute full --seq-length 1024 --vocab-size 51200 --micro-batch-size 8 --json"
+for cfg in "1536 16 40 1 0" "1920 20 54 2 0" "2304 24 64 4 1" "3072 32 72 8 1" "3072 32 72 8 0"; do
+  set -- $cfg
+  M="--hidden-size $1 --num-attention-heads $2 --num-layers $3 --tensor-model-parallel-size $4"
+  "$MGT" plan $C $M --nodes 1 --gpus-per-node $4 --global-batch-size 8 --dp-overlap $5 \
+    >"$tmp/mp_$4_$5.json" 2>&1 || { fail "plan mp $cfg"; tail -2 "$tmp/mp_$4_$5.json"; }
+  "$MGT" plan $C $M --nodes $((4 * $4)) --gpus-per-node 16 --global-batch-size 512 --dp-overlap $5 \
+    >"$tmp/dp_$4_$5.json" 2>&1 || { fail "plan mp+dp $cfg"; tail -2 "$tmp/dp_$4_$5.json"; }
+done
+$PY - "$tmp" <<'PY' || fail "the paper's weak scaling"
+import json, sys
+d = sys.argv[1]
+def eff(f):
+    return [json.loads(l) for l in open(d + f) if l.startswith("{")][0]["efficiency"]
+base = eff("/mp_1_0.json")
+paper = [("mp", 1, 0, 100), ("mp", 2, 0, 95), ("mp", 4, 1, 82), ("mp", 8, 1, 77),
+         ("dp", 1, 0, 96), ("dp", 2, 0, 83), ("dp", 4, 1, 79), ("dp", 8, 1, 74), ("dp", 8, 0, 60)]
+worst = 0
+for kind, t, ov, want in paper:
+    got = 100 * eff("/%s_%d_%d.json" % (kind, t, ov)) / base
+    worst = max(worst, abs(got - want))
+    print("   %-5s %d-way model parallel%s: %5.1f%% of linear scaling (paper %d%%)"
+          % ("mp" if kind == "mp" else "mp+dp", t, ", reduction after backward" if kind == "dp" and not ov else "", got, want))
+assert worst <= 6, worst
+print("ok: the step-time model is within %.1f points of the paper's weak scaling" % worst)
+PY
+
+# ---- refusals ----
+expect "unknown unit" "$MGT" plan $A --gpu-memory 80Gb
+expect "not a size" "$MGT" plan $A --gpu-memory lots
+expect "fits in 64KiB per GPU" "$MGT" plan $A --gpu-memory 64KiB
+expect "not divisible by --num-attention-heads" "$MGT" plan $A --num-attention-heads 5
+"$MPIEXEC" -n 2 "$MGT" plan $A --gpus-per-node 2 --gpu-memory 1GiB --top 3 >"$tmp/two" 2>&1 &&
+  [ "$(grep -c "fastest first" "$tmp/two")" = 1 ] && echo "ok: under mpiexec one rank prints the plan" ||
+  { fail "mgt plan on 2 ranks"; cat "$tmp/two"; }
+echo "plan: $fails failures"
+[ $fails = 0 ]
