@@ -38,7 +38,11 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
               c->max_position_embeddings);
   c->micro_batch_size = o->micro_batch_size > 0 ? o->micro_batch_size : 1;
   c->global_batch_size = 0;
-  c->recompute_activations = 0;
+  c->recompute_activations = 0; /* forward only: nothing to recompute */
+  c->recompute_granularity = MGT_RECOMPUTE_NONE;
+  c->recompute_method = MGT_RECOMPUTE_UNIFORM;
+  c->recompute_num_layers = 1;
+  c->use_distributed_optimizer = 0; /* no optimizer: no gradient shard */
   c->hidden_dropout = c->attention_dropout = 0.0;
   c->device = o->device;
   c->distributed_backend = -1;
