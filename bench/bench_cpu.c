@@ -130,7 +130,7 @@ static void measure(rates *r) {
 
 /* Times `steps` training steps (after one warm-up step) of GPT-2 124M shapes with global
    batch B at the grid's layout; prints throughput and the share of time in collectives. */
-static int overlap, distopt;
+static int overlap, distopt, param_gather;
 
 /* This process's resident memory, now (VmRSS) or at its peak (VmHWM), MiB; 0 when /proc does
    not say. */
@@ -163,6 +163,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   cfg.lr = 1e-4;
   cfg.overlap_grad_reduce = overlap;
   cfg.use_distributed_optimizer = distopt;
+  cfg.overlap_param_gather = param_gather;
   if (mgt_config_finalize(&cfg, grid->size) != MGT_OK) {
     mgt_error_print(stderr);
     return 1;
@@ -225,7 +226,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
 }
 
 /* usage: bench_cpu [--steps N] [--tp T] [--no-peaks] [--overlap-grad-reduce]
-                    [--use-distributed-optimizer]
+                    [--use-distributed-optimizer] [--overlap-param-gather]
                     [--config small|large|both]
    One rank: measures the machine's peaks, then the step time at two shapes.
    Several ranks (under mpiexec): the same shapes at the given tensor-parallel size, the
@@ -246,6 +247,8 @@ int main(int argc, char **argv) {
       overlap = 1;
     else if (!strcmp(argv[i], "--use-distributed-optimizer"))
       distopt = 1;
+    else if (!strcmp(argv[i], "--overlap-param-gather"))
+      param_gather = 1;
     else if (!strcmp(argv[i], "--config") && i + 1 < argc)
       which = argv[++i];
   }

@@ -207,12 +207,13 @@ static mgt_status cu_reduce_scatter(void *ctx, const mgt_grid *g, mgt_axis axis,
 }
 
 static mgt_status cu_allgatherv(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf,
-                                const int *counts) {
+                                const int *counts, const int *displs, mgt_comm_req *req) {
   cuda_comm *c = ctx;
   int size;
   (void)mgt_grid_axis_comm(g, axis, &size);
+  if (!on_device(buf)) return c->host.allgatherv(c->host.ctx, g, axis, buf, counts, displs, req);
+  if (req) req->mpi = MPI_REQUEST_NULL, req->axis = axis; /* ordered on the stream, or done */
   if (size == 1) return MGT_OK;
-  if (!on_device(buf)) return c->host.allgatherv(c->host.ctx, g, axis, buf, counts);
   size_t n = 0;
   for (int q = 0; q < size; q++)
     n += (size_t)counts[q];
@@ -233,11 +234,11 @@ static mgt_status cu_allgatherv(void *ctx, const mgt_grid *g, mgt_axis axis, flo
 #endif
   CU(cudaStreamSynchronize(c->stream));
   if (c->mode == MGT_DIST_MPI_CUDA_AWARE) {
-    MGT_CHECK(c->host.allgatherv(c->host.ctx, g, axis, buf, counts));
+    MGT_CHECK(c->host.allgatherv(c->host.ctx, g, axis, buf, counts, displs, NULL));
   } else {
     MGT_CHECK(stage(c, n));
     CU(cudaMemcpy(c->stage, buf, n * sizeof(float), cudaMemcpyDeviceToHost));
-    MGT_CHECK(c->host.allgatherv(c->host.ctx, g, axis, c->stage, counts));
+    MGT_CHECK(c->host.allgatherv(c->host.ctx, g, axis, c->stage, counts, displs, NULL));
     CU(cudaMemcpy(buf, c->stage, n * sizeof(float), cudaMemcpyHostToDevice));
   }
   (void)t0; /* the MPI implementation counted it */

@@ -148,19 +148,20 @@ static mgt_status mpi_reduce_scatter(void *ctx, const mgt_grid *g, mgt_axis axis
 }
 
 static mgt_status mpi_allgatherv(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf,
-                                 const int *counts) {
+                                 const int *counts, const int *displs, mgt_comm_req *req) {
   int size;
   MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
+  if (req) req->mpi = MPI_REQUEST_NULL, req->axis = axis;
   if (size == 1) return MGT_OK;
-  int *displs = malloc(sizeof(int) * (size_t)size);
-  if (!displs) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for an all-gather");
   size_t n = 0;
   for (int q = 0; q < size; q++)
-    displs[q] = (int)n, n += (size_t)counts[q];
+    n += (size_t)counts[q];
   double t0 = mgt_now();
-  int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, c);
-  free(displs);
-  MGT_MPI(rc);
+  if (req)
+    MGT_MPI(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, c,
+                            &req->mpi));
+  else
+    MGT_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, c));
   account(ctx, axis, t0, n * sizeof(float));
   return MGT_OK;
 }

@@ -93,6 +93,9 @@ static const mgt_flag flags[] = {
     BOOL("--use-distributed-optimizer", use_distributed_optimizer,
          "shard the Adam moments and the update over the data-parallel ranks: gradients "
          "reduce-scattered, parameters all-gathered (Megatron-LM's distributed optimizer)"),
+    BOOL("--overlap-param-gather", overlap_param_gather,
+         "with --use-distributed-optimizer: start the parameter all-gathers non-blocking and "
+         "wait for each layer's just before its forward"),
     BOOL("--dry-run", dry_run, "print the memory plan per rank and exit"),
     {"--device", MGT_FLAG_ENUM, OFF(device), 0, 0,
      "cpu, or cuda (one GPU per rank, chosen by the node-local rank)", mgt_device_names, 0},
@@ -272,6 +275,9 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               "--recompute-activations is full recomputation: give it or --recompute-granularity "
               "selective");
   if (c->recompute_activations) c->recompute_granularity = MGT_RECOMPUTE_FULL;
+  MGT_REQUIRE(!c->overlap_param_gather || c->use_distributed_optimizer,
+              "--overlap-param-gather overlaps the distributed optimizer's all-gather: give "
+              "--use-distributed-optimizer");
   MGT_REQUIRE(c->recompute_granularity == MGT_RECOMPUTE_FULL ||
                   (c->recompute_method == MGT_RECOMPUTE_UNIFORM && c->recompute_num_layers == 1),
               "--recompute-method and --recompute-num-layers choose the layers of "

@@ -101,8 +101,12 @@ struct mgt_gpt {
      buffers, cut at any element; a piece's reduce-scatter gives each rank its part
      (piece_counts, dp per piece) in gshard, the owned gradient (m->g itself at dp = 1). */
   size_t *shard;
-  int *piece_counts;
+  int *piece_counts, *piece_displs;
   float *gshard;
+  /* --overlap-param-gather: each bucket's all-gathers in flight (gathering[b]) until the
+     forward needs the bucket's parameters */
+  mgt_comm_req *greqs;
+  char *gathering;
 };
 
 /* ---- parameter layout ---- */
@@ -543,6 +547,11 @@ static mgt_status plan_shards(mgt_gpt *m) {
   }
   MGT_CHECK(mgt_calloc(sizeof(int) * (size_t)m->n_pieces * (size_t)dp, "shard counts",
                        (void **)&m->piece_counts));
+  MGT_CHECK(mgt_calloc(sizeof(int) * (size_t)m->n_pieces * (size_t)dp, "shard offsets",
+                       (void **)&m->piece_displs));
+  MGT_CHECK(mgt_calloc(sizeof(mgt_comm_req) * (size_t)m->n_pieces, "gather requests",
+                       (void **)&m->greqs));
+  MGT_CHECK(mgt_calloc((size_t)m->n_buckets, "gather flags", (void **)&m->gathering));
   for (int p = 0; p < m->n_pieces; p++) {
     const size_t a = m->piece_off[p], b = a + m->piece_n[p];
     MGT_REQUIRE(m->piece_n[p] <= INT_MAX, "--ddp-bucket-size: pieces above 2^31 elements");
@@ -550,6 +559,7 @@ static mgt_status plan_shards(mgt_gpt *m) {
       const size_t lo = a > m->shard[q] ? a : m->shard[q],
                    hi = b < m->shard[q + 1] ? b : m->shard[q + 1];
       m->piece_counts[(size_t)p * dp + q] = hi > lo ? (int)(hi - lo) : 0;
+      m->piece_displs[(size_t)p * dp + q] = hi > lo ? (int)(lo - a) : (int)(b - a);
     }
   }
   const size_t n = m->shard[r + 1] - m->shard[r];
@@ -621,9 +631,12 @@ done:
   return st;
 }
 
+static mgt_status params_ready(mgt_gpt *m, int b);
+
 void mgt_gpt_destroy(mgt_gpt **model) {
   mgt_gpt *m = *model;
   if (!m) return;
+  (void)params_ready(m, -1); /* no all-gather left writing into freed memory */
   if (m->be) {
     if (m->gshard && m->gshard != m->g) m->be->free(m->be->ctx, m->gshard);
     if (m->w) m->be->free(m->be->ctx, m->w);
@@ -643,6 +656,9 @@ void mgt_gpt_destroy(mgt_gpt **model) {
   mgt_free(m->piece_n);
   mgt_free(m->shard);
   mgt_free(m->piece_counts);
+  mgt_free(m->piece_displs);
+  mgt_free(m->greqs);
+  mgt_free(m->gathering);
   mgt_free(m);
   *model = NULL;
 }
@@ -731,6 +747,24 @@ static mgt_status load_tokens(mgt_gpt *m, const int32_t *tokens) {
 
 /* Embeddings (word, position and, for BERT, token type), the layers and the final LayerNorm
    into m->lnf. */
+/* --overlap-param-gather: waits for bucket b's parameter all-gathers (b = -1: every bucket);
+   the later buckets' are driven on (MPI progresses them only inside MPI calls). */
+static mgt_status params_ready(mgt_gpt *m, int b) {
+  if (!m->gathering) return MGT_OK;
+  for (int k = 0; k < m->n_buckets; k++) {
+    if (!m->gathering[k] || (b >= 0 && k != b)) continue;
+    for (int p = m->bucket_first[k]; p < m->bucket_first[k + 1]; p++)
+      MGT_CHECK(m->comm->wait(m->comm->ctx, &m->greqs[p]));
+    m->gathering[k] = 0;
+  }
+  for (int k = 0; b >= 0 && k < m->n_buckets; k++)
+    if (m->gathering[k]) {
+      int done = 0;
+      MGT_CHECK(m->comm->test(m->comm->ctx, &m->greqs[m->bucket_first[k]], &done));
+    }
+  return MGT_OK;
+}
+
 static mgt_status trunk_forward(mgt_gpt *m, const step_ctx *s) {
   const mgt_backend *be = m->be;
   void *bc = be->ctx;
@@ -738,6 +772,7 @@ static mgt_status trunk_forward(mgt_gpt *m, const step_ctx *s) {
   const int N = d->B * d->T, C = d->C;
   const float *wte = m->w + m->params[m->ix.wte].offset, *wpe = m->w + m->params[m->ix.wpe].offset;
 
+  MGT_CHECK(params_ready(m, d->L + 1)); /* buckets: 0 final LayerNorm and heads, L - l layer l */
   MGT_CHECK(mgt_tp_embedding_forward(&m->tp, m->res[0], m->inputs, wte, N, C, d->v0, d->Vl));
   MGT_CHECK(be->add_position(bc, m->res[0], wpe, d->B, d->T, C));
   if (m->ix.tte >= 0) { /* two rows, replicated: a local lookup added in */
@@ -749,9 +784,11 @@ static mgt_status trunk_forward(mgt_gpt *m, const step_ctx *s) {
                                 MGT_DROPOUT_EMBED);
   MGT_CHECK(be->dropout_forward(bc, m->res[0], m->res[0], NULL, d->B, (size_t)d->T * C, &de));
 
-  for (int l = 0; l < d->L; l++)
+  for (int l = 0; l < d->L; l++) {
+    MGT_CHECK(params_ready(m, d->L - l));
     MGT_CHECK(layer_forward(m, l, m->res[l], m->res[l + 1], acts_of(m, l), s));
-
+  }
+  MGT_CHECK(params_ready(m, 0));
   const mgt_param *lnf = &m->params[m->ix.lnf];
   MGT_CHECK(be->layernorm_forward(bc, m->lnf, m->lnf_mean, m->lnf_rstd, m->res[d->L],
                                   m->w + lnf[0].offset, m->w + lnf[1].offset, N, C,
@@ -850,6 +887,7 @@ struct mgt_gpt_decoder {
 };
 
 mgt_status mgt_gpt_decoder_create(mgt_gpt *m, int max_len, mgt_gpt_decoder **out) {
+  MGT_CHECK(params_ready(m, -1));
   *out = NULL;
   const mgt_gpt_dims *d = &m->d;
   MGT_REQUIRE(!d->bert, "BERT is not a generative model: no decoding");
@@ -899,6 +937,7 @@ void mgt_gpt_decoder_destroy(mgt_gpt_decoder **pd) {
 
 mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *logits) {
   mgt_gpt *m = dec->m;
+  MGT_CHECK(params_ready(m, -1));
   const mgt_gpt_dims *d = &m->d;
   const mgt_backend *be = m->be;
   void *bc = be->ctx;
@@ -1370,7 +1409,10 @@ const mgt_param *mgt_gpt_params(const mgt_gpt *m, int *count) {
   *count = m->n_params;
   return m->params;
 }
-float *mgt_gpt_param_data(mgt_gpt *m) { return m->w; }
+float *mgt_gpt_param_data(mgt_gpt *m) {
+  (void)params_ready(m, -1); /* the caller reads them: a failed wait has aborted MPI anyway */
+  return m->w;
+}
 float *mgt_gpt_grad_data(mgt_gpt *m) { return m->g; }
 size_t mgt_gpt_param_count(const mgt_gpt *m) { return m->n_floats; }
 
@@ -1385,9 +1427,19 @@ float *mgt_gpt_grad_shard(mgt_gpt *m, size_t *first, size_t *n) {
 }
 
 mgt_status mgt_gpt_gather_params(mgt_gpt *m) {
-  for (int p = 0; m->piece_counts && p < m->n_pieces; p++)
-    MGT_CHECK(m->comm->allgatherv(m->comm->ctx, m->grid, MGT_AXIS_DP, m->w + m->piece_off[p],
-                                  m->piece_counts + (size_t)p * m->grid->dp));
+  if (!m->piece_counts) return MGT_OK;
+  MGT_CHECK(params_ready(m, -1)); /* a second step before any forward */
+  const int overlap = m->cfg.overlap_param_gather;
+  /* in the order the forward needs them: embeddings, layers 0.., the final LayerNorm */
+  for (int k = 0; k < m->n_buckets; k++) {
+    const int b = m->n_buckets - 1 - k;
+    for (int p = m->bucket_first[b]; p < m->bucket_first[b + 1]; p++)
+      MGT_CHECK(m->comm->allgatherv(m->comm->ctx, m->grid, MGT_AXIS_DP, m->w + m->piece_off[p],
+                                    m->piece_counts + (size_t)p * m->grid->dp,
+                                    m->piece_displs + (size_t)p * m->grid->dp,
+                                    overlap ? &m->greqs[p] : NULL));
+    m->gathering[b] = (char)overlap;
+  }
   return MGT_OK;
 }
 const mgt_segment *mgt_gpt_segments(const mgt_gpt *m, int *count) {
@@ -1429,5 +1481,6 @@ mgt_status mgt_gpt_describe(const mgt_config *cfg, int tp, int tp_rank, int dp_r
 }
 
 mgt_status mgt_gpt_state(mgt_gpt *m, mgt_state *out) {
+  MGT_CHECK(params_ready(m, -1)); /* a checkpoint reads every parameter */
   return list_params(m->params, m->n_params, m->grid->tp_rank, m->grid->dp_rank, m->w, m->be, out);
 }

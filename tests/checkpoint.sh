@@ -44,7 +44,8 @@ PY
 # without it, at (tp 4, dp 2) with it and on one rank; the ordinary checkpoint above resumed
 # with it at (tp 1, dp 4); every one within 1e-5 of the uninterrupted ordinary run ----
 D=(--use-distributed-optimizer --ddp-bucket-size 20000)
-"$MPIEXEC" -n 8 "$MGT" train "${A[@]}" "${D[@]}" --tensor-model-parallel-size 2 --save "$tmp/dist" \
+"$MPIEXEC" -n 8 "$MGT" train "${A[@]}" "${D[@]}" --overlap-grad-reduce --overlap-param-gather \
+  --tensor-model-parallel-size 2 --save "$tmp/dist" \
   --save-interval 10 --metrics-file "$tmp/dist_full.jsonl" > "$tmp/log" 2>&1 || { fail "distributed optimizer run"; tail -5 "$tmp/log"; }
 grep -q "a shard of 4, --use-distributed-optimizer" "$tmp/log" || fail "the memory plan of the distributed optimizer"
 "$MGT" ckpt verify "$tmp/dist" > "$tmp/out" 2>&1 && grep -q " 0 damaged" "$tmp/out" &&

@@ -48,6 +48,8 @@ expect 1 "--metrics-file /nonexistent/dir/m.jsonl: cannot open" \
 expect 1 "MiB per rank but" \
   train --mock-data --num-layers 64 --hidden-size 16384 --num-attention-heads 128
 
+expect 1 "give --use-distributed-optimizer" train --mock-data --overlap-param-gather --dry-run
+
 # recomputation choices that contradict each other
 expect 1 "--recompute-activations is full recomputation" train --mock-data --recompute-activations \
   --recompute-granularity selective --dry-run

@@ -42,6 +42,7 @@ static mgt_config test_config(int tp, int dist) {
   if (block) /* layer 0 recomputed, layer 1 kept */
     c.recompute_granularity = MGT_RECOMPUTE_FULL, c.recompute_method = MGT_RECOMPUTE_BLOCK;
   c.use_distributed_optimizer = dist;
+  c.overlap_param_gather = dist && overlap;
   if (distopt) c.clip_grad = 0.05; /* the global norm, summed over shards, must be exact */
   c.mock_data = 1;
   return c;
@@ -153,8 +154,8 @@ int main(int argc, char **argv) {
     printf("tp=%d dp=%d%s: %d iterations, worst loss difference %.2e relative, final loss %.6f "
            "(one rank %.6f)\n",
            grid->tp, grid->dp,
-           distopt   ? (overlap ? " (distributed optimizer, overlapped reduce-scatter)"
-                                : " (distributed optimizer)")
+           distopt ? (overlap ? " (distributed optimizer, overlapped reduce-scatter and all-gather)"
+                              : " (distributed optimizer)")
            : overlap ? " (overlapped gradient all-reduce)"
                      : (recompute   ? " (recomputation)"
                         : selective ? " (selective recomputation)"

@@ -60,13 +60,14 @@ typedef struct mgt_comm {
                           int root);
   /* The distributed optimizer's pair. counts[q] (q in rank order, summing to n) partitions n
      floats into consecutive parts. reduce_scatter: every rank gives n floats in `in`; this rank
-     receives in `out` the sum over the group of its part. With req non-NULL it may be started
-     only, finished by wait/test. allgatherv: in place, each rank's part of buf (at the sum of
-     the counts before it) goes to every rank. */
+     receives in `out` the sum over the group of its part. allgatherv: in place, each rank's
+     part of buf (at displs[rank], the sum of the counts before it) goes to every rank. With
+     req non-NULL either may be started only (counts and displs kept alive), finished by
+     wait/test. */
   mgt_status (*reduce_scatter)(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in,
                                float *out, const int *counts, mgt_comm_req *req);
   mgt_status (*allgatherv)(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf,
-                           const int *counts);
+                           const int *counts, const int *displs, mgt_comm_req *req);
 } mgt_comm;
 
 /* The communicator of an axis and its size. */

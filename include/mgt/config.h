@@ -63,6 +63,7 @@ typedef struct mgt_config {
   int64_t ddp_bucket_size;       /* gradient elements per data-parallel all-reduce */
   int overlap_grad_reduce;       /* non-blocking bucket all-reduces during backward */
   int use_distributed_optimizer; /* ZeRO-1: optimizer state sharded over data parallelism */
+  int overlap_param_gather;      /* its parameter all-gather non-blocking, under the forward */
   int dry_run;
   /* devices and precision */
   int device;              /* MGT_DEVICE_* */
