@@ -109,7 +109,7 @@ void mgt_plan_usage(FILE *f) {
   mgt_flags_usage(flags, N_FLAGS, &d, "plan", f);
 }
 
-void mgt_plan_config(const mgt_plan_opts *o, int tp, int dp, int mb, int recompute, int distopt,
+void mgt_plan_config(const mgt_plan_opts *o, int tp, int mb, int recompute, int distopt,
                      mgt_config *c) {
   mgt_config_defaults(c);
   c->model = o->model == 1 ? MGT_MODEL_BERT : MGT_MODEL_GPT;
@@ -121,7 +121,6 @@ void mgt_plan_config(const mgt_plan_opts *o, int tp, int dp, int mb, int recompu
   c->micro_batch_size = mb, c->global_batch_size = o->global_batch;
   c->recompute_granularity = recompute;
   c->use_distributed_optimizer = distopt;
-  (void)dp;
   mgt_config_derive(c);
 }
 
@@ -199,7 +198,7 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
         if (o->recompute && g != o->recompute - 1) continue;
         for (int dist = o->distopt_only; dist <= (dp > 1); dist++) {
           mgt_config c;
-          mgt_plan_config(o, tp, dp, mb, g, dist, &c);
+          mgt_plan_config(o, tp, mb, g, dist, &c);
           mgt_plan_row r;
           mgt_plan_estimate(o, &c, dp, &r);
           tried++;
@@ -218,7 +217,7 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
     }
   }
   mgt_config c0;
-  mgt_plan_config(o, 1, 1, 1, 0, 0, &c0);
+  mgt_plan_config(o, 1, 1, 0, 0, &c0);
   fprintf(out,
           "%s: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d, %.3g B parameters; "
           "global batch %d on %d x %d GPUs of %s\n",

@@ -689,14 +689,15 @@ typedef struct loss_means {
   double loss, lm, sop, sop_acc;
 } loss_means;
 
-static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm, int bert,
+/* kind: 0 GPT, 1 BERT pretraining, 2 fine-tuning */
+static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm, int kind,
                          double ms, double tokens_per_sec, double tflops, int skipped, int nans) {
   fprintf(f, "{\"iteration\":%lld,\"consumed_samples\":%llu", (long long)s->iteration,
           (unsigned long long)s->consumed_samples);
   json_num(f, "loss", lm->loss, 17);
-  if (bert == 2) {
+  if (kind == 2) {
     json_num(f, "accuracy", lm->sop_acc, 9);
-  } else if (bert) {
+  } else if (kind == 1) {
     json_num(f, "lm_loss", lm->lm, 17);
     json_num(f, "sop_loss", lm->sop, 17);
     json_num(f, "sop_accuracy", lm->sop_acc, 9);

@@ -12,15 +12,8 @@ set -u
 MGT=$1 MPIEXEC=$2 DATA=$3
 V=$DATA/bert/bert-base-uncased-vocab.txt
 [ -f "$V" ] || { echo "no $V: skipped"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
 . "$(dirname "$0")/lib.sh"
+
 # documents of ~40 paragraphs each, so that the split has documents to give to each part
 book_dataset "$DATA/books/pg11-alices-adventures-in-wonderland.txt" 40 "$tmp/alice"
 

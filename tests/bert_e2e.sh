@@ -13,12 +13,7 @@ MGT=$1 MPIEXEC=$2 DATA=$3
 V=$DATA/bert/bert-base-uncased-vocab.txt
 BOOK=$DATA/books/${BOOK_FILE:-pg1342-pride-and-prejudice.txt}
 [ -f "$V" ] && [ -f "$BOOK" ] || { echo "no $V or $BOOK: skipped"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-PY=/usr/bin/python3
 ITERS=${ITERS:-2000}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/lib.sh"
 book_dataset "$BOOK" 20 "$tmp/book"
 "$MPIEXEC" -n 2 "$MGT" train --model bert --data-path "$tmp/book" --tokenizer-type BertWordPieceLowerCase \

@@ -13,13 +13,6 @@ MGT=$1 MPIEXEC=$2 DATA=$3
 V=$DATA/bert/bert-base-uncased-vocab.txt
 BOOK=$DATA/books/pg11-alices-adventures-in-wonderland.txt
 [ -f "$V" ] && [ -f "$BOOK" ] || { echo "no $V or $BOOK: skipped"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 . "$(dirname "$0")/lib.sh"
 
 # gen TASK OUT N SEED SHUFFLE: N examples (RACE: questions) in the task's public format. MNLI:

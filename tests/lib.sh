@@ -1,4 +1,13 @@
-# Sourced by the test scripts: needs tmp and fail() set (book_dataset also MGT, V and PY).
+# Sourced by the test scripts: root-safe MPI, one OpenMP thread, Debian's python, a temporary
+# directory $tmp removed on exit, and fail() counting into $fails (book_dataset also needs MGT
+# and V).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+PY=/usr/bin/python3 # with numpy and h5py
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 # book_dataset BOOK PARAGRAPHS PREFIX: the book as documents of PARAGRAPHS paragraphs each,
 # preprocessed into a WordPiece sentence dataset PREFIX.h5 (its summary line printed)

@@ -7,13 +7,6 @@
 # and DGX-2H constants; and its refusals. Usage: plan.sh MGT MPIEXEC
 set -u
 MGT=$1 MPIEXEC=$2
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 . "$(dirname "$0")/lib.sh"
 
 # ---- memory: parameters by hand ----

@@ -40,8 +40,8 @@ MGT_NODISCARD mgt_status mgt_plan_parse(mgt_plan_opts *o, int argc, char **argv,
                                         int *help);
 void mgt_plan_usage(FILE *f);
 /* The training configuration of one layout (what mgt train would be given). */
-void mgt_plan_config(const mgt_plan_opts *o, int tp, int dp, int micro_batch, int recompute,
-                     int distopt, mgt_config *c);
+void mgt_plan_config(const mgt_plan_opts *o, int tp, int micro_batch, int recompute, int distopt,
+                     mgt_config *c);
 /* The memory (this project's plan, as --dry-run) and the step-time estimate of c on dp
    data-parallel groups. */
 void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_plan_row *r);
