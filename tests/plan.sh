@@ -3,7 +3,8 @@
 # with vocabulary padding and the distributed optimizer at dp=4) and against what
 # mgt train --dry-run prints for the same layouts; its step-time model against the weak
 # scaling the Megatron-LM paper measured (Figure 5: 1.2B-8.3B GPT-2 on 1-8 GPUs and on
-# 64-512 GPUs, and the README's 60% for 8.3B without overlapped gradient reduction), with V100
+# 64-512 GPUs, 77% and 74% stated in its text, the rest read off the figure; and the README's
+# 60% for 8.3B without overlapped gradient reduction), with V100
 # and DGX-2H constants; and its refusals. Usage: plan.sh MGT MPIEXEC
 set -u
 MGT=$1 MPIEXEC=$2
