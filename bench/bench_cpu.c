@@ -130,7 +130,7 @@ static void measure(rates *r) {
 
 /* Times `steps` training steps (after one warm-up step) of GPT-2 124M shapes with global
    batch B at the grid's layout; prints throughput and the share of time in collectives. */
-static int overlap, distopt, param_gather;
+static int overlap, distopt, param_gather, seqpar;
 
 /* This process's resident memory, now (VmRSS) or at its peak (VmHWM), MiB; 0 when /proc does
    not say. */
@@ -164,6 +164,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   cfg.overlap_grad_reduce = overlap;
   cfg.use_distributed_optimizer = distopt;
   cfg.overlap_param_gather = param_gather;
+  cfg.sequence_parallel = seqpar;
   if (mgt_config_finalize(&cfg, grid->size) != MGT_OK) {
     mgt_error_print(stderr);
     return 1;
@@ -214,9 +215,11 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
     if (grid->size > 1)
       printf(" | communication %.1f%% of step time%s", 100.0 * cmax / total,
              overlap && grid->dp > 1 ? " (overlapped gradient all-reduce)" : "");
-    printf(" | optimizer state %.0f MiB/rank%s, planned total %.0f MiB/rank, peak RSS %.0f MiB "
-           "of which %.0f MiB above the RSS before the model (largest rank)",
+    printf(" | optimizer state %.0f MiB/rank%s, activations %.0f MiB/rank%s, planned total %.0f "
+           "MiB/rank, peak RSS %.0f MiB of which %.0f MiB above the RSS before the model "
+           "(largest rank)",
            plan.optimizer / 1048576.0, distopt ? " (distributed optimizer)" : "",
+           plan.activations / 1048576.0, seqpar ? " (sequence parallel)" : "",
            plan.total / 1048576.0, rss[0], rss[1]);
     printf(" | model %.1f GFLOP/step, loss %.3f\n", flops / 1e9, s.loss);
   }
@@ -227,7 +230,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
 
 /* usage: bench_cpu [--steps N] [--tp T] [--no-peaks] [--overlap-grad-reduce]
                     [--use-distributed-optimizer] [--overlap-param-gather]
-                    [--config small|large|both]
+                    [--sequence-parallel] [--config small|large|both]
    One rank: measures the machine's peaks, then the step time at two shapes.
    Several ranks (under mpiexec): the same shapes at the given tensor-parallel size, the
    rest data-parallel, at the same global batch. */
@@ -249,6 +252,8 @@ int main(int argc, char **argv) {
       distopt = 1;
     else if (!strcmp(argv[i], "--overlap-param-gather"))
       param_gather = 1;
+    else if (!strcmp(argv[i], "--sequence-parallel"))
+      seqpar = 1;
     else if (!strcmp(argv[i], "--config") && i + 1 < argc)
       which = argv[++i];
   }

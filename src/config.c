@@ -96,6 +96,10 @@ static const mgt_flag flags[] = {
     BOOL("--overlap-param-gather", overlap_param_gather,
          "with --use-distributed-optimizer: start the parameter all-gathers non-blocking and "
          "wait for each layer's just before its forward"),
+    BOOL("--sequence-parallel", sequence_parallel,
+         "split the LayerNorms, dropouts and residuals over the tensor-parallel ranks by token "
+         "rows: all-gather before each column-parallel layer, reduce-scatter after each "
+         "row-parallel one (Megatron-LM's sequence parallelism)"),
     BOOL("--dry-run", dry_run, "print the memory plan per rank and exit"),
     {"--device", MGT_FLAG_ENUM, OFF(device), 0, 0,
      "cpu, or cuda (one GPU per rank, chosen by the node-local rank)", mgt_device_names, 0},
@@ -295,6 +299,10 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
     c->lr_warmup_iters = w;
   }
   int tp = c->tensor_model_parallel_size;
+  MGT_REQUIRE(!c->sequence_parallel || (int64_t)c->micro_batch_size * c->seq_length % tp == 0,
+              "--sequence-parallel splits the %d x %d token rows of a micro-batch over "
+              "--tensor-model-parallel-size %d, which does not divide them",
+              c->micro_batch_size, c->seq_length, tp);
   MGT_REQUIRE(world_size % tp == 0,
               "--tensor-model-parallel-size %d does not divide the number of ranks %d", tp,
               world_size);

@@ -79,6 +79,11 @@ struct mgt_gpt {
   mgt_tp_xent xent;
   int32_t *inputs, *targets;
   float *dres, *dtmp, *dqkv, *datty, *dfch, *att_scratch;
+  /* --sequence-parallel: a block of this rank's rows (N/tp, C), the LayerNorm gradients' sum
+     over tp (2C) and the floats of each rank's rows; m->lnf (N, C) is also the buffer rows are
+     gathered into inside the layers */
+  float *sp_loc, *lng;
+  int *sp_counts;
   /* BERT: token types, lengths (the padding mask), masked rows and their labels, [CLS] rows
      and the order labels; the LM head on the masked rows, the pooler and SOP head on [CLS] */
   int32_t *types, *keylen, *lm_rows, *cls_rows, *sop_tgt;
@@ -141,6 +146,9 @@ void mgt_gpt_dims_from_config(const mgt_config *c, int tp, int tp_rank, mgt_gpt_
   d->v0 = tp_rank * d->Vl;
   int nv = d->V - d->v0;
   d->nv = nv < 0 ? 0 : (nv > d->Vl ? d->Vl : nv);
+  d->sp = c->sequence_parallel && tp > 1;
+  d->Nl = d->sp ? d->B * d->T / tp : d->B * d->T;
+  d->r0 = d->sp ? tp_rank * d->Nl : 0;
 }
 
 typedef struct param_spec {
@@ -314,19 +322,20 @@ static int chunk_ending_at(const rplan *p, int l, int L, int *first) {
   return l == last;
 }
 
-/* One layer's set; with share_P its attention probabilities are the buffer P (selective). */
+/* One layer's set; with share_P its attention probabilities are the buffer P (selective).
+   The LayerNorms and the residual hold this rank's rows only under sequence parallelism. */
 static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la, int share_P, float *P) {
-  size_t N = (size_t)d->B * d->T;
-  la->ln1 = take(a, N * d->C);
-  la->ln1_mean = take(a, N);
-  la->ln1_rstd = take(a, N);
+  size_t N = (size_t)d->B * d->T, Nl = (size_t)d->Nl;
+  la->ln1 = take(a, Nl * d->C);
+  la->ln1_mean = take(a, Nl);
+  la->ln1_rstd = take(a, Nl);
   la->qkv = take(a, N * 3 * d->Cl);
   la->P = share_P ? P : take(a, (size_t)d->B * d->Hl * d->T * d->T);
   la->atty = take(a, N * d->Cl);
-  la->res_mid = take(a, N * d->C);
-  la->ln2 = take(a, N * d->C);
-  la->ln2_mean = take(a, N);
-  la->ln2_rstd = take(a, N);
+  la->res_mid = take(a, Nl * d->C);
+  la->ln2 = take(a, Nl * d->C);
+  la->ln2_mean = take(a, Nl);
+  la->ln2_rstd = take(a, Nl);
   la->fch = take(a, N * d->Fl);
   la->fch_gelu = take(a, N * d->Fl);
 }
@@ -334,9 +343,9 @@ static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la, int shar
 /* Places every activation buffer; with m->arena == NULL it only counts floats. */
 static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp) {
   arena a = {(float *)m->arena, 0};
-  size_t N = (size_t)d->B * d->T;
+  size_t N = (size_t)d->B * d->T, Nl = (size_t)d->Nl;
   for (int l = 0; l <= d->L; l++) {
-    float *p = take(&a, N * d->C);
+    float *p = take(&a, Nl * d->C);
     if (m->res) m->res[l] = p;
   }
   float *shared_P = rp->selective ? take(&a, (size_t)d->B * d->Hl * d->T * d->T) : NULL;
@@ -346,8 +355,8 @@ static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan 
     if (m->acts) m->acts[l] = la;
   }
   m->lnf = take(&a, N * d->C);
-  m->lnf_mean = take(&a, N);
-  m->lnf_rstd = take(&a, N);
+  m->lnf_mean = take(&a, Nl);
+  m->lnf_rstd = take(&a, Nl);
   /* BERT's LM head sees only the masked rows: B * P of them at most */
   const size_t R = d->bert ? (size_t)d->B * d->P : N;
   m->logits = take(&a, R * d->Vl);
@@ -356,8 +365,12 @@ static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan 
   m->xent.losses = take(&a, N);
   m->inputs = (int32_t *)take(&a, N);
   m->targets = (int32_t *)take(&a, N);
-  m->dres = take(&a, N * d->C);
+  m->dres = take(&a, Nl * d->C);
   m->dtmp = take(&a, N * d->C);
+  if (d->sp) {
+    m->sp_loc = take(&a, Nl * d->C);
+    m->lng = take(&a, 2 * (size_t)d->C);
+  }
   m->dqkv = take(&a, N * 3 * d->Cl);
   m->datty = take(&a, N * d->Cl);
   m->dfch = take(&a, N * d->Fl);
@@ -567,6 +580,18 @@ static mgt_status plan_shards(mgt_gpt *m) {
                       (void **)&m->gshard);
 }
 
+/* Sequence parallelism: every rank's block of rows, of C floats each. */
+static mgt_status plan_rows(mgt_gpt *m) {
+  const mgt_gpt_dims *d = &m->d;
+  MGT_REQUIRE((size_t)d->Nl * d->C <= INT_MAX,
+              "--sequence-parallel: %d rows of %d floats exceed MPI's count limit", d->Nl, d->C);
+  MGT_CHECK(mgt_calloc(sizeof(int) * (size_t)d->tp, "row blocks", (void **)&m->sp_counts));
+  for (int q = 0; q < d->tp; q++)
+    m->sp_counts[q] = d->Nl * d->C;
+  m->tp.sp_counts = m->sp_counts;
+  return MGT_OK;
+}
+
 mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt_backend *be,
                           const mgt_comm *comm, mgt_gpt **out) {
   *out = NULL;
@@ -621,6 +646,7 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
       m->host_b[b] = b * d->T;
     MGT_TRY(be->upload(be->ctx, m->cls_rows, m->host_b, sizeof(int32_t) * (size_t)d->B));
   }
+  if (d->sp) MGT_TRY(plan_rows(m));
   MGT_TRY(plan_buckets(m));
   if (cfg->use_distributed_optimizer) MGT_TRY(plan_shards(m));
   MGT_TRY(init_params(m));
@@ -658,6 +684,7 @@ void mgt_gpt_destroy(mgt_gpt **model) {
   mgt_free(m->piece_counts);
   mgt_free(m->piece_displs);
   mgt_free(m->greqs);
+  mgt_free(m->sp_counts);
   mgt_free(m->gathering);
   mgt_free(m);
   *model = NULL;
@@ -667,7 +694,7 @@ void mgt_gpt_destroy(mgt_gpt **model) {
 
 static mgt_dropout dropout_site(const mgt_gpt *m, double p, uint64_t sample_base, int layer,
                                 int site) {
-  mgt_dropout d = {(float)p, m->cfg.seed, sample_base, layer, site};
+  mgt_dropout d = {(float)p, m->cfg.seed, sample_base, layer, site, 0};
   return d;
 }
 
@@ -686,7 +713,29 @@ static layer_sites sites_of(const mgt_gpt *m, int l, const step_ctx *s) {
   layer_sites ls = {dropout_site(m, pa, s->sample_base, l, MGT_DROPOUT_ATTN),
                     dropout_site(m, ph, s->sample_base, l, MGT_DROPOUT_PROJ),
                     dropout_site(m, ph, s->sample_base, l, MGT_DROPOUT_MLP)};
+  ls.proj.first = ls.mlp.first = (uint64_t)m->d.r0 * m->d.C; /* on this rank's rows */
   return ls;
+}
+
+/* The input of a column-parallel layer: this rank's rows of a LayerNorm's output, or under
+   sequence parallelism every rank's, gathered into m->lnf. */
+static mgt_status full_rows(mgt_gpt *m, const float *local, const float **full) {
+  *full = local;
+  if (!m->d.sp) return MGT_OK;
+  MGT_CHECK(mgt_tp_sp_gather(&m->tp, m->lnf, local));
+  *full = m->lnf;
+  return MGT_OK;
+}
+
+/* A row-parallel layer's output on this rank's rows: all-reduced into m->dtmp, or
+   reduce-scattered into m->sp_loc. */
+static mgt_status row_out(mgt_gpt *m, float **y, const float *x, const float *W, const float *b,
+                          int in_l) {
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T;
+  *y = d->sp ? m->sp_loc : m->dtmp;
+  if (d->sp) return mgt_tp_row_forward_sp(&m->tp, *y, m->lnf, x, W, b, N, in_l, d->C);
+  return mgt_tp_row_forward(&m->tp, *y, x, W, b, N, in_l, d->C);
 }
 
 static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, layer_acts *a,
@@ -694,32 +743,37 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
   const mgt_backend *be = m->be;
   void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
-  const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl;
+  const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl, Nl = d->Nl;
+  const size_t nl = (size_t)Nl * C, row = (size_t)d->T * C;
   float *w[P_PER_LAYER];
   layer_views(m, m->w, l, w);
   const float eps = (float)m->cfg.layernorm_epsilon;
-  float *tmp = m->dtmp; /* free during forward and before backward uses it */
+  float *tmp; /* m->dtmp or m->sp_loc: free during forward and before backward uses it */
+  const float *in;
   /* post-LN (the original BERT): the residual starts from the LayerNorm's output */
   const float *res1 = d->post_ln ? a->ln1 : x;
   const layer_sites ds = sites_of(m, l, s);
 
-  /* attention: QKV column-parallel by heads, heads local, output row-parallel */
+  /* attention: QKV column-parallel by heads, heads local, output row-parallel; the
+     LayerNorm, dropout and residual on this rank's rows (all of them without sequence
+     parallelism) */
   MGT_CHECK(be->layernorm_forward(bc, a->ln1, a->ln1_mean, a->ln1_rstd, x, w[P_LN1_W], w[P_LN1_B],
-                                  N, C, eps));
-  MGT_CHECK(mgt_tp_column_forward(&m->tp, a->qkv, a->ln1, w[P_QKV_W], w[P_QKV_B], N, C, 3 * Cl));
+                                  Nl, C, eps));
+  MGT_CHECK(full_rows(m, a->ln1, &in));
+  MGT_CHECK(mgt_tp_column_forward(&m->tp, a->qkv, in, w[P_QKV_W], w[P_QKV_B], N, C, 3 * Cl));
   MGT_CHECK(be->attention_forward(bc, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
                                   d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn, m->att_scratch));
-  MGT_CHECK(mgt_tp_row_forward(&m->tp, tmp, a->atty, w[P_PROJ_W], w[P_PROJ_B], N, Cl, C));
-  MGT_CHECK(be->dropout_forward(bc, a->res_mid, tmp, res1, d->B, (size_t)d->T * C, &ds.proj));
+  MGT_CHECK(row_out(m, &tmp, a->atty, w[P_PROJ_W], w[P_PROJ_B], Cl));
+  MGT_CHECK(be->dropout_forward(bc, a->res_mid, tmp, res1, nl, row, &ds.proj));
 
   /* MLP: first linear column-parallel with GeLU local, second row-parallel */
   MGT_CHECK(be->layernorm_forward(bc, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w[P_LN2_W],
-                                  w[P_LN2_B], N, C, eps));
-  MGT_CHECK(mgt_tp_column_forward_gelu(&m->tp, a->fch, a->fch_gelu, a->ln2, w[P_FC_W], w[P_FC_B], N,
-                                       C, Fl));
-  MGT_CHECK(mgt_tp_row_forward(&m->tp, tmp, a->fch_gelu, w[P_FCP_W], w[P_FCP_B], N, Fl, C));
-  MGT_CHECK(be->dropout_forward(bc, y, tmp, d->post_ln ? a->ln2 : a->res_mid, d->B,
-                                (size_t)d->T * C, &ds.mlp));
+                                  w[P_LN2_B], Nl, C, eps));
+  MGT_CHECK(full_rows(m, a->ln2, &in));
+  MGT_CHECK(
+      mgt_tp_column_forward_gelu(&m->tp, a->fch, a->fch_gelu, in, w[P_FC_W], w[P_FC_B], N, C, Fl));
+  MGT_CHECK(row_out(m, &tmp, a->fch_gelu, w[P_FCP_W], w[P_FCP_B], Fl));
+  MGT_CHECK(be->dropout_forward(bc, y, tmp, d->post_ln ? a->ln2 : a->res_mid, nl, row, &ds.mlp));
   return MGT_OK;
 }
 
@@ -769,20 +823,26 @@ static mgt_status trunk_forward(mgt_gpt *m, const step_ctx *s) {
   const mgt_backend *be = m->be;
   void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
-  const int N = d->B * d->T, C = d->C;
+  const int N = d->B * d->T, C = d->C, Nl = d->Nl;
   const float *wte = m->w + m->params[m->ix.wte].offset, *wpe = m->w + m->params[m->ix.wpe].offset;
 
   MGT_CHECK(params_ready(m, d->L + 1)); /* buckets: 0 final LayerNorm and heads, L - l layer l */
-  MGT_CHECK(mgt_tp_embedding_forward(&m->tp, m->res[0], m->inputs, wte, N, C, d->v0, d->Vl));
-  MGT_CHECK(be->add_position(bc, m->res[0], wpe, d->B, d->T, C));
+  if (d->sp) /* the lookup's sum over the vocabulary shards, reduce-scattered to the rows */
+    MGT_CHECK(
+        mgt_tp_embedding_forward_sp(&m->tp, m->res[0], m->lnf, m->inputs, wte, N, C, d->v0, d->Vl));
+  else
+    MGT_CHECK(mgt_tp_embedding_forward(&m->tp, m->res[0], m->inputs, wte, N, C, d->v0, d->Vl));
+  MGT_CHECK(be->add_position(bc, m->res[0], wpe, Nl, d->r0 % d->T, d->T, C));
   if (m->ix.tte >= 0) { /* two rows, replicated: a local lookup added in */
     const float *tte = m->w + m->params[m->ix.tte].offset;
-    MGT_CHECK(be->embedding_forward(bc, m->dtmp, m->types, tte, N, C, 0, 2));
-    MGT_CHECK(be->add(bc, m->res[0], m->dtmp, (size_t)N * C));
+    MGT_CHECK(be->embedding_forward(bc, m->dtmp, m->types + d->r0, tte, Nl, C, 0, 2));
+    MGT_CHECK(be->add(bc, m->res[0], m->dtmp, (size_t)Nl * C));
   }
   mgt_dropout de = dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, 0xFFFF,
                                 MGT_DROPOUT_EMBED);
-  MGT_CHECK(be->dropout_forward(bc, m->res[0], m->res[0], NULL, d->B, (size_t)d->T * C, &de));
+  de.first = (uint64_t)d->r0 * C;
+  MGT_CHECK(
+      be->dropout_forward(bc, m->res[0], m->res[0], NULL, (size_t)Nl * C, (size_t)d->T * C, &de));
 
   for (int l = 0; l < d->L; l++) {
     MGT_CHECK(params_ready(m, d->L - l));
@@ -790,9 +850,11 @@ static mgt_status trunk_forward(mgt_gpt *m, const step_ctx *s) {
   }
   MGT_CHECK(params_ready(m, 0));
   const mgt_param *lnf = &m->params[m->ix.lnf];
-  MGT_CHECK(be->layernorm_forward(bc, m->lnf, m->lnf_mean, m->lnf_rstd, m->res[d->L],
-                                  m->w + lnf[0].offset, m->w + lnf[1].offset, N, C,
+  /* the heads see every row: under sequence parallelism they are gathered into m->lnf */
+  MGT_CHECK(be->layernorm_forward(bc, d->sp ? m->sp_loc : m->lnf, m->lnf_mean, m->lnf_rstd,
+                                  m->res[d->L], m->w + lnf[0].offset, m->w + lnf[1].offset, Nl, C,
                                   (float)m->cfg.layernorm_epsilon));
+  if (d->sp) MGT_CHECK(mgt_tp_sp_gather(&m->tp, m->lnf, m->sp_loc));
   return MGT_OK;
 }
 
@@ -988,9 +1050,56 @@ mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *l
    then rebuilt by the LayerNorm backward alone. */
 static mgt_status post_ln_residual(mgt_gpt *m, float *dln, float *dres) {
   if (!m->d.post_ln) return MGT_OK;
-  const size_t n = (size_t)m->d.B * m->d.T * m->d.C;
+  const size_t n = (size_t)m->d.Nl * m->d.C;
   MGT_CHECK(m->be->add(m->be->ctx, dln, dres, n));
   return m->be->zero(m->be->ctx, dres, n * sizeof(float));
+}
+
+/* A LayerNorm's backward on this rank's rows. Under sequence parallelism its weight and bias
+   gradients are partial sums over the rows, summed over tp_comm before they are added in, so
+   that every rank holds the same (replicated) gradient at all times. */
+static mgt_status ln_backward(mgt_gpt *m, float *dx, float *dw, float *db, const float *dout,
+                              const float *x, const float *w, const float *mean, const float *rstd,
+                              int acc) {
+  const mgt_backend *be = m->be;
+  const mgt_gpt_dims *d = &m->d;
+  const int C = d->C;
+  if (!d->sp)
+    return be->layernorm_backward(be->ctx, dx, dw, db, dout, x, w, mean, rstd, d->Nl, C, acc);
+  MGT_CHECK(
+      be->layernorm_backward(be->ctx, dx, m->lng, m->lng + C, dout, x, w, mean, rstd, d->Nl, C, 0));
+  MGT_CHECK(m->comm->allreduce(m->comm->ctx, m->grid, MGT_AXIS_TP, m->lng, 2 * (size_t)C, MGT_SUM));
+  if (!acc) {
+    MGT_CHECK(be->copy(be->ctx, dw, m->lng, sizeof(float) * (size_t)C));
+    return be->copy(be->ctx, db, m->lng + C, sizeof(float) * (size_t)C);
+  }
+  MGT_CHECK(be->add(be->ctx, dw, m->lng, (size_t)C));
+  return be->add(be->ctx, db, m->lng + C, (size_t)C);
+}
+
+/* The gradient of a row-parallel layer's output for every row: dy itself, or under sequence
+   parallelism every rank's rows of it gathered into m->dtmp. */
+static mgt_status full_grad(mgt_gpt *m, const float *dy, const float **full) {
+  *full = dy;
+  if (!m->d.sp) return MGT_OK;
+  MGT_CHECK(mgt_tp_sp_gather(&m->tp, m->dtmp, dy));
+  *full = m->dtmp;
+  return MGT_OK;
+}
+
+/* A column-parallel layer's backward whose input gradient lands on this rank's rows (*dx:
+   m->dtmp all-reduced, or m->sp_loc reduce-scattered); x_local is this rank's rows of its
+   input, gathered again under sequence parallelism (m->lnf). */
+static mgt_status column_back(mgt_gpt *m, float **dx, float *dW, float *db, const float *dy,
+                              const float *x_local, const float *W, int out_l, int acc) {
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T;
+  const float *x;
+  MGT_CHECK(full_rows(m, x_local, &x));
+  *dx = d->sp ? m->sp_loc : m->dtmp;
+  if (d->sp)
+    return mgt_tp_column_backward_sp(&m->tp, *dx, m->dtmp, dW, db, dy, x, W, N, d->C, out_l, acc);
+  return mgt_tp_column_backward(&m->tp, *dx, dW, db, dy, x, W, N, d->C, out_l, acc);
 }
 
 static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) {
@@ -998,6 +1107,7 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
   void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl;
+  const size_t nl = (size_t)d->Nl * C, row = (size_t)d->T * C;
   float *w[P_PER_LAYER], *g[P_PER_LAYER];
   layer_views(m, m->w, l, w);
   layer_views(m, m->g, l, g);
@@ -1008,33 +1118,35 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
     for (int k = first; k <= l; k++)
       MGT_CHECK(layer_forward(m, k, m->res[k], m->res[k + 1], acts_of(m, k), s));
   const layer_sites ds = sites_of(m, l, s);
-  float *dres = m->dres, *dtmp = m->dtmp;
+  float *dres = m->dres, *dloc = d->sp ? m->sp_loc : m->dtmp, *dln;
+  const float *dy;
 
-  /* MLP: y = res_mid + dropout(row(gelu(column(ln2(res_mid))))) */
-  MGT_CHECK(be->dropout_backward(bc, dtmp, dres, d->B, (size_t)d->T * C, &ds.mlp));
-  MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dfch, g[P_FCP_W], g[P_FCP_B], dtmp, a->fch_gelu,
+  /* MLP: y = res_mid + dropout(row(gelu(column(ln2(res_mid))))); the row-parallel bias
+     gradient comes from every row, as without sequence parallelism */
+  MGT_CHECK(be->dropout_backward(bc, dloc, dres, nl, row, &ds.mlp));
+  MGT_CHECK(full_grad(m, dloc, &dy));
+  MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dfch, g[P_FCP_W], g[P_FCP_B], dy, a->fch_gelu,
                                 w[P_FCP_W], N, Fl, C, acc));
   MGT_CHECK(be->gelu_backward(bc, m->dfch, m->dfch, a->fch, (size_t)N * Fl));
-  MGT_CHECK(mgt_tp_column_backward(&m->tp, dtmp, g[P_FC_W], g[P_FC_B], m->dfch, a->ln2, w[P_FC_W],
-                                   N, C, Fl, acc));
-  MGT_CHECK(post_ln_residual(m, dtmp, dres));
-  MGT_CHECK(be->layernorm_backward(bc, dres, g[P_LN2_W], g[P_LN2_B], dtmp, a->res_mid, w[P_LN2_W],
-                                   a->ln2_mean, a->ln2_rstd, N, C, acc));
+  MGT_CHECK(column_back(m, &dln, g[P_FC_W], g[P_FC_B], m->dfch, a->ln2, w[P_FC_W], Fl, acc));
+  MGT_CHECK(post_ln_residual(m, dln, dres));
+  MGT_CHECK(ln_backward(m, dres, g[P_LN2_W], g[P_LN2_B], dln, a->res_mid, w[P_LN2_W], a->ln2_mean,
+                        a->ln2_rstd, acc));
 
   /* attention: res_mid = x + dropout(row(attention(column(ln1(x))))) */
-  MGT_CHECK(be->dropout_backward(bc, dtmp, dres, d->B, (size_t)d->T * C, &ds.proj));
-  MGT_CHECK(mgt_tp_row_backward(&m->tp, m->datty, g[P_PROJ_W], g[P_PROJ_B], dtmp, a->atty,
+  MGT_CHECK(be->dropout_backward(bc, dloc, dres, nl, row, &ds.proj));
+  MGT_CHECK(full_grad(m, dloc, &dy));
+  MGT_CHECK(mgt_tp_row_backward(&m->tp, m->datty, g[P_PROJ_W], g[P_PROJ_B], dy, a->atty,
                                 w[P_PROJ_W], N, Cl, C, acc));
   if (m->rp.selective) /* the probabilities again; atty is rewritten with the same values */
     MGT_CHECK(be->attention_forward(bc, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
                                     d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn, m->att_scratch));
   MGT_CHECK(be->attention_backward(bc, m->dqkv, m->datty, a->qkv, a->P, d->B, d->T, d->Hl, d->hd,
                                    d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn, m->att_scratch));
-  MGT_CHECK(mgt_tp_column_backward(&m->tp, dtmp, g[P_QKV_W], g[P_QKV_B], m->dqkv, a->ln1,
-                                   w[P_QKV_W], N, C, 3 * Cl, acc));
-  MGT_CHECK(post_ln_residual(m, dtmp, dres));
-  MGT_CHECK(be->layernorm_backward(bc, dres, g[P_LN1_W], g[P_LN1_B], dtmp, x, w[P_LN1_W],
-                                   a->ln1_mean, a->ln1_rstd, N, C, acc));
+  MGT_CHECK(column_back(m, &dln, g[P_QKV_W], g[P_QKV_B], m->dqkv, a->ln1, w[P_QKV_W], 3 * Cl, acc));
+  MGT_CHECK(post_ln_residual(m, dln, dres));
+  MGT_CHECK(ln_backward(m, dres, g[P_LN1_W], g[P_LN1_B], dln, x, w[P_LN1_W], a->ln1_mean,
+                        a->ln1_rstd, acc));
   return MGT_OK;
 }
 
@@ -1074,20 +1186,28 @@ static mgt_status progress_buckets(mgt_gpt *m) {
   return MGT_OK;
 }
 
-/* From the gradient of the final LayerNorm's output (in m->dtmp) down to the embeddings,
-   starting each bucket's data-parallel all-reduce as soon as backward completes it (bucket 0,
-   the final LayerNorm and the heads, first). */
-static mgt_status trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int dp_sync) {
+/* From the gradient of the final LayerNorm's output down to the embeddings, starting each
+   bucket's data-parallel all-reduce as soon as backward completes it (bucket 0, the final
+   LayerNorm and the heads, first). The gradient is in m->dtmp for every row, or with
+   local_ready already this rank's rows of it in m->sp_loc (sequence parallelism). */
+static mgt_status trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int dp_sync,
+                                 int local_ready) {
   const mgt_backend *be = m->be;
   void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
-  const int N = d->B * d->T, C = d->C;
+  const int C = d->C;
+  const size_t nl = (size_t)d->Nl * C;
   float *gwte = m->g + m->params[m->ix.wte].offset, *gwpe = m->g + m->params[m->ix.wpe].offset;
   const mgt_param *lnf = &m->params[m->ix.lnf];
-  MGT_CHECK(be->zero(bc, m->dres, sizeof(float) * (size_t)N * C));
-  MGT_CHECK(be->layernorm_backward(bc, m->dres, m->g + lnf[0].offset, m->g + lnf[1].offset, m->dtmp,
-                                   m->res[d->L], m->w + lnf[0].offset, m->lnf_mean, m->lnf_rstd, N,
-                                   C, accumulate));
+  const float *dlnf = m->dtmp;
+  if (d->sp) {
+    if (!local_ready)
+      MGT_CHECK(be->copy(bc, m->sp_loc, m->dtmp + (size_t)d->r0 * C, sizeof(float) * nl));
+    dlnf = m->sp_loc;
+  }
+  MGT_CHECK(be->zero(bc, m->dres, sizeof(float) * nl));
+  MGT_CHECK(ln_backward(m, m->dres, m->g + lnf[0].offset, m->g + lnf[1].offset, dlnf, m->res[d->L],
+                        m->w + lnf[0].offset, m->lnf_mean, m->lnf_rstd, accumulate));
   m->n_started = m->n_done = 0;
   if (dp_sync) MGT_CHECK(start_bucket(m, 0));
 
@@ -1100,17 +1220,22 @@ static mgt_status trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, 
   }
   mgt_dropout de =
       dropout_site(m, m->cfg.hidden_dropout, s->sample_base, 0xFFFF, MGT_DROPOUT_EMBED);
-  MGT_CHECK(be->dropout_backward(bc, m->dres, m->dres, d->B, (size_t)d->T * C, &de));
+  de.first = (uint64_t)d->r0 * C;
+  MGT_CHECK(be->dropout_backward(bc, m->dres, m->dres, nl, (size_t)d->T * C, &de));
+  /* every row's gradient (gathered under sequence parallelism): the embedding gradients are
+     then complete on each rank, as without it */
+  const float *demb;
+  MGT_CHECK(full_grad(m, m->dres, &demb));
   /* the tied LM head writes the word-embedding gradient first; a task model has no LM head */
   if (d->task && !accumulate)
     MGT_CHECK(be->zero(bc, gwte, sizeof(float) * m->params[m->ix.wte].numel));
-  MGT_CHECK(be->embedding_backward(bc, gwte, gwpe, m->dres, m->inputs, d->B, d->T, C, d->v0, d->Vl,
+  MGT_CHECK(be->embedding_backward(bc, gwte, gwpe, demb, m->inputs, d->B, d->T, C, d->v0, d->Vl,
                                    accumulate));
   if (m->ix.tte >= 0) {
     float *gtte = m->g + m->params[m->ix.tte].offset;
     if (!accumulate) MGT_CHECK(be->zero(bc, gtte, sizeof(float) * 2 * (size_t)C));
     MGT_CHECK(
-        be->embedding_backward(bc, gtte, NULL, m->dres, m->types, d->B, d->T, C, 0, 2, accumulate));
+        be->embedding_backward(bc, gtte, NULL, demb, m->types, d->B, d->T, C, 0, 2, accumulate));
   }
   if (dp_sync) {
     MGT_CHECK(start_bucket(m, d->L + 1));
@@ -1132,9 +1257,13 @@ mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tokens, uint64_t 
   float *gwte = m->g + m->params[m->ix.wte].offset;
   MGT_CHECK(mgt_tp_xent_backward(&m->tp, &m->xent, m->logits, m->targets, N, d->Vl, d->nv, d->v0,
                                  grad_scale));
-  MGT_CHECK(mgt_tp_column_backward(&m->tp, m->dtmp, gwte, NULL, m->logits, m->lnf, wte, N, C, d->Vl,
-                                   accumulate));
-  return trunk_backward(m, &s, accumulate, sync_dp && m->grid->dp > 1);
+  if (d->sp) /* the output layer's input gradient reduce-scattered to this rank's rows */
+    MGT_CHECK(mgt_tp_column_backward_sp(&m->tp, m->sp_loc, m->dtmp, gwte, NULL, m->logits, m->lnf,
+                                        wte, N, C, d->Vl, accumulate));
+  else
+    MGT_CHECK(mgt_tp_column_backward(&m->tp, m->dtmp, gwte, NULL, m->logits, m->lnf, wte, N, C,
+                                     d->Vl, accumulate));
+  return trunk_backward(m, &s, accumulate, sync_dp && m->grid->dp > 1, 1);
 }
 
 /* ---- BERT ---- */
@@ -1309,7 +1438,7 @@ mgt_status mgt_bert_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t s
                                   m->pool_in, q[Q_POOL_W], B, C, C, acc));
     MGT_CHECK(be->scatter_add_rows(bc, dlnf, m->dpool2, m->cls_rows, B, C));
   }
-  return trunk_backward(m, &s, acc, sync_dp && m->grid->dp > 1);
+  return trunk_backward(m, &s, acc, sync_dp && m->grid->dp > 1, 0);
 }
 
 /* ---- fine-tuning heads ---- */
@@ -1335,7 +1464,7 @@ static mgt_status task_forward(mgt_gpt *m, const step_ctx *s, int n, int keep_ex
   MGT_CHECK(mgt_tp_column_forward(&m->tp, m->pool_pre, m->pool_in, q[Q_POOL_W], NULL, B, C, C));
   MGT_CHECK(be->bias_act_forward(bc, MGT_ACT_TANH, m->pooled, m->pool_pre, q[Q_POOL_B], B, C));
   const mgt_dropout dh = head_dropout(m, s);
-  MGT_CHECK(be->dropout_forward(bc, m->pooled, m->pooled, NULL, B, (size_t)C, &dh));
+  MGT_CHECK(be->dropout_forward(bc, m->pooled, m->pooled, NULL, (size_t)B * C, (size_t)C, &dh));
   MGT_CHECK(
       mgt_tp_column_forward(&m->tp, m->sop_logits, m->pooled, q[Q_BIN_W], q[Q_BIN_B], B, C, d->K));
   if (n == 0) return MGT_OK;
@@ -1393,12 +1522,12 @@ mgt_status mgt_task_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t e
   MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dpool, gq[Q_BIN_W], gq[Q_BIN_B], m->sop_logits,
                                 m->pooled, q[Q_BIN_W], B, C, d->K, accumulate));
   const mgt_dropout dh = head_dropout(m, &s);
-  MGT_CHECK(be->dropout_backward(bc, m->dpool, m->dpool, B, (size_t)C, &dh));
+  MGT_CHECK(be->dropout_backward(bc, m->dpool, m->dpool, (size_t)B * C, (size_t)C, &dh));
   MGT_CHECK(be->act_backward(bc, MGT_ACT_TANH, m->dpool, m->dpool, m->pool_pre, (size_t)B * C));
   MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dpool2, gq[Q_POOL_W], gq[Q_POOL_B], m->dpool, m->pool_in,
                                 q[Q_POOL_W], B, C, C, accumulate));
   MGT_CHECK(be->scatter_add_rows(bc, dlnf, m->dpool2, m->cls_rows, B, C));
-  return trunk_backward(m, &s, accumulate, sync_dp && m->grid->dp > 1);
+  return trunk_backward(m, &s, accumulate, sync_dp && m->grid->dp > 1, 0);
 }
 
 /* ---- accessors ---- */

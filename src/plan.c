@@ -55,6 +55,8 @@ static const mgt_flag flags[] = {
      "all (try each), none, full or selective (--recompute-granularity)", recomputes, 0},
     {"--use-distributed-optimizer", MGT_FLAG_BOOL, OFF(distopt_only), 0, 1,
      "only layouts with the distributed optimizer (default: with and without)", NULL, 0},
+    {"--sequence-parallel", MGT_FLAG_BOOL, OFF(sp_only), 0, 1,
+     "only layouts with sequence parallelism (default: with and without, where tp > 1)", NULL, 0},
     {"--top", MGT_FLAG_INT, OFF(top), 1, 1 << 20, "layouts printed", NULL, 0},
     {"--json", MGT_FLAG_BOOL, OFF(json), 0, 1, "one JSON object per layout (bytes, seconds)", NULL,
      0},
@@ -109,7 +111,7 @@ void mgt_plan_usage(FILE *f) {
   mgt_flags_usage(flags, N_FLAGS, &d, "plan", f);
 }
 
-void mgt_plan_config(const mgt_plan_opts *o, int tp, int mb, int recompute, int distopt,
+void mgt_plan_config(const mgt_plan_opts *o, int tp, int mb, int recompute, int distopt, int sp,
                      mgt_config *c) {
   mgt_config_defaults(c);
   c->model = o->model == 1 ? MGT_MODEL_BERT : MGT_MODEL_GPT;
@@ -121,6 +123,7 @@ void mgt_plan_config(const mgt_plan_opts *o, int tp, int mb, int recompute, int 
   c->micro_batch_size = mb, c->global_batch_size = o->global_batch;
   c->recompute_granularity = recompute;
   c->use_distributed_optimizer = distopt;
+  c->sequence_parallel = sp;
   mgt_config_derive(c);
 }
 
@@ -137,6 +140,8 @@ void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_
   mgt_gpt_memory_plan_grid(c, tp, dp, &mem);
   r->tp = tp, r->dp = dp, r->micro_batch = c->micro_batch_size;
   r->recompute = c->recompute_granularity, r->distopt = c->use_distributed_optimizer;
+  const int sp = c->sequence_parallel && tp > 1;
+  r->sp = sp;
   r->memory = (double)mem.total;
   r->params = (double)mem.params, r->grads = (double)mem.grads;
   r->optimizer = (double)mem.optimizer, r->activations = (double)mem.activations;
@@ -150,12 +155,16 @@ void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_
   r->model_flops = F;
   r->compute_s = (F + extra) / (tp * (double)dp) / (o->gemm_tflops * 1e12);
   /* element-wise work (LayerNorms, dropouts, residuals) every tensor-parallel rank repeats on
-     the whole B x T x C: about 16 passes over it per layer, fwd and bwd */
+     the whole B x T x C: about 16 passes over it per layer, fwd and bwd; sequence parallelism
+     splits it instead */
   const double elem = 16.0 * mb * T * C * o->comm_bytes * L * n_micro;
-  r->elementwise_s = (tp > 1 ? elem * (1.0 - 1.0 / tp) : 0.0) / (o->memory_gbps * 1e9);
+  r->elementwise_s = (tp > 1 && !sp ? elem * (1.0 - 1.0 / tp) : 0.0) / (o->memory_gbps * 1e9);
   /* tensor parallelism: per layer and micro-batch 2 all-reduces forward and 2 backward (2 more
-     when the forward is recomputed), and 2 for the vocabulary-parallel embedding and output */
-  const double per_layer = 4.0 + (c->recompute_granularity == MGT_RECOMPUTE_FULL ? 2.0 : 0.0);
+     when the forward is recomputed), and 2 for the vocabulary-parallel embedding and output.
+     Sequence parallelism turns each into an all-gather and a reduce-scatter of the same bytes
+     in all, and gathers the two LayerNorm outputs again in backward (half an all-reduce each) */
+  const double per_layer =
+      4.0 + (c->recompute_granularity == MGT_RECOMPUTE_FULL ? 2.0 : 0.0) + (sp ? 1.0 : 0.0);
   const double tp_gbps = tp <= G ? o->nvlink_gbps : o->network_gbps / G;
   r->tp_comm_s =
       n_micro * (per_layer * L + 2.0) * allreduce_s(mb * T * C * o->comm_bytes, tp, tp_gbps);
@@ -196,28 +205,30 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
       if ((o->global_batch / dp) % mb || (o->micro_batch && mb != o->micro_batch)) continue;
       for (int g = 0; g < 3; g++) {
         if (o->recompute && g != o->recompute - 1) continue;
-        for (int dist = o->distopt_only; dist <= (dp > 1); dist++) {
-          mgt_config c;
-          mgt_plan_config(o, tp, mb, g, dist, &c);
-          mgt_plan_row r;
-          mgt_plan_estimate(o, &c, dp, &r);
-          tried++;
-          if (r.memory > o->memory_bytes) continue;
-          if (n == cap) {
-            mgt_plan_row *p = realloc(rows, sizeof *rows * (cap *= 2));
-            if (!p) {
-              free(rows);
-              MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the plan");
+        const int sp_ok = tp > 1 && (int64_t)mb * o->seq_length % tp == 0;
+        for (int dist = o->distopt_only; dist <= (dp > 1); dist++)
+          for (int sp = o->sp_only; sp <= sp_ok; sp++) {
+            mgt_config c;
+            mgt_plan_config(o, tp, mb, g, dist, sp, &c);
+            mgt_plan_row r;
+            mgt_plan_estimate(o, &c, dp, &r);
+            tried++;
+            if (r.memory > o->memory_bytes) continue;
+            if (n == cap) {
+              mgt_plan_row *p = realloc(rows, sizeof *rows * (cap *= 2));
+              if (!p) {
+                free(rows);
+                MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the plan");
+              }
+              rows = p;
             }
-            rows = p;
+            rows[n++] = r;
           }
-          rows[n++] = r;
-        }
       }
     }
   }
   mgt_config c0;
-  mgt_plan_config(o, 1, 1, 0, 0, &c0);
+  mgt_plan_config(o, 1, 1, 0, 0, 0, &c0);
   fprintf(out,
           "%s: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d, %.3g B parameters; "
           "global batch %d on %d x %d GPUs of %s\n",
@@ -239,28 +250,30 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
   qsort(rows, n, sizeof *rows, by_time);
   fprintf(out, "%zu of %zu layouts fit; fastest first:\n", n, tried);
   if (!o->json)
-    fprintf(out, "   tp    dp  micro  recompute  dist-opt  memory/GPU  step (s)  compute  "
-                 "tp comm  dp comm  tokens/s  TFLOP/s/GPU  efficiency\n");
+    fprintf(out, "   tp    dp  micro  recompute  dist-opt  seq-par  memory/GPU  step (s)  "
+                 "compute  tp comm  dp comm  tokens/s  TFLOP/s/GPU  efficiency\n");
   for (size_t i = 0; i < n && i < (size_t)o->top && o->json; i++) {
     const mgt_plan_row *r = &rows[i];
     fprintf(out,
             "{\"tp\": %d, \"dp\": %d, \"micro_batch\": %d, \"recompute\": \"%s\", "
-            "\"distributed_optimizer\": %s, \"memory\": %.0f, \"params\": %.0f, \"grads\": "
+            "\"distributed_optimizer\": %s, \"sequence_parallel\": %s, \"memory\": %.0f, "
+            "\"params\": %.0f, \"grads\": "
             "%.0f, \"optimizer\": %.0f, \"activations\": %.0f, \"step_s\": %.9g, "
             "\"compute_s\": %.9g, \"elementwise_s\": %.9g, \"tp_comm_s\": %.9g, \"dp_comm_s\": "
             "%.9g, \"dp_exposed_s\": %.9g, \"efficiency\": %.9g}\n",
             r->tp, r->dp, r->micro_batch, rname(r->recompute), r->distopt ? "true" : "false",
-            r->memory, r->params, r->grads, r->optimizer, r->activations, r->step_s, r->compute_s,
-            r->elementwise_s, r->tp_comm_s, r->dp_comm_s, r->dp_exposed_s, r->ideal_s / r->step_s);
+            r->sp ? "true" : "false", r->memory, r->params, r->grads, r->optimizer, r->activations,
+            r->step_s, r->compute_s, r->elementwise_s, r->tp_comm_s, r->dp_comm_s, r->dp_exposed_s,
+            r->ideal_s / r->step_s);
   }
   for (size_t i = 0; i < n && i < (size_t)o->top && !o->json; i++) {
     const mgt_plan_row *r = &rows[i];
     fprintf(out,
-            " %4d  %4d  %5d  %9s  %8s  %7.1f GiB  %8.3f  %7.3f  %7.3f  %7.3f  %8.0f  %11.2f  "
-            "%9.1f%%\n",
+            " %4d  %4d  %5d  %9s  %8s  %7s  %7.1f GiB  %8.3f  %7.3f  %7.3f  %7.3f  %8.0f  "
+            "%11.2f  %9.1f%%\n",
             r->tp, r->dp, r->micro_batch, rname(r->recompute), r->distopt ? "yes" : "no",
-            r->memory / (1 << 30), r->step_s, r->compute_s, r->tp_comm_s, r->dp_exposed_s,
-            (double)o->global_batch * o->seq_length / r->step_s,
+            r->sp ? "yes" : "no", r->memory / (1 << 30), r->step_s, r->compute_s, r->tp_comm_s,
+            r->dp_exposed_s, (double)o->global_batch * o->seq_length / r->step_s,
             r->model_flops / r->step_s / gpus / 1e12, 100.0 * r->ideal_s / r->step_s);
   }
   free(rows);

@@ -19,17 +19,23 @@ mgt_status mgt_tp_column_forward_gelu(const mgt_tp *tp, float *pre, float *y, co
   return be->linear_bias_gelu(be->ctx, N, out_l, in, x, in, W, in, b, pre, y);
 }
 
-mgt_status mgt_tp_column_backward(const mgt_tp *tp, float *dx, float *dW, float *db,
-                                  const float *dy, const float *x, const float *W, int N, int in,
-                                  int out_l, int accumulate) {
+/* dx = dy W (this rank's part of the sum), dW, db = [dW, db +] local gradients. */
+static mgt_status column_grads(const mgt_tp *tp, float *dx, float *dW, float *db, const float *dy,
+                               const float *x, const float *W, int N, int in, int out_l,
+                               int accumulate) {
   const mgt_backend *be = tp->be;
   if (db) MGT_CHECK(be->bias_backward(be->ctx, db, dy, N, out_l, accumulate));
   MGT_CHECK(be->gemm(be->ctx, MGT_NOTRANS, MGT_NOTRANS, N, in, out_l, 1.0f, dy, out_l, W, in, 0.0f,
                      dx, in));
-  MGT_CHECK(be->gemm(be->ctx, MGT_TRANS, MGT_NOTRANS, out_l, in, N, 1.0f, dy, out_l, x, in,
-                     accumulate ? 1.0f : 0.0f, dW, in));
-  MGT_CHECK(allreduce(tp, dx, (size_t)N * in, MGT_SUM));
-  return MGT_OK;
+  return be->gemm(be->ctx, MGT_TRANS, MGT_NOTRANS, out_l, in, N, 1.0f, dy, out_l, x, in,
+                  accumulate ? 1.0f : 0.0f, dW, in);
+}
+
+mgt_status mgt_tp_column_backward(const mgt_tp *tp, float *dx, float *dW, float *db,
+                                  const float *dy, const float *x, const float *W, int N, int in,
+                                  int out_l, int accumulate) {
+  MGT_CHECK(column_grads(tp, dx, dW, db, dy, x, W, N, in, out_l, accumulate));
+  return allreduce(tp, dx, (size_t)N * in, MGT_SUM);
 }
 
 mgt_status mgt_tp_row_forward(const mgt_tp *tp, float *y, const float *x, const float *W,
@@ -59,6 +65,40 @@ mgt_status mgt_tp_embedding_forward(const mgt_tp *tp, float *out, const int32_t 
   MGT_CHECK(tp->be->embedding_forward(tp->be->ctx, out, tokens, wte, N, C, v0, Vl));
   MGT_CHECK(allreduce(tp, out, (size_t)N * C, MGT_SUM));
   return MGT_OK;
+}
+
+mgt_status mgt_tp_sp_gather(const mgt_tp *tp, float *full, const float *local) {
+  return tp->comm->allgather(tp->comm->ctx, tp->grid, MGT_AXIS_TP, local, full,
+                             (size_t)tp->sp_counts[tp->grid->tp_rank]);
+}
+
+mgt_status mgt_tp_sp_scatter(const mgt_tp *tp, float *local, const float *full) {
+  return tp->comm->reduce_scatter(tp->comm->ctx, tp->grid, MGT_AXIS_TP, full, local, tp->sp_counts,
+                                  NULL);
+}
+
+mgt_status mgt_tp_row_forward_sp(const mgt_tp *tp, float *y, float *full, const float *x,
+                                 const float *W, const float *b, int N, int in_l, int out) {
+  const mgt_backend *be = tp->be;
+  MGT_CHECK(be->gemm(be->ctx, MGT_NOTRANS, MGT_TRANS, N, out, in_l, 1.0f, x, in_l, W, in_l, 0.0f,
+                     full, out));
+  MGT_CHECK(mgt_tp_sp_scatter(tp, y, full));
+  if (b) MGT_CHECK(be->add_bias(be->ctx, y, b, N / tp->grid->tp, out));
+  return MGT_OK;
+}
+
+mgt_status mgt_tp_column_backward_sp(const mgt_tp *tp, float *dx, float *full, float *dW, float *db,
+                                     const float *dy, const float *x, const float *W, int N, int in,
+                                     int out_l, int accumulate) {
+  MGT_CHECK(column_grads(tp, full, dW, db, dy, x, W, N, in, out_l, accumulate));
+  return mgt_tp_sp_scatter(tp, dx, full);
+}
+
+mgt_status mgt_tp_embedding_forward_sp(const mgt_tp *tp, float *out, float *full,
+                                       const int32_t *tokens, const float *wte, int N, int C,
+                                       int v0, int Vl) {
+  MGT_CHECK(tp->be->embedding_forward(tp->be->ctx, full, tokens, wte, N, C, v0, Vl));
+  return mgt_tp_sp_scatter(tp, out, full);
 }
 
 mgt_status mgt_tp_xent_forward(const mgt_tp *tp, const mgt_tp_xent *x, float *logits,

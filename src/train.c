@@ -893,6 +893,16 @@ void mgt_print_memory_plan(const mgt_config *cfg, int tp, int dp, FILE *f) {
     fprintf(f, "  activations         %12.1f  (as configured: %s, %d layers)\n",
             m.activations / MiB, cfg->recompute_method ? "block" : "uniform",
             cfg->recompute_num_layers);
+  if (cfg->sequence_parallel && tp > 1) { /* the numbers above have it; what it saves */
+    mgt_config off = *cfg;
+    off.sequence_parallel = 0;
+    mgt_gpt_memory w;
+    mgt_gpt_memory_plan_grid(&off, tp, dp, &w);
+    fprintf(
+        f,
+        "  activations         %12.1f  (as configured, with --sequence-parallel; %.1f without)\n",
+        m.activations / MiB, w.activations / MiB);
+  }
   fprintf(f, "  total               %12.1f  (%s)\n", m.total / MiB,
           g == 0 && cfg->recompute_activations ? gran[1] : gran[g]);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # BERT through every command, on a WordPiece sentence dataset of a book: the per-iteration
 # masked-LM and sentence-order losses of layouts (tp, dp) = (1,1), (2,1), (4,1), (1,2), (2,2)
-# with dropout and masking within 1e-5 of one rank; a run saved at tp=2, dp=2 and resumed at
+# with dropout and masking within 1e-5 of one rank, and (4,1), (2,2) with --sequence-parallel
+# (pre- and post-LN); a run saved at tp=2, dp=2 and resumed at
 # tp=1, dp=4 equal to the uninterrupted run; --bf16 near fp32; a damaged samples mapping
 # rebuilt; an independent numpy BERT reading the Hugging Face export (pre-LN MegatronBert and
 # post-LN BERT names, with and without the binary head) computing the losses megatron-c
@@ -52,11 +53,16 @@ PY
 }
 
 train ref 1 1 --train-iters 6 || exit 1
-for layout in "2 2" "4 4" "2 1" "4 2"; do
+for layout in "2 2" "4 4" "2 1" "4 2" "4 4 sp" "4 2 sp"; do
   set -- $layout
-  name=n$1tp$2
-  train "$name" "$1" "$2" --train-iters 6 && { same ref "$name" 1 && echo "ok: $1 ranks, tp $2 == one rank" || fail "$1 ranks at tp $2"; }
+  name=n$1tp$2${3:-}
+  train "$name" "$1" "$2" --train-iters 6 ${3:+--sequence-parallel} &&
+    { same ref "$name" 1 && echo "ok: $1 ranks, tp $2${3:+ (sequence parallel)} == one rank" || fail "$1 ranks at tp $2 ${3:-}"; }
 done
+# post-LN blocks (the residual from the LayerNorm's output) under sequence parallelism
+train refpost 1 1 --train-iters 6 --apply-residual-connection-post-layernorm &&
+  train postsp 4 4 --train-iters 6 --apply-residual-connection-post-layernorm --sequence-parallel &&
+  { same refpost postsp 1 && echo "ok: post-LN at tp 4 with --sequence-parallel == one rank" || fail "post-LN with --sequence-parallel"; }
 
 # mixed precision: bf16 GEMM inputs at tp=2 within 2e-2 of fp32
 train bf16 2 2 --train-iters 6 --bf16 && { same ref bf16 1 2e-2 && echo "ok: --bf16 at tp 2 within 2e-2 of fp32" || fail "--bf16"; }

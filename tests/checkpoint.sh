@@ -41,7 +41,7 @@ for n, tp in [(4, 2), (4, 4), (4, 1), (1, 1)]:
 PY
 
 # ---- the distributed optimizer: saved at (tp 2, dp 4) with it and resumed at (tp 1, dp 2)
-# without it, at (tp 4, dp 2) with it and on one rank; the ordinary checkpoint above resumed
+# without it, at (tp 4, dp 2) with it and --sequence-parallel, and on one rank; the ordinary checkpoint above resumed
 # with it at (tp 1, dp 4); every one within 1e-5 of the uninterrupted ordinary run ----
 D=(--use-distributed-optimizer --ddp-bucket-size 20000)
 "$MPIEXEC" -n 8 "$MGT" train "${A[@]}" "${D[@]}" --overlap-grad-reduce --overlap-param-gather \
@@ -50,10 +50,11 @@ D=(--use-distributed-optimizer --ddp-bucket-size 20000)
 grep -q "a shard of 4, --use-distributed-optimizer" "$tmp/log" || fail "the memory plan of the distributed optimizer"
 "$MGT" ckpt verify "$tmp/dist" > "$tmp/out" 2>&1 && grep -q " 0 damaged" "$tmp/out" &&
   echo "ok: a distributed optimizer's checkpoint verifies" || { fail "verify of a distributed optimizer's checkpoint"; cat "$tmp/out"; }
-for spec in "2 1 none dist" "8 4 dist dist" "1 1 none dist" "4 1 dist run"; do
+for spec in "2 1 none dist" "8 4 distsp dist" "1 1 none dist" "4 1 dist run"; do
   set -- $spec
   flags=()
   [ "$3" = dist ] && flags=("${D[@]}")
+  [ "$3" = distsp ] && flags=("${D[@]}" --sequence-parallel)
   "$MPIEXEC" -n $1 "$MGT" train "${A[@]}" "${flags[@]}" --tensor-model-parallel-size $2 --load "$tmp/$4" \
     --ckpt-iteration 10 --metrics-file "$tmp/dres_$1_$2_$3_$4.jsonl" > "$tmp/log" 2>&1 ||
     { fail "resume of $4 on $1 ranks, tp $2, $3"; tail -5 "$tmp/log"; }
@@ -66,13 +67,15 @@ full, dist = rows(d + "/full.jsonl"), rows(d + "/dist_full.jsonl")
 worst = max(abs(dist[i] - full[i]) / full[i] for i in full)
 assert sorted(dist) == list(range(1, 21)) and worst <= 1e-5, worst
 print("ok: --use-distributed-optimizer at tp=2 dp=4: 20 iterations within %.1e of tp=2 dp=2 without" % worst)
-for n, tp, fl, src in [(2, 1, "none", "dist"), (8, 4, "dist", "dist"), (1, 1, "none", "dist"), (4, 1, "dist", "run")]:
+names = {"none": "without it", "dist": "with the distributed optimizer",
+         "distsp": "with the distributed optimizer and sequence parallelism"}
+for n, tp, fl, src in [(2, 1, "none", "dist"), (8, 4, "distsp", "dist"), (1, 1, "none", "dist"), (4, 1, "dist", "run")]:
     res = rows("%s/dres_%d_%d_%s_%s.jsonl" % (d, n, tp, fl, src))
     assert sorted(res) == list(range(11, 21)), sorted(res)
     worst = max(abs(res[i] - full[i]) / full[i] for i in res)
     print("ok: %s checkpoint resumed at tp=%d dp=%d %s: within %.1e of the uninterrupted run"
           % ("a distributed optimizer's" if src == "dist" else "an ordinary", tp, n // tp,
-             "with the distributed optimizer" if fl == "dist" else "without it", worst))
+             names[fl], worst))
     assert worst <= 1e-5, worst
 PY
 

@@ -49,6 +49,8 @@ expect 1 "MiB per rank but" \
   train --mock-data --num-layers 64 --hidden-size 16384 --num-attention-heads 128
 
 expect 1 "give --use-distributed-optimizer" train --mock-data --overlap-param-gather --dry-run
+expect 1 "over --tensor-model-parallel-size 2, which does not divide them" train --mock-data \
+  --sequence-parallel --micro-batch-size 1 --seq-length 15 --tensor-model-parallel-size 2 --dry-run
 
 # recomputation choices that contradict each other
 expect 1 "--recompute-activations is full recomputation" train --mock-data --recompute-activations \

@@ -3,9 +3,9 @@
 # MNLI and QQP tab-separated files, RACE's directories of JSON passages) whose labels follow a
 # rule a small model can learn: a tiny BERT pretrained on a book here, then fine-tuned must
 # reach >= 0.9 validation accuracy on each task (RACE at tp=2), while the same run with its
-# training labels shuffled stays near chance; layouts (1,1), (2,1), (1,2), (2,2) give
-# per-iteration losses within 1e-5 of one rank (--bf16 within 2e-2); a run saved at tp=2 dp=2
-# and resumed at tp=1 dp=2 equals the uninterrupted one; mgt eval of the final checkpoint
+# training labels shuffled stays near chance; layouts (1,1), (2,1), (1,2), (2,2), and (4,1) with
+# --sequence-parallel, give per-iteration losses within 1e-5 of one rank (--bf16 within 2e-2);
+# a run saved at tp=2 dp=2 and resumed at tp=1 dp=2 equals the uninterrupted one; mgt eval of the final checkpoint
 # reports what the run's last validation did; the Hugging Face export reads back bit for bit;
 # malformed records, a mismatched pretrained model and misuse are refused in one line. Usage: finetune.sh MGT MPIEXEC DATA_DIR (exit 77 without DATA_DIR)
 set -u
@@ -162,10 +162,11 @@ PY
 SMALL="--micro-batch-size 4 --global-batch-size 16 --lr 5e-4 --epochs 2 --eval-interval 5 --log-interval 1
   --pretrained-checkpoint $tmp/pre --train-data $tmp/MNLI.small.tsv --valid-data $tmp/MNLI.dev.tsv"
 ft ref 1 1 MNLI $SMALL && {
-  for layout in "2 2" "2 1" "4 2"; do
+  for layout in "2 2" "2 1" "4 2" "4 4 sp"; do
     set -- $layout
-    ft "n$1tp$2" "$1" "$2" MNLI $SMALL --eval-interval 5 &&
-      { same ref "n$1tp$2" && echo "ok: $1 ranks at tp $2 == one rank" || fail "$1 ranks at tp $2"; }
+    ft "n$1tp$2${3:-}" "$1" "$2" MNLI $SMALL --eval-interval 5 ${3:+--sequence-parallel} &&
+      { same ref "n$1tp$2${3:-}" && echo "ok: $1 ranks at tp $2${3:+ (sequence parallel)} == one rank" ||
+        fail "$1 ranks at tp $2 ${3:-}"; }
   done
   ft bf16 2 2 MNLI $SMALL --bf16 && $PY - "$tmp/ref.jsonl" "$tmp/bf16.jsonl" <<'PY' &&
 import json, sys

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mgt plan: its memory against parameters counted by hand for two configurations (tp=1; tp=2
-# with vocabulary padding and the distributed optimizer at dp=4) and against what
-# mgt train --dry-run prints for the same layouts; its step-time model against the weak
+# with vocabulary padding and the distributed optimizer at dp=4), the activations sequence
+# parallelism saves at tp=2 counted by hand, and against what mgt train --dry-run prints for
+# the same layouts; its step-time model against the weak
 # scaling the Megatron-LM paper measured (Figure 5: 1.2B-8.3B GPT-2 on 1-8 GPUs and on
 # 64-512 GPUs, 77% and 74% stated in its text, the rest read off the figure; and the README's
 # 60% for 8.3B without overlapped gradient reduction), with V100
@@ -39,23 +40,45 @@ assert b["params"] == 4 * n and b["optimizer"] == 8 * shard and b["grads"] == 4 
 print("ok: B at tp=2, dp=4 with the distributed optimizer: %d parameters per rank, Adam on %d" % (n, shard))
 PY
 
-# ---- memory: the same as --dry-run for three layouts ----
-for spec in "1 1 2 none no" "2 2 4 selective yes" "2 4 2 full no"; do
+# ---- memory: sequence parallelism at tp=2 by hand: per layer the two LayerNorm outputs and
+# their means and deviations, the mid-layer residual; the L+1 residual stream buffers, the final
+# LayerNorm's statistics and the residual gradient hold half the rows; one block of rows and the
+# LayerNorms' 2C gradient sum are added ----
+"$MGT" plan $B --nodes 1 --gpus-per-node 2 --tensor-model-parallel-size 2 --micro-batch-size 4 \
+  --recompute none --json --gpu-memory 1GiB >"$tmp/sp.json" 2>&1 || { fail "plan B sp"; cat "$tmp/sp.json"; }
+$PY - "$tmp/sp.json" <<'PY' || fail "sequence-parallel memory against the hand count"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+on = [r for r in rows if r["sequence_parallel"] and not r["distributed_optimizer"]]
+off = [r for r in rows if not r["sequence_parallel"] and not r["distributed_optimizer"]]
+assert len(on) == 1 and len(off) == 1, rows
+L, C, N, tp = 3, 128, 4 * 64, 2
+kept = L * (3 * N * C + 4 * N) + (L + 1) * N * C + 2 * N + N * C
+saved = 4 * (kept - kept // tp - (N // tp * C + 2 * C))
+got = off[0]["activations"] - on[0]["activations"]
+assert got == saved, (got, saved)
+print("ok: --sequence-parallel at tp=2 saves %d bytes of activations, as counted by hand" % saved)
+PY
+
+# ---- memory: the same as --dry-run for four layouts ----
+for spec in "1 1 2 none no" "2 2 4 selective yes" "2 4 2 full no" "2 2 4 none no sp"; do
   set -- $spec
   both=(--tensor-model-parallel-size $1 --micro-batch-size $3)
   tflags=(--recompute-granularity $4)
   pflags=(--nodes 1 --gpus-per-node $(($1 * $2)) --recompute $4)
   [ "$5" = yes ] && both+=(--use-distributed-optimizer)
+  [ "${6:-}" = sp ] && both+=(--sequence-parallel)
   "$MPIEXEC" -n $(($1 * $2)) "$MGT" train --mock-data $B "${both[@]}" "${tflags[@]}" --dry-run >"$tmp/dry" 2>&1 ||
     { fail "dry-run $spec"; tail -3 "$tmp/dry"; continue; }
   "$MGT" plan $B "${both[@]}" "${pflags[@]}" --json --gpu-memory 1GiB --top 1000 >"$tmp/p.json" 2>&1 ||
     { fail "plan $spec"; tail -3 "$tmp/p.json"; continue; }
-  $PY - "$tmp/dry" "$tmp/p.json" "$1" "$2" "$5" <<'PY' && echo "ok: plan == --dry-run at tp=$1 dp=$2, micro $3, recompute $4, distributed optimizer $5" || fail "plan vs --dry-run ($spec)"
+  $PY - "$tmp/dry" "$tmp/p.json" "$1" "$2" "$5" "${6:-}" <<'PY' && echo "ok: plan == --dry-run at tp=$1 dp=$2, micro $3, recompute $4, distributed optimizer $5${6:+, sequence parallel}" || fail "plan vs --dry-run ($spec)"
 import json, re, sys
 total = float(re.search(r"total\s+([0-9.]+)", open(sys.argv[1]).read()).group(1))
 rows = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
 r = [r for r in rows if r["tp"] == int(sys.argv[3]) and r["dp"] == int(sys.argv[4]) and
-     r["distributed_optimizer"] == (sys.argv[5] == "yes")]
+     r["distributed_optimizer"] == (sys.argv[5] == "yes") and
+     r["sequence_parallel"] == (sys.argv[6] == "sp")]
 assert len(r) == 1, r
 assert abs(r[0]["memory"] / 1048576 - total) <= 0.05, (r[0]["memory"] / 1048576, total)
 PY
@@ -81,8 +104,9 @@ done
 $PY - "$tmp" <<'PY' || fail "the paper's weak scaling"
 import json, sys
 d = sys.argv[1]
-def eff(f):
-    return [json.loads(l) for l in open(d + f) if l.startswith("{")][0]["efficiency"]
+def eff(f):  # the paper's runs had no sequence parallelism
+    rows = [json.loads(l) for l in open(d + f) if l.startswith("{")]
+    return [r for r in rows if not r["sequence_parallel"]][0]["efficiency"]
 base = eff("/mp_1_0.json")
 paper = [("mp", 1, 0, 100), ("mp", 2, 0, 95), ("mp", 4, 1, 82), ("mp", 8, 1, 77),
          ("dp", 1, 0, 96), ("dp", 2, 0, 83), ("dp", 4, 1, 79), ("dp", 8, 1, 74), ("dp", 8, 0, 60)]

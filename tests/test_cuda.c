@@ -251,7 +251,7 @@ static void test_attention(void) {
       for (int drop = 0; drop < 2; drop++) {
         const int B = cases[s][0], T = cases[s][1], Hl = cases[s][2], hd = cases[s][3];
         const int off = cases[s][4], H = off + 2 * Hl, Cl = Hl * hd;
-        mgt_dropout d = {drop ? 0.2f : 0.0f, 99, 1000, 3, 1};
+        mgt_dropout d = {drop ? 0.2f : 0.0f, 99, 1000, 3, 1, 0};
         size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, np = (size_t)B * Hl * T * T;
         float *qkv = rnd(nq, 1.0f), *dout = rnd(no, 1.0f);
         float *out = malloc(no * 4), *P = malloc(np * 4), *scr = malloc(np * 4),
@@ -309,9 +309,12 @@ static void test_embedding_dropout(void) {
   T_OK(cpu->embedding_forward(cpu->ctx, out, tok, wte, N, C, v0, Vl));
   T_OK(gpu->embedding_forward(gpu->ctx, outd, tokd, wted, N, C, v0, Vl));
   same("embedding_forward", outd, out, (size_t)N * C, 0.0);
-  T_OK(cpu->add_position(cpu->ctx, out, wpe, B, T, C));
-  T_OK(gpu->add_position(gpu->ctx, outd, wped, B, T, C));
+  T_OK(cpu->add_position(cpu->ctx, out, wpe, N, 0, T, C));
+  T_OK(gpu->add_position(gpu->ctx, outd, wped, N, 0, T, C));
   same("add_position", outd, out, (size_t)N * C, 1e-6);
+  T_OK(cpu->add_position(cpu->ctx, out + C, wpe, N - 3, 1 % T, T, C)); /* from row 1 */
+  T_OK(gpu->add_position(gpu->ctx, outd + C, wped, N - 3, 1 % T, T, C));
+  same("add_position from row 1", outd, out, (size_t)N * C, 1e-6);
   float *dout = rnd((size_t)N * C, 1.0f), *doutd = dev(dout, (size_t)N * C * 4);
   for (int acc = 0; acc < 2; acc++) {
     T_OK(cpu->embedding_backward(cpu->ctx, wte, wpe, dout, tok, B, T, C, v0, Vl, acc));
@@ -321,16 +324,27 @@ static void test_embedding_dropout(void) {
   }
   /* dropout with and without a residual, and its backward */
   const size_t row = (size_t)T * C;
-  mgt_dropout d = {0.3f, 5, 77, 2, 3};
+  mgt_dropout d = {0.3f, 5, 77, 2, 3, 0};
   float *res = rnd((size_t)N * C, 1.0f), *resd = dev(res, (size_t)N * C * 4);
   for (int with_res = 0; with_res < 2; with_res++) {
-    T_OK(cpu->dropout_forward(cpu->ctx, out, dout, with_res ? res : NULL, B, row, &d));
-    T_OK(gpu->dropout_forward(gpu->ctx, outd, doutd, with_res ? resd : NULL, B, row, &d));
+    T_OK(cpu->dropout_forward(cpu->ctx, out, dout, with_res ? res : NULL, (size_t)N * C, row, &d));
+    T_OK(gpu->dropout_forward(gpu->ctx, outd, doutd, with_res ? resd : NULL, (size_t)N * C, row,
+                              &d));
     same("dropout_forward", outd, out, (size_t)N * C, 1e-6);
   }
-  T_OK(cpu->dropout_backward(cpu->ctx, out, dout, B, row, &d));
-  T_OK(gpu->dropout_backward(gpu->ctx, outd, doutd, B, row, &d));
+  T_OK(cpu->dropout_backward(cpu->ctx, out, dout, (size_t)N * C, row, &d));
+  T_OK(gpu->dropout_backward(gpu->ctx, outd, doutd, (size_t)N * C, row, &d));
   same("dropout_backward", outd, out, (size_t)N * C, 1e-6);
+  { /* a window from an odd element, across a sample boundary (sequence parallelism) */
+    mgt_dropout dw = d;
+    dw.first = row - 5;
+    const size_t nw = (size_t)N * C - dw.first;
+    T_OK(cpu->dropout_forward(cpu->ctx, out + dw.first, dout + dw.first, res + dw.first, nw, row,
+                              &dw));
+    T_OK(gpu->dropout_forward(gpu->ctx, outd + dw.first, doutd + dw.first, resd + dw.first, nw, row,
+                              &dw));
+    same("dropout_forward window", outd, out, (size_t)N * C, 1e-6);
+  }
   void *all[] = {tokd, wted, wped, outd, doutd, resd};
   for (size_t i = 0; i < 6; i++)
     gpu->free(gpu->ctx, all[i]);

@@ -366,7 +366,7 @@ static void test_attention(void) {
         const int32_t *kl = masked ? lens[s] : NULL;
         int B = shapes[s][0], T = shapes[s][1], Hl = shapes[s][2], hd = shapes[s][3];
         int Cl = Hl * hd, H = shapes[s][4] + Hl;
-        mgt_dropout d = {drops[di], 99, 1000, 3, MGT_DROPOUT_ATTN};
+        mgt_dropout d = {drops[di], 99, 1000, 3, MGT_DROPOUT_ATTN, 0};
         size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, np = (size_t)B * Hl * T * T;
         float *qkv = fa(nq), *out = fa(no), *P = fa(np), *scr = fa(np), *dout = fa(no),
               *dqkv = fa(nq);
@@ -394,7 +394,7 @@ static void test_attention(void) {
 /* Heads split over two shards give the same result as all heads on one, dropout included. */
 static void test_attention_shards(void) {
   int B = 2, T = 9, H = 4, hd = 5, C = H * hd;
-  mgt_dropout d = {0.25f, 7, 40, 1, MGT_DROPOUT_ATTN};
+  mgt_dropout d = {0.25f, 7, 40, 1, MGT_DROPOUT_ATTN, 0};
   float *qkv = fa((size_t)B * T * 3 * C), *out = fa((size_t)B * T * C),
         *P = fa((size_t)B * H * T * T), *scr = fa((size_t)B * H * T * T);
   t_fill(qkv, (size_t)B * T * 3 * C, 1);
@@ -489,8 +489,12 @@ static void test_embedding(void) {
       r[n * C + c] = (t >= 0 && t < Vl ? wte[t * C + c] : 0.0) + wpe[(n % T) * C + c];
     }
   T_OK(be->embedding_forward(be->ctx, out, tok, wte, N, C, v0, Vl));
-  T_OK(be->add_position(be->ctx, out, wpe, B, T, C));
+  T_OK(be->add_position(be->ctx, out, wpe, N, 0, T, C));
   T_CLOSE("embedding_forward", out, r, (size_t)N * C, 1e-6, 1e-6);
+  /* rows 7..13 alone (a sequence-parallel rank's), starting mid-sample */
+  T_OK(be->embedding_forward(be->ctx, out, tok + 7, wte, 7, C, v0, Vl));
+  T_OK(be->add_position(be->ctx, out, wpe, 7, 7 % T, T, C));
+  T_CLOSE("add_position from row 7", out, r + 7 * C, (size_t)7 * C, 1e-6, 1e-6);
   for (int acc = 0; acc < 2; acc++) {
     t_fill(dout, (size_t)N * C, 1);
     t_fill(dwte, (size_t)Vl * C, 1);
@@ -521,7 +525,7 @@ static void test_dropout(void) {
   double *r = da(n), *rg = da(n);
   t_fill(x, n, 1);
   t_fill(res, n, 1);
-  mgt_dropout d = {0.1f, 5, 123456789, 7, MGT_DROPOUT_MLP};
+  mgt_dropout d = {0.1f, 5, 123456789, 7, MGT_DROPOUT_MLP, 0};
   size_t dropped = 0;
   for (int b = 0; b < B; b++)
     for (size_t e = 0; e < row; e++) {
@@ -531,17 +535,28 @@ static void test_dropout(void) {
       r[i] = res[i] + (k ? x[i] / (1.0 - d.p) : 0.0);
       rg[i] = k ? x[i] / (1.0 - d.p) : 0.0;
     }
-  T_OK(be->dropout_forward(be->ctx, out, x, res, B, row, &d));
+  T_OK(be->dropout_forward(be->ctx, out, x, res, n, row, &d));
   T_CLOSE("dropout_forward", out, r, n, 1e-6, 1e-6);
-  T_OK(be->dropout_backward(be->ctx, dx, x, B, row, &d));
+  T_OK(be->dropout_backward(be->ctx, dx, x, n, row, &d));
   T_CLOSE("dropout_backward", dx, rg, n, 1e-6, 1e-6);
+  /* windows of the micro-batch (sequence parallelism: a rank's rows) from odd offsets, across
+     sample and chunk boundaries, see the same mask */
+  const size_t win[][2] = {{3, 4099}, {4097, 4101}, {1023, 7000}, {8197, 1}, {0, 1}};
+  for (size_t k = 0; k < sizeof win / sizeof win[0]; k++) {
+    mgt_dropout dw = d;
+    dw.first = win[k][0];
+    T_OK(be->dropout_forward(be->ctx, out, x + dw.first, res + dw.first, win[k][1], row, &dw));
+    T_CLOSE("dropout_forward window", out, r + dw.first, win[k][1], 1e-6, 1e-6);
+    T_OK(be->dropout_backward(be->ctx, dx, x + dw.first, win[k][1], row, &dw));
+    T_CLOSE("dropout_backward window", dx, rg + dw.first, win[k][1], 1e-6, 1e-6);
+  }
   double rate = (double)dropped / n, sd = sqrt(0.1 * 0.9 / n);
   T_CHECK(fabs(rate - 0.1) < 5 * sd, "dropout rate %.4f, expected 0.1 +- %.4f", rate, 5 * sd);
   /* p = 0 is a plain residual add */
-  mgt_dropout d0 = {0.0f, 5, 0, 0, 0};
+  mgt_dropout d0 = {0.0f, 5, 0, 0, 0, 0};
   for (size_t i = 0; i < n; i++)
     r[i] = (double)res[i] + x[i];
-  T_OK(be->dropout_forward(be->ctx, out, x, res, B, row, &d0));
+  T_OK(be->dropout_forward(be->ctx, out, x, res, n, row, &d0));
   T_CLOSE("dropout_forward p=0", out, r, n, 1e-6, 1e-6);
   free(x), free(res), free(out), free(dx), free(r), free(rg);
 }

@@ -5,7 +5,9 @@
    Modes: overlap, recompute (full, every layer), selective (--recompute-granularity selective),
    block (full, --recompute-method block, the first layer), distopt (--use-distributed-optimizer on
    the layout only, with a clipping norm that binds, against the reference without it),
-   distopt-overlap. */
+   distopt-overlap; sp (--sequence-parallel on the layout only, with micro-batches of 3 samples so
+   that a rank's rows start mid-sample and span two samples), distopt-sp, distopt-sp-overlap,
+   recompute-sp, selective-sp, block-sp. */
 #include <mpi.h>
 #include <string.h>
 
@@ -15,9 +17,9 @@
 
 enum { ITERS = 20 };
 
-static int overlap, recompute, distopt, selective, block;
+static int overlap, recompute, distopt, selective, block, sp;
 
-static mgt_config test_config(int tp, int dist) {
+static mgt_config test_config(int tp, int dist, int seqpar) {
   mgt_config c;
   mgt_config_defaults(&c);
   c.num_layers = 2;
@@ -42,6 +44,8 @@ static mgt_config test_config(int tp, int dist) {
   if (block) /* layer 0 recomputed, layer 1 kept */
     c.recompute_granularity = MGT_RECOMPUTE_FULL, c.recompute_method = MGT_RECOMPUTE_BLOCK;
   c.use_distributed_optimizer = dist;
+  c.sequence_parallel = seqpar;
+  if (sp) c.micro_batch_size = 3, c.global_batch_size = 24; /* the reference too */
   c.overlap_param_gather = dist && overlap;
   if (distopt) c.clip_grad = 0.05; /* the global norm, summed over shards, must be exact */
   c.mock_data = 1;
@@ -73,12 +77,13 @@ static size_t full_numel(const mgt_param *p) {
 
 /* Trains ITERS iterations on `grid`; returns losses and (on world rank 0 of the grid) the
    logical parameters concatenated in order. */
-static float *run(const mgt_grid *grid, int tp, int dist, double *losses, size_t *total) {
+static float *run(const mgt_grid *grid, int tp, int dist, int seqpar, double *losses,
+                  size_t *total) {
   mgt_backend *be = NULL;
   T_OK(mgt_backend_cpu_create(&be));
   mgt_comm comm;
   mgt_comm_mpi_init(&comm, grid, NULL);
-  mgt_config c = test_config(tp, dist);
+  mgt_config c = test_config(tp, dist, seqpar);
   T_OK(mgt_config_finalize(&c, grid->size));
   mgt_trainer *tr = NULL;
   T_OK(mgt_trainer_create(&c, grid, be, &comm, NULL, &tr));
@@ -121,11 +126,12 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int tp = argc > 1 ? atoi(argv[1]) : 1, rank;
   overlap = argc > 2 && strcmp(argv[2], "overlap") == 0;
-  recompute = argc > 2 && strcmp(argv[2], "recompute") == 0;
+  recompute = argc > 2 && strncmp(argv[2], "recompute", 9) == 0;
   distopt = argc > 2 && strncmp(argv[2], "distopt", 7) == 0;
-  selective = argc > 2 && strcmp(argv[2], "selective") == 0;
-  block = argc > 2 && strcmp(argv[2], "block") == 0;
+  selective = argc > 2 && strncmp(argv[2], "selective", 9) == 0;
+  block = argc > 2 && strncmp(argv[2], "block", 5) == 0;
   if (distopt && strstr(argv[2], "overlap")) overlap = 1;
+  sp = argc > 2 && (strcmp(argv[2], "sp") == 0 || strstr(argv[2], "-sp") != NULL);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   mgt_grid *grid = NULL, *single = NULL;
   T_OK(mgt_grid_create(MPI_COMM_WORLD, tp, &grid));
@@ -134,10 +140,10 @@ int main(int argc, char **argv) {
   float *pref = NULL;
   if (rank == 0) {
     T_OK(mgt_grid_create(MPI_COMM_SELF, 1, &single));
-    pref = run(single, 1, 0, ref, &nref);
+    pref = run(single, 1, 0, 0, ref, &nref);
     mgt_grid_destroy(&single);
   }
-  float *p = run(grid, tp, distopt, got, &n);
+  float *p = run(grid, tp, distopt, sp, got, &n);
   if (rank == 0) {
     double worst = 0;
     for (int i = 0; i < ITERS; i++) {
@@ -151,9 +157,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < nref; i++)
       r[i] = pref[i];
     T_CLOSE("parameters after training", p, r, n, 1e-5, 1e-5);
-    printf("tp=%d dp=%d%s: %d iterations, worst loss difference %.2e relative, final loss %.6f "
+    printf("tp=%d dp=%d%s%s: %d iterations, worst loss difference %.2e relative, final loss %.6f "
            "(one rank %.6f)\n",
-           grid->tp, grid->dp,
+           grid->tp, grid->dp, sp ? " (sequence parallel)" : "",
            distopt ? (overlap ? " (distributed optimizer, overlapped reduce-scatter and all-gather)"
                               : " (distributed optimizer)")
            : overlap ? " (overlapped gradient all-reduce)"

@@ -150,7 +150,7 @@ static void test_xent(int N, int V, int Vl) {
 static void test_attention_block(int B, int T, int H, int hd) {
   const mgt_backend *be = tp.be;
   int C = H * hd, Hl = H / P, Cl = Hl * hd, N = B * T;
-  mgt_dropout d = {0.2f, 3, 11, 0, MGT_DROPOUT_ATTN};
+  mgt_dropout d = {0.2f, 3, 11, 0, MGT_DROPOUT_ATTN, 0};
   float *x = rnd((size_t)N * C), *Wqkv = rnd((size_t)3 * C * C), *bqkv = rnd(3 * C),
         *Wo = rnd((size_t)C * C), *bo = rnd(C), *dy = rnd((size_t)N * C);
   /* unsplit: plain GEMMs on this rank */

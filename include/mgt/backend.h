@@ -19,6 +19,9 @@ typedef struct mgt_dropout {
   uint64_t sample_base;
   int layer;
   int site;
+  /* the micro-batch element of a buffer's element 0: a rank's first row times its width under
+     sequence parallelism, so that the masks do not depend on the layout */
+  uint64_t first;
 } mgt_dropout;
 
 /* Where a tensor-parallel shard sits in its logical tensor. Elements of the local buffer
@@ -144,19 +147,21 @@ typedef struct mgt_backend {
   /* out(N,C) = rows of wte (Vl,C) for tokens in [v0, v0+Vl), zero rows otherwise. */
   mgt_status (*embedding_forward)(void *ctx, float *out, const int32_t *tokens, const float *wte,
                                   int N, int C, int v0, int Vl);
-  /* x(B,T,C) += wpe(T,C) */
-  mgt_status (*add_position)(void *ctx, float *x, const float *wpe, int B, int T, int C);
+  /* x(N,C) += wpe(T,C): row n is position (t0 + n) mod T (t0 > 0: a rank's rows under
+     sequence parallelism) */
+  mgt_status (*add_position)(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C);
   /* dwte[tok - v0] += dout for tokens in range; dwpe = [dwpe +] sum over the batch. */
   mgt_status (*embedding_backward)(void *ctx, float *dwte, float *dwpe, const float *dout,
                                    const int32_t *tokens, int B, int T, int C, int v0, int Vl,
                                    int accumulate);
 
-  /* out = [res +] dropout(x) over B rows of `row` elements; p = 0 is a plain add/copy.
-     out may alias x. */
-  mgt_status (*dropout_forward)(void *ctx, float *out, const float *x, const float *res, int B,
+  /* out = [res +] dropout(x) over n elements: element i is element d->first + i of the
+     micro-batch, whose samples are `row` elements each; p = 0 is a plain add/copy. out may
+     alias x. */
+  mgt_status (*dropout_forward)(void *ctx, float *out, const float *x, const float *res, size_t n,
                                 size_t row, const mgt_dropout *d);
   /* dx = dropout mask applied to dout; dx may alias dout. */
-  mgt_status (*dropout_backward)(void *ctx, float *dx, const float *dout, int B, size_t row,
+  mgt_status (*dropout_backward)(void *ctx, float *dx, const float *dout, size_t n, size_t row,
                                  const mgt_dropout *d);
   /* y += x */
   mgt_status (*add)(void *ctx, float *y, const float *x, size_t n);

@@ -64,6 +64,7 @@ typedef struct mgt_config {
   int overlap_grad_reduce;       /* non-blocking bucket all-reduces during backward */
   int use_distributed_optimizer; /* ZeRO-1: optimizer state sharded over data parallelism */
   int overlap_param_gather;      /* its parameter all-gather non-blocking, under the forward */
+  int sequence_parallel;         /* rows outside the tensor-parallel regions split over tp_comm */
   int dry_run;
   /* devices and precision */
   int device;              /* MGT_DEVICE_* */

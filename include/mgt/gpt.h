@@ -30,6 +30,9 @@ typedef struct mgt_gpt_dims {
   int hd;             /* head size C / H */
   int Cl, Hl, Fl, Vl; /* local: C/tp (attention width), H/tp, F/tp, Vp/tp */
   int v0, nv;         /* first vocabulary row held here, and how many are not padding */
+  /* --sequence-parallel (tp > 1): outside the tensor-parallel regions this rank holds token
+     rows [r0, r0 + Nl) of the micro-batch's B*T; otherwise r0 = 0, Nl = B*T */
+  int sp, r0, Nl;
 } mgt_gpt_dims;
 
 /* Bytes one rank needs, computed before anything is allocated. */

@@ -82,13 +82,13 @@ mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, con
                                   float *scratch);
 mgt_status cpu_embedding_forward(void *ctx, float *out, const int32_t *tokens, const float *wte,
                                  int N, int C, int v0, int Vl);
-mgt_status cpu_add_position(void *ctx, float *x, const float *wpe, int B, int T, int C);
+mgt_status cpu_add_position(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C);
 mgt_status cpu_embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
                                   const int32_t *tokens, int B, int T, int C, int v0, int Vl,
                                   int accumulate);
-mgt_status cpu_dropout_forward(void *ctx, float *out, const float *x, const float *res, int B,
+mgt_status cpu_dropout_forward(void *ctx, float *out, const float *x, const float *res, size_t n,
                                size_t row, const mgt_dropout *d);
-mgt_status cpu_dropout_backward(void *ctx, float *dx, const float *dout, int B, size_t row,
+mgt_status cpu_dropout_backward(void *ctx, float *dx, const float *dout, size_t n, size_t row,
                                 const mgt_dropout *d);
 mgt_status cpu_add(void *ctx, float *y, const float *x, size_t n);
 mgt_status cpu_xent_max(void *ctx, float *rowmax, const float *logits, int N, int Vl, int nv);

@@ -119,26 +119,32 @@ mgt_status cpu_add(void *ctx, float *y, const float *x, size_t n) {
   return MGT_OK;
 }
 
-mgt_status cpu_dropout_forward(void *ctx, float *out, const float *x, const float *res, int B,
+mgt_status cpu_dropout_forward(void *ctx, float *out, const float *x, const float *res, size_t n,
                                size_t row, const mgt_dropout *d) {
   if (d->p <= 0.0f) {
 #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < (size_t)B * row; i++)
+    for (size_t i = 0; i < n; i++)
       out[i] = (res ? res[i] : 0.0f) + x[i];
     return MGT_OK;
   }
+  if (n == 0) return MGT_OK;
   const uint32_t thr = mgt_dropout_threshold(d->p);
   const float scale = 1.0f / (1.0f - d->p);
-  size_t nchunk = (row + CHUNK - 1) / CHUNK;
+  /* chunks of a sample's stream, over the samples that [first, first + n) touches */
+  const uint64_t lo = d->first, hi = d->first + n, s0 = lo / row, ns = (hi - 1) / row - s0 + 1;
+  const size_t nchunk = (row + CHUNK - 1) / CHUNK;
 #pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++)
+  for (uint64_t s = 0; s < ns; s++)
     for (size_t c = 0; c < nchunk; c++) {
-      uint64_t stream = mgt_rng_dropout_stream(d->sample_base + (uint64_t)b, d->layer, d->site);
-      size_t e0 = c * CHUNK, n = row - e0 < CHUNK ? row - e0 : CHUNK;
+      const uint64_t start = (s0 + s) * row, a = start + c * CHUNK,
+                     b = a + CHUNK < start + row ? a + CHUNK : start + row;
+      const uint64_t e0 = a > lo ? a : lo, e1 = b < hi ? b : hi;
+      if (e0 >= e1) continue;
+      uint64_t stream = mgt_rng_dropout_stream(d->sample_base + s0 + s, d->layer, d->site);
       uint8_t keep[CHUNK];
-      cpu_dropout_mask(keep, d->seed, stream, e0, n, thr);
-      size_t base = (size_t)b * row + e0;
-      for (size_t i = 0; i < n; i++) {
+      cpu_dropout_mask(keep, d->seed, stream, e0 - start, (size_t)(e1 - e0), thr);
+      const size_t base = (size_t)(e0 - lo);
+      for (size_t i = 0; i < (size_t)(e1 - e0); i++) {
         float v = keep[i] ? x[base + i] * scale : 0.0f;
         out[base + i] = (res ? res[base + i] : 0.0f) + v;
       }
@@ -147,8 +153,8 @@ mgt_status cpu_dropout_forward(void *ctx, float *out, const float *x, const floa
 }
 
 /* The mask applied to the gradient is the forward without a residual. */
-mgt_status cpu_dropout_backward(void *ctx, float *dx, const float *dout, int B, size_t row,
+mgt_status cpu_dropout_backward(void *ctx, float *dx, const float *dout, size_t n, size_t row,
                                 const mgt_dropout *d) {
   if (d->p <= 0.0f && dx == dout) return MGT_OK;
-  return cpu_dropout_forward(ctx, dx, dout, NULL, B, row, d);
+  return cpu_dropout_forward(ctx, dx, dout, NULL, n, row, d);
 }

@@ -16,16 +16,15 @@ mgt_status cpu_embedding_forward(void *ctx, float *out, const int32_t *tokens, c
   return MGT_OK;
 }
 
-mgt_status cpu_add_position(void *ctx, float *x, const float *wpe, int B, int T, int C) {
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++)
-    for (int t = 0; t < T; t++) {
-      float *r = x + ((size_t)b * T + t) * C;
-      const float *p = wpe + (size_t)t * C;
+mgt_status cpu_add_position(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    float *r = x + (size_t)n * C;
+    const float *p = wpe + (size_t)((t0 + n) % T) * C;
 #pragma omp simd
-      for (int c = 0; c < C; c++)
-        r[c] += p[c];
-    }
+    for (int c = 0; c < C; c++)
+      r[c] += p[c];
+  }
   return MGT_OK;
 }
 

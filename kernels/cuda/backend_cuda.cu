@@ -886,14 +886,14 @@ mgt_status cu_embedding_forward(void *ctx, float *out, const int32_t *tokens, co
   return MGT_OK;
 }
 
-__global__ void k_add_position(float *x, const float *wpe, int T, int C, size_t n) {
-  GRID_STRIDE(i, n) x[i] += wpe[i % ((size_t)T * C)];
+__global__ void k_add_position(float *x, const float *wpe, int t0, int T, int C, size_t n) {
+  GRID_STRIDE(i, n) x[i] += wpe[((t0 + i / C) % T) * C + i % C];
 }
 
-mgt_status cu_add_position(void *ctx, float *x, const float *wpe, int B, int T, int C) {
-  size_t n = (size_t)B * T * C;
+mgt_status cu_add_position(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C) {
+  size_t n = (size_t)N * C;
   if (!n) return MGT_OK;
-  k_add_position<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(x, wpe, T, C, n);
+  k_add_position<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(x, wpe, t0, T, C, n);
   LAUNCHED();
   return MGT_OK;
 }
@@ -937,13 +937,13 @@ mgt_status cu_embedding_backward(void *ctx, float *dwte, float *dwpe, const floa
 
 /* ---- dropout, residual ---- */
 
-__global__ void k_dropout(float *out, const float *x, const float *res, int B, size_t row,
-                          uint64_t seed, uint64_t sample_base, int layer, int site, uint32_t thr,
-                          float scale, int drop) {
-  GRID_STRIDE(i, (size_t)B * row) {
+__global__ void k_dropout(float *out, const float *x, const float *res, size_t n, size_t row,
+                          uint64_t first, uint64_t seed, uint64_t sample_base, int layer, int site,
+                          uint32_t thr, float scale, int drop) {
+  GRID_STRIDE(i, n) {
     float v = x[i];
     if (drop) {
-      uint64_t b = i / row, e = i % row;
+      uint64_t b = (first + i) / row, e = (first + i) % row;
       uint64_t stream = mgt_philox_dropout_stream(sample_base + b, layer, site);
       v = keep_word(seed, stream, e, thr) ? v * scale : 0.0f;
     }
@@ -951,22 +951,21 @@ __global__ void k_dropout(float *out, const float *x, const float *res, int B, s
   }
 }
 
-mgt_status cu_dropout_forward(void *ctx, float *out, const float *x, const float *res, int B,
+mgt_status cu_dropout_forward(void *ctx, float *out, const float *x, const float *res, size_t n,
                               size_t row, const mgt_dropout *d) {
-  size_t n = (size_t)B * row;
   if (!n) return MGT_OK;
   const int drop = d->p > 0.0f;
   k_dropout<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(
-      out, x, res, B, row, d->seed, d->sample_base, d->layer, d->site,
+      out, x, res, n, row, d->first, d->seed, d->sample_base, d->layer, d->site,
       drop ? mgt_dropout_threshold(d->p) : 0u, drop ? 1.0f / (1.0f - d->p) : 1.0f, drop);
   LAUNCHED();
   return MGT_OK;
 }
 
-mgt_status cu_dropout_backward(void *ctx, float *dx, const float *dout, int B, size_t row,
+mgt_status cu_dropout_backward(void *ctx, float *dx, const float *dout, size_t n, size_t row,
                                const mgt_dropout *d) {
   if (d->p <= 0.0f && dx == dout) return MGT_OK;
-  return cu_dropout_forward(ctx, dx, dout, NULL, B, row, d);
+  return cu_dropout_forward(ctx, dx, dout, NULL, n, row, d);
 }
 
 __global__ void k_add(float *y, const float *x, size_t n) { GRID_STRIDE(i, n) y[i] += x[i]; }

@@ -22,13 +22,14 @@ typedef struct mgt_plan_opts {
   int tp, micro_batch; /* 0: every one */
   int recompute;       /* 0: try each; else 1 + MGT_RECOMPUTE_* */
   int distopt_only;
+  int sp_only; /* only layouts with --sequence-parallel */
   int top;
   int json; /* one JSON object per layout instead of the table */
 } mgt_plan_opts;
 
 /* One layout and its estimate. Times in seconds per iteration; memory in bytes per GPU. */
 typedef struct mgt_plan_row {
-  int tp, dp, micro_batch, recompute, distopt;
+  int tp, dp, micro_batch, recompute, distopt, sp;
   double memory, model_flops;
   double params, grads, optimizer, activations; /* the parts of memory */
   double compute_s, elementwise_s, tp_comm_s, dp_comm_s, dp_exposed_s, step_s;
@@ -41,7 +42,7 @@ MGT_NODISCARD mgt_status mgt_plan_parse(mgt_plan_opts *o, int argc, char **argv,
 void mgt_plan_usage(FILE *f);
 /* The training configuration of one layout (what mgt train would be given). */
 void mgt_plan_config(const mgt_plan_opts *o, int tp, int micro_batch, int recompute, int distopt,
-                     mgt_config *c);
+                     int sp, mgt_config *c);
 /* The memory (this project's plan, as --dry-run) and the step-time estimate of c on dp
    data-parallel groups. */
 void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_plan_row *r);

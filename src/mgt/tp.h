@@ -16,6 +16,7 @@ typedef struct mgt_tp {
   const mgt_backend *be;
   const mgt_comm *comm;
   const mgt_grid *grid;
+  const int *sp_counts; /* sequence parallelism: floats of each rank's rows (tp entries) */
 } mgt_tp;
 
 /* Column-parallel: W (out_l, in) holds this rank's output rows; x (N, in) is replicated;
@@ -48,6 +49,28 @@ MGT_NODISCARD mgt_status mgt_tp_row_backward(const mgt_tp *tp, float *dx, float 
 MGT_NODISCARD mgt_status mgt_tp_embedding_forward(const mgt_tp *tp, float *out,
                                                   const int32_t *tokens, const float *wte, int N,
                                                   int C, int v0, int Vl);
+
+/* Sequence parallelism (Korthikanti et al. 2022): outside the tensor-parallel regions each
+   rank holds a contiguous block of rows, sp_counts[rank] floats of them. gather: the blocks of
+   every rank, in rank order, into full (the forward's g-bar, the backward's f-bar). */
+MGT_NODISCARD mgt_status mgt_tp_sp_gather(const mgt_tp *tp, float *full, const float *local);
+/* local = this rank's block of the sum over the group of full (reduce-scatter). */
+MGT_NODISCARD mgt_status mgt_tp_sp_scatter(const mgt_tp *tp, float *local, const float *full);
+/* The row-parallel layer ending in a reduce-scatter: x W^T into full (N, out), summed into
+   this rank's rows y (N/tp, out), then + b. */
+MGT_NODISCARD mgt_status mgt_tp_row_forward_sp(const mgt_tp *tp, float *y, float *full,
+                                               const float *x, const float *W, const float *b,
+                                               int N, int in_l, int out);
+/* The column-parallel backward ending in a reduce-scatter: dy W into full (N, in), this rank's
+   rows of its sum into dx (N/tp, in); x (N, in) is the gathered input. */
+MGT_NODISCARD mgt_status mgt_tp_column_backward_sp(const mgt_tp *tp, float *dx, float *full,
+                                                   float *dW, float *db, const float *dy,
+                                                   const float *x, const float *W, int N, int in,
+                                                   int out_l, int accumulate);
+/* The embedding lookup into full (N, C), reduce-scattered into this rank's rows of out. */
+MGT_NODISCARD mgt_status mgt_tp_embedding_forward_sp(const mgt_tp *tp, float *out, float *full,
+                                                     const int32_t *tokens, const float *wte, int N,
+                                                     int C, int v0, int Vl);
 
 /* Buffers of the vocabulary-parallel cross-entropy, each of N floats except sumtgt (2N). */
 typedef struct mgt_tp_xent {
