@@ -181,6 +181,15 @@ static mgt_status cu_reduce_scatter(void *ctx, const mgt_grid *g, mgt_axis axis,
   double t0 = mgt_now();
 #ifdef MGT_HAVE_NCCL
   if (c->mode == MGT_DIST_NCCL) {
+    int even = 1; /* sequence parallelism's blocks: NCCL's own reduce-scatter */
+    for (int q = 1; q < size; q++)
+      even &= counts[q] == counts[0];
+    if (even) {
+      NCCL(ncclReduceScatter(in, out, (size_t)counts[0], ncclFloat, ncclSum, c->nccl[axis],
+                             c->stream));
+      account(c, axis, t0, n * sizeof(float));
+      return MGT_OK;
+    }
     NCCL(ncclGroupStart());
     size_t at = 0;
     for (int q = 0; q < size; q++) {
