@@ -130,7 +130,7 @@ static void measure(rates *r) {
 
 /* Times `steps` training steps (after one warm-up step) of GPT-2 124M shapes with global
    batch B at the grid's layout; prints throughput and the share of time in collectives. */
-static int overlap, distopt, param_gather, seqpar;
+static int overlap, distopt, param_gather, seqpar, flash;
 
 /* This process's resident memory, now (VmRSS) or at its peak (VmHWM), MiB; 0 when /proc does
    not say. */
@@ -165,6 +165,8 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   cfg.use_distributed_optimizer = distopt;
   cfg.overlap_param_gather = param_gather;
   cfg.sequence_parallel = seqpar;
+  cfg.use_flash_attn = flash;
+  if (T > cfg.max_position_embeddings) cfg.max_position_embeddings = T;
   if (mgt_config_finalize(&cfg, grid->size) != MGT_OK) {
     mgt_error_print(stderr);
     return 1;
@@ -219,7 +221,9 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
            "MiB/rank, peak RSS %.0f MiB of which %.0f MiB above the RSS before the model "
            "(largest rank)",
            plan.optimizer / 1048576.0, distopt ? " (distributed optimizer)" : "",
-           plan.activations / 1048576.0, seqpar ? " (sequence parallel)" : "",
+           plan.activations / 1048576.0,
+           seqpar ? (flash ? " (sequence parallel, flash attention)" : " (sequence parallel)")
+                  : (flash ? " (flash attention)" : ""),
            plan.total / 1048576.0, rss[0], rss[1]);
     printf(" | model %.1f GFLOP/step, loss %.3f\n", flops / 1e9, s.loss);
   }
@@ -230,14 +234,15 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
 
 /* usage: bench_cpu [--steps N] [--tp T] [--no-peaks] [--overlap-grad-reduce]
                     [--use-distributed-optimizer] [--overlap-param-gather]
-                    [--sequence-parallel] [--config small|large|both]
+                    [--sequence-parallel] [--use-flash-attn]
+                    [--config small|large|both | --shape BxT]
    One rank: measures the machine's peaks, then the step time at two shapes.
    Several ranks (under mpiexec): the same shapes at the given tensor-parallel size, the
    rest data-parallel, at the same global batch. */
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   mgt_cli_configure_threads(MPI_COMM_WORLD);
-  int steps = 5, tp = 1, peaks = 1, rank;
+  int steps = 5, tp = 1, peaks = 1, rank, shape_b = 0, shape_t = 0;
   const char *which = "both";
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--steps") && i + 1 < argc)
@@ -254,6 +259,11 @@ int main(int argc, char **argv) {
       param_gather = 1;
     else if (!strcmp(argv[i], "--sequence-parallel"))
       seqpar = 1;
+    else if (!strcmp(argv[i], "--use-flash-attn"))
+      flash = 1;
+    else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
+             sscanf(argv[i + 1], "%dx%d", &shape_b, &shape_t) == 2 && shape_b > 0 && shape_t > 0)
+      i++, which = "shape";
     else if (!strcmp(argv[i], "--config") && i + 1 < argc)
       which = argv[++i];
   }
@@ -272,9 +282,13 @@ int main(int argc, char **argv) {
   if (peaks && rank == 0) measure(&before);
   int rc = 0;
   double got[2] = {0, 0};
-  if (strcmp(which, "large") != 0) rc |= run_config(grid, be, 4, 64, steps, &got[0]);
-  if (strcmp(which, "small") != 0)
-    rc |= run_config(grid, be, 8, 256, steps > 3 ? 3 : steps, &got[1]);
+  if (!strcmp(which, "shape")) /* one shape of the caller's, e.g. 1x4096 */
+    rc |= run_config(grid, be, shape_b, shape_t, steps, &got[0]), peaks = 0;
+  else {
+    if (strcmp(which, "large") != 0) rc |= run_config(grid, be, 4, 64, steps, &got[0]);
+    if (strcmp(which, "small") != 0)
+      rc |= run_config(grid, be, 8, 256, steps > 3 ? 3 : steps, &got[1]);
+  }
   if (peaks && rank == 0) {
     measure(&after);
     rates r;

@@ -100,6 +100,9 @@ static const mgt_flag flags[] = {
          "split the LayerNorms, dropouts and residuals over the tensor-parallel ranks by token "
          "rows: all-gather before each column-parallel layer, reduce-scatter after each "
          "row-parallel one (Megatron-LM's sequence parallelism)"),
+    BOOL("--use-flash-attn", use_flash_attn,
+         "attention in tiles of keys with an online softmax, never holding the T x T "
+         "probabilities (FlashAttention; the same dropout masks)"),
     BOOL("--dry-run", dry_run, "print the memory plan per rank and exit"),
     {"--device", MGT_FLAG_ENUM, OFF(device), 0, 0,
      "cpu, or cuda (one GPU per rank, chosen by the node-local rank)", mgt_device_names, 0},

@@ -45,7 +45,8 @@ typedef struct param_index {
 typedef struct layer_acts {
   float *ln1, *ln1_mean, *ln1_rstd; /* (N,C) (N) (N) */
   float *qkv;                       /* (N, 3*Cl) */
-  float *P;                         /* (B, Hl, T, T) */
+  float *P;                         /* (B, Hl, T, T); NULL with --use-flash-attn */
+  float *lse;                       /* (B, Hl, T) row log-sum-exp, with --use-flash-attn */
   float *atty;                      /* (N, Cl) */
   float *res_mid;                   /* (N,C) residual after attention */
   float *ln2, *ln2_mean, *ln2_rstd;
@@ -54,6 +55,7 @@ typedef struct layer_acts {
 
 typedef struct rplan {
   int full, selective, block, k, nsets;
+  int flash; /* --use-flash-attn: no probabilities kept */
 } rplan;
 
 struct mgt_gpt {
@@ -291,7 +293,7 @@ static float *take(arena *a, size_t n) {
    their own); selective keeps every layer's set but one shared buffer of attention
    probabilities, recomputed before each attention backward. */
 static rplan recompute_plan(const mgt_config *c, int L) {
-  rplan p = {0, 0, 0, 0, L};
+  rplan p = {0, 0, 0, 0, L, c->use_flash_attn};
   p.selective = c->recompute_granularity == MGT_RECOMPUTE_SELECTIVE;
   p.full =
       !p.selective && (c->recompute_granularity == MGT_RECOMPUTE_FULL || c->recompute_activations);
@@ -324,13 +326,16 @@ static int chunk_ending_at(const rplan *p, int l, int L, int *first) {
 
 /* One layer's set; with share_P its attention probabilities are the buffer P (selective).
    The LayerNorms and the residual hold this rank's rows only under sequence parallelism. */
-static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la, int share_P, float *P) {
+static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la, int share_P, float *P,
+                       int flash) {
   size_t N = (size_t)d->B * d->T, Nl = (size_t)d->Nl;
   la->ln1 = take(a, Nl * d->C);
   la->ln1_mean = take(a, Nl);
   la->ln1_rstd = take(a, Nl);
   la->qkv = take(a, N * 3 * d->Cl);
-  la->P = share_P ? P : take(a, (size_t)d->B * d->Hl * d->T * d->T);
+  const size_t probs = (size_t)d->B * d->Hl * d->T;
+  la->P = flash ? NULL : (share_P ? P : take(a, probs * d->T));
+  la->lse = flash ? take(a, probs) : NULL;
   la->atty = take(a, N * d->Cl);
   la->res_mid = take(a, Nl * d->C);
   la->ln2 = take(a, Nl * d->C);
@@ -348,10 +353,13 @@ static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan 
     float *p = take(&a, Nl * d->C);
     if (m->res) m->res[l] = p;
   }
-  float *shared_P = rp->selective ? take(&a, (size_t)d->B * d->Hl * d->T * d->T) : NULL;
+  /* flash attention keeps no probabilities (selective recomputation has nothing to share) and
+     needs no T x T scratch */
+  const size_t probs = rp->flash ? 0 : (size_t)d->B * d->Hl * d->T * d->T;
+  float *shared_P = rp->selective && !rp->flash ? take(&a, probs) : NULL;
   for (int l = 0; l < rp->nsets; l++) {
     layer_acts la;
-    take_layer(&a, d, &la, rp->selective, shared_P);
+    take_layer(&a, d, &la, rp->selective, shared_P, rp->flash);
     if (m->acts) m->acts[l] = la;
   }
   m->lnf = take(&a, N * d->C);
@@ -374,7 +382,7 @@ static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan 
   m->dqkv = take(&a, N * 3 * d->Cl);
   m->datty = take(&a, N * d->Cl);
   m->dfch = take(&a, N * d->Fl);
-  m->att_scratch = take(&a, (size_t)d->B * d->Hl * d->T * d->T);
+  m->att_scratch = rp->flash ? NULL : take(&a, probs);
   if (d->bert) {
     const size_t B = (size_t)d->B;
     m->types = (int32_t *)take(&a, N);
@@ -607,6 +615,12 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   m->tp.grid = grid;
   mgt_gpt_dims_from_config(cfg, grid->tp, grid->tp_rank, &m->d);
   const mgt_gpt_dims *d = &m->d;
+  if (cfg->use_flash_attn && !be->flash_attention_forward) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "--use-flash-attn: this backend has no flash attention");
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
 
   build_params(cfg, d, NULL, &m->n_params, &m->n_floats, NULL);
   MGT_TRY(
@@ -761,8 +775,12 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
                                   Nl, C, eps));
   MGT_CHECK(full_rows(m, a->ln1, &in));
   MGT_CHECK(mgt_tp_column_forward(&m->tp, a->qkv, in, w[P_QKV_W], w[P_QKV_B], N, C, 3 * Cl));
-  MGT_CHECK(be->attention_forward(bc, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
-                                  d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn, m->att_scratch));
+  if (m->rp.flash)
+    MGT_CHECK(be->flash_attention_forward(bc, a->atty, a->lse, a->qkv, d->B, d->T, d->Hl, d->hd,
+                                          d->tp_rank * d->Hl, m->keylen, &ds.attn));
+  else
+    MGT_CHECK(be->attention_forward(bc, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
+                                    d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn, m->att_scratch));
   MGT_CHECK(row_out(m, &tmp, a->atty, w[P_PROJ_W], w[P_PROJ_B], Cl));
   MGT_CHECK(be->dropout_forward(bc, a->res_mid, tmp, res1, nl, row, &ds.proj));
 
@@ -1138,11 +1156,19 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
   MGT_CHECK(full_grad(m, dloc, &dy));
   MGT_CHECK(mgt_tp_row_backward(&m->tp, m->datty, g[P_PROJ_W], g[P_PROJ_B], dy, a->atty,
                                 w[P_PROJ_W], N, Cl, C, acc));
-  if (m->rp.selective) /* the probabilities again; atty is rewritten with the same values */
-    MGT_CHECK(be->attention_forward(bc, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
-                                    d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn, m->att_scratch));
-  MGT_CHECK(be->attention_backward(bc, m->dqkv, m->datty, a->qkv, a->P, d->B, d->T, d->Hl, d->hd,
-                                   d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn, m->att_scratch));
+  if (m->rp.flash) /* the probabilities rebuilt tile by tile inside */
+    MGT_CHECK(be->flash_attention_backward(bc, m->dqkv, m->datty, a->qkv, a->atty, a->lse, d->B,
+                                           d->T, d->Hl, d->hd, d->tp_rank * d->Hl, m->keylen,
+                                           &ds.attn));
+  else {
+    if (m->rp.selective) /* the probabilities again; atty is rewritten with the same values */
+      MGT_CHECK(be->attention_forward(bc, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
+                                      d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
+                                      m->att_scratch));
+    MGT_CHECK(be->attention_backward(bc, m->dqkv, m->datty, a->qkv, a->P, d->B, d->T, d->Hl, d->hd,
+                                     d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
+                                     m->att_scratch));
+  }
   MGT_CHECK(column_back(m, &dln, g[P_QKV_W], g[P_QKV_B], m->dqkv, a->ln1, w[P_QKV_W], 3 * Cl, acc));
   MGT_CHECK(post_ln_residual(m, dln, dres));
   MGT_CHECK(ln_backward(m, dres, g[P_LN1_W], g[P_LN1_B], dln, x, w[P_LN1_W], a->ln1_mean,

@@ -391,6 +391,56 @@ static void test_attention(void) {
       }
 }
 
+/* Flash attention (tiles of 64 keys and 64 queries): the float64 reference's output, and the
+   gradient of the materialized kernel (itself checked against finite differences above) or,
+   on the small shapes, the finite differences themselves; shapes of several tiles with ragged
+   ends, causal and padding-masked, with and without dropout. */
+static void test_flash_attention(void) {
+  int shapes[][5] = {/* B, T, Hl, hd, head_offset */
+                     {1, 1, 1, 4, 0},  {2, 5, 2, 3, 0},   {1, 17, 3, 8, 3},
+                     {3, 8, 1, 16, 1}, {2, 150, 2, 8, 1}, {1, 130, 1, 16, 0}};
+  const int32_t lens[6][3] = {{1, 1, 1}, {5, 2, 1}, {11, 1, 1}, {8, 1, 3}, {150, 77}, {64}};
+  float drops[] = {0.0f, 0.3f};
+  for (int masked = 0; masked < 2; masked++)
+    for (size_t s = 0; s < 6; s++)
+      for (int di = 0; di < 2; di++) {
+        const int32_t *kl = masked ? lens[s] : NULL;
+        int B = shapes[s][0], T = shapes[s][1], Hl = shapes[s][2], hd = shapes[s][3];
+        int Cl = Hl * hd, H = shapes[s][4] + Hl, small = T < 64;
+        mgt_dropout d = {drops[di], 99, 1000, 3, MGT_DROPOUT_ATTN, 0};
+        size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, np = (size_t)B * Hl * T * T;
+        float *qkv = fa(nq), *out = fa(no), *lse = fa((size_t)B * Hl * T), *P = fa(np),
+              *scr = fa(np), *ref_out = fa(no), *dout = fa(no), *dqkv = fa(nq), *ref_d = fa(nq);
+        double *Q = da(nq), *ro = da(no), *dd = da(no), *g = da(nq);
+        t_fill(qkv, nq, 1.5f);
+        to_double(qkv, Q, nq);
+        att_ctx c = {B, T, Hl, hd, shapes[s][4], &d, NULL, kl};
+        att_ref(Q, &c, ro, NULL);
+        T_OK(be->flash_attention_forward(be->ctx, out, lse, qkv, B, T, Hl, hd, shapes[s][4], kl,
+                                         &d));
+        T_CLOSE("flash_attention_forward out", out, ro, no, 1e-5, 1e-4);
+        t_fill(dout, no, 1);
+        T_OK(be->flash_attention_backward(be->ctx, dqkv, dout, qkv, out, lse, B, T, Hl, hd,
+                                          shapes[s][4], kl, &d));
+        if (small) {
+          to_double(dout, dd, no);
+          c.dout = dd;
+          fd_grad(att_obj, Q, nq, &c, g);
+        } else {
+          T_OK(be->attention_forward(be->ctx, ref_out, P, qkv, B, T, Hl, hd, shapes[s][4], H, kl,
+                                     &d, scr));
+          T_OK(be->attention_backward(be->ctx, ref_d, dout, qkv, P, B, T, Hl, hd, shapes[s][4], H,
+                                      kl, &d, scr));
+          to_double(ref_d, g, nq);
+        }
+        T_CLOSE(small ? "flash_attention_backward (finite differences)"
+                      : "flash_attention_backward (materialized kernel)",
+                dqkv, g, nq, 1e-4, 1e-3);
+        free(qkv), free(out), free(lse), free(P), free(scr), free(ref_out), free(dout), free(dqkv),
+            free(ref_d), free(Q), free(ro), free(dd), free(g);
+      }
+}
+
 /* Heads split over two shards give the same result as all heads on one, dropout included. */
 static void test_attention_shards(void) {
   int B = 2, T = 9, H = 4, hd = 5, C = H * hd;
@@ -747,6 +797,7 @@ int main(void) {
   test_head_activations();
   test_gather_rows();
   test_attention();
+  test_flash_attention();
   test_attention_shards();
   test_attention_decode();
   test_argmax_copy();

@@ -250,6 +250,58 @@ static void test_recompute(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   mgt_gpt_destroy(&b);
 }
 
+/* --use-flash-attn: the finite-difference gradient of every tensor; loss and gradients within
+   rounding of the materialized attention (GPT, and BERT's padding mask); full recomputation
+   bit for bit; the plan without the T x T buffers. */
+static void test_flash(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
+  for (int bert = 0; bert < 2; bert++) {
+    mgt_config c = bert ? tiny_bert(0, 1) : tiny();
+    T_OK(mgt_config_finalize(&c, 1));
+    mgt_config f = c;
+    f.use_flash_attn = 1;
+    mgt_gpt *a = NULL, *b = NULL, *r = NULL;
+    T_OK(mgt_gpt_create(&c, grid, be, comm, &a));
+    T_OK(mgt_gpt_create(&f, grid, be, comm, &b));
+    if (!bert) test_gradient(b);
+    const double la = loss_of(a), lb = loss_of(b);
+    const size_t n = mgt_gpt_param_count(a);
+    const float *ga = mgt_gpt_grad_data(a), *gb = mgt_gpt_grad_data(b);
+    double worst = 0, scale = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+      worst = fmax(worst, fabs((double)ga[i] - gb[i]));
+      scale = fmax(scale, fabs(ga[i]));
+    }
+    T_CHECK(fabs(la - lb) <= 1e-5 * fabs(la) && worst <= 1e-5 * scale,
+            "%s with --use-flash-attn: loss %.9g (materialized %.9g), gradients %.3g apart "
+            "(largest %.3g)",
+            bert ? "BERT" : "GPT", lb, la, worst, scale);
+    f.recompute_activations = 1;
+    T_OK(mgt_config_finalize(&f, 1));
+    T_OK(mgt_gpt_create(&f, grid, be, comm, &r));
+    const double lr = loss_of(r);
+    T_CHECK(lr == lb && !memcmp(mgt_gpt_grad_data(r), gb, n * sizeof(float)),
+            "flash attention with recomputation: loss %.17g (without %.17g) or gradients differ",
+            lr, lb);
+    f.recompute_activations = 0;
+    f.recompute_granularity = MGT_RECOMPUTE_NONE;
+    mgt_gpt_memory ma, mb;
+    mgt_gpt_memory_plan(&c, 1, &ma);
+    mgt_gpt_memory_plan(&f, 1, &mb);
+    const size_t round = 16 * sizeof(float), B = (size_t)mgt_gpt_get_dims(a)->B,
+                 rows = B * c.num_attention_heads * c.seq_length,
+                 P = (rows * c.seq_length * sizeof(float) + round - 1) / round * round,
+                 lse = (rows * sizeof(float) + round - 1) / round * round;
+    T_CHECK(ma.activations_full - mb.activations_full ==
+                (c.num_layers + 1) * P - c.num_layers * lse,
+            "flash attention plans %zu bytes of activations, %zu without: not the %d layers' "
+            "probabilities and the scratch less, their row sums more",
+            mb.activations_full, ma.activations_full, c.num_layers);
+    mgt_gpt_destroy(&a);
+    mgt_gpt_destroy(&b);
+    mgt_gpt_destroy(&r);
+  }
+}
+
 /* BERT: the finite-difference gradient of every tensor, recomputation, accumulation, and ids
    in the padding that change neither the losses nor the gradients. */
 static void test_bert(mgt_grid *grid, mgt_backend *be, mgt_comm *comm, int post_ln, int binary) {
@@ -339,6 +391,7 @@ int main(int argc, char **argv) {
   mgt_gpt_destroy(&m);
   test_recompute(grid, be, &comm);
   make_bert_rows();
+  test_flash(grid, be, &comm);
   for (int post_ln = 0; post_ln < 2; post_ln++)
     test_bert(grid, be, &comm, post_ln, 1);
   test_bert(grid, be, &comm, 0, 0);

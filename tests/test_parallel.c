@@ -7,7 +7,8 @@
    the layout only, with a clipping norm that binds, against the reference without it),
    distopt-overlap; sp (--sequence-parallel on the layout only, with micro-batches of 3 samples so
    that a rank's rows start mid-sample and span two samples), distopt-sp, distopt-sp-overlap,
-   recompute-sp, selective-sp, block-sp. */
+   recompute-sp, selective-sp, block-sp; flash and flash-sp (--use-flash-attn, the reference
+   too). */
 #include <mpi.h>
 #include <string.h>
 
@@ -17,7 +18,7 @@
 
 enum { ITERS = 20 };
 
-static int overlap, recompute, distopt, selective, block, sp;
+static int overlap, recompute, distopt, selective, block, sp, flash;
 
 static mgt_config test_config(int tp, int dist, int seqpar) {
   mgt_config c;
@@ -46,6 +47,7 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
   c.use_distributed_optimizer = dist;
   c.sequence_parallel = seqpar;
   if (sp) c.micro_batch_size = 3, c.global_batch_size = 24; /* the reference too */
+  c.use_flash_attn = flash;
   c.overlap_param_gather = dist && overlap;
   if (distopt) c.clip_grad = 0.05; /* the global norm, summed over shards, must be exact */
   c.mock_data = 1;
@@ -132,6 +134,7 @@ int main(int argc, char **argv) {
   block = argc > 2 && strncmp(argv[2], "block", 5) == 0;
   if (distopt && strstr(argv[2], "overlap")) overlap = 1;
   sp = argc > 2 && (strcmp(argv[2], "sp") == 0 || strstr(argv[2], "-sp") != NULL);
+  flash = argc > 2 && strncmp(argv[2], "flash", 5) == 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   mgt_grid *grid = NULL, *single = NULL;
   T_OK(mgt_grid_create(MPI_COMM_WORLD, tp, &grid));
@@ -159,7 +162,9 @@ int main(int argc, char **argv) {
     T_CLOSE("parameters after training", p, r, n, 1e-5, 1e-5);
     printf("tp=%d dp=%d%s%s: %d iterations, worst loss difference %.2e relative, final loss %.6f "
            "(one rank %.6f)\n",
-           grid->tp, grid->dp, sp ? " (sequence parallel)" : "",
+           grid->tp, grid->dp,
+           sp ? (flash ? " (flash attention, sequence parallel)" : " (sequence parallel)")
+              : (flash ? " (flash attention)" : ""),
            distopt ? (overlap ? " (distributed optimizer, overlapped reduce-scatter and all-gather)"
                               : " (distributed optimizer)")
            : overlap ? " (overlapped gradient all-reduce)"

@@ -130,6 +130,18 @@ typedef struct mgt_backend {
                                    int H, const int32_t *keylen, const mgt_dropout *d,
                                    float *scratch);
 
+  /* The same attention without the T x T probabilities (--use-flash-attn): tiles of keys with
+     an online softmax, the same dropout masks; lse (B, Hl, T) keeps each row's log-sum-exp
+     for the backward, which rebuilds the probabilities tile by tile from it and from out,
+     the forward's output. dqkv is overwritten. No scratch: O(T) memory per (batch, head). */
+  mgt_status (*flash_attention_forward)(void *ctx, float *out, float *lse, const float *qkv, int B,
+                                        int T, int Hl, int hd, int head_offset,
+                                        const int32_t *keylen, const mgt_dropout *d);
+  mgt_status (*flash_attention_backward)(void *ctx, float *dqkv, const float *dout,
+                                         const float *qkv, const float *out, const float *lse,
+                                         int B, int T, int Hl, int hd, int head_offset,
+                                         const int32_t *keylen, const mgt_dropout *d);
+
   /* The activations of BERT's heads (MGT_ACT_*): pre(N,C) += b (b may be NULL), out =
      act(pre); and dpre = dout * act'(pre), dpre may alias dout. */
   mgt_status (*bias_act_forward)(void *ctx, int act, float *out, float *pre, const float *b, int N,

@@ -65,6 +65,7 @@ typedef struct mgt_config {
   int use_distributed_optimizer; /* ZeRO-1: optimizer state sharded over data parallelism */
   int overlap_param_gather;      /* its parameter all-gather non-blocking, under the forward */
   int sequence_parallel;         /* rows outside the tensor-parallel regions split over tp_comm */
+  int use_flash_attn;            /* attention in tiles, without the T x T probabilities */
   int dry_run;
   /* devices and precision */
   int device;              /* MGT_DEVICE_* */

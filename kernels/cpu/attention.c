@@ -8,19 +8,29 @@
 #include "mgt/rng.h"
 #include "philox.h"
 
-/* Keys row i of sample b attends to. */
-static int key_limit(const int32_t *keylen, int b, int T, int i) {
-  if (!keylen) return i + 1;
-  int n = keylen[b];
-  return n < 1 ? 1 : (n > T ? T : n);
+#define key_limit cpu_key_limit
+
+void cpu_attn_mask(uint8_t *keep, const mgt_dropout *d, int b, int hg, int T, int i, int j0, int n,
+                   uint32_t thr) {
+  uint64_t stream = mgt_rng_dropout_stream(d->sample_base + (uint64_t)b, d->layer, d->site);
+  uint64_t e0 = ((uint64_t)hg * T + (uint64_t)i) * (uint64_t)T + (uint64_t)j0;
+  cpu_dropout_mask(keep, d->seed, stream, e0, (size_t)n, thr);
 }
 
-/* Dropout mask of attention row i of head hg: words ((hg*T + i)*T + j), j < lim. */
+cpu_att cpu_att_of(int Hl, int hd, const mgt_dropout *d) {
+  cpu_att a;
+  a.Cl = Hl * hd, a.ld = 3 * a.Cl;
+  a.scale = 1.0f / sqrtf((float)hd);
+  a.drop = d->p > 0.0f;
+  a.thr = a.drop ? mgt_dropout_threshold(d->p) : 0;
+  a.dscale = a.drop ? 1.0f / (1.0f - d->p) : 1.0f;
+  return a;
+}
+
+/* Dropout mask of attention row i of head hg, keys j < lim. */
 static void row_mask(uint8_t *keep, const mgt_dropout *d, int b, int hg, int T, int i, int lim,
                      uint32_t thr) {
-  uint64_t stream = mgt_rng_dropout_stream(d->sample_base + (uint64_t)b, d->layer, d->site);
-  uint64_t e0 = ((uint64_t)hg * T + (uint64_t)i) * (uint64_t)T;
-  cpu_dropout_mask(keep, d->seed, stream, e0, (size_t)lim, thr);
+  cpu_attn_mask(keep, d, b, hg, T, i, 0, lim, thr);
 }
 
 /* Writes the dropped, rescaled probabilities Pd of one (batch, head) into w (T, T). */
@@ -42,11 +52,10 @@ static void dropped_probs(float *w, const float *p, const mgt_dropout *d, const 
 mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
                                  int Hl, int hd, int head_offset, int H, const int32_t *keylen,
                                  const mgt_dropout *d, float *scratch) {
-  const int Cl = Hl * hd, ld = 3 * Cl;
-  const float scale = 1.0f / sqrtf((float)hd);
-  const int drop = d->p > 0.0f;
-  const uint32_t thr = drop ? mgt_dropout_threshold(d->p) : 0;
-  const float dscale = drop ? 1.0f / (1.0f - d->p) : 1.0f;
+  const cpu_att A = cpu_att_of(Hl, hd, d);
+  const int Cl = A.Cl, ld = A.ld, drop = A.drop;
+  const float scale = A.scale, dscale = A.dscale;
+  const uint32_t thr = A.thr;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < Hl; h++) {
@@ -91,11 +100,10 @@ mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, con
                                   const float *P, int B, int T, int Hl, int hd, int head_offset,
                                   int H, const int32_t *keylen, const mgt_dropout *d,
                                   float *scratch) {
-  const int Cl = Hl * hd, ld = 3 * Cl;
-  const float scale = 1.0f / sqrtf((float)hd);
-  const int drop = d->p > 0.0f;
-  const uint32_t thr = drop ? mgt_dropout_threshold(d->p) : 0;
-  const float dscale = drop ? 1.0f / (1.0f - d->p) : 1.0f;
+  const cpu_att A = cpu_att_of(Hl, hd, d);
+  const int Cl = A.Cl, ld = A.ld, drop = A.drop;
+  const float scale = A.scale, dscale = A.dscale;
+  const uint32_t thr = A.thr;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < Hl; h++) {

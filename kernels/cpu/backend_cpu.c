@@ -62,6 +62,8 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
   be->gelu_backward = cpu_gelu_backward;
   be->attention_forward = cpu_attention_forward;
   be->attention_backward = cpu_attention_backward;
+  be->flash_attention_forward = cpu_flash_attention_forward;
+  be->flash_attention_backward = cpu_flash_attention_backward;
   be->embedding_forward = cpu_embedding_forward;
   be->add_position = cpu_add_position;
   be->embedding_backward = cpu_embedding_backward;

@@ -80,6 +80,13 @@ mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, con
                                   const float *P, int B, int T, int Hl, int hd, int head_offset,
                                   int H, const int32_t *keylen, const mgt_dropout *d,
                                   float *scratch);
+mgt_status cpu_flash_attention_forward(void *ctx, float *out, float *lse, const float *qkv, int B,
+                                       int T, int Hl, int hd, int head_offset,
+                                       const int32_t *keylen, const mgt_dropout *d);
+mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                                        const float *out, const float *lse, int B, int T, int Hl,
+                                        int hd, int head_offset, const int32_t *keylen,
+                                        const mgt_dropout *d);
 mgt_status cpu_embedding_forward(void *ctx, float *out, const int32_t *tokens, const float *wte,
                                  int N, int C, int v0, int Vl);
 mgt_status cpu_add_position(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C);
@@ -110,3 +117,22 @@ mgt_status cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v,
    stream. */
 void cpu_dropout_mask(uint8_t *keep, uint64_t seed, uint64_t stream, uint64_t e0, size_t n,
                       uint32_t threshold);
+
+/* Attention's shared pieces (attention.c, flash.c). The keys [0, lim) row i of sample b sees:
+   i + 1 (causal, keylen NULL) or the sample's length. */
+static inline int cpu_key_limit(const int32_t *keylen, int b, int T, int i) {
+  if (!keylen) return i + 1;
+  int n = keylen[b];
+  return n < 1 ? 1 : (n > T ? T : n);
+}
+/* Keep flags of row i's keys [j0, j0 + n) of global head hg: mask words ((hg*T + i)*T + j). */
+void cpu_attn_mask(uint8_t *keep, const mgt_dropout *d, int b, int hg, int T, int i, int j0, int n,
+                   uint32_t thr);
+/* Widths, scales and the dropout threshold of an attention call. */
+typedef struct cpu_att {
+  int Cl, ld; /* local width Hl*hd; qkv row stride */
+  float scale, dscale;
+  int drop;
+  uint32_t thr;
+} cpu_att;
+cpu_att cpu_att_of(int Hl, int hd, const mgt_dropout *d);
