@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# GPU benchmark: one training step of the paper's 1.2B configuration and of GPT-2 350M, bf16,
-# with recomputation, on one GPU; MFU against the GPU's measured bf16 GEMM rate.
+# GPU benchmark: training steps of the paper's 1.2B configuration and of GPT-2 350M, bf16,
+# with recomputation, on one GPU: the median of 10 steps after a warm-up; MFU against the GPU's
+# bf16 GEMM rate measured on random inputs and against the datasheet peak (989 TFLOP/s, dense
+# bf16 of the H100/H200 SXM; --peak-tflops P for another GPU).
 # Usage: bench/gpu.sh [build-dir] [extra bench_gpu flags, e.g. --micro-batch-size 4]
 set -eu
 BUILD=${1:-build}
@@ -8,4 +10,4 @@ shift || true
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -x "$BUILD/bench/bench_gpu" ] || { echo "gpu.sh: $BUILD/bench/bench_gpu not built (configure with -DMGT_CUDA=ON)" >&2; exit 2; }
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)"
-"$BUILD/bench/bench_gpu" --steps 3 "$@"
+"$BUILD/bench/bench_gpu" --steps 10 "$@"

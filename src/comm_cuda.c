@@ -25,7 +25,10 @@ typedef struct cuda_comm {
   float *stage; /* pinned: 2 * stage_n floats (in and out of a staged all-gather) */
   size_t stage_n;
 #ifdef MGT_HAVE_NCCL
-  ncclComm_t nccl[3]; /* per axis; NULL on axes of size 1 */
+  /* per axis: tensor- and data-parallel; NULL on axes of size 1 and always on the world axis,
+     which no device collective uses (the gradient norm's world sum is a host double): a
+     device collective over the world goes through MPI (through_nccl) */
+  ncclComm_t nccl[3];
 #endif
 } cuda_comm;
 
@@ -41,6 +44,14 @@ typedef struct cuda_comm {
     ncclResult_t r_ = (call);                                                                      \
     if (r_ != ncclSuccess) MGT_FAIL(MGT_ERR_MPI, "%s: %s", #call, ncclGetErrorString(r_));         \
   } while (0)
+#endif
+
+#ifdef MGT_HAVE_NCCL
+/* Whether a device collective over axis goes to NCCL: in NCCL mode, on an axis that has a
+   communicator. */
+static int through_nccl(const cuda_comm *c, mgt_axis axis) {
+  return c->mode == MGT_DIST_NCCL && c->nccl[axis] != NULL;
+}
 #endif
 
 static int on_device(const void *p) {
@@ -76,7 +87,7 @@ static mgt_status cu_allreduce(void *ctx, const mgt_grid *g, mgt_axis axis, floa
   MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu floats exceeds the count limit", n);
   double t0 = mgt_now();
 #ifdef MGT_HAVE_NCCL
-  if (c->mode == MGT_DIST_NCCL) {
+  if (through_nccl(c, axis)) {
     NCCL(ncclAllReduce(buf, buf, n, ncclFloat, op == MGT_MAX ? ncclMax : ncclSum, c->nccl[axis],
                        c->stream));
     account(c, axis, t0, n * sizeof(float));
@@ -139,7 +150,7 @@ static mgt_status cu_allgather(void *ctx, const mgt_grid *g, mgt_axis axis, cons
   MGT_REQUIRE(n * (size_t)size <= INT_MAX, "all-gather of %zu floats exceeds the count limit", n);
   double t0 = mgt_now();
 #ifdef MGT_HAVE_NCCL
-  if (c->mode == MGT_DIST_NCCL && size > 1) {
+  if (through_nccl(c, axis)) {
     NCCL(ncclAllGather(in, out, n, ncclFloat, c->nccl[axis], c->stream));
     account(c, axis, t0, n * sizeof(float));
     return MGT_OK;
@@ -180,7 +191,7 @@ static mgt_status cu_reduce_scatter(void *ctx, const mgt_grid *g, mgt_axis axis,
   }
   double t0 = mgt_now();
 #ifdef MGT_HAVE_NCCL
-  if (c->mode == MGT_DIST_NCCL) {
+  if (through_nccl(c, axis)) {
     int even = 1; /* sequence parallelism's blocks: NCCL's own reduce-scatter */
     for (int q = 1; q < size; q++)
       even &= counts[q] == counts[0];
@@ -228,7 +239,7 @@ static mgt_status cu_allgatherv(void *ctx, const mgt_grid *g, mgt_axis axis, flo
     n += (size_t)counts[q];
   double t0 = mgt_now();
 #ifdef MGT_HAVE_NCCL
-  if (c->mode == MGT_DIST_NCCL) { /* each part broadcast by its owner, grouped */
+  if (through_nccl(c, axis)) { /* each part broadcast by its owner, grouped */
     NCCL(ncclGroupStart());
     size_t at = 0;
     for (int q = 0; q < size; q++) {
@@ -263,7 +274,7 @@ static mgt_status cu_broadcast(void *ctx, const mgt_grid *g, mgt_axis axis, void
   if (!on_device(buf)) return c->host.broadcast(c->host.ctx, g, axis, buf, bytes, root);
   MGT_REQUIRE(bytes <= INT_MAX, "broadcast of %zu bytes exceeds the count limit", bytes);
 #ifdef MGT_HAVE_NCCL
-  if (c->mode == MGT_DIST_NCCL) {
+  if (through_nccl(c, axis)) {
     NCCL(ncclBroadcast(buf, buf, bytes, ncclChar, root, c->nccl[axis], c->stream));
     return MGT_OK;
   }
@@ -299,17 +310,26 @@ const char *mgt_dist_mode_name(mgt_dist_mode m) {
 }
 
 #ifdef MGT_HAVE_NCCL
-/* One NCCL communicator over an MPI communicator: rank 0 makes the id, MPI carries it. */
-static mgt_status nccl_over(MPI_Comm mc, ncclComm_t *out) {
+/* One NCCL communicator over an MPI communicator: rank 0 makes the id and MPI carries it
+   with rank 0's status, so that when rank 0 cannot make one every rank returns the error
+   (none is left waiting in the broadcast). Collective over mc. */
+static mgt_status nccl_over(MPI_Comm mc, const char *what, ncclComm_t *out) {
   int rank, size;
   MGT_MPI(MPI_Comm_rank(mc, &rank));
   MGT_MPI(MPI_Comm_size(mc, &size));
   *out = NULL;
   if (size == 1) return MGT_OK;
-  ncclUniqueId id;
-  if (rank == 0) NCCL(ncclGetUniqueId(&id));
-  MGT_MPI(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, mc));
-  NCCL(ncclCommInitRank(out, size, id, rank));
+  struct {
+    int status; /* ncclResult_t of ncclGetUniqueId on rank 0 */
+    ncclUniqueId id;
+  } msg;
+  memset(&msg, 0, sizeof msg);
+  if (rank == 0) msg.status = (int)ncclGetUniqueId(&msg.id);
+  MGT_MPI(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, mc));
+  if (msg.status != (int)ncclSuccess)
+    MGT_FAIL(MGT_ERR_MPI, "NCCL (%s communicator): rank 0 could not make the unique id: %s", what,
+             ncclGetErrorString((ncclResult_t)msg.status));
+  NCCL(ncclCommInitRank(out, size, msg.id, rank));
   return MGT_OK;
 }
 #endif
@@ -332,10 +352,12 @@ mgt_status mgt_comm_cuda_create(mgt_comm *comm, const mgt_grid *grid, void *stre
                      : (mgt_mpi_cuda_aware() ? MGT_DIST_MPI_CUDA_AWARE : MGT_DIST_MPI_STAGED);
   mgt_status st = MGT_OK;
 #ifdef MGT_HAVE_NCCL
-  if (use_nccl) {
-    st = nccl_over(grid->tp_comm, &c->nccl[MGT_AXIS_TP]);
-    if (st == MGT_OK) st = nccl_over(grid->dp_comm, &c->nccl[MGT_AXIS_DP]);
-    if (st == MGT_OK) st = nccl_over(grid->world, &c->nccl[MGT_AXIS_WORLD]);
+  if (use_nccl) { /* no world communicator: see cuda_comm */
+    st = nccl_over(grid->tp_comm, "tensor-parallel", &c->nccl[MGT_AXIS_TP]);
+    /* every rank takes the next step or none: a failure in one tensor-parallel group must not
+       leave the other groups' ranks waiting for it in the data-parallel setup */
+    st = mgt_mpi_agree(grid->world, st);
+    if (st == MGT_OK) st = nccl_over(grid->dp_comm, "data-parallel", &c->nccl[MGT_AXIS_DP]);
   }
 #endif
   comm->grid = grid;

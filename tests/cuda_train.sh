@@ -6,15 +6,11 @@
 set -u
 MGT=$1
 MPIEXEC=${2:-mpiexec}
-PY=/usr/bin/python3
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+. "$(dirname "$0")/lib.sh" # MPI as root, one OpenMP thread, $PY, $tmp, $fails
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
   echo "cuda_train: skipped: no GPU"
   exit 77
 fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
 run() { # name ranks tp extra...
   local name=$1 n=$2 tp=$3
   shift 3

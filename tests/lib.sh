@@ -3,7 +3,7 @@
 # and V).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
-PY=/usr/bin/python3 # with numpy and h5py
+PY=${MGT_PYTHON:-/usr/bin/python3} # with numpy and h5py (Debian's, unless MGT_PYTHON names another)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0

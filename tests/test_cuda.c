@@ -2,7 +2,9 @@
    random inputs (the CPU kernels are themselves checked against float64 references and finite
    differences in test_kernels). fp32 results agree within 1e-5 of the result's scale; GEMMs
    with bf16/fp16 inputs within 1e-4 (both sides round the inputs the same way, so only the
-   order of fp32 accumulation differs). Exits 77 (skipped) without a GPU. */
+   order of fp32 accumulation differs); the fused linear + bias + GeLU also against float64
+   tanh-GeLU, per precision and path (test_linear_bias_gelu). Exits 77 (skipped) without a
+   GPU. */
 #include <float.h>
 #include <string.h>
 
@@ -113,36 +115,130 @@ static void test_gemm(void) {
   T_OK(gpu->set_precision(gpu->ctx, MGT_PREC_FP32));
 }
 
-/* The MLP's fused linear + bias + GeLU (cuBLASLt's epilogue, or its fallback). */
+/* GeLU in float64: the tanh form the model uses, and the erf form (BERT's head). */
+static double gelu_tanh64(double x) {
+  return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+static double gelu_erf64(double x) { return 0.5 * x * (1.0 + erf(x * 0.7071067811865476)); }
+
+/* What one path (fused epilogue or fallback) of linear_bias_gelu gave at one precision. */
+typedef struct {
+  int calls;
+  double worst_tanh, worst_erf; /* largest |out - gelu64(pre)| */
+  size_t band;                  /* elements with GELU_BAND_LO <= |pre| <= GELU_BAND_HI */
+  double res_band, gap_band;    /* sums over them of out - tanh-GeLU and of erf- - tanh-GeLU */
+} gelu_path;
+
+/* erf-GeLU is 2.7e-4 to 4.7e-4 below tanh-GeLU for 2.2 <= |x| <= 3.3 (and even in x). */
+#define GELU_BAND_LO 2.2
+#define GELU_BAND_HI 3.3
+
+/* The MLP's fused linear + bias + GeLU at each precision, through cuBLASLt's GELU_AUX_BIAS
+   epilogue or its fallback (a GEMM and the bias + GeLU kernel); which one ran is printed per
+   precision, and whichever ran is tested:
+   - pre (the GEMM plus the bias; the epilogue's aux output) against the CPU twin within 1e-5
+     of its scale in fp32, 1e-4 with 16-bit inputs (both sides round the inputs alike; only
+     the order of fp32 accumulation differs);
+   - out against float64 tanh-GeLU of the GPU's own pre: the GeLU alone, free of the GEMM's
+     rounding, in every precision (out and pre are fp32 in all three). The fallback kernel
+     (tanhf, 2 ulp) is held to 1e-6 + 2e-6 |ref|. The epilogue may take tanh from the
+     hardware approximation (tanh.approx.f32, relative error up to about 2^-11), which moves
+     0.5 x (1 + tanh u) by up to 0.5 |x| |tanh u| 2^-11, so that much more is allowed per
+     element (at most 2.4e-4 |x|);
+   - out against the CPU twin: pre's tolerance carried through GeLU's slope (at most 1.13)
+     plus both sides' GeLU tolerances as above;
+   - the form of GeLU: the approximation's allowance is as large as the whole difference
+     between erf- and tanh-GeLU, so the element bound alone could pass an erf epilogue. Over
+     the hundreds of elements with pre in the band above, where erf-GeLU is below tanh-GeLU by
+     2.7e-4 to 4.7e-4, the mean of out - tanh-GeLU must be within a third of the mean
+     erf - tanh gap (out at least twice as near tanh-GeLU as erf-GeLU): an erf epilogue
+     would sit on the gap, a tanh one (whose rounding errors do not all lean one way) near 0.
+   The shape with N = 100 always takes the fallback (the aux matrix's leading dimension must
+   be a multiple of 8), so the fallback is tested even where the epilogue runs. */
 static void test_linear_bias_gelu(void) {
-  const int shapes[][3] = {{64, 256, 128}, {8, 1024, 256}, {33, 96, 40}, {1, 512, 64}};
+  const int shapes[][3] = {
+      {64, 256, 128}, {8, 1024, 256}, {33, 96, 40}, {1, 512, 64}, {40, 100, 24}};
+  const char *prec_name[3] = {"fp32", "bf16", "fp16"};
+  const double approx_tanh = 1.0 / 2048.0; /* 2^-11 */
   for (int prec = 0; prec < 3; prec++) {
     T_OK(cpu->set_precision(cpu->ctx, (mgt_precision)prec));
     T_OK(gpu->set_precision(gpu->ctx, (mgt_precision)prec));
+    const double tol_pre = prec ? 1e-4 : 1e-5;
+    gelu_path path[2]; /* [0] fallback, [1] fused epilogue */
+    memset(path, 0, sizeof path);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
       int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
       size_t na = (size_t)M * K, nw = (size_t)N * K, no = (size_t)M * N;
-      float *A = rnd(na, 1.0f), *W = rnd(nw, 0.2f), *b = rnd(N, 0.5f);
+      /* pre about N(0, 2): some 18% of it in the band */
+      float *A = rnd(na, 1.0f), *W = rnd(nw, 2.0f / sqrtf((float)K)), *b = rnd(N, 0.5f);
       float *pre = malloc(no * 4), *out = malloc(no * 4);
       float *dA = dev(A, na * 4), *dW = dev(W, nw * 4), *db = dev(b, N * 4);
       float *dpre = dev(NULL, no * 4), *dout = dev(NULL, no * 4);
       T_OK(cpu->linear_bias_gelu(cpu->ctx, M, N, K, A, K, W, K, b, pre, out));
       T_OK(gpu->linear_bias_gelu(gpu->ctx, M, N, K, dA, K, dW, K, db, dpre, dout));
-      char what[96];
-      snprintf(what, sizeof what, "linear_bias_gelu prec %d %dx%dx%d pre", prec, M, N, K);
-      same(what, dpre, pre, no, prec ? 1e-4 : 1e-5);
-      snprintf(what, sizeof what, "linear_bias_gelu prec %d %dx%dx%d out", prec, M, N, K);
-      same(what, dout, out, no, prec ? 1e-4 : 1e-5);
+      const int fused = mgt_backend_cuda_fused_epilogue(gpu);
+      gelu_path *g = &path[fused];
+      g->calls++;
+      char what[128];
+      snprintf(what, sizeof what, "linear_bias_gelu %s %s %dx%dx%d pre", prec_name[prec],
+               fused ? "fused" : "fallback", M, N, K);
+      same(what, dpre, pre, no, tol_pre);
+      float *gp = fetch(dpre, no), *go = fetch(dout, no);
+      double pscale = 1e-30;
+      for (size_t i = 0; i < no; i++)
+        pscale = fmax(pscale, fabs(pre[i]));
+      double worst_self = 0.0, worst_cpu = 0.0;
+      size_t at_self = 0, at_cpu = 0;
+      for (size_t i = 0; i < no; i++) {
+        const double x = gp[i], y = go[i], ref = gelu_tanh64(x);
+        const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+        const double own = 1e-6 + 2e-6 * fabs(ref); /* an accurate tanh, fp32 arithmetic */
+        const double appr = fused ? 0.5 * fabs(x) * fabs(tanh(u)) * approx_tanh : 0.0;
+        const double e_self = fabs(y - ref) / (own + appr);
+        const double e_cpu = fabs(y - out[i]) / (1.13 * tol_pre * pscale + 2.0 * own + appr);
+        if (!(e_self <= worst_self)) worst_self = isnan(e_self) ? INFINITY : e_self, at_self = i;
+        if (!(e_cpu <= worst_cpu)) worst_cpu = isnan(e_cpu) ? INFINITY : e_cpu, at_cpu = i;
+        g->worst_tanh = fmax(g->worst_tanh, fabs(y - ref));
+        g->worst_erf = fmax(g->worst_erf, fabs(y - gelu_erf64(x)));
+        if (fabs(x) >= GELU_BAND_LO && fabs(x) <= GELU_BAND_HI) {
+          g->band++;
+          g->res_band += y - ref;
+          g->gap_band += gelu_erf64(x) - ref;
+        }
+      }
+      T_CHECK(worst_self <= 1.0,
+              "%s: out %.9g for pre %.9g is %.3g of its tolerance from float64 tanh-GeLU %.9g",
+              what, no ? go[at_self] : 0.0, no ? gp[at_self] : 0.0, worst_self,
+              no ? gelu_tanh64(gp[at_self]) : 0.0);
+      T_CHECK(worst_cpu <= 1.0, "%s: out %.9g on the GPU, %.9g on the CPU (%.3g of the tolerance)",
+              what, no ? go[at_cpu] : 0.0, no ? out[at_cpu] : 0.0, worst_cpu);
+      free(gp), free(go);
       void *all[] = {dA, dW, db, dpre, dout};
       for (size_t i = 0; i < 5; i++)
         gpu->free(gpu->ctx, all[i]);
       free(A), free(W), free(b), free(pre), free(out);
     }
+    for (int f = 1; f >= 0; f--) {
+      const gelu_path *g = &path[f];
+      if (!g->calls) continue;
+      const double res = g->band ? g->res_band / (double)g->band : 0.0;
+      const double gap = g->band ? g->gap_band / (double)g->band : 0.0;
+      printf("test_cuda: linear_bias_gelu ran %s: %s on %d of %zu shapes; out - GeLU(pre): "
+             "worst %.2e against tanh-GeLU, %.2e against erf-GeLU; mean over %zu elements "
+             "with %.1f <= |pre| <= %.1f: %+.2e (erf - tanh there: %+.2e)\n",
+             prec_name[prec],
+             f ? "fused (one cuBLASLt call, GELU_AUX_BIAS epilogue)"
+               : "unfused (GEMM, then the bias + GeLU kernel)",
+             g->calls, sizeof shapes / sizeof shapes[0], g->worst_tanh, g->worst_erf, g->band,
+             GELU_BAND_LO, GELU_BAND_HI, res, gap);
+      T_CHECK(g->band >= 200, "linear_bias_gelu %s %s: only %zu elements in the band",
+              prec_name[prec], f ? "fused" : "fallback", g->band);
+      T_CHECK(fabs(res) <= fabs(gap) / 3.0,
+              "linear_bias_gelu %s %s: out is %+.2e from tanh-GeLU on average where erf-GeLU is "
+              "%+.2e from it: not the model's tanh GeLU",
+              prec_name[prec], f ? "fused" : "fallback", res, gap);
+    }
   }
-  printf("test_cuda: linear_bias_gelu ran %s\n",
-         mgt_backend_cuda_fused_epilogue(gpu) ? "as one cuBLASLt call with the bias + GeLU epilogue"
-                                              : "as a GEMM and the bias + GeLU kernel (no fused "
-                                                "cuBLASLt algorithm)");
   T_OK(cpu->set_precision(cpu->ctx, MGT_PREC_FP32));
   T_OK(gpu->set_precision(gpu->ctx, MGT_PREC_FP32));
 }
@@ -294,6 +390,46 @@ static void test_attention(void) {
   free(q), free(kc), free(vc), free(o);
 }
 
+/* Flash attention against its CPU twin (kernels/cpu/flash.c): output, row log-sum-exp and
+   gradient, causal and padding-masked, dropout on and off, several tiles of keys. */
+static void test_flash_attention(void) {
+  const int cases[][5] = {/* B, T, Hl, hd, head_offset */ {1, 1, 1, 8, 0},
+                          {2, 17, 3, 16, 0},
+                          {2, 200, 2, 32, 2},
+                          {1, 300, 4, 64, 4}};
+  const int32_t lens[4][2] = {{1, 1}, {17, 5}, {1, 140}, {257, 0}};
+  for (int masked = 0; masked < 2; masked++)
+    for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++)
+      for (int drop = 0; drop < 2; drop++) {
+        const int B = cases[s][0], T = cases[s][1], Hl = cases[s][2], hd = cases[s][3];
+        const int off = cases[s][4], Cl = Hl * hd;
+        mgt_dropout d = {drop ? 0.2f : 0.0f, 99, 1000, 3, 1, 0};
+        size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, nl = (size_t)B * Hl * T;
+        float *qkv = rnd(nq, 1.0f), *dout = rnd(no, 1.0f);
+        float *out = malloc(no * 4), *lse = malloc(nl * 4), *dq = malloc(nq * 4);
+        float *qkvd = dev(qkv, nq * 4), *doutd = dev(dout, no * 4), *outd = dev(NULL, no * 4);
+        float *lsed = dev(NULL, nl * 4), *dqd = dev(NULL, nq * 4);
+        const int32_t *kl = masked ? lens[s] : NULL;
+        int32_t *kld = masked ? (int32_t *)dev(lens[s], sizeof lens[s]) : NULL;
+        T_OK(cpu->flash_attention_forward(cpu->ctx, out, lse, qkv, B, T, Hl, hd, off, kl, &d));
+        T_OK(gpu->flash_attention_forward(gpu->ctx, outd, lsed, qkvd, B, T, Hl, hd, off, kld, &d));
+        char what[96];
+        snprintf(what, sizeof what, "flash attention B%d T%d Hl%d hd%d drop %d masked %d", B, T, Hl,
+                 hd, drop, masked);
+        same(what, outd, out, no, 1e-5);
+        same("flash attention log-sum-exp", lsed, lse, nl, 1e-5);
+        T_OK(cpu->flash_attention_backward(cpu->ctx, dq, dout, qkv, out, lse, B, T, Hl, hd, off, kl,
+                                           &d));
+        T_OK(gpu->flash_attention_backward(gpu->ctx, dqd, doutd, qkvd, outd, lsed, B, T, Hl, hd,
+                                           off, kld, &d));
+        same("flash attention dqkv", dqd, dq, nq, 1e-5);
+        void *all[] = {qkvd, doutd, outd, lsed, dqd, kld};
+        for (size_t i = 0; i < 6; i++)
+          if (all[i]) gpu->free(gpu->ctx, all[i]);
+        free(qkv), free(dout), free(out), free(lse), free(dq);
+      }
+}
+
 static void test_embedding_dropout(void) {
   const int B = 3, T = 11, C = 40, Vl = 50, v0 = 25, P = 16;
   const int N = B * T;
@@ -406,6 +542,25 @@ static void test_optimizer(void) {
   T_OK(cpu->sumsq(cpu->ctx, g, segs, 3, &sa));
   T_OK(gpu->sumsq(gpu->ctx, gd, segs, 3, &sb));
   T_CHECK(fabs(sa - sb) <= 1e-6 * sa, "sumsq %.12g vs %.12g", sa, sb);
+  { /* the gradient norm is the same run to run: more blocks than one pass of the grid, and a
+       segment shorter than a block's chunk */
+    const size_t nb = 6000000;
+    mgt_segment big[3] = {
+        {0, 4500000, 0.1f, 1}, {4500000, 1000, 0.0f, 1}, {4501024, 1498976, 0.1f, 1}};
+    float *x = rnd(nb, 1.0f), *xd = dev(x, nb * 4);
+    double first = 0, again = 0, ref = 0;
+    T_OK(cpu->sumsq(cpu->ctx, x, big, 3, &ref));
+    T_OK(gpu->sumsq(gpu->ctx, xd, big, 3, &first));
+    T_CHECK(fabs(first - ref) <= 1e-6 * ref, "sumsq of 6M %.12g vs %.12g", first, ref);
+    int same_bits = 1;
+    for (int rep = 0; rep < 5; rep++) {
+      T_OK(gpu->sumsq(gpu->ctx, xd, big, 3, &again));
+      same_bits &= memcmp(&first, &again, sizeof first) == 0;
+    }
+    T_CHECK(same_bits, "sumsq differs between calls: %.17g then %.17g", first, again);
+    gpu->free(gpu->ctx, xd);
+    free(x);
+  }
   mgt_adamw_step st = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.05f, 0.7f};
   T_OK(cpu->adamw(cpu->ctx, p, g, m, v, segs, 3, &st));
   T_OK(gpu->adamw(gpu->ctx, pd, gd, md, vd, segs, 3, &st));
@@ -432,6 +587,7 @@ int main(void) {
   test_rowwise();
   test_heads();
   test_attention();
+  test_flash_attention();
   test_embedding_dropout();
   test_xent();
   test_optimizer();

@@ -218,16 +218,18 @@ void mgt_backend_destroy(mgt_backend **be);
    device memory. Built with MGT_CUDA (MGT_HAVE_CUDA defined); not collective. */
 MGT_NODISCARD mgt_status mgt_backend_cuda_create(int device, mgt_backend **out);
 /* The same on the caller's stream (a cudaStream_t) and cuBLAS handle (a cublasHandle_t, which
-   is set to that stream), either NULL to create one; the caller's are not destroyed. For
-   embedding megatron-c in an application that owns its streams. */
+   is set to that stream while the backend lives), either NULL to create one; the caller's are
+   not destroyed, and a caller's handle gets its own stream and math mode back at destruction.
+   For embedding megatron-c in an application that owns its streams. */
 MGT_NODISCARD mgt_status mgt_backend_cuda_create_on(int device, void *stream, void *blas,
                                                     mgt_backend **out);
 /* Visible CUDA devices (0 with no driver or no device). */
 int mgt_cuda_device_count(void);
 /* The backend's stream (a cudaStream_t), for device-buffer collectives. */
 void *mgt_backend_cuda_stream(const mgt_backend *be);
-/* 1 when linear_bias_gelu runs as one cuBLASLt call with the bias + GeLU epilogue, 0 when it
-   fell back (no suitable algorithm) to a GEMM and the bias + GeLU kernel. */
+/* 1 when the last linear_bias_gelu at the backend's current precision ran as one cuBLASLt
+   call with the bias + GeLU epilogue, 0 when it fell back (no suitable algorithm, or cuBLASLt
+   failed at that precision) to a GEMM and the bias + GeLU kernel. */
 int mgt_backend_cuda_fused_epilogue(const mgt_backend *be);
 /* Name and memory (free, total bytes) of the backend's device. */
 MGT_NODISCARD mgt_status mgt_backend_cuda_info(const mgt_backend *be, char *name, size_t name_size,

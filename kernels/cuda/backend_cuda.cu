@@ -25,17 +25,24 @@ extern "C" {
 
 namespace {
 
-/* A cuBLASLt matmul set up once per shape (descriptors and the chosen algorithm); only the
-   bias and aux pointers change between calls. */
+/* The operands of a fused linear + bias + GeLU whose address alignments (bytes, a power of two
+   up to 256) the algorithm depends on: the weights W (cuBLASLt's A), the input (its B), the
+   output (C and D), the bias and the pre-activation (the epilogue's aux matrix). */
+enum { LT_W, LT_IN, LT_OUT, LT_BIAS, LT_AUX, LT_NPTR };
+
+/* A cuBLASLt matmul set up once per shape and operand alignments (descriptors and the chosen
+   algorithm); only the bias and aux pointers change between calls. A plan without an
+   algorithm (found false) is kept too, so that a case cuBLASLt cannot fuse is asked once. */
 struct lt_plan {
-  bool used;
+  bool used, found;
   int M, N, K, lda, ldw;
   cudaDataType_t type;
+  uint32_t align[LT_NPTR];
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, ld;
   cublasLtMatmulAlgo_t algo;
 };
-enum { LT_PLANS = 4 };
+enum { LT_PLANS = 8 };
 
 void lt_plan_free(lt_plan *p) {
   if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
@@ -52,16 +59,26 @@ struct cuda_ctx {
   mgt_precision precision;
   void *half[2]; /* 16-bit copies of GEMM inputs */
   size_t half_n[2];
-  double *dsum; /* device accumulator of sumsq */
+  double *dsum;  /* sumsq's result */
+  double *dpart; /* sumsq's partial sums, one per block */
+  size_t dpart_n;
   float *fscratch;
   size_t fscratch_n;
   float *host; /* pinned staging for argmax values */
   size_t host_n;
   bool own_stream, own_blas; /* created here (else the caller's, left to the caller) */
+  /* a caller's handle's stream and math mode, restored at destruction: the backend binds the
+     handle to its stream (which may be one it creates and destroys) and sets its math mode */
+  cudaStream_t blas_stream0;
+  cublasMath_t blas_math0;
   cublasLtHandle_t lt;
   void *lt_work; /* cuBLASLt workspace */
   size_t lt_work_n;
-  int lt_state; /* 0 untried, 1 the fused epilogue works, -1 fall back to GEMM + kernel */
+  /* Per precision (mgt_precision): 0 untried, 1 the fused epilogue has run, -1 cuBLASLt
+     failed (not for want of an algorithm for one case): GEMM + kernel from then on. An
+     fp32 failure leaves the 16-bit paths their own try, and the other way round. */
+  int lt_state[3];
+  bool lt_last[3]; /* the last linear_bias_gelu at that precision ran fused */
   lt_plan plans[LT_PLANS];
   int next_plan; /* the slot the next new shape replaces */
 };
@@ -206,18 +223,26 @@ void cu_destroy(void *ctx) {
   cudaFree(c->half[0]);
   cudaFree(c->half[1]);
   cudaFree(c->dsum);
+  cudaFree(c->dpart);
   cudaFree(c->fscratch);
   cudaFreeHost(c->host);
   for (int i = 0; i < LT_PLANS; i++)
     lt_plan_free(&c->plans[i]);
   if (c->lt) cublasLtDestroy(c->lt);
   cudaFree(c->lt_work);
-  if (c->own_blas) cublasDestroy(c->blas);
+  if (c->own_blas) {
+    cublasDestroy(c->blas);
+  } else { /* the caller's handle goes back as it came, before the stream it was bound to ends */
+    cublasSetStream(c->blas, c->blas_stream0);
+    cublasSetMathMode(c->blas, c->blas_math0);
+  }
   if (c->own_stream) cudaStreamDestroy(c->stream);
   free(c);
 }
 
 mgt_status cu_set_precision(void *ctx, mgt_precision prec) {
+  MGT_REQUIRE(prec == MGT_PREC_FP32 || prec == MGT_PREC_BF16 || prec == MGT_PREC_FP16,
+              "unknown precision %d", (int)prec);
   C_(ctx)->precision = prec;
   return MGT_OK;
 }
@@ -462,13 +487,27 @@ mgt_status cu_bias_gelu_forward(void *ctx, float *out, float *pre, const float *
 
 const size_t LT_WORK = 32u << 20;
 
+/* The largest power of two, at most 256, that divides the address (256 for NULL). */
+uint32_t ptr_align(const void *p) {
+  const uintptr_t a = (uintptr_t)p;
+  uint32_t al = 256;
+  while (al > 1 && a % al != 0)
+    al >>= 1;
+  return al;
+}
+
 /* Builds the plan of one shape: the GELU_AUX_BIAS epilogue (the GeLU output in D, the
    pre-activation in the aux matrix, ld N). Column-major view: D (N x M, ld N) =
-   op_T(W: K x N, ld ldw) * (A: K x M, ld lda); the bias runs along D's rows. */
-bool lt_plan_make(cuda_ctx *c, lt_plan *p) {
+   op_T(W: K x N, ld ldw) * (A: K x M, ld lda); the bias runs along D's rows. The heuristic
+   is told the operands' alignments (p->align: minimum-alignment preferences for A, B, C
+   and D; the bias and aux pointers themselves, from which it reads theirs), so the
+   algorithm suits every call whose pointers are at least as aligned. Returns false when a
+   cuBLASLt call fails; p->found says whether an algorithm was offered. */
+bool lt_plan_make(cuda_ctx *c, lt_plan *p, const float *b, const float *pre) {
   const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
   const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   const int64_t aux_ld = p->N;
+  const uint64_t work = LT_WORK;
   cublasLtMatmulPreference_t pref = NULL;
   cublasStatus_t s = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   if (s == CUBLAS_STATUS_SUCCESS)
@@ -481,6 +520,11 @@ bool lt_plan_make(cuda_ctx *c, lt_plan *p) {
     s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                        sizeof aux_ld);
   if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre,
+                                       sizeof pre);
+  if (s == CUBLAS_STATUS_SUCCESS)
     s = cublasLtMatrixLayoutCreate(&p->la, p->type, p->K, p->N, p->ldw);
   if (s == CUBLAS_STATUS_SUCCESS)
     s = cublasLtMatrixLayoutCreate(&p->lb, p->type, p->K, p->M, p->lda);
@@ -488,43 +532,73 @@ bool lt_plan_make(cuda_ctx *c, lt_plan *p) {
     s = cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, p->N, p->M, p->N);
   if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceCreate(&pref);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                             &LT_WORK, sizeof LT_WORK);
+    s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &work,
+                                             sizeof work);
+  const struct {
+    cublasLtMatmulPreferenceAttributes_t attr;
+    int ptr;
+  } aligns[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, LT_W},
+                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, LT_IN},
+                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, LT_OUT},
+                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, LT_OUT}};
+  for (size_t i = 0; i < sizeof aligns / sizeof aligns[0] && s == CUBLAS_STATUS_SUCCESS; i++)
+    s = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i].attr, &p->align[aligns[i].ptr],
+                                             sizeof(uint32_t));
   cublasLtMatmulHeuristicResult_t h;
   int found = 0;
   if (s == CUBLAS_STATUS_SUCCESS)
     s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, 1, &h,
                                        &found);
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED) s = CUBLAS_STATUS_SUCCESS, found = 0; /* no algorithm */
+  if (s != CUBLAS_STATUS_SUCCESS) {
     lt_plan_free(p);
     return false;
   }
-  p->algo = h.algo;
   p->used = true;
+  p->found = found > 0;
+  if (p->found) p->algo = h.algo;
   return true;
 }
 
-/* pre = A W^T + b and out = gelu(pre) in one cuBLASLt matmul. Returns MGT_ERR_BACKEND when
-   cuBLASLt offers no algorithm for the case. */
+/* Whether plan q serves a call of this shape whose operands have alignments al: a plan with an
+   algorithm when every operand is at least as aligned as it was made for; one without when
+   none is more aligned (an algorithm for weaker alignment would work for stronger). */
+bool lt_plan_fits(const lt_plan *q, int M, int N, int K, int lda, int ldw, cudaDataType_t in_t,
+                  const uint32_t *al) {
+  if (!q->used || q->M != M || q->N != N || q->K != K || q->lda != lda || q->ldw != ldw ||
+      q->type != in_t)
+    return false;
+  for (int i = 0; i < LT_NPTR; i++)
+    if (q->found ? al[i] < q->align[i] : al[i] > q->align[i]) return false;
+  return true;
+}
+
+/* pre = A W^T + b and out = gelu(pre) in one cuBLASLt matmul. *fused is set to false, with
+   MGT_OK, when cuBLASLt offers no algorithm for the case (the caller then runs the two-step
+   path for this call); an error is a failure of cuBLASLt itself. */
 mgt_status lt_bias_gelu(cuda_ctx *c, int M, int N, int K, const void *A, int lda, const void *W,
-                        int ldw, cudaDataType_t in_t, const float *b, float *pre, float *out) {
-  if (!c->lt && cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) return MGT_ERR_BACKEND;
+                        int ldw, cudaDataType_t in_t, const float *b, float *pre, float *out,
+                        bool *fused) {
+  *fused = false;
+  if (!c->lt && cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS)
+    MGT_FAIL(MGT_ERR_BACKEND, "cublasLtCreate failed");
   MGT_CHECK(grow(&c->lt_work, &c->lt_work_n, LT_WORK));
+  uint32_t al[LT_NPTR];
+  al[LT_W] = ptr_align(W), al[LT_IN] = ptr_align(A), al[LT_OUT] = ptr_align(out);
+  al[LT_BIAS] = ptr_align(b), al[LT_AUX] = ptr_align(pre);
   lt_plan *p = NULL;
-  for (int i = 0; i < LT_PLANS && !p; i++) {
-    lt_plan *q = &c->plans[i];
-    if (q->used && q->M == M && q->N == N && q->K == K && q->lda == lda && q->ldw == ldw &&
-        q->type == in_t)
-      p = q;
-  }
+  for (int i = 0; i < LT_PLANS && !p; i++)
+    if (lt_plan_fits(&c->plans[i], M, N, K, lda, ldw, in_t, al)) p = &c->plans[i];
   if (!p) {
     p = &c->plans[c->next_plan];
     c->next_plan = (c->next_plan + 1) % LT_PLANS;
     lt_plan_free(p);
     p->M = M, p->N = N, p->K = K, p->lda = lda, p->ldw = ldw, p->type = in_t;
-    if (!lt_plan_make(c, p)) return MGT_ERR_BACKEND;
+    memcpy(p->align, al, sizeof al);
+    if (!lt_plan_make(c, p, b, pre)) MGT_FAIL(MGT_ERR_BACKEND, "cuBLASLt matmul setup failed");
   }
+  if (!p->found) return MGT_OK;
   cublasStatus_t s =
       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b);
   if (s == CUBLAS_STATUS_SUCCESS)
@@ -534,14 +608,23 @@ mgt_status lt_bias_gelu(cuda_ctx *c, int M, int N, int K, const void *A, int lda
   if (s == CUBLAS_STATUS_SUCCESS)
     s = cublasLtMatmul(c->lt, p->op, &one, W, p->la, A, p->lb, &zero, out, p->ld, out, p->ld,
                        &p->algo, c->lt_work, LT_WORK, c->stream);
-  return s == CUBLAS_STATUS_SUCCESS ? MGT_OK : MGT_ERR_BACKEND;
+  if (s != CUBLAS_STATUS_SUCCESS)
+    MGT_FAIL(MGT_ERR_BACKEND, "cublasLtMatmul (bias + GeLU epilogue): cuBLAS status %d", (int)s);
+  *fused = true;
+  return MGT_OK;
 }
 
+/* The fused epilogue where cuBLASLt has an algorithm for the case, else (or with N not a
+   multiple of 8, which the aux matrix's leading dimension must be) a GEMM and the bias +
+   GeLU kernel. A failure of cuBLASLt itself turns the epilogue off for good at the current
+   precision only. */
 mgt_status cu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
                                const float *W, int ldw, const float *b, float *pre, float *out) {
   cuda_ctx *c = C_(ctx);
+  const int pr = (int)c->precision;
+  c->lt_last[pr] = false;
   if (M == 0 || N == 0) return MGT_OK;
-  if (c->lt_state >= 0 && K > 0) {
+  if (c->lt_state[pr] >= 0 && K > 0 && N % 8 == 0) {
     const void *a = A, *w = W;
     cudaDataType_t t = CUDA_R_32F;
     if (c->precision != MGT_PREC_FP32) {
@@ -549,13 +632,17 @@ mgt_status cu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, i
       MGT_CHECK(half_copy(c, 1, W, N, K, ldw, &w));
       t = c->precision == MGT_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     }
-    if (lt_bias_gelu(c, M, N, K, a, lda, w, ldw, t, b, pre, out) == MGT_OK) {
-      c->lt_state = 1;
-      return MGT_OK;
+    bool fused = false;
+    if (lt_bias_gelu(c, M, N, K, a, lda, w, ldw, t, b, pre, out, &fused) == MGT_OK) {
+      if (fused) {
+        c->lt_state[pr] = 1;
+        c->lt_last[pr] = true;
+        return MGT_OK;
+      }
+    } else {
+      c->lt_state[pr] = -1; /* the two-step path at this precision from now on */
+      mgt_error_clear();
     }
-    /* no fused algorithm for this case (or this cuBLASLt): the two-step path from now on */
-    c->lt_state = -1;
-    mgt_error_clear();
   }
   MGT_CHECK(cu_gemm(ctx, 0, 1, M, N, K, 1.0f, A, lda, W, ldw, 0.0f, pre, N));
   return cu_bias_gelu_forward(ctx, out, pre, b, M, N);
@@ -821,6 +908,208 @@ mgt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, cons
     MGT_CHECK(
         gemm_batched(c, 1, 0, T, hd, T, 1.0f, s, T, TT, q, ld, hd, 0.0f, dq + Cl, ld, hd, Hl));
   }
+  return MGT_OK;
+}
+
+/* ---- flash attention (--use-flash-attn) ----
+   The twin of kernels/cpu/flash.c, written for correctness first: one block per query row
+   (forward, dQ) or key row (dK, dV), keys or queries in tiles of the block's 128 threads with
+   an online softmax, nothing of T x T in memory and no atomics (each block owns its outputs).
+   The same mask words as the materialized kernels (attn_keep). */
+
+enum { FLASH_TILE = 128 };
+
+/* (b, h, i) of row (b*Hl + h)*T + i, and where head h of sample b starts in qkv. */
+struct flash_row {
+  int b, h, i;
+  size_t base; /* qkv offset of token 0's query of this head */
+};
+
+__device__ flash_row flash_row_of(size_t row, int T, int Hl, int hd) {
+  flash_row r;
+  r.i = (int)(row % T);
+  const int bh = (int)(row / T);
+  r.h = bh % Hl, r.b = bh / Hl;
+  r.base = (size_t)r.b * T * 3 * Hl * hd + (size_t)r.h * hd;
+  return r;
+}
+
+/* Dot product of hd floats (shared x, global y). */
+__device__ float flash_dot(const float *x, const float *y, int hd) {
+  float acc = 0.0f;
+  for (int e = 0; e < hd; e++)
+    acc += x[e] * y[e];
+  return acc;
+}
+
+/* Shared memory: q (hd), output accumulator (hd), tile weights (FLASH_TILE). */
+__global__ void k_flash_forward(float *out, float *lse, const float *qkv, int T, int Hl, int hd,
+                                float scale, const int32_t *keylen, mask_args a, int drop) {
+  extern __shared__ float sm[];
+  __shared__ float red[32];
+  float *sq = sm, *so = sm + hd, *sp = sm + 2 * hd;
+  const size_t row = blockIdx.x;
+  const flash_row r = flash_row_of(row, T, Hl, hd);
+  const int Cl = Hl * hd, ld = 3 * Cl, lim = key_limit(keylen, row, Hl, T);
+  const float *k = qkv + r.base + Cl, *v = qkv + r.base + 2 * Cl;
+  for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+    sq[e] = qkv[r.base + (size_t)r.i * ld + e];
+    so[e] = 0.0f;
+  }
+  __syncthreads();
+  float m = -FLT_MAX, l = 0.0f;
+  for (int j0 = 0; j0 < lim; j0 += FLASH_TILE) {
+    const int j = j0 + (int)threadIdx.x, n = lim - j0 < FLASH_TILE ? lim - j0 : FLASH_TILE;
+    const float s = j < lim ? flash_dot(sq, k + (size_t)j * ld, hd) * scale : -FLT_MAX;
+    const float mx = fmaxf(m, block_max(s, red)), alpha = __expf(m - mx);
+    float p = j < lim ? __expf(s - mx) : 0.0f;
+    l = l * alpha + block_sum(p, red);
+    m = mx;
+    if (drop && j < lim && !attn_keep(a, row, j)) p = 0.0f;
+    sp[threadIdx.x] = drop ? p * a.dscale : p;
+    __syncthreads();
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+      float acc = so[e] * alpha;
+      for (int t = 0; t < n; t++)
+        acc += sp[t] * v[(size_t)(j0 + t) * ld + e];
+      so[e] = acc;
+    }
+    __syncthreads();
+  }
+  const float inv = 1.0f / l;
+  for (int e = threadIdx.x; e < hd; e += blockDim.x)
+    out[((size_t)r.b * T + r.i) * Cl + (size_t)r.h * hd + e] = so[e] * inv;
+  if (threadIdx.x == 0) lse[row] = m + logf(l);
+}
+
+/* dQ of one query row, and D = dO . O kept for the key rows. Shared: q, dO, dq (hd each), tile
+   dS (FLASH_TILE). */
+__global__ void k_flash_dq(float *dqkv, float *D, const float *dout, const float *qkv,
+                           const float *out, const float *lse, int T, int Hl, int hd, float scale,
+                           const int32_t *keylen, mask_args a, int drop) {
+  extern __shared__ float sm[];
+  __shared__ float red[32];
+  float *sq = sm, *sdo = sm + hd, *sdq = sm + 2 * hd, *sds = sm + 3 * hd;
+  const size_t row = blockIdx.x;
+  const flash_row r = flash_row_of(row, T, Hl, hd);
+  const int Cl = Hl * hd, ld = 3 * Cl, lim = key_limit(keylen, row, Hl, T);
+  const float *k = qkv + r.base + Cl, *v = qkv + r.base + 2 * Cl;
+  const size_t orow = ((size_t)r.b * T + r.i) * Cl + (size_t)r.h * hd;
+  float part = 0.0f;
+  for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+    sq[e] = qkv[r.base + (size_t)r.i * ld + e];
+    sdo[e] = dout[orow + e];
+    sdq[e] = 0.0f;
+    part += sdo[e] * out[orow + e];
+  }
+  const float Di = block_sum(part, red), L = lse[row];
+  if (threadIdx.x == 0) D[row] = Di;
+  for (int j0 = 0; j0 < lim; j0 += FLASH_TILE) {
+    const int j = j0 + (int)threadIdx.x, n = lim - j0 < FLASH_TILE ? lim - j0 : FLASH_TILE;
+    float ds = 0.0f;
+    if (j < lim) {
+      const float p = __expf(flash_dot(sq, k + (size_t)j * ld, hd) * scale - L);
+      const float kd = drop ? (attn_keep(a, row, j) ? a.dscale : 0.0f) : 1.0f;
+      ds = p * (flash_dot(sdo, v + (size_t)j * ld, hd) * kd - Di) * scale;
+    }
+    sds[threadIdx.x] = ds;
+    __syncthreads();
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+      float acc = sdq[e];
+      for (int t = 0; t < n; t++)
+        acc += sds[t] * k[(size_t)(j0 + t) * ld + e];
+      sdq[e] = acc;
+    }
+    __syncthreads();
+  }
+  for (int e = threadIdx.x; e < hd; e += blockDim.x)
+    dqkv[r.base + (size_t)r.i * ld + e] = sdq[e];
+}
+
+/* dK and dV of one key row j over the query rows that see it. Shared: k, v, dk, dv (hd each),
+   tile dS and dropped probabilities (FLASH_TILE each). */
+__global__ void k_flash_dkv(float *dqkv, const float *D, const float *dout, const float *qkv,
+                            const float *lse, int T, int Hl, int hd, float scale,
+                            const int32_t *keylen, mask_args a, int drop) {
+  extern __shared__ float sm[];
+  float *sk = sm, *sv = sm + hd, *sdk = sm + 2 * hd, *sdv = sm + 3 * hd, *sds = sm + 4 * hd,
+        *spd = sds + FLASH_TILE;
+  const size_t krow = blockIdx.x; /* (b*Hl + h)*T + j */
+  const flash_row r = flash_row_of(krow, T, Hl, hd);
+  const int Cl = Hl * hd, ld = 3 * Cl, j = r.i;
+  const size_t first = krow - (size_t)j; /* row of query 0 of this (b, h) */
+  const float *q = qkv + r.base;
+  for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+    sk[e] = qkv[r.base + Cl + (size_t)j * ld + e];
+    sv[e] = qkv[r.base + 2 * Cl + (size_t)j * ld + e];
+    sdk[e] = sdv[e] = 0.0f;
+  }
+  __syncthreads();
+  /* the queries that see key j: i >= j (causal), every row if j is inside the sample's length */
+  const int i_lo = keylen ? 0 : j, i_hi = key_limit(keylen, first, Hl, T) > j || !keylen ? T : 0;
+  for (int i0 = i_lo; i0 < i_hi; i0 += FLASH_TILE) {
+    const int i = i0 + (int)threadIdx.x, n = i_hi - i0 < FLASH_TILE ? i_hi - i0 : FLASH_TILE;
+    float ds = 0.0f, pd = 0.0f;
+    if (i < i_hi) {
+      const size_t qrow = first + (size_t)i;
+      const size_t orow = ((size_t)r.b * T + i) * Cl + (size_t)r.h * hd;
+      const float p = __expf(flash_dot(sk, q + (size_t)i * ld, hd) * scale - lse[qrow]);
+      const float kd = drop ? (attn_keep(a, qrow, j) ? a.dscale : 0.0f) : 1.0f;
+      pd = p * kd;
+      ds = p * (flash_dot(sv, dout + orow, hd) * kd - D[qrow]) * scale;
+    }
+    sds[threadIdx.x] = ds;
+    spd[threadIdx.x] = pd;
+    __syncthreads();
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+      float gk = sdk[e], gv = sdv[e];
+      for (int t = 0; t < n; t++) {
+        gk += sds[t] * q[(size_t)(i0 + t) * ld + e];
+        gv += spd[t] * dout[((size_t)r.b * T + i0 + t) * Cl + (size_t)r.h * hd + e];
+      }
+      sdk[e] = gk, sdv[e] = gv;
+    }
+    __syncthreads();
+  }
+  for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+    dqkv[r.base + Cl + (size_t)j * ld + e] = sdk[e];
+    dqkv[r.base + 2 * Cl + (size_t)j * ld + e] = sdv[e];
+  }
+}
+
+mgt_status cu_flash_attention_forward(void *ctx, float *out, float *lse, const float *qkv, int B,
+                                      int T, int Hl, int hd, int head_offset, const int32_t *keylen,
+                                      const mgt_dropout *d) {
+  cuda_ctx *c = C_(ctx);
+  const size_t rows = (size_t)B * Hl * T;
+  if (rows == 0) return MGT_OK;
+  const int drop = d->p > 0.0f;
+  const mask_args a = drop ? mask_of(d, head_offset, Hl, T) : mask_args();
+  const size_t shared = sizeof(float) * (2 * (size_t)hd + FLASH_TILE);
+  k_flash_forward<<<(unsigned)rows, FLASH_TILE, shared, c->stream>>>(
+      out, lse, qkv, T, Hl, hd, 1.0f / sqrtf((float)hd), keylen, a, drop);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+mgt_status cu_flash_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                                       const float *out, const float *lse, int B, int T, int Hl,
+                                       int hd, int head_offset, const int32_t *keylen,
+                                       const mgt_dropout *d) {
+  cuda_ctx *c = C_(ctx);
+  const size_t rows = (size_t)B * Hl * T;
+  if (rows == 0) return MGT_OK;
+  const int drop = d->p > 0.0f;
+  const mask_args a = drop ? mask_of(d, head_offset, Hl, T) : mask_args();
+  const float scale = 1.0f / sqrtf((float)hd);
+  MGT_CHECK(grow((void **)&c->fscratch, &c->fscratch_n, sizeof(float) * rows));
+  k_flash_dq<<<(unsigned)rows, FLASH_TILE, sizeof(float) * (3 * (size_t)hd + FLASH_TILE),
+               c->stream>>>(dqkv, c->fscratch, dout, qkv, out, lse, T, Hl, hd, scale, keylen, a,
+                            drop);
+  LAUNCHED();
+  k_flash_dkv<<<(unsigned)rows, FLASH_TILE, sizeof(float) * (4 * (size_t)hd + 2 * FLASH_TILE),
+                c->stream>>>(dqkv, c->fscratch, dout, qkv, lse, T, Hl, hd, scale, keylen, a, drop);
+  LAUNCHED();
   return MGT_OK;
 }
 
@@ -1114,31 +1403,66 @@ mgt_status cu_argmax(void *ctx, const float *logits, int N, int Vl, int nv, floa
 
 /* ---- optimizer ---- */
 
-__global__ void k_sumsq(double *out, const float *x, size_t n) {
+/* The sum of squares in two passes of fixed order, so that the gradient norm is the same run
+   to run (as on the CPU; no atomics): each block adds float partials of SUMSQ_CHUNK elements
+   (its chunks in grid-stride order) in double and writes the total to part[blockIdx.x]; then
+   one block adds every segment's partials in index order and a fixed tree. */
+enum { SUMSQ_CHUNK = 4096, SUMSQ_BLOCKS = 1024, SUMSQ_FINISH = 256 };
+
+__global__ void k_sumsq_partial(double *part, const float *x, size_t n) {
   __shared__ float sh[32];
   double acc = 0.0;
   /* float partials of bounded length, summed in double, as on the CPU */
-  for (size_t base = (size_t)blockIdx.x * 4096; base < n; base += (size_t)gridDim.x * 4096) {
+  for (size_t base = (size_t)blockIdx.x * SUMSQ_CHUNK; base < n;
+       base += (size_t)gridDim.x * SUMSQ_CHUNK) {
     float f = 0.0f;
-    size_t end = base + 4096 < n ? base + 4096 : n;
+    size_t end = base + SUMSQ_CHUNK < n ? base + SUMSQ_CHUNK : n;
     for (size_t i = base + threadIdx.x; i < end; i += blockDim.x)
       f += x[i] * x[i];
     f = block_sum(f, sh);
     acc += f;
   }
-  if (threadIdx.x == 0) atomicAdd(out, acc);
+  if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
+/* One block of SUMSQ_FINISH threads (a power of two): thread t adds part[t], part[t + 256],
+   ... in order, then the threads' sums meet in a fixed tree. */
+__global__ void k_sumsq_finish(double *out, const double *part, size_t n) {
+  __shared__ double sh[SUMSQ_FINISH];
+  double s = 0.0;
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+    s += part[i];
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (unsigned o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = sh[0];
+}
+
+unsigned sumsq_blocks(size_t n) {
+  size_t nb = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+  return (unsigned)(nb < (size_t)SUMSQ_BLOCKS ? nb : (size_t)SUMSQ_BLOCKS);
 }
 
 mgt_status cu_sumsq(void *ctx, const float *x, const mgt_segment *segs, int nseg, double *out) {
   cuda_ctx *c = C_(ctx);
-  CU(cudaMemsetAsync(c->dsum, 0, sizeof(double), c->stream));
+  size_t parts = 0;
+  for (int k = 0; k < nseg; k++)
+    if (segs[k].count_in_norm && segs[k].n > 0) parts += sumsq_blocks(segs[k].n);
+  /* sized by the first call (the first step) and kept */
+  MGT_CHECK(grow((void **)&c->dpart, &c->dpart_n, sizeof(double) * (parts > 0 ? parts : 1)));
+  size_t at = 0;
   for (int k = 0; k < nseg; k++) {
     if (!segs[k].count_in_norm || segs[k].n == 0) continue;
-    size_t nb = (segs[k].n + 4095) / 4096;
-    k_sumsq<<<(unsigned)(nb < 1024 ? nb : 1024), 256, 0, c->stream>>>(c->dsum, x + segs[k].offset,
-                                                                      segs[k].n);
+    const unsigned nb = sumsq_blocks(segs[k].n);
+    k_sumsq_partial<<<nb, 256, 0, c->stream>>>(c->dpart + at, x + segs[k].offset, segs[k].n);
     LAUNCHED();
+    at += nb;
   }
+  k_sumsq_finish<<<1, SUMSQ_FINISH, 0, c->stream>>>(c->dsum, c->dpart, parts);
+  LAUNCHED();
   MGT_CHECK(cu_download(ctx, out, c->dsum, sizeof(double)));
   return MGT_OK;
 }
@@ -1216,16 +1540,26 @@ extern "C" mgt_status mgt_backend_cuda_create_on(int device, void *stream, void 
     return cuda_fail(e, __FILE__, __LINE__, "creating the CUDA stream");
   }
   cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
-  if (blas)
+  bool saved = false; /* the caller's handle's stream and math mode were read */
+  if (blas) {
     c->blas = static_cast<cublasHandle_t>(blas);
-  else
+    bs = cublasGetStream(c->blas, &c->blas_stream0);
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasGetMathMode(c->blas, &c->blas_math0);
+    saved = bs == CUBLAS_STATUS_SUCCESS;
+  } else {
     bs = cublasCreate(&c->blas);
-  /* the handle works on the backend's stream from now on */
+  }
+  /* the handle works on the backend's stream while the backend lives (cu_destroy gives a
+     caller's handle its own stream and math mode back) */
   if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(c->blas, c->stream);
   /* fp32 GEMMs stay fp32 (no TF32), so the CPU and GPU agree to float rounding */
   if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
   if (bs != CUBLAS_STATUS_SUCCESS) {
     if (c->own_blas && c->blas) cublasDestroy(c->blas);
+    if (saved) {
+      cublasSetStream(c->blas, c->blas_stream0);
+      cublasSetMathMode(c->blas, c->blas_math0);
+    }
     if (c->own_stream) cudaStreamDestroy(c->stream);
     cudaFree(c->dsum);
     free(c);
@@ -1255,6 +1589,8 @@ extern "C" mgt_status mgt_backend_cuda_create_on(int device, void *stream, void 
   be->gelu_backward = cu_gelu_backward;
   be->attention_forward = cu_attention_forward;
   be->attention_backward = cu_attention_backward;
+  be->flash_attention_forward = cu_flash_attention_forward;
+  be->flash_attention_backward = cu_flash_attention_backward;
   be->embedding_forward = cu_embedding_forward;
   be->add_position = cu_add_position;
   be->embedding_backward = cu_embedding_backward;
@@ -1281,8 +1617,12 @@ extern "C" void *mgt_backend_cuda_stream(const mgt_backend *be) {
   return be && be->destroy == cu_destroy ? static_cast<cuda_ctx *>(be->ctx)->stream : NULL;
 }
 
+/* Whether the last linear_bias_gelu at the backend's current precision ran as one cuBLASLt
+   call (the decision is made per precision). */
 extern "C" int mgt_backend_cuda_fused_epilogue(const mgt_backend *be) {
-  return be && be->destroy == cu_destroy && static_cast<cuda_ctx *>(be->ctx)->lt_state > 0;
+  if (!be || be->destroy != cu_destroy) return 0;
+  const cuda_ctx *c = static_cast<const cuda_ctx *>(be->ctx);
+  return c->lt_last[c->precision];
 }
 
 extern "C" mgt_status mgt_backend_cuda_info(const mgt_backend *be, char *name, size_t name_size,
