@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Training on the GPU against the CPU: 20 iterations of a small model (dropout on) at tp=1 and
-# tp=2 (two ranks may share one GPU; also with --sequence-parallel) give the CPU's losses
+# tp=2 (two ranks may share one GPU; also with --sequence-parallel, --use-flash-attn) give the CPU's losses
 # within 1e-4 in fp32 and 2e-2 in bf16, for GPT and for BERT (--mock-data; the padding mask, the heads' gather, erf GeLU and
 # tanh on the GPU). Exits 77 (skipped) without a GPU. Usage: cuda_train.sh MGT MPIEXEC
 set -u
@@ -28,6 +28,7 @@ for tp in 1 2; do
   run bert_gpu_$tp "$tp" "$tp" --model bert --device cuda
 done
 run gpu_sp_2 2 2 --device cuda --sequence-parallel
+run gpu_flash_2 2 2 --device cuda --use-flash-attn
 grep -h "^layout" "$tmp"/gpu_*.log | sort -u
 $PY - "$tmp" <<'PY' || fails=$((fails + 1))
 import json, sys
@@ -35,7 +36,7 @@ d = sys.argv[1]
 rows = lambda n: [json.loads(l)["loss"] for l in open(f"{d}/{n}.jsonl")]
 for tp in (1, 2):
     ref = rows(f"cpu_{tp}")
-    sp = ((f"gpu_sp_{tp}", 1e-4),) if tp == 2 else ()
+    sp = ((f"gpu_sp_{tp}", 1e-4), (f"gpu_flash_{tp}", 1e-4)) if tp == 2 else ()
     for name, tol in ((f"gpu_{tp}", 1e-4), (f"gpu_bf16_{tp}", 2e-2)) + sp:
         got = rows(name)
         assert len(got) == len(ref) == 20, (name, len(got))
