@@ -18,6 +18,7 @@
 #include "h5util.h"
 #include "mgt/json.h"
 #include "mgt/log.h"
+#include "mgt/progress.h"
 #include "mgt/sha256.h"
 
 /* Format 2 adds checksums of the configuration and the trainer state; format 1 is still read. */
@@ -360,10 +361,22 @@ static mgt_status create_datasets(hid_t file, hid_t lcpl, const mgt_state *s, co
   return MGT_OK;
 }
 
-/* Writes this rank's primary slabs (collective writes) and sums their checksums into sums. */
+/* The bytes of tensors [0, i) of the list: how far a save or load in list order has come. */
+static double bytes_before(const mgt_state *s, int i) {
+  double b = 0;
+  for (int k = 0; k < i; k++)
+    b += (double)mgt_state_numel(&s->t[k]) * mgt_dtype_size(s->t[k].dtype);
+  return b;
+}
+
+/* Writes this rank's primary slabs (collective writes) and sums their checksums into sums;
+   progress on prog (NULL: none). */
 static mgt_status write_slabs(hid_t file, hid_t dxpl, const mgt_state *s, float *staging,
-                              uint64_t *sums, const char *what) {
+                              uint64_t *sums, const char *what, FILE *prog) {
+  mgt_progress pr;
+  mgt_progress_start(&pr, prog, "checkpoint save", bytes_before(s, s->n), "GB", 1e-9, 0);
   for (int i = 0; i < s->n; i++) {
+    mgt_progress_update(&pr, bytes_before(s, i), NULL);
     const mgt_state_tensor *t = &s->t[i];
     part pt;
     part_of(t, &pt);
@@ -385,6 +398,7 @@ static mgt_status write_slabs(hid_t file, hid_t dxpl, const mgt_state *s, float 
     if (d >= 0) H5Dclose(d);
     MGT_CHECK(st);
   }
+  mgt_progress_end(&pr, pr.total, NULL);
   return MGT_OK;
 }
 
@@ -418,7 +432,7 @@ static mgt_status write_attrs(hid_t file, const mgt_state *s, const uint64_t *su
    whose outcome they agree on before the next, so that a failure on one rank (above all a
    full disk) makes every writer stop at the same point instead of waiting for it. */
 static mgt_status write_file(const char *tmp, MPI_Comm comm, const mgt_state *s,
-                             const mgt_config *cfg, const mgt_ckpt_state *state) {
+                             const mgt_config *cfg, const mgt_ckpt_state *state, FILE *prog) {
   const char *what = tmp;
   int rank;
   MGT_MPI(MPI_Comm_rank(comm, &rank));
@@ -447,7 +461,8 @@ static mgt_status write_file(const char *tmp, MPI_Comm comm, const mgt_state *s,
   if (st == MGT_OK) st = mgt_mpi_agree(comm, create_datasets(file, lcpl, s, what));
   /* every dataset is allocated: the file's size is known before any data is written */
   if (st == MGT_OK) st = mgt_h5_reserve(file, tmp, comm, what);
-  if (st == MGT_OK) st = mgt_mpi_agree(comm, write_slabs(file, dxpl, s, staging, sums, what));
+  if (st == MGT_OK)
+    st = mgt_mpi_agree(comm, write_slabs(file, dxpl, s, staging, sums, what, rank ? NULL : prog));
   if (st == MGT_OK) {
     /* the primary slabs add up to the logical tensors' checksums */
     int rc = MPI_Allreduce(MPI_IN_PLACE, sums, s->n, MPI_UINT64_T, MPI_SUM, comm);
@@ -499,7 +514,7 @@ mgt_status mgt_ckpt_save(const char *dir, MPI_Comm world, const mgt_state *s, co
     writer = s->t[i].replica == MGT_REPLICA_PRIMARY;
   MPI_Comm wcomm = MPI_COMM_NULL;
   MGT_MPI(MPI_Comm_split(world, writer ? 0 : MPI_UNDEFINED, rank, &wcomm));
-  if (writer) st = write_file(tmp, wcomm, s, cfg, state);
+  if (writer) st = write_file(tmp, wcomm, s, cfg, state, rank == 0 && log ? stderr : NULL);
   if (wcomm != MPI_COMM_NULL) MPI_Comm_free(&wcomm);
   st = mgt_mpi_agree(world, st);
   if (st == MGT_OK && rank == 0) {
@@ -523,24 +538,6 @@ uint64_t mgt_ckpt_bytes(const mgt_state *s) {
   for (int i = 0; i < s->n; i++)
     need += (uint64_t)mgt_state_numel(&s->t[i]) * mgt_dtype_size(s->t[i].dtype);
   return need;
-}
-
-/* mkdir -p */
-static mgt_status make_dirs(const char *dir) {
-  char p[MGT_PATH_MAX];
-  snprintf(p, sizeof p, "%s", dir);
-  for (char *c = p + 1; *c; c++) {
-    if (*c != '/') continue;
-    *c = 0;
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-      MGT_FAIL(MGT_ERR_INPUT, "--save %s: cannot create %s: %s", dir, p, strerror(errno));
-    *c = '/';
-  }
-  if (mkdir(p, 0755) != 0 && errno != EEXIST)
-    MGT_FAIL(MGT_ERR_INPUT, "--save %s: cannot create: %s", dir, strerror(errno));
-  struct stat sb;
-  MGT_REQUIRE(stat(p, &sb) == 0 && S_ISDIR(sb.st_mode), "--save %s: not a directory", dir);
-  return MGT_OK;
 }
 
 typedef struct lock_owner {
@@ -637,7 +634,7 @@ mgt_status mgt_ckpt_prepare_dir(const char *dir, MPI_Comm world, uint64_t bytes,
   *lock = 0;
   mgt_status st = MGT_OK;
   if (rank == 0) {
-    st = make_dirs(dir);
+    st = mgt_make_dirs("--save", dir);
     if (st == MGT_OK) st = lock_take(dir);
     if (st == MGT_OK) {
       *lock = 1;
@@ -949,8 +946,11 @@ done:
 /* Reads every slab of the list; sums[2 (i R + replica)] += its checksum and the next word
    counts the slabs, for every copy (replica >= 0). */
 static mgt_status read_slabs(hid_t f, const char *path, const mgt_state *s, int R, float *staging,
-                             uint64_t *sums, uint64_t *want) {
+                             uint64_t *sums, uint64_t *want, FILE *prog) {
+  mgt_progress pr;
+  mgt_progress_start(&pr, prog, "checkpoint load", bytes_before(s, s->n), "GB", 1e-9, 0);
   for (int i = 0; i < s->n; i++) {
+    mgt_progress_update(&pr, bytes_before(s, i), NULL);
     const mgt_state_tensor *t = &s->t[i];
     part pt;
     part_of(t, &pt);
@@ -964,6 +964,7 @@ static mgt_status read_slabs(hid_t f, const char *path, const mgt_state *s, int 
       sums[2 * ((size_t)i * R + t->replica) + 1]++;
     }
   }
+  mgt_progress_end(&pr, pr.total, NULL);
   return MGT_OK;
 }
 
@@ -985,7 +986,9 @@ mgt_status mgt_ckpt_load(const char *path, MPI_Comm world, const mgt_state *s,
     st = mgt_calloc(sizeof(uint64_t) * (size_t)(s->n ? s->n : 1), "checksums", (void **)&want);
   if (st == MGT_OK) st = open_checkpoint(path, &f);
   if (st == MGT_OK) st = read_state(f, path, state);
-  if (st == MGT_OK) st = read_slabs(f, path, s, R, staging, sums, want);
+  int rank;
+  MGT_MPI(MPI_Comm_rank(world, &rank));
+  if (st == MGT_OK) st = read_slabs(f, path, s, R, staging, sums, want, rank ? NULL : stderr);
   if (f >= 0) H5Fclose(f);
   st = mgt_mpi_agree(world, st);
   if (st == MGT_OK) {

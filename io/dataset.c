@@ -20,6 +20,7 @@
 
 #include "bert_data.h"
 #include "h5util.h"
+#include "mmidx.h"
 #include "mgt/dataset.h"
 #include "mgt/grid.h"
 #include "mgt/rng.h"
@@ -45,13 +46,42 @@ static hid_t open_ro(const char *path) {
   return f;
 }
 
+/* A Megatron-LM dataset: PREFIX.idx without PREFIX.h5 (a prefix naming .h5 is ours). */
+static int is_megatron(const char *prefix) {
+  char h5[MGT_PATH_MAX + 8];
+  h5_path(prefix, h5, sizeof h5);
+  const size_t l = strlen(prefix);
+  return !(l > 3 && strcmp(prefix + l - 3, ".h5") == 0) && access(h5, F_OK) != 0 &&
+         mgt_mmidx_exists(prefix);
+}
+
+static void megatron_info(const mgt_mmidx *x, mgt_dataset_info *info) {
+  snprintf(info->path, sizeof info->path, "%s", x->idx_path);
+  snprintf(info->format, sizeof info->format, "megatron");
+  snprintf(info->dtype, sizeof info->dtype, "%s", mgt_mmidx_dtype_name(x->dtype));
+  info->eod_id = info->max_token_id = -1;
+  info->n_tokens = x->seq_off[x->n_seq];
+  info->n_documents = x->n_doc;
+  info->n_sentences = x->n_seq != x->n_doc ? x->n_seq : -1; /* a sequence per document: not split */
+  info->token_bytes = x->elem;
+}
+
 mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info) {
   memset(info, 0, sizeof *info);
+  if (is_megatron(prefix)) {
+    mgt_mmidx x;
+    MGT_CHECK(mgt_mmidx_open(prefix, &x));
+    megatron_info(&x, info);
+    mgt_mmidx_close(&x);
+    return MGT_OK;
+  }
   h5_path(prefix, info->path, sizeof info->path);
+  snprintf(info->format, sizeof info->format, "hdf5");
   const char *p = info->path;
   struct stat sb;
-  MGT_REQUIRE(stat(p, &sb) == 0, "--data-path %s: %s (run mgt preprocess first)", p,
-              strerror(errno));
+  MGT_REQUIRE(stat(p, &sb) == 0,
+              "--data-path %s: %s (nor is there a Megatron-LM %s.idx; run mgt preprocess first)", p,
+              strerror(errno), prefix);
   MGT_REQUIRE(S_ISREG(sb.st_mode), "--data-path %s: not a regular file", p);
   mgt_h5_quiet();
   hid_t f = open_ro(p);
@@ -88,6 +118,7 @@ mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info) {
   MGT_H5_TRY(d = H5Dopen2(f, "tokens", H5P_DEFAULT), p);
   MGT_H5_TRY(t = H5Dget_type(d), p);
   info->token_bytes = (int)H5Tget_size(t);
+  snprintf(info->dtype, sizeof info->dtype, "uint%d", 8 * info->token_bytes);
   if (complete != 1 || H5Tget_class(t) != H5T_INTEGER || H5Tget_sign(t) != H5T_SGN_NONE ||
       (info->token_bytes != 2 && info->token_bytes != 4) || info->n_tokens < 0 ||
       info->n_documents < 0 || info->max_token_id >= info->vocab_size) {
@@ -115,9 +146,11 @@ typedef struct dataset {
   size_t map_len;
   const unsigned char *tokens;
   char identity[65]; /* hash of what makes a cached index valid for this file */
+  mgt_mmidx mm;      /* a Megatron-LM dataset: its tokens (mm.map) instead of map */
 } dataset;
 
 static void dataset_close(dataset *ds) {
+  mgt_mmidx_close(&ds->mm);
   if (ds->map) munmap(ds->map, ds->map_len);
   mgt_free(ds->doc_off);
   mgt_free(ds->sent_off);
@@ -183,8 +216,55 @@ static mgt_status read_sentences(hid_t f, dataset *ds) {
   return MGT_OK;
 }
 
+/* The identity of a dataset for its cached indices: size, time and inode of each file and the
+   document layout. */
+static void identity_of(dataset *ds, const struct stat *const *files, int n) {
+  mgt_sha256 h;
+  unsigned char dg[32];
+  mgt_sha256_init(&h);
+  for (int i = 0; i < n; i++) {
+    mgt_sha256_update(&h, &files[i]->st_size, sizeof files[i]->st_size);
+    mgt_sha256_update(&h, &files[i]->st_mtim, sizeof files[i]->st_mtim);
+    mgt_sha256_update(&h, &files[i]->st_ino, sizeof files[i]->st_ino);
+  }
+  mgt_sha256_update(&h, ds->doc_off, sizeof(int64_t) * (size_t)(ds->info.n_documents + 1));
+  mgt_sha256_final(&h, dg);
+  mgt_sha256_hex(dg, ds->identity);
+}
+
+/* Megatron-LM's PREFIX.bin/.idx: documents from the document index, and every sequence a
+   sentence (what Megatron-LM's BERT dataset takes them for). */
+static mgt_status megatron_open(const char *prefix, int sentences, dataset *ds) {
+  MGT_CHECK(mgt_mmidx_open(prefix, &ds->mm));
+  const mgt_mmidx *x = &ds->mm;
+  megatron_info(x, &ds->info);
+  mgt_status st = mgt_calloc(sizeof(int64_t) * (size_t)(x->n_doc + 1), "document offsets",
+                             (void **)&ds->doc_off);
+  for (int64_t d = 0; st == MGT_OK && d <= x->n_doc; d++)
+    ds->doc_off[d] = x->seq_off[x->doc_seq[d]];
+  if (st == MGT_OK && sentences) {
+    ds->info.n_sentences = x->n_seq;
+    st = mgt_calloc(sizeof(int64_t) * (size_t)(x->n_seq + 1), "sentence offsets",
+                    (void **)&ds->sent_off);
+    if (st == MGT_OK)
+      st = mgt_calloc(sizeof(int64_t) * (size_t)(x->n_doc + 1), "document sentences",
+                      (void **)&ds->doc_sent);
+    if (st == MGT_OK) {
+      memcpy(ds->sent_off, x->seq_off, sizeof(int64_t) * (size_t)(x->n_seq + 1));
+      memcpy(ds->doc_sent, x->doc_seq, sizeof(int64_t) * (size_t)(x->n_doc + 1));
+    }
+  }
+  if (st == MGT_OK) {
+    const struct stat *files[2] = {&x->idx_st, &x->bin_st};
+    identity_of(ds, files, 2);
+  }
+  if (st != MGT_OK) dataset_close(ds);
+  return st;
+}
+
 static mgt_status dataset_open(const char *prefix, int sentences, dataset *ds) {
   memset(ds, 0, sizeof *ds);
+  if (is_megatron(prefix)) return megatron_open(prefix, sentences, ds);
   MGT_CHECK(mgt_dataset_info_read(prefix, &ds->info));
   const char *p = ds->info.path;
   mgt_status st = MGT_OK;
@@ -262,16 +342,8 @@ static mgt_status dataset_open(const char *prefix, int sentences, dataset *ds) {
       goto done;
     }
     ds->tokens = (const unsigned char *)ds->map + ((size_t)off - start);
-    /* the identity of the file for cached indices: size, time, inode and document layout */
-    mgt_sha256 h;
-    unsigned char dg[32];
-    mgt_sha256_init(&h);
-    mgt_sha256_update(&h, &sb.st_size, sizeof sb.st_size);
-    mgt_sha256_update(&h, &sb.st_mtim, sizeof sb.st_mtim);
-    mgt_sha256_update(&h, &sb.st_ino, sizeof sb.st_ino);
-    mgt_sha256_update(&h, ds->doc_off, sizeof(int64_t) * (size_t)(ds->info.n_documents + 1));
-    mgt_sha256_final(&h, dg);
-    mgt_sha256_hex(dg, ds->identity);
+    const struct stat *files[1] = {&sb};
+    identity_of(ds, files, 1);
   }
 done:
   if (fd >= 0) close(fd);
@@ -284,6 +356,10 @@ done:
 }
 
 static int32_t token_at(const dataset *ds, int64_t i) {
+  if (ds->mm.map) { /* any of Megatron-LM's dtypes; what no id can be reads as -1 */
+    const int64_t v = mgt_mmidx_token(&ds->mm, i);
+    return v >= 0 && v <= INT32_MAX ? (int32_t)v : -1;
+  }
   if (ds->info.token_bytes == 2) {
     uint16_t v;
     memcpy(&v, ds->tokens + 2 * i, 2);
@@ -867,6 +943,14 @@ mgt_status mgt_dataset_vocab_size(const mgt_config *cfg, int *vocab_size) {
     mgt_dataset_info info;
     MGT_TRY(mgt_dataset_info_read(spec->prefix[i], &info));
     if (info.vocab_size > *vocab_size) *vocab_size = (int)info.vocab_size;
+    if (!strcmp(info.format, "megatron") && *vocab_size == 0 && i == spec->n - 1) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "--data-path %s is a Megatron-LM dataset, which does not record its "
+                    "vocabulary: give --vocab-file (and --merge-file) or --vocab-size",
+                    info.path);
+      st = MGT_ERR_INPUT;
+      goto done;
+    }
   }
 done:
   spec_free(spec);
@@ -1147,8 +1231,9 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
   for (int d = 0; d < spec->n; d++) {
     MGT_TRY(dataset_open(spec->prefix[d], cfg->model == MGT_MODEL_BERT, &op->ds[d]));
     op->n = d + 1;
-    const mgt_dataset_info *in = &op->ds[d].info;
-    if (tok && strcmp(in->vocab_hash, mgt_tok_hash(tok)) != 0) {
+    mgt_dataset_info *in = &op->ds[d].info;
+    if (!in->vocab_hash[0]) in->vocab_size = cfg->vocab_size; /* Megatron-LM's: the run's ids */
+    if (tok && in->vocab_hash[0] && strcmp(in->vocab_hash, mgt_tok_hash(tok)) != 0) {
       mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
                     "--data-path %s was tokenized with another vocabulary than --vocab-file %s "
                     "(hash %.12s, expected %.12s)",

@@ -21,8 +21,12 @@
 #include "mgt/grid.h"
 #include "mgt/json.h"
 #include "mgt/log.h"
+#include "mgt/progress.h"
 #include "mgt/tokenizer.h"
+#include "mmidx.h"
 #include "sentences.h"
+
+static const char *const impls[] = {"hdf5", "mmap", NULL};
 
 #define OFF(f) offsetof(mgt_preprocess_opts, f)
 #define SZ(f) sizeof(((mgt_preprocess_opts *)0)->f)
@@ -42,15 +46,21 @@ static const mgt_flag flags[] = {
      NULL, 0},
     {"--skip-bad-lines", MGT_FLAG_BOOL, OFF(skip_bad_lines), 0, 1,
      "count and skip malformed JSON lines and lines without the key, instead of stopping", NULL, 0},
-    {"--log-interval", MGT_FLAG_INT, OFF(log_interval_mb), 1, 1 << 20,
-     "progress line every this many MB (rank 0's share)", NULL, 0},
+    {"--log-interval", MGT_FLAG_INT, OFF(log_interval_s), 0, 1 << 20,
+     "seconds between progress lines when stderr is not a terminal (on a terminal one line "
+     "is rewritten in place)",
+     NULL, 0},
+    {"--dataset-impl", MGT_FLAG_ENUM, OFF(dataset_impl), 0, 0,
+     "hdf5 (PREFIX.h5, this project's) or mmap (Megatron-LM's PREFIX_KEY_LEVEL.bin and .idx, "
+     "KEY the --json-keys, LEVEL document or sentence, as its preprocess_data.py names them)",
+     impls, 0},
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
 void mgt_preprocess_defaults(mgt_preprocess_opts *o) {
   memset(o, 0, sizeof *o);
   strcpy(o->json_keys, "text");
-  o->log_interval_mb = 64;
+  o->log_interval_s = 0; /* MGT_PROGRESS_SECONDS, else 10 */
 }
 
 mgt_status mgt_preprocess_parse(mgt_preprocess_opts *o, int argc, char **argv, int first,
@@ -196,22 +206,57 @@ static mgt_status encode_doc(const mgt_preprocess_opts *o, mgt_tokenizer *tok, s
   return add_doc(sh, sh->tokens.n - before);
 }
 
+/* Progress over all ranks without holding any back: each rank starts a non-blocking sum of
+   (bytes, documents) done each time it passes another 1/STEPS of its share, so every rank
+   starts the same STEPS sums in the same order; the k-th completes once every rank has done
+   k/STEPS of its share, and rank 0 shows the latest completed. */
+enum { STEPS = 200 };
 typedef struct progress {
-  FILE *log;
-  double t0, next_mb, every_mb;
-  uint64_t total; /* this rank's share in bytes */
-  int on;
+  mgt_progress line; /* rank 0's */
+  MPI_Comm world;
+  uint64_t share; /* this rank's bytes */
+  int64_t mine[STEPS][2], sum[STEPS][2];
+  MPI_Request req[STEPS];
+  int posted, shown;
 } progress;
 
 static void report(progress *p, const share *sh) {
-  if (!p->on || (double)sh->bytes_done / 1e6 < p->next_mb) return;
-  double dt = mgt_now() - p->t0;
-  fprintf(p->log, "preprocess: rank 0 %.1f of %.1f MB, %zu documents, %zu tokens, %.2f MB/s\n",
-          sh->bytes_done / 1e6, p->total / 1e6, sh->n_docs, sh->tokens.n,
-          dt > 0 ? sh->bytes_done / 1e6 / dt : 0.0);
-  fflush(p->log);
-  while (p->next_mb <= (double)sh->bytes_done / 1e6)
-    p->next_mb += p->every_mb;
+  const int due = p->share ? (int)((double)STEPS * (double)sh->bytes_done / (double)p->share) : 0;
+  while (p->posted < (due < STEPS ? due : STEPS)) {
+    int64_t *m = p->mine[p->posted];
+    m[0] = (int64_t)sh->bytes_done, m[1] = (int64_t)sh->n_docs;
+    MPI_Iallreduce(m, p->sum[p->posted], 2, MPI_INT64_T, MPI_SUM, p->world, &p->req[p->posted]);
+    p->posted++;
+  }
+  int done = 1;
+  while (p->shown < p->posted && done) {
+    MPI_Test(&p->req[p->shown], &done, MPI_STATUS_IGNORE);
+    p->shown += done;
+  }
+  if (p->shown > 0) {
+    char docs[64];
+    snprintf(docs, sizeof docs, "%lld documents", (long long)p->sum[p->shown - 1][1]);
+    mgt_progress_update(&p->line, (double)p->sum[p->shown - 1][0], docs);
+  }
+}
+
+/* The sums this rank has not started yet, and the wait for all (showing them come in). */
+static void report_finish(progress *p, share *sh) {
+  sh->bytes_done = p->share;
+  report(p, sh);
+  while (p->posted < STEPS) {
+    int64_t *m = p->mine[p->posted];
+    m[0] = (int64_t)sh->bytes_done, m[1] = (int64_t)sh->n_docs;
+    MPI_Iallreduce(m, p->sum[p->posted], 2, MPI_INT64_T, MPI_SUM, p->world, &p->req[p->posted]);
+    p->posted++;
+  }
+  while (p->shown < STEPS) {
+    report(p, sh);
+    if (p->shown < STEPS) usleep(20000);
+  }
+  char docs[64];
+  snprintf(docs, sizeof docs, "%lld documents", (long long)p->sum[STEPS - 1][1]);
+  mgt_progress_end(&p->line, (double)p->sum[STEPS - 1][0], docs);
 }
 
 static mgt_status read_text_doc(const mgt_preprocess_opts *o, mgt_tokenizer *tok, share *sh,
@@ -297,29 +342,36 @@ done:
 }
 
 static mgt_status tokenize_share(const mgt_preprocess_opts *o, const input *in, int n_in, int rank,
-                                 int size, share *sh, FILE *log) {
+                                 int size, MPI_Comm world, share *sh, FILE *log) {
   mgt_status st = MGT_OK;
   mgt_tokenizer *tok = NULL;
   mgt_json_parser *jp = NULL;
-  MGT_TRY(mgt_tok_open(o->tokenizer_type, o->vocab_file, o->merge_file, &tok));
-  MGT_TRY(mgt_json_parser_create(&jp));
   uint64_t total = n_in ? in[n_in - 1].start + in[n_in - 1].size : 0;
   uint64_t lo = total * (uint64_t)rank / (uint64_t)size;
   uint64_t hi = total * (uint64_t)(rank + 1) / (uint64_t)size;
-  progress pr = {log,     mgt_now(),       (double)o->log_interval_mb, (double)o->log_interval_mb,
-                 hi - lo, rank == 0 && log};
+  /* set up before anything can fail: every rank must start all the sums */
+  static progress prog; /* one preprocess per process; large for a stack */
+  progress *pr = &prog;
+  memset(pr, 0, sizeof *pr);
+  pr->world = world, pr->share = hi - lo;
+  mgt_progress_start(&pr->line, rank == 0 && log ? stderr : NULL, "preprocess", (double)total, "MB",
+                     1e-6, o->log_interval_s);
+  MGT_TRY(mgt_tok_open(o->tokenizer_type, o->vocab_file, o->merge_file, &tok));
+  MGT_TRY(mgt_json_parser_create(&jp));
   for (int i = 0; i < n_in; i++) {
     uint64_t fs = in[i].start, fe = fs + in[i].size;
     if (!in[i].jsonl) {
       /* one document starting at fs; a document at the very end belongs to the last rank */
       if ((fs >= lo && fs < hi) || (rank == size - 1 && fs == total))
         MGT_TRY(read_text_doc(o, tok, sh, &in[i]));
+      report(pr, sh);
       continue;
     }
     uint64_t a = fs > lo ? fs : lo, b = fe < hi ? fe : hi;
-    if (a < b) MGT_TRY(read_jsonl(o, tok, jp, sh, &in[i], a - fs, b - fs, &pr));
+    if (a < b) MGT_TRY(read_jsonl(o, tok, jp, sh, &in[i], a - fs, b - fs, pr));
   }
 done:
+  report_finish(pr, sh); /* on errors too: the other ranks wait for these sums */
   mgt_json_parser_destroy(&jp);
   mgt_tok_destroy(&tok);
   return st;
@@ -479,6 +531,29 @@ static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_
   return mgt_mpi_agree(world, st);
 }
 
+/* Megatron-LM's format of this rank's share: a sequence per document, or per sentence with
+   --split-sentences (then each document's sentence count from the lengths). */
+static mgt_status write_megatron(const char *prefix, MPI_Comm world, int split, const share *sh,
+                                 const tok_meta *meta) {
+  const int64_t *seq = split ? sh->sent_len : sh->doc_len;
+  const size_t n_seq = split ? sh->n_sents : sh->n_docs;
+  int64_t *per_doc = NULL;
+  mgt_status st =
+      mgt_calloc(sizeof(int64_t) * (sh->n_docs + 1), "document sizes", (void **)&per_doc);
+  for (size_t d = 0, s = 0; st == MGT_OK && d < sh->n_docs; d++) {
+    int64_t left = sh->doc_len[d];
+    per_doc[d] = split ? 0 : 1;
+    while (split && left > 0 && s < sh->n_sents)
+      left -= sh->sent_len[s++], per_doc[d]++;
+  }
+  st = mgt_mpi_agree(world, st);
+  if (st == MGT_OK)
+    st = mgt_mmidx_write(prefix, world, meta->vocab_size, sh->tokens.ids, (int64_t)sh->tokens.n,
+                         seq, (int64_t)n_seq, per_doc, (int64_t)sh->n_docs);
+  mgt_free(per_doc);
+  return st;
+}
+
 mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE *log) {
   int rank, size;
   MGT_MPI(MPI_Comm_rank(world, &rank));
@@ -492,14 +567,17 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
   sh.max_id = -1;
   tok_meta meta;
   memset(&meta, 0, sizeof meta);
-  char final[MGT_PATH_MAX + 8], tmp[MGT_PATH_MAX + 16];
+  char final[MGT_PATH_MAX + 320], tmp[MGT_PATH_MAX + 16], mm[MGT_PATH_MAX + 300];
   snprintf(final, sizeof final, "%s.h5", o->output_prefix);
   snprintf(tmp, sizeof tmp, "%s.h5.tmp", o->output_prefix);
+  snprintf(mm, sizeof mm, "%s_%s_%s", o->output_prefix, o->json_keys,
+           o->split_sentences ? "sentence" : "document");
+  if (o->dataset_impl) snprintf(final, sizeof final, "%s.bin", mm);
 
   mgt_status st = list_inputs(o->input, &in, &n_in);
   if (st == MGT_OK) {
     /* the output directory must exist and be writable before hours of tokenizing */
-    char dir[MGT_PATH_MAX + 16];
+    char dir[sizeof final];
     snprintf(dir, sizeof dir, "%s", final);
     char *d = dirname(dir);
     if (access(d, W_OK) != 0) {
@@ -517,7 +595,7 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
               size, mgt_tokenizer_names[o->tokenizer_type]);
       fflush(log);
     }
-    st = tokenize_share(o, in, n_in, rank, size, &sh, log);
+    st = tokenize_share(o, in, n_in, rank, size, world, &sh, log);
   }
   st = mgt_mpi_agree(world, st);
   totals t;
@@ -550,13 +628,24 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
     st = MGT_ERR_INPUT;
   }
   if (st == MGT_OK && rank == 0) {
-    char dir[MGT_PATH_MAX + 16];
+    char dir[sizeof final];
     snprintf(dir, sizeof dir, "%s", final);
     uint64_t need = (1u << 20) + (uint64_t)t.n_tokens * (meta.vocab_size > 65536 ? 4 : 2) +
                     ((uint64_t)t.n_docs + 1) * 8 + ((uint64_t)t.n_sents + 1) * 8;
     st = mgt_check_space(dirname(dir), need, final);
   }
   st = mgt_mpi_agree(world, st);
+  if (st == MGT_OK && o->dataset_impl) {
+    st = write_megatron(mm, world, o->split_sentences, &sh, &meta);
+    if (st == MGT_OK && rank == 0 && log)
+      fprintf(log,
+              "preprocess: wrote %s.bin and %s.idx (Megatron-LM's mmap format, %s): %lld "
+              "documents, %lld %s, %lld tokens; train with --data-path %s\n",
+              mm, mm, meta.vocab_size < 65500 ? "uint16" : "int32", (long long)t.n_docs,
+              (long long)(o->split_sentences ? t.n_sents : t.n_docs),
+              o->split_sentences ? "sentences" : "sequences", (long long)t.n_tokens, mm);
+    goto out;
+  }
   if (st == MGT_OK) st = write_file(o, tmp, world, &sh, &t, &meta);
   if (st == MGT_OK) {
     MGT_MPI(MPI_Barrier(world));
@@ -576,6 +665,7 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
             meta.vocab_size > 65536 ? "uint32" : "uint16", (long long)t.max_id,
             (long long)t.bad_lines, dt, total / 1e6 / (dt > 0 ? dt : 1));
   }
+out:
   mgt_ids_free(&sh.tokens);
   free(sh.doc_len);
   free(sh.sent_len);

@@ -2,7 +2,8 @@
 # The local launcher: trains a small GPT on real text on this machine through mpiexec,
 # without a scheduler. It tokenizes the text (mgt preprocess), then trains with tensor
 # parallelism (mgt train), validating on held-out documents, saves an HDF5 checkpoint, and
-# ends by sampling text from it (mgt generate) and printing its validation perplexity.
+# ends by sampling text from it (mgt generate), printing its validation perplexity and drawing
+# its loss curves (mgt plot) beside the checkpoint, in WORK/loss.svg.
 #
 # Which text, in order:
 #   DATA="a.txt b.jsonl ..."  your files (.jsonl/.json: one {"text": ...} per line; others: one
@@ -55,15 +56,25 @@ fi
 mkdir -p "$WORK"
 run preprocess --input "${files[@]}" --output-prefix "$WORK/text" "${tok[@]}" --append-eod
 rm -f "$WORK"/text.h5.index-* # the sample index is rebuilt for the new file anyway
+metrics=$WORK/metrics.jsonl # a --metrics-file among the extra arguments wins
+for a in "$@"; do
+  [ "${want:-}" = 1 ] && metrics=$a
+  want=0
+  case "$a" in --metrics-file) want=1 ;; --metrics-file=*) metrics=${a#--metrics-file=} ;; esac
+done
+[ "$metrics" = "$WORK/metrics.jsonl" ] && rm -f "$metrics" # a fresh run, not appended to the last
 run train --data-path "$WORK/text" "${tok[@]}" --split 90,10,0 \
   --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 \
   --micro-batch-size 8 --global-batch-size 16 --train-iters "$ITERS" \
   --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 20 --lr-decay-style cosine \
   --eval-interval 100 --eval-iters 10 --log-interval 25 \
-  --save "$WORK/ckpt" --tensor-model-parallel-size "$TP" "$@" | tee "$WORK/train.log"
+  --save "$WORK/ckpt" --tensor-model-parallel-size "$TP" --metrics-file "$WORK/metrics.jsonl" \
+  "$@" | tee "$WORK/train.log"
 # generation splits each layer over exactly the ranks it runs on: tp of them
 echo "local.sh: a sample from the trained model (mgt generate, top-k 40, tp=$TP):"
 NP=$TP run generate --load "$WORK/ckpt" --prompt "$PROMPT" --max-new-tokens 60 --top-k 40 \
   --seed 7 --tensor-model-parallel-size "$TP"
 ppl=$(grep 'validation loss at iteration' "$WORK/train.log" | tail -n 1 | sed 's/.*lm loss PPL: *\([^ |]*\).*/\1/')
 echo "local.sh: validation perplexity of the trained model: ${ppl:-none (no validation split)}"
+"$MGT" plot "$metrics" --output "$WORK/loss.svg" --title "jobs/local.sh: $ITERS iterations, tp=$TP"
+echo "local.sh: loss and learning-rate curves: $WORK/loss.svg"

@@ -9,6 +9,7 @@
 
 #include "mgt/eval.h"
 #include "mgt/plan.h"
+#include "mgt/plot.h"
 #include "mgt/generate.h"
 #include "mgt/flags.h"
 #include "mgt/dataset.h"
@@ -52,6 +53,8 @@ static void usage(FILE *f) {
              "  generate    continue a prompt with a checkpoint (sampling, key/value cache)\n"
              "  ckpt        checkpoints: info, verify, export --format hf, import --format hf\n"
              "  plan        the layouts of a model that fit a machine, ranked by estimated speed\n"
+             "  dataset     info PREFIX: what a token dataset holds (ours or Megatron-LM's)\n"
+             "  plot        loss and learning-rate curves of --metrics-file runs as an SVG\n"
              "  version     print the version\n\n"
              "Run under MPI for several ranks: mpiexec -n 4 mgt train "
              "--tensor-model-parallel-size 2 ...\n");
@@ -127,6 +130,25 @@ static int cmd_plan(int argc, char **argv, MPI_Comm world) {
   return 0;
 }
 
+/* mgt plot: rank 0 reads the metrics and writes the picture; every rank exits alike. */
+static int cmd_plot(int argc, char **argv, MPI_Comm world) {
+  int rank, help = 0;
+  MPI_Comm_rank(world, &rank);
+  mgt_plot_opts o;
+  mgt_plot_defaults(&o);
+  mgt_status st = mgt_plot_parse(&o, argc, argv, 2, &help);
+  if (st == MGT_OK && rank == 0) {
+    if (help)
+      mgt_plot_usage(stdout);
+    else
+      st = mgt_plot_run(&o, stdout);
+  }
+  MPI_Bcast(&st, sizeof st, MPI_BYTE, 0, world);
+  if (st == MGT_OK) return 0;
+  if (rank == 0) mgt_error_print(stderr);
+  return st == MGT_ERR_INPUT ? 2 : 1;
+}
+
 static int cmd_eval(int argc, char **argv, MPI_Comm world) {
   int rank;
   MPI_Comm_rank(world, &rank);
@@ -190,8 +212,10 @@ int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
   if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc, argv, world);
   if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc, argv, world);
   if (strcmp(argv[1], "ckpt") == 0) return mgt_cli_ckpt(argc, argv, world);
+  if (strcmp(argv[1], "dataset") == 0) return mgt_cli_dataset(argc, argv, world);
   if (strcmp(argv[1], "generate") == 0) return cmd_generate(argc, argv, world);
   if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc, argv, world);
+  if (strcmp(argv[1], "plot") == 0) return cmd_plot(argc, argv, world);
   if (rank == 0) fprintf(stderr, "mgt: error: unknown command '%s' (see mgt --help)\n", argv[1]);
   return 2;
 }

@@ -103,6 +103,9 @@ static const mgt_flag flags[] = {
     BOOL("--use-flash-attn", use_flash_attn,
          "attention in tiles of keys with an online softmax, never holding the T x T "
          "probabilities (FlashAttention; the same dropout masks)"),
+    INT("--logits-chunk-rows", logits_chunk_rows, 0, 1 << 30,
+        "GPT: token rows whose output-layer logits (and their gradient) are held at once; 0: as "
+        "many as fit 64 MiB"),
     BOOL("--dry-run", dry_run, "print the memory plan per rank and exit"),
     {"--device", MGT_FLAG_ENUM, OFF(device), 0, 0,
      "cpu, or cuda (one GPU per rank, chosen by the node-local rank)", mgt_device_names, 0},
@@ -174,6 +177,8 @@ static const mgt_flag flags[] = {
         "save and exit (status 0) when the iteration is a multiple of this (0: never)"),
     INT("--log-interval", log_interval, 1, 1 << 30, "iterations between log lines"),
     STR("--metrics-file", metrics_file, "append one JSON object per logged iteration"),
+    STR("--tensorboard-dir", tensorboard_dir,
+        "write TensorBoard event files of the logged scalars here (created if missing)"),
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "mgt/backend.h"
+#include "mgt/progress.h"
 #include "mgt/session.h"
 #include "mgt/flags.h"
 #include "mgt/gpt.h"
@@ -225,12 +226,22 @@ typedef struct ctx {
   int32_t *pred;   /* B T */
 } ctx;
 
+/* Batches before bt are done in every data-parallel group (they go round-robin). */
+static void progress_of(mgt_progress *pr, size_t bt, const ctx *c, size_t n) {
+  const size_t done = bt * (size_t)c->B;
+  mgt_progress_update(pr, (double)(done < n ? done : n), NULL);
+}
+
 /* Scores a token stream in windows; sums[0] += loss of the scored targets, sums[1] += their
    count. Batches of B windows go round-robin to the data-parallel groups. */
 static mgt_status score_stream(ctx *c, const int32_t *ids, size_t n, int stride, double sums[2]) {
   size_t windows = mgt_eval_windows(n, c->T, stride);
   size_t batches = (windows + (size_t)c->B - 1) / (size_t)c->B;
+  mgt_progress pr;
+  mgt_progress_start(&pr, c->g->rank == 0 ? stderr : NULL, "eval", (double)windows, "windows", 1,
+                     0);
   for (size_t bt = (size_t)c->g->dp_rank; bt < batches; bt += (size_t)c->g->dp) {
+    progress_of(&pr, bt, c, windows);
     int first[64], last[64];
     for (int r = 0; r < c->B; r++) {
       size_t w = bt * (size_t)c->B + (size_t)r;
@@ -248,6 +259,7 @@ static mgt_status score_stream(ctx *c, const int32_t *ids, size_t n, int stride,
     for (int r = 0; r < c->B; r++)
       sums[1] += last[r] - first[r];
   }
+  mgt_progress_end(&pr, (double)windows, NULL);
   return MGT_OK;
 }
 
@@ -325,7 +337,10 @@ static mgt_status score_lambada(ctx *c, const example *ex, size_t n_ex, double o
   mgt_status st = MGT_OK;
   double correct = 0, total = 0;
   size_t batches = (n_ex + (size_t)c->B - 1) / (size_t)c->B;
+  mgt_progress pr;
+  mgt_progress_start(&pr, c->g->rank == 0 ? stderr : NULL, "eval", (double)n_ex, "examples", 1, 0);
   for (size_t bt = (size_t)c->g->dp_rank; st == MGT_OK && bt < batches; bt += (size_t)c->g->dp) {
+    progress_of(&pr, bt, c, n_ex);
     int first[64], last[64], off[64];
     for (int r = 0; r < c->B; r++) {
       size_t e = bt * (size_t)c->B + (size_t)r;
@@ -352,6 +367,7 @@ static mgt_status score_lambada(ctx *c, const example *ex, size_t n_ex, double o
       total += 1;
     }
   }
+  mgt_progress_end(&pr, (double)n_ex, NULL);
   MGT_CHECK(st);
   out[0] += correct, out[1] += total;
   return MGT_OK;

@@ -77,3 +77,20 @@ mgt_status mgt_reserve_file(const char *tmp, uint64_t bytes) {
     MGT_FAIL(MGT_ERR_IO, "%s: cannot reserve %.1f MB: %s", tmp, want / 1e6, strerror(err));
   return MGT_OK;
 }
+
+mgt_status mgt_make_dirs(const char *flag, const char *dir) {
+  char p[MGT_PATH_MAX];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *c = p + 1; *c; c++) {
+    if (*c != '/') continue;
+    *c = 0;
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+      MGT_FAIL(MGT_ERR_INPUT, "%s %s: cannot create %s: %s", flag, dir, p, strerror(errno));
+    *c = '/';
+  }
+  if (mkdir(p, 0755) != 0 && errno != EEXIST)
+    MGT_FAIL(MGT_ERR_INPUT, "%s %s: cannot create: %s", flag, dir, strerror(errno));
+  struct stat sb;
+  MGT_REQUIRE(stat(p, &sb) == 0 && S_ISDIR(sb.st_mode), "%s %s: not a directory", flag, dir);
+  return MGT_OK;
+}

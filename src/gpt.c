@@ -148,6 +148,11 @@ void mgt_gpt_dims_from_config(const mgt_config *c, int tp, int tp_rank, mgt_gpt_
   d->v0 = tp_rank * d->Vl;
   int nv = d->V - d->v0;
   d->nv = nv < 0 ? 0 : (nv > d->Vl ? d->Vl : nv);
+  /* 64 MiB of logits at a time unless told: GPT-2's 50k vocabulary at B x T = 8 x 1024 would
+     hold 1.6 GB of them */
+  const int N = d->B * d->T, want = c->logits_chunk_rows > 0 ? c->logits_chunk_rows
+                                                             : (int)((16u << 20) / (unsigned)d->Vl);
+  d->logit_rows = want < 1 ? 1 : (want > N ? N : want);
   d->sp = c->sequence_parallel && tp > 1;
   d->Nl = d->sp ? d->B * d->T / tp : d->B * d->T;
   d->r0 = d->sp ? tp_rank * d->Nl : 0;
@@ -365,8 +370,8 @@ static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan 
   m->lnf = take(&a, N * d->C);
   m->lnf_mean = take(&a, Nl);
   m->lnf_rstd = take(&a, Nl);
-  /* BERT's LM head sees only the masked rows: B * P of them at most */
-  const size_t R = d->bert ? (size_t)d->B * d->P : N;
+  /* BERT's LM head sees only the masked rows: B * P of them at most; GPT's one chunk */
+  const size_t R = d->bert ? (size_t)d->B * d->P : (size_t)d->logit_rows;
   m->logits = take(&a, R * d->Vl);
   m->xent.rowmax = take(&a, N);
   m->xent.sumtgt = take(&a, 2 * N);
@@ -876,24 +881,58 @@ static mgt_status trunk_forward(mgt_gpt *m, const step_ctx *s) {
   return MGT_OK;
 }
 
-/* GPT: the trunk, logits and the loss; with keep_exp the logits are left as exp(l - max) for
-   the backward pass. */
-static mgt_status forward(mgt_gpt *m, const step_ctx *s, int keep_exp, double *loss_sum) {
+/* What the GPT output layer does with each chunk of logits besides the loss. */
+typedef struct head_job {
+  int backward;     /* the gradient into m->dtmp and the word embeddings' */
+  float grad_scale; /* of the loss */
+  int accumulate;   /* into the word embeddings' gradient */
+  float *val;       /* host (N): with pred, each row's largest local logit */
+  int32_t *pred;    /* host (N): the vocabulary id of it */
+} head_job;
+
+/* GPT: the tied output layer, column-parallel over the vocabulary (logits never gathered),
+   and the loss, over rows in chunks of m->d.logit_rows so that only one chunk of logits is
+   ever held; with a backward each chunk's gradient is made at once (dx into m->dtmp, its sum
+   over the vocabulary shards after the last chunk). */
+static mgt_status output_layer(mgt_gpt *m, const head_job *job, double *loss_sum) {
   const mgt_gpt_dims *d = &m->d;
-  const int N = d->B * d->T, C = d->C;
+  const int N = d->B * d->T, C = d->C, Vl = d->Vl;
   const float *wte = m->w + m->params[m->ix.wte].offset;
-  MGT_CHECK(trunk_forward(m, s));
-  /* tied output layer, column-parallel over the vocabulary; logits are never gathered */
-  MGT_CHECK(mgt_tp_column_forward(&m->tp, m->logits, m->lnf, wte, NULL, N, C, d->Vl));
-  MGT_CHECK(mgt_tp_xent_forward(&m->tp, &m->xent, m->logits, m->targets, N, d->Vl, d->nv, d->v0,
-                                keep_exp, loss_sum));
+  float *gwte = m->g + m->params[m->ix.wte].offset;
+  *loss_sum = 0;
+  for (int r0 = 0; r0 < N; r0 += d->logit_rows) {
+    const int n = N - r0 < d->logit_rows ? N - r0 : d->logit_rows;
+    const float *x = m->lnf + (size_t)r0 * C;
+    /* this chunk's rows of the row statistics; sum and target side by side for n rows */
+    const mgt_tp_xent xc = {m->xent.rowmax + r0, m->xent.sumtgt, m->xent.losses + r0};
+    double part = 0;
+    MGT_CHECK(mgt_tp_column_forward(&m->tp, m->logits, x, wte, NULL, n, C, Vl));
+    if (job->pred)
+      MGT_CHECK(m->be->argmax(m->be->ctx, m->logits, n, Vl, d->nv, job->val + r0, job->pred + r0));
+    MGT_CHECK(mgt_tp_xent_forward(&m->tp, &xc, m->logits, m->targets + r0, n, Vl, d->nv, d->v0,
+                                  job->backward, &part));
+    *loss_sum += part;
+    if (!job->backward) continue;
+    MGT_CHECK(mgt_tp_xent_backward(&m->tp, &xc, m->logits, m->targets + r0, n, Vl, d->nv, d->v0,
+                                   job->grad_scale));
+    MGT_CHECK(mgt_tp_column_grads(&m->tp, m->dtmp + (size_t)r0 * C, gwte, NULL, m->logits, x, wte,
+                                  n, C, Vl, job->accumulate || r0 > 0));
+  }
   return MGT_OK;
 }
+
+/* GPT: the trunk, the output layer and the loss. */
+static mgt_status forward(mgt_gpt *m, const step_ctx *s, const head_job *job, double *loss_sum) {
+  MGT_CHECK(trunk_forward(m, s));
+  return output_layer(m, job, loss_sum);
+}
+
+static const head_job loss_only = {0, 0, 0, NULL, NULL};
 
 mgt_status mgt_gpt_forward(mgt_gpt *m, const int32_t *tokens, double *loss_sum) {
   MGT_CHECK(load_tokens(m, tokens));
   step_ctx s = {0, 0};
-  MGT_CHECK(forward(m, &s, 0, loss_sum));
+  MGT_CHECK(forward(m, &s, &loss_only, loss_sum));
   return MGT_OK;
 }
 
@@ -901,7 +940,7 @@ mgt_status mgt_gpt_forward_losses(mgt_gpt *m, const int32_t *tokens, float *loss
   MGT_CHECK(load_tokens(m, tokens));
   step_ctx s = {0, 0};
   double sum = 0.0;
-  MGT_CHECK(forward(m, &s, 0, &sum));
+  MGT_CHECK(forward(m, &s, &loss_only, &sum));
   MGT_CHECK(
       m->be->download(m->be->ctx, losses, m->xent.losses, sizeof(float) * (size_t)m->d.B * m->d.T));
   return MGT_OK;
@@ -924,11 +963,12 @@ mgt_status mgt_gpt_forward_predict(mgt_gpt *m, const int32_t *tokens, float *los
   MGT_CHECK(load_tokens(m, tokens));
   step_ctx s = {0, 0};
   double sum = 0.0;
-  MGT_CHECK(forward(m, &s, 0, &sum)); /* keep_exp = 0: the logits are left as they are */
-  MGT_CHECK(m->be->download(m->be->ctx, losses, m->xent.losses, sizeof(float) * (size_t)N));
   float *val = malloc(sizeof(float) * (size_t)N);
   if (!val) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for %d predictions", N);
-  mgt_status st = m->be->argmax(m->be->ctx, m->logits, N, d->Vl, d->nv, val, pred);
+  const head_job job = {0, 0, 0, val, pred}; /* the argmax of each chunk before its loss */
+  mgt_status st = forward(m, &s, &job, &sum);
+  if (st == MGT_OK)
+    st = m->be->download(m->be->ctx, losses, m->xent.losses, sizeof(float) * (size_t)N);
   for (int n = 0; st == MGT_OK && n < N; n++)
     if (pred[n] >= 0) pred[n] += d->v0;
   if (st == MGT_OK)
@@ -942,12 +982,13 @@ mgt_status mgt_gpt_forward_logits(mgt_gpt *m, const int32_t *tokens, int row, fl
   MGT_REQUIRE(row >= 0 && row < d->B * d->T, "row %d outside the batch", row);
   MGT_CHECK(load_tokens(m, tokens));
   step_ctx s = {0, 0};
-  double sum = 0.0;
-  MGT_CHECK(forward(m, &s, 0, &sum));
+  MGT_CHECK(trunk_forward(m, &s));
+  const float *wte = m->w + m->params[m->ix.wte].offset;
+  MGT_CHECK(mgt_tp_column_forward(&m->tp, m->logits, m->lnf + (size_t)row * d->C, wte, NULL, 1,
+                                  d->C, d->Vl)); /* that row only */
   float *shard = malloc(sizeof(float) * (size_t)d->Vl),
         *all = malloc(sizeof(float) * (size_t)d->Vp);
-  mgt_status st = shard && all ? gather_row(m, m->logits + (size_t)row * d->Vl, shard, all, logits)
-                               : MGT_ERR_NOMEM;
+  mgt_status st = shard && all ? gather_row(m, m->logits, shard, all, logits) : MGT_ERR_NOMEM;
   free(shard);
   free(all);
   if (st == MGT_ERR_NOMEM) MGT_FAIL(st, "out of memory gathering logits");
@@ -1278,17 +1319,15 @@ mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tokens, uint64_t 
   const int N = d->B * d->T, C = d->C;
   MGT_CHECK(load_tokens(m, tokens));
   step_ctx s = {sample_base, 1};
-  MGT_CHECK(forward(m, &s, 1, loss_sum));
-  const float *wte = m->w + m->params[m->ix.wte].offset;
-  float *gwte = m->g + m->params[m->ix.wte].offset;
-  MGT_CHECK(mgt_tp_xent_backward(&m->tp, &m->xent, m->logits, m->targets, N, d->Vl, d->nv, d->v0,
-                                 grad_scale));
-  if (d->sp) /* the output layer's input gradient reduce-scattered to this rank's rows */
-    MGT_CHECK(mgt_tp_column_backward_sp(&m->tp, m->sp_loc, m->dtmp, gwte, NULL, m->logits, m->lnf,
-                                        wte, N, C, d->Vl, accumulate));
+  const head_job job = {1, grad_scale, accumulate, NULL, NULL};
+  MGT_CHECK(forward(m, &s, &job, loss_sum));
+  /* the output layer's input gradient summed over the vocabulary shards: all-reduced, or
+     reduce-scattered to this rank's rows */
+  if (d->sp)
+    MGT_CHECK(mgt_tp_sp_scatter(&m->tp, m->sp_loc, m->dtmp));
   else
-    MGT_CHECK(mgt_tp_column_backward(&m->tp, m->dtmp, gwte, NULL, m->logits, m->lnf, wte, N, C,
-                                     d->Vl, accumulate));
+    MGT_CHECK(
+        m->comm->allreduce(m->comm->ctx, m->grid, MGT_AXIS_TP, m->dtmp, (size_t)N * C, MGT_SUM));
   return trunk_backward(m, &s, accumulate, sync_dp && m->grid->dp > 1, 1);
 }
 

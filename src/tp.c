@@ -19,8 +19,7 @@ mgt_status mgt_tp_column_forward_gelu(const mgt_tp *tp, float *pre, float *y, co
   return be->linear_bias_gelu(be->ctx, N, out_l, in, x, in, W, in, b, pre, y);
 }
 
-/* dx = dy W (this rank's part of the sum), dW, db = [dW, db +] local gradients. */
-static mgt_status column_grads(const mgt_tp *tp, float *dx, float *dW, float *db, const float *dy,
+mgt_status mgt_tp_column_grads(const mgt_tp *tp, float *dx, float *dW, float *db, const float *dy,
                                const float *x, const float *W, int N, int in, int out_l,
                                int accumulate) {
   const mgt_backend *be = tp->be;
@@ -34,7 +33,7 @@ static mgt_status column_grads(const mgt_tp *tp, float *dx, float *dW, float *db
 mgt_status mgt_tp_column_backward(const mgt_tp *tp, float *dx, float *dW, float *db,
                                   const float *dy, const float *x, const float *W, int N, int in,
                                   int out_l, int accumulate) {
-  MGT_CHECK(column_grads(tp, dx, dW, db, dy, x, W, N, in, out_l, accumulate));
+  MGT_CHECK(mgt_tp_column_grads(tp, dx, dW, db, dy, x, W, N, in, out_l, accumulate));
   return allreduce(tp, dx, (size_t)N * in, MGT_SUM);
 }
 
@@ -90,7 +89,7 @@ mgt_status mgt_tp_row_forward_sp(const mgt_tp *tp, float *y, float *full, const 
 mgt_status mgt_tp_column_backward_sp(const mgt_tp *tp, float *dx, float *full, float *dW, float *db,
                                      const float *dy, const float *x, const float *W, int N, int in,
                                      int out_l, int accumulate) {
-  MGT_CHECK(column_grads(tp, full, dW, db, dy, x, W, N, in, out_l, accumulate));
+  MGT_CHECK(mgt_tp_column_grads(tp, full, dW, db, dy, x, W, N, in, out_l, accumulate));
   return mgt_tp_sp_scatter(tp, dx, full);
 }
 

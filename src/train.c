@@ -12,6 +12,7 @@
 #include "mgt/json.h"
 #include "mgt/log.h"
 #include "mgt/tasks.h"
+#include "mgt/tensorboard.h"
 
 enum { T_ITERATION, T_FWDBWD, T_OPTIMIZER, T_DATA, N_TIMERS };
 static const char *timer_names[N_TIMERS] = {"iteration", "forward-backward", "optimizer", "data"};
@@ -590,9 +591,19 @@ mgt_status mgt_task_score_set(mgt_gpt *model, const mgt_config *cfg, const mgt_g
   return MGT_OK;
 }
 
+/* Adds TensorBoard scalar "<what> validation" (with several validation sets, "<what> validation
+   <set>"). */
+static mgt_status tb_add_valid(mgt_tb *tb, const char *what, const char *set, double v) {
+  char tag[MGT_PATH_MAX + 64];
+  snprintf(tag, sizeof tag, "%s validation%s%s", what, set ? " " : "", set ? set : "");
+  return mgt_tb_add(tb, tag, v);
+}
+
 /* Scores every validation set of a fine-tuning run (and, with several, all of them together)
-   and reports each: a log line and a metrics line. */
-static mgt_status task_validate(mgt_trainer *tr, int64_t iteration, FILE *log, FILE *metrics) {
+   and reports each: a log line, TensorBoard scalars (flushed first, so that the event file
+   holds whatever the metrics file does) and a metrics line. */
+static mgt_status task_validate(mgt_trainer *tr, int64_t iteration, FILE *log, FILE *metrics,
+                                mgt_tb *tb) {
   const mgt_task_data *d = tr->task;
   const int root = tr->grid->rank == 0;
   int64_t all = 0, right = 0;
@@ -607,6 +618,13 @@ static mgt_status task_validate(mgt_trainer *tr, int64_t iteration, FILE *log, F
             (long long)sc.correct, (long long)sc.examples, sc.loss);
     if (isfinite(sc.f1)) fprintf(log, " | F1: %.4f", sc.f1);
     fputc('\n', log);
+    if (tb) {
+      const char *set = d->n_valid > 1 ? path : NULL;
+      MGT_CHECK(tb_add_valid(tb, "accuracy", set, sc.accuracy));
+      MGT_CHECK(tb_add_valid(tb, "loss", set, sc.loss));
+      if (isfinite(sc.f1)) MGT_CHECK(tb_add_valid(tb, "f1", set, sc.f1));
+      MGT_CHECK(mgt_tb_commit(tb, iteration));
+    }
     if (metrics) {
       fprintf(metrics, "{\"iteration\":%lld,\"task\":\"%s\",\"valid_data\":", (long long)iteration,
               mgt_task_names[tr->cfg.task]);
@@ -623,6 +641,10 @@ static mgt_status task_validate(mgt_trainer *tr, int64_t iteration, FILE *log, F
     fprintf(log, " validation at iteration %lld | %s overall | accuracy: %.4f (%lld/%lld)\n",
             (long long)iteration, mgt_task_names[tr->cfg.task], (double)right / (double)all,
             (long long)right, (long long)all);
+    if (tb) {
+      MGT_CHECK(mgt_tb_add(tb, "accuracy validation overall", (double)right / (double)all));
+      MGT_CHECK(mgt_tb_commit(tb, iteration));
+    }
     if (metrics)
       fprintf(metrics,
               "{\"iteration\":%lld,\"task\":\"%s\",\"valid_data\":\"overall\",\"examples\":%lld,"
@@ -712,6 +734,60 @@ static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm,
   fputs("}\n", f);
 }
 
+/* A TensorBoard scalar, written when `on`. */
+typedef struct tb_scalar {
+  const char *tag;
+  double value;
+  int on;
+} tb_scalar;
+
+/* One event at `step` of the scalars that are on, flushed. */
+static mgt_status tb_write(mgt_tb *tb, int64_t step, const tb_scalar *x, int n) {
+  for (int i = 0; i < n; i++)
+    if (x[i].on) MGT_CHECK(mgt_tb_add(tb, x[i].tag, x[i].value));
+  return mgt_tb_commit(tb, step);
+}
+
+/* The values of metrics_line as TensorBoard scalars at step = iteration, under Megatron-LM's
+   tags where it has them ("lm loss" is also its key for a fine-tuning loss; BERT's "loss" is
+   lm + sop). */
+static mgt_status tb_train(mgt_tb *tb, const mgt_step_stats *s, const loss_means *lm, int kind,
+                           int batch, double ms, double tokens_per_sec, double tflops, int skipped,
+                           int nans) {
+  const tb_scalar x[] = {
+      {"consumed-samples", (double)s->consumed_samples, 1},
+      {kind == 1 ? "loss" : "lm loss", lm->loss, 1},
+      {"accuracy", lm->sop_acc, kind == 2},
+      {"lm loss", lm->lm, kind == 1},
+      {"sop loss", lm->sop, kind == 1},
+      {"sop accuracy", lm->sop_acc, kind == 1},
+      {"learning-rate", s->lr, 1},
+      {"grad-norm", s->grad_norm, 1},
+      {"iteration-time-ms", ms, 1},
+      {"tokens-per-second", tokens_per_sec, 1},
+      {"tflops", tflops, 1},
+      {"skipped-iterations", skipped, 1},
+      {"nan-iterations", nans, 1},
+      {"loss-scale", s->loss_scale, 1},
+      {"batch-size", batch, 1},
+  };
+  return tb_write(tb, s->iteration, x, (int)(sizeof x / sizeof x[0]));
+}
+
+/* The values of a validation metrics line as TensorBoard scalars (Megatron-LM's "lm loss
+   validation" and "lm loss validation ppl"; BERT's "loss validation" is lm + sop). */
+static mgt_status tb_valid(mgt_tb *tb, int64_t iteration, const mgt_valid_stats *v, double ppl,
+                           int bert) {
+  const tb_scalar x[] = {
+      {bert ? "loss validation" : "lm loss validation", v->loss, 1},
+      {"lm loss validation ppl", ppl, 1},
+      {"lm loss validation", v->lm_loss, bert},
+      {"sop loss validation", v->sop_loss, bert},
+      {"sop accuracy validation", v->sop_accuracy, bert},
+  };
+  return tb_write(tb, iteration, x, (int)(sizeof x / sizeof x[0]));
+}
+
 mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic_t *stop,
                            mgt_run_end *end) {
   const mgt_config *c = &tr->cfg;
@@ -723,6 +799,8 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
                 strerror(errno));
   }
   mgt_status st = MGT_OK;
+  mgt_tb *tb = NULL; /* written before the metrics file, so it holds whatever that does */
+  if (root && c->tensorboard_dir[0]) MGT_TRY(mgt_tb_create(c->tensorboard_dir, &tb));
   const int bert = c->model == MGT_MODEL_BERT;
   loss_means acc = {0, 0, 0, 0};
   double t_acc = 0.0;
@@ -747,7 +825,7 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
         tr->task && tr->iters_per_epoch > 0 && s.iteration % tr->iters_per_epoch == 0;
     if (tr->task && mgt_trainer_has_validation(tr) &&
         (s.iteration % c->eval_interval == 0 || s.iteration == c->train_iters || epoch_end)) {
-      MGT_TRY(task_validate(tr, s.iteration, log, metrics));
+      MGT_TRY(task_validate(tr, s.iteration, log, metrics, tb));
     } else if (mgt_trainer_has_validation(tr) &&
                (s.iteration % c->eval_interval == 0 || s.iteration == c->train_iters)) {
       mgt_valid_stats v;
@@ -763,9 +841,11 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
         fprintf(
             log,
             "\n-----------------------------------------------------------------------------\n");
+        if (tb) MGT_TRY(tb_valid(tb, s.iteration, &v, ppl, bert));
         if (metrics) {
-          fprintf(metrics, "{\"iteration\":%lld,\"valid_loss\":%.9g,\"valid_ppl\":%.9g",
-                  (long long)s.iteration, v.loss, ppl);
+          fprintf(metrics, "{\"iteration\":%lld", (long long)s.iteration);
+          json_num(metrics, "valid_loss", v.loss, 9); /* a diverged run's nan is null */
+          json_num(metrics, "valid_ppl", ppl, 9);
           if (bert) {
             json_num(metrics, "valid_lm_loss", v.lm_loss, 9);
             json_num(metrics, "valid_sop_loss", v.sop_loss, 9);
@@ -799,6 +879,9 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
         if (c->fp16) fprintf(log, " | loss scale: %.1f", s.loss_scale);
         fputc('\n', log);
         fflush(log);
+        if (tb)
+          MGT_TRY(tb_train(tb, &s, &mean, c->task ? 2 : bert, c->global_batch_size, ms, tps, tflops,
+                           skipped_acc, nan_acc));
         if (metrics) {
           metrics_line(metrics, &s, &mean, c->task ? 2 : bert, ms, tps, tflops, skipped_acc,
                        nan_acc);
@@ -858,6 +941,7 @@ done:
     mgt_error_set(st, __FILE__, __LINE__, __func__, "%s", first);
     mgt_error_set_agreed(agreed);
   }
+  mgt_tb_destroy(&tb);
   if (metrics && fclose(metrics) != 0 && st == MGT_OK)
     MGT_FAIL(MGT_ERR_IO, "--metrics-file %s: write failed: %s", c->metrics_file, strerror(errno));
   return st;

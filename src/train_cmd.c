@@ -13,6 +13,7 @@
 #include "mgt/device.h"
 #include "mgt/gpt.h"
 #include "mgt/tasks.h"
+#include "mgt/tensorboard.h"
 #include "mgt/tokenizer.h"
 #include "mgt/train.h"
 
@@ -177,6 +178,8 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
                     strerror(errno));
     ok = f && fclose(f) == 0;
   }
+  if (rank == 0 && ok && cfg.tensorboard_dir[0])
+    ok = mgt_tb_check_dir(cfg.tensorboard_dir) == MGT_OK; /* the error is set */
   MPI_Bcast(&ok, 1, MPI_INT, 0, world);
   if (!ok) return mgt_cli_fail(MGT_ERR_INPUT, rank, world, 1);
   if (cfg.dry_run) {

@@ -250,6 +250,63 @@ static void test_recompute(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   mgt_gpt_destroy(&b);
 }
 
+/* The largest difference between two models' gradients, and (*scale) the largest of a's. */
+static double grad_gap(mgt_gpt *a, mgt_gpt *b, double *scale) {
+  const size_t n = mgt_gpt_param_count(a);
+  const float *ga = mgt_gpt_grad_data(a), *gb = mgt_gpt_grad_data(b);
+  double worst = 0;
+  *scale = 1e-30;
+  for (size_t i = 0; i < n; i++) {
+    worst = fmax(worst, fabs((double)ga[i] - gb[i]));
+    *scale = fmax(*scale, fabs(ga[i]));
+  }
+  return worst;
+}
+
+/* --logits-chunk-rows: the output layer in chunks of 3 of the 10 rows (the last one short) has
+   the finite-difference gradient, the loss and gradients of one chunk within rounding,
+   gradient accumulation, and plans one chunk of logits. */
+static void test_logit_chunks(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
+  mgt_config c = tiny();
+  T_OK(mgt_config_finalize(&c, 1));
+  mgt_config k = c;
+  k.logits_chunk_rows = 3;
+  mgt_gpt *a = NULL, *b = NULL;
+  T_OK(mgt_gpt_create(&c, grid, be, comm, &a));
+  T_OK(mgt_gpt_create(&k, grid, be, comm, &b));
+  T_CHECK(mgt_gpt_get_dims(a)->logit_rows == 10 && mgt_gpt_get_dims(b)->logit_rows == 3,
+          "logit rows %d and %d", mgt_gpt_get_dims(a)->logit_rows, mgt_gpt_get_dims(b)->logit_rows);
+  test_gradient(b);
+  test_accumulate(b);
+  const double la = loss_of(a), lb = loss_of(b);
+  double scale;
+  const double worst = grad_gap(a, b, &scale);
+  T_CHECK(fabs(la - lb) <= 1e-6 * fabs(la) && worst <= 1e-6 * scale,
+          "output layer in chunks: loss %.9g (one chunk %.9g), gradients %.3g apart", lb, la,
+          worst);
+  float la_rows[10], lb_rows[10];
+  T_OK(mgt_gpt_forward_losses(a, tokens, la_rows));
+  T_OK(mgt_gpt_forward_losses(b, tokens, lb_rows));
+  int32_t pa[10], pb[10];
+  T_OK(mgt_gpt_forward_predict(a, tokens, la_rows, pa));
+  T_OK(mgt_gpt_forward_predict(b, tokens, lb_rows, pb));
+  T_CHECK(!memcmp(pa, pb, sizeof pa), "predictions differ with the output layer in chunks");
+  for (int r = 0; r < 10; r++)
+    T_CHECK(fabsf(la_rows[r] - lb_rows[r]) <= 1e-6f * fabsf(la_rows[r]), "row %d: loss %.9g, %.9g",
+            r, lb_rows[r], la_rows[r]);
+  mgt_gpt_memory ma, mb;
+  mgt_gpt_memory_plan(&c, 1, &ma);
+  mgt_gpt_memory_plan(&k, 1, &mb);
+  const size_t Vl = (size_t)mgt_gpt_get_dims(a)->Vl, r16 = 16 * sizeof(float);
+  const size_t la_b = (10 * Vl * sizeof(float) + r16 - 1) / r16 * r16,
+               lb_b = (3 * Vl * sizeof(float) + r16 - 1) / r16 * r16;
+  T_CHECK(ma.activations_full - mb.activations_full == la_b - lb_b,
+          "chunked logits plan %zu bytes less, not %zu", ma.activations_full - mb.activations_full,
+          la_b - lb_b);
+  mgt_gpt_destroy(&a);
+  mgt_gpt_destroy(&b);
+}
+
 /* --use-flash-attn: the finite-difference gradient of every tensor; loss and gradients within
    rounding of the materialized attention (GPT, and BERT's padding mask); full recomputation
    bit for bit; the plan without the T x T buffers. */
@@ -265,12 +322,9 @@ static void test_flash(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
     if (!bert) test_gradient(b);
     const double la = loss_of(a), lb = loss_of(b);
     const size_t n = mgt_gpt_param_count(a);
-    const float *ga = mgt_gpt_grad_data(a), *gb = mgt_gpt_grad_data(b);
-    double worst = 0, scale = 1e-30;
-    for (size_t i = 0; i < n; i++) {
-      worst = fmax(worst, fabs((double)ga[i] - gb[i]));
-      scale = fmax(scale, fabs(ga[i]));
-    }
+    double scale;
+    const double worst = grad_gap(a, b, &scale);
+    const float *gb = mgt_gpt_grad_data(b);
     T_CHECK(fabs(la - lb) <= 1e-5 * fabs(la) && worst <= 1e-5 * scale,
             "%s with --use-flash-attn: loss %.9g (materialized %.9g), gradients %.3g apart "
             "(largest %.3g)",
@@ -391,6 +445,7 @@ int main(int argc, char **argv) {
   mgt_gpt_destroy(&m);
   test_recompute(grid, be, &comm);
   make_bert_rows();
+  test_logit_chunks(grid, be, &comm);
   test_flash(grid, be, &comm);
   for (int post_ln = 0; post_ln < 2; post_ln++)
     test_bert(grid, be, &comm, post_ln, 1);

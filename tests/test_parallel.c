@@ -8,7 +8,7 @@
    distopt-overlap; sp (--sequence-parallel on the layout only, with micro-batches of 3 samples so
    that a rank's rows start mid-sample and span two samples), distopt-sp, distopt-sp-overlap,
    recompute-sp, selective-sp, block-sp; flash and flash-sp (--use-flash-attn, the reference
-   too). */
+   too); chunks and chunks-sp (the layout's output layer in chunks of 7 rows). */
 #include <mpi.h>
 #include <string.h>
 
@@ -18,7 +18,8 @@
 
 enum { ITERS = 20 };
 
-static int overlap, recompute, distopt, selective, block, sp, flash;
+static int overlap, recompute, distopt, selective, block, sp, flash, chunks;
+static int layout_run; /* the run on the layout, not the one-rank reference */
 
 static mgt_config test_config(int tp, int dist, int seqpar) {
   mgt_config c;
@@ -48,6 +49,7 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
   c.sequence_parallel = seqpar;
   if (sp) c.micro_batch_size = 3, c.global_batch_size = 24; /* the reference too */
   c.use_flash_attn = flash;
+  c.logits_chunk_rows = chunks && layout_run ? 7 : 0; /* several chunks, the last one short */
   c.overlap_param_gather = dist && overlap;
   if (distopt) c.clip_grad = 0.05; /* the global norm, summed over shards, must be exact */
   c.mock_data = 1;
@@ -135,6 +137,7 @@ int main(int argc, char **argv) {
   if (distopt && strstr(argv[2], "overlap")) overlap = 1;
   sp = argc > 2 && (strcmp(argv[2], "sp") == 0 || strstr(argv[2], "-sp") != NULL);
   flash = argc > 2 && strncmp(argv[2], "flash", 5) == 0;
+  chunks = argc > 2 && strncmp(argv[2], "chunks", 6) == 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   mgt_grid *grid = NULL, *single = NULL;
   T_OK(mgt_grid_create(MPI_COMM_WORLD, tp, &grid));
@@ -146,6 +149,7 @@ int main(int argc, char **argv) {
     pref = run(single, 1, 0, 0, ref, &nref);
     mgt_grid_destroy(&single);
   }
+  layout_run = 1;
   float *p = run(grid, tp, distopt, sp, got, &n);
   if (rank == 0) {
     double worst = 0;
@@ -163,8 +167,9 @@ int main(int argc, char **argv) {
     printf("tp=%d dp=%d%s%s: %d iterations, worst loss difference %.2e relative, final loss %.6f "
            "(one rank %.6f)\n",
            grid->tp, grid->dp,
-           sp ? (flash ? " (flash attention, sequence parallel)" : " (sequence parallel)")
-              : (flash ? " (flash attention)" : ""),
+           chunks ? " (logits in chunks of 7 rows)"
+           : sp   ? (flash ? " (flash attention, sequence parallel)" : " (sequence parallel)")
+                  : (flash ? " (flash attention)" : ""),
            distopt ? (overlap ? " (distributed optimizer, overlapped reduce-scatter and all-gather)"
                               : " (distributed optimizer)")
            : overlap ? " (overlapped gradient all-reduce)"

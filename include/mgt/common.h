@@ -114,6 +114,11 @@ MGT_NODISCARD mgt_status mgt_reserve_file(const char *path, uint64_t bytes);
    free); errors name the flag (or other origin) `flag`. Not collective. */
 MGT_NODISCARD mgt_status mgt_read_file(const char *flag, const char *path, char **buf, size_t *n);
 
+/* mkdir -p: creates directory `dir` and any missing parents (0755). A part that cannot be
+   created, or a `dir` that is not a directory, fails with MGT_ERR_INPUT naming the flag (or
+   other origin) `flag`, the part and why. Not collective. */
+MGT_NODISCARD mgt_status mgt_make_dirs(const char *flag, const char *dir);
+
 #ifdef __cplusplus
 }
 #endif

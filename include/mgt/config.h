@@ -66,6 +66,7 @@ typedef struct mgt_config {
   int overlap_param_gather;      /* its parameter all-gather non-blocking, under the forward */
   int sequence_parallel;         /* rows outside the tensor-parallel regions split over tp_comm */
   int use_flash_attn;            /* attention in tiles, without the T x T probabilities */
+  int logits_chunk_rows;         /* GPT's output layer in chunks of rows; 0: 64 MiB of logits */
   int dry_run;
   /* devices and precision */
   int device;              /* MGT_DEVICE_* */
@@ -119,6 +120,7 @@ typedef struct mgt_config {
   /* logging */
   int log_interval;
   char metrics_file[MGT_PATH_MAX];
+  char tensorboard_dir[MGT_PATH_MAX]; /* rank 0 writes TensorBoard event files here */
 } mgt_config;
 
 /* Megatron-LM's defaults where it has them; a small model otherwise. */

@@ -27,7 +27,8 @@ typedef struct mgt_preprocess_opts {
   int append_eod;
   int split_sentences; /* one sequence per sentence (BERT), documents kept apart */
   int skip_bad_lines;
-  int log_interval_mb; /* progress line on rank 0 every this many MB of its share */
+  int log_interval_s; /* seconds between progress lines on stderr when it is not a terminal */
+  int dataset_impl;   /* 0: hdf5 (PREFIX.h5); 1: mmap, Megatron-LM's PREFIX_KEY_LEVEL.bin/.idx */
 } mgt_preprocess_opts;
 
 void mgt_preprocess_defaults(mgt_preprocess_opts *o);
@@ -45,17 +46,22 @@ MGT_NODISCARD mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Co
 
 /* ---- reading ---- */
 
-/* What a dataset file says about itself. */
+/* What a dataset file says about itself. A Megatron-LM dataset (PREFIX.bin and PREFIX.idx,
+   io/mmidx.h) records no tokenizer: its tokenizer and vocab_hash are empty, vocab_size 0 and
+   eod_id, max_token_id -1. */
 typedef struct mgt_dataset_info {
   char path[MGT_PATH_MAX];
+  char format[16]; /* "hdf5" or "megatron" */
+  char dtype[16];  /* the tokens' type: uint16, uint32, or any of Megatron-LM's */
   char tokenizer[64];
   char vocab_hash[65];
   int64_t vocab_size, eod_id, n_tokens, n_documents, max_token_id;
   int64_t n_sentences; /* -1: not split into sentences */
-  int token_bytes;     /* 2 or 4 */
+  int token_bytes;
 } mgt_dataset_info;
 
-/* Reads the attributes of PREFIX.h5 (or PATH when it ends in .h5). Not collective. */
+/* Reads what PREFIX.h5 (or PATH when it ends in .h5) says about itself, or, without
+   PREFIX.h5, Megatron-LM's PREFIX.idx (checking PREFIX.bin). Not collective. */
 MGT_NODISCARD mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info);
 
 /* Training and validation samples from cfg->data_path, cfg->split and cfg->seed, for

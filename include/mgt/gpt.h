@@ -33,6 +33,7 @@ typedef struct mgt_gpt_dims {
   /* --sequence-parallel (tp > 1): outside the tensor-parallel regions this rank holds token
      rows [r0, r0 + Nl) of the micro-batch's B*T; otherwise r0 = 0, Nl = B*T */
   int sp, r0, Nl;
+  int logit_rows; /* GPT: rows of output-layer logits held at once (--logits-chunk-rows) */
 } mgt_gpt_dims;
 
 /* Bytes one rank needs, computed before anything is allocated. */

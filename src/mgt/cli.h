@@ -26,6 +26,9 @@ int mgt_cli_local_ranks(MPI_Comm world);
 /* `mgt train ...` and `mgt finetune ...` (src/train_cmd.c). Collective over `world`. */
 int mgt_cli_train(int argc, char **argv, MPI_Comm world);
 
+/* `mgt dataset info ...` (src/dataset_cmd.c). Collective over `world`. */
+int mgt_cli_dataset(int argc, char **argv, MPI_Comm world);
+
 /* `mgt ckpt ...` (src/ckpt_cmd.c). Collective over `world`. */
 int mgt_cli_ckpt(int argc, char **argv, MPI_Comm world);
 

@@ -29,6 +29,11 @@ MGT_NODISCARD mgt_status mgt_tp_column_forward_gelu(const mgt_tp *tp, float *pre
 MGT_NODISCARD mgt_status mgt_tp_column_forward(const mgt_tp *tp, float *y, const float *x,
                                                const float *W, const float *b, int N, int in,
                                                int out_l);
+/* dx (N, in) = this rank's part dy W of the input gradient (not yet summed over the group);
+   dW, db = [dW, db +] local gradients. */
+MGT_NODISCARD mgt_status mgt_tp_column_grads(const mgt_tp *tp, float *dx, float *dW, float *db,
+                                             const float *dy, const float *x, const float *W, int N,
+                                             int in, int out_l, int accumulate);
 /* dx (N, in) = all-reduce of dy W over the group (f); dW, db = [dW, db +] local gradients. */
 MGT_NODISCARD mgt_status mgt_tp_column_backward(const mgt_tp *tp, float *dx, float *dW, float *db,
                                                 const float *dy, const float *x, const float *W,
