@@ -2,8 +2,8 @@
 # mgt plot: loss curves of real metrics files (two GPT runs with different --lr, one at tp=2 on
 # 2 ranks, and a BERT run; a file a resumed run appended to; fine-tuning lines with two
 # validation sets) drawn overlaid, linear and --log-scale, against iterations and --x tokens.
-# Every SVG is rendered by a real renderer (rsvg-convert, from librsvg2-bin: jobs/deps.sh
-# --test) into a PNG of the requested size with the runs' colours in it, and a truncated SVG
+# Every SVG is rendered by a real renderer (rsvg-convert, from librsvg2-bin: jobs/deps.sh)
+# into a PNG of the requested size with the runs' colours in it, and a truncated SVG
 # must make the renderer fail; each SVG is parsed as XML, has a legend entry per run with its
 # label (file names with & < > and quotes), and its polylines and markers, mapped back through
 # the axis ranges it carries (checked against its tick labels), give the metrics' values within
@@ -15,7 +15,7 @@ MGT=$1 MPIEXEC=$2
 . "$(dirname "$0")/lib.sh"
 
 if ! command -v rsvg-convert >/dev/null; then
-  echo "FAIL: rsvg-convert not found: install librsvg2-bin (jobs/deps.sh --test does)"
+  echo "FAIL: rsvg-convert not found: install librsvg2-bin (jobs/deps.sh does)"
   exit 1
 fi
 
