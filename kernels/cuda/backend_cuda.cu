@@ -62,6 +62,9 @@ struct cuda_ctx {
   double *dsum;  /* sumsq's result */
   double *dpart; /* sumsq's partial sums, one per block */
   size_t dpart_n;
+  /* AdamW's segment table on the device, and the host copy it was made from */
+  mgt_segment *dsegs, *hsegs;
+  size_t dsegs_n, hsegs_n;
   float *fscratch;
   size_t fscratch_n;
   float *host; /* pinned staging for argmax values */
@@ -224,6 +227,8 @@ void cu_destroy(void *ctx) {
   cudaFree(c->half[1]);
   cudaFree(c->dsum);
   cudaFree(c->dpart);
+  cudaFree(c->dsegs);
+  free(c->hsegs);
   cudaFree(c->fscratch);
   cudaFreeHost(c->host);
   for (int i = 0; i < LT_PLANS; i++)
@@ -1467,9 +1472,14 @@ mgt_status cu_sumsq(void *ctx, const float *x, const mgt_segment *segs, int nseg
   return MGT_OK;
 }
 
-__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float b1, float b2,
-                        float lr, float eps, float gs, float ib1, float ib2, float wd) {
-  GRID_STRIDE(i, n) {
+/* One launch for every segment: blockIdx.y is the segment, x strides over its elements. */
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, const mgt_segment *segs,
+                        float b1, float b2, float lr, float eps, float gs, float ib1, float ib2) {
+  const mgt_segment sg = segs[blockIdx.y];
+  const float wd = sg.weight_decay;
+  for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < sg.n;
+       j += (size_t)blockDim.x * gridDim.x) {
+    const size_t i = sg.offset + j;
     float gi = g[i] * gs;
     float mi = b1 * m[i] + (1.0f - b1) * gi;
     float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
@@ -1481,15 +1491,28 @@ __global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, 
 
 mgt_status cu_adamw(void *ctx, float *p, const float *g, float *m, float *v,
                     const mgt_segment *segs, int nseg, const mgt_adamw_step *s) {
-  cudaStream_t st = C_(ctx)->stream;
-  for (int k = 0; k < nseg; k++) {
-    size_t off = segs[k].offset, n = segs[k].n;
-    if (!n) continue;
-    k_adamw<<<blocks_for(n, 256), 256, 0, st>>>(
-        p + off, g + off, m + off, v + off, n, s->beta1, s->beta2, s->lr, s->eps, s->grad_scale,
-        1.0f / s->bias_correction1, 1.0f / s->bias_correction2, segs[k].weight_decay);
-    LAUNCHED();
+  cuda_ctx *c = C_(ctx);
+  if (nseg <= 0) return MGT_OK;
+  MGT_REQUIRE(nseg <= 65535, "AdamW over %d segments exceeds one launch's grid", nseg);
+  /* the table changes only with the model: uploaded when it differs from the last one */
+  const size_t bytes = sizeof(mgt_segment) * (size_t)nseg;
+  if (c->hsegs_n != bytes || memcmp(c->hsegs, segs, bytes) != 0) {
+    MGT_CHECK(grow((void **)&c->dsegs, &c->dsegs_n, bytes));
+    CU(cudaMemcpy(c->dsegs, segs, bytes, cudaMemcpyHostToDevice));
+    free(c->hsegs);
+    c->hsegs = static_cast<mgt_segment *>(malloc(bytes));
+    c->hsegs_n = c->hsegs ? bytes : 0;
+    if (c->hsegs) memcpy(c->hsegs, segs, bytes);
   }
+  size_t most = 0;
+  for (int k = 0; k < nseg; k++)
+    most = segs[k].n > most ? segs[k].n : most;
+  if (!most) return MGT_OK;
+  const dim3 grid(blocks_for(most, 256) < 1024u ? blocks_for(most, 256) : 1024u, (unsigned)nseg);
+  k_adamw<<<grid, 256, 0, c->stream>>>(p, g, m, v, c->dsegs, s->beta1, s->beta2, s->lr, s->eps,
+                                       s->grad_scale, 1.0f / s->bias_correction1,
+                                       1.0f / s->bias_correction2);
+  LAUNCHED();
   return MGT_OK;
 }
 
