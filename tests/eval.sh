@@ -103,7 +103,7 @@ PY
   --overlapping-eval 32 > "$tmp/lm" 2>&1 || { cat "$tmp/lm"; fail "lm --text"; }
 $PY - "$tmp/wiki.txt" "$tmp/wikiids" "$tmp/lm" "$tmp"/wt_* <<'PY' || fail "wikitext103 results"
 import json, math, sys
-last = lambda f: json.loads(open(f).read().strip().splitlines()[-1])
+last = lambda f: json.loads([l for l in open(f).read().splitlines() if l.startswith("{")][-1])
 raw = open(sys.argv[1], encoding="utf-8").read()
 n_ids = len(open(sys.argv[2]).read().split())
 lm = last(sys.argv[3])
@@ -136,7 +136,7 @@ head -c 2400 "$tmp/wikiids" | awk '{NF--; print}' > "$tmp/ids.txt"
 $PY "$TESTS/gpt2_numpy.py" "$tmp/hf" "$tmp/ids.txt" 48 20 > "$tmp/numpy.json" || fail "numpy GPT-2"
 $PY - "$tmp/lmids" "$tmp/numpy.json" <<'PY' || fail "windows against numpy"
 import json, sys
-a = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+a = json.loads([l for l in open(sys.argv[1]).read().splitlines() if l.startswith("{")][-1])
 b = json.loads(open(sys.argv[2]).read())
 print("windows of 48 every 20: mgt %.7f over %d targets, numpy float64 %.7f over %d" %
       (a["avg_loss"], a["tokens"], b["avg_loss"], b["tokens"]))
@@ -187,7 +187,7 @@ def correct(ids, nt):
     return all(pred[t] == ids[t + 1] for t in range(len(ids) - 1 - nt, len(ids) - 1))
 ref_a = sum(correct(*e) for e in examples[:40])
 ref_b = sum(correct(*e) for e in examples[40:])
-last = lambda f: json.loads(open(f).read().strip().splitlines()[-1])
+last = lambda f: json.loads([l for l in open(f).read().splitlines() if l.startswith("{")][-1])
 cut = sys.argv.index("--")
 a, b = [last(f) for f in sys.argv[3:cut]], [last(f) for f in sys.argv[cut + 1:]]
 print("strict 'of the': %d/%d (numpy %d); real LAMBADA, non-strict: %d/%d (numpy %d)" %

@@ -23,7 +23,7 @@ PY
   "$MGT" preprocess --input "$tmp/docs.jsonl" --output-prefix "$3" --split-sentences \
     --tokenizer-type BertWordPieceLowerCase --vocab-file "$V" >"$tmp/pp.log" 2>&1 ||
     { cat "$tmp/pp.log"; exit 1; }
-  tail -1 "$tmp/pp.log"
+  grep "wrote" "$tmp/pp.log" | tail -1
 }
 
 # expect WHAT CMD...: CMD exits 2 with one error line, containing WHAT
