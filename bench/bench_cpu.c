@@ -18,15 +18,7 @@
 #include "mgt/log.h"
 #include "mgt/train.h"
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "median.h"
 
 /* FLOP/s of independent FMA chains on every thread: the peak the cores can issue. Both
    vector widths are tried; the wider one only counts where the core runs it at full rate. */

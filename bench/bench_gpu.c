@@ -25,15 +25,7 @@
 #include "mgt/log.h"
 #include "mgt/train.h"
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "median.h"
 
 /* n*n bfloat16 values uniform in [-1, 1) (bits of mgt_round_bf16's result) from a fixed seed,
    uploaded to d through the host buffer h. */

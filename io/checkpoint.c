@@ -361,11 +361,15 @@ static mgt_status create_datasets(hid_t file, hid_t lcpl, const mgt_state *s, co
   return MGT_OK;
 }
 
-/* The bytes of tensors [0, i) of the list: how far a save or load in list order has come. */
-static double bytes_before(const mgt_state *s, int i) {
+/* The bytes of tensor i: a save or load in list order adds them up as its progress. */
+static double bytes_of(const mgt_state *s, int i) {
+  return (double)mgt_state_numel(&s->t[i]) * mgt_dtype_size(s->t[i].dtype);
+}
+
+static double bytes_all(const mgt_state *s) {
   double b = 0;
-  for (int k = 0; k < i; k++)
-    b += (double)mgt_state_numel(&s->t[k]) * mgt_dtype_size(s->t[k].dtype);
+  for (int i = 0; i < s->n; i++)
+    b += bytes_of(s, i);
   return b;
 }
 
@@ -374,9 +378,10 @@ static double bytes_before(const mgt_state *s, int i) {
 static mgt_status write_slabs(hid_t file, hid_t dxpl, const mgt_state *s, float *staging,
                               uint64_t *sums, const char *what, FILE *prog) {
   mgt_progress pr;
-  mgt_progress_start(&pr, prog, "checkpoint save", bytes_before(s, s->n), "GB", 1e-9, 0);
-  for (int i = 0; i < s->n; i++) {
-    mgt_progress_update(&pr, bytes_before(s, i), NULL);
+  mgt_progress_start(&pr, prog, "checkpoint save", bytes_all(s), "GB", 1e-9, 0);
+  double so_far = 0;
+  for (int i = 0; i < s->n; so_far += bytes_of(s, i), i++) {
+    mgt_progress_update(&pr, so_far, NULL);
     const mgt_state_tensor *t = &s->t[i];
     part pt;
     part_of(t, &pt);
@@ -948,9 +953,10 @@ done:
 static mgt_status read_slabs(hid_t f, const char *path, const mgt_state *s, int R, float *staging,
                              uint64_t *sums, uint64_t *want, FILE *prog) {
   mgt_progress pr;
-  mgt_progress_start(&pr, prog, "checkpoint load", bytes_before(s, s->n), "GB", 1e-9, 0);
-  for (int i = 0; i < s->n; i++) {
-    mgt_progress_update(&pr, bytes_before(s, i), NULL);
+  mgt_progress_start(&pr, prog, "checkpoint load", bytes_all(s), "GB", 1e-9, 0);
+  double so_far = 0;
+  for (int i = 0; i < s->n; so_far += bytes_of(s, i), i++) {
+    mgt_progress_update(&pr, so_far, NULL);
     const mgt_state_tensor *t = &s->t[i];
     part pt;
     part_of(t, &pt);
