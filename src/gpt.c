@@ -114,6 +114,10 @@ struct mgt_gpt {
      forward needs the bucket's parameters */
   mgt_comm_req *greqs;
   char *gathering;
+  /* --bf16/--fp16: the backend keeps a 16-bit copy of the weights (set_weights), which bucket
+     b's GEMMs may read only after its refresh: stale[b] is set whenever its parameters may
+     have changed (NULL: no copies) */
+  char *stale;
 };
 
 /* ---- parameter layout ---- */
@@ -450,7 +454,9 @@ void mgt_gpt_memory_plan_grid(const mgt_config *cfg, int tp, int dp, mgt_gpt_mem
   }
   const rplan rp = recompute_plan(cfg, d.L);
   mem->activations = layout_activations(&probe, &d, &rp) * sizeof(float);
-  mem->total = mem->params + mem->grads + mem->optimizer + mem->activations;
+  if ((cfg->bf16 || cfg->fp16) && !cfg->no_weight_copies) /* set_weights' copy */
+    mem->weight_copies = floats * (cfg->device == MGT_DEVICE_CUDA ? 2 : sizeof(float));
+  mem->total = mem->params + mem->weight_copies + mem->grads + mem->optimizer + mem->activations;
 }
 
 /* Parameters of the LM head (without the tied output) and of the pooler with the SOP head. */
@@ -668,7 +674,12 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   if (d->sp) MGT_TRY(plan_rows(m));
   MGT_TRY(plan_buckets(m));
   if (cfg->use_distributed_optimizer) MGT_TRY(plan_shards(m));
+  if ((cfg->bf16 || cfg->fp16) && !cfg->no_weight_copies && be->set_weights) {
+    MGT_TRY(mgt_calloc((size_t)m->n_buckets, "weight copy flags", (void **)&m->stale));
+    MGT_TRY(be->set_weights(be->ctx, m->w, m->n_floats));
+  }
   MGT_TRY(init_params(m));
+  mgt_gpt_weights_changed(m);
   *out = m;
   return MGT_OK;
 done:
@@ -682,6 +693,7 @@ void mgt_gpt_destroy(mgt_gpt **model) {
   mgt_gpt *m = *model;
   if (!m) return;
   (void)params_ready(m, -1); /* no all-gather left writing into freed memory */
+  if (m->stale) (void)m->be->set_weights(m->be->ctx, m->w, 0);
   if (m->be) {
     if (m->gshard && m->gshard != m->g) m->be->free(m->be->ctx, m->gshard);
     if (m->w) m->be->free(m->be->ctx, m->w);
@@ -705,6 +717,7 @@ void mgt_gpt_destroy(mgt_gpt **model) {
   mgt_free(m->greqs);
   mgt_free(m->sp_counts);
   mgt_free(m->gathering);
+  mgt_free(m->stale);
   mgt_free(m);
   *model = NULL;
 }
@@ -842,6 +855,26 @@ static mgt_status params_ready(mgt_gpt *m, int b) {
   return MGT_OK;
 }
 
+void mgt_gpt_weights_changed(mgt_gpt *m) {
+  if (m->stale) memset(m->stale, 1, (size_t)m->n_buckets);
+}
+
+/* params_ready, then bucket b's (every bucket's with b < 0) 16-bit weights remade where they
+   are stale: once per optimizer step, before the first GEMM that reads them. */
+static mgt_status weights_ready(mgt_gpt *m, int b) {
+  MGT_CHECK(params_ready(m, b));
+  for (int k = 0; m->stale && k < m->n_buckets; k++) {
+    if (!m->stale[k] || (b >= 0 && k != b)) continue;
+    int first, last;
+    bucket_params(m, k, &first, &last);
+    const size_t lo = m->params[first].offset,
+                 hi = m->params[last - 1].offset + m->params[last - 1].numel;
+    MGT_CHECK(m->be->refresh_weights(m->be->ctx, lo, hi - lo));
+    m->stale[k] = 0;
+  }
+  return MGT_OK;
+}
+
 static mgt_status trunk_forward(mgt_gpt *m, const step_ctx *s) {
   const mgt_backend *be = m->be;
   void *bc = be->ctx;
@@ -849,7 +882,7 @@ static mgt_status trunk_forward(mgt_gpt *m, const step_ctx *s) {
   const int N = d->B * d->T, C = d->C, Nl = d->Nl;
   const float *wte = m->w + m->params[m->ix.wte].offset, *wpe = m->w + m->params[m->ix.wpe].offset;
 
-  MGT_CHECK(params_ready(m, d->L + 1)); /* buckets: 0 final LayerNorm and heads, L - l layer l */
+  MGT_CHECK(weights_ready(m, d->L + 1)); /* buckets: 0 final LayerNorm and heads, L - l layer l */
   if (d->sp) /* the lookup's sum over the vocabulary shards, reduce-scattered to the rows */
     MGT_CHECK(
         mgt_tp_embedding_forward_sp(&m->tp, m->res[0], m->lnf, m->inputs, wte, N, C, d->v0, d->Vl));
@@ -868,10 +901,10 @@ static mgt_status trunk_forward(mgt_gpt *m, const step_ctx *s) {
       be->dropout_forward(bc, m->res[0], m->res[0], NULL, (size_t)Nl * C, (size_t)d->T * C, &de));
 
   for (int l = 0; l < d->L; l++) {
-    MGT_CHECK(params_ready(m, d->L - l));
+    MGT_CHECK(weights_ready(m, d->L - l));
     MGT_CHECK(layer_forward(m, l, m->res[l], m->res[l + 1], acts_of(m, l), s));
   }
-  MGT_CHECK(params_ready(m, 0));
+  MGT_CHECK(weights_ready(m, 0));
   const mgt_param *lnf = &m->params[m->ix.lnf];
   /* the heads see every row: under sequence parallelism they are gathered into m->lnf */
   MGT_CHECK(be->layernorm_forward(bc, d->sp ? m->sp_loc : m->lnf, m->lnf_mean, m->lnf_rstd,
@@ -1008,7 +1041,7 @@ struct mgt_gpt_decoder {
 };
 
 mgt_status mgt_gpt_decoder_create(mgt_gpt *m, int max_len, mgt_gpt_decoder **out) {
-  MGT_CHECK(params_ready(m, -1));
+  MGT_CHECK(weights_ready(m, -1));
   *out = NULL;
   const mgt_gpt_dims *d = &m->d;
   MGT_REQUIRE(!d->bert, "BERT is not a generative model: no decoding");
@@ -1058,7 +1091,7 @@ void mgt_gpt_decoder_destroy(mgt_gpt_decoder **pd) {
 
 mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *logits) {
   mgt_gpt *m = dec->m;
-  MGT_CHECK(params_ready(m, -1));
+  MGT_CHECK(weights_ready(m, -1));
   const mgt_gpt_dims *d = &m->d;
   const mgt_backend *be = m->be;
   void *bc = be->ctx;
@@ -1604,7 +1637,8 @@ const mgt_param *mgt_gpt_params(const mgt_gpt *m, int *count) {
   return m->params;
 }
 float *mgt_gpt_param_data(mgt_gpt *m) {
-  (void)params_ready(m, -1); /* the caller reads them: a failed wait has aborted MPI anyway */
+  (void)params_ready(m, -1);  /* the caller reads them: a failed wait has aborted MPI anyway */
+  mgt_gpt_weights_changed(m); /* or writes them */
   return m->w;
 }
 float *mgt_gpt_grad_data(mgt_gpt *m) { return m->g; }
@@ -1634,6 +1668,7 @@ mgt_status mgt_gpt_gather_params(mgt_gpt *m) {
                                     overlap ? &m->greqs[p] : NULL));
     m->gathering[b] = (char)overlap;
   }
+  mgt_gpt_weights_changed(m);
   return MGT_OK;
 }
 const mgt_segment *mgt_gpt_segments(const mgt_gpt *m, int *count) {
@@ -1676,5 +1711,6 @@ mgt_status mgt_gpt_describe(const mgt_config *cfg, int tp, int tp_rank, int dp_r
 
 mgt_status mgt_gpt_state(mgt_gpt *m, mgt_state *out) {
   MGT_CHECK(params_ready(m, -1)); /* a checkpoint reads every parameter */
+  mgt_gpt_weights_changed(m);     /* and a load writes them */
   return list_params(m->params, m->n_params, m->grid->tp_rank, m->grid->dp_rank, m->w, m->be, out);
 }

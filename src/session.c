@@ -62,6 +62,7 @@ mgt_status mgt_session_open_model(mgt_session *s, MPI_Comm world) {
   mgt_state list = {0};
   mgt_status st = mgt_mpi_agree(world, mgt_gpt_state(s->model, &list));
   if (st == MGT_OK) st = mgt_ckpt_load(s->path, world, &list, &s->state);
+  mgt_gpt_weights_changed(s->model);
   mgt_state_fini(&list);
   return st;
 }

@@ -102,6 +102,7 @@ static mgt_status load_pretrained(mgt_trainer *tr) {
       fresh++;
   }
   if (st == MGT_OK) st = mgt_ckpt_load(path, g->world, &both, &ps);
+  mgt_gpt_weights_changed(tr->model);
   if (st == MGT_OK && tr->log) {
     fprintf(tr->log,
             "loaded %d tensors of the pretrained checkpoint %s (iteration %lld); %d start from "
@@ -229,6 +230,7 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
     double t0 = mgt_now();
     MGT_TRY(trainer_state(tr, with_optim, &list));
     MGT_TRY(mgt_ckpt_load(path, grid->world, &list, &saved));
+    mgt_gpt_weights_changed(tr->model);
     double dt = mgt_now() - t0;
     if (!cfg->finetune) {
       tr->iteration = saved.iteration;
@@ -956,6 +958,9 @@ void mgt_print_memory_plan(const mgt_config *cfg, int tp, int dp, FILE *f) {
   const double MiB = 1024.0 * 1024.0;
   fprintf(f, "memory per rank (MiB):\n");
   fprintf(f, "  parameters          %12.1f\n", m.params / MiB);
+  if (m.weight_copies)
+    fprintf(f, "  16-bit weights      %12.1f  (remade once per step; --no-weight-copies)\n",
+            m.weight_copies / MiB);
   fprintf(f, "  gradients           %12.1f\n", m.grads / MiB);
   if (cfg->use_distributed_optimizer && dp > 1)
     fprintf(f, "  optimizer (Adam)    %12.1f  (a shard of %d, --use-distributed-optimizer)\n",

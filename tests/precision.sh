@@ -35,6 +35,19 @@ run fp16_fixed 1 1 --fp16 --loss-scale 1024
 # the loss scaler is part of the checkpoint: stop at 30, resume, and match the run above
 run fp16_first 1 1 --fp16 --hysteresis 2 --save "$tmp/ckpt" --exit-interval 30
 run fp16_resumed 1 1 --fp16 --hysteresis 2 --load "$tmp/ckpt"
+# the 16-bit weight copies (made once per step) multiply the numbers each GEMM would round
+# itself: bit for bit the runs without them, also where the parameters change other ways
+# (skipped fp16 steps, a resumed checkpoint, the distributed optimizer's all-gathers)
+run bf16_nc 1 1 --bf16 --no-weight-copies
+run bf16_tp2_nc 2 2 --bf16 --no-weight-copies
+run fp16_nc 1 1 --fp16 --hysteresis 2 --no-weight-copies
+run dist 4 2 --bf16 --use-distributed-optimizer --overlap-param-gather --overlap-grad-reduce
+run dist_nc 4 2 --bf16 --use-distributed-optimizer --overlap-param-gather --overlap-grad-reduce \
+  --no-weight-copies
+"$MGT" train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 \
+  --micro-batch-size 8 --global-batch-size 16 --bf16 --dry-run >"$tmp/plan.txt" 2>&1
+grep -q "16-bit weights" "$tmp/plan.txt" ||
+  { echo "FAIL: --dry-run does not count the 16-bit weights"; fails=$((fails + 1)); }
 grep -q "bf16 GEMM inputs" "$tmp/bf16.log" || { echo "FAIL: the layout line does not name bf16"; fails=$((fails + 1)); }
 grep -q "loss scale:" "$tmp/fp16.log" || { echo "FAIL: the fp16 log line has no loss scale"; fails=$((fails + 1)); }
 
@@ -78,6 +91,16 @@ assert [r["iteration"] for r in resumed] == list(range(1, 61)), "the resumed run
 assert all(a["loss"] == b["loss"] and a["loss_scale"] == b["loss_scale"] for a, b in zip(f, resumed)), \
     "an fp16 run resumed from iteration 30 differs from the uninterrupted one"
 print("ok: fp16 resumed at iteration 30 equals the uninterrupted run bit for bit, scale included")
+for a, b in (("bf16", "bf16_nc"), ("bf16_tp2", "bf16_tp2_nc"), ("fp16", "fp16_nc"),
+             ("dist", "dist_nc")):
+    ra, rb = rows(a), rows(b)
+    assert len(ra) == len(rb) == 60 and all(
+        x["loss"] == y["loss"] and x["grad_norm"] == y["grad_norm"] for x, y in zip(ra, rb)), \
+        f"{a}: the 16-bit weight copies change the run"
+assert all(a["loss"] == b["loss"] for a, b in zip(rows("fp16_nc"), resumed)), \
+    "fp16 resumed with weight copies differs from the run without"
+print("ok: 16-bit weight copies: bf16 (1 rank, tp=2, distributed optimizer with both overlaps), "
+      "fp16 with skipped steps and resumed, bit for bit as without them")
 fx = rows("fp16_fixed")
 assert all(r["loss_scale"] == 1024 for r in fx) and all(r["skipped_iterations"] == 0 for r in fx)
 close("fp16_fixed")

@@ -78,8 +78,17 @@ typedef struct mgt_backend {
   mgt_status (*sync)(void *ctx);
   /* Releases what the backend holds (handles, streams, scratch); NULL if nothing. */
   void (*destroy)(void *ctx);
-  /* Sets the precision of gemm's inputs from now on. */
+  /* Sets the precision of gemm's inputs from now on; a change drops the weights' copies
+     (set_weights), so that no GEMM reads values rounded to another format. */
   mgt_status (*set_precision)(void *ctx, mgt_precision prec);
+  /* 16-bit copies of the weights, made once per step instead of once per GEMM: registers the
+     fp32 parameters [w, w + n) (n = 0 forgets them if w is the registered start) and, under a
+     16-bit precision, allocates their rounded copy, which gemm and linear_bias_gelu then read for
+     any operand that lies inside [w, w + n) instead of rounding it again. The copy is only as fresh
+     as the last refresh_weights of each range, which the caller makes after the parameters change
+     and before the next GEMM reads them; at fp32 both do nothing. */
+  mgt_status (*set_weights)(void *ctx, const float *w, size_t n);
+  mgt_status (*refresh_weights)(void *ctx, size_t offset, size_t n);
 
   /* p = std * N(0,1) by logical element index, or 0 on padding. */
   mgt_status (*init_normal)(void *ctx, float *p, const mgt_shard *sh, uint64_t seed,

@@ -72,6 +72,7 @@ typedef struct mgt_config {
   int device;              /* MGT_DEVICE_* */
   int distributed_backend; /* MGT_DIST_BACKEND_*; -1: NCCL where it can run, else MPI */
   int fp16, bf16;          /* 16-bit GEMM inputs, fp32 master weights */
+  int no_weight_copies;    /* 16-bit: round the weights in every GEMM, not once per step */
   double loss_scale;       /* fp16: a fixed scale; 0: dynamic */
   double initial_loss_scale;
   double min_loss_scale;

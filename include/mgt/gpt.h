@@ -39,11 +39,12 @@ typedef struct mgt_gpt_dims {
 /* Bytes one rank needs, computed before anything is allocated. */
 typedef struct mgt_gpt_memory {
   size_t params, grads, optimizer;
+  size_t weight_copies;         /* --bf16/--fp16: the 16-bit weights (floats on CPUs) */
   size_t activations;           /* as configured */
   size_t activations_full;      /* without recomputation */
   size_t activations_recompute; /* with full recomputation, one layer per chunk */
   size_t activations_selective; /* with --recompute-granularity selective */
-  size_t total;                 /* params + grads + optimizer + activations as configured */
+  size_t total; /* params + weight copies + grads + optimizer + activations as configured */
 } mgt_gpt_memory;
 
 enum { MGT_PARAM_NAME = 64 };
@@ -171,6 +172,10 @@ float *mgt_gpt_grad_shard(mgt_gpt *m, size_t *first, size_t *n);
 /* --use-distributed-optimizer: every rank's updated shard of the parameters to every
    data-parallel rank (nothing otherwise). Collective over dp_comm. */
 MGT_NODISCARD mgt_status mgt_gpt_gather_params(mgt_gpt *m);
+/* The parameters were written by other means than the optimizer's (a checkpoint load through
+   the state list, a copy into mgt_gpt_param_data): their 16-bit copies are remade before the
+   next GEMM that reads them. mgt_gpt_param_data and mgt_gpt_state imply it. Not collective. */
+void mgt_gpt_weights_changed(mgt_gpt *m);
 /* Optimizer segments (weight decay and norm ownership per tensor); `count` receives n. */
 const mgt_segment *mgt_gpt_segments(const mgt_gpt *m, int *count);
 /* Appends the model's parameters to `out` as "model/<name>" entries: this rank's slabs in the

@@ -25,11 +25,17 @@ static void cpu_destroy(void *ctx) {
   cpu_ctx *c = ctx;
   free(c->scratch[0]);
   free(c->scratch[1]);
+  mgt_free(c->wcopy);
   mgt_free(c);
 }
 
 static mgt_status cpu_set_precision(void *ctx, mgt_precision prec) {
-  ((cpu_ctx *)ctx)->precision = prec;
+  cpu_ctx *c = ctx;
+  if (prec != c->precision) { /* the copies hold the old format's values */
+    mgt_free(c->wcopy);
+    c->wcopy = NULL;
+  }
+  c->precision = prec;
   return MGT_OK;
 }
 
@@ -50,6 +56,8 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
   be->sync = cpu_sync;
   be->destroy = cpu_destroy;
   be->set_precision = cpu_set_precision;
+  be->set_weights = cpu_set_weights;
+  be->refresh_weights = cpu_refresh_weights;
   be->init_normal = cpu_init_normal;
   be->fill = cpu_fill;
   be->gemm = cpu_gemm;

@@ -44,6 +44,11 @@ typedef struct cpu_ctx {
   mgt_precision precision;
   float *scratch[2];
   size_t scratch_n[2];
+  /* set_weights: the fp32 parameters and their rounded copy (NULL at fp32 or after a change
+     of precision), in floats so that BLAS multiplies it as it is */
+  const float *wbase;
+  size_t wn;
+  float *wcopy;
 } cpu_ctx;
 
 /* Largest team the reductions keep per-thread partials for. */
@@ -55,6 +60,8 @@ mgt_status cpu_fill(void *ctx, float *p, size_t n, float value);
 mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc);
+mgt_status cpu_set_weights(void *ctx, const float *w, size_t n);
+mgt_status cpu_refresh_weights(void *ctx, size_t offset, size_t n);
 mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
                                 const float *W, int ldw, const float *b, float *pre, float *out);
 mgt_status cpu_add_bias(void *ctx, float *y, const float *b, int N, int C);
@@ -128,6 +135,10 @@ static inline int cpu_key_limit(const int32_t *keylen, int b, int T, int i) {
 /* Keep flags of row i's keys [j0, j0 + n) of global head hg: mask words ((hg*T + i)*T + j). */
 void cpu_attn_mask(uint8_t *keep, const mgt_dropout *d, int b, int hg, int T, int i, int j0, int n,
                    uint32_t thr);
+/* Head dims of the 16-bit tensor-core flash attention (kernels/cuda/flash16.cu). Under bf16
+   or fp16 flash.c rounds its operands for these head dims only: for any other the CUDA
+   backend runs its fp32 kernels, and the twins must keep the same numerics. */
+static inline int cpu_flash16_hd(int hd) { return hd == 32 || hd == 64 || hd == 128; }
 /* Widths, scales and the dropout threshold of an attention call. */
 typedef struct cpu_att {
   int Cl, ld; /* local width Hl*hd; qkv row stride */

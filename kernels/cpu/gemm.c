@@ -53,14 +53,52 @@ static mgt_status rounded(cpu_ctx *c, int k, const float *src, int rows, int col
   return MGT_OK;
 }
 
+mgt_status cpu_set_weights(void *ctx, const float *w, size_t n) {
+  cpu_ctx *c = ctx;
+  if (!n && w != c->wbase) return MGT_OK; /* another owner's registration stays */
+  mgt_free(c->wcopy);
+  c->wcopy = NULL, c->wbase = w, c->wn = n;
+  if (n && c->precision != MGT_PREC_FP32)
+    MGT_CHECK(mgt_calloc(n * sizeof(float), "16-bit copies of the weights", (void **)&c->wcopy));
+  return MGT_OK;
+}
+
+mgt_status cpu_refresh_weights(void *ctx, size_t offset, size_t n) {
+  cpu_ctx *c = ctx;
+  if (!c->wcopy) return MGT_OK;
+  MGT_REQUIRE(offset <= c->wn && n <= c->wn - offset,
+              "refresh of weights [%zu, %zu) outside the %zu registered", offset, offset + n,
+              c->wn);
+  const float *src = c->wbase + offset;
+  float *dst = c->wcopy + offset;
+  const int bf = c->precision == MGT_PREC_BF16;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++)
+    dst[i] = bf ? mgt_round_bf16(src[i]) : mgt_round_fp16(src[i]);
+  return MGT_OK;
+}
+
+/* A 16-bit operand: its part of the weights' copy when it lies inside the registered
+   weights, else rounded into scratch slot k. */
+static mgt_status operand(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
+                          const float **out) {
+  const size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+  if (c->wcopy && src >= c->wbase && src < c->wbase + c->wn &&
+      n <= (size_t)(c->wbase + c->wn - src)) {
+    *out = c->wcopy + (src - c->wbase);
+    return MGT_OK;
+  }
+  return rounded(c, k, src, rows, cols, ld, out);
+}
+
 mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc) {
   if (M == 0 || N == 0) return MGT_OK;
   cpu_ctx *c = ctx;
   if (c && c->precision != MGT_PREC_FP32 && K > 0) {
-    MGT_CHECK(rounded(c, 0, A, transa ? K : M, transa ? M : K, lda, &A));
-    MGT_CHECK(rounded(c, 1, B, transb ? N : K, transb ? K : N, ldb, &B));
+    MGT_CHECK(operand(c, 0, A, transa ? K : M, transa ? M : K, lda, &A));
+    MGT_CHECK(operand(c, 1, B, transb ? N : K, transb ? K : N, ldb, &B));
   }
   cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
               M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

@@ -59,6 +59,11 @@ struct cuda_ctx {
   mgt_precision precision;
   void *half[2]; /* 16-bit copies of GEMM inputs */
   size_t half_n[2];
+  /* set_weights: the fp32 parameters and their 16-bit copy in the current precision's format
+     (NULL at fp32 or after a change of precision) */
+  const float *wbase;
+  size_t wn;
+  void *wcopy;
   double *dsum;  /* sumsq's result */
   double *dpart; /* sumsq's partial sums, one per block */
   size_t dpart_n;
@@ -225,6 +230,7 @@ void cu_destroy(void *ctx) {
   cudaStreamSynchronize(c->stream);
   cudaFree(c->half[0]);
   cudaFree(c->half[1]);
+  cudaFree(c->wcopy);
   cudaFree(c->dsum);
   cudaFree(c->dpart);
   cudaFree(c->dsegs);
@@ -248,7 +254,13 @@ void cu_destroy(void *ctx) {
 mgt_status cu_set_precision(void *ctx, mgt_precision prec) {
   MGT_REQUIRE(prec == MGT_PREC_FP32 || prec == MGT_PREC_BF16 || prec == MGT_PREC_FP16,
               "unknown precision %d", (int)prec);
-  C_(ctx)->precision = prec;
+  cuda_ctx *c = C_(ctx);
+  if (prec != c->precision && c->wcopy) { /* the copies hold the old format's values */
+    CU(cudaStreamSynchronize(c->stream));
+    CU(cudaFree(c->wcopy));
+    c->wcopy = NULL;
+  }
+  c->precision = prec;
   return MGT_OK;
 }
 
@@ -314,10 +326,48 @@ __global__ void k_round(T *dst, const float *src, int rows, int cols, int ld) {
   }
 }
 
-/* A 16-bit copy of a rows x cols row-major matrix (leading dimension ld) in slot k. */
+template <typename T> __global__ void k_round_flat(T *dst, const float *src, size_t n) {
+  GRID_STRIDE(i, n) store16(&dst[i], src[i]);
+}
+
+mgt_status cu_set_weights(void *ctx, const float *w, size_t n) {
+  cuda_ctx *c = C_(ctx);
+  if (!n && w != c->wbase) return MGT_OK; /* another owner's registration stays */
+  if (c->wcopy) {
+    CU(cudaStreamSynchronize(c->stream));
+    CU(cudaFree(c->wcopy));
+  }
+  c->wcopy = NULL, c->wbase = w, c->wn = n;
+  if (n && c->precision != MGT_PREC_FP32) CU(cudaMalloc(&c->wcopy, n * 2));
+  return MGT_OK;
+}
+
+mgt_status cu_refresh_weights(void *ctx, size_t offset, size_t n) {
+  cuda_ctx *c = C_(ctx);
+  if (!c->wcopy || n == 0) return MGT_OK;
+  MGT_REQUIRE(offset <= c->wn && n <= c->wn - offset,
+              "refresh of weights [%zu, %zu) outside the %zu registered", offset, offset + n,
+              c->wn);
+  if (c->precision == MGT_PREC_BF16)
+    k_round_flat<<<blocks_for(n, 256), 256, 0, c->stream>>>(
+        (__nv_bfloat16 *)c->wcopy + offset, c->wbase + offset, n);
+  else
+    k_round_flat<<<blocks_for(n, 256), 256, 0, c->stream>>>((__half *)c->wcopy + offset,
+                                                            c->wbase + offset, n);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+/* A 16-bit copy of a rows x cols row-major matrix (leading dimension ld): its part of the
+   weights' copy when it lies inside the registered weights, else rounded into slot k. */
 mgt_status half_copy(cuda_ctx *c, int k, const float *src, int rows, int cols, int ld,
                      const void **out) {
   size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+  if (c->wcopy && src >= c->wbase && src < c->wbase + c->wn &&
+      n <= (size_t)(c->wbase + c->wn - src)) {
+    *out = (const uint16_t *)c->wcopy + (src - c->wbase);
+    return MGT_OK;
+  }
   MGT_CHECK(grow(&c->half[k], &c->half_n[k], n * 2));
   if (c->precision == MGT_PREC_BF16)
     k_round<__nv_bfloat16><<<blocks_for((size_t)rows * cols, 256), 256, 0, c->stream>>>(
@@ -1600,6 +1650,8 @@ extern "C" mgt_status mgt_backend_cuda_create_on(int device, void *stream, void 
   be->sync = cu_sync;
   be->destroy = cu_destroy;
   be->set_precision = cu_set_precision;
+  be->set_weights = cu_set_weights;
+  be->refresh_weights = cu_refresh_weights;
   be->init_normal = cu_init_normal;
   be->fill = cu_fill;
   be->gemm = cu_gemm;
