@@ -1,8 +1,28 @@
 /* Collectives on device buffers for the CUDA backend: NCCL communicators built from the
    grid's MPI communicators, or MPI on device pointers when the MPI library is CUDA-aware, or
    MPI through pinned host staging. Host buffers (losses, norms, gathered logits) go to the
-   plain MPI implementation. NCCL work is ordered on the stream passed in (the backend's); the MPI
-   paths wait for the stream first, since MPI cannot see it. */
+   plain MPI implementation. NCCL work is ordered after the work on the stream passed in (the
+   backend's, "compute stream"): tensor-parallel collectives on that stream, data-parallel ones
+   on a communication stream (the stream rule below); the MPI paths wait for the compute stream
+   first, since MPI cannot see it, and finish before they return.
+
+   The stream rule. NCCL kernels wait on the GPU for their peers, so every rank must run the
+   collectives of one NCCL communicator in the same order; two collectives of one communicator
+   on two streams could run in either order and, ranks choosing differently, wait for each other
+   forever. So each communicator has exactly one stream: the tensor-parallel communicator the
+   compute stream, where its collectives sit between the kernels that need them; the
+   data-parallel communicator the communication stream, for started and blocking calls alike
+   (bucket all-reduces, the distributed optimizer's reduce-scatters and all-gathers, any other
+   device collective over dp_comm; losses and norms are host doubles and go through MPI). The
+   host issues a communicator's calls in program order, the same on every rank because every
+   call is collective over it, and a stream runs its work in issue order: every rank runs them in
+   one order. A call on the communication stream first makes that stream wait for the compute
+   stream's work so far (so the collective reads the buffers as the program left them); a
+   blocking call then makes the compute stream wait for its end, a started one keeps its
+   completion event in the request for test (cudaEventQuery) and wait (the compute stream waits
+   for the event). The host waits in neither. The two communicators' kernels may then run at the
+   same time on the GPU, as with PyTorch's and Megatron-LM's communication streams: each uses a
+   few SMs, and the communication stream has the highest priority. */
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -29,8 +49,20 @@ typedef struct cuda_comm {
      which no device collective uses (the gradient norm's world sum is a host double): a
      device collective over the world goes through MPI (through_nccl) */
   ncclComm_t nccl[3];
+  /* the communication stream of the data-parallel communicator (NULL without one), and the
+     events that order it against the compute stream: fork and join are re-recorded for every
+     call (a stream waits for an event as it was when the wait was enqueued); completion events
+     of started collectives come from a pool: all[0..n_all) were made, idle[0..n_idle) are in
+     no request. The pool grows only while more collectives are in flight than ever before
+     (in the first step, beyond the EVENTS_AHEAD made with the communicator). */
+  cudaStream_t side;
+  cudaEvent_t fork, join;
+  cudaEvent_t *all, *idle;
+  int n_all, n_idle, cap;
 #endif
 } cuda_comm;
+
+enum { EVENTS_AHEAD = 64 };
 
 #define CU(call)                                                                                   \
   do {                                                                                             \
@@ -53,6 +85,74 @@ static int through_nccl(const cuda_comm *c, mgt_axis axis) {
   return c->mode == MGT_DIST_NCCL && c->nccl[axis] != NULL;
 }
 #endif
+
+#ifdef MGT_HAVE_NCCL
+/* One more completion event in the pool. */
+static mgt_status event_make(cuda_comm *c) {
+  if (c->n_all == c->cap) {
+    const int cap = c->cap ? 2 * c->cap : EVENTS_AHEAD;
+    cudaEvent_t *all = realloc(c->all, sizeof *all * (size_t)cap);
+    if (!all) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for %d CUDA events", cap);
+    c->all = all;
+    cudaEvent_t *idle = realloc(c->idle, sizeof *idle * (size_t)cap);
+    if (!idle) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for %d CUDA events", cap);
+    c->idle = idle;
+    c->cap = cap;
+  }
+  cudaEvent_t e;
+  CU(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  c->all[c->n_all++] = e;
+  c->idle[c->n_idle++] = e;
+  return MGT_OK;
+}
+
+static mgt_status event_take(cuda_comm *c, cudaEvent_t *e) {
+  if (c->n_idle == 0) MGT_CHECK(event_make(c));
+  *e = c->idle[--c->n_idle];
+  return MGT_OK;
+}
+
+static void event_give(cuda_comm *c, cudaEvent_t e) { c->idle[c->n_idle++] = e; }
+
+/* The stream an NCCL call over axis is issued on (the stream rule): the data-parallel
+   communicator's is the communication stream, made to wait for the compute stream's work so
+   far. */
+static mgt_status nccl_enter(cuda_comm *c, mgt_axis axis, cudaStream_t *s) {
+  *s = c->stream;
+  if (axis != MGT_AXIS_DP || !c->side) return MGT_OK;
+  CU(cudaEventRecord(c->fork, c->stream));
+  CU(cudaStreamWaitEvent(c->side, c->fork, 0));
+  *s = c->side;
+  return MGT_OK;
+}
+
+/* After the NCCL call on s: on the communication stream, a started collective (req non-NULL)
+   keeps its completion event in req, and the compute stream waits for a blocking one. On the
+   compute stream the collective is already in order (req->event stays NULL). */
+static mgt_status nccl_leave(cuda_comm *c, cudaStream_t s, mgt_comm_req *req) {
+  if (s == c->stream) return MGT_OK;
+  if (!req) {
+    CU(cudaEventRecord(c->join, s));
+    CU(cudaStreamWaitEvent(c->stream, c->join, 0));
+    return MGT_OK;
+  }
+  cudaEvent_t e;
+  MGT_CHECK(event_take(c, &e));
+  cudaError_t err = cudaEventRecord(e, s);
+  if (err != cudaSuccess) event_give(c, e);
+  CU(err);
+  req->event = e;
+  return MGT_OK;
+}
+#endif
+
+/* A request that is finished (or ordered on the compute stream) as soon as it is made. */
+static void req_done(mgt_comm_req *req, mgt_axis axis) {
+  if (!req) return;
+  req->mpi = MPI_REQUEST_NULL;
+  req->axis = axis;
+  req->event = NULL;
+}
 
 static int on_device(const void *p) {
   struct cudaPointerAttributes a;
@@ -77,22 +177,27 @@ static mgt_status stage(cuda_comm *c, size_t n) {
   return MGT_OK;
 }
 
-static mgt_status cu_allreduce(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
-                               mgt_redop op) {
-  cuda_comm *c = ctx;
+/* An all-reduce of device floats; started only (req non-NULL, made finished by the caller) on
+   the communication stream, otherwise finished or in order on the compute stream. */
+static mgt_status device_allreduce(cuda_comm *c, const mgt_grid *g, mgt_axis axis, float *buf,
+                                   size_t n, mgt_redop op, mgt_comm_req *req) {
   int size;
   MPI_Comm mc = mgt_grid_axis_comm(g, axis, &size);
   if (size == 1 || n == 0) return MGT_OK;
-  if (!on_device(buf)) return c->host.allreduce(c->host.ctx, g, axis, buf, n, op);
   MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu floats exceeds the count limit", n);
   double t0 = mgt_now();
 #ifdef MGT_HAVE_NCCL
   if (through_nccl(c, axis)) {
-    NCCL(ncclAllReduce(buf, buf, n, ncclFloat, op == MGT_MAX ? ncclMax : ncclSum, c->nccl[axis],
-                       c->stream));
+    cudaStream_t s;
+    MGT_CHECK(nccl_enter(c, axis, &s));
+    NCCL(
+        ncclAllReduce(buf, buf, n, ncclFloat, op == MGT_MAX ? ncclMax : ncclSum, c->nccl[axis], s));
+    MGT_CHECK(nccl_leave(c, s, req));
     account(c, axis, t0, n * sizeof(float));
     return MGT_OK;
   }
+#else
+  (void)req;
 #endif
   CU(cudaStreamSynchronize(c->stream));
   MPI_Op mop = op == MGT_MAX ? MPI_MAX : MPI_SUM;
@@ -108,6 +213,13 @@ static mgt_status cu_allreduce(void *ctx, const mgt_grid *g, mgt_axis axis, floa
   return MGT_OK;
 }
 
+static mgt_status cu_allreduce(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
+                               mgt_redop op) {
+  cuda_comm *c = ctx;
+  if (!on_device(buf)) return c->host.allreduce(c->host.ctx, g, axis, buf, n, op);
+  return device_allreduce(c, g, axis, buf, n, op, NULL);
+}
+
 static mgt_status cu_allreduce_f64(void *ctx, const mgt_grid *g, mgt_axis axis, double *buf,
                                    size_t n, mgt_redop op) {
   cuda_comm *c = ctx;
@@ -120,24 +232,58 @@ static mgt_status cu_allreduce_maxloc(void *ctx, const mgt_grid *g, mgt_axis axi
   return c->host.allreduce_maxloc(c->host.ctx, g, axis, val, idx, n);
 }
 
-/* Device all-reduces complete in order on the stream (NCCL) or at once (MPI): the request
-   is already finished. */
+/* Started on the communication stream (NCCL over the data-parallel communicator); elsewhere
+   the request is finished at once (MPI) or in order on the compute stream (NCCL over the
+   tensor-parallel communicator). */
 static mgt_status cu_iallreduce(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
                                 mgt_redop op, mgt_comm_req *req) {
   cuda_comm *c = ctx;
   if (!on_device(buf)) return c->host.iallreduce(c->host.ctx, g, axis, buf, n, op, req);
-  req->mpi = MPI_REQUEST_NULL;
-  req->axis = axis;
-  return cu_allreduce(ctx, g, axis, buf, n, op);
+  req_done(req, axis);
+  return device_allreduce(c, g, axis, buf, n, op, req);
 }
 
+/* A started NCCL collective: the compute stream waits for its completion event, and the event
+   goes back to the pool (the wait keeps the event as it is now, so it may be recorded again).
+   Anything else: MPI's wait. */
 static mgt_status cu_wait(void *ctx, mgt_comm_req *req) {
   cuda_comm *c = ctx;
+#ifdef MGT_HAVE_NCCL
+  if (req->event) {
+    double t0 = mgt_now();
+    cudaEvent_t e = (cudaEvent_t)req->event;
+    CU(cudaStreamWaitEvent(c->stream, e, 0)); /* on failure the request keeps its event */
+    req->event = NULL;
+    event_give(c, e);
+    account(c, req->axis, t0, 0);
+    return MGT_OK;
+  }
+#endif
   return c->host.wait(c->host.ctx, req);
 }
 
+/* A started NCCL collective is done when its completion event has completed; then it needs no
+   wait (the work is over, so anything enqueued later sees its result). */
 static mgt_status cu_test(void *ctx, mgt_comm_req *req, int *done) {
   cuda_comm *c = ctx;
+#ifdef MGT_HAVE_NCCL
+  if (req->event) {
+    double t0 = mgt_now();
+    cudaEvent_t e = (cudaEvent_t)req->event;
+    cudaError_t err = cudaEventQuery(e);
+    *done = 0;
+    if (err == cudaErrorNotReady) {
+      (void)cudaGetLastError(); /* not an error: leave none behind for the next check */
+    } else {
+      CU(err);
+      *done = 1;
+      req->event = NULL;
+      event_give(c, e);
+    }
+    account(c, req->axis, t0, 0);
+    return MGT_OK;
+  }
+#endif
   return c->host.test(c->host.ctx, req, done);
 }
 
@@ -151,7 +297,10 @@ static mgt_status cu_allgather(void *ctx, const mgt_grid *g, mgt_axis axis, cons
   double t0 = mgt_now();
 #ifdef MGT_HAVE_NCCL
   if (through_nccl(c, axis)) {
-    NCCL(ncclAllGather(in, out, n, ncclFloat, c->nccl[axis], c->stream));
+    cudaStream_t s;
+    MGT_CHECK(nccl_enter(c, axis, &s));
+    NCCL(ncclAllGather(in, out, n, ncclFloat, c->nccl[axis], s));
+    MGT_CHECK(nccl_leave(c, s, NULL));
     account(c, axis, t0, n * sizeof(float));
     return MGT_OK;
   }
@@ -170,7 +319,8 @@ static mgt_status cu_allgather(void *ctx, const mgt_grid *g, mgt_axis axis, cons
   return MGT_OK;
 }
 
-/* NCCL has no variable counts: a reduce to each part's owner, grouped. MPI on device pointers
+/* NCCL has no variable counts: a reduce to each part's owner, grouped (started on the
+   communication stream with req over the data-parallel communicator). MPI on device pointers
    or through the pinned stage otherwise (finished at once). */
 static mgt_status cu_reduce_scatter(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in,
                                     float *out, const int *counts, mgt_comm_req *req) {
@@ -178,7 +328,7 @@ static mgt_status cu_reduce_scatter(void *ctx, const mgt_grid *g, mgt_axis axis,
   int size, rank;
   MPI_Comm mc = mgt_grid_axis_comm(g, axis, &size);
   if (!on_device(in)) return c->host.reduce_scatter(c->host.ctx, g, axis, in, out, counts, req);
-  if (req) req->mpi = MPI_REQUEST_NULL, req->axis = axis;
+  req_done(req, axis);
   MGT_MPI(MPI_Comm_rank(mc, &rank));
   size_t n = 0;
   for (int q = 0; q < size; q++)
@@ -195,20 +345,20 @@ static mgt_status cu_reduce_scatter(void *ctx, const mgt_grid *g, mgt_axis axis,
     int even = 1; /* sequence parallelism's blocks: NCCL's own reduce-scatter */
     for (int q = 1; q < size; q++)
       even &= counts[q] == counts[0];
+    cudaStream_t s;
+    MGT_CHECK(nccl_enter(c, axis, &s));
     if (even) {
-      NCCL(ncclReduceScatter(in, out, (size_t)counts[0], ncclFloat, ncclSum, c->nccl[axis],
-                             c->stream));
-      account(c, axis, t0, n * sizeof(float));
-      return MGT_OK;
+      NCCL(ncclReduceScatter(in, out, (size_t)counts[0], ncclFloat, ncclSum, c->nccl[axis], s));
+    } else {
+      NCCL(ncclGroupStart());
+      size_t at = 0;
+      for (int q = 0; q < size; q++) {
+        NCCL(ncclReduce(in + at, out, (size_t)counts[q], ncclFloat, ncclSum, q, c->nccl[axis], s));
+        at += (size_t)counts[q];
+      }
+      NCCL(ncclGroupEnd());
     }
-    NCCL(ncclGroupStart());
-    size_t at = 0;
-    for (int q = 0; q < size; q++) {
-      NCCL(ncclReduce(in + at, out, (size_t)counts[q], ncclFloat, ncclSum, q, c->nccl[axis],
-                      c->stream));
-      at += (size_t)counts[q];
-    }
-    NCCL(ncclGroupEnd());
+    MGT_CHECK(nccl_leave(c, s, req));
     account(c, axis, t0, n * sizeof(float));
     return MGT_OK;
   }
@@ -232,7 +382,7 @@ static mgt_status cu_allgatherv(void *ctx, const mgt_grid *g, mgt_axis axis, flo
   int size;
   (void)mgt_grid_axis_comm(g, axis, &size);
   if (!on_device(buf)) return c->host.allgatherv(c->host.ctx, g, axis, buf, counts, displs, req);
-  if (req) req->mpi = MPI_REQUEST_NULL, req->axis = axis; /* ordered on the stream, or done */
+  req_done(req, axis); /* unless started on the communication stream below */
   if (size == 1) return MGT_OK;
   size_t n = 0;
   for (int q = 0; q < size; q++)
@@ -240,14 +390,16 @@ static mgt_status cu_allgatherv(void *ctx, const mgt_grid *g, mgt_axis axis, flo
   double t0 = mgt_now();
 #ifdef MGT_HAVE_NCCL
   if (through_nccl(c, axis)) { /* each part broadcast by its owner, grouped */
+    cudaStream_t s;
+    MGT_CHECK(nccl_enter(c, axis, &s));
     NCCL(ncclGroupStart());
     size_t at = 0;
     for (int q = 0; q < size; q++) {
-      NCCL(ncclBroadcast(buf + at, buf + at, (size_t)counts[q], ncclFloat, q, c->nccl[axis],
-                         c->stream));
+      NCCL(ncclBroadcast(buf + at, buf + at, (size_t)counts[q], ncclFloat, q, c->nccl[axis], s));
       at += (size_t)counts[q];
     }
     NCCL(ncclGroupEnd());
+    MGT_CHECK(nccl_leave(c, s, req));
     account(c, axis, t0, n * sizeof(float));
     return MGT_OK;
   }
@@ -275,7 +427,10 @@ static mgt_status cu_broadcast(void *ctx, const mgt_grid *g, mgt_axis axis, void
   MGT_REQUIRE(bytes <= INT_MAX, "broadcast of %zu bytes exceeds the count limit", bytes);
 #ifdef MGT_HAVE_NCCL
   if (through_nccl(c, axis)) {
-    NCCL(ncclBroadcast(buf, buf, bytes, ncclChar, root, c->nccl[axis], c->stream));
+    cudaStream_t s;
+    MGT_CHECK(nccl_enter(c, axis, &s));
+    NCCL(ncclBroadcast(buf, buf, bytes, ncclChar, root, c->nccl[axis], s));
+    MGT_CHECK(nccl_leave(c, s, NULL));
     return MGT_OK;
   }
 #endif
@@ -332,6 +487,19 @@ static mgt_status nccl_over(MPI_Comm mc, const char *what, ncclComm_t *out) {
   NCCL(ncclCommInitRank(out, size, msg.id, rank));
   return MGT_OK;
 }
+
+/* The communication stream (at the device's highest priority, so its kernels are scheduled
+   ahead of the compute stream's), its two ordering events and the first pooled events. */
+static mgt_status side_create(cuda_comm *c) {
+  int least = 0, greatest = 0;
+  CU(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  CU(cudaStreamCreateWithPriority(&c->side, cudaStreamNonBlocking, greatest));
+  CU(cudaEventCreateWithFlags(&c->fork, cudaEventDisableTiming));
+  CU(cudaEventCreateWithFlags(&c->join, cudaEventDisableTiming));
+  for (int i = 0; i < EVENTS_AHEAD; i++)
+    MGT_CHECK(event_make(c));
+  return MGT_OK;
+}
 #endif
 
 mgt_status mgt_comm_cuda_create(mgt_comm *comm, const mgt_grid *grid, void *stream_ptr,
@@ -358,6 +526,7 @@ mgt_status mgt_comm_cuda_create(mgt_comm *comm, const mgt_grid *grid, void *stre
        leave the other groups' ranks waiting for it in the data-parallel setup */
     st = mgt_mpi_agree(grid->world, st);
     if (st == MGT_OK) st = nccl_over(grid->dp_comm, "data-parallel", &c->nccl[MGT_AXIS_DP]);
+    if (st == MGT_OK && c->nccl[MGT_AXIS_DP]) st = side_create(c);
   }
 #endif
   comm->grid = grid;
@@ -381,8 +550,18 @@ void mgt_comm_cuda_destroy(mgt_comm *comm) {
   cuda_comm *c = comm->ctx;
   if (!c) return;
 #ifdef MGT_HAVE_NCCL
+  /* collectives still in flight (a step that failed before its waits) end before their
+     communicator, events and buffers go */
+  if (c->side) cudaStreamSynchronize(c->side);
   for (int a = 0; a < 3; a++)
     if (c->nccl[a]) ncclCommDestroy(c->nccl[a]);
+  for (int i = 0; i < c->n_all; i++)
+    cudaEventDestroy(c->all[i]);
+  free(c->all);
+  free(c->idle);
+  if (c->fork) cudaEventDestroy(c->fork);
+  if (c->join) cudaEventDestroy(c->join);
+  if (c->side) cudaStreamDestroy(c->side);
 #endif
   cudaFreeHost(c->stage);
   free(c);

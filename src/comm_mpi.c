@@ -81,6 +81,7 @@ static mgt_status mpi_iallreduce(void *ctx, const mgt_grid *g, mgt_axis axis, fl
   MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
   req->mpi = MPI_REQUEST_NULL;
   req->axis = axis;
+  req->event = NULL;
   if (size == 1 || n == 0) return MGT_OK;
   MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu floats exceeds MPI's count limit", n);
   double t0 = mgt_now();
@@ -130,7 +131,7 @@ static mgt_status mpi_reduce_scatter(void *ctx, const mgt_grid *g, mgt_axis axis
   int size, rank;
   MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
   MGT_MPI(MPI_Comm_rank(c, &rank));
-  if (req) req->mpi = MPI_REQUEST_NULL, req->axis = axis;
+  if (req) req->mpi = MPI_REQUEST_NULL, req->axis = axis, req->event = NULL;
   if (size == 1) {
     if (counts[0] > 0 && out != in) memcpy(out, in, sizeof(float) * (size_t)counts[0]);
     return MGT_OK;
@@ -151,7 +152,7 @@ static mgt_status mpi_allgatherv(void *ctx, const mgt_grid *g, mgt_axis axis, fl
                                  const int *counts, const int *displs, mgt_comm_req *req) {
   int size;
   MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
-  if (req) req->mpi = MPI_REQUEST_NULL, req->axis = axis;
+  if (req) req->mpi = MPI_REQUEST_NULL, req->axis = axis, req->event = NULL;
   if (size == 1) return MGT_OK;
   size_t n = 0;
   for (int q = 0; q < size; q++)

@@ -2,7 +2,12 @@
 # Training on the GPU against the CPU: 20 iterations of a small model (dropout on) at tp=1 and
 # tp=2 (two ranks may share one GPU; also with --sequence-parallel, --use-flash-attn) give the CPU's losses
 # within 1e-4 in fp32 and 2e-2 in bf16, for GPT and for BERT (--mock-data; the padding mask, the heads' gather, erf GeLU and
-# tanh on the GPU). Exits 77 (skipped) without a GPU. Usage: cuda_train.sh MGT MPIEXEC
+# tanh on the GPU). Data parallelism (dp=2): through MPI on any GPU count, and with two GPUs or
+# more over NCCL, where --overlap-grad-reduce and --overlap-param-gather run the data-parallel
+# collectives on the communication stream: their losses must equal those of the blocking run
+# within 1e-6 (NCCL refuses two ranks on one GPU, so the NCCL runs need a GPU per rank; four
+# GPUs add tp=2 x dp=2, both communicators at once). Exits 77 (skipped) without a GPU.
+# Usage: cuda_train.sh MGT MPIEXEC
 set -u
 MGT=$1
 MPIEXEC=${2:-mpiexec}
@@ -29,8 +34,32 @@ for tp in 1 2; do
 done
 run gpu_sp_2 2 2 --device cuda --sequence-parallel
 run gpu_flash_2 2 2 --device cuda --use-flash-attn
+# dp=2: small buckets, so that many collectives are in flight at once
+dp2() { # name ranks tp extra...
+  local name=$1 n=$2 tp=$3
+  shift 3
+  run "$name" "$n" "$tp" --device cuda --ddp-bucket-size 4096 "$@"
+  run "${name}_overlap" "$n" "$tp" --device cuda --ddp-bucket-size 4096 --overlap-grad-reduce "$@"
+  run "${name}_distopt" "$n" "$tp" --device cuda --ddp-bucket-size 4096 \
+    --use-distributed-optimizer "$@"
+  run "${name}_distopt_overlap" "$n" "$tp" --device cuda --ddp-bucket-size 4096 \
+    --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "$@"
+}
+dp2 gpu_mpi_dp2 2 1 --distributed-backend mpi
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+pairs="gpu_mpi_dp2"
+if [ "$ngpu" -ge 2 ]; then
+  dp2 gpu_nccl_dp2 2 1 --distributed-backend nccl
+  pairs="$pairs gpu_nccl_dp2"
+else
+  echo "cuda_train: $ngpu GPU: the NCCL data-parallel runs need 2 (one per rank)"
+fi
+if [ "$ngpu" -ge 4 ]; then
+  dp2 gpu_nccl_tp2dp2 4 2 --distributed-backend nccl
+  pairs="$pairs gpu_nccl_tp2dp2"
+fi
 grep -h "^layout" "$tmp"/gpu_*.log | sort -u
-$PY - "$tmp" <<'PY' || fails=$((fails + 1))
+$PY - "$tmp" $pairs <<'PY' || fails=$((fails + 1))
 import json, sys
 d = sys.argv[1]
 rows = lambda n: [json.loads(l)["loss"] for l in open(f"{d}/{n}.jsonl")]
@@ -49,6 +78,25 @@ for tp in (1, 2):
     worst = max(abs(a[k] - b[k]) for a, b in zip(ref, got) for k in ("lm_loss", "sop_loss"))
     print(f"{'ok' if worst <= 1e-4 else 'FAIL'}: bert_gpu_{tp}: worst MLM/SOP difference {worst:.2e} (tolerance 1e-4)")
     assert worst <= 1e-4
+bad = 0
+for base in sys.argv[2:]:  # dp=2: the CPU's losses (its tp), and overlap equal to blocking
+    tp = 2 if "tp2" in base else 1
+    ref = rows(f"cpu_{tp}")
+    for name, against, tol in ((base, f"cpu_{tp}", 1e-4),
+                               (f"{base}_overlap", base, 1e-6),
+                               (f"{base}_distopt", f"cpu_{tp}", 1e-4),
+                               (f"{base}_distopt_overlap", f"{base}_distopt", 1e-6)):
+        try:
+            got, want = rows(name), rows(against)
+        except OSError as e:
+            print(f"FAIL: {name}: {e}")
+            bad += 1
+            continue
+        worst = max(abs(a - b) for a, b in zip(want, got)) if len(got) == len(want) == 20 else float("inf")
+        ok = worst <= tol
+        print(f"{'ok' if ok else 'FAIL'}: {name}: worst loss difference from {against} {worst:.2e} (tolerance {tol:g})")
+        bad += not ok
+assert bad == 0
 PY
 [ "$fails" = 0 ] && echo "cuda_train: all passed" || echo "cuda_train: $fails failures"
 exit $((fails > 0))

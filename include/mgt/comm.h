@@ -18,10 +18,14 @@ extern "C" {
 typedef enum mgt_axis { MGT_AXIS_TP, MGT_AXIS_DP, MGT_AXIS_WORLD } mgt_axis;
 typedef enum mgt_redop { MGT_SUM, MGT_MAX } mgt_redop;
 
-/* A non-blocking collective in flight. */
+/* A non-blocking collective in flight: an MPI request, or (the device communicator's NCCL
+   path) the event that completes the collective on the communication stream, a cudaEvent_t
+   owned by the communicator; NULL for MPI requests and for collectives already finished or
+   ordered on the backend's stream. */
 typedef struct mgt_comm_req {
   MPI_Request mpi;
   mgt_axis axis;
+  void *event;
 } mgt_comm_req;
 
 /* Time spent inside collectives, per axis: blocking calls whole, non-blocking ones from
@@ -47,11 +51,16 @@ typedef struct mgt_comm {
      values); host arrays. */
   mgt_status (*allreduce_maxloc)(void *ctx, const mgt_grid *g, mgt_axis axis, float *val,
                                  int32_t *idx, size_t n);
-  /* Starts an in-place all-reduce; finish it with wait. */
+  /* Starts an in-place all-reduce; finish it with wait (or test until done). The buffer must
+     not be touched before then. */
   mgt_status (*iallreduce)(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
                            mgt_redop op, mgt_comm_req *req);
+  /* Finishes a started collective. MPI: the host waits for it. Device buffers: work enqueued
+     on the backend's stream after the call is ordered after the collective, without the host
+     waiting (a host read through the backend synchronizes that stream). Not collective. */
   mgt_status (*wait)(void *ctx, mgt_comm_req *req);
-  /* Lets a started collective progress; *done is set once it has finished. */
+  /* Lets a started collective progress; *done is set once it has finished (then it needs no
+     wait). Not collective. */
   mgt_status (*test)(void *ctx, mgt_comm_req *req, int *done);
   /* Every rank contributes `n` floats; `out` holds size*n floats in rank order. */
   mgt_status (*allgather)(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in, float *out,
@@ -86,14 +95,17 @@ void mgt_comm_stats_add(mgt_comm_stats *stats, mgt_axis axis, double t0, size_t 
 typedef enum mgt_dist_mode {
   MGT_DIST_MPI_STAGED = 0,     /* MPI on pinned host copies */
   MGT_DIST_MPI_CUDA_AWARE = 1, /* MPI on device pointers */
-  MGT_DIST_NCCL = 2,           /* NCCL communicators per grid axis, on the backend's stream */
+  MGT_DIST_NCCL = 2,           /* NCCL communicators per grid axis (see mgt_comm_cuda_create) */
 } mgt_dist_mode;
 /* Builds the communicator on device buffers ordered on `stream` (a cudaStream_t, the CUDA
    backend's): NCCL when use_nccl, else MPI (on device pointers if mgt_mpi_cuda_aware(), else
-   staged). Collective over the grid's world. */
+   staged). With NCCL and a data-parallel group, data-parallel collectives run on a
+   communication stream of its own, so that started ones overlap the work on `stream`
+   (src/comm_cuda.c). Collective over the grid's world. */
 MGT_NODISCARD mgt_status mgt_comm_cuda_create(mgt_comm *comm, const mgt_grid *grid, void *stream,
                                               int use_nccl, mgt_comm_stats *stats,
                                               mgt_dist_mode *mode);
+/* Waits for the collectives still in flight, then frees everything the communicator holds. */
 void mgt_comm_cuda_destroy(mgt_comm *comm);
 /* Whether MPI may be given device pointers: MPIX_Query_cuda_support() where Open MPI has
    it; MGT_CUDA_AWARE_MPI=0/1 in the environment overrides. */
