@@ -123,6 +123,7 @@ static void measure(rates *r) {
 /* Times `steps` training steps (after one warm-up step) of GPT-2 124M shapes with global
    batch B at the grid's layout; prints throughput and the share of time in collectives. */
 static int overlap, distopt, param_gather, seqpar, flash;
+static int bf16, no_copies; /* --bf16, --no-weight-copies */
 
 /* This process's resident memory, now (VmRSS) or at its peak (VmHWM), MiB; 0 when /proc does
    not say. */
@@ -158,6 +159,8 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   cfg.overlap_param_gather = param_gather;
   cfg.sequence_parallel = seqpar;
   cfg.use_flash_attn = flash;
+  cfg.bf16 = bf16;
+  cfg.no_weight_copies = no_copies;
   if (T > cfg.max_position_embeddings) cfg.max_position_embeddings = T;
   if (mgt_config_finalize(&cfg, grid->size) != MGT_OK) {
     mgt_error_print(stderr);
@@ -217,6 +220,9 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
            seqpar ? (flash ? " (sequence parallel, flash attention)" : " (sequence parallel)")
                   : (flash ? " (flash attention)" : ""),
            plan.total / 1048576.0, rss[0], rss[1]);
+    if (bf16)
+      printf(" | bf16 GEMM inputs, %s",
+             no_copies ? "weights rounded in every GEMM" : "16-bit weight copies once per step");
     printf(" | model %.1f GFLOP/step, loss %.3f\n", flops / 1e9, s.loss);
   }
   *achieved = flops / t;
@@ -226,7 +232,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
 
 /* usage: bench_cpu [--steps N] [--tp T] [--no-peaks] [--overlap-grad-reduce]
                     [--use-distributed-optimizer] [--overlap-param-gather]
-                    [--sequence-parallel] [--use-flash-attn]
+                    [--sequence-parallel] [--use-flash-attn] [--bf16 [--no-weight-copies]]
                     [--config small|large|both | --shape BxT]
    One rank: measures the machine's peaks, then the step time at two shapes.
    Several ranks (under mpiexec): the same shapes at the given tensor-parallel size, the
@@ -253,6 +259,10 @@ int main(int argc, char **argv) {
       seqpar = 1;
     else if (!strcmp(argv[i], "--use-flash-attn"))
       flash = 1;
+    else if (!strcmp(argv[i], "--bf16"))
+      bf16 = 1;
+    else if (!strcmp(argv[i], "--no-weight-copies"))
+      no_copies = 1;
     else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
              sscanf(argv[i + 1], "%dx%d", &shape_b, &shape_t) == 2 && shape_b > 0 && shape_t > 0)
       i++, which = "shape";
@@ -264,7 +274,8 @@ int main(int argc, char **argv) {
   mgt_grid *grid = NULL;
   mgt_backend *be = NULL;
   if (mgt_grid_create(MPI_COMM_WORLD, tp, &grid) != MGT_OK ||
-      mgt_backend_cpu_create(&be) != MGT_OK) {
+      mgt_backend_cpu_create(&be) != MGT_OK ||
+      (bf16 && be->set_precision(be->ctx, MGT_PREC_BF16) != MGT_OK)) {
     mgt_error_print(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

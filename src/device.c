@@ -73,3 +73,20 @@ void mgt_device_memory(const mgt_device *d, size_t *free_bytes, size_t *total_by
     mgt_error_clear();
 #endif
 }
+
+void mgt_device_probe_gpu(MPI_Comm world, size_t *free_bytes, char *what, size_t what_size) {
+  *free_bytes = 0;
+#ifdef MGT_HAVE_CUDA
+  const int n = mgt_cuda_device_count(), local = mgt_local_rank(world);
+  size_t total = 0;
+  if (n > 0 && mgt_cuda_device_memory(local % n, free_bytes, &total)) {
+    snprintf(what, what_size, "free on the GPU (rank 0: GPU %d of %d, %.0f GiB)", local % n, n,
+             total / 1073741824.0);
+    return;
+  }
+  snprintf(what, what_size, "unknown: no GPU visible here");
+#else
+  (void)world;
+  snprintf(what, what_size, "unknown: this mgt was built without CUDA");
+#endif
+}

@@ -692,7 +692,10 @@ static mgt_status params_ready(mgt_gpt *m, int b);
 void mgt_gpt_destroy(mgt_gpt **model) {
   mgt_gpt *m = *model;
   if (!m) return;
-  (void)params_ready(m, -1); /* no all-gather left writing into freed memory */
+  (void)params_ready(m, -1);                     /* no all-gather left writing into freed memory */
+  for (int p = m->n_done; p < m->n_started; p++) /* nor a gradient reduction (a failed step) */
+    (void)m->comm->wait(m->comm->ctx, &m->reqs[p]);
+  if (m->be && m->be->sync) (void)m->be->sync(m->be->ctx);
   if (m->stale) (void)m->be->set_weights(m->be->ctx, m->w, 0);
   if (m->be) {
     if (m->gshard && m->gshard != m->g) m->be->free(m->be->ctx, m->gshard);
@@ -759,15 +762,14 @@ static mgt_status full_rows(mgt_gpt *m, const float *local, const float **full) 
   return MGT_OK;
 }
 
-/* A row-parallel layer's output on this rank's rows: all-reduced into m->dtmp, or
-   reduce-scattered into m->sp_loc. */
-static mgt_status row_out(mgt_gpt *m, float **y, const float *x, const float *W, const float *b,
-                          int in_l) {
+/* A row-parallel layer's output on this rank's rows, without its bias (added by
+   bias_dropout_add_ln): all-reduced into m->dtmp, or reduce-scattered into m->sp_loc. */
+static mgt_status row_out(mgt_gpt *m, float **y, const float *x, const float *W, int in_l) {
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T;
   *y = d->sp ? m->sp_loc : m->dtmp;
-  if (d->sp) return mgt_tp_row_forward_sp(&m->tp, *y, m->lnf, x, W, b, N, in_l, d->C);
-  return mgt_tp_row_forward(&m->tp, *y, x, W, b, N, in_l, d->C);
+  if (d->sp) return mgt_tp_row_forward_sp(&m->tp, *y, m->lnf, x, W, NULL, N, in_l, d->C);
+  return mgt_tp_row_forward(&m->tp, *y, x, W, NULL, N, in_l, d->C);
 }
 
 static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, layer_acts *a,
@@ -776,7 +778,7 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
   void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl, Nl = d->Nl;
-  const size_t nl = (size_t)Nl * C, row = (size_t)d->T * C;
+  const size_t row = (size_t)d->T * C;
   float *w[P_PER_LAYER];
   layer_views(m, m->w, l, w);
   const float eps = (float)m->cfg.layernorm_epsilon;
@@ -799,17 +801,18 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
   else
     MGT_CHECK(be->attention_forward(bc, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
                                     d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn, m->att_scratch));
-  MGT_CHECK(row_out(m, &tmp, a->atty, w[P_PROJ_W], w[P_PROJ_B], Cl));
-  MGT_CHECK(be->dropout_forward(bc, a->res_mid, tmp, res1, nl, row, &ds.proj));
+  /* the projection's bias, dropout, residual and the MLP's LayerNorm in one pass */
+  MGT_CHECK(row_out(m, &tmp, a->atty, w[P_PROJ_W], Cl));
+  MGT_CHECK(be->bias_dropout_add_ln(bc, a->res_mid, tmp, w[P_PROJ_B], res1, Nl, C, row, &ds.proj,
+                                    a->ln2, a->ln2_mean, a->ln2_rstd, w[P_LN2_W], w[P_LN2_B], eps));
 
   /* MLP: first linear column-parallel with GeLU local, second row-parallel */
-  MGT_CHECK(be->layernorm_forward(bc, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w[P_LN2_W],
-                                  w[P_LN2_B], Nl, C, eps));
   MGT_CHECK(full_rows(m, a->ln2, &in));
   MGT_CHECK(
       mgt_tp_column_forward_gelu(&m->tp, a->fch, a->fch_gelu, in, w[P_FC_W], w[P_FC_B], N, C, Fl));
-  MGT_CHECK(row_out(m, &tmp, a->fch_gelu, w[P_FCP_W], w[P_FCP_B], Fl));
-  MGT_CHECK(be->dropout_forward(bc, y, tmp, d->post_ln ? a->ln2 : a->res_mid, nl, row, &ds.mlp));
+  MGT_CHECK(row_out(m, &tmp, a->fch_gelu, w[P_FCP_W], Fl));
+  MGT_CHECK(be->bias_dropout_add_ln(bc, y, tmp, w[P_FCP_B], d->post_ln ? a->ln2 : a->res_mid, Nl, C,
+                                    row, &ds.mlp, NULL, NULL, NULL, NULL, NULL, 0.0f));
   return MGT_OK;
 }
 
@@ -1217,10 +1220,10 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
      gradient comes from every row, as without sequence parallelism */
   MGT_CHECK(be->dropout_backward(bc, dloc, dres, nl, row, &ds.mlp));
   MGT_CHECK(full_grad(m, dloc, &dy));
-  MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dfch, g[P_FCP_W], g[P_FCP_B], dy, a->fch_gelu,
-                                w[P_FCP_W], N, Fl, C, acc));
-  MGT_CHECK(be->gelu_backward(bc, m->dfch, m->dfch, a->fch, (size_t)N * Fl));
-  MGT_CHECK(column_back(m, &dln, g[P_FC_W], g[P_FC_B], m->dfch, a->ln2, w[P_FC_W], Fl, acc));
+  /* the GeLU's gradient and the first layer's bias gradient fused into the dx GEMM */
+  MGT_CHECK(mgt_tp_row_backward_gelu(&m->tp, m->dfch, g[P_FCP_W], g[P_FCP_B], g[P_FC_B], dy,
+                                     a->fch_gelu, w[P_FCP_W], a->fch, N, Fl, C, acc));
+  MGT_CHECK(column_back(m, &dln, g[P_FC_W], NULL, m->dfch, a->ln2, w[P_FC_W], Fl, acc));
   MGT_CHECK(post_ln_residual(m, dln, dres));
   MGT_CHECK(ln_backward(m, dres, g[P_LN2_W], g[P_LN2_B], dln, a->res_mid, w[P_LN2_W], a->ln2_mean,
                         a->ln2_rstd, acc));
@@ -1339,8 +1342,8 @@ static mgt_status trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, 
   }
   if (dp_sync) {
     MGT_CHECK(start_bucket(m, d->L + 1));
-    for (int p = m->n_done; p < m->n_started; p++)
-      MGT_CHECK(m->comm->wait(m->comm->ctx, &m->reqs[p]));
+    for (; m->n_done < m->n_started; m->n_done++)
+      MGT_CHECK(m->comm->wait(m->comm->ctx, &m->reqs[m->n_done]));
   }
   return MGT_OK;
 }

@@ -7,10 +7,7 @@ static mgt_status allreduce(const mgt_tp *tp, float *buf, size_t n, mgt_redop op
 mgt_status mgt_tp_column_forward(const mgt_tp *tp, float *y, const float *x, const float *W,
                                  const float *b, int N, int in, int out_l) {
   const mgt_backend *be = tp->be;
-  MGT_CHECK(
-      be->gemm(be->ctx, MGT_NOTRANS, MGT_TRANS, N, out_l, in, 1.0f, x, in, W, in, 0.0f, y, out_l));
-  if (b) MGT_CHECK(be->add_bias(be->ctx, y, b, N, out_l));
-  return MGT_OK;
+  return be->linear_bias(be->ctx, N, out_l, in, x, in, W, in, b, y);
 }
 
 mgt_status mgt_tp_column_forward_gelu(const mgt_tp *tp, float *pre, float *y, const float *x,
@@ -23,11 +20,9 @@ mgt_status mgt_tp_column_grads(const mgt_tp *tp, float *dx, float *dW, float *db
                                const float *x, const float *W, int N, int in, int out_l,
                                int accumulate) {
   const mgt_backend *be = tp->be;
-  if (db) MGT_CHECK(be->bias_backward(be->ctx, db, dy, N, out_l, accumulate));
   MGT_CHECK(be->gemm(be->ctx, MGT_NOTRANS, MGT_NOTRANS, N, in, out_l, 1.0f, dy, out_l, W, in, 0.0f,
                      dx, in));
-  return be->gemm(be->ctx, MGT_TRANS, MGT_NOTRANS, out_l, in, N, 1.0f, dy, out_l, x, in,
-                  accumulate ? 1.0f : 0.0f, dW, in);
+  return be->linear_param_grads(be->ctx, N, out_l, in, dy, x, dW, db, accumulate);
 }
 
 mgt_status mgt_tp_column_backward(const mgt_tp *tp, float *dx, float *dW, float *db,
@@ -51,12 +46,17 @@ mgt_status mgt_tp_row_backward(const mgt_tp *tp, float *dx, float *dW, float *db
                                const float *x, const float *W, int N, int in_l, int out,
                                int accumulate) {
   const mgt_backend *be = tp->be;
-  if (db) MGT_CHECK(be->bias_backward(be->ctx, db, dy, N, out, accumulate));
-  MGT_CHECK(be->gemm(be->ctx, MGT_NOTRANS, MGT_NOTRANS, N, in_l, out, 1.0f, dy, out, W, in_l, 0.0f,
-                     dx, in_l));
-  MGT_CHECK(be->gemm(be->ctx, MGT_TRANS, MGT_NOTRANS, out, in_l, N, 1.0f, dy, out, x, in_l,
-                     accumulate ? 1.0f : 0.0f, dW, in_l));
-  return MGT_OK;
+  MGT_CHECK(be->linear_param_grads(be->ctx, N, out, in_l, dy, x, dW, db, accumulate));
+  return be->gemm(be->ctx, MGT_NOTRANS, MGT_NOTRANS, N, in_l, out, 1.0f, dy, out, W, in_l, 0.0f, dx,
+                  in_l);
+}
+
+mgt_status mgt_tp_row_backward_gelu(const mgt_tp *tp, float *dpre, float *dW, float *db,
+                                    float *db_in, const float *dy, const float *x, const float *W,
+                                    const float *pre, int N, int in_l, int out, int accumulate) {
+  const mgt_backend *be = tp->be;
+  MGT_CHECK(be->linear_param_grads(be->ctx, N, out, in_l, dy, x, dW, db, accumulate));
+  return be->linear_dgelu(be->ctx, N, in_l, out, dy, W, pre, dpre, db_in, accumulate);
 }
 
 mgt_status mgt_tp_embedding_forward(const mgt_tp *tp, float *out, const int32_t *tokens,

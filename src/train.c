@@ -995,3 +995,35 @@ void mgt_print_memory_plan(const mgt_config *cfg, int tp, int dp, FILE *f) {
   fprintf(f, "  total               %12.1f  (%s)\n", m.total / MiB,
           g == 0 && cfg->recompute_activations ? gran[1] : gran[g]);
 }
+
+void mgt_print_memory_fit(const mgt_config *cfg, int tp, int dp, size_t avail, const char *where,
+                          FILE *f) {
+  const double MiB = 1024.0 * 1024.0;
+  if (!avail) {
+    fprintf(f, "memory available per rank: %s; nothing checked\n", where);
+    return;
+  }
+  mgt_gpt_memory m;
+  mgt_gpt_memory_plan_grid(cfg, tp, dp, &m);
+  const size_t rest = m.total - m.activations;
+  const struct {
+    const char *name, *advice;
+    size_t act;
+  } way[3] = {{"without recomputation", "none", m.activations_full},
+              {"selective recomputation", "selective (--recompute-granularity selective)",
+               m.activations_selective},
+              {"full recomputation", "full (--recompute-activations)", m.activations_recompute}};
+  fprintf(f, "memory available per rank: %.1f MiB (%s)\n", avail / MiB, where);
+  int least = -1;
+  for (int k = 0; k < 3; k++) {
+    const int fits = rest + way[k].act <= avail;
+    if (fits && least < 0) least = k;
+    fprintf(f, "  %-24s %12.1f  %s\n", way[k].name, (rest + way[k].act) / MiB,
+            fits ? "fits" : "does not fit");
+  }
+  if (least >= 0)
+    fprintf(f, "  least recomputation that fits: %s\n", way[least].advice);
+  else
+    fprintf(f, "  nothing fits: a smaller --micro-batch-size, a larger "
+               "--tensor-model-parallel-size or --use-distributed-optimizer\n");
+}

@@ -182,10 +182,22 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
     ok = mgt_tb_check_dir(cfg.tensorboard_dir) == MGT_OK; /* the error is set */
   MPI_Bcast(&ok, 1, MPI_INT, 0, world);
   if (!ok) return mgt_cli_fail(MGT_ERR_INPUT, rank, world, 1);
-  if (cfg.dry_run) {
-    if (rank == 0)
-      mgt_print_memory_plan(&cfg, cfg.tensor_model_parallel_size,
-                            size / cfg.tensor_model_parallel_size, stdout);
+  if (cfg.dry_run) { /* the plan, and what fits here (the smallest share over the ranks) */
+    size_t avail = 0;
+    char where[160];
+    if (cfg.device == MGT_DEVICE_CPU) {
+      avail = available_memory(world);
+      snprintf(where, sizeof where, "this node's available memory over its %d ranks",
+               mgt_cli_local_ranks(world));
+    } else {
+      mgt_device_probe_gpu(world, &avail, where, sizeof where);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &avail, 1, MPI_UNSIGNED_LONG, MPI_MIN, world);
+    if (rank == 0) {
+      const int tp = cfg.tensor_model_parallel_size;
+      mgt_print_memory_plan(&cfg, tp, size / tp, stdout);
+      mgt_print_memory_fit(&cfg, tp, size / tp, avail, where, stdout);
+    }
     return 0;
   }
   /* Refuse before allocating: every rank sees the same plan, the node the same memory. */

@@ -6,7 +6,8 @@
 # scaling the Megatron-LM paper measured (Figure 5: 1.2B-8.3B GPT-2 on 1-8 GPUs and on
 # 64-512 GPUs, 77% and 74% stated in its text, the rest read off the figure; and the README's
 # 60% for 8.3B without overlapped gradient reduction), with V100
-# and DGX-2H constants; and its refusals. Usage: plan.sh MGT MPIEXEC
+# and DGX-2H constants; --dry-run's advice (which recomputation fits in the memory it reads,
+# and the 16-bit weight copies it counts); and its refusals. Usage: plan.sh MGT MPIEXEC
 set -u
 MGT=$1 MPIEXEC=$2
 . "$(dirname "$0")/lib.sh"
@@ -118,6 +119,42 @@ for kind, t, ov, want in paper:
           % ("mp" if kind == "mp" else "mp+dp", t, ", reduction after backward" if kind == "dp" and not ov else "", got, want))
 assert worst <= 6, worst
 print("ok: the step-time model is within %.1f points of the paper's weak scaling" % worst)
+PY
+
+# ---- --dry-run's advice: what fits in the memory it reads ----
+# The verdicts against the totals it prints and the memory it names, and the least
+# recomputation that fits being the first that does; a model of about a trillion parameters
+# fits nowhere. The 16-bit weight copies (--bf16) are counted in the plan.
+for spec in "$B --micro-batch-size 4" "$B --micro-batch-size 4 --bf16" \
+  "--num-layers 128 --hidden-size 25600 --num-attention-heads 160 --seq-length 2048 --micro-batch-size 1"; do
+  "$MPIEXEC" -n 2 "$MGT" train --mock-data $spec --dry-run >"$tmp/fit" 2>&1 ||
+    { fail "dry-run $spec"; tail -3 "$tmp/fit"; continue; }
+  $PY - "$tmp/fit" <<'PY' && echo "ok: --dry-run's advice follows its numbers ($spec)" || fail "--dry-run advice ($spec)"
+import re, sys
+t = open(sys.argv[1]).read()
+avail = float(re.search(r"memory available per rank: ([0-9.]+) MiB \(this node's available", t).group(1))
+rows = re.findall(r"^  (without|selective|full) recomputation +([0-9.]+)  (fits|does not fit)$", t, re.M)
+assert [r[0] for r in rows] == ["without", "selective", "full"], rows
+for name, total, verdict in rows:
+    assert (float(total) <= avail + 0.05) == (verdict == "fits"), (name, total, avail, verdict)
+fits = [r[0] for r in rows if r[2] == "fits"]
+m = re.search(r"least recomputation that fits: (\w+)", t)
+if fits:
+    assert m and m.group(1) == {"without": "none"}.get(fits[0], fits[0]), (fits, m and m.group(0))
+else:
+    assert not m and "nothing fits" in t
+copies = re.search(r"^  16-bit weights +([0-9.]+)", t, re.M)
+print("   available %.0f MiB; fits: %s; 16-bit weights: %s" % (avail, fits or "nothing", copies.group(1) if copies else "none"))
+PY
+done
+grep -q "16-bit weights" "$tmp/fit" && fail "the fp32 trillion-parameter plan counts 16-bit weights"
+"$MPIEXEC" -n 2 "$MGT" train --mock-data $B --micro-batch-size 4 --bf16 --dry-run >"$tmp/fitb" 2>&1
+$PY - "$tmp/fitb" <<'PY' && echo "ok: --bf16 plans 4 bytes of 16-bit weight copies per parameter on the CPU" || fail "16-bit weights in the plan"
+import re, sys
+t = open(sys.argv[1]).read()
+w = float(re.search(r"^  16-bit weights +([0-9.]+)", t, re.M).group(1))
+p = float(re.search(r"^  parameters +([0-9.]+)", t, re.M).group(1))
+assert abs(w - p) <= 0.1, (w, p)  # floats on the CPU: as many bytes as the parameters
 PY
 
 # ---- refusals ----

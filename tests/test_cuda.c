@@ -8,52 +8,7 @@
 #include <float.h>
 #include <string.h>
 
-#include "mgt/backend.h"
-#include "testutil.h"
-
-static mgt_backend *cpu, *gpu;
-
-static void *dev(const void *host, size_t bytes) {
-  void *d = NULL;
-  T_OK(gpu->alloc(gpu->ctx, bytes, "test", &d));
-  if (host) T_OK(gpu->upload(gpu->ctx, d, host, bytes));
-  return d;
-}
-
-static float *fetch(const void *d, size_t n) {
-  float *h = malloc(n * sizeof(float) + 1);
-  T_OK(gpu->download(gpu->ctx, h, d, n * sizeof(float)));
-  return h;
-}
-
-static float *rnd(size_t n, float scale) {
-  float *x = malloc(n * sizeof(float) + 1);
-  t_fill(x, n, scale);
-  return x;
-}
-
-static float *dup(const float *x, size_t n) {
-  float *y = malloc(n * sizeof(float) + 1);
-  memcpy(y, x, n * sizeof(float));
-  return y;
-}
-
-/* The GPU result d (device, n floats) against the CPU result ref: |d - ref| <= tol * scale,
-   scale the largest |ref| (at least 1e-30). */
-static void same(const char *what, const void *d, const float *ref, size_t n, double tol) {
-  float *g = fetch(d, n);
-  double scale = 1e-30, worst = 0.0;
-  size_t at = 0;
-  for (size_t i = 0; i < n; i++)
-    scale = fmax(scale, fabs(ref[i]));
-  for (size_t i = 0; i < n; i++) {
-    double e = fabs((double)g[i] - ref[i]);
-    if (!(e <= worst)) worst = isnan(e) ? INFINITY : e, at = i;
-  }
-  T_CHECK(worst <= tol * scale, "%s: element %zu is %.9g on the GPU, %.9g on the CPU (scale %.3g)",
-          what, at, n ? g[at] : 0.0, n ? ref[at] : 0.0, scale);
-  free(g);
-}
+#include "cudautil.h"
 
 static void test_memory(void) {
   const size_t n = 1000;
@@ -430,6 +385,112 @@ static void test_flash_attention(void) {
       }
 }
 
+/* Median of |x - y| over n elements (x, y host arrays). */
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : (x > y);
+}
+static double median_gap(const float *x, const float *y, size_t n) {
+  double *e = malloc((n ? n : 1) * sizeof(double));
+  for (size_t i = 0; i < n; i++)
+    e[i] = fabs((double)x[i] - y[i]);
+  qsort(e, n, sizeof(double), cmp_double);
+  const double m = n ? e[n / 2] : 0.0;
+  free(e);
+  return m;
+}
+
+/* The 16-bit tensor-core flash attention (kernels/cuda/flash16.cu) against its CPU twin, both
+   backends at bf16 then fp16 (head dims 32, 64, 128; T from 1 to 300; causal and
+   padding-masked, a length of 0 included; dropout on and off), and head dim 48, which both
+   run in fp32. Both sides round the same operands at the same points (the contract at the top
+   of kernels/cpu/flash.c), so they differ only by the order of fp32 accumulation and by exp
+   (__expf against mgt_fast_expf); now and then that puts a probability or a dS on the other
+   side of a 16-bit rounding midpoint, and the two round one unit apart. Hence:
+   - lse within 1e-5 of max(1, its scale): it is made of unrounded probabilities;
+   - out and dqkv within 2e-2 (bf16) or 2.5e-3 (fp16) of their scale: one such flip moves an
+     output by at most one unit of the operand, 2^-7 or 2^-10 relative, times its weight,
+     which is up to max |V| (or |dO|, |Q|, |K|) against a scale of about half that;
+   - flips are rare, so the median element is untouched by them: the median |GPU - CPU| must
+     be below 0.04 of the median |CPU 16-bit - CPU fp32|, the rounding itself. A CPU emulation
+     of the kernels (run where no GPU was) measured 0.0021 at most over these cases, and 0.11
+     or more for kernels rounding differently: P before dropout, dS before its scale, l from
+     rounded P, a running maximum per 128 keys. */
+static void test_flash16(void) {
+  const int cases[][5] = {/* B, T, Hl, hd, head_offset */ {1, 1, 1, 32, 0},
+                          {2, 17, 3, 64, 1},
+                          {2, 64, 2, 128, 2},
+                          {1, 130, 2, 32, 0},
+                          {2, 300, 1, 64, 3},
+                          {1, 300, 2, 128, 0},
+                          {2, 130, 2, 48, 1}};
+  const int32_t lens[7][2] = {{1, 1}, {17, 5}, {64, 33}, {129, 1}, {0, 217}, {257, 1}, {130, 40}};
+  const char *prec_name[3] = {"fp32", "bf16", "fp16"};
+  for (int masked = 0; masked < 2; masked++)
+    for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++)
+      for (int drop = 0; drop < 2; drop++) {
+        const int B = cases[s][0], T = cases[s][1], Hl = cases[s][2], hd = cases[s][3];
+        const int off = cases[s][4], Cl = Hl * hd, fallback = hd == 48;
+        mgt_dropout d = {drop ? 0.2f : 0.0f, 99, 1000, 3, 1, 0};
+        size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, nl = (size_t)B * Hl * T;
+        float *qkv = rnd(nq, 1.0f), *dout = rnd(no, 1.0f);
+        float *o32 = malloc(no * 4), *l32 = malloc(nl * 4), *g32 = malloc(nq * 4);
+        float *o16 = malloc(no * 4), *l16 = malloc(nl * 4), *g16 = malloc(nq * 4);
+        float *qkvd = dev(qkv, nq * 4), *doutd = dev(dout, no * 4), *outd = dev(NULL, no * 4);
+        float *lsed = dev(NULL, nl * 4), *dqd = dev(NULL, nq * 4);
+        const int32_t *kl = masked ? lens[s] : NULL;
+        int32_t *kld = masked ? (int32_t *)dev(lens[s], sizeof lens[s]) : NULL;
+        T_OK(cpu->flash_attention_forward(cpu->ctx, o32, l32, qkv, B, T, Hl, hd, off, kl, &d));
+        T_OK(cpu->flash_attention_backward(cpu->ctx, g32, dout, qkv, o32, l32, B, T, Hl, hd, off,
+                                           kl, &d));
+        for (int prec = MGT_PREC_BF16; prec <= MGT_PREC_FP16; prec++) {
+          T_OK(cpu->set_precision(cpu->ctx, (mgt_precision)prec));
+          T_OK(gpu->set_precision(gpu->ctx, (mgt_precision)prec));
+          T_OK(cpu->flash_attention_forward(cpu->ctx, o16, l16, qkv, B, T, Hl, hd, off, kl, &d));
+          T_OK(cpu->flash_attention_backward(cpu->ctx, g16, dout, qkv, o16, l16, B, T, Hl, hd, off,
+                                             kl, &d));
+          T_OK(
+              gpu->flash_attention_forward(gpu->ctx, outd, lsed, qkvd, B, T, Hl, hd, off, kld, &d));
+          T_OK(gpu->flash_attention_backward(gpu->ctx, dqd, doutd, qkvd, outd, lsed, B, T, Hl, hd,
+                                             off, kld, &d));
+          char what[128];
+          snprintf(what, sizeof what, "flash16 %s B%d T%d Hl%d hd%d drop %d masked %d%s",
+                   prec_name[prec], B, T, Hl, hd, drop, masked, fallback ? " (fp32 fallback)" : "");
+          float *go = fetch(outd, no), *gl = fetch(lsed, nl), *gg = fetch(dqd, nq);
+          /* lse: against max(1, scale), since a one-key row's lse may be near 0 */
+          double lscale = 1.0, lworst = 0.0;
+          for (size_t i = 0; i < nl; i++)
+            lscale = fmax(lscale, fabs(l16[i]));
+          for (size_t i = 0; i < nl; i++) {
+            const double e = fabs((double)gl[i] - l16[i]);
+            if (!(e <= lworst)) lworst = isnan(e) ? INFINITY : e;
+          }
+          T_CHECK(lworst <= 1e-5 * lscale, "%s: lse %.3g apart (scale %.3g)", what, lworst, lscale);
+          if (fallback) { /* both backends in fp32 here: the fp32 conformance tolerance */
+            same(what, outd, o16, no, 1e-5);
+            same("flash16 fallback dqkv", dqd, g16, nq, 1e-5);
+          } else {
+            const double tol = prec == MGT_PREC_BF16 ? 2e-2 : 2.5e-3;
+            same(what, outd, o16, no, tol);
+            same("flash16 dqkv", dqd, g16, nq, tol);
+            const double mo = median_gap(go, o16, no), ro = median_gap(o16, o32, no);
+            const double mg = median_gap(gg, g16, nq), rg = median_gap(g16, g32, nq);
+            T_CHECK(mo <= 0.04 * ro && mg <= 0.04 * rg,
+                    "%s: median gap to the CPU twin %.3g (out), %.3g (dqkv), against %.3g and %.3g "
+                    "of 16-bit rounding",
+                    what, mo, mg, ro, rg);
+          }
+          free(go), free(gl), free(gg);
+        }
+        T_OK(cpu->set_precision(cpu->ctx, MGT_PREC_FP32));
+        T_OK(gpu->set_precision(gpu->ctx, MGT_PREC_FP32));
+        void *all[] = {qkvd, doutd, outd, lsed, dqd, kld};
+        for (size_t i = 0; i < 6; i++)
+          if (all[i]) gpu->free(gpu->ctx, all[i]);
+        free(qkv), free(dout), free(o32), free(l32), free(g32), free(o16), free(l16), free(g16);
+      }
+}
+
 static void test_embedding_dropout(void) {
   const int B = 3, T = 11, C = 40, Vl = 50, v0 = 25, P = 16;
   const int N = B * T;
@@ -588,6 +649,7 @@ int main(void) {
   test_heads();
   test_attention();
   test_flash_attention();
+  test_flash16();
   test_embedding_dropout();
   test_xent();
   test_optimizer();

@@ -787,6 +787,300 @@ static void test_precision(void) {
   }
 }
 
+/* ---------------- 16-bit flash attention ---------------- */
+/* The contract of kernels/cpu/flash.c under bf16/fp16 (the CUDA tensor-core kernel's) in
+   float64: the same operands rounded, by ref_round, everything else exact. A kernel rounds
+   its fp32 value of a probability or of dS, which may sit on the other side of a rounding
+   midpoint than the exact value; the reference bounds that fp32 error for each element and,
+   where the bound straddles a midpoint, allows the two neighbours (a "budget" per output).
+   Everything else must agree to fp32 accumulation. */
+static double f16_round(double x, int prec) {
+  return prec == MGT_PREC_BF16 ? ref_round(x, 8, -126, 3.3895313892515355e38)
+                               : ref_round(x, 11, -14, 65504.0);
+}
+
+/* The 16-bit value nearest x; *spread how far the rounding of anything within err of x can
+   land from it. */
+static double f16_round_within(double x, double err, int prec, double *spread) {
+  const double r = f16_round(x, prec), lo = f16_round(x - err, prec), hi = f16_round(x + err, prec);
+  *spread = fmax(hi - r, r - lo);
+  return r;
+}
+
+/* Inputs that round to a coarse grid: +-(k/8 + delta), k in 9..15, |delta| below 0.9 of half
+   a 16-bit unit in [1, 2), so that rounding gives exactly k/8 and the products of rounded
+   operands (multiples of 1/64, sums below 2^9) accumulate exactly in fp32 in any order; the
+   unrounded values differ by delta, so a kernel that skips a rounding is off by delta. */
+static void f16_fill_grid(float *x, size_t n, int prec) {
+  const double half_unit = prec == MGT_PREC_BF16 ? 0x1p-8 : 0x1p-11;
+  for (size_t i = 0; i < n; i++) {
+    const double k = (double)(9 + t_next() % 7) / 8.0, sign = (t_next() & 1) ? -1.0 : 1.0;
+    x[i] = (float)(sign * (k + (2.0 * t_uniform() - 1.0) * 0.9 * half_unit));
+  }
+}
+
+typedef struct f16_case {
+  int B, T, Hl, hd, off, prec;
+  const int32_t *keylen; /* NULL: causal */
+  const mgt_dropout *d;
+} f16_case;
+
+enum { F16_KEYS = 64 }; /* the contract's key tile: the running maximum is taken per tile */
+static const double f16_u = 0x1p-24; /* fp32 unit roundoff */
+
+/* The forward under the contract: out, its budget and the sum of |terms| (for the fp32
+   accumulation), and lse. */
+static void f16_forward_ref(const f16_case *c, const float *qkv, double *O, double *bud,
+                            double *abs_sum, double *lse) {
+  const int T = c->T, hd = c->hd, Cl = c->Hl * hd, ld = 3 * Cl, prec = c->prec;
+  const float scale = 1.0f / sqrtf((float)hd);
+  const int drop = c->d->p > 0.0f;
+  const double dscale = drop ? 1.0f / (1.0f - c->d->p) : 1.0;
+  const att_ctx ac = {c->B, T, c->Hl, hd, c->off, c->d, NULL, c->keylen};
+  double *S = da((size_t)T), *mt = da((size_t)T / F16_KEYS + 1);
+  for (int b = 0; b < c->B; b++)
+    for (int h = 0; h < c->Hl; h++)
+      for (int i = 0; i < T; i++) {
+        const int lim = ref_lim(&ac, b, i);
+        const float *q = qkv + ((size_t)b * T + i) * ld + (size_t)h * hd;
+        for (int j = 0; j < lim; j++) {
+          const float *k = qkv + ((size_t)b * T + j) * ld + Cl + (size_t)h * hd;
+          double dot = 0;
+          for (int e = 0; e < hd; e++)
+            dot += f16_round(q[e], prec) * f16_round(k[e], prec);
+          S[j] = (double)scale * dot;
+        }
+        double M = -INFINITY, l = 0;
+        for (int j = 0; j < lim; j++) {
+          M = fmax(M, S[j]);
+          if (j % F16_KEYS == F16_KEYS - 1 || j == lim - 1) mt[j / F16_KEYS] = M;
+        }
+        for (int j = 0; j < lim; j++)
+          l += exp(S[j] - M);
+        const size_t o0 = ((size_t)b * T + i) * Cl + (size_t)h * hd;
+        for (int e = 0; e < hd; e++)
+          O[o0 + e] = bud[o0 + e] = abs_sum[o0 + e] = 0;
+        for (int j = 0; j < lim; j++) {
+          const double m = mt[j / F16_KEYS], p = exp(S[j] - m);
+          const uint64_t word = (((uint64_t)(c->off + h) * T) + i) * T + j;
+          const double kd = drop ? (ref_keep(c->d, b, word) ? dscale : 0.0) : 1.0;
+          /* fp32: S, m and S - m each rounded, exp within 3 ulp, the dropout product */
+          const double err = 2 * p * kd * ((fabs(S[j]) + fabs(m) + fabs(S[j] - m) + 12) * f16_u);
+          double spread;
+          const double P = f16_round_within(p * kd, err, prec, &spread), w = exp(m - M) / l;
+          const float *v = qkv + ((size_t)b * T + j) * ld + 2 * Cl + (size_t)h * hd;
+          for (int e = 0; e < hd; e++) {
+            const double vr = f16_round(v[e], prec);
+            O[o0 + e] += w * P * vr;
+            bud[o0 + e] += w * spread * fabs(vr);
+            abs_sum[o0 + e] += w * fabs(P * vr);
+          }
+        }
+        lse[((size_t)b * c->Hl + h) * T + i] = M + log(l);
+      }
+  free(S), free(mt);
+}
+
+/* The backward under the contract, from the given out and lse (as the kernel takes them): the
+   gradient, its budget and the sums of |terms|, laid out as dqkv. */
+static void f16_backward_ref(const f16_case *c, const float *qkv, const float *dout,
+                             const float *out, const float *lse, double *G, double *bud,
+                             double *abs_sum) {
+  const int T = c->T, hd = c->hd, Cl = c->Hl * hd, ld = 3 * Cl, prec = c->prec;
+  const float scale = 1.0f / sqrtf((float)hd);
+  const int drop = c->d->p > 0.0f;
+  const double dscale = drop ? 1.0f / (1.0f - c->d->p) : 1.0, u = f16_u;
+  const att_ctx ac = {c->B, T, c->Hl, hd, c->off, c->d, NULL, c->keylen};
+  const size_t nq = (size_t)c->B * T * ld;
+  for (size_t x = 0; x < nq; x++)
+    G[x] = bud[x] = abs_sum[x] = 0;
+  for (int b = 0; b < c->B; b++)
+    for (int h = 0; h < c->Hl; h++)
+      for (int i = 0; i < T; i++) {
+        const int lim = ref_lim(&ac, b, i);
+        const size_t o0 = ((size_t)b * T + i) * Cl + (size_t)h * hd;
+        const size_t qi = ((size_t)b * T + i) * ld + (size_t)h * hd;
+        double D = 0, absD = 0;
+        for (int e = 0; e < hd; e++) {
+          D += (double)dout[o0 + e] * out[o0 + e];
+          absD += fabs((double)dout[o0 + e] * out[o0 + e]);
+        }
+        const double L = lse[((size_t)b * c->Hl + h) * T + i];
+        for (int j = 0; j < lim; j++) {
+          const size_t kj = ((size_t)b * T + j) * ld + Cl + (size_t)h * hd, vj = kj + Cl;
+          double dot = 0, dP = 0;
+          for (int e = 0; e < hd; e++) {
+            dot += f16_round(qkv[qi + e], prec) * f16_round(qkv[kj + e], prec);
+            dP += f16_round(dout[o0 + e], prec) * f16_round(qkv[vj + e], prec);
+          }
+          const double S = (double)scale * dot, p = exp(S - L);
+          const uint64_t word = (((uint64_t)(c->off + h) * T) + i) * T + j;
+          const double kd = drop ? (ref_keep(c->d, b, word) ? dscale : 0.0) : 1.0;
+          const double ep = (fabs(S) + fabs(L) + fabs(S - L) + 12) * u; /* of fp32 p, relative */
+          const double g = dP * kd - D, x = p * g * scale;
+          /* fp32 dS: p's error, dP * kd and the subtraction rounded, D summed over hd terms */
+          const double ex =
+              2 * p * scale * (fabs(g) * (ep + 3 * u) + fabs(dP * kd) * u + hd * u * absD);
+          double s1, s2;
+          const double Pd = f16_round_within(p * kd, 2 * p * kd * ep, prec, &s1);
+          const double dS = f16_round_within(x, ex, prec, &s2);
+          for (int e = 0; e < hd; e++) {
+            const double dor = f16_round(dout[o0 + e], prec), kr = f16_round(qkv[kj + e], prec),
+                         qr = f16_round(qkv[qi + e], prec);
+            G[vj + e] += Pd * dor, bud[vj + e] += s1 * fabs(dor), abs_sum[vj + e] += fabs(Pd * dor);
+            G[qi + e] += dS * kr, bud[qi + e] += s2 * fabs(kr), abs_sum[qi + e] += fabs(dS * kr);
+            G[kj + e] += dS * qr, bud[kj + e] += s2 * fabs(qr), abs_sum[kj + e] += fabs(dS * qr);
+          }
+        }
+      }
+}
+
+/* |x - ref| <= rtol * abs_sum + budget + atol for every element. */
+static void f16_close(const char *what, const float *x, const double *ref, const double *bud,
+                      const double *abs_sum, size_t n, double rtol, double atol) {
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double r = fabs((double)x[i] - ref[i]) / (rtol * abs_sum[i] + bud[i] + atol);
+    if (!(r <= worst)) worst = isnan(r) ? INFINITY : r, at = i;
+  }
+  T_CHECK(worst <= 1.0,
+          "%s: element %zu is %.9g, reference %.9g (budget %.3g, |terms| %.3g, ratio %.3g)", what,
+          at, n ? (double)x[at] : 0.0, n ? ref[at] : 0.0, n ? bud[at] : 0.0, n ? abs_sum[at] : 0.0,
+          worst);
+}
+
+/* Largest |a - b| over the largest |b|. */
+static double rel_gap(const float *a, const float *b, size_t n) {
+  double gap = 0, scale = 1e-30;
+  for (size_t i = 0; i < n; i++)
+    gap = fmax(gap, fabs((double)a[i] - b[i])), scale = fmax(scale, fabs((double)b[i]));
+  return gap / scale;
+}
+
+/* The 16-bit twin (bf16 and fp16; head dims 32, 64, 128; causal and padding-masked; with and
+   without dropout; one tile, a ragged tile, several tiles): out and lse against the float64
+   contract, then the backward against it twice: from the forward's out and lse, and from
+   out = 0, where D = 0 is exact and the bound on each dS is tight enough that a twin skipping
+   dS's rounding fails. The fp32 sums are allowed 4e-5 of their |terms|: the fp32 bound for
+   the T + 64 additions of the longest sum here (T = 150) and the rescalings is about 2.4e-5.
+   Then: fp32 on the same shapes matches the float64 reference of test_flash_attention;
+   a head dim without a tensor-core kernel (48) is fp32 bit for bit under bf16; and on plain
+   random inputs, the twin is as far from the fp32 kernel as 16-bit rounding puts it. */
+static void test_flash_attention_16(void) {
+  const int shapes[][5] = {/* B, T, Hl, hd, head_offset */
+                           {1, 1, 1, 32, 0},
+                           {2, 17, 2, 64, 1},
+                           {2, 150, 2, 32, 1},
+                           {1, 130, 1, 64, 0},
+                           {1, 70, 2, 128, 3}};
+  const int32_t lens[5][2] = {{1, 1}, {17, 5}, {150, 77}, {64, 1}, {33, 1}};
+  const float drops[] = {0.0f, 0.3f};
+  const double rtol = 4e-5, atol = 1e-6;
+  for (int prec = MGT_PREC_BF16; prec <= MGT_PREC_FP16; prec++)
+    for (int masked = 0; masked < 2; masked++)
+      for (size_t s = 0; s < 5; s++)
+        for (int di = 0; di < 2; di++) {
+          const int B = shapes[s][0], T = shapes[s][1], Hl = shapes[s][2], hd = shapes[s][3];
+          const int off = shapes[s][4], Cl = Hl * hd;
+          const int32_t *kl = masked ? lens[s] : NULL;
+          mgt_dropout d = {drops[di], 99, 1000, 3, MGT_DROPOUT_ATTN, 0};
+          const size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl,
+                       nl = (size_t)B * Hl * T;
+          float *qkv = fa(nq), *dout = fa(no), *out = fa(no), *lse = fa(nl), *dqkv = fa(nq),
+                *zero = fa(no);
+          double *ro = da(no), *ob = da(no), *oa = da(no), *rl = da(nl), *g = da(nq), *gb = da(nq),
+                 *ga = da(nq);
+          f16_fill_grid(qkv, nq, prec);
+          f16_fill_grid(dout, no, prec);
+          const f16_case c = {B, T, Hl, hd, off, prec, kl, &d};
+          char what[128];
+          snprintf(what, sizeof what, "%s flash B%d T%d Hl%d hd%d %s drop %.1f",
+                   prec == MGT_PREC_BF16 ? "bf16" : "fp16", B, T, Hl, hd,
+                   masked ? "masked" : "causal", (double)d.p);
+          T_OK(be->set_precision(be->ctx, (mgt_precision)prec));
+          T_OK(be->flash_attention_forward(be->ctx, out, lse, qkv, B, T, Hl, hd, off, kl, &d));
+          f16_forward_ref(&c, qkv, ro, ob, oa, rl);
+          char w2[160];
+          snprintf(w2, sizeof w2, "%s out", what);
+          f16_close(w2, out, ro, ob, oa, no, rtol, atol);
+          snprintf(w2, sizeof w2, "%s lse", what);
+          T_CLOSE(w2, lse, rl, nl, 2e-5, 2e-6);
+          for (int from_zero = 0; from_zero < 2; from_zero++) {
+            const float *o = from_zero ? zero : out;
+            T_OK(be->flash_attention_backward(be->ctx, dqkv, dout, qkv, o, lse, B, T, Hl, hd, off,
+                                              kl, &d));
+            f16_backward_ref(&c, qkv, dout, o, lse, g, gb, ga);
+            snprintf(w2, sizeof w2, "%s dqkv%s", what, from_zero ? " (out = 0)" : "");
+            f16_close(w2, dqkv, g, gb, ga, nq, rtol, atol);
+          }
+          T_OK(be->set_precision(be->ctx, MGT_PREC_FP32));
+          if (prec == MGT_PREC_BF16) { /* fp32 on these head dims: the existing reference */
+            const int H = off + Hl;
+            float *P = fa((size_t)B * Hl * T * T), *scr = fa((size_t)B * Hl * T * T), *mo = fa(no),
+                  *md = fa(nq);
+            double *Q = da(nq), *r32 = da(no), *g32 = da(nq);
+            to_double(qkv, Q, nq);
+            const att_ctx ac = {B, T, Hl, hd, off, &d, NULL, kl};
+            att_ref(Q, &ac, r32, NULL);
+            T_OK(be->flash_attention_forward(be->ctx, out, lse, qkv, B, T, Hl, hd, off, kl, &d));
+            snprintf(w2, sizeof w2, "fp32 flash B%d T%d hd%d out", B, T, hd);
+            T_CLOSE(w2, out, r32, no, 1e-5, 1e-4);
+            T_OK(be->flash_attention_backward(be->ctx, dqkv, dout, qkv, out, lse, B, T, Hl, hd, off,
+                                              kl, &d));
+            T_OK(be->attention_forward(be->ctx, mo, P, qkv, B, T, Hl, hd, off, H, kl, &d, scr));
+            T_OK(be->attention_backward(be->ctx, md, dout, qkv, P, B, T, Hl, hd, off, H, kl, &d,
+                                        scr));
+            to_double(md, g32, nq);
+            snprintf(w2, sizeof w2, "fp32 flash B%d T%d hd%d dqkv (materialized kernel)", B, T, hd);
+            T_CLOSE(w2, dqkv, g32, nq, 1e-4, 1e-3);
+            free(P), free(scr), free(mo), free(md), free(Q), free(r32), free(g32);
+          }
+          free(qkv), free(dout), free(out), free(lse), free(dqkv), free(zero), free(ro), free(ob),
+              free(oa), free(rl), free(g), free(gb), free(ga);
+        }
+
+  /* plain random inputs: bf16/fp16 against fp32 (hd 64), and hd 48 (no tensor-core kernel) */
+  const int B = 2, T = 150, Hl = 2;
+  mgt_dropout d = {0.1f, 5, 20, 1, MGT_DROPOUT_ATTN, 0};
+  for (int hd = 48; hd <= 64; hd += 16) {
+    const int Cl = Hl * hd;
+    const size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, nl = (size_t)B * Hl * T;
+    float *qkv = fa(nq), *dout = fa(no), *o32 = fa(no), *l32 = fa(nl), *g32 = fa(nq), *o16 = fa(no),
+          *l16 = fa(nl), *g16 = fa(nq);
+    t_fill(qkv, nq, 1.0f);
+    t_fill(dout, no, 1.0f);
+    T_OK(be->flash_attention_forward(be->ctx, o32, l32, qkv, B, T, Hl, hd, 0, NULL, &d));
+    T_OK(
+        be->flash_attention_backward(be->ctx, g32, dout, qkv, o32, l32, B, T, Hl, hd, 0, NULL, &d));
+    for (int prec = MGT_PREC_BF16; prec <= MGT_PREC_FP16; prec++) {
+      T_OK(be->set_precision(be->ctx, (mgt_precision)prec));
+      T_OK(be->flash_attention_forward(be->ctx, o16, l16, qkv, B, T, Hl, hd, 0, NULL, &d));
+      T_OK(be->flash_attention_backward(be->ctx, g16, dout, qkv, o16, l16, B, T, Hl, hd, 0, NULL,
+                                        &d));
+      T_OK(be->set_precision(be->ctx, MGT_PREC_FP32));
+      const char *name = prec == MGT_PREC_BF16 ? "bf16" : "fp16";
+      if (hd == 48) {
+        T_CHECK(!memcmp(o16, o32, no * 4) && !memcmp(l16, l32, nl * 4) && !memcmp(g16, g32, nq * 4),
+                "%s flash attention at hd 48 (no tensor-core kernel) is not the fp32 one", name);
+        continue;
+      }
+      /* the gap in units of the operands' roundoff, 2^-8 (bf16) or 2^-11 (fp16): measured 1.0
+         (bf16) and 0.8 (fp16) on out, 0.85 and 1.2 on dqkv; a twin that rounds nothing is the
+         fp32 kernel, 0 units away */
+      const double unit = prec == MGT_PREC_BF16 ? 0x1p-8 : 0x1p-11;
+      const double go = rel_gap(o16, o32, no), gg = rel_gap(g16, g32, nq);
+      printf("%s flash attention vs fp32 (hd 64): out %.3g, dqkv %.3g (unit roundoff %.3g)\n", name,
+             go, gg, unit);
+      T_CHECK(go >= 0.25 * unit && go <= 8 * unit, "%s flash out is %.3g from fp32, not ~%.3g",
+              name, go, unit);
+      T_CHECK(gg >= 0.25 * unit && gg <= 8 * unit, "%s flash dqkv is %.3g from fp32, not ~%.3g",
+              name, gg, unit);
+    }
+    free(qkv), free(dout), free(o32), free(l32), free(g32), free(o16), free(l16), free(g16);
+  }
+}
+
 int main(void) {
   T_OK(mgt_backend_cpu_create(&be));
   test_precision();
@@ -798,6 +1092,7 @@ int main(void) {
   test_gather_rows();
   test_attention();
   test_flash_attention();
+  test_flash_attention_16();
   test_attention_shards();
   test_attention_decode();
   test_argmax_copy();

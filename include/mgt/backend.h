@@ -104,6 +104,27 @@ typedef struct mgt_backend {
      gemm then bias_gelu_forward on the CPU). */
   mgt_status (*linear_bias_gelu)(void *ctx, int M, int N, int K, const float *A, int lda,
                                  const float *W, int ldw, const float *b, float *pre, float *out);
+  /* out(M,N) = A(M,K) W(N,K)^T [+ b(N)] (cuBLASLt's bias epilogue on GPUs). */
+  mgt_status (*linear_bias)(void *ctx, int M, int N, int K, const float *A, int lda, const float *W,
+                            int ldw, const float *b, float *out);
+  /* A linear layer's parameter gradients: dW(N,K) = [dW +] dy(M,N)^T x(M,K) and, db not NULL,
+     db(N) = [db +] the column sums of dy, as the GEMM sees it (rounded under 16 bits;
+     cuBLASLt's BGRADB epilogue on GPUs). */
+  mgt_status (*linear_param_grads)(void *ctx, int M, int N, int K, const float *dy, const float *x,
+                                   float *dW, float *db, int accumulate);
+  /* The gradient through a linear layer W(K,N) into the tanh GeLU before it: dpre(M,N) =
+     (dy(M,K) W) * gelu'(pre) and, db not NULL, db(N) = [db +] the column sums of dpre: the
+     GeLU's bias gradient (cuBLASLt's DGELU_BGRAD epilogue on GPUs). */
+  mgt_status (*linear_dgelu)(void *ctx, int M, int N, int K, const float *dy, const float *W,
+                             const float *pre, float *dpre, float *db, int accumulate);
+  /* The end of a row-parallel layer, in one pass on GPUs: out(N,C) = [res +] dropout(x [+ b])
+     (dropout_forward's masks: row elements per sample, element 0 is d->first) and, ln not
+     NULL, ln = layernorm(out) with w, lb, eps, its mean and rstd (N) kept. x is scratch: its
+     contents are undefined afterwards. out may not alias x. */
+  mgt_status (*bias_dropout_add_ln)(void *ctx, float *out, float *x, const float *b,
+                                    const float *res, int N, int C, size_t row,
+                                    const mgt_dropout *d, float *ln, float *mean, float *rstd,
+                                    const float *w, const float *lb, float eps);
   /* y(N,C) += b(C) broadcast over rows. */
   mgt_status (*add_bias)(void *ctx, float *y, const float *b, int N, int C);
   /* db(C) = [db +] column sums of dy(N,C). */
@@ -234,12 +255,24 @@ MGT_NODISCARD mgt_status mgt_backend_cuda_create_on(int device, void *stream, vo
                                                     mgt_backend **out);
 /* Visible CUDA devices (0 with no driver or no device). */
 int mgt_cuda_device_count(void);
+/* Free and total bytes of CUDA device `device` without a backend on it; 0 when they cannot be
+   read. */
+int mgt_cuda_device_memory(int device, size_t *free_bytes, size_t *total_bytes);
 /* The backend's stream (a cudaStream_t), for device-buffer collectives. */
 void *mgt_backend_cuda_stream(const mgt_backend *be);
 /* 1 when the last linear_bias_gelu at the backend's current precision ran as one cuBLASLt
    call with the bias + GeLU epilogue, 0 when it fell back (no suitable algorithm, or cuBLASLt
    failed at that precision) to a GEMM and the bias + GeLU kernel. */
 int mgt_backend_cuda_fused_epilogue(const mgt_backend *be);
+/* The same for each fused cuBLASLt epilogue: whether the last call of its operation at the
+   current precision ran as one cuBLASLt matmul. */
+enum {
+  MGT_CUDA_EPI_BIAS_GELU = 0, /* linear_bias_gelu */
+  MGT_CUDA_EPI_BIAS = 1,      /* linear_bias */
+  MGT_CUDA_EPI_BGRAD = 2,     /* linear_param_grads with db */
+  MGT_CUDA_EPI_DGELU = 3      /* linear_dgelu with db */
+};
+int mgt_backend_cuda_fused(const mgt_backend *be, int epilogue);
 /* Name and memory (free, total bytes) of the backend's device. */
 MGT_NODISCARD mgt_status mgt_backend_cuda_info(const mgt_backend *be, char *name, size_t name_size,
                                                size_t *free_bytes, size_t *total_bytes);

@@ -120,6 +120,10 @@ mgt_optim *mgt_trainer_optim(mgt_trainer *tr);
 
 /* Prints the per-rank memory plan (rank 0). */
 void mgt_print_memory_plan(const mgt_config *cfg, int tp, int dp, FILE *f);
+/* Which recomputation choices fit in `avail` bytes per rank (0: unknown, `where` says why, or
+   names the memory), and the least recomputation that fits: what --dry-run advises. */
+void mgt_print_memory_fit(const mgt_config *cfg, int tp, int dp, size_t avail, const char *where,
+                          FILE *f);
 
 #ifdef __cplusplus
 }

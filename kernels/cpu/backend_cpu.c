@@ -62,6 +62,10 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
   be->fill = cpu_fill;
   be->gemm = cpu_gemm;
   be->linear_bias_gelu = cpu_linear_bias_gelu;
+  be->linear_bias = cpu_linear_bias;
+  be->linear_param_grads = cpu_linear_param_grads;
+  be->linear_dgelu = cpu_linear_dgelu;
+  be->bias_dropout_add_ln = cpu_bias_dropout_add_ln;
   be->add_bias = cpu_add_bias;
   be->bias_backward = cpu_bias_backward;
   be->layernorm_forward = cpu_layernorm_forward;

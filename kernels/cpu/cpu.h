@@ -60,6 +60,19 @@ mgt_status cpu_fill(void *ctx, float *p, size_t n, float value);
 mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc);
+/* src (rows, cols; leading dimension ld) rounded to the 16-bit precision in scratch slot k */
+mgt_status cpu_rounded(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
+                       const float **out);
+mgt_status cpu_linear_bias(void *ctx, int M, int N, int K, const float *A, int lda, const float *W,
+                           int ldw, const float *b, float *out);
+mgt_status cpu_linear_param_grads(void *ctx, int M, int N, int K, const float *dy, const float *x,
+                                  float *dW, float *db, int accumulate);
+mgt_status cpu_linear_dgelu(void *ctx, int M, int N, int K, const float *dy, const float *W,
+                            const float *pre, float *dpre, float *db, int accumulate);
+mgt_status cpu_bias_dropout_add_ln(void *ctx, float *out, float *x, const float *b,
+                                   const float *res, int N, int C, size_t row, const mgt_dropout *d,
+                                   float *ln, float *mean, float *rstd, const float *w,
+                                   const float *lb, float eps);
 mgt_status cpu_set_weights(void *ctx, const float *w, size_t n);
 mgt_status cpu_refresh_weights(void *ctx, size_t offset, size_t n);
 mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,

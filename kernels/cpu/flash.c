@@ -2,7 +2,33 @@
    and FlashAttention-2): keys in tiles of BC with an online softmax, each row's log-sum-exp
    kept for backward, which rebuilds each tile's probabilities from it. O(T) memory per
    (batch, head); the dropout masks are the words of the materialized kernel (attention.c), so
-   both give the same model up to rounding. The CPU twin of the CUDA kernel. */
+   both give the same model up to rounding. The CPU twin of the CUDA kernels: the fp32 ones in
+   backend_cuda.cu and the 16-bit tensor-core ones in flash16.cu.
+
+   16-bit contract (precision MGT_PREC_BF16 or MGT_PREC_FP16 in the ctx, head dims
+   cpu_flash16_hd; any other precision, head dim or a NULL ctx is fp32, unchanged). round()
+   is mgt_round_bf16 or mgt_round_fp16, i.e. the GPU's __float2bfloat16_rn / __float2half_rn.
+   Exactly the operands a tensor core multiplies are rounded; every product accumulates in
+   fp32, and lse, m, l, alpha, D and the outputs are fp32:
+   forward, per row i and per tile of BC = 64 keys [j0, j0 + 64) that holds keys the row sees:
+     S_ij  = scale * sum_e round(Q_ie) round(K_je)           scale = 1/sqrtf(hd), in fp32
+     m     = max(m_prev, max_j S_ij); alpha = exp(m_prev - m); p_ij = exp(S_ij - m)
+     l     = l * alpha + sum_j p_ij                          (p before dropout and rounding)
+     Pt_ij = round(keep_ij ? p_ij * dscale : 0)              (round(p_ij) without dropout)
+     O_i   = O_i * alpha + sum_j Pt_ij round(V_j)
+   and at the end O_i /= l, lse_i = m + log(l). m is the running maximum after each tile of
+   64 keys, so the tile width of the keys is part of the contract (the rounded Pt depends on
+   it); the tile of query rows is not.
+   backward, with L = lse and O = out as given:
+     D_i   = sum_e dO_ie O_ie                                (fp32, unrounded)
+     p_ij  = exp(S_ij - L_i), S_ij as in the forward
+     dP_ij = sum_e round(dO_ie) round(V_je)
+     Pd_ij = round(keep_ij ? p_ij * dscale : 0)              (round(p_ij) without dropout)
+     dS_ij = round(p_ij * (dP_ij * kd_ij - D_i) * scale)     kd = keep ? dscale : 0 (1 without)
+     dV_j += sum_i Pd_ij round(dO_i); dQ_i += sum_j dS_ij round(K_j); dK_j += sum_i dS_ij round(Q_i)
+   The CPU computes exp with mgt_fast_expf and the GPU with __expf, and the two accumulate in
+   different orders: they agree to fp32 rounding before each 16-bit rounding, which now and
+   then lands one 16-bit unit apart. */
 #include <cblas.h>
 #include <float.h>
 #include <math.h>
@@ -16,15 +42,42 @@ enum { BR = 64, BC = 64 }; /* query rows and keys per tile */
 #define keys_of cpu_key_limit
 #define tile_mask cpu_attn_mask
 
+enum { HD16 = 128 }; /* the largest head dim cpu_flash16_hd admits: the rounded tiles' width */
+
 typedef struct head_view {
   const float *q, *k, *v; /* rows of ld floats */
   int ld, T, hd;
 } head_view;
 
-/* s (nr, nc; stride BC) = scale * q[i0..] k[j0..]^T */
-static void scores(float *s, const head_view *h, int i0, int nr, int j0, int nc, float scale) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, h->hd, scale,
-              h->q + (size_t)i0 * h->ld, h->ld, h->k + (size_t)j0 * h->ld, h->ld, 0.0f, s, BC);
+typedef float (*rounder)(float);
+
+/* The 16-bit rounding of the contract above, or NULL for fp32. */
+static rounder rounding_of(const void *ctx, int hd) {
+  const cpu_ctx *c = ctx;
+  if (!c || c->precision == MGT_PREC_FP32 || !cpu_flash16_hd(hd)) return NULL;
+  return c->precision == MGT_PREC_BF16 ? mgt_round_bf16 : mgt_round_fp16;
+}
+
+/* n rows of hd floats (stride ld) as a tensor core reads them: x itself in fp32 (so that the
+   fp32 GEMMs are the very calls they were), else rounded into buf (n, hd; stride hd). */
+static const float *operand(float *buf, const float *x, int ld, int n, int hd, rounder rnd,
+                            int *ld_out) {
+  if (!rnd) {
+    *ld_out = ld;
+    return x;
+  }
+  for (int r = 0; r < n; r++)
+    for (int e = 0; e < hd; e++)
+      buf[(size_t)r * hd + e] = rnd(x[(size_t)r * ld + e]);
+  *ld_out = hd;
+  return buf;
+}
+
+/* s (nr, nc; stride BC) = scale * q k^T of nr query rows q and nc key rows k */
+static void scores(float *s, const float *q, int lq, int nr, const float *k, int lk, int nc, int hd,
+                   float scale) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hd, scale, q, lq, k, lk, 0.0f, s,
+              BC);
 }
 
 /* The last key any of rows [i0, i0 + nr) sees, plus one. */
@@ -36,6 +89,7 @@ mgt_status cpu_flash_attention_forward(void *ctx, float *out, float *lse, const 
                                        int T, int Hl, int hd, int head_offset,
                                        const int32_t *keylen, const mgt_dropout *d) {
   const cpu_att A = cpu_att_of(Hl, hd, d);
+  const rounder rnd = rounding_of(ctx, hd);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int hh = 0; hh < Hl; hh++) {
@@ -44,9 +98,12 @@ mgt_status cpu_flash_attention_forward(void *ctx, float *out, float *lse, const 
       float *o = out + (size_t)b * T * A.Cl + (size_t)hh * hd;
       float *L = lse + ((size_t)b * Hl + hh) * T;
       float s[BR * BC], m[BR], l[BR];
+      float qb[rnd ? BR * HD16 : 1], kb[rnd ? BC * HD16 : 1], vb[rnd ? BC * HD16 : 1];
       uint8_t keep[BC];
       for (int i0 = 0; i0 < T; i0 += BR) {
         const int nr = T - i0 < BR ? T - i0 : BR, jend = tile_keys(keylen, b, T, i0, nr);
+        int lq, lk, lv;
+        const float *qt = operand(qb, h.q + (size_t)i0 * A.ld, A.ld, nr, hd, rnd, &lq);
         for (int r = 0; r < nr; r++) {
           m[r] = -FLT_MAX, l[r] = 0.0f;
           for (int e = 0; e < hd; e++)
@@ -54,7 +111,8 @@ mgt_status cpu_flash_attention_forward(void *ctx, float *out, float *lse, const 
         }
         for (int j0 = 0; j0 < jend; j0 += BC) {
           const int nc = jend - j0 < BC ? jend - j0 : BC;
-          scores(s, &h, i0, nr, j0, nc, A.scale);
+          const float *kt = operand(kb, h.k + (size_t)j0 * A.ld, A.ld, nc, hd, rnd, &lk);
+          scores(s, qt, lq, nr, kt, lk, nc, hd, A.scale);
           for (int r = 0; r < nr; r++) {
             float *sr = s + (size_t)r * BC, *orow = o + (size_t)(i0 + r) * A.Cl;
             int valid = keys_of(keylen, b, T, i0 + r) - j0;
@@ -78,9 +136,13 @@ mgt_status cpu_flash_attention_forward(void *ctx, float *out, float *lse, const 
               for (int c = 0; c < valid; c++)
                 sr[c] = keep[c] ? sr[c] * A.dscale : 0.0f;
             }
+            if (rnd) /* P as the tensor core's operand, after l took the exact sum */
+              for (int c = 0; c < valid; c++)
+                sr[c] = rnd(sr[c]);
           }
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hd, nc, 1.0f, s, BC,
-                      h.v + (size_t)j0 * A.ld, A.ld, 1.0f, o + (size_t)i0 * A.Cl, A.Cl);
+          const float *vt = operand(vb, h.v + (size_t)j0 * A.ld, A.ld, nc, hd, rnd, &lv);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hd, nc, 1.0f, s, BC, vt, lv,
+                      1.0f, o + (size_t)i0 * A.Cl, A.Cl);
         }
         for (int r = 0; r < nr; r++) {
           const float inv = 1.0f / l[r];
@@ -98,6 +160,7 @@ mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dou
                                         int hd, int head_offset, const int32_t *keylen,
                                         const mgt_dropout *d) {
   const cpu_att A = cpu_att_of(Hl, hd, d);
+  const rounder rnd = rounding_of(ctx, hd);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int hh = 0; hh < Hl; hh++) {
@@ -109,6 +172,8 @@ mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dou
       float *dq = dqkv + (size_t)b * T * A.ld + (size_t)hh * hd, *dk = dq + A.Cl,
             *dv = dq + 2 * A.Cl;
       float s[BR * BC], pd[BR * BC], dp[BR * BC], D[BR];
+      float qb[rnd ? BR * HD16 : 1], ob[rnd ? BR * HD16 : 1], kb[rnd ? BC * HD16 : 1],
+          vb[rnd ? BC * HD16 : 1];
       uint8_t keep[BC];
       for (int i = 0; i < T; i++)
         for (int e = 0; e < hd; e++)
@@ -122,12 +187,17 @@ mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dou
             acc += dO[(size_t)(i0 + r) * A.Cl + e] * o[(size_t)(i0 + r) * A.Cl + e];
           D[r] = acc;
         }
+        int lq, lo, lk, lv;
+        const float *qt = operand(qb, h.q + (size_t)i0 * A.ld, A.ld, nr, hd, rnd, &lq);
+        const float *ot = operand(ob, dO + (size_t)i0 * A.Cl, A.Cl, nr, hd, rnd, &lo);
         for (int j0 = 0; j0 < jend; j0 += BC) {
           const int nc = jend - j0 < BC ? jend - j0 : BC;
-          scores(s, &h, i0, nr, j0, nc, A.scale);
+          const float *kt = operand(kb, h.k + (size_t)j0 * A.ld, A.ld, nc, hd, rnd, &lk);
+          const float *vt = operand(vb, h.v + (size_t)j0 * A.ld, A.ld, nc, hd, rnd, &lv);
+          scores(s, qt, lq, nr, kt, lk, nc, hd, A.scale);
           /* dPd = dO_i V_j^T */
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hd, 1.0f,
-                      dO + (size_t)i0 * A.Cl, A.Cl, h.v + (size_t)j0 * A.ld, A.ld, 0.0f, dp, BC);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hd, 1.0f, ot, lo, vt, lv,
+                      0.0f, dp, BC);
           for (int r = 0; r < nr; r++) {
             float *sr = s + (size_t)r * BC, *pr = pd + (size_t)r * BC, *gr = dp + (size_t)r * BC;
             int valid = keys_of(keylen, b, T, i0 + r) - j0;
@@ -140,16 +210,19 @@ mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dou
               pr[c] = p * kd;                            /* the dropped probability */
               sr[c] = p * (gr[c] * kd - D[r]) * A.scale; /* dS */
             }
+            if (rnd) /* the two as tensor-core operands */
+              for (int c = 0; c < valid; c++)
+                pr[c] = rnd(pr[c]), sr[c] = rnd(sr[c]);
             for (int c = valid; c < nc; c++)
               pr[c] = sr[c] = 0.0f;
           }
           /* dV_j += Pd^T dO_i, dQ_i += dS K_j, dK_j += dS^T Q_i */
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, hd, nr, 1.0f, pd, BC,
-                      dO + (size_t)i0 * A.Cl, A.Cl, 1.0f, dv + (size_t)j0 * A.ld, A.ld);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hd, nc, 1.0f, s, BC,
-                      h.k + (size_t)j0 * A.ld, A.ld, 1.0f, dq + (size_t)i0 * A.ld, A.ld);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, hd, nr, 1.0f, s, BC,
-                      h.q + (size_t)i0 * A.ld, A.ld, 1.0f, dk + (size_t)j0 * A.ld, A.ld);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, hd, nr, 1.0f, pd, BC, ot, lo,
+                      1.0f, dv + (size_t)j0 * A.ld, A.ld);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hd, nc, 1.0f, s, BC, kt, lk,
+                      1.0f, dq + (size_t)i0 * A.ld, A.ld);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, hd, nr, 1.0f, s, BC, qt, lq,
+                      1.0f, dk + (size_t)j0 * A.ld, A.ld);
         }
       }
     }

@@ -33,8 +33,8 @@ float mgt_round_fp16(float x) {
 }
 
 /* Rounds a rows x cols matrix with leading dimension ld into the scratch slot `k`. */
-static mgt_status rounded(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
-                          const float **out) {
+mgt_status cpu_rounded(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
+                       const float **out) {
   size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
   if (n > c->scratch_n[k]) {
     float *p = realloc(c->scratch[k], n * sizeof(float));
@@ -88,7 +88,7 @@ static mgt_status operand(cpu_ctx *c, int k, const float *src, int rows, int col
     *out = c->wcopy + (src - c->wbase);
     return MGT_OK;
   }
-  return rounded(c, k, src, rows, cols, ld, out);
+  return cpu_rounded(c, k, src, rows, cols, ld, out);
 }
 
 mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha,

@@ -22,27 +22,38 @@
 extern "C" {
 #include "../cpu/cpu.h" /* the CPU twins: initialization is drawn by the same code */
 }
+#include "cuda_check.h"
+#include "flash16.h" /* the 16-bit tensor-core flash attention */
 
 namespace {
 
-/* The operands of a fused linear + bias + GeLU whose address alignments (bytes, a power of two
-   up to 256) the algorithm depends on: the weights W (cuBLASLt's A), the input (its B), the
-   output (C and D), the bias and the pre-activation (the epilogue's aux matrix). */
-enum { LT_W, LT_IN, LT_OUT, LT_BIAS, LT_AUX, LT_NPTR };
+/* The fused cuBLASLt epilogues, by backend operation (numbered as MGT_CUDA_EPI_*):
+   linear_bias_gelu (GELU_AUX_BIAS), linear_bias (BIAS), linear_param_grads (BGRADB),
+   linear_dgelu (DGELU_BGRAD). */
+enum { LT_GELU, LT_BIAS_ONLY, LT_BGRAD, LT_DGELU, LT_KINDS };
+
+/* The operands whose address alignments (bytes, a power of two up to 256) an algorithm
+   depends on: cuBLASLt's A, B, D (also C), the bias (or bias gradient) and the aux matrix. */
+enum { LT_A, LT_B, LT_D, LT_BIAS, LT_AUX, LT_NPTR };
+
+/* One fused matmul in cuBLAS's column-major terms: D (m x n, ld ldd) = op(A) op(B) [+ D]. */
+struct lt_shape {
+  int kind, ta, tb, m, n, k, lda, ldb, ldd, beta;
+  cudaDataType_t type; /* of A and B; C, D, bias and aux are fp32 */
+};
 
 /* A cuBLASLt matmul set up once per shape and operand alignments (descriptors and the chosen
    algorithm); only the bias and aux pointers change between calls. A plan without an
    algorithm (found false) is kept too, so that a case cuBLASLt cannot fuse is asked once. */
 struct lt_plan {
   bool used, found;
-  int M, N, K, lda, ldw;
-  cudaDataType_t type;
+  lt_shape sh;
   uint32_t align[LT_NPTR];
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, ld;
   cublasLtMatmulAlgo_t algo;
 };
-enum { LT_PLANS = 8 };
+enum { LT_PLANS = 16 };
 
 void lt_plan_free(lt_plan *p) {
   if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
@@ -72,6 +83,10 @@ struct cuda_ctx {
   size_t dsegs_n, hsegs_n;
   float *fscratch;
   size_t fscratch_n;
+  float *rscratch; /* a rounded fp32 copy (linear_param_grads without the epilogue) */
+  size_t rscratch_n;
+  float *bgrad; /* an epilogue's bias gradient, to be added to an accumulated one */
+  size_t bgrad_n;
   float *host; /* pinned staging for argmax values */
   size_t host_n;
   bool own_stream, own_blas; /* created here (else the caller's, left to the caller) */
@@ -82,26 +97,14 @@ struct cuda_ctx {
   cublasLtHandle_t lt;
   void *lt_work; /* cuBLASLt workspace */
   size_t lt_work_n;
-  /* Per precision (mgt_precision): 0 untried, 1 the fused epilogue has run, -1 cuBLASLt
-     failed (not for want of an algorithm for one case): GEMM + kernel from then on. An
-     fp32 failure leaves the 16-bit paths their own try, and the other way round. */
-  int lt_state[3];
-  bool lt_last[3]; /* the last linear_bias_gelu at that precision ran fused */
+  /* Per epilogue and precision (mgt_precision): 0 untried, 1 the fused epilogue has run, -1
+     cuBLASLt failed (not for want of an algorithm for one case): GEMM + kernels from then on.
+     A failure leaves the other epilogues and precisions their own try. */
+  int lt_state[LT_KINDS][3];
+  bool lt_last[LT_KINDS][3]; /* the last call of that operation at that precision ran fused */
   lt_plan plans[LT_PLANS];
   int next_plan; /* the slot the next new shape replaces */
 };
-
-mgt_status cuda_fail(cudaError_t e, const char *file, int line, const char *what) {
-  mgt_error_set(e == cudaErrorMemoryAllocation ? MGT_ERR_NOMEM : MGT_ERR_BACKEND, file, line,
-                "cuda", "%s: %s", what, cudaGetErrorString(e));
-  return e == cudaErrorMemoryAllocation ? MGT_ERR_NOMEM : MGT_ERR_BACKEND;
-}
-
-#define CU(call)                                                                                   \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) return cuda_fail(e_, __FILE__, __LINE__, #call);                        \
-  } while (0)
 
 #define CUBLAS(call)                                                                               \
   do {                                                                                             \
@@ -112,9 +115,6 @@ mgt_status cuda_fail(cudaError_t e, const char *file, int line, const char *what
       return MGT_ERR_BACKEND;                                                                      \
     }                                                                                              \
   } while (0)
-
-/* Kernel launches report configuration errors at once and execution errors at the next sync. */
-#define LAUNCHED() CU(cudaGetLastError())
 
 cuda_ctx *C_(void *ctx) { return static_cast<cuda_ctx *>(ctx); }
 
@@ -236,6 +236,8 @@ void cu_destroy(void *ctx) {
   cudaFree(c->dsegs);
   free(c->hsegs);
   cudaFree(c->fscratch);
+  cudaFree(c->rscratch);
+  cudaFree(c->bgrad);
   cudaFreeHost(c->host);
   for (int i = 0; i < LT_PLANS; i++)
     lt_plan_free(&c->plans[i]);
@@ -349,8 +351,8 @@ mgt_status cu_refresh_weights(void *ctx, size_t offset, size_t n) {
               "refresh of weights [%zu, %zu) outside the %zu registered", offset, offset + n,
               c->wn);
   if (c->precision == MGT_PREC_BF16)
-    k_round_flat<<<blocks_for(n, 256), 256, 0, c->stream>>>(
-        (__nv_bfloat16 *)c->wcopy + offset, c->wbase + offset, n);
+    k_round_flat<<<blocks_for(n, 256), 256, 0, c->stream>>>((__nv_bfloat16 *)c->wcopy + offset,
+                                                            c->wbase + offset, n);
   else
     k_round_flat<<<blocks_for(n, 256), 256, 0, c->stream>>>((__half *)c->wcopy + offset,
                                                             c->wbase + offset, n);
@@ -551,40 +553,50 @@ uint32_t ptr_align(const void *p) {
   return al;
 }
 
-/* Builds the plan of one shape: the GELU_AUX_BIAS epilogue (the GeLU output in D, the
-   pre-activation in the aux matrix, ld N). Column-major view: D (N x M, ld N) =
-   op_T(W: K x N, ld ldw) * (A: K x M, ld lda); the bias runs along D's rows. The heuristic
-   is told the operands' alignments (p->align: minimum-alignment preferences for A, B, C
-   and D; the bias and aux pointers themselves, from which it reads theirs), so the
-   algorithm suits every call whose pointers are at least as aligned. Returns false when a
-   cuBLASLt call fails; p->found says whether an algorithm was offered. */
-bool lt_plan_make(cuda_ctx *c, lt_plan *p, const float *b, const float *pre) {
-  const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
-  const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  const int64_t aux_ld = p->N;
+mgt_status cu_gelu_backward(void *ctx, float *dpre, const float *dout, const float *pre, size_t n);
+mgt_status cu_add(void *ctx, float *y, const float *x, size_t n);
+
+/* Builds the plan of one shape (p->sh) with its epilogue. The heuristic is told the operands'
+   alignments (p->align: minimum-alignment preferences for A, B, C and D; the bias and aux
+   pointers themselves, from which it reads theirs), so the algorithm suits every call whose
+   pointers are at least as aligned. Returns false when a cuBLASLt call fails; p->found says
+   whether an algorithm was offered. */
+bool lt_plan_make(cuda_ctx *c, lt_plan *p, const void *bias, const void *aux) {
+  const lt_shape *q = &p->sh;
+  const cublasOperation_t ta = q->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          tb = q->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  static const cublasLtEpilogue_t epis[LT_KINDS] = {
+      CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_BGRADB,
+      CUBLASLT_EPILOGUE_DGELU_BGRAD};
+  const cublasLtEpilogue_t epi = epis[q->kind];
+  const bool has_aux = q->kind == LT_GELU || q->kind == LT_DGELU;
+  const int64_t aux_ld = q->ldd;
   const uint64_t work = LT_WORK;
   cublasLtMatmulPreference_t pref = NULL;
   cublasStatus_t s = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n);
+    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
   if (s == CUBLAS_STATUS_SUCCESS)
     s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-  if (s == CUBLAS_STATUS_SUCCESS)
+  if (s == CUBLAS_STATUS_SUCCESS && has_aux)
     s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                        sizeof aux_ld);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b);
+    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                       sizeof bias);
+  if (s == CUBLAS_STATUS_SUCCESS && has_aux)
+    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                       sizeof aux);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre,
-                                       sizeof pre);
+    s = cublasLtMatrixLayoutCreate(&p->la, q->type, q->ta ? q->k : q->m, q->ta ? q->m : q->k,
+                                   q->lda);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatrixLayoutCreate(&p->la, p->type, p->K, p->N, p->ldw);
+    s = cublasLtMatrixLayoutCreate(&p->lb, q->type, q->tb ? q->n : q->k, q->tb ? q->k : q->n,
+                                   q->ldb);
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatrixLayoutCreate(&p->lb, p->type, p->K, p->M, p->lda);
-  if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, p->N, p->M, p->N);
+    s = cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, q->m, q->n, q->ldd);
   if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceCreate(&pref);
   if (s == CUBLAS_STATUS_SUCCESS)
     s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &work,
@@ -592,10 +604,10 @@ bool lt_plan_make(cuda_ctx *c, lt_plan *p, const float *b, const float *pre) {
   const struct {
     cublasLtMatmulPreferenceAttributes_t attr;
     int ptr;
-  } aligns[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, LT_W},
-                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, LT_IN},
-                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, LT_OUT},
-                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, LT_OUT}};
+  } aligns[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, LT_A},
+                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, LT_B},
+                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, LT_D},
+                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, LT_D}};
   for (size_t i = 0; i < sizeof aligns / sizeof aligns[0] && s == CUBLAS_STATUS_SUCCESS; i++)
     s = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i].attr, &p->align[aligns[i].ptr],
                                              sizeof(uint32_t));
@@ -616,91 +628,223 @@ bool lt_plan_make(cuda_ctx *c, lt_plan *p, const float *b, const float *pre) {
   return true;
 }
 
+bool lt_shape_equal(const lt_shape *a, const lt_shape *b) {
+  return a->kind == b->kind && a->ta == b->ta && a->tb == b->tb && a->m == b->m && a->n == b->n &&
+         a->k == b->k && a->lda == b->lda && a->ldb == b->ldb && a->ldd == b->ldd &&
+         a->beta == b->beta && a->type == b->type;
+}
+
 /* Whether plan q serves a call of this shape whose operands have alignments al: a plan with an
    algorithm when every operand is at least as aligned as it was made for; one without when
    none is more aligned (an algorithm for weaker alignment would work for stronger). */
-bool lt_plan_fits(const lt_plan *q, int M, int N, int K, int lda, int ldw, cudaDataType_t in_t,
-                  const uint32_t *al) {
-  if (!q->used || q->M != M || q->N != N || q->K != K || q->lda != lda || q->ldw != ldw ||
-      q->type != in_t)
-    return false;
+bool lt_plan_fits(const lt_plan *q, const lt_shape *sh, const uint32_t *al) {
+  if (!q->used || !lt_shape_equal(&q->sh, sh)) return false;
   for (int i = 0; i < LT_NPTR; i++)
     if (q->found ? al[i] < q->align[i] : al[i] > q->align[i]) return false;
   return true;
 }
 
-/* pre = A W^T + b and out = gelu(pre) in one cuBLASLt matmul. *fused is set to false, with
-   MGT_OK, when cuBLASLt offers no algorithm for the case (the caller then runs the two-step
-   path for this call); an error is a failure of cuBLASLt itself. */
-mgt_status lt_bias_gelu(cuda_ctx *c, int M, int N, int K, const void *A, int lda, const void *W,
-                        int ldw, cudaDataType_t in_t, const float *b, float *pre, float *out,
-                        bool *fused) {
+/* One fused matmul. *fused is set to false, with MGT_OK, when cuBLASLt offers no algorithm
+   for the case (the caller then runs the unfused path for this call); an error is a failure
+   of cuBLASLt itself. */
+mgt_status lt_matmul(cuda_ctx *c, const lt_shape *sh, const void *A, const void *B, float *D,
+                     const void *bias, const void *aux, bool *fused) {
   *fused = false;
   if (!c->lt && cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS)
     MGT_FAIL(MGT_ERR_BACKEND, "cublasLtCreate failed");
   MGT_CHECK(grow(&c->lt_work, &c->lt_work_n, LT_WORK));
   uint32_t al[LT_NPTR];
-  al[LT_W] = ptr_align(W), al[LT_IN] = ptr_align(A), al[LT_OUT] = ptr_align(out);
-  al[LT_BIAS] = ptr_align(b), al[LT_AUX] = ptr_align(pre);
+  al[LT_A] = ptr_align(A), al[LT_B] = ptr_align(B), al[LT_D] = ptr_align(D);
+  al[LT_BIAS] = ptr_align(bias), al[LT_AUX] = ptr_align(aux);
   lt_plan *p = NULL;
   for (int i = 0; i < LT_PLANS && !p; i++)
-    if (lt_plan_fits(&c->plans[i], M, N, K, lda, ldw, in_t, al)) p = &c->plans[i];
+    if (lt_plan_fits(&c->plans[i], sh, al)) p = &c->plans[i];
   if (!p) {
     p = &c->plans[c->next_plan];
     c->next_plan = (c->next_plan + 1) % LT_PLANS;
     lt_plan_free(p);
-    p->M = M, p->N = N, p->K = K, p->lda = lda, p->ldw = ldw, p->type = in_t;
+    p->sh = *sh;
     memcpy(p->align, al, sizeof al);
-    if (!lt_plan_make(c, p, b, pre)) MGT_FAIL(MGT_ERR_BACKEND, "cuBLASLt matmul setup failed");
+    if (!lt_plan_make(c, p, bias, aux)) MGT_FAIL(MGT_ERR_BACKEND, "cuBLASLt matmul setup failed");
   }
   if (!p->found) return MGT_OK;
+  const bool has_aux = sh->kind == LT_GELU || sh->kind == LT_DGELU;
   cublasStatus_t s =
-      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b);
+      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  if (s == CUBLAS_STATUS_SUCCESS && has_aux)
+    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                       sizeof aux);
+  const float one = 1.0f, beta = sh->beta ? 1.0f : 0.0f;
   if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre,
-                                       sizeof pre);
-  const float one = 1.0f, zero = 0.0f;
-  if (s == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmul(c->lt, p->op, &one, W, p->la, A, p->lb, &zero, out, p->ld, out, p->ld,
-                       &p->algo, c->lt_work, LT_WORK, c->stream);
+    s = cublasLtMatmul(c->lt, p->op, &one, A, p->la, B, p->lb, &beta, D, p->ld, D, p->ld, &p->algo,
+                       c->lt_work, LT_WORK, c->stream);
   if (s != CUBLAS_STATUS_SUCCESS)
-    MGT_FAIL(MGT_ERR_BACKEND, "cublasLtMatmul (bias + GeLU epilogue): cuBLAS status %d", (int)s);
+    MGT_FAIL(MGT_ERR_BACKEND, "cublasLtMatmul (epilogue %d): cuBLAS status %d", sh->kind, (int)s);
   *fused = true;
   return MGT_OK;
 }
 
-/* The fused epilogue where cuBLASLt has an algorithm for the case, else (or with N not a
-   multiple of 8, which the aux matrix's leading dimension must be) a GEMM and the bias +
-   GeLU kernel. A failure of cuBLASLt itself turns the epilogue off for good at the current
-   precision only. */
+cudaDataType_t gemm_type(const cuda_ctx *c) {
+  return c->precision == MGT_PREC_FP32 ? CUDA_R_32F
+                                       : (c->precision == MGT_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F);
+}
+
+/* A row-major (rows, cols) operand as the GEMMs multiply it: itself at fp32, else its 16-bit
+   copy (the weights' own, or one made in slot k). */
+mgt_status gemm_operand(cuda_ctx *c, int k, const float *src, int rows, int cols, int ld,
+                        const void **out) {
+  if (c->precision == MGT_PREC_FP32) {
+    *out = src;
+    return MGT_OK;
+  }
+  return half_copy(c, k, src, rows, cols, ld, out);
+}
+
+/* Whether the fused path of `kind` is to be tried at the current precision (and clears the
+   record of the last call). */
+bool lt_wanted(cuda_ctx *c, int kind) {
+  c->lt_last[kind][c->precision] = false;
+  return c->lt_state[kind][c->precision] >= 0;
+}
+
+/* Runs a fused matmul; *done tells whether it ran, false sending the caller to its unfused
+   path. A failure of cuBLASLt itself turns that epilogue off for good at this precision. */
+mgt_status lt_fused(cuda_ctx *c, const lt_shape *sh, const void *A, const void *B, float *D,
+                    const void *bias, const void *aux, bool *done) {
+  const int pr = (int)c->precision;
+  *done = false;
+  if (lt_matmul(c, sh, A, B, D, bias, aux, done) != MGT_OK) {
+    c->lt_state[sh->kind][pr] = -1;
+    mgt_error_clear();
+    *done = false;
+    return MGT_OK;
+  }
+  if (*done) c->lt_state[sh->kind][pr] = 1, c->lt_last[sh->kind][pr] = true;
+  return MGT_OK;
+}
+
+lt_shape lt_shape_of(const cuda_ctx *c, int kind, int ta, int tb, int m, int n, int k, int lda,
+                     int ldb, int ldd, int beta) {
+  lt_shape sh;
+  memset(&sh, 0, sizeof sh);
+  sh.kind = kind, sh.ta = ta, sh.tb = tb, sh.m = m, sh.n = n, sh.k = k;
+  sh.lda = lda, sh.ldb = ldb, sh.ldd = ldd, sh.beta = beta, sh.type = gemm_type(c);
+  return sh;
+}
+
+/* A forward linear layer out (M,N) = A (M,K) W (N,K)^T with a bias epilogue (aux: GeLU's
+   pre-activation). Column-major: D (N x M, ld N) = op_T(W: K x N) * (A: K x M). */
+mgt_status lt_linear(cuda_ctx *c, int kind, int M, int N, int K, const float *A, int lda,
+                     const float *W, int ldw, const float *b, float *aux, float *out, bool *done) {
+  const void *a, *w;
+  MGT_CHECK(gemm_operand(c, 0, A, M, K, lda, &a));
+  MGT_CHECK(gemm_operand(c, 1, W, N, K, ldw, &w));
+  const lt_shape sh = lt_shape_of(c, kind, 1, 0, N, M, K, ldw, lda, N, 0);
+  return lt_fused(c, &sh, w, a, out, b, aux, done);
+}
+
+/* pre = A W^T + b and out = gelu(pre) in one cuBLASLt matmul where it has an algorithm (and N
+   is a multiple of 8, which the aux matrix's leading dimension must be), else a GEMM and the
+   bias + GeLU kernel. */
 mgt_status cu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
                                const float *W, int ldw, const float *b, float *pre, float *out) {
   cuda_ctx *c = C_(ctx);
-  const int pr = (int)c->precision;
-  c->lt_last[pr] = false;
   if (M == 0 || N == 0) return MGT_OK;
-  if (c->lt_state[pr] >= 0 && K > 0 && N % 8 == 0) {
-    const void *a = A, *w = W;
-    cudaDataType_t t = CUDA_R_32F;
-    if (c->precision != MGT_PREC_FP32) {
-      MGT_CHECK(half_copy(c, 0, A, M, K, lda, &a));
-      MGT_CHECK(half_copy(c, 1, W, N, K, ldw, &w));
-      t = c->precision == MGT_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    }
-    bool fused = false;
-    if (lt_bias_gelu(c, M, N, K, a, lda, w, ldw, t, b, pre, out, &fused) == MGT_OK) {
-      if (fused) {
-        c->lt_state[pr] = 1;
-        c->lt_last[pr] = true;
-        return MGT_OK;
-      }
-    } else {
-      c->lt_state[pr] = -1; /* the two-step path at this precision from now on */
-      mgt_error_clear();
-    }
+  if (lt_wanted(c, LT_GELU) && K > 0 && N % 8 == 0) {
+    bool done;
+    MGT_CHECK(lt_linear(c, LT_GELU, M, N, K, A, lda, W, ldw, b, pre, out, &done));
+    if (done) return MGT_OK;
   }
   MGT_CHECK(cu_gemm(ctx, 0, 1, M, N, K, 1.0f, A, lda, W, ldw, 0.0f, pre, N));
   return cu_bias_gelu_forward(ctx, out, pre, b, M, N);
+}
+
+/* out = A W^T + b: the BIAS epilogue. */
+mgt_status cu_linear_bias(void *ctx, int M, int N, int K, const float *A, int lda, const float *W,
+                          int ldw, const float *b, float *out) {
+  cuda_ctx *c = C_(ctx);
+  if (M == 0 || N == 0) return MGT_OK;
+  if (b && lt_wanted(c, LT_BIAS_ONLY) && K > 0) {
+    bool done;
+    MGT_CHECK(lt_linear(c, LT_BIAS_ONLY, M, N, K, A, lda, W, ldw, b, NULL, out, &done));
+    if (done) return MGT_OK;
+  }
+  MGT_CHECK(cu_gemm(ctx, 0, 1, M, N, K, 1.0f, A, lda, W, ldw, 0.0f, out, N));
+  return b ? cu_add_bias(ctx, out, b, M, N) : MGT_OK;
+}
+
+/* Where an epilogue writes a bias gradient of n: db itself, or scratch to be added to an
+   accumulated db. */
+mgt_status bias_target(cuda_ctx *c, float *db, int n, int accumulate, float **out) {
+  *out = db;
+  if (!accumulate) return MGT_OK;
+  MGT_CHECK(grow((void **)&c->bgrad, &c->bgrad_n, sizeof(float) * (size_t)n));
+  *out = c->bgrad;
+  return MGT_OK;
+}
+
+__global__ void k_round_f32(float *dst, const float *src, size_t n, int bf16) {
+  GRID_STRIDE(i, n) {
+    dst[i] = bf16 ? __bfloat162float(__float2bfloat16_rn(src[i]))
+                  : __half2float(__float2half_rn(src[i]));
+  }
+}
+
+/* dW (N,K) = [dW +] dy^T x with db = [db +] column sums of dy (as multiplied: rounded under
+   16 bits). Column-major: D = dW^T (K x N, ld K) = (x: K x M) * op_T(dy: N x M); BGRADB sums
+   B = op_T(dy) over the GEMM's k (the rows M), one value per column of D. An accumulated db
+   takes the epilogue's sums from scratch. */
+mgt_status cu_linear_param_grads(void *ctx, int M, int N, int K, const float *dy, const float *x,
+                                 float *dW, float *db, int accumulate) {
+  cuda_ctx *c = C_(ctx);
+  if (N == 0 || K == 0) return MGT_OK;
+  if (db && M > 0 && lt_wanted(c, LT_BGRAD)) {
+    const void *g, *a;
+    MGT_CHECK(gemm_operand(c, 0, dy, M, N, N, &g));
+    MGT_CHECK(gemm_operand(c, 1, x, M, K, K, &a));
+    float *bias;
+    MGT_CHECK(bias_target(c, db, N, accumulate, &bias));
+    const lt_shape sh = lt_shape_of(c, LT_BGRAD, 0, 1, K, N, M, K, N, K, accumulate);
+    bool done;
+    MGT_CHECK(lt_fused(c, &sh, a, g, dW, bias, NULL, &done));
+    if (done) return accumulate ? cu_add(ctx, db, c->bgrad, (size_t)N) : MGT_OK;
+  }
+  if (db) {
+    const float *src = dy;
+    if (c->precision != MGT_PREC_FP32 && M > 0) {
+      const size_t n = (size_t)M * N;
+      MGT_CHECK(grow((void **)&c->rscratch, &c->rscratch_n, sizeof(float) * n));
+      k_round_f32<<<blocks_for(n, 256), 256, 0, c->stream>>>(c->rscratch, dy, n,
+                                                             c->precision == MGT_PREC_BF16);
+      LAUNCHED();
+      src = c->rscratch;
+    }
+    MGT_CHECK(cu_bias_backward(ctx, db, src, M, N, accumulate));
+  }
+  return cu_gemm(ctx, 1, 0, N, K, M, 1.0f, dy, N, x, K, accumulate ? 1.0f : 0.0f, dW, K);
+}
+
+/* dpre (M,N) = (dy (M,K) W (K,N)) * gelu'(pre), db = [db +] its column sums. Column-major: D
+   = dpre^T (N x M, ld N) = (W: N x K) * (dy: K x M); DGELU_BGRAD takes pre as its aux input
+   (ld N, a multiple of 8) and sums D along its rows, one value per row of D. */
+mgt_status cu_linear_dgelu(void *ctx, int M, int N, int K, const float *dy, const float *W,
+                           const float *pre, float *dpre, float *db, int accumulate) {
+  cuda_ctx *c = C_(ctx);
+  if (M == 0 || N == 0) return MGT_OK;
+  if (db && K > 0 && N % 8 == 0 && lt_wanted(c, LT_DGELU)) {
+    const void *g, *w;
+    MGT_CHECK(gemm_operand(c, 0, dy, M, K, K, &g));
+    MGT_CHECK(gemm_operand(c, 1, W, K, N, N, &w));
+    float *bias;
+    MGT_CHECK(bias_target(c, db, N, accumulate, &bias));
+    const lt_shape sh = lt_shape_of(c, LT_DGELU, 0, 0, N, M, K, N, K, N, 0);
+    bool done;
+    MGT_CHECK(lt_fused(c, &sh, w, g, dpre, bias, pre, &done));
+    if (done) return accumulate ? cu_add(ctx, db, c->bgrad, (size_t)N) : MGT_OK;
+  }
+  MGT_CHECK(cu_gemm(ctx, 0, 0, M, N, K, 1.0f, dy, K, W, N, 0.0f, dpre, N));
+  MGT_CHECK(cu_gelu_backward(ctx, dpre, dpre, pre, (size_t)M * N));
+  return db ? cu_bias_backward(ctx, db, dpre, M, N, accumulate) : MGT_OK;
 }
 
 __global__ void k_gelu_backward(float *dpre, const float *dout, const float *pre, size_t n) {
@@ -1138,6 +1282,9 @@ mgt_status cu_flash_attention_forward(void *ctx, float *out, float *lse, const f
   cuda_ctx *c = C_(ctx);
   const size_t rows = (size_t)B * Hl * T;
   if (rows == 0) return MGT_OK;
+  if (c->precision != MGT_PREC_FP32 && flash16_supported(hd))
+    return flash16_forward(c->stream, c->precision == MGT_PREC_BF16, out, lse, qkv, B, T, Hl, hd,
+                           head_offset, keylen, d);
   const int drop = d->p > 0.0f;
   const mask_args a = drop ? mask_of(d, head_offset, Hl, T) : mask_args();
   const size_t shared = sizeof(float) * (2 * (size_t)hd + FLASH_TILE);
@@ -1158,6 +1305,9 @@ mgt_status cu_flash_attention_backward(void *ctx, float *dqkv, const float *dout
   const mask_args a = drop ? mask_of(d, head_offset, Hl, T) : mask_args();
   const float scale = 1.0f / sqrtf((float)hd);
   MGT_CHECK(grow((void **)&c->fscratch, &c->fscratch_n, sizeof(float) * rows));
+  if (c->precision != MGT_PREC_FP32 && flash16_supported(hd))
+    return flash16_backward(c->stream, c->precision == MGT_PREC_BF16, dqkv, c->fscratch, dout, qkv,
+                            out, lse, B, T, Hl, hd, head_offset, keylen, d);
   k_flash_dq<<<(unsigned)rows, FLASH_TILE, sizeof(float) * (3 * (size_t)hd + FLASH_TILE),
                c->stream>>>(dqkv, c->fscratch, dout, qkv, out, lse, T, Hl, hd, scale, keylen, a,
                             drop);
@@ -1310,6 +1460,82 @@ mgt_status cu_dropout_backward(void *ctx, float *dx, const float *dout, size_t n
                                const mgt_dropout *d) {
   if (d->p <= 0.0f && dx == dout) return MGT_OK;
   return cu_dropout_forward(ctx, dx, dout, NULL, n, row, d);
+}
+
+/* A dropout site's parameters as the kernels take them. */
+struct drop_args {
+  uint64_t first, seed, sample_base;
+  int layer, site, drop;
+  uint32_t thr;
+  float scale;
+};
+
+drop_args drop_args_of(const mgt_dropout *d) {
+  drop_args a;
+  a.first = d->first, a.seed = d->seed, a.sample_base = d->sample_base;
+  a.layer = d->layer, a.site = d->site, a.drop = d->p > 0.0f;
+  a.thr = a.drop ? mgt_dropout_threshold(d->p) : 0u;
+  a.scale = a.drop ? 1.0f / (1.0f - d->p) : 1.0f;
+  return a;
+}
+
+/* res + dropout(x + b) for element i of the buffer, the CPU's operations in its order. */
+__device__ float bias_dropout_add_at(const float *x, const float *b, const float *res, int C,
+                                     size_t i, size_t row, const drop_args &a) {
+  float v = b ? x[i] + b[i % C] : x[i];
+  if (a.drop) {
+    uint64_t s = (a.first + i) / row, e = (a.first + i) % row;
+    v = keep_word(a.seed, mgt_philox_dropout_stream(a.sample_base + s, a.layer, a.site), e, a.thr)
+            ? v * a.scale
+            : 0.0f;
+  }
+  return (res ? res[i] : 0.0f) + v;
+}
+
+__global__ void k_bias_dropout_add(float *out, const float *x, const float *b, const float *res,
+                                   int C, size_t n, size_t row, drop_args a) {
+  GRID_STRIDE(i, n) out[i] = bias_dropout_add_at(x, b, res, C, i, row, a);
+}
+
+/* One row per block: the sum, then the LayerNorm of it with k_layernorm_forward's arithmetic. */
+__global__ void k_bias_dropout_add_ln(float *out, float *ln, float *mean, float *rstd,
+                                      const float *x, const float *b, const float *res,
+                                      const float *w, const float *lb, int C, float eps, size_t row,
+                                      drop_args a) {
+  __shared__ float sh[32];
+  const size_t base = (size_t)blockIdx.x * C;
+  float *o = out + base;
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float y = bias_dropout_add_at(x, b, res, C, base + c, row, a);
+    o[c] = y;
+    s += y;
+  }
+  const float m = block_sum(s, sh) / C;
+  float v = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) /* each thread rereads what it wrote */
+    v += (o[c] - m) * (o[c] - m);
+  const float r = rsqrtf(block_sum(v, sh) / C + eps);
+  float *l = ln + base;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    l[c] = (o[c] - m) * r * w[c] + lb[c];
+  if (threadIdx.x == 0) mean[blockIdx.x] = m, rstd[blockIdx.x] = r;
+}
+
+mgt_status cu_bias_dropout_add_ln(void *ctx, float *out, float *x, const float *b, const float *res,
+                                  int N, int C, size_t row, const mgt_dropout *d, float *ln,
+                                  float *mean, float *rstd, const float *w, const float *lb,
+                                  float eps) {
+  const size_t n = (size_t)N * C;
+  if (!n) return MGT_OK;
+  cudaStream_t st = C_(ctx)->stream;
+  const drop_args a = drop_args_of(d);
+  if (ln)
+    k_bias_dropout_add_ln<<<N, 256, 0, st>>>(out, ln, mean, rstd, x, b, res, w, lb, C, eps, row, a);
+  else
+    k_bias_dropout_add<<<blocks_for(n, 256), 256, 0, st>>>(out, x, b, res, C, n, row, a);
+  LAUNCHED();
+  return MGT_OK;
 }
 
 __global__ void k_add(float *y, const float *x, size_t n) { GRID_STRIDE(i, n) y[i] += x[i]; }
@@ -1570,6 +1796,18 @@ mgt_status cu_adamw(void *ctx, float *p, const float *g, float *m, float *v,
 
 /* ---- the table ---- */
 
+extern "C" int mgt_cuda_device_memory(int device, size_t *free_bytes, size_t *total_bytes) {
+  *free_bytes = *total_bytes = 0;
+  int was = 0;
+  if (cudaGetDevice(&was) != cudaSuccess || cudaSetDevice(device) != cudaSuccess ||
+      cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  cudaSetDevice(was);
+  return 1;
+}
+
 extern "C" int mgt_cuda_device_count(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -1656,6 +1894,10 @@ extern "C" mgt_status mgt_backend_cuda_create_on(int device, void *stream, void 
   be->fill = cu_fill;
   be->gemm = cu_gemm;
   be->linear_bias_gelu = cu_linear_bias_gelu;
+  be->linear_bias = cu_linear_bias;
+  be->linear_param_grads = cu_linear_param_grads;
+  be->linear_dgelu = cu_linear_dgelu;
+  be->bias_dropout_add_ln = cu_bias_dropout_add_ln;
   be->add_bias = cu_add_bias;
   be->bias_backward = cu_bias_backward;
   be->layernorm_forward = cu_layernorm_forward;
@@ -1697,7 +1939,13 @@ extern "C" void *mgt_backend_cuda_stream(const mgt_backend *be) {
 extern "C" int mgt_backend_cuda_fused_epilogue(const mgt_backend *be) {
   if (!be || be->destroy != cu_destroy) return 0;
   const cuda_ctx *c = static_cast<const cuda_ctx *>(be->ctx);
-  return c->lt_last[c->precision];
+  return c->lt_last[LT_GELU][c->precision];
+}
+
+extern "C" int mgt_backend_cuda_fused(const mgt_backend *be, int epilogue) {
+  if (!be || be->destroy != cu_destroy || epilogue < 0 || epilogue >= LT_KINDS) return 0;
+  const cuda_ctx *c = static_cast<const cuda_ctx *>(be->ctx);
+  return c->lt_last[epilogue][c->precision];
 }
 
 extern "C" mgt_status mgt_backend_cuda_info(const mgt_backend *be, char *name, size_t name_size,

@@ -28,6 +28,10 @@ MGT_NODISCARD mgt_status mgt_device_open(mgt_device *d, int device, int dist_bac
 void mgt_device_close(mgt_device *d);
 /* Free and total memory of the device in bytes (0, 0 for the CPU: see available_memory). */
 void mgt_device_memory(const mgt_device *d, size_t *free_bytes, size_t *total_bytes);
+/* The free memory of the GPU this rank would take, before anything is opened (0 when unknown,
+   e.g. no GPU on a login node); `what` says which. Collective over world (the node-local
+   rank). */
+void mgt_device_probe_gpu(MPI_Comm world, size_t *free_bytes, char *what, size_t what_size);
 
 #ifdef __cplusplus
 }

@@ -48,6 +48,13 @@ MGT_NODISCARD mgt_status mgt_tp_row_forward(const mgt_tp *tp, float *y, const fl
 MGT_NODISCARD mgt_status mgt_tp_row_backward(const mgt_tp *tp, float *dx, float *dW, float *db,
                                              const float *dy, const float *x, const float *W, int N,
                                              int in_l, int out, int accumulate);
+/* The same where x = gelu(pre) (the MLP's second layer): dW, db as above, and dpre (N, in_l)
+   = (dy W) * gelu'(pre) with db_in = [db_in +] its column sums, the first layer's bias
+   gradient (one fused GEMM on GPUs). */
+MGT_NODISCARD mgt_status mgt_tp_row_backward_gelu(const mgt_tp *tp, float *dpre, float *dW,
+                                                  float *db, float *db_in, const float *dy,
+                                                  const float *x, const float *W, const float *pre,
+                                                  int N, int in_l, int out, int accumulate);
 
 /* Vocabulary-parallel embedding: wte (Vl, C) holds rows [v0, v0 + Vl); out (N, C) is the
    full lookup after an all-reduce. */

@@ -1,0 +1,40 @@
+/* The fused operations of the linear layers and of a row-parallel layer's end, on the CPU:
+   the same steps the unfused operations take, in the same order, so the CPU model is the same
+   with or without fusion; they define what the GPU's single kernels (cuBLASLt epilogues, one
+   block per row) compute. */
+#include "cpu.h"
+
+mgt_status cpu_linear_bias(void *ctx, int M, int N, int K, const float *A, int lda, const float *W,
+                           int ldw, const float *b, float *out) {
+  MGT_CHECK(cpu_gemm(ctx, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, lda, W, ldw, 0.0f, out, N));
+  return b ? cpu_add_bias(ctx, out, b, M, N) : MGT_OK;
+}
+
+mgt_status cpu_linear_param_grads(void *ctx, int M, int N, int K, const float *dy, const float *x,
+                                  float *dW, float *db, int accumulate) {
+  cpu_ctx *c = ctx;
+  if (db) {
+    const float *src = dy; /* under 16 bits the sums are of the rounded dy the GEMM multiplies */
+    if (c && c->precision != MGT_PREC_FP32 && M > 0)
+      MGT_CHECK(cpu_rounded(c, 0, dy, M, N, N, &src));
+    MGT_CHECK(cpu_bias_backward(ctx, db, src, M, N, accumulate));
+  }
+  return cpu_gemm(ctx, MGT_TRANS, MGT_NOTRANS, N, K, M, 1.0f, dy, N, x, K, accumulate ? 1.0f : 0.0f,
+                  dW, K);
+}
+
+mgt_status cpu_linear_dgelu(void *ctx, int M, int N, int K, const float *dy, const float *W,
+                            const float *pre, float *dpre, float *db, int accumulate) {
+  MGT_CHECK(cpu_gemm(ctx, MGT_NOTRANS, MGT_NOTRANS, M, N, K, 1.0f, dy, K, W, N, 0.0f, dpre, N));
+  MGT_CHECK(cpu_gelu_backward(ctx, dpre, dpre, pre, (size_t)M * N));
+  return db ? cpu_bias_backward(ctx, db, dpre, M, N, accumulate) : MGT_OK;
+}
+
+mgt_status cpu_bias_dropout_add_ln(void *ctx, float *out, float *x, const float *b,
+                                   const float *res, int N, int C, size_t row, const mgt_dropout *d,
+                                   float *ln, float *mean, float *rstd, const float *w,
+                                   const float *lb, float eps) {
+  if (b) MGT_CHECK(cpu_add_bias(ctx, x, b, N, C));
+  MGT_CHECK(cpu_dropout_forward(ctx, out, x, res, (size_t)N * C, row, d));
+  return ln ? cpu_layernorm_forward(ctx, ln, mean, rstd, out, w, lb, N, C, eps) : MGT_OK;
+}

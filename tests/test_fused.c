@@ -1,0 +1,170 @@
+/* The CPU twins of the fused operations (kernels/cpu/fused.c) against float64 references of
+   what backend.h says they compute: linear_bias, linear_param_grads (at 16 bits the bias
+   gradient sums the rounded dy), linear_dgelu (tanh GeLU's derivative), bias_dropout_add_ln
+   (the dropout mask read back from dropout_forward on ones, which test_kernels checks); and
+   that each equals the unfused operations the model called before, bit for bit. */
+#include <stdio.h>
+#include <string.h>
+
+#include "mgt/backend.h"
+#include "testutil.h"
+
+static mgt_backend *be;
+
+static float *rnd(size_t n, float scale) {
+  float *x = malloc(n * sizeof(float) + 1);
+  t_fill(x, n, scale);
+  return x;
+}
+
+static double round_to(int prec, float x) {
+  return prec == MGT_PREC_BF16 ? mgt_round_bf16(x)
+                               : (prec == MGT_PREC_FP16 ? mgt_round_fp16(x) : x);
+}
+
+static double dgelu64(double x) {
+  const double k0 = 0.7978845608028654, k1 = 0.044715;
+  const double u = k0 * (x + k1 * x * x * x), t = tanh(u);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k0 * (1.0 + 3.0 * k1 * x * x);
+}
+
+static void check(const char *what, const float *x, const double *ref, size_t n, double tol) {
+  double scale = 1e-30, worst = 0.0;
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++)
+    scale = fmax(scale, fabs(ref[i]));
+  for (size_t i = 0; i < n; i++) {
+    const double e = fabs(x[i] - ref[i]);
+    if (!(e <= worst)) worst = isnan(e) ? INFINITY : e, at = i;
+  }
+  T_CHECK(worst <= tol * scale, "%s: element %zu is %.9g, float64 reference %.9g (scale %.3g)",
+          what, at, n ? x[at] : 0.0, n ? ref[at] : 0.0, scale);
+}
+
+static void test_linear(int prec) {
+  const int M = 37, N = 24, K = 40;
+  const size_t na = (size_t)M * K, nw = (size_t)N * K, no = (size_t)M * N;
+  float *A = rnd(na, 1.0f), *W = rnd(nw, 0.3f), *b = rnd(N, 0.5f), *out = malloc(no * 4);
+  double *ref = malloc(no * 8);
+  T_OK(be->linear_bias(be->ctx, M, N, K, A, K, W, K, b, out));
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double s = b[j];
+      for (int k = 0; k < K; k++)
+        s += round_to(prec, A[i * K + k]) * round_to(prec, W[j * K + k]);
+      ref[i * N + j] = s;
+    }
+  check("linear_bias", out, ref, no, 1e-5);
+  /* the unfused steps, bit for bit */
+  float *two = malloc(no * 4);
+  T_OK(be->gemm(be->ctx, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, K, W, K, 0.0f, two, N));
+  T_OK(be->add_bias(be->ctx, two, b, M, N));
+  T_CHECK(!memcmp(two, out, no * 4), "linear_bias differs from gemm + add_bias");
+
+  /* parameter gradients, overwritten then accumulated */
+  float *dy = rnd(no, 1.0f), *dW = malloc(nw * 4), *db = malloc(N * 4);
+  double *rW = malloc(nw * 8), *rb = malloc(N * 8);
+  for (int acc = 0; acc < 2; acc++) {
+    float *W0 = acc ? malloc(nw * 4) : NULL, *b0 = acc ? malloc(N * 4) : NULL;
+    if (acc) memcpy(W0, dW, nw * 4), memcpy(b0, db, N * 4);
+    T_OK(be->linear_param_grads(be->ctx, M, N, K, dy, A, dW, db, acc));
+    for (int j = 0; j < N; j++) {
+      double s = acc ? b0[j] : 0.0;
+      for (int i = 0; i < M; i++)
+        s += round_to(prec, dy[i * N + j]);
+      rb[j] = s;
+      for (int k = 0; k < K; k++) {
+        double t = acc ? W0[j * K + k] : 0.0;
+        for (int i = 0; i < M; i++)
+          t += round_to(prec, dy[i * N + j]) * round_to(prec, A[i * K + k]);
+        rW[j * K + k] = t;
+      }
+    }
+    check(acc ? "linear_param_grads dW accumulated" : "linear_param_grads dW", dW, rW, nw, 1e-5);
+    check(acc ? "linear_param_grads db accumulated" : "linear_param_grads db", db, rb, N, 1e-5);
+    free(W0), free(b0);
+  }
+
+  /* the GeLU gradient through W (K2 = N inputs of the next layer, N2 = K outputs) */
+  const int N2 = K, K2 = N;
+  float *pre = rnd((size_t)M * N2, 1.5f), *dpre = malloc((size_t)M * N2 * 4), *db2 = malloc(N2 * 4);
+  double *rp = malloc((size_t)M * N2 * 8), *rb2 = malloc(N2 * 8);
+  T_OK(be->linear_dgelu(be->ctx, M, N2, K2, dy, W, pre, dpre, db2, 0));
+  for (int j = 0; j < N2; j++)
+    rb2[j] = 0.0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N2; j++) {
+      double s = 0.0;
+      for (int k = 0; k < K2; k++)
+        s += round_to(prec, dy[i * K2 + k]) * round_to(prec, W[k * N2 + j]);
+      rp[i * N2 + j] = s * dgelu64(pre[i * N2 + j]);
+      rb2[j] += rp[i * N2 + j];
+    }
+  check("linear_dgelu dpre", dpre, rp, (size_t)M * N2, 1e-5);
+  check("linear_dgelu db", db2, rb2, N2, 1e-5);
+  float *g2 = malloc((size_t)M * N2 * 4), *b2 = malloc(N2 * 4);
+  T_OK(be->gemm(be->ctx, MGT_NOTRANS, MGT_NOTRANS, M, N2, K2, 1.0f, dy, K2, W, N2, 0.0f, g2, N2));
+  T_OK(be->gelu_backward(be->ctx, g2, g2, pre, (size_t)M * N2));
+  T_OK(be->bias_backward(be->ctx, b2, g2, M, N2, 0));
+  T_CHECK(!memcmp(g2, dpre, (size_t)M * N2 * 4) && !memcmp(b2, db2, N2 * 4),
+          "linear_dgelu differs from gemm + gelu_backward + bias_backward");
+  free(A), free(W), free(b), free(out), free(ref), free(two), free(dy), free(dW), free(db);
+  free(rW), free(rb), free(pre), free(dpre), free(db2), free(rp), free(rb2), free(g2), free(b2);
+}
+
+static void test_bias_dropout_add_ln(void) {
+  const int N = 9, C = 50;
+  const size_t n = (size_t)N * C, row = (size_t)4 * C;
+  for (int v = 0; v < 4; v++) {
+    const int with_drop = v & 1, with_ln = v & 2;
+    mgt_dropout d = {with_drop ? 0.2f : 0.0f, 99, 5, 2, 1, (uint64_t)C * 3 + 7};
+    float *x = rnd(n, 1.0f), *b = rnd(C, 0.5f), *res = rnd(n, 1.0f), *w = rnd(C, 1.0f),
+          *lb = rnd(C, 0.5f), *ones = malloc(n * 4), *mask = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+      ones[i] = 1.0f;
+    T_OK(be->dropout_forward(be->ctx, mask, ones, NULL, n, row, &d));
+    float *out = malloc(n * 4), *ln = malloc(n * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
+    float *xs = malloc(n * 4);
+    memcpy(xs, x, n * 4);
+    T_OK(be->bias_dropout_add_ln(be->ctx, out, xs, b, res, N, C, row, &d, with_ln ? ln : NULL, mean,
+                                 rstd, w, lb, 1e-5f));
+    double *ro = malloc(n * 8), *rl = malloc(n * 8), *rm = malloc(N * 8), *rr = malloc(N * 8);
+    for (int r = 0; r < N; r++) {
+      double s = 0.0, q = 0.0;
+      for (int c = 0; c < C; c++) {
+        const size_t i = (size_t)r * C + c;
+        ro[i] = res[i] + (double)mask[i] * ((double)x[i] + b[c]);
+        s += ro[i];
+      }
+      rm[r] = s / C;
+      for (int c = 0; c < C; c++)
+        q += (ro[(size_t)r * C + c] - rm[r]) * (ro[(size_t)r * C + c] - rm[r]);
+      rr[r] = 1.0 / sqrt(q / C + 1e-5);
+      for (int c = 0; c < C; c++)
+        rl[(size_t)r * C + c] = (ro[(size_t)r * C + c] - rm[r]) * rr[r] * w[c] + lb[c];
+    }
+    char what[96];
+    snprintf(what, sizeof what, "bias_dropout_add_ln out (dropout %d, ln %d)", with_drop,
+             !!with_ln);
+    check(what, out, ro, n, 1e-6);
+    if (with_ln) {
+      check("bias_dropout_add_ln LayerNorm", ln, rl, n, 1e-5);
+      check("bias_dropout_add_ln mean", mean, rm, N, 1e-5);
+      check("bias_dropout_add_ln rstd", rstd, rr, N, 1e-5);
+    }
+    free(x), free(b), free(res), free(w), free(lb), free(ones), free(mask), free(out), free(ln);
+    free(mean), free(rstd), free(xs), free(ro), free(rl), free(rm), free(rr);
+  }
+}
+
+int main(void) {
+  T_OK(mgt_backend_cpu_create(&be));
+  for (int prec = 0; prec < 3; prec++) {
+    T_OK(be->set_precision(be->ctx, (mgt_precision)prec));
+    test_linear(prec);
+  }
+  T_OK(be->set_precision(be->ctx, MGT_PREC_FP32));
+  test_bias_dropout_add_ln();
+  mgt_backend_destroy(&be);
+  return t_report("test_fused");
+}
