@@ -6,8 +6,12 @@
    (6 N + 12 L C T per token, recomputation not counted) and MFU against both the measured
    GEMM rate and the datasheet peak (--peak-tflops, default 989: dense bf16 of the H100 and
    H200 SXM).
+   --use-flash-attn runs the attention in tiles (tensor cores under bf16); --recompute auto
+   (the default) takes the least recomputation whose memory plan fits in 90% of the GPU's free
+   memory, as --dry-run advises.
    usage: bench_gpu [--steps N (10)] [--micro-batch-size B (8)] [--config 1.2b|350m|both]
-                    [--fp32] [--peak-tflops P (989)] */
+                    [--fp32] [--use-flash-attn] [--recompute auto|none|selective|full]
+                    [--peak-tflops P (989)] */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <errno.h>
@@ -95,8 +99,22 @@ static double gemm_rate(int n, int reps) {
   return rate;
 }
 
-static int run(const char *name, int L, int C, int H, int B, int steps, int bf16,
-               const mgt_grid *grid, double measured, double datasheet) {
+static const char *const recompute_names[] = {"none", "full", "selective"}; /* MGT_RECOMPUTE_* */
+
+/* The least recomputation (none, selective, full) whose plan fits in 90% of free bytes. */
+static int least_recompute(mgt_config *cfg, size_t free_bytes) {
+  const int order[3] = {MGT_RECOMPUTE_NONE, MGT_RECOMPUTE_SELECTIVE, MGT_RECOMPUTE_FULL};
+  for (int k = 0; k < 3; k++) {
+    cfg->recompute_granularity = order[k];
+    mgt_gpt_memory m;
+    mgt_gpt_memory_plan_grid(cfg, 1, 1, &m);
+    if ((double)m.total <= 0.9 * (double)free_bytes) return order[k];
+  }
+  return MGT_RECOMPUTE_FULL;
+}
+
+static int run(const char *name, int L, int C, int H, int B, int steps, int bf16, int flash,
+               int recompute, const mgt_grid *grid, double measured, double datasheet) {
   mgt_config cfg;
   mgt_config_defaults(&cfg);
   cfg.num_layers = L;
@@ -106,9 +124,9 @@ static int run(const char *name, int L, int C, int H, int B, int steps, int bf16
   cfg.seq_length = cfg.max_position_embeddings = 1024;
   cfg.micro_batch_size = cfg.global_batch_size = B;
   cfg.train_iters = steps + 1;
-  cfg.recompute_activations = 1;
   cfg.device = MGT_DEVICE_CUDA;
   cfg.bf16 = bf16;
+  cfg.use_flash_attn = flash;
   cfg.mock_data = 1;
   cfg.lr = 1e-4;
   cfg.log_interval = 1000;
@@ -122,6 +140,12 @@ static int run(const char *name, int L, int C, int H, int B, int steps, int bf16
     free(t);
     return 1;
   }
+  if (recompute < 0) { /* after finalize: the plan needs the derived sizes */
+    size_t fr = 0, tot = 0;
+    mgt_cuda_device_memory(dev.gpu, &fr, &tot);
+    recompute = least_recompute(&cfg, fr);
+  }
+  cfg.recompute_granularity = recompute;
   if (mgt_trainer_create(&cfg, grid, dev.be, &dev.comm, NULL, &tr) != MGT_OK) {
     mgt_error_print(stderr);
     mgt_device_close(&dev);
@@ -144,12 +168,12 @@ static int run(const char *name, int L, int C, int H, int B, int steps, int bf16
   const double fastest = t[0], slowest = t[steps - 1];
   const double flops = mgt_gpt_flops_per_iteration(&cfg), tokens = (double)B * cfg.seq_length;
   const double tf = flops / med / 1e12;
-  printf("%s (L=%d C=%d H=%d) B=%d T=1024 %s, recomputation: %.1f ms/step (median of %d; "
-         "%.1f to %.1f), %.0f tokens/s, %.1f model TFLOP/s, MFU %.3f of the measured bf16 GEMM "
-         "rate, %.3f of the %.0f TFLOP/s datasheet peak | %s | loss %.3f\n",
-         name, L, C, H, B, bf16 ? "bf16" : "fp32", 1e3 * med, steps, 1e3 * fastest, 1e3 * slowest,
-         tokens / med, tf, measured > 0 ? tf / measured : 0.0, tf / datasheet, datasheet, dev.desc,
-         s.loss);
+  printf("%s (L=%d C=%d H=%d) B=%d T=1024 %s, %s attention, recomputation %s: %.1f ms/step "
+         "(median of %d; %.1f to %.1f), %.0f tokens/s, %.1f model TFLOP/s, MFU %.3f of the "
+         "measured bf16 GEMM rate, %.3f of the %.0f TFLOP/s datasheet peak | %s | loss %.3f\n",
+         name, L, C, H, B, bf16 ? "bf16" : "fp32", flash ? "flash" : "materialized",
+         recompute_names[recompute], 1e3 * med, steps, 1e3 * fastest, 1e3 * slowest, tokens / med,
+         tf, measured > 0 ? tf / measured : 0.0, tf / datasheet, datasheet, dev.desc, s.loss);
   mgt_trainer_destroy(&tr);
   mgt_device_close(&dev);
   free(t);
@@ -172,13 +196,15 @@ static long parse_long(const char *flag, const char *v, long lo, long hi) {
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   long steps = 10, B = 8;
-  int bf16 = 1, bad = 0;
+  int bf16 = 1, bad = 0, flash = 0, recompute = -1;
   double datasheet = 989.0; /* dense bf16 TFLOP/s of the H100 and H200 SXM */
   const char *which = "both";
   for (int i = 1; i < argc && !bad; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--fp32")) {
       bf16 = 0;
+    } else if (!strcmp(a, "--use-flash-attn")) {
+      flash = 1;
     } else if (!v) {
       fprintf(stderr, "bench_gpu: %s: unknown flag, or its value is missing\n", a);
       bad = 1;
@@ -189,6 +215,18 @@ int main(int argc, char **argv) {
     } else if (!strcmp(a, "--config") &&
                (!strcmp(v, "1.2b") || !strcmp(v, "350m") || !strcmp(v, "both"))) {
       which = v, i++;
+    } else if (!strcmp(a, "--recompute")) {
+      recompute = !strcmp(v, "auto")        ? -1
+                  : !strcmp(v, "none")      ? MGT_RECOMPUTE_NONE
+                  : !strcmp(v, "selective") ? MGT_RECOMPUTE_SELECTIVE
+                  : !strcmp(v, "full")      ? MGT_RECOMPUTE_FULL
+                                            : -2;
+      if (recompute == -2) {
+        fprintf(stderr, "bench_gpu: --recompute wants auto, none, selective or full, not '%s'\n",
+                v);
+        bad = 1;
+      }
+      i++;
     } else if (!strcmp(a, "--peak-tflops")) {
       char *end = NULL;
       datasheet = strtod(v, &end);
@@ -197,7 +235,8 @@ int main(int argc, char **argv) {
     } else {
       fprintf(stderr,
               "bench_gpu: unknown flag %s %s (--steps N, --micro-batch-size B, "
-              "--config 1.2b|350m|both, --fp32, --peak-tflops P)\n",
+              "--config 1.2b|350m|both, --fp32, --use-flash-attn, "
+              "--recompute auto|none|selective|full, --peak-tflops P)\n",
               a, v);
       bad = 1;
     }
@@ -222,9 +261,11 @@ int main(int argc, char **argv) {
          measured, measured / datasheet, datasheet);
   int rc = measured > 0 ? 0 : 1;
   if (strcmp(which, "350m") != 0)
-    rc |= run("paper 1.2B", 40, 1536, 16, (int)B, (int)steps, bf16, grid, measured, datasheet);
+    rc |= run("paper 1.2B", 40, 1536, 16, (int)B, (int)steps, bf16, flash, recompute, grid,
+              measured, datasheet);
   if (strcmp(which, "1.2b") != 0)
-    rc |= run("GPT-2 350M", 24, 1024, 16, (int)B, (int)steps, bf16, grid, measured, datasheet);
+    rc |= run("GPT-2 350M", 24, 1024, 16, (int)B, (int)steps, bf16, flash, recompute, grid,
+              measured, datasheet);
   mgt_grid_destroy(&grid);
   MPI_Finalize();
   return rc;

@@ -118,6 +118,9 @@ struct mgt_gpt {
      b's GEMMs may read only after its refresh: stale[b] is set whenever its parameters may
      have changed (NULL: no copies) */
   char *stale;
+  /* the region of the 16-bit activations (dims act16) and its bytes */
+  float *act16;
+  size_t act16_bytes;
 };
 
 /* ---- parameter layout ---- */
@@ -157,6 +160,7 @@ void mgt_gpt_dims_from_config(const mgt_config *c, int tp, int tp_rank, mgt_gpt_
   const int N = d->B * d->T, want = c->logits_chunk_rows > 0 ? c->logits_chunk_rows
                                                              : (int)((16u << 20) / (unsigned)d->Vl);
   d->logit_rows = want < 1 ? 1 : (want > N ? N : want);
+  d->act16 = c->bf16 || c->fp16 ? (c->device == MGT_DEVICE_CUDA ? 2 : (int)sizeof(float)) : 0;
   d->sp = c->sequence_parallel && tp > 1;
   d->Nl = d->sp ? d->B * d->T / tp : d->B * d->T;
   d->r0 = d->sp ? tp_rank * d->Nl : 0;
@@ -351,7 +355,7 @@ static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la, int shar
   la->ln2_mean = take(a, Nl);
   la->ln2_rstd = take(a, Nl);
   la->fch = take(a, N * d->Fl);
-  la->fch_gelu = take(a, N * d->Fl);
+  la->fch_gelu = d->act16 ? NULL : take(a, N * d->Fl); /* else in the 16-bit region */
 }
 
 /* Places every activation buffer; with m->arena == NULL it only counts floats. */
@@ -371,6 +375,13 @@ static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan 
     take_layer(&a, d, &la, rp->selective, shared_P, rp->flash);
     if (m->acts) m->acts[l] = la;
   }
+  /* the GeLU outputs in 16 bits, one region (set_act16) after the sets */
+  m->act16 = a.base ? a.base + a.used : NULL;
+  for (int l = 0; d->act16 && l < rp->nsets; l++) {
+    float *p = take(&a, ((size_t)d->B * d->T * d->Fl * (size_t)d->act16 + 3) / 4);
+    if (m->acts) m->acts[l].fch_gelu = p;
+  }
+  m->act16_bytes = a.base ? (size_t)((char *)(a.base + a.used) - (char *)m->act16) : 0;
   m->lnf = take(&a, N * d->C);
   m->lnf_mean = take(&a, Nl);
   m->lnf_rstd = take(&a, Nl);
@@ -661,6 +672,17 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
     MGT_TRY(be->alloc(be->ctx, floats * sizeof(float), "activations", &m->arena));
     layout_activations(m, d, &m->rp);
   }
+  if (d->act16) {
+    if (!be->set_act16 || be->act16_bytes != d->act16) {
+      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                    "--bf16/--fp16: backend %s keeps 16-bit activations in %d bytes, --device %s "
+                    "in %d: create the model on the backend of its --device",
+                    be->name, be->act16_bytes, mgt_device_names[cfg->device], d->act16);
+      st = MGT_ERR_INPUT;
+      goto done;
+    }
+    MGT_TRY(be->set_act16(be->ctx, m->act16, m->act16_bytes));
+  }
   MGT_TRY(mgt_calloc(sizeof(int32_t) * 2 * (size_t)d->B * d->T, "token staging",
                      (void **)&m->host_tokens));
   if (d->bert) {
@@ -697,6 +719,7 @@ void mgt_gpt_destroy(mgt_gpt **model) {
     (void)m->comm->wait(m->comm->ctx, &m->reqs[p]);
   if (m->be && m->be->sync) (void)m->be->sync(m->be->ctx);
   if (m->stale) (void)m->be->set_weights(m->be->ctx, m->w, 0);
+  if (m->act16_bytes) (void)m->be->set_act16(m->be->ctx, m->act16, 0);
   if (m->be) {
     if (m->gshard && m->gshard != m->g) m->be->free(m->be->ctx, m->gshard);
     if (m->w) m->be->free(m->be->ctx, m->w);

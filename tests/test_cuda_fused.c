@@ -6,7 +6,7 @@
    accumulation differs); cuBLASLt's GeLU gradient may use an approximate tanh (about 2^-11
    relative, as its forward GeLU), so the fused GeLU gradient is held to 2e-3. Which path each
    epilogue took is printed per precision, and every shape set includes one that must take
-   the fallback. Exits 77 (skipped) without a GPU. */
+   the fallback; and the GeLU output kept in 16 bits. Exits 77 (skipped) without a GPU. */
 #include <stdio.h>
 
 #include "cudautil.h"
@@ -206,6 +206,57 @@ static void test_weight_copies(void) {
   set_prec(0);
 }
 
+/* The GeLU output kept in 16 bits (set_act16): the GPU writes bf16/half elements there and its
+   GEMMs read them as they are; against the CPU, which keeps floats holding the same values. The
+   bf16 bits are also read back and compared with the CPU's rounded values exactly (up to the
+   GeLU's own fp32 difference, 1 unit of the 16-bit format at most). */
+static void test_act16(void) {
+  const int M = 40, K = 64, F = 256, C = 96;
+  for (int prec = 1; prec < 3; prec++) {
+    set_prec(prec);
+    float *A = rnd((size_t)M * K, 1.0f), *W1 = rnd((size_t)F * K, 0.3f), *b1 = rnd(F, 0.2f);
+    float *W2 = rnd((size_t)C * F, 0.1f), *dy = rnd((size_t)M * C, 1.0f);
+    float *pre = malloc((size_t)M * F * 4), *h = malloc((size_t)M * F * 4);
+    float *y = malloc((size_t)M * C * 4), *dW = malloc((size_t)C * F * 4);
+    T_OK(cpu->set_act16(cpu->ctx, h, (size_t)M * F * 4));
+    T_OK(cpu->linear_bias_gelu(cpu->ctx, M, F, K, A, K, W1, K, b1, pre, h));
+    T_OK(cpu->gemm(cpu->ctx, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, h, F, W2, F, 0.0f, y, C));
+    T_OK(cpu->linear_param_grads(cpu->ctx, M, C, F, dy, h, dW, NULL, 0));
+    T_OK(cpu->set_act16(cpu->ctx, h, 0));
+    float *dA = dev(A, (size_t)M * K * 4), *dW1 = dev(W1, (size_t)F * K * 4), *db1 = dev(b1, F * 4);
+    float *dW2 = dev(W2, (size_t)C * F * 4), *ddy = dev(dy, (size_t)M * C * 4);
+    float *dpre = dev(NULL, (size_t)M * F * 4), *dh = dev(NULL, (size_t)M * F * 2);
+    float *dyo = dev(NULL, (size_t)M * C * 4), *ddW = dev(NULL, (size_t)C * F * 4);
+    T_OK(gpu->set_act16(gpu->ctx, dh, (size_t)M * F * 2));
+    T_OK(gpu->linear_bias_gelu(gpu->ctx, M, F, K, dA, K, dW1, K, db1, dpre, dh));
+    T_OK(gpu->gemm(gpu->ctx, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, dh, F, dW2, F, 0.0f, dyo, C));
+    T_OK(gpu->linear_param_grads(gpu->ctx, M, C, F, ddy, dh, ddW, NULL, 0));
+    T_OK(gpu->set_act16(gpu->ctx, dh, 0));
+    same("16-bit activations: pre", dpre, pre, (size_t)M * F, 1e-4);
+    same("16-bit activations: the next GEMM", dyo, y, (size_t)M * C, 1e-3);
+    same("16-bit activations: its weight gradient", ddW, dW, (size_t)C * F, 1e-3);
+    if (prec == 1) { /* bf16 bits are the top half of a float's */
+      uint16_t *bits = malloc((size_t)M * F * 2);
+      T_OK(gpu->download(gpu->ctx, bits, dh, (size_t)M * F * 2));
+      size_t far = 0;
+      for (size_t i = 0; i < (size_t)M * F; i++) {
+        uint32_t u = (uint32_t)bits[i] << 16;
+        float g;
+        memcpy(&g, &u, sizeof g);
+        far += fabsf(g - h[i]) > fabsf(h[i]) * (1.0f / 128.0f) + 1e-30f;
+      }
+      T_CHECK(far == 0, "16-bit activations: %zu bf16 GeLU outputs more than a unit from the CPU's",
+              far);
+      free(bits);
+    }
+    void *all[] = {dA, dW1, db1, dW2, ddy, dpre, dh, dyo, ddW};
+    for (size_t i = 0; i < 9; i++)
+      gpu->free(gpu->ctx, all[i]);
+    free(A), free(W1), free(b1), free(W2), free(dy), free(pre), free(h), free(y), free(dW);
+  }
+  set_prec(0);
+}
+
 int main(void) {
   if (mgt_cuda_device_count() == 0) {
     printf("test_cuda_fused: skipped: no CUDA device is visible\n");
@@ -222,6 +273,7 @@ int main(void) {
   set_prec(0);
   test_bias_dropout_add_ln();
   test_weight_copies();
+  test_act16();
   static const char *names[4] = {"bias + GeLU", "bias", "bias gradient (BGRADB)",
                                  "GeLU gradient + bias gradient (DGELU_BGRAD)"};
   for (int e = 1; e < 4; e++)

@@ -157,12 +157,53 @@ static void test_bias_dropout_add_ln(void) {
   }
 }
 
+/* The MLP's GeLU output kept in 16 bits (set_act16): linear_bias_gelu writes it rounded, and
+   the next layer's GEMMs (forward and weight gradient) read it as it is; the same numbers, bit
+   for bit, as the fp32 output each GEMM rounds itself. */
+static void test_act16(int prec) {
+  const int M = 29, K = 48, F = 64, C = 40;
+  float *A = rnd((size_t)M * K, 1.0f), *W1 = rnd((size_t)F * K, 0.3f), *b1 = rnd(F, 0.2f);
+  float *W2 = rnd((size_t)C * F, 0.3f), *dy = rnd((size_t)M * C, 1.0f);
+  float *pre = malloc((size_t)M * F * 4), *h = malloc((size_t)M * F * 4);
+  float *region = malloc((size_t)M * F * 4 + 64), *y[2], *dW[2];
+  for (int k = 0; k < 2; k++)
+    y[k] = malloc((size_t)M * C * 4), dW[k] = malloc((size_t)C * F * 4);
+  for (int k = 0; k < 2; k++) { /* 0: plain fp32 output; 1: in the 16-bit region */
+    float *out = k ? region : h;
+    if (k) T_OK(be->set_act16(be->ctx, region, (size_t)M * F * 4 + 64));
+    T_OK(be->linear_bias_gelu(be->ctx, M, F, K, A, K, W1, K, b1, pre, out));
+    T_OK(be->gemm(be->ctx, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, out, F, W2, F, 0.0f, y[k], C));
+    T_OK(be->linear_param_grads(be->ctx, M, C, F, dy, out, dW[k], NULL, 0));
+    if (k) T_OK(be->set_act16(be->ctx, region, 0));
+  }
+  size_t off = 0;
+  for (size_t i = 0; i < (size_t)M * F; i++)
+    off += region[i] != (float)round_to(prec, h[i]);
+  T_CHECK(off == 0,
+          "precision %d: %zu GeLU outputs in the 16-bit region are not the rounded fp32 ones", prec,
+          off);
+  T_CHECK(!memcmp(y[0], y[1], (size_t)M * C * 4) && !memcmp(dW[0], dW[1], (size_t)C * F * 4),
+          "precision %d: GEMMs on the 16-bit activations differ from rounding per GEMM", prec);
+  free(A), free(W1), free(b1), free(W2), free(dy), free(pre), free(h), free(region);
+  for (int k = 0; k < 2; k++)
+    free(y[k]), free(dW[k]);
+}
+
 int main(void) {
   T_OK(mgt_backend_cpu_create(&be));
   for (int prec = 0; prec < 3; prec++) {
     T_OK(be->set_precision(be->ctx, (mgt_precision)prec));
     test_linear(prec);
+    if (prec) test_act16(prec);
   }
+  /* a 16-bit region pins the precision */
+  T_OK(be->set_precision(be->ctx, MGT_PREC_BF16));
+  float pin[16];
+  T_OK(be->set_act16(be->ctx, pin, sizeof pin));
+  T_CHECK(be->set_precision(be->ctx, MGT_PREC_FP32) != MGT_OK,
+          "the precision changed under 16-bit activations");
+  mgt_error_clear();
+  T_OK(be->set_act16(be->ctx, pin, 0));
   T_OK(be->set_precision(be->ctx, MGT_PREC_FP32));
   test_bias_dropout_add_ln();
   mgt_backend_destroy(&be);

@@ -89,6 +89,16 @@ typedef struct mgt_backend {
      and before the next GEMM reads them; at fp32 both do nothing. */
   mgt_status (*set_weights)(void *ctx, const float *w, size_t n);
   mgt_status (*refresh_weights)(void *ctx, size_t offset, size_t n);
+  /* 16-bit activations: under a 16-bit precision, [p, p + bytes) holds GEMM-input activations
+     in that format, act16_bytes per element (2 on GPUs; 4 on the CPU, floats holding 16-bit
+     values, so that BLAS multiplies them as they are). A buffer there is addressed by its first
+     element as a float pointer (its elements are not floats on GPUs: only the operations below
+     touch it). linear_bias_gelu writes its out there already rounded, gemm and
+     linear_param_grads read operands there without rounding them; the numbers are those of
+     rounding per GEMM. bytes = 0 forgets the region if p is its start; while one is set the
+     precision cannot change. */
+  mgt_status (*set_act16)(void *ctx, void *p, size_t bytes);
+  int act16_bytes;
 
   /* p = std * N(0,1) by logical element index, or 0 on padding. */
   mgt_status (*init_normal)(void *ctx, float *p, const mgt_shard *sh, uint64_t seed,

@@ -34,6 +34,9 @@ typedef struct mgt_gpt_dims {
      rows [r0, r0 + Nl) of the micro-batch's B*T; otherwise r0 = 0, Nl = B*T */
   int sp, r0, Nl;
   int logit_rows; /* GPT: rows of output-layer logits held at once (--logits-chunk-rows) */
+  /* --bf16/--fp16: bytes per element of the GEMM-input activations kept in 16 bits (the MLP's
+     GeLU output): 2 on GPUs, 4 on the CPU (floats holding 16-bit values); 0 at fp32 */
+  int act16;
 } mgt_gpt_dims;
 
 /* Bytes one rank needs, computed before anything is allocated. */

@@ -31,6 +31,8 @@ static void cpu_destroy(void *ctx) {
 
 static mgt_status cpu_set_precision(void *ctx, mgt_precision prec) {
   cpu_ctx *c = ctx;
+  MGT_REQUIRE(prec == c->precision || !c->a16,
+              "the precision cannot change while 16-bit activations are held");
   if (prec != c->precision) { /* the copies hold the old format's values */
     mgt_free(c->wcopy);
     c->wcopy = NULL;
@@ -57,6 +59,8 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
   be->destroy = cpu_destroy;
   be->set_precision = cpu_set_precision;
   be->set_weights = cpu_set_weights;
+  be->set_act16 = cpu_set_act16;
+  be->act16_bytes = (int)sizeof(float);
   be->refresh_weights = cpu_refresh_weights;
   be->init_normal = cpu_init_normal;
   be->fill = cpu_fill;

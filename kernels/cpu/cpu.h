@@ -49,7 +49,15 @@ typedef struct cpu_ctx {
   const float *wbase;
   size_t wn;
   float *wcopy;
+  /* set_act16: floats holding 16-bit values, [a16, a16 + a16n) */
+  float *a16;
+  size_t a16n;
 } cpu_ctx;
+
+/* Whether [p, p + n) lies in the region [lo, lo + len) (floats). */
+static inline int cpu_inside(const float *p, size_t n, const float *lo, size_t len) {
+  return lo && p >= lo && p < lo + len && n <= (size_t)(lo + len - p);
+}
 
 /* Largest team the reductions keep per-thread partials for. */
 enum { MGT_CPU_MAX_THREADS = 256 };
@@ -74,6 +82,7 @@ mgt_status cpu_bias_dropout_add_ln(void *ctx, float *out, float *x, const float 
                                    float *ln, float *mean, float *rstd, const float *w,
                                    const float *lb, float eps);
 mgt_status cpu_set_weights(void *ctx, const float *w, size_t n);
+mgt_status cpu_set_act16(void *ctx, void *p, size_t bytes);
 mgt_status cpu_refresh_weights(void *ctx, size_t offset, size_t n);
 mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
                                 const float *W, int ldw, const float *b, float *pre, float *out);

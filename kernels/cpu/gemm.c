@@ -78,13 +78,27 @@ mgt_status cpu_refresh_weights(void *ctx, size_t offset, size_t n) {
   return MGT_OK;
 }
 
-/* A 16-bit operand: its part of the weights' copy when it lies inside the registered
-   weights, else rounded into scratch slot k. */
+mgt_status cpu_set_act16(void *ctx, void *p, size_t bytes) {
+  cpu_ctx *c = ctx;
+  if (!bytes) {
+    if (p == c->a16) c->a16 = NULL, c->a16n = 0;
+    return MGT_OK;
+  }
+  MGT_REQUIRE(c->precision != MGT_PREC_FP32, "16-bit activations need a 16-bit precision");
+  c->a16 = p, c->a16n = bytes / sizeof(float);
+  return MGT_OK;
+}
+
+/* A 16-bit operand: a 16-bit activation as it is, its part of the weights' copy when it lies
+   inside the registered weights, else rounded into scratch slot k. */
 static mgt_status operand(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
                           const float **out) {
   const size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
-  if (c->wcopy && src >= c->wbase && src < c->wbase + c->wn &&
-      n <= (size_t)(c->wbase + c->wn - src)) {
+  if (cpu_inside(src, n, c->a16, c->a16n)) {
+    *out = src;
+    return MGT_OK;
+  }
+  if (c->wcopy && cpu_inside(src, n, c->wbase, c->wn)) {
     *out = c->wcopy + (src - c->wbase);
     return MGT_OK;
   }
@@ -108,7 +122,16 @@ mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, floa
 mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
                                 const float *W, int ldw, const float *b, float *pre, float *out) {
   MGT_CHECK(cpu_gemm(ctx, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, lda, W, ldw, 0.0f, pre, N));
-  return cpu_bias_gelu_forward(ctx, out, pre, b, M, N);
+  MGT_CHECK(cpu_bias_gelu_forward(ctx, out, pre, b, M, N));
+  cpu_ctx *c = ctx;
+  const size_t n = (size_t)M * N;
+  if (c && cpu_inside(out, n, c->a16, c->a16n)) { /* kept in 16 bits: rounded once, here */
+    const int bf = c->precision == MGT_PREC_BF16;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+      out[i] = bf ? mgt_round_bf16(out[i]) : mgt_round_fp16(out[i]);
+  }
+  return MGT_OK;
 }
 
 #ifdef MGT_HAVE_OPENBLAS

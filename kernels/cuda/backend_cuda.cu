@@ -75,6 +75,9 @@ struct cuda_ctx {
   const float *wbase;
   size_t wn;
   void *wcopy;
+  /* set_act16: 16-bit activations in the current precision's format, [a16, a16 + a16n bytes) */
+  const char *a16;
+  size_t a16n;
   double *dsum;  /* sumsq's result */
   double *dpart; /* sumsq's partial sums, one per block */
   size_t dpart_n;
@@ -257,6 +260,8 @@ mgt_status cu_set_precision(void *ctx, mgt_precision prec) {
   MGT_REQUIRE(prec == MGT_PREC_FP32 || prec == MGT_PREC_BF16 || prec == MGT_PREC_FP16,
               "unknown precision %d", (int)prec);
   cuda_ctx *c = C_(ctx);
+  MGT_REQUIRE(prec == c->precision || !c->a16,
+              "the precision cannot change while 16-bit activations are held");
   if (prec != c->precision && c->wcopy) { /* the copies hold the old format's values */
     CU(cudaStreamSynchronize(c->stream));
     CU(cudaFree(c->wcopy));
@@ -360,11 +365,33 @@ mgt_status cu_refresh_weights(void *ctx, size_t offset, size_t n) {
   return MGT_OK;
 }
 
-/* A 16-bit copy of a rows x cols row-major matrix (leading dimension ld): its part of the
-   weights' copy when it lies inside the registered weights, else rounded into slot k. */
+mgt_status cu_set_act16(void *ctx, void *p, size_t bytes) {
+  cuda_ctx *c = C_(ctx);
+  if (!bytes) {
+    if (p == (const void *)c->a16) c->a16 = NULL, c->a16n = 0;
+    return MGT_OK;
+  }
+  MGT_REQUIRE(c->precision != MGT_PREC_FP32, "16-bit activations need a 16-bit precision");
+  c->a16 = (const char *)p, c->a16n = bytes;
+  return MGT_OK;
+}
+
+/* Whether a matrix of n elements starting at p is a 16-bit activation. */
+bool in_act16(const cuda_ctx *c, const void *p, size_t n) {
+  const char *q = (const char *)p;
+  return c->a16 && q >= c->a16 && q < c->a16 + c->a16n && 2 * n <= (size_t)(c->a16 + c->a16n - q);
+}
+
+/* A 16-bit copy of a rows x cols row-major matrix (leading dimension ld): a 16-bit activation
+   as it is, its part of the weights' copy when it lies inside the registered weights, else
+   rounded into slot k. */
 mgt_status half_copy(cuda_ctx *c, int k, const float *src, int rows, int cols, int ld,
                      const void **out) {
   size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+  if (in_act16(c, src, n)) {
+    *out = src;
+    return MGT_OK;
+  }
   if (c->wcopy && src >= c->wbase && src < c->wbase + c->wn &&
       n <= (size_t)(c->wbase + c->wn - src)) {
     *out = (const uint16_t *)c->wcopy + (src - c->wbase);
@@ -532,6 +559,15 @@ __global__ void k_bias_gelu(float *out, float *pre, const float *b, int N, int C
     float x = pre[i] + b[i % C];
     pre[i] = x;
     out[i] = gelu_tanh(x);
+  }
+}
+
+template <typename T>
+__global__ void k_bias_gelu16(T *out, float *pre, const float *b, int C, size_t n) {
+  GRID_STRIDE(i, n) {
+    float x = pre[i] + b[i % C];
+    pre[i] = x;
+    store16(&out[i], gelu_tanh(x));
   }
 }
 
@@ -750,6 +786,16 @@ mgt_status cu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, i
                                const float *W, int ldw, const float *b, float *pre, float *out) {
   cuda_ctx *c = C_(ctx);
   if (M == 0 || N == 0) return MGT_OK;
+  if (in_act16(c, out, (size_t)M * N)) { /* out kept in 16 bits: GEMM, then bias + GeLU */
+    MGT_CHECK(cu_gemm(ctx, 0, 1, M, N, K, 1.0f, A, lda, W, ldw, 0.0f, pre, N));
+    const size_t n = (size_t)M * N;
+    if (c->precision == MGT_PREC_BF16)
+      k_bias_gelu16<<<blocks_for(n, 256), 256, 0, c->stream>>>((__nv_bfloat16 *)out, pre, b, N, n);
+    else
+      k_bias_gelu16<<<blocks_for(n, 256), 256, 0, c->stream>>>((__half *)out, pre, b, N, n);
+    LAUNCHED();
+    return MGT_OK;
+  }
   if (lt_wanted(c, LT_GELU) && K > 0 && N % 8 == 0) {
     bool done;
     MGT_CHECK(lt_linear(c, LT_GELU, M, N, K, A, lda, W, ldw, b, pre, out, &done));
@@ -1889,6 +1935,8 @@ extern "C" mgt_status mgt_backend_cuda_create_on(int device, void *stream, void 
   be->destroy = cu_destroy;
   be->set_precision = cu_set_precision;
   be->set_weights = cu_set_weights;
+  be->set_act16 = cu_set_act16;
+  be->act16_bytes = 2;
   be->refresh_weights = cu_refresh_weights;
   be->init_normal = cu_init_normal;
   be->fill = cu_fill;
