@@ -345,6 +345,57 @@ static void test_attention(void) {
   free(q), free(kc), free(vc), free(o);
 }
 
+/* One case of the flash-attention tests: random qkv and dout (in this order, from the tests'
+   random source), copied to the GPU with room for its out, lse and dqkv, and the key lengths
+   (lens, two samples' worth) when masked. */
+typedef struct {
+  int B, T, Hl, hd, off;
+  size_t nq, no, nl; /* floats in qkv and dqkv, out and dout, lse */
+  mgt_dropout d;
+  float *qkv, *dout;
+  const int32_t *kl; /* NULL unless masked */
+  float *qkvd, *doutd, *outd, *lsed, *dqd;
+  int32_t *kld;
+} flash_case;
+
+static flash_case flash_case_of(const int c[5], const int32_t lens[2], int masked, int drop) {
+  flash_case f = {0};
+  f.B = c[0], f.T = c[1], f.Hl = c[2], f.hd = c[3], f.off = c[4];
+  f.d = (mgt_dropout){drop ? 0.2f : 0.0f, 99, 1000, 3, 1, 0};
+  const int Cl = f.Hl * f.hd;
+  f.nq = (size_t)f.B * f.T * 3 * Cl, f.no = (size_t)f.B * f.T * Cl;
+  f.nl = (size_t)f.B * f.Hl * f.T;
+  f.qkv = rnd(f.nq, 1.0f), f.dout = rnd(f.no, 1.0f);
+  f.qkvd = dev(f.qkv, f.nq * 4), f.doutd = dev(f.dout, f.no * 4), f.outd = dev(NULL, f.no * 4);
+  f.lsed = dev(NULL, f.nl * 4), f.dqd = dev(NULL, f.nq * 4);
+  f.kl = masked ? lens : NULL;
+  f.kld = masked ? (int32_t *)dev(lens, 2 * sizeof(int32_t)) : NULL;
+  return f;
+}
+
+static void flash_case_free(flash_case *f) {
+  void *all[] = {f->qkvd, f->doutd, f->outd, f->lsed, f->dqd, f->kld};
+  for (size_t i = 0; i < 6; i++)
+    if (all[i]) gpu->free(gpu->ctx, all[i]);
+  free(f->qkv), free(f->dout);
+}
+
+/* The CPU's forward into out and lse, then its backward from them into dq (host buffers). */
+static void flash_cpu(const flash_case *f, float *out, float *lse, float *dq) {
+  T_OK(cpu->flash_attention_forward(cpu->ctx, out, lse, f->qkv, f->B, f->T, f->Hl, f->hd, f->off,
+                                    f->kl, &f->d));
+  T_OK(cpu->flash_attention_backward(cpu->ctx, dq, f->dout, f->qkv, out, lse, f->B, f->T, f->Hl,
+                                     f->hd, f->off, f->kl, &f->d));
+}
+
+/* The same on the GPU, into the case's device out, lse and dqkv. */
+static void flash_gpu(const flash_case *f) {
+  T_OK(gpu->flash_attention_forward(gpu->ctx, f->outd, f->lsed, f->qkvd, f->B, f->T, f->Hl, f->hd,
+                                    f->off, f->kld, &f->d));
+  T_OK(gpu->flash_attention_backward(gpu->ctx, f->dqd, f->doutd, f->qkvd, f->outd, f->lsed, f->B,
+                                     f->T, f->Hl, f->hd, f->off, f->kld, &f->d));
+}
+
 /* Flash attention against its CPU twin (kernels/cpu/flash.c): output, row log-sum-exp and
    gradient, causal and padding-masked, dropout on and off, several tiles of keys. */
 static void test_flash_attention(void) {
@@ -356,32 +407,18 @@ static void test_flash_attention(void) {
   for (int masked = 0; masked < 2; masked++)
     for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++)
       for (int drop = 0; drop < 2; drop++) {
-        const int B = cases[s][0], T = cases[s][1], Hl = cases[s][2], hd = cases[s][3];
-        const int off = cases[s][4], Cl = Hl * hd;
-        mgt_dropout d = {drop ? 0.2f : 0.0f, 99, 1000, 3, 1, 0};
-        size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, nl = (size_t)B * Hl * T;
-        float *qkv = rnd(nq, 1.0f), *dout = rnd(no, 1.0f);
-        float *out = malloc(no * 4), *lse = malloc(nl * 4), *dq = malloc(nq * 4);
-        float *qkvd = dev(qkv, nq * 4), *doutd = dev(dout, no * 4), *outd = dev(NULL, no * 4);
-        float *lsed = dev(NULL, nl * 4), *dqd = dev(NULL, nq * 4);
-        const int32_t *kl = masked ? lens[s] : NULL;
-        int32_t *kld = masked ? (int32_t *)dev(lens[s], sizeof lens[s]) : NULL;
-        T_OK(cpu->flash_attention_forward(cpu->ctx, out, lse, qkv, B, T, Hl, hd, off, kl, &d));
-        T_OK(gpu->flash_attention_forward(gpu->ctx, outd, lsed, qkvd, B, T, Hl, hd, off, kld, &d));
+        flash_case f = flash_case_of(cases[s], lens[s], masked, drop);
+        float *out = malloc(f.no * 4), *lse = malloc(f.nl * 4), *dq = malloc(f.nq * 4);
+        flash_cpu(&f, out, lse, dq);
+        flash_gpu(&f);
         char what[96];
-        snprintf(what, sizeof what, "flash attention B%d T%d Hl%d hd%d drop %d masked %d", B, T, Hl,
-                 hd, drop, masked);
-        same(what, outd, out, no, 1e-5);
-        same("flash attention log-sum-exp", lsed, lse, nl, 1e-5);
-        T_OK(cpu->flash_attention_backward(cpu->ctx, dq, dout, qkv, out, lse, B, T, Hl, hd, off, kl,
-                                           &d));
-        T_OK(gpu->flash_attention_backward(gpu->ctx, dqd, doutd, qkvd, outd, lsed, B, T, Hl, hd,
-                                           off, kld, &d));
-        same("flash attention dqkv", dqd, dq, nq, 1e-5);
-        void *all[] = {qkvd, doutd, outd, lsed, dqd, kld};
-        for (size_t i = 0; i < 6; i++)
-          if (all[i]) gpu->free(gpu->ctx, all[i]);
-        free(qkv), free(dout), free(out), free(lse), free(dq);
+        snprintf(what, sizeof what, "flash attention B%d T%d Hl%d hd%d drop %d masked %d", f.B, f.T,
+                 f.Hl, f.hd, drop, masked);
+        same(what, f.outd, out, f.no, 1e-5);
+        same("flash attention log-sum-exp", f.lsed, lse, f.nl, 1e-5);
+        same("flash attention dqkv", f.dqd, dq, f.nq, 1e-5);
+        flash_case_free(&f);
+        free(out), free(lse), free(dq);
       }
 }
 
@@ -429,34 +466,22 @@ static void test_flash16(void) {
   for (int masked = 0; masked < 2; masked++)
     for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++)
       for (int drop = 0; drop < 2; drop++) {
-        const int B = cases[s][0], T = cases[s][1], Hl = cases[s][2], hd = cases[s][3];
-        const int off = cases[s][4], Cl = Hl * hd, fallback = hd == 48;
-        mgt_dropout d = {drop ? 0.2f : 0.0f, 99, 1000, 3, 1, 0};
-        size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, nl = (size_t)B * Hl * T;
-        float *qkv = rnd(nq, 1.0f), *dout = rnd(no, 1.0f);
+        flash_case f = flash_case_of(cases[s], lens[s], masked, drop);
+        const size_t nq = f.nq, no = f.no, nl = f.nl;
+        const int fallback = f.hd == 48;
         float *o32 = malloc(no * 4), *l32 = malloc(nl * 4), *g32 = malloc(nq * 4);
         float *o16 = malloc(no * 4), *l16 = malloc(nl * 4), *g16 = malloc(nq * 4);
-        float *qkvd = dev(qkv, nq * 4), *doutd = dev(dout, no * 4), *outd = dev(NULL, no * 4);
-        float *lsed = dev(NULL, nl * 4), *dqd = dev(NULL, nq * 4);
-        const int32_t *kl = masked ? lens[s] : NULL;
-        int32_t *kld = masked ? (int32_t *)dev(lens[s], sizeof lens[s]) : NULL;
-        T_OK(cpu->flash_attention_forward(cpu->ctx, o32, l32, qkv, B, T, Hl, hd, off, kl, &d));
-        T_OK(cpu->flash_attention_backward(cpu->ctx, g32, dout, qkv, o32, l32, B, T, Hl, hd, off,
-                                           kl, &d));
+        flash_cpu(&f, o32, l32, g32);
         for (int prec = MGT_PREC_BF16; prec <= MGT_PREC_FP16; prec++) {
           T_OK(cpu->set_precision(cpu->ctx, (mgt_precision)prec));
           T_OK(gpu->set_precision(gpu->ctx, (mgt_precision)prec));
-          T_OK(cpu->flash_attention_forward(cpu->ctx, o16, l16, qkv, B, T, Hl, hd, off, kl, &d));
-          T_OK(cpu->flash_attention_backward(cpu->ctx, g16, dout, qkv, o16, l16, B, T, Hl, hd, off,
-                                             kl, &d));
-          T_OK(
-              gpu->flash_attention_forward(gpu->ctx, outd, lsed, qkvd, B, T, Hl, hd, off, kld, &d));
-          T_OK(gpu->flash_attention_backward(gpu->ctx, dqd, doutd, qkvd, outd, lsed, B, T, Hl, hd,
-                                             off, kld, &d));
+          flash_cpu(&f, o16, l16, g16);
+          flash_gpu(&f);
           char what[128];
           snprintf(what, sizeof what, "flash16 %s B%d T%d Hl%d hd%d drop %d masked %d%s",
-                   prec_name[prec], B, T, Hl, hd, drop, masked, fallback ? " (fp32 fallback)" : "");
-          float *go = fetch(outd, no), *gl = fetch(lsed, nl), *gg = fetch(dqd, nq);
+                   prec_name[prec], f.B, f.T, f.Hl, f.hd, drop, masked,
+                   fallback ? " (fp32 fallback)" : "");
+          float *go = fetch(f.outd, no), *gl = fetch(f.lsed, nl), *gg = fetch(f.dqd, nq);
           /* lse: against max(1, scale), since a one-key row's lse may be near 0 */
           double lscale = 1.0, lworst = 0.0;
           for (size_t i = 0; i < nl; i++)
@@ -467,12 +492,12 @@ static void test_flash16(void) {
           }
           T_CHECK(lworst <= 1e-5 * lscale, "%s: lse %.3g apart (scale %.3g)", what, lworst, lscale);
           if (fallback) { /* both backends in fp32 here: the fp32 conformance tolerance */
-            same(what, outd, o16, no, 1e-5);
-            same("flash16 fallback dqkv", dqd, g16, nq, 1e-5);
+            same(what, f.outd, o16, no, 1e-5);
+            same("flash16 fallback dqkv", f.dqd, g16, nq, 1e-5);
           } else {
             const double tol = prec == MGT_PREC_BF16 ? 2e-2 : 2.5e-3;
-            same(what, outd, o16, no, tol);
-            same("flash16 dqkv", dqd, g16, nq, tol);
+            same(what, f.outd, o16, no, tol);
+            same("flash16 dqkv", f.dqd, g16, nq, tol);
             const double mo = median_gap(go, o16, no), ro = median_gap(o16, o32, no);
             const double mg = median_gap(gg, g16, nq), rg = median_gap(g16, g32, nq);
             T_CHECK(mo <= 0.04 * ro && mg <= 0.04 * rg,
@@ -484,10 +509,8 @@ static void test_flash16(void) {
         }
         T_OK(cpu->set_precision(cpu->ctx, MGT_PREC_FP32));
         T_OK(gpu->set_precision(gpu->ctx, MGT_PREC_FP32));
-        void *all[] = {qkvd, doutd, outd, lsed, dqd, kld};
-        for (size_t i = 0; i < 6; i++)
-          if (all[i]) gpu->free(gpu->ctx, all[i]);
-        free(qkv), free(dout), free(o32), free(l32), free(g32), free(o16), free(l16), free(g16);
+        flash_case_free(&f);
+        free(o32), free(l32), free(g32), free(o16), free(l16), free(g16);
       }
 }
 

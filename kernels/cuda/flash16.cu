@@ -169,6 +169,101 @@ __device__ __forceinline__ unsigned char *aligned_smem(unsigned char *p) {
   return p + ((SMEM_ALIGN - ((uintptr_t)p & (SMEM_ALIGN - 1))) & (SMEM_ALIGN - 1));
 }
 
+/* The block's dynamic shared memory from its first 128-byte boundary: the launches ask for
+   SMEM_ALIGN bytes more than a layout needs. */
+__device__ __forceinline__ unsigned char *block_smem() {
+  extern __shared__ __align__(128) unsigned char smem[];
+  return aligned_smem(smem);
+}
+
+/* A block's tile: rows t0 .. t0 + n - 1 (queries, or keys for dK and dV) of (sample b, head
+   h), bh = b * Hl + h; q, k, v are the head's columns of sample b's row 0 in qkv, whose rows
+   are ld = 3 Cl apart. */
+struct fa_tile {
+  int bh, b, h, t0, n, Cl;
+  size_t ld;
+  const float *q, *k, *v;
+};
+
+/* Blocks are tile-major within a (sample, head), as grid_of counts them; BR == BC, so query
+   and key tiles are numbered alike. */
+template <int HD> __device__ __forceinline__ fa_tile tile_of(const fa_args &a, const float *qkv) {
+  fa_tile t;
+  const int nt = (a.T + BR - 1) / BR, tile = (int)(blockIdx.x % (unsigned)nt);
+  t.bh = (int)(blockIdx.x / (unsigned)nt), t.b = t.bh / a.Hl, t.h = t.bh % a.Hl;
+  t.t0 = tile * BR, t.n = min(BR, a.T - t.t0);
+  t.Cl = a.Hl * HD;
+  t.ld = 3 * (size_t)t.Cl;
+  t.q = qkv + (size_t)t.b * a.T * t.ld + (size_t)t.h * HD, t.k = t.q + t.Cl, t.v = t.q + 2 * t.Cl;
+  return t;
+}
+
+/* The mask word of (query i, key 0) of head h (keep_stream). */
+__device__ __forceinline__ uint64_t mask_row(const fa_args &a, int h, int i) {
+  return ((uint64_t)(a.head_offset + h) * a.T + (uint64_t)i) * (uint64_t)a.T;
+}
+
+/* A lane of the forward or of dQ: lane pair (2r, 2r + 1) of the warp holds row r of the
+   query tile (query i) and keys c0 .. c0 + 31 of each key tile. */
+struct q_lane {
+  int warp, half, r, c0, i;
+  int lim;        /* row i sees keys [0, lim); 0 on the tile's padding rows */
+  int jend;       /* the last key any row of the tile sees, plus one (flash.c's tile_keys) */
+  uint64_t e_row; /* mask_row of query i */
+};
+
+__device__ __forceinline__ q_lane q_lane_of(const fa_args &a, const fa_tile &t) {
+  q_lane me;
+  const int lane = threadIdx.x % 32;
+  me.warp = threadIdx.x / 32, me.half = lane & 1;
+  me.r = me.warp * 16 + lane / 2, me.c0 = me.half * 32;
+  me.i = t.t0 + me.r, me.lim = me.r < t.n ? key_lim(a.keylen, t.b, a.T, me.i) : 0;
+  me.jend = a.keylen ? key_lim(a.keylen, t.b, a.T, t.t0) : t.t0 + t.n;
+  me.e_row = mask_row(a, t.h, me.i);
+  return me;
+}
+
+/* n keys from key j0 of the tile's head into K and V (stage). */
+template <typename T16, int HD>
+__device__ __forceinline__ void stage_kv(T16 *sk, T16 *sv, const fa_tile &t, int j0, int n) {
+  stage<T16, HD>(sk, t.k + (size_t)j0 * t.ld, t.ld, n);
+  stage<T16, HD>(sv, t.v + (size_t)j0 * t.ld, t.ld, n);
+}
+
+/* The next key tile of the forward and of dQ: the first barrier waits until no warp still
+   reads the previous K and V (on the first pass, it also publishes what was staged before the
+   loop), the second until the new ones are staged. */
+template <typename T16, int HD>
+__device__ __forceinline__ void load_kv(T16 *sk, T16 *sv, const fa_tile &t, int j0, int n) {
+  __syncthreads();
+  stage_kv<T16, HD>(sk, sv, t, j0, n);
+  __syncthreads();
+}
+
+/* Where query i of the tile's head starts in out and dout (rows of Cl). */
+template <int HD>
+__device__ __forceinline__ size_t out_row(const fa_args &a, const fa_tile &t, int i) {
+  return ((size_t)t.b * a.T + i) * t.Cl + (size_t)t.h * HD;
+}
+
+/* n queries from query i0 of the tile's head into Q and dO (stage). */
+template <typename T16, int HD>
+__device__ __forceinline__ void stage_qdo(T16 *sq, T16 *sdo, const fa_args &a, const fa_tile &t,
+                                          const float *dout, int i0, int n) {
+  stage<T16, HD>(sq, t.q + (size_t)i0 * t.ld, t.ld, n);
+  stage<T16, HD>(sdo, dout + out_row<HD>(a, t, i0), (size_t)t.Cl, n);
+}
+
+/* The dropout factor of mask word e, 0 or 1/(1 - p); 1 without dropout. */
+__device__ __forceinline__ float keep_factor(keep_stream &ks, const fa_args &a, uint64_t e) {
+  return a.drop ? (ks.keep(e) ? a.dscale : 0.0f) : 1.0f;
+}
+
+/* P again, from a raw score and its row's log-sum-exp L: the forward's scaled S, then exp. */
+__device__ __forceinline__ float p_again(float s, float L, const fa_args &a) {
+  return __expf(__fmul_rn(s, a.scale) - L);
+}
+
 /* ---- forward ----
    Shared: Q, K, V (16-bit tiles), S (fp32 scores), P (16-bit probabilities), O (the fp32
    output accumulator: the online softmax rescales it by rows, which WMMA's opaque fragment
@@ -184,45 +279,32 @@ __global__ void __launch_bounds__(THREADS)
     k_flash16_forward(float *out, float *lse, const float *qkv, fa_args a) {
   using L = fwd_smem<HD>;
   constexpr int LD = HD + 8, LDO = HD + 4;
-  extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char *sm = aligned_smem(smem);
+  unsigned char *sm = block_smem();
   T16 *sq = (T16 *)(sm + L::q), *sk = (T16 *)(sm + L::k), *sv = (T16 *)(sm + L::v);
   T16 *sp = (T16 *)(sm + L::p);
   float *ss = (float *)(sm + L::s), *so = (float *)(sm + L::o), *sinv = (float *)(sm + L::inv);
 
-  const int nt = (a.T + BR - 1) / BR, tile = (int)(blockIdx.x % (unsigned)nt);
-  const int bh = (int)(blockIdx.x / (unsigned)nt), b = bh / a.Hl, h = bh % a.Hl;
-  const int i0 = tile * BR, nr = min(BR, a.T - i0);
-  const int Cl = a.Hl * HD;
-  const size_t ld = 3 * (size_t)Cl;
-  const float *q = qkv + (size_t)b * a.T * ld + (size_t)h * HD, *k = q + Cl, *v = q + 2 * Cl;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane & 1;
-  const int r = warp * 16 + lane / 2, c0 = half * 32; /* this lane's row, its first key */
-  const int i = i0 + r, lim = r < nr ? key_lim(a.keylen, b, a.T, i) : 0;
-  /* the last key any row of the tile sees, plus one (flash.c's tile_keys) */
-  const int jend = a.keylen ? key_lim(a.keylen, b, a.T, i0) : i0 + nr;
-  keep_stream ks = keep_stream_of(a, b);
-  const uint64_t e_row = ((uint64_t)(a.head_offset + h) * a.T + (uint64_t)i) * (uint64_t)a.T;
+  const fa_tile tile = tile_of<HD>(a, qkv);
+  const q_lane me = q_lane_of(a, tile);
+  const int i0 = tile.t0, nr = tile.n;
+  keep_stream ks = keep_stream_of(a, tile.b);
 
-  stage<T16, HD>(sq, q + (size_t)i0 * ld, ld, nr);
+  stage<T16, HD>(sq, tile.q + (size_t)i0 * tile.ld, tile.ld, nr);
   for (int x = threadIdx.x; x < 64 * HD; x += THREADS)
     so[(x / HD) * LDO + x % HD] = 0.0f;
   float m = -FLT_MAX, l = 0.0f; /* both lanes of a row keep the same copy */
-  for (int j0 = 0; j0 < jend; j0 += BC) {
-    const int nc = min(BC, jend - j0);
-    __syncthreads(); /* no warp still reads the previous K and V (first pass: Q and O ready) */
-    stage<T16, HD>(sk, k + (size_t)j0 * ld, ld, nc);
-    stage<T16, HD>(sv, v + (size_t)j0 * ld, ld, nc);
-    __syncthreads();
-    warp_abt<T16, HD>(ss + warp * 16 * SLD, sq + warp * 16 * LD, sk);
+  for (int j0 = 0; j0 < me.jend; j0 += BC) {
+    const int nc = min(BC, me.jend - j0);
+    load_kv<T16, HD>(sk, sv, tile, j0, nc);
+    warp_abt<T16, HD>(ss + me.warp * 16 * SLD, sq + me.warp * 16 * LD, sk);
     __syncwarp();
     /* the online softmax of row r over keys [j0, j0 + valid) */
-    const int valid = max(0, min(lim - j0, nc));
-    float *srow = ss + r * SLD;
-    T16 *prow = sp + r * PLD;
+    const int valid = max(0, min(me.lim - j0, nc));
+    float *srow = ss + me.r * SLD;
+    T16 *prow = sp + me.r * PLD;
     float mx = m;
     for (int t = 0; t < 32; t++) {
-      const int c = c0 + t;
+      const int c = me.c0 + t;
       if (c < valid) {
         /* S in fp32 as the CPU's sgemm leaves it (alpha = scale), never fused into exp's
            subtraction, so that the maximum is one of the values exp sees */
@@ -235,12 +317,12 @@ __global__ void __launch_bounds__(THREADS)
     const float alpha = valid ? __expf(m - mx) : 1.0f;
     float sum = 0.0f;
     for (int t = 0; t < 32; t++) {
-      const int c = c0 + t;
+      const int c = me.c0 + t;
       float p = 0.0f;
       if (c < valid) {
         p = __expf(srow[c] - mx);
         sum += p; /* l takes p before dropout and rounding */
-        if (a.drop) p = ks.keep(e_row + (uint64_t)(j0 + c)) ? p * a.dscale : 0.0f;
+        if (a.drop) p = ks.keep(me.e_row + (uint64_t)(j0 + c)) ? p * a.dscale : 0.0f;
       }
       prow[c] = to16<T16>(p);
     }
@@ -248,7 +330,7 @@ __global__ void __launch_bounds__(THREADS)
     if (valid) {
       l = l * alpha + sum;
       m = mx;
-      float *orow = so + r * LDO + half * (HD / 2);
+      float *orow = so + me.r * LDO + me.half * (HD / 2);
       for (int e = 0; e < HD / 2; e++)
         orow[e] *= alpha;
     }
@@ -256,22 +338,23 @@ __global__ void __launch_bounds__(THREADS)
     frag_c acc[HD / 16];
 #pragma unroll
     for (int n = 0; n < HD / 16; n++)
-      wm::load_matrix_sync(acc[n], so + warp * 16 * LDO + n * 16, LDO, wm::mem_row_major);
-    warp_ab<T16, HD>(acc, sp + warp * 16 * PLD, sv);
+      wm::load_matrix_sync(acc[n], so + me.warp * 16 * LDO + n * 16, LDO, wm::mem_row_major);
+    warp_ab<T16, HD>(acc, sp + me.warp * 16 * PLD, sv);
 #pragma unroll
     for (int n = 0; n < HD / 16; n++)
-      wm::store_matrix_sync(so + warp * 16 * LDO + n * 16, acc[n], LDO, wm::mem_row_major);
+      wm::store_matrix_sync(so + me.warp * 16 * LDO + n * 16, acc[n], LDO, wm::mem_row_major);
     __syncwarp(); /* before the next tile's elementwise step rescales these rows */
   }
   /* every real row saw key 0 (lim >= 1), so l > 0 */
-  if (half == 0 && r < nr) {
-    sinv[r] = 1.0f / l;
-    lse[(size_t)bh * a.T + i] = m + logf(l);
+  if (me.half == 0 && me.r < nr) {
+    sinv[me.r] = 1.0f / l;
+    lse[(size_t)tile.bh * a.T + me.i] = m + logf(l);
   }
   __syncthreads();
   for (int x = threadIdx.x; x < nr * HD; x += THREADS) {
     const int rr = x / HD, e = x % HD;
-    out[((size_t)b * a.T + i0 + rr) * Cl + (size_t)h * HD + e] = so[rr * LDO + e] * sinv[rr];
+    out[((size_t)tile.b * a.T + i0 + rr) * tile.Cl + (size_t)tile.h * HD + e] =
+        so[rr * LDO + e] * sinv[rr];
   }
 }
 
@@ -309,71 +392,59 @@ __global__ void __launch_bounds__(THREADS)
                  const float *lse, fa_args a) {
   using L = dq_smem<HD>;
   constexpr int LD = HD + 8;
-  extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char *sm = aligned_smem(smem);
+  unsigned char *sm = block_smem();
   T16 *sq = (T16 *)(sm + L::q), *sdo = (T16 *)(sm + L::o), *sk = (T16 *)(sm + L::k);
   T16 *sv = (T16 *)(sm + L::v), *sds = (T16 *)(sm + L::ds);
   float *ss = (float *)(sm + L::s), *sdp = (float *)(sm + L::dp);
 
-  const int nt = (a.T + BR - 1) / BR, tile = (int)(blockIdx.x % (unsigned)nt);
-  const int bh = (int)(blockIdx.x / (unsigned)nt), b = bh / a.Hl, h = bh % a.Hl;
-  const int i0 = tile * BR, nr = min(BR, a.T - i0);
-  const int Cl = a.Hl * HD;
-  const size_t ld = 3 * (size_t)Cl;
-  const float *q = qkv + (size_t)b * a.T * ld + (size_t)h * HD, *k = q + Cl, *v = q + 2 * Cl;
-  const size_t orow0 = ((size_t)b * a.T + i0) * Cl + (size_t)h * HD; /* row i0 in out, dout */
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane & 1;
-  const int r = warp * 16 + lane / 2, c0 = half * 32;
-  const int i = i0 + r, lim = r < nr ? key_lim(a.keylen, b, a.T, i) : 0;
-  const int jend = a.keylen ? key_lim(a.keylen, b, a.T, i0) : i0 + nr;
-  keep_stream ks = keep_stream_of(a, b);
-  const uint64_t e_row = ((uint64_t)(a.head_offset + h) * a.T + (uint64_t)i) * (uint64_t)a.T;
+  const fa_tile tile = tile_of<HD>(a, qkv);
+  const q_lane me = q_lane_of(a, tile);
+  const int i0 = tile.t0, nr = tile.n;
+  const size_t orow0 = out_row<HD>(a, tile, i0); /* row i0 in out, dout */
+  keep_stream ks = keep_stream_of(a, tile.b);
 
-  stage<T16, HD>(sq, q + (size_t)i0 * ld, ld, nr);
-  stage<T16, HD>(sdo, dout + orow0, (size_t)Cl, nr);
+  stage_qdo<T16, HD>(sq, sdo, a, tile, dout, i0, nr);
   /* D_i = dO_i . O_i from the fp32 dO and O, half a row per lane */
   float part = 0.0f, Li = 0.0f;
-  if (r < nr) {
-    const float *dor = dout + orow0 + (size_t)r * Cl + half * (HD / 2);
-    const float *orr = out + orow0 + (size_t)r * Cl + half * (HD / 2);
+  if (me.r < nr) {
+    const float *dor = dout + orow0 + (size_t)me.r * tile.Cl + me.half * (HD / 2);
+    const float *orr = out + orow0 + (size_t)me.r * tile.Cl + me.half * (HD / 2);
     for (int e = 0; e < HD / 2; e++)
       part += dor[e] * orr[e];
-    Li = lse[(size_t)bh * a.T + i];
+    Li = lse[(size_t)tile.bh * a.T + me.i];
   }
   const float Di = part + __shfl_xor_sync(0xffffffffu, part, 1);
-  if (half == 0 && r < nr) D[(size_t)bh * a.T + i] = Di;
+  if (me.half == 0 && me.r < nr) D[(size_t)tile.bh * a.T + me.i] = Di;
 
   frag_c acc[HD / 16];
 #pragma unroll
   for (int n = 0; n < HD / 16; n++)
     wm::fill_fragment(acc[n], 0.0f);
-  for (int j0 = 0; j0 < jend; j0 += BC) {
-    const int nc = min(BC, jend - j0);
-    __syncthreads(); /* no warp still reads the previous K and V (first pass: Q and dO ready) */
-    stage<T16, HD>(sk, k + (size_t)j0 * ld, ld, nc);
-    stage<T16, HD>(sv, v + (size_t)j0 * ld, ld, nc);
-    __syncthreads();
-    warp_abt<T16, HD>(ss + warp * 16 * SLD, sq + warp * 16 * LD, sk);
-    warp_abt<T16, HD>(sdp + warp * 16 * SLD, sdo + warp * 16 * LD, sv);
+  for (int j0 = 0; j0 < me.jend; j0 += BC) {
+    const int nc = min(BC, me.jend - j0);
+    load_kv<T16, HD>(sk, sv, tile, j0, nc);
+    warp_abt<T16, HD>(ss + me.warp * 16 * SLD, sq + me.warp * 16 * LD, sk);
+    warp_abt<T16, HD>(sdp + me.warp * 16 * SLD, sdo + me.warp * 16 * LD, sv);
     __syncwarp();
-    const int valid = max(0, min(lim - j0, nc));
-    const float *srow = ss + r * SLD, *gr = sdp + r * SLD;
-    T16 *dsrow = sds + r * PLD;
+    const int valid = max(0, min(me.lim - j0, nc));
+    const float *srow = ss + me.r * SLD, *gr = sdp + me.r * SLD;
+    T16 *dsrow = sds + me.r * PLD;
     for (int t = 0; t < 32; t++) {
-      const int c = c0 + t;
+      const int c = me.c0 + t;
       float ds = 0.0f;
       if (c < valid) {
-        const float p = __expf(__fmul_rn(srow[c], a.scale) - Li);
-        const float kd = a.drop ? (ks.keep(e_row + (uint64_t)(j0 + c)) ? a.dscale : 0.0f) : 1.0f;
+        const float p = p_again(srow[c], Li, a);
+        const float kd = keep_factor(ks, a, me.e_row + (uint64_t)(j0 + c));
         ds = p * (gr[c] * kd - Di) * a.scale;
       }
       dsrow[c] = to16<T16>(ds);
     }
     __syncwarp();
-    warp_ab<T16, HD>(acc, sds + warp * 16 * PLD, sk);
+    warp_ab<T16, HD>(acc, sds + me.warp * 16 * PLD, sk);
   }
   /* through the S and dP tiles, once every warp is done with them */
-  copy_out<HD>(dqkv + ((size_t)b * a.T + i0) * ld + (size_t)h * HD, ld, nr, ss, acc, warp);
+  copy_out<HD>(dqkv + ((size_t)tile.b * a.T + i0) * tile.ld + (size_t)tile.h * HD, tile.ld, nr, ss,
+               acc, me.warp);
 }
 
 /* ---- backward, dK and dV ----
@@ -395,28 +466,22 @@ __global__ void __launch_bounds__(THREADS)
                   const float *lse, fa_args a) {
   using L = dkv_smem<HD>;
   constexpr int LD = HD + 8;
-  extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char *sm = aligned_smem(smem);
+  unsigned char *sm = block_smem();
   T16 *sk = (T16 *)(sm + L::k), *sv = (T16 *)(sm + L::v), *sq = (T16 *)(sm + L::q);
   T16 *sdo = (T16 *)(sm + L::o), *spd = (T16 *)(sm + L::pd), *sds = (T16 *)(sm + L::ds);
   float *ss = (float *)(sm + L::s), *sdp = (float *)(sm + L::dp);
   float *sL = (float *)(sm + L::lq), *sD = (float *)(sm + L::dq);
 
-  const int nt = (a.T + BC - 1) / BC, tile = (int)(blockIdx.x % (unsigned)nt);
-  const int bh = (int)(blockIdx.x / (unsigned)nt), b = bh / a.Hl, h = bh % a.Hl;
-  const int j0 = tile * BC, nk = min(BC, a.T - j0);
-  const int Cl = a.Hl * HD;
-  const size_t ld = 3 * (size_t)Cl;
-  const float *q = qkv + (size_t)b * a.T * ld + (size_t)h * HD, *k = q + Cl, *v = q + 2 * Cl;
+  const fa_tile tile = tile_of<HD>(a, qkv); /* a tile of keys */
+  const int j0 = tile.t0, nk = tile.n;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  keep_stream ks = keep_stream_of(a, b);
+  keep_stream ks = keep_stream_of(a, tile.b);
   /* the queries that see a key of this tile: i >= j0 (causal), or all of them if the tile
      starts inside the sample's length (a key past it is seen by no row and gets zeros) */
-  const int klen = a.keylen ? key_lim(a.keylen, b, a.T, 0) : 0;
+  const int klen = a.keylen ? key_lim(a.keylen, tile.b, a.T, 0) : 0;
   const int i_lo = a.keylen ? 0 : j0, i_hi = (!a.keylen || j0 < klen) ? a.T : 0;
 
-  stage<T16, HD>(sk, k + (size_t)j0 * ld, ld, nk);
-  stage<T16, HD>(sv, v + (size_t)j0 * ld, ld, nk);
+  stage_kv<T16, HD>(sk, sv, tile, j0, nk);
   frag_c dk[HD / 16], dv[HD / 16];
 #pragma unroll
   for (int n = 0; n < HD / 16; n++) {
@@ -426,12 +491,11 @@ __global__ void __launch_bounds__(THREADS)
   for (int i0 = i_lo; i0 < i_hi; i0 += BR) {
     const int nq = min(BR, a.T - i0);
     __syncthreads(); /* no warp still reads the previous Q, dO, L, D (first pass: K, V ready) */
-    stage<T16, HD>(sq, q + (size_t)i0 * ld, ld, nq);
-    stage<T16, HD>(sdo, dout + ((size_t)b * a.T + i0) * Cl + (size_t)h * HD, (size_t)Cl, nq);
+    stage_qdo<T16, HD>(sq, sdo, a, tile, dout, i0, nq);
     if (threadIdx.x < BR) {
       const int c = threadIdx.x;
-      sL[c] = c < nq ? lse[(size_t)bh * a.T + i0 + c] : 0.0f;
-      sD[c] = c < nq ? D[(size_t)bh * a.T + i0 + c] : 0.0f;
+      sL[c] = c < nq ? lse[(size_t)tile.bh * a.T + i0 + c] : 0.0f;
+      sD[c] = c < nq ? D[(size_t)tile.bh * a.T + i0 + c] : 0.0f;
     }
     __syncthreads();
     warp_abt<T16, HD>(ss + warp * 16 * SLD, sk + warp * 16 * LD, sq);
@@ -440,14 +504,14 @@ __global__ void __launch_bounds__(THREADS)
     for (int part = 0; part < 2; part++) {
       const int c = lane + 32 * part, iq = i0 + c;
       const float Lc = sL[c], Dc = sD[c];
-      const uint64_t e_row = ((uint64_t)(a.head_offset + h) * a.T + (uint64_t)iq) * (uint64_t)a.T;
+      const uint64_t e_row = mask_row(a, tile.h, iq);
       for (int rr = 0; rr < 16; rr++) {
         const int kr = warp * 16 + rr, j = j0 + kr;
         const bool seen = c < nq && kr < nk && (a.keylen ? j < klen : j <= iq);
         float pd = 0.0f, ds = 0.0f;
         if (seen) {
-          const float p = __expf(__fmul_rn(ss[kr * SLD + c], a.scale) - Lc);
-          const float kd = a.drop ? (ks.keep(e_row + (uint64_t)j) ? a.dscale : 0.0f) : 1.0f;
+          const float p = p_again(ss[kr * SLD + c], Lc, a);
+          const float kd = keep_factor(ks, a, e_row + (uint64_t)j);
           pd = p * kd;
           ds = p * (sdp[kr * SLD + c] * kd - Dc) * a.scale;
         }
@@ -460,9 +524,9 @@ __global__ void __launch_bounds__(THREADS)
     warp_ab<T16, HD>(dk, sds + warp * 16 * PLD, sq);
   }
   /* dK, then dV, through the S^T and dP^T tiles */
-  float *dkv = dqkv + (size_t)b * a.T * ld + (size_t)j0 * ld + (size_t)h * HD;
-  copy_out<HD>(dkv + Cl, ld, nk, ss, dk, warp);
-  copy_out<HD>(dkv + 2 * Cl, ld, nk, ss, dv, warp);
+  float *dkv = dqkv + (size_t)tile.b * a.T * tile.ld + (size_t)j0 * tile.ld + (size_t)tile.h * HD;
+  copy_out<HD>(dkv + tile.Cl, tile.ld, nk, ss, dk, warp);
+  copy_out<HD>(dkv + 2 * tile.Cl, tile.ld, nk, ss, dv, warp);
 }
 
 fa_args args_of(int T, int Hl, int hd, int head_offset, const int32_t *keylen,
@@ -495,9 +559,13 @@ template <typename K> mgt_status allow_smem(K kernel, size_t bytes) {
   return MGT_OK;
 }
 
+/* The kernels' template arguments as a value, so that one switch (by_kind) serves both
+   directions. */
+template <typename T16, int HD> struct kind {};
+
 template <typename T16, int HD>
-mgt_status forward_as(cudaStream_t s, float *out, float *lse, const float *qkv, int B, int T,
-                      int Hl, const fa_args &a) {
+mgt_status forward_as(kind<T16, HD>, cudaStream_t s, float *out, float *lse, const float *qkv,
+                      int B, int T, int Hl, const fa_args &a) {
   unsigned blocks;
   MGT_CHECK(grid_of(B, T, Hl, &blocks));
   const size_t bytes = fwd_smem<HD>::bytes + SMEM_ALIGN;
@@ -508,8 +576,9 @@ mgt_status forward_as(cudaStream_t s, float *out, float *lse, const float *qkv, 
 }
 
 template <typename T16, int HD>
-mgt_status backward_as(cudaStream_t s, float *dqkv, float *D, const float *dout, const float *qkv,
-                       const float *out, const float *lse, int B, int T, int Hl, const fa_args &a) {
+mgt_status backward_as(kind<T16, HD>, cudaStream_t s, float *dqkv, float *D, const float *dout,
+                       const float *qkv, const float *out, const float *lse, int B, int T, int Hl,
+                       const fa_args &a) {
   unsigned blocks;
   MGT_CHECK(grid_of(B, T, Hl, &blocks));
   const size_t dq_bytes = dq_smem<HD>::bytes + SMEM_ALIGN;
@@ -524,6 +593,15 @@ mgt_status backward_as(cudaStream_t s, float *dqkv, float *D, const float *dout,
   return MGT_OK;
 }
 
+/* f(kind<T16, HD>()) for the 16-bit format and a supported head dim (32, 64 or 128). */
+template <typename F> mgt_status by_kind(int bf16, int hd, F f) {
+  switch (hd) {
+  case 32: return bf16 ? f(kind<__nv_bfloat16, 32>()) : f(kind<__half, 32>());
+  case 64: return bf16 ? f(kind<__nv_bfloat16, 64>()) : f(kind<__half, 64>());
+  default: return bf16 ? f(kind<__nv_bfloat16, 128>()) : f(kind<__half, 128>());
+  }
+}
+
 } // namespace
 
 int flash16_supported(int hd) { return cpu_flash16_hd(hd); }
@@ -535,17 +613,7 @@ mgt_status flash16_forward(cudaStream_t s, int bf16, float *out, float *lse, con
     MGT_FAIL(MGT_ERR_INTERNAL, "16-bit flash attention has no kernel for head dim %d", hd);
   if ((size_t)B * T * Hl == 0) return MGT_OK;
   const fa_args a = args_of(T, Hl, hd, head_offset, keylen, d);
-  switch (hd) {
-  case 32:
-    return bf16 ? forward_as<__nv_bfloat16, 32>(s, out, lse, qkv, B, T, Hl, a)
-                : forward_as<__half, 32>(s, out, lse, qkv, B, T, Hl, a);
-  case 64:
-    return bf16 ? forward_as<__nv_bfloat16, 64>(s, out, lse, qkv, B, T, Hl, a)
-                : forward_as<__half, 64>(s, out, lse, qkv, B, T, Hl, a);
-  default:
-    return bf16 ? forward_as<__nv_bfloat16, 128>(s, out, lse, qkv, B, T, Hl, a)
-                : forward_as<__half, 128>(s, out, lse, qkv, B, T, Hl, a);
-  }
+  return by_kind(bf16, hd, [&](auto k) { return forward_as(k, s, out, lse, qkv, B, T, Hl, a); });
 }
 
 mgt_status flash16_backward(cudaStream_t s, int bf16, float *dqkv, float *D, const float *dout,
@@ -556,15 +624,7 @@ mgt_status flash16_backward(cudaStream_t s, int bf16, float *dqkv, float *D, con
     MGT_FAIL(MGT_ERR_INTERNAL, "16-bit flash attention has no kernel for head dim %d", hd);
   if ((size_t)B * T * Hl == 0) return MGT_OK;
   const fa_args a = args_of(T, Hl, hd, head_offset, keylen, d);
-  switch (hd) {
-  case 32:
-    return bf16 ? backward_as<__nv_bfloat16, 32>(s, dqkv, D, dout, qkv, out, lse, B, T, Hl, a)
-                : backward_as<__half, 32>(s, dqkv, D, dout, qkv, out, lse, B, T, Hl, a);
-  case 64:
-    return bf16 ? backward_as<__nv_bfloat16, 64>(s, dqkv, D, dout, qkv, out, lse, B, T, Hl, a)
-                : backward_as<__half, 64>(s, dqkv, D, dout, qkv, out, lse, B, T, Hl, a);
-  default:
-    return bf16 ? backward_as<__nv_bfloat16, 128>(s, dqkv, D, dout, qkv, out, lse, B, T, Hl, a)
-                : backward_as<__half, 128>(s, dqkv, D, dout, qkv, out, lse, B, T, Hl, a);
-  }
+  return by_kind(bf16, hd, [&](auto k) {
+    return backward_as(k, s, dqkv, D, dout, qkv, out, lse, B, T, Hl, a);
+  });
 }
