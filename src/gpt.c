@@ -719,7 +719,7 @@ void mgt_gpt_destroy(mgt_gpt **model) {
     (void)m->comm->wait(m->comm->ctx, &m->reqs[p]);
   if (m->be && m->be->sync) (void)m->be->sync(m->be->ctx);
   if (m->stale) (void)m->be->set_weights(m->be->ctx, m->w, 0);
-  if (m->act16_bytes) (void)m->be->set_act16(m->be->ctx, m->act16, 0);
+  if (m->act16_bytes && m->be->set_act16) (void)m->be->set_act16(m->be->ctx, m->act16, 0);
   if (m->be) {
     if (m->gshard && m->gshard != m->g) m->be->free(m->be->ctx, m->gshard);
     if (m->w) m->be->free(m->be->ctx, m->w);
