@@ -337,12 +337,16 @@ static int chunk_ending_at(const rplan *p, int l, int L, int *first) {
   return l == last;
 }
 
+/* Whether the LayerNorm outputs are kept in 16 bits too: where only GEMMs read them, i.e. not
+   as post-LN residuals, nor gathered over tp_comm into m->lnf under sequence parallelism. */
+static int ln16(const mgt_gpt_dims *d) { return d->act16 && !d->post_ln && !d->sp; }
+
 /* One layer's set; with share_P its attention probabilities are the buffer P (selective).
    The LayerNorms and the residual hold this rank's rows only under sequence parallelism. */
 static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la, int share_P, float *P,
                        int flash) {
   size_t N = (size_t)d->B * d->T, Nl = (size_t)d->Nl;
-  la->ln1 = take(a, Nl * d->C);
+  la->ln1 = ln16(d) ? NULL : take(a, Nl * d->C); /* else in the 16-bit region */
   la->ln1_mean = take(a, Nl);
   la->ln1_rstd = take(a, Nl);
   la->qkv = take(a, N * 3 * d->Cl);
@@ -351,7 +355,7 @@ static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la, int shar
   la->lse = flash ? take(a, probs) : NULL;
   la->atty = take(a, N * d->Cl);
   la->res_mid = take(a, Nl * d->C);
-  la->ln2 = take(a, Nl * d->C);
+  la->ln2 = ln16(d) ? NULL : take(a, Nl * d->C);
   la->ln2_mean = take(a, Nl);
   la->ln2_rstd = take(a, Nl);
   la->fch = take(a, N * d->Fl);
@@ -375,11 +379,17 @@ static size_t layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan 
     take_layer(&a, d, &la, rp->selective, shared_P, rp->flash);
     if (m->acts) m->acts[l] = la;
   }
-  /* the GeLU outputs in 16 bits, one region (set_act16) after the sets */
+  /* the GEMM inputs kept in 16 bits (GeLU outputs; LayerNorm outputs where ln16), one region
+     (set_act16) after the sets */
   m->act16 = a.base ? a.base + a.used : NULL;
+  const size_t bytes16 = (size_t)d->act16, ln_floats = (Nl * d->C * bytes16 + 3) / 4;
   for (int l = 0; d->act16 && l < rp->nsets; l++) {
-    float *p = take(&a, ((size_t)d->B * d->T * d->Fl * (size_t)d->act16 + 3) / 4);
-    if (m->acts) m->acts[l].fch_gelu = p;
+    float *p = take(&a, (N * d->Fl * bytes16 + 3) / 4);
+    float *l1 = ln16(d) ? take(&a, ln_floats) : NULL, *l2 = ln16(d) ? take(&a, ln_floats) : NULL;
+    if (m->acts) {
+      m->acts[l].fch_gelu = p;
+      if (l1) m->acts[l].ln1 = l1, m->acts[l].ln2 = l2;
+    }
   }
   m->act16_bytes = a.base ? (size_t)((char *)(a.base + a.used) - (char *)m->act16) : 0;
   m->lnf = take(&a, N * d->C);

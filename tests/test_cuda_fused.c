@@ -235,6 +235,25 @@ static void test_act16(void) {
     same("16-bit activations: pre", dpre, pre, (size_t)M * F, 1e-4);
     same("16-bit activations: the next GEMM", dyo, y, (size_t)M * C, 1e-3);
     same("16-bit activations: its weight gradient", ddW, dW, (size_t)C * F, 1e-3);
+    { /* a LayerNorm output in the region read by the next GEMM (QKV, first MLP layer) */
+      float *x = rnd((size_t)M * F, 1.0f), *lw = rnd(F, 1.0f), *lb = rnd(F, 0.5f);
+      float *mean = malloc(M * 4), *rstd = malloc(M * 4);
+      float *dx = dev(x, (size_t)M * F * 4), *dlw = dev(lw, F * 4), *dlb = dev(lb, F * 4);
+      float *dmean = dev(NULL, M * 4), *drstd = dev(NULL, M * 4);
+      T_OK(cpu->set_act16(cpu->ctx, h, (size_t)M * F * 4));
+      T_OK(cpu->layernorm_forward(cpu->ctx, h, mean, rstd, x, lw, lb, M, F, 1e-5f));
+      T_OK(cpu->gemm(cpu->ctx, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, h, F, W2, F, 0.0f, y, C));
+      T_OK(cpu->set_act16(cpu->ctx, h, 0));
+      T_OK(gpu->set_act16(gpu->ctx, dh, (size_t)M * F * 2));
+      T_OK(gpu->layernorm_forward(gpu->ctx, dh, dmean, drstd, dx, dlw, dlb, M, F, 1e-5f));
+      T_OK(gpu->gemm(gpu->ctx, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, dh, F, dW2, F, 0.0f, dyo, C));
+      T_OK(gpu->set_act16(gpu->ctx, dh, 0));
+      same("16-bit LayerNorm output: rstd", drstd, rstd, M, 1e-5);
+      same("16-bit LayerNorm output: the next GEMM", dyo, y, (size_t)M * C, 1e-3);
+      gpu->free(gpu->ctx, dx), gpu->free(gpu->ctx, dlw), gpu->free(gpu->ctx, dlb);
+      gpu->free(gpu->ctx, dmean), gpu->free(gpu->ctx, drstd);
+      free(x), free(lw), free(lb), free(mean), free(rstd);
+    }
     if (prec == 1) { /* bf16 bits are the top half of a float's */
       uint16_t *bits = malloc((size_t)M * F * 2);
       T_OK(gpu->download(gpu->ctx, bits, dh, (size_t)M * F * 2));

@@ -184,6 +184,29 @@ static void test_act16(int prec) {
           off);
   T_CHECK(!memcmp(y[0], y[1], (size_t)M * C * 4) && !memcmp(dW[0], dW[1], (size_t)C * F * 4),
           "precision %d: GEMMs on the 16-bit activations differ from rounding per GEMM", prec);
+  /* LayerNorm outputs (the QKV and first MLP layer inputs) in the region: rounded once */
+  float *x = rnd((size_t)M * F, 1.0f), *lw = rnd(F, 1.0f), *lb = rnd(F, 0.5f), mean[29], rstd[29];
+  T_OK(be->layernorm_forward(be->ctx, h, mean, rstd, x, lw, lb, M, F, 1e-5f));
+  T_OK(be->set_act16(be->ctx, region, (size_t)M * F * 4));
+  T_OK(be->layernorm_forward(be->ctx, region, mean, rstd, x, lw, lb, M, F, 1e-5f));
+  float *res = rnd((size_t)M * F, 1.0f), *sum = malloc((size_t)M * F * 4);
+  mgt_dropout nod = {0};
+  float *x2 = malloc((size_t)M * F * 4);
+  memcpy(x2, x, (size_t)M * F * 4);
+  float *ln2 = region + 0; /* the fused end of the attention block writes its LayerNorm there */
+  size_t offl = 0;
+  for (size_t i = 0; i < (size_t)M * F; i++)
+    offl += region[i] != (float)round_to(prec, h[i]);
+  T_OK(be->bias_dropout_add_ln(be->ctx, sum, x2, b1, res, M, F, (size_t)F, &nod, ln2, mean, rstd,
+                               lw, lb, 1e-5f));
+  T_OK(be->set_act16(be->ctx, region, 0));
+  float *ref = malloc((size_t)M * F * 4);
+  T_OK(be->layernorm_forward(be->ctx, ref, mean, rstd, sum, lw, lb, M, F, 1e-5f));
+  for (size_t i = 0; i < (size_t)M * F; i++)
+    offl += ln2[i] != (float)round_to(prec, ref[i]);
+  T_CHECK(offl == 0, "precision %d: %zu LayerNorm outputs in the 16-bit region are not rounded",
+          prec, offl);
+  free(x), free(lw), free(lb), free(res), free(sum), free(x2), free(ref);
   free(A), free(W1), free(b1), free(W2), free(dy), free(pre), free(h), free(region);
   for (int k = 0; k < 2; k++)
     free(y[k]), free(dW[k]);

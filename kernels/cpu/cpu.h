@@ -83,6 +83,8 @@ mgt_status cpu_bias_dropout_add_ln(void *ctx, float *out, float *x, const float 
                                    const float *lb, float eps);
 mgt_status cpu_set_weights(void *ctx, const float *w, size_t n);
 mgt_status cpu_set_act16(void *ctx, void *p, size_t bytes);
+/* x rounded in place to the 16-bit precision (a 16-bit activation's values) */
+void cpu_round16(cpu_ctx *c, float *x, size_t n);
 mgt_status cpu_refresh_weights(void *ctx, size_t offset, size_t n);
 mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
                                 const float *W, int ldw, const float *b, float *pre, float *out);

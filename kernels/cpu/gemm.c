@@ -123,15 +123,16 @@ mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, 
                                 const float *W, int ldw, const float *b, float *pre, float *out) {
   MGT_CHECK(cpu_gemm(ctx, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, lda, W, ldw, 0.0f, pre, N));
   MGT_CHECK(cpu_bias_gelu_forward(ctx, out, pre, b, M, N));
-  cpu_ctx *c = ctx;
-  const size_t n = (size_t)M * N;
-  if (c && cpu_inside(out, n, c->a16, c->a16n)) { /* kept in 16 bits: rounded once, here */
-    const int bf = c->precision == MGT_PREC_BF16;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++)
-      out[i] = bf ? mgt_round_bf16(out[i]) : mgt_round_fp16(out[i]);
-  }
+  cpu_ctx *c = ctx; /* kept in 16 bits (set_act16): rounded once, here */
+  if (c && cpu_inside(out, (size_t)M * N, c->a16, c->a16n)) cpu_round16(c, out, (size_t)M * N);
   return MGT_OK;
+}
+
+void cpu_round16(cpu_ctx *c, float *x, size_t n) {
+  const int bf = c->precision == MGT_PREC_BF16;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++)
+    x[i] = bf ? mgt_round_bf16(x[i]) : mgt_round_fp16(x[i]);
 }
 
 #ifdef MGT_HAVE_OPENBLAS

@@ -497,7 +497,13 @@ mgt_status cu_bias_backward(void *ctx, float *db, const float *dy, int N, int C,
   return column_sums(C_(ctx), db, dy, NULL, NULL, NULL, N, C, accumulate);
 }
 
-__global__ void k_layernorm_forward(float *out, float *mean, float *rstd, const float *x,
+/* An output element as fp32 or, for a 16-bit activation, rounded to bf16 / half. */
+__device__ inline void put(float *p, float v) { *p = v; }
+__device__ inline void put(__nv_bfloat16 *p, float v) { store16(p, v); }
+__device__ inline void put(__half *p, float v) { store16(p, v); }
+
+template <typename TO>
+__global__ void k_layernorm_forward(TO *out, float *mean, float *rstd, const float *x,
                                     const float *w, const float *b, int C, float eps) {
   __shared__ float sh[32];
   const int n = blockIdx.x;
@@ -510,16 +516,23 @@ __global__ void k_layernorm_forward(float *out, float *mean, float *rstd, const 
   for (int c = threadIdx.x; c < C; c += blockDim.x)
     v += (xr[c] - m) * (xr[c] - m);
   const float r = rsqrtf(block_sum(v, sh) / C + eps);
-  float *o = out + (size_t)n * C;
+  TO *o = out + (size_t)n * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x)
-    o[c] = (xr[c] - m) * r * w[c] + b[c];
+    put(&o[c], (xr[c] - m) * r * w[c] + b[c]);
   if (threadIdx.x == 0) mean[n] = m, rstd[n] = r;
 }
 
 mgt_status cu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *x,
                                 const float *w, const float *b, int N, int C, float eps) {
   if (N == 0) return MGT_OK;
-  k_layernorm_forward<<<N, 256, 0, C_(ctx)->stream>>>(out, mean, rstd, x, w, b, C, eps);
+  cuda_ctx *c = C_(ctx);
+  if (!in_act16(c, out, (size_t)N * C))
+    k_layernorm_forward<<<N, 256, 0, c->stream>>>(out, mean, rstd, x, w, b, C, eps);
+  else if (c->precision == MGT_PREC_BF16)
+    k_layernorm_forward<<<N, 256, 0, c->stream>>>((__nv_bfloat16 *)out, mean, rstd, x, w, b, C,
+                                                  eps);
+  else
+    k_layernorm_forward<<<N, 256, 0, c->stream>>>((__half *)out, mean, rstd, x, w, b, C, eps);
   LAUNCHED();
   return MGT_OK;
 }
@@ -1544,10 +1557,10 @@ __global__ void k_bias_dropout_add(float *out, const float *x, const float *b, c
 }
 
 /* One row per block: the sum, then the LayerNorm of it with k_layernorm_forward's arithmetic. */
-__global__ void k_bias_dropout_add_ln(float *out, float *ln, float *mean, float *rstd,
-                                      const float *x, const float *b, const float *res,
-                                      const float *w, const float *lb, int C, float eps, size_t row,
-                                      drop_args a) {
+template <typename TO>
+__global__ void k_bias_dropout_add_ln(float *out, TO *ln, float *mean, float *rstd, const float *x,
+                                      const float *b, const float *res, const float *w,
+                                      const float *lb, int C, float eps, size_t row, drop_args a) {
   __shared__ float sh[32];
   const size_t base = (size_t)blockIdx.x * C;
   float *o = out + base;
@@ -1562,9 +1575,9 @@ __global__ void k_bias_dropout_add_ln(float *out, float *ln, float *mean, float 
   for (int c = threadIdx.x; c < C; c += blockDim.x) /* each thread rereads what it wrote */
     v += (o[c] - m) * (o[c] - m);
   const float r = rsqrtf(block_sum(v, sh) / C + eps);
-  float *l = ln + base;
+  TO *l = ln + base;
   for (int c = threadIdx.x; c < C; c += blockDim.x)
-    l[c] = (o[c] - m) * r * w[c] + lb[c];
+    put(&l[c], (o[c] - m) * r * w[c] + lb[c]);
   if (threadIdx.x == 0) mean[blockIdx.x] = m, rstd[blockIdx.x] = r;
 }
 
@@ -1576,8 +1589,15 @@ mgt_status cu_bias_dropout_add_ln(void *ctx, float *out, float *x, const float *
   if (!n) return MGT_OK;
   cudaStream_t st = C_(ctx)->stream;
   const drop_args a = drop_args_of(d);
-  if (ln)
+  cuda_ctx *c = C_(ctx);
+  if (ln && !in_act16(c, ln, n))
     k_bias_dropout_add_ln<<<N, 256, 0, st>>>(out, ln, mean, rstd, x, b, res, w, lb, C, eps, row, a);
+  else if (ln && c->precision == MGT_PREC_BF16)
+    k_bias_dropout_add_ln<<<N, 256, 0, st>>>(out, (__nv_bfloat16 *)ln, mean, rstd, x, b, res, w, lb,
+                                             C, eps, row, a);
+  else if (ln)
+    k_bias_dropout_add_ln<<<N, 256, 0, st>>>(out, (__half *)ln, mean, rstd, x, b, res, w, lb, C,
+                                             eps, row, a);
   else
     k_bias_dropout_add<<<blocks_for(n, 256), 256, 0, st>>>(out, x, b, res, C, n, row, a);
   LAUNCHED();
