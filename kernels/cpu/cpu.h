@@ -68,9 +68,6 @@ mgt_status cpu_fill(void *ctx, float *p, size_t n, float value);
 mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc);
-/* src (rows, cols; leading dimension ld) rounded to the 16-bit precision in scratch slot k */
-mgt_status cpu_rounded(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
-                       const float **out);
 mgt_status cpu_linear_bias(void *ctx, int M, int N, int K, const float *A, int lda, const float *W,
                            int ldw, const float *b, float *out);
 mgt_status cpu_linear_param_grads(void *ctx, int M, int N, int K, const float *dy, const float *x,
@@ -83,8 +80,12 @@ mgt_status cpu_bias_dropout_add_ln(void *ctx, float *out, float *x, const float 
                                    const float *lb, float eps);
 mgt_status cpu_set_weights(void *ctx, const float *w, size_t n);
 mgt_status cpu_set_act16(void *ctx, void *p, size_t bytes);
-/* x rounded in place to the 16-bit precision (a 16-bit activation's values) */
-void cpu_round16(cpu_ctx *c, float *x, size_t n);
+/* dst = src rounded to the 16-bit precision (dst may be src) */
+void cpu_round16(cpu_ctx *c, float *dst, const float *src, size_t n);
+/* A GEMM operand under 16 bits: a 16-bit activation as it is, its part of the weights' copy,
+   or rounded into scratch slot k. */
+mgt_status cpu_operand(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
+                       const float **out);
 mgt_status cpu_refresh_weights(void *ctx, size_t offset, size_t n);
 mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
                                 const float *W, int ldw, const float *b, float *pre, float *out);

@@ -2,6 +2,8 @@
    the same steps the unfused operations take, in the same order, so the CPU model is the same
    with or without fusion; they define what the GPU's single kernels (cuBLASLt epilogues, one
    block per row) compute. */
+#include <cblas.h>
+
 #include "cpu.h"
 
 mgt_status cpu_linear_bias(void *ctx, int M, int N, int K, const float *A, int lda, const float *W,
@@ -13,14 +15,20 @@ mgt_status cpu_linear_bias(void *ctx, int M, int N, int K, const float *A, int l
 mgt_status cpu_linear_param_grads(void *ctx, int M, int N, int K, const float *dy, const float *x,
                                   float *dW, float *db, int accumulate) {
   cpu_ctx *c = ctx;
-  if (db) {
-    const float *src = dy; /* under 16 bits the sums are of the rounded dy the GEMM multiplies */
-    if (c && c->precision != MGT_PREC_FP32 && M > 0)
-      MGT_CHECK(cpu_rounded(c, 0, dy, M, N, N, &src));
-    MGT_CHECK(cpu_bias_backward(ctx, db, src, M, N, accumulate));
+  if (!c || c->precision == MGT_PREC_FP32 || M == 0) {
+    if (db) MGT_CHECK(cpu_bias_backward(ctx, db, dy, M, N, accumulate));
+    return cpu_gemm(ctx, MGT_TRANS, MGT_NOTRANS, N, K, M, 1.0f, dy, N, x, K,
+                    accumulate ? 1.0f : 0.0f, dW, K);
   }
-  return cpu_gemm(ctx, MGT_TRANS, MGT_NOTRANS, N, K, M, 1.0f, dy, N, x, K, accumulate ? 1.0f : 0.0f,
-                  dW, K);
+  /* under 16 bits dy is rounded once: the bias sums are of the dy the GEMM multiplies */
+  const float *g, *a;
+  MGT_CHECK(cpu_operand(c, 0, dy, M, N, N, &g));
+  MGT_CHECK(cpu_operand(c, 1, x, M, K, K, &a));
+  if (db) MGT_CHECK(cpu_bias_backward(ctx, db, g, M, N, accumulate));
+  if (N > 0 && K > 0)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, g, N, a, K,
+                accumulate ? 1.0f : 0.0f, dW, K);
+  return MGT_OK;
 }
 
 mgt_status cpu_linear_dgelu(void *ctx, int M, int N, int K, const float *dy, const float *W,

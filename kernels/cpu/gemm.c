@@ -33,8 +33,8 @@ float mgt_round_fp16(float x) {
 }
 
 /* Rounds a rows x cols matrix with leading dimension ld into the scratch slot `k`. */
-mgt_status cpu_rounded(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
-                       const float **out) {
+static mgt_status cpu_rounded(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
+                              const float **out) {
   size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
   if (n > c->scratch_n[k]) {
     float *p = realloc(c->scratch[k], n * sizeof(float));
@@ -69,12 +69,7 @@ mgt_status cpu_refresh_weights(void *ctx, size_t offset, size_t n) {
   MGT_REQUIRE(offset <= c->wn && n <= c->wn - offset,
               "refresh of weights [%zu, %zu) outside the %zu registered", offset, offset + n,
               c->wn);
-  const float *src = c->wbase + offset;
-  float *dst = c->wcopy + offset;
-  const int bf = c->precision == MGT_PREC_BF16;
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; i++)
-    dst[i] = bf ? mgt_round_bf16(src[i]) : mgt_round_fp16(src[i]);
+  cpu_round16(c, c->wcopy + offset, c->wbase + offset, n);
   return MGT_OK;
 }
 
@@ -91,8 +86,8 @@ mgt_status cpu_set_act16(void *ctx, void *p, size_t bytes) {
 
 /* A 16-bit operand: a 16-bit activation as it is, its part of the weights' copy when it lies
    inside the registered weights, else rounded into scratch slot k. */
-static mgt_status operand(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
-                          const float **out) {
+mgt_status cpu_operand(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
+                       const float **out) {
   const size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
   if (cpu_inside(src, n, c->a16, c->a16n)) {
     *out = src;
@@ -111,8 +106,8 @@ mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, floa
   if (M == 0 || N == 0) return MGT_OK;
   cpu_ctx *c = ctx;
   if (c && c->precision != MGT_PREC_FP32 && K > 0) {
-    MGT_CHECK(operand(c, 0, A, transa ? K : M, transa ? M : K, lda, &A));
-    MGT_CHECK(operand(c, 1, B, transb ? N : K, transb ? K : N, ldb, &B));
+    MGT_CHECK(cpu_operand(c, 0, A, transa ? K : M, transa ? M : K, lda, &A));
+    MGT_CHECK(cpu_operand(c, 1, B, transb ? N : K, transb ? K : N, ldb, &B));
   }
   cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
               M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -124,15 +119,15 @@ mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, 
   MGT_CHECK(cpu_gemm(ctx, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, lda, W, ldw, 0.0f, pre, N));
   MGT_CHECK(cpu_bias_gelu_forward(ctx, out, pre, b, M, N));
   cpu_ctx *c = ctx; /* kept in 16 bits (set_act16): rounded once, here */
-  if (c && cpu_inside(out, (size_t)M * N, c->a16, c->a16n)) cpu_round16(c, out, (size_t)M * N);
+  if (c && cpu_inside(out, (size_t)M * N, c->a16, c->a16n)) cpu_round16(c, out, out, (size_t)M * N);
   return MGT_OK;
 }
 
-void cpu_round16(cpu_ctx *c, float *x, size_t n) {
+void cpu_round16(cpu_ctx *c, float *dst, const float *src, size_t n) {
   const int bf = c->precision == MGT_PREC_BF16;
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++)
-    x[i] = bf ? mgt_round_bf16(x[i]) : mgt_round_fp16(x[i]);
+    dst[i] = bf ? mgt_round_bf16(src[i]) : mgt_round_fp16(src[i]);
 }
 
 #ifdef MGT_HAVE_OPENBLAS

@@ -25,7 +25,7 @@ mgt_status cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd
     rstd[n] = r;
   }
   cpu_ctx *c = ctx; /* kept in 16 bits (set_act16): rounded once, here */
-  if (c && cpu_inside(out, (size_t)N * C, c->a16, c->a16n)) cpu_round16(c, out, (size_t)N * C);
+  if (c && cpu_inside(out, (size_t)N * C, c->a16, c->a16n)) cpu_round16(c, out, out, (size_t)N * C);
   return MGT_OK;
 }
 
