@@ -96,7 +96,7 @@ static uint64_t region_sum(const region *r, const float *local) {
   }
   uint64_t s = 0;
   const hsize_t rows = c[0] * c[1];
-#pragma omp parallel for reduction(+ : s) schedule(static)
+#pragma omp parallel for reduction(+ : s) schedule(static) if (rows * c[2] > 65536)
   for (hsize_t ij = 0; ij < rows; ij++) {
     hsize_t i = ij / c[1], j = ij % c[1];
     const uint32_t *row = (const uint32_t *)(local + (i * l[1] + j) * l[2]);
@@ -453,6 +453,9 @@ static mgt_status write_file(const char *tmp, MPI_Comm comm, const mgt_state *s,
     if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 ||
         H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0 ||
         H5Pset_coll_metadata_write(fapl, 1) < 0 || H5Pset_all_coll_metadata_ops(fapl, 1) < 0 ||
+        /* HDF5 1.8's objects: its indexed groups and attributes keep adding a dataset and its
+           checksum constant in time (1.6's grow quadratically past ~50,000 tensors) */
+        H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0 ||
         (dxpl = H5Pcreate(H5P_DATASET_XFER)) < 0 ||
         H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0 ||
         (lcpl = H5Pcreate(H5P_LINK_CREATE)) < 0 ||
@@ -465,7 +468,7 @@ static mgt_status write_file(const char *tmp, MPI_Comm comm, const mgt_state *s,
   st = mgt_mpi_agree(comm, st);
   if (st == MGT_OK) st = mgt_mpi_agree(comm, create_datasets(file, lcpl, s, what));
   /* every dataset is allocated: the file's size is known before any data is written */
-  if (st == MGT_OK) st = mgt_h5_reserve(file, tmp, comm, what);
+  if (st == MGT_OK) st = mgt_h5_reserve(file, tmp, comm, mgt_ckpt_bytes(s), what);
   if (st == MGT_OK)
     st = mgt_mpi_agree(comm, write_slabs(file, dxpl, s, staging, sums, what, rank ? NULL : prog));
   if (st == MGT_OK) {
@@ -488,8 +491,8 @@ static mgt_status write_latest(const char *dir, int64_t iteration) {
   char tmp[MGT_PATH_MAX + 64], final[MGT_PATH_MAX + 64];
   snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
   snprintf(final, sizeof final, "%s/latest", dir);
-  FILE *f = fopen(tmp, "w");
-  if (!f) MGT_FAIL(MGT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+  FILE *f;
+  MGT_CHECK(mgt_create_file("--save", tmp, 0, &f));
   int ok = fprintf(f, "%lld\n", (long long)iteration) > 0;
   ok &= fclose(f) == 0;
   if (!ok) MGT_FAIL(MGT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
@@ -559,10 +562,23 @@ static void lock_me(lock_owner *o) {
   snprintf(o->job, sizeof o->job, "%s", job && *job ? job : "-");
 }
 
+/* 1: read; 0: missing, or not readable as a lock (half written); -1: not a regular file (a
+   FIFO, which must not be waited on, or a directory). */
 static int lock_read(const char *path, lock_owner *o) {
   memset(o, 0, sizeof *o);
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
+  struct stat sb;
+  if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) return -1;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return errno == ELOOP ? -1 : 0;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return -1;
+  }
+  FILE *f = fdopen(fd, "r");
+  if (!f) {
+    close(fd);
+    return 0;
+  }
   int ok = fscanf(f, "%255s %lld %63s", o->host, &o->pid, o->job) == 3;
   fclose(f);
   return ok;
@@ -592,8 +608,15 @@ static mgt_status lock_take(const char *dir) {
   lock_owner me, other;
   lock_me(&me);
   snprintf(tmp, sizeof tmp, "%s/mgt.lock.%lld", dir, me.pid);
-  FILE *f = fopen(tmp, "w");
-  MGT_REQUIRE(f, "--save %s: not writable: %s", dir, strerror(errno));
+  struct stat sb;
+  MGT_REQUIRE(lstat(path, &sb) != 0 || S_ISREG(sb.st_mode),
+              "--save %s: %s is not a regular file: remove it", dir, path);
+  FILE *f = NULL;
+  if (mgt_create_file("--save", tmp, 0, &f) != MGT_OK) {
+    const char *why = mgt_error_message();
+    MGT_FAIL(MGT_ERR_INPUT, "--save %s: not writable: %s", dir,
+             strstr(why, ": ") ? strstr(why, ": ") + 2 : why);
+  }
   int ok = fprintf(f, "%s %lld %s\n", me.host, me.pid, me.job) > 0;
   ok &= fclose(f) == 0;
   if (!ok) {
@@ -617,7 +640,11 @@ static mgt_status lock_take(const char *dir) {
       return MGT_OK;
     }
     if (err != EEXIST) break;
-    int readable = lock_read(path, &other);
+    const int readable = lock_read(path, &other);
+    if (readable < 0) {
+      unlink(tmp);
+      MGT_FAIL(MGT_ERR_INPUT, "--save %s: %s is not a regular file: remove it", dir, path);
+    }
     if (!lock_stale(&other, readable, &me)) {
       unlink(tmp);
       MGT_FAIL(MGT_ERR_INPUT,
@@ -633,6 +660,33 @@ static mgt_status lock_take(const char *dir) {
   MGT_FAIL(MGT_ERR_IO, "--save %s: cannot take the lock %s: %s", dir, path, strerror(err));
 }
 
+/* Under the lock, what an interrupted save left in dir: iter_N.h5.tmp (as large as a
+   checkpoint) and latest.tmp; and lock attempts mgt.lock.PID of processes gone from this host
+   (one lives for microseconds while a lock is taken). */
+static void remove_stale_saves(const char *dir, FILE *log) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  char path[MGT_PATH_MAX + 300];
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    const char *c = e->d_name;
+    snprintf(path, sizeof path, "%s/%s", dir, c);
+    if (!strcmp(c, "latest.tmp")) {
+      mgt_remove_stale(path, 0, log);
+    } else if (!strncmp(c, "iter_", 5)) {
+      size_t k = 5;
+      while (c[k] >= '0' && c[k] <= '9')
+        k++;
+      if (k > 5 && !strcmp(c + k, ".h5.tmp")) mgt_remove_stale(path, 0, log);
+    } else if (!strncmp(c, "mgt.lock.", 9)) {
+      char *end = NULL;
+      const long long pid = strtoll(c + 9, &end, 10);
+      if (end != c + 9 && !*end && !mgt_pid_alive(pid)) mgt_remove_stale(path, 60, log);
+    }
+  }
+  closedir(d);
+}
+
 mgt_status mgt_ckpt_prepare_dir(const char *dir, MPI_Comm world, uint64_t bytes, int *lock) {
   int rank;
   MGT_MPI(MPI_Comm_rank(world, &rank));
@@ -643,6 +697,7 @@ mgt_status mgt_ckpt_prepare_dir(const char *dir, MPI_Comm world, uint64_t bytes,
     if (st == MGT_OK) st = lock_take(dir);
     if (st == MGT_OK) {
       *lock = 1;
+      remove_stale_saves(dir, stderr);
       char what[MGT_PATH_MAX + 32];
       snprintf(what, sizeof what, "--save %s", dir);
       st = mgt_check_space(dir, bytes, what);
@@ -659,7 +714,7 @@ void mgt_ckpt_unlock(const char *dir, int *lock) {
   snprintf(path, sizeof path, "%s/mgt.lock", dir);
   lock_owner me, o;
   lock_me(&me);
-  if (lock_read(path, &o) && o.pid == me.pid && strcmp(o.host, me.host) == 0) unlink(path);
+  if (lock_read(path, &o) > 0 && o.pid == me.pid && strcmp(o.host, me.host) == 0) unlink(path);
 }
 
 static int by_iteration_desc(const void *a, const void *b) {
@@ -672,7 +727,8 @@ mgt_status mgt_ckpt_prune(const char *dir, int keep, FILE *log) {
   long long latest = -1;
   char path[MGT_PATH_MAX + 64];
   snprintf(path, sizeof path, "%s/latest", dir);
-  FILE *f = fopen(path, "r");
+  FILE *f = NULL;
+  if (mgt_fopen_file("--save", path, &f) != MGT_OK) mgt_error_clear(); /* none: prune them all */
   if (f) {
     if (fscanf(f, "%lld", &latest) != 1) latest = -1;
     fclose(f);
@@ -727,7 +783,8 @@ mgt_status mgt_ckpt_resolve(const char *src, int64_t iteration, char *path, size
     snprintf(latest, sizeof latest, "%s/latest", src);
     MGT_REQUIRE(stat(latest, &sb) != 0 || S_ISREG(sb.st_mode),
                 "--load %s: %s is not a regular file", src, latest);
-    FILE *f = fopen(latest, "r");
+    const int fd = open(latest, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
     MGT_REQUIRE(f, "--load %s: no 'latest' file (%s): no checkpoint was completed there", src,
                 strerror(errno));
     long long it = -1;
@@ -1032,15 +1089,14 @@ typedef struct visit {
   int info;                /* list shapes instead of checking */
   int64_t elements;        /* under /model, counted by info */
   const mgt_state *expect; /* what the configuration implies (verify; may be NULL) */
+  mgt_state_index names;   /* of expect */
   char *seen;              /* per expected tensor */
 } visit;
 
 /* The dataset against what the configuration implies: known, float32, of its logical shape. */
 static int check_expected(visit *v, hid_t d, const char *name, int nd, const hsize_t *dims) {
   if (!v->expect) return 1;
-  int k = -1;
-  for (int i = 0; i < v->expect->n && k < 0; i++)
-    if (strcmp(v->expect->t[i].name, name) == 0) k = i;
+  const int k = mgt_state_index_find(&v->names, name);
   if (k < 0) {
     fprintf(v->out, "damaged: /%s (not a tensor of the stored configuration)\n", name);
     return 0;
@@ -1112,7 +1168,7 @@ static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void
   if (ok) ok = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0;
   if (ok) {
     const uint32_t *bits = (const uint32_t *)buf;
-#pragma omp parallel for simd reduction(+ : got) schedule(static)
+#pragma omp parallel for simd reduction(+ : got) schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++)
       got += mgt_fmix64(mgt_fmix64(i + 1) ^ bits[i]);
     ok = got == want;
@@ -1131,8 +1187,10 @@ static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void
 mgt_status mgt_ckpt_verify(const char *path, const mgt_state *expect, FILE *out, int *damaged) {
   hid_t f;
   MGT_CHECK(open_checkpoint(path, &f));
-  visit v = {out, 0, 0, 0, 0, expect, NULL};
-  if (expect && !(v.seen = calloc((size_t)expect->n + 1, 1))) {
+  visit v = {.out = out, .expect = expect};
+  if (expect && (!(v.seen = calloc((size_t)expect->n + 1, 1)) ||
+                 mgt_state_index_init(&v.names, expect) != MGT_OK)) {
+    free(v.seen);
     H5Fclose(f);
     MGT_FAIL(MGT_ERR_NOMEM, "out of memory verifying %s", path);
   }
@@ -1144,6 +1202,7 @@ mgt_status mgt_ckpt_verify(const char *path, const mgt_state *expect, FILE *out,
       v.damaged++;
     }
   free(v.seen);
+  mgt_state_index_fini(&v.names);
   MGT_REQUIRE(rc >= 0, "checkpoint %s: cannot list its tensors", path);
   *damaged = v.damaged;
   fprintf(out, "%s: %d tensors, %d damaged\n", path, v.tensors, v.damaged);
@@ -1161,7 +1220,7 @@ mgt_status mgt_ckpt_info(const char *path, FILE *out) {
     char *listing = NULL;
     size_t len = 0;
     FILE *ms = open_memstream(&listing, &len);
-    visit v = {ms ? ms : out, 0, 0, 1, 0, NULL, NULL};
+    visit v = {.out = ms ? ms : out, .info = 1};
     H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v, H5O_INFO_BASIC);
     if (ms) fclose(ms);
     fprintf(out, "checkpoint %s\n", path);

@@ -8,10 +8,12 @@
    cached beside the dataset. Tokens are read through a memory map of the contiguous HDF5 dataset.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -324,8 +326,8 @@ static mgt_status dataset_open(const char *prefix, int sentences, dataset *ds) {
     }
     size_t bytes = (size_t)ds->info.n_tokens * (size_t)ds->info.token_bytes;
     struct stat sb;
-    fd = open(p, O_RDONLY);
-    if (fd < 0 || fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < off + bytes) {
+    MGT_TRY(mgt_open_file("--data-path", p, &fd));
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < off + bytes) {
       mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
                     "--data-path %s: the file is shorter than its token dataset (truncated?)", p);
       st = MGT_ERR_INPUT;
@@ -563,8 +565,8 @@ static void index_free(split_index *ix) {
 static mgt_status write_cache(const char *path, const void *mem, size_t len) {
   char tmp[MGT_PATH_MAX + 256];
   snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) MGT_FAIL(MGT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+  int fd;
+  MGT_CHECK(mgt_create_fd("cache", tmp, 0, &fd));
   const unsigned char *p = mem;
   size_t done = 0;
   while (done < len) {
@@ -585,8 +587,8 @@ static mgt_status write_cache(const char *path, const void *mem, size_t len) {
 
 /* Maps a cache file read-only. */
 static mgt_status map_file(const char *path, void **mem, size_t *len) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) MGT_FAIL(MGT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+  int fd; /* not a regular file (a FIFO is never waited on): damaged, rebuilt over it */
+  MGT_CHECK(mgt_open_file("cache", path, &fd));
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(index_header)) {
     close(fd);
@@ -622,6 +624,30 @@ static void cache_path(const dataset *ds, const char *suffix, const char *key, c
   snprintf(path, n, "%s.%s-%.16s", ds->info.path, suffix, hex);
 }
 
+/* Removes the caches' temporary files (DATASET.h5.<suffix>-<hash>.tmp.<pid>) that a killed
+   run left beside the dataset: a sample index can take gigabytes. One is in use while its
+   process lives on this host or while it is being written (on another node). */
+static void remove_stale_caches(const char *dataset_path, FILE *log) {
+  char dir[MGT_PATH_MAX], base[MGT_PATH_MAX], full[2 * MGT_PATH_MAX + 2];
+  snprintf(dir, sizeof dir, "%s", dataset_path);
+  snprintf(base, sizeof base, "%s", dataset_path);
+  const char *d = dirname(dir), *b = basename(base);
+  const size_t bl = strlen(b);
+  DIR *dh = opendir(d);
+  if (!dh) return;
+  struct dirent *e;
+  while ((e = readdir(dh))) {
+    const char *t = strstr(e->d_name, ".tmp.");
+    if (strncmp(e->d_name, b, bl) != 0 || e->d_name[bl] != '.' || !t) continue;
+    char *end = NULL;
+    const long long pid = strtoll(t + 5, &end, 10);
+    if (end == t + 5 || *end || mgt_pid_alive(pid)) continue;
+    snprintf(full, sizeof full, "%s/%s", d, e->d_name);
+    mgt_remove_stale(full, 600, log);
+  }
+  closedir(dh);
+}
+
 /* The block at `path`: rank 0 makes sure a whole, valid cache exists (rebuilding a damaged
    one), then every rank maps it; where it cannot be written every rank builds its own.
    *mapped says which. Collective over world. */
@@ -633,6 +659,7 @@ static mgt_status cached_block(const char *path, const cache_ops *ops, const dat
   int cached = 0;
   mgt_status st = MGT_OK;
   if (rank == 0) {
+    remove_stale_caches(ds->info.path, log);
     if (access(path, F_OK) == 0) {
       void *m = NULL;
       size_t l = 0;

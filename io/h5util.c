@@ -101,15 +101,20 @@ mgt_status mgt_h5_read_u64(hid_t obj, const char *name, uint64_t *v, const char 
   return read_int(obj, name, H5T_NATIVE_UINT64, v, what);
 }
 
-mgt_status mgt_h5_reserve(hid_t file, const char *path, MPI_Comm comm, const char *what) {
+mgt_status mgt_h5_reserve(hid_t file, const char *path, MPI_Comm comm, uint64_t at_least,
+                          const char *what) {
   int rank;
   MGT_MPI(MPI_Comm_rank(comm, &rank));
   mgt_status st = MGT_OK;
   if (rank == 0) {
+    /* Under MPI-IO the size is unknown once HDF5 has written metadata (many datasets evict
+       it from the cache): then the caller's count stands in. */
     hsize_t size = 0;
-    st = mgt_h5_status(H5Fget_filesize(file, &size), what, __FILE__, __LINE__, __func__,
-                       "H5Fget_filesize");
-    if (st == MGT_OK) st = mgt_reserve_file(path, size);
+    if (H5Fget_filesize(file, &size) < 0) {
+      H5Eclear2(H5E_DEFAULT);
+      size = 0;
+    }
+    st = mgt_reserve_file(path, size > at_least ? size : at_least);
   }
   return mgt_mpi_agree(comm, st);
 }

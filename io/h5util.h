@@ -27,12 +27,13 @@ MGT_NODISCARD mgt_status mgt_h5_write_u64(hid_t obj, const char *name, uint64_t 
                                           const char *what);
 /* Parallel files are written in phases that every rank agrees on (create, reserve, write,
    attributes). mgt_h5_reserve, once every dataset is created, reserves the file's blocks
-   (mgt_reserve_file, by rank 0 of comm) so that no collective write runs out of space on one
+   (mgt_reserve_file, by rank 0 of comm; the file's size, or `at_least` bytes where that is
+   larger or HDF5 cannot tell the size) so that no collective write runs out of space on one
    rank only. mgt_h5_close closes the file for everyone with the agreed status `st`: after a
    failure it first gives the space back (truncates the file, which the caller then removes)
    and returns `st` unchanged. Both collective over comm. */
 MGT_NODISCARD mgt_status mgt_h5_reserve(hid_t file, const char *path, MPI_Comm comm,
-                                        const char *what);
+                                        uint64_t at_least, const char *what);
 MGT_NODISCARD mgt_status mgt_h5_close(hid_t file, const char *path, MPI_Comm comm, mgt_status st,
                                       const char *what);
 

@@ -1,6 +1,7 @@
 #include "mgt/json.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +211,38 @@ static int parse_string(mgt_json_parser *p, const char **out, size_t *olen) {
 
 static int parse_value(mgt_json_parser *p, mgt_json *v, int depth);
 
+enum { HASH_MIN = 16 }; /* objects with fewer members are searched linearly */
+
+static size_t key_hash(const char *k, size_t n) { /* FNV-1a */
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
+  return (size_t)(h ^ (h >> 29));
+}
+
+/* The member table of a large object: a later duplicate replaces the earlier one. */
+static int build_hash(mgt_json_parser *p, mgt_json *v) {
+  size_t cap = 64;
+  while (cap < 2 * v->len)
+    cap *= 2;
+  unsigned *h = arena_take(p, cap * sizeof *h);
+  if (!h || v->len >= 0xffffffffu) FAIL("out of memory");
+  memset(h, 0, cap * sizeof *h);
+  for (size_t i = 0; i < v->len; i++) {
+    size_t j = key_hash(v->keys[i], v->key_lens[i]) & (cap - 1);
+    while (h[j]) {
+      size_t o = h[j] - 1;
+      if (v->key_lens[o] == v->key_lens[i] && !memcmp(v->keys[o], v->keys[i], v->key_lens[i]))
+        break;
+      j = (j + 1) & (cap - 1);
+    }
+    h[j] = (unsigned)(i + 1);
+  }
+  v->hash = h;
+  v->hash_mask = cap - 1;
+  return 1;
+}
+
 static int parse_container(mgt_json_parser *p, mgt_json *v, int depth, int object) {
   if (depth >= MAX_DEPTH) FAIL("nesting deeper than %d", MAX_DEPTH);
   char close = object ? '}' : ']';
@@ -261,6 +294,7 @@ static int parse_container(mgt_json_parser *p, mgt_json *v, int depth, int objec
     if (n) memcpy(lens, p->lstack + base, n * sizeof *lens);
     v->keys = keys;
     v->key_lens = lens;
+    if (n >= HASH_MIN && !build_hash(p, v)) return 0;
   }
   p->stack_len = base;
   return 1;
@@ -337,6 +371,14 @@ mgt_status mgt_json_parse(mgt_json_parser *p, const char *text, size_t len, cons
 const mgt_json *mgt_json_get(const mgt_json *obj, const char *key) {
   if (!obj || obj->type != MGT_JSON_OBJECT) return NULL;
   size_t kl = strlen(key);
+  if (obj->hash) {
+    for (size_t j = key_hash(key, kl) & obj->hash_mask; obj->hash[j];
+         j = (j + 1) & obj->hash_mask) {
+      size_t i = obj->hash[j] - 1;
+      if (obj->key_lens[i] == kl && memcmp(obj->keys[i], key, kl) == 0) return &obj->items[i];
+    }
+    return NULL;
+  }
   for (size_t i = obj->len; i-- > 0;) /* the last of duplicate keys wins, as in Python */
     if (obj->key_lens[i] == kl && memcmp(obj->keys[i], key, kl) == 0) return &obj->items[i];
   return NULL;

@@ -56,29 +56,23 @@ void mgt_mmidx_close(mgt_mmidx *x) {
   memset(x, 0, sizeof *x);
 }
 
-/* Reads all of a small-enough file into memory. */
-static mgt_status slurp(const char *path, unsigned char **buf, size_t *len, struct stat *st) {
-  int fd = open(path, O_RDONLY);
-  MGT_REQUIRE(fd >= 0, "--data-path %s: %s", path, strerror(errno));
-  mgt_status s = MGT_OK;
-  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+/* Maps an index read-only: nothing is read before its magic is checked, and a large file
+   that is not an index costs no memory (*buf NULL when shorter than a header). */
+static mgt_status map_index(const char *path, unsigned char **buf, size_t *len, struct stat *st) {
+  int fd;
+  *buf = NULL;
+  MGT_CHECK(mgt_open_file("--data-path", path, &fd));
+  if (fstat(fd, st) != 0) {
     close(fd);
-    MGT_FAIL(MGT_ERR_INPUT, "--data-path %s: not a regular file", path);
+    MGT_FAIL(MGT_ERR_IO, "--data-path %s: %s", path, strerror(errno));
   }
   *len = (size_t)st->st_size;
-  s = mgt_calloc(*len ? *len : 1, "a Megatron-LM index", (void **)buf);
-  size_t got = 0;
-  while (s == MGT_OK && got < *len) {
-    ssize_t r = read(fd, *buf + got, *len - got);
-    if (r <= 0) {
-      mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "--data-path %s: read failed: %s",
-                    path, r < 0 ? strerror(errno) : "short read");
-      s = MGT_ERR_IO;
-    }
-    got += r > 0 ? (size_t)r : 0;
-  }
+  void *m = *len >= HEADER ? mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
   close(fd);
-  return s;
+  if (m == MAP_FAILED)
+    MGT_FAIL(MGT_ERR_IO, "--data-path %s: mmap failed: %s", path, strerror(errno));
+  *buf = m;
+  return MGT_OK;
 }
 
 /* The index's arrays into x (element offsets), every rule of the format checked. */
@@ -138,14 +132,14 @@ mgt_status mgt_mmidx_open(const char *prefix, mgt_mmidx *x) {
   snprintf(x->bin_path, sizeof x->bin_path, "%s.bin", prefix);
   unsigned char *buf = NULL;
   size_t len = 0;
-  mgt_status st = slurp(x->idx_path, &buf, &len, &x->idx_st);
+  mgt_status st = map_index(x->idx_path, &buf, &len, &x->idx_st);
   if (st == MGT_OK) st = parse_index(x, buf, len);
-  mgt_free(buf);
+  if (buf) munmap(buf, len);
   int fd = -1;
+  if (st == MGT_OK) st = mgt_open_file("--data-path", x->bin_path, &fd);
   if (st == MGT_OK) {
     const uint64_t bytes = (uint64_t)x->seq_off[x->n_seq] * (uint64_t)x->elem;
-    fd = open(x->bin_path, O_RDONLY);
-    if (fd < 0 || fstat(fd, &x->bin_st) != 0) {
+    if (fstat(fd, &x->bin_st) != 0) {
       mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "--data-path %s: %s", x->bin_path,
                     strerror(errno));
       st = MGT_ERR_INPUT;
@@ -268,12 +262,8 @@ static mgt_status write_index(const char *path, MPI_Comm world, int dtype, const
     const int elem = elem_of(dtype);
     const size_t n = (size_t)tot[0], m = (size_t)tot[1] + 1, len = HEADER + 12 * n + 8 * m;
     st = mgt_calloc(len, "index", (void **)&buf);
-    FILE *f = st == MGT_OK ? fopen(path, "wb") : NULL;
-    if (st == MGT_OK && !f) {
-      mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "%s: cannot create: %s", path,
-                    strerror(errno));
-      st = MGT_ERR_IO;
-    }
+    FILE *f = NULL;
+    if (st == MGT_OK) st = mgt_create_file("--output-prefix", path, 0, &f);
     if (st == MGT_OK) {
       memcpy(buf, MAGIC, 9);
       put64(buf + 9, 1);

@@ -7,6 +7,7 @@
    tokens and document offsets in place, so the file is the same for any N. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <libgen.h>
 #include <stddef.h>
@@ -131,7 +132,9 @@ static mgt_status list_inputs(const char *list, input **out, int *count) {
 
 /* 1-based line number of byte `off` in a file (counted only when reporting an error). */
 static uint64_t line_of(const char *path, uint64_t off) {
-  FILE *f = fopen(path, "rb");
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* the error being reported stays */
+  FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+  if (!f && fd >= 0) close(fd);
   uint64_t line = 1, pos = 0;
   if (!f) return 0;
   char buf[65536];
@@ -261,8 +264,8 @@ static void report_finish(progress *p, share *sh) {
 
 static mgt_status read_text_doc(const mgt_preprocess_opts *o, mgt_tokenizer *tok, share *sh,
                                 const input *in) {
-  FILE *f = fopen(in->path, "rb");
-  MGT_REQUIRE(f, "--input %s: cannot open: %s", in->path, strerror(errno));
+  FILE *f;
+  MGT_CHECK(mgt_fopen_file("--input", in->path, &f));
   char *buf = malloc(in->size + 1);
   size_t got = buf ? fread(buf, 1, in->size, f) : 0;
   fclose(f);
@@ -284,8 +287,8 @@ static mgt_status read_text_doc(const mgt_preprocess_opts *o, mgt_tokenizer *tok
 /* Lines of a JSON-lines file that start in [a, b) (offsets within the file). */
 static mgt_status read_jsonl(const mgt_preprocess_opts *o, mgt_tokenizer *tok, mgt_json_parser *jp,
                              share *sh, const input *in, uint64_t a, uint64_t b, progress *pr) {
-  FILE *f = fopen(in->path, "rb");
-  MGT_REQUIRE(f, "--input %s: cannot open: %s", in->path, strerror(errno));
+  FILE *f;
+  MGT_CHECK(mgt_fopen_file("--input", in->path, &f));
   mgt_status st = MGT_OK;
   char *line = NULL;
   size_t cap = 0;
@@ -510,7 +513,9 @@ static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_
       st = create_1d(file, "sentence_offsets", H5T_STD_I64LE, (hsize_t)t->n_sents + 1, what);
     st = mgt_mpi_agree(world, st);
   }
-  if (st == MGT_OK) st = mgt_h5_reserve(file, tmp, world, what);
+  const uint64_t bytes = (uint64_t)t->n_tokens * (wide ? 4 : 2) +
+                         8 * ((uint64_t)t->n_docs + 1 + (sents ? (uint64_t)t->n_sents + 1 : 0));
+  if (st == MGT_OK) st = mgt_h5_reserve(file, tmp, world, bytes, what);
   if (st == MGT_OK) {
     st = write_1d(file, "tokens", wide ? H5T_NATIVE_UINT32 : H5T_NATIVE_UINT16,
                   (hsize_t)t->tok_before, (hsize_t)n, buf, what);
@@ -586,6 +591,14 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
                     strerror(errno));
       st = MGT_ERR_INPUT;
     }
+  }
+  if (st == MGT_OK && rank == 0) { /* this run's own temporary names: an interrupted one's */
+    char t2[sizeof mm + 16];
+    mgt_remove_stale(tmp, 0, log);
+    snprintf(t2, sizeof t2, "%s.bin.tmp", mm);
+    mgt_remove_stale(t2, 0, log);
+    snprintf(t2, sizeof t2, "%s.idx.tmp", mm);
+    mgt_remove_stale(t2, 0, log);
   }
   st = mgt_mpi_agree(world, st);
   if (st == MGT_OK) {

@@ -58,13 +58,8 @@ mgt_status mgt_safetensors_write(const char *path, const mgt_st_tensor *t, int n
   mgt_status st = MGT_OK;
   char tmp[MGT_PATH_MAX + 16];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "cannot write %s: %s", tmp,
-                  strerror(errno));
-    st = MGT_ERR_IO;
-    goto done;
-  }
+  int fd = -1;
+  MGT_TRY(mgt_create_fd("--output", tmp, 0, &fd));
   unsigned char le[8];
   for (int i = 0; i < 8; i++)
     le[i] = (unsigned char)((uint64_t)hl >> (8 * i));
@@ -98,6 +93,56 @@ struct mgt_safetensors {
   const mgt_json *header;
 };
 
+/* A non-negative integer that a double holds exactly. */
+static int as_size(const mgt_json *v, size_t *out) {
+  if (!v || v->type != MGT_JSON_NUMBER || !(v->number >= 0) || v->number > 9007199254740992.0 ||
+      v->number != floor(v->number))
+    return 0;
+  *out = (size_t)v->number;
+  return 1;
+}
+
+typedef struct span {
+  size_t b0, b1, i; /* bytes [b0, b1) of the data section, header entry i */
+} span;
+
+static int span_cmp(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  return x->b0 < y->b0 ? -1 : x->b0 > y->b0 ? 1 : x->b1 < y->b1 ? -1 : x->b1 > y->b1;
+}
+
+/* Every tensor's bytes inside the file, and no two tensors sharing a byte (a file whose tensors
+   overlap would load one weight's bytes as another's). Dtypes and shapes are checked against
+   what the model needs as each tensor is read. */
+static mgt_status check_header(const mgt_safetensors *f) {
+  const mgt_json *h = f->header;
+  span *sp = malloc(sizeof *sp * (h->len + 1));
+  if (!sp) MGT_FAIL(MGT_ERR_NOMEM, "out of memory checking %s", f->path);
+  size_t n = 0;
+  for (size_t i = 0; i < h->len; i++) {
+    if (!strcmp(h->keys[i], "__metadata__")) continue;
+    const mgt_json *of = mgt_json_get(&h->items[i], "data_offsets");
+    size_t b0 = 0, b1 = 0;
+    if (!of || of->type != MGT_JSON_ARRAY || of->len != 2 || !as_size(&of->items[0], &b0) ||
+        !as_size(&of->items[1], &b1) || b0 > b1 || b1 > f->data_len) {
+      free(sp);
+      MGT_FAIL(MGT_ERR_INPUT, "%s: tensor %s: data_offsets do not lie inside the file", f->path,
+               h->keys[i]);
+    }
+    if (b1 > b0) sp[n++] = (span){b0, b1, i};
+  }
+  qsort(sp, n, sizeof *sp, span_cmp);
+  for (size_t k = 1; k < n; k++)
+    if (sp[k].b0 < sp[k - 1].b1) {
+      const char *a = h->keys[sp[k - 1].i], *b = h->keys[sp[k].i];
+      free(sp);
+      MGT_FAIL(MGT_ERR_INPUT, "%s: tensors %s and %s share bytes (data_offsets overlap)", f->path,
+               a, b);
+    }
+  free(sp);
+  return MGT_OK;
+}
+
 void mgt_safetensors_close(mgt_safetensors **pf) {
   mgt_safetensors *f = *pf;
   if (!f) return;
@@ -114,8 +159,8 @@ mgt_status mgt_safetensors_open(const char *path, mgt_safetensors **out) {
   snprintf(f->path, sizeof f->path, "%s", path);
   mgt_status st = MGT_OK;
   struct stat sb;
-  int fd = open(path, O_RDONLY);
-  if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 8) {
+  int fd = -1;
+  if (mgt_open_file("--input", path, &fd) != MGT_OK || fstat(fd, &sb) != 0 || sb.st_size < 8) {
     if (fd >= 0) close(fd);
     mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
                   "%s: not a readable safetensors file", path);
@@ -151,6 +196,7 @@ mgt_status mgt_safetensors_open(const char *path, mgt_safetensors **out) {
   }
   f->data = base + 8 + hlen;
   f->data_len = f->len - 8 - (size_t)hlen;
+  MGT_TRY(check_header(f));
   *out = f;
   return MGT_OK;
 done:
@@ -173,13 +219,15 @@ static float half_to_float(uint16_t h) {
   return v;
 }
 
-/* A non-negative integer that a double holds exactly. */
-static int as_size(const mgt_json *v, size_t *out) {
-  if (!v || v->type != MGT_JSON_NUMBER || !(v->number >= 0) || v->number > 9007199254740992.0 ||
-      v->number != floor(v->number))
-    return 0;
-  *out = (size_t)v->number;
-  return 1;
+int mgt_safetensors_dims(const mgt_safetensors *f, const char *name, int64_t *shape) {
+  const mgt_json *t = mgt_json_get(f->header, name), *sh = t ? mgt_json_get(t, "shape") : NULL;
+  if (!sh || sh->type != MGT_JSON_ARRAY || sh->len > MGT_ST_MAX_DIMS) return -1;
+  for (size_t d = 0; d < sh->len; d++) {
+    size_t v = 0;
+    if (!as_size(&sh->items[d], &v)) return -1;
+    shape[d] = (int64_t)v;
+  }
+  return (int)sh->len;
 }
 
 mgt_status mgt_safetensors_read(const mgt_safetensors *f, const char *name, int ndim,

@@ -239,7 +239,13 @@ static mgt_status glue_line(void *vctx, const char *b, const char *e, int64_t li
   int ia, ib;
   int64_t uid = 0;
   if (s->task == MGT_TASK_MNLI) {
-    if (n < 10 || n > MAX_COLS) return bad(s, c->skip, c->file, line, "too few columns for MNLI");
+    if (n > MAX_COLS) return bad(s, c->skip, c->file, line, "more than 32 columns");
+    if (n < 10) return bad(s, c->skip, c->file, line, "too few columns for MNLI (10 or more)");
+    if (c->is_test && n != 10) { /* a test file's header has 10 columns, and so has each row */
+      char why[64];
+      snprintf(why, sizeof why, "an MNLI test row has 10 columns, this one %d", n);
+      return bad(s, c->skip, c->file, line, why);
+    }
     ia = 8, ib = 9;
     if (c->is_test) {
       ex.label = 0; /* Megatron-LM labels test rows 'contradiction' */
@@ -256,7 +262,13 @@ static mgt_status glue_line(void *vctx, const char *b, const char *e, int64_t li
     if (!parse_uint(fb[0], fe[0], &uid))
       return bad(s, c->skip, c->file, line, "the first column is not an index");
   } else {
-    if (c->is_test ? n != 3 : n != 6) { /* Megatron-LM skips these with a warning */
+    if (n > MAX_COLS) return bad(s, c->skip, c->file, line, "more than 32 columns");
+    if (c->is_test && n != 3) { /* Megatron-LM asserts */
+      char why[64];
+      snprintf(why, sizeof why, "a QQP test row has 3 columns, this one %d", n);
+      return bad(s, c->skip, c->file, line, why);
+    }
+    if (!c->is_test && n != 6) { /* a training or dev row: Megatron-LM skips it, warning */
       s->skipped++;
       return MGT_OK;
     }
@@ -269,7 +281,7 @@ static mgt_status glue_line(void *vctx, const char *b, const char *e, int64_t li
     ex.label = (int32_t)lab;
   }
   if (fb[ia] == fe[ia] || fb[ib] == fe[ib]) {
-    if (s->task == MGT_TASK_QQP) { /* skipped with a warning there too */
+    if (s->task == MGT_TASK_QQP && !c->is_test) { /* skipped with a warning there too */
       s->skipped++;
       return MGT_OK;
     }

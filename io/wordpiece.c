@@ -85,7 +85,9 @@ static int ccc_of(uint32_t c) {
   return r < 0 ? 0 : (int)mgt_bert_ccc[2 * r + 1];
 }
 
-/* Decodes one UTF-8 character; an invalid or truncated sequence is one byte read as U+FFFD. */
+/* Decodes one UTF-8 character; an invalid or truncated sequence is one byte read as U+FFFD.
+   A surrogate (WTF-8: the JSON reader keeps a lone "\ud800" so) is that code point, as in the
+   Python string Google's tokenizer sees: a letter of no class, whose word becomes [UNK]. */
 static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
   unsigned c = s[0];
   if (c < 0x80) return *cp = c, 1;
@@ -97,9 +99,8 @@ static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
     if ((s[i] & 0xC0) != 0x80) return *cp = 0xFFFD, 1;
     v = v << 6 | (s[i] & 0x3F);
   }
-  /* overlong forms, surrogates and code points past U+10FFFF are not UTF-8 */
-  if ((len == 3 && v < 0x800) || (len == 4 && (v < 0x10000 || v > 0x10FFFF)) ||
-      (v >= 0xD800 && v <= 0xDFFF))
+  /* overlong forms and code points past U+10FFFF are not UTF-8 */
+  if ((len == 3 && v < 0x800) || (len == 4 && (v < 0x10000 || v > 0x10FFFF)))
     return *cp = 0xFFFD, 1;
   return *cp = v, len;
 }

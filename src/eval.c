@@ -107,8 +107,8 @@ void mgt_eval_window(size_t n, int seq_len, int stride, size_t w, int *first, in
 /* ---- inputs ---- */
 
 mgt_status mgt_read_ids(const char *path, int vocab, int32_t **out, size_t *n) {
-  FILE *f = fopen(path, "r");
-  MGT_REQUIRE(f, "--input-ids %s: cannot open: %s", path, strerror(errno));
+  FILE *f;
+  MGT_CHECK(mgt_fopen_file("--input-ids", path, &f));
   size_t cap = 1 << 16, k = 0;
   int32_t *ids = malloc(cap * sizeof *ids);
   long long v;

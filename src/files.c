@@ -3,11 +3,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mgt/common.h"
@@ -40,12 +42,70 @@ mgt_status mgt_check_space(const char *dir, uint64_t bytes, const char *what) {
   return MGT_OK;
 }
 
+/* O_NONBLOCK: opening a FIFO (or a device) must not wait for the other end; its type is
+   checked on the open descriptor, so nothing can swap it in between. */
+static mgt_status open_regular(const char *flag, const char *path, int flags, int *fd) {
+  *fd = open(path, flags | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+  if (*fd < 0 && errno == ENXIO) /* a FIFO nobody reads */
+    MGT_FAIL(MGT_ERR_INPUT, "%s %s: not a regular file", flag, path);
+  MGT_REQUIRE(*fd >= 0, "%s %s: cannot open%s: %s", flag, path,
+              (flags & O_ACCMODE) == O_RDONLY ? "" : " for writing", strerror(errno));
+  struct stat sb;
+  if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(*fd);
+    *fd = -1;
+    MGT_FAIL(MGT_ERR_INPUT, "%s %s: not a regular file", flag, path);
+  }
+  (void)fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK);
+  return MGT_OK;
+}
+
+static mgt_status as_file(const char *flag, const char *path, int fd, const char *mode,
+                          FILE **out) {
+  *out = fdopen(fd, mode);
+  if (!*out) {
+    close(fd);
+    MGT_FAIL(MGT_ERR_NOMEM, "%s %s: cannot open: %s", flag, path, strerror(errno));
+  }
+  return MGT_OK;
+}
+
+mgt_status mgt_open_file(const char *flag, const char *path, int *fd) {
+  return open_regular(flag, path, O_RDONLY, fd);
+}
+
+mgt_status mgt_fopen_file(const char *flag, const char *path, FILE **out) {
+  int fd;
+  MGT_CHECK(open_regular(flag, path, O_RDONLY, &fd));
+  return as_file(flag, path, fd, "rb", out);
+}
+
+mgt_status mgt_create_fd(const char *flag, const char *path, int append, int *fd) {
+  return open_regular(flag, path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), fd);
+}
+
+mgt_status mgt_create_file(const char *flag, const char *path, int append, FILE **out) {
+  int fd;
+  MGT_CHECK(mgt_create_fd(flag, path, append, &fd));
+  return as_file(flag, path, fd, append ? "ab" : "wb", out);
+}
+
+int mgt_remove_stale(const char *path, double min_age_s, FILE *log) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0 || S_ISDIR(sb.st_mode)) return 0;
+  if (difftime(time(NULL), sb.st_mtime) < min_age_s) return 0;
+  if (unlink(path) != 0) return 0;
+  if (log)
+    fprintf(log, "note: removed %s (%.1f MB), a temporary file left by an interrupted run\n", path,
+            (double)sb.st_size / 1e6);
+  return 1;
+}
+
+int mgt_pid_alive(long long pid) { return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM); }
+
 mgt_status mgt_read_file(const char *flag, const char *path, char **out, size_t *n) {
-  struct stat sb; /* a FIFO would block the open */
-  MGT_REQUIRE(stat(path, &sb) == 0, "%s %s: cannot open: %s", flag, path, strerror(errno));
-  MGT_REQUIRE(S_ISREG(sb.st_mode), "%s %s: not a regular file", flag, path);
-  FILE *f = fopen(path, "rb");
-  MGT_REQUIRE(f, "%s %s: cannot open: %s", flag, path, strerror(errno));
+  FILE *f;
+  MGT_CHECK(mgt_fopen_file(flag, path, &f));
   fseek(f, 0, SEEK_END);
   long len = ftell(f);
   rewind(f);

@@ -5,6 +5,7 @@
 #include "mgt/hf.h"
 
 #include <errno.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,21 +52,25 @@ static mgt_status plan_add(hf_plan *pl, const char *name, int ours, int64_t offs
   return MGT_OK;
 }
 
-static int find(const mgt_state *w, const char *name) {
+/* The model's tensors, indexed by name: a plan looks up every tensor once. */
+typedef struct hf_names {
+  const mgt_state *s;
+  mgt_state_index ix;
+} hf_names;
+
+static int find(const hf_names *w, const char *name) {
   char full[MGT_STATE_NAME];
   snprintf(full, sizeof full, "model/%s", name);
-  for (int i = 0; i < w->n; i++)
-    if (!strcmp(w->t[i].name, full)) return i;
-  return -1;
+  return mgt_state_index_find(&w->ix, full);
 }
 
 /* Our tensor `ours` whole as `hf`, in its own shape (flat: as one vector; conv1d: transposed). */
-static mgt_status plan_whole(hf_plan *pl, const mgt_state *w, const char *hf, const char *ours,
+static mgt_status plan_whole(hf_plan *pl, const hf_names *w, const char *hf, const char *ours,
                              int flat, int conv1d) {
   int i = find(w, ours);
   if (i < 0) MGT_FAIL(MGT_ERR_INTERNAL, "the model has no tensor %s", ours);
-  const mgt_shard *s = &w->t[i].shard;
-  int64_t shape[3], n = mgt_state_numel(&w->t[i]);
+  const mgt_shard *s = &w->s->t[i].shard;
+  int64_t shape[3], n = mgt_state_numel(&w->s->t[i]);
   int nd = s->ndim;
   for (int d = 0; d < nd; d++)
     shape[d] = s->full[d];
@@ -94,7 +99,7 @@ static const char *const gpt2_layer[][3] = {
     {"mlp.c_proj.bias", "mlp.dense_4h_to_h.bias", ""},
 };
 
-static mgt_status plan_gpt2(hf_plan *pl, const mgt_config *c, const mgt_state *w) {
+static mgt_status plan_gpt2(hf_plan *pl, const mgt_config *c, const hf_names *w) {
   MGT_CHECK(plan_whole(pl, w, "transformer.wte.weight", "embedding.word_embeddings.weight", 0, 0));
   MGT_CHECK(
       plan_whole(pl, w, "transformer.wpe.weight", "embedding.position_embeddings.weight", 0, 0));
@@ -111,7 +116,7 @@ static mgt_status plan_gpt2(hf_plan *pl, const mgt_config *c, const mgt_state *w
 }
 
 /* A LayerNorm's weight and bias under HF prefix `hf` ("...LayerNorm" or "...ln"). */
-static mgt_status plan_ln(hf_plan *pl, const mgt_state *w, const char *hf, const char *ours) {
+static mgt_status plan_ln(hf_plan *pl, const hf_names *w, const char *hf, const char *ours) {
   char a[96], b[96];
   snprintf(a, sizeof a, "%s.weight", hf), snprintf(b, sizeof b, "%s.weight", ours);
   MGT_CHECK(plan_whole(pl, w, a, b, 0, 0));
@@ -120,7 +125,7 @@ static mgt_status plan_ln(hf_plan *pl, const mgt_state *w, const char *hf, const
 }
 
 /* A linear layer: weight (out, in) and bias, the same layout in both. */
-static mgt_status plan_linear(hf_plan *pl, const mgt_state *w, const char *hf, const char *ours) {
+static mgt_status plan_linear(hf_plan *pl, const hf_names *w, const char *hf, const char *ours) {
   return plan_ln(pl, w, hf, ours);
 }
 
@@ -131,7 +136,7 @@ static mgt_status plan_linear(hf_plan *pl, const mgt_state *w, const char *hf, c
    binary head: the ...ForMaskedLM model, no pooler, zero token types. A fine-tuned model: the
    ...ForSequenceClassification (MNLI, QQP) or ...ForMultipleChoice (RACE) model, whose
    "classifier" is our task head on the pooler, and no LM head. */
-static mgt_status plan_bert(hf_plan *pl, const mgt_config *c, const mgt_state *w) {
+static mgt_status plan_bert(hf_plan *pl, const mgt_config *c, const hf_names *w) {
   const int post = c->apply_residual_connection_post_layernorm, task = c->task,
             binary = !c->bert_no_binary_head || task;
   const int64_t C = c->hidden_size;
@@ -203,9 +208,12 @@ static mgt_status plan_bert(hf_plan *pl, const mgt_config *c, const mgt_state *w
   return MGT_OK;
 }
 
-static mgt_status make_plan(const mgt_config *c, const mgt_state *w, hf_plan *pl) {
+static mgt_status make_plan(const mgt_config *c, const mgt_state *model, hf_plan *pl) {
   memset(pl, 0, sizeof *pl);
-  mgt_status st = c->model == MGT_MODEL_BERT ? plan_bert(pl, c, w) : plan_gpt2(pl, c, w);
+  hf_names w = {.s = model};
+  MGT_CHECK(mgt_state_index_init(&w.ix, model));
+  mgt_status st = c->model == MGT_MODEL_BERT ? plan_bert(pl, c, &w) : plan_gpt2(pl, c, &w);
+  mgt_state_index_fini(&w.ix);
   if (st != MGT_OK) free(pl->p), memset(pl, 0, sizeof *pl);
   return st;
 }
@@ -253,8 +261,8 @@ static void free_whole(mgt_state *s) {
 static mgt_status write_text(const char *path, const char *text) {
   char tmp[MGT_PATH_MAX + 80];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) MGT_FAIL(MGT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+  FILE *f;
+  MGT_CHECK(mgt_create_file("--output", tmp, 0, &f));
   int ok = fputs(text, f) >= 0;
   ok &= fclose(f) == 0;
   if (!ok) {
@@ -405,32 +413,89 @@ done:
 
 /* ---- import ---- */
 
-static int json_int(const mgt_json *obj, const char *key, int dflt) {
-  const mgt_json *v = mgt_json_get(obj, key);
-  return v && v->type == MGT_JSON_NUMBER ? (int)v->number : dflt;
+/* config.json's integer `key` (dflt when absent or null) within [lo, hi]. */
+static mgt_status hf_int(const mgt_json *conf, const char *path, const char *key, int dflt, int lo,
+                         int hi, int *out) {
+  const mgt_json *v = mgt_json_get(conf, key);
+  if (!v || v->type == MGT_JSON_NULL) {
+    *out = dflt;
+    return MGT_OK;
+  }
+  MGT_REQUIRE(v->type == MGT_JSON_NUMBER && v->number == floor(v->number) && v->number >= lo &&
+                  v->number <= hi,
+              "%s: %s must be an integer in [%d, %d]", path, key, lo, hi);
+  *out = (int)v->number;
+  return MGT_OK;
 }
 
-static double json_num(const mgt_json *obj, const char *key, double dflt) {
-  const mgt_json *v = mgt_json_get(obj, key);
-  return v && v->type == MGT_JSON_NUMBER ? v->number : dflt;
+/* config.json's number `key` (dflt when absent or null) within [lo, hi]. */
+static mgt_status hf_num(const mgt_json *conf, const char *path, const char *key, double dflt,
+                         double lo, double hi, double *out) {
+  const mgt_json *v = mgt_json_get(conf, key);
+  if (!v || v->type == MGT_JSON_NULL) {
+    *out = dflt;
+    return MGT_OK;
+  }
+  MGT_REQUIRE(v->type == MGT_JSON_NUMBER && v->number >= lo && v->number <= hi,
+              "%s: %s must be a number in [%g, %g]", path, key, lo, hi);
+  *out = v->number;
+  return MGT_OK;
+}
+
+/* The sizes every model has, checked as the flags are (config.c's ranges). */
+enum { HF_MAX_SIZE = 1 << 24, HF_MAX_LAYERS = 1 << 20 };
+
+/* The head of a BERT checkpoint: the first entry of "architectures" or, where a hand-written or
+   converted config.json has none, the tensors the file holds. */
+static mgt_status bert_kind(const mgt_json *conf, const char *path, const mgt_safetensors *sf,
+                            const char **kind) {
+  static const char *const kinds[] = {"ForPreTraining", "ForMaskedLM", "ForMultipleChoice",
+                                      "ForSequenceClassification"};
+  const mgt_json *arch = mgt_json_get(conf, "architectures");
+  *kind = NULL;
+  if (arch && arch->type != MGT_JSON_NULL) {
+    MGT_REQUIRE(arch->type == MGT_JSON_ARRAY &&
+                    (arch->len == 0 || arch->items[0].type == MGT_JSON_STRING),
+                "%s: architectures must be a list of class names, such as "
+                "[\"BertForPreTraining\"]",
+                path);
+    if (arch->len > 0) {
+      const char *a = arch->items[0].str;
+      for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        const char *at = strstr(a, kinds[k]);
+        if (at && !strcmp(at, kinds[k])) *kind = kinds[k];
+      }
+      MGT_REQUIRE(*kind, "%s: architecture %s is none of BERT's ...%s, ...%s, ...%s or ...%s", path,
+                  a, kinds[0], kinds[1], kinds[2], kinds[3]);
+      return MGT_OK;
+    }
+  }
+  int64_t shape[MGT_ST_MAX_DIMS];
+  const int nd = mgt_safetensors_dims(sf, "classifier.weight", shape);
+  if (nd == 2)
+    *kind = shape[0] == 1 ? kinds[2] : kinds[3];
+  else
+    *kind =
+        mgt_safetensors_dims(sf, "cls.seq_relationship.weight", shape) >= 0 ? kinds[0] : kinds[1];
+  return MGT_OK;
 }
 
 /* A BERT config.json: MegatronBert (pre-LN) or Bert (post-LN), ...ForPreTraining with the
    binary head or ...ForMaskedLM without; ...ForMultipleChoice is RACE, ...ForSequenceClassification
    MNLI (3 labels) or QQP (2). */
 static mgt_status read_bert_config(const mgt_json *conf, const char *path, int post,
-                                   mgt_config *cfg) {
-  const mgt_json *arch = mgt_json_get(conf, "architectures");
-  int binary = 1;
-  if (arch && arch->type == MGT_JSON_ARRAY && arch->len > 0 &&
-      arch->items[0].type == MGT_JSON_STRING)
-    binary = !strstr(arch->items[0].str, "ForMaskedLM");
+                                   const mgt_safetensors *sf, mgt_config *cfg) {
+  const char *kind;
+  MGT_CHECK(bert_kind(conf, path, sf, &kind));
+  const int binary = strcmp(kind, "ForMaskedLM") != 0;
   int task = MGT_TASK_NONE;
-  if (binary && strstr(arch->items[0].str, "ForMultipleChoice")) task = MGT_TASK_RACE;
-  if (binary && strstr(arch->items[0].str, "ForSequenceClassification")) {
+  if (!strcmp(kind, "ForMultipleChoice")) task = MGT_TASK_RACE;
+  if (!strcmp(kind, "ForSequenceClassification")) {
     const mgt_json *id2 = mgt_json_get(conf, "id2label");
-    const int n =
-        json_int(conf, "num_labels", id2 && id2->type == MGT_JSON_OBJECT ? (int)id2->len : 2);
+    int64_t shape[MGT_ST_MAX_DIMS];
+    int n = mgt_safetensors_dims(sf, "classifier.weight", shape) == 2 ? (int)shape[0] : 2;
+    if (id2 && id2->type == MGT_JSON_OBJECT) n = (int)id2->len;
+    MGT_CHECK(hf_int(conf, path, "num_labels", n, 1, 1 << 20, &n));
     MGT_REQUIRE(n == 2 || n == 3,
                 "%s: a sequence classifier of %d labels is none of the fine-tuning tasks (MNLI has "
                 "3, QQP 2)",
@@ -440,30 +505,26 @@ static mgt_status read_bert_config(const mgt_json *conf, const char *path, int p
   const mgt_json *act = mgt_json_get(conf, "hidden_act");
   MGT_REQUIRE(!act || (act->type == MGT_JSON_STRING && !strcmp(act->str, "gelu")),
               "%s: hidden_act must be \"gelu\" (erf), the LM head's activation", path);
-  MGT_REQUIRE(json_int(conf, "type_vocab_size", 2) == 2, "%s: type_vocab_size is not 2", path);
+  int types;
+  MGT_CHECK(hf_int(conf, path, "type_vocab_size", 2, 2, 2, &types));
   mgt_config_defaults(cfg);
   cfg->model = MGT_MODEL_BERT;
   cfg->apply_residual_connection_post_layernorm = post;
   cfg->bert_no_binary_head = !binary;
   cfg->task = task;
-  cfg->hidden_size = json_int(conf, "hidden_size", 0);
-  cfg->num_layers = json_int(conf, "num_hidden_layers", 0);
-  cfg->num_attention_heads = json_int(conf, "num_attention_heads", 0);
-  cfg->max_position_embeddings = json_int(conf, "max_position_embeddings", 512);
-  cfg->vocab_size = json_int(conf, "vocab_size", 0);
-  cfg->ffn_hidden_size = json_int(conf, "intermediate_size", 0);
-  cfg->layernorm_epsilon = json_num(conf, "layer_norm_eps", 1e-12);
-  MGT_REQUIRE(cfg->hidden_size > 0 && cfg->num_layers > 0 && cfg->num_attention_heads > 0 &&
-                  cfg->vocab_size > 0 && cfg->max_position_embeddings >= 5 &&
-                  cfg->ffn_hidden_size >= 0 && cfg->layernorm_epsilon >= 1e-12,
-              "%s: hidden_size, num_hidden_layers, num_attention_heads, vocab_size, "
-              "max_position_embeddings and layer_norm_eps must be positive",
-              path);
-  return MGT_OK;
+  MGT_CHECK(hf_int(conf, path, "hidden_size", 0, 1, HF_MAX_SIZE, &cfg->hidden_size));
+  MGT_CHECK(hf_int(conf, path, "num_hidden_layers", 0, 1, HF_MAX_LAYERS, &cfg->num_layers));
+  MGT_CHECK(hf_int(conf, path, "num_attention_heads", 0, 1, 65536, &cfg->num_attention_heads));
+  MGT_CHECK(hf_int(conf, path, "max_position_embeddings", 512, 5, HF_MAX_SIZE,
+                   &cfg->max_position_embeddings));
+  MGT_CHECK(hf_int(conf, path, "vocab_size", 0, 1, HF_MAX_SIZE, &cfg->vocab_size));
+  MGT_CHECK(hf_int(conf, path, "intermediate_size", 0, 0, HF_MAX_SIZE, &cfg->ffn_hidden_size));
+  return hf_num(conf, path, "layer_norm_eps", 1e-12, 1e-12, 1, &cfg->layernorm_epsilon);
 }
 
-/* The model configuration of a Hugging Face GPT-2 or BERT config.json. */
-static mgt_status read_hf_config(const char *hf_dir, mgt_config *cfg) {
+/* The model configuration of a Hugging Face GPT-2 or BERT config.json; sf is its weights,
+   which tell a BERT's head when config.json does not. */
+static mgt_status read_hf_config(const char *hf_dir, const mgt_safetensors *sf, mgt_config *cfg) {
   char path[MGT_PATH_MAX + 64];
   snprintf(path, sizeof path, "%s/config.json", hf_dir);
   char *text = NULL;
@@ -474,10 +535,21 @@ static mgt_status read_hf_config(const char *hf_dir, mgt_config *cfg) {
   MGT_TRY(mgt_read_file("--input", path, &text, &n));
   MGT_TRY(mgt_json_parser_create(&jp));
   MGT_TRY(mgt_json_parse(jp, text, n, &conf));
+  if (conf->type != MGT_JSON_OBJECT) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s: not a JSON object", path);
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
   const mgt_json *type = mgt_json_get(conf, "model_type");
-  const char *mt = type && type->type == MGT_JSON_STRING ? type->str : "gpt2";
+  if (type && type->type != MGT_JSON_STRING) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "%s: model_type must be a string: gpt2, megatron-bert or bert", path);
+    st = MGT_ERR_INPUT;
+    goto done;
+  }
+  const char *mt = type ? type->str : "gpt2";
   if (!strcmp(mt, "megatron-bert") || !strcmp(mt, "bert")) {
-    MGT_TRY(read_bert_config(conf, path, !strcmp(mt, "bert"), cfg));
+    MGT_TRY(read_bert_config(conf, path, !strcmp(mt, "bert"), sf, cfg));
     goto finish;
   }
   if (strcmp(mt, "gpt2") != 0) {
@@ -495,21 +567,15 @@ static mgt_status read_hf_config(const char *hf_dir, mgt_config *cfg) {
     goto done;
   }
   mgt_config_defaults(cfg);
-  cfg->hidden_size = json_int(conf, "n_embd", 0);
-  cfg->num_layers = json_int(conf, "n_layer", 0);
-  cfg->num_attention_heads = json_int(conf, "n_head", 0);
-  cfg->max_position_embeddings = json_int(conf, "n_positions", 1024);
-  cfg->vocab_size = json_int(conf, "vocab_size", 0);
-  cfg->ffn_hidden_size = json_int(conf, "n_inner", 0); /* null in most files: 4 * n_embd */
-  const mgt_json *eps = mgt_json_get(conf, "layer_norm_epsilon");
-  if (eps && eps->type == MGT_JSON_NUMBER) cfg->layernorm_epsilon = eps->number;
-  if (cfg->hidden_size <= 0 || cfg->num_layers <= 0 || cfg->num_attention_heads <= 0 ||
-      cfg->vocab_size <= 0 || cfg->max_position_embeddings <= 0 || cfg->ffn_hidden_size < 0) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "%s: n_embd, n_layer, n_head, n_positions and vocab_size must be positive", path);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  MGT_TRY(hf_int(conf, path, "n_embd", 0, 1, HF_MAX_SIZE, &cfg->hidden_size));
+  MGT_TRY(hf_int(conf, path, "n_layer", 0, 1, HF_MAX_LAYERS, &cfg->num_layers));
+  MGT_TRY(hf_int(conf, path, "n_head", 0, 1, 65536, &cfg->num_attention_heads));
+  MGT_TRY(hf_int(conf, path, "n_positions", 1024, 1, HF_MAX_SIZE, &cfg->max_position_embeddings));
+  MGT_TRY(hf_int(conf, path, "vocab_size", 0, 1, HF_MAX_SIZE, &cfg->vocab_size));
+  /* null in most files: 4 * n_embd */
+  MGT_TRY(hf_int(conf, path, "n_inner", 0, 0, HF_MAX_SIZE, &cfg->ffn_hidden_size));
+  MGT_TRY(hf_num(conf, path, "layer_norm_epsilon", cfg->layernorm_epsilon, 1e-12, 1,
+                 &cfg->layernorm_epsilon));
 finish:
   /* a model the trainer accepts: one rank, windows of every position */
   cfg->seq_length = cfg->max_position_embeddings;
@@ -525,7 +591,6 @@ done:
 
 mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   mgt_config cfg;
-  MGT_CHECK(read_hf_config(hf_dir, &cfg));
   mgt_status st = MGT_OK;
   mgt_safetensors *sf = NULL;
   mgt_state w = {0};
@@ -535,6 +600,7 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   char path[MGT_PATH_MAX + 64];
   snprintf(path, sizeof path, "%s/model.safetensors", hf_dir);
   MGT_TRY(mgt_safetensors_open(path, &sf));
+  MGT_TRY(read_hf_config(hf_dir, sf, &cfg));
   MGT_TRY(whole_model(&cfg, &w));
   MGT_TRY(make_plan(&cfg, &w, &plan));
   MGT_TRY(mgt_calloc(sizeof(int64_t) * (size_t)w.n, "import counts", (void **)&covered));

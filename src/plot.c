@@ -120,7 +120,15 @@ typedef struct run {
   int n_sets;
 } run;
 
+/* Values beyond are drawn at it: ranges, pads and ticks of larger ones overflow a double (a
+   diverged run logs losses of 1e308). */
+#define PLOT_MAX 1e300
+
+static double clamp(double v) { return fabs(v) > PLOT_MAX ? copysign(PLOT_MAX, v) : v; }
+
 static mgt_status push(series *s, double it, double y, size_t line) {
+  if (!isfinite(y) || !isfinite(it)) return MGT_OK; /* not drawn, as a null */
+  it = clamp(it), y = clamp(y);
   if (s->n == s->cap) {
     size_t cap = s->cap ? 2 * s->cap : 256;
     point *p = realloc(s->p, sizeof *p * cap);
@@ -825,13 +833,7 @@ mgt_status mgt_plot_run(const mgt_plot_opts *o, FILE *out) {
       goto done;
     }
   }
-  f = fopen(tmp, "w");
-  if (!f) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "--output %s: cannot create %s: %s",
-                  o->output, tmp, strerror(errno));
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  MGT_TRY(mgt_create_file("--output", tmp, 0, &f));
   write_svg(f, o, runs, o->n_files);
   const int bad = ferror(f);
   const int closed = fclose(f) == 0;

@@ -796,9 +796,7 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
   const int root = tr->grid->rank == 0;
   FILE *metrics = NULL;
   if (root && c->metrics_file[0]) {
-    metrics = fopen(c->metrics_file, "a");
-    MGT_REQUIRE(metrics, "--metrics-file %s: cannot open for appending: %s", c->metrics_file,
-                strerror(errno));
+    MGT_CHECK(mgt_create_file("--metrics-file", c->metrics_file, 1, &metrics));
   }
   mgt_status st = MGT_OK;
   mgt_tb *tb = NULL; /* written before the metrics file, so it holds whatever that does */

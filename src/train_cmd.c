@@ -81,6 +81,9 @@ static mgt_status finetune_config(mgt_config *c, int size, mgt_task_data *data) 
   MGT_REQUIRE(c->task != MGT_TASK_NONE, "mgt finetune needs --task RACE, MNLI or QQP");
   MGT_REQUIRE(c->train_data[0], "mgt finetune needs --train-data");
   MGT_REQUIRE(c->epochs > 0, "mgt finetune needs --epochs (passes over --train-data)");
+  MGT_REQUIRE(c->train_iters == 0,
+              "mgt finetune sets the iterations from --epochs (Megatron-LM's rule): give --epochs "
+              "without --train-iters");
   MGT_REQUIRE(c->pretrained_checkpoint[0] || c->load[0],
               "mgt finetune needs --pretrained-checkpoint (or --load to resume a fine-tuning run)");
   MGT_REQUIRE(!c->mock_data && !c->data_path[0],
@@ -94,7 +97,7 @@ static mgt_status finetune_config(mgt_config *c, int size, mgt_task_data *data) 
   const int64_t per_epoch = data->train_examples / c->global_batch_size;
   MGT_REQUIRE(per_epoch > 0, "%lld training examples are fewer than one global batch of %d",
               (long long)data->train_examples, c->global_batch_size);
-  if (c->epochs > 0) c->train_iters = (int64_t)c->epochs * per_epoch;
+  c->train_iters = (int64_t)c->epochs * per_epoch;
   return MGT_OK;
 }
 
@@ -105,7 +108,8 @@ int mgt_cli_train(int argc, char **argv, MPI_Comm world) {
   const int finetune = strcmp(argv[1], "finetune") == 0;
   mgt_config cfg;
   mgt_config_defaults(&cfg);
-  if (finetune) cfg.model = MGT_MODEL_BERT, cfg.tokenizer_type = MGT_TOKENIZER_BERT_LOWER;
+  if (finetune) /* --train-iters 0: not given, the iterations come from --epochs */
+    cfg.model = MGT_MODEL_BERT, cfg.tokenizer_type = MGT_TOKENIZER_BERT_LOWER, cfg.train_iters = 0;
   int help = 0;
   mgt_status st = mgt_config_parse(&cfg, argc, argv, 2, &help);
   if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
@@ -163,20 +167,12 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
     if (st == MGT_OK) st = mgt_config_finalize(&cfg, size);
     if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
   }
-  if (rank == 0) {
-    printf("megatron-c %s\n", MGT_VERSION);
-    mgt_config_print(&cfg, stdout);
-  }
   /* Files only rank 0 writes are checked by rank 0 and the verdict shared, so that every
      rank stops the same way. */
   int ok = 1;
   if (rank == 0 && cfg.metrics_file[0]) {
-    FILE *f = fopen(cfg.metrics_file, "a");
-    if (!f)
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "--metrics-file %s: cannot open for appending: %s", cfg.metrics_file,
-                    strerror(errno));
-    ok = f && fclose(f) == 0;
+    FILE *f = NULL;
+    ok = mgt_create_file("--metrics-file", cfg.metrics_file, 1, &f) == MGT_OK && fclose(f) == 0;
   }
   if (rank == 0 && ok && cfg.tensorboard_dir[0])
     ok = mgt_tb_check_dir(cfg.tensorboard_dir) == MGT_OK; /* the error is set */
@@ -195,6 +191,8 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
     MPI_Allreduce(MPI_IN_PLACE, &avail, 1, MPI_UNSIGNED_LONG, MPI_MIN, world);
     if (rank == 0) {
       const int tp = cfg.tensor_model_parallel_size;
+      printf("megatron-c %s\n", MGT_VERSION);
+      mgt_config_print(&cfg, stdout);
       mgt_print_memory_plan(&cfg, tp, size / tp, stdout);
       mgt_print_memory_fit(&cfg, tp, size / tp, avail, where, stdout);
     }
@@ -233,20 +231,22 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
       return refuse_memory(need, avail, rank, world);
     }
   }
-  if (rank == 0) {
-    printf("layout: %d ranks = tensor-parallel %d x data-parallel %d; %d OpenMP threads per "
-           "rank; backend %s%s\n",
-           grid->size, grid->tp, grid->dp, omp_get_max_threads(), dev.desc,
-           prec == MGT_PREC_BF16 ? "; bf16 GEMM inputs"
-                                 : (prec == MGT_PREC_FP16 ? "; fp16 GEMM inputs" : ""));
-    mgt_print_memory_plan(&cfg, grid->tp, grid->dp, stdout);
-    fflush(stdout);
-  }
   st = task ? mgt_trainer_create_task(&cfg, grid, dev.be, &dev.comm, stdout, task, &tr)
             : mgt_trainer_create(&cfg, grid, dev.be, &dev.comm, stdout, &tr);
   if (st != MGT_OK) {
     rc = mgt_cli_fail(st, rank, world, 1); /* creation failures are agreed */
   } else {
+    if (rank == 0) { /* once every input is accepted: a refusal is one line, not a dump */
+      printf("megatron-c %s\n", MGT_VERSION);
+      mgt_config_print(&cfg, stdout);
+      printf("layout: %d ranks = tensor-parallel %d x data-parallel %d; %d OpenMP threads per "
+             "rank; backend %s%s\n",
+             grid->size, grid->tp, grid->dp, omp_get_max_threads(), dev.desc,
+             prec == MGT_PREC_BF16 ? "; bf16 GEMM inputs"
+                                   : (prec == MGT_PREC_FP16 ? "; fp16 GEMM inputs" : ""));
+      mgt_print_memory_plan(&cfg, grid->tp, grid->dp, stdout);
+      fflush(stdout);
+    }
     mgt_run_end end = MGT_RUN_FINISHED;
     install_stop_handlers();
     st = mgt_trainer_run(tr, stdout, &stop_signal, &end);

@@ -228,5 +228,137 @@ echo '{"text": "first", "text": "zz"}' > "$tmp/dup.jsonl"
   [ "$(cat "$tmp/out")" = "122 122" ] && echo "ok: the last of duplicate JSON keys wins" ||
   { fail "duplicate JSON keys"; cat "$tmp/out"; }
 
+# ==== round 3 (#24): the newest features ====
+# ---- Hugging Face import of a BERT: architectures missing, empty or malformed ----
+"${T[@]}" "$MGT" train --model bert --mock-data --tokenizer-type ByteTokenizer "${M0[@]}" --train-iters 1 \
+  --save "$tmp/bck" > /dev/null 2>&1 || fail "BERT training"
+"${T[@]}" "$MGT" train --model bert --mock-data --tokenizer-type ByteTokenizer "${M0[@]}" --train-iters 1 \
+  --bert-no-binary-head --save "$tmp/bmlm" > /dev/null 2>&1 || fail "BERT (no binary head) training"
+arch() { # dir, python editing config dict c
+  $PY - "$1/config.json" "$2" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); exec(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))
+PY
+}
+for m in bck bmlm; do
+  "${T[@]}" "$MGT" ckpt export --format hf --load "$tmp/$m" --output "$tmp/hf_$m" > /dev/null 2>&1 || fail "export $m"
+  want=$($PY -c "import json; print(json.load(open('$tmp/hf_$m/config.json'))['architectures'][0])")
+  for edit in "del c['architectures']" "c['architectures'] = []" "c['architectures'] = None"; do
+    rm -rf "$tmp/hfa" "$tmp/hfa_imp" "$tmp/hfa_out" && cp -r "$tmp/hf_$m" "$tmp/hfa" && arch "$tmp/hfa" "$edit"
+    "${T[@]}" "$MGT" ckpt import --format hf --input "$tmp/hfa" --save "$tmp/hfa_imp" > "$tmp/out" 2>&1 &&
+      "${T[@]}" "$MGT" ckpt export --format hf --load "$tmp/hfa_imp" --output "$tmp/hfa_out" >> "$tmp/out" 2>&1 &&
+      cmp -s "$tmp/hf_$m/model.safetensors" "$tmp/hfa_out/model.safetensors" &&
+      grep -q "\"$want\"" "$tmp/hfa_out/config.json" &&
+      echo "ok: $m with $edit: the head ($want) read from the tensors, round trip bit for bit" ||
+      { fail "$m import with $edit"; tail -3 "$tmp/out"; }
+  done
+done
+for v in "[5]" '"BertForPreTraining"' "{}"; do
+  rm -rf "$tmp/hfa" && cp -r "$tmp/hf_bck" "$tmp/hfa" && arch "$tmp/hfa" "c['architectures'] = json.loads('$v')"
+  expect_error "architectures must be a list of class names" "$MGT" ckpt import --format hf --input "$tmp/hfa" --save "$tmp/hfa_imp"
+done
+rm -rf "$tmp/hfa" && cp -r "$tmp/hf_bck" "$tmp/hfa" && arch "$tmp/hfa" "c['architectures'] = ['BertModel']"
+expect_error "architecture BertModel is none of BERT's" "$MGT" ckpt import --format hf --input "$tmp/hfa" --save "$tmp/hfa_imp"
+# numbers and types of config.json, as the flags' ranges
+"${T[@]}" "$MGT" ckpt export --format hf --load "$tmp/good" --output "$tmp/hf_gpt" > /dev/null 2>&1 || fail "GPT export"
+for e in -1 0 1e308; do
+  rm -rf "$tmp/hfa" && cp -r "$tmp/hf_gpt" "$tmp/hfa" && arch "$tmp/hfa" "c['layer_norm_epsilon'] = $e"
+  expect_error "config.json: layer_norm_epsilon must be a number in [1e-12, 1]" "$MGT" ckpt import --format hf --input "$tmp/hfa" --save "$tmp/hfa_imp"
+  rm -rf "$tmp/hfa" && cp -r "$tmp/hf_bck" "$tmp/hfa" && arch "$tmp/hfa" "c['layer_norm_eps'] = $e"
+  expect_error "config.json: layer_norm_eps must be a number in [1e-12, 1]" "$MGT" ckpt import --format hf --input "$tmp/hfa" --save "$tmp/hfa_imp"
+done
+rm -rf "$tmp/hfa" && cp -r "$tmp/hf_gpt" "$tmp/hfa" && arch "$tmp/hfa" "c['model_type'] = 2"
+expect_error "config.json: model_type must be a string" "$MGT" ckpt import --format hf --input "$tmp/hfa" --save "$tmp/hfa_imp"
+rm -rf "$tmp/hfa" && cp -r "$tmp/hf_gpt" "$tmp/hfa" && arch "$tmp/hfa" "c['n_embd'] = 1e10"
+expect_error "config.json: n_embd must be an integer in [1, 16777216]" "$MGT" ckpt import --format hf --input "$tmp/hfa" --save "$tmp/hfa_imp"
+# safetensors whose tensors share bytes (the header edited)
+rm -rf "$tmp/hfa" && cp -r "$tmp/hf_gpt" "$tmp/hfa" && $PY - "$tmp/hfa/model.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+a, c = h["transformer.h.0.ln_1.weight"], h["transformer.h.0.ln_1.bias"]
+c["data_offsets"] = a["data_offsets"]  # the bias reads the weight's bytes; its own are a hole
+t = json.dumps(h).encode()
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])
+PY
+expect_error "share bytes (data_offsets overlap)" "$MGT" ckpt import --format hf --input "$tmp/hfa" --save "$tmp/hfa_imp"
+# a model of a thousand layers: 12,000 tensors imported, listed and verified (linear in the
+# tensors: the JSON header and the model's names are hashed; HDF5 1.8 groups and attributes)
+$PY "$TESTS/hf_tiny_gpt2.py" "$tmp/deep" 1000
+"${T[@]}" "$MGT" ckpt import --format hf --input "$tmp/deep" --save "$tmp/deep_imp" > "$tmp/out" 2>&1 &&
+  "${T[@]}" "$MGT" ckpt verify "$tmp/deep_imp" > "$tmp/out2" 2>&1 && grep -q "12004 tensors, 0 damaged" "$tmp/out2" &&
+  $PY -c "
+import h5py, numpy as np
+f = h5py.File('$tmp/deep_imp/iter_0000000.h5', 'r')
+n = 48 + 1000 * 244 + 8  # floats: embeddings, 244 a layer, the final LayerNorm
+assert np.array_equal(f['model/final_layernorm.bias'][()], np.arange(n - 4, n, dtype=np.float32))" &&
+  echo "ok: a GPT-2 of 1000 layers imported and verified" || { fail "1000 layers"; tail -2 "$tmp/out" "$tmp/out2"; }
+
+# ---- FIFOs where files belong: refused or replaced, never waited on ----
+"${T[@]}" "$MGT" preprocess --input "$tmp/docs.jsonl" --output-prefix "$tmp/mm" --tokenizer-type ByteTokenizer \
+  --append-eod --dataset-impl mmap > /dev/null 2>&1 || fail "preprocess --dataset-impl mmap"
+mkdir -p "$tmp/ff" && cp "$tmp/mm_text_document.bin" "$tmp/ff/m.bin" && mkfifo "$tmp/ff/m.idx"
+expect_error "--data-path $tmp/ff/m.idx: not a regular file" "$MGT" "${D0[@]}" --data-path "$tmp/ff/m"
+rm "$tmp/ff/m.idx" "$tmp/ff/m.bin" && cp "$tmp/mm_text_document.idx" "$tmp/ff/m.idx" && mkfifo "$tmp/ff/m.bin"
+expect_error "--data-path $tmp/ff/m.bin: not a regular file" "$MGT" "${D0[@]}" --data-path "$tmp/ff/m"
+mkdir -p "$tmp/lockfifo" && mkfifo "$tmp/lockfifo/mgt.lock"
+expect_error "--save $tmp/lockfifo: $tmp/lockfifo/mgt.lock is not a regular file" "$MGT" "${R[@]}" --save "$tmp/lockfifo"
+[ -z "$(ls "$tmp/lockfifo" | grep -v '^mgt.lock$')" ] && echo "ok: the refused lock attempt leaves nothing behind" ||
+  fail "left in $tmp/lockfifo: $(ls "$tmp/lockfifo")"
+mkfifo "$tmp/metrics.fifo"
+expect_error "--metrics-file $tmp/metrics.fifo: not a regular file" "$MGT" "${R[@]}" --metrics-file "$tmp/metrics.fifo"
+mkdir -p "$tmp/stfifo" && cp "$tmp/hf_gpt/config.json" "$tmp/stfifo/" && mkfifo "$tmp/stfifo/model.safetensors"
+expect_error "model.safetensors: not a readable safetensors file" "$MGT" ckpt import --format hf --input "$tmp/stfifo" --save "$tmp/hfa_imp"
+# a cached sample index (a BERT samples mapping is cached by the same code) replaced by a FIFO
+cp "$tmp/docs.h5" "$tmp/cf.h5"
+"${T[@]}" "$MGT" "${D0[@]}" --data-path "$tmp/cf" > /dev/null 2>&1 || fail "training on cf"
+idx=$(ls "$tmp"/cf.h5.index-* | head -1) && rm "$idx" && mkfifo "$idx"
+"${T[@]}" "$MGT" "${D0[@]}" --data-path "$tmp/cf" > "$tmp/out" 2>&1 && [ -f "$idx" ] &&
+  grep -q "is damaged or incomplete: rebuilding it" "$tmp/out" && echo "ok: a FIFO in place of a cached index is rebuilt over" ||
+  { fail "a FIFO as a cached index"; tail -3 "$tmp/out"; }
+
+# ---- an index is checked before it is read: a large file that is not one costs no memory ----
+truncate -s 1G "$tmp/ff/big.idx" && cp "$tmp/mm_text_document.bin" "$tmp/ff/big.bin"
+/usr/bin/time -f "%M" -o "$tmp/rss" "${T[@]}" "$MGT" "${D0[@]}" --data-path "$tmp/ff/big" > "$tmp/out" 2>&1
+grep -q "not a Megatron-LM MMIDIDX index (magic)" "$tmp/out" && [ "$(tail -1 "$tmp/rss")" -lt 400000 ] &&
+  echo "ok: a 1 GiB file that is not an index refused at $(tail -1 "$tmp/rss") KB" ||
+  { fail "a 1 GiB non-index ($(tail -1 "$tmp/rss") KB)"; tail -2 "$tmp/out"; }
+
+# ---- mgt plot: finite but huge values are drawn at the edge, never as NaN ----
+printf '{"iteration": 1, "loss": 1e308, "lr": 0.001}\n{"iteration": 2, "loss": -1e308, "lr": 1e308}\n{"iteration": 3, "loss": 2.5, "lr": 0.001}\n{"iteration": 1e308, "loss": 1.7e308}\n' > "$tmp/huge.jsonl"
+"${T[@]}" "$MGT" plot "$tmp/huge.jsonl" --output "$tmp/huge.svg" > "$tmp/out" 2>&1 &&
+  ! grep -q -i "nan\|inf" "$tmp/huge.svg" && rsvg-convert "$tmp/huge.svg" -o "$tmp/huge.png" &&
+  echo "ok: losses of +-1e308 plotted without NaN" || { fail "plot of huge losses"; grep -i -m2 "nan" "$tmp/huge.svg"; }
+
+# ---- fine-tuning: --epochs sets the iterations ----
+expect_error "give --epochs without --train-iters" "$MGT" finetune --task MNLI --train-data "$tmp/none.tsv" \
+  --epochs 1 --train-iters 2 --pretrained-checkpoint "$tmp/bck" --vocab-file "$tmp/none.txt"
+
+# ---- temporary files of interrupted runs are removed at the next run, with a note ----
+echo partial > "$tmp/mm_text_document.bin.tmp" && echo partial > "$tmp/docs.h5.tmp"
+"${T[@]}" "$MGT" preprocess --input "$tmp/docs.jsonl" --output-prefix "$tmp/mm" --tokenizer-type ByteTokenizer \
+  --append-eod --dataset-impl mmap > "$tmp/out" 2>&1 && [ ! -e "$tmp/mm_text_document.bin.tmp" ] &&
+  grep -q "note: removed $tmp/mm_text_document.bin.tmp" "$tmp/out" &&
+  echo "ok: preprocess removes the .bin.tmp of an interrupted run" || { fail "a stale .bin.tmp"; cat "$tmp/out"; }
+"${T[@]}" "$MGT" preprocess --input "$tmp/docs.jsonl" --output-prefix "$tmp/docs" --tokenizer-type ByteTokenizer \
+  --append-eod > "$tmp/out" 2>&1 && [ ! -e "$tmp/docs.h5.tmp" ] && grep -q "note: removed $tmp/docs.h5.tmp" "$tmp/out" &&
+  echo "ok: preprocess removes the .h5.tmp of an interrupted run" || { fail "a stale .h5.tmp"; cat "$tmp/out"; }
+old="$idx.tmp.999999999" young="$idx.tmp.999999998"
+head -c 100000 /dev/zero > "$old" && touch -d '2 hours ago' "$old" && echo x > "$young"
+"${T[@]}" "$MGT" "${D0[@]}" --data-path "$tmp/cf" > "$tmp/out" 2>&1 && [ ! -e "$old" ] && [ -e "$young" ] &&
+  grep -q "note: removed $old" "$tmp/out" &&
+  echo "ok: a sample index's temporary file of a dead process is removed, a fresh one kept" ||
+  { fail "stale sample-index temporaries"; tail -3 "$tmp/out"; }
+echo partial > "$tmp/good/iter_0000009.h5.tmp" && echo 9 > "$tmp/good/latest.tmp" &&
+  echo "h 999999999 -" > "$tmp/good/mgt.lock.999999999" && touch -d '1 hour ago' "$tmp/good/mgt.lock.999999999"
+"${T[@]}" "$MGT" "${R[@]}" --load "$tmp/good" --save "$tmp/good" > "$tmp/out" 2>&1 &&
+  [ -z "$(ls "$tmp/good" | grep -e tmp -e 'lock\.')" ] && [ "$(grep -c "note: removed" "$tmp/out")" = 3 ] &&
+  echo "ok: a save directory's leftovers (iter_N.h5.tmp, latest.tmp, a dead lock attempt) removed under the lock" ||
+  { fail "leftovers in --save"; ls "$tmp/good"; tail -3 "$tmp/out"; }
+
+# ---- refusals come before the configuration dump ----
+"${T[@]}" "$MGT" "${D0[@]}" --data-path "$tmp/none" > "$tmp/out" 2> "$tmp/err"
+[ $? = 2 ] && [ ! -s "$tmp/out" ] && echo "ok: a refused run prints one line and no configuration" ||
+  { fail "a refusal after the configuration dump ($(wc -l < "$tmp/out") lines)"; head -3 "$tmp/out"; }
+
 echo "hostile: $fails failures"
 [ $fails = 0 ]

@@ -289,7 +289,7 @@ expect "$tmp/bad.jsonl:2: not a JSON line" "$MGT" plot "$G1" "$tmp/bad.jsonl" --
 expect "$tmp/text.txt:1: not a JSON line" "$MGT" plot "$tmp/text.txt" --output "$tmp/x.svg"
 expect "$tmp/none.jsonl: none of its 2 lines has \"loss\"" "$MGT" plot "$tmp/none.jsonl" --output "$tmp/x.svg"
 expect "none of its" "$MGT" plot "$tmp/finetune.jsonl" --metric sop_loss --output "$tmp/x.svg"
-expect "--output /nonexistent/dir/x.svg: cannot create" "$MGT" plot "$G1" --output /nonexistent/dir/x.svg
+expect "--output /nonexistent/dir/x.svg.tmp: cannot open for writing" "$MGT" plot "$G1" --output /nonexistent/dir/x.svg
 expect "--output $tmp: is a directory" "$MGT" plot "$G1" --output "$tmp"
 expect "is the metrics file" "$MGT" plot "$G1" --output "$G1"
 expect "--labels: 1 labels for 2 metrics files" "$MGT" plot "$G1" "$G2" --labels one --output "$tmp/x.svg"

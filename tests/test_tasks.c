@@ -177,6 +177,20 @@ static void test_mnli(void) {
   T_CHECK(strstr(e, "no MNLI examples") != NULL, "MNLI header only: \"%s\"", e);
   e = read_error(MGT_TASK_MNLI, "does_not_exist.tsv", 0);
   T_CHECK(strstr(e, "does_not_exist.tsv") != NULL, "MNLI missing file: \"%s\"", e);
+  /* a test file's rows have its header's 10 columns; more than 32 is said as such */
+  put_file("mnli_test11.tsv", "i\t2\t3\t4\t5\t6\t7\t8\ts1\ts2\n"
+                              "0\tx\tx\tx\tx\tx\tx\tx\tfirst\tsecond\n"
+                              "1\tx\tx\tx\tx\tx\tx\tx\tfirst\tsecond\tneutral\n");
+  e = read_error(MGT_TASK_MNLI, "mnli_test11.tsv", 0);
+  T_CHECK(strstr(e, "mnli_test11.tsv:3:") && strstr(e, "10 columns, this one 11"),
+          "MNLI test row of 11 columns: \"%s\"", e);
+  char wide[512] = "i\t2\t3\t4\t5\t6\t7\t8\ts1\ts2\tl1\tgold\n0";
+  for (int k = 1; k < 33; k++)
+    strcat(wide, k == 32 ? "\tneutral\n" : "\tx");
+  put_file("mnli_wide.tsv", wide);
+  e = read_error(MGT_TASK_MNLI, "mnli_wide.tsv", 0);
+  T_CHECK(strstr(e, "mnli_wide.tsv:2:") && strstr(e, "more than 32 columns"),
+          "MNLI row of 33 columns: \"%s\"", e);
 }
 
 static void test_qqp(void) {
@@ -211,6 +225,15 @@ static void test_qqp(void) {
                           "2\t1\t2\tc\td\t1\n");
   const char *e = read_error(MGT_TASK_QQP, "qqp_bad.tsv", 0);
   T_CHECK(strstr(e, "qqp_bad.tsv:2:") && strstr(e, "is_duplicate"), "QQP bad label: \"%s\"", e);
+  /* test rows: 3 columns and both questions, or an error naming the line (Megatron-LM asserts) */
+  put_file("qqp_test_bad.tsv", "id\tquestion1\tquestion2\n5\tfirst q\tsecond q\n6\tonly one\n");
+  e = read_error(MGT_TASK_QQP, "qqp_test_bad.tsv", 0);
+  T_CHECK(strstr(e, "qqp_test_bad.tsv:3:") && strstr(e, "3 columns, this one 2"),
+          "QQP test row of 2 columns: \"%s\"", e);
+  put_file("qqp_test_empty.tsv", "id\tquestion1\tquestion2\n5\t \tsecond q\n");
+  e = read_error(MGT_TASK_QQP, "qqp_test_empty.tsv", 0);
+  T_CHECK(strstr(e, "qqp_test_empty.tsv:2:") && strstr(e, "empty"),
+          "QQP test empty question: \"%s\"", e);
   put_file("qqp_header.tsv", "id\tquestion1\n1\ta\n");
   e = read_error(MGT_TASK_QQP, "qqp_header.tsv", 0);
   T_CHECK(strstr(e, "qqp_header.tsv:1:") != NULL, "QQP header: \"%s\"", e);

@@ -255,8 +255,46 @@ static void test_roundtrip(mgt_tokenizer *tok, const char *name) {
   T_CHECK(bad == 0, "%s: %d of 2000 random byte strings did not round-trip", name, bad);
 }
 
+/* Objects of every size (small ones are searched, large ones hashed): each key finds the
+   value of its last occurrence, as Python's json; absent keys and near misses find nothing. */
+static void test_json_objects(void) {
+  mgt_json_parser *jp = NULL;
+  T_OK(mgt_json_parser_create(&jp));
+  const int sizes[] = {0, 1, 15, 16, 17, 40, 3000};
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+    const int n = sizes[s], kinds = n / 2 + 1;
+    int *last = malloc(sizeof(int) * (size_t)kinds);
+    char *text = malloc(32 * (size_t)n + 8), *o = text;
+    for (int k = 0; k < kinds; k++)
+      last[k] = -1;
+    o += sprintf(o, "{");
+    for (int i = 0; i < n; i++) { /* about half the keys repeat */
+      const int k = (int)(t_next() % (uint64_t)kinds);
+      last[k] = i;
+      o += sprintf(o, "%s\"key%d\": %d", i ? ", " : "", k, i);
+    }
+    sprintf(o, "}");
+    const mgt_json *root;
+    T_OK(mgt_json_parse(jp, text, strlen(text), &root));
+    int bad = 0;
+    for (int k = 0; k < kinds + 3; k++) {
+      char key[32];
+      snprintf(key, sizeof key, "key%d", k);
+      const mgt_json *v = mgt_json_get(root, key);
+      const int want = k < kinds ? last[k] : -1;
+      bad += want < 0 ? v != NULL : !v || v->number != want;
+    }
+    bad += mgt_json_get(root, "key") != NULL || mgt_json_get(root, "") != NULL;
+    T_CHECK(bad == 0, "JSON object of %d members: %d lookups wrong", n, bad);
+    free(text);
+    free(last);
+  }
+  mgt_json_parser_destroy(&jp);
+}
+
 int main(int argc, char **argv) {
   const char *dir = argc > 1 ? argv[1] : "../shared/data";
+  test_json_objects();
   mgt_tokenizer *bytes = NULL;
   T_OK(mgt_tok_create_bytes(&bytes));
   test_roundtrip(bytes, "bytes");

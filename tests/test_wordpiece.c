@@ -152,6 +152,17 @@ int main(int argc, char **argv) {
             mgt_tok_eod(tok));
     test_strings(tok, dir, runs[r].kind);
     test_files(tok, dir, runs[r].kind, 100);
+    /* a lone surrogate (JSON's "\ud800", kept by the reader as WTF-8) is a character of no
+       class in Google's Python tokenizer: its word is [UNK]; U+FFFD (an invalid byte) drops */
+    mgt_ids got = {0}, want = {0};
+    const char *lone = "a x\xED\xA0\x80y b \xED\xB0\x80";
+    T_OK(mgt_tok_encode(tok, lone, strlen(lone), &got));
+    T_OK(mgt_tok_encode(tok, "a b", 3, &want));
+    const int same = got.n == 4 && want.n == 2 && got.ids[0] == want.ids[0] && got.ids[1] == 100 &&
+                     got.ids[2] == want.ids[1] && got.ids[3] == 100;
+    T_CHECK(same, "%s: a lone surrogate's word is not [UNK] (%zu ids)", runs[r].kind, got.n);
+    mgt_ids_free(&got);
+    mgt_ids_free(&want);
     mgt_tok_destroy(&tok);
   }
   /* the two vocabularies and rules give different dataset hashes */

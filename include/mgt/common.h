@@ -114,6 +114,23 @@ MGT_NODISCARD mgt_status mgt_reserve_file(const char *path, uint64_t bytes);
    free); errors name the flag (or other origin) `flag`. Not collective. */
 MGT_NODISCARD mgt_status mgt_read_file(const char *flag, const char *path, char **buf, size_t *n);
 
+/* Opens an existing regular file for reading (a descriptor, or a FILE in "rb"). Never blocks:
+   a FIFO, a device or a directory is refused ("FLAG PATH: not a regular file"), as is a
+   missing file; errors name the flag (or other origin) `flag`. Not collective. */
+MGT_NODISCARD mgt_status mgt_open_file(const char *flag, const char *path, int *fd);
+MGT_NODISCARD mgt_status mgt_fopen_file(const char *flag, const char *path, FILE **f);
+/* Creates (or truncates; with `append`, appends to) a regular file for writing, without
+   blocking on a FIFO or device found at `path`, which is refused. Not collective. */
+MGT_NODISCARD mgt_status mgt_create_file(const char *flag, const char *path, int append, FILE **f);
+MGT_NODISCARD mgt_status mgt_create_fd(const char *flag, const char *path, int append, int *fd);
+
+/* Removes `path`, a temporary file of this project's naming left by an interrupted run, when
+   it was last modified at least min_age_s seconds ago, and says so on log (NULL: quietly).
+   Returns 1 if it removed it. Not collective. */
+int mgt_remove_stale(const char *path, double min_age_s, FILE *log);
+/* Whether process `pid` runs on this host (a temporary file named after it may be in use). */
+int mgt_pid_alive(long long pid);
+
 /* mkdir -p: creates directory `dir` and any missing parents (0755). A part that cannot be
    created, or a `dir` that is not a directory, fails with MGT_ERR_INPUT naming the flag (or
    other origin) `flag`, the part and why. Not collective. */

@@ -28,6 +28,10 @@ typedef struct mgt_json {
   const struct mgt_json *items; /* ARRAY/OBJECT children */
   const char *const *keys;      /* OBJECT: member names, parallel to items */
   const size_t *key_lens;
+  /* OBJECT of many members: an open-addressing table of 1 + member index (0: empty), the
+     last of duplicate keys in it; size hash_mask + 1. NULL for small objects. */
+  const unsigned *hash;
+  size_t hash_mask;
 } mgt_json;
 
 typedef struct mgt_json_parser mgt_json_parser;
@@ -41,7 +45,8 @@ void mgt_json_parser_destroy(mgt_json_parser **p);
 MGT_NODISCARD mgt_status mgt_json_parse(mgt_json_parser *p, const char *text, size_t len,
                                         const mgt_json **root);
 
-/* The member `key` of an object, or NULL. With duplicate keys, the last one (as Python's json). */
+/* The member `key` of an object, or NULL. With duplicate keys, the last one (as Python's json).
+   Constant time for objects of many members (a safetensors header, a vocabulary). */
 const mgt_json *mgt_json_get(const mgt_json *obj, const char *key);
 
 /* Writes s as a JSON string literal. */

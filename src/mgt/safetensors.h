@@ -27,9 +27,13 @@ MGT_NODISCARD mgt_status mgt_safetensors_write(const char *path, const mgt_st_te
 
 typedef struct mgt_safetensors mgt_safetensors;
 
-/* Maps `path` and parses its header; a file shorter than its header is refused. */
+/* Maps `path` and parses its header. Refused: a file shorter than its header, a tensor whose
+   dtype, shape and byte range disagree or fall outside the file, tensors sharing bytes. */
 MGT_NODISCARD mgt_status mgt_safetensors_open(const char *path, mgt_safetensors **out);
 void mgt_safetensors_close(mgt_safetensors **f);
+/* The shape of tensor `name` (up to MGT_ST_MAX_DIMS) and its number of dimensions, or -1 when
+   the file has no such tensor. */
+int mgt_safetensors_dims(const mgt_safetensors *f, const char *name, int64_t *shape);
 /* Reads tensor `name` (F32, F16 or BF16) as float32 into out. It must exist with exactly the
    shape (ndim, shape), and its byte range must lie in the file; otherwise MGT_ERR_INPUT naming
    the tensor and what is wrong. */
