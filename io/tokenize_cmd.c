@@ -112,7 +112,7 @@ mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out) {
   mgt_ids ids = {0};
   MGT_TRY(mgt_tok_open(o->tokenizer_type, o->vocab_file, o->merge_file, &tok));
   MGT_TRY(mgt_json_parser_create(&jp));
-  if (o->input[0]) {
+  if (o->input[0]) { /* a stream, read once: a FIFO (`--input <(zcat x.gz)`) is meant to wait */
     in = fopen(o->input, "rb");
     if (!in) {
       mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "--input %s: cannot open: %s",
