@@ -303,6 +303,8 @@ PY
     --tensorboard-dir "$tmp/runs/ft/tb" >"$tmp/ft.log" 2>&1 || { fail "fine-tuning run"; tail -5 "$tmp/ft.log"; }
   check ft task 8 10 "$t0" "$(now)" "lm loss" "accuracy" "accuracy validation $tmp/qqp.dev2.tsv" \
     "f1 validation $tmp/qqp.dev1.tsv" "accuracy validation overall"
+elif [ -n "${MGT_REQUIRE_DATA:-}" ]; then
+  fail "no $V (MGT_REQUIRE_DATA: the data must be there)"
 else
   echo "skipped: fine-tuning (no $V)"
 fi
