@@ -442,8 +442,14 @@ static mgt_status hf_num(const mgt_json *conf, const char *path, const char *key
   return MGT_OK;
 }
 
-/* The sizes every model has, checked as the flags are (config.c's ranges). */
-enum { HF_MAX_SIZE = 1 << 24, HF_MAX_LAYERS = 1 << 20 };
+/* The sizes, in the ranges of their flags (src/config.c), so that whatever is imported loads. */
+enum {
+  HF_MAX_HIDDEN = 1 << 20,
+  HF_MAX_LAYERS = 65535,
+  HF_MAX_POSITIONS = 1 << 20,
+  HF_MAX_VOCAB = 1 << 30,
+  HF_MAX_FFN = 1 << 22
+};
 
 /* The head of a BERT checkpoint: the first entry of "architectures" or, where a hand-written or
    converted config.json has none, the tensors the file holds. */
@@ -512,14 +518,36 @@ static mgt_status read_bert_config(const mgt_json *conf, const char *path, int p
   cfg->apply_residual_connection_post_layernorm = post;
   cfg->bert_no_binary_head = !binary;
   cfg->task = task;
-  MGT_CHECK(hf_int(conf, path, "hidden_size", 0, 1, HF_MAX_SIZE, &cfg->hidden_size));
+  MGT_CHECK(hf_int(conf, path, "hidden_size", 0, 1, HF_MAX_HIDDEN, &cfg->hidden_size));
   MGT_CHECK(hf_int(conf, path, "num_hidden_layers", 0, 1, HF_MAX_LAYERS, &cfg->num_layers));
   MGT_CHECK(hf_int(conf, path, "num_attention_heads", 0, 1, 65536, &cfg->num_attention_heads));
-  MGT_CHECK(hf_int(conf, path, "max_position_embeddings", 512, 5, HF_MAX_SIZE,
+  MGT_CHECK(hf_int(conf, path, "max_position_embeddings", 512, 5, HF_MAX_POSITIONS,
                    &cfg->max_position_embeddings));
-  MGT_CHECK(hf_int(conf, path, "vocab_size", 0, 1, HF_MAX_SIZE, &cfg->vocab_size));
-  MGT_CHECK(hf_int(conf, path, "intermediate_size", 0, 0, HF_MAX_SIZE, &cfg->ffn_hidden_size));
+  MGT_CHECK(hf_int(conf, path, "vocab_size", 0, 1, HF_MAX_VOCAB, &cfg->vocab_size));
+  MGT_CHECK(hf_int(conf, path, "intermediate_size", 0, 0, HF_MAX_FFN, &cfg->ffn_hidden_size));
   return hf_num(conf, path, "layer_norm_eps", 1e-12, 1e-12, 1, &cfg->layernorm_epsilon);
+}
+
+/* Whatever is imported must load: the configuration as a checkpoint stores it, read back as a
+   checkpoint's is (flag ranges, model checks). */
+static mgt_status check_loadable(const mgt_config *cfg, const char *path) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *ms = open_memstream(&buf, &len);
+  if (!ms) MGT_FAIL(MGT_ERR_NOMEM, "out of memory checking %s", path);
+  mgt_config_json(cfg, ms);
+  fclose(ms);
+  mgt_json_parser *jp = NULL;
+  const mgt_json *obj = NULL;
+  mgt_config back;
+  mgt_config_defaults(&back);
+  mgt_status st = mgt_json_parser_create(&jp);
+  if (st == MGT_OK) st = mgt_json_parse(jp, buf, len, &obj);
+  if (st == MGT_OK) st = mgt_config_from_json(&back, obj, path);
+  if (st == MGT_OK) mgt_config_derive(&back), st = mgt_config_check_model(&back, path);
+  mgt_json_parser_destroy(&jp);
+  free(buf);
+  return st;
 }
 
 /* The model configuration of a Hugging Face GPT-2 or BERT config.json; sf is its weights,
@@ -567,13 +595,14 @@ static mgt_status read_hf_config(const char *hf_dir, const mgt_safetensors *sf, 
     goto done;
   }
   mgt_config_defaults(cfg);
-  MGT_TRY(hf_int(conf, path, "n_embd", 0, 1, HF_MAX_SIZE, &cfg->hidden_size));
+  MGT_TRY(hf_int(conf, path, "n_embd", 0, 1, HF_MAX_HIDDEN, &cfg->hidden_size));
   MGT_TRY(hf_int(conf, path, "n_layer", 0, 1, HF_MAX_LAYERS, &cfg->num_layers));
   MGT_TRY(hf_int(conf, path, "n_head", 0, 1, 65536, &cfg->num_attention_heads));
-  MGT_TRY(hf_int(conf, path, "n_positions", 1024, 1, HF_MAX_SIZE, &cfg->max_position_embeddings));
-  MGT_TRY(hf_int(conf, path, "vocab_size", 0, 1, HF_MAX_SIZE, &cfg->vocab_size));
+  MGT_TRY(
+      hf_int(conf, path, "n_positions", 1024, 1, HF_MAX_POSITIONS, &cfg->max_position_embeddings));
+  MGT_TRY(hf_int(conf, path, "vocab_size", 0, 1, HF_MAX_VOCAB, &cfg->vocab_size));
   /* null in most files: 4 * n_embd */
-  MGT_TRY(hf_int(conf, path, "n_inner", 0, 0, HF_MAX_SIZE, &cfg->ffn_hidden_size));
+  MGT_TRY(hf_int(conf, path, "n_inner", 0, 0, HF_MAX_FFN, &cfg->ffn_hidden_size));
   MGT_TRY(hf_num(conf, path, "layer_norm_epsilon", cfg->layernorm_epsilon, 1e-12, 1,
                  &cfg->layernorm_epsilon));
 finish:
@@ -583,6 +612,7 @@ finish:
   cfg->mock_data = 1;
   MGT_TRY(mgt_config_finalize(cfg, 1));
   cfg->mock_data = 0; /* the imported model trains on data; nothing synthetic is implied */
+  MGT_TRY(check_loadable(cfg, path));
 done:
   mgt_json_parser_destroy(&jp);
   free(text);

@@ -270,7 +270,7 @@ done
 rm -rf "$tmp/hfa" && cp -r "$tmp/hf_gpt" "$tmp/hfa" && arch "$tmp/hfa" "c['model_type'] = 2"
 expect_error "config.json: model_type must be a string" "$MGT" ckpt import --format hf --input "$tmp/hfa" --save "$tmp/hfa_imp"
 rm -rf "$tmp/hfa" && cp -r "$tmp/hf_gpt" "$tmp/hfa" && arch "$tmp/hfa" "c['n_embd'] = 1e10"
-expect_error "config.json: n_embd must be an integer in [1, 16777216]" "$MGT" ckpt import --format hf --input "$tmp/hfa" --save "$tmp/hfa_imp"
+expect_error "config.json: n_embd must be an integer in [1, 1048576]" "$MGT" ckpt import --format hf --input "$tmp/hfa" --save "$tmp/hfa_imp"
 # safetensors whose tensors share bytes (the header edited)
 rm -rf "$tmp/hfa" && cp -r "$tmp/hf_gpt" "$tmp/hfa" && $PY - "$tmp/hfa/model.safetensors" <<'PY'
 import json, struct, sys
