@@ -510,9 +510,7 @@ mgt_status mgt_ckpt_save(const char *dir, MPI_Comm world, const mgt_state *s, co
   snprintf(tmp, sizeof tmp, "%s.tmp", final);
   mgt_status st = MGT_OK;
   if (rank == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "--save %s: cannot create: %s", dir,
-                  strerror(errno));
-    st = MGT_ERR_INPUT;
+    st = MGT_ERROR(MGT_ERR_INPUT, "--save %s: cannot create: %s", dir, strerror(errno));
   }
   if (st == MGT_OK && rank == 0) st = mgt_check_space(dir, mgt_ckpt_bytes(s), final);
   MGT_CHECK(mgt_mpi_agree(world, st));
@@ -824,14 +822,12 @@ static mgt_status open_checkpoint(const char *path, hid_t *out) {
   if (H5Aexists(f, "format") <= 0 ||
       mgt_h5_read_str(f, "format", format, sizeof format, path) != MGT_OK ||
       (strcmp(format, FORMAT) != 0 && strcmp(format, FORMAT_1) != 0)) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "checkpoint %s: not a megatron-c checkpoint", path);
-    st = MGT_ERR_INPUT;
+    st = MGT_ERROR(MGT_ERR_INPUT, "checkpoint %s: not a megatron-c checkpoint", path);
   } else if (H5Aexists(f, "complete") <= 0 ||
              mgt_h5_read_i64(f, "complete", &complete, path) != MGT_OK || complete != 1) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+    st =
+        MGT_ERROR(MGT_ERR_INPUT,
                   "checkpoint %s: incomplete (no completion mark: the save was interrupted)", path);
-    st = MGT_ERR_INPUT;
   }
   if (st != MGT_OK) {
     H5Fclose(f);
@@ -919,9 +915,7 @@ static mgt_status read_config_attr(hid_t f, const char *path, mgt_config *cfg) {
   if (mgt_json_parse(jp, buf, strlen(buf), &root) != MGT_OK) {
     char why[256];
     snprintf(why, sizeof why, "%s", mgt_error_message());
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s: configuration: %s", path, why);
-    st = MGT_ERR_INPUT;
-    goto done;
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: configuration: %s", path, why);
   }
   mgt_config_defaults(cfg);
   MGT_TRY(mgt_config_from_json(cfg, root, path));
@@ -951,9 +945,7 @@ static mgt_status read_part(hid_t f, const char *file, const char *name, const p
   hid_t d = -1, fs = -1, ms = -1;
   if (local_n) memset(local, 0, local_n * sizeof(float));
   if (H5Lexists(f, name, H5P_DEFAULT) <= 0) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "checkpoint %s: tensor /%s is missing", file, name);
-    return MGT_ERR_INPUT;
+    MGT_FAIL(MGT_ERR_INPUT, "checkpoint %s: tensor /%s is missing", file, name);
   }
   MGT_H5_TRY(d = H5Dopen2(f, name, H5P_DEFAULT), file);
   MGT_H5_TRY(fs = H5Dget_space(d), file);
@@ -971,11 +963,8 @@ static mgt_status read_part(hid_t f, const char *file, const char *name, const p
     for (int i = 0; i < r->ndim; i++)
       snprintf(want + strlen(want), sizeof want - strlen(want), "%s%llu", i ? ", " : "",
                (unsigned long long)r->full[i]);
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "checkpoint %s: tensor /%s has shape [%s], the model wants [%s]", file, name, got,
-                  want);
-    st = MGT_ERR_INPUT;
-    goto done;
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "checkpoint %s: tensor /%s has shape [%s], the model wants [%s]",
+                  file, name, got, want);
   }
   MGT_TRY(select_part(fs, &ms, pt, 1, file));
   if (r->n && (!pt->ranged || H5Sget_select_npoints(ms) > 0))
@@ -991,12 +980,8 @@ static mgt_status read_checksum(hid_t f, const char *file, const char *name, uin
   mgt_status st = MGT_OK;
   hid_t d = -1, a = -1;
   MGT_H5_TRY(d = H5Dopen2(f, name, H5P_DEFAULT), file);
-  if (H5Aexists(d, "checksum") <= 0) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "checkpoint %s: tensor /%s has no checksum", file, name);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  if (H5Aexists(d, "checksum") <= 0)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "checkpoint %s: tensor /%s has no checksum", file, name);
   MGT_H5_TRY(a = H5Aopen(d, "checksum", H5P_DEFAULT), file);
   MGT_H5_TRY(H5Aread(a, H5T_NATIVE_UINT64, sum), file);
 done:
@@ -1068,10 +1053,9 @@ mgt_status mgt_ckpt_load(const char *path, MPI_Comm world, const mgt_state *s,
                  s->t[i].name);
     }
     if (n_bad) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "checkpoint %s is damaged: %d tensor(s) fail their checksum (%s%s)", path,
-                    n_bad, bad, n_bad > 3 ? ", ..." : "");
-      st = MGT_ERR_INPUT;
+      st = MGT_ERROR(MGT_ERR_INPUT,
+                     "checkpoint %s is damaged: %d tensor(s) fail their checksum (%s%s)", path,
+                     n_bad, bad, n_bad > 3 ? ", ..." : "");
     }
     st = mgt_mpi_agree(world, st);
   }

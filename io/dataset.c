@@ -93,12 +93,9 @@ mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info) {
   int64_t complete = 0;
   hid_t d = -1, t = -1;
   MGT_TRY(mgt_h5_read_str(f, "format", format, sizeof format, p));
-  if (strcmp(format, "megatron-c tokens 1") != 0) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "--data-path %s: format '%s' is not a megatron-c token dataset", p, format);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  if (strcmp(format, "megatron-c tokens 1") != 0)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "--data-path %s: format '%s' is not a megatron-c token dataset", p,
+                  format);
   MGT_TRY(mgt_h5_read_i64(f, "complete", &complete, p));
   MGT_TRY(mgt_h5_read_str(f, "tokenizer", info->tokenizer, sizeof info->tokenizer, p));
   MGT_TRY(mgt_h5_read_str(f, "vocab_hash", info->vocab_hash, sizeof info->vocab_hash, p));
@@ -110,12 +107,9 @@ mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info) {
   info->n_sentences = -1;
   if (H5Aexists(f, "n_sentences") > 0) {
     MGT_TRY(mgt_h5_read_i64(f, "n_sentences", &info->n_sentences, p));
-    if (info->n_sentences < 0) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "--data-path %s: n_sentences is %lld", p, (long long)info->n_sentences);
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
+    if (info->n_sentences < 0)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT, "--data-path %s: n_sentences is %lld", p,
+                    (long long)info->n_sentences);
   }
   MGT_H5_TRY(d = H5Dopen2(f, "tokens", H5P_DEFAULT), p);
   MGT_H5_TRY(t = H5Dget_type(d), p);
@@ -124,12 +118,11 @@ mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info) {
   if (complete != 1 || H5Tget_class(t) != H5T_INTEGER || H5Tget_sign(t) != H5T_SGN_NONE ||
       (info->token_bytes != 2 && info->token_bytes != 4) || info->n_tokens < 0 ||
       info->n_documents < 0 || info->max_token_id >= info->vocab_size) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "--data-path %s: inconsistent attributes (complete %lld, %d-byte tokens, max "
-                  "id %lld, vocabulary %lld)",
-                  p, (long long)complete, info->token_bytes, (long long)info->max_token_id,
-                  (long long)info->vocab_size);
-    st = MGT_ERR_INPUT;
+    st = MGT_ERROR(MGT_ERR_INPUT,
+                   "--data-path %s: inconsistent attributes (complete %lld, %d-byte tokens, max "
+                   "id %lld, vocabulary %lld)",
+                   p, (long long)complete, info->token_bytes, (long long)info->max_token_id,
+                   (long long)info->vocab_size);
   }
 done:
   if (t >= 0) H5Tclose(t);
@@ -186,10 +179,9 @@ static mgt_status read_sentences(hid_t f, dataset *ds) {
   int64_t n = 0;
   mgt_status st = extent_1d(o, p, "sentence_offsets", &n);
   if (st == MGT_OK && n != ns + 1) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "--data-path %s: sentence_offsets holds %lld entries, but n_sentences says %lld",
-                  p, (long long)n, (long long)ns);
-    st = MGT_ERR_INPUT;
+    st = MGT_ERROR(MGT_ERR_INPUT,
+                   "--data-path %s: sentence_offsets holds %lld entries, but n_sentences says %lld",
+                   p, (long long)n, (long long)ns);
   }
   if (st == MGT_OK)
     st = mgt_calloc(sizeof(int64_t) * (size_t)(ns + 1), "sentence offsets", (void **)&ds->sent_off);
@@ -198,9 +190,7 @@ static mgt_status read_sentences(hid_t f, dataset *ds) {
                     (void **)&ds->doc_sent);
   if (st == MGT_OK &&
       H5Dread(o, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ds->sent_off) < 0) {
-    mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__,
-                  "--data-path %s: cannot read sentence_offsets", p);
-    st = MGT_ERR_IO;
+    st = MGT_ERROR(MGT_ERR_IO, "--data-path %s: cannot read sentence_offsets", p);
   }
   H5Dclose(o);
   MGT_CHECK(st);
@@ -277,71 +267,49 @@ static mgt_status dataset_open(const char *prefix, int sentences, dataset *ds) {
   /* sizes from attributes are checked against the datasets before they size a buffer */
   int64_t n_off = 0, n_tok = 0;
   MGT_TRY(extent_1d(o, p, "document_offsets", &n_off));
-  if (n_off != ds->info.n_documents + 1) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+  if (n_off != ds->info.n_documents + 1)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT,
                   "--data-path %s: document_offsets holds %lld entries, but the n_documents "
                   "attribute says %lld documents",
                   p, (long long)n_off, (long long)ds->info.n_documents);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
   MGT_H5_TRY(d = H5Dopen2(f, "tokens", H5P_DEFAULT), p);
   MGT_TRY(extent_1d(d, p, "tokens", &n_tok));
-  if (n_tok != ds->info.n_tokens) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+  if (n_tok != ds->info.n_tokens)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT,
                   "--data-path %s: tokens holds %lld ids, but the n_tokens attribute says %lld", p,
                   (long long)n_tok, (long long)ds->info.n_tokens);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
   H5Dclose(d);
   d = -1;
   MGT_TRY(mgt_calloc(sizeof(int64_t) * (size_t)(ds->info.n_documents + 1), "document offsets",
                      (void **)&ds->doc_off));
   MGT_H5_TRY(H5Dread(o, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ds->doc_off), p);
   for (int64_t i = 0; i < ds->info.n_documents; i++)
-    if (ds->doc_off[i] > ds->doc_off[i + 1]) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "--data-path %s: document offsets decrease at document %lld", p, (long long)i);
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
-  if (ds->doc_off[0] != 0 || ds->doc_off[ds->info.n_documents] != ds->info.n_tokens) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "--data-path %s: document offsets do not cover the %lld tokens", p,
+    if (ds->doc_off[i] > ds->doc_off[i + 1])
+      MGT_GOTO_FAIL(MGT_ERR_INPUT, "--data-path %s: document offsets decrease at document %lld", p,
+                    (long long)i);
+  if (ds->doc_off[0] != 0 || ds->doc_off[ds->info.n_documents] != ds->info.n_tokens)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "--data-path %s: document offsets do not cover the %lld tokens", p,
                   (long long)ds->info.n_tokens);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
   if (sentences) MGT_TRY(read_sentences(f, ds));
   if (ds->info.n_tokens > 0) {
     MGT_H5_TRY(d = H5Dopen2(f, "tokens", H5P_DEFAULT), p);
     MGT_H5_TRY(dcpl = H5Dget_create_plist(d), p);
     haddr_t off = H5Dget_offset(d);
-    if (H5Pget_layout(dcpl) != H5D_CONTIGUOUS || H5Pget_nfilters(dcpl) != 0 || off == HADDR_UNDEF) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+    if (H5Pget_layout(dcpl) != H5D_CONTIGUOUS || H5Pget_nfilters(dcpl) != 0 || off == HADDR_UNDEF)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "--data-path %s: tokens are not one contiguous unfiltered dataset", p);
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
     size_t bytes = (size_t)ds->info.n_tokens * (size_t)ds->info.token_bytes;
     struct stat sb;
     MGT_TRY(mgt_open_file("--data-path", p, &fd));
-    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < off + bytes) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < off + bytes)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "--data-path %s: the file is shorter than its token dataset (truncated?)", p);
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
     size_t page = (size_t)sysconf(_SC_PAGESIZE), start = (size_t)off / page * page;
     ds->map_len = bytes + ((size_t)off - start);
     ds->map = mmap(NULL, ds->map_len, PROT_READ, MAP_SHARED, fd, (off_t)start);
     if (ds->map == MAP_FAILED) {
       ds->map = NULL;
-      mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "--data-path %s: mmap failed: %s", p,
-                    strerror(errno));
-      st = MGT_ERR_IO;
-      goto done;
+      MGT_GOTO_FAIL(MGT_ERR_IO, "--data-path %s: mmap failed: %s", p, strerror(errno));
     }
     ds->tokens = (const unsigned char *)ds->map + ((size_t)off - start);
     const struct stat *files[1] = {&sb};
@@ -696,9 +664,8 @@ static mgt_status cached_block(const char *path, const cache_ops *ops, const dat
     st = map_file(path, mem, len);
     *mapped = st == MGT_OK;
     if (st == MGT_OK && !ops->valid(ops->ctx, *mem, *len)) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "%s: the %s changed while the job started (another job?)", path, ops->what);
-      st = MGT_ERR_INPUT;
+      st = MGT_ERROR(MGT_ERR_INPUT, "%s: the %s changed while the job started (another job?)", path,
+                     ops->what);
     }
   } else {
     st = ops->build(ops->ctx, mem, len);
@@ -934,14 +901,11 @@ static mgt_status parse_data_path(const char *list, data_spec **out) {
     for (int i = 0; i < spec->n; i++) {
       char *end;
       double w = strtod(items[2 * i], &end);
-      if (!(*end == 0 && end != items[2 * i] && w > 0 && isfinite(w))) {
-        mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+      if (!(*end == 0 && end != items[2 * i] && w > 0 && isfinite(w)))
+        MGT_GOTO_FAIL(MGT_ERR_INPUT,
                       "--data-path: value %d, '%.64s', is not a positive weight (pairs of weight "
                       "and prefix)",
                       2 * i + 1, items[2 * i]);
-        st = MGT_ERR_INPUT;
-        goto done;
-      }
       spec->w[i] = w;
       sum += w;
       spec->prefix[i] = items[2 * i + 1];
@@ -953,8 +917,7 @@ static mgt_status parse_data_path(const char *list, data_spec **out) {
   *out = spec;
   return MGT_OK;
 nomem:
-  mgt_error_set(MGT_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory reading --data-path");
-  st = MGT_ERR_NOMEM;
+  st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory reading --data-path");
 done:
   free(items);
   spec_free(spec);
@@ -970,14 +933,11 @@ mgt_status mgt_dataset_vocab_size(const mgt_config *cfg, int *vocab_size) {
     mgt_dataset_info info;
     MGT_TRY(mgt_dataset_info_read(spec->prefix[i], &info));
     if (info.vocab_size > *vocab_size) *vocab_size = (int)info.vocab_size;
-    if (!strcmp(info.format, "megatron") && *vocab_size == 0 && i == spec->n - 1) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+    if (!strcmp(info.format, "megatron") && *vocab_size == 0 && i == spec->n - 1)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "--data-path %s is a Megatron-LM dataset, which does not record its "
                     "vocabulary: give --vocab-file (and --merge-file) or --vocab-size",
                     info.path);
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
   }
 done:
   spec_free(spec);
@@ -1260,23 +1220,17 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
     op->n = d + 1;
     mgt_dataset_info *in = &op->ds[d].info;
     if (!in->vocab_hash[0]) in->vocab_size = cfg->vocab_size; /* Megatron-LM's: the run's ids */
-    if (tok && in->vocab_hash[0] && strcmp(in->vocab_hash, mgt_tok_hash(tok)) != 0) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+    if (tok && in->vocab_hash[0] && strcmp(in->vocab_hash, mgt_tok_hash(tok)) != 0)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "--data-path %s was tokenized with another vocabulary than --vocab-file %s "
                     "(hash %.12s, expected %.12s)",
                     in->path, cfg->vocab_file, in->vocab_hash, mgt_tok_hash(tok));
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
-    if (in->max_token_id >= cfg->vocab_size || in->vocab_size > cfg->vocab_size) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+    if (in->max_token_id >= cfg->vocab_size || in->vocab_size > cfg->vocab_size)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "--data-path %s: vocabulary of %lld ids (largest used %lld) does not fit "
                     "--vocab-size %d",
                     in->path, (long long)in->vocab_size, (long long)in->max_token_id,
                     cfg->vocab_size);
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
   }
   double frac[3];
   MGT_TRY(mgt_split_parse(cfg->split, frac));
@@ -1285,12 +1239,9 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
   const int64_t need_valid = (int64_t)cfg->eval_iters * cfg->global_batch_size;
   const int want_valid = cfg->eval_iters > 0 && frac[1] > 0;
   if (cfg->model == MGT_MODEL_BERT) {
-    if (!tok || mgt_tok_type(tok) < MGT_TOKENIZER_BERT_LOWER) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+    if (!tok || mgt_tok_type(tok) < MGT_TOKENIZER_BERT_LOWER)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "--model bert needs the WordPiece --vocab-file the datasets were made with");
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
     MGT_TRY(make_bert_source(op, spec, 0, frac, need_train, cfg, tok, world, log, train));
     if (want_valid)
       MGT_TRY(make_bert_source(op, spec, 1, frac, need_valid, cfg, tok, world, log, valid));

@@ -79,12 +79,8 @@ static mgt_status read_int(hid_t obj, const char *name, hid_t mem, void *v, cons
   MGT_H5_TRY(a = H5Aopen(obj, name, H5P_DEFAULT), what);
   MGT_H5_TRY(t = H5Aget_type(a), what);
   MGT_H5_TRY(sp = H5Aget_space(a), what);
-  if (H5Tget_class(t) != H5T_INTEGER || H5Sget_simple_extent_npoints(sp) != 1) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "%s: attribute '%s' is not one integer", what, name);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  if (H5Tget_class(t) != H5T_INTEGER || H5Sget_simple_extent_npoints(sp) != 1)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: attribute '%s' is not one integer", what, name);
   MGT_H5_TRY(H5Aread(a, mem, v), what);
 done:
   if (sp >= 0) H5Sclose(sp);
@@ -144,12 +140,8 @@ mgt_status mgt_h5_read_str_dup(hid_t obj, const char *name, char **out, const ch
   MGT_H5_TRY(a = H5Aopen(obj, name, H5P_DEFAULT), what);
   MGT_H5_TRY(t = H5Aget_type(a), what);
   MGT_H5_TRY(sp = H5Aget_space(a), what);
-  if (H5Tget_class(t) != H5T_STRING || H5Sget_simple_extent_npoints(sp) != 1) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s: attribute '%s' is not a string",
-                  what, name);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  if (H5Tget_class(t) != H5T_STRING || H5Sget_simple_extent_npoints(sp) != 1)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: attribute '%s' is not a string", what, name);
   MGT_H5_TRY(mt = H5Tcopy(H5T_C_S1), what);
   MGT_H5_TRY(H5Tset_cset(mt, H5Tget_cset(t)), what);
   if (H5Tis_variable_str(t) > 0) { /* h5py's default for str */

@@ -140,24 +140,19 @@ mgt_status mgt_mmidx_open(const char *prefix, mgt_mmidx *x) {
   if (st == MGT_OK) {
     const uint64_t bytes = (uint64_t)x->seq_off[x->n_seq] * (uint64_t)x->elem;
     if (fstat(fd, &x->bin_st) != 0) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "--data-path %s: %s", x->bin_path,
-                    strerror(errno));
-      st = MGT_ERR_INPUT;
+      st = MGT_ERROR(MGT_ERR_INPUT, "--data-path %s: %s", x->bin_path, strerror(errno));
     } else if ((uint64_t)x->bin_st.st_size != bytes) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "--data-path %s: %lld bytes, but its index %s says %llu (truncated, or not "
-                    "the data of that index)",
-                    x->bin_path, (long long)x->bin_st.st_size, x->idx_path,
-                    (unsigned long long)bytes);
-      st = MGT_ERR_INPUT;
+      st = MGT_ERROR(MGT_ERR_INPUT,
+                     "--data-path %s: %lld bytes, but its index %s says %llu (truncated, or not "
+                     "the data of that index)",
+                     x->bin_path, (long long)x->bin_st.st_size, x->idx_path,
+                     (unsigned long long)bytes);
     } else if (bytes > 0) {
       x->map_len = (size_t)bytes;
       x->map = mmap(NULL, x->map_len, PROT_READ, MAP_SHARED, fd, 0);
       if (x->map == MAP_FAILED) {
         x->map = NULL;
-        mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "--data-path %s: mmap failed: %s",
-                      x->bin_path, strerror(errno));
-        st = MGT_ERR_IO;
+        st = MGT_ERROR(MGT_ERR_IO, "--data-path %s: mmap failed: %s", x->bin_path, strerror(errno));
       }
     }
   }
@@ -214,8 +209,7 @@ static mgt_status write_all_at(MPI_File f, MPI_Comm world, uint64_t off, const v
     int rc = MPI_File_write_at_all(f, (MPI_Offset)(off + at), (const char *)buf + (at < n ? at : 0),
                                    (int)cnt, MPI_BYTE, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS && st == MGT_OK) {
-      mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "%s: write failed (MPI-IO)", what);
-      st = MGT_ERR_IO;
+      st = MGT_ERROR(MGT_ERR_IO, "%s: write failed (MPI-IO)", what);
     }
   }
   return st;
@@ -251,13 +245,13 @@ static mgt_status write_index(const char *path, MPI_Comm world, int dtype, const
   st = mgt_mpi_agree(world, st);
   if (st != MGT_OK) goto done;
   int c[2] = {(int)n_seq, (int)n_docs};
-  MGT_MPI(MPI_Gather(&c[0], 1, MPI_INT, cs, 1, MPI_INT, 0, world));
-  MGT_MPI(MPI_Gather(&c[1], 1, MPI_INT, ds, 1, MPI_INT, 0, world));
+  MGT_MPI_TRY(MPI_Gather(&c[0], 1, MPI_INT, cs, 1, MPI_INT, 0, world));
+  MGT_MPI_TRY(MPI_Gather(&c[1], 1, MPI_INT, ds, 1, MPI_INT, 0, world));
   if (rank == 0)
     for (int q = 1; q < size; q++)
       co[q] = co[q - 1] + cs[q - 1], dof[q] = dof[q - 1] + ds[q - 1];
-  MGT_MPI(MPI_Gatherv(seq_len, c[0], MPI_INT64_T, all_len, cs, co, MPI_INT64_T, 0, world));
-  MGT_MPI(MPI_Gatherv(doc_seqs, c[1], MPI_INT64_T, all_docs, ds, dof, MPI_INT64_T, 0, world));
+  MGT_MPI_TRY(MPI_Gatherv(seq_len, c[0], MPI_INT64_T, all_len, cs, co, MPI_INT64_T, 0, world));
+  MGT_MPI_TRY(MPI_Gatherv(doc_seqs, c[1], MPI_INT64_T, all_docs, ds, dof, MPI_INT64_T, 0, world));
   if (rank == 0) {
     const int elem = elem_of(dtype);
     const size_t n = (size_t)tot[0], m = (size_t)tot[1] + 1, len = HEADER + 12 * n + 8 * m;
@@ -283,15 +277,11 @@ static mgt_status write_index(const char *path, MPI_Comm world, int dtype, const
       for (size_t d = 0; d + 1 < m; d++)
         put64(docs + 8 * (d + 1), s += (uint64_t)all_docs[d]);
       if (fwrite(buf, 1, len, f) != len || fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "%s: write failed: %s", path,
-                      strerror(errno));
-        st = MGT_ERR_IO;
+        st = MGT_ERROR(MGT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
       }
     }
     if (f && fclose(f) != 0 && st == MGT_OK) {
-      mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "%s: close failed: %s", path,
-                    strerror(errno));
-      st = MGT_ERR_IO;
+      st = MGT_ERROR(MGT_ERR_IO, "%s: close failed: %s", path, strerror(errno));
     }
   }
 done:
@@ -333,8 +323,7 @@ mgt_status mgt_mmidx_write(const char *prefix, MPI_Comm world, int64_t vocab_siz
     MGT_MPI(MPI_Barrier(world));
     int rc = MPI_File_open(world, tbin, MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &f);
     if (rc != MPI_SUCCESS) {
-      mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "%s: cannot create (MPI-IO)", tbin);
-      st = MGT_ERR_IO;
+      st = MGT_ERROR(MGT_ERR_IO, "%s: cannot create (MPI-IO)", tbin);
       f = MPI_FILE_NULL;
     }
     st = mgt_mpi_agree(world, st);

@@ -330,11 +330,8 @@ static mgt_status read_jsonl(const mgt_preprocess_opts *o, mgt_tokenizer *tok, m
         snprintf(why, sizeof why, "no \"%s\" key (--json-keys)", o->json_keys);
       else
         snprintf(why, sizeof why, "\"%s\" is not a string", o->json_keys);
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "%s:%llu: %s (use --skip-bad-lines to skip such lines)", in->path,
-                    (unsigned long long)line_of(in->path, start), why);
-      st = MGT_ERR_INPUT;
-      goto done;
+      MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s:%llu: %s (use --skip-bad-lines to skip such lines)",
+                    in->path, (unsigned long long)line_of(in->path, start), why);
     }
     report(pr, sh);
   }
@@ -586,10 +583,8 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
     snprintf(dir, sizeof dir, "%s", final);
     char *d = dirname(dir);
     if (access(d, W_OK) != 0) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "--output-prefix %s: directory %s is not writable: %s", o->output_prefix, d,
-                    strerror(errno));
-      st = MGT_ERR_INPUT;
+      st = MGT_ERROR(MGT_ERR_INPUT, "--output-prefix %s: directory %s is not writable: %s",
+                     o->output_prefix, d, strerror(errno));
     }
   }
   if (st == MGT_OK && rank == 0) { /* this run's own temporary names: an interrupted one's */

@@ -69,12 +69,7 @@ mgt_status mgt_safetensors_write(const char *path, const mgt_st_tensor *t, int n
     MGT_TRY(write_all(fd, t[i].data, 4 * numel(t[i].ndim, t[i].shape), tmp));
   int rc = close(fd);
   fd = -1;
-  if (rc != 0) {
-    mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "cannot write %s: %s", tmp,
-                  strerror(errno));
-    st = MGT_ERR_IO;
-    goto done;
-  }
+  if (rc != 0) MGT_GOTO_FAIL(MGT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
   MGT_TRY(mgt_publish_file(tmp, path));
 done:
   if (fd >= 0) close(fd);
@@ -162,38 +157,21 @@ mgt_status mgt_safetensors_open(const char *path, mgt_safetensors **out) {
   int fd = -1;
   if (mgt_open_file("--input", path, &fd) != MGT_OK || fstat(fd, &sb) != 0 || sb.st_size < 8) {
     if (fd >= 0) close(fd);
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "%s: not a readable safetensors file", path);
-    st = MGT_ERR_INPUT;
-    goto done;
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: not a readable safetensors file", path);
   }
   f->len = (size_t)sb.st_size;
   f->map = mmap(NULL, f->len, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
-  if (f->map == MAP_FAILED) {
-    mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "%s: mmap failed: %s", path,
-                  strerror(errno));
-    st = MGT_ERR_IO;
-    goto done;
-  }
+  if (f->map == MAP_FAILED) MGT_GOTO_FAIL(MGT_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
   const unsigned char *base = f->map;
   uint64_t hlen = 0;
   for (int i = 0; i < 8; i++)
     hlen |= (uint64_t)base[i] << (8 * i);
-  if (hlen > f->len - 8) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s: header longer than the file",
-                  path);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  if (hlen > f->len - 8) MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: header longer than the file", path);
   MGT_TRY(mgt_json_parser_create(&f->parser));
   MGT_TRY(mgt_json_parse(f->parser, (const char *)base + 8, (size_t)hlen, &f->header));
-  if (f->header->type != MGT_JSON_OBJECT) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s: the header is not an object",
-                  path);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  if (f->header->type != MGT_JSON_OBJECT)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: the header is not an object", path);
   f->data = base + 8 + hlen;
   f->data_len = f->len - 8 - (size_t)hlen;
   MGT_TRY(check_header(f));

@@ -124,9 +124,7 @@ static mgt_status add_text(mgt_task_set *s, mgt_tokenizer *tok, const char *text
       cap2 *= 2;
     int32_t *p = realloc(s->pool, sizeof *p * cap2);
     if (!p) {
-      mgt_error_set(MGT_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory reading %s",
-                    s->path);
-      st = MGT_ERR_NOMEM;
+      st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory reading %s", s->path);
     } else {
       s->pool = p, s->pool_cap = cap2;
     }
@@ -451,16 +449,12 @@ mgt_status mgt_task_set_read(int task, const char *path, mgt_tokenizer *tok, int
   s->pad = mgt_tok_special(tok, "[PAD]");
   mgt_status st = MGT_OK;
   if (s->cls < 0 || s->sep < 0 || s->pad < 0) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "--vocab-file: no [CLS], [SEP] or [PAD] in the vocabulary");
-    st = MGT_ERR_INPUT;
+    st = MGT_ERROR(MGT_ERR_INPUT, "--vocab-file: no [CLS], [SEP] or [PAD] in the vocabulary");
   }
   if (st == MGT_OK)
     st = task == MGT_TASK_RACE ? read_race(s, tok, skip_bad) : read_glue(s, tok, skip_bad);
   if (st == MGT_OK && s->n == 0) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s: no %s examples", path,
-                  mgt_task_names[task]);
-    st = MGT_ERR_INPUT;
+    st = MGT_ERROR(MGT_ERR_INPUT, "%s: no %s examples", path, mgt_task_names[task]);
   }
   if (st != MGT_OK) {
     mgt_task_set_destroy(&s);
@@ -603,10 +597,8 @@ mgt_status mgt_task_train_source(mgt_task_set *const *sets, int n, int task, uin
   ts->per_epoch = per_epoch;
   mgt_status st = MGT_OK;
   if (per_epoch < 1 || per_epoch > ts->total) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "%lld examples per epoch of %lld is not possible", (long long)per_epoch,
-                  (long long)ts->total);
-    st = MGT_ERR_INPUT;
+    st = MGT_ERROR(MGT_ERR_INPUT, "%lld examples per epoch of %lld is not possible",
+                   (long long)per_epoch, (long long)ts->total);
   }
   if (st == MGT_OK)
     st = mgt_calloc(sizeof(int64_t) * (size_t)ts->total, "epoch order", (void **)&ts->perm);

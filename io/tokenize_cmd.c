@@ -114,12 +114,7 @@ mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out) {
   MGT_TRY(mgt_json_parser_create(&jp));
   if (o->input[0]) { /* a stream, read once: a FIFO (`--input <(zcat x.gz)`) is meant to wait */
     in = fopen(o->input, "rb");
-    if (!in) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "--input %s: cannot open: %s",
-                    o->input, strerror(errno));
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
+    if (!in) MGT_GOTO_FAIL(MGT_ERR_INPUT, "--input %s: cannot open: %s", o->input, strerror(errno));
   }
   ssize_t n;
   while ((n = getline(&line, &cap, in)) > 0) {
@@ -139,17 +134,12 @@ mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out) {
     if (mgt_json_parse(jp, line, len, &root) != MGT_OK) {
       char why[512];
       snprintf(why, sizeof why, "%s", mgt_error_message());
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s:%zu: %s", name, line_no, why);
-      st = MGT_ERR_INPUT;
-      goto done;
+      MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s:%zu: %s", name, line_no, why);
     }
     v = mgt_json_get(root, o->json_keys);
-    if (!v || v->type != MGT_JSON_STRING) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "%s:%zu: no string \"%s\" key (--json-keys)", name, line_no, o->json_keys);
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
+    if (!v || v->type != MGT_JSON_STRING)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s:%zu: no string \"%s\" key (--json-keys)", name, line_no,
+                    o->json_keys);
     ids.n = 0;
     MGT_TRY(mgt_tok_encode(tok, v->str, v->len, &ids));
     for (size_t i = 0; i < ids.n; i++)
@@ -157,8 +147,7 @@ mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out) {
     fputc('\n', out);
   }
   if (ferror(in)) {
-    mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "%s: read error", name);
-    st = MGT_ERR_IO;
+    st = MGT_ERROR(MGT_ERR_IO, "%s: read error", name);
   }
 done:
   if (in && in != stdin) fclose(in);

@@ -620,14 +620,11 @@ static mgt_status load_merges(mgt_tokenizer *t, const char *path, char *text, si
       memcpy(ab + la, b, (size_t)lb);
       im = vocab_find(t, &ix, ab, (size_t)(la + lb));
     }
-    if (im < 0) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+    if (im < 0)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "--merge-file %s: line %zu is not a merge of two vocabulary tokens into a "
                     "third",
                     path, line_no + 1);
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
     uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
     size_t h = mgt_fmix64(key) & t->mmask;
     while (t->mkey[h] != NO_MERGE && t->mkey[h] != key)
@@ -642,18 +639,13 @@ static mgt_status load_merges(mgt_tokenizer *t, const char *path, char *text, si
   for (int bt = 0; bt < 256; bt++) {
     unsigned char c = (unsigned char)bt;
     t->byte_id[bt] = vocab_find(t, &ix, &c, 1);
-    if (t->byte_id[bt] < 0) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+    if (t->byte_id[bt] < 0)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "--vocab-file: byte 0x%02x has no token, so some text cannot be encoded", bt);
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
   }
   t->eod = vocab_find(t, &ix, (const unsigned char *)"<|endoftext|>", 13);
   if (t->eod < 0) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "--vocab-file: no <|endoftext|> token to end documents with");
-    st = MGT_ERR_INPUT;
+    st = MGT_ERROR(MGT_ERR_INPUT, "--vocab-file: no <|endoftext|> token to end documents with");
   }
 done:
   mgt_free(ix.slot);

@@ -250,11 +250,8 @@ mgt_status mgt_wp_load(const char *vocab_file, int lower, mgt_wordpiece **out) {
   while (slots < 2 * lines)
     slots *= 2;
   wp->slot = malloc(slots * sizeof *wp->slot);
-  if (!wp->tok || !wp->tok_len || !wp->slot) {
-    mgt_error_set(MGT_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory for %s", vocab_file);
-    st = MGT_ERR_NOMEM;
-    goto done;
-  }
+  if (!wp->tok || !wp->tok_len || !wp->slot)
+    MGT_GOTO_FAIL(MGT_ERR_NOMEM, "out of memory for %s", vocab_file);
   memset(wp->slot, 0xFF, slots * sizeof *wp->slot);
   wp->mask = slots - 1;
   char *p = wp->text, *end = wp->text + len;
@@ -286,20 +283,14 @@ mgt_status mgt_wp_load(const char *vocab_file, int lower, mgt_wordpiece **out) {
     p = nl ? nl + 1 : end;
   }
   wp->n_vocab = n;
-  if (!(wp->cls = malloc(0x10000))) {
-    mgt_error_set(MGT_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory for %s", vocab_file);
-    st = MGT_ERR_NOMEM;
-    goto done;
-  }
+  if (!(wp->cls = malloc(0x10000)))
+    MGT_GOTO_FAIL(MGT_ERR_NOMEM, "out of memory for %s", vocab_file);
   for (uint32_t c = 0; c < 0x10000; c++)
     wp->cls[c] = (uint8_t)class_slow(c);
   wp->unk = lookup(wp, (const unsigned char *)"[UNK]", 5);
-  if (wp->unk < 0) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "--vocab-file %s: no [UNK] token: not a WordPiece vocabulary", vocab_file);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  if (wp->unk < 0)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "--vocab-file %s: no [UNK] token: not a WordPiece vocabulary",
+                  vocab_file);
   *out = wp;
   return MGT_OK;
 done:

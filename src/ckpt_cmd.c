@@ -79,9 +79,7 @@ int mgt_cli_ckpt(int argc, char **argv, MPI_Comm world) {
   }
   mgt_status st = MGT_OK;
   if (bad_sub) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "unknown ckpt command '%s' (info, verify, export, import)", sub);
-    st = MGT_ERR_INPUT;
+    st = MGT_ERROR(MGT_ERR_INPUT, "unknown ckpt command '%s' (info, verify, export, import)", sub);
   } else {
     st = mgt_flags_parse(ckpt_flags, sizeof ckpt_flags / sizeof ckpt_flags[0], &o, argc, argv,
                          first, "ckpt", &help);
@@ -89,17 +87,13 @@ int mgt_cli_ckpt(int argc, char **argv, MPI_Comm world) {
   if (st == MGT_OK && !help) {
     if (!strcmp(sub, "import")) {
       if (!o.input[0] || !o.save[0]) {
-        mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                      "mgt ckpt import needs --input HF_DIR and --save DIR");
-        st = MGT_ERR_INPUT;
+        st = MGT_ERROR(MGT_ERR_INPUT, "mgt ckpt import needs --input HF_DIR and --save DIR");
       }
     } else if (!o.load[0]) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "mgt ckpt %s needs a checkpoint%s",
-                    sub, !strcmp(sub, "export") ? " (--load)" : " (DIR or FILE)");
-      st = MGT_ERR_INPUT;
+      st = MGT_ERROR(MGT_ERR_INPUT, "mgt ckpt %s needs a checkpoint%s", sub,
+                     !strcmp(sub, "export") ? " (--load)" : " (DIR or FILE)");
     } else if (!strcmp(sub, "export") && !o.output[0]) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "mgt ckpt export needs --output");
-      st = MGT_ERR_INPUT;
+      st = MGT_ERROR(MGT_ERR_INPUT, "mgt ckpt export needs --output");
     }
   }
   if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);

@@ -171,7 +171,7 @@ mgt_status mgt_lambada_example(mgt_tokenizer *tok, const char *text, size_t len,
   *ids = NULL;
   if (!strict) {
     MGT_TRY(mgt_tok_encode(tok, text, len, &all));
-    MGT_REQUIRE(all.n >= 2, "a LAMBADA text of fewer than two tokens");
+    MGT_GOTO_REQUIRE(all.n >= 2, "a LAMBADA text of fewer than two tokens");
     *n = (int)all.n;
     *n_target = 1;
     *ids = all.ids;
@@ -185,7 +185,7 @@ mgt_status mgt_lambada_example(mgt_tokenizer *tok, const char *text, size_t len,
   while (b > 0 &&
          !(text[b - 1] == ' ' || text[b - 1] == '\t' || text[b - 1] == '\n' || text[b - 1] == '\r'))
     b--;
-  MGT_REQUIRE(e > b, "a LAMBADA text without words");
+  MGT_GOTO_REQUIRE(e > b, "a LAMBADA text without words");
   /* rfind of the word in the text is its last occurrence, which starts at b */
   size_t ce = b;
   while (ce > 0 && (text[ce - 1] == ' ' || text[ce - 1] == '\t' || text[ce - 1] == '\n' ||
@@ -196,7 +196,7 @@ mgt_status mgt_lambada_example(mgt_tokenizer *tok, const char *text, size_t len,
     cb++;
   MGT_TRY(mgt_tok_encode(tok, text + cb, ce - cb, &all));
   char *word = malloc(e - b + 2);
-  if (!word) MGT_FAIL(MGT_ERR_NOMEM, "out of memory");
+  if (!word) MGT_GOTO_FAIL(MGT_ERR_NOMEM, "out of memory");
   word[0] = ' ';
   memcpy(word + 1, text + b, e - b);
   st = mgt_tok_encode(tok, word, e - b + 1, &tgt);
@@ -289,9 +289,7 @@ static mgt_status load_lambada(const mgt_eval_opts *o, mgt_tokenizer *tok, examp
       st = mgt_json_parse(jp, p, ll, &root);
       if (st == MGT_OK) t = mgt_json_get(root, "text");
       if (st == MGT_OK && (!t || t->type != MGT_JSON_STRING)) {
-        mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s:%zu: no string \"text\"",
-                      o->valid_data, line);
-        st = MGT_ERR_INPUT;
+        st = MGT_ERROR(MGT_ERR_INPUT, "%s:%zu: no string \"text\"", o->valid_data, line);
       } else if (st != MGT_OK) {
         char why[512];
         snprintf(why, sizeof why, "%s", mgt_error_message());
@@ -302,8 +300,7 @@ static mgt_status load_lambada(const mgt_eval_opts *o, mgt_tokenizer *tok, examp
         cap = cap ? 2 * cap : 1024;
         example *q = realloc(ex, cap * sizeof *ex);
         if (!q) {
-          mgt_error_set(MGT_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory");
-          st = MGT_ERR_NOMEM;
+          st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory");
         } else {
           ex = q;
         }
@@ -320,8 +317,7 @@ static mgt_status load_lambada(const mgt_eval_opts *o, mgt_tokenizer *tok, examp
   mgt_json_parser_destroy(&jp);
   free(text);
   if (st == MGT_OK && n_ex == 0) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s: no examples", o->valid_data);
-    st = MGT_ERR_INPUT;
+    st = MGT_ERROR(MGT_ERR_INPUT, "%s: no examples", o->valid_data);
   }
   if (st != MGT_OK) {
     free_examples(ex, n_ex);
@@ -488,8 +484,7 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
     }
   }
   if (st == MGT_OK && o->task != TASK_LAMBADA && n < 2) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "fewer than two tokens to score");
-    st = MGT_ERR_INPUT;
+    st = MGT_ERROR(MGT_ERR_INPUT, "fewer than two tokens to score");
   }
   MGT_TRY(mgt_mpi_agree(world, st));
   MGT_TRY(mgt_session_open_model(&ses, world));
@@ -503,7 +498,7 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
     MGT_TRY(score_lambada(&c, ex, n_ex, sums));
   else
     MGT_TRY(score_stream(&c, ids, n, stride, sums));
-  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, grid->dp_comm));
+  MGT_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, grid->dp_comm));
   if (rank == 0) {
     fprintf(out,
             "checkpoint %s (iteration %lld), %d ranks = tensor-parallel %d x data-parallel %d\n",

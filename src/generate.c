@@ -217,10 +217,9 @@ mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *ou
   const int positions = cfg->max_position_embeddings;
   const int max_len = (int)prompt.n + o->max_new_tokens;
   if (st == MGT_OK && (prompt.n > (size_t)positions || max_len > positions)) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "a prompt of %zu tokens and --max-new-tokens %d exceed the model's %d positions",
-                  prompt.n, o->max_new_tokens, positions);
-    st = MGT_ERR_INPUT;
+    st = MGT_ERROR(MGT_ERR_INPUT,
+                   "a prompt of %zu tokens and --max-new-tokens %d exceed the model's %d positions",
+                   prompt.n, o->max_new_tokens, positions);
   }
   MGT_TRY(mgt_mpi_agree(world, st));
   MGT_TRY(mgt_session_open_model(&ses, world));
@@ -249,7 +248,7 @@ mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *ou
       double u = (double)(((uint64_t)w[0] << 21) ^ (w[1] >> 11)) / 9007199254740992.0;
       next = mgt_sample_token(logits, eligible, o->greedy, o->temperature, o->top_k, o->top_p, u);
     }
-    MGT_MPI(MPI_Bcast(&next, 1, MPI_INT32_T, 0, world));
+    MGT_MPI_TRY(MPI_Bcast(&next, 1, MPI_INT32_T, 0, world));
     if (next == eod) {
       at_eod = 1;
       break;

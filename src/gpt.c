@@ -647,12 +647,8 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   m->tp.grid = grid;
   mgt_gpt_dims_from_config(cfg, grid->tp, grid->tp_rank, &m->d);
   const mgt_gpt_dims *d = &m->d;
-  if (cfg->use_flash_attn && !be->flash_attention_forward) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "--use-flash-attn: this backend has no flash attention");
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  if (cfg->use_flash_attn && !be->flash_attention_forward)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "--use-flash-attn: this backend has no flash attention");
 
   build_params(cfg, d, NULL, &m->n_params, &m->n_floats, NULL);
   MGT_TRY(
@@ -683,14 +679,11 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
     layout_activations(m, d, &m->rp);
   }
   if (d->act16) {
-    if (!be->set_act16 || be->act16_bytes != d->act16) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+    if (!be->set_act16 || be->act16_bytes != d->act16)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "--bf16/--fp16: backend %s keeps 16-bit activations in %d bytes, --device %s "
                     "in %d: create the model on the backend of its --device",
                     be->name, be->act16_bytes, mgt_device_names[cfg->device], d->act16);
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
     MGT_TRY(be->set_act16(be->ctx, m->act16, m->act16_bytes));
   }
   MGT_TRY(mgt_calloc(sizeof(int32_t) * 2 * (size_t)d->B * d->T, "token staging",

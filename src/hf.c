@@ -234,12 +234,7 @@ static mgt_status whole_model(const mgt_config *cfg, mgt_state *out) {
     mgt_state_tensor t;
     mgt_state_whole(&desc.t[i], &t);
     t.data = malloc(sizeof(float) * (size_t)mgt_state_numel(&t));
-    if (!t.data) {
-      mgt_error_set(MGT_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory for tensor %s",
-                    t.name);
-      st = MGT_ERR_NOMEM;
-      goto done;
-    }
+    if (!t.data) MGT_GOTO_FAIL(MGT_ERR_NOMEM, "out of memory for tensor %s", t.name);
     st = mgt_state_add(out, &t);
     if (st != MGT_OK) {
       free(t.data);
@@ -350,12 +345,8 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, FILE *log) 
   char path[MGT_PATH_MAX + 64];
   MGT_TRY(whole_model(&cfg, &w));
   MGT_TRY(mgt_ckpt_load(ckpt_path, MPI_COMM_SELF, &w, &state));
-  if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "--output %s: cannot create: %s",
-                  out_dir, strerror(errno));
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "--output %s: cannot create: %s", out_dir, strerror(errno));
   MGT_TRY(make_plan(&cfg, &w, &plan));
   MGT_TRY(mgt_calloc(sizeof *out * (size_t)plan.n, "export list", (void **)&out));
   MGT_TRY(mgt_calloc(sizeof *zeros * (size_t)plan.n, "export buffers", (void **)&zeros));
@@ -375,9 +366,7 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, FILE *log) 
     if (pc->transpose) { /* swap the buffer for its transpose: one extra tensor at most */
       float *tr = malloc(sizeof(float) * (size_t)mgt_state_numel(t));
       if (!tr) {
-        mgt_error_set(MGT_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory exporting %s",
-                      t->name);
-        st = MGT_ERR_NOMEM;
+        st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory exporting %s", t->name);
         break;
       }
       transpose(t->data, pc->shape[1], pc->shape[0], tr);
@@ -392,11 +381,7 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, FILE *log) 
   }
   MGT_TRY(st);
   json = hf_config_json(&cfg, state.iteration);
-  if (!json) {
-    mgt_error_set(MGT_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory");
-    st = MGT_ERR_NOMEM;
-    goto done;
-  }
+  if (!json) MGT_GOTO_FAIL(MGT_ERR_NOMEM, "out of memory");
   snprintf(path, sizeof path, "%s/config.json", out_dir);
   MGT_TRY(write_text(path, json));
   if (log) fprintf(log, "exported %s to %s (model.safetensors, config.json)\n", ckpt_path, out_dir);
@@ -563,36 +548,22 @@ static mgt_status read_hf_config(const char *hf_dir, const mgt_safetensors *sf, 
   MGT_TRY(mgt_read_file("--input", path, &text, &n));
   MGT_TRY(mgt_json_parser_create(&jp));
   MGT_TRY(mgt_json_parse(jp, text, n, &conf));
-  if (conf->type != MGT_JSON_OBJECT) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s: not a JSON object", path);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  if (conf->type != MGT_JSON_OBJECT) MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: not a JSON object", path);
   const mgt_json *type = mgt_json_get(conf, "model_type");
-  if (type && type->type != MGT_JSON_STRING) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "%s: model_type must be a string: gpt2, megatron-bert or bert", path);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  if (type && type->type != MGT_JSON_STRING)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: model_type must be a string: gpt2, megatron-bert or bert",
+                  path);
   const char *mt = type ? type->str : "gpt2";
   if (!strcmp(mt, "megatron-bert") || !strcmp(mt, "bert")) {
     MGT_TRY(read_bert_config(conf, path, !strcmp(mt, "bert"), sf, cfg));
     goto finish;
   }
-  if (strcmp(mt, "gpt2") != 0) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "%s: model_type %s is not gpt2, megatron-bert or bert", path, mt);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  if (strcmp(mt, "gpt2") != 0)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: model_type %s is not gpt2, megatron-bert or bert", path, mt);
   const mgt_json *act = mgt_json_get(conf, "activation_function");
   if (act && act->type == MGT_JSON_STRING && strcmp(act->str, "gelu_new") != 0 &&
       strcmp(act->str, "gelu_pytorch_tanh") != 0) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "%s: activation %s is not GPT-2's tanh GeLU", path, act->str);
-    st = MGT_ERR_INPUT;
-    goto done;
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: activation %s is not GPT-2's tanh GeLU", path, act->str);
   }
   mgt_config_defaults(cfg);
   MGT_TRY(hf_int(conf, path, "n_embd", 0, 1, HF_MAX_HIDDEN, &cfg->hidden_size));
@@ -644,36 +615,25 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
     }
     free(tmp);
     tmp = malloc(sizeof(float) * (size_t)pc->n);
-    if (!tmp) {
-      mgt_error_set(MGT_ERR_NOMEM, __FILE__, __LINE__, __func__, "out of memory reading %s",
-                    pc->name);
-      st = MGT_ERR_NOMEM;
-      goto done;
-    }
+    if (!tmp) MGT_GOTO_FAIL(MGT_ERR_NOMEM, "out of memory reading %s", pc->name);
     MGT_TRY(mgt_safetensors_read(sf, pc->name, pc->ndim, pc->shape, tmp));
     if (pc->ours < 0) { /* a tensor the model has no place for must be zero to mean nothing */
       for (int64_t k = 0; k < pc->n; k++)
-        if (tmp[k] != 0.0f) {
-          mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+        if (tmp[k] != 0.0f)
+          MGT_GOTO_FAIL(MGT_ERR_INPUT,
                         "%s: tensor %s is not zero, but a BERT without the binary head has no "
                         "token types",
                         path, pc->name);
-          st = MGT_ERR_INPUT;
-          goto done;
-        }
       continue;
     }
     transpose(tmp, pc->shape[0], pc->shape[1], w.t[pc->ours].data); /* HF (in, out) to ours */
     covered[pc->ours] += pc->n;
   }
   for (int i = 0; i < w.n; i++)
-    if (covered[i] != mgt_state_numel(&w.t[i])) {
-      mgt_error_set(MGT_ERR_INTERNAL, __FILE__, __LINE__, __func__,
+    if (covered[i] != mgt_state_numel(&w.t[i]))
+      MGT_GOTO_FAIL(MGT_ERR_INTERNAL,
                     "the Hugging Face names cover %lld of the %lld elements of %s",
                     (long long)covered[i], (long long)mgt_state_numel(&w.t[i]), w.t[i].name);
-      st = MGT_ERR_INTERNAL;
-      goto done;
-    }
   mgt_ckpt_state state;
   memset(&state, 0, sizeof state);
   state.seed = cfg.seed;

@@ -69,12 +69,9 @@ mgt_status mgt_plot_parse(mgt_plot_opts *o, int argc, char **argv, int first, in
       if (f && f->kind != MGT_FLAG_BOOL && !strchr(a, '=') && i + 1 < argc) rest[n++] = argv[++i];
       continue;
     }
-    if (o->n_files == MGT_PLOT_MAX_FILES) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "more than %d metrics files (plot fewer at a time)", MGT_PLOT_MAX_FILES);
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
+    if (o->n_files == MGT_PLOT_MAX_FILES)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT, "more than %d metrics files (plot fewer at a time)",
+                    MGT_PLOT_MAX_FILES);
     o->files[o->n_files++] = a;
   }
   MGT_TRY(mgt_flags_parse(flags, N_FLAGS, o, n, rest, 0, "plot", help));
@@ -287,10 +284,7 @@ static mgt_status read_run(const char *path, const mgt_plot_opts *o, run *r) {
       char why[512];
       snprintf(why, sizeof why, "%s", mgt_error_message());
       mgt_error_clear();
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s:%zu: not a JSON line: %s",
-                    path, line, why);
-      st = MGT_ERR_INPUT;
-      goto done;
+      MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s:%zu: not a JSON line: %s", path, line, why);
     }
     MGT_TRY(add_line(r, root, o, path, line));
   }
@@ -300,22 +294,16 @@ static mgt_status read_run(const char *path, const mgt_plot_opts *o, run *r) {
     settle(&r->valid[i]);
     points += r->valid[i].n;
   }
-  if (points == 0) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+  if (points == 0)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT,
                   "%s: none of its %zu lines has \"%s\" or a validation %s to plot (a "
                   "--metrics-file of mgt train?)",
                   path, line, metric_names[o->metric], metric_names[o->metric]);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
-  if (o->x == 1 && r->clock.n == 0) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+  if (o->x == 1 && r->clock.n == 0)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT,
                   "%s: --x tokens: none of its %zu lines gives the tokens seen (consumed_samples "
                   "with tokens_per_sec and ms_per_iteration; or give --seq-length)",
                   path, line);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
   place(&r->loss, &r->clock, o->x == 1), place(&r->lr, &r->clock, o->x == 1);
   for (int i = 0; i < r->n_sets; i++)
     place(&r->valid[i], &r->clock, o->x == 1);
@@ -797,20 +785,12 @@ mgt_status mgt_plot_run(const mgt_plot_opts *o, FILE *out) {
   if (!runs) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the metrics");
   struct stat so;
   const int exists = stat(o->output, &so) == 0;
-  if (exists && S_ISDIR(so.st_mode)) {
-    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "--output %s: is a directory",
-                  o->output);
-    st = MGT_ERR_INPUT;
-    goto done;
-  }
+  if (exists && S_ISDIR(so.st_mode))
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "--output %s: is a directory", o->output);
   for (int i = 0; i < o->n_files; i++) {
     struct stat si;
-    if (exists && stat(o->files[i], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "--output %s: is the metrics file %s", o->output, o->files[i]);
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
+    if (exists && stat(o->files[i], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT, "--output %s: is the metrics file %s", o->output, o->files[i]);
     MGT_TRY(read_run(o->files[i], o, &runs[i]));
   }
   make_labels(o, runs);
@@ -826,12 +806,9 @@ mgt_status mgt_plot_run(const mgt_plot_opts *o, FILE *out) {
     for (int k = 0; k < runs[i].n_sets && !positive; k++)
       for (size_t j = 0; j < runs[i].valid[k].n && !positive; j++)
         positive = runs[i].valid[k].p[j].y > 0;
-    if (!positive) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "--log-scale: %s has no positive %s", o->files[i], metric_names[o->metric]);
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
+    if (!positive)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT, "--log-scale: %s has no positive %s", o->files[i],
+                    metric_names[o->metric]);
   }
   MGT_TRY(mgt_create_file("--output", tmp, 0, &f));
   write_svg(f, o, runs, o->n_files);
@@ -839,9 +816,7 @@ mgt_status mgt_plot_run(const mgt_plot_opts *o, FILE *out) {
   const int closed = fclose(f) == 0;
   f = NULL;
   if (bad || !closed) {
-    mgt_error_set(MGT_ERR_IO, __FILE__, __LINE__, __func__, "--output %s: write failed: %s",
-                  o->output, strerror(errno));
-    st = MGT_ERR_IO;
+    st = MGT_ERROR(MGT_ERR_IO, "--output %s: write failed: %s", o->output, strerror(errno));
     remove(tmp);
     goto done;
   }

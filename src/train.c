@@ -79,13 +79,10 @@ static mgt_status load_pretrained(mgt_trainer *tr) {
     mgt_config want = pcfg; /* the pretraining heads may differ; the trunk may not */
     want.bert_no_binary_head = cfg->bert_no_binary_head;
     if (pcfg.model != MGT_MODEL_BERT || pcfg.task) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "--pretrained-checkpoint %s is not a pretrained BERT", path);
-      st = MGT_ERR_INPUT;
+      st = MGT_ERROR(MGT_ERR_INPUT, "--pretrained-checkpoint %s is not a pretrained BERT", path);
     } else if (mgt_config_model_diff(cfg, &want, diff, sizeof diff)) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "--pretrained-checkpoint %s is of another model: %s", path, diff);
-      st = MGT_ERR_INPUT;
+      st = MGT_ERROR(MGT_ERR_INPUT, "--pretrained-checkpoint %s is of another model: %s", path,
+                     diff);
     }
   }
   MGT_CHECK(mgt_mpi_agree(g->world, st));
@@ -161,15 +158,12 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
     st = mgt_ckpt_resolve(cfg->load, cfg->ckpt_iteration, path, sizeof path);
     if (st == MGT_OK) st = mgt_ckpt_read_config(path, &ccfg, &saved);
     if (st == MGT_OK && mgt_config_model_diff(cfg, &ccfg, diff, sizeof diff)) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "checkpoint %s is of another model: %s", path, diff);
-      st = MGT_ERR_INPUT;
+      st = MGT_ERROR(MGT_ERR_INPUT, "checkpoint %s is of another model: %s", path, diff);
     }
     if (st == MGT_OK && with_optim && !saved.has_optimizer) {
-      mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                    "checkpoint %s holds no optimizer state (use --no-load-optim or --finetune)",
-                    path);
-      st = MGT_ERR_INPUT;
+      st = MGT_ERROR(MGT_ERR_INPUT,
+                     "checkpoint %s holds no optimizer state (use --no-load-optim or --finetune)",
+                     path);
     }
     MGT_TRY(mgt_mpi_agree(grid->world, st));
     if (!cfg->no_load_rng && !cfg->finetune) tr->cfg.seed = saved.seed;
@@ -190,10 +184,10 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
   if (cfg->async_save) { /* the writer thread and the training both call MPI */
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
-    MGT_REQUIRE(level == MPI_THREAD_MULTIPLE,
-                "--async-save: the MPI library runs without MPI_THREAD_MULTIPLE, which a "
-                "background writer needs");
-    MGT_REQUIRE(cfg->save[0], "--async-save needs --save");
+    MGT_GOTO_REQUIRE(level == MPI_THREAD_MULTIPLE,
+                     "--async-save: the MPI library runs without MPI_THREAD_MULTIPLE, which a "
+                     "background writer needs");
+    MGT_GOTO_REQUIRE(cfg->save[0], "--async-save needs --save");
   }
   if (cfg->save[0]) { /* a bad --save is found now, not at the first save hours later */
     st = trainer_state(tr, !cfg->no_save_optim, &list);
@@ -349,11 +343,10 @@ static mgt_status async_start(mgt_trainer *tr, const char *dir, const mgt_state 
   a->status = MGT_OK;
   int rc = pthread_create(&a->thread, NULL, async_main, a);
   /* a thread that cannot start on one rank would leave the others waiting in its collectives */
-  st = mgt_mpi_agree(tr->grid->world,
-                     rc == 0 ? MGT_OK
-                             : (mgt_error_set(MGT_ERR_INTERNAL, __FILE__, __LINE__, __func__,
-                                              "cannot start the save thread: %s", strerror(rc)),
-                                MGT_ERR_INTERNAL));
+  st = mgt_mpi_agree(
+      tr->grid->world,
+      rc == 0 ? MGT_OK
+              : MGT_ERROR(MGT_ERR_INTERNAL, "cannot start the save thread: %s", strerror(rc)));
   if (rc == 0) a->running = 1;
   if (st != MGT_OK) return st;
   if (tr->log) {
@@ -908,7 +901,7 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
       int want[2] = {stop && *stop ? (int)*stop : 0,
                      c->exit_duration_in_mins > 0 &&
                          mgt_now() - started >= 60.0 * c->exit_duration_in_mins};
-      MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, want, 2, MPI_INT, MPI_MAX, tr->grid->world));
+      MGT_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, want, 2, MPI_INT, MPI_MAX, tr->grid->world));
       if (want[0] || want[1]) {
         *end = want[0] ? MGT_RUN_SIGNALED : MGT_RUN_DURATION;
         if (root)

@@ -63,6 +63,26 @@ void mgt_error_set_rank(int rank);
     }                                                                                              \
   } while (0)
 
+/* Records an error where it is found and evaluates to `code`, for code that collects a status
+   before agreeing on it: st = MGT_ERROR(MGT_ERR_INPUT, "...", ...). */
+#define MGT_ERROR(code, ...)                                                                       \
+  (mgt_error_set((code), __FILE__, __LINE__, __func__, __VA_ARGS__), (code))
+
+/* Like MGT_FAIL, in a function with a `done:` label: records the error, stores `code` in `st`
+   and jumps there, so that what the function holds is released. */
+#define MGT_GOTO_FAIL(code, ...)                                                                   \
+  do {                                                                                             \
+    st = (code);                                                                                   \
+    mgt_error_set(st, __FILE__, __LINE__, __func__, __VA_ARGS__);                                  \
+    goto done;                                                                                     \
+  } while (0)
+
+/* MGT_REQUIRE in a function with a `done:` label. */
+#define MGT_GOTO_REQUIRE(cond, ...)                                                                \
+  do {                                                                                             \
+    if (!(cond)) MGT_GOTO_FAIL(MGT_ERR_INPUT, __VA_ARGS__);                                        \
+  } while (0)
+
 /* Fails with status `code` and a user-facing message. */
 #define MGT_FAIL(code, ...)                                                                        \
   do {                                                                                             \

@@ -37,6 +37,8 @@ int mgt_local_rank(MPI_Comm world);
 MGT_NODISCARD mgt_status mgt_mpi_status(int rc, const char *file, int line, const char *func,
                                         const char *call);
 #define MGT_MPI(call) MGT_CHECK(mgt_mpi_status((call), __FILE__, __LINE__, __func__, #call))
+/* MGT_MPI in a function with a `done:` label: the status to `st`, then there. */
+#define MGT_MPI_TRY(call) MGT_TRY(mgt_mpi_status((call), __FILE__, __LINE__, __func__, #call))
 
 #ifdef __cplusplus
 }
