@@ -275,7 +275,7 @@ int main(int argc, char **argv) {
   mgt_backend *be = NULL;
   if (mgt_grid_create(MPI_COMM_WORLD, tp, &grid) != MGT_OK ||
       mgt_backend_cpu_create(&be) != MGT_OK ||
-      (bf16 && be->set_precision(be->ctx, MGT_PREC_BF16) != MGT_OK)) {
+      (bf16 && mgt_be_set_precision(be, MGT_PREC_BF16) != MGT_OK)) {
     mgt_error_print(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

@@ -297,7 +297,7 @@ static mgt_status slab_to_host(const mgt_state_tensor *t, float *staging, const 
     *out = t->data;
     return MGT_OK;
   }
-  MGT_CHECK(t->mem->download(t->mem->ctx, staging, t->data, mgt_state_local_numel(t) * 4));
+  MGT_CHECK(mgt_be_download(t->mem, staging, t->data, mgt_state_local_numel(t) * 4));
   *out = staging;
   return MGT_OK;
 }
@@ -1006,7 +1006,7 @@ static mgt_status read_slabs(hid_t f, const char *path, const mgt_state *s, int 
     float *local = t->mem ? staging : t->data;
     MGT_CHECK(read_part(f, path, t->name, &pt, local, n));
     MGT_CHECK(read_checksum(f, path, t->name, &want[i]));
-    if (t->mem) MGT_CHECK(t->mem->upload(t->mem->ctx, t->data, local, n * sizeof(float)));
+    if (t->mem) MGT_CHECK(mgt_be_upload(t->mem, t->data, local, n * sizeof(float)));
     if (t->replica >= 0) {
       sums[2 * ((size_t)i * R + t->replica)] += part_sum(&pt, local);
       sums[2 * ((size_t)i * R + t->replica) + 1]++;

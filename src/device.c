@@ -51,7 +51,7 @@ mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend, mgt_prec
 #endif
   }
   if (precision != MGT_PREC_FP32) {
-    st = d->be->set_precision(d->be->ctx, precision);
+    st = mgt_be_set_precision(d->be, precision);
     if (st != MGT_OK) mgt_device_close(d);
   }
   return st;

@@ -534,10 +534,10 @@ static mgt_status init_params(mgt_gpt *m) {
     const mgt_param *p = &m->params[i];
     float *dst = m->w + p->offset;
     if (p->init_std > 0.0f)
-      MGT_CHECK(be->init_normal(be->ctx, dst, &p->shard, m->cfg.seed, mgt_rng_init_stream(p->id),
-                                p->init_std));
+      MGT_CHECK(mgt_be_init_normal(be, dst, &p->shard, m->cfg.seed, mgt_rng_init_stream(p->id),
+                                   p->init_std));
     else
-      MGT_CHECK(be->fill(be->ctx, dst, p->numel, p->init_value));
+      MGT_CHECK(mgt_be_fill(be, dst, p->numel, p->init_value));
   }
   return MGT_OK;
 }
@@ -616,8 +616,7 @@ static mgt_status plan_shards(mgt_gpt *m) {
     }
   }
   const size_t n = m->shard[r + 1] - m->shard[r];
-  return m->be->alloc(m->be->ctx, sizeof(float) * (n ? n : 1), "gradient shard",
-                      (void **)&m->gshard);
+  return mgt_be_alloc(m->be, sizeof(float) * (n ? n : 1), "gradient shard", (void **)&m->gshard);
 }
 
 /* Sequence parallelism: every rank's block of rows, of C floats each. */
@@ -647,7 +646,7 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   m->tp.grid = grid;
   mgt_gpt_dims_from_config(cfg, grid->tp, grid->tp_rank, &m->d);
   const mgt_gpt_dims *d = &m->d;
-  if (cfg->use_flash_attn && !be->flash_attention_forward)
+  if (cfg->use_flash_attn && !mgt_be_has(be, MGT_BE_FLASH_ATTENTION_FORWARD))
     MGT_GOTO_FAIL(MGT_ERR_INPUT, "--use-flash-attn: this backend has no flash attention");
 
   build_params(cfg, d, NULL, &m->n_params, &m->n_floats, NULL);
@@ -664,8 +663,8 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
     m->segs[i].count_in_norm = replica_of(p, grid->tp_rank, 0) != MGT_REPLICA_DUPLICATE;
   }
   size_t bytes = m->n_floats * sizeof(float);
-  MGT_TRY(be->alloc(be->ctx, bytes, "parameters", (void **)&m->w));
-  MGT_TRY(be->alloc(be->ctx, bytes, "gradients", (void **)&m->g));
+  MGT_TRY(mgt_be_alloc(be, bytes, "parameters", (void **)&m->w));
+  MGT_TRY(mgt_be_alloc(be, bytes, "gradients", (void **)&m->g));
 
   MGT_TRY(mgt_calloc(sizeof(float *) * (size_t)(d->L + 1), "residual views", (void **)&m->res));
   m->rp = recompute_plan(cfg, d->L);
@@ -675,16 +674,17 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
     mgt_gpt probe;
     memset(&probe, 0, sizeof probe);
     size_t floats = layout_activations(&probe, d, &m->rp);
-    MGT_TRY(be->alloc(be->ctx, floats * sizeof(float), "activations", &m->arena));
+    MGT_TRY(mgt_be_alloc(be, floats * sizeof(float), "activations", &m->arena));
     layout_activations(m, d, &m->rp);
   }
   if (d->act16) {
-    if (!be->set_act16 || be->act16_bytes != d->act16)
+    if (!mgt_be_has(be, MGT_BE_SET_ACT16) || mgt_be_act16_bytes(be) != d->act16)
       MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "--bf16/--fp16: backend %s keeps 16-bit activations in %d bytes, --device %s "
                     "in %d: create the model on the backend of its --device",
-                    be->name, be->act16_bytes, mgt_device_names[cfg->device], d->act16);
-    MGT_TRY(be->set_act16(be->ctx, m->act16, m->act16_bytes));
+                    mgt_be_name(be), mgt_be_act16_bytes(be), mgt_device_names[cfg->device],
+                    d->act16);
+    MGT_TRY(mgt_be_set_act16(be, m->act16, m->act16_bytes));
   }
   MGT_TRY(mgt_calloc(sizeof(int32_t) * 2 * (size_t)d->B * d->T, "token staging",
                      (void **)&m->host_tokens));
@@ -694,14 +694,14 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
     MGT_TRY(mgt_calloc(sizeof(int32_t) * 4 * (size_t)d->B, "sample staging", (void **)&m->host_b));
     for (int b = 0; b < d->B; b++) /* [CLS] is position 0 of every sample */
       m->host_b[b] = b * d->T;
-    MGT_TRY(be->upload(be->ctx, m->cls_rows, m->host_b, sizeof(int32_t) * (size_t)d->B));
+    MGT_TRY(mgt_be_upload(be, m->cls_rows, m->host_b, sizeof(int32_t) * (size_t)d->B));
   }
   if (d->sp) MGT_TRY(plan_rows(m));
   MGT_TRY(plan_buckets(m));
   if (cfg->use_distributed_optimizer) MGT_TRY(plan_shards(m));
-  if ((cfg->bf16 || cfg->fp16) && !cfg->no_weight_copies && be->set_weights) {
+  if ((cfg->bf16 || cfg->fp16) && !cfg->no_weight_copies && mgt_be_has(be, MGT_BE_SET_WEIGHTS)) {
     MGT_TRY(mgt_calloc((size_t)m->n_buckets, "weight copy flags", (void **)&m->stale));
-    MGT_TRY(be->set_weights(be->ctx, m->w, m->n_floats));
+    MGT_TRY(mgt_be_set_weights(be, m->w, m->n_floats));
   }
   MGT_TRY(init_params(m));
   mgt_gpt_weights_changed(m);
@@ -720,14 +720,15 @@ void mgt_gpt_destroy(mgt_gpt **model) {
   (void)params_ready(m, -1);                     /* no all-gather left writing into freed memory */
   for (int p = m->n_done; p < m->n_started; p++) /* nor a gradient reduction (a failed step) */
     (void)m->comm->wait(m->comm->ctx, &m->reqs[p]);
-  if (m->be && m->be->sync) (void)m->be->sync(m->be->ctx);
-  if (m->stale) (void)m->be->set_weights(m->be->ctx, m->w, 0);
-  if (m->act16_bytes && m->be->set_act16) (void)m->be->set_act16(m->be->ctx, m->act16, 0);
+  if (m->be) (void)!mgt_be_sync(m->be);
+  if (m->stale) (void)!mgt_be_set_weights(m->be, m->w, 0);
+  if (m->act16_bytes && mgt_be_has(m->be, MGT_BE_SET_ACT16))
+    (void)!mgt_be_set_act16(m->be, m->act16, 0);
   if (m->be) {
-    if (m->gshard && m->gshard != m->g) m->be->free(m->be->ctx, m->gshard);
-    if (m->w) m->be->free(m->be->ctx, m->w);
-    if (m->g) m->be->free(m->be->ctx, m->g);
-    if (m->arena) m->be->free(m->be->ctx, m->arena);
+    if (m->gshard && m->gshard != m->g) mgt_be_free(m->be, m->gshard);
+    if (m->w) mgt_be_free(m->be, m->w);
+    if (m->g) mgt_be_free(m->be, m->g);
+    if (m->arena) mgt_be_free(m->be, m->arena);
   }
   mgt_free(m->params);
   mgt_free(m->segs);
@@ -801,7 +802,6 @@ static mgt_status row_out(mgt_gpt *m, float **y, const float *x, const float *W,
 static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, layer_acts *a,
                                 const step_ctx *s) {
   const mgt_backend *be = m->be;
-  void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl, Nl = d->Nl;
   const size_t row = (size_t)d->T * C;
@@ -817,28 +817,30 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
   /* attention: QKV column-parallel by heads, heads local, output row-parallel; the
      LayerNorm, dropout and residual on this rank's rows (all of them without sequence
      parallelism) */
-  MGT_CHECK(be->layernorm_forward(bc, a->ln1, a->ln1_mean, a->ln1_rstd, x, w[P_LN1_W], w[P_LN1_B],
-                                  Nl, C, eps));
+  MGT_CHECK(mgt_be_layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, w[P_LN1_W],
+                                     w[P_LN1_B], Nl, C, eps));
   MGT_CHECK(full_rows(m, a->ln1, &in));
   MGT_CHECK(mgt_tp_column_forward(&m->tp, a->qkv, in, w[P_QKV_W], w[P_QKV_B], N, C, 3 * Cl));
   if (m->rp.flash)
-    MGT_CHECK(be->flash_attention_forward(bc, a->atty, a->lse, a->qkv, d->B, d->T, d->Hl, d->hd,
-                                          d->tp_rank * d->Hl, m->keylen, &ds.attn));
+    MGT_CHECK(mgt_be_flash_attention_forward(be, a->atty, a->lse, a->qkv, d->B, d->T, d->Hl, d->hd,
+                                             d->tp_rank * d->Hl, m->keylen, &ds.attn));
   else
-    MGT_CHECK(be->attention_forward(bc, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
-                                    d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn, m->att_scratch));
+    MGT_CHECK(mgt_be_attention_forward(be, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
+                                       d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
+                                       m->att_scratch));
   /* the projection's bias, dropout, residual and the MLP's LayerNorm in one pass */
   MGT_CHECK(row_out(m, &tmp, a->atty, w[P_PROJ_W], Cl));
-  MGT_CHECK(be->bias_dropout_add_ln(bc, a->res_mid, tmp, w[P_PROJ_B], res1, Nl, C, row, &ds.proj,
-                                    a->ln2, a->ln2_mean, a->ln2_rstd, w[P_LN2_W], w[P_LN2_B], eps));
+  MGT_CHECK(mgt_be_bias_dropout_add_ln(be, a->res_mid, tmp, w[P_PROJ_B], res1, Nl, C, row, &ds.proj,
+                                       a->ln2, a->ln2_mean, a->ln2_rstd, w[P_LN2_W], w[P_LN2_B],
+                                       eps));
 
   /* MLP: first linear column-parallel with GeLU local, second row-parallel */
   MGT_CHECK(full_rows(m, a->ln2, &in));
   MGT_CHECK(
       mgt_tp_column_forward_gelu(&m->tp, a->fch, a->fch_gelu, in, w[P_FC_W], w[P_FC_B], N, C, Fl));
   MGT_CHECK(row_out(m, &tmp, a->fch_gelu, w[P_FCP_W], Fl));
-  MGT_CHECK(be->bias_dropout_add_ln(bc, y, tmp, w[P_FCP_B], d->post_ln ? a->ln2 : a->res_mid, Nl, C,
-                                    row, &ds.mlp, NULL, NULL, NULL, NULL, NULL, 0.0f));
+  MGT_CHECK(mgt_be_bias_dropout_add_ln(be, y, tmp, w[P_FCP_B], d->post_ln ? a->ln2 : a->res_mid, Nl,
+                                       C, row, &ds.mlp, NULL, NULL, NULL, NULL, NULL, 0.0f));
   return MGT_OK;
 }
 
@@ -859,8 +861,8 @@ static mgt_status load_tokens(mgt_gpt *m, const int32_t *tokens) {
       in[b * d->T + t] = x;
       tg[b * d->T + t] = y;
     }
-  MGT_CHECK(m->be->upload(m->be->ctx, m->inputs, in, sizeof(int32_t) * (size_t)N));
-  MGT_CHECK(m->be->upload(m->be->ctx, m->targets, tg, sizeof(int32_t) * (size_t)N));
+  MGT_CHECK(mgt_be_upload(m->be, m->inputs, in, sizeof(int32_t) * (size_t)N));
+  MGT_CHECK(mgt_be_upload(m->be, m->targets, tg, sizeof(int32_t) * (size_t)N));
   return MGT_OK;
 }
 
@@ -898,7 +900,7 @@ static mgt_status weights_ready(mgt_gpt *m, int b) {
     bucket_params(m, k, &first, &last);
     const size_t lo = m->params[first].offset,
                  hi = m->params[last - 1].offset + m->params[last - 1].numel;
-    MGT_CHECK(m->be->refresh_weights(m->be->ctx, lo, hi - lo));
+    MGT_CHECK(mgt_be_refresh_weights(m->be, lo, hi - lo));
     m->stale[k] = 0;
   }
   return MGT_OK;
@@ -906,7 +908,6 @@ static mgt_status weights_ready(mgt_gpt *m, int b) {
 
 static mgt_status trunk_forward(mgt_gpt *m, const step_ctx *s) {
   const mgt_backend *be = m->be;
-  void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, Nl = d->Nl;
   const float *wte = m->w + m->params[m->ix.wte].offset, *wpe = m->w + m->params[m->ix.wpe].offset;
@@ -917,17 +918,17 @@ static mgt_status trunk_forward(mgt_gpt *m, const step_ctx *s) {
         mgt_tp_embedding_forward_sp(&m->tp, m->res[0], m->lnf, m->inputs, wte, N, C, d->v0, d->Vl));
   else
     MGT_CHECK(mgt_tp_embedding_forward(&m->tp, m->res[0], m->inputs, wte, N, C, d->v0, d->Vl));
-  MGT_CHECK(be->add_position(bc, m->res[0], wpe, Nl, d->r0 % d->T, d->T, C));
+  MGT_CHECK(mgt_be_add_position(be, m->res[0], wpe, Nl, d->r0 % d->T, d->T, C));
   if (m->ix.tte >= 0) { /* two rows, replicated: a local lookup added in */
     const float *tte = m->w + m->params[m->ix.tte].offset;
-    MGT_CHECK(be->embedding_forward(bc, m->dtmp, m->types + d->r0, tte, Nl, C, 0, 2));
-    MGT_CHECK(be->add(bc, m->res[0], m->dtmp, (size_t)Nl * C));
+    MGT_CHECK(mgt_be_embedding_forward(be, m->dtmp, m->types + d->r0, tte, Nl, C, 0, 2));
+    MGT_CHECK(mgt_be_add(be, m->res[0], m->dtmp, (size_t)Nl * C));
   }
   mgt_dropout de = dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, 0xFFFF,
                                 MGT_DROPOUT_EMBED);
   de.first = (uint64_t)d->r0 * C;
-  MGT_CHECK(
-      be->dropout_forward(bc, m->res[0], m->res[0], NULL, (size_t)Nl * C, (size_t)d->T * C, &de));
+  MGT_CHECK(mgt_be_dropout_forward(be, m->res[0], m->res[0], NULL, (size_t)Nl * C, (size_t)d->T * C,
+                                   &de));
 
   for (int l = 0; l < d->L; l++) {
     MGT_CHECK(weights_ready(m, d->L - l));
@@ -936,9 +937,9 @@ static mgt_status trunk_forward(mgt_gpt *m, const step_ctx *s) {
   MGT_CHECK(weights_ready(m, 0));
   const mgt_param *lnf = &m->params[m->ix.lnf];
   /* the heads see every row: under sequence parallelism they are gathered into m->lnf */
-  MGT_CHECK(be->layernorm_forward(bc, d->sp ? m->sp_loc : m->lnf, m->lnf_mean, m->lnf_rstd,
-                                  m->res[d->L], m->w + lnf[0].offset, m->w + lnf[1].offset, Nl, C,
-                                  (float)m->cfg.layernorm_epsilon));
+  MGT_CHECK(mgt_be_layernorm_forward(be, d->sp ? m->sp_loc : m->lnf, m->lnf_mean, m->lnf_rstd,
+                                     m->res[d->L], m->w + lnf[0].offset, m->w + lnf[1].offset, Nl,
+                                     C, (float)m->cfg.layernorm_epsilon));
   if (d->sp) MGT_CHECK(mgt_tp_sp_gather(&m->tp, m->lnf, m->sp_loc));
   return MGT_OK;
 }
@@ -970,7 +971,7 @@ static mgt_status output_layer(mgt_gpt *m, const head_job *job, double *loss_sum
     double part = 0;
     MGT_CHECK(mgt_tp_column_forward(&m->tp, m->logits, x, wte, NULL, n, C, Vl));
     if (job->pred)
-      MGT_CHECK(m->be->argmax(m->be->ctx, m->logits, n, Vl, d->nv, job->val + r0, job->pred + r0));
+      MGT_CHECK(mgt_be_argmax(m->be, m->logits, n, Vl, d->nv, job->val + r0, job->pred + r0));
     MGT_CHECK(mgt_tp_xent_forward(&m->tp, &xc, m->logits, m->targets + r0, n, Vl, d->nv, d->v0,
                                   job->backward, &part));
     *loss_sum += part;
@@ -1004,7 +1005,7 @@ mgt_status mgt_gpt_forward_losses(mgt_gpt *m, const int32_t *tokens, float *loss
   double sum = 0.0;
   MGT_CHECK(forward(m, &s, &loss_only, &sum));
   MGT_CHECK(
-      m->be->download(m->be->ctx, losses, m->xent.losses, sizeof(float) * (size_t)m->d.B * m->d.T));
+      mgt_be_download(m->be, losses, m->xent.losses, sizeof(float) * (size_t)m->d.B * m->d.T));
   return MGT_OK;
 }
 
@@ -1012,7 +1013,7 @@ mgt_status mgt_gpt_forward_losses(mgt_gpt *m, const int32_t *tokens, float *loss
 static mgt_status gather_row(mgt_gpt *m, const float *row_local, float *host_shard, float *all,
                              float *logits) {
   const mgt_gpt_dims *d = &m->d;
-  MGT_CHECK(m->be->download(m->be->ctx, host_shard, row_local, sizeof(float) * (size_t)d->Vl));
+  MGT_CHECK(mgt_be_download(m->be, host_shard, row_local, sizeof(float) * (size_t)d->Vl));
   MGT_CHECK(m->comm->allgather(m->comm->ctx, m->grid, MGT_AXIS_TP, host_shard, all, (size_t)d->Vl));
   memcpy(logits, all, sizeof(float) * (size_t)d->V); /* shards in rank order; padding last */
   return MGT_OK;
@@ -1029,8 +1030,7 @@ mgt_status mgt_gpt_forward_predict(mgt_gpt *m, const int32_t *tokens, float *los
   if (!val) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for %d predictions", N);
   const head_job job = {0, 0, 0, val, pred}; /* the argmax of each chunk before its loss */
   mgt_status st = forward(m, &s, &job, &sum);
-  if (st == MGT_OK)
-    st = m->be->download(m->be->ctx, losses, m->xent.losses, sizeof(float) * (size_t)N);
+  if (st == MGT_OK) st = mgt_be_download(m->be, losses, m->xent.losses, sizeof(float) * (size_t)N);
   for (int n = 0; st == MGT_OK && n < N; n++)
     if (pred[n] >= 0) pred[n] += d->v0;
   if (st == MGT_OK)
@@ -1095,7 +1095,7 @@ mgt_status mgt_gpt_decoder_create(mgt_gpt *m, int max_len, mgt_gpt_decoder **out
       dec->vc[l] = take(&a, (size_t)max_len * d->Cl);
     }
     if (pass == 0)
-      MGT_TRY(m->be->alloc(m->be->ctx, a.used * sizeof(float), "key/value cache", &dec->mem));
+      MGT_TRY(mgt_be_alloc(m->be, a.used * sizeof(float), "key/value cache", &dec->mem));
   }
   MGT_TRY(mgt_calloc(sizeof(float) * (size_t)d->Vl, "logit staging", (void **)&dec->host_shard));
   MGT_TRY(mgt_calloc(sizeof(float) * (size_t)d->Vp, "logit staging", (void **)&dec->host_all));
@@ -1109,7 +1109,7 @@ done:
 void mgt_gpt_decoder_destroy(mgt_gpt_decoder **pd) {
   mgt_gpt_decoder *dec = *pd;
   if (!dec) return;
-  if (dec->mem) dec->m->be->free(dec->m->be->ctx, dec->mem);
+  if (dec->mem) mgt_be_free(dec->m->be, dec->mem);
   mgt_free(dec->kc);
   mgt_free(dec->vc);
   mgt_free(dec->host_shard);
@@ -1123,7 +1123,6 @@ mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *l
   MGT_CHECK(weights_ready(m, -1));
   const mgt_gpt_dims *d = &m->d;
   const mgt_backend *be = m->be;
-  void *bc = be->ctx;
   const int C = d->C, Cl = d->Cl, Fl = d->Fl;
   const float eps = (float)m->cfg.layernorm_epsilon;
   MGT_REQUIRE(pos >= 0 && pos < dec->max_len, "position %d beyond the decoder's %d", pos,
@@ -1131,35 +1130,35 @@ mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *l
   MGT_REQUIRE(token >= 0 && token < d->V, "token id %d outside the vocabulary [0, %d)", token,
               d->V);
   const float *wte = m->w + m->params[m->ix.wte].offset, *wpe = m->w + m->params[m->ix.wpe].offset;
-  MGT_CHECK(be->upload(bc, dec->tok, &token, sizeof token));
+  MGT_CHECK(mgt_be_upload(be, dec->tok, &token, sizeof token));
   MGT_CHECK(mgt_tp_embedding_forward(&m->tp, dec->x, dec->tok, wte, 1, C, d->v0, d->Vl));
-  MGT_CHECK(be->add_bias(bc, dec->x, wpe + (size_t)pos * C, 1, C));
+  MGT_CHECK(mgt_be_add_bias(be, dec->x, wpe + (size_t)pos * C, 1, C));
   for (int l = 0; l < d->L; l++) {
     float *w[P_PER_LAYER];
     layer_views(m, m->w, l, w);
-    MGT_CHECK(be->layernorm_forward(bc, dec->ln, dec->mean, dec->rstd, dec->x, w[P_LN1_W],
-                                    w[P_LN1_B], 1, C, eps));
+    MGT_CHECK(mgt_be_layernorm_forward(be, dec->ln, dec->mean, dec->rstd, dec->x, w[P_LN1_W],
+                                       w[P_LN1_B], 1, C, eps));
     MGT_CHECK(
         mgt_tp_column_forward(&m->tp, dec->qkv, dec->ln, w[P_QKV_W], w[P_QKV_B], 1, C, 3 * Cl));
     MGT_CHECK(
-        be->copy(bc, dec->kc[l] + (size_t)pos * Cl, dec->qkv + Cl, sizeof(float) * (size_t)Cl));
-    MGT_CHECK(
-        be->copy(bc, dec->vc[l] + (size_t)pos * Cl, dec->qkv + 2 * Cl, sizeof(float) * (size_t)Cl));
-    MGT_CHECK(be->attention_decode(bc, dec->att, dec->qkv, dec->kc[l], dec->vc[l], pos + 1, d->Hl,
-                                   d->hd));
+        mgt_be_copy(be, dec->kc[l] + (size_t)pos * Cl, dec->qkv + Cl, sizeof(float) * (size_t)Cl));
+    MGT_CHECK(mgt_be_copy(be, dec->vc[l] + (size_t)pos * Cl, dec->qkv + 2 * Cl,
+                          sizeof(float) * (size_t)Cl));
+    MGT_CHECK(mgt_be_attention_decode(be, dec->att, dec->qkv, dec->kc[l], dec->vc[l], pos + 1,
+                                      d->Hl, d->hd));
     MGT_CHECK(mgt_tp_row_forward(&m->tp, dec->tmp, dec->att, w[P_PROJ_W], w[P_PROJ_B], 1, Cl, C));
-    MGT_CHECK(be->add(bc, dec->x, dec->tmp, (size_t)C));
-    MGT_CHECK(be->layernorm_forward(bc, dec->ln, dec->mean, dec->rstd, dec->x, w[P_LN2_W],
-                                    w[P_LN2_B], 1, C, eps));
+    MGT_CHECK(mgt_be_add(be, dec->x, dec->tmp, (size_t)C));
+    MGT_CHECK(mgt_be_layernorm_forward(be, dec->ln, dec->mean, dec->rstd, dec->x, w[P_LN2_W],
+                                       w[P_LN2_B], 1, C, eps));
     MGT_CHECK(mgt_tp_column_forward_gelu(&m->tp, dec->fch, dec->fch_gelu, dec->ln, w[P_FC_W],
                                          w[P_FC_B], 1, C, Fl));
     MGT_CHECK(
         mgt_tp_row_forward(&m->tp, dec->tmp, dec->fch_gelu, w[P_FCP_W], w[P_FCP_B], 1, Fl, C));
-    MGT_CHECK(be->add(bc, dec->x, dec->tmp, (size_t)C));
+    MGT_CHECK(mgt_be_add(be, dec->x, dec->tmp, (size_t)C));
   }
   const mgt_param *lnf = &m->params[m->ix.lnf];
-  MGT_CHECK(be->layernorm_forward(bc, dec->ln, dec->mean, dec->rstd, dec->x, m->w + lnf[0].offset,
-                                  m->w + lnf[1].offset, 1, C, eps));
+  MGT_CHECK(mgt_be_layernorm_forward(be, dec->ln, dec->mean, dec->rstd, dec->x,
+                                     m->w + lnf[0].offset, m->w + lnf[1].offset, 1, C, eps));
   MGT_CHECK(mgt_tp_column_forward(&m->tp, dec->logits, dec->ln, wte, NULL, 1, C, d->Vl));
   MGT_CHECK(gather_row(m, dec->logits, dec->host_shard, dec->host_all, logits));
   return MGT_OK;
@@ -1172,8 +1171,8 @@ mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *l
 static mgt_status post_ln_residual(mgt_gpt *m, float *dln, float *dres) {
   if (!m->d.post_ln) return MGT_OK;
   const size_t n = (size_t)m->d.Nl * m->d.C;
-  MGT_CHECK(m->be->add(m->be->ctx, dln, dres, n));
-  return m->be->zero(m->be->ctx, dres, n * sizeof(float));
+  MGT_CHECK(mgt_be_add(m->be, dln, dres, n));
+  return mgt_be_zero(m->be, dres, n * sizeof(float));
 }
 
 /* A LayerNorm's backward on this rank's rows. Under sequence parallelism its weight and bias
@@ -1186,16 +1185,16 @@ static mgt_status ln_backward(mgt_gpt *m, float *dx, float *dw, float *db, const
   const mgt_gpt_dims *d = &m->d;
   const int C = d->C;
   if (!d->sp)
-    return be->layernorm_backward(be->ctx, dx, dw, db, dout, x, w, mean, rstd, d->Nl, C, acc);
+    return mgt_be_layernorm_backward(be, dx, dw, db, dout, x, w, mean, rstd, d->Nl, C, acc);
   MGT_CHECK(
-      be->layernorm_backward(be->ctx, dx, m->lng, m->lng + C, dout, x, w, mean, rstd, d->Nl, C, 0));
+      mgt_be_layernorm_backward(be, dx, m->lng, m->lng + C, dout, x, w, mean, rstd, d->Nl, C, 0));
   MGT_CHECK(m->comm->allreduce(m->comm->ctx, m->grid, MGT_AXIS_TP, m->lng, 2 * (size_t)C, MGT_SUM));
   if (!acc) {
-    MGT_CHECK(be->copy(be->ctx, dw, m->lng, sizeof(float) * (size_t)C));
-    return be->copy(be->ctx, db, m->lng + C, sizeof(float) * (size_t)C);
+    MGT_CHECK(mgt_be_copy(be, dw, m->lng, sizeof(float) * (size_t)C));
+    return mgt_be_copy(be, db, m->lng + C, sizeof(float) * (size_t)C);
   }
-  MGT_CHECK(be->add(be->ctx, dw, m->lng, (size_t)C));
-  return be->add(be->ctx, db, m->lng + C, (size_t)C);
+  MGT_CHECK(mgt_be_add(be, dw, m->lng, (size_t)C));
+  return mgt_be_add(be, db, m->lng + C, (size_t)C);
 }
 
 /* The gradient of a row-parallel layer's output for every row: dy itself, or under sequence
@@ -1225,7 +1224,6 @@ static mgt_status column_back(mgt_gpt *m, float **dx, float *dW, float *db, cons
 
 static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) {
   const mgt_backend *be = m->be;
-  void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl;
   const size_t nl = (size_t)d->Nl * C, row = (size_t)d->T * C;
@@ -1244,7 +1242,7 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
 
   /* MLP: y = res_mid + dropout(row(gelu(column(ln2(res_mid))))); the row-parallel bias
      gradient comes from every row, as without sequence parallelism */
-  MGT_CHECK(be->dropout_backward(bc, dloc, dres, nl, row, &ds.mlp));
+  MGT_CHECK(mgt_be_dropout_backward(be, dloc, dres, nl, row, &ds.mlp));
   MGT_CHECK(full_grad(m, dloc, &dy));
   /* the GeLU's gradient and the first layer's bias gradient fused into the dx GEMM */
   MGT_CHECK(mgt_tp_row_backward_gelu(&m->tp, m->dfch, g[P_FCP_W], g[P_FCP_B], g[P_FC_B], dy,
@@ -1255,22 +1253,22 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
                         a->ln2_rstd, acc));
 
   /* attention: res_mid = x + dropout(row(attention(column(ln1(x))))) */
-  MGT_CHECK(be->dropout_backward(bc, dloc, dres, nl, row, &ds.proj));
+  MGT_CHECK(mgt_be_dropout_backward(be, dloc, dres, nl, row, &ds.proj));
   MGT_CHECK(full_grad(m, dloc, &dy));
   MGT_CHECK(mgt_tp_row_backward(&m->tp, m->datty, g[P_PROJ_W], g[P_PROJ_B], dy, a->atty,
                                 w[P_PROJ_W], N, Cl, C, acc));
   if (m->rp.flash) /* the probabilities rebuilt tile by tile inside */
-    MGT_CHECK(be->flash_attention_backward(bc, m->dqkv, m->datty, a->qkv, a->atty, a->lse, d->B,
-                                           d->T, d->Hl, d->hd, d->tp_rank * d->Hl, m->keylen,
-                                           &ds.attn));
+    MGT_CHECK(mgt_be_flash_attention_backward(be, m->dqkv, m->datty, a->qkv, a->atty, a->lse, d->B,
+                                              d->T, d->Hl, d->hd, d->tp_rank * d->Hl, m->keylen,
+                                              &ds.attn));
   else {
     if (m->rp.selective) /* the probabilities again; atty is rewritten with the same values */
-      MGT_CHECK(be->attention_forward(bc, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
-                                      d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
-                                      m->att_scratch));
-    MGT_CHECK(be->attention_backward(bc, m->dqkv, m->datty, a->qkv, a->P, d->B, d->T, d->Hl, d->hd,
-                                     d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
-                                     m->att_scratch));
+      MGT_CHECK(mgt_be_attention_forward(be, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
+                                         d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
+                                         m->att_scratch));
+    MGT_CHECK(mgt_be_attention_backward(be, m->dqkv, m->datty, a->qkv, a->P, d->B, d->T, d->Hl,
+                                        d->hd, d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
+                                        m->att_scratch));
   }
   MGT_CHECK(column_back(m, &dln, g[P_QKV_W], g[P_QKV_B], m->dqkv, a->ln1, w[P_QKV_W], 3 * Cl, acc));
   MGT_CHECK(post_ln_residual(m, dln, dres));
@@ -1322,7 +1320,6 @@ static mgt_status progress_buckets(mgt_gpt *m) {
 static mgt_status trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int dp_sync,
                                  int local_ready) {
   const mgt_backend *be = m->be;
-  void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int C = d->C;
   const size_t nl = (size_t)d->Nl * C;
@@ -1331,10 +1328,10 @@ static mgt_status trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, 
   const float *dlnf = m->dtmp;
   if (d->sp) {
     if (!local_ready)
-      MGT_CHECK(be->copy(bc, m->sp_loc, m->dtmp + (size_t)d->r0 * C, sizeof(float) * nl));
+      MGT_CHECK(mgt_be_copy(be, m->sp_loc, m->dtmp + (size_t)d->r0 * C, sizeof(float) * nl));
     dlnf = m->sp_loc;
   }
-  MGT_CHECK(be->zero(bc, m->dres, sizeof(float) * nl));
+  MGT_CHECK(mgt_be_zero(be, m->dres, sizeof(float) * nl));
   MGT_CHECK(ln_backward(m, m->dres, m->g + lnf[0].offset, m->g + lnf[1].offset, dlnf, m->res[d->L],
                         m->w + lnf[0].offset, m->lnf_mean, m->lnf_rstd, accumulate));
   m->n_started = m->n_done = 0;
@@ -1350,21 +1347,21 @@ static mgt_status trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, 
   mgt_dropout de =
       dropout_site(m, m->cfg.hidden_dropout, s->sample_base, 0xFFFF, MGT_DROPOUT_EMBED);
   de.first = (uint64_t)d->r0 * C;
-  MGT_CHECK(be->dropout_backward(bc, m->dres, m->dres, nl, (size_t)d->T * C, &de));
+  MGT_CHECK(mgt_be_dropout_backward(be, m->dres, m->dres, nl, (size_t)d->T * C, &de));
   /* every row's gradient (gathered under sequence parallelism): the embedding gradients are
      then complete on each rank, as without it */
   const float *demb;
   MGT_CHECK(full_grad(m, m->dres, &demb));
   /* the tied LM head writes the word-embedding gradient first; a task model has no LM head */
   if (d->task && !accumulate)
-    MGT_CHECK(be->zero(bc, gwte, sizeof(float) * m->params[m->ix.wte].numel));
-  MGT_CHECK(be->embedding_backward(bc, gwte, gwpe, demb, m->inputs, d->B, d->T, C, d->v0, d->Vl,
-                                   accumulate));
+    MGT_CHECK(mgt_be_zero(be, gwte, sizeof(float) * m->params[m->ix.wte].numel));
+  MGT_CHECK(mgt_be_embedding_backward(be, gwte, gwpe, demb, m->inputs, d->B, d->T, C, d->v0, d->Vl,
+                                      accumulate));
   if (m->ix.tte >= 0) {
     float *gtte = m->g + m->params[m->ix.tte].offset;
-    if (!accumulate) MGT_CHECK(be->zero(bc, gtte, sizeof(float) * 2 * (size_t)C));
+    if (!accumulate) MGT_CHECK(mgt_be_zero(be, gtte, sizeof(float) * 2 * (size_t)C));
     MGT_CHECK(
-        be->embedding_backward(bc, gtte, NULL, demb, m->types, d->B, d->T, C, 0, 2, accumulate));
+        mgt_be_embedding_backward(be, gtte, NULL, demb, m->types, d->B, d->T, C, 0, 2, accumulate));
   }
   if (dp_sync) {
     MGT_CHECK(start_bucket(m, d->L + 1));
@@ -1446,13 +1443,13 @@ static mgt_status load_bert(mgt_gpt *m, const int32_t *rows) {
     }
   }
   const mgt_backend *be = m->be;
-  MGT_CHECK(be->upload(be->ctx, m->inputs, ids, sizeof(int32_t) * (size_t)N));
-  MGT_CHECK(be->upload(be->ctx, m->types, typ, sizeof(int32_t) * (size_t)N));
-  MGT_CHECK(be->upload(be->ctx, m->keylen, len, sizeof(int32_t) * (size_t)B));
-  MGT_CHECK(be->upload(be->ctx, m->sop_tgt, sop, sizeof(int32_t) * (size_t)(B / d->rows)));
+  MGT_CHECK(mgt_be_upload(be, m->inputs, ids, sizeof(int32_t) * (size_t)N));
+  MGT_CHECK(mgt_be_upload(be, m->types, typ, sizeof(int32_t) * (size_t)N));
+  MGT_CHECK(mgt_be_upload(be, m->keylen, len, sizeof(int32_t) * (size_t)B));
+  MGT_CHECK(mgt_be_upload(be, m->sop_tgt, sop, sizeof(int32_t) * (size_t)(B / d->rows)));
   if (M > 0) {
-    MGT_CHECK(be->upload(be->ctx, m->lm_rows, mrow, sizeof(int32_t) * (size_t)M));
-    MGT_CHECK(be->upload(be->ctx, m->targets, mlab, sizeof(int32_t) * (size_t)M));
+    MGT_CHECK(mgt_be_upload(be, m->lm_rows, mrow, sizeof(int32_t) * (size_t)M));
+    MGT_CHECK(mgt_be_upload(be, m->targets, mlab, sizeof(int32_t) * (size_t)M));
   }
   m->n_masked = M;
   return MGT_OK;
@@ -1464,7 +1461,6 @@ static mgt_status load_bert(mgt_gpt *m, const int32_t *rows) {
    forward and row-parallel backward, which communicate in neither of these directions. */
 static mgt_status bert_forward(mgt_gpt *m, const step_ctx *s, int keep_exp, mgt_bert_losses *out) {
   const mgt_backend *be = m->be;
-  void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int C = d->C, M = m->n_masked, B = d->B;
   const float eps = (float)m->cfg.layernorm_epsilon;
@@ -1474,11 +1470,12 @@ static mgt_status bert_forward(mgt_gpt *m, const step_ctx *s, int keep_exp, mgt_
   views(m, m->w, m->ix.lm, H_LM, h);
   const float *wte = m->w + m->params[m->ix.wte].offset;
   if (M > 0) {
-    MGT_CHECK(be->gather_rows(bc, m->lm_in, m->lnf, m->lm_rows, M, C));
+    MGT_CHECK(mgt_be_gather_rows(be, m->lm_in, m->lnf, m->lm_rows, M, C));
     MGT_CHECK(mgt_tp_column_forward(&m->tp, m->lm_pre, m->lm_in, h[H_DENSE_W], NULL, M, C, C));
-    MGT_CHECK(be->bias_act_forward(bc, MGT_ACT_GELU_ERF, m->lm_act, m->lm_pre, h[H_DENSE_B], M, C));
-    MGT_CHECK(be->layernorm_forward(bc, m->lm_ln, m->lm_mean, m->lm_rstd, m->lm_act, h[H_LN_W],
-                                    h[H_LN_B], M, C, eps));
+    MGT_CHECK(
+        mgt_be_bias_act_forward(be, MGT_ACT_GELU_ERF, m->lm_act, m->lm_pre, h[H_DENSE_B], M, C));
+    MGT_CHECK(mgt_be_layernorm_forward(be, m->lm_ln, m->lm_mean, m->lm_rstd, m->lm_act, h[H_LN_W],
+                                       h[H_LN_B], M, C, eps));
     MGT_CHECK(mgt_tp_column_forward(&m->tp, m->logits, m->lm_ln, wte, h[H_BIAS], M, C, d->Vl));
     MGT_CHECK(mgt_tp_xent_forward(&m->tp, &m->xent, m->logits, m->targets, M, d->Vl, d->nv, d->v0,
                                   keep_exp, &out->lm_sum));
@@ -1487,21 +1484,21 @@ static mgt_status bert_forward(mgt_gpt *m, const step_ctx *s, int keep_exp, mgt_
   if (!d->binary) return MGT_OK;
   float *q[Q_POOL];
   views(m, m->w, m->ix.pool, Q_POOL, q);
-  MGT_CHECK(be->gather_rows(bc, m->pool_in, m->lnf, m->cls_rows, B, C));
+  MGT_CHECK(mgt_be_gather_rows(be, m->pool_in, m->lnf, m->cls_rows, B, C));
   MGT_CHECK(mgt_tp_column_forward(&m->tp, m->pool_pre, m->pool_in, q[Q_POOL_W], NULL, B, C, C));
-  MGT_CHECK(be->bias_act_forward(bc, MGT_ACT_TANH, m->pooled, m->pool_pre, q[Q_POOL_B], B, C));
+  MGT_CHECK(mgt_be_bias_act_forward(be, MGT_ACT_TANH, m->pooled, m->pool_pre, q[Q_POOL_B], B, C));
   MGT_CHECK(
       mgt_tp_column_forward(&m->tp, m->sop_logits, m->pooled, q[Q_BIN_W], q[Q_BIN_B], B, C, 2));
   /* two classes, replicated: the vocabulary cross-entropy's kernels without reductions */
   int32_t *pred = m->host_b, *tgt = m->host_b + B;
   float *val = (float *)(m->host_b + 2 * B);
-  MGT_CHECK(be->argmax(bc, m->sop_logits, B, 2, 2, val, pred));
-  MGT_CHECK(be->download(bc, tgt, m->sop_tgt, sizeof(int32_t) * (size_t)B));
+  MGT_CHECK(mgt_be_argmax(be, m->sop_logits, B, 2, 2, val, pred));
+  MGT_CHECK(mgt_be_download(be, tgt, m->sop_tgt, sizeof(int32_t) * (size_t)B));
   const mgt_tp_xent *x = &m->sop_xent;
-  MGT_CHECK(be->xent_max(bc, x->rowmax, m->sop_logits, B, 2, 2));
-  MGT_CHECK(be->xent_sumexp(bc, x->sumtgt, x->sumtgt + B, m->sop_logits, x->rowmax, m->sop_tgt, B,
-                            2, 2, 0, keep_exp));
-  MGT_CHECK(be->xent_loss(bc, x->losses, x->rowmax, x->sumtgt, x->sumtgt + B, B, &out->sop_sum));
+  MGT_CHECK(mgt_be_xent_max(be, x->rowmax, m->sop_logits, B, 2, 2));
+  MGT_CHECK(mgt_be_xent_sumexp(be, x->sumtgt, x->sumtgt + B, m->sop_logits, x->rowmax, m->sop_tgt,
+                               B, 2, 2, 0, keep_exp));
+  MGT_CHECK(mgt_be_xent_loss(be, x->losses, x->rowmax, x->sumtgt, x->sumtgt + B, B, &out->sop_sum));
   for (int b = 0; b < B; b++)
     out->sop_correct += pred[b] == tgt[b];
   out->sop_count = B;
@@ -1519,7 +1516,6 @@ mgt_status mgt_bert_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t s
                                      float lm_scale, float sop_scale, int accumulate, int sync_dp,
                                      mgt_bert_losses *out) {
   const mgt_backend *be = m->be;
-  void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, B = d->B;
   MGT_REQUIRE(!d->task, "a fine-tuning model takes mgt_task_forward_backward");
@@ -1534,36 +1530,38 @@ mgt_status mgt_bert_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t s
   const float *wte = m->w + m->params[m->ix.wte].offset;
   float *gwte = m->g + m->params[m->ix.wte].offset;
   float *dlnf = m->dtmp; /* the trunk's backward starts from here */
-  MGT_CHECK(be->zero(bc, dlnf, sizeof(float) * (size_t)N * C));
+  MGT_CHECK(mgt_be_zero(be, dlnf, sizeof(float) * (size_t)N * C));
   if (M > 0) {
     MGT_CHECK(mgt_tp_xent_backward(&m->tp, &m->xent, m->logits, m->targets, M, d->Vl, d->nv, d->v0,
                                    lm_scale));
     MGT_CHECK(mgt_tp_column_backward(&m->tp, m->dlm, gwte, gh[H_BIAS], m->logits, m->lm_ln, wte, M,
                                      C, d->Vl, acc));
-    MGT_CHECK(be->zero(bc, m->dlm2, sizeof(float) * (size_t)M * C));
-    MGT_CHECK(be->layernorm_backward(bc, m->dlm2, gh[H_LN_W], gh[H_LN_B], m->dlm, m->lm_act,
-                                     h[H_LN_W], m->lm_mean, m->lm_rstd, M, C, acc));
-    MGT_CHECK(be->act_backward(bc, MGT_ACT_GELU_ERF, m->dlm2, m->dlm2, m->lm_pre, (size_t)M * C));
+    MGT_CHECK(mgt_be_zero(be, m->dlm2, sizeof(float) * (size_t)M * C));
+    MGT_CHECK(mgt_be_layernorm_backward(be, m->dlm2, gh[H_LN_W], gh[H_LN_B], m->dlm, m->lm_act,
+                                        h[H_LN_W], m->lm_mean, m->lm_rstd, M, C, acc));
+    MGT_CHECK(
+        mgt_be_act_backward(be, MGT_ACT_GELU_ERF, m->dlm2, m->dlm2, m->lm_pre, (size_t)M * C));
     MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dlm, gh[H_DENSE_W], gh[H_DENSE_B], m->dlm2, m->lm_in,
                                   h[H_DENSE_W], M, C, C, acc));
-    MGT_CHECK(be->scatter_add_rows(bc, dlnf, m->dlm, m->lm_rows, M, C));
+    MGT_CHECK(mgt_be_scatter_add_rows(be, dlnf, m->dlm, m->lm_rows, M, C));
   } else if (!acc) { /* nothing masked: the head's gradients are zero, not stale */
     for (int k = 0; k < H_LM; k++)
-      MGT_CHECK(be->zero(bc, gh[k], sizeof(float) * m->params[m->ix.lm + k].numel));
-    MGT_CHECK(be->zero(bc, gwte, sizeof(float) * m->params[m->ix.wte].numel));
+      MGT_CHECK(mgt_be_zero(be, gh[k], sizeof(float) * m->params[m->ix.lm + k].numel));
+    MGT_CHECK(mgt_be_zero(be, gwte, sizeof(float) * m->params[m->ix.wte].numel));
   }
   if (d->binary) {
     float *q[Q_POOL], *gq[Q_POOL];
     views(m, m->w, m->ix.pool, Q_POOL, q);
     views(m, m->g, m->ix.pool, Q_POOL, gq);
-    MGT_CHECK(be->xent_backward(bc, m->sop_logits, m->sop_xent.sumtgt, m->sop_tgt, B, 2, 2, 0,
-                                sop_scale));
+    MGT_CHECK(mgt_be_xent_backward(be, m->sop_logits, m->sop_xent.sumtgt, m->sop_tgt, B, 2, 2, 0,
+                                   sop_scale));
     MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dpool, gq[Q_BIN_W], gq[Q_BIN_B], m->sop_logits,
                                   m->pooled, q[Q_BIN_W], B, C, 2, acc));
-    MGT_CHECK(be->act_backward(bc, MGT_ACT_TANH, m->dpool, m->dpool, m->pool_pre, (size_t)B * C));
+    MGT_CHECK(
+        mgt_be_act_backward(be, MGT_ACT_TANH, m->dpool, m->dpool, m->pool_pre, (size_t)B * C));
     MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dpool2, gq[Q_POOL_W], gq[Q_POOL_B], m->dpool,
                                   m->pool_in, q[Q_POOL_W], B, C, C, acc));
-    MGT_CHECK(be->scatter_add_rows(bc, dlnf, m->dpool2, m->cls_rows, B, C));
+    MGT_CHECK(mgt_be_scatter_add_rows(be, dlnf, m->dpool2, m->cls_rows, B, C));
   }
   return trunk_backward(m, &s, acc, sync_dp && m->grid->dp > 1, 0);
 }
@@ -1580,30 +1578,30 @@ static mgt_dropout head_dropout(const mgt_gpt *m, const step_ctx *s) {
 static mgt_status task_forward(mgt_gpt *m, const step_ctx *s, int n, int keep_exp, int32_t *pred,
                                mgt_task_result *out) {
   const mgt_backend *be = m->be;
-  void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int C = d->C, B = d->B, W = d->rows * d->K;
   memset(out, 0, sizeof *out);
   MGT_CHECK(trunk_forward(m, s));
   float *q[Q_POOL];
   views(m, m->w, m->ix.pool, Q_POOL, q);
-  MGT_CHECK(be->gather_rows(bc, m->pool_in, m->lnf, m->cls_rows, B, C));
+  MGT_CHECK(mgt_be_gather_rows(be, m->pool_in, m->lnf, m->cls_rows, B, C));
   MGT_CHECK(mgt_tp_column_forward(&m->tp, m->pool_pre, m->pool_in, q[Q_POOL_W], NULL, B, C, C));
-  MGT_CHECK(be->bias_act_forward(bc, MGT_ACT_TANH, m->pooled, m->pool_pre, q[Q_POOL_B], B, C));
+  MGT_CHECK(mgt_be_bias_act_forward(be, MGT_ACT_TANH, m->pooled, m->pool_pre, q[Q_POOL_B], B, C));
   const mgt_dropout dh = head_dropout(m, s);
-  MGT_CHECK(be->dropout_forward(bc, m->pooled, m->pooled, NULL, (size_t)B * C, (size_t)C, &dh));
+  MGT_CHECK(mgt_be_dropout_forward(be, m->pooled, m->pooled, NULL, (size_t)B * C, (size_t)C, &dh));
   MGT_CHECK(
       mgt_tp_column_forward(&m->tp, m->sop_logits, m->pooled, q[Q_BIN_W], q[Q_BIN_B], B, C, d->K));
   if (n == 0) return MGT_OK;
   int32_t *p = m->host_b, *tgt = m->host_b + B;
   float *val = (float *)(m->host_b + 2 * B);
   const mgt_tp_xent *x = &m->sop_xent;
-  MGT_CHECK(be->argmax(bc, m->sop_logits, n, W, W, val, p));
-  MGT_CHECK(be->download(bc, tgt, m->sop_tgt, sizeof(int32_t) * (size_t)n));
-  MGT_CHECK(be->xent_max(bc, x->rowmax, m->sop_logits, n, W, W));
-  MGT_CHECK(be->xent_sumexp(bc, x->sumtgt, x->sumtgt + n, m->sop_logits, x->rowmax, m->sop_tgt, n,
-                            W, W, 0, keep_exp));
-  MGT_CHECK(be->xent_loss(bc, x->losses, x->rowmax, x->sumtgt, x->sumtgt + n, n, &out->loss_sum));
+  MGT_CHECK(mgt_be_argmax(be, m->sop_logits, n, W, W, val, p));
+  MGT_CHECK(mgt_be_download(be, tgt, m->sop_tgt, sizeof(int32_t) * (size_t)n));
+  MGT_CHECK(mgt_be_xent_max(be, x->rowmax, m->sop_logits, n, W, W));
+  MGT_CHECK(mgt_be_xent_sumexp(be, x->sumtgt, x->sumtgt + n, m->sop_logits, x->rowmax, m->sop_tgt,
+                               n, W, W, 0, keep_exp));
+  MGT_CHECK(
+      mgt_be_xent_loss(be, x->losses, x->rowmax, x->sumtgt, x->sumtgt + n, n, &out->loss_sum));
   for (int g = 0; g < n; g++) {
     out->correct += p[g] == tgt[g];
     if (pred) pred[g] = p[g];
@@ -1632,7 +1630,6 @@ mgt_status mgt_task_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t e
                                      mgt_task_result *out) {
   MGT_CHECK(check_task(m));
   const mgt_backend *be = m->be;
-  void *bc = be->ctx;
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, B = d->B, G = d->B / d->rows, W = d->rows * d->K;
   MGT_CHECK(load_bert(m, rows));
@@ -1643,17 +1640,17 @@ mgt_status mgt_task_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t e
   views(m, m->w, m->ix.pool, Q_POOL, q);
   views(m, m->g, m->ix.pool, Q_POOL, gq);
   float *dlnf = m->dtmp;
-  MGT_CHECK(be->zero(bc, dlnf, sizeof(float) * (size_t)N * C));
+  MGT_CHECK(mgt_be_zero(be, dlnf, sizeof(float) * (size_t)N * C));
   MGT_CHECK(
-      be->xent_backward(bc, m->sop_logits, m->sop_xent.sumtgt, m->sop_tgt, G, W, W, 0, scale));
+      mgt_be_xent_backward(be, m->sop_logits, m->sop_xent.sumtgt, m->sop_tgt, G, W, W, 0, scale));
   MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dpool, gq[Q_BIN_W], gq[Q_BIN_B], m->sop_logits,
                                 m->pooled, q[Q_BIN_W], B, C, d->K, accumulate));
   const mgt_dropout dh = head_dropout(m, &s);
-  MGT_CHECK(be->dropout_backward(bc, m->dpool, m->dpool, (size_t)B * C, (size_t)C, &dh));
-  MGT_CHECK(be->act_backward(bc, MGT_ACT_TANH, m->dpool, m->dpool, m->pool_pre, (size_t)B * C));
+  MGT_CHECK(mgt_be_dropout_backward(be, m->dpool, m->dpool, (size_t)B * C, (size_t)C, &dh));
+  MGT_CHECK(mgt_be_act_backward(be, MGT_ACT_TANH, m->dpool, m->dpool, m->pool_pre, (size_t)B * C));
   MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dpool2, gq[Q_POOL_W], gq[Q_POOL_B], m->dpool, m->pool_in,
                                 q[Q_POOL_W], B, C, C, accumulate));
-  MGT_CHECK(be->scatter_add_rows(bc, dlnf, m->dpool2, m->cls_rows, B, C));
+  MGT_CHECK(mgt_be_scatter_add_rows(be, dlnf, m->dpool2, m->cls_rows, B, C));
   return trunk_backward(m, &s, accumulate, sync_dp && m->grid->dp > 1, 0);
 }
 

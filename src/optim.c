@@ -50,8 +50,8 @@ mgt_status mgt_optim_create(const mgt_config *cfg, mgt_gpt *model, const mgt_bac
     }
   }
   size_t bytes = (o->n ? o->n : 1) * sizeof(float);
-  MGT_TRY(be->alloc(be->ctx, bytes, "Adam first moment", (void **)&o->m));
-  MGT_TRY(be->alloc(be->ctx, bytes, "Adam second moment", (void **)&o->v));
+  MGT_TRY(mgt_be_alloc(be, bytes, "Adam first moment", (void **)&o->m));
+  MGT_TRY(mgt_be_alloc(be, bytes, "Adam second moment", (void **)&o->v));
   *out = o;
   return MGT_OK;
 done:
@@ -62,8 +62,8 @@ done:
 void mgt_optim_destroy(mgt_optim **opt) {
   mgt_optim *o = *opt;
   if (!o) return;
-  if (o->m) o->be->free(o->be->ctx, o->m);
-  if (o->v) o->be->free(o->be->ctx, o->v);
+  if (o->m) mgt_be_free(o->be, o->m);
+  if (o->v) mgt_be_free(o->be, o->v);
   mgt_free(o->segs);
   mgt_free(o);
   *opt = NULL;
@@ -74,14 +74,14 @@ mgt_status mgt_optim_grad_norm(mgt_optim *o, double *norm) {
   if (o->segs) { /* each shard once: the sum is over the whole grid */
     size_t first, n;
     const float *g = mgt_gpt_grad_shard(o->model, &first, &n);
-    if (o->nseg) MGT_CHECK(o->be->sumsq(o->be->ctx, g, o->segs, o->nseg, &ss));
+    if (o->nseg) MGT_CHECK(mgt_be_sumsq(o->be, g, o->segs, o->nseg, &ss));
     MGT_CHECK(o->comm->allreduce_f64(o->comm->ctx, o->comm->grid, MGT_AXIS_WORLD, &ss, 1, MGT_SUM));
     *norm = sqrt(ss);
     return MGT_OK;
   }
   int nseg;
   const mgt_segment *segs = mgt_gpt_segments(o->model, &nseg);
-  MGT_CHECK(o->be->sumsq(o->be->ctx, mgt_gpt_grad_data(o->model), segs, nseg, &ss));
+  MGT_CHECK(mgt_be_sumsq(o->be, mgt_gpt_grad_data(o->model), segs, nseg, &ss));
   MGT_CHECK(o->comm->allreduce_f64(o->comm->ctx, o->comm->grid, MGT_AXIS_TP, &ss, 1, MGT_SUM));
   *norm = sqrt(ss);
   return MGT_OK;
@@ -143,14 +143,14 @@ mgt_status mgt_optim_step(mgt_optim *o, double lr, double *grad_norm, int *skipp
     size_t first, n;
     float *g = mgt_gpt_grad_shard(o->model, &first, &n);
     if (o->nseg)
-      MGT_CHECK(o->be->adamw(o->be->ctx, mgt_gpt_param_data(o->model) + first, g, o->m, o->v,
-                             o->segs, o->nseg, &s));
+      MGT_CHECK(mgt_be_adamw(o->be, mgt_gpt_param_data(o->model) + first, g, o->m, o->v, o->segs,
+                             o->nseg, &s));
     return mgt_gpt_gather_params(o->model);
   }
   int nseg;
   const mgt_segment *segs = mgt_gpt_segments(o->model, &nseg);
-  MGT_CHECK(o->be->adamw(o->be->ctx, mgt_gpt_param_data(o->model), mgt_gpt_grad_data(o->model),
-                         o->m, o->v, segs, nseg, &s));
+  MGT_CHECK(mgt_be_adamw(o->be, mgt_gpt_param_data(o->model), mgt_gpt_grad_data(o->model), o->m,
+                         o->v, segs, nseg, &s));
   return MGT_OK;
 }
 

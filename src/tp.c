@@ -7,22 +7,22 @@ static mgt_status allreduce(const mgt_tp *tp, float *buf, size_t n, mgt_redop op
 mgt_status mgt_tp_column_forward(const mgt_tp *tp, float *y, const float *x, const float *W,
                                  const float *b, int N, int in, int out_l) {
   const mgt_backend *be = tp->be;
-  return be->linear_bias(be->ctx, N, out_l, in, x, in, W, in, b, y);
+  return mgt_be_linear_bias(be, N, out_l, in, x, in, W, in, b, y);
 }
 
 mgt_status mgt_tp_column_forward_gelu(const mgt_tp *tp, float *pre, float *y, const float *x,
                                       const float *W, const float *b, int N, int in, int out_l) {
   const mgt_backend *be = tp->be;
-  return be->linear_bias_gelu(be->ctx, N, out_l, in, x, in, W, in, b, pre, y);
+  return mgt_be_linear_bias_gelu(be, N, out_l, in, x, in, W, in, b, pre, y);
 }
 
 mgt_status mgt_tp_column_grads(const mgt_tp *tp, float *dx, float *dW, float *db, const float *dy,
                                const float *x, const float *W, int N, int in, int out_l,
                                int accumulate) {
   const mgt_backend *be = tp->be;
-  MGT_CHECK(be->gemm(be->ctx, MGT_NOTRANS, MGT_NOTRANS, N, in, out_l, 1.0f, dy, out_l, W, in, 0.0f,
-                     dx, in));
-  return be->linear_param_grads(be->ctx, N, out_l, in, dy, x, dW, db, accumulate);
+  MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, N, in, out_l, 1.0f, dy, out_l, W, in, 0.0f,
+                        dx, in));
+  return mgt_be_linear_param_grads(be, N, out_l, in, dy, x, dW, db, accumulate);
 }
 
 mgt_status mgt_tp_column_backward(const mgt_tp *tp, float *dx, float *dW, float *db,
@@ -35,10 +35,10 @@ mgt_status mgt_tp_column_backward(const mgt_tp *tp, float *dx, float *dW, float 
 mgt_status mgt_tp_row_forward(const mgt_tp *tp, float *y, const float *x, const float *W,
                               const float *b, int N, int in_l, int out) {
   const mgt_backend *be = tp->be;
-  MGT_CHECK(be->gemm(be->ctx, MGT_NOTRANS, MGT_TRANS, N, out, in_l, 1.0f, x, in_l, W, in_l, 0.0f, y,
-                     out));
+  MGT_CHECK(
+      mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, N, out, in_l, 1.0f, x, in_l, W, in_l, 0.0f, y, out));
   MGT_CHECK(allreduce(tp, y, (size_t)N * out, MGT_SUM));
-  if (b) MGT_CHECK(be->add_bias(be->ctx, y, b, N, out));
+  if (b) MGT_CHECK(mgt_be_add_bias(be, y, b, N, out));
   return MGT_OK;
 }
 
@@ -46,22 +46,22 @@ mgt_status mgt_tp_row_backward(const mgt_tp *tp, float *dx, float *dW, float *db
                                const float *x, const float *W, int N, int in_l, int out,
                                int accumulate) {
   const mgt_backend *be = tp->be;
-  MGT_CHECK(be->linear_param_grads(be->ctx, N, out, in_l, dy, x, dW, db, accumulate));
-  return be->gemm(be->ctx, MGT_NOTRANS, MGT_NOTRANS, N, in_l, out, 1.0f, dy, out, W, in_l, 0.0f, dx,
-                  in_l);
+  MGT_CHECK(mgt_be_linear_param_grads(be, N, out, in_l, dy, x, dW, db, accumulate));
+  return mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, N, in_l, out, 1.0f, dy, out, W, in_l, 0.0f, dx,
+                     in_l);
 }
 
 mgt_status mgt_tp_row_backward_gelu(const mgt_tp *tp, float *dpre, float *dW, float *db,
                                     float *db_in, const float *dy, const float *x, const float *W,
                                     const float *pre, int N, int in_l, int out, int accumulate) {
   const mgt_backend *be = tp->be;
-  MGT_CHECK(be->linear_param_grads(be->ctx, N, out, in_l, dy, x, dW, db, accumulate));
-  return be->linear_dgelu(be->ctx, N, in_l, out, dy, W, pre, dpre, db_in, accumulate);
+  MGT_CHECK(mgt_be_linear_param_grads(be, N, out, in_l, dy, x, dW, db, accumulate));
+  return mgt_be_linear_dgelu(be, N, in_l, out, dy, W, pre, dpre, db_in, accumulate);
 }
 
 mgt_status mgt_tp_embedding_forward(const mgt_tp *tp, float *out, const int32_t *tokens,
                                     const float *wte, int N, int C, int v0, int Vl) {
-  MGT_CHECK(tp->be->embedding_forward(tp->be->ctx, out, tokens, wte, N, C, v0, Vl));
+  MGT_CHECK(mgt_be_embedding_forward(tp->be, out, tokens, wte, N, C, v0, Vl));
   MGT_CHECK(allreduce(tp, out, (size_t)N * C, MGT_SUM));
   return MGT_OK;
 }
@@ -79,10 +79,10 @@ mgt_status mgt_tp_sp_scatter(const mgt_tp *tp, float *local, const float *full) 
 mgt_status mgt_tp_row_forward_sp(const mgt_tp *tp, float *y, float *full, const float *x,
                                  const float *W, const float *b, int N, int in_l, int out) {
   const mgt_backend *be = tp->be;
-  MGT_CHECK(be->gemm(be->ctx, MGT_NOTRANS, MGT_TRANS, N, out, in_l, 1.0f, x, in_l, W, in_l, 0.0f,
-                     full, out));
+  MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, N, out, in_l, 1.0f, x, in_l, W, in_l, 0.0f,
+                        full, out));
   MGT_CHECK(mgt_tp_sp_scatter(tp, y, full));
-  if (b) MGT_CHECK(be->add_bias(be->ctx, y, b, N / tp->grid->tp, out));
+  if (b) MGT_CHECK(mgt_be_add_bias(be, y, b, N / tp->grid->tp, out));
   return MGT_OK;
 }
 
@@ -96,7 +96,7 @@ mgt_status mgt_tp_column_backward_sp(const mgt_tp *tp, float *dx, float *full, f
 mgt_status mgt_tp_embedding_forward_sp(const mgt_tp *tp, float *out, float *full,
                                        const int32_t *tokens, const float *wte, int N, int C,
                                        int v0, int Vl) {
-  MGT_CHECK(tp->be->embedding_forward(tp->be->ctx, full, tokens, wte, N, C, v0, Vl));
+  MGT_CHECK(mgt_be_embedding_forward(tp->be, full, tokens, wte, N, C, v0, Vl));
   return mgt_tp_sp_scatter(tp, out, full);
 }
 
@@ -104,17 +104,17 @@ mgt_status mgt_tp_xent_forward(const mgt_tp *tp, const mgt_tp_xent *x, float *lo
                                const int32_t *targets, int N, int Vl, int nv, int v0, int keep_exp,
                                double *loss_sum) {
   const mgt_backend *be = tp->be;
-  MGT_CHECK(be->xent_max(be->ctx, x->rowmax, logits, N, Vl, nv));
+  MGT_CHECK(mgt_be_xent_max(be, x->rowmax, logits, N, Vl, nv));
   MGT_CHECK(allreduce(tp, x->rowmax, (size_t)N, MGT_MAX));
-  MGT_CHECK(be->xent_sumexp(be->ctx, x->sumtgt, x->sumtgt + N, logits, x->rowmax, targets, N, Vl,
-                            nv, v0, keep_exp));
+  MGT_CHECK(mgt_be_xent_sumexp(be, x->sumtgt, x->sumtgt + N, logits, x->rowmax, targets, N, Vl, nv,
+                               v0, keep_exp));
   MGT_CHECK(allreduce(tp, x->sumtgt, 2 * (size_t)N, MGT_SUM));
-  MGT_CHECK(be->xent_loss(be->ctx, x->losses, x->rowmax, x->sumtgt, x->sumtgt + N, N, loss_sum));
+  MGT_CHECK(mgt_be_xent_loss(be, x->losses, x->rowmax, x->sumtgt, x->sumtgt + N, N, loss_sum));
   return MGT_OK;
 }
 
 mgt_status mgt_tp_xent_backward(const mgt_tp *tp, const mgt_tp_xent *x, float *logits,
                                 const int32_t *targets, int N, int Vl, int nv, int v0,
                                 float scale) {
-  return tp->be->xent_backward(tp->be->ctx, logits, x->sumtgt, targets, N, Vl, nv, v0, scale);
+  return mgt_be_xent_backward(tp->be, logits, x->sumtgt, targets, N, Vl, nv, v0, scale);
 }

@@ -316,7 +316,7 @@ static mgt_status async_start(mgt_trainer *tr, const char *dir, const mgt_state 
       float *dst = a->host + off;
       off += n;
       if (t.mem)
-        st = t.mem->download(t.mem->ctx, dst, t.data, n * sizeof(float));
+        st = mgt_be_download(t.mem, dst, t.data, n * sizeof(float));
       else
         memcpy(dst, t.data, n * sizeof(float));
       t.data = dst;
@@ -526,7 +526,7 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   if (isfinite(loss)) MGT_CHECK(mgt_optim_step(tr->optim, lr, &norm, &skipped));
   /* under dynamic fp16 loss scaling an overflowing norm is expected, and lowers the scale */
   const int dynamic_fp16 = c->fp16 && c->loss_scale == 0;
-  MGT_CHECK(tr->be->sync(tr->be->ctx));
+  MGT_CHECK(mgt_be_sync(tr->be));
   mgt_timer_stop(&tr->timers[T_OPTIMIZER]);
   mgt_timer_stop(&tr->timers[T_ITERATION]);
   tr->iteration = it;

@@ -13,14 +13,14 @@ static mgt_backend *cpu, *gpu;
 
 static void *dev(const void *host, size_t bytes) {
   void *d = NULL;
-  T_OK(gpu->alloc(gpu->ctx, bytes, "test", &d));
-  if (host) T_OK(gpu->upload(gpu->ctx, d, host, bytes));
+  T_OK(mgt_be_alloc(gpu, bytes, "test", &d));
+  if (host) T_OK(mgt_be_upload(gpu, d, host, bytes));
   return d;
 }
 
 static float *fetch(const void *d, size_t n) {
   float *h = malloc(n * sizeof(float) + 1);
-  T_OK(gpu->download(gpu->ctx, h, d, n * sizeof(float)));
+  T_OK(mgt_be_download(gpu, h, d, n * sizeof(float)));
   return h;
 }
 

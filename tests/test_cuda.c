@@ -14,16 +14,16 @@ static void test_memory(void) {
   const size_t n = 1000;
   float *x = rnd(n, 1.0f);
   float *d = dev(x, n * sizeof(float)), *e = dev(NULL, n * sizeof(float));
-  T_OK(gpu->copy(gpu->ctx, e, d, n * sizeof(float)));
+  T_OK(mgt_be_copy(gpu, e, d, n * sizeof(float)));
   same("upload/copy/download", e, x, n, 0.0);
-  T_OK(gpu->zero(gpu->ctx, e, n * sizeof(float)));
+  T_OK(mgt_be_zero(gpu, e, n * sizeof(float)));
   float *z = calloc(n, sizeof(float));
   same("zero", e, z, n, 0.0);
-  T_OK(gpu->fill(gpu->ctx, e, n, 2.5f));
-  T_OK(cpu->fill(cpu->ctx, z, n, 2.5f));
+  T_OK(mgt_be_fill(gpu, e, n, 2.5f));
+  T_OK(mgt_be_fill(cpu, z, n, 2.5f));
   same("fill", e, z, n, 0.0);
-  gpu->free(gpu->ctx, d);
-  gpu->free(gpu->ctx, e);
+  mgt_be_free(gpu, d);
+  mgt_be_free(gpu, e);
   free(x), free(z);
 }
 
@@ -32,18 +32,18 @@ static void test_init(void) {
   size_t n = 5 * 7 * 9;
   float *c = malloc(n * sizeof(float));
   float *d = dev(NULL, n * sizeof(float));
-  T_OK(cpu->init_normal(cpu->ctx, c, &sh, 42, 7, 0.02f));
-  T_OK(gpu->init_normal(gpu->ctx, d, &sh, 42, 7, 0.02f));
+  T_OK(mgt_be_init_normal(cpu, c, &sh, 42, 7, 0.02f));
+  T_OK(mgt_be_init_normal(gpu, d, &sh, 42, 7, 0.02f));
   same("init_normal", d, c, n, 0.0);
-  gpu->free(gpu->ctx, d);
+  mgt_be_free(gpu, d);
   free(c);
 }
 
 static void test_gemm(void) {
   const int shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {64, 48, 96}, {33, 130, 17}, {256, 64, 512}};
   for (int prec = 0; prec < 3; prec++) {
-    T_OK(cpu->set_precision(cpu->ctx, (mgt_precision)prec));
-    T_OK(gpu->set_precision(gpu->ctx, (mgt_precision)prec));
+    T_OK(mgt_be_set_precision(cpu, (mgt_precision)prec));
+    T_OK(mgt_be_set_precision(gpu, (mgt_precision)prec));
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
       for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
@@ -54,20 +54,19 @@ static void test_gemm(void) {
           float *A = rnd(na, 1.0f), *B = rnd(nb, 1.0f), *Cc = rnd(nc, 1.0f);
           float *dA = dev(A, na * 4), *dB = dev(B, nb * 4), *dC = dev(Cc, nc * 4);
           for (int beta = 0; beta < 2; beta++) {
-            T_OK(cpu->gemm(cpu->ctx, ta, tb, M, N, K, 0.5f, A, lda, B, ldb, (float)beta, Cc, ldc));
-            T_OK(
-                gpu->gemm(gpu->ctx, ta, tb, M, N, K, 0.5f, dA, lda, dB, ldb, (float)beta, dC, ldc));
+            T_OK(mgt_be_gemm(cpu, ta, tb, M, N, K, 0.5f, A, lda, B, ldb, (float)beta, Cc, ldc));
+            T_OK(mgt_be_gemm(gpu, ta, tb, M, N, K, 0.5f, dA, lda, dB, ldb, (float)beta, dC, ldc));
             char what[96];
             snprintf(what, sizeof what, "gemm prec %d %dx%dx%d ta %d tb %d beta %d", prec, M, N, K,
                      ta, tb, beta);
             same(what, dC, Cc, nc, prec ? 1e-4 : 1e-5);
           }
-          gpu->free(gpu->ctx, dA), gpu->free(gpu->ctx, dB), gpu->free(gpu->ctx, dC);
+          mgt_be_free(gpu, dA), mgt_be_free(gpu, dB), mgt_be_free(gpu, dC);
           free(A), free(B), free(Cc);
         }
   }
-  T_OK(cpu->set_precision(cpu->ctx, MGT_PREC_FP32));
-  T_OK(gpu->set_precision(gpu->ctx, MGT_PREC_FP32));
+  T_OK(mgt_be_set_precision(cpu, MGT_PREC_FP32));
+  T_OK(mgt_be_set_precision(gpu, MGT_PREC_FP32));
 }
 
 /* GeLU in float64: the tanh form the model uses, and the erf form (BERT's head). */
@@ -116,8 +115,8 @@ static void test_linear_bias_gelu(void) {
   const char *prec_name[3] = {"fp32", "bf16", "fp16"};
   const double approx_tanh = 1.0 / 2048.0; /* 2^-11 */
   for (int prec = 0; prec < 3; prec++) {
-    T_OK(cpu->set_precision(cpu->ctx, (mgt_precision)prec));
-    T_OK(gpu->set_precision(gpu->ctx, (mgt_precision)prec));
+    T_OK(mgt_be_set_precision(cpu, (mgt_precision)prec));
+    T_OK(mgt_be_set_precision(gpu, (mgt_precision)prec));
     const double tol_pre = prec ? 1e-4 : 1e-5;
     gelu_path path[2]; /* [0] fallback, [1] fused epilogue */
     memset(path, 0, sizeof path);
@@ -129,8 +128,8 @@ static void test_linear_bias_gelu(void) {
       float *pre = malloc(no * 4), *out = malloc(no * 4);
       float *dA = dev(A, na * 4), *dW = dev(W, nw * 4), *db = dev(b, N * 4);
       float *dpre = dev(NULL, no * 4), *dout = dev(NULL, no * 4);
-      T_OK(cpu->linear_bias_gelu(cpu->ctx, M, N, K, A, K, W, K, b, pre, out));
-      T_OK(gpu->linear_bias_gelu(gpu->ctx, M, N, K, dA, K, dW, K, db, dpre, dout));
+      T_OK(mgt_be_linear_bias_gelu(cpu, M, N, K, A, K, W, K, b, pre, out));
+      T_OK(mgt_be_linear_bias_gelu(gpu, M, N, K, dA, K, dW, K, db, dpre, dout));
       const int fused = mgt_backend_cuda_fused_epilogue(gpu);
       gelu_path *g = &path[fused];
       g->calls++;
@@ -170,7 +169,7 @@ static void test_linear_bias_gelu(void) {
       free(gp), free(go);
       void *all[] = {dA, dW, db, dpre, dout};
       for (size_t i = 0; i < 5; i++)
-        gpu->free(gpu->ctx, all[i]);
+        mgt_be_free(gpu, all[i]);
       free(A), free(W), free(b), free(pre), free(out);
     }
     for (int f = 1; f >= 0; f--) {
@@ -194,8 +193,8 @@ static void test_linear_bias_gelu(void) {
               prec_name[prec], f ? "fused" : "fallback", res, gap);
     }
   }
-  T_OK(cpu->set_precision(cpu->ctx, MGT_PREC_FP32));
-  T_OK(gpu->set_precision(gpu->ctx, MGT_PREC_FP32));
+  T_OK(mgt_be_set_precision(cpu, MGT_PREC_FP32));
+  T_OK(mgt_be_set_precision(gpu, MGT_PREC_FP32));
 }
 
 static void test_rowwise(void) {
@@ -205,48 +204,48 @@ static void test_rowwise(void) {
   /* bias */
   float *y = dup(x, n), *dydev = dev(x, n * 4), *db = rnd(C, 1.0f), *bd = dev(b, C * 4);
   float *dbd = dev(db, C * 4), *dyd = dev(dy, n * 4);
-  T_OK(cpu->add_bias(cpu->ctx, y, b, N, C));
-  T_OK(gpu->add_bias(gpu->ctx, dydev, bd, N, C));
+  T_OK(mgt_be_add_bias(cpu, y, b, N, C));
+  T_OK(mgt_be_add_bias(gpu, dydev, bd, N, C));
   same("add_bias", dydev, y, n, 1e-6);
   for (int acc = 0; acc < 2; acc++) {
-    T_OK(cpu->bias_backward(cpu->ctx, db, dy, N, C, acc));
-    T_OK(gpu->bias_backward(gpu->ctx, dbd, dyd, N, C, acc));
+    T_OK(mgt_be_bias_backward(cpu, db, dy, N, C, acc));
+    T_OK(mgt_be_bias_backward(gpu, dbd, dyd, N, C, acc));
     same(acc ? "bias_backward accumulate" : "bias_backward", dbd, db, C, 1e-5);
   }
   /* LayerNorm */
   float *out = malloc(n * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
   float *xd = dev(x, n * 4), *wd = dev(w, C * 4), *outd = dev(NULL, n * 4);
   float *meand = dev(NULL, N * 4), *rstdd = dev(NULL, N * 4);
-  T_OK(cpu->layernorm_forward(cpu->ctx, out, mean, rstd, x, w, b, N, C, 1e-5f));
-  T_OK(gpu->layernorm_forward(gpu->ctx, outd, meand, rstdd, xd, wd, bd, N, C, 1e-5f));
+  T_OK(mgt_be_layernorm_forward(cpu, out, mean, rstd, x, w, b, N, C, 1e-5f));
+  T_OK(mgt_be_layernorm_forward(gpu, outd, meand, rstdd, xd, wd, bd, N, C, 1e-5f));
   same("layernorm out", outd, out, n, 1e-5);
   same("layernorm mean", meand, mean, N, 1e-5);
   same("layernorm rstd", rstdd, rstd, N, 1e-5);
   float *gx = rnd(n, 1.0f), *gw = rnd(C, 1.0f), *gb = rnd(C, 1.0f);
   float *gxd = dev(gx, n * 4), *gwd = dev(gw, C * 4), *gbd = dev(gb, C * 4);
   for (int acc = 0; acc < 2; acc++) {
-    T_OK(cpu->layernorm_backward(cpu->ctx, gx, gw, gb, dy, x, w, mean, rstd, N, C, acc));
-    T_OK(gpu->layernorm_backward(gpu->ctx, gxd, gwd, gbd, dyd, xd, wd, meand, rstdd, N, C, acc));
+    T_OK(mgt_be_layernorm_backward(cpu, gx, gw, gb, dy, x, w, mean, rstd, N, C, acc));
+    T_OK(mgt_be_layernorm_backward(gpu, gxd, gwd, gbd, dyd, xd, wd, meand, rstdd, N, C, acc));
     same("layernorm dx", gxd, gx, n, 1e-5);
     same("layernorm dw", gwd, gw, C, 1e-5);
     same("layernorm db", gbd, gb, C, 1e-5);
   }
   /* GeLU */
   float *pre = dup(x, n), *pred = dev(x, n * 4);
-  T_OK(cpu->bias_gelu_forward(cpu->ctx, out, pre, b, N, C));
-  T_OK(gpu->bias_gelu_forward(gpu->ctx, outd, pred, bd, N, C));
+  T_OK(mgt_be_bias_gelu_forward(cpu, out, pre, b, N, C));
+  T_OK(mgt_be_bias_gelu_forward(gpu, outd, pred, bd, N, C));
   same("bias_gelu pre", pred, pre, n, 1e-6);
   same("bias_gelu out", outd, out, n, 1e-5);
-  T_OK(cpu->gelu_backward(cpu->ctx, gx, dy, pre, n));
-  T_OK(gpu->gelu_backward(gpu->ctx, gxd, dyd, pred, n));
+  T_OK(mgt_be_gelu_backward(cpu, gx, dy, pre, n));
+  T_OK(mgt_be_gelu_backward(gpu, gxd, dyd, pred, n));
   same("gelu_backward", gxd, gx, n, 1e-5);
   /* residual add */
-  T_OK(cpu->add(cpu->ctx, x, dy, n));
-  T_OK(gpu->add(gpu->ctx, xd, dyd, n));
+  T_OK(mgt_be_add(cpu, x, dy, n));
+  T_OK(mgt_be_add(gpu, xd, dyd, n));
   same("add", xd, x, n, 1e-6);
   void *all[] = {dydev, bd, dbd, dyd, xd, wd, outd, meand, rstdd, gxd, gwd, gbd, pred};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-    gpu->free(gpu->ctx, all[i]);
+    mgt_be_free(gpu, all[i]);
   free(x), free(w), free(b), free(dy), free(y), free(db), free(out), free(mean), free(rstd);
   free(gx), free(gw), free(gb), free(pre);
 }
@@ -260,16 +259,16 @@ static void test_heads(void) {
     float *out = malloc(n * 4), *gx = malloc(n * 4);
     float *pred = dev(pre, n * 4), *bd = dev(b, C * 4), *dyd = dev(dy, n * 4);
     float *outd = dev(NULL, n * 4), *gxd = dev(NULL, n * 4);
-    T_OK(cpu->bias_act_forward(cpu->ctx, act, out, pre, b, N, C));
-    T_OK(gpu->bias_act_forward(gpu->ctx, act, outd, pred, bd, N, C));
+    T_OK(mgt_be_bias_act_forward(cpu, act, out, pre, b, N, C));
+    T_OK(mgt_be_bias_act_forward(gpu, act, outd, pred, bd, N, C));
     same("bias_act pre", pred, pre, n, 1e-6);
     same("bias_act out", outd, out, n, 1e-5);
-    T_OK(cpu->act_backward(cpu->ctx, act, gx, dy, pre, n));
-    T_OK(gpu->act_backward(gpu->ctx, act, gxd, dyd, pred, n));
+    T_OK(mgt_be_act_backward(cpu, act, gx, dy, pre, n));
+    T_OK(mgt_be_act_backward(gpu, act, gxd, dyd, pred, n));
     same("act_backward", gxd, gx, n, 1e-5);
     void *all[] = {pred, bd, dyd, outd, gxd};
     for (size_t i = 0; i < 5; i++)
-      gpu->free(gpu->ctx, all[i]);
+      mgt_be_free(gpu, all[i]);
     free(pre), free(b), free(dy), free(out), free(gx);
   }
   const int M = 5;
@@ -279,15 +278,15 @@ static void test_heads(void) {
   float *xd = dev(x, n * 4), *dxd = dev(dx, n * 4), *dyd = dev(dy, (size_t)M * C * 4);
   float *gd = dev(NULL, (size_t)M * C * 4);
   int32_t *idxd = (int32_t *)dev(idx, sizeof idx);
-  T_OK(cpu->gather_rows(cpu->ctx, g, x, idx, M, C));
-  T_OK(gpu->gather_rows(gpu->ctx, gd, xd, idxd, M, C));
+  T_OK(mgt_be_gather_rows(cpu, g, x, idx, M, C));
+  T_OK(mgt_be_gather_rows(gpu, gd, xd, idxd, M, C));
   same("gather_rows", gd, g, (size_t)M * C, 0.0);
-  T_OK(cpu->scatter_add_rows(cpu->ctx, dx, dy, idx, M, C));
-  T_OK(gpu->scatter_add_rows(gpu->ctx, dxd, dyd, idxd, M, C));
+  T_OK(mgt_be_scatter_add_rows(cpu, dx, dy, idx, M, C));
+  T_OK(mgt_be_scatter_add_rows(gpu, dxd, dyd, idxd, M, C));
   same("scatter_add_rows", dxd, dx, n, 1e-7);
   void *all[] = {xd, dxd, dyd, gd, idxd};
   for (size_t i = 0; i < 5; i++)
-    gpu->free(gpu->ctx, all[i]);
+    mgt_be_free(gpu, all[i]);
   free(x), free(dx), free(dy), free(g);
 }
 
@@ -311,21 +310,20 @@ static void test_attention(void) {
         float *Pd = dev(NULL, np * 4), *scrd = dev(NULL, np * 4), *dqd = dev(NULL, nq * 4);
         const int32_t *kl = masked ? lens[s] : NULL;
         int32_t *kld = masked ? (int32_t *)dev(lens[s], sizeof lens[s]) : NULL;
-        T_OK(cpu->attention_forward(cpu->ctx, out, P, qkv, B, T, Hl, hd, off, H, kl, &d, scr));
-        T_OK(gpu->attention_forward(gpu->ctx, outd, Pd, qkvd, B, T, Hl, hd, off, H, kld, &d, scrd));
+        T_OK(mgt_be_attention_forward(cpu, out, P, qkv, B, T, Hl, hd, off, H, kl, &d, scr));
+        T_OK(mgt_be_attention_forward(gpu, outd, Pd, qkvd, B, T, Hl, hd, off, H, kld, &d, scrd));
         char what[96];
         snprintf(what, sizeof what, "attention B%d T%d Hl%d hd%d drop %d masked %d", B, T, Hl, hd,
                  drop, masked);
         same(what, outd, out, no, 1e-5);
         same("attention probabilities", Pd, P, np, 1e-5);
-        T_OK(
-            cpu->attention_backward(cpu->ctx, dq, dout, qkv, P, B, T, Hl, hd, off, H, kl, &d, scr));
-        T_OK(gpu->attention_backward(gpu->ctx, dqd, doutd, qkvd, Pd, B, T, Hl, hd, off, H, kld, &d,
-                                     scrd));
+        T_OK(mgt_be_attention_backward(cpu, dq, dout, qkv, P, B, T, Hl, hd, off, H, kl, &d, scr));
+        T_OK(mgt_be_attention_backward(gpu, dqd, doutd, qkvd, Pd, B, T, Hl, hd, off, H, kld, &d,
+                                       scrd));
         same("attention dqkv", dqd, dq, nq, 1e-5);
         void *all[] = {qkvd, doutd, outd, Pd, scrd, dqd, kld};
         for (size_t i = 0; i < 7; i++)
-          if (all[i]) gpu->free(gpu->ctx, all[i]);
+          if (all[i]) mgt_be_free(gpu, all[i]);
         free(qkv), free(dout), free(out), free(P), free(scr), free(dq);
       }
   /* one query against a cache */
@@ -336,12 +334,11 @@ static void test_attention(void) {
         *vcd = dev(vc, (size_t)len * Cl * 4);
   float *od = dev(NULL, Cl * 4);
   for (int l = 1; l <= len; l += 149) {
-    T_OK(cpu->attention_decode(cpu->ctx, o, q, kc, vc, l, Hl, hd));
-    T_OK(gpu->attention_decode(gpu->ctx, od, qd, kcd, vcd, l, Hl, hd));
+    T_OK(mgt_be_attention_decode(cpu, o, q, kc, vc, l, Hl, hd));
+    T_OK(mgt_be_attention_decode(gpu, od, qd, kcd, vcd, l, Hl, hd));
     same("attention_decode", od, o, Cl, 1e-5);
   }
-  gpu->free(gpu->ctx, qd), gpu->free(gpu->ctx, kcd), gpu->free(gpu->ctx, vcd),
-      gpu->free(gpu->ctx, od);
+  mgt_be_free(gpu, qd), mgt_be_free(gpu, kcd), mgt_be_free(gpu, vcd), mgt_be_free(gpu, od);
   free(q), free(kc), free(vc), free(o);
 }
 
@@ -376,24 +373,24 @@ static flash_case flash_case_of(const int c[5], const int32_t lens[2], int maske
 static void flash_case_free(flash_case *f) {
   void *all[] = {f->qkvd, f->doutd, f->outd, f->lsed, f->dqd, f->kld};
   for (size_t i = 0; i < 6; i++)
-    if (all[i]) gpu->free(gpu->ctx, all[i]);
+    if (all[i]) mgt_be_free(gpu, all[i]);
   free(f->qkv), free(f->dout);
 }
 
 /* The CPU's forward into out and lse, then its backward from them into dq (host buffers). */
 static void flash_cpu(const flash_case *f, float *out, float *lse, float *dq) {
-  T_OK(cpu->flash_attention_forward(cpu->ctx, out, lse, f->qkv, f->B, f->T, f->Hl, f->hd, f->off,
-                                    f->kl, &f->d));
-  T_OK(cpu->flash_attention_backward(cpu->ctx, dq, f->dout, f->qkv, out, lse, f->B, f->T, f->Hl,
-                                     f->hd, f->off, f->kl, &f->d));
+  T_OK(mgt_be_flash_attention_forward(cpu, out, lse, f->qkv, f->B, f->T, f->Hl, f->hd, f->off,
+                                      f->kl, &f->d));
+  T_OK(mgt_be_flash_attention_backward(cpu, dq, f->dout, f->qkv, out, lse, f->B, f->T, f->Hl, f->hd,
+                                       f->off, f->kl, &f->d));
 }
 
 /* The same on the GPU, into the case's device out, lse and dqkv. */
 static void flash_gpu(const flash_case *f) {
-  T_OK(gpu->flash_attention_forward(gpu->ctx, f->outd, f->lsed, f->qkvd, f->B, f->T, f->Hl, f->hd,
-                                    f->off, f->kld, &f->d));
-  T_OK(gpu->flash_attention_backward(gpu->ctx, f->dqd, f->doutd, f->qkvd, f->outd, f->lsed, f->B,
-                                     f->T, f->Hl, f->hd, f->off, f->kld, &f->d));
+  T_OK(mgt_be_flash_attention_forward(gpu, f->outd, f->lsed, f->qkvd, f->B, f->T, f->Hl, f->hd,
+                                      f->off, f->kld, &f->d));
+  T_OK(mgt_be_flash_attention_backward(gpu, f->dqd, f->doutd, f->qkvd, f->outd, f->lsed, f->B, f->T,
+                                       f->Hl, f->hd, f->off, f->kld, &f->d));
 }
 
 /* Flash attention against its CPU twin (kernels/cpu/flash.c): output, row log-sum-exp and
@@ -473,8 +470,8 @@ static void test_flash16(void) {
         float *o16 = malloc(no * 4), *l16 = malloc(nl * 4), *g16 = malloc(nq * 4);
         flash_cpu(&f, o32, l32, g32);
         for (int prec = MGT_PREC_BF16; prec <= MGT_PREC_FP16; prec++) {
-          T_OK(cpu->set_precision(cpu->ctx, (mgt_precision)prec));
-          T_OK(gpu->set_precision(gpu->ctx, (mgt_precision)prec));
+          T_OK(mgt_be_set_precision(cpu, (mgt_precision)prec));
+          T_OK(mgt_be_set_precision(gpu, (mgt_precision)prec));
           flash_cpu(&f, o16, l16, g16);
           flash_gpu(&f);
           char what[128];
@@ -507,8 +504,8 @@ static void test_flash16(void) {
           }
           free(go), free(gl), free(gg);
         }
-        T_OK(cpu->set_precision(cpu->ctx, MGT_PREC_FP32));
-        T_OK(gpu->set_precision(gpu->ctx, MGT_PREC_FP32));
+        T_OK(mgt_be_set_precision(cpu, MGT_PREC_FP32));
+        T_OK(mgt_be_set_precision(gpu, MGT_PREC_FP32));
         flash_case_free(&f);
         free(o32), free(l32), free(g32), free(o16), free(l16), free(g16);
       }
@@ -526,19 +523,19 @@ static void test_embedding_dropout(void) {
   int32_t *tokd = dev(tok, sizeof tok);
   float *wted = dev(wte, (size_t)Vl * C * 4), *wped = dev(wpe, (size_t)P * C * 4);
   float *outd = dev(NULL, (size_t)N * C * 4);
-  T_OK(cpu->embedding_forward(cpu->ctx, out, tok, wte, N, C, v0, Vl));
-  T_OK(gpu->embedding_forward(gpu->ctx, outd, tokd, wted, N, C, v0, Vl));
+  T_OK(mgt_be_embedding_forward(cpu, out, tok, wte, N, C, v0, Vl));
+  T_OK(mgt_be_embedding_forward(gpu, outd, tokd, wted, N, C, v0, Vl));
   same("embedding_forward", outd, out, (size_t)N * C, 0.0);
-  T_OK(cpu->add_position(cpu->ctx, out, wpe, N, 0, T, C));
-  T_OK(gpu->add_position(gpu->ctx, outd, wped, N, 0, T, C));
+  T_OK(mgt_be_add_position(cpu, out, wpe, N, 0, T, C));
+  T_OK(mgt_be_add_position(gpu, outd, wped, N, 0, T, C));
   same("add_position", outd, out, (size_t)N * C, 1e-6);
-  T_OK(cpu->add_position(cpu->ctx, out + C, wpe, N - 3, 1 % T, T, C)); /* from row 1 */
-  T_OK(gpu->add_position(gpu->ctx, outd + C, wped, N - 3, 1 % T, T, C));
+  T_OK(mgt_be_add_position(cpu, out + C, wpe, N - 3, 1 % T, T, C)); /* from row 1 */
+  T_OK(mgt_be_add_position(gpu, outd + C, wped, N - 3, 1 % T, T, C));
   same("add_position from row 1", outd, out, (size_t)N * C, 1e-6);
   float *dout = rnd((size_t)N * C, 1.0f), *doutd = dev(dout, (size_t)N * C * 4);
   for (int acc = 0; acc < 2; acc++) {
-    T_OK(cpu->embedding_backward(cpu->ctx, wte, wpe, dout, tok, B, T, C, v0, Vl, acc));
-    T_OK(gpu->embedding_backward(gpu->ctx, wted, wped, doutd, tokd, B, T, C, v0, Vl, acc));
+    T_OK(mgt_be_embedding_backward(cpu, wte, wpe, dout, tok, B, T, C, v0, Vl, acc));
+    T_OK(mgt_be_embedding_backward(gpu, wted, wped, doutd, tokd, B, T, C, v0, Vl, acc));
     same("embedding_backward wte", wted, wte, (size_t)Vl * C, 1e-6);
     same("embedding_backward wpe", wped, wpe, (size_t)T * C, 1e-6);
   }
@@ -547,27 +544,26 @@ static void test_embedding_dropout(void) {
   mgt_dropout d = {0.3f, 5, 77, 2, 3, 0};
   float *res = rnd((size_t)N * C, 1.0f), *resd = dev(res, (size_t)N * C * 4);
   for (int with_res = 0; with_res < 2; with_res++) {
-    T_OK(cpu->dropout_forward(cpu->ctx, out, dout, with_res ? res : NULL, (size_t)N * C, row, &d));
-    T_OK(gpu->dropout_forward(gpu->ctx, outd, doutd, with_res ? resd : NULL, (size_t)N * C, row,
-                              &d));
+    T_OK(mgt_be_dropout_forward(cpu, out, dout, with_res ? res : NULL, (size_t)N * C, row, &d));
+    T_OK(mgt_be_dropout_forward(gpu, outd, doutd, with_res ? resd : NULL, (size_t)N * C, row, &d));
     same("dropout_forward", outd, out, (size_t)N * C, 1e-6);
   }
-  T_OK(cpu->dropout_backward(cpu->ctx, out, dout, (size_t)N * C, row, &d));
-  T_OK(gpu->dropout_backward(gpu->ctx, outd, doutd, (size_t)N * C, row, &d));
+  T_OK(mgt_be_dropout_backward(cpu, out, dout, (size_t)N * C, row, &d));
+  T_OK(mgt_be_dropout_backward(gpu, outd, doutd, (size_t)N * C, row, &d));
   same("dropout_backward", outd, out, (size_t)N * C, 1e-6);
   { /* a window from an odd element, across a sample boundary (sequence parallelism) */
     mgt_dropout dw = d;
     dw.first = row - 5;
     const size_t nw = (size_t)N * C - dw.first;
-    T_OK(cpu->dropout_forward(cpu->ctx, out + dw.first, dout + dw.first, res + dw.first, nw, row,
-                              &dw));
-    T_OK(gpu->dropout_forward(gpu->ctx, outd + dw.first, doutd + dw.first, resd + dw.first, nw, row,
-                              &dw));
+    T_OK(
+        mgt_be_dropout_forward(cpu, out + dw.first, dout + dw.first, res + dw.first, nw, row, &dw));
+    T_OK(mgt_be_dropout_forward(gpu, outd + dw.first, doutd + dw.first, resd + dw.first, nw, row,
+                                &dw));
     same("dropout_forward window", outd, out, (size_t)N * C, 1e-6);
   }
   void *all[] = {tokd, wted, wped, outd, doutd, resd};
   for (size_t i = 0; i < 6; i++)
-    gpu->free(gpu->ctx, all[i]);
+    mgt_be_free(gpu, all[i]);
   free(wte), free(wpe), free(out), free(dout), free(res);
 }
 
@@ -585,33 +581,33 @@ static void test_xent(void) {
   int32_t *tgtd = dev(tgt, sizeof tgt);
   float va[N], vb[N];
   int32_t ia[N], ib[N];
-  T_OK(cpu->argmax(cpu->ctx, lg, N, Vl, nv, va, ia));
-  T_OK(gpu->argmax(gpu->ctx, lgd, N, Vl, nv, vb, ib));
+  T_OK(mgt_be_argmax(cpu, lg, N, Vl, nv, va, ia));
+  T_OK(mgt_be_argmax(gpu, lgd, N, Vl, nv, vb, ib));
   int same_idx = 1;
   for (int i = 0; i < N; i++)
     same_idx &= ia[i] == ib[i] && va[i] == vb[i];
   T_CHECK(same_idx, "argmax differs between CPU and GPU");
-  T_OK(cpu->xent_max(cpu->ctx, mx, lg, N, Vl, nv));
-  T_OK(gpu->xent_max(gpu->ctx, mxd, lgd, N, Vl, nv));
+  T_OK(mgt_be_xent_max(cpu, mx, lg, N, Vl, nv));
+  T_OK(mgt_be_xent_max(gpu, mxd, lgd, N, Vl, nv));
   same("xent_max", mxd, mx, N, 0.0);
   for (int keep = 0; keep < 2; keep++) {
-    T_OK(cpu->xent_sumexp(cpu->ctx, sum, tv, lg, mx, tgt, N, Vl, nv, v0, keep));
-    T_OK(gpu->xent_sumexp(gpu->ctx, sumd, tvd, lgd, mxd, tgtd, N, Vl, nv, v0, keep));
+    T_OK(mgt_be_xent_sumexp(cpu, sum, tv, lg, mx, tgt, N, Vl, nv, v0, keep));
+    T_OK(mgt_be_xent_sumexp(gpu, sumd, tvd, lgd, mxd, tgtd, N, Vl, nv, v0, keep));
     same("xent_sumexp sum", sumd, sum, N, 1e-5);
     same("xent_sumexp target", tvd, tv, N, 0.0);
   }
   same("xent exp(logits)", lgd, lg, n, 1e-5);
   double ta = 0, tb = 0;
-  T_OK(cpu->xent_loss(cpu->ctx, loss, mx, sum, tv, N, &ta));
-  T_OK(gpu->xent_loss(gpu->ctx, lossd, mxd, sumd, tvd, N, &tb));
+  T_OK(mgt_be_xent_loss(cpu, loss, mx, sum, tv, N, &ta));
+  T_OK(mgt_be_xent_loss(gpu, lossd, mxd, sumd, tvd, N, &tb));
   same("xent_loss", lossd, loss, N, 1e-5);
   T_CHECK(fabs(ta - tb) <= 1e-5 * fabs(ta), "xent total %.9g vs %.9g", ta, tb);
-  T_OK(cpu->xent_backward(cpu->ctx, lg, sum, tgt, N, Vl, nv, v0, 0.25f));
-  T_OK(gpu->xent_backward(gpu->ctx, lgd, sumd, tgtd, N, Vl, nv, v0, 0.25f));
+  T_OK(mgt_be_xent_backward(cpu, lg, sum, tgt, N, Vl, nv, v0, 0.25f));
+  T_OK(mgt_be_xent_backward(gpu, lgd, sumd, tgtd, N, Vl, nv, v0, 0.25f));
   same("xent_backward", lgd, lg, n, 1e-5);
   void *all[] = {lgd, mxd, sumd, tvd, lossd, tgtd};
   for (size_t i = 0; i < 6; i++)
-    gpu->free(gpu->ctx, all[i]);
+    mgt_be_free(gpu, all[i]);
   free(lg), free(mx), free(sum), free(tv), free(loss);
 }
 
@@ -623,8 +619,8 @@ static void test_optimizer(void) {
     v[i] = fabsf(v[i]);
   float *pd = dev(p, n * 4), *gd = dev(g, n * 4), *md = dev(m, n * 4), *vd = dev(v, n * 4);
   double sa = 0, sb = 0;
-  T_OK(cpu->sumsq(cpu->ctx, g, segs, 3, &sa));
-  T_OK(gpu->sumsq(gpu->ctx, gd, segs, 3, &sb));
+  T_OK(mgt_be_sumsq(cpu, g, segs, 3, &sa));
+  T_OK(mgt_be_sumsq(gpu, gd, segs, 3, &sb));
   T_CHECK(fabs(sa - sb) <= 1e-6 * sa, "sumsq %.12g vs %.12g", sa, sb);
   { /* the gradient norm is the same run to run: more blocks than one pass of the grid, and a
        segment shorter than a block's chunk */
@@ -633,26 +629,25 @@ static void test_optimizer(void) {
         {0, 4500000, 0.1f, 1}, {4500000, 1000, 0.0f, 1}, {4501024, 1498976, 0.1f, 1}};
     float *x = rnd(nb, 1.0f), *xd = dev(x, nb * 4);
     double first = 0, again = 0, ref = 0;
-    T_OK(cpu->sumsq(cpu->ctx, x, big, 3, &ref));
-    T_OK(gpu->sumsq(gpu->ctx, xd, big, 3, &first));
+    T_OK(mgt_be_sumsq(cpu, x, big, 3, &ref));
+    T_OK(mgt_be_sumsq(gpu, xd, big, 3, &first));
     T_CHECK(fabs(first - ref) <= 1e-6 * ref, "sumsq of 6M %.12g vs %.12g", first, ref);
     int same_bits = 1;
     for (int rep = 0; rep < 5; rep++) {
-      T_OK(gpu->sumsq(gpu->ctx, xd, big, 3, &again));
+      T_OK(mgt_be_sumsq(gpu, xd, big, 3, &again));
       same_bits &= memcmp(&first, &again, sizeof first) == 0;
     }
     T_CHECK(same_bits, "sumsq differs between calls: %.17g then %.17g", first, again);
-    gpu->free(gpu->ctx, xd);
+    mgt_be_free(gpu, xd);
     free(x);
   }
   mgt_adamw_step st = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.05f, 0.7f};
-  T_OK(cpu->adamw(cpu->ctx, p, g, m, v, segs, 3, &st));
-  T_OK(gpu->adamw(gpu->ctx, pd, gd, md, vd, segs, 3, &st));
+  T_OK(mgt_be_adamw(cpu, p, g, m, v, segs, 3, &st));
+  T_OK(mgt_be_adamw(gpu, pd, gd, md, vd, segs, 3, &st));
   same("adamw p", pd, p, n, 1e-6);
   same("adamw m", md, m, n, 1e-6);
   same("adamw v", vd, v, n, 1e-6);
-  gpu->free(gpu->ctx, pd), gpu->free(gpu->ctx, gd), gpu->free(gpu->ctx, md),
-      gpu->free(gpu->ctx, vd);
+  mgt_be_free(gpu, pd), mgt_be_free(gpu, gd), mgt_be_free(gpu, md), mgt_be_free(gpu, vd);
   free(p), free(g), free(m), free(v);
 }
 
@@ -676,7 +671,7 @@ int main(void) {
   test_embedding_dropout();
   test_xent();
   test_optimizer();
-  T_OK(gpu->sync(gpu->ctx));
+  T_OK(mgt_be_sync(gpu));
   mgt_backend_destroy(&gpu);
   mgt_backend_destroy(&cpu);
   return t_report("test_cuda");

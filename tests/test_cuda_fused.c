@@ -20,8 +20,8 @@ static void count(int epi, int prec) {
 }
 
 static void set_prec(int prec) {
-  T_OK(cpu->set_precision(cpu->ctx, (mgt_precision)prec));
-  T_OK(gpu->set_precision(gpu->ctx, (mgt_precision)prec));
+  T_OK(mgt_be_set_precision(cpu, (mgt_precision)prec));
+  T_OK(mgt_be_set_precision(gpu, (mgt_precision)prec));
 }
 
 /* linear_bias: out = A W^T + b; b NULL is a plain GEMM (never fused). */
@@ -35,15 +35,15 @@ static void test_linear_bias(int prec) {
       float *A = rnd(na, 1.0f), *W = rnd(nw, 0.1f), *b = rnd(N, 0.5f), *out = malloc(no * 4);
       float *dA = dev(A, na * 4), *dW = dev(W, nw * 4), *db = dev(b, N * 4);
       float *dout = dev(NULL, no * 4);
-      T_OK(cpu->linear_bias(cpu->ctx, M, N, K, A, K, W, K, with_b ? b : NULL, out));
-      T_OK(gpu->linear_bias(gpu->ctx, M, N, K, dA, K, dW, K, with_b ? db : NULL, dout));
+      T_OK(mgt_be_linear_bias(cpu, M, N, K, A, K, W, K, with_b ? b : NULL, out));
+      T_OK(mgt_be_linear_bias(gpu, M, N, K, dA, K, dW, K, with_b ? db : NULL, dout));
       if (with_b) count(MGT_CUDA_EPI_BIAS, prec);
       char what[128];
       snprintf(what, sizeof what, "linear_bias %s %dx%dx%d%s", prec_name[prec], M, N, K,
                with_b ? "" : " without bias");
       same(what, dout, out, no, tol);
-      gpu->free(gpu->ctx, dA), gpu->free(gpu->ctx, dW), gpu->free(gpu->ctx, db);
-      gpu->free(gpu->ctx, dout);
+      mgt_be_free(gpu, dA), mgt_be_free(gpu, dW), mgt_be_free(gpu, db);
+      mgt_be_free(gpu, dout);
       free(A), free(W), free(b), free(out);
     }
 }
@@ -63,8 +63,8 @@ static void test_param_grads(int prec) {
         dy[i] += 0.5f;
       float *ddy = dev(dy, ny * 4), *dx = dev(x, nx * 4), *ddW = dev(dW, nw * 4),
             *ddb = dev(db, N * 4);
-      T_OK(cpu->linear_param_grads(cpu->ctx, M, N, K, dy, x, dW, mode == 2 ? NULL : db, acc));
-      T_OK(gpu->linear_param_grads(gpu->ctx, M, N, K, ddy, dx, ddW, mode == 2 ? NULL : ddb, acc));
+      T_OK(mgt_be_linear_param_grads(cpu, M, N, K, dy, x, dW, mode == 2 ? NULL : db, acc));
+      T_OK(mgt_be_linear_param_grads(gpu, M, N, K, ddy, dx, ddW, mode == 2 ? NULL : ddb, acc));
       if (mode != 2) count(MGT_CUDA_EPI_BGRAD, prec);
       char what[128];
       snprintf(what, sizeof what, "linear_param_grads %s %dx%dx%d %s", prec_name[prec], M, N, K,
@@ -74,8 +74,8 @@ static void test_param_grads(int prec) {
       same(w2, ddW, dW, nw, tol);
       snprintf(w2, sizeof w2, "%s db", what);
       same(w2, ddb, db, N, tol);
-      gpu->free(gpu->ctx, ddy), gpu->free(gpu->ctx, dx), gpu->free(gpu->ctx, ddW);
-      gpu->free(gpu->ctx, ddb);
+      mgt_be_free(gpu, ddy), mgt_be_free(gpu, dx), mgt_be_free(gpu, ddW);
+      mgt_be_free(gpu, ddb);
       free(dy), free(x), free(dW), free(db);
     }
 }
@@ -92,8 +92,8 @@ static void test_dgelu(int prec) {
       float *dpre = malloc(no * 4);
       float *ddy = dev(dy, ny * 4), *dW = dev(W, nw * 4), *dp = dev(pre, no * 4),
             *ddb = dev(db, N * 4), *ddpre = dev(NULL, no * 4);
-      T_OK(cpu->linear_dgelu(cpu->ctx, M, N, K, dy, W, pre, dpre, db, acc));
-      T_OK(gpu->linear_dgelu(gpu->ctx, M, N, K, ddy, dW, dp, ddpre, ddb, acc));
+      T_OK(mgt_be_linear_dgelu(cpu, M, N, K, dy, W, pre, dpre, db, acc));
+      T_OK(mgt_be_linear_dgelu(gpu, M, N, K, ddy, dW, dp, ddpre, ddb, acc));
       const int fused = mgt_backend_cuda_fused(gpu, MGT_CUDA_EPI_DGELU);
       count(MGT_CUDA_EPI_DGELU, prec);
       T_CHECK(!(fused && N % 8), "linear_dgelu %dx%dx%d ran fused with N not a multiple of 8", M, N,
@@ -106,8 +106,8 @@ static void test_dgelu(int prec) {
       snprintf(what, sizeof what, "linear_dgelu %s %s %dx%dx%d%s db", prec_name[prec],
                fused ? "fused" : "fallback", M, N, K, acc ? " accumulated" : "");
       same(what, ddb, db, N, tol);
-      gpu->free(gpu->ctx, ddy), gpu->free(gpu->ctx, dW), gpu->free(gpu->ctx, dp);
-      gpu->free(gpu->ctx, ddb), gpu->free(gpu->ctx, ddpre);
+      mgt_be_free(gpu, ddy), mgt_be_free(gpu, dW), mgt_be_free(gpu, dp);
+      mgt_be_free(gpu, ddb), mgt_be_free(gpu, ddpre);
       free(dy), free(W), free(pre), free(db), free(dpre);
     }
 }
@@ -129,10 +129,10 @@ static void test_bias_dropout_add_ln(void) {
             *dw = dev(w, C * 4), *dlb = dev(lb, C * 4), *dout = dev(NULL, n * 4),
             *dln = dev(NULL, n * 4), *dmean = dev(NULL, N * 4), *drstd = dev(NULL, N * 4);
       float *xc = dup(x, n);
-      T_OK(cpu->bias_dropout_add_ln(cpu->ctx, out, xc, with_b ? b : NULL, res, N, C, row, &d,
-                                    with_ln ? ln : NULL, mean, rstd, w, lb, 1e-5f));
-      T_OK(gpu->bias_dropout_add_ln(gpu->ctx, dout, dx, with_b ? dbias : NULL, dres, N, C, row, &d,
-                                    with_ln ? dln : NULL, dmean, drstd, dw, dlb, 1e-5f));
+      T_OK(mgt_be_bias_dropout_add_ln(cpu, out, xc, with_b ? b : NULL, res, N, C, row, &d,
+                                      with_ln ? ln : NULL, mean, rstd, w, lb, 1e-5f));
+      T_OK(mgt_be_bias_dropout_add_ln(gpu, dout, dx, with_b ? dbias : NULL, dres, N, C, row, &d,
+                                      with_ln ? dln : NULL, dmean, drstd, dw, dlb, 1e-5f));
       char what[128];
       snprintf(what, sizeof what, "bias_dropout_add_ln %dx%d ln %d bias %d dropout %d", N, C,
                with_ln, !!with_b, !!with_drop);
@@ -144,7 +144,7 @@ static void test_bias_dropout_add_ln(void) {
       }
       void *all[] = {dx, dbias, dres, dw, dlb, dout, dln, dmean, drstd};
       for (size_t i = 0; i < 9; i++)
-        gpu->free(gpu->ctx, all[i]);
+        mgt_be_free(gpu, all[i]);
       free(x), free(b), free(res), free(w), free(lb), free(out), free(ln), free(mean), free(rstd);
       free(xc);
     }
@@ -163,44 +163,39 @@ static void test_weight_copies(void) {
     float *hW = dup(W, nw);
     float *dW = dev(W, nw * 4), *dA = dev(A, na * 4), *dout = dev(NULL, no * 4);
     /* the rounding per GEMM first, unregistered */
-    T_OK(
-        cpu->gemm(cpu->ctx, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, K, hW + 40, K, 0.0f, ref, N));
-    T_OK(cpu->set_weights(cpu->ctx, hW, nw));
-    T_OK(gpu->set_weights(gpu->ctx, dW, nw));
-    T_OK(cpu->refresh_weights(cpu->ctx, 0, nw));
-    T_OK(gpu->refresh_weights(gpu->ctx, 0, nw));
+    T_OK(mgt_be_gemm(cpu, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, K, hW + 40, K, 0.0f, ref, N));
+    T_OK(mgt_be_set_weights(cpu, hW, nw));
+    T_OK(mgt_be_set_weights(gpu, dW, nw));
+    T_OK(mgt_be_refresh_weights(cpu, 0, nw));
+    T_OK(mgt_be_refresh_weights(gpu, 0, nw));
     float *got = malloc(no * 4);
-    T_OK(
-        cpu->gemm(cpu->ctx, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, K, hW + 40, K, 0.0f, got, N));
+    T_OK(mgt_be_gemm(cpu, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, K, hW + 40, K, 0.0f, got, N));
     T_CHECK(!memcmp(got, ref, no * 4), "%s: the CPU's GEMM on the weight copy differs",
             prec_name[prec]);
-    T_OK(gpu->gemm(gpu->ctx, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, dA, K, dW + 40, K, 0.0f, dout,
-                   N));
+    T_OK(mgt_be_gemm(gpu, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, dA, K, dW + 40, K, 0.0f, dout, N));
     same("gemm on the GPU's weight copy", dout, ref, no, 1e-4);
     /* new weights, refreshed in two ranges */
     for (size_t i = 0; i < nw; i++)
       hW[i] = W[i] * -0.5f;
-    T_OK(gpu->upload(gpu->ctx, dW, hW, nw * 4));
-    T_OK(cpu->refresh_weights(cpu->ctx, 0, 1000));
-    T_OK(cpu->refresh_weights(cpu->ctx, 1000, nw - 1000));
-    T_OK(gpu->refresh_weights(gpu->ctx, 0, 1000));
-    T_OK(gpu->refresh_weights(gpu->ctx, 1000, nw - 1000));
-    T_OK(
-        cpu->gemm(cpu->ctx, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, K, hW + 40, K, 0.0f, got, N));
-    T_OK(gpu->gemm(gpu->ctx, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, dA, K, dW + 40, K, 0.0f, dout,
-                   N));
+    T_OK(mgt_be_upload(gpu, dW, hW, nw * 4));
+    T_OK(mgt_be_refresh_weights(cpu, 0, 1000));
+    T_OK(mgt_be_refresh_weights(cpu, 1000, nw - 1000));
+    T_OK(mgt_be_refresh_weights(gpu, 0, 1000));
+    T_OK(mgt_be_refresh_weights(gpu, 1000, nw - 1000));
+    T_OK(mgt_be_gemm(cpu, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, K, hW + 40, K, 0.0f, got, N));
+    T_OK(mgt_be_gemm(gpu, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, dA, K, dW + 40, K, 0.0f, dout, N));
     same("gemm on the refreshed weight copy", dout, got, no, 1e-4);
     /* fused linear + bias + GeLU reads the copy too */
     float *b = rnd(N, 0.1f), *pre = malloc(no * 4), *out = malloc(no * 4);
     float *db = dev(b, N * 4), *dpre = dev(NULL, no * 4), *dout2 = dev(NULL, no * 4);
-    T_OK(cpu->linear_bias_gelu(cpu->ctx, M, N, K, A, K, hW + 40, K, b, pre, out));
-    T_OK(gpu->linear_bias_gelu(gpu->ctx, M, N, K, dA, K, dW + 40, K, db, dpre, dout2));
+    T_OK(mgt_be_linear_bias_gelu(cpu, M, N, K, A, K, hW + 40, K, b, pre, out));
+    T_OK(mgt_be_linear_bias_gelu(gpu, M, N, K, dA, K, dW + 40, K, db, dpre, dout2));
     same("linear_bias_gelu on the weight copy: pre", dpre, pre, no, 1e-4);
-    T_OK(cpu->set_weights(cpu->ctx, hW, 0));
-    T_OK(gpu->set_weights(gpu->ctx, dW, 0));
+    T_OK(mgt_be_set_weights(cpu, hW, 0));
+    T_OK(mgt_be_set_weights(gpu, dW, 0));
     void *all[] = {dW, dA, dout, db, dpre, dout2};
     for (size_t i = 0; i < 6; i++)
-      gpu->free(gpu->ctx, all[i]);
+      mgt_be_free(gpu, all[i]);
     free(W), free(A), free(ref), free(hW), free(got), free(b), free(pre), free(out);
   }
   set_prec(0);
@@ -218,20 +213,20 @@ static void test_act16(void) {
     float *W2 = rnd((size_t)C * F, 0.1f), *dy = rnd((size_t)M * C, 1.0f);
     float *pre = malloc((size_t)M * F * 4), *h = malloc((size_t)M * F * 4);
     float *y = malloc((size_t)M * C * 4), *dW = malloc((size_t)C * F * 4);
-    T_OK(cpu->set_act16(cpu->ctx, h, (size_t)M * F * 4));
-    T_OK(cpu->linear_bias_gelu(cpu->ctx, M, F, K, A, K, W1, K, b1, pre, h));
-    T_OK(cpu->gemm(cpu->ctx, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, h, F, W2, F, 0.0f, y, C));
-    T_OK(cpu->linear_param_grads(cpu->ctx, M, C, F, dy, h, dW, NULL, 0));
-    T_OK(cpu->set_act16(cpu->ctx, h, 0));
+    T_OK(mgt_be_set_act16(cpu, h, (size_t)M * F * 4));
+    T_OK(mgt_be_linear_bias_gelu(cpu, M, F, K, A, K, W1, K, b1, pre, h));
+    T_OK(mgt_be_gemm(cpu, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, h, F, W2, F, 0.0f, y, C));
+    T_OK(mgt_be_linear_param_grads(cpu, M, C, F, dy, h, dW, NULL, 0));
+    T_OK(mgt_be_set_act16(cpu, h, 0));
     float *dA = dev(A, (size_t)M * K * 4), *dW1 = dev(W1, (size_t)F * K * 4), *db1 = dev(b1, F * 4);
     float *dW2 = dev(W2, (size_t)C * F * 4), *ddy = dev(dy, (size_t)M * C * 4);
     float *dpre = dev(NULL, (size_t)M * F * 4), *dh = dev(NULL, (size_t)M * F * 2);
     float *dyo = dev(NULL, (size_t)M * C * 4), *ddW = dev(NULL, (size_t)C * F * 4);
-    T_OK(gpu->set_act16(gpu->ctx, dh, (size_t)M * F * 2));
-    T_OK(gpu->linear_bias_gelu(gpu->ctx, M, F, K, dA, K, dW1, K, db1, dpre, dh));
-    T_OK(gpu->gemm(gpu->ctx, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, dh, F, dW2, F, 0.0f, dyo, C));
-    T_OK(gpu->linear_param_grads(gpu->ctx, M, C, F, ddy, dh, ddW, NULL, 0));
-    T_OK(gpu->set_act16(gpu->ctx, dh, 0));
+    T_OK(mgt_be_set_act16(gpu, dh, (size_t)M * F * 2));
+    T_OK(mgt_be_linear_bias_gelu(gpu, M, F, K, dA, K, dW1, K, db1, dpre, dh));
+    T_OK(mgt_be_gemm(gpu, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, dh, F, dW2, F, 0.0f, dyo, C));
+    T_OK(mgt_be_linear_param_grads(gpu, M, C, F, ddy, dh, ddW, NULL, 0));
+    T_OK(mgt_be_set_act16(gpu, dh, 0));
     same("16-bit activations: pre", dpre, pre, (size_t)M * F, 1e-4);
     same("16-bit activations: the next GEMM", dyo, y, (size_t)M * C, 1e-3);
     same("16-bit activations: its weight gradient", ddW, dW, (size_t)C * F, 1e-3);
@@ -240,23 +235,23 @@ static void test_act16(void) {
       float *mean = malloc(M * 4), *rstd = malloc(M * 4);
       float *dx = dev(x, (size_t)M * F * 4), *dlw = dev(lw, F * 4), *dlb = dev(lb, F * 4);
       float *dmean = dev(NULL, M * 4), *drstd = dev(NULL, M * 4);
-      T_OK(cpu->set_act16(cpu->ctx, h, (size_t)M * F * 4));
-      T_OK(cpu->layernorm_forward(cpu->ctx, h, mean, rstd, x, lw, lb, M, F, 1e-5f));
-      T_OK(cpu->gemm(cpu->ctx, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, h, F, W2, F, 0.0f, y, C));
-      T_OK(cpu->set_act16(cpu->ctx, h, 0));
-      T_OK(gpu->set_act16(gpu->ctx, dh, (size_t)M * F * 2));
-      T_OK(gpu->layernorm_forward(gpu->ctx, dh, dmean, drstd, dx, dlw, dlb, M, F, 1e-5f));
-      T_OK(gpu->gemm(gpu->ctx, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, dh, F, dW2, F, 0.0f, dyo, C));
-      T_OK(gpu->set_act16(gpu->ctx, dh, 0));
+      T_OK(mgt_be_set_act16(cpu, h, (size_t)M * F * 4));
+      T_OK(mgt_be_layernorm_forward(cpu, h, mean, rstd, x, lw, lb, M, F, 1e-5f));
+      T_OK(mgt_be_gemm(cpu, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, h, F, W2, F, 0.0f, y, C));
+      T_OK(mgt_be_set_act16(cpu, h, 0));
+      T_OK(mgt_be_set_act16(gpu, dh, (size_t)M * F * 2));
+      T_OK(mgt_be_layernorm_forward(gpu, dh, dmean, drstd, dx, dlw, dlb, M, F, 1e-5f));
+      T_OK(mgt_be_gemm(gpu, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, dh, F, dW2, F, 0.0f, dyo, C));
+      T_OK(mgt_be_set_act16(gpu, dh, 0));
       same("16-bit LayerNorm output: rstd", drstd, rstd, M, 1e-5);
       same("16-bit LayerNorm output: the next GEMM", dyo, y, (size_t)M * C, 1e-3);
-      gpu->free(gpu->ctx, dx), gpu->free(gpu->ctx, dlw), gpu->free(gpu->ctx, dlb);
-      gpu->free(gpu->ctx, dmean), gpu->free(gpu->ctx, drstd);
+      mgt_be_free(gpu, dx), mgt_be_free(gpu, dlw), mgt_be_free(gpu, dlb);
+      mgt_be_free(gpu, dmean), mgt_be_free(gpu, drstd);
       free(x), free(lw), free(lb), free(mean), free(rstd);
     }
     if (prec == 1) { /* bf16 bits are the top half of a float's */
       uint16_t *bits = malloc((size_t)M * F * 2);
-      T_OK(gpu->download(gpu->ctx, bits, dh, (size_t)M * F * 2));
+      T_OK(mgt_be_download(gpu, bits, dh, (size_t)M * F * 2));
       size_t far = 0;
       for (size_t i = 0; i < (size_t)M * F; i++) {
         uint32_t u = (uint32_t)bits[i] << 16;
@@ -270,7 +265,7 @@ static void test_act16(void) {
     }
     void *all[] = {dA, dW1, db1, dW2, ddy, dpre, dh, dyo, ddW};
     for (size_t i = 0; i < 9; i++)
-      gpu->free(gpu->ctx, all[i]);
+      mgt_be_free(gpu, all[i]);
     free(A), free(W1), free(b1), free(W2), free(dy), free(pre), free(h), free(y), free(dW);
   }
   set_prec(0);
@@ -299,7 +294,7 @@ int main(void) {
     for (int prec = 0; prec < 3; prec++)
       printf("test_cuda_fused: %s %s: fused in %d of %d calls\n", names[e], prec_name[prec],
              fused_calls[e][prec], calls[e][prec]);
-  T_OK(gpu->sync(gpu->ctx));
+  T_OK(mgt_be_sync(gpu));
   mgt_backend_destroy(&gpu);
   mgt_backend_destroy(&cpu);
   return t_report("test_cuda_fused");

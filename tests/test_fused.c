@@ -46,7 +46,7 @@ static void test_linear(int prec) {
   const size_t na = (size_t)M * K, nw = (size_t)N * K, no = (size_t)M * N;
   float *A = rnd(na, 1.0f), *W = rnd(nw, 0.3f), *b = rnd(N, 0.5f), *out = malloc(no * 4);
   double *ref = malloc(no * 8);
-  T_OK(be->linear_bias(be->ctx, M, N, K, A, K, W, K, b, out));
+  T_OK(mgt_be_linear_bias(be, M, N, K, A, K, W, K, b, out));
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
       double s = b[j];
@@ -57,8 +57,8 @@ static void test_linear(int prec) {
   check("linear_bias", out, ref, no, 1e-5);
   /* the unfused steps, bit for bit */
   float *two = malloc(no * 4);
-  T_OK(be->gemm(be->ctx, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, K, W, K, 0.0f, two, N));
-  T_OK(be->add_bias(be->ctx, two, b, M, N));
+  T_OK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, K, W, K, 0.0f, two, N));
+  T_OK(mgt_be_add_bias(be, two, b, M, N));
   T_CHECK(!memcmp(two, out, no * 4), "linear_bias differs from gemm + add_bias");
 
   /* parameter gradients, overwritten then accumulated */
@@ -67,7 +67,7 @@ static void test_linear(int prec) {
   for (int acc = 0; acc < 2; acc++) {
     float *W0 = acc ? malloc(nw * 4) : NULL, *b0 = acc ? malloc(N * 4) : NULL;
     if (acc) memcpy(W0, dW, nw * 4), memcpy(b0, db, N * 4);
-    T_OK(be->linear_param_grads(be->ctx, M, N, K, dy, A, dW, db, acc));
+    T_OK(mgt_be_linear_param_grads(be, M, N, K, dy, A, dW, db, acc));
     for (int j = 0; j < N; j++) {
       double s = acc ? b0[j] : 0.0;
       for (int i = 0; i < M; i++)
@@ -89,7 +89,7 @@ static void test_linear(int prec) {
   const int N2 = K, K2 = N;
   float *pre = rnd((size_t)M * N2, 1.5f), *dpre = malloc((size_t)M * N2 * 4), *db2 = malloc(N2 * 4);
   double *rp = malloc((size_t)M * N2 * 8), *rb2 = malloc(N2 * 8);
-  T_OK(be->linear_dgelu(be->ctx, M, N2, K2, dy, W, pre, dpre, db2, 0));
+  T_OK(mgt_be_linear_dgelu(be, M, N2, K2, dy, W, pre, dpre, db2, 0));
   for (int j = 0; j < N2; j++)
     rb2[j] = 0.0;
   for (int i = 0; i < M; i++)
@@ -103,9 +103,9 @@ static void test_linear(int prec) {
   check("linear_dgelu dpre", dpre, rp, (size_t)M * N2, 1e-5);
   check("linear_dgelu db", db2, rb2, N2, 1e-5);
   float *g2 = malloc((size_t)M * N2 * 4), *b2 = malloc(N2 * 4);
-  T_OK(be->gemm(be->ctx, MGT_NOTRANS, MGT_NOTRANS, M, N2, K2, 1.0f, dy, K2, W, N2, 0.0f, g2, N2));
-  T_OK(be->gelu_backward(be->ctx, g2, g2, pre, (size_t)M * N2));
-  T_OK(be->bias_backward(be->ctx, b2, g2, M, N2, 0));
+  T_OK(mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, M, N2, K2, 1.0f, dy, K2, W, N2, 0.0f, g2, N2));
+  T_OK(mgt_be_gelu_backward(be, g2, g2, pre, (size_t)M * N2));
+  T_OK(mgt_be_bias_backward(be, b2, g2, M, N2, 0));
   T_CHECK(!memcmp(g2, dpre, (size_t)M * N2 * 4) && !memcmp(b2, db2, N2 * 4),
           "linear_dgelu differs from gemm + gelu_backward + bias_backward");
   free(A), free(W), free(b), free(out), free(ref), free(two), free(dy), free(dW), free(db);
@@ -122,12 +122,12 @@ static void test_bias_dropout_add_ln(void) {
           *lb = rnd(C, 0.5f), *ones = malloc(n * 4), *mask = malloc(n * 4);
     for (size_t i = 0; i < n; i++)
       ones[i] = 1.0f;
-    T_OK(be->dropout_forward(be->ctx, mask, ones, NULL, n, row, &d));
+    T_OK(mgt_be_dropout_forward(be, mask, ones, NULL, n, row, &d));
     float *out = malloc(n * 4), *ln = malloc(n * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
     float *xs = malloc(n * 4);
     memcpy(xs, x, n * 4);
-    T_OK(be->bias_dropout_add_ln(be->ctx, out, xs, b, res, N, C, row, &d, with_ln ? ln : NULL, mean,
-                                 rstd, w, lb, 1e-5f));
+    T_OK(mgt_be_bias_dropout_add_ln(be, out, xs, b, res, N, C, row, &d, with_ln ? ln : NULL, mean,
+                                    rstd, w, lb, 1e-5f));
     double *ro = malloc(n * 8), *rl = malloc(n * 8), *rm = malloc(N * 8), *rr = malloc(N * 8);
     for (int r = 0; r < N; r++) {
       double s = 0.0, q = 0.0;
@@ -170,11 +170,11 @@ static void test_act16(int prec) {
     y[k] = malloc((size_t)M * C * 4), dW[k] = malloc((size_t)C * F * 4);
   for (int k = 0; k < 2; k++) { /* 0: plain fp32 output; 1: in the 16-bit region */
     float *out = k ? region : h;
-    if (k) T_OK(be->set_act16(be->ctx, region, (size_t)M * F * 4 + 64));
-    T_OK(be->linear_bias_gelu(be->ctx, M, F, K, A, K, W1, K, b1, pre, out));
-    T_OK(be->gemm(be->ctx, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, out, F, W2, F, 0.0f, y[k], C));
-    T_OK(be->linear_param_grads(be->ctx, M, C, F, dy, out, dW[k], NULL, 0));
-    if (k) T_OK(be->set_act16(be->ctx, region, 0));
+    if (k) T_OK(mgt_be_set_act16(be, region, (size_t)M * F * 4 + 64));
+    T_OK(mgt_be_linear_bias_gelu(be, M, F, K, A, K, W1, K, b1, pre, out));
+    T_OK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, out, F, W2, F, 0.0f, y[k], C));
+    T_OK(mgt_be_linear_param_grads(be, M, C, F, dy, out, dW[k], NULL, 0));
+    if (k) T_OK(mgt_be_set_act16(be, region, 0));
   }
   size_t off = 0;
   for (size_t i = 0; i < (size_t)M * F; i++)
@@ -186,9 +186,9 @@ static void test_act16(int prec) {
           "precision %d: GEMMs on the 16-bit activations differ from rounding per GEMM", prec);
   /* LayerNorm outputs (the QKV and first MLP layer inputs) in the region: rounded once */
   float *x = rnd((size_t)M * F, 1.0f), *lw = rnd(F, 1.0f), *lb = rnd(F, 0.5f), mean[29], rstd[29];
-  T_OK(be->layernorm_forward(be->ctx, h, mean, rstd, x, lw, lb, M, F, 1e-5f));
-  T_OK(be->set_act16(be->ctx, region, (size_t)M * F * 4));
-  T_OK(be->layernorm_forward(be->ctx, region, mean, rstd, x, lw, lb, M, F, 1e-5f));
+  T_OK(mgt_be_layernorm_forward(be, h, mean, rstd, x, lw, lb, M, F, 1e-5f));
+  T_OK(mgt_be_set_act16(be, region, (size_t)M * F * 4));
+  T_OK(mgt_be_layernorm_forward(be, region, mean, rstd, x, lw, lb, M, F, 1e-5f));
   float *res = rnd((size_t)M * F, 1.0f), *sum = malloc((size_t)M * F * 4);
   mgt_dropout nod = {0};
   float *x2 = malloc((size_t)M * F * 4);
@@ -197,11 +197,11 @@ static void test_act16(int prec) {
   size_t offl = 0;
   for (size_t i = 0; i < (size_t)M * F; i++)
     offl += region[i] != (float)round_to(prec, h[i]);
-  T_OK(be->bias_dropout_add_ln(be->ctx, sum, x2, b1, res, M, F, (size_t)F, &nod, ln2, mean, rstd,
-                               lw, lb, 1e-5f));
-  T_OK(be->set_act16(be->ctx, region, 0));
+  T_OK(mgt_be_bias_dropout_add_ln(be, sum, x2, b1, res, M, F, (size_t)F, &nod, ln2, mean, rstd, lw,
+                                  lb, 1e-5f));
+  T_OK(mgt_be_set_act16(be, region, 0));
   float *ref = malloc((size_t)M * F * 4);
-  T_OK(be->layernorm_forward(be->ctx, ref, mean, rstd, sum, lw, lb, M, F, 1e-5f));
+  T_OK(mgt_be_layernorm_forward(be, ref, mean, rstd, sum, lw, lb, M, F, 1e-5f));
   for (size_t i = 0; i < (size_t)M * F; i++)
     offl += ln2[i] != (float)round_to(prec, ref[i]);
   T_CHECK(offl == 0, "precision %d: %zu LayerNorm outputs in the 16-bit region are not rounded",
@@ -215,19 +215,19 @@ static void test_act16(int prec) {
 int main(void) {
   T_OK(mgt_backend_cpu_create(&be));
   for (int prec = 0; prec < 3; prec++) {
-    T_OK(be->set_precision(be->ctx, (mgt_precision)prec));
+    T_OK(mgt_be_set_precision(be, (mgt_precision)prec));
     test_linear(prec);
     if (prec) test_act16(prec);
   }
   /* a 16-bit region pins the precision */
-  T_OK(be->set_precision(be->ctx, MGT_PREC_BF16));
+  T_OK(mgt_be_set_precision(be, MGT_PREC_BF16));
   float pin[16];
-  T_OK(be->set_act16(be->ctx, pin, sizeof pin));
-  T_CHECK(be->set_precision(be->ctx, MGT_PREC_FP32) != MGT_OK,
+  T_OK(mgt_be_set_act16(be, pin, sizeof pin));
+  T_CHECK(mgt_be_set_precision(be, MGT_PREC_FP32) != MGT_OK,
           "the precision changed under 16-bit activations");
   mgt_error_clear();
-  T_OK(be->set_act16(be->ctx, pin, 0));
-  T_OK(be->set_precision(be->ctx, MGT_PREC_FP32));
+  T_OK(mgt_be_set_act16(be, pin, 0));
+  T_OK(mgt_be_set_precision(be, MGT_PREC_FP32));
   test_bias_dropout_add_ln();
   mgt_backend_destroy(&be);
   return t_report("test_fused");

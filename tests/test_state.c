@@ -99,8 +99,8 @@ static void make_list(int tp, mgt_state *s, float *host[NT]) {
       n = (size_t)(hi - lo);
     }
     if (p->on_mem) {
-      T_OK(cpu->alloc(cpu->ctx, n * sizeof(float), p->name, &e.data));
-      T_OK(cpu->upload(cpu->ctx, e.data, host[k], n * sizeof(float)));
+      T_OK(mgt_be_alloc(cpu, n * sizeof(float), p->name, &e.data));
+      T_OK(mgt_be_upload(cpu, e.data, host[k], n * sizeof(float)));
       e.mem = cpu;
     } else {
       e.data = malloc(n * sizeof(float));
@@ -113,7 +113,7 @@ static void make_list(int tp, mgt_state *s, float *host[NT]) {
 static void free_list(mgt_state *s, float *host[NT]) {
   for (int k = 0; k < s->n; k++) {
     if (s->t[k].mem)
-      cpu->free(cpu->ctx, s->t[k].data);
+      mgt_be_free(cpu, s->t[k].data);
     else
       free(s->t[k].data);
     free(host[k]);
@@ -128,7 +128,7 @@ static void check_loaded(const mgt_state *s, float *const expect[NT], const char
     size_t n = mgt_state_local_numel(e);
     float *got = malloc(n * sizeof(float));
     if (e->mem)
-      T_OK(cpu->download(cpu->ctx, got, e->data, n * sizeof(float)));
+      T_OK(mgt_be_download(cpu, got, e->data, n * sizeof(float)));
     else
       memcpy(got, e->data, n * sizeof(float));
     size_t bad = 0, first = 0;
@@ -146,7 +146,7 @@ static void clear(mgt_state *s) {
   for (int k = 0; k < s->n; k++) {
     size_t bytes = mgt_state_local_numel(&s->t[k]) * sizeof(float);
     if (s->t[k].mem)
-      T_OK(cpu->zero(cpu->ctx, s->t[k].data, bytes));
+      T_OK(mgt_be_zero(cpu, s->t[k].data, bytes));
     else
       memset(s->t[k].data, 0xFF, bytes); /* NaNs: a slab that is not read stays wrong */
   }

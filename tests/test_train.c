@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <string.h>
 
+#include "backend_impl.h" /* a backend of its own: one with a broken attention */
 #include "mgt/backend.h"
 #include "mgt/train.h"
 #include "testutil.h"

@@ -1,6 +1,7 @@
 /* The CPU backend table. */
 #include <stdlib.h>
 
+#include "backend_impl.h"
 #include "cpu.h"
 
 static mgt_status cpu_alloc(void *ctx, size_t bytes, const char *what, void **out) {
@@ -100,11 +101,4 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
   be->adamw = cpu_adamw;
   *out = be;
   return MGT_OK;
-}
-
-void mgt_backend_destroy(mgt_backend **be) {
-  if (!*be) return;
-  if ((*be)->destroy) (*be)->destroy((*be)->ctx);
-  mgt_free(*be);
-  *be = NULL;
 }

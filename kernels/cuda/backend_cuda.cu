@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "../philox.h"
-#include "mgt/backend.h"
+#include "../backend_impl.h"
 #include "mgt/rng.h"
 extern "C" {
 #include "../cpu/cpu.h" /* the CPU twins: initialization is drawn by the same code */
