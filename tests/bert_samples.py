@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Megatron-LM v2.5's BERT samples, rewritten here in its own style (Python lists, numpy's
-RandomState for each sample), as the reference for io/bert_data.c: the samples mapping of
+RandomState for each sample), as the reference for io/data/bert_data.c: the samples mapping of
 helpers.cpp (std::mt19937 and std::mt19937_64, written out below) and the sample builder of
 bert_dataset.py / dataset_utils.py. Compares with the JSON lines of tests/test_bert_data.
 

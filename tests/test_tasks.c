@@ -1,4 +1,4 @@
-/* The fine-tuning readers (io/tasks.c) against hand-written records whose reading by Megatron-LM's
+/* The fine-tuning readers (io/data/tasks.c) against hand-written records whose reading by Megatron-LM's
    Python (strip, split('\t'), universal newlines, clean_text) is worked out here by hand: the ids
    of each segment must equal the tokenizer's ids of the expected text. Then the row layout
    (Megatron-LM's build_tokens_types_paddings_from_ids, truncation included), malformed records

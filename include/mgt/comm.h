@@ -101,7 +101,7 @@ typedef enum mgt_dist_mode {
    backend's): NCCL when use_nccl, else MPI (on device pointers if mgt_mpi_cuda_aware(), else
    staged). With NCCL and a data-parallel group, data-parallel collectives run on a
    communication stream of its own, so that started ones overlap the work on `stream`
-   (src/comm_cuda.c). Collective over the grid's world. */
+   (src/parallel/comm_cuda.c). Collective over the grid's world. */
 MGT_NODISCARD mgt_status mgt_comm_cuda_create(mgt_comm *comm, const mgt_grid *grid, void *stream,
                                               int use_nccl, mgt_comm_stats *stats,
                                               mgt_dist_mode *mode);

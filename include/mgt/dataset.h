@@ -47,7 +47,7 @@ MGT_NODISCARD mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Co
 /* ---- reading ---- */
 
 /* What a dataset file says about itself. A Megatron-LM dataset (PREFIX.bin and PREFIX.idx,
-   io/mmidx.h) records no tokenizer: its tokenizer and vocab_hash are empty, vocab_size 0 and
+   io/data/mmidx.h) records no tokenizer: its tokenizer and vocab_hash are empty, vocab_size 0 and
    eod_id, max_token_id -1. */
 typedef struct mgt_dataset_info {
   char path[MGT_PATH_MAX];
@@ -68,7 +68,7 @@ MGT_NODISCARD mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_i
    cfg->train_iters iterations and cfg->eval_iters validation batches. GPT: windows of
    seq_length + 1 tokens over the split's documents joined in shuffled order. BERT (datasets
    made with --split-sentences): Megatron-LM's samples mapping over the split's documents and
-   its sample builder (io/bert_data.h), a sample a function of (seed, its index). The sample
+   its sample builder (io/data/bert_data.h), a sample a function of (seed, its index). The sample
    index (or mapping) is built once by world rank 0 and cached beside each dataset (rebuilt in
    memory if the directory is not writable). Checks the vocabulary (hash and size) against
    cfg. The `train` and `valid` sources are owned by the caller. Collective over world. */

@@ -23,13 +23,13 @@ int mgt_cli_fail(mgt_status st, int rank, MPI_Comm world, int agreed);
 /* Ranks of this node in `world`. Collective over `world`. */
 int mgt_cli_local_ranks(MPI_Comm world);
 
-/* `mgt train ...` and `mgt finetune ...` (src/train_cmd.c). Collective over `world`. */
+/* `mgt train ...` and `mgt finetune ...` (src/cmd/train_cmd.c). Collective over `world`. */
 int mgt_cli_train(int argc, char **argv, MPI_Comm world);
 
-/* `mgt dataset info ...` (src/dataset_cmd.c). Collective over `world`. */
+/* `mgt dataset info ...` (src/cmd/dataset_cmd.c). Collective over `world`. */
 int mgt_cli_dataset(int argc, char **argv, MPI_Comm world);
 
-/* `mgt ckpt ...` (src/ckpt_cmd.c). Collective over `world`. */
+/* `mgt ckpt ...` (src/cmd/ckpt_cmd.c). Collective over `world`. */
 int mgt_cli_ckpt(int argc, char **argv, MPI_Comm world);
 
 /* Chooses OpenMP threads per rank when OMP_NUM_THREADS is unset: the CPUs this rank is

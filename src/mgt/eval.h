@@ -43,7 +43,7 @@ void mgt_eval_usage(FILE *f);
    agreed. */
 MGT_NODISCARD mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out);
 
-/* Megatron-LM's WikiText detokenizer over the whole text (see src/detok.c for the rules).
+/* Megatron-LM's WikiText detokenizer over the whole text (see src/cmd/detok.c for the rules).
  *out is malloc'd and NUL-terminated. Not collective. */
 MGT_NODISCARD mgt_status mgt_wikitext_detokenize(const char *text, size_t n, char **out,
                                                  size_t *out_n);

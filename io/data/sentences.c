@@ -1,4 +1,4 @@
-/* A rule-based sentence splitter for English prose (include io/sentences.h). A sentence ends
+/* A rule-based sentence splitter for English prose (include io/data/sentences.h). A sentence ends
    at a blank line, or at a run of . ! ? (with the closing quotes and brackets after it) that is
    followed by white space, unless
      - the next word starts with a lower-case letter ("e.g. this", "3 p.m. and");

@@ -988,7 +988,7 @@ done:
 
 /* ---- BERT samples ---- */
 
-/* A samples mapping (io/bert_data.h) of one split of one dataset: rows of (first sentence, end
+/* A samples mapping (io/data/bert_data.h) of one split of one dataset: rows of (first sentence, end
    sentence, target length), cached beside the dataset as an index_header (magic below,
    n_samples rows, seq the sequence length) followed by the rows. */
 static const char BERT_MAGIC[8] = "MGTBMP1";

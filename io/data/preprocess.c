@@ -453,7 +453,7 @@ static mgt_status write_attrs(hid_t file, const mgt_preprocess_opts *o, const to
 }
 
 /* Every rank writes its share, in phases agreed before the next (as checkpoints are written,
-   io/checkpoint.c): create, reserve the space, write, attributes. */
+   io/tensors/checkpoint.c): create, reserve the space, write, attributes. */
 static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_Comm world,
                              const share *sh, const totals *t, const tok_meta *meta) {
   int rank, size;

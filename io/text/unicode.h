@@ -1,5 +1,5 @@
 /* Private to io/: membership in a sorted table of code point ranges (the generated Unicode
-   tables of io/unicode_tables.h and io/unicode_bert.h). */
+   tables of io/text/unicode_tables.h and io/text/unicode_bert.h). */
 #pragma once
 
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* Private to io/: Google BERT's tokenizer (BasicTokenizer, then greedy longest-match WordPiece),
-   as Megatron-LM's BertWordPieceLowerCase / BertWordPieceCase use it. io/tokenizer.c wraps it
+   as Megatron-LM's BertWordPieceLowerCase / BertWordPieceCase use it. io/text/tokenizer.c wraps it
    in mgt_tokenizer. Not collective; one per thread. */
 #pragma once
 

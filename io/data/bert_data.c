@@ -1,4 +1,4 @@
-/* BERT's samples as Megatron-LM v2.5 builds them: see io/bert_data.h. The arithmetic follows
+/* BERT's samples as Megatron-LM v2.5 builds them: see io/data/bert_data.h. The arithmetic follows
    the Python and C++ it comes from, down to the floating-point operations, so that the same
    seed gives the same samples. */
 #include "bert_data.h"

@@ -1,4 +1,4 @@
-/* Megatron-LM's MMIDIDX datasets: reading (memory-mapped) and writing (io/mmidx.h). */
+/* Megatron-LM's MMIDIDX datasets: reading (memory-mapped) and writing (io/data/mmidx.h). */
 #define _GNU_SOURCE
 #include "mmidx.h"
 

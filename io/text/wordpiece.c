@@ -1,5 +1,5 @@
 /* Google BERT's tokenizer (google-research/bert tokenization.py, which Megatron-LM copies), over
-   code points with the tables of io/unicode_bert.h:
+   code points with the tables of io/text/unicode_bert.h:
      1. clean: delete U+0000, U+FFFD, Cc and Cf but tab/LF/CR; map those three and Zs to space;
      2. put spaces around CJK ideographs;
      3. split on white space (what is left of it: space, U+2028, U+2029);
