@@ -1,9 +1,9 @@
-/* The fine-tuning readers (io/data/tasks.c) against hand-written records whose reading by Megatron-LM's
-   Python (strip, split('\t'), universal newlines, clean_text) is worked out here by hand: the ids
-   of each segment must equal the tokenizer's ids of the expected text. Then the row layout
-   (Megatron-LM's build_tokens_types_paddings_from_ids, truncation included), malformed records
-   (file:line errors, --skip-bad-records counts) and the training source (each example once per
-   epoch, the same rows at any offset). Usage: test_tasks DATA_DIR; exits 77 without it. */
+/* The fine-tuning readers (io/data/tasks.c) against hand-written records whose reading by
+   Megatron-LM's Python (strip, split('\t'), universal newlines, clean_text) is worked out here by
+   hand: the ids of each segment must equal the tokenizer's ids of the expected text. Then the row
+   layout (Megatron-LM's build_tokens_types_paddings_from_ids, truncation included), malformed
+   records (file:line errors, --skip-bad-records counts) and the training source (each example once
+   per epoch, the same rows at any offset). Usage: test_tasks DATA_DIR; exits 77 without it. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>

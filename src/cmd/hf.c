@@ -427,7 +427,8 @@ static mgt_status hf_num(const mgt_json *conf, const char *path, const char *key
   return MGT_OK;
 }
 
-/* The sizes, in the ranges of their flags (src/base/config.c), so that whatever is imported loads. */
+/* The sizes, in the ranges of their flags (src/base/config.c), so that whatever is imported loads.
+ */
 enum {
   HF_MAX_HIDDEN = 1 << 20,
   HF_MAX_LAYERS = 65535,
