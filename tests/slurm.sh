@@ -25,7 +25,7 @@ trap 'exit 143' TERM INT
 slurm_start "$tmp/slurm" || exit 1
 mkdir -p "$tmp/logs"
 cd "$tmp" || exit 1
-ITERS=2000
+ITERS=800 # the signal lands at 300: 500 iterations of margin for its delivery
 # 4 ranks on 2 cores: MPI must yield the core while it waits instead of spinning
 export MGT TRAIN_ITERS=$ITERS TP=2 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 SMALL="--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 64 --log-interval 1"

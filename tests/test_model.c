@@ -79,12 +79,12 @@ static void make_task_rows(int task) {
 
 static double loss_of(mgt_gpt *m) {
   double ls = 0;
-  if (mgt_gpt_get_dims(m)->task) {
+  if (mgt_gpt_get_dims(m)->desc.task) {
     mgt_task_result r;
     T_OK(mgt_task_forward_backward(m, task_rows, SAMPLE_BASE, 1.0f, 0, 0, &r));
     return r.loss_sum;
   }
-  if (mgt_gpt_get_dims(m)->bert) {
+  if (mgt_gpt_get_dims(m)->desc.masked_lm) {
     mgt_bert_losses l;
     T_OK(mgt_bert_forward_backward(m, bert_rows, SAMPLE_BASE, 1.0f, 1.0f, 0, 0, &l));
     return l.lm_sum + l.sop_sum;

@@ -10,7 +10,6 @@
 #include <stdio.h>
 
 #include "mgt/common.h"
-#include "mgt/config.h"
 #include "mgt/state.h"
 
 #ifdef __cplusplus
@@ -38,12 +37,12 @@ typedef struct mgt_ckpt_state {
 uint64_t mgt_ckpt_hash(uint64_t index, float value);
 
 /* Writes DIR/iter_NNNNNNN.h5 (through a temporary file, renamed when complete) and then
-   points DIR/latest at it: every tensor of `tensors`, cfg as JSON, *state as attributes. The
+   points DIR/latest at it: every tensor of `tensors`, the run's configuration `config` (text,
+   stored with its checksum; mgt_config_to_text), *state as attributes. The
    ranks holding primary slabs write them; the rest wait. Rank 0 of `world` notes the save on
    `log` (may be NULL). Collective over `world`; errors are agreed. */
 MGT_NODISCARD mgt_status mgt_ckpt_save(const char *dir, MPI_Comm world, const mgt_state *tensors,
-                                       const mgt_config *cfg, const mgt_ckpt_state *state,
-                                       FILE *log);
+                                       const char *config, const mgt_ckpt_state *state, FILE *log);
 
 /* Makes DIR ready to take checkpoints of `bytes` each, before the first iteration rather than
    at the first save: creates it (and missing parents), checks it is a writable directory with
@@ -67,10 +66,11 @@ MGT_NODISCARD mgt_status mgt_ckpt_prune(const char *dir, int keep, FILE *log);
 MGT_NODISCARD mgt_status mgt_ckpt_resolve(const char *dir_or_file, int64_t iteration, char *path,
                                           size_t n);
 
-/* Reads the configuration (derived sizes filled in, see mgt_config_derive) and training state
-   stored in a checkpoint file; state may be NULL. Not collective. */
-MGT_NODISCARD mgt_status mgt_ckpt_read_config(const char *path, mgt_config *cfg,
-                                              mgt_ckpt_state *state);
+/* Reads the configuration text (checked against its checksum; *config malloc'd, free with
+   mgt_free) and the training state (range-checked; state may be NULL) stored in a checkpoint
+   file. What the text means is the caller's (mgt_config_from_text). Not collective. */
+MGT_NODISCARD mgt_status mgt_ckpt_read_config_text(const char *path, char **config,
+                                                   mgt_ckpt_state *state);
 
 /* Loads every tensor of `tensors` from a checkpoint file: each rank reads its own slabs, and
    each copy is checked against the stored checksums (the slabs of a copy add up to them).
@@ -86,8 +86,9 @@ MGT_NODISCARD mgt_status mgt_ckpt_load(const char *path, MPI_Comm world, const m
 MGT_NODISCARD mgt_status mgt_ckpt_verify(const char *path, const mgt_state *expect, FILE *f,
                                          int *damaged);
 
-/* Prints iteration, layout, configuration and tensors of a checkpoint. Not collective. */
-MGT_NODISCARD mgt_status mgt_ckpt_info(const char *path, FILE *f);
+/* Lists the tensors of a checkpoint file (name, shape) on f, and the elements of those under
+   /model. Not collective. */
+MGT_NODISCARD mgt_status mgt_ckpt_list(const char *path, FILE *f, int64_t *model_elements);
 
 #ifdef __cplusplus
 }

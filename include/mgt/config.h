@@ -6,11 +6,34 @@
 #include <stdio.h>
 
 #include "mgt/common.h"
-#include "mgt/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The tokenizer types, and their names as --tokenizer-type spells them (NULL-terminated,
+   indexed by type): the one place they are spelt. */
+enum {
+  MGT_TOKENIZER_GPT2 = 0,       /* GPT-2's byte-level BPE */
+  MGT_TOKENIZER_BYTES = 1,      /* bytes, end of document 256 */
+  MGT_TOKENIZER_BERT_LOWER = 2, /* BERT's WordPiece, uncased rules */
+  MGT_TOKENIZER_BERT_CASED = 3, /* BERT's WordPiece, cased */
+};
+extern const char *const mgt_tokenizer_names[];
+#define MGT_TOKENIZER_HELP                                                                         \
+  "GPT2BPETokenizer, ByteTokenizer, BertWordPieceLowerCase or BertWordPieceCase"
+
+/* The fine-tuning tasks (--task): a fact of their data format that the model's head shares. */
+enum { MGT_TASK_NONE = 0, MGT_TASK_RACE = 1, MGT_TASK_MNLI = 2, MGT_TASK_QQP = 3 };
+/* --task names, indexed by MGT_TASK_* ("none" for pretraining; NULL-terminated). */
+extern const char *const mgt_task_names[];
+
+/* Rows an example is encoded in (RACE: one per option), and the logits of each row (RACE: one
+   score; MNLI: 3 classes; QQP: 2). An example's logits are its rows' logits side by side. */
+int mgt_task_rows(int task);
+int mgt_task_row_logits(int task);
+/* Logits an example is classified over: 4, 3 or 2. */
+int mgt_task_classes(int task);
 
 typedef enum mgt_lr_style { MGT_LR_CONSTANT, MGT_LR_LINEAR, MGT_LR_COSINE } mgt_lr_style;
 
@@ -158,6 +181,11 @@ void mgt_config_usage(FILE *f);
 void mgt_config_print(const mgt_config *cfg, FILE *f);
 /* Writes the configuration as one JSON object (no newline). */
 void mgt_config_json(const mgt_config *cfg, FILE *f);
+/* The configuration as a checkpoint stores it (JSON, mgt_config_json), malloc'd (NULL when out
+   of memory); and back: parsed, range-checked as flags are, sizes derived and the model
+   checked, errors naming `what` (a file). Not collective. */
+char *mgt_config_to_text(const mgt_config *cfg);
+MGT_NODISCARD mgt_status mgt_config_from_text(mgt_config *cfg, const char *text, const char *what);
 /* Sets cfg from a configuration written by mgt_config_json. `what` names the source in
    errors. */
 struct mgt_json;

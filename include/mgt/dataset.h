@@ -31,12 +31,6 @@ typedef struct mgt_preprocess_opts {
   int dataset_impl;   /* 0: hdf5 (PREFIX.h5); 1: mmap, Megatron-LM's PREFIX_KEY_LEVEL.bin/.idx */
 } mgt_preprocess_opts;
 
-void mgt_preprocess_defaults(mgt_preprocess_opts *o);
-/* Parses `mgt preprocess` flags; *help is set by --help. Not collective. */
-MGT_NODISCARD mgt_status mgt_preprocess_parse(mgt_preprocess_opts *o, int argc, char **argv,
-                                              int first, int *help);
-void mgt_preprocess_usage(FILE *f);
-
 /* Tokenizes the inputs, each rank its share of the documents, and writes OUTPUT_PREFIX.h5
    with collective HDF5 writes (under a temporary name, renamed when complete). The output
    is the same for any number of ranks. Errors are agreed: every rank returns the same

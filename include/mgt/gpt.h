@@ -13,6 +13,7 @@
 #include "mgt/config.h"
 #include "mgt/comm.h"
 #include "mgt/grid.h"
+#include "mgt/model.h"
 #include "mgt/state.h"
 
 #ifdef __cplusplus
@@ -22,10 +23,8 @@ extern "C" {
 /* Logical sizes and this rank's share of them. */
 typedef struct mgt_gpt_dims {
   int L, C, H, F, T, maxpos, V, Vp; /* layers, hidden, heads, ffn, seq, positions, vocab */
-  int B;                            /* micro-batch */
-  int bert, binary, post_ln;        /* BERT; its SOP head; post-LN blocks */
-  int task, rows, K;                /* fine-tuning: MGT_TASK_*, rows per example, logits per row */
-  int P;                            /* BERT: most masked positions a sample can have */
+  int B;                            /* micro-batch rows (examples times desc.rows) */
+  mgt_model_desc desc;              /* what the model is (mgt/model.h) */
   int tp, tp_rank;
   int hd;             /* head size C / H */
   int Cl, Hl, Fl, Vl; /* local: C/tp (attention width), H/tp, F/tp, Vp/tp */

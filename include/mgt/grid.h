@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include "mgt/agree.h"
 #include "mgt/common.h"
 
 #ifdef __cplusplus
@@ -25,20 +26,9 @@ MGT_NODISCARD mgt_status mgt_grid_create(MPI_Comm world, int tp, mgt_grid **out)
 /* Frees the communicators and the grid; collective over the grid's world. */
 void mgt_grid_destroy(mgt_grid **grid);
 
-/* Agrees on a status that ranks computed independently: if any rank failed, every rank
-   returns the failure of the lowest failing rank, with its message. Collective over comm. */
-MGT_NODISCARD mgt_status mgt_mpi_agree(MPI_Comm comm, mgt_status local);
-
 /* This process's rank among the ranks of its node: SLURM_LOCALID, Open MPI's or MPICH's local
    rank, else the rank in MPI_COMM_TYPE_SHARED. Collective over world (the fallback splits it). */
 int mgt_local_rank(MPI_Comm world);
-
-/* Checks an MPI return code; on failure records MPI's message and returns MGT_ERR_MPI. */
-MGT_NODISCARD mgt_status mgt_mpi_status(int rc, const char *file, int line, const char *func,
-                                        const char *call);
-#define MGT_MPI(call) MGT_CHECK(mgt_mpi_status((call), __FILE__, __LINE__, __func__, #call))
-/* MGT_MPI in a function with a `done:` label: the status to `st`, then there. */
-#define MGT_MPI_TRY(call) MGT_TRY(mgt_mpi_status((call), __FILE__, __LINE__, __func__, #call))
 
 #ifdef __cplusplus
 }

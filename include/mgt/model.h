@@ -1,7 +1,7 @@
 /* A model is data: one description derived once from the configuration, which every consumer
    reads (the block, the heads, parameters and FLOPs, the memory plan, Hugging Face names, the
-   planner, the trainer, datasets), and one table of model kinds. A combination the code cannot
-   run is refused here, never run as another kind. Not collective. */
+   trainer, datasets), and one table of model kinds. A combination no code runs is refused here,
+   never run as another kind. Not collective. */
 #pragma once
 
 #include "mgt/common.h"
@@ -30,43 +30,50 @@ typedef enum mgt_head_kind {
 
 /* A model kind: a row of mgt_model_kinds, chosen by --model. */
 typedef struct mgt_model_kind {
-  const char *name;       /* the --model value */
-  const char *summary;    /* for --help */
-  const char *hf_summary; /* what `ckpt export --format hf` writes */
+  const char *name;          /* the --model value */
+  const char *title;         /* its name in messages */
+  const char *hf_model_type; /* Hugging Face's model_type of its exports */
+  mgt_input_kind input;
+  mgt_head_kind head; /* the pretraining head */
+  int causal;         /* causal attention; else a sample's padding mask */
+  int finetunable;    /* takes a --task head (mgt finetune) */
 } mgt_model_kind;
 
-/* The kinds, indexed by MGT_MODEL_*. */
+/* The kinds, indexed by MGT_MODEL_* (mgt_model_names[] lists their names). */
 extern const mgt_model_kind mgt_model_kinds[];
+extern const int mgt_n_model_kinds;
 
 typedef struct mgt_model_desc {
-  const mgt_model_kind *kind;
+  int kind; /* MGT_MODEL_*, a row of mgt_model_kinds */
   mgt_input_kind input;
   mgt_norm_kind norm;
-  int post_ln; /* the LayerNorm after each residual add (the original BERT) instead of before */
   mgt_pos_kind pos;
   mgt_mlp_kind mlp;
-  int heads, kv_groups; /* attention heads, and key/value groups (= heads: one per head) */
-  int bias;             /* the linear layers have biases */
-  int causal;           /* causal attention; else every row sees its sample's keys (padding) */
-  int token_types;      /* token-type embeddings (BERT with a pooled head, as Megatron-LM) */
+  int post_ln;     /* the LayerNorm after each residual add (the original BERT), not before */
+  int causal;      /* causal attention; else every row sees its sample's keys (padding) */
+  int token_types; /* token-type embeddings (with a pooled head, as Megatron-LM) */
   mgt_head_kind head;
-  int tied_output;  /* the LM head's output layer is the word embeddings */
-  int masked_lm;    /* the LM head is BERT's (dense, erf GeLU, LayerNorm, tied output, bias) */
-  int pooler;       /* dense + tanh on [CLS], then a head of `logits` outputs */
-  int logits;       /* outputs of the pooled head per row: 2 (SOP), the classes, 1 (RACE) */
-  int task;         /* MGT_TASK_* of a fine-tuning head, else MGT_TASK_NONE */
-  int rows;         /* rows per example: 4 for RACE, else 1 */
-  int head_dropout; /* dropout on the pooled output (fine-tuning heads) */
+  int masked_lm;       /* the LM head is BERT's (dense, erf GeLU, LayerNorm, tied output, bias) */
+  int pooler;          /* dense + tanh on [CLS], then `logits` outputs per row */
+  int logits;          /* outputs of the pooled head per row: 2 (SOP), the classes, 1 (RACE) */
+  int classes;         /* labels of an example: 2 (SOP), 3 or 2 (MNLI, QQP), 4 (RACE) */
+  int task;            /* MGT_TASK_* of a fine-tuning head, else MGT_TASK_NONE */
+  int rows;            /* sample rows per example: 4 for RACE, else 1 */
+  int max_predictions; /* masked rows a sample may have (masked LM), else 0 */
 } mgt_model_desc;
 
-/* The description of cfg's model; an unknown kind, or a head the kind does not have, is
-   refused naming the flag. */
+/* The description of cfg's model. An unknown kind, or a head or flag the kind does not have,
+   is refused naming the flag. */
 MGT_NODISCARD mgt_status mgt_model_describe(const mgt_config *cfg, mgt_model_desc *out);
 
-/* Whether the model has a language-model head (it scores tokens). */
-static inline int mgt_model_has_lm(const mgt_model_desc *d) {
-  return d->head == MGT_HEAD_CAUSAL_LM || d->head == MGT_HEAD_MLM_SOP || d->head == MGT_HEAD_MLM;
-}
+/* The description of a configuration that mgt_config_check (or a checkpoint's check) accepted:
+   cannot fail. */
+mgt_model_desc mgt_model_of(const mgt_config *cfg);
+
+/* Whether the head scores tokens (a language model: perplexity, LM loss, decoding). */
+int mgt_model_has_lm(const mgt_model_desc *d);
+/* Whether the model decodes (generation): a causal language model. */
+int mgt_model_generative(const mgt_model_desc *d);
 
 #ifdef __cplusplus
 }

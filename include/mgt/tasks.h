@@ -18,17 +18,6 @@
 extern "C" {
 #endif
 
-enum { MGT_TASK_NONE = 0, MGT_TASK_RACE = 1, MGT_TASK_MNLI = 2, MGT_TASK_QQP = 3 };
-/* --task names, indexed by MGT_TASK_* ("none" for pretraining; NULL-terminated). */
-extern const char *const mgt_task_names[];
-
-/* Rows an example is encoded in (RACE: one per option), and the logits of each row (RACE: one
-   score; MNLI: 3 classes; QQP: 2). An example's logits are its rows' logits side by side. */
-int mgt_task_rows(int task);
-int mgt_task_row_logits(int task);
-/* Logits an example is classified over: 4, 3 or 2. */
-int mgt_task_classes(int task);
-
 /* The examples of one file (GLUE) or directory (RACE), tokenized. */
 typedef struct mgt_task_set mgt_task_set;
 

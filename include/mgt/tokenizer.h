@@ -7,24 +7,13 @@
 #include <stdint.h>
 
 #include "mgt/common.h"
+#include "mgt/config.h" /* the tokenizer types */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct mgt_tokenizer mgt_tokenizer;
-
-/* The tokenizer types, and their names as --tokenizer-type spells them (NULL-terminated,
-   indexed by type): the one place they are spelt. */
-enum {
-  MGT_TOKENIZER_GPT2 = 0,       /* GPT-2's byte-level BPE */
-  MGT_TOKENIZER_BYTES = 1,      /* bytes, end of document 256 */
-  MGT_TOKENIZER_BERT_LOWER = 2, /* BERT's WordPiece, uncased rules */
-  MGT_TOKENIZER_BERT_CASED = 3, /* BERT's WordPiece, cased */
-};
-extern const char *const mgt_tokenizer_names[];
-#define MGT_TOKENIZER_HELP                                                                         \
-  "GPT2BPETokenizer, ByteTokenizer, BertWordPieceLowerCase or BertWordPieceCase"
 
 /* A growable array of token ids. */
 typedef struct mgt_ids {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "mgt/backend.h"
+#include "mgt/checkpoint.h"
 #include "mgt/config.h"
 #include "mgt/data.h"
 #include "mgt/gpt.h"
@@ -20,6 +21,11 @@ extern "C" {
 #endif
 
 typedef struct mgt_trainer mgt_trainer;
+
+/* The configuration a checkpoint file was saved with (parsed, checked and derived as flags
+   are: mgt_config_from_text) and its training state (may be NULL). Not collective. */
+MGT_NODISCARD mgt_status mgt_train_read_config(const char *path, mgt_config *cfg,
+                                               mgt_ckpt_state *state);
 
 /* What one iteration did. Identical on every rank. */
 typedef struct mgt_step_stats {

@@ -24,7 +24,8 @@
 #include "h5util.h"
 #include "mmidx.h"
 #include "mgt/dataset.h"
-#include "mgt/grid.h"
+#include "mgt/agree.h"
+#include "mgt/model.h"
 #include "mgt/rng.h"
 #include "mgt/sha256.h"
 #include "mgt/tokenizer.h"
@@ -1181,7 +1182,7 @@ static mgt_status make_bert_source(opened *op, const data_spec *spec, int split,
   op->refs++;
   s->n = spec->n;
   s->mask_prob = cfg->mask_prob;
-  s->binary = !cfg->bert_no_binary_head;
+  s->binary = mgt_model_of(cfg).head == MGT_HEAD_MLM_SOP;
   s->seed = cfg->seed;
   MGT_TRY(bert_vocab(tok, s));
   MGT_TRY(mgt_calloc(sizeof(bert_map) * (size_t)spec->n, "BERT mappings", (void **)&s->map));
@@ -1208,6 +1209,9 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
   opened *op = NULL;
   mgt_tokenizer *tok = NULL;
   mgt_status st = MGT_OK;
+  mgt_model_desc desc;
+  MGT_CHECK(mgt_model_describe(cfg, &desc));
+  const int samples = desc.input == MGT_INPUT_SAMPLES; /* BERT's, not windows of tokens */
   MGT_TRY(mgt_calloc(sizeof *op, "datasets", (void **)&op));
   op->refs = 1; /* this function's own reference, dropped at the end */
   MGT_TRY(parse_data_path(cfg->data_path, &spec));
@@ -1216,7 +1220,7 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
     MGT_TRY(mgt_tok_open(cfg->tokenizer_type, cfg->vocab_file, cfg->merge_file, &tok));
   }
   for (int d = 0; d < spec->n; d++) {
-    MGT_TRY(dataset_open(spec->prefix[d], cfg->model == MGT_MODEL_BERT, &op->ds[d]));
+    MGT_TRY(dataset_open(spec->prefix[d], samples, &op->ds[d]));
     op->n = d + 1;
     mgt_dataset_info *in = &op->ds[d].info;
     if (!in->vocab_hash[0]) in->vocab_size = cfg->vocab_size; /* Megatron-LM's: the run's ids */
@@ -1238,7 +1242,7 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
   if (need_train < 1) need_train = 1;
   const int64_t need_valid = (int64_t)cfg->eval_iters * cfg->global_batch_size;
   const int want_valid = cfg->eval_iters > 0 && frac[1] > 0;
-  if (cfg->model == MGT_MODEL_BERT) {
+  if (samples) {
     if (!tok || mgt_tok_type(tok) < MGT_TOKENIZER_BERT_LOWER)
       MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "--model bert needs the WordPiece --vocab-file the datasets were made with");

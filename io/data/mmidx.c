@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "mgt/grid.h"
+#include "mgt/agree.h"
 
 static const char MAGIC[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 enum { HEADER = 9 + 8 + 1 + 8 + 8 };

@@ -13,14 +13,6 @@
 #include "mgt/json.h"
 #include "mgt/rng.h"
 
-const char *const mgt_task_names[] = {"none", "RACE", "MNLI", "QQP", NULL};
-
-int mgt_task_rows(int task) { return task == MGT_TASK_RACE ? 4 : 1; }
-int mgt_task_row_logits(int task) {
-  return task == MGT_TASK_MNLI ? 3 : (task == MGT_TASK_QQP ? 2 : 1);
-}
-int mgt_task_classes(int task) { return mgt_task_rows(task) * mgt_task_row_logits(task); }
-
 enum { N_CHOICES = 4, MAX_QA = 128, MAX_SEG = 5 };
 
 /* Token segments of one example in the pool: GLUE a, b; RACE the 4 question+option texts and

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "mgt/grid.h"
+#include "mgt/agree.h"
 
 void mgt_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 

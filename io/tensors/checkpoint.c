@@ -16,7 +16,6 @@
 #include <unistd.h>
 
 #include "h5util.h"
-#include "mgt/json.h"
 #include "mgt/log.h"
 #include "mgt/progress.h"
 #include "mgt/sha256.h"
@@ -304,17 +303,9 @@ static mgt_status slab_to_host(const mgt_state_tensor *t, float *staging, const 
 
 /* ---- saving ---- */
 
-static mgt_status write_config_attr(hid_t file, const mgt_config *cfg, const char *what) {
-  char *json = NULL;
-  size_t len = 0;
-  FILE *ms = open_memstream(&json, &len);
-  if (!ms) MGT_FAIL(MGT_ERR_NOMEM, "out of memory writing the configuration");
-  mgt_config_json(cfg, ms);
-  fclose(ms);
-  mgt_status st = mgt_h5_write_str(file, "config", json, what);
-  if (st == MGT_OK) st = mgt_h5_write_u64(file, "config_checksum", config_hash(json), what);
-  free(json);
-  return st;
+static mgt_status write_config_attr(hid_t file, const char *config, const char *what) {
+  MGT_CHECK(mgt_h5_write_str(file, "config", config, what));
+  return mgt_h5_write_u64(file, "config_checksum", config_hash(config), what);
 }
 
 static mgt_status write_state_attrs(hid_t file, const mgt_ckpt_state *s, const char *what) {
@@ -409,8 +400,7 @@ static mgt_status write_slabs(hid_t file, hid_t dxpl, const mgt_state *s, float 
 
 /* The checksums, the trainer state and the configuration; the completion mark last. */
 static mgt_status write_attrs(hid_t file, const mgt_state *s, const uint64_t *sums,
-                              const mgt_config *cfg, const mgt_ckpt_state *state,
-                              const char *what) {
+                              const char *config, const mgt_ckpt_state *state, const char *what) {
   for (int i = 0; i < s->n; i++) {
     mgt_status st = MGT_OK;
     hid_t d = -1, sp = -1, a = -1;
@@ -425,7 +415,7 @@ static mgt_status write_attrs(hid_t file, const mgt_state *s, const uint64_t *su
     MGT_CHECK(st);
   }
   MGT_CHECK(write_state_attrs(file, state, what));
-  MGT_CHECK(write_config_attr(file, cfg, what));
+  MGT_CHECK(write_config_attr(file, config, what));
   MGT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), what);
   MGT_CHECK(mgt_h5_write_i64(file, "complete", 1, what)); /* last, after the data is flushed */
   if (H5Fget_obj_count(file, H5F_OBJ_ALL) != 1)
@@ -436,8 +426,8 @@ static mgt_status write_attrs(hid_t file, const mgt_state *s, const uint64_t *su
 /* The writers (ranks that hold primary slabs) write the file together over `comm`, in phases
    whose outcome they agree on before the next, so that a failure on one rank (above all a
    full disk) makes every writer stop at the same point instead of waiting for it. */
-static mgt_status write_file(const char *tmp, MPI_Comm comm, const mgt_state *s,
-                             const mgt_config *cfg, const mgt_ckpt_state *state, FILE *prog) {
+static mgt_status write_file(const char *tmp, MPI_Comm comm, const mgt_state *s, const char *config,
+                             const mgt_ckpt_state *state, FILE *prog) {
   const char *what = tmp;
   int rank;
   MGT_MPI(MPI_Comm_rank(comm, &rank));
@@ -476,7 +466,7 @@ static mgt_status write_file(const char *tmp, MPI_Comm comm, const mgt_state *s,
     int rc = MPI_Allreduce(MPI_IN_PLACE, sums, s->n, MPI_UINT64_T, MPI_SUM, comm);
     st = mgt_mpi_status(rc, __FILE__, __LINE__, __func__, "MPI_Allreduce(sums)");
   }
-  if (st == MGT_OK) st = mgt_mpi_agree(comm, write_attrs(file, s, sums, cfg, state, what));
+  if (st == MGT_OK) st = mgt_mpi_agree(comm, write_attrs(file, s, sums, config, state, what));
   st = mgt_h5_close(file, tmp, comm, st, what); /* the caller removes a failed file */
   if (lcpl >= 0) H5Pclose(lcpl);
   if (dxpl >= 0) H5Pclose(dxpl);
@@ -499,7 +489,7 @@ static mgt_status write_latest(const char *dir, int64_t iteration) {
   return mgt_publish_file(tmp, final);
 }
 
-mgt_status mgt_ckpt_save(const char *dir, MPI_Comm world, const mgt_state *s, const mgt_config *cfg,
+mgt_status mgt_ckpt_save(const char *dir, MPI_Comm world, const mgt_state *s, const char *config,
                          const mgt_ckpt_state *state, FILE *log) {
   mgt_h5_quiet();
   double t0 = mgt_now();
@@ -520,7 +510,7 @@ mgt_status mgt_ckpt_save(const char *dir, MPI_Comm world, const mgt_state *s, co
     writer = s->t[i].replica == MGT_REPLICA_PRIMARY;
   MPI_Comm wcomm = MPI_COMM_NULL;
   MGT_MPI(MPI_Comm_split(world, writer ? 0 : MPI_UNDEFINED, rank, &wcomm));
-  if (writer) st = write_file(tmp, wcomm, s, cfg, state, rank == 0 && log ? stderr : NULL);
+  if (writer) st = write_file(tmp, wcomm, s, config, state, rank == 0 && log ? stderr : NULL);
   if (wcomm != MPI_COMM_NULL) MPI_Comm_free(&wcomm);
   st = mgt_mpi_agree(world, st);
   if (st == MGT_OK && rank == 0) {
@@ -902,37 +892,30 @@ static mgt_status read_state(hid_t f, const char *path, mgt_ckpt_state *s) {
   return MGT_OK;
 }
 
-static mgt_status read_config_attr(hid_t f, const char *path, mgt_config *cfg) {
+/* The stored configuration text, checked against its checksum (format 2). */
+static mgt_status read_config_attr(hid_t f, const char *path, char **out) {
   mgt_status st = MGT_OK;
   char *buf = NULL;
-  mgt_json_parser *jp = NULL;
-  const mgt_json *root = NULL;
+  *out = NULL;
   MGT_REQUIRE(H5Aexists(f, "config") > 0, "checkpoint %s: no configuration attribute", path);
   MGT_TRY(mgt_h5_read_str_dup(f, "config", &buf, path));
   if (has_checksums(f, path))
     MGT_TRY(read_checksum_attr(f, path, "config_checksum", config_hash(buf), "the configuration"));
-  MGT_TRY(mgt_json_parser_create(&jp));
-  if (mgt_json_parse(jp, buf, strlen(buf), &root) != MGT_OK) {
-    char why[256];
-    snprintf(why, sizeof why, "%s", mgt_error_message());
-    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: configuration: %s", path, why);
-  }
-  mgt_config_defaults(cfg);
-  MGT_TRY(mgt_config_from_json(cfg, root, path));
-  mgt_config_derive(cfg);
-  MGT_TRY(mgt_config_check_model(cfg, path));
+  *out = buf;
+  buf = NULL;
 done:
-  mgt_json_parser_destroy(&jp);
   mgt_free(buf);
   return st;
 }
 
-mgt_status mgt_ckpt_read_config(const char *path, mgt_config *cfg, mgt_ckpt_state *state) {
+mgt_status mgt_ckpt_read_config_text(const char *path, char **config, mgt_ckpt_state *state) {
   hid_t f;
+  *config = NULL;
   MGT_CHECK(open_checkpoint(path, &f));
-  mgt_status st = read_config_attr(f, path, cfg);
+  mgt_status st = read_config_attr(f, path, config);
   if (st == MGT_OK && state) st = read_state(f, path, state);
   H5Fclose(f);
+  if (st != MGT_OK) mgt_free(*config), *config = NULL;
   return st;
 }
 
@@ -1193,38 +1176,13 @@ mgt_status mgt_ckpt_verify(const char *path, const mgt_state *expect, FILE *out,
   return MGT_OK;
 }
 
-mgt_status mgt_ckpt_info(const char *path, FILE *out) {
+mgt_status mgt_ckpt_list(const char *path, FILE *out, int64_t *model_elements) {
   hid_t f;
   MGT_CHECK(open_checkpoint(path, &f));
-  mgt_ckpt_state s;
-  mgt_config cfg;
-  mgt_status st = read_state(f, path, &s);
-  if (st == MGT_OK) st = read_config_attr(f, path, &cfg);
-  if (st == MGT_OK) {
-    char *listing = NULL;
-    size_t len = 0;
-    FILE *ms = open_memstream(&listing, &len);
-    visit v = {.out = ms ? ms : out, .info = 1};
-    H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v, H5O_INFO_BASIC);
-    if (ms) fclose(ms);
-    fprintf(out, "checkpoint %s\n", path);
-    fprintf(out, "  iteration %lld, consumed samples %llu, optimizer steps %lld, seed %llu\n",
-            (long long)s.iteration, (unsigned long long)s.consumed_samples,
-            (long long)s.optimizer_steps, (unsigned long long)s.seed);
-    fprintf(out, "  saved by tensor-parallel %lld x data-parallel %lld; optimizer state: %s\n",
-            (long long)s.tensor_model_parallel_size, (long long)s.data_parallel_size,
-            s.has_optimizer ? "yes" : "no");
-    fprintf(out,
-            "  model: %d layers, hidden %d, %d heads, ffn %d, vocabulary %d, %d positions, "
-            "%lld parameters\n",
-            cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.ffn_hidden_size,
-            cfg.vocab_size, cfg.max_position_embeddings, (long long)v.elements);
-    fprintf(out, "  configuration:\n");
-    mgt_config_print(&cfg, out);
-    fprintf(out, "  tensors:\n");
-    if (listing) fputs(listing, out);
-    free(listing);
-  }
+  visit v = {.out = out, .info = 1};
+  herr_t rc = H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v, H5O_INFO_BASIC);
   H5Fclose(f);
-  return st;
+  MGT_REQUIRE(rc >= 0, "checkpoint %s: cannot list its tensors", path);
+  *model_elements = v.elements;
+  return MGT_OK;
 }

@@ -756,9 +756,6 @@ void mgt_tok_destroy(mgt_tokenizer **tok) {
 
 int mgt_tok_vocab_size(const mgt_tokenizer *t) { return t->n_vocab; }
 int32_t mgt_tok_eod(const mgt_tokenizer *t) { return t->eod; }
-const char *const mgt_tokenizer_names[] = {"GPT2BPETokenizer", "ByteTokenizer",
-                                           "BertWordPieceLowerCase", "BertWordPieceCase", NULL};
-
 const char *mgt_tok_name(const mgt_tokenizer *t) { return mgt_tokenizer_names[t->type]; }
 int mgt_tok_type(const mgt_tokenizer *t) { return t->type; }
 

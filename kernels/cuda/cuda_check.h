@@ -1,4 +1,5 @@
-/* Private to the CUDA backend's files: CUDA runtime errors as mgt_status with the traceback
+/* Private to the CUDA backend's files and the device collectives (src/parallel/comm_cuda.c):
+   CUDA runtime errors as mgt_status with the traceback
    (STYLE.md: check cudaGetLastError after each launch). */
 #pragma once
 

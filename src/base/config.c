@@ -1,7 +1,9 @@
+#define _GNU_SOURCE /* open_memstream */
 #include "mgt/config.h"
 
 #include "mgt/flags.h"
-#include "mgt/tasks.h"
+#include "mgt/json.h"
+#include "mgt/model.h"
 
 #include <errno.h>
 #include <math.h>
@@ -10,6 +12,16 @@
 #include <string.h>
 
 const char *const mgt_device_names[] = {"cpu", "cuda", NULL};
+const char *const mgt_tokenizer_names[] = {"GPT2BPETokenizer", "ByteTokenizer",
+                                           "BertWordPieceLowerCase", "BertWordPieceCase", NULL};
+const char *const mgt_task_names[] = {"none", "RACE", "MNLI", "QQP", NULL};
+
+int mgt_task_rows(int task) { return task == MGT_TASK_RACE ? 4 : 1; }
+int mgt_task_row_logits(int task) {
+  return task == MGT_TASK_MNLI ? 3 : (task == MGT_TASK_QQP ? 2 : 1);
+}
+int mgt_task_classes(int task) { return mgt_task_rows(task) * mgt_task_row_logits(task); }
+
 const char *const mgt_model_names[] = {"gpt", "bert", NULL};
 
 #define OFF(f) offsetof(mgt_config, f)
@@ -245,7 +257,13 @@ mgt_status mgt_config_check_model(const mgt_config *c, const char *what) {
   MGT_REQUIRE(c->seq_length <= c->max_position_embeddings,
               "%s: configuration: seq_length %d exceeds max_position_embeddings %d", what,
               c->seq_length, c->max_position_embeddings);
-  MGT_REQUIRE(c->model != MGT_MODEL_BERT || c->seq_length >= 5,
+  mgt_model_desc desc;
+  if (mgt_model_describe(c, &desc) != MGT_OK) {
+    char why[512]; /* the message is rewritten in place */
+    snprintf(why, sizeof why, "%s", mgt_error_message());
+    return MGT_ERROR(MGT_ERR_INPUT, "%s: configuration: %s", what, why);
+  }
+  MGT_REQUIRE(desc.input != MGT_INPUT_SAMPLES || c->seq_length >= 5,
               "%s: configuration: seq_length %d is too short for BERT ([CLS] A [SEP] B [SEP])",
               what, c->seq_length);
   return MGT_OK;
@@ -351,7 +369,9 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               (long long)c->lr_decay_iters);
   MGT_REQUIRE(c->mock_data || c->data_path[0] || c->task,
               "no training data: pass --data-path or --mock-data");
-  if (c->model == MGT_MODEL_BERT) {
+  mgt_model_desc desc; /* refuses a head or flag the model kind does not have */
+  MGT_CHECK(mgt_model_describe(c, &desc));
+  if (desc.input == MGT_INPUT_SAMPLES) {
     MGT_REQUIRE(c->seq_length >= 5, "--seq-length %d is too short for BERT ([CLS] A [SEP] B [SEP])",
                 c->seq_length);
     MGT_REQUIRE(c->mock_data ||
@@ -359,10 +379,6 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
                                           c->tokenizer_type == MGT_TOKENIZER_BERT_CASED)),
                 "--model bert needs --tokenizer-type BertWordPieceLowerCase or BertWordPieceCase "
                 "and --vocab-file (the samples need [CLS], [SEP], [MASK] and the word pieces)");
-  } else {
-    MGT_REQUIRE(!c->apply_residual_connection_post_layernorm && !c->bert_no_binary_head,
-                "--apply-residual-connection-post-layernorm and --bert-no-binary-head are BERT "
-                "flags (--model bert)");
   }
   MGT_REQUIRE(!(c->mock_data && c->data_path[0]), "--mock-data and --data-path exclude each other");
   double w[3];
@@ -399,6 +415,38 @@ void mgt_config_print(const mgt_config *cfg, FILE *f) {
 }
 
 void mgt_config_json(const mgt_config *cfg, FILE *f) { mgt_flags_json(flags, N_FLAGS, cfg, f); }
+
+char *mgt_config_to_text(const mgt_config *cfg) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *ms = open_memstream(&text, &len);
+  if (!ms) return NULL;
+  mgt_config_json(cfg, ms);
+  if (fclose(ms) != 0) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
+mgt_status mgt_config_from_text(mgt_config *cfg, const char *text, const char *what) {
+  mgt_status st = MGT_OK;
+  mgt_json_parser *jp = NULL;
+  const mgt_json *root = NULL;
+  MGT_TRY(mgt_json_parser_create(&jp));
+  if (mgt_json_parse(jp, text, strlen(text), &root) != MGT_OK) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", mgt_error_message());
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: configuration: %s", what, why);
+  }
+  mgt_config_defaults(cfg);
+  MGT_TRY(mgt_config_from_json(cfg, root, what));
+  mgt_config_derive(cfg);
+  MGT_TRY(mgt_config_check_model(cfg, what));
+done:
+  mgt_json_parser_destroy(&jp);
+  return st;
+}
 
 mgt_status mgt_config_from_json(mgt_config *cfg, const struct mgt_json *obj, const char *what) {
   return mgt_flags_from_json(flags, N_FLAGS, cfg, obj, what);

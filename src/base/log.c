@@ -15,13 +15,15 @@ void mgt_timer_stop(mgt_timer *t) {
   t->count++;
 }
 
-mgt_status mgt_timers_report(const mgt_timer *timers, int n, const mgt_grid *g, FILE *f) {
-  if (g->rank == 0) fprintf(f, "timers (max over ranks | mean per call | max/min over ranks):\n");
+mgt_status mgt_timers_report(const mgt_timer *timers, int n, MPI_Comm comm, FILE *f) {
+  int rank;
+  MGT_MPI(MPI_Comm_rank(comm, &rank));
+  if (rank == 0) fprintf(f, "timers (max over ranks | mean per call | max/min over ranks):\n");
   for (int i = 0; i < n; i++) {
     double mx = timers[i].total, mn = timers[i].total;
-    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_DOUBLE, MPI_MAX, g->world));
-    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, &mn, 1, MPI_DOUBLE, MPI_MIN, g->world));
-    if (g->rank == 0 && timers[i].count > 0)
+    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_DOUBLE, MPI_MAX, comm));
+    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, &mn, 1, MPI_DOUBLE, MPI_MIN, comm));
+    if (rank == 0 && timers[i].count > 0)
       fprintf(f, "  %-22s %10.3f s | %9.3f ms | %.3f\n", timers[i].name, mx,
               1e3 * mx / (double)timers[i].count, mn > 0 ? mx / mn : 1.0);
   }

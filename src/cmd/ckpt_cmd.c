@@ -1,20 +1,57 @@
 /* mgt ckpt: info, verify, export and import of checkpoints, on rank 0. */
+#define _GNU_SOURCE /* open_memstream */
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mgt/checkpoint.h"
 #include "mgt/cli.h"
 #include "mgt/flags.h"
-#include "mgt/grid.h"
+#include "mgt/agree.h"
 #include "mgt/gpt.h"
 #include "mgt/hf.h"
 #include "mgt/optim.h"
+#include "mgt/train.h"
+
+/* Iteration, layout, configuration and tensors of a checkpoint file. */
+static mgt_status info(const char *path, FILE *out) {
+  mgt_config cfg;
+  mgt_ckpt_state s;
+  MGT_CHECK(mgt_train_read_config(path, &cfg, &s));
+  char *listing = NULL;
+  size_t len = 0;
+  int64_t elements = 0;
+  FILE *ms = open_memstream(&listing, &len);
+  if (!ms) MGT_FAIL(MGT_ERR_NOMEM, "out of memory listing %s", path);
+  mgt_status st = mgt_ckpt_list(path, ms, &elements);
+  fclose(ms);
+  if (st == MGT_OK) {
+    fprintf(out, "checkpoint %s\n", path);
+    fprintf(out, "  iteration %lld, consumed samples %llu, optimizer steps %lld, seed %llu\n",
+            (long long)s.iteration, (unsigned long long)s.consumed_samples,
+            (long long)s.optimizer_steps, (unsigned long long)s.seed);
+    fprintf(out, "  saved by tensor-parallel %lld x data-parallel %lld; optimizer state: %s\n",
+            (long long)s.tensor_model_parallel_size, (long long)s.data_parallel_size,
+            s.has_optimizer ? "yes" : "no");
+    fprintf(out,
+            "  model: %d layers, hidden %d, %d heads, ffn %d, vocabulary %d, %d positions, "
+            "%lld parameters\n",
+            cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.ffn_hidden_size,
+            cfg.vocab_size, cfg.max_position_embeddings, (long long)elements);
+    fprintf(out, "  configuration:\n");
+    mgt_config_print(&cfg, out);
+    fprintf(out, "  tensors:\n");
+    fputs(listing, out);
+  }
+  free(listing);
+  return st;
+}
 
 /* Verifies a checkpoint file against what its stored configuration implies. */
 static mgt_status verify(const char *path, int *damaged) {
   mgt_config cfg;
   mgt_ckpt_state state;
-  MGT_CHECK(mgt_ckpt_read_config(path, &cfg, &state));
+  MGT_CHECK(mgt_train_read_config(path, &cfg, &state));
   mgt_state model = {0}, expect = {0};
   mgt_status st = mgt_gpt_describe(&cfg, 1, 0, 0, &model);
   for (int i = 0; i < model.n && st == MGT_OK; i++)
@@ -108,7 +145,7 @@ int mgt_cli_ckpt(int argc, char **argv, MPI_Comm world) {
       st = mgt_hf_import(o.input, o.save, stdout);
     } else {
       st = mgt_ckpt_resolve(o.load, o.ckpt_iteration, path, sizeof path);
-      if (st == MGT_OK && !strcmp(sub, "info")) st = mgt_ckpt_info(path, stdout);
+      if (st == MGT_OK && !strcmp(sub, "info")) st = info(path, stdout);
       if (st == MGT_OK && !strcmp(sub, "verify")) st = verify(path, &damaged);
       if (st == MGT_OK && !strcmp(sub, "export")) st = mgt_hf_export(path, o.output, stdout);
     }

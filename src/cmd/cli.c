@@ -13,7 +13,7 @@
 #include "mgt/generate.h"
 #include "mgt/flags.h"
 #include "mgt/dataset.h"
-#include "mgt/grid.h"
+#include "mgt/agree.h"
 #include "mgt/tokenize.h"
 
 #ifndef MGT_VERSION
@@ -39,25 +39,6 @@ void mgt_cli_configure_threads(MPI_Comm world) {
   if (bound <= 0) bound = online;
   int threads = bound < online ? bound : bound / local;
   omp_set_num_threads(threads < 1 ? 1 : threads);
-}
-
-static void usage(FILE *f) {
-  fprintf(f, "usage: mgt <command> [flags]\n\n"
-             "commands:\n"
-             "  train       train a GPT or BERT model (mgt train --help for its flags)\n"
-             "  finetune    fine-tune a BERT on RACE, MNLI or QQP (docs/finetune.md)\n"
-             "  preprocess  tokenize JSON lines or text files into an HDF5 token dataset\n"
-             "  tokenize    encode JSON lines to token ids, or decode ids (--decode)\n"
-             "  eval        evaluate a checkpoint: WikiText-103 perplexity, LAMBADA accuracy,\n"
-             "              perplexity of any text or token ids\n"
-             "  generate    continue a prompt with a checkpoint (sampling, key/value cache)\n"
-             "  ckpt        checkpoints: info, verify, export --format hf, import --format hf\n"
-             "  plan        the layouts of a model that fit a machine, ranked by estimated speed\n"
-             "  dataset     info PREFIX: what a token dataset holds (ours or Megatron-LM's)\n"
-             "  plot        loss and learning-rate curves of --metrics-file runs as an SVG\n"
-             "  version     print the version\n\n"
-             "Run under MPI for several ranks: mpiexec -n 4 mgt train "
-             "--tensor-model-parallel-size 2 ...\n");
 }
 
 int mgt_cli_fail(mgt_status st, int rank, MPI_Comm world, int agreed) {
@@ -182,6 +163,60 @@ static int cmd_generate(int argc, char **argv, MPI_Comm world) {
   return st == MGT_OK ? 0 : mgt_cli_fail(st, rank, world, st == MGT_ERR_INPUT);
 }
 
+static int cmd_version(int argc, char **argv, MPI_Comm world) {
+  (void)argc, (void)argv;
+  int rank;
+  MPI_Comm_rank(world, &rank);
+  if (rank == 0) {
+#ifdef MGT_HAVE_CUDA
+    printf("megatron-c %s (backends: cpu, cuda%s)\n", MGT_VERSION,
+#ifdef MGT_HAVE_NCCL
+           " with NCCL"
+#else
+           ""
+#endif
+    );
+#else
+    printf("megatron-c %s (backends: cpu)\n", MGT_VERSION);
+#endif
+  }
+  return 0;
+}
+
+/* The commands: `mgt NAME ...` runs run(argc, argv, world) with argv[1] = NAME, and returns its
+   exit status (0, 1 for a failure, 2 for bad input). */
+typedef struct command {
+  const char *name;
+  const char *summary; /* for mgt --help */
+  int (*run)(int argc, char **argv, MPI_Comm world);
+} command;
+
+static const command commands[] = {
+    {"train", "train a GPT or BERT model (mgt train --help for its flags)", mgt_cli_train},
+    {"finetune", "fine-tune a BERT on RACE, MNLI or QQP (docs/finetune.md)", mgt_cli_train},
+    {"preprocess", "tokenize JSON lines or text files into an HDF5 token dataset", cmd_preprocess},
+    {"tokenize", "encode JSON lines to token ids, or decode ids (--decode)", cmd_tokenize},
+    {"eval",
+     "evaluate a checkpoint: WikiText-103 perplexity, LAMBADA accuracy,\n"
+     "              perplexity of any text or token ids",
+     cmd_eval},
+    {"generate", "continue a prompt with a checkpoint (sampling, key/value cache)", cmd_generate},
+    {"ckpt", "checkpoints: info, verify, export --format hf, import --format hf", mgt_cli_ckpt},
+    {"plan", "the layouts of a model that fit a machine, ranked by estimated speed", cmd_plan},
+    {"dataset", "info PREFIX: what a token dataset holds (ours or Megatron-LM's)", mgt_cli_dataset},
+    {"plot", "loss and learning-rate curves of --metrics-file runs as an SVG", cmd_plot},
+    {"version", "print the version", cmd_version},
+};
+enum { N_COMMANDS = (int)(sizeof commands / sizeof commands[0]) };
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: mgt <command> [flags]\n\ncommands:\n");
+  for (int i = 0; i < N_COMMANDS; i++)
+    fprintf(f, "  %-10s  %s\n", commands[i].name, commands[i].summary);
+  fprintf(f, "\nRun under MPI for several ranks: mpiexec -n 4 mgt train "
+             "--tensor-model-parallel-size 2 ...\n");
+}
+
 int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
   int rank;
   MPI_Comm_rank(world, &rank);
@@ -190,32 +225,9 @@ int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
     if (rank == 0) usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
-    if (rank == 0) {
-#ifdef MGT_HAVE_CUDA
-      printf("megatron-c %s (backends: cpu, cuda%s)\n", MGT_VERSION,
-#ifdef MGT_HAVE_NCCL
-             " with NCCL"
-#else
-             ""
-#endif
-      );
-#else
-      printf("megatron-c %s (backends: cpu)\n", MGT_VERSION);
-#endif
-    }
-    return 0;
-  }
-  if (strcmp(argv[1], "train") == 0 || strcmp(argv[1], "finetune") == 0)
-    return mgt_cli_train(argc, argv, world);
-  if (strcmp(argv[1], "preprocess") == 0) return cmd_preprocess(argc, argv, world);
-  if (strcmp(argv[1], "tokenize") == 0) return cmd_tokenize(argc, argv, world);
-  if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc, argv, world);
-  if (strcmp(argv[1], "ckpt") == 0) return mgt_cli_ckpt(argc, argv, world);
-  if (strcmp(argv[1], "dataset") == 0) return mgt_cli_dataset(argc, argv, world);
-  if (strcmp(argv[1], "generate") == 0) return cmd_generate(argc, argv, world);
-  if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc, argv, world);
-  if (strcmp(argv[1], "plot") == 0) return cmd_plot(argc, argv, world);
+  const char *name = strcmp(argv[1], "--version") == 0 ? "version" : argv[1];
+  for (int i = 0; i < N_COMMANDS; i++)
+    if (strcmp(name, commands[i].name) == 0) return commands[i].run(argc, argv, world);
   if (rank == 0) fprintf(stderr, "mgt: error: unknown command '%s' (see mgt --help)\n", argv[1]);
   return 2;
 }

@@ -18,6 +18,7 @@
 #include "mgt/backend.h"
 #include "mgt/progress.h"
 #include "mgt/session.h"
+#include "mgt/cli.h"
 #include "mgt/flags.h"
 #include "mgt/gpt.h"
 #include "mgt/grid.h"

@@ -17,6 +17,7 @@
 #include "mgt/json.h"
 #include "mgt/tasks.h"
 #include "mgt/safetensors.h"
+#include "mgt/train.h"
 
 /* One Hugging Face tensor: a contiguous slice of one of our whole tensors, stored in HF's
    shape, transposed for GPT-2's Conv1D (HF (in, out), ours (out, in)). ours < 0: a tensor we do
@@ -136,9 +137,9 @@ static mgt_status plan_linear(hf_plan *pl, const hf_names *w, const char *hf, co
    binary head: the ...ForMaskedLM model, no pooler, zero token types. A fine-tuned model: the
    ...ForSequenceClassification (MNLI, QQP) or ...ForMultipleChoice (RACE) model, whose
    "classifier" is our task head on the pooler, and no LM head. */
-static mgt_status plan_bert(hf_plan *pl, const mgt_config *c, const hf_names *w) {
-  const int post = c->apply_residual_connection_post_layernorm, task = c->task,
-            binary = !c->bert_no_binary_head || task;
+static mgt_status plan_bert(hf_plan *pl, const mgt_config *c, const mgt_model_desc *d,
+                            const hf_names *w) {
+  const int post = d->post_ln, task = d->task, binary = d->pooler;
   const int64_t C = c->hidden_size;
   MGT_CHECK(plan_whole(pl, w, "bert.embeddings.word_embeddings.weight",
                        "embedding.word_embeddings.weight", 0, 0));
@@ -212,7 +213,17 @@ static mgt_status make_plan(const mgt_config *c, const mgt_state *model, hf_plan
   memset(pl, 0, sizeof *pl);
   hf_names w = {.s = model};
   MGT_CHECK(mgt_state_index_init(&w.ix, model));
-  mgt_status st = c->model == MGT_MODEL_BERT ? plan_bert(pl, c, &w) : plan_gpt2(pl, c, &w);
+  mgt_model_desc d;
+  mgt_status st = mgt_model_describe(c, &d);
+  if (st == MGT_OK) {
+    switch (d.kind) { /* a kind without Hugging Face names is refused, never named as another */
+    case MGT_MODEL_GPT: st = plan_gpt2(pl, c, &w); break;
+    case MGT_MODEL_BERT: st = plan_bert(pl, c, &d, &w); break;
+    default:
+      st = MGT_ERROR(MGT_ERR_INPUT, "--model %s has no Hugging Face names",
+                     mgt_model_kinds[d.kind].name);
+    }
+  }
   mgt_state_index_fini(&w.ix);
   if (st != MGT_OK) free(pl->p), memset(pl, 0, sizeof *pl);
   return st;
@@ -271,13 +282,13 @@ static mgt_status write_text(const char *path, const char *text) {
 
 /* config.json of a BERT export. HF has one activation: "gelu" (erf) is exact in the LM head
    and approximates our MLP's tanh GeLU (at most 4.7e-4 per activation apart). */
-static char *bert_config_json(const mgt_config *c, int64_t iteration) {
-  const int post = c->apply_residual_connection_post_layernorm, binary = !c->bert_no_binary_head;
+static char *bert_config_json(const mgt_config *c, const mgt_model_desc *d, int64_t iteration) {
+  const int post = d->post_ln;
   /* a fine-tuned model's head, and its labels in Megatron-LM's order */
-  const char *kind = c->task == MGT_TASK_RACE ? "ForMultipleChoice"
-                     : c->task                ? "ForSequenceClassification"
-                     : binary                 ? "ForPreTraining"
-                                              : "ForMaskedLM";
+  const char *kind = d->head == MGT_HEAD_MULTIPLE_CHOICE ? "ForMultipleChoice"
+                     : d->head == MGT_HEAD_CLASSIFY      ? "ForSequenceClassification"
+                     : d->head == MGT_HEAD_MLM_SOP       ? "ForPreTraining"
+                                                         : "ForMaskedLM";
   char labels[256] = "";
   if (c->task == MGT_TASK_MNLI)
     snprintf(labels, sizeof labels,
@@ -312,7 +323,9 @@ static char *bert_config_json(const mgt_config *c, int64_t iteration) {
 }
 
 static char *hf_config_json(const mgt_config *c, int64_t iteration) {
-  if (c->model == MGT_MODEL_BERT) return bert_config_json(c, iteration);
+  const mgt_model_desc d = mgt_model_of(c); /* make_plan refused the kinds with no names */
+  if (d.kind == MGT_MODEL_BERT) return bert_config_json(c, &d, iteration);
+  if (d.kind != MGT_MODEL_GPT) return NULL;
   char *s = NULL;
   if (asprintf(&s,
                "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
@@ -335,7 +348,7 @@ static char *hf_config_json(const mgt_config *c, int64_t iteration) {
 mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, FILE *log) {
   mgt_config cfg;
   mgt_ckpt_state state;
-  MGT_CHECK(mgt_ckpt_read_config(ckpt_path, &cfg, &state));
+  MGT_CHECK(mgt_train_read_config(ckpt_path, &cfg, &state));
   mgt_status st = MGT_OK;
   mgt_state w = {0};
   mgt_st_tensor *out = NULL;
@@ -641,7 +654,10 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   state.tensor_model_parallel_size = state.data_parallel_size = 1;
   int lock = 0;
   MGT_TRY(mgt_ckpt_prepare_dir(save_dir, MPI_COMM_SELF, mgt_ckpt_bytes(&w), &lock));
-  st = mgt_ckpt_save(save_dir, MPI_COMM_SELF, &w, &cfg, &state, log);
+  char *config = mgt_config_to_text(&cfg);
+  st = config ? mgt_ckpt_save(save_dir, MPI_COMM_SELF, &w, config, &state, log)
+              : MGT_ERROR(MGT_ERR_NOMEM, "out of memory importing %s", hf_dir);
+  free(config);
   mgt_ckpt_unlock(save_dir, &lock);
   MGT_TRY(st);
 done:

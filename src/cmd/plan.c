@@ -12,13 +12,12 @@
 #include "mgt/flags.h"
 #include "mgt/gpt.h"
 
-static const char *const models[] = {"gpt", "bert", NULL};
 static const char *const recomputes[] = {"all", "none", "full", "selective", NULL};
 
 #define OFF(f) offsetof(mgt_plan_opts, f)
 #define SZ(f) sizeof(((mgt_plan_opts *)0)->f)
 static const mgt_flag flags[] = {
-    {"--model", MGT_FLAG_ENUM, OFF(model), 0, 0, "gpt or bert", models, 0},
+    {"--model", MGT_FLAG_ENUM, OFF(model), 0, 0, "gpt or bert", mgt_model_names, 0},
     {"--num-layers", MGT_FLAG_INT, OFF(num_layers), 1, 1 << 16, "transformer layers", NULL, 0},
     {"--hidden-size", MGT_FLAG_INT, OFF(hidden_size), 1, 1 << 20, "hidden size", NULL, 0},
     {"--num-attention-heads", MGT_FLAG_INT, OFF(heads), 1, 1 << 16, "attention heads", NULL, 0},
@@ -114,7 +113,7 @@ void mgt_plan_usage(FILE *f) {
 void mgt_plan_config(const mgt_plan_opts *o, int tp, int mb, int recompute, int distopt, int sp,
                      mgt_config *c) {
   mgt_config_defaults(c);
-  c->model = o->model == 1 ? MGT_MODEL_BERT : MGT_MODEL_GPT;
+  c->model = o->model; /* an index of mgt_model_names, as --model of mgt train */
   c->num_layers = o->num_layers, c->hidden_size = o->hidden_size;
   c->num_attention_heads = o->heads, c->ffn_hidden_size = o->ffn;
   c->seq_length = o->seq_length, c->max_position_embeddings = o->seq_length;
@@ -232,9 +231,9 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
   fprintf(out,
           "%s: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d, %.3g B parameters; "
           "global batch %d on %d x %d GPUs of %s\n",
-          models[o->model], o->num_layers, o->hidden_size, o->heads, o->seq_length, o->vocab_size,
-          (double)mgt_gpt_logical_params(&c0) / 1e9, o->global_batch, o->nodes, o->gpus_per_node,
-          o->gpu_memory);
+          mgt_model_names[o->model], o->num_layers, o->hidden_size, o->heads, o->seq_length,
+          o->vocab_size, (double)mgt_gpt_logical_params(&c0) / 1e9, o->global_batch, o->nodes,
+          o->gpus_per_node, o->gpu_memory);
   fprintf(out,
           "model: %.4g TFLOP/s per GPU, %.4g GB/s all-reduce in a node, %.4g GB/s network per "
           "node, %.4g GB/s memory, %d bytes per element sent, data-parallel overlap %.2f\n",

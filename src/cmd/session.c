@@ -4,25 +4,29 @@
 #include <string.h>
 
 #include "mgt/tasks.h"
+#include "mgt/train.h"
 
 mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MPI_Comm world) {
   memset(s, 0, sizeof *s);
   int size;
   MGT_MPI(MPI_Comm_size(world, &size));
   mgt_status st = mgt_ckpt_resolve(o->load, o->ckpt_iteration, s->path, sizeof s->path);
-  if (st == MGT_OK) st = mgt_ckpt_read_config(s->path, &s->saved, &s->state);
+  if (st == MGT_OK) st = mgt_train_read_config(s->path, &s->saved, &s->state);
   MGT_CHECK(mgt_mpi_agree(world, st));
   mgt_config *c = &s->cfg;
   *c = s->saved;
+  mgt_model_desc desc;
+  MGT_CHECK(mgt_model_describe(c, &desc));
   if (o->task) {
-    MGT_REQUIRE(c->model == MGT_MODEL_BERT && c->task == o->task,
+    MGT_REQUIRE(desc.task == o->task,
                 "%s is not a BERT fine-tuned for %s (mgt finetune --task %s writes one)", s->path,
                 mgt_task_names[o->task], mgt_task_names[o->task]);
   } else {
-    MGT_REQUIRE(c->model == MGT_MODEL_GPT,
-                "%s holds a BERT: mgt generate and the language-model tasks of mgt eval are for "
-                "GPT (a fine-tuned BERT is scored with mgt eval --task RACE, MNLI or QQP)",
-                s->path);
+    MGT_REQUIRE(mgt_model_generative(&desc),
+                "%s holds a %s: mgt generate and the language-model tasks of mgt eval are for "
+                "causal language models such as GPT (a fine-tuned BERT is scored with mgt eval "
+                "--task RACE, MNLI or QQP)",
+                s->path, mgt_model_kinds[desc.kind].title);
   }
   if (o->tokenizer_type >= 0) c->tokenizer_type = o->tokenizer_type;
   if (o->vocab_file && o->vocab_file[0])

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mgt/cli.h"
 #include "mgt/flags.h"
 #include "mgt/json.h"
 #include "mgt/tokenize.h"

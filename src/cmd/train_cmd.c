@@ -75,7 +75,7 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
 
 /* mgt finetune: the task's data is read first, since its size sets the iterations (--epochs). */
 static mgt_status finetune_config(mgt_config *c, int size, mgt_task_data *data) {
-  MGT_REQUIRE(c->model == MGT_MODEL_BERT,
+  MGT_REQUIRE(mgt_model_kinds[c->model].finetunable,
               "mgt finetune fine-tunes a BERT (--model bert); the paper scores GPT zero-shot "
               "(mgt eval --task wikitext103 or lambada)");
   MGT_REQUIRE(c->task != MGT_TASK_NONE, "mgt finetune needs --task RACE, MNLI or QQP");

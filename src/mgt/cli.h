@@ -4,6 +4,9 @@
 #include <mpi.h>
 
 #include "mgt/common.h"
+#include "mgt/config.h"
+#include "mgt/dataset.h"
+#include "mgt/flags.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,6 +38,58 @@ int mgt_cli_ckpt(int argc, char **argv, MPI_Comm world);
 /* Chooses OpenMP threads per rank when OMP_NUM_THREADS is unset: the CPUs this rank is
    bound to, or the node's CPUs shared among its ranks. Collective over `world`. */
 void mgt_cli_configure_threads(MPI_Comm world);
+
+/* Flag table entries shared by commands: a checkpoint to read (struct S has fields load and
+   ckpt_iteration), a device (device), and a tokenizer (vocab_file, merge_file,
+   tokenizer_type), `note` added to the tokenizer flags' help (as " (default: the
+   checkpoint's)"). */
+#define MGT_FIELD_SIZE(S, f) sizeof(((S *)0)->f)
+#define MGT_CHECKPOINT_FLAGS(S)                                                                    \
+  {"--load",                                                                                       \
+   MGT_FLAG_STR,                                                                                   \
+   offsetof(S, load),                                                                              \
+   0,                                                                                              \
+   0,                                                                                              \
+   "checkpoint directory (its latest) or file",                                                    \
+   NULL,                                                                                           \
+   MGT_FIELD_SIZE(S, load)},                                                                       \
+  {                                                                                                \
+    "--ckpt-iteration", MGT_FLAG_INT64, offsetof(S, ckpt_iteration), -1, 9e15,                     \
+        "load this iteration instead of the latest", NULL, 0                                       \
+  }
+#define MGT_DEVICE_FLAG(S)                                                                         \
+  {                                                                                                \
+    "--device", MGT_FLAG_ENUM, offsetof(S, device), 0, 0, "cpu, or cuda (one GPU per rank)",       \
+        mgt_device_names, 0                                                                        \
+  }
+#define MGT_TOKENIZER_FLAGS(S, note)                                                               \
+  {"--vocab-file",                                                                                 \
+   MGT_FLAG_STR,                                                                                   \
+   offsetof(S, vocab_file),                                                                        \
+   0,                                                                                              \
+   0,                                                                                              \
+   "GPT-2 vocabulary (gpt2-vocab.json)" note,                                                      \
+   NULL,                                                                                           \
+   MGT_FIELD_SIZE(S, vocab_file)},                                                                 \
+      {"--merge-file",                                                                             \
+       MGT_FLAG_STR,                                                                               \
+       offsetof(S, merge_file),                                                                    \
+       0,                                                                                          \
+       0,                                                                                          \
+       "GPT-2 merges (gpt2-merges.txt)" note,                                                      \
+       NULL,                                                                                       \
+       MGT_FIELD_SIZE(S, merge_file)},                                                             \
+  {                                                                                                \
+    "--tokenizer-type", MGT_FLAG_ENUM, offsetof(S, tokenizer_type), 0, 0, MGT_TOKENIZER_HELP note, \
+        mgt_tokenizer_names, 0                                                                     \
+  }
+
+/* mgt preprocess: its flags (the work is mgt_preprocess_run, include/mgt/dataset.h). */
+void mgt_preprocess_defaults(mgt_preprocess_opts *o);
+/* Parses `mgt preprocess` flags; *help is set by --help. Not collective. */
+MGT_NODISCARD mgt_status mgt_preprocess_parse(mgt_preprocess_opts *o, int argc, char **argv,
+                                              int first, int *help);
+void mgt_preprocess_usage(FILE *f);
 
 #ifdef __cplusplus
 }

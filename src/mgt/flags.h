@@ -7,8 +7,6 @@
 #include <stdio.h>
 
 #include "mgt/common.h"
-#include "mgt/config.h"
-#include "mgt/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,51 +49,6 @@ void mgt_flags_json(const mgt_flag *flags, int n, const void *src, FILE *f);
 struct mgt_json;
 MGT_NODISCARD mgt_status mgt_flags_from_json(const mgt_flag *flags, int n, void *dst,
                                              const struct mgt_json *obj, const char *what);
-
-/* Flag table entries shared by commands: a checkpoint to read (struct S has fields load and
-   ckpt_iteration), a device (device), and a tokenizer (vocab_file, merge_file,
-   tokenizer_type), `note` added to the tokenizer flags' help (as " (default: the
-   checkpoint's)"). */
-#define MGT_FIELD_SIZE(S, f) sizeof(((S *)0)->f)
-#define MGT_CHECKPOINT_FLAGS(S)                                                                    \
-  {"--load",                                                                                       \
-   MGT_FLAG_STR,                                                                                   \
-   offsetof(S, load),                                                                              \
-   0,                                                                                              \
-   0,                                                                                              \
-   "checkpoint directory (its latest) or file",                                                    \
-   NULL,                                                                                           \
-   MGT_FIELD_SIZE(S, load)},                                                                       \
-  {                                                                                                \
-    "--ckpt-iteration", MGT_FLAG_INT64, offsetof(S, ckpt_iteration), -1, 9e15,                     \
-        "load this iteration instead of the latest", NULL, 0                                       \
-  }
-#define MGT_DEVICE_FLAG(S)                                                                         \
-  {                                                                                                \
-    "--device", MGT_FLAG_ENUM, offsetof(S, device), 0, 0, "cpu, or cuda (one GPU per rank)",       \
-        mgt_device_names, 0                                                                        \
-  }
-#define MGT_TOKENIZER_FLAGS(S, note)                                                               \
-  {"--vocab-file",                                                                                 \
-   MGT_FLAG_STR,                                                                                   \
-   offsetof(S, vocab_file),                                                                        \
-   0,                                                                                              \
-   0,                                                                                              \
-   "GPT-2 vocabulary (gpt2-vocab.json)" note,                                                      \
-   NULL,                                                                                           \
-   MGT_FIELD_SIZE(S, vocab_file)},                                                                 \
-      {"--merge-file",                                                                             \
-       MGT_FLAG_STR,                                                                               \
-       offsetof(S, merge_file),                                                                    \
-       0,                                                                                          \
-       0,                                                                                          \
-       "GPT-2 merges (gpt2-merges.txt)" note,                                                      \
-       NULL,                                                                                       \
-       MGT_FIELD_SIZE(S, merge_file)},                                                             \
-  {                                                                                                \
-    "--tokenizer-type", MGT_FLAG_ENUM, offsetof(S, tokenizer_type), 0, 0, MGT_TOKENIZER_HELP note, \
-        mgt_tokenizer_names, 0                                                                     \
-  }
 
 #ifdef __cplusplus
 }

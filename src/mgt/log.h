@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 #include "mgt/common.h"
-#include "mgt/grid.h"
+#include "mgt/agree.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,10 +25,9 @@ typedef struct mgt_timer {
 void mgt_timer_start(mgt_timer *t);
 void mgt_timer_stop(mgt_timer *t);
 
-/* Rank 0 writes each timer's total as the max over ranks, the mean per call, and the
-   max/min ratio across ranks. Collective over the grid's world. */
-MGT_NODISCARD mgt_status mgt_timers_report(const mgt_timer *timers, int n, const mgt_grid *g,
-                                           FILE *f);
+/* Rank 0 of comm writes each timer's total as the max over its ranks, the mean per call, and
+   the max/min ratio across them. Collective over comm. */
+MGT_NODISCARD mgt_status mgt_timers_report(const mgt_timer *timers, int n, MPI_Comm comm, FILE *f);
 
 #ifdef __cplusplus
 }

@@ -30,6 +30,7 @@
 
 #include "mgt/comm.h"
 #include "mgt/log.h"
+#include "../../kernels/cuda/cuda_check.h" /* CU(): the backend's CUDA check, shared */
 #ifdef MGT_HAVE_NCCL
 #include <nccl.h>
 #endif
@@ -63,12 +64,6 @@ typedef struct cuda_comm {
 } cuda_comm;
 
 enum { EVENTS_AHEAD = 64 };
-
-#define CU(call)                                                                                   \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) MGT_FAIL(MGT_ERR_BACKEND, "%s: %s", #call, cudaGetErrorString(e_));     \
-  } while (0)
 
 #ifdef MGT_HAVE_NCCL
 #define NCCL(call)                                                                                 \

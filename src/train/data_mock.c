@@ -1,4 +1,5 @@
-#include "mgt/data.h"
+#include "mgt/data_mock.h"
+#include "mgt/model.h"
 #include "mgt/rng.h"
 
 typedef struct mock {
@@ -108,7 +109,7 @@ mgt_status mgt_data_mock_bert_create(const mgt_config *cfg, uint64_t first, mgt_
   mk->offset = first;
   mk->vocab = cfg->vocab_size;
   mk->mask_prob = cfg->mask_prob;
-  mk->binary_head = !cfg->bert_no_binary_head;
+  mk->binary_head = mgt_model_of(cfg).head == MGT_HEAD_MLM_SOP;
   out->ctx = mk;
   out->get = mock_bert_get;
   out->destroy = mock_destroy;
@@ -121,9 +122,4 @@ mgt_status mgt_data_mock_create(const mgt_config *cfg, mgt_data *out) {
 
 mgt_status mgt_data_mock_valid_create(const mgt_config *cfg, mgt_data *out) {
   return mock_create(cfg, 1ull << 40, out);
-}
-
-void mgt_data_destroy(mgt_data *data) {
-  if (data->destroy && data->ctx) data->destroy(data->ctx);
-  data->ctx = NULL;
 }

@@ -8,14 +8,22 @@
 #include <sys/stat.h>
 
 #include "mgt/checkpoint.h"
+#include "mgt/data_mock.h"
 #include "mgt/dataset.h"
-#include "mgt/json.h"
 #include "mgt/log.h"
+#include "mgt/report.h"
 #include "mgt/tasks.h"
-#include "mgt/tensorboard.h"
 
 enum { T_ITERATION, T_FWDBWD, T_OPTIMIZER, T_DATA, N_TIMERS };
 static const char *timer_names[N_TIMERS] = {"iteration", "forward-backward", "optimizer", "data"};
+
+mgt_status mgt_train_read_config(const char *path, mgt_config *cfg, mgt_ckpt_state *state) {
+  char *text = NULL;
+  MGT_CHECK(mgt_ckpt_read_config_text(path, &text, state));
+  mgt_status st = mgt_config_from_text(cfg, text, path);
+  mgt_free(text);
+  return st;
+}
 
 /* A checkpoint being written by a background thread (--async-save): a host copy of this rank's
    slabs of the saved copy, and a communicator of its own, so that the writer's collectives
@@ -27,7 +35,7 @@ typedef struct async_save {
   mgt_state list;
   float *host; /* kept from save to save */
   size_t host_n;
-  const mgt_config *cfg;
+  const char *config; /* the run configuration as the checkpoint stores it */
   mgt_ckpt_state state;
   char dir[MGT_PATH_MAX];
   FILE *log;
@@ -39,6 +47,8 @@ typedef struct async_save {
 
 struct mgt_trainer {
   mgt_config cfg;
+  mgt_model_desc desc; /* what the model is (mgt/model.h) */
+  char *config;        /* cfg as the last save stored it (mgt_config_to_text) */
   const mgt_grid *grid;
   const mgt_backend *be;
   const mgt_comm *comm;
@@ -74,11 +84,11 @@ static mgt_status load_pretrained(mgt_trainer *tr) {
   mgt_ckpt_state ps;
   mgt_state ours = {0}, theirs = {0}, both = {0};
   mgt_status st = mgt_ckpt_resolve(cfg->pretrained_checkpoint, -1, path, sizeof path);
-  if (st == MGT_OK) st = mgt_ckpt_read_config(path, &pcfg, &ps);
+  if (st == MGT_OK) st = mgt_train_read_config(path, &pcfg, &ps);
   if (st == MGT_OK) {
     mgt_config want = pcfg; /* the pretraining heads may differ; the trunk may not */
     want.bert_no_binary_head = cfg->bert_no_binary_head;
-    if (pcfg.model != MGT_MODEL_BERT || pcfg.task) {
+    if (!mgt_model_of(&pcfg).masked_lm) {
       st = MGT_ERROR(MGT_ERR_INPUT, "--pretrained-checkpoint %s is not a pretrained BERT", path);
     } else if (mgt_config_model_diff(cfg, &want, diff, sizeof diff)) {
       st = MGT_ERROR(MGT_ERR_INPUT, "--pretrained-checkpoint %s is of another model: %s", path,
@@ -140,8 +150,11 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
   mgt_ckpt_state saved;
   mgt_state list = {0};
   memset(&saved, 0, sizeof saved);
+  mgt_model_desc desc;
+  MGT_CHECK(mgt_model_describe(cfg, &desc));
   MGT_CHECK(mgt_calloc(sizeof *tr, "trainer", (void **)&tr));
   tr->cfg = *cfg;
+  tr->desc = desc;
   tr->grid = grid;
   tr->be = be;
   tr->comm = comm;
@@ -156,7 +169,7 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
     mgt_config ccfg;
     char diff[1024];
     st = mgt_ckpt_resolve(cfg->load, cfg->ckpt_iteration, path, sizeof path);
-    if (st == MGT_OK) st = mgt_ckpt_read_config(path, &ccfg, &saved);
+    if (st == MGT_OK) st = mgt_train_read_config(path, &ccfg, &saved);
     if (st == MGT_OK && mgt_config_model_diff(cfg, &ccfg, diff, sizeof diff)) {
       st = MGT_ERROR(MGT_ERR_INPUT, "checkpoint %s is of another model: %s", path, diff);
     }
@@ -174,9 +187,8 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
   if (st == MGT_OK) {
     const size_t B = (size_t)cfg->micro_batch_size, T = (size_t)cfg->seq_length;
     const size_t n_micro = (size_t)cfg->global_batch_size / (B * (size_t)grid->dp);
-    const size_t rows = cfg->task ? (size_t)mgt_task_rows(cfg->task) : 1;
-    const size_t n = cfg->model == MGT_MODEL_BERT
-                         ? n_micro * B * rows * (size_t)mgt_bert_row_ints((int)T)
+    const size_t n = desc.input == MGT_INPUT_SAMPLES
+                         ? n_micro * B * (size_t)desc.rows * (size_t)mgt_bert_row_ints((int)T)
                          : B * (T + 1);
     st = mgt_calloc(sizeof(int32_t) * n, "token batch", (void **)&tr->tokens);
   }
@@ -209,7 +221,7 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
                                  &tr->data);
     tr->iters_per_epoch = per_epoch / cfg->global_batch_size;
     MGT_TRY(mgt_mpi_agree(grid->world, st));
-  } else if (cfg->mock_data && cfg->model == MGT_MODEL_BERT) {
+  } else if (cfg->mock_data && desc.input == MGT_INPUT_SAMPLES) {
     st = mgt_data_mock_bert_create(&tr->cfg, 0, &tr->data);
     if (st == MGT_OK) st = mgt_data_mock_bert_create(&tr->cfg, 1ull << 40, &tr->valid);
     MGT_TRY(mgt_mpi_agree(grid->world, st));
@@ -260,7 +272,7 @@ done:
 
 static void *async_main(void *arg) {
   async_save *a = arg;
-  mgt_status st = mgt_ckpt_save(a->dir, a->comm, &a->list, a->cfg, &a->state, a->log);
+  mgt_status st = mgt_ckpt_save(a->dir, a->comm, &a->list, a->config, &a->state, a->log);
   if (st == MGT_OK && a->keep_last > 0 && a->rank == 0)
     st = mgt_ckpt_prune(a->dir, a->keep_last, a->log);
   st = mgt_mpi_agree(a->comm, st);
@@ -334,7 +346,7 @@ static mgt_status async_start(mgt_trainer *tr, const char *dir, const mgt_state 
     mgt_state_fini(&a->list);
     return st;
   }
-  a->cfg = &tr->cfg;
+  a->config = tr->config;
   a->state = *s;
   snprintf(a->dir, sizeof a->dir, "%s", dir);
   a->log = tr->log;
@@ -360,7 +372,11 @@ static mgt_status async_start(mgt_trainer *tr, const char *dir, const mgt_state 
 }
 
 mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
-  MGT_CHECK(async_wait(tr)); /* one save at a time */
+  MGT_CHECK(async_wait(tr)); /* one save at a time: no writer reads tr->config now */
+  free(tr->config);          /* the configuration as it is now (a load may have changed it) */
+  tr->config = mgt_config_to_text(&tr->cfg);
+  MGT_CHECK(mgt_mpi_agree(tr->grid->world,
+                          tr->config ? MGT_OK : MGT_ERROR(MGT_ERR_NOMEM, "out of memory saving")));
   mgt_ckpt_state s;
   memset(&s, 0, sizeof s);
   s.iteration = tr->iteration;
@@ -380,7 +396,7 @@ mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
     tr->saved_iteration = tr->iteration;
     return MGT_OK;
   }
-  if (st == MGT_OK) st = mgt_ckpt_save(dir, tr->grid->world, &list, &tr->cfg, &s, tr->log);
+  if (st == MGT_OK) st = mgt_ckpt_save(dir, tr->grid->world, &list, tr->config, &s, tr->log);
   mgt_state_fini(&list);
   if (st == MGT_OK && tr->cfg.keep_last > 0 && tr->grid->rank == 0)
     st = mgt_ckpt_prune(dir, tr->cfg.keep_last, tr->log);
@@ -404,6 +420,7 @@ void mgt_trainer_destroy(mgt_trainer **ptr) {
   mgt_optim_destroy(&tr->optim);
   mgt_gpt_destroy(&tr->model);
   mgt_free(tr->tokens);
+  free(tr->config);
   mgt_free(tr);
   *ptr = NULL;
 }
@@ -441,15 +458,13 @@ static mgt_status bert_step(mgt_trainer *tr, double *loss, mgt_step_stats *stats
     sums[0] += l.lm_sum, sums[1] += l.sop_sum, sums[2] += (double)l.sop_correct;
   }
   MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, sums, 3, MGT_SUM));
-  const int binary = !c->bert_no_binary_head;
+  const int binary = tr->desc.head == MGT_HEAD_MLM_SOP;
   stats->lm_loss = masked > 0 ? sums[0] / masked : 0.0;
   stats->sop_loss = binary ? sums[1] / samples : NAN;
   stats->sop_accuracy = binary ? sums[2] / samples : NAN;
   *loss = stats->lm_loss + (binary ? stats->sop_loss : 0.0);
   return MGT_OK;
 }
-
-static void json_num(FILE *f, const char *key, double v, int digits);
 
 /* One fine-tuning iteration: the mean cross-entropy over the examples of the global batch. */
 static mgt_status task_step(mgt_trainer *tr, double *loss, mgt_step_stats *stats) {
@@ -480,24 +495,16 @@ static mgt_status task_step(mgt_trainer *tr, double *loss, mgt_step_stats *stats
   return MGT_OK;
 }
 
-mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
+/* One pretraining iteration of a causal LM: the mean next-token loss over the global batch. */
+static mgt_status lm_step(mgt_trainer *tr, double *loss, mgt_step_stats *stats) {
   const mgt_config *c = &tr->cfg;
   const mgt_grid *g = tr->grid;
   const int B = c->micro_batch_size, T = c->seq_length;
   const int n_micro = c->global_batch_size / (B * g->dp);
   const float grad_scale =
       (float)(mgt_optim_loss_scale(tr->optim) / ((double)c->global_batch_size * (double)T));
-  mgt_timer_start(&tr->timers[T_ITERATION]);
-  int64_t it = tr->iteration + 1;
-  double lr = mgt_lr_at(c, it);
-  double loss = 0.0;
-  const int bert = c->model == MGT_MODEL_BERT;
-  stats->accuracy = NAN;
-  if (c->task)
-    MGT_CHECK(task_step(tr, &loss, stats));
-  else if (bert)
-    MGT_CHECK(bert_step(tr, &loss, stats));
-  for (int mb = 0; mb < n_micro && !bert; mb++) {
+  *loss = 0.0;
+  for (int mb = 0; mb < n_micro; mb++) {
     /* Each replica takes its slice of every group of B * dp samples, so the global batch
        is the same set of samples for any data-parallel size. */
     uint64_t first = tr->consumed + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
@@ -510,13 +517,28 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
     MGT_CHECK(mgt_gpt_forward_backward(tr->model, tr->tokens, first, grad_scale, mb > 0,
                                        mb == n_micro - 1, &ls));
     mgt_timer_stop(&tr->timers[T_FWDBWD]);
-    loss += ls;
+    *loss += ls;
   }
-  if (!bert) {
-    MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, &loss, 1, MGT_SUM));
-    loss /= (double)c->global_batch_size * T;
-    stats->lm_loss = loss;
-    stats->sop_loss = stats->sop_accuracy = NAN;
+  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, loss, 1, MGT_SUM));
+  *loss /= (double)c->global_batch_size * T;
+  stats->lm_loss = *loss;
+  stats->sop_loss = stats->sop_accuracy = NAN;
+  return MGT_OK;
+}
+
+mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
+  const mgt_config *c = &tr->cfg;
+  mgt_timer_start(&tr->timers[T_ITERATION]);
+  int64_t it = tr->iteration + 1;
+  double lr = mgt_lr_at(c, it);
+  double loss = 0.0;
+  stats->accuracy = NAN;
+  switch (tr->desc.head) {
+  case MGT_HEAD_CAUSAL_LM: MGT_CHECK(lm_step(tr, &loss, stats)); break;
+  case MGT_HEAD_MLM_SOP:
+  case MGT_HEAD_MLM: MGT_CHECK(bert_step(tr, &loss, stats)); break;
+  case MGT_HEAD_CLASSIFY:
+  case MGT_HEAD_MULTIPLE_CHOICE: MGT_CHECK(task_step(tr, &loss, stats)); break;
   }
   mgt_timer_start(&tr->timers[T_OPTIMIZER]);
   double norm = NAN;
@@ -586,68 +608,18 @@ mgt_status mgt_task_score_set(mgt_gpt *model, const mgt_config *cfg, const mgt_g
   return MGT_OK;
 }
 
-/* Adds TensorBoard scalar "<what> validation" (with several validation sets, "<what> validation
-   <set>"). */
-static mgt_status tb_add_valid(mgt_tb *tb, const char *what, const char *set, double v) {
-  char tag[MGT_PATH_MAX + 64];
-  snprintf(tag, sizeof tag, "%s validation%s%s", what, set ? " " : "", set ? set : "");
-  return mgt_tb_add(tb, tag, v);
-}
-
 /* Scores every validation set of a fine-tuning run (and, with several, all of them together)
-   and reports each: a log line, TensorBoard scalars (flushed first, so that the event file
-   holds whatever the metrics file does) and a metrics line. */
-static mgt_status task_validate(mgt_trainer *tr, int64_t iteration, FILE *log, FILE *metrics,
-                                mgt_tb *tb) {
+   and reports each. */
+static mgt_status task_validate(mgt_trainer *tr, int64_t iteration, mgt_report *rep) {
   const mgt_task_data *d = tr->task;
-  const int root = tr->grid->rank == 0;
   int64_t all = 0, right = 0;
   for (int i = 0; i < d->n_valid; i++) {
     mgt_task_score sc;
     MGT_CHECK(mgt_task_score_set(tr->model, &tr->cfg, tr->grid, tr->comm, d->valid[i], &sc));
     all += sc.examples, right += sc.correct;
-    if (!root) continue;
-    const char *path = mgt_task_set_path(d->valid[i]);
-    fprintf(log, " validation at iteration %lld | %s %s | accuracy: %.4f (%lld/%lld) | loss: %.6E",
-            (long long)iteration, mgt_task_names[tr->cfg.task], path, sc.accuracy,
-            (long long)sc.correct, (long long)sc.examples, sc.loss);
-    if (isfinite(sc.f1)) fprintf(log, " | F1: %.4f", sc.f1);
-    fputc('\n', log);
-    if (tb) {
-      const char *set = d->n_valid > 1 ? path : NULL;
-      MGT_CHECK(tb_add_valid(tb, "accuracy", set, sc.accuracy));
-      MGT_CHECK(tb_add_valid(tb, "loss", set, sc.loss));
-      if (isfinite(sc.f1)) MGT_CHECK(tb_add_valid(tb, "f1", set, sc.f1));
-      MGT_CHECK(mgt_tb_commit(tb, iteration));
-    }
-    if (metrics) {
-      fprintf(metrics, "{\"iteration\":%lld,\"task\":\"%s\",\"valid_data\":", (long long)iteration,
-              mgt_task_names[tr->cfg.task]);
-      mgt_json_write_string(metrics, path);
-      fprintf(metrics, ",\"examples\":%lld,\"correct\":%lld", (long long)sc.examples,
-              (long long)sc.correct);
-      json_num(metrics, "accuracy", sc.accuracy, 9);
-      json_num(metrics, "loss", sc.loss, 9);
-      if (isfinite(sc.f1)) json_num(metrics, "f1", sc.f1, 9);
-      fputs("}\n", metrics);
-    }
+    MGT_CHECK(mgt_report_task_set(rep, iteration, mgt_task_set_path(d->valid[i]), d->n_valid, &sc));
   }
-  if (root && d->n_valid > 1) {
-    fprintf(log, " validation at iteration %lld | %s overall | accuracy: %.4f (%lld/%lld)\n",
-            (long long)iteration, mgt_task_names[tr->cfg.task], (double)right / (double)all,
-            (long long)right, (long long)all);
-    if (tb) {
-      MGT_CHECK(mgt_tb_add(tb, "accuracy validation overall", (double)right / (double)all));
-      MGT_CHECK(mgt_tb_commit(tb, iteration));
-    }
-    if (metrics)
-      fprintf(metrics,
-              "{\"iteration\":%lld,\"task\":\"%s\",\"valid_data\":\"overall\",\"examples\":%lld,"
-              "\"correct\":%lld,\"accuracy\":%.9g}\n",
-              (long long)iteration, mgt_task_names[tr->cfg.task], (long long)all, (long long)right,
-              (double)right / (double)all);
-  }
-  if (root) fflush(log);
+  if (d->n_valid > 1) MGT_CHECK(mgt_report_task_overall(rep, iteration, right, all));
   return MGT_OK;
 }
 
@@ -658,7 +630,7 @@ mgt_status mgt_trainer_evaluate(mgt_trainer *tr, mgt_valid_stats *v) {
               "no validation data (a valid split in --split and --eval-iters > 0 are needed)");
   const int B = c->micro_batch_size, T = c->seq_length;
   const int n_micro = c->global_batch_size / (B * g->dp);
-  const int bert = c->model == MGT_MODEL_BERT;
+  const int bert = tr->desc.masked_lm;
   double sum[4] = {0, 0, 0, 0}; /* loss (GPT) or lm; sop; sop correct; masked */
   for (int it = 0; it < c->eval_iters; it++)
     for (int mb = 0; mb < n_micro; mb++) {
@@ -683,7 +655,7 @@ mgt_status mgt_trainer_evaluate(mgt_trainer *tr, mgt_valid_stats *v) {
     v->sop_loss = v->sop_accuracy = NAN;
     return MGT_OK;
   }
-  const int binary = !c->bert_no_binary_head;
+  const int binary = tr->desc.head == MGT_HEAD_MLM_SOP;
   v->lm_loss = sum[3] > 0 ? sum[0] / sum[3] : 0.0;
   v->sop_loss = binary ? sum[1] / samples : NAN;
   v->sop_accuracy = binary ? sum[2] / samples : NAN;
@@ -691,200 +663,68 @@ mgt_status mgt_trainer_evaluate(mgt_trainer *tr, mgt_valid_stats *v) {
   return MGT_OK;
 }
 
-/* A JSON number, or null for NaN and infinities (no loss when every step was skipped,
-   an infinite norm on overflow), which JSON cannot spell. */
-static void json_num(FILE *f, const char *key, double v, int digits) {
-  fprintf(f, ",\"%s\":", key);
-  if (isfinite(v))
-    fprintf(f, "%.*g", digits, v);
-  else
-    fputs("null", f);
+/* Whether iteration `it` validates: every --eval-interval, at the end, and a fine-tuning run at
+   each epoch's end too. */
+static int validation_due(const mgt_trainer *tr, int64_t it) {
+  const mgt_config *c = &tr->cfg;
+  const int epoch_end = tr->task && tr->iters_per_epoch > 0 && it % tr->iters_per_epoch == 0;
+  return mgt_trainer_has_validation(tr) &&
+         (it % c->eval_interval == 0 || it == c->train_iters || epoch_end);
 }
 
-/* Averages of the losses over the iterations of one log interval. */
-typedef struct loss_means {
-  double loss, lm, sop, sop_acc;
-} loss_means;
+static mgt_status validate(mgt_trainer *tr, int64_t it, mgt_report *rep) {
+  if (tr->task) return task_validate(tr, it, rep);
+  mgt_valid_stats v;
+  MGT_CHECK(mgt_trainer_evaluate(tr, &v));
+  return mgt_report_valid(rep, it, &v);
+}
 
-/* kind: 0 GPT, 1 BERT pretraining, 2 fine-tuning */
-static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm, int kind,
-                         double ms, double tokens_per_sec, double tflops, int skipped, int nans) {
-  fprintf(f, "{\"iteration\":%lld,\"consumed_samples\":%llu", (long long)s->iteration,
-          (unsigned long long)s->consumed_samples);
-  json_num(f, "loss", lm->loss, 17);
-  if (kind == 2) {
-    json_num(f, "accuracy", lm->sop_acc, 9);
-  } else if (kind == 1) {
-    json_num(f, "lm_loss", lm->lm, 17);
-    json_num(f, "sop_loss", lm->sop, 17);
-    json_num(f, "sop_accuracy", lm->sop_acc, 9);
+/* Why the run stops after iteration `it`, if it does: a signal on any rank or the time budget
+   (every rank must agree), or --exit-interval. */
+static mgt_status stop_requested(mgt_trainer *tr, const volatile sig_atomic_t *stop, double started,
+                                 int64_t it, FILE *log, mgt_run_end *end) {
+  const mgt_config *c = &tr->cfg;
+  const int root = tr->grid->rank == 0;
+  if (stop || c->exit_duration_in_mins > 0) {
+    int want[2] = {stop && *stop ? (int)*stop : 0,
+                   c->exit_duration_in_mins > 0 &&
+                       mgt_now() - started >= 60.0 * c->exit_duration_in_mins};
+    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, want, 2, MPI_INT, MPI_MAX, tr->grid->world));
+    if (want[0] || want[1]) {
+      *end = want[0] ? MGT_RUN_SIGNALED : MGT_RUN_DURATION;
+      if (root)
+        fprintf(log, "%s after iteration %lld: saving and exiting for a restart\n",
+                want[0] == SIGTERM ? "SIGTERM" : (want[0] ? "SIGUSR1" : "--exit-duration-in-mins"),
+                (long long)it);
+      return MGT_OK;
+    }
   }
-  json_num(f, "lr", s->lr, 9);
-  json_num(f, "grad_norm", s->grad_norm, 9);
-  json_num(f, "ms_per_iteration", ms, 9);
-  json_num(f, "tokens_per_sec", tokens_per_sec, 9);
-  json_num(f, "tflops", tflops, 9);
-  fprintf(f, ",\"skipped_iterations\":%d,\"nan_iterations\":%d", skipped, nans);
-  json_num(f, "loss_scale", s->loss_scale, 17);
-  fputs("}\n", f);
-}
-
-/* A TensorBoard scalar, written when `on`. */
-typedef struct tb_scalar {
-  const char *tag;
-  double value;
-  int on;
-} tb_scalar;
-
-/* One event at `step` of the scalars that are on, flushed. */
-static mgt_status tb_write(mgt_tb *tb, int64_t step, const tb_scalar *x, int n) {
-  for (int i = 0; i < n; i++)
-    if (x[i].on) MGT_CHECK(mgt_tb_add(tb, x[i].tag, x[i].value));
-  return mgt_tb_commit(tb, step);
-}
-
-/* The values of metrics_line as TensorBoard scalars at step = iteration, under Megatron-LM's
-   tags where it has them ("lm loss" is also its key for a fine-tuning loss; BERT's "loss" is
-   lm + sop). */
-static mgt_status tb_train(mgt_tb *tb, const mgt_step_stats *s, const loss_means *lm, int kind,
-                           int batch, double ms, double tokens_per_sec, double tflops, int skipped,
-                           int nans) {
-  const tb_scalar x[] = {
-      {"consumed-samples", (double)s->consumed_samples, 1},
-      {kind == 1 ? "loss" : "lm loss", lm->loss, 1},
-      {"accuracy", lm->sop_acc, kind == 2},
-      {"lm loss", lm->lm, kind == 1},
-      {"sop loss", lm->sop, kind == 1},
-      {"sop accuracy", lm->sop_acc, kind == 1},
-      {"learning-rate", s->lr, 1},
-      {"grad-norm", s->grad_norm, 1},
-      {"iteration-time-ms", ms, 1},
-      {"tokens-per-second", tokens_per_sec, 1},
-      {"tflops", tflops, 1},
-      {"skipped-iterations", skipped, 1},
-      {"nan-iterations", nans, 1},
-      {"loss-scale", s->loss_scale, 1},
-      {"batch-size", batch, 1},
-  };
-  return tb_write(tb, s->iteration, x, (int)(sizeof x / sizeof x[0]));
-}
-
-/* The values of a validation metrics line as TensorBoard scalars (Megatron-LM's "lm loss
-   validation" and "lm loss validation ppl"; BERT's "loss validation" is lm + sop). */
-static mgt_status tb_valid(mgt_tb *tb, int64_t iteration, const mgt_valid_stats *v, double ppl,
-                           int bert) {
-  const tb_scalar x[] = {
-      {bert ? "loss validation" : "lm loss validation", v->loss, 1},
-      {"lm loss validation ppl", ppl, 1},
-      {"lm loss validation", v->lm_loss, bert},
-      {"sop loss validation", v->sop_loss, bert},
-      {"sop accuracy validation", v->sop_accuracy, bert},
-  };
-  return tb_write(tb, iteration, x, (int)(sizeof x / sizeof x[0]));
+  if (c->exit_interval > 0 && it % c->exit_interval == 0 && it < c->train_iters) {
+    *end = MGT_RUN_INTERVAL;
+    if (root) fprintf(log, "--exit-interval: exiting after iteration %lld\n", (long long)it);
+  }
+  return MGT_OK;
 }
 
 mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic_t *stop,
                            mgt_run_end *end) {
   const mgt_config *c = &tr->cfg;
   const int root = tr->grid->rank == 0;
-  FILE *metrics = NULL;
-  if (root && c->metrics_file[0]) {
-    MGT_CHECK(mgt_create_file("--metrics-file", c->metrics_file, 1, &metrics));
-  }
+  mgt_report *rep = NULL;
+  MGT_CHECK(mgt_report_open(c, &tr->desc, root, log, &rep));
   mgt_status st = MGT_OK;
-  mgt_tb *tb = NULL; /* written before the metrics file, so it holds whatever that does */
-  if (root && c->tensorboard_dir[0]) MGT_TRY(mgt_tb_create(c->tensorboard_dir, &tb));
-  const int bert = c->model == MGT_MODEL_BERT;
-  loss_means acc = {0, 0, 0, 0};
-  double t_acc = 0.0;
-  int n_acc = 0, skipped_acc = 0, nan_acc = 0, nan_row = 0;
-  const double flops = mgt_gpt_flops_per_iteration(c);
-  const double tokens = (double)c->global_batch_size * c->seq_length;
+  int nan_row = 0; /* non-finite iterations in a row */
   const double started = mgt_now();
   *end = MGT_RUN_FINISHED;
-  while (tr->iteration < c->train_iters) {
+  while (tr->iteration < c->train_iters && *end == MGT_RUN_FINISHED) {
     mgt_step_stats s;
-    double t0 = mgt_now();
+    const double t0 = mgt_now();
     MGT_TRY(mgt_trainer_step(tr, &s));
-    t_acc += mgt_now() - t0;
-    if (!s.skipped) { /* a fine-tuning run's accuracy rides in sop_acc */
-      acc.loss += s.loss, acc.lm += s.lm_loss, acc.sop += s.sop_loss;
-      acc.sop_acc += c->task ? s.accuracy : s.sop_accuracy, n_acc++;
-    }
-    skipped_acc += s.skipped;
-    nan_acc += s.nonfinite;
+    mgt_report_step(rep, &s, mgt_now() - t0);
     nan_row = s.nonfinite ? nan_row + 1 : 0;
-    const int epoch_end =
-        tr->task && tr->iters_per_epoch > 0 && s.iteration % tr->iters_per_epoch == 0;
-    if (tr->task && mgt_trainer_has_validation(tr) &&
-        (s.iteration % c->eval_interval == 0 || s.iteration == c->train_iters || epoch_end)) {
-      MGT_TRY(task_validate(tr, s.iteration, log, metrics, tb));
-    } else if (mgt_trainer_has_validation(tr) &&
-               (s.iteration % c->eval_interval == 0 || s.iteration == c->train_iters)) {
-      mgt_valid_stats v;
-      MGT_TRY(mgt_trainer_evaluate(tr, &v));
-      if (root) {
-        const double vl = v.lm_loss, ppl = exp(vl < 700 ? vl : 700);
-        fprintf(log,
-                "-----------------------------------------------------------------------------\n"
-                " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |",
-                (long long)s.iteration, vl, ppl);
-        if (bert && !c->bert_no_binary_head)
-          fprintf(log, " sop loss value: %.6E | sop accuracy: %.4f |", v.sop_loss, v.sop_accuracy);
-        fprintf(
-            log,
-            "\n-----------------------------------------------------------------------------\n");
-        if (tb) MGT_TRY(tb_valid(tb, s.iteration, &v, ppl, bert));
-        if (metrics) {
-          fprintf(metrics, "{\"iteration\":%lld", (long long)s.iteration);
-          json_num(metrics, "valid_loss", v.loss, 9); /* a diverged run's nan is null */
-          json_num(metrics, "valid_ppl", ppl, 9);
-          if (bert) {
-            json_num(metrics, "valid_lm_loss", v.lm_loss, 9);
-            json_num(metrics, "valid_sop_loss", v.sop_loss, 9);
-            json_num(metrics, "valid_sop_accuracy", v.sop_accuracy, 9);
-          }
-          fputs("}\n", metrics);
-        }
-      }
-    }
-    if (s.iteration % c->log_interval == 0 || s.iteration == c->train_iters) {
-      int n_it = n_acc + skipped_acc;
-      double ms = 1e3 * t_acc / (n_it ? n_it : 1);
-      loss_means mean = {NAN, NAN, NAN, NAN};
-      if (n_acc)
-        mean = (loss_means){acc.loss / n_acc, acc.lm / n_acc, acc.sop / n_acc, acc.sop_acc / n_acc};
-      double tps = tokens / (ms / 1e3), tflops = flops / (ms / 1e3) / 1e12;
-      if (root) {
-        fprintf(log,
-                " iteration %8lld/%8lld | consumed samples: %10llu | elapsed time per "
-                "iteration (ms): %.1f | learning rate: %.3E | global batch size: %5d | lm "
-                "loss: %.6E |",
-                (long long)s.iteration, (long long)c->train_iters,
-                (unsigned long long)s.consumed_samples, ms, s.lr, c->global_batch_size, mean.lm);
-        if (bert && !c->bert_no_binary_head && !c->task)
-          fprintf(log, " sop loss: %.6E | sop accuracy: %.4f |", mean.sop, mean.sop_acc);
-        if (c->task) fprintf(log, " accuracy: %.4f |", mean.sop_acc);
-        fprintf(log,
-                " grad norm: %.3f | tokens/s: %.1f | TFLOP/s: %.4f | skipped iterations: %d | nan "
-                "iterations: %d",
-                s.grad_norm, tps, tflops, skipped_acc, nan_acc);
-        if (c->fp16) fprintf(log, " | loss scale: %.1f", s.loss_scale);
-        fputc('\n', log);
-        fflush(log);
-        if (tb)
-          MGT_TRY(tb_train(tb, &s, &mean, c->task ? 2 : bert, c->global_batch_size, ms, tps, tflops,
-                           skipped_acc, nan_acc));
-        if (metrics) {
-          metrics_line(metrics, &s, &mean, c->task ? 2 : bert, ms, tps, tflops, skipped_acc,
-                       nan_acc);
-          fflush(metrics);
-        }
-      }
-      acc = (loss_means){0, 0, 0, 0};
-      t_acc = 0.0;
-      n_acc = skipped_acc = nan_acc = 0;
-    }
+    if (validation_due(tr, s.iteration)) MGT_TRY(validate(tr, s.iteration, rep));
+    if (s.iteration % c->log_interval == 0 || s.iteration == c->train_iters)
+      MGT_TRY(mgt_report_interval(rep, &s));
     if (c->max_skipped_iterations > 0 && nan_row >= c->max_skipped_iterations) {
       *end = MGT_RUN_NONFINITE; /* every rank saw the same losses and norms */
       if (root)
@@ -896,35 +736,13 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
     }
     if (c->save[0] && c->save_interval > 0 && s.iteration % c->save_interval == 0)
       MGT_TRY(mgt_trainer_save(tr, c->save));
-    /* stop requests: a signal on any rank, or the time budget; every rank must agree */
-    if (stop || c->exit_duration_in_mins > 0) {
-      int want[2] = {stop && *stop ? (int)*stop : 0,
-                     c->exit_duration_in_mins > 0 &&
-                         mgt_now() - started >= 60.0 * c->exit_duration_in_mins};
-      MGT_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, want, 2, MPI_INT, MPI_MAX, tr->grid->world));
-      if (want[0] || want[1]) {
-        *end = want[0] ? MGT_RUN_SIGNALED : MGT_RUN_DURATION;
-        if (root)
-          fprintf(log, "%s after iteration %lld: saving and exiting for a restart\n",
-                  want[0] == SIGTERM ? "SIGTERM"
-                                     : (want[0] ? "SIGUSR1" : "--exit-duration-in-mins"),
-                  (long long)s.iteration);
-        break;
-      }
-    }
-    if (c->exit_interval > 0 && s.iteration % c->exit_interval == 0 &&
-        s.iteration < c->train_iters) {
-      *end = MGT_RUN_INTERVAL;
-      if (root)
-        fprintf(log, "--exit-interval: exiting after iteration %lld\n", (long long)s.iteration);
-      break;
-    }
+    MGT_TRY(stop_requested(tr, stop, started, s.iteration, log, end));
   }
   if (c->save[0] && tr->saved_iteration != tr->iteration) MGT_TRY(mgt_trainer_save(tr, c->save));
   MGT_TRY(async_wait(tr)); /* the exit waits for a background save */
   if (*end != MGT_RUN_FINISHED && !c->save[0] && root)
     fprintf(log, "warning: stopped early without --save: nothing was saved\n");
-  MGT_TRY(mgt_timers_report(tr->timers, N_TIMERS, tr->grid, log));
+  MGT_TRY(mgt_timers_report(tr->timers, N_TIMERS, tr->grid->world, log));
 done:
   if (st != MGT_OK && tr->async.running) { /* wait for the writer, but report the first error */
     char first[1024];
@@ -934,10 +752,7 @@ done:
     mgt_error_set(st, __FILE__, __LINE__, __func__, "%s", first);
     mgt_error_set_agreed(agreed);
   }
-  mgt_tb_destroy(&tb);
-  if (metrics && fclose(metrics) != 0 && st == MGT_OK)
-    MGT_FAIL(MGT_ERR_IO, "--metrics-file %s: write failed: %s", c->metrics_file, strerror(errno));
-  return st;
+  return mgt_report_close(&rep, st);
 }
 
 mgt_gpt *mgt_trainer_model(mgt_trainer *tr) { return tr->model; }

@@ -1,0 +1,71 @@
+/* The CUDA backend: LayerNorm forward and backward. */
+#include "cuda_impl.h"
+
+namespace mgt_cu {
+
+template <typename TO>
+__global__ void k_layernorm_forward(TO *out, float *mean, float *rstd, const float *x,
+                                    const float *w, const float *b, int C, float eps) {
+  __shared__ float sh[32];
+  const int n = blockIdx.x;
+  const float *xr = x + (size_t)n * C;
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    s += xr[c];
+  const float m = block_sum(s, sh) / C;
+  float v = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    v += (xr[c] - m) * (xr[c] - m);
+  const float r = rsqrtf(block_sum(v, sh) / C + eps);
+  TO *o = out + (size_t)n * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    put(&o[c], (xr[c] - m) * r * w[c] + b[c]);
+  if (threadIdx.x == 0) mean[n] = m, rstd[n] = r;
+}
+
+mgt_status cu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *x,
+                                const float *w, const float *b, int N, int C, float eps) {
+  if (N == 0) return MGT_OK;
+  cuda_ctx *c = C_(ctx);
+  if (!in_act16(c, out, (size_t)N * C))
+    k_layernorm_forward<<<N, 256, 0, c->stream>>>(out, mean, rstd, x, w, b, C, eps);
+  else if (c->precision == MGT_PREC_BF16)
+    k_layernorm_forward<<<N, 256, 0, c->stream>>>((__nv_bfloat16 *)out, mean, rstd, x, w, b, C,
+                                                  eps);
+  else
+    k_layernorm_forward<<<N, 256, 0, c->stream>>>((__half *)out, mean, rstd, x, w, b, C, eps);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+__global__ void k_layernorm_dx(float *dx, const float *dout, const float *x, const float *w,
+                               const float *mean, const float *rstd, int C) {
+  __shared__ float sh[32];
+  const int n = blockIdx.x;
+  const float *xr = x + (size_t)n * C, *dr = dout + (size_t)n * C;
+  const float m = mean[n], r = rstd[n];
+  float s1 = 0.0f, s2 = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float dn = dr[c] * w[c];
+    s1 += dn;
+    s2 += dn * (xr[c] - m) * r;
+  }
+  s1 = block_sum(s1, sh) / C;
+  s2 = block_sum(s2, sh) / C;
+  float *dxr = dx + (size_t)n * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    dxr[c] += (dr[c] * w[c] - s1 - (xr[c] - m) * r * s2) * r;
+}
+
+mgt_status cu_layernorm_backward(void *ctx, float *dx, float *dw, float *db, const float *dout,
+                                 const float *x, const float *w, const float *mean,
+                                 const float *rstd, int N, int C, int accumulate) {
+  cudaStream_t s = C_(ctx)->stream;
+  if (N > 0) k_layernorm_dx<<<N, 256, 0, s>>>(dx, dout, x, w, mean, rstd, C);
+  LAUNCHED();
+  MGT_CHECK(column_sums(C_(ctx), dw, dout, x, mean, rstd, N, C, accumulate));
+  MGT_CHECK(column_sums(C_(ctx), db, dout, NULL, NULL, NULL, N, C, accumulate));
+  return MGT_OK;
+}
+
+} // namespace mgt_cu

@@ -1,0 +1,77 @@
+/* The model kinds and the description every consumer of a model reads. */
+#include "mgt/model.h"
+
+#include "mgt/data.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Indexed by MGT_MODEL_*; mgt_model_names[] (the --model choices) is in the same order. */
+const mgt_model_kind mgt_model_kinds[] = {
+    [MGT_MODEL_GPT] = {"gpt", "GPT", "gpt2", MGT_INPUT_WINDOWS, MGT_HEAD_CAUSAL_LM, 1, 0},
+    [MGT_MODEL_BERT] = {"bert", "BERT", "bert", MGT_INPUT_SAMPLES, MGT_HEAD_MLM_SOP, 0, 1},
+};
+const int mgt_n_model_kinds = (int)(sizeof mgt_model_kinds / sizeof mgt_model_kinds[0]);
+
+static mgt_model_desc derive(const mgt_config *c) {
+  const mgt_model_kind *k = &mgt_model_kinds[c->model];
+  mgt_model_desc d = {0};
+  d.kind = c->model;
+  d.input = k->input;
+  d.norm = MGT_NORM_LAYERNORM;
+  d.pos = MGT_POS_LEARNED;
+  d.mlp = MGT_MLP_GELU;
+  d.post_ln = c->apply_residual_connection_post_layernorm;
+  d.causal = k->causal;
+  d.task = c->task;
+  if (c->task == MGT_TASK_RACE)
+    d.head = MGT_HEAD_MULTIPLE_CHOICE;
+  else if (c->task != MGT_TASK_NONE)
+    d.head = MGT_HEAD_CLASSIFY;
+  else if (k->head == MGT_HEAD_MLM_SOP && c->bert_no_binary_head)
+    d.head = MGT_HEAD_MLM;
+  else
+    d.head = k->head;
+  d.masked_lm = d.head == MGT_HEAD_MLM_SOP || d.head == MGT_HEAD_MLM;
+  d.pooler = d.head == MGT_HEAD_MLM_SOP || d.head == MGT_HEAD_CLASSIFY ||
+             d.head == MGT_HEAD_MULTIPLE_CHOICE;
+  d.token_types = d.pooler; /* Megatron-LM has token types only with a pooled head */
+  d.rows = d.task ? mgt_task_rows(d.task) : 1;
+  /* sample rows carry the two-way order label even without the binary head */
+  d.logits = d.task ? mgt_task_row_logits(d.task) : (d.input == MGT_INPUT_SAMPLES ? 2 : 0);
+  d.classes = d.task ? mgt_task_classes(d.task) : (d.input == MGT_INPUT_SAMPLES ? 2 : 0);
+  d.max_predictions = d.masked_lm ? mgt_bert_max_predictions(c->seq_length, c->mask_prob) : 0;
+  return d;
+}
+
+mgt_status mgt_model_describe(const mgt_config *c, mgt_model_desc *out) {
+  MGT_REQUIRE(c->model >= 0 && c->model < mgt_n_model_kinds, "--model: no model kind %d", c->model);
+  const mgt_model_kind *k = &mgt_model_kinds[c->model];
+  MGT_REQUIRE(c->task >= MGT_TASK_NONE && c->task <= MGT_TASK_QQP, "--task: no task %d", c->task);
+  MGT_REQUIRE(!c->task || k->finetunable, "--task %s: --model %s takes no fine-tuning head",
+              mgt_task_names[c->task], k->name);
+  MGT_REQUIRE(k->head == MGT_HEAD_MLM_SOP ||
+                  (!c->apply_residual_connection_post_layernorm && !c->bert_no_binary_head),
+              "--apply-residual-connection-post-layernorm and --bert-no-binary-head are BERT "
+              "flags (--model bert)");
+  *out = derive(c);
+  return MGT_OK;
+}
+
+mgt_model_desc mgt_model_of(const mgt_config *c) {
+  mgt_model_desc d;
+  if (mgt_model_describe(c, &d) != MGT_OK) {
+    /* a caller skipped the configuration's check: a bug, not an input error */
+    fprintf(stderr, "mgt: internal error: an unchecked configuration: %s\n", mgt_error_message());
+    abort();
+  }
+  return d;
+}
+
+int mgt_model_has_lm(const mgt_model_desc *d) {
+  return d->head == MGT_HEAD_CAUSAL_LM || d->masked_lm;
+}
+
+int mgt_model_generative(const mgt_model_desc *d) {
+  return d->head == MGT_HEAD_CAUSAL_LM && d->causal;
+}

@@ -1,0 +1,67 @@
+/* The flags of `mgt preprocess` (the work is io/data/preprocess.c's). */
+#include <stddef.h>
+#include <string.h>
+
+#include "mgt/cli.h"
+#include "mgt/dataset.h"
+#include "mgt/tokenizer.h"
+
+static const char *const impls[] = {"hdf5", "mmap", NULL};
+
+#define OFF(f) offsetof(mgt_preprocess_opts, f)
+#define SZ(f) sizeof(((mgt_preprocess_opts *)0)->f)
+static const mgt_flag flags[] = {
+    {"--input", MGT_FLAG_LIST, OFF(input), 0, 0,
+     "input files: .jsonl/.json hold one JSON document per line, others are one document each",
+     NULL, SZ(input)},
+    {"--output-prefix", MGT_FLAG_STR, OFF(output_prefix), 0, 0, "write PREFIX.h5", NULL,
+     SZ(output_prefix)},
+    MGT_TOKENIZER_FLAGS(mgt_preprocess_opts, ""),
+    {"--json-keys", MGT_FLAG_STR, OFF(json_keys), 0, 0, "the key of the text in each JSON line",
+     NULL, SZ(json_keys)},
+    {"--split-sentences", MGT_FLAG_BOOL, OFF(split_sentences), 0, 1,
+     "split documents into sentences (BERT): the rule-based splitter of docs/data-format.md", NULL,
+     0},
+    {"--append-eod", MGT_FLAG_BOOL, OFF(append_eod), 0, 1, "end every document with <|endoftext|>",
+     NULL, 0},
+    {"--skip-bad-lines", MGT_FLAG_BOOL, OFF(skip_bad_lines), 0, 1,
+     "count and skip malformed JSON lines and lines without the key, instead of stopping", NULL, 0},
+    {"--log-interval", MGT_FLAG_INT, OFF(log_interval_s), 0, 1 << 20,
+     "seconds between progress lines when stderr is not a terminal (on a terminal one line "
+     "is rewritten in place)",
+     NULL, 0},
+    {"--dataset-impl", MGT_FLAG_ENUM, OFF(dataset_impl), 0, 0,
+     "hdf5 (PREFIX.h5, this project's) or mmap (Megatron-LM's PREFIX_KEY_LEVEL.bin and .idx, "
+     "KEY the --json-keys, LEVEL document or sentence, as its preprocess_data.py names them)",
+     impls, 0},
+};
+enum { N_FLAGS = sizeof flags / sizeof flags[0] };
+
+void mgt_preprocess_defaults(mgt_preprocess_opts *o) {
+  memset(o, 0, sizeof *o);
+  strcpy(o->json_keys, "text");
+  o->log_interval_s = 0; /* MGT_PROGRESS_SECONDS, else 10 */
+}
+
+mgt_status mgt_preprocess_parse(mgt_preprocess_opts *o, int argc, char **argv, int first,
+                                int *help) {
+  MGT_CHECK(mgt_flags_parse(flags, N_FLAGS, o, argc, argv, first, "preprocess", help));
+  if (*help) return MGT_OK;
+  MGT_REQUIRE(o->input[0], "--input: give one or more input files");
+  MGT_REQUIRE(o->output_prefix[0], "--output-prefix: give the prefix of the output file");
+  MGT_REQUIRE(o->tokenizer_type == MGT_TOKENIZER_BYTES || o->vocab_file[0], "%s needs --vocab-file",
+              mgt_tokenizer_names[o->tokenizer_type]);
+  MGT_REQUIRE(o->tokenizer_type != MGT_TOKENIZER_GPT2 || o->merge_file[0],
+              "GPT2BPETokenizer needs --vocab-file and --merge-file");
+  MGT_REQUIRE(!o->append_eod || o->tokenizer_type < MGT_TOKENIZER_BERT_LOWER,
+              "--append-eod: BERT's WordPiece has no end-of-document token (documents are kept "
+              "apart by document_offsets)");
+  MGT_REQUIRE(strlen(o->output_prefix) + 8 < MGT_PATH_MAX, "--output-prefix is too long");
+  return MGT_OK;
+}
+
+void mgt_preprocess_usage(FILE *f) {
+  mgt_preprocess_opts d;
+  mgt_preprocess_defaults(&d);
+  mgt_flags_usage(flags, N_FLAGS, &d, "preprocess", f);
+}

@@ -1,0 +1,181 @@
+/* Private to the model's files (src/model/): the model object, the activation sets and the
+   helpers one file of the model shares with another. The public interface is include/mgt/gpt.h. */
+#pragma once
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgt/data.h"
+#include "mgt/ddp.h"
+#include "mgt/gpt.h"
+#include "mgt/rng.h"
+#include "mgt/tp.h"
+
+/* Parameters of one layer, in flat-buffer order. */
+enum {
+  P_LN1_W,
+  P_LN1_B,
+  P_QKV_W,
+  P_QKV_B,
+  P_PROJ_W,
+  P_PROJ_B,
+  P_LN2_W,
+  P_LN2_B,
+  P_FC_W,
+  P_FC_B,
+  P_FCP_W,
+  P_FCP_B,
+  P_PER_LAYER
+};
+
+/* BERT's heads, in flat-buffer order after the final LayerNorm: the LM head, then the pooler
+   and the sentence-order (binary) head. */
+enum { H_DENSE_W, H_DENSE_B, H_LN_W, H_LN_B, H_BIAS, H_LM };
+
+enum { Q_POOL_W, Q_POOL_B, Q_BIN_W, Q_BIN_B, Q_POOL };
+
+/* Where the model-wide parameters sit in the descriptor array (-1: absent). */
+typedef struct param_index {
+  int wte, wpe, tte, first_layer, lnf, lm, pool;
+} param_index;
+
+/* Activations one layer keeps for its backward pass. */
+typedef struct layer_acts {
+  float *ln1, *ln1_mean, *ln1_rstd; /* (N,C) (N) (N) */
+  float *qkv;                       /* (N, 3*Cl) */
+  float *P;                         /* (B, Hl, T, T); NULL with --use-flash-attn */
+  float *lse;                       /* (B, Hl, T) row log-sum-exp, with --use-flash-attn */
+  float *atty;                      /* (N, Cl) */
+  float *res_mid;                   /* (N,C) residual after attention */
+  float *ln2, *ln2_mean, *ln2_rstd;
+  float *fch, *fch_gelu; /* (N, Fl) pre- and post-GeLU */
+} layer_acts;
+
+typedef struct rplan {
+  int full, selective, block, k, nsets;
+  int flash; /* --use-flash-attn: no probabilities kept */
+} rplan;
+
+struct mgt_gpt {
+  mgt_config cfg;
+  mgt_gpt_dims d;
+  const mgt_grid *grid;
+  const mgt_backend *be;
+  const mgt_comm *comm;
+  mgt_tp tp;
+
+  mgt_param *params;
+  int n_params;
+  param_index ix;
+  mgt_segment *segs;
+  size_t n_floats;
+  float *w, *g; /* flat parameter and gradient buffers */
+  rplan rp;     /* which activations are kept and recomputed */
+
+  void *arena;
+  float **res;      /* L+1 residual stream buffers (N,C) */
+  layer_acts *acts; /* L sets, or 1 shared set with recomputation */
+  float *lnf, *lnf_mean, *lnf_rstd, *logits;
+  mgt_tp_xent xent;
+  int32_t *inputs, *targets;
+  float *dres, *dtmp, *dqkv, *datty, *dfch, *att_scratch;
+  /* --sequence-parallel: a block of this rank's rows (N/tp, C), the LayerNorm gradients' sum
+     over tp (2C) and the floats of each rank's rows; m->lnf (N, C) is also the buffer rows are
+     gathered into inside the layers */
+  float *sp_loc, *lng;
+  int *sp_counts;
+  /* BERT: token types, lengths (the padding mask), masked rows and their labels, [CLS] rows
+     and the order labels; the LM head on the masked rows, the pooler and SOP head on [CLS] */
+  int32_t *types, *keylen, *lm_rows, *cls_rows, *sop_tgt;
+  float *lm_in, *lm_pre, *lm_act, *lm_ln, *lm_mean, *lm_rstd, *dlm, *dlm2;
+  float *pool_in, *pool_pre, *pooled, *sop_logits, *dpool, *dpool2;
+  mgt_tp_xent sop_xent;
+  int n_masked;       /* masked rows of the staged micro-batch */
+  int32_t *host_rows; /* (B*P) staging of masked rows, then labels */
+  int32_t *host_b;    /* (4B) per-sample staging: lengths, order labels, predictions */
+
+  int32_t *host_tokens; /* (N) staging of inputs and targets */
+  /* data parallelism over the flat buffers: buckets of the final LayerNorm and heads, the
+     layers last to first, the embeddings (gpt_bucket_range) */
+  mgt_ddp *ddp;
+  int weight_copies; /* --bf16/--fp16: the backend keeps 16-bit copies of w */
+  /* the region of the 16-bit activations (dims act16) and its bytes */
+  float *act16;
+  size_t act16_bytes;
+};
+
+typedef struct arena {
+  float *base;
+  size_t used; /* floats */
+} arena;
+
+typedef struct step_ctx {
+  uint64_t sample_base;
+  int train; /* dropout on */
+} step_ctx;
+
+/* The three dropout sites of layer l for this micro-batch. */
+typedef struct layer_sites {
+  mgt_dropout attn, proj, mlp;
+} layer_sites;
+
+static inline size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+static inline float *take(arena *a, size_t n) {
+  float *p = a->base ? a->base + a->used : NULL;
+  a->used += round16(n);
+  return p;
+}
+
+/* ---- parameters (params.c) ---- */
+
+/* Lists the parameters in flat-buffer order; with out == NULL only counts them. */
+void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out, int *n,
+                      size_t *total, param_index *ix);
+/* The one decision of who holds the saved copy: data-parallel replica d holds copy d; a
+   replicated tensor's copy is tensor-parallel rank 0's, the others are duplicates. */
+int gpt_replica_of(const mgt_param *p, int tp_rank, int dp_rank);
+void gpt_layer_views(const mgt_gpt *m, float *base, int l, float *v[P_PER_LAYER]);
+/* Views of `count` consecutive parameters from index first (-1: none). */
+void gpt_views(const mgt_gpt *m, float *base, int first, int count, float **v);
+mgt_status gpt_init_params(mgt_gpt *m);
+
+/* ---- activations and the memory plan (layout.c) ---- */
+
+/* Which activations a layer keeps: --recompute-granularity full recomputes whole layers from
+   their inputs (the residual stream is always kept), in chunks of k layers (uniform: one chunk
+   live at a time, k sets) or for the first k layers only (block: one shared set, the others
+   their own); selective keeps every layer's set but one shared buffer of attention
+   probabilities, recomputed before each attention backward. */
+rplan gpt_recompute_plan(const mgt_config *c, int L);
+/* The recomputed chunk whose last layer is l ([*first, l]), or 0 when l starts none. */
+int gpt_chunk_ending_at(const rplan *p, int l, int L, int *first);
+/* Places every activation buffer; with m->arena == NULL it only counts floats. */
+size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp);
+layer_acts *gpt_acts_of(mgt_gpt *m, int l);
+
+/* ---- data parallelism (gpt.c; the machinery is src/parallel/ddp.c) ---- */
+
+/* Bucket b's parameters [*first, *last): 0 the final LayerNorm and heads, b = 1..L layer L - b,
+   L + 1 the embeddings, the order backward completes them. */
+void gpt_bucket_range(const mgt_gpt *m, int b, int *first, int *last);
+
+/* ---- the transformer block and the trunk (block.c) ---- */
+
+mgt_dropout gpt_dropout_site(const mgt_gpt *m, double p, uint64_t sample_base, int layer, int site);
+mgt_status gpt_trunk_forward(mgt_gpt *m, const step_ctx *s);
+/* From the gradient of the final LayerNorm's output down to the embeddings, starting each
+   bucket's data-parallel all-reduce as soon as backward completes it (bucket 0, the final
+   LayerNorm and the heads, first). The gradient is in m->dtmp for every row, or with
+   local_ready already this rank's rows of it in m->sp_loc (sequence parallelism). */
+mgt_status gpt_trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int dp_sync,
+                              int local_ready);
+
+/* ---- the heads (heads.c) ---- */
+
+/* Gathers the vocabulary shards of one row of logits into the full vocabulary (host). */
+mgt_status gpt_gather_row(mgt_gpt *m, const float *row_local, float *host_shard, float *all,
+                          float *logits);

@@ -1,0 +1,287 @@
+/* The transformer block, forward and backward, and the trunk around it: embeddings, the
+   layers (with recomputation), the final LayerNorm; tensor and sequence parallelism inside. */
+#include "mgt/gpt_impl.h"
+
+mgt_dropout gpt_dropout_site(const mgt_gpt *m, double p, uint64_t sample_base, int layer,
+                             int site) {
+  mgt_dropout d = {(float)p, m->cfg.seed, sample_base, layer, site, 0};
+  return d;
+}
+
+static layer_sites sites_of(const mgt_gpt *m, int l, const step_ctx *s) {
+  double ph = s->train ? m->cfg.hidden_dropout : 0, pa = s->train ? m->cfg.attention_dropout : 0;
+  layer_sites ls = {gpt_dropout_site(m, pa, s->sample_base, l, MGT_DROPOUT_ATTN),
+                    gpt_dropout_site(m, ph, s->sample_base, l, MGT_DROPOUT_PROJ),
+                    gpt_dropout_site(m, ph, s->sample_base, l, MGT_DROPOUT_MLP)};
+  ls.proj.first = ls.mlp.first = (uint64_t)m->d.r0 * m->d.C; /* on this rank's rows */
+  return ls;
+}
+
+/* The input of a column-parallel layer: this rank's rows of a LayerNorm's output, or under
+   sequence parallelism every rank's, gathered into m->lnf. */
+static mgt_status full_rows(mgt_gpt *m, const float *local, const float **full) {
+  *full = local;
+  if (!m->d.sp) return MGT_OK;
+  MGT_CHECK(mgt_tp_sp_gather(&m->tp, m->lnf, local));
+  *full = m->lnf;
+  return MGT_OK;
+}
+
+/* A row-parallel layer's output on this rank's rows, without its bias (added by
+   bias_dropout_add_ln): all-reduced into m->dtmp, or reduce-scattered into m->sp_loc. */
+static mgt_status row_out(mgt_gpt *m, float **y, const float *x, const float *W, int in_l) {
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T;
+  *y = d->sp ? m->sp_loc : m->dtmp;
+  if (d->sp) return mgt_tp_row_forward_sp(&m->tp, *y, m->lnf, x, W, NULL, N, in_l, d->C);
+  return mgt_tp_row_forward(&m->tp, *y, x, W, NULL, N, in_l, d->C);
+}
+
+static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, layer_acts *a,
+                                const step_ctx *s) {
+  const mgt_backend *be = m->be;
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl, Nl = d->Nl;
+  const size_t row = (size_t)d->T * C;
+  float *w[P_PER_LAYER];
+  gpt_layer_views(m, m->w, l, w);
+  const float eps = (float)m->cfg.layernorm_epsilon;
+  float *tmp; /* m->dtmp or m->sp_loc: free during forward and before backward uses it */
+  const float *in;
+  /* post-LN (the original BERT): the residual starts from the LayerNorm's output */
+  const float *res1 = d->desc.post_ln ? a->ln1 : x;
+  const layer_sites ds = sites_of(m, l, s);
+
+  /* attention: QKV column-parallel by heads, heads local, output row-parallel; the
+     LayerNorm, dropout and residual on this rank's rows (all of them without sequence
+     parallelism) */
+  MGT_CHECK(mgt_be_layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, w[P_LN1_W],
+                                     w[P_LN1_B], Nl, C, eps));
+  MGT_CHECK(full_rows(m, a->ln1, &in));
+  MGT_CHECK(mgt_tp_column_forward(&m->tp, a->qkv, in, w[P_QKV_W], w[P_QKV_B], N, C, 3 * Cl));
+  if (m->rp.flash)
+    MGT_CHECK(mgt_be_flash_attention_forward(be, a->atty, a->lse, a->qkv, d->B, d->T, d->Hl, d->hd,
+                                             d->tp_rank * d->Hl, m->keylen, &ds.attn));
+  else
+    MGT_CHECK(mgt_be_attention_forward(be, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
+                                       d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
+                                       m->att_scratch));
+  /* the projection's bias, dropout, residual and the MLP's LayerNorm in one pass */
+  MGT_CHECK(row_out(m, &tmp, a->atty, w[P_PROJ_W], Cl));
+  MGT_CHECK(mgt_be_bias_dropout_add_ln(be, a->res_mid, tmp, w[P_PROJ_B], res1, Nl, C, row, &ds.proj,
+                                       a->ln2, a->ln2_mean, a->ln2_rstd, w[P_LN2_W], w[P_LN2_B],
+                                       eps));
+
+  /* MLP: first linear column-parallel with GeLU local, second row-parallel */
+  MGT_CHECK(full_rows(m, a->ln2, &in));
+  MGT_CHECK(
+      mgt_tp_column_forward_gelu(&m->tp, a->fch, a->fch_gelu, in, w[P_FC_W], w[P_FC_B], N, C, Fl));
+  MGT_CHECK(row_out(m, &tmp, a->fch_gelu, w[P_FCP_W], Fl));
+  MGT_CHECK(mgt_be_bias_dropout_add_ln(be, y, tmp, w[P_FCP_B],
+                                       d->desc.post_ln ? a->ln2 : a->res_mid, Nl, C, row, &ds.mlp,
+                                       NULL, NULL, NULL, NULL, NULL, 0.0f));
+  return MGT_OK;
+}
+
+mgt_status gpt_trunk_forward(mgt_gpt *m, const step_ctx *s) {
+  const mgt_backend *be = m->be;
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T, C = d->C, Nl = d->Nl;
+  const float *wte = m->w + m->params[m->ix.wte].offset, *wpe = m->w + m->params[m->ix.wpe].offset;
+
+  MGT_CHECK(mgt_ddp_weights_ready(
+      m->ddp, d->L + 1)); /* buckets: 0 final LayerNorm and heads, L - l layer l */
+  if (d->sp) /* the lookup's sum over the vocabulary shards, reduce-scattered to the rows */
+    MGT_CHECK(
+        mgt_tp_embedding_forward_sp(&m->tp, m->res[0], m->lnf, m->inputs, wte, N, C, d->v0, d->Vl));
+  else
+    MGT_CHECK(mgt_tp_embedding_forward(&m->tp, m->res[0], m->inputs, wte, N, C, d->v0, d->Vl));
+  MGT_CHECK(mgt_be_add_position(be, m->res[0], wpe, Nl, d->r0 % d->T, d->T, C));
+  if (m->ix.tte >= 0) { /* two rows, replicated: a local lookup added in */
+    const float *tte = m->w + m->params[m->ix.tte].offset;
+    MGT_CHECK(mgt_be_embedding_forward(be, m->dtmp, m->types + d->r0, tte, Nl, C, 0, 2));
+    MGT_CHECK(mgt_be_add(be, m->res[0], m->dtmp, (size_t)Nl * C));
+  }
+  mgt_dropout de = gpt_dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, 0xFFFF,
+                                    MGT_DROPOUT_EMBED);
+  de.first = (uint64_t)d->r0 * C;
+  MGT_CHECK(mgt_be_dropout_forward(be, m->res[0], m->res[0], NULL, (size_t)Nl * C, (size_t)d->T * C,
+                                   &de));
+
+  for (int l = 0; l < d->L; l++) {
+    MGT_CHECK(mgt_ddp_weights_ready(m->ddp, d->L - l));
+    MGT_CHECK(layer_forward(m, l, m->res[l], m->res[l + 1], gpt_acts_of(m, l), s));
+  }
+  MGT_CHECK(mgt_ddp_weights_ready(m->ddp, 0));
+  const mgt_param *lnf = &m->params[m->ix.lnf];
+  /* the heads see every row: under sequence parallelism they are gathered into m->lnf */
+  MGT_CHECK(mgt_be_layernorm_forward(be, d->sp ? m->sp_loc : m->lnf, m->lnf_mean, m->lnf_rstd,
+                                     m->res[d->L], m->w + lnf[0].offset, m->w + lnf[1].offset, Nl,
+                                     C, (float)m->cfg.layernorm_epsilon));
+  if (d->sp) MGT_CHECK(mgt_tp_sp_gather(&m->tp, m->lnf, m->sp_loc));
+  return MGT_OK;
+}
+
+/* Post-LN: the residual gradient belongs to the LayerNorm's output, not its input; dres is
+   then rebuilt by the LayerNorm backward alone. */
+static mgt_status post_ln_residual(mgt_gpt *m, float *dln, float *dres) {
+  if (!m->d.desc.post_ln) return MGT_OK;
+  const size_t n = (size_t)m->d.Nl * m->d.C;
+  MGT_CHECK(mgt_be_add(m->be, dln, dres, n));
+  return mgt_be_zero(m->be, dres, n * sizeof(float));
+}
+
+/* A LayerNorm's backward on this rank's rows. Under sequence parallelism its weight and bias
+   gradients are partial sums over the rows, summed over tp_comm before they are added in, so
+   that every rank holds the same (replicated) gradient at all times. */
+static mgt_status ln_backward(mgt_gpt *m, float *dx, float *dw, float *db, const float *dout,
+                              const float *x, const float *w, const float *mean, const float *rstd,
+                              int acc) {
+  const mgt_backend *be = m->be;
+  const mgt_gpt_dims *d = &m->d;
+  const int C = d->C;
+  if (!d->sp)
+    return mgt_be_layernorm_backward(be, dx, dw, db, dout, x, w, mean, rstd, d->Nl, C, acc);
+  MGT_CHECK(
+      mgt_be_layernorm_backward(be, dx, m->lng, m->lng + C, dout, x, w, mean, rstd, d->Nl, C, 0));
+  MGT_CHECK(m->comm->allreduce(m->comm->ctx, m->grid, MGT_AXIS_TP, m->lng, 2 * (size_t)C, MGT_SUM));
+  if (!acc) {
+    MGT_CHECK(mgt_be_copy(be, dw, m->lng, sizeof(float) * (size_t)C));
+    return mgt_be_copy(be, db, m->lng + C, sizeof(float) * (size_t)C);
+  }
+  MGT_CHECK(mgt_be_add(be, dw, m->lng, (size_t)C));
+  return mgt_be_add(be, db, m->lng + C, (size_t)C);
+}
+
+/* The gradient of a row-parallel layer's output for every row: dy itself, or under sequence
+   parallelism every rank's rows of it gathered into m->dtmp. */
+static mgt_status full_grad(mgt_gpt *m, const float *dy, const float **full) {
+  *full = dy;
+  if (!m->d.sp) return MGT_OK;
+  MGT_CHECK(mgt_tp_sp_gather(&m->tp, m->dtmp, dy));
+  *full = m->dtmp;
+  return MGT_OK;
+}
+
+/* A column-parallel layer's backward whose input gradient lands on this rank's rows (*dx:
+   m->dtmp all-reduced, or m->sp_loc reduce-scattered); x_local is this rank's rows of its
+   input, gathered again under sequence parallelism (m->lnf). */
+static mgt_status column_back(mgt_gpt *m, float **dx, float *dW, float *db, const float *dy,
+                              const float *x_local, const float *W, int out_l, int acc) {
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T;
+  const float *x;
+  MGT_CHECK(full_rows(m, x_local, &x));
+  *dx = d->sp ? m->sp_loc : m->dtmp;
+  if (d->sp)
+    return mgt_tp_column_backward_sp(&m->tp, *dx, m->dtmp, dW, db, dy, x, W, N, d->C, out_l, acc);
+  return mgt_tp_column_backward(&m->tp, *dx, dW, db, dy, x, W, N, d->C, out_l, acc);
+}
+
+static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) {
+  const mgt_backend *be = m->be;
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl;
+  const size_t nl = (size_t)d->Nl * C, row = (size_t)d->T * C;
+  float *w[P_PER_LAYER], *g[P_PER_LAYER];
+  gpt_layer_views(m, m->w, l, w);
+  gpt_layer_views(m, m->g, l, g);
+  layer_acts *a = gpt_acts_of(m, l);
+  const float *x = m->res[l];
+  int first;
+  if (gpt_chunk_ending_at(&m->rp, l, d->L, &first)) /* its chunk's forward again, from its input */
+    for (int k = first; k <= l; k++)
+      MGT_CHECK(layer_forward(m, k, m->res[k], m->res[k + 1], gpt_acts_of(m, k), s));
+  const layer_sites ds = sites_of(m, l, s);
+  float *dres = m->dres, *dloc = d->sp ? m->sp_loc : m->dtmp, *dln;
+  const float *dy;
+
+  /* MLP: y = res_mid + dropout(row(gelu(column(ln2(res_mid))))); the row-parallel bias
+     gradient comes from every row, as without sequence parallelism */
+  MGT_CHECK(mgt_be_dropout_backward(be, dloc, dres, nl, row, &ds.mlp));
+  MGT_CHECK(full_grad(m, dloc, &dy));
+  /* the GeLU's gradient and the first layer's bias gradient fused into the dx GEMM */
+  MGT_CHECK(mgt_tp_row_backward_gelu(&m->tp, m->dfch, g[P_FCP_W], g[P_FCP_B], g[P_FC_B], dy,
+                                     a->fch_gelu, w[P_FCP_W], a->fch, N, Fl, C, acc));
+  MGT_CHECK(column_back(m, &dln, g[P_FC_W], NULL, m->dfch, a->ln2, w[P_FC_W], Fl, acc));
+  MGT_CHECK(post_ln_residual(m, dln, dres));
+  MGT_CHECK(ln_backward(m, dres, g[P_LN2_W], g[P_LN2_B], dln, a->res_mid, w[P_LN2_W], a->ln2_mean,
+                        a->ln2_rstd, acc));
+
+  /* attention: res_mid = x + dropout(row(attention(column(ln1(x))))) */
+  MGT_CHECK(mgt_be_dropout_backward(be, dloc, dres, nl, row, &ds.proj));
+  MGT_CHECK(full_grad(m, dloc, &dy));
+  MGT_CHECK(mgt_tp_row_backward(&m->tp, m->datty, g[P_PROJ_W], g[P_PROJ_B], dy, a->atty,
+                                w[P_PROJ_W], N, Cl, C, acc));
+  if (m->rp.flash) /* the probabilities rebuilt tile by tile inside */
+    MGT_CHECK(mgt_be_flash_attention_backward(be, m->dqkv, m->datty, a->qkv, a->atty, a->lse, d->B,
+                                              d->T, d->Hl, d->hd, d->tp_rank * d->Hl, m->keylen,
+                                              &ds.attn));
+  else {
+    if (m->rp.selective) /* the probabilities again; atty is rewritten with the same values */
+      MGT_CHECK(mgt_be_attention_forward(be, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
+                                         d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
+                                         m->att_scratch));
+    MGT_CHECK(mgt_be_attention_backward(be, m->dqkv, m->datty, a->qkv, a->P, d->B, d->T, d->Hl,
+                                        d->hd, d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
+                                        m->att_scratch));
+  }
+  MGT_CHECK(column_back(m, &dln, g[P_QKV_W], g[P_QKV_B], m->dqkv, a->ln1, w[P_QKV_W], 3 * Cl, acc));
+  MGT_CHECK(post_ln_residual(m, dln, dres));
+  MGT_CHECK(ln_backward(m, dres, g[P_LN1_W], g[P_LN1_B], dln, x, w[P_LN1_W], a->ln1_mean,
+                        a->ln1_rstd, acc));
+  return MGT_OK;
+}
+
+mgt_status gpt_trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int dp_sync,
+                              int local_ready) {
+  const mgt_backend *be = m->be;
+  const mgt_gpt_dims *d = &m->d;
+  const int C = d->C;
+  const size_t nl = (size_t)d->Nl * C;
+  float *gwte = m->g + m->params[m->ix.wte].offset, *gwpe = m->g + m->params[m->ix.wpe].offset;
+  const mgt_param *lnf = &m->params[m->ix.lnf];
+  const float *dlnf = m->dtmp;
+  if (d->sp) {
+    if (!local_ready)
+      MGT_CHECK(mgt_be_copy(be, m->sp_loc, m->dtmp + (size_t)d->r0 * C, sizeof(float) * nl));
+    dlnf = m->sp_loc;
+  }
+  MGT_CHECK(mgt_be_zero(be, m->dres, sizeof(float) * nl));
+  MGT_CHECK(ln_backward(m, m->dres, m->g + lnf[0].offset, m->g + lnf[1].offset, dlnf, m->res[d->L],
+                        m->w + lnf[0].offset, m->lnf_mean, m->lnf_rstd, accumulate));
+  mgt_ddp_begin(m->ddp);
+  if (dp_sync) MGT_CHECK(mgt_ddp_start_bucket(m->ddp, 0));
+
+  for (int l = d->L - 1; l >= 0; l--) {
+    MGT_CHECK(layer_backward(m, l, s, accumulate));
+    if (dp_sync) {
+      MGT_CHECK(mgt_ddp_progress(m->ddp));
+      MGT_CHECK(mgt_ddp_start_bucket(m->ddp, d->L - l));
+    }
+  }
+  mgt_dropout de =
+      gpt_dropout_site(m, m->cfg.hidden_dropout, s->sample_base, 0xFFFF, MGT_DROPOUT_EMBED);
+  de.first = (uint64_t)d->r0 * C;
+  MGT_CHECK(mgt_be_dropout_backward(be, m->dres, m->dres, nl, (size_t)d->T * C, &de));
+  /* every row's gradient (gathered under sequence parallelism): the embedding gradients are
+     then complete on each rank, as without it */
+  const float *demb;
+  MGT_CHECK(full_grad(m, m->dres, &demb));
+  /* the tied LM head writes the word-embedding gradient first; a task model has no LM head */
+  if (d->desc.task && !accumulate)
+    MGT_CHECK(mgt_be_zero(be, gwte, sizeof(float) * m->params[m->ix.wte].numel));
+  MGT_CHECK(mgt_be_embedding_backward(be, gwte, gwpe, demb, m->inputs, d->B, d->T, C, d->v0, d->Vl,
+                                      accumulate));
+  if (m->ix.tte >= 0) {
+    float *gtte = m->g + m->params[m->ix.tte].offset;
+    if (!accumulate) MGT_CHECK(mgt_be_zero(be, gtte, sizeof(float) * 2 * (size_t)C));
+    MGT_CHECK(
+        mgt_be_embedding_backward(be, gtte, NULL, demb, m->types, d->B, d->T, C, 0, 2, accumulate));
+  }
+  if (dp_sync) {
+    MGT_CHECK(mgt_ddp_start_bucket(m->ddp, d->L + 1));
+    MGT_CHECK(mgt_ddp_finish(m->ddp));
+  }
+  return MGT_OK;
+}

@@ -1,0 +1,108 @@
+/* Decoding with a key/value cache: one token at a time through every layer. */
+#include "mgt/gpt_impl.h"
+
+struct mgt_gpt_decoder {
+  mgt_gpt *m;
+  int max_len;
+  void *mem; /* backend memory for everything below */
+  float *x, *ln, *mean, *rstd, *qkv, *att, *tmp, *fch, *fch_gelu, *logits;
+  float **kc, **vc; /* per layer, (max_len, Cl) */
+  int32_t *tok;
+  float *host_shard, *host_all;
+};
+
+mgt_status mgt_gpt_decoder_create(mgt_gpt *m, int max_len, mgt_gpt_decoder **out) {
+  MGT_CHECK(mgt_ddp_weights_ready(m->ddp, -1));
+  *out = NULL;
+  const mgt_gpt_dims *d = &m->d;
+  MGT_REQUIRE(mgt_model_generative(&d->desc), "a %s model does not decode (no causal LM head)",
+              mgt_model_kinds[d->desc.kind].name);
+  MGT_REQUIRE(max_len >= 1 && max_len <= d->maxpos,
+              "a sequence of %d tokens does not fit the model's %d positions", max_len, d->maxpos);
+  mgt_status st = MGT_OK;
+  mgt_gpt_decoder *dec = NULL;
+  MGT_CHECK(mgt_calloc(sizeof *dec, "decoder", (void **)&dec));
+  dec->m = m;
+  dec->max_len = max_len;
+  MGT_TRY(mgt_calloc(sizeof(float *) * (size_t)d->L, "decoder cache views", (void **)&dec->kc));
+  MGT_TRY(mgt_calloc(sizeof(float *) * (size_t)d->L, "decoder cache views", (void **)&dec->vc));
+  for (int pass = 0; pass < 2; pass++) {
+    arena a = {(float *)dec->mem, 0};
+    dec->x = take(&a, d->C), dec->ln = take(&a, d->C), dec->mean = take(&a, 1);
+    dec->rstd = take(&a, 1), dec->qkv = take(&a, 3 * (size_t)d->Cl), dec->att = take(&a, d->Cl);
+    dec->tmp = take(&a, d->C), dec->fch = take(&a, d->Fl), dec->fch_gelu = take(&a, d->Fl);
+    dec->logits = take(&a, d->Vl);
+    dec->tok = (int32_t *)take(&a, 1);
+    for (int l = 0; l < d->L; l++) {
+      dec->kc[l] = take(&a, (size_t)max_len * d->Cl);
+      dec->vc[l] = take(&a, (size_t)max_len * d->Cl);
+    }
+    if (pass == 0)
+      MGT_TRY(mgt_be_alloc(m->be, a.used * sizeof(float), "key/value cache", &dec->mem));
+  }
+  MGT_TRY(mgt_calloc(sizeof(float) * (size_t)d->Vl, "logit staging", (void **)&dec->host_shard));
+  MGT_TRY(mgt_calloc(sizeof(float) * (size_t)d->Vp, "logit staging", (void **)&dec->host_all));
+  *out = dec;
+  return MGT_OK;
+done:
+  mgt_gpt_decoder_destroy(&dec);
+  return st;
+}
+
+void mgt_gpt_decoder_destroy(mgt_gpt_decoder **pd) {
+  mgt_gpt_decoder *dec = *pd;
+  if (!dec) return;
+  if (dec->mem) mgt_be_free(dec->m->be, dec->mem);
+  mgt_free(dec->kc);
+  mgt_free(dec->vc);
+  mgt_free(dec->host_shard);
+  mgt_free(dec->host_all);
+  mgt_free(dec);
+  *pd = NULL;
+}
+
+mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *logits) {
+  mgt_gpt *m = dec->m;
+  MGT_CHECK(mgt_ddp_weights_ready(m->ddp, -1));
+  const mgt_gpt_dims *d = &m->d;
+  const mgt_backend *be = m->be;
+  const int C = d->C, Cl = d->Cl, Fl = d->Fl;
+  const float eps = (float)m->cfg.layernorm_epsilon;
+  MGT_REQUIRE(pos >= 0 && pos < dec->max_len, "position %d beyond the decoder's %d", pos,
+              dec->max_len);
+  MGT_REQUIRE(token >= 0 && token < d->V, "token id %d outside the vocabulary [0, %d)", token,
+              d->V);
+  const float *wte = m->w + m->params[m->ix.wte].offset, *wpe = m->w + m->params[m->ix.wpe].offset;
+  MGT_CHECK(mgt_be_upload(be, dec->tok, &token, sizeof token));
+  MGT_CHECK(mgt_tp_embedding_forward(&m->tp, dec->x, dec->tok, wte, 1, C, d->v0, d->Vl));
+  MGT_CHECK(mgt_be_add_bias(be, dec->x, wpe + (size_t)pos * C, 1, C));
+  for (int l = 0; l < d->L; l++) {
+    float *w[P_PER_LAYER];
+    gpt_layer_views(m, m->w, l, w);
+    MGT_CHECK(mgt_be_layernorm_forward(be, dec->ln, dec->mean, dec->rstd, dec->x, w[P_LN1_W],
+                                       w[P_LN1_B], 1, C, eps));
+    MGT_CHECK(
+        mgt_tp_column_forward(&m->tp, dec->qkv, dec->ln, w[P_QKV_W], w[P_QKV_B], 1, C, 3 * Cl));
+    MGT_CHECK(
+        mgt_be_copy(be, dec->kc[l] + (size_t)pos * Cl, dec->qkv + Cl, sizeof(float) * (size_t)Cl));
+    MGT_CHECK(mgt_be_copy(be, dec->vc[l] + (size_t)pos * Cl, dec->qkv + 2 * Cl,
+                          sizeof(float) * (size_t)Cl));
+    MGT_CHECK(mgt_be_attention_decode(be, dec->att, dec->qkv, dec->kc[l], dec->vc[l], pos + 1,
+                                      d->Hl, d->hd));
+    MGT_CHECK(mgt_tp_row_forward(&m->tp, dec->tmp, dec->att, w[P_PROJ_W], w[P_PROJ_B], 1, Cl, C));
+    MGT_CHECK(mgt_be_add(be, dec->x, dec->tmp, (size_t)C));
+    MGT_CHECK(mgt_be_layernorm_forward(be, dec->ln, dec->mean, dec->rstd, dec->x, w[P_LN2_W],
+                                       w[P_LN2_B], 1, C, eps));
+    MGT_CHECK(mgt_tp_column_forward_gelu(&m->tp, dec->fch, dec->fch_gelu, dec->ln, w[P_FC_W],
+                                         w[P_FC_B], 1, C, Fl));
+    MGT_CHECK(
+        mgt_tp_row_forward(&m->tp, dec->tmp, dec->fch_gelu, w[P_FCP_W], w[P_FCP_B], 1, Fl, C));
+    MGT_CHECK(mgt_be_add(be, dec->x, dec->tmp, (size_t)C));
+  }
+  const mgt_param *lnf = &m->params[m->ix.lnf];
+  MGT_CHECK(mgt_be_layernorm_forward(be, dec->ln, dec->mean, dec->rstd, dec->x,
+                                     m->w + lnf[0].offset, m->w + lnf[1].offset, 1, C, eps));
+  MGT_CHECK(mgt_tp_column_forward(&m->tp, dec->logits, dec->ln, wte, NULL, 1, C, d->Vl));
+  MGT_CHECK(gpt_gather_row(m, dec->logits, dec->host_shard, dec->host_all, logits));
+  return MGT_OK;
+}

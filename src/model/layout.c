@@ -1,0 +1,179 @@
+/* Activations: which sets a layer keeps (recomputation), where every buffer sits in the one
+   arena, and the per-rank memory plan computed from the same placement. */
+#include "mgt/gpt_impl.h"
+
+rplan gpt_recompute_plan(const mgt_config *c, int L) {
+  rplan p = {0, 0, 0, 0, L, c->use_flash_attn};
+  p.selective = c->recompute_granularity == MGT_RECOMPUTE_SELECTIVE;
+  p.full =
+      !p.selective && (c->recompute_granularity == MGT_RECOMPUTE_FULL || c->recompute_activations);
+  if (!p.full) return p;
+  p.block = c->recompute_method == MGT_RECOMPUTE_BLOCK;
+  p.k = c->recompute_num_layers < L ? c->recompute_num_layers : L;
+  if (!p.block && p.k < 1) p.k = 1;
+  p.nsets = p.block ? (p.k > 0) + (L - p.k) : p.k;
+  return p;
+}
+
+/* The activation set of layer l. */
+static int set_of(const rplan *p, int l) {
+  if (!p->full) return l;
+  if (!p->block) return l % p->k;
+  return l < p->k ? 0 : (p->k > 0) + l - p->k;
+}
+
+int gpt_chunk_ending_at(const rplan *p, int l, int L, int *first) {
+  if (!p->full) return 0;
+  if (p->block) {
+    *first = l;
+    return l < p->k;
+  }
+  *first = l / p->k * p->k;
+  const int last = *first + p->k < L ? *first + p->k - 1 : L - 1;
+  return l == last;
+}
+
+/* Whether the LayerNorm outputs are kept in 16 bits too: where only GEMMs read them, i.e. not
+   as post-LN residuals, nor gathered over tp_comm into m->lnf under sequence parallelism. */
+static int ln16(const mgt_gpt_dims *d) { return d->act16 && !d->desc.post_ln && !d->sp; }
+
+/* One layer's set; with share_P its attention probabilities are the buffer P (selective).
+   The LayerNorms and the residual hold this rank's rows only under sequence parallelism. */
+static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la, int share_P, float *P,
+                       int flash) {
+  size_t N = (size_t)d->B * d->T, Nl = (size_t)d->Nl;
+  la->ln1 = ln16(d) ? NULL : take(a, Nl * d->C); /* else in the 16-bit region */
+  la->ln1_mean = take(a, Nl);
+  la->ln1_rstd = take(a, Nl);
+  la->qkv = take(a, N * 3 * d->Cl);
+  const size_t probs = (size_t)d->B * d->Hl * d->T;
+  la->P = flash ? NULL : (share_P ? P : take(a, probs * d->T));
+  la->lse = flash ? take(a, probs) : NULL;
+  la->atty = take(a, N * d->Cl);
+  la->res_mid = take(a, Nl * d->C);
+  la->ln2 = ln16(d) ? NULL : take(a, Nl * d->C);
+  la->ln2_mean = take(a, Nl);
+  la->ln2_rstd = take(a, Nl);
+  la->fch = take(a, N * d->Fl);
+  la->fch_gelu = d->act16 ? NULL : take(a, N * d->Fl); /* else in the 16-bit region */
+}
+
+size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp) {
+  arena a = {(float *)m->arena, 0};
+  size_t N = (size_t)d->B * d->T, Nl = (size_t)d->Nl;
+  for (int l = 0; l <= d->L; l++) {
+    float *p = take(&a, Nl * d->C);
+    if (m->res) m->res[l] = p;
+  }
+  /* flash attention keeps no probabilities (selective recomputation has nothing to share) and
+     needs no T x T scratch */
+  const size_t probs = rp->flash ? 0 : (size_t)d->B * d->Hl * d->T * d->T;
+  float *shared_P = rp->selective && !rp->flash ? take(&a, probs) : NULL;
+  for (int l = 0; l < rp->nsets; l++) {
+    layer_acts la;
+    take_layer(&a, d, &la, rp->selective, shared_P, rp->flash);
+    if (m->acts) m->acts[l] = la;
+  }
+  /* the GEMM inputs kept in 16 bits (GeLU outputs; LayerNorm outputs where ln16), one region
+     (set_act16) after the sets */
+  m->act16 = a.base ? a.base + a.used : NULL;
+  const size_t bytes16 = (size_t)d->act16, ln_floats = (Nl * d->C * bytes16 + 3) / 4;
+  for (int l = 0; d->act16 && l < rp->nsets; l++) {
+    float *p = take(&a, (N * d->Fl * bytes16 + 3) / 4);
+    float *l1 = ln16(d) ? take(&a, ln_floats) : NULL, *l2 = ln16(d) ? take(&a, ln_floats) : NULL;
+    if (m->acts) {
+      m->acts[l].fch_gelu = p;
+      if (l1) m->acts[l].ln1 = l1, m->acts[l].ln2 = l2;
+    }
+  }
+  m->act16_bytes = a.base ? (size_t)((char *)(a.base + a.used) - (char *)m->act16) : 0;
+  m->lnf = take(&a, N * d->C);
+  m->lnf_mean = take(&a, Nl);
+  m->lnf_rstd = take(&a, Nl);
+  /* BERT's LM head sees only the masked rows: B * P of them at most; GPT's one chunk */
+  const size_t R = d->desc.input == MGT_INPUT_SAMPLES ? (size_t)d->B * d->desc.max_predictions
+                                                      : (size_t)d->logit_rows;
+  m->logits = take(&a, R * d->Vl);
+  m->xent.rowmax = take(&a, N);
+  m->xent.sumtgt = take(&a, 2 * N);
+  m->xent.losses = take(&a, N);
+  m->inputs = (int32_t *)take(&a, N);
+  m->targets = (int32_t *)take(&a, N);
+  m->dres = take(&a, Nl * d->C);
+  m->dtmp = take(&a, N * d->C);
+  if (d->sp) {
+    m->sp_loc = take(&a, Nl * d->C);
+    m->lng = take(&a, 2 * (size_t)d->C);
+  }
+  m->dqkv = take(&a, N * 3 * d->Cl);
+  m->datty = take(&a, N * d->Cl);
+  m->dfch = take(&a, N * d->Fl);
+  m->att_scratch = rp->flash ? NULL : take(&a, probs);
+  if (d->desc.input == MGT_INPUT_SAMPLES) {
+    const size_t B = (size_t)d->B;
+    m->types = (int32_t *)take(&a, N);
+    m->keylen = (int32_t *)take(&a, B);
+    m->lm_rows = (int32_t *)take(&a, R);
+    m->cls_rows = (int32_t *)take(&a, B);
+    m->sop_tgt = (int32_t *)take(&a, B);
+    m->lm_in = take(&a, R * d->C);
+    m->lm_pre = take(&a, R * d->C);
+    m->lm_act = take(&a, R * d->C);
+    m->lm_ln = take(&a, R * d->C);
+    m->lm_mean = take(&a, R);
+    m->lm_rstd = take(&a, R);
+    m->dlm = take(&a, R * d->C);
+    m->dlm2 = take(&a, R * d->C);
+    m->pool_in = take(&a, B * d->C);
+    m->pool_pre = take(&a, B * d->C);
+    m->pooled = take(&a, B * d->C);
+    m->sop_logits = take(&a, B * (size_t)d->desc.logits);
+    m->dpool = take(&a, B * d->C);
+    m->dpool2 = take(&a, B * d->C);
+    m->sop_xent.rowmax = take(&a, B);
+    m->sop_xent.sumtgt = take(&a, 2 * B);
+    m->sop_xent.losses = take(&a, B);
+  }
+  return a.used;
+}
+
+void mgt_gpt_memory_plan(const mgt_config *cfg, int tp, mgt_gpt_memory *mem) {
+  mgt_gpt_memory_plan_grid(cfg, tp, 1, mem);
+}
+
+void mgt_gpt_memory_plan_grid(const mgt_config *cfg, int tp, int dp, mgt_gpt_memory *mem) {
+  mgt_gpt_dims d;
+  mgt_gpt_dims_from_config(cfg, tp, 0, &d);
+  int n;
+  size_t floats;
+  gpt_build_params(cfg, &d, NULL, &n, &floats, NULL);
+  mgt_gpt probe;
+  memset(&probe, 0, sizeof probe);
+  memset(mem, 0, sizeof *mem);
+  mem->params = floats * sizeof(float);
+  mem->grads = mem->params;
+  mem->optimizer = 2 * mem->params;
+  if (cfg->use_distributed_optimizer && dp > 1) { /* the largest shard, and its gradient */
+    const size_t shard = (floats + (size_t)dp - 1) / (size_t)dp * sizeof(float);
+    mem->optimizer = 2 * shard;
+    mem->grads += shard;
+  }
+  mgt_config alt = *cfg;
+  alt.recompute_activations = 0, alt.recompute_method = MGT_RECOMPUTE_UNIFORM;
+  alt.recompute_num_layers = 1;
+  const int gran[3] = {MGT_RECOMPUTE_NONE, MGT_RECOMPUTE_FULL, MGT_RECOMPUTE_SELECTIVE};
+  size_t *out[3] = {&mem->activations_full, &mem->activations_recompute,
+                    &mem->activations_selective};
+  for (int k = 0; k < 3; k++) {
+    alt.recompute_granularity = gran[k];
+    const rplan rp = gpt_recompute_plan(&alt, d.L);
+    *out[k] = gpt_layout_activations(&probe, &d, &rp) * sizeof(float);
+  }
+  const rplan rp = gpt_recompute_plan(cfg, d.L);
+  mem->activations = gpt_layout_activations(&probe, &d, &rp) * sizeof(float);
+  if ((cfg->bf16 || cfg->fp16) && !cfg->no_weight_copies) /* set_weights' copy */
+    mem->weight_copies = floats * (cfg->device == MGT_DEVICE_CUDA ? 2 : sizeof(float));
+  mem->total = mem->params + mem->weight_copies + mem->grads + mem->optimizer + mem->activations;
+}
+
+layer_acts *gpt_acts_of(mgt_gpt *m, int l) { return &m->acts[set_of(&m->rp, l)]; }

@@ -1,0 +1,240 @@
+/* Data parallelism over flat buffers: see src/mgt/ddp.h. */
+#include "mgt/ddp.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+struct mgt_ddp {
+  const mgt_grid *grid;
+  const mgt_comm *comm;
+  const mgt_backend *be;
+  mgt_ddp_opts o;
+  float *w, *g;
+  size_t n;
+  int n_buckets;
+  size_t *lo, *hi;   /* each bucket's range */
+  int *bucket_first; /* n_buckets + 1 indices into the pieces */
+  size_t *piece_off, *piece_n;
+  mgt_comm_req *reqs;
+  int n_pieces, n_started, n_done;
+  /* distributed: rank q owns [shard[q], shard[q + 1]); a piece's reduce-scatter gives each
+     rank its part (piece_counts, dp per piece) in gshard, the owned gradient (g itself at
+     dp = 1) */
+  size_t *shard;
+  int *piece_counts, *piece_displs;
+  float *gshard;
+  mgt_comm_req *greqs; /* overlap_param_gather: each bucket's all-gathers in flight ... */
+  char *gathering;     /* ... until the forward needs the bucket (gathering[b]) */
+  char *stale;         /* weight_copies: bucket b's copies are to be remade before a read */
+};
+
+static mgt_status plan_pieces(mgt_ddp *d) {
+  const size_t cap = d->o.bucket_size;
+  MGT_CHECK(mgt_calloc(sizeof(int) * (size_t)(d->n_buckets + 1), "bucket index",
+                       (void **)&d->bucket_first));
+  for (int pass = 0; pass < 2; pass++) {
+    int np = 0;
+    for (int b = 0; b < d->n_buckets; b++) {
+      if (pass) d->bucket_first[b] = np;
+      for (size_t o = d->lo[b]; o < d->hi[b]; o += cap, np++)
+        if (pass) {
+          d->piece_off[np] = o;
+          d->piece_n[np] = d->hi[b] - o < cap ? d->hi[b] - o : cap;
+        }
+    }
+    if (!pass) {
+      d->n_pieces = np;
+      MGT_CHECK(mgt_calloc(sizeof(size_t) * (size_t)np, "bucket pieces", (void **)&d->piece_off));
+      MGT_CHECK(mgt_calloc(sizeof(size_t) * (size_t)np, "bucket pieces", (void **)&d->piece_n));
+      MGT_CHECK(
+          mgt_calloc(sizeof(mgt_comm_req) * (size_t)np, "bucket requests", (void **)&d->reqs));
+    } else {
+      d->bucket_first[d->n_buckets] = np;
+    }
+  }
+  return MGT_OK;
+}
+
+static mgt_status plan_shards(mgt_ddp *d) {
+  const int dp = d->grid->dp, r = d->grid->dp_rank;
+  MGT_CHECK(mgt_calloc(sizeof(size_t) * (size_t)(dp + 1), "optimizer shards", (void **)&d->shard));
+  for (int q = 0; q <= dp; q++)
+    d->shard[q] = (size_t)((uint64_t)d->n * (uint64_t)q / (uint64_t)dp);
+  if (dp == 1) {
+    d->gshard = d->g; /* nothing to reduce: the shard is everything */
+    return MGT_OK;
+  }
+  MGT_CHECK(mgt_calloc(sizeof(int) * (size_t)d->n_pieces * (size_t)dp, "shard counts",
+                       (void **)&d->piece_counts));
+  MGT_CHECK(mgt_calloc(sizeof(int) * (size_t)d->n_pieces * (size_t)dp, "shard offsets",
+                       (void **)&d->piece_displs));
+  MGT_CHECK(mgt_calloc(sizeof(mgt_comm_req) * (size_t)d->n_pieces, "gather requests",
+                       (void **)&d->greqs));
+  MGT_CHECK(mgt_calloc((size_t)d->n_buckets, "gather flags", (void **)&d->gathering));
+  for (int p = 0; p < d->n_pieces; p++) {
+    const size_t a = d->piece_off[p], b = a + d->piece_n[p];
+    MGT_REQUIRE(d->piece_n[p] <= INT_MAX, "--ddp-bucket-size: pieces above 2^31 elements");
+    for (int q = 0; q < dp; q++) {
+      const size_t lo = a > d->shard[q] ? a : d->shard[q],
+                   hi = b < d->shard[q + 1] ? b : d->shard[q + 1];
+      d->piece_counts[(size_t)p * dp + q] = hi > lo ? (int)(hi - lo) : 0;
+      d->piece_displs[(size_t)p * dp + q] = hi > lo ? (int)(lo - a) : (int)(b - a);
+    }
+  }
+  const size_t n = d->shard[r + 1] - d->shard[r];
+  return mgt_be_alloc(d->be, sizeof(float) * (n ? n : 1), "gradient shard", (void **)&d->gshard);
+}
+
+mgt_status mgt_ddp_create(const mgt_grid *grid, const mgt_comm *comm, const mgt_backend *be,
+                          float *w, float *g, size_t n, int n_buckets, const size_t *lo,
+                          const size_t *hi, const mgt_ddp_opts *o, mgt_ddp **out) {
+  *out = NULL;
+  MGT_REQUIRE(o->bucket_size > 0, "--ddp-bucket-size must be positive");
+  MGT_REQUIRE(n_buckets > 0, "no gradient buckets");
+  for (int b = 0; b < n_buckets; b++)
+    MGT_REQUIRE(lo[b] <= hi[b] && hi[b] <= n, "bucket %d [%zu, %zu) is outside the %zu elements", b,
+                lo[b], hi[b], n);
+  mgt_ddp *d = NULL;
+  MGT_CHECK(mgt_calloc(sizeof *d, "data parallelism", (void **)&d));
+  mgt_status st = MGT_OK;
+  d->grid = grid, d->comm = comm, d->be = be, d->o = *o;
+  d->w = w, d->g = g, d->n = n, d->n_buckets = n_buckets;
+  MGT_TRY(mgt_calloc(sizeof(size_t) * (size_t)n_buckets, "buckets", (void **)&d->lo));
+  MGT_TRY(mgt_calloc(sizeof(size_t) * (size_t)n_buckets, "buckets", (void **)&d->hi));
+  memcpy(d->lo, lo, sizeof(size_t) * (size_t)n_buckets);
+  memcpy(d->hi, hi, sizeof(size_t) * (size_t)n_buckets);
+  MGT_TRY(plan_pieces(d));
+  if (o->distributed) MGT_TRY(plan_shards(d));
+  if (o->weight_copies)
+    MGT_TRY(mgt_calloc((size_t)n_buckets, "weight copy flags", (void **)&d->stale));
+  *out = d;
+  return MGT_OK;
+done:
+  mgt_ddp_destroy(&d);
+  return st;
+}
+
+void mgt_ddp_destroy(mgt_ddp **ptr) {
+  mgt_ddp *d = *ptr;
+  if (!d) return;
+  (void)!mgt_ddp_params_ready(d, -1);            /* no all-gather left writing into freed memory */
+  for (int p = d->n_done; p < d->n_started; p++) /* nor a gradient reduction (a failed step) */
+    (void)d->comm->wait(d->comm->ctx, &d->reqs[p]);
+  if (d->gshard && d->gshard != d->g) {
+    (void)!mgt_be_sync(d->be);
+    mgt_be_free(d->be, d->gshard);
+  }
+  mgt_free(d->lo);
+  mgt_free(d->hi);
+  mgt_free(d->bucket_first);
+  mgt_free(d->piece_off);
+  mgt_free(d->piece_n);
+  mgt_free(d->reqs);
+  mgt_free(d->shard);
+  mgt_free(d->piece_counts);
+  mgt_free(d->piece_displs);
+  mgt_free(d->greqs);
+  mgt_free(d->gathering);
+  mgt_free(d->stale);
+  mgt_free(d);
+  *ptr = NULL;
+}
+
+mgt_status mgt_ddp_params_ready(mgt_ddp *d, int b) {
+  if (!d->gathering) return MGT_OK;
+  for (int k = 0; k < d->n_buckets; k++) {
+    if (!d->gathering[k] || (b >= 0 && k != b)) continue;
+    for (int p = d->bucket_first[k]; p < d->bucket_first[k + 1]; p++)
+      MGT_CHECK(d->comm->wait(d->comm->ctx, &d->greqs[p]));
+    d->gathering[k] = 0;
+  }
+  for (int k = 0; b >= 0 && k < d->n_buckets; k++)
+    if (d->gathering[k]) {
+      int done = 0;
+      MGT_CHECK(d->comm->test(d->comm->ctx, &d->greqs[d->bucket_first[k]], &done));
+    }
+  return MGT_OK;
+}
+
+void mgt_ddp_weights_changed(mgt_ddp *d) {
+  if (d->stale) memset(d->stale, 1, (size_t)d->n_buckets);
+}
+
+mgt_status mgt_ddp_weights_ready(mgt_ddp *d, int b) {
+  MGT_CHECK(mgt_ddp_params_ready(d, b));
+  for (int k = 0; d->stale && k < d->n_buckets; k++) {
+    if (!d->stale[k] || (b >= 0 && k != b)) continue;
+    MGT_CHECK(mgt_be_refresh_weights(d->be, d->lo[k], d->hi[k] - d->lo[k]));
+    d->stale[k] = 0;
+  }
+  return MGT_OK;
+}
+
+void mgt_ddp_begin(mgt_ddp *d) { d->n_started = d->n_done = 0; }
+
+mgt_status mgt_ddp_start_bucket(mgt_ddp *d, int b) {
+  const int overlap = d->o.overlap_grad_reduce;
+  for (int p = d->bucket_first[b]; p < d->bucket_first[b + 1]; p++, d->n_started++) {
+    float *buf = d->g + d->piece_off[p];
+    if (d->piece_counts) { /* distributed optimizer: only the owned part is summed here */
+      const size_t lo = d->shard[d->grid->dp_rank], hi = d->shard[d->grid->dp_rank + 1],
+                   at = d->piece_off[p] < lo ? lo : (d->piece_off[p] > hi ? hi : d->piece_off[p]);
+      MGT_CHECK(d->comm->reduce_scatter(
+          d->comm->ctx, d->grid, MGT_AXIS_DP, buf, d->gshard + (at - lo),
+          d->piece_counts + (size_t)p * d->grid->dp, overlap ? &d->reqs[p] : NULL));
+      continue;
+    }
+    if (overlap)
+      MGT_CHECK(d->comm->iallreduce(d->comm->ctx, d->grid, MGT_AXIS_DP, buf, d->piece_n[p], MGT_SUM,
+                                    &d->reqs[p]));
+    else
+      MGT_CHECK(
+          d->comm->allreduce(d->comm->ctx, d->grid, MGT_AXIS_DP, buf, d->piece_n[p], MGT_SUM));
+  }
+  if (!overlap) d->n_done = d->n_started;
+  return MGT_OK;
+}
+
+mgt_status mgt_ddp_progress(mgt_ddp *d) {
+  while (d->n_done < d->n_started) {
+    int done = 0;
+    MGT_CHECK(d->comm->test(d->comm->ctx, &d->reqs[d->n_done], &done));
+    if (!done) break;
+    d->n_done++;
+  }
+  return MGT_OK;
+}
+
+mgt_status mgt_ddp_finish(mgt_ddp *d) {
+  for (; d->n_done < d->n_started; d->n_done++)
+    MGT_CHECK(d->comm->wait(d->comm->ctx, &d->reqs[d->n_done]));
+  return MGT_OK;
+}
+
+float *mgt_ddp_grad_shard(mgt_ddp *d, size_t *first, size_t *n) {
+  if (!d->shard) {
+    *first = 0, *n = d->n;
+    return d->g;
+  }
+  const int r = d->grid->dp_rank;
+  *first = d->shard[r], *n = d->shard[r + 1] - d->shard[r];
+  return d->gshard;
+}
+
+mgt_status mgt_ddp_gather_params(mgt_ddp *d) {
+  if (!d->piece_counts) return MGT_OK;
+  MGT_CHECK(mgt_ddp_params_ready(d, -1)); /* a second step before any forward */
+  const int overlap = d->o.overlap_param_gather;
+  for (int k = 0; k < d->n_buckets; k++) {
+    const int b = d->n_buckets - 1 - k;
+    for (int p = d->bucket_first[b]; p < d->bucket_first[b + 1]; p++)
+      MGT_CHECK(d->comm->allgatherv(d->comm->ctx, d->grid, MGT_AXIS_DP, d->w + d->piece_off[p],
+                                    d->piece_counts + (size_t)p * d->grid->dp,
+                                    d->piece_displs + (size_t)p * d->grid->dp,
+                                    overlap ? &d->greqs[p] : NULL));
+    d->gathering[b] = (char)overlap;
+  }
+  mgt_ddp_weights_changed(d);
+  return MGT_OK;
+}
