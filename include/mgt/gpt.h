@@ -160,6 +160,30 @@ MGT_NODISCARD mgt_status mgt_task_forward_backward(mgt_gpt *m, const int32_t *ro
 MGT_NODISCARD mgt_status mgt_task_forward(mgt_gpt *m, const int32_t *rows, int n, int32_t *pred,
                                           mgt_task_result *out);
 
+/* ---- the head interface: one training micro-batch whatever the head ---- */
+
+/* Ints of one example in a host batch: a window of T + 1 tokens, or an example's sample rows. */
+size_t mgt_gpt_example_ints(const mgt_gpt *m);
+/* The sums a micro-batch gives (mgt_gpt_train_micro): 1 (causal LM: the token loss), 3 (masked
+   LM: its loss, the sentence-order loss, orders right) or 2 (a task: its loss, examples right). */
+int mgt_gpt_head_sums(const mgt_gpt *m);
+/* Adds to units what this rank's n examples of `batch` count toward the means of the head's
+   losses: tokens (causal LM); masked positions and samples (masked LM, sentence order);
+   examples (a task head). Summed over the data-parallel group they are the global batch's. */
+void mgt_gpt_loss_units(const mgt_gpt *m, const int32_t *batch, int n, double units[2]);
+/* One training micro-batch of any head: forward, losses and backward, each loss's gradient
+   scaled by loss_scale / its global units; sums[0 .. mgt_gpt_head_sums) receives the
+   micro-batch's sums. Otherwise as mgt_gpt_forward_backward. */
+MGT_NODISCARD mgt_status mgt_gpt_train_micro(mgt_gpt *m, const int32_t *batch, uint64_t first,
+                                             const double units[2], double loss_scale,
+                                             int accumulate, int sync_dp, double *sums);
+
+/* Forward only, dropout off, of B examples: adds the sums of mgt_gpt_train_micro and the units
+   (the positions scored: tokens, masked positions and samples). A task head is scored by
+   mgt_task_forward instead. Collective over tp_comm. */
+MGT_NODISCARD mgt_status mgt_gpt_eval_micro(mgt_gpt *m, const int32_t *batch, double *sums,
+                                            double units[2]);
+
 /* Accessors. */
 const mgt_gpt_dims *mgt_gpt_get_dims(const mgt_gpt *m);
 const mgt_backend *mgt_gpt_backend(const mgt_gpt *m);

@@ -165,6 +165,21 @@ void gpt_bucket_range(const mgt_gpt *m, int b, int *first, int *last);
 
 /* ---- the transformer block and the trunk (block.c) ---- */
 
+/* A layer's rows: the micro-batch's (N = B*T, this rank's Nl of them, sequence parallelism as
+   configured), or one decoding position (N = Nl = 1) whose key and value join the layer's
+   cache (kc, vc: max_len x Cl) at `pos`, the attention reading positions 0..pos from it.
+   Decoding is the block's forward with this cache hook, not a copy of the block. */
+typedef struct layer_rows {
+  int N, Nl, sp;
+  float *kc, *vc;
+  int pos;
+} layer_rows;
+
+layer_rows gpt_batch_rows(const mgt_gpt *m);
+/* Layer l from its input x to its output y, keeping what its backward needs in a. */
+mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float *x, float *y,
+                             layer_acts *a, const step_ctx *s);
+
 mgt_dropout gpt_dropout_site(const mgt_gpt *m, double p, uint64_t sample_base, int layer, int site);
 mgt_status gpt_trunk_forward(mgt_gpt *m, const step_ctx *s);
 /* From the gradient of the final LayerNorm's output down to the embeddings, starting each

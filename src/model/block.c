@@ -17,11 +17,16 @@ static layer_sites sites_of(const mgt_gpt *m, int l, const step_ctx *s) {
   return ls;
 }
 
+layer_rows gpt_batch_rows(const mgt_gpt *m) {
+  const layer_rows r = {m->d.B * m->d.T, m->d.Nl, m->d.sp, NULL, NULL, 0};
+  return r;
+}
+
 /* The input of a column-parallel layer: this rank's rows of a LayerNorm's output, or under
    sequence parallelism every rank's, gathered into m->lnf. */
-static mgt_status full_rows(mgt_gpt *m, const float *local, const float **full) {
+static mgt_status full_rows(mgt_gpt *m, int sp, const float *local, const float **full) {
   *full = local;
-  if (!m->d.sp) return MGT_OK;
+  if (!sp) return MGT_OK;
   MGT_CHECK(mgt_tp_sp_gather(&m->tp, m->lnf, local));
   *full = m->lnf;
   return MGT_OK;
@@ -29,19 +34,19 @@ static mgt_status full_rows(mgt_gpt *m, const float *local, const float **full) 
 
 /* A row-parallel layer's output on this rank's rows, without its bias (added by
    bias_dropout_add_ln): all-reduced into m->dtmp, or reduce-scattered into m->sp_loc. */
-static mgt_status row_out(mgt_gpt *m, float **y, const float *x, const float *W, int in_l) {
+static mgt_status row_out(mgt_gpt *m, const layer_rows *r, float **y, const float *x,
+                          const float *W, int in_l) {
   const mgt_gpt_dims *d = &m->d;
-  const int N = d->B * d->T;
-  *y = d->sp ? m->sp_loc : m->dtmp;
-  if (d->sp) return mgt_tp_row_forward_sp(&m->tp, *y, m->lnf, x, W, NULL, N, in_l, d->C);
-  return mgt_tp_row_forward(&m->tp, *y, x, W, NULL, N, in_l, d->C);
+  *y = r->sp ? m->sp_loc : m->dtmp;
+  if (r->sp) return mgt_tp_row_forward_sp(&m->tp, *y, m->lnf, x, W, NULL, r->N, in_l, d->C);
+  return mgt_tp_row_forward(&m->tp, *y, x, W, NULL, r->N, in_l, d->C);
 }
 
-static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, layer_acts *a,
-                                const step_ctx *s) {
+mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float *x, float *y,
+                             layer_acts *a, const step_ctx *s) {
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
-  const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl, Nl = d->Nl;
+  const int N = r->N, C = d->C, Cl = d->Cl, Fl = d->Fl, Nl = r->Nl;
   const size_t row = (size_t)d->T * C;
   float *w[P_PER_LAYER];
   gpt_layer_views(m, m->w, l, w);
@@ -57,9 +62,14 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
      parallelism) */
   MGT_CHECK(mgt_be_layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, w[P_LN1_W],
                                      w[P_LN1_B], Nl, C, eps));
-  MGT_CHECK(full_rows(m, a->ln1, &in));
+  MGT_CHECK(full_rows(m, r->sp, a->ln1, &in));
   MGT_CHECK(mgt_tp_column_forward(&m->tp, a->qkv, in, w[P_QKV_W], w[P_QKV_B], N, C, 3 * Cl));
-  if (m->rp.flash)
+  if (r->kc) { /* decoding: the position's key and value join the cache the query reads */
+    const size_t bytes = sizeof(float) * (size_t)Cl, at = (size_t)r->pos * Cl;
+    MGT_CHECK(mgt_be_copy(be, r->kc + at, a->qkv + Cl, bytes));
+    MGT_CHECK(mgt_be_copy(be, r->vc + at, a->qkv + 2 * Cl, bytes));
+    MGT_CHECK(mgt_be_attention_decode(be, a->atty, a->qkv, r->kc, r->vc, r->pos + 1, d->Hl, d->hd));
+  } else if (m->rp.flash)
     MGT_CHECK(mgt_be_flash_attention_forward(be, a->atty, a->lse, a->qkv, d->B, d->T, d->Hl, d->hd,
                                              d->tp_rank * d->Hl, m->keylen, &ds.attn));
   else
@@ -67,16 +77,16 @@ static mgt_status layer_forward(mgt_gpt *m, int l, const float *x, float *y, lay
                                        d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
                                        m->att_scratch));
   /* the projection's bias, dropout, residual and the MLP's LayerNorm in one pass */
-  MGT_CHECK(row_out(m, &tmp, a->atty, w[P_PROJ_W], Cl));
+  MGT_CHECK(row_out(m, r, &tmp, a->atty, w[P_PROJ_W], Cl));
   MGT_CHECK(mgt_be_bias_dropout_add_ln(be, a->res_mid, tmp, w[P_PROJ_B], res1, Nl, C, row, &ds.proj,
                                        a->ln2, a->ln2_mean, a->ln2_rstd, w[P_LN2_W], w[P_LN2_B],
                                        eps));
 
   /* MLP: first linear column-parallel with GeLU local, second row-parallel */
-  MGT_CHECK(full_rows(m, a->ln2, &in));
+  MGT_CHECK(full_rows(m, r->sp, a->ln2, &in));
   MGT_CHECK(
       mgt_tp_column_forward_gelu(&m->tp, a->fch, a->fch_gelu, in, w[P_FC_W], w[P_FC_B], N, C, Fl));
-  MGT_CHECK(row_out(m, &tmp, a->fch_gelu, w[P_FCP_W], Fl));
+  MGT_CHECK(row_out(m, r, &tmp, a->fch_gelu, w[P_FCP_W], Fl));
   MGT_CHECK(mgt_be_bias_dropout_add_ln(be, y, tmp, w[P_FCP_B],
                                        d->desc.post_ln ? a->ln2 : a->res_mid, Nl, C, row, &ds.mlp,
                                        NULL, NULL, NULL, NULL, NULL, 0.0f));
@@ -108,9 +118,10 @@ mgt_status gpt_trunk_forward(mgt_gpt *m, const step_ctx *s) {
   MGT_CHECK(mgt_be_dropout_forward(be, m->res[0], m->res[0], NULL, (size_t)Nl * C, (size_t)d->T * C,
                                    &de));
 
+  const layer_rows rows = gpt_batch_rows(m);
   for (int l = 0; l < d->L; l++) {
     MGT_CHECK(mgt_ddp_weights_ready(m->ddp, d->L - l));
-    MGT_CHECK(layer_forward(m, l, m->res[l], m->res[l + 1], gpt_acts_of(m, l), s));
+    MGT_CHECK(gpt_layer_forward(m, l, &rows, m->res[l], m->res[l + 1], gpt_acts_of(m, l), s));
   }
   MGT_CHECK(mgt_ddp_weights_ready(m->ddp, 0));
   const mgt_param *lnf = &m->params[m->ix.lnf];
@@ -171,7 +182,7 @@ static mgt_status column_back(mgt_gpt *m, float **dx, float *dW, float *db, cons
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T;
   const float *x;
-  MGT_CHECK(full_rows(m, x_local, &x));
+  MGT_CHECK(full_rows(m, d->sp, x_local, &x));
   *dx = d->sp ? m->sp_loc : m->dtmp;
   if (d->sp)
     return mgt_tp_column_backward_sp(&m->tp, *dx, m->dtmp, dW, db, dy, x, W, N, d->C, out_l, acc);
@@ -189,9 +200,11 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
   layer_acts *a = gpt_acts_of(m, l);
   const float *x = m->res[l];
   int first;
-  if (gpt_chunk_ending_at(&m->rp, l, d->L, &first)) /* its chunk's forward again, from its input */
+  if (gpt_chunk_ending_at(&m->rp, l, d->L, &first)) { /* its chunk's forward, from its input */
+    const layer_rows rows = gpt_batch_rows(m);
     for (int k = first; k <= l; k++)
-      MGT_CHECK(layer_forward(m, k, m->res[k], m->res[k + 1], gpt_acts_of(m, k), s));
+      MGT_CHECK(gpt_layer_forward(m, k, &rows, m->res[k], m->res[k + 1], gpt_acts_of(m, k), s));
+  }
   const layer_sites ds = sites_of(m, l, s);
   float *dres = m->dres, *dloc = d->sp ? m->sp_loc : m->dtmp, *dln;
   const float *dy;

@@ -1,12 +1,14 @@
-/* Decoding with a key/value cache: one token at a time through every layer. */
+/* Decoding with a key/value cache: one token at a time through every layer, each the block's
+   forward (gpt_layer_forward) at one position with the cache hook. */
 #include "mgt/gpt_impl.h"
 
 struct mgt_gpt_decoder {
   mgt_gpt *m;
   int max_len;
-  void *mem; /* backend memory for everything below */
-  float *x, *ln, *mean, *rstd, *qkv, *att, *tmp, *fch, *fch_gelu, *logits;
-  float **kc, **vc; /* per layer, (max_len, Cl) */
+  void *mem;                               /* backend memory for everything below */
+  float *x[2], *ln, *mean, *rstd, *logits; /* the residual stream, in and out of a layer */
+  layer_acts a;                            /* one row of a layer's activations */
+  float **kc, **vc;                        /* per layer, (max_len, Cl) */
   int32_t *tok;
   float *host_shard, *host_all;
 };
@@ -28,10 +30,13 @@ mgt_status mgt_gpt_decoder_create(mgt_gpt *m, int max_len, mgt_gpt_decoder **out
   MGT_TRY(mgt_calloc(sizeof(float *) * (size_t)d->L, "decoder cache views", (void **)&dec->vc));
   for (int pass = 0; pass < 2; pass++) {
     arena a = {(float *)dec->mem, 0};
-    dec->x = take(&a, d->C), dec->ln = take(&a, d->C), dec->mean = take(&a, 1);
-    dec->rstd = take(&a, 1), dec->qkv = take(&a, 3 * (size_t)d->Cl), dec->att = take(&a, d->Cl);
-    dec->tmp = take(&a, d->C), dec->fch = take(&a, d->Fl), dec->fch_gelu = take(&a, d->Fl);
-    dec->logits = take(&a, d->Vl);
+    dec->x[0] = take(&a, d->C), dec->x[1] = take(&a, d->C), dec->ln = take(&a, d->C);
+    dec->mean = take(&a, 1), dec->rstd = take(&a, 1), dec->logits = take(&a, d->Vl);
+    layer_acts *la = &dec->a;
+    la->ln1 = take(&a, d->C), la->ln1_mean = take(&a, 1), la->ln1_rstd = take(&a, 1);
+    la->qkv = take(&a, 3 * (size_t)d->Cl), la->atty = take(&a, d->Cl);
+    la->res_mid = take(&a, d->C), la->ln2 = take(&a, d->C), la->ln2_mean = take(&a, 1);
+    la->ln2_rstd = take(&a, 1), la->fch = take(&a, d->Fl), la->fch_gelu = take(&a, d->Fl);
     dec->tok = (int32_t *)take(&a, 1);
     for (int l = 0; l < d->L; l++) {
       dec->kc[l] = take(&a, (size_t)max_len * d->Cl);
@@ -66,7 +71,7 @@ mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *l
   MGT_CHECK(mgt_ddp_weights_ready(m->ddp, -1));
   const mgt_gpt_dims *d = &m->d;
   const mgt_backend *be = m->be;
-  const int C = d->C, Cl = d->Cl, Fl = d->Fl;
+  const int C = d->C;
   const float eps = (float)m->cfg.layernorm_epsilon;
   MGT_REQUIRE(pos >= 0 && pos < dec->max_len, "position %d beyond the decoder's %d", pos,
               dec->max_len);
@@ -74,33 +79,15 @@ mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *l
               d->V);
   const float *wte = m->w + m->params[m->ix.wte].offset, *wpe = m->w + m->params[m->ix.wpe].offset;
   MGT_CHECK(mgt_be_upload(be, dec->tok, &token, sizeof token));
-  MGT_CHECK(mgt_tp_embedding_forward(&m->tp, dec->x, dec->tok, wte, 1, C, d->v0, d->Vl));
-  MGT_CHECK(mgt_be_add_bias(be, dec->x, wpe + (size_t)pos * C, 1, C));
+  MGT_CHECK(mgt_tp_embedding_forward(&m->tp, dec->x[0], dec->tok, wte, 1, C, d->v0, d->Vl));
+  MGT_CHECK(mgt_be_add_bias(be, dec->x[0], wpe + (size_t)pos * C, 1, C));
+  const step_ctx s = {0, 0}; /* no dropout */
   for (int l = 0; l < d->L; l++) {
-    float *w[P_PER_LAYER];
-    gpt_layer_views(m, m->w, l, w);
-    MGT_CHECK(mgt_be_layernorm_forward(be, dec->ln, dec->mean, dec->rstd, dec->x, w[P_LN1_W],
-                                       w[P_LN1_B], 1, C, eps));
-    MGT_CHECK(
-        mgt_tp_column_forward(&m->tp, dec->qkv, dec->ln, w[P_QKV_W], w[P_QKV_B], 1, C, 3 * Cl));
-    MGT_CHECK(
-        mgt_be_copy(be, dec->kc[l] + (size_t)pos * Cl, dec->qkv + Cl, sizeof(float) * (size_t)Cl));
-    MGT_CHECK(mgt_be_copy(be, dec->vc[l] + (size_t)pos * Cl, dec->qkv + 2 * Cl,
-                          sizeof(float) * (size_t)Cl));
-    MGT_CHECK(mgt_be_attention_decode(be, dec->att, dec->qkv, dec->kc[l], dec->vc[l], pos + 1,
-                                      d->Hl, d->hd));
-    MGT_CHECK(mgt_tp_row_forward(&m->tp, dec->tmp, dec->att, w[P_PROJ_W], w[P_PROJ_B], 1, Cl, C));
-    MGT_CHECK(mgt_be_add(be, dec->x, dec->tmp, (size_t)C));
-    MGT_CHECK(mgt_be_layernorm_forward(be, dec->ln, dec->mean, dec->rstd, dec->x, w[P_LN2_W],
-                                       w[P_LN2_B], 1, C, eps));
-    MGT_CHECK(mgt_tp_column_forward_gelu(&m->tp, dec->fch, dec->fch_gelu, dec->ln, w[P_FC_W],
-                                         w[P_FC_B], 1, C, Fl));
-    MGT_CHECK(
-        mgt_tp_row_forward(&m->tp, dec->tmp, dec->fch_gelu, w[P_FCP_W], w[P_FCP_B], 1, Fl, C));
-    MGT_CHECK(mgt_be_add(be, dec->x, dec->tmp, (size_t)C));
+    const layer_rows r = {1, 1, 0, dec->kc[l], dec->vc[l], pos};
+    MGT_CHECK(gpt_layer_forward(m, l, &r, dec->x[l & 1], dec->x[!(l & 1)], &dec->a, &s));
   }
   const mgt_param *lnf = &m->params[m->ix.lnf];
-  MGT_CHECK(mgt_be_layernorm_forward(be, dec->ln, dec->mean, dec->rstd, dec->x,
+  MGT_CHECK(mgt_be_layernorm_forward(be, dec->ln, dec->mean, dec->rstd, dec->x[d->L & 1],
                                      m->w + lnf[0].offset, m->w + lnf[1].offset, 1, C, eps));
   MGT_CHECK(mgt_tp_column_forward(&m->tp, dec->logits, dec->ln, wte, NULL, 1, C, d->Vl));
   MGT_CHECK(gpt_gather_row(m, dec->logits, dec->host_shard, dec->host_all, logits));

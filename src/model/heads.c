@@ -415,3 +415,76 @@ mgt_status mgt_task_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t e
   MGT_CHECK(mgt_be_scatter_add_rows(be, dlnf, m->dpool2, m->cls_rows, B, C));
   return gpt_trunk_backward(m, &s, accumulate, sync_dp && m->grid->dp > 1, 0);
 }
+
+/* ---- the head interface ---- */
+
+size_t mgt_gpt_example_ints(const mgt_gpt *m) {
+  const mgt_gpt_dims *d = &m->d;
+  return d->desc.input == MGT_INPUT_WINDOWS ? (size_t)d->T + 1
+                                            : (size_t)d->desc.rows * mgt_bert_row_ints(d->T);
+}
+
+int mgt_gpt_head_sums(const mgt_gpt *m) {
+  switch (m->d.desc.head) {
+  case MGT_HEAD_CAUSAL_LM: return 1;
+  case MGT_HEAD_MLM_SOP:
+  case MGT_HEAD_MLM: return 3;
+  case MGT_HEAD_CLASSIFY:
+  case MGT_HEAD_MULTIPLE_CHOICE: break;
+  }
+  return 2;
+}
+
+void mgt_gpt_loss_units(const mgt_gpt *m, const int32_t *batch, int n, double units[2]) {
+  const mgt_gpt_dims *d = &m->d;
+  if (d->desc.head == MGT_HEAD_CAUSAL_LM) {
+    units[0] += (double)n * d->T;
+  } else if (d->desc.masked_lm) {
+    units[0] += (double)mgt_bert_count_masked(batch, n, d->T);
+    units[1] += n;
+  } else {
+    units[0] += n;
+  }
+}
+
+mgt_status mgt_gpt_train_micro(mgt_gpt *m, const int32_t *batch, uint64_t first,
+                               const double units[2], double loss_scale, int accumulate,
+                               int sync_dp, double *sums) {
+  const mgt_gpt_dims *d = &m->d;
+  if (d->desc.head == MGT_HEAD_CAUSAL_LM) {
+    double ls = 0.0;
+    MGT_CHECK(mgt_gpt_forward_backward(m, batch, first, (float)(loss_scale / units[0]), accumulate,
+                                       sync_dp, &ls));
+    sums[0] += ls;
+  } else if (d->desc.masked_lm) {
+    mgt_bert_losses l;
+    const float lm_scale = units[0] > 0 ? (float)(loss_scale / units[0]) : 0.0f,
+                sop_scale = (float)(loss_scale / units[1]);
+    MGT_CHECK(
+        mgt_bert_forward_backward(m, batch, first, lm_scale, sop_scale, accumulate, sync_dp, &l));
+    sums[0] += l.lm_sum, sums[1] += l.sop_sum, sums[2] += (double)l.sop_correct;
+  } else {
+    mgt_task_result r;
+    MGT_CHECK(mgt_task_forward_backward(m, batch, first, (float)(loss_scale / units[0]), accumulate,
+                                        sync_dp, &r));
+    sums[0] += r.loss_sum, sums[1] += (double)r.correct;
+  }
+  return MGT_OK;
+}
+
+mgt_status mgt_gpt_eval_micro(mgt_gpt *m, const int32_t *batch, double *sums, double units[2]) {
+  const mgt_gpt_dims *d = &m->d;
+  MGT_REQUIRE(mgt_model_has_lm(&d->desc), "a fine-tuning model is scored by mgt_task_forward");
+  if (d->desc.head == MGT_HEAD_CAUSAL_LM) {
+    double ls = 0.0;
+    MGT_CHECK(mgt_gpt_forward(m, batch, &ls));
+    sums[0] += ls;
+    units[0] += (double)d->B * d->T;
+    return MGT_OK;
+  }
+  mgt_bert_losses l;
+  MGT_CHECK(mgt_bert_forward(m, batch, &l));
+  sums[0] += l.lm_sum, sums[1] += l.sop_sum, sums[2] += (double)l.sop_correct;
+  units[0] += (double)l.lm_count, units[1] += d->B;
+  return MGT_OK;
+}

@@ -57,7 +57,7 @@ struct mgt_trainer {
   mgt_data data, valid;
   const mgt_task_data *task; /* fine-tuning: the sets (borrowed), or NULL */
   int64_t iters_per_epoch;   /* fine-tuning */
-  int32_t *tokens;           /* host staging: (B, T+1) for GPT, every micro-batch's rows for BERT */
+  int32_t *tokens;           /* host staging: every micro-batch of the global batch (this rank) */
   int64_t iteration;
   uint64_t consumed;
   int64_t saved_iteration; /* of the last checkpoint written or loaded, -1 if none */
@@ -185,11 +185,9 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
   st = mgt_gpt_create(&tr->cfg, grid, be, comm, &tr->model);
   if (st == MGT_OK) st = mgt_optim_create(&tr->cfg, tr->model, be, comm, &tr->optim);
   if (st == MGT_OK) {
-    const size_t B = (size_t)cfg->micro_batch_size, T = (size_t)cfg->seq_length;
+    const size_t B = (size_t)cfg->micro_batch_size;
     const size_t n_micro = (size_t)cfg->global_batch_size / (B * (size_t)grid->dp);
-    const size_t n = desc.input == MGT_INPUT_SAMPLES
-                         ? n_micro * B * (size_t)desc.rows * (size_t)mgt_bert_row_ints((int)T)
-                         : B * (T + 1);
+    const size_t n = n_micro * B * mgt_gpt_example_ints(tr->model); /* the global batch's */
     st = mgt_calloc(sizeof(int32_t) * n, "token batch", (void **)&tr->tokens);
   }
   MGT_TRY(mgt_mpi_agree(grid->world, st));
@@ -425,104 +423,65 @@ void mgt_trainer_destroy(mgt_trainer **ptr) {
   *ptr = NULL;
 }
 
-/* The micro-batches of one BERT iteration: every rank fetches its rows first, so that the
-   masked positions of the whole global batch are known before any gradient is scaled. The MLM
-   loss is their mean over the global batch and the SOP loss the mean over its samples, the
-   same for any layout and micro-batch split (Megatron-LM averages per micro-batch instead). */
-static mgt_status bert_step(mgt_trainer *tr, double *loss, mgt_step_stats *stats) {
+/* The means of the head's losses from the global batch's sums and units (mgt_gpt_train_micro,
+   mgt_gpt_loss_units); returns the loss the optimizer minimizes (BERT's: MLM + SOP). */
+static double head_means(const mgt_model_desc *d, const double *sums, const double units[2],
+                         mgt_step_stats *stats) {
+  stats->sop_loss = stats->sop_accuracy = NAN;
+  switch (d->head) {
+  case MGT_HEAD_CAUSAL_LM: stats->lm_loss = sums[0] / units[0]; return stats->lm_loss;
+  case MGT_HEAD_MLM_SOP:
+  case MGT_HEAD_MLM: {
+    const int sop = d->head == MGT_HEAD_MLM_SOP;
+    stats->lm_loss = units[0] > 0 ? sums[0] / units[0] : 0.0;
+    if (sop) stats->sop_loss = sums[1] / units[1], stats->sop_accuracy = sums[2] / units[1];
+    return stats->lm_loss + (sop ? stats->sop_loss : 0.0);
+  }
+  case MGT_HEAD_CLASSIFY:
+  case MGT_HEAD_MULTIPLE_CHOICE:
+    stats->lm_loss = sums[0] / units[0];
+    stats->accuracy = sums[1] / units[0];
+    return stats->lm_loss;
+  }
+  return NAN;
+}
+
+/* The micro-batches of one iteration, whatever the head. Data-parallel rank d takes examples
+   consumed + m*B*dp + d*B ... (so the global batch is the same set of examples for any dp), all
+   of them first, so that what the losses are means over (tokens, BERT's masked positions and
+   samples, examples) is known for the global batch before any gradient is scaled: the losses
+   are means over the global batch, the same for any layout and micro-batch split (Megatron-LM
+   averages BERT's per micro-batch instead). */
+static mgt_status train_batch(mgt_trainer *tr, double *loss, mgt_step_stats *stats) {
   const mgt_config *c = &tr->cfg;
   const mgt_grid *g = tr->grid;
-  const int B = c->micro_batch_size, T = c->seq_length, W = mgt_bert_row_ints(T);
+  const int B = c->micro_batch_size, T = c->seq_length;
   const int n_micro = c->global_batch_size / (B * g->dp);
+  const size_t E = mgt_gpt_example_ints(tr->model);
   mgt_timer_start(&tr->timers[T_DATA]);
   mgt_status st = MGT_OK;
   for (int mb = 0; mb < n_micro && st == MGT_OK; mb++) {
     uint64_t first = tr->consumed + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
-    st = tr->data.get(tr->data.ctx, first, B, T, tr->tokens + (size_t)mb * B * W);
+    st = tr->data.get(tr->data.ctx, first, B, T, tr->tokens + (size_t)mb * B * E);
   }
+  /* a bad sample is read by some ranks only: agree, so the job stops once, with its file */
   MGT_CHECK(mgt_mpi_agree(g->world, st));
-  double masked = (double)mgt_bert_count_masked(tr->tokens, n_micro * B, T);
-  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, &masked, 1, MGT_SUM));
+  double units[2] = {0, 0};
+  mgt_gpt_loss_units(tr->model, tr->tokens, n_micro * B, units);
+  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, units, 2, MGT_SUM));
   mgt_timer_stop(&tr->timers[T_DATA]);
-  const double ls = mgt_optim_loss_scale(tr->optim), samples = (double)c->global_batch_size;
-  const float lm_scale = masked > 0 ? (float)(ls / masked) : 0.0f,
-              sop_scale = (float)(ls / samples);
-  double sums[3] = {0, 0, 0}; /* lm, sop, sop correct */
+  const double ls = mgt_optim_loss_scale(tr->optim);
+  double sums[3] = {0, 0, 0};
   for (int mb = 0; mb < n_micro; mb++) {
     uint64_t first = tr->consumed + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
-    mgt_bert_losses l;
     mgt_timer_start(&tr->timers[T_FWDBWD]);
-    MGT_CHECK(mgt_bert_forward_backward(tr->model, tr->tokens + (size_t)mb * B * W, first, lm_scale,
-                                        sop_scale, mb > 0, mb == n_micro - 1, &l));
+    MGT_CHECK(mgt_gpt_train_micro(tr->model, tr->tokens + (size_t)mb * B * E, first, units, ls,
+                                  mb > 0, mb == n_micro - 1, sums));
     mgt_timer_stop(&tr->timers[T_FWDBWD]);
-    sums[0] += l.lm_sum, sums[1] += l.sop_sum, sums[2] += (double)l.sop_correct;
   }
-  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, sums, 3, MGT_SUM));
-  const int binary = tr->desc.head == MGT_HEAD_MLM_SOP;
-  stats->lm_loss = masked > 0 ? sums[0] / masked : 0.0;
-  stats->sop_loss = binary ? sums[1] / samples : NAN;
-  stats->sop_accuracy = binary ? sums[2] / samples : NAN;
-  *loss = stats->lm_loss + (binary ? stats->sop_loss : 0.0);
-  return MGT_OK;
-}
-
-/* One fine-tuning iteration: the mean cross-entropy over the examples of the global batch. */
-static mgt_status task_step(mgt_trainer *tr, double *loss, mgt_step_stats *stats) {
-  const mgt_config *c = &tr->cfg;
-  const mgt_grid *g = tr->grid;
-  const int B = c->micro_batch_size, T = c->seq_length;
-  const int n_micro = c->global_batch_size / (B * g->dp);
-  const double examples = (double)c->global_batch_size;
-  const float scale = (float)(mgt_optim_loss_scale(tr->optim) / examples);
-  double sums[2] = {0, 0}; /* loss, correct */
-  for (int mb = 0; mb < n_micro; mb++) {
-    uint64_t first = tr->consumed + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
-    mgt_timer_start(&tr->timers[T_DATA]);
-    MGT_CHECK(mgt_mpi_agree(g->world, tr->data.get(tr->data.ctx, first, B, T, tr->tokens)));
-    mgt_timer_stop(&tr->timers[T_DATA]);
-    mgt_task_result r;
-    mgt_timer_start(&tr->timers[T_FWDBWD]);
-    MGT_CHECK(mgt_task_forward_backward(tr->model, tr->tokens, first, scale, mb > 0,
-                                        mb == n_micro - 1, &r));
-    mgt_timer_stop(&tr->timers[T_FWDBWD]);
-    sums[0] += r.loss_sum, sums[1] += (double)r.correct;
-  }
-  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, sums, 2, MGT_SUM));
-  *loss = sums[0] / examples;
-  stats->lm_loss = *loss;
-  stats->accuracy = sums[1] / examples;
-  stats->sop_loss = stats->sop_accuracy = NAN;
-  return MGT_OK;
-}
-
-/* One pretraining iteration of a causal LM: the mean next-token loss over the global batch. */
-static mgt_status lm_step(mgt_trainer *tr, double *loss, mgt_step_stats *stats) {
-  const mgt_config *c = &tr->cfg;
-  const mgt_grid *g = tr->grid;
-  const int B = c->micro_batch_size, T = c->seq_length;
-  const int n_micro = c->global_batch_size / (B * g->dp);
-  const float grad_scale =
-      (float)(mgt_optim_loss_scale(tr->optim) / ((double)c->global_batch_size * (double)T));
-  *loss = 0.0;
-  for (int mb = 0; mb < n_micro; mb++) {
-    /* Each replica takes its slice of every group of B * dp samples, so the global batch
-       is the same set of samples for any data-parallel size. */
-    uint64_t first = tr->consumed + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
-    mgt_timer_start(&tr->timers[T_DATA]);
-    /* a bad sample is read by some ranks only: agree, so the job stops once, with its file */
-    MGT_CHECK(mgt_mpi_agree(g->world, tr->data.get(tr->data.ctx, first, B, T, tr->tokens)));
-    mgt_timer_stop(&tr->timers[T_DATA]);
-    double ls = 0.0;
-    mgt_timer_start(&tr->timers[T_FWDBWD]);
-    MGT_CHECK(mgt_gpt_forward_backward(tr->model, tr->tokens, first, grad_scale, mb > 0,
-                                       mb == n_micro - 1, &ls));
-    mgt_timer_stop(&tr->timers[T_FWDBWD]);
-    *loss += ls;
-  }
-  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, loss, 1, MGT_SUM));
-  *loss /= (double)c->global_batch_size * T;
-  stats->lm_loss = *loss;
-  stats->sop_loss = stats->sop_accuracy = NAN;
+  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, sums,
+                                    mgt_gpt_head_sums(tr->model), MGT_SUM));
+  *loss = head_means(&tr->desc, sums, units, stats);
   return MGT_OK;
 }
 
@@ -533,13 +492,7 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   double lr = mgt_lr_at(c, it);
   double loss = 0.0;
   stats->accuracy = NAN;
-  switch (tr->desc.head) {
-  case MGT_HEAD_CAUSAL_LM: MGT_CHECK(lm_step(tr, &loss, stats)); break;
-  case MGT_HEAD_MLM_SOP:
-  case MGT_HEAD_MLM: MGT_CHECK(bert_step(tr, &loss, stats)); break;
-  case MGT_HEAD_CLASSIFY:
-  case MGT_HEAD_MULTIPLE_CHOICE: MGT_CHECK(task_step(tr, &loss, stats)); break;
-  }
+  MGT_CHECK(train_batch(tr, &loss, stats));
   mgt_timer_start(&tr->timers[T_OPTIMIZER]);
   double norm = NAN;
   int skipped = 1;
@@ -630,36 +583,18 @@ mgt_status mgt_trainer_evaluate(mgt_trainer *tr, mgt_valid_stats *v) {
               "no validation data (a valid split in --split and --eval-iters > 0 are needed)");
   const int B = c->micro_batch_size, T = c->seq_length;
   const int n_micro = c->global_batch_size / (B * g->dp);
-  const int bert = tr->desc.masked_lm;
-  double sum[4] = {0, 0, 0, 0}; /* loss (GPT) or lm; sop; sop correct; masked */
+  double sum[5] = {0, 0, 0, 0, 0}; /* the head's sums, then its units */
   for (int it = 0; it < c->eval_iters; it++)
     for (int mb = 0; mb < n_micro; mb++) {
       uint64_t first =
           (uint64_t)it * c->global_batch_size + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
       MGT_CHECK(mgt_mpi_agree(g->world, tr->valid.get(tr->valid.ctx, first, B, T, tr->tokens)));
-      if (bert) {
-        mgt_bert_losses l;
-        MGT_CHECK(mgt_bert_forward(tr->model, tr->tokens, &l));
-        sum[0] += l.lm_sum, sum[1] += l.sop_sum, sum[2] += (double)l.sop_correct;
-        sum[3] += (double)l.lm_count;
-      } else {
-        double ls = 0.0;
-        MGT_CHECK(mgt_gpt_forward(tr->model, tr->tokens, &ls));
-        sum[0] += ls;
-      }
+      MGT_CHECK(mgt_gpt_eval_micro(tr->model, tr->tokens, sum, sum + 3));
     }
-  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, sum, 4, MGT_SUM));
-  const double samples = (double)c->eval_iters * c->global_batch_size;
-  if (!bert) {
-    v->loss = v->lm_loss = sum[0] / (samples * T);
-    v->sop_loss = v->sop_accuracy = NAN;
-    return MGT_OK;
-  }
-  const int binary = tr->desc.head == MGT_HEAD_MLM_SOP;
-  v->lm_loss = sum[3] > 0 ? sum[0] / sum[3] : 0.0;
-  v->sop_loss = binary ? sum[1] / samples : NAN;
-  v->sop_accuracy = binary ? sum[2] / samples : NAN;
-  v->loss = v->lm_loss + (binary ? v->sop_loss : 0.0);
+  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, sum, 5, MGT_SUM));
+  mgt_step_stats s = {0};
+  v->loss = head_means(&tr->desc, sum, sum + 3, &s);
+  v->lm_loss = s.lm_loss, v->sop_loss = s.sop_loss, v->sop_accuracy = s.sop_accuracy;
   return MGT_OK;
 }
 
