@@ -22,10 +22,10 @@ declare -A layer=(
   [philox.h]=kernels
   [grid.h]=parallel [comm.h]=parallel [ddp.h]=parallel [tp.h]=parallel [device.h]=parallel
   [gpt.h]=model [optim.h]=model [gpt_impl.h]=model
-  [checkpoint.h]=tensors [safetensors.h]=tensors
+  [checkpoint.h]=tensors [ckpt_impl.h]=tensors [safetensors.h]=tensors
   [tokenizer.h]=text [wordpiece.h]=text [unicode.h]=text [unicode_bert.h]=text
   [unicode_tables.h]=text
-  [dataset.h]=data [tasks.h]=data [mmidx.h]=data [bert_data.h]=data [sentences.h]=data
+  [dataset.h]=data [dataset_impl.h]=data [tasks.h]=data [mmidx.h]=data [bert_data.h]=data [sentences.h]=data
   [train.h]=train [data_mock.h]=train [report.h]=train
   [cli.h]=cmd [eval.h]=cmd [generate.h]=cmd [hf.h]=cmd [plan.h]=cmd [plot.h]=cmd
   [session.h]=cmd [tokenize.h]=cmd

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt_impl.h"
 #include "h5util.h"
 #include "mgt/log.h"
 #include "mgt/progress.h"
@@ -536,225 +537,6 @@ uint64_t mgt_ckpt_bytes(const mgt_state *s) {
   return need;
 }
 
-typedef struct lock_owner {
-  char host[256];
-  long long pid;
-  char job[64];
-} lock_owner;
-
-static void lock_me(lock_owner *o) {
-  memset(o, 0, sizeof *o);
-  gethostname(o->host, sizeof o->host - 1);
-  o->pid = (long long)getpid();
-  const char *job = getenv("SLURM_JOB_ID"); /* the scheduler's: a requeued job keeps it */
-  snprintf(o->job, sizeof o->job, "%s", job && *job ? job : "-");
-}
-
-/* 1: read; 0: missing, or not readable as a lock (half written); -1: not a regular file (a
-   FIFO, which must not be waited on, or a directory). */
-static int lock_read(const char *path, lock_owner *o) {
-  memset(o, 0, sizeof *o);
-  struct stat sb;
-  if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) return -1;
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return errno == ELOOP ? -1 : 0;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(fd);
-    return -1;
-  }
-  FILE *f = fdopen(fd, "r");
-  if (!f) {
-    close(fd);
-    return 0;
-  }
-  int ok = fscanf(f, "%255s %lld %63s", o->host, &o->pid, o->job) == 3;
-  fclose(f);
-  return ok;
-}
-
-/* Whether the lock `o` may be taken over by `me`: its process is gone from this host, or it
-   is this Slurm job before a requeue, or it cannot be read (a lock half written). */
-static int lock_stale(const lock_owner *o, int readable, const lock_owner *me) {
-  if (!readable) return 1;
-  if (strcmp(o->job, "-") != 0 && strcmp(o->job, me->job) == 0) return 1;
-  if (strcmp(o->host, me->host) != 0) return 0;
-  if (o->pid == me->pid) return 0;
-  if (kill((pid_t)o->pid, 0) != 0 && errno == ESRCH) return 1;
-  /* a killed process not reaped yet is a zombie: gone all the same */
-  char stat_path[64], line[512];
-  snprintf(stat_path, sizeof stat_path, "/proc/%lld/stat", o->pid);
-  FILE *f = fopen(stat_path, "r");
-  if (!f) return 0;
-  const char *close_paren = fgets(line, sizeof line, f) ? strrchr(line, ')') : NULL;
-  fclose(f);
-  return close_paren && (close_paren[2] == 'Z' || close_paren[2] == 'X');
-}
-
-static mgt_status lock_take(const char *dir) {
-  char path[MGT_PATH_MAX + 16], tmp[MGT_PATH_MAX + 48];
-  snprintf(path, sizeof path, "%s/mgt.lock", dir);
-  lock_owner me, other;
-  lock_me(&me);
-  snprintf(tmp, sizeof tmp, "%s/mgt.lock.%lld", dir, me.pid);
-  struct stat sb;
-  MGT_REQUIRE(lstat(path, &sb) != 0 || S_ISREG(sb.st_mode),
-              "--save %s: %s is not a regular file: remove it", dir, path);
-  FILE *f = NULL;
-  if (mgt_create_file("--save", tmp, 0, &f) != MGT_OK) {
-    const char *why = mgt_error_message();
-    MGT_FAIL(MGT_ERR_INPUT, "--save %s: not writable: %s", dir,
-             strstr(why, ": ") ? strstr(why, ": ") + 2 : why);
-  }
-  int ok = fprintf(f, "%s %lld %s\n", me.host, me.pid, me.job) > 0;
-  ok &= fclose(f) == 0;
-  if (!ok) {
-    unlink(tmp);
-    MGT_FAIL(MGT_ERR_IO, "--save %s: cannot write %s: %s", dir, tmp, strerror(errno));
-  }
-  /* link() fails if the lock exists: taking it is atomic, on NFS too, and a lock is never seen
-     half written. File systems without hard links fall back to an exclusive create. */
-  for (int attempt = 0; attempt < 2; attempt++) {
-    int rc = link(tmp, path), err = errno;
-    if (rc != 0 && (err == EPERM || err == EOPNOTSUPP || err == ENOSYS)) {
-      int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
-      rc = fd >= 0 ? 0 : -1, err = errno;
-      if (fd >= 0) {
-        rc = dprintf(fd, "%s %lld %s\n", me.host, me.pid, me.job) > 0 ? 0 : -1;
-        close(fd);
-      }
-    }
-    if (rc == 0) {
-      unlink(tmp);
-      return MGT_OK;
-    }
-    if (err != EEXIST) break;
-    const int readable = lock_read(path, &other);
-    if (readable < 0) {
-      unlink(tmp);
-      MGT_FAIL(MGT_ERR_INPUT, "--save %s: %s is not a regular file: remove it", dir, path);
-    }
-    if (!lock_stale(&other, readable, &me)) {
-      unlink(tmp);
-      MGT_FAIL(MGT_ERR_INPUT,
-               "--save %s is in use by another job (host %s, pid %lld, Slurm job %s); if that job "
-               "is gone, remove %s",
-               dir, other.host, other.pid, other.job, path);
-    }
-    unlink(path); /* stale: the next attempt takes it */
-    errno = err;
-  }
-  int err = errno;
-  unlink(tmp);
-  MGT_FAIL(MGT_ERR_IO, "--save %s: cannot take the lock %s: %s", dir, path, strerror(err));
-}
-
-/* Under the lock, what an interrupted save left in dir: iter_N.h5.tmp (as large as a
-   checkpoint) and latest.tmp; and lock attempts mgt.lock.PID of processes gone from this host
-   (one lives for microseconds while a lock is taken). */
-static void remove_stale_saves(const char *dir, FILE *log) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  char path[MGT_PATH_MAX + 300];
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    const char *c = e->d_name;
-    snprintf(path, sizeof path, "%s/%s", dir, c);
-    if (!strcmp(c, "latest.tmp")) {
-      mgt_remove_stale(path, 0, log);
-    } else if (!strncmp(c, "iter_", 5)) {
-      size_t k = 5;
-      while (c[k] >= '0' && c[k] <= '9')
-        k++;
-      if (k > 5 && !strcmp(c + k, ".h5.tmp")) mgt_remove_stale(path, 0, log);
-    } else if (!strncmp(c, "mgt.lock.", 9)) {
-      char *end = NULL;
-      const long long pid = strtoll(c + 9, &end, 10);
-      if (end != c + 9 && !*end && !mgt_pid_alive(pid)) mgt_remove_stale(path, 60, log);
-    }
-  }
-  closedir(d);
-}
-
-mgt_status mgt_ckpt_prepare_dir(const char *dir, MPI_Comm world, uint64_t bytes, int *lock) {
-  int rank;
-  MGT_MPI(MPI_Comm_rank(world, &rank));
-  *lock = 0;
-  mgt_status st = MGT_OK;
-  if (rank == 0) {
-    st = mgt_make_dirs("--save", dir);
-    if (st == MGT_OK) st = lock_take(dir);
-    if (st == MGT_OK) {
-      *lock = 1;
-      remove_stale_saves(dir, stderr);
-      char what[MGT_PATH_MAX + 32];
-      snprintf(what, sizeof what, "--save %s", dir);
-      st = mgt_check_space(dir, bytes, what);
-      if (st != MGT_OK) mgt_ckpt_unlock(dir, lock);
-    }
-  }
-  return mgt_mpi_agree(world, st);
-}
-
-void mgt_ckpt_unlock(const char *dir, int *lock) {
-  if (!*lock) return;
-  *lock = 0;
-  char path[MGT_PATH_MAX + 16];
-  snprintf(path, sizeof path, "%s/mgt.lock", dir);
-  lock_owner me, o;
-  lock_me(&me);
-  if (lock_read(path, &o) > 0 && o.pid == me.pid && strcmp(o.host, me.host) == 0) unlink(path);
-}
-
-static int by_iteration_desc(const void *a, const void *b) {
-  long long x = *(const long long *)a, y = *(const long long *)b;
-  return (x < y) - (x > y);
-}
-
-mgt_status mgt_ckpt_prune(const char *dir, int keep, FILE *log) {
-  if (keep <= 0) return MGT_OK;
-  long long latest = -1;
-  char path[MGT_PATH_MAX + 64];
-  snprintf(path, sizeof path, "%s/latest", dir);
-  FILE *f = NULL;
-  if (mgt_fopen_file("--save", path, &f) != MGT_OK) mgt_error_clear(); /* none: prune them all */
-  if (f) {
-    if (fscanf(f, "%lld", &latest) != 1) latest = -1;
-    fclose(f);
-  }
-  DIR *d = opendir(dir);
-  if (!d) MGT_FAIL(MGT_ERR_IO, "--save %s: cannot list: %s", dir, strerror(errno));
-  long long *its = NULL;
-  size_t n = 0, cap = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    /* exactly iter_<digits>.h5: a .tmp being written does not match */
-    const char *c = e->d_name;
-    if (strncmp(c, "iter_", 5) != 0) continue;
-    c += 5;
-    long long it = 0;
-    int digits = 0;
-    for (; *c >= '0' && *c <= '9' && digits < 18; c++, digits++)
-      it = 10 * it + (*c - '0');
-    if (digits < 7 || strcmp(c, ".h5") != 0) continue;
-    if (n == cap) {
-      long long *p = realloc(its, sizeof *p * (cap = cap ? 2 * cap : 64));
-      if (!p) break;
-      its = p;
-    }
-    its[n++] = it;
-  }
-  closedir(d);
-  qsort(its, n, sizeof *its, by_iteration_desc);
-  for (size_t i = (size_t)keep; i < n; i++) {
-    if (its[i] == latest) continue;
-    snprintf(path, sizeof path, "%s/iter_%07lld.h5", dir, its[i]);
-    if (unlink(path) == 0 && log)
-      fprintf(log, "removed checkpoint %s (--keep-last %d)\n", path, keep);
-  }
-  free(its);
-  return MGT_OK;
-}
-
 /* ---- reading ---- */
 
 mgt_status mgt_ckpt_resolve(const char *src, int64_t iteration, char *path, size_t n) {
@@ -797,7 +579,7 @@ static hid_t open_ro(const char *path) {
 }
 
 /* Opens a checkpoint and checks it is complete and of this format. */
-static mgt_status open_checkpoint(const char *path, hid_t *out) {
+mgt_status ckpt_open(const char *path, hid_t *out) {
   mgt_h5_quiet();
   *out = -1;
   struct stat sb;
@@ -911,7 +693,7 @@ done:
 mgt_status mgt_ckpt_read_config_text(const char *path, char **config, mgt_ckpt_state *state) {
   hid_t f;
   *config = NULL;
-  MGT_CHECK(open_checkpoint(path, &f));
+  MGT_CHECK(ckpt_open(path, &f));
   mgt_status st = read_config_attr(f, path, config);
   if (st == MGT_OK && state) st = read_state(f, path, state);
   H5Fclose(f);
@@ -1015,7 +797,7 @@ mgt_status mgt_ckpt_load(const char *path, MPI_Comm world, const mgt_state *s,
   if (st == MGT_OK) st = mgt_calloc(sizeof(uint64_t) * nsum, "checksums", (void **)&sums);
   if (st == MGT_OK)
     st = mgt_calloc(sizeof(uint64_t) * (size_t)(s->n ? s->n : 1), "checksums", (void **)&want);
-  if (st == MGT_OK) st = open_checkpoint(path, &f);
+  if (st == MGT_OK) st = ckpt_open(path, &f);
   if (st == MGT_OK) st = read_state(f, path, state);
   int rank;
   MGT_MPI(MPI_Comm_rank(world, &rank));
@@ -1046,143 +828,4 @@ mgt_status mgt_ckpt_load(const char *path, MPI_Comm world, const mgt_state *s,
   mgt_free(sums);
   mgt_free(want);
   return st;
-}
-
-/* ---- verify and info ---- */
-
-typedef struct visit {
-  FILE *out;
-  int damaged, tensors;
-  int info;                /* list shapes instead of checking */
-  int64_t elements;        /* under /model, counted by info */
-  const mgt_state *expect; /* what the configuration implies (verify; may be NULL) */
-  mgt_state_index names;   /* of expect */
-  char *seen;              /* per expected tensor */
-} visit;
-
-/* The dataset against what the configuration implies: known, float32, of its logical shape. */
-static int check_expected(visit *v, hid_t d, const char *name, int nd, const hsize_t *dims) {
-  if (!v->expect) return 1;
-  const int k = mgt_state_index_find(&v->names, name);
-  if (k < 0) {
-    fprintf(v->out, "damaged: /%s (not a tensor of the stored configuration)\n", name);
-    return 0;
-  }
-  v->seen[k] = 1;
-  const mgt_shard *s = &v->expect->t[k].shard;
-  int same = nd == s->ndim;
-  for (int i = 0; same && i < nd; i++)
-    same = dims[i] == (hsize_t)s->full[i];
-  if (!same) {
-    char want[160] = "", got[160] = "";
-    for (int i = 0; i < s->ndim; i++)
-      snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "",
-               (long long)s->full[i]);
-    for (int i = 0; i < nd; i++)
-      snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu", i ? ", " : "",
-               (unsigned long long)dims[i]);
-    fprintf(v->out, "damaged: /%s (shape [%s], the configuration implies [%s])\n", name, got, want);
-    return 0;
-  }
-  hid_t t = H5Dget_type(d);
-  int f32 = t >= 0 && H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 4;
-  if (t >= 0) H5Tclose(t);
-  if (!f32) fprintf(v->out, "damaged: /%s (not float32)\n", name);
-  return f32;
-}
-
-static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void *data) {
-  visit *v = data;
-  if (info->type != H5O_TYPE_DATASET) return 0;
-  hid_t d = H5Dopen2(obj, name, H5P_DEFAULT), sp = d >= 0 ? H5Dget_space(d) : -1;
-  int nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
-  hssize_t np = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-  hsize_t dims[H5S_MAX_RANK];
-  if (nd >= 0) H5Sget_simple_extent_dims(sp, dims, NULL);
-  if (sp >= 0) H5Sclose(sp);
-  if (d < 0 || nd < 0 || np < 0) {
-    if (d >= 0) H5Dclose(d);
-    fprintf(v->out, "damaged: /%s (unreadable)\n", name);
-    v->damaged++;
-    H5Eclear2(H5E_DEFAULT);
-    return 0;
-  }
-  size_t n = (size_t)np;
-  v->tensors++;
-  if (!v->info && !check_expected(v, d, name, nd, dims)) {
-    v->damaged++;
-    H5Dclose(d);
-    H5Eclear2(H5E_DEFAULT);
-    return 0;
-  }
-  if (v->info) {
-    fprintf(v->out, "  /%-52s [", name);
-    for (int i = 0; i < nd; i++)
-      fprintf(v->out, "%s%llu", i ? ", " : "", (unsigned long long)dims[i]);
-    fprintf(v->out, "] %.2f MB\n", n * 4 / 1e6);
-    if (strncmp(name, "model/", 6) == 0) v->elements += (int64_t)n;
-    H5Dclose(d);
-    return 0;
-  }
-  uint64_t want = 0, got = 0;
-  float *buf = malloc((n ? n : 1) * sizeof(float));
-  int ok = buf && H5Aexists(d, "checksum") > 0;
-  if (ok) {
-    hid_t a = H5Aopen(d, "checksum", H5P_DEFAULT);
-    ok = a >= 0 && H5Aread(a, H5T_NATIVE_UINT64, &want) >= 0;
-    if (a >= 0) H5Aclose(a);
-  }
-  if (ok) ok = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0;
-  if (ok) {
-    const uint32_t *bits = (const uint32_t *)buf;
-#pragma omp parallel for simd reduction(+ : got) schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++)
-      got += mgt_fmix64(mgt_fmix64(i + 1) ^ bits[i]);
-    ok = got == want;
-  }
-  if (!ok) {
-    fprintf(v->out, "damaged: /%s (checksum %016" PRIx64 ", stored %016" PRIx64 ")\n", name, got,
-            want);
-    v->damaged++;
-  }
-  free(buf);
-  H5Dclose(d);
-  H5Eclear2(H5E_DEFAULT);
-  return 0;
-}
-
-mgt_status mgt_ckpt_verify(const char *path, const mgt_state *expect, FILE *out, int *damaged) {
-  hid_t f;
-  MGT_CHECK(open_checkpoint(path, &f));
-  visit v = {.out = out, .expect = expect};
-  if (expect && (!(v.seen = calloc((size_t)expect->n + 1, 1)) ||
-                 mgt_state_index_init(&v.names, expect) != MGT_OK)) {
-    free(v.seen);
-    H5Fclose(f);
-    MGT_FAIL(MGT_ERR_NOMEM, "out of memory verifying %s", path);
-  }
-  herr_t rc = H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v, H5O_INFO_BASIC);
-  H5Fclose(f);
-  for (int i = 0; expect && rc >= 0 && i < expect->n; i++)
-    if (!v.seen[i]) {
-      fprintf(out, "damaged: /%s (missing)\n", expect->t[i].name);
-      v.damaged++;
-    }
-  free(v.seen);
-  mgt_state_index_fini(&v.names);
-  MGT_REQUIRE(rc >= 0, "checkpoint %s: cannot list its tensors", path);
-  *damaged = v.damaged;
-  fprintf(out, "%s: %d tensors, %d damaged\n", path, v.tensors, v.damaged);
-  return MGT_OK;
-}
-
-mgt_status mgt_ckpt_list(const char *path, FILE *out, int64_t *model_elements) {
-  hid_t f;
-  MGT_CHECK(open_checkpoint(path, &f));
-  visit v = {.out = out, .info = 1};
-  herr_t rc = H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v, H5O_INFO_BASIC);
-  H5Fclose(f);
-  MGT_REQUIRE(rc >= 0, "checkpoint %s: cannot list its tensors", path);
-  *model_elements = v.elements;
-  return MGT_OK;
 }
