@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "mgt/config.h"
+#include "mgt/model.h"
 #include "testutil.h"
 
 static mgt_status parse(mgt_config *c, const char *line) {
@@ -112,10 +113,77 @@ static void test_schedule(void) {
   T_CHECK(mgt_lr_at(&c, 5) == 0.5 && mgt_lr_at(&c, 1000) == 1.0, "constant");
 }
 
+/* The model description of each kind and head against a hand-written table, and the
+   combinations no code runs refused by name. */
+static void test_model_desc(void) {
+  static const struct {
+    const char *flags;
+    int kind, input, head, causal, token_types, pooler, logits, classes, rows, masked, post_ln;
+  } want[] = {
+      {"--mock-data", MGT_MODEL_GPT, MGT_INPUT_WINDOWS, MGT_HEAD_CAUSAL_LM, 1, 0, 0, 0, 0, 1, 0, 0},
+      {"--model bert --mock-data --seq-length 64", MGT_MODEL_BERT, MGT_INPUT_SAMPLES,
+       MGT_HEAD_MLM_SOP, 0, 1, 1, 2, 2, 1, 1, 0},
+      {"--model bert --mock-data --bert-no-binary-head --apply-residual-connection-post-layernorm",
+       MGT_MODEL_BERT, MGT_INPUT_SAMPLES, MGT_HEAD_MLM, 0, 0, 0, 2, 2, 1, 1, 1},
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    mgt_config c;
+    mgt_model_desc d;
+    T_CHECK(parse(&c, want[i].flags) == MGT_OK && mgt_config_finalize(&c, 1) == MGT_OK, "'%s': %s",
+            want[i].flags, mgt_error_message());
+    T_CHECK(mgt_model_describe(&c, &d) == MGT_OK, "'%s': %s", want[i].flags, mgt_error_message());
+    T_CHECK(d.kind == want[i].kind && (int)d.input == want[i].input &&
+                (int)d.head == want[i].head && d.causal == want[i].causal &&
+                d.token_types == want[i].token_types && d.pooler == want[i].pooler &&
+                d.logits == want[i].logits && d.classes == want[i].classes &&
+                d.rows == want[i].rows && (d.max_predictions > 0) == want[i].masked &&
+                d.post_ln == want[i].post_ln,
+            "'%s': description differs from the table", want[i].flags);
+    T_CHECK(mgt_model_has_lm(&d) && mgt_model_generative(&d) == (want[i].head == 0),
+            "'%s': LM and generative", want[i].flags);
+  }
+  /* fine-tuning heads: RACE scores 4 rows of one logit, MNLI 3 classes, QQP 2 */
+  const int tasks[3] = {MGT_TASK_RACE, MGT_TASK_MNLI, MGT_TASK_QQP};
+  const int heads[3] = {MGT_HEAD_MULTIPLE_CHOICE, MGT_HEAD_CLASSIFY, MGT_HEAD_CLASSIFY};
+  const int rows[3] = {4, 1, 1}, logits[3] = {1, 3, 2}, classes[3] = {4, 3, 2};
+  for (int k = 0; k < 3; k++) {
+    mgt_config c;
+    mgt_model_desc d;
+    mgt_config_defaults(&c);
+    c.model = MGT_MODEL_BERT, c.task = tasks[k];
+    T_CHECK(mgt_model_describe(&c, &d) == MGT_OK, "task %d: %s", k, mgt_error_message());
+    T_CHECK((int)d.head == heads[k] && d.rows == rows[k] && d.logits == logits[k] &&
+                d.classes == classes[k] && d.pooler && d.token_types && !d.masked_lm &&
+                !mgt_model_has_lm(&d),
+            "task %s: description differs", mgt_task_names[tasks[k]]);
+  }
+  /* refused: a task on a kind without one, BERT flags on GPT, a kind not in the table */
+  mgt_config c;
+  mgt_model_desc d;
+  mgt_config_defaults(&c);
+  c.task = MGT_TASK_MNLI;
+  T_CHECK(mgt_model_describe(&c, &d) == MGT_ERR_INPUT &&
+              strstr(mgt_error_message(), "takes no fine-tuning head"),
+          "a task on GPT: %s", mgt_error_message());
+  mgt_config_defaults(&c);
+  c.apply_residual_connection_post_layernorm = 1;
+  T_CHECK(mgt_model_describe(&c, &d) == MGT_ERR_INPUT && strstr(mgt_error_message(), "BERT flags"),
+          "post-LN on GPT: %s", mgt_error_message());
+  mgt_config_defaults(&c);
+  c.model = mgt_n_model_kinds;
+  T_CHECK(mgt_model_describe(&c, &d) == MGT_ERR_INPUT &&
+              strstr(mgt_error_message(), "no model kind"),
+          "an unknown kind: %s", mgt_error_message());
+  T_CHECK(strcmp(mgt_model_kinds[MGT_MODEL_GPT].name, mgt_model_names[MGT_MODEL_GPT]) == 0 &&
+              strcmp(mgt_model_kinds[MGT_MODEL_BERT].name, mgt_model_names[MGT_MODEL_BERT]) == 0,
+          "the kinds table and the --model names disagree");
+}
+
 int main(void) {
   test_parse();
   test_errors();
   test_lists();
   test_schedule();
+  test_model_desc();
   return t_report("test_config");
 }

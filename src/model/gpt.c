@@ -58,6 +58,13 @@ mgt_status mgt_gpt_gather_params(mgt_gpt *m) { return mgt_ddp_gather_params(m->d
 mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt_backend *be,
                           const mgt_comm *comm, mgt_gpt **out) {
   *out = NULL;
+  mgt_model_desc desc;
+  MGT_CHECK(mgt_model_describe(cfg, &desc));
+  /* the block implements these; a kind that asks for others is refused, not run as GPT */
+  MGT_REQUIRE(desc.norm == MGT_NORM_LAYERNORM && desc.pos == MGT_POS_LEARNED &&
+                  desc.mlp == MGT_MLP_GELU,
+              "--model %s: the transformer block has no norm %d, position %d or MLP %d",
+              mgt_model_kinds[desc.kind].name, (int)desc.norm, (int)desc.pos, (int)desc.mlp);
   mgt_status st = MGT_OK;
   mgt_gpt *m = NULL;
   MGT_CHECK(mgt_calloc(sizeof *m, "model", (void **)&m));

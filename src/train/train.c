@@ -140,6 +140,34 @@ mgt_status mgt_trainer_create_task(const mgt_config *cfg, const mgt_grid *grid,
   return trainer_create(cfg, grid, be, comm, log, task, out);
 }
 
+/* The training and validation sources: a fine-tuning task's epochs, mock data, or the datasets
+   of --data-path. Agreed across ranks. */
+static mgt_status open_data(mgt_trainer *tr, const mgt_task_data *task) {
+  const mgt_config *cfg = &tr->cfg;
+  const mgt_grid *grid = tr->grid;
+  mgt_status st = MGT_OK;
+  if (task) {
+    const int64_t per_epoch =
+        task->train_examples / cfg->global_batch_size * cfg->global_batch_size;
+    if (per_epoch <= 0)
+      st = MGT_ERROR(MGT_ERR_INPUT, "%lld training examples are fewer than one global batch of %d",
+                     (long long)task->train_examples, cfg->global_batch_size);
+    if (st == MGT_OK)
+      st = mgt_task_train_source(task->train, task->n_train, cfg->task, cfg->seed, per_epoch,
+                                 &tr->data);
+    tr->iters_per_epoch = per_epoch / cfg->global_batch_size;
+  } else if (cfg->mock_data && tr->desc.input == MGT_INPUT_SAMPLES) {
+    st = mgt_data_mock_bert_create(cfg, 0, &tr->data);
+    if (st == MGT_OK) st = mgt_data_mock_bert_create(cfg, 1ull << 40, &tr->valid);
+  } else if (cfg->mock_data) {
+    st = mgt_data_mock_create(cfg, &tr->data);
+    if (st == MGT_OK) st = mgt_data_mock_valid_create(cfg, &tr->valid);
+  } else {
+    return mgt_dataset_sources(cfg, grid->world, tr->log, &tr->data, &tr->valid);
+  }
+  return mgt_mpi_agree(grid->world, st);
+}
+
 static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, const mgt_backend *be,
                                  const mgt_comm *comm, FILE *log, const mgt_task_data *task,
                                  mgt_trainer **out) {
@@ -206,30 +234,7 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
     MGT_TRY(mgt_mpi_agree(grid->world, st));
     MGT_TRY(mgt_ckpt_prepare_dir(cfg->save, grid->world, bytes, &tr->save_lock));
   }
-  if (task) {
-    const int64_t per_epoch =
-        task->train_examples / cfg->global_batch_size * cfg->global_batch_size;
-    st = per_epoch > 0 ? MGT_OK : MGT_ERR_INPUT;
-    if (st != MGT_OK)
-      mgt_error_set(st, __FILE__, __LINE__, __func__,
-                    "%lld training examples are fewer than one global batch of %d",
-                    (long long)task->train_examples, cfg->global_batch_size);
-    if (st == MGT_OK)
-      st = mgt_task_train_source(task->train, task->n_train, cfg->task, tr->cfg.seed, per_epoch,
-                                 &tr->data);
-    tr->iters_per_epoch = per_epoch / cfg->global_batch_size;
-    MGT_TRY(mgt_mpi_agree(grid->world, st));
-  } else if (cfg->mock_data && desc.input == MGT_INPUT_SAMPLES) {
-    st = mgt_data_mock_bert_create(&tr->cfg, 0, &tr->data);
-    if (st == MGT_OK) st = mgt_data_mock_bert_create(&tr->cfg, 1ull << 40, &tr->valid);
-    MGT_TRY(mgt_mpi_agree(grid->world, st));
-  } else if (cfg->mock_data) {
-    st = mgt_data_mock_create(&tr->cfg, &tr->data);
-    if (st == MGT_OK) st = mgt_data_mock_valid_create(&tr->cfg, &tr->valid);
-    MGT_TRY(mgt_mpi_agree(grid->world, st));
-  } else {
-    MGT_TRY(mgt_dataset_sources(&tr->cfg, grid->world, tr->log, &tr->data, &tr->valid));
-  }
+  MGT_TRY(open_data(tr, task));
   if (path[0]) {
     double t0 = mgt_now();
     MGT_TRY(trainer_state(tr, with_optim, &list));
