@@ -144,58 +144,64 @@ int mgt_cli_train(int argc, char **argv, MPI_Comm world) {
 }
 
 /* From a parsed configuration to the end of the run. */
+/* The job's configuration: the vocabulary (the tokenizer's, or the datasets'), the derived sizes,
+   and the files only rank 0 writes probed by rank 0; every verdict is shared by all ranks. */
+static mgt_status job_config(mgt_config *cfg, MPI_Comm world, int rank, int size) {
+  int tok_vocab = 0;
+  MGT_CHECK(mgt_mpi_agree(world, tokenizer_vocab(cfg, &tok_vocab)));
+  if (tok_vocab && cfg->vocab_size == 0) cfg->vocab_size = tok_vocab; /* as Megatron-LM does */
+  if (tok_vocab > cfg->vocab_size && rank == 0)
+    fprintf(stderr,
+            "mgt: note: --vocab-size %d is smaller than the tokenizer's %d ids; ids from %d up "
+            "cannot be trained on or evaluated\n",
+            cfg->vocab_size, tok_vocab, cfg->vocab_size);
+  MGT_CHECK(mgt_config_finalize(cfg, size));
+  if (cfg->data_path[0] && cfg->vocab_size == 0) {
+    /* the vocabulary comes from the datasets; every rank reads the same attributes */
+    MGT_CHECK(mgt_mpi_agree(world, mgt_dataset_vocab_size(cfg, &cfg->vocab_size)));
+    MGT_CHECK(mgt_config_finalize(cfg, size));
+  }
+  int ok = 1;
+  if (rank == 0 && cfg->metrics_file[0]) {
+    FILE *f = NULL;
+    ok = mgt_create_file("--metrics-file", cfg->metrics_file, 1, &f) == MGT_OK && fclose(f) == 0;
+  }
+  if (rank == 0 && ok && cfg->tensorboard_dir[0])
+    ok = mgt_tb_check_dir(cfg->tensorboard_dir) == MGT_OK; /* the error is set */
+  MPI_Bcast(&ok, 1, MPI_INT, 0, world);
+  return ok ? MGT_OK : MGT_ERR_INPUT; /* rank 0 holds the message */
+}
+
+/* --dry-run: the memory plan, and what fits here (the smallest share over the ranks). */
+static void dry_run(const mgt_config *cfg, MPI_Comm world, int rank, int size) {
+  size_t avail = 0;
+  char where[160];
+  if (cfg->device == MGT_DEVICE_CPU) {
+    avail = available_memory(world);
+    snprintf(where, sizeof where, "this node's available memory over its %d ranks",
+             mgt_cli_local_ranks(world));
+  } else {
+    mgt_device_probe_gpu(world, &avail, where, sizeof where);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &avail, 1, MPI_UNSIGNED_LONG, MPI_MIN, world);
+  if (rank == 0) {
+    const int tp = cfg->tensor_model_parallel_size;
+    printf("megatron-c %s\n", MGT_VERSION);
+    mgt_config_print(cfg, stdout);
+    mgt_print_memory_plan(cfg, tp, size / tp, stdout);
+    mgt_print_memory_fit(cfg, tp, size / tp, avail, where, stdout);
+  }
+}
+
 static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *task) {
   int rank, size;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
   mgt_config cfg = *cfg_in;
-  mgt_status st = MGT_OK;
-  int tok_vocab = 0;
-  st = mgt_mpi_agree(world, tokenizer_vocab(&cfg, &tok_vocab));
+  mgt_status st = job_config(&cfg, world, rank, size);
   if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
-  if (tok_vocab && cfg.vocab_size == 0) cfg.vocab_size = tok_vocab; /* as Megatron-LM does */
-  if (tok_vocab > cfg.vocab_size && rank == 0)
-    fprintf(stderr,
-            "mgt: note: --vocab-size %d is smaller than the tokenizer's %d ids; ids from %d up "
-            "cannot be trained on or evaluated\n",
-            cfg.vocab_size, tok_vocab, cfg.vocab_size);
-  st = mgt_config_finalize(&cfg, size);
-  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
-  if (cfg.data_path[0] && cfg.vocab_size == 0) {
-    /* the vocabulary comes from the datasets; every rank reads the same attributes */
-    st = mgt_mpi_agree(world, mgt_dataset_vocab_size(&cfg, &cfg.vocab_size));
-    if (st == MGT_OK) st = mgt_config_finalize(&cfg, size);
-    if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
-  }
-  /* Files only rank 0 writes are checked by rank 0 and the verdict shared, so that every
-     rank stops the same way. */
-  int ok = 1;
-  if (rank == 0 && cfg.metrics_file[0]) {
-    FILE *f = NULL;
-    ok = mgt_create_file("--metrics-file", cfg.metrics_file, 1, &f) == MGT_OK && fclose(f) == 0;
-  }
-  if (rank == 0 && ok && cfg.tensorboard_dir[0])
-    ok = mgt_tb_check_dir(cfg.tensorboard_dir) == MGT_OK; /* the error is set */
-  MPI_Bcast(&ok, 1, MPI_INT, 0, world);
-  if (!ok) return mgt_cli_fail(MGT_ERR_INPUT, rank, world, 1);
-  if (cfg.dry_run) { /* the plan, and what fits here (the smallest share over the ranks) */
-    size_t avail = 0;
-    char where[160];
-    if (cfg.device == MGT_DEVICE_CPU) {
-      avail = available_memory(world);
-      snprintf(where, sizeof where, "this node's available memory over its %d ranks",
-               mgt_cli_local_ranks(world));
-    } else {
-      mgt_device_probe_gpu(world, &avail, where, sizeof where);
-    }
-    MPI_Allreduce(MPI_IN_PLACE, &avail, 1, MPI_UNSIGNED_LONG, MPI_MIN, world);
-    if (rank == 0) {
-      const int tp = cfg.tensor_model_parallel_size;
-      printf("megatron-c %s\n", MGT_VERSION);
-      mgt_config_print(&cfg, stdout);
-      mgt_print_memory_plan(&cfg, tp, size / tp, stdout);
-      mgt_print_memory_fit(&cfg, tp, size / tp, avail, where, stdout);
-    }
+  if (cfg.dry_run) {
+    dry_run(&cfg, world, rank, size);
     return 0;
   }
   /* Refuse before allocating: every rank sees the same plan, the node the same memory. */
