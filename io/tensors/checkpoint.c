@@ -539,36 +539,6 @@ uint64_t mgt_ckpt_bytes(const mgt_state *s) {
 
 /* ---- reading ---- */
 
-mgt_status mgt_ckpt_resolve(const char *src, int64_t iteration, char *path, size_t n) {
-  struct stat sb;
-  MGT_REQUIRE(stat(src, &sb) == 0, "--load %s: %s", src, strerror(errno));
-  MGT_REQUIRE(S_ISDIR(sb.st_mode) || S_ISREG(sb.st_mode),
-              "--load %s: neither a directory nor a regular file", src); /* a FIFO would block */
-  if (!S_ISDIR(sb.st_mode)) {
-    snprintf(path, n, "%s", src);
-    return MGT_OK;
-  }
-  if (iteration < 0) {
-    char latest[MGT_PATH_MAX + 16];
-    snprintf(latest, sizeof latest, "%s/latest", src);
-    MGT_REQUIRE(stat(latest, &sb) != 0 || S_ISREG(sb.st_mode),
-                "--load %s: %s is not a regular file", src, latest);
-    const int fd = open(latest, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
-    MGT_REQUIRE(f, "--load %s: no 'latest' file (%s): no checkpoint was completed there", src,
-                strerror(errno));
-    long long it = -1;
-    int ok = fscanf(f, "%lld", &it) == 1;
-    fclose(f);
-    MGT_REQUIRE(ok && it >= 0, "--load %s: 'latest' does not hold an iteration number", src);
-    iteration = it;
-  }
-  snprintf(path, n, "%s/iter_%07lld.h5", src, (long long)iteration);
-  MGT_REQUIRE(stat(path, &sb) == 0, "--load %s: %s: %s", src, path, strerror(errno));
-  MGT_REQUIRE(S_ISREG(sb.st_mode), "--load %s: %s is not a regular file", src, path);
-  return MGT_OK;
-}
-
 static hid_t open_ro(const char *path) {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   if (fapl < 0) return -1;

@@ -1,6 +1,6 @@
-/* The save directory of a run: its lock (one run saves into a directory at a time; a lock of a
-   dead process on this host is taken over), the temporary files interrupted saves left, and
-   pruning to the newest --keep-last checkpoints. */
+/* The checkpoint directory of a run: --load resolved in it, its lock (one run saves into a
+   directory at a time; a lock of a dead process on this host is taken over), the temporary
+   files interrupted saves left, and pruning to the newest --keep-last checkpoints. */
 #define _GNU_SOURCE
 #include "mgt/checkpoint.h"
 
@@ -237,5 +237,36 @@ mgt_status mgt_ckpt_prune(const char *dir, int keep, FILE *log) {
       fprintf(log, "removed checkpoint %s (--keep-last %d)\n", path, keep);
   }
   free(its);
+  return MGT_OK;
+}
+
+/* A --load path: a checkpoint file, or a directory (its `latest`, or iter_NNNNNNN.h5). */
+mgt_status mgt_ckpt_resolve(const char *src, int64_t iteration, char *path, size_t n) {
+  struct stat sb;
+  MGT_REQUIRE(stat(src, &sb) == 0, "--load %s: %s", src, strerror(errno));
+  MGT_REQUIRE(S_ISDIR(sb.st_mode) || S_ISREG(sb.st_mode),
+              "--load %s: neither a directory nor a regular file", src); /* a FIFO would block */
+  if (!S_ISDIR(sb.st_mode)) {
+    snprintf(path, n, "%s", src);
+    return MGT_OK;
+  }
+  if (iteration < 0) {
+    char latest[MGT_PATH_MAX + 16];
+    snprintf(latest, sizeof latest, "%s/latest", src);
+    MGT_REQUIRE(stat(latest, &sb) != 0 || S_ISREG(sb.st_mode),
+                "--load %s: %s is not a regular file", src, latest);
+    const int fd = open(latest, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    MGT_REQUIRE(f, "--load %s: no 'latest' file (%s): no checkpoint was completed there", src,
+                strerror(errno));
+    long long it = -1;
+    int ok = fscanf(f, "%lld", &it) == 1;
+    fclose(f);
+    MGT_REQUIRE(ok && it >= 0, "--load %s: 'latest' does not hold an iteration number", src);
+    iteration = it;
+  }
+  snprintf(path, n, "%s/iter_%07lld.h5", src, (long long)iteration);
+  MGT_REQUIRE(stat(path, &sb) == 0, "--load %s: %s: %s", src, path, strerror(errno));
+  MGT_REQUIRE(S_ISREG(sb.st_mode), "--load %s: %s is not a regular file", src, path);
   return MGT_OK;
 }
