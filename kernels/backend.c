@@ -35,6 +35,8 @@ int mgt_be_has(const mgt_backend *be, mgt_be_op op) {
   case MGT_BE_BIAS_BACKWARD: return be->bias_backward != NULL;
   case MGT_BE_LAYERNORM_FORWARD: return be->layernorm_forward != NULL;
   case MGT_BE_LAYERNORM_BACKWARD: return be->layernorm_backward != NULL;
+  case MGT_BE_RMSNORM_FORWARD: return be->rmsnorm_forward != NULL;
+  case MGT_BE_RMSNORM_BACKWARD: return be->rmsnorm_backward != NULL;
   case MGT_BE_BIAS_GELU_FORWARD: return be->bias_gelu_forward != NULL;
   case MGT_BE_GELU_BACKWARD: return be->gelu_backward != NULL;
   case MGT_BE_ATTENTION_FORWARD: return be->attention_forward != NULL;
@@ -200,6 +202,19 @@ mgt_status mgt_be_layernorm_backward(const mgt_backend *be, float *dx, float *dw
                                      int accumulate) {
   if (!be->layernorm_backward) return lacks(be, "layernorm_backward");
   return be->layernorm_backward(be->ctx, dx, dw, db, dout, x, w, mean, rstd, N, C, accumulate);
+}
+
+mgt_status mgt_be_rmsnorm_forward(const mgt_backend *be, float *out, float *rstd, const float *x,
+                                  const float *w, int N, int C, float eps) {
+  if (!be->rmsnorm_forward) return lacks(be, "rmsnorm_forward");
+  return be->rmsnorm_forward(be->ctx, out, rstd, x, w, N, C, eps);
+}
+
+mgt_status mgt_be_rmsnorm_backward(const mgt_backend *be, float *dx, float *dw, const float *dout,
+                                   const float *x, const float *w, const float *rstd, int N, int C,
+                                   int accumulate) {
+  if (!be->rmsnorm_backward) return lacks(be, "rmsnorm_backward");
+  return be->rmsnorm_backward(be->ctx, dx, dw, dout, x, w, rstd, N, C, accumulate);
 }
 
 mgt_status mgt_be_bias_gelu_forward(const mgt_backend *be, float *out, float *pre, const float *b,

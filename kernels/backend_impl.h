@@ -95,6 +95,12 @@ struct mgt_backend {
   mgt_status (*layernorm_backward)(void *ctx, float *dx, float *dw, float *db, const float *dout,
                                    const float *x, const float *w, const float *mean,
                                    const float *rstd, int N, int C, int accumulate);
+  /* RMSNorm: out(N,C) = x * rstd * w, rstd = 1 / sqrt(mean of x^2 + eps) (N) kept. */
+  mgt_status (*rmsnorm_forward)(void *ctx, float *out, float *rstd, const float *x, const float *w,
+                                int N, int C, float eps);
+  /* dx += d/dx; dw = [dw +] its gradient. */
+  mgt_status (*rmsnorm_backward)(void *ctx, float *dx, float *dw, const float *dout, const float *x,
+                                 const float *w, const float *rstd, int N, int C, int accumulate);
 
   /* pre(N,C) += b; out = gelu(pre), tanh form. */
   mgt_status (*bias_gelu_forward)(void *ctx, float *out, float *pre, const float *b, int N, int C);

@@ -230,6 +230,17 @@ static void test_rowwise(void) {
     same("layernorm dw", gwd, gw, C, 1e-5);
     same("layernorm db", gbd, gb, C, 1e-5);
   }
+  /* RMSNorm */
+  T_OK(mgt_be_rmsnorm_forward(cpu, out, rstd, x, w, N, C, 1e-5f));
+  T_OK(mgt_be_rmsnorm_forward(gpu, outd, rstdd, xd, wd, N, C, 1e-5f));
+  same("rmsnorm out", outd, out, n, 1e-5);
+  same("rmsnorm rstd", rstdd, rstd, N, 1e-5);
+  for (int acc = 0; acc < 2; acc++) {
+    T_OK(mgt_be_rmsnorm_backward(cpu, gx, gw, dy, x, w, rstd, N, C, acc));
+    T_OK(mgt_be_rmsnorm_backward(gpu, gxd, gwd, dyd, xd, wd, rstdd, N, C, acc));
+    same("rmsnorm dx", gxd, gx, n, 1e-5);
+    same("rmsnorm dw", gwd, gw, C, 1e-5);
+  }
   /* GeLU */
   float *pre = dup(x, n), *pred = dev(x, n * 4);
   T_OK(mgt_be_bias_gelu_forward(cpu, out, pre, b, N, C));

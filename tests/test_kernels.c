@@ -182,6 +182,65 @@ static void test_layernorm(void) {
   }
 }
 
+/* RMSNorm (Llama's): the float64 reference, and finite differences of sum dout * RMSNorm. */
+static void rms_ref(const double *x, const double *w, int N, int C, double *out) {
+  for (int n = 0; n < N; n++) {
+    double v = 0;
+    for (int c = 0; c < C; c++)
+      v += x[n * C + c] * x[n * C + c];
+    const double r = 1.0 / sqrt(v / C + 1e-5);
+    for (int c = 0; c < C; c++)
+      out[n * C + c] = x[n * C + c] * r * w[c];
+  }
+}
+
+static double rms_obj(const double *x, void *p) {
+  ln_ctx *c = p;
+  size_t nc = (size_t)c->N * c->C;
+  double *o = da(nc), s = 0;
+  rms_ref(x, x + nc, c->N, c->C, o);
+  for (size_t i = 0; i < nc; i++)
+    s += o[i] * c->dout[i];
+  free(o);
+  return s;
+}
+
+static void test_rmsnorm(void) {
+  int shapes[][2] = {{1, 1}, {3, 7}, {16, 64}, {5, 130}};
+  for (size_t s = 0; s < 4; s++) {
+    int N = shapes[s][0], C = shapes[s][1];
+    size_t nc = (size_t)N * C, np = nc + (size_t)C;
+    float *x = fa(nc), *w = fa(C), *out = fa(nc), *rstd = fa(N), *dout = fa(nc), *dx = fa(nc),
+          *dx0 = fa(nc), *dw = fa(C);
+    double *P = da(np), *ref = da(nc), *g = da(np), *dd = da(nc), *rx = da(nc), *rw = da(C);
+    t_fill(x, nc, 2);
+    t_fill(w, C, 1);
+    t_fill(dout, nc, 1);
+    t_fill(dx0, nc, 1);
+    to_double(x, P, nc);
+    to_double(w, P + nc, C);
+    rms_ref(P, P + nc, N, C, ref);
+    T_OK(mgt_be_rmsnorm_forward(be, out, rstd, x, w, N, C, 1e-5f));
+    T_CLOSE("rmsnorm_forward", out, ref, nc, 1e-5, 1e-5);
+    to_double(dout, dd, nc);
+    ln_ctx c = {N, C, dd};
+    fd_grad(rms_obj, P, np, &c, g);
+    for (int acc = 0; acc < 2; acc++) {
+      memcpy(dx, dx0, nc * sizeof(float));
+      t_fill(dw, C, 1);
+      for (size_t i = 0; i < nc; i++)
+        rx[i] = dx0[i] + g[i];
+      for (int k = 0; k < C; k++)
+        rw[k] = (acc ? dw[k] : 0) + g[nc + k];
+      T_OK(mgt_be_rmsnorm_backward(be, dx, dw, dout, x, w, rstd, N, C, acc));
+      T_CLOSE("rmsnorm_backward dx", dx, rx, nc, 1e-4, 1e-3);
+      T_CLOSE("rmsnorm_backward dw", dw, rw, C, 1e-4, 1e-3);
+    }
+    free(x), free(w), free(out), free(rstd), free(dout), free(dx), free(dx0), free(dw);
+    free(P), free(ref), free(g), free(dd), free(rx), free(rw);
+  }
+}
+
 /* ---------------- GeLU ---------------- */
 static double gelu_ref(double x) {
   return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
@@ -1108,6 +1167,7 @@ int main(void) {
   test_gemm();
   test_bias();
   test_layernorm();
+  test_rmsnorm();
   test_gelu();
   test_head_activations();
   test_gather_rows();

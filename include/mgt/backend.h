@@ -97,6 +97,8 @@ typedef enum mgt_be_op {
   MGT_BE_BIAS_BACKWARD,
   MGT_BE_LAYERNORM_FORWARD,
   MGT_BE_LAYERNORM_BACKWARD,
+  MGT_BE_RMSNORM_FORWARD,
+  MGT_BE_RMSNORM_BACKWARD,
   MGT_BE_BIAS_GELU_FORWARD,
   MGT_BE_GELU_BACKWARD,
   MGT_BE_ATTENTION_FORWARD,
@@ -215,6 +217,15 @@ MGT_NODISCARD mgt_status mgt_be_layernorm_backward(const mgt_backend *be, float 
                                                    float *db, const float *dout, const float *x,
                                                    const float *w, const float *mean,
                                                    const float *rstd, int N, int C, int accumulate);
+/* RMSNorm: out(N,C) = x * rstd * w with rstd = 1 / sqrt(mean over C of x^2 + eps), rstd (N)
+   kept for backward. */
+MGT_NODISCARD mgt_status mgt_be_rmsnorm_forward(const mgt_backend *be, float *out, float *rstd,
+                                                const float *x, const float *w, int N, int C,
+                                                float eps);
+/* dx += d/dx; dw = [dw +] its gradient. */
+MGT_NODISCARD mgt_status mgt_be_rmsnorm_backward(const mgt_backend *be, float *dx, float *dw,
+                                                 const float *dout, const float *x, const float *w,
+                                                 const float *rstd, int N, int C, int accumulate);
 /* pre(N,C) += b; out = gelu(pre), tanh form. */
 MGT_NODISCARD mgt_status mgt_be_bias_gelu_forward(const mgt_backend *be, float *out, float *pre,
                                                   const float *b, int N, int C);

@@ -73,3 +73,62 @@ mgt_status cpu_layernorm_backward(void *ctx, float *dx, float *dw, float *db, co
   }
   return MGT_OK;
 }
+
+/* RMSNorm (Llama's): no mean is removed and there is no bias. */
+mgt_status cpu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *x, const float *w,
+                               int N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *xr = x + (size_t)n * C;
+    float *o = out + (size_t)n * C;
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++)
+      v += xr[c] * xr[c];
+    float r = 1.0f / sqrtf(v / C + eps);
+#pragma omp simd
+    for (int c = 0; c < C; c++)
+      o[c] = xr[c] * r * w[c];
+    rstd[n] = r;
+  }
+  cpu_ctx *c = ctx; /* kept in 16 bits (set_act16): rounded once, here */
+  if (c && cpu_inside(out, (size_t)N * C, c->a16, c->a16n)) cpu_round16(c, out, out, (size_t)N * C);
+  return MGT_OK;
+}
+
+/* With y = x r w and r = (mean x^2 + eps)^-1/2: dx = r (dy w - x r * mean(dy w x r)). */
+mgt_status cpu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *dout, const float *x,
+                                const float *w, const float *rstd, int N, int C, int accumulate) {
+  (void)ctx;
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; n++) {
+      const float *xr = x + (size_t)n * C, *dr = dout + (size_t)n * C;
+      float *dxr = dx + (size_t)n * C;
+      const float r = rstd[n];
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int c = 0; c < C; c++)
+        s += dr[c] * w[c] * xr[c] * r;
+      s /= C;
+#pragma omp simd
+      for (int c = 0; c < C; c++)
+        dxr[c] += (dr[c] * w[c] - xr[c] * r * s) * r;
+    }
+    /* each thread owns a column range, so sums have a fixed order */
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    int c0 = (int)((int64_t)C * t / nt), c1 = (int)((int64_t)C * (t + 1) / nt);
+    if (!accumulate)
+      for (int c = c0; c < c1; c++)
+        dw[c] = 0.0f;
+    for (int n = 0; n < N; n++) {
+      const float *xr = x + (size_t)n * C, *dr = dout + (size_t)n * C;
+      const float r = rstd[n];
+#pragma omp simd
+      for (int c = c0; c < c1; c++)
+        dw[c] += dr[c] * xr[c] * r;
+    }
+  }
+  return MGT_OK;
+}

@@ -274,6 +274,10 @@ mgt_status cu_linear_dgelu(void *ctx, int M, int N, int K, const float *dy, cons
 mgt_status cu_gelu_backward(void *ctx, float *dpre, const float *dout, const float *pre, size_t n);
 mgt_status cu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *x,
                                 const float *w, const float *b, int N, int C, float eps);
+mgt_status cu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *x, const float *w,
+                              int N, int C, float eps);
+mgt_status cu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *dout, const float *x,
+                               const float *w, const float *rstd, int N, int C, int accumulate);
 mgt_status cu_layernorm_backward(void *ctx, float *dx, float *dw, float *db, const float *dout,
                                  const float *x, const float *w, const float *mean,
                                  const float *rstd, int N, int C, int accumulate);

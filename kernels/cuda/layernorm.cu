@@ -1,4 +1,4 @@
-/* The CUDA backend: LayerNorm forward and backward. */
+/* The CUDA backend: LayerNorm and RMSNorm, forward and backward. */
 #include "cuda_impl.h"
 
 namespace mgt_cu {
@@ -66,6 +66,60 @@ mgt_status cu_layernorm_backward(void *ctx, float *dx, float *dw, float *db, con
   MGT_CHECK(column_sums(C_(ctx), dw, dout, x, mean, rstd, N, C, accumulate));
   MGT_CHECK(column_sums(C_(ctx), db, dout, NULL, NULL, NULL, N, C, accumulate));
   return MGT_OK;
+}
+
+/* RMSNorm (Llama's): no mean is removed and there is no bias. One block per row. */
+template <typename TO>
+__global__ void k_rmsnorm_forward(TO *out, float *rstd, const float *x, const float *w, int C,
+                                  float eps) {
+  __shared__ float sh[32];
+  const int n = blockIdx.x;
+  const float *xr = x + (size_t)n * C;
+  float v = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    v += xr[c] * xr[c];
+  const float r = rsqrtf(block_sum(v, sh) / C + eps);
+  TO *o = out + (size_t)n * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    put(&o[c], xr[c] * r * w[c]);
+  if (threadIdx.x == 0) rstd[n] = r;
+}
+
+mgt_status cu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *x, const float *w,
+                              int N, int C, float eps) {
+  if (N == 0) return MGT_OK;
+  cuda_ctx *c = C_(ctx);
+  if (!in_act16(c, out, (size_t)N * C))
+    k_rmsnorm_forward<<<N, 256, 0, c->stream>>>(out, rstd, x, w, C, eps);
+  else if (c->precision == MGT_PREC_BF16)
+    k_rmsnorm_forward<<<N, 256, 0, c->stream>>>((__nv_bfloat16 *)out, rstd, x, w, C, eps);
+  else
+    k_rmsnorm_forward<<<N, 256, 0, c->stream>>>((__half *)out, rstd, x, w, C, eps);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+__global__ void k_rmsnorm_dx(float *dx, const float *dout, const float *x, const float *w,
+                             const float *rstd, int C) {
+  __shared__ float sh[32];
+  const int n = blockIdx.x;
+  const float *xr = x + (size_t)n * C, *dr = dout + (size_t)n * C;
+  const float r = rstd[n];
+  float s = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    s += dr[c] * w[c] * xr[c] * r;
+  s = block_sum(s, sh) / C;
+  float *dxr = dx + (size_t)n * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    dxr[c] += (dr[c] * w[c] - xr[c] * r * s) * r;
+}
+
+mgt_status cu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *dout, const float *x,
+                               const float *w, const float *rstd, int N, int C, int accumulate) {
+  cudaStream_t s = C_(ctx)->stream;
+  if (N > 0) k_rmsnorm_dx<<<N, 256, 0, s>>>(dx, dout, x, w, rstd, C);
+  LAUNCHED();
+  return column_sums(C_(ctx), dw, dout, x, NULL, rstd, N, C, accumulate);
 }
 
 } // namespace mgt_cu

@@ -27,7 +27,8 @@ __global__ void k_colsum_partial(float *part, const float *dy, const float *x, c
   float s = 0.0f;
   for (int n = r0; n < r1; n++) {
     float d = dy[(size_t)n * C + c];
-    s += x ? d * (x[(size_t)n * C + c] - mean[n]) * rstd[n] : d;
+    s += x ? d * (x[(size_t)n * C + c] - (mean ? mean[n] : 0.0f)) * rstd[n]
+           : d; /* RMSNorm: no mean */
   }
   part[(size_t)blockIdx.y * C + c] = s;
 }
