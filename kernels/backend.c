@@ -37,6 +37,8 @@ int mgt_be_has(const mgt_backend *be, mgt_be_op op) {
   case MGT_BE_LAYERNORM_BACKWARD: return be->layernorm_backward != NULL;
   case MGT_BE_RMSNORM_FORWARD: return be->rmsnorm_forward != NULL;
   case MGT_BE_RMSNORM_BACKWARD: return be->rmsnorm_backward != NULL;
+  case MGT_BE_SWIGLU_FORWARD: return be->swiglu_forward != NULL;
+  case MGT_BE_SWIGLU_BACKWARD: return be->swiglu_backward != NULL;
   case MGT_BE_BIAS_GELU_FORWARD: return be->bias_gelu_forward != NULL;
   case MGT_BE_GELU_BACKWARD: return be->gelu_backward != NULL;
   case MGT_BE_ATTENTION_FORWARD: return be->attention_forward != NULL;
@@ -215,6 +217,17 @@ mgt_status mgt_be_rmsnorm_backward(const mgt_backend *be, float *dx, float *dw, 
                                    int accumulate) {
   if (!be->rmsnorm_backward) return lacks(be, "rmsnorm_backward");
   return be->rmsnorm_backward(be->ctx, dx, dw, dout, x, w, rstd, N, C, accumulate);
+}
+
+mgt_status mgt_be_swiglu_forward(const mgt_backend *be, float *out, const float *x, int N, int F) {
+  if (!be->swiglu_forward) return lacks(be, "swiglu_forward");
+  return be->swiglu_forward(be->ctx, out, x, N, F);
+}
+
+mgt_status mgt_be_swiglu_backward(const mgt_backend *be, float *dx, const float *dout,
+                                  const float *x, int N, int F) {
+  if (!be->swiglu_backward) return lacks(be, "swiglu_backward");
+  return be->swiglu_backward(be->ctx, dx, dout, x, N, F);
 }
 
 mgt_status mgt_be_bias_gelu_forward(const mgt_backend *be, float *out, float *pre, const float *b,

@@ -105,6 +105,12 @@ struct mgt_backend {
   /* pre(N,C) += b; out = gelu(pre), tanh form. */
   mgt_status (*bias_gelu_forward)(void *ctx, float *out, float *pre, const float *b, int N, int C);
   /* dpre = dout * gelu'(pre); dpre may alias dout. */
+  /* SwiGLU (Llama's MLP): out(N,F) = silu(x[:, :F]) * x[:, F:] of x(N, 2F), the gate and up
+     projections side by side. */
+  mgt_status (*swiglu_forward)(void *ctx, float *out, const float *x, int N, int F);
+  /* dx(N, 2F) = the gradient of the gate and up halves. */
+  mgt_status (*swiglu_backward)(void *ctx, float *dx, const float *dout, const float *x, int N,
+                                int F);
   mgt_status (*gelu_backward)(void *ctx, float *dpre, const float *dout, const float *pre,
                               size_t n);
 

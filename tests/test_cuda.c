@@ -241,6 +241,14 @@ static void test_rowwise(void) {
     same("rmsnorm dx", gxd, gx, n, 1e-5);
     same("rmsnorm dw", gwd, gw, C, 1e-5);
   }
+  /* SwiGLU: x read as (N, 2 * (C / 2)) */
+  const int F = C / 2;
+  T_OK(mgt_be_swiglu_forward(cpu, out, x, N, F));
+  T_OK(mgt_be_swiglu_forward(gpu, outd, xd, N, F));
+  same("swiglu out", outd, out, (size_t)N * F, 1e-5);
+  T_OK(mgt_be_swiglu_backward(cpu, gx, dy, x, N, F));
+  T_OK(mgt_be_swiglu_backward(gpu, gxd, dyd, xd, N, F));
+  same("swiglu dx", gxd, gx, n, 1e-5);
   /* GeLU */
   float *pre = dup(x, n), *pred = dev(x, n * 4);
   T_OK(mgt_be_bias_gelu_forward(cpu, out, pre, b, N, C));

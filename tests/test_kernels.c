@@ -241,6 +241,54 @@ static void test_rmsnorm(void) {
   }
 }
 
+/* SwiGLU: x(N, 2F) = [gate | up], the float64 reference and finite differences of
+   sum dout * SwiGLU. */
+typedef struct swiglu_ctx {
+  int N, F;
+  const double *dout;
+} swiglu_ctx;
+
+static void swiglu_ref(const double *x, int N, int F, double *out) {
+  for (int n = 0; n < N; n++)
+    for (int f = 0; f < F; f++) {
+      const double g = x[(size_t)n * 2 * F + f], u = x[(size_t)n * 2 * F + F + f];
+      out[(size_t)n * F + f] = g / (1.0 + exp(-g)) * u;
+    }
+}
+
+static double swiglu_obj(const double *x, void *p) {
+  swiglu_ctx *c = p;
+  size_t nf = (size_t)c->N * c->F;
+  double *o = da(nf), s = 0;
+  swiglu_ref(x, c->N, c->F, o);
+  for (size_t i = 0; i < nf; i++)
+    s += o[i] * c->dout[i];
+  free(o);
+  return s;
+}
+
+static void test_swiglu(void) {
+  int shapes[][2] = {{1, 1}, {3, 7}, {16, 64}};
+  for (size_t s = 0; s < 3; s++) {
+    int N = shapes[s][0], F = shapes[s][1];
+    size_t nf = (size_t)N * F, nx = 2 * nf;
+    float *x = fa(nx), *out = fa(nf), *dout = fa(nf), *dx = fa(nx);
+    double *P = da(nx), *ref = da(nf), *g = da(nx), *dd = da(nf);
+    t_fill(x, nx, 4); /* gates from -4 to 4: both tails of the sigmoid */
+    t_fill(dout, nf, 1);
+    to_double(x, P, nx);
+    swiglu_ref(P, N, F, ref);
+    T_OK(mgt_be_swiglu_forward(be, out, x, N, F));
+    T_CLOSE("swiglu_forward", out, ref, nf, 1e-6, 1e-5);
+    to_double(dout, dd, nf);
+    swiglu_ctx c = {N, F, dd};
+    fd_grad(swiglu_obj, P, nx, &c, g);
+    T_OK(mgt_be_swiglu_backward(be, dx, dout, x, N, F));
+    T_CLOSE("swiglu_backward", dx, g, nx, 1e-5, 1e-4);
+    free(x), free(out), free(dout), free(dx), free(P), free(ref), free(g), free(dd);
+  }
+}
+
 /* ---------------- GeLU ---------------- */
 static double gelu_ref(double x) {
   return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
@@ -1168,6 +1216,7 @@ int main(void) {
   test_bias();
   test_layernorm();
   test_rmsnorm();
+  test_swiglu();
   test_gelu();
   test_head_activations();
   test_gather_rows();

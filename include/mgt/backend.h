@@ -99,6 +99,8 @@ typedef enum mgt_be_op {
   MGT_BE_LAYERNORM_BACKWARD,
   MGT_BE_RMSNORM_FORWARD,
   MGT_BE_RMSNORM_BACKWARD,
+  MGT_BE_SWIGLU_FORWARD,
+  MGT_BE_SWIGLU_BACKWARD,
   MGT_BE_BIAS_GELU_FORWARD,
   MGT_BE_GELU_BACKWARD,
   MGT_BE_ATTENTION_FORWARD,
@@ -226,6 +228,13 @@ MGT_NODISCARD mgt_status mgt_be_rmsnorm_forward(const mgt_backend *be, float *ou
 MGT_NODISCARD mgt_status mgt_be_rmsnorm_backward(const mgt_backend *be, float *dx, float *dw,
                                                  const float *dout, const float *x, const float *w,
                                                  const float *rstd, int N, int C, int accumulate);
+/* SwiGLU (Llama's MLP): out(N,F) = silu(x[:, :F]) * x[:, F:] for x(N, 2F), the gate and up
+   projections side by side (silu(g) = g / (1 + exp(-g))). */
+MGT_NODISCARD mgt_status mgt_be_swiglu_forward(const mgt_backend *be, float *out, const float *x,
+                                               int N, int F);
+/* dx(N, 2F) = the gradients of the gate and up halves of x. */
+MGT_NODISCARD mgt_status mgt_be_swiglu_backward(const mgt_backend *be, float *dx, const float *dout,
+                                                const float *x, int N, int F);
 /* pre(N,C) += b; out = gelu(pre), tanh form. */
 MGT_NODISCARD mgt_status mgt_be_bias_gelu_forward(const mgt_backend *be, float *out, float *pre,
                                                   const float *b, int N, int C);

@@ -100,6 +100,9 @@ mgt_status cpu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *
                                int N, int C, float eps);
 mgt_status cpu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *dout, const float *x,
                                 const float *w, const float *rstd, int N, int C, int accumulate);
+mgt_status cpu_swiglu_forward(void *ctx, float *out, const float *x, int N, int F);
+mgt_status cpu_swiglu_backward(void *ctx, float *dx, const float *dout, const float *x, int N,
+                               int F);
 mgt_status cpu_bias_gelu_forward(void *ctx, float *out, float *pre, const float *b, int N, int C);
 mgt_status cpu_gelu_backward(void *ctx, float *dpre, const float *dout, const float *pre, size_t n);
 mgt_status cpu_bias_act_forward(void *ctx, int act, float *out, float *pre, const float *b, int N,

@@ -29,6 +29,36 @@ mgt_status cpu_gelu_backward(void *ctx, float *dpre, const float *dout, const fl
   return MGT_OK;
 }
 
+/* SwiGLU (Llama's MLP): silu(g) * u, with silu(g) = g * sigmoid(g); libm's expf. */
+mgt_status cpu_swiglu_forward(void *ctx, float *out, const float *x, int N, int F) {
+  (void)ctx;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *g = x + (size_t)n * 2 * F, *u = g + F;
+    float *o = out + (size_t)n * F;
+    for (int f = 0; f < F; f++)
+      o[f] = g[f] / (1.0f + expf(-g[f])) * u[f];
+  }
+  return MGT_OK;
+}
+
+/* d/dg silu(g) = s (1 + g (1 - s)) with s = sigmoid(g); d/du = silu(g). */
+mgt_status cpu_swiglu_backward(void *ctx, float *dx, const float *dout, const float *x, int N,
+                               int F) {
+  (void)ctx;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *g = x + (size_t)n * 2 * F, *u = g + F, *d = dout + (size_t)n * F;
+    float *dg = dx + (size_t)n * 2 * F, *du = dg + F;
+    for (int f = 0; f < F; f++) {
+      const float s = 1.0f / (1.0f + expf(-g[f]));
+      dg[f] = d[f] * u[f] * s * (1.0f + g[f] * (1.0f - s));
+      du[f] = d[f] * g[f] * s;
+    }
+  }
+  return MGT_OK;
+}
+
 /* BERT's heads: the LM head's GeLU is the erf form, the pooler's activation tanh; both use
    libm's functions, not the fast approximations of the MLP. */
 static float act_value(int act, float x) {

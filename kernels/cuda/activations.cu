@@ -1,4 +1,5 @@
-/* The CUDA backend: BERT's head activations (erf GeLU, tanh) and its row gather and scatter. */
+/* The CUDA backend: BERT's head activations (erf GeLU, tanh), its row gather and scatter, and
+   SwiGLU (Llama's MLP). */
 #include "cuda_impl.h"
 
 namespace mgt_cu {
@@ -75,6 +76,42 @@ mgt_status cu_scatter_add_rows(void *ctx, float *dx, const float *dy, const int3
   const size_t n = (size_t)M * C;
   if (!n) return MGT_OK;
   k_scatter_add_rows<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(dx, dy, idx, C, n);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+/* SwiGLU (Llama's MLP): silu(g) * u over x(N, 2F) = [gate | up]. */
+__global__ void k_swiglu(float *out, const float *x, int F, size_t n) {
+  GRID_STRIDE(i, n) {
+    const size_t r = i / F, f = i % F;
+    const float g = x[r * 2 * F + f], u = x[r * 2 * F + F + f];
+    out[i] = g / (1.0f + expf(-g)) * u;
+  }
+}
+
+__global__ void k_swiglu_backward(float *dx, const float *dout, const float *x, int F, size_t n) {
+  GRID_STRIDE(i, n) {
+    const size_t r = i / F, f = i % F;
+    const float g = x[r * 2 * F + f], u = x[r * 2 * F + F + f], d = dout[i];
+    const float s = 1.0f / (1.0f + expf(-g));
+    dx[r * 2 * F + f] = d * u * s * (1.0f + g * (1.0f - s));
+    dx[r * 2 * F + F + f] = d * g * s;
+  }
+}
+
+mgt_status cu_swiglu_forward(void *ctx, float *out, const float *x, int N, int F) {
+  const size_t n = (size_t)N * F;
+  if (n == 0) return MGT_OK;
+  k_swiglu<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(out, x, F, n);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+mgt_status cu_swiglu_backward(void *ctx, float *dx, const float *dout, const float *x, int N,
+                              int F) {
+  const size_t n = (size_t)N * F;
+  if (n == 0) return MGT_OK;
+  k_swiglu_backward<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(dx, dout, x, F, n);
   LAUNCHED();
   return MGT_OK;
 }

@@ -278,6 +278,9 @@ mgt_status cu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *x
                               int N, int C, float eps);
 mgt_status cu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *dout, const float *x,
                                const float *w, const float *rstd, int N, int C, int accumulate);
+mgt_status cu_swiglu_forward(void *ctx, float *out, const float *x, int N, int F);
+mgt_status cu_swiglu_backward(void *ctx, float *dx, const float *dout, const float *x, int N,
+                              int F);
 mgt_status cu_layernorm_backward(void *ctx, float *dx, float *dw, float *db, const float *dout,
                                  const float *x, const float *w, const float *mean,
                                  const float *rstd, int N, int C, int accumulate);
