@@ -39,6 +39,7 @@ int mgt_be_has(const mgt_backend *be, mgt_be_op op) {
   case MGT_BE_RMSNORM_BACKWARD: return be->rmsnorm_backward != NULL;
   case MGT_BE_SWIGLU_FORWARD: return be->swiglu_forward != NULL;
   case MGT_BE_SWIGLU_BACKWARD: return be->swiglu_backward != NULL;
+  case MGT_BE_ROPE: return be->rope != NULL;
   case MGT_BE_BIAS_GELU_FORWARD: return be->bias_gelu_forward != NULL;
   case MGT_BE_GELU_BACKWARD: return be->gelu_backward != NULL;
   case MGT_BE_ATTENTION_FORWARD: return be->attention_forward != NULL;
@@ -228,6 +229,13 @@ mgt_status mgt_be_swiglu_backward(const mgt_backend *be, float *dx, const float 
                                   const float *x, int N, int F) {
   if (!be->swiglu_backward) return lacks(be, "swiglu_backward");
   return be->swiglu_backward(be->ctx, dx, dout, x, N, F);
+}
+
+mgt_status mgt_be_rope(const mgt_backend *be, float *x, int N, int T, int pos0, int heads, int hd,
+                       int ld, const float *inv_freq, int inverse) {
+  if (!be->rope) return lacks(be, "rope");
+  MGT_REQUIRE(hd % 2 == 0 && T > 0, "rope: head size %d is odd or T %d is not positive", hd, T);
+  return be->rope(be->ctx, x, N, T, pos0, heads, hd, ld, inv_freq, inverse);
 }
 
 mgt_status mgt_be_bias_gelu_forward(const mgt_backend *be, float *out, float *pre, const float *b,

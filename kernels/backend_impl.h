@@ -111,6 +111,11 @@ struct mgt_backend {
   /* dx(N, 2F) = the gradient of the gate and up halves. */
   mgt_status (*swiglu_backward)(void *ctx, float *dx, const float *dout, const float *x, int N,
                                 int F);
+  /* Rotary positions in place (Hugging Face's half-split convention): in each of N rows
+     (stride ld) `heads` vectors of hd at x, position pos0 + row % T, the pair (i, i + hd/2)
+     rotated by position * inv_freq[i] (hd/2 floats); inverse rotates back (the backward). */
+  mgt_status (*rope)(void *ctx, float *x, int N, int T, int pos0, int heads, int hd, int ld,
+                     const float *inv_freq, int inverse);
   mgt_status (*gelu_backward)(void *ctx, float *dpre, const float *dout, const float *pre,
                               size_t n);
 

@@ -249,6 +249,16 @@ static void test_rowwise(void) {
   T_OK(mgt_be_swiglu_backward(cpu, gx, dy, x, N, F));
   T_OK(mgt_be_swiglu_backward(gpu, gxd, dyd, xd, N, F));
   same("swiglu dx", gxd, gx, n, 1e-5);
+  /* RoPE: rows of C floats, 4 heads of 64 rotated, positions from 5 in windows of 9 */
+  float inv[32];
+  for (int i = 0; i < 32; i++)
+    inv[i] = (float)(1.0 / pow(10000.0, i / 32.0));
+  float *invd = dev(inv, sizeof inv), *r = dup(x, n), *rd = dev(x, n * 4);
+  for (int inverse = 0; inverse < 2; inverse++) {
+    T_OK(mgt_be_rope(cpu, r, N, 9, 5, 4, 64, C, inv, inverse));
+    T_OK(mgt_be_rope(gpu, rd, N, 9, 5, 4, 64, C, invd, inverse));
+    same(inverse ? "rope inverse" : "rope", rd, r, n, 1e-5);
+  }
   /* GeLU */
   float *pre = dup(x, n), *pred = dev(x, n * 4);
   T_OK(mgt_be_bias_gelu_forward(cpu, out, pre, b, N, C));

@@ -289,6 +289,52 @@ static void test_swiglu(void) {
   }
 }
 
+/* Rotary positions: Hugging Face's half-split rotation against a float64 reference (forward,
+   and the backward as the transposed rotation), on rows whose stride leaves other columns
+   (a QKV row: only q and k rotate), which must stay untouched. */
+static void rope_ref(const double *x, double *out, int N, int T, int pos0, int heads, int hd,
+                     int ld, const float *inv_freq, int transpose) {
+  for (int n = 0; n < N; n++)
+    for (int h = 0; h < heads; h++)
+      for (int i = 0; i < hd / 2; i++) {
+        const double a = (double)(pos0 + n % T) * inv_freq[i], c = cos(a),
+                     s = transpose ? -sin(a) : sin(a);
+        const size_t o = (size_t)n * ld + (size_t)h * hd;
+        const double x1 = x[o + i], x2 = x[o + i + hd / 2];
+        out[o + i] = x1 * c - x2 * s;
+        out[o + i + hd / 2] = x2 * c + x1 * s;
+      }
+}
+
+static void test_rope(void) {
+  const int cases[][5] = {{1, 1, 2, 1, 0}, {12, 6, 8, 3, 0}, {10, 5, 16, 2, 7}, {4, 1, 64, 4, 40}};
+  for (size_t k = 0; k < 4; k++) {
+    const int N = cases[k][0], T = cases[k][1], hd = cases[k][2], heads = cases[k][3];
+    const int pos0 = cases[k][4], ld = heads * hd * 2 + 3; /* q, k, then v and padding */
+    const size_t n = (size_t)N * ld;
+    float *inv = fa(hd / 2), *x = fa(n), *y = fa(n);
+    double *X = da(n), *ref = da(n);
+    for (int i = 0; i < hd / 2; i++) /* Llama 3's base */
+      inv[i] = (float)(1.0 / pow(500000.0, 2.0 * i / hd));
+    t_fill(x, n, 1);
+    for (int inverse = 0; inverse < 2; inverse++) {
+      memcpy(y, x, n * sizeof(float));
+      to_double(x, X, n);
+      memcpy(ref, X, n * sizeof(double));
+      rope_ref(X, ref, N, T, pos0, 2 * heads, hd, ld, inv, inverse);
+      T_OK(mgt_be_rope(be, y, N, T, pos0, 2 * heads, hd, ld, inv, inverse));
+      T_CLOSE(inverse ? "rope backward (transposed rotation)" : "rope forward", y, ref, n, 1e-5,
+              1e-5);
+    }
+    T_OK(mgt_be_rope(be, y, N, T, pos0, 2 * heads, hd, ld, inv, 0)); /* y: back to x */
+    to_double(x, X, n);
+    T_CLOSE("rope inverse undoes forward", y, X, n, 1e-5, 1e-5);
+    free(inv), free(x), free(y), free(X), free(ref);
+  }
+  float v[3] = {1, 2, 3}, f[1] = {1};
+  T_CHECK(mgt_be_rope(be, v, 1, 1, 0, 1, 3, 3, f, 0) == MGT_ERR_INPUT, "an odd head size refused");
+}
+
 /* ---------------- GeLU ---------------- */
 static double gelu_ref(double x) {
   return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
@@ -1217,6 +1263,7 @@ int main(void) {
   test_layernorm();
   test_rmsnorm();
   test_swiglu();
+  test_rope();
   test_gelu();
   test_head_activations();
   test_gather_rows();

@@ -101,6 +101,7 @@ typedef enum mgt_be_op {
   MGT_BE_RMSNORM_BACKWARD,
   MGT_BE_SWIGLU_FORWARD,
   MGT_BE_SWIGLU_BACKWARD,
+  MGT_BE_ROPE,
   MGT_BE_BIAS_GELU_FORWARD,
   MGT_BE_GELU_BACKWARD,
   MGT_BE_ATTENTION_FORWARD,
@@ -235,6 +236,13 @@ MGT_NODISCARD mgt_status mgt_be_swiglu_forward(const mgt_backend *be, float *out
 /* dx(N, 2F) = the gradients of the gate and up halves of x. */
 MGT_NODISCARD mgt_status mgt_be_swiglu_backward(const mgt_backend *be, float *dx, const float *dout,
                                                 const float *x, int N, int F);
+/* Rotary position embedding in place, in Hugging Face's half-split convention: in each of N rows
+   (stride ld floats) the `heads` consecutive vectors of hd floats at x, at position
+   pos0 + row % T, have each pair (i, i + hd/2) rotated by the angle position * inv_freq[i]
+   (float32, as Hugging Face computes it; inv_freq: hd/2 floats in the backend's memory). With
+   inverse the rotation is undone: the backward of the forward. hd is even. */
+MGT_NODISCARD mgt_status mgt_be_rope(const mgt_backend *be, float *x, int N, int T, int pos0,
+                                     int heads, int hd, int ld, const float *inv_freq, int inverse);
 /* pre(N,C) += b; out = gelu(pre), tanh form. */
 MGT_NODISCARD mgt_status mgt_be_bias_gelu_forward(const mgt_backend *be, float *out, float *pre,
                                                   const float *b, int N, int C);

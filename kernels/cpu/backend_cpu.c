@@ -79,6 +79,7 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
   be->rmsnorm_backward = cpu_rmsnorm_backward;
   be->swiglu_forward = cpu_swiglu_forward;
   be->swiglu_backward = cpu_swiglu_backward;
+  be->rope = cpu_rope;
   be->bias_gelu_forward = cpu_bias_gelu_forward;
   be->gelu_backward = cpu_gelu_backward;
   be->attention_forward = cpu_attention_forward;

@@ -103,6 +103,8 @@ mgt_status cpu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *do
 mgt_status cpu_swiglu_forward(void *ctx, float *out, const float *x, int N, int F);
 mgt_status cpu_swiglu_backward(void *ctx, float *dx, const float *dout, const float *x, int N,
                                int F);
+mgt_status cpu_rope(void *ctx, float *x, int N, int T, int pos0, int heads, int hd, int ld,
+                    const float *inv_freq, int inverse);
 mgt_status cpu_bias_gelu_forward(void *ctx, float *out, float *pre, const float *b, int N, int C);
 mgt_status cpu_gelu_backward(void *ctx, float *dpre, const float *dout, const float *pre, size_t n);
 mgt_status cpu_bias_act_forward(void *ctx, int act, float *out, float *pre, const float *b, int N,

@@ -119,6 +119,7 @@ extern "C" mgt_status mgt_backend_cuda_create_on(int device, void *stream, void 
   be->rmsnorm_backward = cu_rmsnorm_backward;
   be->swiglu_forward = cu_swiglu_forward;
   be->swiglu_backward = cu_swiglu_backward;
+  be->rope = cu_rope;
   be->bias_gelu_forward = cu_bias_gelu_forward;
   be->gelu_backward = cu_gelu_backward;
   be->attention_forward = cu_attention_forward;

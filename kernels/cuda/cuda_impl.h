@@ -281,6 +281,8 @@ mgt_status cu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *dou
 mgt_status cu_swiglu_forward(void *ctx, float *out, const float *x, int N, int F);
 mgt_status cu_swiglu_backward(void *ctx, float *dx, const float *dout, const float *x, int N,
                               int F);
+mgt_status cu_rope(void *ctx, float *x, int N, int T, int pos0, int heads, int hd, int ld,
+                   const float *inv_freq, int inverse);
 mgt_status cu_layernorm_backward(void *ctx, float *dx, float *dw, float *db, const float *dout,
                                  const float *x, const float *w, const float *mean,
                                  const float *rstd, int N, int C, int accumulate);
