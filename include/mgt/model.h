@@ -30,9 +30,8 @@ typedef enum mgt_head_kind {
 
 /* A model kind: a row of mgt_model_kinds, chosen by --model. */
 typedef struct mgt_model_kind {
-  const char *name;          /* the --model value */
-  const char *title;         /* its name in messages */
-  const char *hf_model_type; /* Hugging Face's model_type of its exports */
+  const char *name;  /* the --model value */
+  const char *title; /* its name in messages */
   mgt_input_kind input;
   mgt_head_kind head; /* the pretraining head */
   int causal;         /* causal attention; else a sample's padding mask */

@@ -8,8 +8,8 @@
 
 /* Indexed by MGT_MODEL_*; mgt_model_names[] (the --model choices) is in the same order. */
 const mgt_model_kind mgt_model_kinds[] = {
-    [MGT_MODEL_GPT] = {"gpt", "GPT", "gpt2", MGT_INPUT_WINDOWS, MGT_HEAD_CAUSAL_LM, 1, 0},
-    [MGT_MODEL_BERT] = {"bert", "BERT", "bert", MGT_INPUT_SAMPLES, MGT_HEAD_MLM_SOP, 0, 1},
+    [MGT_MODEL_GPT] = {"gpt", "GPT", MGT_INPUT_WINDOWS, MGT_HEAD_CAUSAL_LM, 1, 0},
+    [MGT_MODEL_BERT] = {"bert", "BERT", MGT_INPUT_SAMPLES, MGT_HEAD_MLM_SOP, 0, 1},
 };
 const int mgt_n_model_kinds = (int)(sizeof mgt_model_kinds / sizeof mgt_model_kinds[0]);
 

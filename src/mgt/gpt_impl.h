@@ -99,7 +99,7 @@ struct mgt_gpt {
 
   int32_t *host_tokens; /* (N) staging of inputs and targets */
   /* data parallelism over the flat buffers: buckets of the final LayerNorm and heads, the
-     layers last to first, the embeddings (gpt_bucket_range) */
+     layers last to first, the embeddings (bucket_range in gpt.c) */
   mgt_ddp *ddp;
   int weight_copies; /* --bf16/--fp16: the backend keeps 16-bit copies of w */
   /* the region of the 16-bit activations (dims act16) and its bytes */
@@ -156,12 +156,6 @@ int gpt_chunk_ending_at(const rplan *p, int l, int L, int *first);
 /* Places every activation buffer; with m->arena == NULL it only counts floats. */
 size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp);
 layer_acts *gpt_acts_of(mgt_gpt *m, int l);
-
-/* ---- data parallelism (gpt.c; the machinery is src/parallel/ddp.c) ---- */
-
-/* Bucket b's parameters [*first, *last): 0 the final LayerNorm and heads, b = 1..L layer L - b,
-   L + 1 the embeddings, the order backward completes them. */
-void gpt_bucket_range(const mgt_gpt *m, int b, int *first, int *last);
 
 /* ---- the transformer block and the trunk (block.c) ---- */
 

@@ -14,7 +14,9 @@ static mgt_status plan_rows(mgt_gpt *m) {
   return MGT_OK;
 }
 
-void gpt_bucket_range(const mgt_gpt *m, int b, int *first, int *last) {
+/* Bucket b's parameters [*first, *last): 0 the final LayerNorm and heads, b = 1..L layer L - b,
+   L + 1 the embeddings, the order backward completes them (src/parallel/ddp.c sums them). */
+static void bucket_range(const mgt_gpt *m, int b, int *first, int *last) {
   const int L = m->d.L;
   if (b == 0) { /* final LayerNorm and the heads */
     *first = m->ix.lnf, *last = m->n_params;
@@ -33,7 +35,7 @@ static mgt_status create_ddp(mgt_gpt *m) {
   hi = lo + nb;
   for (int b = 0; b < nb; b++) {
     int first, last;
-    gpt_bucket_range(m, b, &first, &last);
+    bucket_range(m, b, &first, &last);
     lo[b] = m->params[first].offset;
     hi[b] = m->params[last - 1].offset + m->params[last - 1].numel;
   }
