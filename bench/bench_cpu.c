@@ -1,7 +1,7 @@
 /* CPU training benchmark: GPT-2 124M shapes. Measures, in one run, the machine's FMA peak
    and its sgemm rate on the model's GEMM shapes, then times training steps and reports
    tokens/s, model FLOP/s and both ratios. */
-#include <cblas.h>
+#include "cpu/cblas_any.h"
 #include <immintrin.h>
 #include <math.h>
 #include <mpi.h>

@@ -2,14 +2,15 @@
 # Installs what megatron-c needs on Debian 12 (bookworm): compiler, CMake, Open MPI,
 # parallel HDF5, OpenBLAS (OpenMP build), and for the tests Python with numpy/h5py and
 # rsvg-convert (librsvg2-bin, to render mgt plot's pictures).
-# With --test also what only CI and the optional tests use: clang-format, and Slurm with munge
+# With --test also what only CI and the optional tests use: clang-format, clang (the second
+# compiler CI builds with), and Slurm with munge
 # and PMIx for the real-Slurm test (the daemons are started by the test itself, never as
 # services).
 # Needs root or sudo. Skips the install when everything is already there.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
   hdf5-tools libopenblas-openmp-dev python3 python3-numpy python3-h5py librsvg2-bin)
-[ "${1:-}" = --test ] && pkgs+=(clang-format slurm-wlm munge libpmix-dev)
+[ "${1:-}" = --test ] && pkgs+=(clang-format clang slurm-wlm munge libpmix-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

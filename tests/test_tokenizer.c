@@ -2,6 +2,7 @@
    with OpenAI's encoder and checked against tiktoken), whole-file id streams (count and
    SHA-256), a naive BPE written here for long pieces, and decode(encode(x)) == x on random
    bytes. Usage: test_tokenizer DATA_DIR (../shared/data); exits 77 (skipped) without it. */
+#define _POSIX_C_SOURCE 200809L /* strtok_r under -std=c11 */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>

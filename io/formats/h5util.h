@@ -6,6 +6,24 @@
 
 #include "mgt/common.h"
 
+/* HDF5 1.10.7 through 1.14, whatever default API the library was built with (api=v18 ... v114):
+   the object visitor's info struct changed in 1.12 (H5Ovisit3, H5O_info2_t), and per-file
+   locking exists from 1.10.7 and 1.12.1 (not in 1.12.0). */
+#if H5_VERSION_GE(1, 12, 0)
+typedef H5O_info2_t mgt_h5_oinfo;
+#define MGT_H5_VISIT(obj, cb, data)                                                                \
+  H5Ovisit3((obj), H5_INDEX_NAME, H5_ITER_INC, (cb), (data), H5O_INFO_BASIC)
+#else
+typedef H5O_info_t mgt_h5_oinfo;
+#define MGT_H5_VISIT(obj, cb, data)                                                                \
+  H5Ovisit2((obj), H5_INDEX_NAME, H5_ITER_INC, (cb), (data), H5O_INFO_BASIC)
+#endif
+#if H5_VERSION_GE(1, 12, 1) || (H5_VERS_MAJOR == 1 && H5_VERS_MINOR == 10 && H5_VERS_RELEASE >= 7)
+#define MGT_H5_NO_LOCK(fapl) H5Pset_file_locking((fapl), 0, 1)
+#else
+#define MGT_H5_NO_LOCK(fapl) 0 /* 1.12.0: HDF5_USE_FILE_LOCKING=FALSE in the environment */
+#endif
+
 /* Turns off HDF5's printing of error stacks; errors are reported through mgt_status. */
 void mgt_h5_quiet(void);
 

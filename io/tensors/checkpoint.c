@@ -542,7 +542,7 @@ uint64_t mgt_ckpt_bytes(const mgt_state *s) {
 static hid_t open_ro(const char *path) {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   if (fapl < 0) return -1;
-  H5Pset_file_locking(fapl, 0, 1);
+  (void)MGT_H5_NO_LOCK(fapl);
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
   H5Pclose(fapl);
   return f;

@@ -64,7 +64,7 @@ static int check_expected(visit *v, hid_t d, const char *name, int nd, const hsi
   return f32;
 }
 
-static herr_t visit_cb(hid_t obj, const char *name, const H5O_info_t *info, void *data) {
+static herr_t visit_cb(hid_t obj, const char *name, const mgt_h5_oinfo *info, void *data) {
   visit *v = data;
   if (info->type != H5O_TYPE_DATASET) return 0;
   hid_t d = H5Dopen2(obj, name, H5P_DEFAULT), sp = d >= 0 ? H5Dget_space(d) : -1;
@@ -134,7 +134,7 @@ mgt_status mgt_ckpt_verify(const char *path, const mgt_state *expect, FILE *out,
     H5Fclose(f);
     MGT_FAIL(MGT_ERR_NOMEM, "out of memory verifying %s", path);
   }
-  herr_t rc = H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v, H5O_INFO_BASIC);
+  herr_t rc = MGT_H5_VISIT(f, visit_cb, &v);
   H5Fclose(f);
   for (int i = 0; expect && rc >= 0 && i < expect->n; i++)
     if (!v.seen[i]) {
@@ -153,7 +153,7 @@ mgt_status mgt_ckpt_list(const char *path, FILE *out, int64_t *model_elements) {
   hid_t f;
   MGT_CHECK(ckpt_open(path, &f));
   visit v = {.out = out, .info = 1};
-  herr_t rc = H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &v, H5O_INFO_BASIC);
+  herr_t rc = MGT_H5_VISIT(f, visit_cb, &v);
   H5Fclose(f);
   MGT_REQUIRE(rc >= 0, "checkpoint %s: cannot list its tensors", path);
   *model_elements = v.elements;

@@ -1,7 +1,7 @@
 /* Multi-head attention, one (batch, head) pair per task, BLAS for the products. Row i of
    sample b attends to keys [0, lim): i + 1 for the causal mask, the sample's real length
    for BERT's padding mask. */
-#include <cblas.h>
+#include "cblas_any.h"
 #include <float.h>
 
 #include "cpu.h"

@@ -29,7 +29,7 @@
    The CPU computes exp with mgt_fast_expf and the GPU with __expf, and the two accumulate in
    different orders: they agree to fp32 rounding before each 16-bit rounding, which now and
    then lands one 16-bit unit apart. */
-#include <cblas.h>
+#include "cblas_any.h"
 #include <float.h>
 #include <math.h>
 

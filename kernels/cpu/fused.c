@@ -2,7 +2,7 @@
    the same steps the unfused operations take, in the same order, so the CPU model is the same
    with or without fusion; they define what the GPU's single kernels (cuBLASLt epilogues, one
    block per row) compute. */
-#include <cblas.h>
+#include "cblas_any.h"
 
 #include "cpu.h"
 

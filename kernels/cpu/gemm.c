@@ -1,6 +1,6 @@
 /* GEMM through CBLAS; in mixed precision the inputs are first rounded to 16 bits, the
    same numbers a GPU's half-precision GEMM multiplies. */
-#include <cblas.h>
+#include "cblas_any.h"
 #include <stdlib.h>
 
 #include "cpu.h"

@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* fileno, clock_gettime under -std=c11 */
 #include "mgt/progress.h"
 
 #include <stdlib.h>

@@ -1,5 +1,7 @@
 # Spack recipe for megatron-c: `spack repo add <checkout>/spack`, then `spack install megatron-c`.
-# See docs/install.md.
+# See docs/install.md; tests/spack_check.py checks it (versions fetchable, CMake arguments).
+
+import json
 
 from spack.package import *
 
@@ -13,9 +15,11 @@ class MegatronC(CMakePackage, CudaPackage):
     # where the project is published; a center can mirror it or `spack develop` a checkout
     git = "https://github.com/megatron-c/megatron-c.git"
 
+    maintainers("megatron-c")
 
+    # Releases are pinned by commit: a tag can be moved or never pushed, a commit cannot.
     version("main", branch="main")
-    version("0.1.0", tag="v0.1.0")
+    version("0.1.0", commit="819a39d10d9e089fe118f9dc5f290fd517357416")
 
     # CudaPackage adds the +cuda and cuda_arch variants; they map to MGT_CUDA below.
     variant("nccl", default=False, when="+cuda",
@@ -24,20 +28,26 @@ class MegatronC(CMakePackage, CudaPackage):
             description="Optimize for the build machine (MGT_NATIVE, -march=native)")
 
     depends_on("c", type="build")
+    depends_on("cxx", type="build", when="+cuda")  # nvcc's host compiler
     depends_on("cmake@3.20:", type="build")
     depends_on("mpi")
-    depends_on("hdf5@1.10.7:+mpi")
+    # 1.10.7 is the first with per-file locking control; 1.12.0 lacks it again
+    depends_on("hdf5@1.10.7:1.10,1.12.1:+mpi")
     depends_on("blas")
+    # one OpenMP runtime in the process: OpenBLAS's threads are the kernels' threads
+    depends_on("openblas threads=openmp", when="^[virtuals=blas] openblas")
+    depends_on("blis+cblas", when="^[virtuals=blas] blis")
     depends_on("nccl", when="+nccl")
     depends_on("cuda@11.0:", when="+cuda")
+    depends_on("python@3:", type="test")  # the recipe's own check among the unit tests
 
     def cmake_args(self):
         spec = self.spec
         blas = spec["blas"]
         args = [
             self.define_from_variant("MGT_CUDA", "cuda"),
-            self.define_from_variant("MGT_NCCL", "nccl"),
             self.define_from_variant("MGT_NATIVE", "native"),
+            self.define("MGT_BUILD_TESTS", self.run_tests),
             self.define("MGT_BUILD_BENCH", False),
             self.define("BLAS_LIBRARIES", blas.libs.joined(";")),
             self.define("MGT_CBLAS_INCLUDE_DIR", blas.headers.directories[0]),
@@ -45,6 +55,15 @@ class MegatronC(CMakePackage, CudaPackage):
             self.define("MPIEXEC_EXECUTABLE", join_path(spec["mpi"].prefix.bin, "mpiexec")),
         ]
         if spec.satisfies("+cuda"):
+            # the spec's toolkit, never whatever nvcc /usr/local/cuda or PATH has
+            cuda = spec["cuda"].prefix
+            args += [
+                self.define_from_variant("MGT_NCCL", "nccl"),
+                self.define("CMAKE_CUDA_COMPILER", join_path(cuda.bin, "nvcc")),
+                self.define("CUDAToolkit_ROOT", cuda),
+            ]
+            if spec.satisfies("+nccl"):
+                args.append(self.define("NCCL_HOME", spec["nccl"].prefix))
             archs = spec.variants["cuda_arch"].value
             if archs and archs[0] != "none":
                 args.append(self.define("CMAKE_CUDA_ARCHITECTURES", ";".join(archs)))
@@ -54,3 +73,24 @@ class MegatronC(CMakePackage, CudaPackage):
         # the unit tests; the MPI, training and Slurm ones need a job allocation
         with working_dir(self.build_directory):
             ctest("--output-on-failure", "-L", "unit")
+
+    def test_train(self):
+        """trains a small GPT on 2 ranks (tensor parallel) for 40 iterations: the loss falls"""
+        mpiexec = which(join_path(self.spec["mpi"].prefix.bin, "mpiexec"), required=True)
+        mgt = self.prefix.bin.mgt
+        mpiexec("-n", "2", mgt, "train", "--mock-data", "--tensor-model-parallel-size", "2",
+                "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+                "--seq-length", "32", "--micro-batch-size", "4", "--global-batch-size", "8",
+                "--train-iters", "40", "--lr", "3e-3", "--log-interval", "1",
+                "--metrics-file", "metrics.jsonl")
+        losses = [r["loss"] for r in map(json.loads, open("metrics.jsonl")) if "loss" in r]
+        assert len(losses) == 40, "expected 40 losses, got %d" % len(losses)
+        first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+        assert last < 0.8 * first, "the loss did not fall: %.3f to %.3f" % (first, last)
+
+    def test_version(self):
+        """mgt version names the project and the backends built"""
+        out = which(self.prefix.bin.mgt, required=True)("version", output=str, error=str)
+        assert out.startswith("megatron-c "), out
+        if self.spec.satisfies("+cuda"):
+            assert "cuda" in out, out
