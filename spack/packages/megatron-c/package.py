@@ -19,7 +19,7 @@ class MegatronC(CMakePackage, CudaPackage):
 
     # Releases are pinned by commit: a tag can be moved or never pushed, a commit cannot.
     version("main", branch="main")
-    version("0.1.0", commit="819a39d10d9e089fe118f9dc5f290fd517357416")
+    version("0.1.0", commit="51f72224beed22977d26ae7c44350d2a92fe93d2")
 
     # CudaPackage adds the +cuda and cuda_arch variants; they map to MGT_CUDA below.
     variant("nccl", default=False, when="+cuda",
