@@ -2,6 +2,7 @@
 # See docs/install.md; tests/spack_check.py checks it (versions fetchable, CMake arguments).
 
 import json
+import os
 
 from spack.package import *
 
@@ -78,11 +79,14 @@ class MegatronC(CMakePackage, CudaPackage):
         """trains a small GPT on 2 ranks (tensor parallel) for 40 iterations: the loss falls"""
         mpiexec = which(join_path(self.spec["mpi"].prefix.bin, "mpiexec"), required=True)
         mgt = self.prefix.bin.mgt
-        mpiexec("-n", "2", mgt, "train", "--mock-data", "--tensor-model-parallel-size", "2",
-                "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-                "--seq-length", "32", "--micro-batch-size", "4", "--global-batch-size", "8",
-                "--train-iters", "40", "--lr", "3e-3", "--log-interval", "1",
-                "--metrics-file", "metrics.jsonl")
+        # one OpenMP thread a rank; root (in a container) must be allowed by Open MPI
+        root = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        with set_env(OMP_NUM_THREADS="1", **(root if os.geteuid() == 0 else {})):
+            mpiexec("-n", "2", mgt, "train", "--mock-data", "--tensor-model-parallel-size", "2",
+                    "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+                    "--seq-length", "32", "--micro-batch-size", "4", "--global-batch-size", "8",
+                    "--train-iters", "40", "--lr", "3e-3", "--log-interval", "1",
+                    "--metrics-file", "metrics.jsonl")
         losses = [r["loss"] for r in map(json.loads, open("metrics.jsonl")) if "loss" in r]
         assert len(losses) == 40, "expected 40 losses, got %d" % len(losses)
         first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
