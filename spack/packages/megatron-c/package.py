@@ -20,7 +20,7 @@ class MegatronC(CMakePackage, CudaPackage):
 
     # Releases are pinned by commit: a tag can be moved or never pushed, a commit cannot.
     version("main", branch="main")
-    version("0.1.0", commit="51f72224beed22977d26ae7c44350d2a92fe93d2")
+    version("0.1.0", commit="2aa9122b5abfde7d8b54f37d1f86cb930cbadcc1")
 
     # CudaPackage adds the +cuda and cuda_arch variants; they map to MGT_CUDA below.
     variant("nccl", default=False, when="+cuda",
