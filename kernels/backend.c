@@ -40,6 +40,7 @@ int mgt_be_has(const mgt_backend *be, mgt_be_op op) {
   case MGT_BE_SWIGLU_FORWARD: return be->swiglu_forward != NULL;
   case MGT_BE_SWIGLU_BACKWARD: return be->swiglu_backward != NULL;
   case MGT_BE_ROPE: return be->rope != NULL;
+  case MGT_BE_KV_GROUP: return be->kv_group != NULL;
   case MGT_BE_BIAS_GELU_FORWARD: return be->bias_gelu_forward != NULL;
   case MGT_BE_GELU_BACKWARD: return be->gelu_backward != NULL;
   case MGT_BE_ATTENTION_FORWARD: return be->attention_forward != NULL;
@@ -238,6 +239,13 @@ mgt_status mgt_be_rope(const mgt_backend *be, float *x, int N, int T, int pos0, 
   return be->rope(be->ctx, x, N, T, pos0, heads, hd, ld, inv_freq, inverse);
 }
 
+mgt_status mgt_be_kv_group(const mgt_backend *be, float *dst, const float *src, int N, int Hl,
+                           int Gl, int hd, int reduce) {
+  if (!be->kv_group) return lacks(be, "kv_group");
+  MGT_REQUIRE(Gl > 0 && Hl % Gl == 0, "kv_group: %d heads are not groups of %d", Hl, Gl);
+  return be->kv_group(be->ctx, dst, src, N, Hl, Gl, hd, reduce);
+}
+
 mgt_status mgt_be_bias_gelu_forward(const mgt_backend *be, float *out, float *pre, const float *b,
                                     int N, int C) {
   if (!be->bias_gelu_forward) return lacks(be, "bias_gelu_forward");
@@ -377,9 +385,11 @@ mgt_status mgt_be_argmax(const mgt_backend *be, const float *logits, int N, int 
 }
 
 mgt_status mgt_be_attention_decode(const mgt_backend *be, float *out, const float *q,
-                                   const float *kc, const float *vc, int len, int Hl, int hd) {
+                                   const float *kc, const float *vc, int len, int Hl, int Gl,
+                                   int hd) {
   if (!be->attention_decode) return lacks(be, "attention_decode");
-  return be->attention_decode(be->ctx, out, q, kc, vc, len, Hl, hd);
+  MGT_REQUIRE(Gl > 0 && Hl % Gl == 0, "attention_decode: %d heads are not groups of %d", Hl, Gl);
+  return be->attention_decode(be->ctx, out, q, kc, vc, len, Hl, Gl, hd);
 }
 
 mgt_status mgt_be_sumsq(const mgt_backend *be, const float *x, const mgt_segment *segs, int nseg,

@@ -116,6 +116,10 @@ struct mgt_backend {
      rotated by position * inv_freq[i] (hd/2 floats); inverse rotates back (the backward). */
   mgt_status (*rope)(void *ctx, float *x, int N, int T, int pos0, int heads, int hd, int ld,
                      const float *inv_freq, int inverse);
+  /* Grouped key/value heads repeated for their query heads (reduce 0), or the gradient summed
+     back per group (reduce 1); see mgt_be_kv_group. */
+  mgt_status (*kv_group)(void *ctx, float *dst, const float *src, int N, int Hl, int Gl, int hd,
+                         int reduce);
   mgt_status (*gelu_backward)(void *ctx, float *dpre, const float *dout, const float *pre,
                               size_t n);
 
@@ -206,7 +210,7 @@ struct mgt_backend {
   /* One query per head against the first len rows of a key/value cache: q and out are
      (Hl*hd); kc and vc are (rows, Hl*hd) with head h in columns h*hd. */
   mgt_status (*attention_decode)(void *ctx, float *out, const float *q, const float *kc,
-                                 const float *vc, int len, int Hl, int hd);
+                                 const float *vc, int len, int Hl, int Gl, int hd);
 
   /* Sum of squares over the segments with count_in_norm set, on the host. */
   mgt_status (*sumsq)(void *ctx, const float *x, const mgt_segment *segs, int nseg, double *out);

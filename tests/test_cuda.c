@@ -355,18 +355,33 @@ static void test_attention(void) {
           if (all[i]) mgt_be_free(gpu, all[i]);
         free(qkv), free(dout), free(out), free(P), free(scr), free(dq);
       }
-  /* one query against a cache */
-  const int len = 300, Hl = 3, hd = 64, Cl = Hl * hd;
+  /* one query against a cache, of every head (3) or of 2 key/value heads shared by 3 each */
+  const int len = 300, Hl = 6, hd = 64, Cl = Hl * hd;
   float *q = rnd(Cl, 1.0f), *kc = rnd((size_t)len * Cl, 1.0f), *vc = rnd((size_t)len * Cl, 1.0f);
   float *o = malloc(Cl * 4);
   float *qd = dev(q, Cl * 4), *kcd = dev(kc, (size_t)len * Cl * 4),
         *vcd = dev(vc, (size_t)len * Cl * 4);
   float *od = dev(NULL, Cl * 4);
-  for (int l = 1; l <= len; l += 149) {
-    T_OK(mgt_be_attention_decode(cpu, o, q, kc, vc, l, Hl, hd));
-    T_OK(mgt_be_attention_decode(gpu, od, qd, kcd, vcd, l, Hl, hd));
-    same("attention_decode", od, o, Cl, 1e-5);
-  }
+  for (int Gl = 6; Gl >= 2; Gl -= 4)
+    for (int l = 1; l <= len; l += 149) {
+      T_OK(mgt_be_attention_decode(cpu, o, q, kc, vc, l, Hl, Gl, hd));
+      T_OK(mgt_be_attention_decode(gpu, od, qd, kcd, vcd, l, Hl, Gl, hd));
+      same(Gl < Hl ? "attention_decode, grouped" : "attention_decode", od, o, Cl, 1e-5);
+    }
+  /* grouped key/value heads repeated and their gradients summed back: 8 heads, 2 groups */
+  const int N = 37, H8 = 8, G2 = 2;
+  const size_t nf = (size_t)N * 3 * H8 * hd, ng = (size_t)N * (H8 + 2 * G2) * hd;
+  float *gx = rnd(ng, 1.0f), *gf = malloc(nf * 4), *gy = rnd(nf, 1.0f), *gg = malloc(ng * 4);
+  float *gxd = dev(gx, ng * 4), *gfd = dev(NULL, nf * 4), *gyd = dev(gy, nf * 4),
+        *ggd = dev(NULL, ng * 4);
+  T_OK(mgt_be_kv_group(cpu, gf, gx, N, H8, G2, hd, 0));
+  T_OK(mgt_be_kv_group(gpu, gfd, gxd, N, H8, G2, hd, 0));
+  same("kv_group expand", gfd, gf, nf, 0);
+  T_OK(mgt_be_kv_group(cpu, gg, gy, N, H8, G2, hd, 1));
+  T_OK(mgt_be_kv_group(gpu, ggd, gyd, N, H8, G2, hd, 1));
+  same("kv_group reduce", ggd, gg, ng, 1e-6);
+  mgt_be_free(gpu, gxd), mgt_be_free(gpu, gfd), mgt_be_free(gpu, gyd), mgt_be_free(gpu, ggd);
+  free(gx), free(gf), free(gy), free(gg);
   mgt_be_free(gpu, qd), mgt_be_free(gpu, kcd), mgt_be_free(gpu, vcd), mgt_be_free(gpu, od);
   free(q), free(kc), free(vc), free(o);
 }

@@ -617,22 +617,30 @@ static void test_attention_shards(void) {
   free(qkv), free(out), free(P), free(scr), free(sq), free(so);
 }
 
-/* One query against a cache: the float64 softmax-weighted sum of the first len rows. */
+/* One query against a cache: the float64 softmax-weighted sum of the first len rows; with
+   grouped key/value heads, query head h reads group h / (Hl/Gl) of the cache. */
 static void test_attention_decode(void) {
-  int shapes[][3] = {/* len, Hl, hd */ {1, 1, 4}, {7, 3, 5}, {33, 2, 16}};
-  for (size_t s = 0; s < 3; s++) {
-    int len = shapes[s][0], Hl = shapes[s][1], hd = shapes[s][2], Cl = Hl * hd, rows = len + 3;
-    float *q = fa(Cl), *kc = fa((size_t)rows * Cl), *vc = fa((size_t)rows * Cl), *out = fa(Cl);
-    double *ref = da(Cl);
-    t_fill(q, Cl, 1.5f);
+  int shapes[][4] = {/* len, Hl, Gl, hd */ {1, 1, 1, 4},
+                     {7, 3, 3, 5},
+                     {33, 2, 2, 16},
+                     {9, 6, 2, 8},
+                     {20, 4, 1, 6}};
+  for (size_t s = 0; s < 5; s++) {
+    int len = shapes[s][0], Hl = shapes[s][1], Gl = shapes[s][2], hd = shapes[s][3], per = Hl / Gl,
+        Cl = Gl * hd, rows = len + 3;
+    float *q = fa((size_t)Hl * hd), *kc = fa((size_t)rows * Cl), *vc = fa((size_t)rows * Cl),
+          *out = fa((size_t)Hl * hd);
+    double *ref = da((size_t)Hl * hd);
+    t_fill(q, (size_t)Hl * hd, 1.5f);
     t_fill(kc, (size_t)rows * Cl, 1.5f);
     t_fill(vc, (size_t)rows * Cl, 1);
     for (int h = 0; h < Hl; h++) {
+      const int g = h / per;
       double w[64], mx = -1e300, sum = 0;
       for (int t = 0; t < len; t++) {
         double dot = 0;
         for (int e = 0; e < hd; e++)
-          dot += (double)q[h * hd + e] * kc[(size_t)t * Cl + h * hd + e];
+          dot += (double)q[h * hd + e] * kc[(size_t)t * Cl + g * hd + e];
         w[t] = dot / sqrt((double)hd);
         mx = w[t] > mx ? w[t] : mx;
       }
@@ -640,15 +648,61 @@ static void test_attention_decode(void) {
         sum += (w[t] = exp(w[t] - mx));
       for (int e = 0; e < hd; e++)
         for (int t = 0; t < len; t++)
-          ref[h * hd + e] += w[t] / sum * vc[(size_t)t * Cl + h * hd + e];
+          ref[h * hd + e] += w[t] / sum * vc[(size_t)t * Cl + g * hd + e];
     }
     /* rows past len must not matter */
     for (size_t i = (size_t)len * Cl; i < (size_t)rows * Cl; i++)
       kc[i] = 1e30f, vc[i] = 1e30f;
-    T_OK(mgt_be_attention_decode(be, out, q, kc, vc, len, Hl, hd));
-    T_CLOSE("attention_decode", out, ref, Cl, 1e-5, 1e-4);
+    T_OK(mgt_be_attention_decode(be, out, q, kc, vc, len, Hl, Gl, hd));
+    T_CLOSE(Gl < Hl ? "attention_decode, grouped key/value heads" : "attention_decode", out, ref,
+            (size_t)Hl * hd, 1e-5, 1e-4);
     free(q), free(kc), free(vc), free(out), free(ref);
   }
+  float z[4] = {0};
+  T_CHECK(mgt_be_attention_decode(be, z, z, z, z, 1, 3, 2, 1) == MGT_ERR_INPUT,
+          "3 heads in groups of 2 refused");
+}
+
+/* Grouped-query attention's key/value heads repeated for their query heads, and the gradient
+   summed back: against an independent float64 walk of the same layout, the sum checked as the
+   transpose of the repetition (<expand(x), y> == <x, reduce(y)>). */
+static void test_kv_group(void) {
+  int shapes[][4] = {/* N, Hl, Gl, hd */ {1, 1, 1, 2}, {5, 4, 2, 3}, {7, 8, 1, 4}, {3, 6, 3, 5}};
+  for (size_t s = 0; s < 4; s++) {
+    const int N = shapes[s][0], Hl = shapes[s][1], Gl = shapes[s][2], hd = shapes[s][3];
+    const size_t q = (size_t)Hl * hd, kv = (size_t)Gl * hd, nf = (size_t)N * 3 * q,
+                 ng = (size_t)N * (q + 2 * kv);
+    float *x = fa(ng), *xf = fa(nf), *y = fa(nf), *yg = fa(ng);
+    double *ref = da(nf), *refg = da(ng);
+    t_fill(x, ng, 1), t_fill(y, nf, 2);
+    for (int n = 0; n < N; n++)
+      for (int h = 0; h < Hl; h++)
+        for (int e = 0; e < hd; e++) {
+          const int g = h / (Hl / Gl);
+          const size_t f = (size_t)n * 3 * q + (size_t)h * hd + e,
+                       gr = (size_t)n * (q + 2 * kv) + (size_t)g * hd + e;
+          ref[f] = x[gr - (size_t)g * hd + (size_t)h * hd]; /* q */
+          ref[f + q] = x[gr + q];                           /* k of its group */
+          ref[f + 2 * q] = x[gr + q + kv];                  /* v of its group */
+          refg[gr - (size_t)g * hd + (size_t)h * hd] = y[f];
+          refg[gr + q] += y[f + q];
+          refg[gr + q + kv] += y[f + 2 * q];
+        }
+    T_OK(mgt_be_kv_group(be, xf, x, N, Hl, Gl, hd, 0));
+    T_CLOSE("kv_group repeats each group's k and v for its heads", xf, ref, nf, 0, 0);
+    T_OK(mgt_be_kv_group(be, yg, y, N, Hl, Gl, hd, 1));
+    T_CLOSE("kv_group sums the heads' gradients per group", yg, refg, ng, 1e-6, 1e-6);
+    double a = 0, b = 0;
+    for (size_t i = 0; i < nf; i++)
+      a += (double)xf[i] * y[i];
+    for (size_t i = 0; i < ng; i++)
+      b += (double)x[i] * yg[i];
+    T_CHECK(fabs(a - b) <= 1e-5 * (fabs(a) + 1), "kv_group: reduce is the transpose of expand");
+    free(x), free(xf), free(y), free(yg), free(ref), free(refg);
+  }
+  float z[8] = {0};
+  T_CHECK(mgt_be_kv_group(be, z, z, 1, 3, 2, 1, 0) == MGT_ERR_INPUT,
+          "3 heads in groups of 2 refused");
 }
 
 /* Row argmax over the first nv columns, lowest index on ties; copy. */
@@ -1272,6 +1326,7 @@ int main(void) {
   test_flash_attention_16();
   test_attention_shards();
   test_attention_decode();
+  test_kv_group();
   test_argmax_copy();
   test_embedding();
   test_dropout();

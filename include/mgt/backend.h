@@ -102,6 +102,7 @@ typedef enum mgt_be_op {
   MGT_BE_SWIGLU_FORWARD,
   MGT_BE_SWIGLU_BACKWARD,
   MGT_BE_ROPE,
+  MGT_BE_KV_GROUP,
   MGT_BE_BIAS_GELU_FORWARD,
   MGT_BE_GELU_BACKWARD,
   MGT_BE_ATTENTION_FORWARD,
@@ -243,6 +244,14 @@ MGT_NODISCARD mgt_status mgt_be_swiglu_backward(const mgt_backend *be, float *dx
    inverse the rotation is undone: the backward of the forward. hd is even. */
 MGT_NODISCARD mgt_status mgt_be_rope(const mgt_backend *be, float *x, int N, int T, int pos0,
                                      int heads, int hd, int ld, const float *inv_freq, int inverse);
+/* Grouped-query attention over the multi-head kernels: Gl key/value heads shared by Hl query
+   heads, head h using group h / (Hl/Gl) (Hugging Face's repeat_kv, Megatron's repeat_interleave).
+   Forward (reduce 0): rows of src (N, (Hl + 2*Gl)*hd), [q | k | v], become rows of dst
+   (N, 3*Hl*hd) with each group's k and v repeated for its heads. Backward (reduce 1): the
+   gradient src (N, 3*Hl*hd) becomes dst (N, (Hl + 2*Gl)*hd), a group's dk and dv the sum of its
+   heads' in head order. Hl is a multiple of Gl. */
+MGT_NODISCARD mgt_status mgt_be_kv_group(const mgt_backend *be, float *dst, const float *src, int N,
+                                         int Hl, int Gl, int hd, int reduce);
 /* pre(N,C) += b; out = gelu(pre), tanh form. */
 MGT_NODISCARD mgt_status mgt_be_bias_gelu_forward(const mgt_backend *be, float *out, float *pre,
                                                   const float *b, int N, int C);
@@ -342,10 +351,11 @@ MGT_NODISCARD mgt_status mgt_be_xent_backward(const mgt_backend *be, float *logi
 MGT_NODISCARD mgt_status mgt_be_argmax(const mgt_backend *be, const float *logits, int N, int Vl,
                                        int nv, float *val, int32_t *idx);
 /* One query per head against the first len rows of a key/value cache: q and out are
-   (Hl*hd); kc and vc are (rows, Hl*hd) with head h in columns h*hd. */
+   (Hl*hd); kc and vc are (rows, Gl*hd) with key/value head g in columns g*hd, shared by the
+   Hl/Gl consecutive query heads g*Hl/Gl ... (grouped-query attention; Gl == Hl: one each). */
 MGT_NODISCARD mgt_status mgt_be_attention_decode(const mgt_backend *be, float *out, const float *q,
                                                  const float *kc, const float *vc, int len, int Hl,
-                                                 int hd);
+                                                 int Gl, int hd);
 /* Sum of squares over the segments with count_in_norm set, on the host. */
 MGT_NODISCARD mgt_status mgt_be_sumsq(const mgt_backend *be, const float *x,
                                       const mgt_segment *segs, int nseg, double *out);

@@ -155,17 +155,18 @@ mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, con
 }
 
 mgt_status cpu_attention_decode(void *ctx, float *out, const float *q, const float *kc,
-                                const float *vc, int len, int Hl, int hd) {
-  const int Cl = Hl * hd;
+                                const float *vc, int len, int Hl, int Gl, int hd) {
+  const int Cl = Gl * hd, per = Hl / Gl; /* the cache holds the key/value heads only */
   const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for schedule(static)
   for (int h = 0; h < Hl; h++) {
     const float *qh = q + (size_t)h * hd;
+    const size_t kv = (size_t)(h / per) * hd;
     float *oh = out + (size_t)h * hd;
     float mx = -FLT_MAX, sum = 0.0f;
     float w[len];
     for (int t = 0; t < len; t++) {
-      const float *k = kc + (size_t)t * Cl + (size_t)h * hd;
+      const float *k = kc + (size_t)t * Cl + kv;
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
       for (int e = 0; e < hd; e++)
@@ -178,7 +179,7 @@ mgt_status cpu_attention_decode(void *ctx, float *out, const float *q, const flo
     for (int e = 0; e < hd; e++)
       oh[e] = 0.0f;
     for (int t = 0; t < len; t++) {
-      const float *v = vc + (size_t)t * Cl + (size_t)h * hd;
+      const float *v = vc + (size_t)t * Cl + kv;
       float p = w[t] / sum;
 #pragma omp simd
       for (int e = 0; e < hd; e++)
@@ -206,6 +207,37 @@ mgt_status cpu_rope(void *ctx, float *x, int N, int T, int pos0, int heads, int 
         v[i + half] = x2 * c + x1 * s;
       }
     }
+  }
+  return MGT_OK;
+}
+
+/* Grouped-query attention over the multi-head kernels: k and v of group g repeated for heads
+   g*per ... (g+1)*per - 1, or their gradients summed back in head order. */
+mgt_status cpu_kv_group(void *ctx, float *dst, const float *src, int N, int Hl, int Gl, int hd,
+                        int reduce) {
+  (void)ctx;
+  const int per = Hl / Gl;
+  const size_t q = (size_t)Hl * hd, kv = (size_t)Gl * hd, full = 3 * q, grouped = q + 2 * kv;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *s = src + (size_t)n * (reduce ? full : grouped);
+    float *d = dst + (size_t)n * (reduce ? grouped : full);
+    memcpy(d, s, q * sizeof(float));
+    for (int part = 0; part < 2; part++) /* k, then v */
+      for (int g = 0; g < Gl; g++) {
+        if (!reduce) {
+          const float *from = s + q + part * kv + (size_t)g * hd;
+          for (int h = g * per; h < (g + 1) * per; h++)
+            memcpy(d + q + part * q + (size_t)h * hd, from, (size_t)hd * sizeof(float));
+          continue;
+        }
+        float *to = d + q + part * kv + (size_t)g * hd;
+        const float *from = s + q + part * q + (size_t)g * per * hd;
+        memcpy(to, from, (size_t)hd * sizeof(float));
+        for (int j = 1; j < per; j++)
+          for (int e = 0; e < hd; e++)
+            to[e] += from[(size_t)j * hd + e];
+      }
   }
   return MGT_OK;
 }

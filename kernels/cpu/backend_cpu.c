@@ -80,6 +80,7 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
   be->swiglu_forward = cpu_swiglu_forward;
   be->swiglu_backward = cpu_swiglu_backward;
   be->rope = cpu_rope;
+  be->kv_group = cpu_kv_group;
   be->bias_gelu_forward = cpu_bias_gelu_forward;
   be->gelu_backward = cpu_gelu_backward;
   be->attention_forward = cpu_attention_forward;

@@ -105,6 +105,8 @@ mgt_status cpu_swiglu_backward(void *ctx, float *dx, const float *dout, const fl
                                int F);
 mgt_status cpu_rope(void *ctx, float *x, int N, int T, int pos0, int heads, int hd, int ld,
                     const float *inv_freq, int inverse);
+mgt_status cpu_kv_group(void *ctx, float *dst, const float *src, int N, int Hl, int Gl, int hd,
+                        int reduce);
 mgt_status cpu_bias_gelu_forward(void *ctx, float *out, float *pre, const float *b, int N, int C);
 mgt_status cpu_gelu_backward(void *ctx, float *dpre, const float *dout, const float *pre, size_t n);
 mgt_status cpu_bias_act_forward(void *ctx, int act, float *out, float *pre, const float *b, int N,
@@ -149,7 +151,7 @@ mgt_status cpu_xent_backward(void *ctx, float *logits, const float *sum, const i
 mgt_status cpu_argmax(void *ctx, const float *logits, int N, int Vl, int nv, float *val,
                       int32_t *idx);
 mgt_status cpu_attention_decode(void *ctx, float *out, const float *q, const float *kc,
-                                const float *vc, int len, int Hl, int hd);
+                                const float *vc, int len, int Hl, int Gl, int hd);
 mgt_status cpu_sumsq(void *ctx, const float *x, const mgt_segment *segs, int nseg, double *out);
 mgt_status cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v,
                      const mgt_segment *segs, int nseg, const mgt_adamw_step *s);

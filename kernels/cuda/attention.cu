@@ -161,6 +161,42 @@ __global__ void k_rope(float *x, int T, int pos0, int heads, int hd, int ld, con
   }
 }
 
+/* Grouped key/value heads: one thread per element of a full (reduce 0) or grouped (reduce 1)
+   row; a group's gradient summed over its heads in head order, as the CPU twin. */
+__global__ void k_kv_group(float *dst, const float *src, int Hl, int Gl, int hd, int reduce,
+                           size_t n) {
+  const int per = Hl / Gl;
+  const size_t q = (size_t)Hl * hd, kv = (size_t)Gl * hd, full = 3 * q, grouped = q + 2 * kv;
+  const size_t drow = reduce ? grouped : full, srow = reduce ? full : grouped;
+  GRID_STRIDE(k, n) {
+    const size_t row = k / drow, c = k % drow;
+    const float *s = src + row * srow;
+    float v;
+    if (c < q)
+      v = s[c];
+    else if (!reduce) { /* c in k or v of head h: its group's column */
+      const size_t part = (c - q) / q, h = (c - q) % q / hd, e = (c - q) % hd;
+      v = s[q + part * kv + h / per * hd + e];
+    } else { /* c in k or v of group g: the sum over its heads */
+      const size_t part = (c - q) / kv, g = (c - q) % kv / hd, e = (c - q) % hd;
+      const float *from = s + q + part * q + g * per * hd + e;
+      v = from[0];
+      for (int j = 1; j < per; j++)
+        v += from[(size_t)j * hd];
+    }
+    dst[k] = v;
+  }
+}
+
+mgt_status cu_kv_group(void *ctx, float *dst, const float *src, int N, int Hl, int Gl, int hd,
+                       int reduce) {
+  const size_t q = (size_t)Hl * hd, n = (size_t)N * (reduce ? q + 2 * (size_t)Gl * hd : 3 * q);
+  if (n == 0) return MGT_OK;
+  k_kv_group<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(dst, src, Hl, Gl, hd, reduce, n);
+  LAUNCHED();
+  return MGT_OK;
+}
+
 mgt_status cu_rope(void *ctx, float *x, int N, int T, int pos0, int heads, int hd, int ld,
                    const float *inv_freq, int inverse) {
   const size_t n = (size_t)N * heads * (hd / 2);

@@ -120,6 +120,7 @@ extern "C" mgt_status mgt_backend_cuda_create_on(int device, void *stream, void 
   be->swiglu_forward = cu_swiglu_forward;
   be->swiglu_backward = cu_swiglu_backward;
   be->rope = cu_rope;
+  be->kv_group = cu_kv_group;
   be->bias_gelu_forward = cu_bias_gelu_forward;
   be->gelu_backward = cu_gelu_backward;
   be->attention_forward = cu_attention_forward;

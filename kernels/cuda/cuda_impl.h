@@ -283,6 +283,8 @@ mgt_status cu_swiglu_backward(void *ctx, float *dx, const float *dout, const flo
                               int F);
 mgt_status cu_rope(void *ctx, float *x, int N, int T, int pos0, int heads, int hd, int ld,
                    const float *inv_freq, int inverse);
+mgt_status cu_kv_group(void *ctx, float *dst, const float *src, int N, int Hl, int Gl, int hd,
+                       int reduce);
 mgt_status cu_layernorm_backward(void *ctx, float *dx, float *dw, float *db, const float *dout,
                                  const float *x, const float *w, const float *mean,
                                  const float *rstd, int N, int C, int accumulate);
@@ -308,7 +310,7 @@ mgt_status cu_flash_attention_backward(void *ctx, float *dqkv, const float *dout
                                        int hd, int head_offset, const int32_t *keylen,
                                        const mgt_dropout *d);
 mgt_status cu_attention_decode(void *ctx, float *out, const float *q, const float *kc,
-                               const float *vc, int len, int Hl, int hd);
+                               const float *vc, int len, int Hl, int Gl, int hd);
 mgt_status cu_embedding_forward(void *ctx, float *out, const int32_t *tokens, const float *wte,
                                 int N, int C, int v0, int Vl);
 mgt_status cu_add_position(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C);

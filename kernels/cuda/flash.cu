@@ -211,17 +211,17 @@ mgt_status cu_flash_attention_backward(void *ctx, float *dqkv, const float *dout
   return MGT_OK;
 }
 
-/* One block per head: scores over the cache, softmax, weighted sum of values. w holds
-   Hl * len floats. */
+/* One block per head: scores over the cache of Gl key/value heads, softmax, weighted sum of
+   values. w holds Hl * len floats. */
 __global__ void k_attention_decode(float *out, const float *q, const float *kc, const float *vc,
-                                   float *w, int len, int Hl, int hd, float scale) {
+                                   float *w, int len, int Hl, int Gl, int hd, float scale) {
   __shared__ float sh[32];
-  const int h = blockIdx.x, Cl = Hl * hd;
+  const int h = blockIdx.x, Cl = Gl * hd, g = h / (Hl / Gl);
   const float *qh = q + (size_t)h * hd;
   float *wh = w + (size_t)h * len;
   float mx = -FLT_MAX;
   for (int t = threadIdx.x; t < len; t += blockDim.x) {
-    const float *k = kc + (size_t)t * Cl + (size_t)h * hd;
+    const float *k = kc + (size_t)t * Cl + (size_t)g * hd;
     float dot = 0.0f;
     for (int e = 0; e < hd; e++)
       dot += qh[e] * k[e];
@@ -238,17 +238,17 @@ __global__ void k_attention_decode(float *out, const float *q, const float *kc, 
   for (int e = threadIdx.x; e < hd; e += blockDim.x) {
     float acc = 0.0f;
     for (int t = 0; t < len; t++)
-      acc += wh[t] * vc[(size_t)t * Cl + (size_t)h * hd + e];
+      acc += wh[t] * vc[(size_t)t * Cl + (size_t)g * hd + e];
     out[(size_t)h * hd + e] = acc * inv;
   }
 }
 
 mgt_status cu_attention_decode(void *ctx, float *out, const float *q, const float *kc,
-                               const float *vc, int len, int Hl, int hd) {
+                               const float *vc, int len, int Hl, int Gl, int hd) {
   cuda_ctx *c = C_(ctx);
   if (Hl == 0 || len == 0) return MGT_OK;
   MGT_CHECK(grow((void **)&c->fscratch, &c->fscratch_n, sizeof(float) * (size_t)Hl * len));
-  k_attention_decode<<<Hl, 128, 0, c->stream>>>(out, q, kc, vc, c->fscratch, len, Hl, hd,
+  k_attention_decode<<<Hl, 128, 0, c->stream>>>(out, q, kc, vc, c->fscratch, len, Hl, Gl, hd,
                                                 1.0f / sqrtf((float)hd));
   LAUNCHED();
   return MGT_OK;

@@ -68,7 +68,8 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
     const size_t bytes = sizeof(float) * (size_t)Cl, at = (size_t)r->pos * Cl;
     MGT_CHECK(mgt_be_copy(be, r->kc + at, a->qkv + Cl, bytes));
     MGT_CHECK(mgt_be_copy(be, r->vc + at, a->qkv + 2 * Cl, bytes));
-    MGT_CHECK(mgt_be_attention_decode(be, a->atty, a->qkv, r->kc, r->vc, r->pos + 1, d->Hl, d->hd));
+    MGT_CHECK(mgt_be_attention_decode(be, a->atty, a->qkv, r->kc, r->vc, r->pos + 1, d->Hl, d->Hl,
+                                      d->hd));
   } else if (m->rp.flash)
     MGT_CHECK(mgt_be_flash_attention_forward(be, a->atty, a->lse, a->qkv, d->B, d->T, d->Hl, d->hd,
                                              d->tp_rank * d->Hl, m->keylen, &ds.attn));
