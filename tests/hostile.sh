@@ -72,6 +72,9 @@ cfgedit vdiv0 "c['make_vocab_size_divisible_by'] = 0"
 expect_error "make_vocab_size_divisible_by is 0, out of the range" "$MGT" eval --load "$tmp/vdiv0" --input-ids "$tmp/ids.txt"
 cfgedit eps "c['layernorm_epsilon'] = -1e-5"
 expect_error "layernorm_epsilon is -1.0000000000000001e-05, out of the range" "$MGT" eval --load "$tmp/eps" --input-ids "$tmp/ids.txt"
+"${T[@]}" "$MGT" train "${M[@]}" --train-iters 1 --untie-embeddings-and-output-weights --save "$tmp/untied" > "$tmp/log" 2>&1 || { fail "untied training"; cat "$tmp/log"; }
+expect_error "Hugging Face's GPT-2 ties its output layer to wte" "$MGT" ckpt export --format hf --load "$tmp/untied" --output "$tmp/x"
+expect_error "only a causal language model" "$MGT" train --model bert --mock-data "${M0[@]}" --train-iters 1 --untie-embeddings-and-output-weights
 cfgedit heads3 "c['num_attention_heads'] = 3"
 expect_error "hidden_size 16 is not divisible by num_attention_heads 3" "$MGT" ckpt export --format hf --load "$tmp/heads3" --output "$tmp/x"
 ckcopy "$OLD" "$tmp/empty" && h5edit "$tmp/empty/iter_0000003.h5" "f.attrs['config'] = np.bytes_('{}')"

@@ -170,6 +170,15 @@ static void test_model_desc(void) {
   T_CHECK(mgt_model_describe(&c, &d) == MGT_ERR_INPUT && strstr(mgt_error_message(), "BERT flags"),
           "post-LN on GPT: %s", mgt_error_message());
   mgt_config_defaults(&c);
+  c.model = MGT_MODEL_BERT, c.untie_embeddings_and_output_weights = 1;
+  T_CHECK(mgt_model_describe(&c, &d) == MGT_ERR_INPUT &&
+              strstr(mgt_error_message(), "only a causal language model"),
+          "an untied BERT: %s", mgt_error_message());
+  mgt_config_defaults(&c);
+  c.untie_embeddings_and_output_weights = 1;
+  T_CHECK(mgt_model_describe(&c, &d) == MGT_OK && d.untied, "an untied GPT: %s",
+          mgt_error_message());
+  mgt_config_defaults(&c);
   c.model = mgt_n_model_kinds;
   T_CHECK(mgt_model_describe(&c, &d) == MGT_ERR_INPUT &&
               strstr(mgt_error_message(), "no model kind"),

@@ -443,6 +443,21 @@ int main(int argc, char **argv) {
   test_gradient(m);
   test_accumulate(m);
   mgt_gpt_destroy(&m);
+  /* an untied output layer: its own tensor and gradient, the word embeddings' gradient from
+     the lookup alone */
+  mgt_config u = tiny();
+  u.untie_embeddings_and_output_weights = 1;
+  T_OK(mgt_config_finalize(&u, 1));
+  T_OK(mgt_gpt_create(&u, grid, be, &comm, &m));
+  int np;
+  const mgt_param *p = mgt_gpt_params(m, &np);
+  int found = 0;
+  for (int i = 0; i < np; i++)
+    found += strcmp(p[i].name, "output_layer.weight") == 0 && p[i].numel == p[0].numel;
+  T_CHECK(found == 1, "an untied model has one output_layer.weight shaped as the embeddings");
+  test_gradient(m);
+  test_accumulate(m);
+  mgt_gpt_destroy(&m);
   test_recompute(grid, be, &comm);
   make_bert_rows();
   test_logit_chunks(grid, be, &comm);

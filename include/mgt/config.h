@@ -68,6 +68,7 @@ typedef struct mgt_config {
   double layernorm_epsilon;
   int apply_residual_connection_post_layernorm; /* the original post-LN BERT (paper Fig. 7a) */
   int bert_no_binary_head;                      /* BERT without tokentypes, pooler and SOP */
+  int untie_embeddings_and_output_weights;      /* GPT: an output layer of its own (Llama) */
   double mask_prob;                             /* BERT: share of tokens to predict */
   double short_seq_prob;                        /* BERT: samples with a shorter target */
   /* fine-tuning (mgt finetune): a BERT with a task head instead of its pretraining heads */

@@ -21,10 +21,10 @@ typedef enum mgt_input_kind { MGT_INPUT_WINDOWS = 0, MGT_INPUT_SAMPLES = 1 } mgt
 
 /* The head on the trunk. */
 typedef enum mgt_head_kind {
-  MGT_HEAD_CAUSAL_LM = 0,      /* next-token loss at every position, output tied to wte (GPT) */
-  MGT_HEAD_MLM_SOP = 1,        /* masked LM on the masked rows and sentence order on [CLS] */
-  MGT_HEAD_MLM = 2,            /* masked LM alone (--bert-no-binary-head) */
-  MGT_HEAD_CLASSIFY = 3,       /* the pooled [CLS] into K classes (MNLI, QQP) */
+  MGT_HEAD_CAUSAL_LM = 0, /* next-token loss at every position, output tied to wte (GPT) or not */
+  MGT_HEAD_MLM_SOP = 1,   /* masked LM on the masked rows and sentence order on [CLS] */
+  MGT_HEAD_MLM = 2,       /* masked LM alone (--bert-no-binary-head) */
+  MGT_HEAD_CLASSIFY = 3,  /* the pooled [CLS] into K classes (MNLI, QQP) */
   MGT_HEAD_MULTIPLE_CHOICE = 4 /* one logit per pooled row, an example's rows its choices (RACE) */
 } mgt_head_kind;
 
@@ -59,6 +59,7 @@ typedef struct mgt_model_desc {
   int task;            /* MGT_TASK_* of a fine-tuning head, else MGT_TASK_NONE */
   int rows;            /* sample rows per example: 4 for RACE, else 1 */
   int max_predictions; /* masked rows a sample may have (masked LM), else 0 */
+  int untied; /* the causal LM's output layer is a weight of its own (output_layer.weight) */
 } mgt_model_desc;
 
 /* The description of cfg's model. An unknown kind, or a head or flag the kind does not have,

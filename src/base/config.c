@@ -67,6 +67,8 @@ static const mgt_flag flags[] = {
          "residuals start from the LayerNorm outputs: the original post-LN BERT"),
     BOOL("--bert-no-binary-head", bert_no_binary_head,
          "BERT without the sentence-order head (no tokentypes, pooler, SOP loss)"),
+    BOOL("--untie-embeddings-and-output-weights", untie_embeddings_and_output_weights,
+         "GPT: an output layer of its own (output_layer.weight), not the word embeddings"),
     DBL("--mask-prob", mask_prob, 0, 1, "BERT: share of the tokens masked for prediction"),
     DBL("--short-seq-prob", short_seq_prob, 1e-6, 1,
         "BERT: probability of a sample with a random shorter target length"),
@@ -289,6 +291,8 @@ int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, 
       {"--apply-residual-connection-post-layernorm", a->apply_residual_connection_post_layernorm,
        b->apply_residual_connection_post_layernorm},
       {"--bert-no-binary-head", a->bert_no_binary_head, b->bert_no_binary_head},
+      {"--untie-embeddings-and-output-weights", a->untie_embeddings_and_output_weights,
+       b->untie_embeddings_and_output_weights},
   };
   int k = 0;
   if (n) diff[0] = 0;

@@ -41,6 +41,7 @@ static mgt_model_desc derive(const mgt_config *c) {
   d.logits = d.task ? mgt_task_row_logits(d.task) : (d.input == MGT_INPUT_SAMPLES ? 2 : 0);
   d.classes = d.task ? mgt_task_classes(d.task) : (d.input == MGT_INPUT_SAMPLES ? 2 : 0);
   d.max_predictions = d.masked_lm ? mgt_bert_max_predictions(c->seq_length, c->mask_prob) : 0;
+  d.untied = c->untie_embeddings_and_output_weights;
   return d;
 }
 
@@ -54,6 +55,10 @@ mgt_status mgt_model_describe(const mgt_config *c, mgt_model_desc *out) {
                   (!c->apply_residual_connection_post_layernorm && !c->bert_no_binary_head),
               "--apply-residual-connection-post-layernorm and --bert-no-binary-head are BERT "
               "flags (--model bert)");
+  MGT_REQUIRE(!c->untie_embeddings_and_output_weights ||
+                  (k->head == MGT_HEAD_CAUSAL_LM && !c->task),
+              "--untie-embeddings-and-output-weights: only a causal language model (--model gpt) "
+              "has an output layer to untie");
   *out = derive(c);
   return MGT_OK;
 }

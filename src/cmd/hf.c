@@ -216,8 +216,12 @@ static mgt_status make_plan(const mgt_config *c, const mgt_state *model, hf_plan
   mgt_model_desc d;
   mgt_status st = mgt_model_describe(c, &d);
   if (st == MGT_OK) {
-    switch (d.kind) { /* a kind without Hugging Face names is refused, never named as another */
-    case MGT_MODEL_GPT: st = plan_gpt2(pl, c, &w); break;
+    switch (d.kind) {   /* a kind without Hugging Face names is refused, never named as another */
+    case MGT_MODEL_GPT: /* GPT2LMHeadModel's lm_head is wte */
+      st = d.untied ? MGT_ERROR(MGT_ERR_INPUT, "--untie-embeddings-and-output-weights: Hugging "
+                                               "Face's GPT-2 ties its output layer to wte")
+                    : plan_gpt2(pl, c, &w);
+      break;
     case MGT_MODEL_BERT: st = plan_bert(pl, c, &d, &w); break;
     default:
       st = MGT_ERROR(MGT_ERR_INPUT, "--model %s has no Hugging Face names",

@@ -40,7 +40,13 @@ enum { Q_POOL_W, Q_POOL_B, Q_BIN_W, Q_BIN_B, Q_POOL };
 /* Where the model-wide parameters sit in the descriptor array (-1: absent). */
 typedef struct param_index {
   int wte, wpe, tte, first_layer, lnf, lm, pool;
+  int out; /* the untied output layer, else -1 (the output layer is wte) */
 } param_index;
+
+/* The causal LM's output layer: its own weight, or the word embeddings (tied). */
+static inline int gpt_output_param(const param_index *ix) {
+  return ix->out >= 0 ? ix->out : ix->wte;
+}
 
 /* Activations one layer keeps for its backward pass. */
 typedef struct layer_acts {

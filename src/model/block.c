@@ -282,8 +282,9 @@ mgt_status gpt_trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int
      then complete on each rank, as without it */
   const float *demb;
   MGT_CHECK(full_grad(m, m->dres, &demb));
-  /* the tied LM head writes the word-embedding gradient first; a task model has no LM head */
-  if (d->desc.task && !accumulate)
+  /* the tied LM head writes the word-embedding gradient first; a task model has no LM head, an
+     untied one writes its own */
+  if ((d->desc.task || d->desc.untied) && !accumulate)
     MGT_CHECK(mgt_be_zero(be, gwte, sizeof(float) * m->params[m->ix.wte].numel));
   MGT_CHECK(mgt_be_embedding_backward(be, gwte, gwpe, demb, m->inputs, d->B, d->T, C, d->v0, d->Vl,
                                       accumulate));

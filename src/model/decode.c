@@ -89,7 +89,8 @@ mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *l
   const mgt_param *lnf = &m->params[m->ix.lnf];
   MGT_CHECK(mgt_be_layernorm_forward(be, dec->ln, dec->mean, dec->rstd, dec->x[d->L & 1],
                                      m->w + lnf[0].offset, m->w + lnf[1].offset, 1, C, eps));
-  MGT_CHECK(mgt_tp_column_forward(&m->tp, dec->logits, dec->ln, wte, NULL, 1, C, d->Vl));
+  const float *wout = m->w + m->params[gpt_output_param(&m->ix)].offset;
+  MGT_CHECK(mgt_tp_column_forward(&m->tp, dec->logits, dec->ln, wout, NULL, 1, C, d->Vl));
   MGT_CHECK(gpt_gather_row(m, dec->logits, dec->host_shard, dec->host_all, logits));
   return MGT_OK;
 }

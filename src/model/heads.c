@@ -39,8 +39,9 @@ typedef struct head_job {
 static mgt_status output_layer(mgt_gpt *m, const head_job *job, double *loss_sum) {
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, Vl = d->Vl;
-  const float *wte = m->w + m->params[m->ix.wte].offset;
-  float *gwte = m->g + m->params[m->ix.wte].offset;
+  const int o = gpt_output_param(&m->ix);
+  const float *wte = m->w + m->params[o].offset;
+  float *gwte = m->g + m->params[o].offset;
   *loss_sum = 0;
   for (int r0 = 0; r0 < N; r0 += d->logit_rows) {
     const int n = N - r0 < d->logit_rows ? N - r0 : d->logit_rows;
@@ -123,7 +124,7 @@ mgt_status mgt_gpt_forward_logits(mgt_gpt *m, const int32_t *tokens, int row, fl
   MGT_CHECK(load_tokens(m, tokens));
   step_ctx s = {0, 0};
   MGT_CHECK(gpt_trunk_forward(m, &s));
-  const float *wte = m->w + m->params[m->ix.wte].offset;
+  const float *wte = m->w + m->params[gpt_output_param(&m->ix)].offset;
   MGT_CHECK(mgt_tp_column_forward(&m->tp, m->logits, m->lnf + (size_t)row * d->C, wte, NULL, 1,
                                   d->C, d->Vl)); /* that row only */
   float *shard = malloc(sizeof(float) * (size_t)d->Vl),

@@ -74,7 +74,7 @@ static void add_param(mgt_param *out, int *n, size_t *off, uint32_t id, const pa
 void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out, int *n,
                       size_t *total, param_index *ix) {
   *n = 0;
-  param_index pi = {0, 1, -1, 2, -1, -1, -1};
+  param_index pi = {0, 1, -1, 2, -1, -1, -1, -1};
   size_t off = 0;
   const float std = (float)c->init_method_std;
   const float out_std = std / sqrtf(2.0f * (float)d->L); /* scaled output projections */
@@ -117,6 +117,11 @@ void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out
   pi.lnf = *n;
   add_param(out, n, &off, 0xFFFF0002u, &lnw, "");
   add_param(out, n, &off, 0xFFFF0003u, &lnb, "");
+  if (d->desc.untied) { /* vocabulary-parallel as the word embeddings (Megatron's name) */
+    param_spec o = {"output_layer.weight", 2, {d->Vl, C}, {d->V, C}, 0, d->v0, std, 0, 1};
+    pi.out = *n;
+    add_param(out, n, &off, 0xFFFF0030u, &o, "");
+  }
   if (d->desc.masked_lm) {
     param_spec lm[H_LM] = {
         {"lm_head.dense.weight", 2, {C, C}, {C, C}, -1, 0, std, 0, 1},
@@ -172,7 +177,8 @@ int64_t mgt_gpt_logical_params(const mgt_config *cfg) {
   int64_t C = cfg->hidden_size, F = cfg->ffn_hidden_size, P = cfg->max_position_embeddings;
   int64_t layer = 4 * C + 3 * C * C + 3 * C + C * C + C + F * C + F + C * F + C;
   int64_t tte = pool_params(cfg) ? 2 * C : 0;
-  return (int64_t)cfg->vocab_size * C + P * C + tte + cfg->num_layers * layer + 2 * C +
+  const int64_t out = cfg->untie_embeddings_and_output_weights ? (int64_t)cfg->vocab_size * C : 0;
+  return (int64_t)cfg->vocab_size * C + P * C + tte + cfg->num_layers * layer + 2 * C + out +
          lm_head_params(cfg) + pool_params(cfg);
 }
 
@@ -184,7 +190,7 @@ double mgt_gpt_flops_per_iteration(const mgt_config *cfg) {
   const double F = cfg->ffn_hidden_size, layer = 4 * C + 4 * C * C + 4 * C + 2 * F * C + F + C;
   const double attention = 12.0 * L * C * T * tokens;
   if (d.head == MGT_HEAD_CAUSAL_LM) {
-    double n = L * layer + 2 * C + (double)cfg->vocab_size * C; /* the output layer is wte */
+    double n = L * layer + 2 * C + (double)cfg->vocab_size * C; /* the output layer, tied or not */
     return 6.0 * n * tokens + attention;
   }
   const double masked = d.masked_lm ? cfg->mask_prob * tokens : 0; /* the LM head's rows */
