@@ -14,6 +14,7 @@
 #include "testutil.h"
 
 enum { T = 24, PROMPT = 5, VOCAB = 100 };
+static int rope; /* argv[1] "rope": rotary positions, turned at the decoded position */
 
 typedef struct model {
   mgt_grid *grid;
@@ -38,6 +39,7 @@ static void model_create(model *x, MPI_Comm world, int tp) {
   c.tensor_model_parallel_size = tp;
   c.init_method_std = 0.3; /* logits far from uniform, so argmax is well separated */
   c.mock_data = 1;
+  c.position_embedding_type = rope ? MGT_POS_ROPE : MGT_POS_LEARNED;
   int size;
   MPI_Comm_size(world, &size);
   T_OK(mgt_config_finalize(&c, size));
@@ -88,6 +90,7 @@ static void greedy(model *x, const int32_t *prompt, int32_t *out, int32_t *ref) 
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
+  rope = argc > 1 && strcmp(argv[1], "rope") == 0;
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -458,6 +458,22 @@ int main(int argc, char **argv) {
   test_gradient(m);
   test_accumulate(m);
   mgt_gpt_destroy(&m);
+  /* rotary positions: no position table, q and k turned in every layer (Llama 3's base) */
+  mgt_config rc = tiny();
+  rc.position_embedding_type = MGT_POS_ROPE, rc.rotary_base = 500000;
+  T_OK(mgt_config_finalize(&rc, 1));
+  T_OK(mgt_gpt_create(&rc, grid, be, &comm, &m));
+  p = mgt_gpt_params(m, &np);
+  found = 0;
+  for (int i = 0; i < np; i++)
+    found += strstr(p[i].name, "position_embeddings") != NULL;
+  T_CHECK(found == 0, "a rotary model has no position table");
+  test_gradient(m);
+  mgt_gpt_destroy(&m);
+  rc.use_flash_attn = 1;
+  T_OK(mgt_gpt_create(&rc, grid, be, &comm, &m));
+  test_gradient(m);
+  mgt_gpt_destroy(&m);
   test_recompute(grid, be, &comm);
   make_bert_rows();
   test_logit_chunks(grid, be, &comm);

@@ -18,7 +18,7 @@
 
 enum { ITERS = 20 };
 
-static int overlap, recompute, distopt, selective, block, sp, flash, chunks, untied;
+static int overlap, recompute, distopt, selective, block, sp, flash, chunks, untied, rope;
 static int layout_run; /* the run on the layout, not the one-rank reference */
 
 static mgt_config test_config(int tp, int dist, int seqpar) {
@@ -50,6 +50,7 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
   if (sp) c.micro_batch_size = 3, c.global_batch_size = 24; /* the reference too */
   c.use_flash_attn = flash;
   c.untie_embeddings_and_output_weights = untied;
+  c.position_embedding_type = rope ? MGT_POS_ROPE : MGT_POS_LEARNED;
   c.logits_chunk_rows = chunks && layout_run ? 7 : 0; /* several chunks, the last one short */
   c.overlap_param_gather = dist && overlap;
   if (distopt) c.clip_grad = 0.05; /* the global norm, summed over shards, must be exact */
@@ -140,6 +141,7 @@ int main(int argc, char **argv) {
   flash = argc > 2 && strncmp(argv[2], "flash", 5) == 0;
   chunks = argc > 2 && strncmp(argv[2], "chunks", 6) == 0;
   untied = argc > 2 && strstr(argv[2], "untied") != NULL;
+  rope = argc > 2 && strstr(argv[2], "rope") != NULL;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   mgt_grid *grid = NULL, *single = NULL;
   T_OK(mgt_grid_create(MPI_COMM_WORLD, tp, &grid));

@@ -27,6 +27,8 @@ extern const char *const mgt_tokenizer_names[];
 enum { MGT_TASK_NONE = 0, MGT_TASK_RACE = 1, MGT_TASK_MNLI = 2, MGT_TASK_QQP = 3 };
 /* --task names, indexed by MGT_TASK_* ("none" for pretraining; NULL-terminated). */
 extern const char *const mgt_task_names[];
+/* --position-embedding-type names, indexed by mgt_pos_kind (NULL-terminated). */
+extern const char *const mgt_pos_names[];
 
 /* Rows an example is encoded in (RACE: one per option), and the logits of each row (RACE: one
    score; MNLI: 3 classes; QQP: 2). An example's logits are its rows' logits side by side. */
@@ -69,6 +71,8 @@ typedef struct mgt_config {
   int apply_residual_connection_post_layernorm; /* the original post-LN BERT (paper Fig. 7a) */
   int bert_no_binary_head;                      /* BERT without tokentypes, pooler and SOP */
   int untie_embeddings_and_output_weights;      /* GPT: an output layer of its own (Llama) */
+  int position_embedding_type;                  /* 0 learned_absolute, 1 rope */
+  double rotary_base;                           /* RoPE's theta (10000; Llama 3: 500000) */
   double mask_prob;                             /* BERT: share of tokens to predict */
   double short_seq_prob;                        /* BERT: samples with a shorter target */
   /* fine-tuning (mgt finetune): a BERT with a task head instead of its pretraining heads */

@@ -12,7 +12,7 @@ extern "C" {
 #endif
 
 typedef enum mgt_norm_kind { MGT_NORM_LAYERNORM = 0 } mgt_norm_kind;
-typedef enum mgt_pos_kind { MGT_POS_LEARNED = 0 } mgt_pos_kind;
+typedef enum mgt_pos_kind { MGT_POS_LEARNED = 0, MGT_POS_ROPE = 1 } mgt_pos_kind;
 typedef enum mgt_mlp_kind { MGT_MLP_GELU = 0 } mgt_mlp_kind; /* tanh GeLU, Megatron's */
 
 /* What a micro-batch is: B windows of T + 1 tokens (inputs and next-token targets), or B packed

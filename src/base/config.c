@@ -15,6 +15,7 @@ const char *const mgt_device_names[] = {"cpu", "cuda", NULL};
 const char *const mgt_tokenizer_names[] = {"GPT2BPETokenizer", "ByteTokenizer",
                                            "BertWordPieceLowerCase", "BertWordPieceCase", NULL};
 const char *const mgt_task_names[] = {"none", "RACE", "MNLI", "QQP", NULL};
+const char *const mgt_pos_names[] = {"learned_absolute", "rope", NULL};
 
 int mgt_task_rows(int task) { return task == MGT_TASK_RACE ? 4 : 1; }
 int mgt_task_row_logits(int task) {
@@ -67,6 +68,10 @@ static const mgt_flag flags[] = {
          "residuals start from the LayerNorm outputs: the original post-LN BERT"),
     BOOL("--bert-no-binary-head", bert_no_binary_head,
          "BERT without the sentence-order head (no tokentypes, pooler, SOP loss)"),
+    {"--position-embedding-type", MGT_FLAG_ENUM, OFF(position_embedding_type), 0, 0,
+     "learned_absolute (a table of positions) or rope (rotary, Hugging Face's half-split pairs)",
+     mgt_pos_names, 0},
+    DBL("--rotary-base", rotary_base, 1, 1e12, "RoPE's base theta (Llama 3: 500000)"),
     BOOL("--untie-embeddings-and-output-weights", untie_embeddings_and_output_weights,
          "GPT: an output layer of its own (output_layer.weight), not the word embeddings"),
     DBL("--mask-prob", mask_prob, 0, 1, "BERT: share of the tokens masked for prediction"),
@@ -213,6 +218,7 @@ void mgt_config_defaults(mgt_config *cfg) {
   cfg->layernorm_epsilon = 1e-5;
   cfg->mask_prob = 0.15;
   cfg->short_seq_prob = 0.1;
+  cfg->rotary_base = 10000;
   cfg->tensor_model_parallel_size = 1;
   cfg->ddp_bucket_size = 4194304; /* larger messages were 20x slower through Open MPI here */
   cfg->recompute_num_layers = 1;
@@ -293,6 +299,8 @@ int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, 
       {"--bert-no-binary-head", a->bert_no_binary_head, b->bert_no_binary_head},
       {"--untie-embeddings-and-output-weights", a->untie_embeddings_and_output_weights,
        b->untie_embeddings_and_output_weights},
+      {"--position-embedding-type (0 learned, 1 rope)", a->position_embedding_type,
+       b->position_embedding_type},
   };
   int k = 0;
   if (n) diff[0] = 0;
@@ -301,6 +309,13 @@ int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, 
     size_t used = strlen(diff);
     snprintf(diff + used, n - used, "%s%s %d (checkpoint %d)", k ? ", " : "", f[i].flag, f[i].a,
              f[i].b);
+    k++;
+  }
+  if (a->position_embedding_type == 1 && b->position_embedding_type == 1 &&
+      a->rotary_base != b->rotary_base) { /* the angles the weights were trained with */
+    size_t used = strlen(diff);
+    snprintf(diff + used, n - used, "%s--rotary-base %g (checkpoint %g)", k ? ", " : "",
+             a->rotary_base, b->rotary_base);
     k++;
   }
   return k;

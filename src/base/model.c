@@ -19,7 +19,7 @@ static mgt_model_desc derive(const mgt_config *c) {
   d.kind = c->model;
   d.input = k->input;
   d.norm = MGT_NORM_LAYERNORM;
-  d.pos = MGT_POS_LEARNED;
+  d.pos = c->position_embedding_type == MGT_POS_ROPE ? MGT_POS_ROPE : MGT_POS_LEARNED;
   d.mlp = MGT_MLP_GELU;
   d.post_ln = c->apply_residual_connection_post_layernorm;
   d.causal = k->causal;
@@ -59,6 +59,11 @@ mgt_status mgt_model_describe(const mgt_config *c, mgt_model_desc *out) {
                   (k->head == MGT_HEAD_CAUSAL_LM && !c->task),
               "--untie-embeddings-and-output-weights: only a causal language model (--model gpt) "
               "has an output layer to untie");
+  MGT_REQUIRE(c->position_embedding_type == MGT_POS_LEARNED ||
+                  (c->position_embedding_type == MGT_POS_ROPE && c->num_attention_heads > 0 &&
+                   c->hidden_size / c->num_attention_heads % 2 == 0),
+              "--position-embedding-type rope: the head size %d is odd (rotary pairs halves)",
+              c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0);
   *out = derive(c);
   return MGT_OK;
 }

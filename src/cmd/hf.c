@@ -215,6 +215,11 @@ static mgt_status make_plan(const mgt_config *c, const mgt_state *model, hf_plan
   MGT_CHECK(mgt_state_index_init(&w.ix, model));
   mgt_model_desc d;
   mgt_status st = mgt_model_describe(c, &d);
+  if (st == MGT_OK && d.pos != MGT_POS_LEARNED)
+    st = MGT_ERROR(MGT_ERR_INPUT,
+                   "--position-embedding-type %s: Hugging Face's GPT-2 and BERT "
+                   "have learned positions",
+                   mgt_pos_names[d.pos]);
   if (st == MGT_OK) {
     switch (d.kind) {   /* a kind without Hugging Face names is refused, never named as another */
     case MGT_MODEL_GPT: /* GPT2LMHeadModel's lm_head is wte */

@@ -88,6 +88,7 @@ struct mgt_gpt {
   mgt_tp_xent xent;
   int32_t *inputs, *targets;
   float *dres, *dtmp, *dqkv, *datty, *dfch, *att_scratch;
+  float *inv_freq; /* (hd/2) rotary frequencies, with --position-embedding-type rope */
   /* --sequence-parallel: a block of this rank's rows (N/tp, C), the LayerNorm gradients' sum
      over tp (2C) and the floats of each rank's rows; m->lnf (N, C) is also the buffer rows are
      gathered into inside the layers */

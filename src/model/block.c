@@ -64,6 +64,9 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
                                      w[P_LN1_B], Nl, C, eps));
   MGT_CHECK(full_rows(m, r->sp, a->ln1, &in));
   MGT_CHECK(mgt_tp_column_forward(&m->tp, a->qkv, in, w[P_QKV_W], w[P_QKV_B], N, C, 3 * Cl));
+  if (m->inv_freq) /* q and k of every local head turned by their position (decoding: r->pos) */
+    MGT_CHECK(mgt_be_rope(be, a->qkv, N, r->kc ? 1 : d->T, r->kc ? r->pos : 0, 2 * d->Hl, d->hd,
+                          3 * Cl, m->inv_freq, 0));
   if (r->kc) { /* decoding: the position's key and value join the cache the query reads */
     const size_t bytes = sizeof(float) * (size_t)Cl, at = (size_t)r->pos * Cl;
     MGT_CHECK(mgt_be_copy(be, r->kc + at, a->qkv + Cl, bytes));
@@ -98,7 +101,7 @@ mgt_status gpt_trunk_forward(mgt_gpt *m, const step_ctx *s) {
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, Nl = d->Nl;
-  const float *wte = m->w + m->params[m->ix.wte].offset, *wpe = m->w + m->params[m->ix.wpe].offset;
+  const float *wte = m->w + m->params[m->ix.wte].offset;
 
   MGT_CHECK(mgt_ddp_weights_ready(
       m->ddp, d->L + 1)); /* buckets: 0 final LayerNorm and heads, L - l layer l */
@@ -107,7 +110,9 @@ mgt_status gpt_trunk_forward(mgt_gpt *m, const step_ctx *s) {
         mgt_tp_embedding_forward_sp(&m->tp, m->res[0], m->lnf, m->inputs, wte, N, C, d->v0, d->Vl));
   else
     MGT_CHECK(mgt_tp_embedding_forward(&m->tp, m->res[0], m->inputs, wte, N, C, d->v0, d->Vl));
-  MGT_CHECK(mgt_be_add_position(be, m->res[0], wpe, Nl, d->r0 % d->T, d->T, C));
+  if (m->ix.wpe >= 0) /* a table of positions; rotary ones turn q and k in each layer */
+    MGT_CHECK(mgt_be_add_position(be, m->res[0], m->w + m->params[m->ix.wpe].offset, Nl,
+                                  d->r0 % d->T, d->T, C));
   if (m->ix.tte >= 0) { /* two rows, replicated: a local lookup added in */
     const float *tte = m->w + m->params[m->ix.tte].offset;
     MGT_CHECK(mgt_be_embedding_forward(be, m->dtmp, m->types + d->r0, tte, Nl, C, 0, 2));
@@ -240,6 +245,8 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
                                         d->hd, d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
                                         m->att_scratch));
   }
+  if (m->inv_freq) /* the rotation's transpose: back to the gradient of the projections */
+    MGT_CHECK(mgt_be_rope(be, m->dqkv, N, d->T, 0, 2 * d->Hl, d->hd, 3 * Cl, m->inv_freq, 1));
   MGT_CHECK(column_back(m, &dln, g[P_QKV_W], g[P_QKV_B], m->dqkv, a->ln1, w[P_QKV_W], 3 * Cl, acc));
   MGT_CHECK(post_ln_residual(m, dln, dres));
   MGT_CHECK(ln_backward(m, dres, g[P_LN1_W], g[P_LN1_B], dln, x, w[P_LN1_W], a->ln1_mean,
@@ -253,7 +260,8 @@ mgt_status gpt_trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int
   const mgt_gpt_dims *d = &m->d;
   const int C = d->C;
   const size_t nl = (size_t)d->Nl * C;
-  float *gwte = m->g + m->params[m->ix.wte].offset, *gwpe = m->g + m->params[m->ix.wpe].offset;
+  float *gwte = m->g + m->params[m->ix.wte].offset,
+        *gwpe = m->ix.wpe >= 0 ? m->g + m->params[m->ix.wpe].offset : NULL;
   const mgt_param *lnf = &m->params[m->ix.lnf];
   const float *dlnf = m->dtmp;
   if (d->sp) {

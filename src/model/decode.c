@@ -77,10 +77,12 @@ mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *l
               dec->max_len);
   MGT_REQUIRE(token >= 0 && token < d->V, "token id %d outside the vocabulary [0, %d)", token,
               d->V);
-  const float *wte = m->w + m->params[m->ix.wte].offset, *wpe = m->w + m->params[m->ix.wpe].offset;
+  const float *wte = m->w + m->params[m->ix.wte].offset;
   MGT_CHECK(mgt_be_upload(be, dec->tok, &token, sizeof token));
   MGT_CHECK(mgt_tp_embedding_forward(&m->tp, dec->x[0], dec->tok, wte, 1, C, d->v0, d->Vl));
-  MGT_CHECK(mgt_be_add_bias(be, dec->x[0], wpe + (size_t)pos * C, 1, C));
+  if (m->ix.wpe >= 0)
+    MGT_CHECK(
+        mgt_be_add_bias(be, dec->x[0], m->w + m->params[m->ix.wpe].offset + (size_t)pos * C, 1, C));
   const step_ctx s = {0, 0}; /* no dropout */
   for (int l = 0; l < d->L; l++) {
     const layer_rows r = {1, 1, 0, dec->kc[l], dec->vc[l], pos};

@@ -63,7 +63,8 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   mgt_model_desc desc;
   MGT_CHECK(mgt_model_describe(cfg, &desc));
   /* the block implements these; a kind that asks for others is refused, not run as GPT */
-  MGT_REQUIRE(desc.norm == MGT_NORM_LAYERNORM && desc.pos == MGT_POS_LEARNED &&
+  MGT_REQUIRE(desc.norm == MGT_NORM_LAYERNORM &&
+                  (desc.pos == MGT_POS_LEARNED || desc.pos == MGT_POS_ROPE) &&
                   desc.mlp == MGT_MLP_GELU,
               "--model %s: the transformer block has no norm %d, position %d or MLP %d",
               mgt_model_kinds[desc.kind].name, (int)desc.norm, (int)desc.pos, (int)desc.mlp);
@@ -121,6 +122,12 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   }
   MGT_TRY(mgt_calloc(sizeof(int32_t) * 2 * (size_t)d->B * d->T, "token staging",
                      (void **)&m->host_tokens));
+  if (m->inv_freq) { /* theta^(-2i/hd), rounded once to float as Hugging Face holds them */
+    float f[d->hd / 2];
+    for (int i = 0; i < d->hd / 2; i++)
+      f[i] = (float)(1.0 / pow(cfg->rotary_base, 2.0 * i / d->hd));
+    MGT_TRY(mgt_be_upload(be, m->inv_freq, f, sizeof f));
+  }
   if (d->desc.input == MGT_INPUT_SAMPLES) {
     MGT_TRY(mgt_calloc(sizeof(int32_t) * (2 * (size_t)d->B * d->desc.max_predictions + 1),
                        "masked-row staging", (void **)&m->host_rows));

@@ -109,6 +109,7 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
   m->datty = take(&a, N * d->Cl);
   m->dfch = take(&a, N * d->Fl);
   m->att_scratch = rp->flash ? NULL : take(&a, probs);
+  m->inv_freq = d->desc.pos == MGT_POS_ROPE ? take(&a, (size_t)d->hd / 2) : NULL;
   if (d->desc.input == MGT_INPUT_SAMPLES) {
     const size_t B = (size_t)d->B;
     m->types = (int32_t *)take(&a, N);

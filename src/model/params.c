@@ -85,13 +85,17 @@ void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out
   param_spec wpe = {
       "embedding.position_embeddings.weight", 2, {d->maxpos, C}, {d->maxpos, C}, -1, 0, std, 0, 1};
   add_param(out, n, &off, 0xFFFF0000u, &wte, "");
-  add_param(out, n, &off, 0xFFFF0001u, &wpe, "");
+  pi.wpe = -1; /* rotary positions have no table */
+  if (d->desc.pos == MGT_POS_LEARNED) {
+    pi.wpe = *n;
+    add_param(out, n, &off, 0xFFFF0001u, &wpe, "");
+  }
   if (d->desc.token_types) {
     param_spec tte = {"embedding.tokentype_embeddings.weight", 2, {2, C}, {2, C}, -1, 0, std, 0, 1};
     pi.tte = *n;
-    pi.first_layer = *n + 1;
     add_param(out, n, &off, 0xFFFF0004u, &tte, "");
   }
+  pi.first_layer = *n;
   for (int l = 0; l < d->L; l++) {
     param_spec s[P_PER_LAYER] = {
         {"input_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0},
@@ -174,7 +178,8 @@ static int64_t pool_params(const mgt_config *c) {
 }
 
 int64_t mgt_gpt_logical_params(const mgt_config *cfg) {
-  int64_t C = cfg->hidden_size, F = cfg->ffn_hidden_size, P = cfg->max_position_embeddings;
+  int64_t C = cfg->hidden_size, F = cfg->ffn_hidden_size,
+          P = cfg->position_embedding_type == MGT_POS_LEARNED ? cfg->max_position_embeddings : 0;
   int64_t layer = 4 * C + 3 * C * C + 3 * C + C * C + C + F * C + F + C * F + C;
   int64_t tte = pool_params(cfg) ? 2 * C : 0;
   const int64_t out = cfg->untie_embeddings_and_output_weights ? (int64_t)cfg->vocab_size * C : 0;
