@@ -76,7 +76,9 @@ expect_error "layernorm_epsilon is -1.0000000000000001e-05, out of the range" "$
 expect_error "Hugging Face's GPT-2 ties its output layer to wte" "$MGT" ckpt export --format hf --load "$tmp/untied" --output "$tmp/x"
 "${T[@]}" "$MGT" train "${M[@]}" --train-iters 1 --position-embedding-type rope --save "$tmp/rope" > "$tmp/log" 2>&1 || { fail "rotary training"; cat "$tmp/log"; }
 expect_error "Hugging Face's GPT-2 and BERT have learned positions" "$MGT" ckpt export --format hf --load "$tmp/rope" --output "$tmp/x"
-expect_error "--rotary-base 500000 (checkpoint 10000)" "$MGT" train "${M[@]}" --train-iters 2 --position-embedding-type rope --rotary-base 500000 --load "$tmp/rope"
+expect_error "--rotary-base 500000 and rope scaling 1 (checkpoint 10000 and 1)" "$MGT" train "${M[@]}" --train-iters 2 --position-embedding-type rope --rotary-base 500000 --load "$tmp/rope"
+expect_error "--rotary-base 10000 and rope scaling 8 (checkpoint 10000 and 1)" "$MGT" train "${M[@]}" --train-iters 2 --position-embedding-type rope --use-rope-scaling --load "$tmp/rope"
+expect_error "give --position-embedding-type rope" "$MGT" train "${M[@]}" --train-iters 1 --use-rope-scaling
 expect_error "the head size 3 is odd" "$MGT" train --mock-data --num-layers 1 --hidden-size 6 --num-attention-heads 2 --position-embedding-type rope --train-iters 1
 expect_error "only a causal language model" "$MGT" train --model bert --mock-data "${M0[@]}" --train-iters 1 --untie-embeddings-and-output-weights
 cfgedit heads3 "c['num_attention_heads'] = 3"

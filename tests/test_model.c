@@ -148,6 +148,39 @@ static void test_gradient(mgt_gpt *m) {
   free(grad);
 }
 
+/* Rotary frequencies: base^(-2i/hd), and Llama 3.1's rescaling written as Hugging Face writes it
+   (masks over the wavelengths: long ones divided by the factor, short ones kept, the band
+   between smoothed), with the properties that define it: continuous at both edges of the band
+   and strictly between f/factor and f inside it. */
+static void test_rope_frequencies(void) {
+  const int hd = 128;
+  float f[64], s[64];
+  mgt_config c;
+  mgt_config_defaults(&c);
+  c.position_embedding_type = MGT_POS_ROPE, c.rotary_base = 500000;
+  mgt_gpt_rope_frequencies(&c, hd, f);
+  c.use_rope_scaling = 1, c.rope_scaling_factor = 8;
+  mgt_gpt_rope_frequencies(&c, hd, s);
+  int kept = 0, divided = 0, smoothed = 0;
+  for (int i = 0; i < hd / 2; i++) {
+    const double inv = pow(500000.0, -(double)(2 * i) / hd), wl = 2 * 3.14159265358979323846 / inv;
+    const double lo = inv / 8, sm = (8192 / wl - 1) / (4 - 1);
+    const double llama = wl > 8192 ? lo : inv; /* where(wavelen > low_freq_wavelen, ...) */
+    const double medium = !(wl < 8192 / 4.0) && !(wl > 8192);
+    const double want = medium ? (1 - sm) * llama / 8 + sm * llama : llama;
+    T_CHECK(fabs(f[i] - inv) <= 1e-7 * inv, "frequency %d: %.9g, want %.9g", i, f[i], inv);
+    T_CHECK(fabs(s[i] - want) <= 1e-7 * want, "scaled frequency %d: %.9g, want %.9g", i, s[i],
+            want);
+    if (medium)
+      T_CHECK(s[i] > lo * (1 - 1e-7) && s[i] < inv * (1 + 1e-7), "frequency %d outside its band",
+              i);
+    kept += s[i] == f[i], divided += wl > 8192, smoothed += (int)medium;
+  }
+  T_CHECK(kept > 0 && divided > 0 && smoothed > 0,
+          "Llama 3.1's scaling at base 500000, hd 128: %d kept, %d divided, %d smoothed", kept,
+          divided, smoothed);
+}
+
 /* Padding rows of the vocabulary get no gradient, and accumulation adds micro-batches. */
 static void test_accumulate(mgt_gpt *m) {
   size_t n = mgt_gpt_param_count(m);
@@ -474,6 +507,7 @@ int main(int argc, char **argv) {
   T_OK(mgt_gpt_create(&rc, grid, be, &comm, &m));
   test_gradient(m);
   mgt_gpt_destroy(&m);
+  test_rope_frequencies();
   test_recompute(grid, be, &comm);
   make_bert_rows();
   test_logit_chunks(grid, be, &comm);

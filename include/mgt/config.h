@@ -73,6 +73,8 @@ typedef struct mgt_config {
   int untie_embeddings_and_output_weights;      /* GPT: an output layer of its own (Llama) */
   int position_embedding_type;                  /* 0 learned_absolute, 1 rope */
   double rotary_base;                           /* RoPE's theta (10000; Llama 3: 500000) */
+  int use_rope_scaling;                         /* Llama 3.1's long-context frequencies */
+  double rope_scaling_factor;                   /* their factor (8; Llama 3.2: 32) */
   double mask_prob;                             /* BERT: share of tokens to predict */
   double short_seq_prob;                        /* BERT: samples with a shorter target */
   /* fine-tuning (mgt finetune): a BERT with a task head instead of its pretraining heads */

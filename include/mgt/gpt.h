@@ -214,6 +214,11 @@ MGT_NODISCARD mgt_status mgt_gpt_describe(const mgt_config *cfg, int tp, int tp_
                                           mgt_state *out);
 /* Parameters of the logical (unsharded) model, without vocabulary padding. */
 int64_t mgt_gpt_logical_params(const mgt_config *cfg);
+/* The hd/2 rotary frequencies of cfg (hd the head size): base^(-2i/hd), with --use-rope-scaling
+   Llama 3.1's rescaling (Hugging Face's rope_type "llama3": wavelengths beyond the original
+   8192 positions divided by the factor, below 8192/4 kept, smoothed between), each computed in
+   double and rounded once to float. */
+void mgt_gpt_rope_frequencies(const mgt_config *cfg, int hd, float *out);
 /* Model FLOPs of one iteration: GPT 6 N tokens + 12 L C T tokens (N without positions);
    BERT the same over the layers, plus the LM head on mask_prob of the tokens and the pooler
    and SOP head on each sample. */

@@ -72,6 +72,10 @@ static const mgt_flag flags[] = {
      "learned_absolute (a table of positions) or rope (rotary, Hugging Face's half-split pairs)",
      mgt_pos_names, 0},
     DBL("--rotary-base", rotary_base, 1, 1e12, "RoPE's base theta (Llama 3: 500000)"),
+    BOOL("--use-rope-scaling", use_rope_scaling,
+         "Llama 3.1's rotary frequencies for long contexts (rope_scaling type llama3)"),
+    DBL("--rope-scaling-factor", rope_scaling_factor, 1, 1e6,
+        "their factor (Llama 3.1: 8, Llama 3.2: 32)"),
     BOOL("--untie-embeddings-and-output-weights", untie_embeddings_and_output_weights,
          "GPT: an output layer of its own (output_layer.weight), not the word embeddings"),
     DBL("--mask-prob", mask_prob, 0, 1, "BERT: share of the tokens masked for prediction"),
@@ -219,6 +223,7 @@ void mgt_config_defaults(mgt_config *cfg) {
   cfg->mask_prob = 0.15;
   cfg->short_seq_prob = 0.1;
   cfg->rotary_base = 10000;
+  cfg->rope_scaling_factor = 8;
   cfg->tensor_model_parallel_size = 1;
   cfg->ddp_bucket_size = 4194304; /* larger messages were 20x slower through Open MPI here */
   cfg->recompute_num_layers = 1;
@@ -311,12 +316,17 @@ int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, 
              f[i].b);
     k++;
   }
-  if (a->position_embedding_type == 1 && b->position_embedding_type == 1 &&
-      a->rotary_base != b->rotary_base) { /* the angles the weights were trained with */
-    size_t used = strlen(diff);
-    snprintf(diff + used, n - used, "%s--rotary-base %g (checkpoint %g)", k ? ", " : "",
-             a->rotary_base, b->rotary_base);
-    k++;
+  if (a->position_embedding_type == 1 && b->position_embedding_type == 1) {
+    /* the angles the weights were trained with */
+    const double sa = a->use_rope_scaling ? a->rope_scaling_factor : 1,
+                 sb = b->use_rope_scaling ? b->rope_scaling_factor : 1;
+    if (a->rotary_base != b->rotary_base || sa != sb) {
+      size_t used = strlen(diff);
+      snprintf(diff + used, n - used,
+               "%s--rotary-base %g and rope scaling %g (checkpoint %g and %g)", k ? ", " : "",
+               a->rotary_base, sa, b->rotary_base, sb);
+      k++;
+    }
   }
   return k;
 }

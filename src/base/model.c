@@ -64,6 +64,8 @@ mgt_status mgt_model_describe(const mgt_config *c, mgt_model_desc *out) {
                    c->hidden_size / c->num_attention_heads % 2 == 0),
               "--position-embedding-type rope: the head size %d is odd (rotary pairs halves)",
               c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0);
+  MGT_REQUIRE(!c->use_rope_scaling || c->position_embedding_type == MGT_POS_ROPE,
+              "--use-rope-scaling scales rotary frequencies: give --position-embedding-type rope");
   *out = derive(c);
   return MGT_OK;
 }

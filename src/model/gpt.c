@@ -122,10 +122,9 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   }
   MGT_TRY(mgt_calloc(sizeof(int32_t) * 2 * (size_t)d->B * d->T, "token staging",
                      (void **)&m->host_tokens));
-  if (m->inv_freq) { /* theta^(-2i/hd), rounded once to float as Hugging Face holds them */
+  if (m->inv_freq) {
     float f[d->hd / 2];
-    for (int i = 0; i < d->hd / 2; i++)
-      f[i] = (float)(1.0 / pow(cfg->rotary_base, 2.0 * i / d->hd));
+    mgt_gpt_rope_frequencies(cfg, d->hd, f);
     MGT_TRY(mgt_be_upload(be, m->inv_freq, f, sizeof f));
   }
   if (d->desc.input == MGT_INPUT_SAMPLES) {

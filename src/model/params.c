@@ -187,6 +187,22 @@ int64_t mgt_gpt_logical_params(const mgt_config *cfg) {
          lm_head_params(cfg) + pool_params(cfg);
 }
 
+void mgt_gpt_rope_frequencies(const mgt_config *cfg, int hd, float *out) {
+  const double pi = 3.14159265358979323846, old = 8192, low = 1, high = 4;
+  const double factor = cfg->use_rope_scaling ? cfg->rope_scaling_factor : 1;
+  for (int i = 0; i < hd / 2; i++) {
+    double f = 1.0 / pow(cfg->rotary_base, 2.0 * i / hd);
+    const double wavelen = 2 * pi / f;
+    if (cfg->use_rope_scaling && wavelen > old / low)
+      f /= factor; /* longer than the original context: slowed down */
+    else if (cfg->use_rope_scaling && wavelen >= old / high) {
+      const double smooth = (old / wavelen - low) / (high - low);
+      f = (1 - smooth) * f / factor + smooth * f;
+    }
+    out[i] = (float)f;
+  }
+}
+
 double mgt_gpt_flops_per_iteration(const mgt_config *cfg) {
   const double C = cfg->hidden_size, L = cfg->num_layers, T = cfg->seq_length;
   const mgt_model_desc d = mgt_model_of(cfg);
