@@ -80,6 +80,17 @@ expect_error "--rotary-base 500000 and rope scaling 1 (checkpoint 10000 and 1)" 
 expect_error "--rotary-base 10000 and rope scaling 8 (checkpoint 10000 and 1)" "$MGT" train "${M[@]}" --train-iters 2 --position-embedding-type rope --use-rope-scaling --load "$tmp/rope"
 expect_error "give --position-embedding-type rope" "$MGT" train "${M[@]}" --train-iters 1 --use-rope-scaling
 expect_error "the head size 3 is odd" "$MGT" train --mock-data --num-layers 1 --hidden-size 6 --num-attention-heads 2 --position-embedding-type rope --train-iters 1
+# Llama's block: a checkpoint of one block is not resumed as another, nor exported as GPT-2
+L=(--num-attention-heads 4 --normalization RMSNorm --swiglu --disable-bias-linear --group-query-attention --num-query-groups 2)
+"${T[@]}" "$MGT" train "${M[@]}" --train-iters 1 "${L[@]}" --save "$tmp/llama" > "$tmp/log" 2>&1 || { fail "Llama block training"; cat "$tmp/log"; }
+expect_error "--normalization RMSNorm: Hugging Face's GPT-2 and BERT have LayerNorms" "$MGT" ckpt export --format hf --load "$tmp/llama" --output "$tmp/x"
+expect_error "--normalization (0 LayerNorm, 1 RMSNorm) 0 (checkpoint 1)" "$MGT" train "${M[@]}" --train-iters 2 "${L[@]:0:2}" "${L[@]:4}" --load "$tmp/llama"
+expect_error "key/value heads (--num-query-groups) 4 (checkpoint 2)" "$MGT" train "${M[@]}" --train-iters 2 "${L[@]:0:6}" --load "$tmp/llama"
+expect_error "--num-query-groups 3 does not divide --num-attention-heads 4" "$MGT" train "${M[@]}" --train-iters 1 --num-attention-heads 4 --group-query-attention --num-query-groups 3
+expect_error "--num-query-groups 2 needs --group-query-attention" "$MGT" train "${M[@]}" --train-iters 1 --num-query-groups 2
+expect_error "--group-query-attention needs --num-query-groups" "$MGT" train "${M[@]}" --train-iters 1 --group-query-attention
+expect_error "--normalization: expected one of LayerNorm, RMSNorm, got 'BatchNorm'" "$MGT" train "${M[@]}" --train-iters 1 --normalization BatchNorm
+expect_error "--num-query-groups 2 is not divisible by --tensor-model-parallel-size 4" "$MPIEXEC" -n 4 "$MGT" train "${M[@]}" --train-iters 1 --tensor-model-parallel-size 4 "${L[@]:0:2}" --group-query-attention --num-query-groups 2
 expect_error "only a causal language model" "$MGT" train --model bert --mock-data "${M0[@]}" --train-iters 1 --untie-embeddings-and-output-weights
 cfgedit heads3 "c['num_attention_heads'] = 3"
 expect_error "hidden_size 16 is not divisible by num_attention_heads 3" "$MGT" ckpt export --format hf --load "$tmp/heads3" --output "$tmp/x"

@@ -178,6 +178,34 @@ static void test_model_desc(void) {
   c.untie_embeddings_and_output_weights = 1;
   T_CHECK(mgt_model_describe(&c, &d) == MGT_OK && d.untied, "an untied GPT: %s",
           mgt_error_message());
+  /* Llama's block: the description, SwiGLU's default width (Megatron-LM's: 8/3 of the hidden
+     size rounded down to a multiple of 64; 4096 gives 10880), and the groups' divisibility */
+  mgt_config_defaults(&c);
+  c.normalization = MGT_NORM_RMSNORM, c.swiglu = 1, c.disable_bias_linear = 1;
+  c.num_attention_heads = 32, c.group_query_attention = 1, c.num_query_groups = 8;
+  T_CHECK(mgt_model_describe(&c, &d) == MGT_OK && d.norm == MGT_NORM_RMSNORM &&
+              d.mlp == MGT_MLP_SWIGLU && !d.bias && d.groups == 8,
+          "Llama's block described: %s", mgt_error_message());
+  const int widths[][2] = {{4096, 10880}, {64, 128}, {16, 64}, {2048, 5440}};
+  for (int i = 0; i < 4; i++) {
+    c.hidden_size = widths[i][0], c.ffn_hidden_size = 0;
+    mgt_config_derive(&c);
+    T_CHECK(c.ffn_hidden_size == widths[i][1], "SwiGLU's width at hidden %d: %d, want %d",
+            widths[i][0], c.ffn_hidden_size, widths[i][1]);
+  }
+  c.hidden_size = 256, c.mock_data = 1, c.vocab_size = 64, c.tensor_model_parallel_size = 16;
+  T_CHECK(mgt_config_finalize(&c, 16) == MGT_ERR_INPUT &&
+              strstr(mgt_error_message(), "--num-query-groups 8 is not divisible by "
+                                          "--tensor-model-parallel-size 16"),
+          "8 groups on 16 ranks: %s", mgt_error_message());
+  c.num_query_groups = 5;
+  T_CHECK(mgt_model_describe(&c, &d) == MGT_ERR_INPUT &&
+              strstr(mgt_error_message(), "--num-query-groups 5 does not divide"),
+          "5 groups of 32 heads: %s", mgt_error_message());
+  c.group_query_attention = 0;
+  T_CHECK(mgt_model_describe(&c, &d) == MGT_ERR_INPUT &&
+              strstr(mgt_error_message(), "needs --group-query-attention"),
+          "groups without grouped attention: %s", mgt_error_message());
   mgt_config_defaults(&c);
   c.model = mgt_n_model_kinds;
   T_CHECK(mgt_model_describe(&c, &d) == MGT_ERR_INPUT &&

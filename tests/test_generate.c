@@ -14,7 +14,8 @@
 #include "testutil.h"
 
 enum { T = 24, PROMPT = 5, VOCAB = 100 };
-static int rope; /* argv[1] "rope": rotary positions, turned at the decoded position */
+static int rope;  /* argv[1] "rope": rotary positions, turned at the decoded position */
+static int llama; /* argv[1] "llama": and Llama's block, 8 heads reading a cache of 2 groups */
 
 typedef struct model {
   mgt_grid *grid;
@@ -39,7 +40,12 @@ static void model_create(model *x, MPI_Comm world, int tp) {
   c.tensor_model_parallel_size = tp;
   c.init_method_std = 0.3; /* logits far from uniform, so argmax is well separated */
   c.mock_data = 1;
-  c.position_embedding_type = rope ? MGT_POS_ROPE : MGT_POS_LEARNED;
+  c.position_embedding_type = rope || llama ? MGT_POS_ROPE : MGT_POS_LEARNED;
+  if (llama) {
+    c.normalization = MGT_NORM_RMSNORM, c.swiglu = 1, c.disable_bias_linear = 1;
+    c.untie_embeddings_and_output_weights = 1;
+    c.num_attention_heads = 8, c.group_query_attention = 1, c.num_query_groups = 2;
+  }
   int size;
   MPI_Comm_size(world, &size);
   T_OK(mgt_config_finalize(&c, size));
@@ -91,6 +97,7 @@ static void greedy(model *x, const int32_t *prompt, int32_t *out, int32_t *ref) 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   rope = argc > 1 && strcmp(argv[1], "rope") == 0;
+  llama = argc > 1 && strcmp(argv[1], "llama") == 0;
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -53,6 +53,13 @@ static void make_bert_rows(void) {
   }
 }
 
+/* Llama's block on any model: RMSNorm, SwiGLU, no linear biases, 4 heads in 2 key/value
+   groups. */
+static void llama_block(mgt_config *c) {
+  c->normalization = MGT_NORM_RMSNORM, c->swiglu = 1, c->disable_bias_linear = 1;
+  c->num_attention_heads = 4, c->group_query_attention = 1, c->num_query_groups = 2;
+}
+
 static mgt_config tiny_bert(int post_ln, int binary) {
   mgt_config c = tiny();
   c.model = MGT_MODEL_BERT;
@@ -179,6 +186,107 @@ static void test_rope_frequencies(void) {
   T_CHECK(kept > 0 && divided > 0 && smoothed > 0,
           "Llama 3.1's scaling at base 500000, hd 128: %d kept, %d divided, %d smoothed", kept,
           divided, smoothed);
+}
+
+/* Whether the model has a parameter of this name and full shape (ndim -1: has none of it). */
+static int has_param(mgt_gpt *m, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2) {
+  int np;
+  const mgt_param *p = mgt_gpt_params(m, &np);
+  for (int i = 0; i < np; i++) {
+    if (strcmp(p[i].name, name) != 0) continue;
+    const int64_t *f = p[i].shard.full;
+    return p[i].shard.ndim == ndim && f[0] == d0 && (ndim < 2 || f[1] == d1) &&
+           (ndim < 3 || f[2] == d2);
+  }
+  return ndim < 0;
+}
+
+static void test_accumulate(mgt_gpt *m);
+
+/* The logical parameters of the model's tensors (full shapes, vocabulary without padding). */
+static int64_t full_params(mgt_gpt *m) {
+  int np;
+  const mgt_param *p = mgt_gpt_params(m, &np);
+  int64_t n = 0;
+  for (int i = 0; i < np; i++) {
+    int64_t k = 1;
+    for (int j = 0; j < p[i].shard.ndim; j++)
+      k *= p[i].shard.full[j];
+    n += k;
+  }
+  return n;
+}
+
+/* mgt_gpt_logical_params (plans, FLOPs, the log) against the tensors the model holds */
+static void check_count(mgt_gpt *m, const mgt_config *c, const char *what) {
+  T_CHECK(full_params(m) == mgt_gpt_logical_params(c),
+          "%s: %lld parameters in the tensors, %lld "
+          "counted",
+          what, (long long)full_params(m), (long long)mgt_gpt_logical_params(c));
+}
+
+/* Llama-style decoders: every gradient against finite differences and accumulation, for the
+   whole block (rotary, untied, RMSNorm, SwiGLU, grouped-query attention, no biases; with
+   materialized and flash attention) and for each new part alone beside GPT-2's (the key/value
+   and SwiGLU biases exist only there). */
+static void test_llama(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
+  mgt_config c = tiny();
+  llama_block(&c);
+  c.position_embedding_type = MGT_POS_ROPE, c.untie_embeddings_and_output_weights = 1;
+  T_OK(mgt_config_finalize(&c, 1));
+  mgt_gpt *m = NULL;
+  T_OK(mgt_gpt_create(&c, grid, be, comm, &m));
+  /* hidden 8 over 4 heads: head size 2, 2 groups of keys and values of 4 floats */
+  T_CHECK(has_param(m, "layers.1.attention.query.weight", 2, 8, 8, 0) &&
+              has_param(m, "layers.1.attention.key_value.weight", 3, 2, 4, 8) &&
+              has_param(m, "layers.1.mlp.gate.weight", 2, 12, 8, 0) &&
+              has_param(m, "layers.1.mlp.up.weight", 2, 12, 8, 0) &&
+              has_param(m, "layers.1.input_layernorm.weight", 1, 8, 0, 0) &&
+              has_param(m, "layers.1.input_layernorm.bias", -1, 0, 0, 0) &&
+              has_param(m, "layers.1.attention.qkv.weight", -1, 0, 0, 0) &&
+              has_param(m, "layers.1.attention.dense.bias", -1, 0, 0, 0) &&
+              has_param(m, "layers.1.mlp.up.bias", -1, 0, 0, 0) &&
+              has_param(m, "final_layernorm.bias", -1, 0, 0, 0),
+          "Llama's layer: query (8,8), key_value (2,4,8), gate and up (12,8), norm weights only, "
+          "no biases");
+  check_count(m, &c, "Llama");
+  test_gradient(m);
+  test_accumulate(m);
+  mgt_gpt_destroy(&m);
+  c.use_flash_attn = 1;
+  T_OK(mgt_gpt_create(&c, grid, be, comm, &m));
+  test_gradient(m);
+  mgt_gpt_destroy(&m);
+  mgt_config g = tiny(); /* grouped attention with LayerNorm, biases and GeLU */
+  g.num_attention_heads = 4, g.group_query_attention = 1, g.num_query_groups = 1;
+  T_OK(mgt_config_finalize(&g, 1));
+  T_OK(mgt_gpt_create(&g, grid, be, comm, &m));
+  T_CHECK(has_param(m, "layers.0.attention.query.bias", 1, 8, 0, 0) &&
+              has_param(m, "layers.0.attention.key_value.bias", 2, 2, 2, 0),
+          "grouped attention with biases: query.bias (8) and key_value.bias (2,2)");
+  check_count(m, &g, "grouped");
+  test_gradient(m);
+  mgt_gpt_destroy(&m);
+  mgt_config w = tiny(); /* SwiGLU with biases, RMSNorm, learned positions */
+  w.swiglu = 1, w.normalization = MGT_NORM_RMSNORM;
+  T_OK(mgt_config_finalize(&w, 1));
+  T_OK(mgt_gpt_create(&w, grid, be, comm, &m));
+  T_CHECK(has_param(m, "layers.0.mlp.gate.bias", 1, 12, 0, 0) &&
+              has_param(m, "layers.0.mlp.up.bias", 1, 12, 0, 0),
+          "SwiGLU with biases: gate.bias and up.bias (12)");
+  check_count(m, &w, "SwiGLU");
+  test_gradient(m);
+  test_accumulate(m);
+  mgt_gpt_destroy(&m);
+  mgt_config b = tiny(); /* GPT-2's block without its biases */
+  b.disable_bias_linear = 1;
+  T_OK(mgt_config_finalize(&b, 1));
+  T_OK(mgt_gpt_create(&b, grid, be, comm, &m));
+  T_CHECK(has_param(m, "layers.0.mlp.dense_h_to_4h.bias", -1, 0, 0, 0) &&
+              has_param(m, "layers.0.input_layernorm.bias", 1, 8, 0, 0),
+          "--disable-bias-linear keeps the LayerNorms' biases only");
+  test_gradient(m);
+  mgt_gpt_destroy(&m);
 }
 
 /* Padding rows of the vocabulary get no gradient, and accumulation adds micro-batches. */
@@ -391,8 +499,10 @@ static void test_flash(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
 
 /* BERT: the finite-difference gradient of every tensor, recomputation, accumulation, and ids
    in the padding that change neither the losses nor the gradients. */
-static void test_bert(mgt_grid *grid, mgt_backend *be, mgt_comm *comm, int post_ln, int binary) {
+static void test_bert(mgt_grid *grid, mgt_backend *be, mgt_comm *comm, int post_ln, int binary,
+                      int llama) {
   mgt_config c = tiny_bert(post_ln, binary);
+  if (llama) llama_block(&c);
   T_OK(mgt_config_finalize(&c, 1));
   mgt_gpt *m = NULL, *r = NULL;
   T_OK(mgt_gpt_create(&c, grid, be, comm, &m));
@@ -508,13 +618,16 @@ int main(int argc, char **argv) {
   test_gradient(m);
   mgt_gpt_destroy(&m);
   test_rope_frequencies();
+  test_llama(grid, be, &comm);
   test_recompute(grid, be, &comm);
   make_bert_rows();
   test_logit_chunks(grid, be, &comm);
   test_flash(grid, be, &comm);
-  for (int post_ln = 0; post_ln < 2; post_ln++)
-    test_bert(grid, be, &comm, post_ln, 1);
-  test_bert(grid, be, &comm, 0, 0);
+  for (int post_ln = 0; post_ln < 2; post_ln++) {
+    test_bert(grid, be, &comm, post_ln, 1, 0);
+    test_bert(grid, be, &comm, post_ln, 1, 1);
+  }
+  test_bert(grid, be, &comm, 0, 0, 0);
   test_task(grid, be, &comm, MGT_TASK_MNLI);
   test_task(grid, be, &comm, MGT_TASK_RACE);
   mgt_backend_destroy(&be);

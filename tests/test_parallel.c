@@ -8,7 +8,9 @@
    distopt-overlap; sp (--sequence-parallel on the layout only, with micro-batches of 3 samples so
    that a rank's rows start mid-sample and span two samples), distopt-sp, distopt-sp-overlap,
    recompute-sp, selective-sp, block-sp; flash and flash-sp (--use-flash-attn, the reference
-   too); chunks and chunks-sp (the layout's output layer in chunks of 7 rows). */
+   too); chunks and chunks-sp (the layout's output layer in chunks of 7 rows); untied, rope;
+   llama (RMSNorm, SwiGLU, no biases, rotary, untied, 8 heads in 4 key/value groups) and gqa
+   (the groups alone, with biases), combined with the others. */
 #include <mpi.h>
 #include <string.h>
 
@@ -18,7 +20,8 @@
 
 enum { ITERS = 20 };
 
-static int overlap, recompute, distopt, selective, block, sp, flash, chunks, untied, rope;
+static int overlap, recompute, distopt, selective, block, sp, flash, chunks, untied, rope, llama,
+    gqa;
 static int layout_run; /* the run on the layout, not the one-rank reference */
 
 static mgt_config test_config(int tp, int dist, int seqpar) {
@@ -51,6 +54,12 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
   c.use_flash_attn = flash;
   c.untie_embeddings_and_output_weights = untied;
   c.position_embedding_type = rope ? MGT_POS_ROPE : MGT_POS_LEARNED;
+  if (llama || gqa) /* 8 heads in 4 key/value groups: whole groups on up to 4 ranks */
+    c.num_attention_heads = 8, c.group_query_attention = 1, c.num_query_groups = 4;
+  if (llama) { /* and the rest of Llama's block */
+    c.normalization = MGT_NORM_RMSNORM, c.swiglu = 1, c.disable_bias_linear = 1;
+    c.position_embedding_type = MGT_POS_ROPE, c.untie_embeddings_and_output_weights = 1;
+  }
   c.logits_chunk_rows = chunks && layout_run ? 7 : 0; /* several chunks, the last one short */
   c.overlap_param_gather = dist && overlap;
   if (distopt) c.clip_grad = 0.05; /* the global norm, summed over shards, must be exact */
@@ -142,6 +151,8 @@ int main(int argc, char **argv) {
   chunks = argc > 2 && strncmp(argv[2], "chunks", 6) == 0;
   untied = argc > 2 && strstr(argv[2], "untied") != NULL;
   rope = argc > 2 && strstr(argv[2], "rope") != NULL;
+  llama = argc > 2 && strstr(argv[2], "llama") != NULL;
+  gqa = argc > 2 && strstr(argv[2], "gqa") != NULL;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   mgt_grid *grid = NULL, *single = NULL;
   T_OK(mgt_grid_create(MPI_COMM_WORLD, tp, &grid));

@@ -29,6 +29,8 @@ enum { MGT_TASK_NONE = 0, MGT_TASK_RACE = 1, MGT_TASK_MNLI = 2, MGT_TASK_QQP = 3
 extern const char *const mgt_task_names[];
 /* --position-embedding-type names, indexed by mgt_pos_kind (NULL-terminated). */
 extern const char *const mgt_pos_names[];
+/* --normalization names, indexed by mgt_norm_kind (NULL-terminated). */
+extern const char *const mgt_norm_names[];
 
 /* Rows an example is encoded in (RACE: one per option), and the logits of each row (RACE: one
    score; MNLI: 3 classes; QQP: 2). An example's logits are its rows' logits side by side. */
@@ -75,6 +77,11 @@ typedef struct mgt_config {
   double rotary_base;                           /* RoPE's theta (10000; Llama 3: 500000) */
   int use_rope_scaling;                         /* Llama 3.1's long-context frequencies */
   double rope_scaling_factor;                   /* their factor (8; Llama 3.2: 32) */
+  int normalization;                            /* 0 LayerNorm, 1 RMSNorm (mgt_norm_kind) */
+  int swiglu;                                   /* the MLP's gate and up projections (Llama) */
+  int group_query_attention;                    /* key/value heads shared by query heads */
+  int num_query_groups;                         /* those key/value heads (groups) */
+  int disable_bias_linear;                      /* no bias in any linear layer of the block */
   double mask_prob;                             /* BERT: share of tokens to predict */
   double short_seq_prob;                        /* BERT: samples with a shorter target */
   /* fine-tuning (mgt finetune): a BERT with a task head instead of its pretraining heads */
@@ -175,6 +182,8 @@ void mgt_config_derive(mgt_config *cfg);
    values were range-checked as flags are): heads divide the hidden size, a vocabulary, the
    sequence within the positions. `what` names the file in the error. */
 MGT_NODISCARD mgt_status mgt_config_check_model(const mgt_config *cfg, const char *what);
+/* Key/value heads: --num-query-groups with --group-query-attention, else the attention heads. */
+int mgt_config_query_groups(const mgt_config *cfg);
 /* The vocabulary padded to a multiple of --make-vocab-size-divisible-by times tp. */
 int64_t mgt_config_padded_vocab(const mgt_config *cfg, int tp);
 /* Compares the model flags of a and b (layers, hidden size, heads, FFN size, vocabulary,

@@ -29,6 +29,11 @@ typedef struct mgt_gpt_dims {
   int hd;             /* head size C / H */
   int Cl, Hl, Fl, Vl; /* local: C/tp (attention width), H/tp, F/tp, Vp/tp */
   int v0, nv;         /* first vocabulary row held here, and how many are not padding */
+  /* key/value heads (desc.groups; H unless grouped-query attention), Gl = G/tp of them here;
+     KVl = Gl*hd floats of a row's keys (and of its values), QKVl = Cl + 2*KVl of its QKV
+     projection, [q | k | v] */
+  int G, Gl, KVl, QKVl;
+  int Fo; /* the MLP's first projection's local outputs: Fl, or 2*Fl (gate and up) with SwiGLU */
   /* --sequence-parallel (tp > 1): outside the tensor-parallel regions this rank holds token
      rows [r0, r0 + Nl) of the micro-batch's B*T; otherwise r0 = 0, Nl = B*T */
   int sp, r0, Nl;

@@ -11,9 +11,10 @@
 extern "C" {
 #endif
 
-typedef enum mgt_norm_kind { MGT_NORM_LAYERNORM = 0 } mgt_norm_kind;
+typedef enum mgt_norm_kind { MGT_NORM_LAYERNORM = 0, MGT_NORM_RMSNORM = 1 } mgt_norm_kind;
 typedef enum mgt_pos_kind { MGT_POS_LEARNED = 0, MGT_POS_ROPE = 1 } mgt_pos_kind;
-typedef enum mgt_mlp_kind { MGT_MLP_GELU = 0 } mgt_mlp_kind; /* tanh GeLU, Megatron's */
+/* tanh GeLU (Megatron's), or SwiGLU over gate and up projections (Llama's) */
+typedef enum mgt_mlp_kind { MGT_MLP_GELU = 0, MGT_MLP_SWIGLU = 1 } mgt_mlp_kind;
 
 /* What a micro-batch is: B windows of T + 1 tokens (inputs and next-token targets), or B packed
    sample rows of mgt_bert_row_ints(T) (ids, types, labels, length, a label: data.h). */
@@ -60,6 +61,8 @@ typedef struct mgt_model_desc {
   int rows;            /* sample rows per example: 4 for RACE, else 1 */
   int max_predictions; /* masked rows a sample may have (masked LM), else 0 */
   int untied; /* the causal LM's output layer is a weight of its own (output_layer.weight) */
+  int groups; /* key/value heads: the attention heads, or fewer with grouped-query attention */
+  int bias;   /* the block's linear layers have biases (not --disable-bias-linear) */
 } mgt_model_desc;
 
 /* The description of cfg's model. An unknown kind, or a head or flag the kind does not have,

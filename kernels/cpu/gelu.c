@@ -6,7 +6,7 @@ mgt_status cpu_bias_gelu_forward(void *ctx, float *out, float *pre, const float 
     float *p = pre + (size_t)n * C, *o = out + (size_t)n * C;
 #pragma omp simd
     for (int c = 0; c < C; c++) {
-      float x = p[c] + b[c];
+      float x = b ? p[c] + b[c] : p[c]; /* no bias: --disable-bias-linear */
       p[c] = x;
       float u = MGT_GELU_K0 * (x + MGT_GELU_K1 * x * x * x);
       o[c] = 0.5f * x * (1.0f + mgt_fast_tanhf(u));

@@ -62,7 +62,7 @@ mgt_status cu_bias_backward(void *ctx, float *db, const float *dy, int N, int C,
 
 __global__ void k_bias_gelu(float *out, float *pre, const float *b, int N, int C) {
   GRID_STRIDE(i, (size_t)N * C) {
-    float x = pre[i] + b[i % C];
+    float x = b ? pre[i] + b[i % C] : pre[i]; /* no bias: --disable-bias-linear */
     pre[i] = x;
     out[i] = gelu_tanh(x);
   }
@@ -71,7 +71,7 @@ __global__ void k_bias_gelu(float *out, float *pre, const float *b, int N, int C
 template <typename T>
 __global__ void k_bias_gelu16(T *out, float *pre, const float *b, int C, size_t n) {
   GRID_STRIDE(i, n) {
-    float x = pre[i] + b[i % C];
+    float x = b ? pre[i] + b[i % C] : pre[i]; /* no bias: --disable-bias-linear */
     pre[i] = x;
     store16(&out[i], gelu_tanh(x));
   }
@@ -302,7 +302,7 @@ mgt_status cu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, i
     LAUNCHED();
     return MGT_OK;
   }
-  if (lt_wanted(c, LT_GELU) && K > 0 && N % 8 == 0) {
+  if (b && lt_wanted(c, LT_GELU) && K > 0 && N % 8 == 0) {
     bool done;
     MGT_CHECK(lt_linear(c, LT_GELU, M, N, K, A, lda, W, ldw, b, pre, out, &done));
     if (done) return MGT_OK;

@@ -16,6 +16,7 @@ const char *const mgt_tokenizer_names[] = {"GPT2BPETokenizer", "ByteTokenizer",
                                            "BertWordPieceLowerCase", "BertWordPieceCase", NULL};
 const char *const mgt_task_names[] = {"none", "RACE", "MNLI", "QQP", NULL};
 const char *const mgt_pos_names[] = {"learned_absolute", "rope", NULL};
+const char *const mgt_norm_names[] = {"LayerNorm", "RMSNorm", NULL};
 
 int mgt_task_rows(int task) { return task == MGT_TASK_RACE ? 4 : 1; }
 int mgt_task_row_logits(int task) {
@@ -63,7 +64,20 @@ static const mgt_flag flags[] = {
     DBL("--init-method-std", init_method_std, 0, 10, "std of weight init"),
     DBL("--hidden-dropout", hidden_dropout, 0, 0.99, "dropout on hidden states"),
     DBL("--attention-dropout", attention_dropout, 0, 0.99, "dropout on attention probabilities"),
-    DBL("--layernorm-epsilon", layernorm_epsilon, 1e-12, 1, "LayerNorm epsilon"),
+    DBL("--layernorm-epsilon", layernorm_epsilon, 1e-12, 1,
+        "epsilon of the LayerNorms or RMSNorms (--norm-epsilon)"),
+    DBL("--norm-epsilon", layernorm_epsilon, 1e-12, 1, ""), /* Megatron-LM's newer name */
+    {"--normalization", MGT_FLAG_ENUM, OFF(normalization), 0, 0,
+     "LayerNorm, or RMSNorm (a weight and no bias or centring: Llama)", mgt_norm_names, 0},
+    BOOL("--swiglu", swiglu,
+         "SwiGLU MLP: silu(gate) * up, two column-parallel projections (Llama); the default "
+         "--ffn-hidden-size becomes 8/3 of the hidden size, a multiple of 64"),
+    BOOL("--group-query-attention", group_query_attention,
+         "grouped-query attention: --num-query-groups key/value heads shared by the query heads"),
+    INT("--num-query-groups", num_query_groups, 0, 1 << 16,
+        "key/value heads with --group-query-attention (Llama 3 8B: 8)"),
+    BOOL("--disable-bias-linear", disable_bias_linear,
+         "no biases in the attention and MLP linear layers (Llama)"),
     BOOL("--apply-residual-connection-post-layernorm", apply_residual_connection_post_layernorm,
          "residuals start from the LayerNorm outputs: the original post-LN BERT"),
     BOOL("--bert-no-binary-head", bert_no_binary_head,
@@ -256,7 +270,15 @@ mgt_status mgt_config_parse(mgt_config *cfg, int argc, char **argv, int first, i
   return mgt_flags_parse(flags, N_FLAGS, cfg, argc, argv, first, "train", help);
 }
 
+int mgt_config_query_groups(const mgt_config *c) {
+  return c->group_query_attention ? c->num_query_groups : c->num_attention_heads;
+}
+
 void mgt_config_derive(mgt_config *c) {
+  if (c->ffn_hidden_size == 0 && c->swiglu) { /* Megatron-LM's: the GeLU MLP's parameters */
+    c->ffn_hidden_size = (int)((int64_t)c->hidden_size * 8 / 3 / 64 * 64);
+    if (c->ffn_hidden_size < 64) c->ffn_hidden_size = 64;
+  }
   if (c->ffn_hidden_size == 0) c->ffn_hidden_size = 4 * c->hidden_size;
   if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
   if (c->mock_data && c->vocab_size == 0) c->vocab_size = 128;
@@ -306,6 +328,11 @@ int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, 
        b->untie_embeddings_and_output_weights},
       {"--position-embedding-type (0 learned, 1 rope)", a->position_embedding_type,
        b->position_embedding_type},
+      {"--normalization (0 LayerNorm, 1 RMSNorm)", a->normalization, b->normalization},
+      {"--swiglu", a->swiglu, b->swiglu},
+      {"key/value heads (--num-query-groups)", mgt_config_query_groups(a),
+       mgt_config_query_groups(b)},
+      {"--disable-bias-linear", a->disable_bias_linear, b->disable_bias_linear},
   };
   int k = 0;
   if (n) diff[0] = 0;
@@ -372,6 +399,10 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(c->num_attention_heads % tp == 0,
               "--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d",
               c->num_attention_heads, tp);
+  MGT_REQUIRE(mgt_config_query_groups(c) % tp == 0,
+              "--num-query-groups %d is not divisible by --tensor-model-parallel-size %d: each "
+              "rank holds whole key/value groups with their query heads",
+              mgt_config_query_groups(c), tp);
   MGT_REQUIRE(c->ffn_hidden_size % tp == 0,
               "--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
               c->ffn_hidden_size, tp);

@@ -189,6 +189,14 @@ static void value_string(const mgt_flag *f, const void *src, char *buf, size_t n
   }
 }
 
+/* A later flag on an earlier one's field is its alias (Megatron-LM renamed some flags): it
+   parses, and is shown in the usage, but never printed or stored. */
+static const mgt_flag *alias_of(const mgt_flag *flags, int i) {
+  for (int j = 0; j < i; j++)
+    if (flags[j].offset == flags[i].offset) return &flags[j];
+  return NULL;
+}
+
 void mgt_flags_usage(const mgt_flag *flags, int n, const void *defaults, const char *command,
                      FILE *f) {
   fprintf(f, "usage: mgt %s [flags]\n\nflags:\n", command);
@@ -198,6 +206,11 @@ void mgt_flags_usage(const mgt_flag *flags, int n, const void *defaults, const c
     const char *arg =
         flags[i].kind == MGT_FLAG_BOOL ? "" : (flags[i].kind == MGT_FLAG_LIST ? " V..." : " V");
     int pad = 36 - (int)strlen(flags[i].name) - (int)strlen(arg);
+    const mgt_flag *a = alias_of(flags, i);
+    if (a) {
+      fprintf(f, "  %s%s%*s the same as %s\n", flags[i].name, arg, pad > 0 ? pad : 1, "", a->name);
+      continue;
+    }
     fprintf(f, "  %s%s%*s %s", flags[i].name, arg, pad > 0 ? pad : 1, "", flags[i].help);
     if (flags[i].kind != MGT_FLAG_BOOL && v[0] && strcmp(v, "0") != 0) fprintf(f, " [%s]", v);
     fprintf(f, "\n");
@@ -207,6 +220,7 @@ void mgt_flags_usage(const mgt_flag *flags, int n, const void *defaults, const c
 void mgt_flags_print(const mgt_flag *flags, int n, const void *src, FILE *f) {
   for (int i = 0; i < n; i++) {
     char v[8192];
+    if (alias_of(flags, i)) continue;
     value_string(&flags[i], src, v, sizeof v);
     fprintf(f, "  %-32s %s\n", flags[i].name + 2, v);
   }
@@ -214,12 +228,13 @@ void mgt_flags_print(const mgt_flag *flags, int n, const void *src, FILE *f) {
 
 void mgt_flags_json(const mgt_flag *flags, int n, const void *src, FILE *f) {
   fputc('{', f);
-  for (int i = 0; i < n; i++) {
+  for (int i = 0, written = 0; i < n; i++) {
     char key[64], v[8192];
+    if (alias_of(flags, i)) continue;
     snprintf(key, sizeof key, "%s", flags[i].name + 2);
     for (char *k = key; *k; k++)
       if (*k == '-') *k = '_';
-    fprintf(f, "%s\"%s\":", i ? "," : "", key);
+    fprintf(f, "%s\"%s\":", written++ ? "," : "", key);
     const char *p = (const char *)src + flags[i].offset;
     if (flags[i].kind == MGT_FLAG_LIST) {
       /* a list is a JSON array of its values */
@@ -253,6 +268,7 @@ mgt_status mgt_flags_from_json(const mgt_flag *flags, int n, void *dst, const mg
               what);
   for (int i = 0; i < n; i++) {
     const mgt_flag *f = &flags[i];
+    if (alias_of(flags, i)) continue;
     char key[64];
     snprintf(key, sizeof key, "%s", f->name + 2);
     for (char *k = key; *k; k++)

@@ -18,9 +18,11 @@ static mgt_model_desc derive(const mgt_config *c) {
   mgt_model_desc d = {0};
   d.kind = c->model;
   d.input = k->input;
-  d.norm = MGT_NORM_LAYERNORM;
+  d.norm = c->normalization == MGT_NORM_RMSNORM ? MGT_NORM_RMSNORM : MGT_NORM_LAYERNORM;
   d.pos = c->position_embedding_type == MGT_POS_ROPE ? MGT_POS_ROPE : MGT_POS_LEARNED;
-  d.mlp = MGT_MLP_GELU;
+  d.mlp = c->swiglu ? MGT_MLP_SWIGLU : MGT_MLP_GELU;
+  d.groups = mgt_config_query_groups(c);
+  d.bias = !c->disable_bias_linear;
   d.post_ln = c->apply_residual_connection_post_layernorm;
   d.causal = k->causal;
   d.task = c->task;
@@ -66,6 +68,16 @@ mgt_status mgt_model_describe(const mgt_config *c, mgt_model_desc *out) {
               c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0);
   MGT_REQUIRE(!c->use_rope_scaling || c->position_embedding_type == MGT_POS_ROPE,
               "--use-rope-scaling scales rotary frequencies: give --position-embedding-type rope");
+  MGT_REQUIRE(c->normalization == MGT_NORM_LAYERNORM || c->normalization == MGT_NORM_RMSNORM,
+              "--normalization: no normalization %d", c->normalization);
+  MGT_REQUIRE(c->group_query_attention || c->num_query_groups == 0,
+              "--num-query-groups %d needs --group-query-attention", c->num_query_groups);
+  MGT_REQUIRE(!c->group_query_attention || c->num_query_groups >= 1,
+              "--group-query-attention needs --num-query-groups (the key/value heads)");
+  MGT_REQUIRE(!c->group_query_attention || c->num_attention_heads % c->num_query_groups == 0,
+              "--num-query-groups %d does not divide --num-attention-heads %d (each group serves "
+              "the same number of query heads)",
+              c->num_query_groups, c->num_attention_heads);
   *out = derive(c);
   return MGT_OK;
 }

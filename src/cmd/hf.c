@@ -220,6 +220,18 @@ static mgt_status make_plan(const mgt_config *c, const mgt_state *model, hf_plan
                    "--position-embedding-type %s: Hugging Face's GPT-2 and BERT "
                    "have learned positions",
                    mgt_pos_names[d.pos]);
+  else if (st == MGT_OK && d.norm != MGT_NORM_LAYERNORM)
+    st = MGT_ERROR(MGT_ERR_INPUT,
+                   "--normalization %s: Hugging Face's GPT-2 and BERT have LayerNorms",
+                   mgt_norm_names[d.norm]);
+  else if (st == MGT_OK && d.mlp != MGT_MLP_GELU)
+    st = MGT_ERROR(MGT_ERR_INPUT, "--swiglu: Hugging Face's GPT-2 and BERT have GeLU MLPs");
+  else if (st == MGT_OK && d.groups != c->num_attention_heads)
+    st = MGT_ERROR(MGT_ERR_INPUT, "--group-query-attention: Hugging Face's GPT-2 and BERT have a "
+                                  "key and value for every head");
+  else if (st == MGT_OK && !d.bias)
+    st = MGT_ERROR(MGT_ERR_INPUT,
+                   "--disable-bias-linear: Hugging Face's GPT-2 and BERT have linear biases");
   if (st == MGT_OK) {
     switch (d.kind) {   /* a kind without Hugging Face names is refused, never named as another */
     case MGT_MODEL_GPT: /* GPT2LMHeadModel's lm_head is wte */

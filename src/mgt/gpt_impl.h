@@ -14,21 +14,29 @@
 #include "mgt/rng.h"
 #include "mgt/tp.h"
 
-/* Parameters of one layer, in flat-buffer order. */
+/* The parameter slots of a layer, in flat-buffer order; the description chooses which a layer
+   has (gpt_layer_views gives NULL for the others). A pair the block multiplies as one matrix is
+   stored as two logical tensors back to back, so that each reshards on its own: grouped
+   attention's query and key_value (rows [q | k | v]), SwiGLU's gate and up (outputs
+   [gate | up]), and their biases. */
 enum {
   P_LN1_W,
-  P_LN1_B,
-  P_QKV_W,
-  P_QKV_B,
+  P_LN1_B, /* LayerNorm only */
+  P_QKV_W, /* with grouped-query attention the query rows only, then P_KV_W */
+  P_KV_W,
+  P_QKV_B, /* biases: not with --disable-bias-linear */
+  P_KV_B,
   P_PROJ_W,
   P_PROJ_B,
   P_LN2_W,
   P_LN2_B,
-  P_FC_W,
+  P_FC_W, /* SwiGLU: the gate, then P_UP_W */
+  P_UP_W,
   P_FC_B,
+  P_UP_B,
   P_FCP_W,
   P_FCP_B,
-  P_PER_LAYER
+  P_SLOTS
 };
 
 /* BERT's heads, in flat-buffer order after the final LayerNorm: the LM head, then the pooler
@@ -40,7 +48,9 @@ enum { Q_POOL_W, Q_POOL_B, Q_BIN_W, Q_BIN_B, Q_POOL };
 /* Where the model-wide parameters sit in the descriptor array (-1: absent). */
 typedef struct param_index {
   int wte, wpe, tte, first_layer, lnf, lm, pool;
-  int out; /* the untied output layer, else -1 (the output layer is wte) */
+  int out;            /* the untied output layer, else -1 (the output layer is wte) */
+  int per_layer;      /* parameters of each layer */
+  int8_t at[P_SLOTS]; /* a slot's index among its layer's parameters, -1 when absent */
 } param_index;
 
 /* The causal LM's output layer: its own weight, or the word embeddings (tied). */
@@ -51,13 +61,13 @@ static inline int gpt_output_param(const param_index *ix) {
 /* Activations one layer keeps for its backward pass. */
 typedef struct layer_acts {
   float *ln1, *ln1_mean, *ln1_rstd; /* (N,C) (N) (N) */
-  float *qkv;                       /* (N, 3*Cl) */
+  float *qkv;                       /* (N, 3*Cl): [q | k | v], groups repeated for their heads */
   float *P;                         /* (B, Hl, T, T); NULL with --use-flash-attn */
   float *lse;                       /* (B, Hl, T) row log-sum-exp, with --use-flash-attn */
   float *atty;                      /* (N, Cl) */
   float *res_mid;                   /* (N,C) residual after attention */
   float *ln2, *ln2_mean, *ln2_rstd;
-  float *fch, *fch_gelu; /* (N, Fl) pre- and post-GeLU */
+  float *fch, *fch_gelu; /* (N, Fo) and (N, Fl): before and after GeLU or SwiGLU */
 } layer_acts;
 
 typedef struct rplan {
@@ -89,6 +99,8 @@ struct mgt_gpt {
   int32_t *inputs, *targets;
   float *dres, *dtmp, *dqkv, *datty, *dfch, *att_scratch;
   float *inv_freq; /* (hd/2) rotary frequencies, with --position-embedding-type rope */
+  float *qkvg;     /* (N, QKVl) grouped-query attention's projection and its gradient, else NULL */
+  float *dact;     /* (N, Fl) the gradient of SwiGLU's output, else NULL */
   /* --sequence-parallel: a block of this rank's rows (N/tp, C), the LayerNorm gradients' sum
      over tp (2C) and the floats of each rank's rows; m->lnf (N, C) is also the buffer rows are
      gathered into inside the layers */
@@ -145,7 +157,7 @@ void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out
 /* The one decision of who holds the saved copy: data-parallel replica d holds copy d; a
    replicated tensor's copy is tensor-parallel rank 0's, the others are duplicates. */
 int gpt_replica_of(const mgt_param *p, int tp_rank, int dp_rank);
-void gpt_layer_views(const mgt_gpt *m, float *base, int l, float *v[P_PER_LAYER]);
+void gpt_layer_views(const mgt_gpt *m, float *base, int l, float *v[P_SLOTS]);
 /* Views of `count` consecutive parameters from index first (-1: none). */
 void gpt_views(const mgt_gpt *m, float *base, int first, int count, float **v);
 mgt_status gpt_init_params(mgt_gpt *m);
@@ -177,6 +189,11 @@ typedef struct layer_rows {
 } layer_rows;
 
 layer_rows gpt_batch_rows(const mgt_gpt *m);
+/* The description's norm (LayerNorm with its bias b, or RMSNorm) of N rows of x. */
+mgt_status gpt_norm_forward(const mgt_gpt *m, float *out, float *mean, float *rstd, const float *x,
+                            const float *w, const float *b, int N);
+/* The final norm's weight and bias (NULL: RMSNorm) in base (m->w or m->g). */
+void gpt_final_norm(const mgt_gpt *m, float *base, float **w, float **b);
 /* Layer l from its input x to its output y, keeping what its backward needs in a. */
 mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float *x, float *y,
                              layer_acts *a, const step_ctx *s);

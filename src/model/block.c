@@ -42,15 +42,43 @@ static mgt_status row_out(mgt_gpt *m, const layer_rows *r, float **y, const floa
   return mgt_tp_row_forward(&m->tp, *y, x, W, NULL, r->N, in_l, d->C);
 }
 
+mgt_status gpt_norm_forward(const mgt_gpt *m, float *out, float *mean, float *rstd, const float *x,
+                            const float *w, const float *b, int N) {
+  const float eps = (float)m->cfg.layernorm_epsilon;
+  if (m->d.desc.norm == MGT_NORM_RMSNORM)
+    return mgt_be_rmsnorm_forward(m->be, out, rstd, x, w, N, m->d.C, eps);
+  return mgt_be_layernorm_forward(m->be, out, mean, rstd, x, w, b, N, m->d.C, eps);
+}
+
+void gpt_final_norm(const mgt_gpt *m, float *base, float **w, float **b) {
+  const mgt_param *p = &m->params[m->ix.lnf];
+  *w = base + p[0].offset;
+  *b = m->d.desc.norm == MGT_NORM_LAYERNORM ? base + p[1].offset : NULL;
+}
+
+/* The end of a row-parallel layer (bias_dropout_add_ln), its LayerNorm fused, or followed by an
+   RMSNorm. */
+static mgt_status residual_norm(mgt_gpt *m, float *out, float *x, const float *b, const float *res,
+                                int N, size_t row, const mgt_dropout *d, float *ln, float *mean,
+                                float *rstd, const float *w, const float *lb) {
+  const int C = m->d.C;
+  const float eps = (float)m->cfg.layernorm_epsilon;
+  if (m->d.desc.norm == MGT_NORM_LAYERNORM)
+    return mgt_be_bias_dropout_add_ln(m->be, out, x, b, res, N, C, row, d, ln, mean, rstd, w, lb,
+                                      eps);
+  MGT_CHECK(mgt_be_bias_dropout_add_ln(m->be, out, x, b, res, N, C, row, d, NULL, NULL, NULL, NULL,
+                                       NULL, 0.0f));
+  return gpt_norm_forward(m, ln, mean, rstd, out, w, NULL, N);
+}
+
 mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float *x, float *y,
                              layer_acts *a, const step_ctx *s) {
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
-  const int N = r->N, C = d->C, Cl = d->Cl, Fl = d->Fl, Nl = r->Nl;
+  const int N = r->N, C = d->C, Cl = d->Cl, Fl = d->Fl, Nl = r->Nl, KVl = d->KVl;
   const size_t row = (size_t)d->T * C;
-  float *w[P_PER_LAYER];
+  float *w[P_SLOTS];
   gpt_layer_views(m, m->w, l, w);
-  const float eps = (float)m->cfg.layernorm_epsilon;
   float *tmp; /* m->dtmp or m->sp_loc: free during forward and before backward uses it */
   const float *in;
   /* post-LN (the original BERT): the residual starts from the LayerNorm's output */
@@ -60,36 +88,44 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
   /* attention: QKV column-parallel by heads, heads local, output row-parallel; the
      LayerNorm, dropout and residual on this rank's rows (all of them without sequence
      parallelism) */
-  MGT_CHECK(mgt_be_layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, w[P_LN1_W],
-                                     w[P_LN1_B], Nl, C, eps));
+  MGT_CHECK(gpt_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w[P_LN1_W], w[P_LN1_B], Nl));
   MGT_CHECK(full_rows(m, r->sp, a->ln1, &in));
-  MGT_CHECK(mgt_tp_column_forward(&m->tp, a->qkv, in, w[P_QKV_W], w[P_QKV_B], N, C, 3 * Cl));
+  /* the projection's rows [q | k | v] hold Gl key/value groups; with fewer groups than heads
+     they are repeated for their heads after the rotation (decoding reads the groups) */
+  float *qg = m->qkvg && !r->kc ? m->qkvg : a->qkv;
+  MGT_CHECK(mgt_tp_column_forward(&m->tp, qg, in, w[P_QKV_W], w[P_QKV_B], N, C, d->QKVl));
   if (m->inv_freq) /* q and k of every local head turned by their position (decoding: r->pos) */
-    MGT_CHECK(mgt_be_rope(be, a->qkv, N, r->kc ? 1 : d->T, r->kc ? r->pos : 0, 2 * d->Hl, d->hd,
-                          3 * Cl, m->inv_freq, 0));
+    MGT_CHECK(mgt_be_rope(be, qg, N, r->kc ? 1 : d->T, r->kc ? r->pos : 0, d->Hl + d->Gl, d->hd,
+                          d->QKVl, m->inv_freq, 0));
   if (r->kc) { /* decoding: the position's key and value join the cache the query reads */
-    const size_t bytes = sizeof(float) * (size_t)Cl, at = (size_t)r->pos * Cl;
-    MGT_CHECK(mgt_be_copy(be, r->kc + at, a->qkv + Cl, bytes));
-    MGT_CHECK(mgt_be_copy(be, r->vc + at, a->qkv + 2 * Cl, bytes));
-    MGT_CHECK(mgt_be_attention_decode(be, a->atty, a->qkv, r->kc, r->vc, r->pos + 1, d->Hl, d->Hl,
-                                      d->hd));
-  } else if (m->rp.flash)
-    MGT_CHECK(mgt_be_flash_attention_forward(be, a->atty, a->lse, a->qkv, d->B, d->T, d->Hl, d->hd,
-                                             d->tp_rank * d->Hl, m->keylen, &ds.attn));
-  else
-    MGT_CHECK(mgt_be_attention_forward(be, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
-                                       d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
-                                       m->att_scratch));
+    const size_t bytes = sizeof(float) * (size_t)KVl, at = (size_t)r->pos * KVl;
+    MGT_CHECK(mgt_be_copy(be, r->kc + at, qg + Cl, bytes));
+    MGT_CHECK(mgt_be_copy(be, r->vc + at, qg + Cl + KVl, bytes));
+    MGT_CHECK(
+        mgt_be_attention_decode(be, a->atty, qg, r->kc, r->vc, r->pos + 1, d->Hl, d->Gl, d->hd));
+  } else {
+    if (qg != a->qkv) MGT_CHECK(mgt_be_kv_group(be, a->qkv, qg, N, d->Hl, d->Gl, d->hd, 0));
+    if (m->rp.flash)
+      MGT_CHECK(mgt_be_flash_attention_forward(be, a->atty, a->lse, a->qkv, d->B, d->T, d->Hl,
+                                               d->hd, d->tp_rank * d->Hl, m->keylen, &ds.attn));
+    else
+      MGT_CHECK(mgt_be_attention_forward(be, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
+                                         d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
+                                         m->att_scratch));
+  }
   /* the projection's bias, dropout, residual and the MLP's LayerNorm in one pass */
   MGT_CHECK(row_out(m, r, &tmp, a->atty, w[P_PROJ_W], Cl));
-  MGT_CHECK(mgt_be_bias_dropout_add_ln(be, a->res_mid, tmp, w[P_PROJ_B], res1, Nl, C, row, &ds.proj,
-                                       a->ln2, a->ln2_mean, a->ln2_rstd, w[P_LN2_W], w[P_LN2_B],
-                                       eps));
+  MGT_CHECK(residual_norm(m, a->res_mid, tmp, w[P_PROJ_B], res1, Nl, row, &ds.proj, a->ln2,
+                          a->ln2_mean, a->ln2_rstd, w[P_LN2_W], w[P_LN2_B]));
 
-  /* MLP: first linear column-parallel with GeLU local, second row-parallel */
+  /* MLP: first linear column-parallel with GeLU or SwiGLU local, second row-parallel */
   MGT_CHECK(full_rows(m, r->sp, a->ln2, &in));
-  MGT_CHECK(
-      mgt_tp_column_forward_gelu(&m->tp, a->fch, a->fch_gelu, in, w[P_FC_W], w[P_FC_B], N, C, Fl));
+  if (d->desc.mlp == MGT_MLP_SWIGLU) { /* outputs [gate | up] of this rank's Fl columns */
+    MGT_CHECK(mgt_tp_column_forward(&m->tp, a->fch, in, w[P_FC_W], w[P_FC_B], N, C, d->Fo));
+    MGT_CHECK(mgt_be_swiglu_forward(be, a->fch_gelu, a->fch, N, Fl));
+  } else
+    MGT_CHECK(mgt_tp_column_forward_gelu(&m->tp, a->fch, a->fch_gelu, in, w[P_FC_W], w[P_FC_B], N,
+                                         C, Fl));
   MGT_CHECK(row_out(m, r, &tmp, a->fch_gelu, w[P_FCP_W], Fl));
   MGT_CHECK(mgt_be_bias_dropout_add_ln(be, y, tmp, w[P_FCP_B],
                                        d->desc.post_ln ? a->ln2 : a->res_mid, Nl, C, row, &ds.mlp,
@@ -130,11 +166,11 @@ mgt_status gpt_trunk_forward(mgt_gpt *m, const step_ctx *s) {
     MGT_CHECK(gpt_layer_forward(m, l, &rows, m->res[l], m->res[l + 1], gpt_acts_of(m, l), s));
   }
   MGT_CHECK(mgt_ddp_weights_ready(m->ddp, 0));
-  const mgt_param *lnf = &m->params[m->ix.lnf];
+  float *lnw, *lnb;
+  gpt_final_norm(m, m->w, &lnw, &lnb);
   /* the heads see every row: under sequence parallelism they are gathered into m->lnf */
-  MGT_CHECK(mgt_be_layernorm_forward(be, d->sp ? m->sp_loc : m->lnf, m->lnf_mean, m->lnf_rstd,
-                                     m->res[d->L], m->w + lnf[0].offset, m->w + lnf[1].offset, Nl,
-                                     C, (float)m->cfg.layernorm_epsilon));
+  MGT_CHECK(gpt_norm_forward(m, d->sp ? m->sp_loc : m->lnf, m->lnf_mean, m->lnf_rstd, m->res[d->L],
+                             lnw, lnb, Nl));
   if (d->sp) MGT_CHECK(mgt_tp_sp_gather(&m->tp, m->lnf, m->sp_loc));
   return MGT_OK;
 }
@@ -148,26 +184,33 @@ static mgt_status post_ln_residual(mgt_gpt *m, float *dln, float *dres) {
   return mgt_be_zero(m->be, dres, n * sizeof(float));
 }
 
-/* A LayerNorm's backward on this rank's rows. Under sequence parallelism its weight and bias
-   gradients are partial sums over the rows, summed over tp_comm before they are added in, so
-   that every rank holds the same (replicated) gradient at all times. */
+/* A LayerNorm's or RMSNorm's backward on this rank's rows (db: LayerNorm's). Under sequence
+   parallelism its weight and bias gradients are partial sums over the rows, summed over tp_comm
+   before they are added in, so that every rank holds the same (replicated) gradient at all
+   times. */
 static mgt_status ln_backward(mgt_gpt *m, float *dx, float *dw, float *db, const float *dout,
                               const float *x, const float *w, const float *mean, const float *rstd,
                               int acc) {
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
-  const int C = d->C;
-  if (!d->sp)
-    return mgt_be_layernorm_backward(be, dx, dw, db, dout, x, w, mean, rstd, d->Nl, C, acc);
-  MGT_CHECK(
-      mgt_be_layernorm_backward(be, dx, m->lng, m->lng + C, dout, x, w, mean, rstd, d->Nl, C, 0));
-  MGT_CHECK(m->comm->allreduce(m->comm->ctx, m->grid, MGT_AXIS_TP, m->lng, 2 * (size_t)C, MGT_SUM));
-  if (!acc) {
-    MGT_CHECK(mgt_be_copy(be, dw, m->lng, sizeof(float) * (size_t)C));
-    return mgt_be_copy(be, db, m->lng + C, sizeof(float) * (size_t)C);
+  const int C = d->C, rms = d->desc.norm == MGT_NORM_RMSNORM;
+  float *gw = d->sp ? m->lng : dw, *gb = d->sp ? m->lng + C : db;
+  const int a = d->sp ? 0 : acc;
+  if (rms)
+    MGT_CHECK(mgt_be_rmsnorm_backward(be, dx, gw, dout, x, w, rstd, d->Nl, C, a));
+  else
+    MGT_CHECK(mgt_be_layernorm_backward(be, dx, gw, gb, dout, x, w, mean, rstd, d->Nl, C, a));
+  if (!d->sp) return MGT_OK;
+  const int n = rms ? 1 : 2; /* the weight's and the bias's sums */
+  MGT_CHECK(m->comm->allreduce(m->comm->ctx, m->grid, MGT_AXIS_TP, m->lng, (size_t)n * C, MGT_SUM));
+  for (int k = 0; k < n; k++) {
+    float *dst = k ? db : dw;
+    if (acc)
+      MGT_CHECK(mgt_be_add(be, dst, m->lng + (size_t)k * C, (size_t)C));
+    else
+      MGT_CHECK(mgt_be_copy(be, dst, m->lng + (size_t)k * C, sizeof(float) * (size_t)C));
   }
-  MGT_CHECK(mgt_be_add(be, dw, m->lng, (size_t)C));
-  return mgt_be_add(be, db, m->lng + C, (size_t)C);
+  return MGT_OK;
 }
 
 /* The gradient of a row-parallel layer's output for every row: dy itself, or under sequence
@@ -200,7 +243,7 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, Cl = d->Cl, Fl = d->Fl;
   const size_t nl = (size_t)d->Nl * C, row = (size_t)d->T * C;
-  float *w[P_PER_LAYER], *g[P_PER_LAYER];
+  float *w[P_SLOTS], *g[P_SLOTS];
   gpt_layer_views(m, m->w, l, w);
   gpt_layer_views(m, m->g, l, g);
   layer_acts *a = gpt_acts_of(m, l);
@@ -219,10 +262,17 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
      gradient comes from every row, as without sequence parallelism */
   MGT_CHECK(mgt_be_dropout_backward(be, dloc, dres, nl, row, &ds.mlp));
   MGT_CHECK(full_grad(m, dloc, &dy));
-  /* the GeLU's gradient and the first layer's bias gradient fused into the dx GEMM */
-  MGT_CHECK(mgt_tp_row_backward_gelu(&m->tp, m->dfch, g[P_FCP_W], g[P_FCP_B], g[P_FC_B], dy,
-                                     a->fch_gelu, w[P_FCP_W], a->fch, N, Fl, C, acc));
-  MGT_CHECK(column_back(m, &dln, g[P_FC_W], NULL, m->dfch, a->ln2, w[P_FC_W], Fl, acc));
+  if (d->desc.mlp == MGT_MLP_SWIGLU) {
+    MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dact, g[P_FCP_W], g[P_FCP_B], dy, a->fch_gelu,
+                                  w[P_FCP_W], N, Fl, C, acc));
+    MGT_CHECK(mgt_be_swiglu_backward(be, m->dfch, m->dact, a->fch, N, Fl));
+    MGT_CHECK(column_back(m, &dln, g[P_FC_W], g[P_FC_B], m->dfch, a->ln2, w[P_FC_W], d->Fo, acc));
+  } else {
+    /* the GeLU's gradient and the first layer's bias gradient fused into the dx GEMM */
+    MGT_CHECK(mgt_tp_row_backward_gelu(&m->tp, m->dfch, g[P_FCP_W], g[P_FCP_B], g[P_FC_B], dy,
+                                       a->fch_gelu, w[P_FCP_W], a->fch, N, Fl, C, acc));
+    MGT_CHECK(column_back(m, &dln, g[P_FC_W], NULL, m->dfch, a->ln2, w[P_FC_W], Fl, acc));
+  }
   MGT_CHECK(post_ln_residual(m, dln, dres));
   MGT_CHECK(ln_backward(m, dres, g[P_LN2_W], g[P_LN2_B], dln, a->res_mid, w[P_LN2_W], a->ln2_mean,
                         a->ln2_rstd, acc));
@@ -245,9 +295,14 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
                                         d->hd, d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
                                         m->att_scratch));
   }
+  float *dqg = m->dqkv;
+  if (m->qkvg) { /* each group's gradient the sum of its heads' */
+    MGT_CHECK(mgt_be_kv_group(be, m->qkvg, m->dqkv, N, d->Hl, d->Gl, d->hd, 1));
+    dqg = m->qkvg;
+  }
   if (m->inv_freq) /* the rotation's transpose: back to the gradient of the projections */
-    MGT_CHECK(mgt_be_rope(be, m->dqkv, N, d->T, 0, 2 * d->Hl, d->hd, 3 * Cl, m->inv_freq, 1));
-  MGT_CHECK(column_back(m, &dln, g[P_QKV_W], g[P_QKV_B], m->dqkv, a->ln1, w[P_QKV_W], 3 * Cl, acc));
+    MGT_CHECK(mgt_be_rope(be, dqg, N, d->T, 0, d->Hl + d->Gl, d->hd, d->QKVl, m->inv_freq, 1));
+  MGT_CHECK(column_back(m, &dln, g[P_QKV_W], g[P_QKV_B], dqg, a->ln1, w[P_QKV_W], d->QKVl, acc));
   MGT_CHECK(post_ln_residual(m, dln, dres));
   MGT_CHECK(ln_backward(m, dres, g[P_LN1_W], g[P_LN1_B], dln, x, w[P_LN1_W], a->ln1_mean,
                         a->ln1_rstd, acc));
@@ -262,7 +317,9 @@ mgt_status gpt_trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int
   const size_t nl = (size_t)d->Nl * C;
   float *gwte = m->g + m->params[m->ix.wte].offset,
         *gwpe = m->ix.wpe >= 0 ? m->g + m->params[m->ix.wpe].offset : NULL;
-  const mgt_param *lnf = &m->params[m->ix.lnf];
+  float *lnw, *lnb, *glnw, *glnb;
+  gpt_final_norm(m, m->w, &lnw, &lnb);
+  gpt_final_norm(m, m->g, &glnw, &glnb);
   const float *dlnf = m->dtmp;
   if (d->sp) {
     if (!local_ready)
@@ -270,8 +327,8 @@ mgt_status gpt_trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int
     dlnf = m->sp_loc;
   }
   MGT_CHECK(mgt_be_zero(be, m->dres, sizeof(float) * nl));
-  MGT_CHECK(ln_backward(m, m->dres, m->g + lnf[0].offset, m->g + lnf[1].offset, dlnf, m->res[d->L],
-                        m->w + lnf[0].offset, m->lnf_mean, m->lnf_rstd, accumulate));
+  MGT_CHECK(ln_backward(m, m->dres, glnw, glnb, dlnf, m->res[d->L], lnw, m->lnf_mean, m->lnf_rstd,
+                        accumulate));
   mgt_ddp_begin(m->ddp);
   if (dp_sync) MGT_CHECK(mgt_ddp_start_bucket(m->ddp, 0));
 

@@ -8,7 +8,7 @@ struct mgt_gpt_decoder {
   void *mem;                               /* backend memory for everything below */
   float *x[2], *ln, *mean, *rstd, *logits; /* the residual stream, in and out of a layer */
   layer_acts a;                            /* one row of a layer's activations */
-  float **kc, **vc;                        /* per layer, (max_len, Cl) */
+  float **kc, **vc;                        /* per layer, (max_len, KVl) */
   int32_t *tok;
   float *host_shard, *host_all;
 };
@@ -36,11 +36,11 @@ mgt_status mgt_gpt_decoder_create(mgt_gpt *m, int max_len, mgt_gpt_decoder **out
     la->ln1 = take(&a, d->C), la->ln1_mean = take(&a, 1), la->ln1_rstd = take(&a, 1);
     la->qkv = take(&a, 3 * (size_t)d->Cl), la->atty = take(&a, d->Cl);
     la->res_mid = take(&a, d->C), la->ln2 = take(&a, d->C), la->ln2_mean = take(&a, 1);
-    la->ln2_rstd = take(&a, 1), la->fch = take(&a, d->Fl), la->fch_gelu = take(&a, d->Fl);
+    la->ln2_rstd = take(&a, 1), la->fch = take(&a, d->Fo), la->fch_gelu = take(&a, d->Fl);
     dec->tok = (int32_t *)take(&a, 1);
     for (int l = 0; l < d->L; l++) {
-      dec->kc[l] = take(&a, (size_t)max_len * d->Cl);
-      dec->vc[l] = take(&a, (size_t)max_len * d->Cl);
+      dec->kc[l] = take(&a, (size_t)max_len * d->KVl); /* the key/value groups only */
+      dec->vc[l] = take(&a, (size_t)max_len * d->KVl);
     }
     if (pass == 0)
       MGT_TRY(mgt_be_alloc(m->be, a.used * sizeof(float), "key/value cache", &dec->mem));
@@ -72,7 +72,6 @@ mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *l
   const mgt_gpt_dims *d = &m->d;
   const mgt_backend *be = m->be;
   const int C = d->C;
-  const float eps = (float)m->cfg.layernorm_epsilon;
   MGT_REQUIRE(pos >= 0 && pos < dec->max_len, "position %d beyond the decoder's %d", pos,
               dec->max_len);
   MGT_REQUIRE(token >= 0 && token < d->V, "token id %d outside the vocabulary [0, %d)", token,
@@ -88,9 +87,9 @@ mgt_status mgt_gpt_decode(mgt_gpt_decoder *dec, int32_t token, int pos, float *l
     const layer_rows r = {1, 1, 0, dec->kc[l], dec->vc[l], pos};
     MGT_CHECK(gpt_layer_forward(m, l, &r, dec->x[l & 1], dec->x[!(l & 1)], &dec->a, &s));
   }
-  const mgt_param *lnf = &m->params[m->ix.lnf];
-  MGT_CHECK(mgt_be_layernorm_forward(be, dec->ln, dec->mean, dec->rstd, dec->x[d->L & 1],
-                                     m->w + lnf[0].offset, m->w + lnf[1].offset, 1, C, eps));
+  float *lnw, *lnb;
+  gpt_final_norm(m, m->w, &lnw, &lnb);
+  MGT_CHECK(gpt_norm_forward(m, dec->ln, dec->mean, dec->rstd, dec->x[d->L & 1], lnw, lnb, 1));
   const float *wout = m->w + m->params[gpt_output_param(&m->ix)].offset;
   MGT_CHECK(mgt_tp_column_forward(&m->tp, dec->logits, dec->ln, wout, NULL, 1, C, d->Vl));
   MGT_CHECK(gpt_gather_row(m, dec->logits, dec->host_shard, dec->host_all, logits));

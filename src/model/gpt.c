@@ -21,7 +21,7 @@ static void bucket_range(const mgt_gpt *m, int b, int *first, int *last) {
   if (b == 0) { /* final LayerNorm and the heads */
     *first = m->ix.lnf, *last = m->n_params;
   } else if (b <= L) { /* layer L - b */
-    *first = m->ix.first_layer + (L - b) * P_PER_LAYER, *last = *first + P_PER_LAYER;
+    *first = m->ix.first_layer + (L - b) * m->ix.per_layer, *last = *first + m->ix.per_layer;
   } else { /* embeddings: complete only after the embedding backward */
     *first = m->ix.wte, *last = m->ix.first_layer;
   }
@@ -60,14 +60,8 @@ mgt_status mgt_gpt_gather_params(mgt_gpt *m) { return mgt_ddp_gather_params(m->d
 mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt_backend *be,
                           const mgt_comm *comm, mgt_gpt **out) {
   *out = NULL;
-  mgt_model_desc desc;
+  mgt_model_desc desc; /* the block implements every description this accepts */
   MGT_CHECK(mgt_model_describe(cfg, &desc));
-  /* the block implements these; a kind that asks for others is refused, not run as GPT */
-  MGT_REQUIRE(desc.norm == MGT_NORM_LAYERNORM &&
-                  (desc.pos == MGT_POS_LEARNED || desc.pos == MGT_POS_ROPE) &&
-                  desc.mlp == MGT_MLP_GELU,
-              "--model %s: the transformer block has no norm %d, position %d or MLP %d",
-              mgt_model_kinds[desc.kind].name, (int)desc.norm, (int)desc.pos, (int)desc.mlp);
   mgt_status st = MGT_OK;
   mgt_gpt *m = NULL;
   MGT_CHECK(mgt_calloc(sizeof *m, "model", (void **)&m));

@@ -37,6 +37,10 @@ int gpt_chunk_ending_at(const rplan *p, int l, int L, int *first) {
    as post-LN residuals, nor gathered over tp_comm into m->lnf under sequence parallelism. */
 static int ln16(const mgt_gpt_dims *d) { return d->act16 && !d->desc.post_ln && !d->sp; }
 
+/* Whether the MLP's activation output is kept in 16 bits: GeLU's (the fused GEMM epilogue
+   writes it so); SwiGLU's stays in floats. */
+static int act16_mlp(const mgt_gpt_dims *d) { return d->act16 && d->desc.mlp == MGT_MLP_GELU; }
+
 /* One layer's set; with share_P its attention probabilities are the buffer P (selective).
    The LayerNorms and the residual hold this rank's rows only under sequence parallelism. */
 static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la, int share_P, float *P,
@@ -54,8 +58,8 @@ static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la, int shar
   la->ln2 = ln16(d) ? NULL : take(a, Nl * d->C);
   la->ln2_mean = take(a, Nl);
   la->ln2_rstd = take(a, Nl);
-  la->fch = take(a, N * d->Fl);
-  la->fch_gelu = d->act16 ? NULL : take(a, N * d->Fl); /* else in the 16-bit region */
+  la->fch = take(a, N * d->Fo);
+  la->fch_gelu = act16_mlp(d) ? NULL : take(a, N * d->Fl); /* else in the 16-bit region */
 }
 
 size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp) {
@@ -79,10 +83,10 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
   m->act16 = a.base ? a.base + a.used : NULL;
   const size_t bytes16 = (size_t)d->act16, ln_floats = (Nl * d->C * bytes16 + 3) / 4;
   for (int l = 0; d->act16 && l < rp->nsets; l++) {
-    float *p = take(&a, (N * d->Fl * bytes16 + 3) / 4);
+    float *p = act16_mlp(d) ? take(&a, (N * d->Fl * bytes16 + 3) / 4) : NULL;
     float *l1 = ln16(d) ? take(&a, ln_floats) : NULL, *l2 = ln16(d) ? take(&a, ln_floats) : NULL;
     if (m->acts) {
-      m->acts[l].fch_gelu = p;
+      if (p) m->acts[l].fch_gelu = p;
       if (l1) m->acts[l].ln1 = l1, m->acts[l].ln2 = l2;
     }
   }
@@ -107,7 +111,11 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
   }
   m->dqkv = take(&a, N * 3 * d->Cl);
   m->datty = take(&a, N * d->Cl);
-  m->dfch = take(&a, N * d->Fl);
+  m->dfch = take(&a, N * d->Fo);
+  /* grouped-query attention: the QKV projection's rows [q | k | v] before the groups are
+     repeated for their heads (and their gradient); SwiGLU: the gradient of its output */
+  m->qkvg = d->G != d->H ? take(&a, N * d->QKVl) : NULL;
+  m->dact = d->desc.mlp == MGT_MLP_SWIGLU ? take(&a, N * d->Fl) : NULL;
   m->att_scratch = rp->flash ? NULL : take(&a, probs);
   m->inv_freq = d->desc.pos == MGT_POS_ROPE ? take(&a, (size_t)d->hd / 2) : NULL;
   if (d->desc.input == MGT_INPUT_SAMPLES) {

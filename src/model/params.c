@@ -21,6 +21,11 @@ void mgt_gpt_dims_from_config(const mgt_config *c, int tp, int tp_rank, mgt_gpt_
   d->Cl = d->Hl * d->hd;
   d->Fl = d->F / tp;
   d->Vl = d->Vp / tp;
+  d->G = d->desc.groups;
+  d->Gl = d->G / tp;
+  d->KVl = d->Gl * d->hd;
+  d->QKVl = d->Cl + 2 * d->KVl;
+  d->Fo = d->desc.mlp == MGT_MLP_SWIGLU ? 2 * d->Fl : d->Fl;
   d->v0 = tp_rank * d->Vl;
   int nv = d->V - d->v0;
   d->nv = nv < 0 ? 0 : (nv > d->Vl ? d->Vl : nv);
@@ -45,8 +50,10 @@ typedef struct param_spec {
   int decay;
 } param_spec;
 
+/* pack: the next parameter follows this one without padding (the two halves of a pair the
+   block multiplies as one matrix) */
 static void add_param(mgt_param *out, int *n, size_t *off, uint32_t id, const param_spec *s,
-                      const char *prefix) {
+                      const char *prefix, int pack) {
   mgt_param p;
   memset(&p, 0, sizeof p);
   snprintf(p.name, sizeof p.name, "%s%s", prefix, s->name);
@@ -68,13 +75,34 @@ static void add_param(mgt_param *out, int *n, size_t *off, uint32_t id, const pa
   p.replicated = s->split_dim < 0;
   if (out) out[*n] = p;
   (*n)++;
-  *off += round16(numel);
+  *off += pack ? numel : round16(numel);
+}
+
+/* Which slots a layer of this description has; their RNG streams are l * 16 + id (the ids of
+   the first twelve are those of the GPT-2 layer, which had them all). */
+static const uint32_t slot_id[P_SLOTS] = {0, 1, 2, 12, 3, 13, 4, 5, 6, 7, 8, 14, 9, 15, 10, 11};
+
+static int slot_present(const mgt_gpt_dims *d, int k) {
+  const int grouped = d->G != d->H, swiglu = d->desc.mlp == MGT_MLP_SWIGLU, bias = d->desc.bias;
+  switch (k) {
+  case P_LN1_B:
+  case P_LN2_B: return d->desc.norm == MGT_NORM_LAYERNORM;
+  case P_KV_W: return grouped;
+  case P_KV_B: return grouped && bias;
+  case P_UP_W: return swiglu;
+  case P_UP_B: return swiglu && bias;
+  case P_QKV_B:
+  case P_PROJ_B:
+  case P_FC_B:
+  case P_FCP_B: return bias;
+  default: return 1;
+  }
 }
 
 void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out, int *n,
                       size_t *total, param_index *ix) {
   *n = 0;
-  param_index pi = {0, 1, -1, 2, -1, -1, -1, -1};
+  param_index pi = {0, 1, -1, 2, -1, -1, -1, -1, 0, {0}};
   size_t off = 0;
   const float std = (float)c->init_method_std;
   const float out_std = std / sqrtf(2.0f * (float)d->L); /* scaled output projections */
@@ -84,47 +112,69 @@ void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out
       "embedding.word_embeddings.weight", 2, {d->Vl, C}, {d->V, C}, 0, d->v0, std, 0, 1};
   param_spec wpe = {
       "embedding.position_embeddings.weight", 2, {d->maxpos, C}, {d->maxpos, C}, -1, 0, std, 0, 1};
-  add_param(out, n, &off, 0xFFFF0000u, &wte, "");
+  add_param(out, n, &off, 0xFFFF0000u, &wte, "", 0);
   pi.wpe = -1; /* rotary positions have no table */
   if (d->desc.pos == MGT_POS_LEARNED) {
     pi.wpe = *n;
-    add_param(out, n, &off, 0xFFFF0001u, &wpe, "");
+    add_param(out, n, &off, 0xFFFF0001u, &wpe, "", 0);
   }
   if (d->desc.token_types) {
     param_spec tte = {"embedding.tokentype_embeddings.weight", 2, {2, C}, {2, C}, -1, 0, std, 0, 1};
     pi.tte = *n;
-    add_param(out, n, &off, 0xFFFF0004u, &tte, "");
+    add_param(out, n, &off, 0xFFFF0004u, &tte, "", 0);
   }
   pi.first_layer = *n;
+  const int64_t H = d->H, hd = d->hd, KVl = d->KVl, KV = (int64_t)d->G * hd;
+  const int grouped = d->G != d->H;
+  pi.per_layer = 0;
+  for (int k = 0; k < P_SLOTS; k++)
+    pi.at[k] = (int8_t)(slot_present(d, k) ? pi.per_layer++ : -1);
   for (int l = 0; l < d->L; l++) {
-    param_spec s[P_PER_LAYER] = {
+    param_spec s[P_SLOTS] = {
         {"input_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0},
         {"input_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
         {"attention.qkv.weight", 3, {3, Cl, C}, {3, C, C}, 1, r * Cl, std, 0, 1},
+        {"attention.key_value.weight", 3, {2, KVl, C}, {2, KV, C}, 1, r * KVl, std, 0, 1},
         {"attention.qkv.bias", 2, {3, Cl}, {3, C}, 1, r * Cl, 0, 0, 0},
+        {"attention.key_value.bias", 2, {2, KVl}, {2, KV}, 1, r * KVl, 0, 0, 0},
         {"attention.dense.weight", 2, {C, Cl}, {C, C}, 1, r * Cl, out_std, 0, 1},
         {"attention.dense.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
         {"post_attention_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0},
         {"post_attention_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
         {"mlp.dense_h_to_4h.weight", 2, {Fl, C}, {F, C}, 0, r * Fl, std, 0, 1},
+        {"mlp.up.weight", 2, {Fl, C}, {F, C}, 0, r * Fl, std, 0, 1},
         {"mlp.dense_h_to_4h.bias", 1, {Fl}, {F}, 0, r * Fl, 0, 0, 0},
+        {"mlp.up.bias", 1, {Fl}, {F}, 0, r * Fl, 0, 0, 0},
         {"mlp.dense_4h_to_h.weight", 2, {C, Fl}, {C, F}, 1, r * Fl, out_std, 0, 1},
         {"mlp.dense_4h_to_h.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
     };
+    if (grouped) { /* the query rows alone, the keys and values after them */
+      const param_spec q = {
+          "attention.query.weight", 2, {Cl, C}, {H * hd, C}, 0, r * Cl, std, 0, 1};
+      const param_spec qb = {"attention.query.bias", 1, {Cl}, {H * hd}, 0, r * Cl, 0, 0, 0};
+      s[P_QKV_W] = q, s[P_QKV_B] = qb;
+    }
+    if (d->desc.mlp == MGT_MLP_SWIGLU) /* Megatron's fc1 split in its two halves */
+      s[P_FC_W].name = "mlp.gate.weight", s[P_FC_B].name = "mlp.gate.bias";
     char prefix[32];
     snprintf(prefix, sizeof prefix, "layers.%d.", l);
-    for (int k = 0; k < P_PER_LAYER; k++)
-      add_param(out, n, &off, (uint32_t)l * 16u + (uint32_t)k, &s[k], prefix);
+    for (int k = 0; k < P_SLOTS; k++) {
+      if (pi.at[k] < 0) continue;
+      /* the first half of a pair is followed by its second without padding */
+      const int pack =
+          (k == P_QKV_W || k == P_QKV_B || k == P_FC_W || k == P_FC_B) && pi.at[k + 1] >= 0;
+      add_param(out, n, &off, (uint32_t)l * 16u + slot_id[k], &s[k], prefix, pack);
+    }
   }
   param_spec lnw = {"final_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0};
   param_spec lnb = {"final_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0};
   pi.lnf = *n;
-  add_param(out, n, &off, 0xFFFF0002u, &lnw, "");
-  add_param(out, n, &off, 0xFFFF0003u, &lnb, "");
+  add_param(out, n, &off, 0xFFFF0002u, &lnw, "", 0);
+  if (d->desc.norm == MGT_NORM_LAYERNORM) add_param(out, n, &off, 0xFFFF0003u, &lnb, "", 0);
   if (d->desc.untied) { /* vocabulary-parallel as the word embeddings (Megatron's name) */
     param_spec o = {"output_layer.weight", 2, {d->Vl, C}, {d->V, C}, 0, d->v0, std, 0, 1};
     pi.out = *n;
-    add_param(out, n, &off, 0xFFFF0030u, &o, "");
+    add_param(out, n, &off, 0xFFFF0030u, &o, "", 0);
   }
   if (d->desc.masked_lm) {
     param_spec lm[H_LM] = {
@@ -136,7 +186,7 @@ void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out
     };
     pi.lm = *n;
     for (int k = 0; k < H_LM; k++)
-      add_param(out, n, &off, 0xFFFF0010u + (uint32_t)k, &lm[k], "");
+      add_param(out, n, &off, 0xFFFF0010u + (uint32_t)k, &lm[k], "", 0);
   }
   if (d->desc.pooler) { /* a task head replaces the SOP head (Megatron's names) */
     const char *head = d->desc.head == MGT_HEAD_MULTIPLE_CHOICE ? "multichoice_head"
@@ -154,7 +204,7 @@ void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out
     };
     pi.pool = *n;
     for (int k = 0; k < Q_POOL; k++)
-      add_param(out, n, &off, 0xFFFF0020u + (uint32_t)k, &q[k], "");
+      add_param(out, n, &off, 0xFFFF0020u + (uint32_t)k, &q[k], "", 0);
   }
   *total = off;
   if (ix) *ix = pi;
@@ -177,14 +227,26 @@ static int64_t pool_params(const mgt_config *c) {
   return d.pooler ? C * C + C + K * C + K : 0;
 }
 
+/* Parameters of one layer, and of one LayerNorm or RMSNorm. */
+static int64_t norm_params(const mgt_config *c) {
+  return c->normalization == MGT_NORM_RMSNORM ? c->hidden_size : 2 * (int64_t)c->hidden_size;
+}
+
+static int64_t layer_params(const mgt_config *c) {
+  const int64_t C = c->hidden_size, F = c->ffn_hidden_size, b = !c->disable_bias_linear;
+  const int64_t qkv = C + 2 * (int64_t)mgt_config_query_groups(c) * (C / c->num_attention_heads);
+  const int64_t fc = c->swiglu ? 2 * F : F;
+  return 2 * norm_params(c) + (qkv * C + b * qkv) + (C * C + b * C) + (fc * C + b * fc) +
+         (C * F + b * C);
+}
+
 int64_t mgt_gpt_logical_params(const mgt_config *cfg) {
-  int64_t C = cfg->hidden_size, F = cfg->ffn_hidden_size,
+  int64_t C = cfg->hidden_size,
           P = cfg->position_embedding_type == MGT_POS_LEARNED ? cfg->max_position_embeddings : 0;
-  int64_t layer = 4 * C + 3 * C * C + 3 * C + C * C + C + F * C + F + C * F + C;
   int64_t tte = pool_params(cfg) ? 2 * C : 0;
   const int64_t out = cfg->untie_embeddings_and_output_weights ? (int64_t)cfg->vocab_size * C : 0;
-  return (int64_t)cfg->vocab_size * C + P * C + tte + cfg->num_layers * layer + 2 * C + out +
-         lm_head_params(cfg) + pool_params(cfg);
+  return (int64_t)cfg->vocab_size * C + P * C + tte + cfg->num_layers * layer_params(cfg) +
+         norm_params(cfg) + out + lm_head_params(cfg) + pool_params(cfg);
 }
 
 void mgt_gpt_rope_frequencies(const mgt_config *cfg, int hd, float *out) {
@@ -208,21 +270,22 @@ double mgt_gpt_flops_per_iteration(const mgt_config *cfg) {
   const mgt_model_desc d = mgt_model_of(cfg);
   const double rows = d.rows;
   const double samples = cfg->global_batch_size * rows, tokens = samples * T;
-  const double F = cfg->ffn_hidden_size, layer = 4 * C + 4 * C * C + 4 * C + 2 * F * C + F + C;
+  const double layer = (double)layer_params(cfg), norm = (double)norm_params(cfg);
   const double attention = 12.0 * L * C * T * tokens;
   if (d.head == MGT_HEAD_CAUSAL_LM) {
-    double n = L * layer + 2 * C + (double)cfg->vocab_size * C; /* the output layer, tied or not */
+    double n = L * layer + norm + (double)cfg->vocab_size * C; /* the output layer, tied or not */
     return 6.0 * n * tokens + attention;
   }
   const double masked = d.masked_lm ? cfg->mask_prob * tokens : 0; /* the LM head's rows */
-  return 6.0 * (L * layer + 2 * C) * tokens + attention +
+  return 6.0 * (L * layer + norm) * tokens + attention +
          6.0 * (C * C + (double)cfg->vocab_size * C) * masked +
          6.0 * (double)pool_params(cfg) * samples;
 }
 
-void gpt_layer_views(const mgt_gpt *m, float *base, int l, float *v[P_PER_LAYER]) {
-  for (int k = 0; k < P_PER_LAYER; k++)
-    v[k] = base + m->params[m->ix.first_layer + l * P_PER_LAYER + k].offset;
+void gpt_layer_views(const mgt_gpt *m, float *base, int l, float *v[P_SLOTS]) {
+  const int first = m->ix.first_layer + l * m->ix.per_layer;
+  for (int k = 0; k < P_SLOTS; k++)
+    v[k] = m->ix.at[k] < 0 ? NULL : base + m->params[first + m->ix.at[k]].offset;
 }
 
 void gpt_views(const mgt_gpt *m, float *base, int first, int count, float **v) {
