@@ -258,3 +258,169 @@ mgt_status mgt_safetensors_read(const mgt_safetensors *f, const char *name, int 
   }
   return MGT_OK;
 }
+
+/* ---- a directory of Hugging Face weights, one file or several ---- */
+
+struct mgt_st_dir {
+  char dir[MGT_PATH_MAX], index[MGT_PATH_MAX + 40];
+  mgt_safetensors **f; /* the files, in the order the index first names them */
+  const char **names;  /* their file names (in the index's parser) */
+  int n;
+  char *text; /* the index, and its weight_map (NULL for one file) */
+  mgt_json_parser *jp;
+  const mgt_json *map;
+};
+
+void mgt_st_dir_close(mgt_st_dir **pd) {
+  mgt_st_dir *d = *pd;
+  if (!d) return;
+  for (int i = 0; i < d->n; i++)
+    mgt_safetensors_close(&d->f[i]);
+  free(d->f);
+  free(d->names);
+  free(d->text);
+  mgt_json_parser_destroy(&d->jp);
+  free(d);
+  *pd = NULL;
+}
+
+static mgt_status dir_add(mgt_st_dir *d, const char *name) {
+  for (int i = 0; i < d->n; i++)
+    if (!strcmp(d->names[i], name)) return MGT_OK;
+  MGT_REQUIRE(name[0] && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, ".."),
+              "%s: weight_map names '%s', not a file of the directory", d->index, name);
+  mgt_safetensors **f = realloc(d->f, sizeof *f * (size_t)(d->n + 1));
+  if (f) d->f = f;
+  const char **nm = f ? realloc(d->names, sizeof *nm * (size_t)(d->n + 1)) : NULL;
+  if (!nm) MGT_FAIL(MGT_ERR_NOMEM, "out of memory opening %s", d->index);
+  d->names = nm;
+  char path[2 * MGT_PATH_MAX];
+  snprintf(path, sizeof path, "%s/%s", d->dir, name);
+  d->names[d->n] = name;
+  d->f[d->n] = NULL;
+  MGT_CHECK(mgt_safetensors_open(path, &d->f[d->n]));
+  d->n++;
+  return MGT_OK;
+}
+
+mgt_status mgt_st_dir_open(const char *dir, mgt_st_dir **out) {
+  *out = NULL;
+  mgt_st_dir *d = calloc(1, sizeof *d);
+  if (!d) MGT_FAIL(MGT_ERR_NOMEM, "out of memory opening %s", dir);
+  mgt_status st = MGT_OK;
+  snprintf(d->dir, sizeof d->dir, "%s", dir);
+  snprintf(d->index, sizeof d->index, "%s/model.safetensors.index.json", dir);
+  if (access(d->index, F_OK) != 0) { /* one file */
+    static const char one[] = "model.safetensors";
+    MGT_TRY(dir_add(d, one));
+    *out = d;
+    return MGT_OK;
+  }
+  size_t len = 0;
+  const mgt_json *root = NULL;
+  MGT_TRY(mgt_read_file("--input", d->index, &d->text, &len));
+  MGT_TRY(mgt_json_parser_create(&d->jp));
+  MGT_TRY(mgt_json_parse(d->jp, d->text, len, &root));
+  d->map = root->type == MGT_JSON_OBJECT ? mgt_json_get(root, "weight_map") : NULL;
+  if (!d->map || d->map->type != MGT_JSON_OBJECT || d->map->len == 0)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: no weight_map object of tensor names and files", d->index);
+  for (size_t i = 0; i < d->map->len; i++) {
+    const mgt_json *v = &d->map->items[i];
+    if (v->type != MGT_JSON_STRING || strlen(v->str) != v->len)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: weight_map's %s is not a file name", d->index,
+                    d->map->keys[i]);
+    MGT_TRY(dir_add(d, v->str));
+  }
+  *out = d;
+  return MGT_OK;
+done:
+  mgt_st_dir_close(&d);
+  return st;
+}
+
+/* The file holding tensor `name`, or NULL when the index maps it nowhere. */
+static const mgt_safetensors *file_of(const mgt_st_dir *d, const char *name) {
+  if (!d->map) return d->f[0];
+  const mgt_json *v = mgt_json_get(d->map, name);
+  for (int i = 0; v && v->type == MGT_JSON_STRING && i < d->n; i++)
+    if (!strcmp(d->names[i], v->str)) return d->f[i];
+  return NULL;
+}
+
+int mgt_st_dir_dims(const mgt_st_dir *d, const char *name, int64_t *shape) {
+  const mgt_safetensors *f = file_of(d, name);
+  return f ? mgt_safetensors_dims(f, name, shape) : -1;
+}
+
+mgt_status mgt_st_dir_read(const mgt_st_dir *d, const char *name, int ndim, const int64_t *shape,
+                           float *out) {
+  const mgt_safetensors *f = file_of(d, name);
+  MGT_REQUIRE(f, "%s: tensor %s is missing", d->index, name);
+  return mgt_safetensors_read(f, name, ndim, shape, out);
+}
+
+/* Writes text to path through a temporary file, published durably. */
+static mgt_status publish_text(const char *path, const char *text, size_t n) {
+  char tmp[MGT_PATH_MAX + 128];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  int fd = -1;
+  MGT_CHECK(mgt_create_fd("--output", tmp, 0, &fd));
+  mgt_status st = write_all(fd, text, n, tmp);
+  if (close(fd) != 0 && st == MGT_OK)
+    st = MGT_ERROR(MGT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+  if (st == MGT_OK) st = mgt_publish_file(tmp, path);
+  if (st != MGT_OK) unlink(tmp);
+  return st;
+}
+
+mgt_status mgt_st_dir_write(const char *dir, const mgt_st_tensor *t, int n, size_t max_bytes,
+                            int *files) {
+  char path[MGT_PATH_MAX + 64], index[MGT_PATH_MAX + 48];
+  snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+  /* files of whole tensors in order, each at most max_bytes of data unless one tensor is more */
+  int nf = 0;
+  size_t total = 0, in_file = 0;
+  for (int i = 0; i < n; i++) {
+    const size_t b = 4 * numel(t[i].ndim, t[i].shape);
+    if (i == 0 || (in_file > 0 && in_file + b > max_bytes)) nf++, in_file = 0;
+    in_file += b, total += b;
+  }
+  *files = nf;
+  if (nf <= 1) { /* one file, and no index of an earlier export left to contradict it */
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    MGT_CHECK(mgt_safetensors_write(path, t, n));
+    if (unlink(index) != 0 && errno != ENOENT)
+      MGT_FAIL(MGT_ERR_IO, "cannot remove the stale %s: %s", index, strerror(errno));
+    return MGT_OK;
+  }
+  char *json = NULL;
+  size_t jl = 0;
+  FILE *ms = open_memstream(&json, &jl);
+  if (!ms) MGT_FAIL(MGT_ERR_NOMEM, "out of memory writing %s", index);
+  fprintf(ms, "{\n  \"metadata\": {\"total_size\": %zu},\n  \"weight_map\": {", total);
+  mgt_status st = MGT_OK;
+  for (int i = 0, k = 0; i < n && st == MGT_OK; k++) {
+    int j = i;
+    in_file = 0;
+    while (j < n && (j == i || in_file + 4 * numel(t[j].ndim, t[j].shape) <= max_bytes))
+      in_file += 4 * numel(t[j].ndim, t[j].shape), j++;
+    char name[64];
+    snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, nf);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    st = mgt_safetensors_write(path, t + i, j - i);
+    for (; i < j; i++) {
+      fprintf(ms, "%s\n    ", i ? "," : "");
+      mgt_json_write_string(ms, t[i].name);
+      fprintf(ms, ": \"%s\"", name);
+    }
+  }
+  fprintf(ms, "\n  }\n}\n");
+  if (fclose(ms) != 0 && st == MGT_OK) st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory");
+  if (st == MGT_OK) st = publish_text(index, json, jl);
+  free(json);
+  MGT_CHECK(st);
+  snprintf(path, sizeof path, "%s/model.safetensors", dir); /* an earlier single-file export */
+  if (unlink(path) != 0 && errno != ENOENT)
+    MGT_FAIL(MGT_ERR_IO, "cannot remove the stale %s: %s", path, strerror(errno));
+  return MGT_OK;
+}

@@ -65,7 +65,7 @@ static mgt_status verify(const char *path, int *damaged) {
 
 typedef struct ckpt_opts {
   char load[MGT_PATH_MAX], output[MGT_PATH_MAX], input[MGT_PATH_MAX], save[MGT_PATH_MAX];
-  int64_t ckpt_iteration;
+  int64_t ckpt_iteration, max_shard_size;
   int format;
 } ckpt_opts;
 
@@ -76,8 +76,12 @@ static const mgt_flag ckpt_flags[] = {
      MGT_PATH_MAX},
     {"--ckpt-iteration", MGT_FLAG_INT64, COFF(ckpt_iteration), -1, 9e15,
      "this iteration instead of the latest", NULL, 0},
-    {"--format", MGT_FLAG_ENUM, COFF(format), 0, 0, "export/import format: hf (Hugging Face GPT-2)",
-     ckpt_formats, 0},
+    {"--format", MGT_FLAG_ENUM, COFF(format), 0, 0,
+     "export/import format: hf (Hugging Face GPT-2, BERT or Llama)", ckpt_formats, 0},
+    {"--max-shard-size", MGT_FLAG_INT64, COFF(max_shard_size), 1, 9e15,
+     "export: bytes of weights per safetensors file; more go into several files with an index "
+     "(save_pretrained's default, 5 GB)",
+     NULL, 0},
     {"--output", MGT_FLAG_STR, COFF(output), 0, 0, "export: directory to write", NULL,
      MGT_PATH_MAX},
     {"--input", MGT_FLAG_STR, COFF(input), 0, 0, "import: Hugging Face model directory", NULL,
@@ -87,10 +91,11 @@ static const mgt_flag ckpt_flags[] = {
 };
 
 static void ckpt_usage(FILE *f) {
-  fprintf(f, "usage: mgt ckpt info DIR|FILE [--ckpt-iteration K]\n"
-             "       mgt ckpt verify DIR|FILE [--ckpt-iteration K]\n"
-             "       mgt ckpt export --format hf --load DIR|FILE --output OUT\n"
-             "       mgt ckpt import --format hf --input HF_DIR --save DIR\n");
+  fprintf(f,
+          "usage: mgt ckpt info DIR|FILE [--ckpt-iteration K]\n"
+          "       mgt ckpt verify DIR|FILE [--ckpt-iteration K]\n"
+          "       mgt ckpt export --format hf --load DIR|FILE --output OUT [--max-shard-size B]\n"
+          "       mgt ckpt import --format hf --input HF_DIR --save DIR\n");
 }
 
 /* Checkpoint tools run on rank 0; the verdict is shared so every rank exits alike. */
@@ -105,6 +110,7 @@ int mgt_cli_ckpt(int argc, char **argv, MPI_Comm world) {
   ckpt_opts o;
   memset(&o, 0, sizeof o);
   o.ckpt_iteration = -1;
+  o.max_shard_size = 5000000000; /* Hugging Face's "5GB" */
   int first = 3, help = 0, bad_sub = 0;
   if (!strcmp(sub, "info") || !strcmp(sub, "verify")) {
     if (argc > 3 && strncmp(argv[3], "--", 2) != 0) {
@@ -147,7 +153,8 @@ int mgt_cli_ckpt(int argc, char **argv, MPI_Comm world) {
       st = mgt_ckpt_resolve(o.load, o.ckpt_iteration, path, sizeof path);
       if (st == MGT_OK && !strcmp(sub, "info")) st = info(path, stdout);
       if (st == MGT_OK && !strcmp(sub, "verify")) st = verify(path, &damaged);
-      if (st == MGT_OK && !strcmp(sub, "export")) st = mgt_hf_export(path, o.output, stdout);
+      if (st == MGT_OK && !strcmp(sub, "export"))
+        st = mgt_hf_export(path, o.output, (size_t)o.max_shard_size, stdout);
     }
     fflush(stdout);
   }

@@ -1,6 +1,6 @@
-/* Hugging Face GPT-2 export and import (include/mgt/hf.h). The model module says which tensors
-   a configuration has (mgt_gpt_describe); this file says what Hugging Face calls them and how
-   it lays them out; io/ reads and writes the files. */
+/* Hugging Face export and import: GPT-2, BERT and Llama (src/mgt/hf.h). The model module says which
+   tensors a configuration has (mgt_gpt_describe); this file says what Hugging Face calls them and
+   how it lays them out; io/ reads and writes the files. */
 #define _GNU_SOURCE
 #include "mgt/hf.h"
 
@@ -116,6 +116,71 @@ static mgt_status plan_gpt2(hf_plan *pl, const mgt_config *c, const hf_names *w)
   return plan_whole(pl, w, "transformer.ln_f.bias", "final_layernorm.bias", 0, 0);
 }
 
+/* Rows [row0, row0 + rows) of our tensor `ours` as `hf`: a slice of a fused tensor (q, k or v
+   of attention.qkv). A weight's rows are its last dimension; a bias's are its elements. */
+static mgt_status plan_rows(hf_plan *pl, const hf_names *w, const char *hf, const char *ours,
+                            int64_t row0, int64_t rows, int bias) {
+  int i = find(w, ours);
+  if (i < 0) MGT_FAIL(MGT_ERR_INTERNAL, "the model has no tensor %s", ours);
+  const mgt_shard *s = &w->s->t[i].shard;
+  const int64_t cols = bias ? 1 : s->full[s->ndim - 1];
+  const int64_t shape[2] = {rows, cols};
+  return plan_add(pl, hf, i, row0 * cols, bias ? 1 : 2, shape, 0);
+}
+
+/* LlamaForCausalLM: q_proj, k_proj and v_proj are the query and key_value tensors (grouped
+   attention) or the thirds of attention.qkv; gate_proj and up_proj the SwiGLU halves. Biases,
+   where the model has them, are Llama's attention_bias and mlp_bias. */
+static mgt_status plan_llama(hf_plan *pl, const mgt_config *c, const mgt_model_desc *d,
+                             const hf_names *w) {
+  const int64_t C = c->hidden_size, KV = (int64_t)d->groups * (C / c->num_attention_heads);
+  const int grouped = d->groups != c->num_attention_heads;
+  MGT_CHECK(
+      plan_whole(pl, w, "model.embed_tokens.weight", "embedding.word_embeddings.weight", 0, 0));
+  for (int l = 0; l < c->num_layers; l++) {
+    char hf[128], ours[128], q[96], kv[96];
+    const char *sfx[2] = {"weight", "bias"};
+    for (int b = 0; b < (d->bias ? 2 : 1); b++) {
+      snprintf(q, sizeof q, "layers.%d.attention.%s.%s", l, grouped ? "query" : "qkv", sfx[b]);
+      snprintf(kv, sizeof kv, "layers.%d.attention.%s.%s", l, grouped ? "key_value" : "qkv",
+               sfx[b]);
+      const int64_t k0 = grouped ? 0 : C; /* the first key row in kv */
+      snprintf(hf, sizeof hf, "model.layers.%d.self_attn.q_proj.%s", l, sfx[b]);
+      MGT_CHECK(plan_rows(pl, w, hf, q, 0, C, b));
+      snprintf(hf, sizeof hf, "model.layers.%d.self_attn.k_proj.%s", l, sfx[b]);
+      MGT_CHECK(plan_rows(pl, w, hf, kv, k0, KV, b));
+      snprintf(hf, sizeof hf, "model.layers.%d.self_attn.v_proj.%s", l, sfx[b]);
+      MGT_CHECK(plan_rows(pl, w, hf, kv, k0 + KV, KV, b));
+    }
+    static const char *const same[][2] = {
+        {"input_layernorm.weight", "input_layernorm.weight"},
+        {"self_attn.o_proj.weight", "attention.dense.weight"},
+        {"post_attention_layernorm.weight", "post_attention_layernorm.weight"},
+        {"mlp.gate_proj.weight", "mlp.gate.weight"},
+        {"mlp.up_proj.weight", "mlp.up.weight"},
+        {"mlp.down_proj.weight", "mlp.dense_4h_to_h.weight"},
+        {"self_attn.o_proj.bias", "attention.dense.bias"}, /* the biases, when present */
+        {"mlp.gate_proj.bias", "mlp.gate.bias"},
+        {"mlp.up_proj.bias", "mlp.up.bias"},
+        {"mlp.down_proj.bias", "mlp.dense_4h_to_h.bias"},
+    };
+    for (int k = 0; k < (d->bias ? 10 : 6); k++) {
+      snprintf(hf, sizeof hf, "model.layers.%d.%s", l, same[k][0]);
+      snprintf(ours, sizeof ours, "layers.%d.%s", l, same[k][1]);
+      MGT_CHECK(plan_whole(pl, w, hf, ours, 0, 0));
+    }
+  }
+  MGT_CHECK(plan_whole(pl, w, "model.norm.weight", "final_layernorm.weight", 0, 0));
+  return d->untied ? plan_whole(pl, w, "lm_head.weight", "output_layer.weight", 0, 0) : MGT_OK;
+}
+
+/* Whether a description is Llama's: a causal LM with rotary positions, RMSNorm and SwiGLU (the
+   rest: groups, biases, tying, are LlamaConfig's options). */
+static int is_llama(const mgt_model_desc *d) {
+  return d->kind == MGT_MODEL_GPT && d->pos == MGT_POS_ROPE && d->norm == MGT_NORM_RMSNORM &&
+         d->mlp == MGT_MLP_SWIGLU;
+}
+
 /* A LayerNorm's weight and bias under HF prefix `hf` ("...LayerNorm" or "...ln"). */
 static mgt_status plan_ln(hf_plan *pl, const hf_names *w, const char *hf, const char *ours) {
   char a[96], b[96];
@@ -215,14 +280,19 @@ static mgt_status make_plan(const mgt_config *c, const mgt_state *model, hf_plan
   MGT_CHECK(mgt_state_index_init(&w.ix, model));
   mgt_model_desc d;
   mgt_status st = mgt_model_describe(c, &d);
+  if (st == MGT_OK && is_llama(&d)) {
+    st = plan_llama(pl, c, &d, &w);
+    goto done;
+  }
   if (st == MGT_OK && d.pos != MGT_POS_LEARNED)
     st = MGT_ERROR(MGT_ERR_INPUT,
                    "--position-embedding-type %s: Hugging Face's GPT-2 and BERT "
-                   "have learned positions",
+                   "have learned positions (Llama: rotary with RMSNorm and --swiglu)",
                    mgt_pos_names[d.pos]);
   else if (st == MGT_OK && d.norm != MGT_NORM_LAYERNORM)
     st = MGT_ERROR(MGT_ERR_INPUT,
-                   "--normalization %s: Hugging Face's GPT-2 and BERT have LayerNorms",
+                   "--normalization %s: Hugging Face's GPT-2 and BERT have LayerNorms (Llama: "
+                   "RMSNorm with rotary positions and --swiglu)",
                    mgt_norm_names[d.norm]);
   else if (st == MGT_OK && d.mlp != MGT_MLP_GELU)
     st = MGT_ERROR(MGT_ERR_INPUT, "--swiglu: Hugging Face's GPT-2 and BERT have GeLU MLPs");
@@ -245,6 +315,7 @@ static mgt_status make_plan(const mgt_config *c, const mgt_state *model, hf_plan
                      mgt_model_kinds[d.kind].name);
     }
   }
+done:
   mgt_state_index_fini(&w.ix);
   if (st != MGT_OK) free(pl->p), memset(pl, 0, sizeof *pl);
   return st;
@@ -343,8 +414,39 @@ static char *bert_config_json(const mgt_config *c, const mgt_model_desc *d, int6
   return s;
 }
 
+/* config.json of LlamaForCausalLM: the token ids are the tokenizer's business (its
+   tokenizer_config.json), so none are claimed here. */
+static char *llama_config_json(const mgt_config *c, const mgt_model_desc *d, int64_t iteration) {
+  char scaling[256] = "null";
+  if (c->use_rope_scaling) /* Llama 3.1's, the band mgt_gpt_rope_frequencies uses */
+    snprintf(scaling, sizeof scaling,
+             "{\"rope_type\": \"llama3\", \"factor\": %.17g, \"low_freq_factor\": 1.0, "
+             "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}",
+             c->rope_scaling_factor);
+  char *s = NULL;
+  if (asprintf(&s,
+               "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+               "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+               "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
+               "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n"
+               "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
+               "  \"rope_theta\": %.17g,\n  \"rope_scaling\": %s,\n"
+               "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n  \"tie_word_embeddings\": %s,\n"
+               "  \"initializer_range\": %.9g,\n  \"attention_dropout\": %.9g,\n"
+               "  \"torch_dtype\": \"float32\",\n"
+               "  \"megatron_c\": {\"iteration\": %lld, \"seq_length\": %d}\n}\n",
+               c->vocab_size, c->hidden_size, c->ffn_hidden_size, c->num_layers,
+               c->num_attention_heads, d->groups, c->hidden_size / c->num_attention_heads,
+               c->max_position_embeddings, c->layernorm_epsilon, c->rotary_base, scaling,
+               d->bias ? "true" : "false", d->bias ? "true" : "false", d->untied ? "false" : "true",
+               c->init_method_std, c->attention_dropout, (long long)iteration, c->seq_length) < 0)
+    return NULL;
+  return s;
+}
+
 static char *hf_config_json(const mgt_config *c, int64_t iteration) {
   const mgt_model_desc d = mgt_model_of(c); /* make_plan refused the kinds with no names */
+  if (is_llama(&d)) return llama_config_json(c, &d, iteration);
   if (d.kind == MGT_MODEL_BERT) return bert_config_json(c, &d, iteration);
   if (d.kind != MGT_MODEL_GPT) return NULL;
   char *s = NULL;
@@ -366,7 +468,8 @@ static char *hf_config_json(const mgt_config *c, int64_t iteration) {
   return s;
 }
 
-mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, FILE *log) {
+mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, size_t max_shard_bytes,
+                         FILE *log) {
   mgt_config cfg;
   mgt_ckpt_state state;
   MGT_CHECK(mgt_train_read_config(ckpt_path, &cfg, &state));
@@ -409,16 +512,20 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, FILE *log) 
     }
     out[i].data = (const float *)t->data + pc->offset;
   }
-  if (st == MGT_OK) {
-    snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
-    st = mgt_safetensors_write(path, out, plan.n);
-  }
+  int files = 0;
+  if (st == MGT_OK) st = mgt_st_dir_write(out_dir, out, plan.n, max_shard_bytes, &files);
   MGT_TRY(st);
   json = hf_config_json(&cfg, state.iteration);
   if (!json) MGT_GOTO_FAIL(MGT_ERR_NOMEM, "out of memory");
   snprintf(path, sizeof path, "%s/config.json", out_dir);
   MGT_TRY(write_text(path, json));
-  if (log) fprintf(log, "exported %s to %s (model.safetensors, config.json)\n", ckpt_path, out_dir);
+  if (log && files == 1)
+    fprintf(log, "exported %s to %s (model.safetensors, config.json)\n", ckpt_path, out_dir);
+  else if (log)
+    fprintf(log,
+            "exported %s to %s (%d safetensors files, model.safetensors.index.json, "
+            "config.json)\n",
+            ckpt_path, out_dir, files);
 done:
   for (int i = 0; zeros && i < plan.n; i++)
     mgt_free(zeros[i]);
@@ -473,7 +580,7 @@ enum {
 
 /* The head of a BERT checkpoint: the first entry of "architectures" or, where a hand-written or
    converted config.json has none, the tensors the file holds. */
-static mgt_status bert_kind(const mgt_json *conf, const char *path, const mgt_safetensors *sf,
+static mgt_status bert_kind(const mgt_json *conf, const char *path, const mgt_st_dir *sf,
                             const char **kind) {
   static const char *const kinds[] = {"ForPreTraining", "ForMaskedLM", "ForMultipleChoice",
                                       "ForSequenceClassification"};
@@ -497,12 +604,11 @@ static mgt_status bert_kind(const mgt_json *conf, const char *path, const mgt_sa
     }
   }
   int64_t shape[MGT_ST_MAX_DIMS];
-  const int nd = mgt_safetensors_dims(sf, "classifier.weight", shape);
+  const int nd = mgt_st_dir_dims(sf, "classifier.weight", shape);
   if (nd == 2)
     *kind = shape[0] == 1 ? kinds[2] : kinds[3];
   else
-    *kind =
-        mgt_safetensors_dims(sf, "cls.seq_relationship.weight", shape) >= 0 ? kinds[0] : kinds[1];
+    *kind = mgt_st_dir_dims(sf, "cls.seq_relationship.weight", shape) >= 0 ? kinds[0] : kinds[1];
   return MGT_OK;
 }
 
@@ -510,7 +616,7 @@ static mgt_status bert_kind(const mgt_json *conf, const char *path, const mgt_sa
    binary head or ...ForMaskedLM without; ...ForMultipleChoice is RACE, ...ForSequenceClassification
    MNLI (3 labels) or QQP (2). */
 static mgt_status read_bert_config(const mgt_json *conf, const char *path, int post,
-                                   const mgt_safetensors *sf, mgt_config *cfg) {
+                                   const mgt_st_dir *sf, mgt_config *cfg) {
   const char *kind;
   MGT_CHECK(bert_kind(conf, path, sf, &kind));
   const int binary = strcmp(kind, "ForMaskedLM") != 0;
@@ -519,7 +625,7 @@ static mgt_status read_bert_config(const mgt_json *conf, const char *path, int p
   if (!strcmp(kind, "ForSequenceClassification")) {
     const mgt_json *id2 = mgt_json_get(conf, "id2label");
     int64_t shape[MGT_ST_MAX_DIMS];
-    int n = mgt_safetensors_dims(sf, "classifier.weight", shape) == 2 ? (int)shape[0] : 2;
+    int n = mgt_st_dir_dims(sf, "classifier.weight", shape) == 2 ? (int)shape[0] : 2;
     if (id2 && id2->type == MGT_JSON_OBJECT) n = (int)id2->len;
     MGT_CHECK(hf_int(conf, path, "num_labels", n, 1, 1 << 20, &n));
     MGT_REQUIRE(n == 2 || n == 3,
@@ -548,6 +654,80 @@ static mgt_status read_bert_config(const mgt_json *conf, const char *path, int p
   return hf_num(conf, path, "layer_norm_eps", 1e-12, 1e-12, 1, &cfg->layernorm_epsilon);
 }
 
+/* config.json's boolean `key` (dflt when absent or null). */
+static mgt_status hf_bool(const mgt_json *conf, const char *path, const char *key, int dflt,
+                          int *out) {
+  const mgt_json *v = mgt_json_get(conf, key);
+  MGT_REQUIRE(!v || v->type == MGT_JSON_NULL || v->type == MGT_JSON_BOOL,
+              "%s: %s must be true or false", path, key);
+  *out = v && v->type == MGT_JSON_BOOL ? (int)v->number : dflt;
+  return MGT_OK;
+}
+
+/* Llama 3.1's rope_scaling (rope_type llama3 with the band mgt_gpt_rope_frequencies uses), or
+   none. */
+static mgt_status read_rope_scaling(const mgt_json *conf, const char *path, mgt_config *cfg) {
+  const mgt_json *rs = mgt_json_get(conf, "rope_scaling");
+  if (!rs || rs->type == MGT_JSON_NULL) return MGT_OK;
+  const mgt_json *type = mgt_json_get(rs, "rope_type");
+  if (!type) type = mgt_json_get(rs, "type"); /* the older key */
+  MGT_REQUIRE(rs->type == MGT_JSON_OBJECT && type && type->type == MGT_JSON_STRING &&
+                  !strcmp(type->str, "llama3"),
+              "%s: rope_scaling is implemented for rope_type \"llama3\" only (Llama 3.1)", path);
+  double lo, hi, orig;
+  MGT_CHECK(hf_num(rs, path, "factor", 0, 1, 1e6, &cfg->rope_scaling_factor));
+  MGT_CHECK(hf_num(rs, path, "low_freq_factor", 1, 0, 1e6, &lo));
+  MGT_CHECK(hf_num(rs, path, "high_freq_factor", 4, 0, 1e6, &hi));
+  MGT_CHECK(hf_num(rs, path, "original_max_position_embeddings", 8192, 1, 1e9, &orig));
+  MGT_REQUIRE(lo == 1 && hi == 4 && orig == 8192,
+              "%s: rope_scaling with low_freq_factor %g, high_freq_factor %g and "
+              "original_max_position_embeddings %g: only Llama 3.1's 1, 4 and 8192 are implemented",
+              path, lo, hi, orig);
+  cfg->use_rope_scaling = 1;
+  return MGT_OK;
+}
+
+/* A LlamaConfig: RMSNorm, SwiGLU, rotary positions; grouped attention, biases and tying as it
+   says. Training windows default to 4096 positions at most (Llama 3.1 declares 131072). */
+static mgt_status read_llama_config(const mgt_json *conf, const char *path, mgt_config *cfg) {
+  const mgt_json *act = mgt_json_get(conf, "hidden_act");
+  MGT_REQUIRE(!act || (act->type == MGT_JSON_STRING && !strcmp(act->str, "silu")),
+              "%s: hidden_act must be \"silu\" (SwiGLU's gate)", path);
+  mgt_config_defaults(cfg);
+  cfg->normalization = MGT_NORM_RMSNORM, cfg->swiglu = 1;
+  cfg->position_embedding_type = MGT_POS_ROPE;
+  MGT_CHECK(hf_int(conf, path, "hidden_size", 0, 1, HF_MAX_HIDDEN, &cfg->hidden_size));
+  MGT_CHECK(hf_int(conf, path, "num_hidden_layers", 0, 1, HF_MAX_LAYERS, &cfg->num_layers));
+  MGT_CHECK(hf_int(conf, path, "num_attention_heads", 0, 1, 65536, &cfg->num_attention_heads));
+  MGT_CHECK(hf_int(conf, path, "intermediate_size", 0, 1, HF_MAX_FFN, &cfg->ffn_hidden_size));
+  MGT_CHECK(hf_int(conf, path, "vocab_size", 0, 1, HF_MAX_VOCAB, &cfg->vocab_size));
+  MGT_CHECK(hf_int(conf, path, "max_position_embeddings", 2048, 1, HF_MAX_POSITIONS,
+                   &cfg->max_position_embeddings));
+  int kv, hd, attn_bias, mlp_bias, tied;
+  MGT_CHECK(hf_int(conf, path, "num_key_value_heads", cfg->num_attention_heads, 1, 65536, &kv));
+  if (kv != cfg->num_attention_heads) cfg->group_query_attention = 1, cfg->num_query_groups = kv;
+  MGT_CHECK(hf_int(conf, path, "head_dim", cfg->hidden_size / cfg->num_attention_heads, 1,
+                   HF_MAX_HIDDEN, &hd));
+  MGT_REQUIRE((int64_t)hd * cfg->num_attention_heads == cfg->hidden_size,
+              "%s: head_dim %d times num_attention_heads %d is not hidden_size %d (a head size "
+              "of its own is not implemented)",
+              path, hd, cfg->num_attention_heads, cfg->hidden_size);
+  MGT_CHECK(hf_num(conf, path, "rms_norm_eps", 1e-6, 1e-12, 1, &cfg->layernorm_epsilon));
+  MGT_CHECK(hf_num(conf, path, "rope_theta", 10000, 1, 1e12, &cfg->rotary_base));
+  MGT_CHECK(read_rope_scaling(conf, path, cfg));
+  MGT_CHECK(hf_bool(conf, path, "attention_bias", 0, &attn_bias));
+  MGT_CHECK(hf_bool(conf, path, "mlp_bias", 0, &mlp_bias));
+  MGT_REQUIRE(attn_bias == mlp_bias,
+              "%s: attention_bias %s and mlp_bias %s: biases in some linear layers only are not "
+              "implemented (--disable-bias-linear is all or none)",
+              path, attn_bias ? "true" : "false", mlp_bias ? "true" : "false");
+  cfg->disable_bias_linear = !attn_bias;
+  MGT_CHECK(hf_bool(conf, path, "tie_word_embeddings", 0, &tied)); /* LlamaConfig's default */
+  cfg->untie_embeddings_and_output_weights = !tied;
+  cfg->seq_length = cfg->max_position_embeddings < 4096 ? cfg->max_position_embeddings : 4096;
+  return MGT_OK;
+}
+
 /* Whatever is imported must load: the configuration as a checkpoint stores it, read back as a
    checkpoint's is (flag ranges, model checks). */
 static mgt_status check_loadable(const mgt_config *cfg, const char *path) {
@@ -572,7 +752,7 @@ static mgt_status check_loadable(const mgt_config *cfg, const char *path) {
 
 /* The model configuration of a Hugging Face GPT-2 or BERT config.json; sf is its weights,
    which tell a BERT's head when config.json does not. */
-static mgt_status read_hf_config(const char *hf_dir, const mgt_safetensors *sf, mgt_config *cfg) {
+static mgt_status read_hf_config(const char *hf_dir, const mgt_st_dir *sf, mgt_config *cfg) {
   char path[MGT_PATH_MAX + 64];
   snprintf(path, sizeof path, "%s/config.json", hf_dir);
   char *text = NULL;
@@ -586,15 +766,20 @@ static mgt_status read_hf_config(const char *hf_dir, const mgt_safetensors *sf, 
   if (conf->type != MGT_JSON_OBJECT) MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: not a JSON object", path);
   const mgt_json *type = mgt_json_get(conf, "model_type");
   if (type && type->type != MGT_JSON_STRING)
-    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: model_type must be a string: gpt2, megatron-bert or bert",
-                  path);
+    MGT_GOTO_FAIL(MGT_ERR_INPUT,
+                  "%s: model_type must be a string: gpt2, llama, megatron-bert or bert", path);
   const char *mt = type ? type->str : "gpt2";
   if (!strcmp(mt, "megatron-bert") || !strcmp(mt, "bert")) {
     MGT_TRY(read_bert_config(conf, path, !strcmp(mt, "bert"), sf, cfg));
     goto finish;
   }
+  if (!strcmp(mt, "llama")) {
+    MGT_TRY(read_llama_config(conf, path, cfg));
+    goto windows;
+  }
   if (strcmp(mt, "gpt2") != 0)
-    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: model_type %s is not gpt2, megatron-bert or bert", path, mt);
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: model_type %s is not gpt2, llama, megatron-bert or bert",
+                  path, mt);
   const mgt_json *act = mgt_json_get(conf, "activation_function");
   if (act && act->type == MGT_JSON_STRING && strcmp(act->str, "gelu_new") != 0 &&
       strcmp(act->str, "gelu_pytorch_tanh") != 0) {
@@ -614,9 +799,14 @@ static mgt_status read_hf_config(const char *hf_dir, const mgt_safetensors *sf, 
 finish:
   /* a model the trainer accepts: one rank, windows of every position */
   cfg->seq_length = cfg->max_position_embeddings;
+windows:
   cfg->micro_batch_size = 1;
   cfg->mock_data = 1;
-  MGT_TRY(mgt_config_finalize(cfg, 1));
+  if (mgt_config_finalize(cfg, 1) != MGT_OK) {
+    char why[512]; /* the message is rewritten in place */
+    snprintf(why, sizeof why, "%s", mgt_error_message());
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: %s", path, why);
+  }
   cfg->mock_data = 0; /* the imported model trains on data; nothing synthetic is implied */
   MGT_TRY(check_loadable(cfg, path));
 done:
@@ -628,14 +818,14 @@ done:
 mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   mgt_config cfg;
   mgt_status st = MGT_OK;
-  mgt_safetensors *sf = NULL;
+  mgt_st_dir *sf = NULL;
   mgt_state w = {0};
   hf_plan plan = {0};
   int64_t *covered = NULL;
   float *tmp = NULL;
   char path[MGT_PATH_MAX + 64];
-  snprintf(path, sizeof path, "%s/model.safetensors", hf_dir);
-  MGT_TRY(mgt_safetensors_open(path, &sf));
+  snprintf(path, sizeof path, "%s", hf_dir);
+  MGT_TRY(mgt_st_dir_open(hf_dir, &sf));
   MGT_TRY(read_hf_config(hf_dir, sf, &cfg));
   MGT_TRY(whole_model(&cfg, &w));
   MGT_TRY(make_plan(&cfg, &w, &plan));
@@ -643,15 +833,15 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   for (int i = 0; i < plan.n; i++) {
     const hf_piece *pc = &plan.p[i];
     if (pc->ours >= 0 && !pc->transpose) {
-      MGT_TRY(mgt_safetensors_read(sf, pc->name, pc->ndim, pc->shape,
-                                   (float *)w.t[pc->ours].data + pc->offset));
+      MGT_TRY(mgt_st_dir_read(sf, pc->name, pc->ndim, pc->shape,
+                              (float *)w.t[pc->ours].data + pc->offset));
       covered[pc->ours] += pc->n;
       continue;
     }
     free(tmp);
     tmp = malloc(sizeof(float) * (size_t)pc->n);
     if (!tmp) MGT_GOTO_FAIL(MGT_ERR_NOMEM, "out of memory reading %s", pc->name);
-    MGT_TRY(mgt_safetensors_read(sf, pc->name, pc->ndim, pc->shape, tmp));
+    MGT_TRY(mgt_st_dir_read(sf, pc->name, pc->ndim, pc->shape, tmp));
     if (pc->ours < 0) { /* a tensor the model has no place for must be zero to mean nothing */
       for (int64_t k = 0; k < pc->n; k++)
         if (tmp[k] != 0.0f)
@@ -686,6 +876,6 @@ done:
   free(plan.p);
   mgt_free(covered);
   free_whole(&w);
-  mgt_safetensors_close(&sf);
+  mgt_st_dir_close(&sf);
   return st;
 }

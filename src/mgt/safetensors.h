@@ -40,6 +40,23 @@ int mgt_safetensors_dims(const mgt_safetensors *f, const char *name, int64_t *sh
 MGT_NODISCARD mgt_status mgt_safetensors_read(const mgt_safetensors *f, const char *name, int ndim,
                                               const int64_t *shape, float *out);
 
+/* A directory of Hugging Face weights: DIR/model.safetensors, or the files that
+   DIR/model.safetensors.index.json's weight_map names (a large model's shards), each tensor read
+   from the file the map gives it. */
+typedef struct mgt_st_dir mgt_st_dir;
+MGT_NODISCARD mgt_status mgt_st_dir_open(const char *dir, mgt_st_dir **out);
+void mgt_st_dir_close(mgt_st_dir **d);
+/* As mgt_safetensors_dims and mgt_safetensors_read, in the file holding the tensor. */
+int mgt_st_dir_dims(const mgt_st_dir *d, const char *name, int64_t *shape);
+MGT_NODISCARD mgt_status mgt_st_dir_read(const mgt_st_dir *d, const char *name, int ndim,
+                                         const int64_t *shape, float *out);
+/* Writes the tensors into dir: one model.safetensors, or where they hold more than max_bytes,
+   model-0000k-of-0000n.safetensors files of whole tensors in order (each at most max_bytes unless
+   one tensor is larger) with model.safetensors.index.json, as Hugging Face's save_pretrained
+   shards. What an earlier export of the other form left is removed after. *files: how many. */
+MGT_NODISCARD mgt_status mgt_st_dir_write(const char *dir, const mgt_st_tensor *t, int n,
+                                          size_t max_bytes, int *files);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Llama-style models end to end: trained at tp=2, exported as Hugging Face's LlamaForCausalLM
+# (sharded into several safetensors files with their index, and as one file), scored by an
+# independent float64 numpy Llama (tests/llama_numpy.py, written from transformers'
+# modeling_llama) against mgt eval at tp=1 and tp=2, and imported back bit for bit. Two models:
+# Llama 3's block (grouped attention, no biases, untied, rope_theta 500000 with Llama 3.1's
+# scaling) and the other options (every head its own key/value, biases, tied embeddings).
+# Usage: llama.sh MGT MPIEXEC TESTS_DIR
+set -u
+MGT=$(readlink -f "$1") MPIEXEC=$2 TESTS=$3
+. "$TESTS/lib.sh"
+
+$PY -c "import random; random.seed(7); print(' '.join(str((5 + 7 * i) % 128 if i % 5 else random.randrange(128)) for i in range(129)))" > "$tmp/ids.txt"
+M=(--mock-data --num-layers 2 --hidden-size 64 --seq-length 32 --micro-batch-size 2
+  --global-batch-size 8 --train-iters 12 --lr 3e-3 --eval-iters 0 --log-interval 4
+  --normalization RMSNorm --norm-epsilon 1e-6 --swiglu --ffn-hidden-size 96
+  --position-embedding-type rope --tensor-model-parallel-size 2)
+LLAMA3=(--num-attention-heads 8 --group-query-attention --num-query-groups 2 --disable-bias-linear
+  --untie-embeddings-and-output-weights --rotary-base 500000 --use-rope-scaling --rope-scaling-factor 32)
+OTHER=(--num-attention-heads 4)
+
+# check NAME: mgt eval of NAME's checkpoint at tp=1 and 2 against the numpy Llama of its export
+check() {
+  local name=$1
+  for tp in 1 2; do
+    "$MPIEXEC" -n 2 "$MGT" eval --load "$tmp/$name" --input-ids "$tmp/ids.txt" \
+      --tensor-model-parallel-size $tp > "$tmp/$name.eval$tp" 2>&1 ||
+      { fail "mgt eval $name tp=$tp"; cat "$tmp/$name.eval$tp"; }
+  done
+  $PY "$TESTS/llama_numpy.py" "$tmp/$name.hf" "$tmp/ids.txt" 32 > "$tmp/$name.numpy" ||
+    fail "numpy Llama of $name"
+  $PY - "$name" "$tmp/$name.eval1" "$tmp/$name.eval2" "$tmp/$name.numpy" <<'PY' || fail "$name: mgt eval and the numpy Llama disagree"
+import json, sys
+e1, e2, ref = (json.loads([l for l in open(f).read().splitlines() if l.startswith("{")][-1]) for f in sys.argv[2:])
+print("%s: mgt eval (tp=1): %.7f over %d tokens; (tp=2): %.7f; numpy float64: %.7f" %
+      (sys.argv[1], e1["avg_loss"], e1["tokens"], e2["avg_loss"], ref["avg_loss"]))
+assert e1["tokens"] == ref["tokens"] == 128
+assert abs(e1["avg_loss"] - ref["avg_loss"]) <= 1e-5 * ref["avg_loss"]
+assert abs(e2["avg_loss"] - ref["avg_loss"]) <= 1e-5 * ref["avg_loss"]
+PY
+}
+
+for name in llama3 other; do
+  extra=("${LLAMA3[@]}")
+  [ $name = other ] && extra=("${OTHER[@]}")
+  "$MPIEXEC" -n 2 "$MGT" train "${M[@]}" "${extra[@]}" --save "$tmp/$name" > "$tmp/$name.log" 2>&1 ||
+    { fail "training $name"; cat "$tmp/$name.log"; }
+done
+
+# Llama 3's block, sharded: 64 KiB files, each tensor in the file the index maps it to
+"$MGT" ckpt export --format hf --load "$tmp/llama3" --output "$tmp/llama3.hf" --max-shard-size 65536 ||
+  fail "export llama3"
+$PY - "$tmp/llama3.hf" <<'PY' || fail "the sharded export is not Hugging Face's layout"
+import json, os, struct, sys
+d = sys.argv[1]
+cfg = json.load(open(d + "/config.json"))
+assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["num_key_value_heads"] == 2
+assert cfg["rope_scaling"]["rope_type"] == "llama3" and cfg["rope_scaling"]["factor"] == 32
+assert cfg["tie_word_embeddings"] is False and cfg["attention_bias"] is False
+index = json.load(open(d + "/model.safetensors.index.json"))
+files = sorted(set(index["weight_map"].values()))
+assert len(files) > 3 and not os.path.exists(d + "/model.safetensors"), files
+total = 0
+for f in files:
+    raw = open(d + "/" + f, "rb").read()
+    h = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+    for k, v in h.items():
+        if k != "__metadata__":
+            assert index["weight_map"][k] == f, (k, f)
+            total += v["data_offsets"][1] - v["data_offsets"][0]
+assert total == index["metadata"]["total_size"]
+assert "lm_head.weight" in index["weight_map"]
+assert "model.layers.1.self_attn.k_proj.weight" in index["weight_map"]
+print("ok: %d files, %d tensors, %d bytes" % (len(files), len(index["weight_map"]), total))
+PY
+check llama3
+
+# the other options in one file
+"$MGT" ckpt export --format hf --load "$tmp/other" --output "$tmp/other.hf" || fail "export other"
+[ -e "$tmp/other.hf/model.safetensors" ] && [ ! -e "$tmp/other.hf/model.safetensors.index.json" ] ||
+  fail "a small export is not one model.safetensors"
+check other
+
+# import back: the same tensors bit for bit, the same loss; a sharded directory exported again
+# as one file leaves no index behind
+for name in llama3 other; do
+  "$MGT" ckpt import --format hf --input "$tmp/$name.hf" --save "$tmp/$name.imp" > /dev/null ||
+    fail "import $name"
+  $PY - "$tmp/$name" "$tmp/$name.imp" <<'PY' || fail "$name: the import differs from the checkpoint"
+import glob, sys
+import h5py, numpy as np
+a, b = (sorted(glob.glob(d + "/iter_*.h5"))[-1] for d in sys.argv[1:])
+n = 0
+with h5py.File(a, "r") as p, h5py.File(b, "r") as q:
+    names = []
+    q["model"].visititems(lambda k, v: names.append(k) if isinstance(v, h5py.Dataset) else None)
+    for k in names:
+        x, y = p["model"][k][()], q["model"][k][()]
+        assert x.shape == y.shape and np.array_equal(x.view(np.uint32), y.view(np.uint32)), k
+        n += 1
+    assert n == len([1 for _ in names]) and n > 10
+print("ok: %d model tensors imported bit for bit" % n)
+PY
+done
+"$MGT" ckpt export --format hf --load "$tmp/llama3.imp" --output "$tmp/llama3.hf" > /dev/null ||
+  fail "export again"
+[ -e "$tmp/llama3.hf/model.safetensors" ] && [ ! -e "$tmp/llama3.hf/model.safetensors.index.json" ] ||
+  fail "the stale index of the sharded export is left beside model.safetensors"
+
+# what Llama's config.json may say that the model cannot be
+mkdir -p "$tmp/bad"
+cp "$tmp/other.hf/model.safetensors" "$tmp/bad/"
+bad() {
+  $PY - "$tmp/other.hf/config.json" "$tmp/bad/config.json" "$1" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+exec(sys.argv[3])
+json.dump(c, open(sys.argv[2], "w"))
+PY
+}
+bad "c['hidden_act'] = 'gelu'"
+expect 'hidden_act must be "silu"' "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
+bad "c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 4.0}"
+expect 'rope_scaling is implemented for rope_type "llama3" only' "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
+bad "c['attention_bias'] = False"
+expect "attention_bias false and mlp_bias true" "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
+bad "c['head_dim'] = 32"
+expect "head_dim 32 times num_attention_heads 4 is not hidden_size 64" "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
+bad "c['num_key_value_heads'] = 3"
+expect "config.json: --num-query-groups 3 does not divide --num-attention-heads 4" "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
+bad "c['tie_word_embeddings'] = 'yes'"
+expect "tie_word_embeddings must be true or false" "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
+[ ! -e "$tmp/x" ] || fail "a refused import left a checkpoint"
+mkdir -p "$tmp/badidx" && cp "$tmp/llama3.imp/../llama3.hf/config.json" "$tmp/badidx/"
+echo '{"weight_map": {"model.norm.weight": "../model.safetensors"}}' > "$tmp/badidx/model.safetensors.index.json"
+expect "weight_map names '../model.safetensors', not a file of the directory" "$MGT" ckpt import --format hf --input "$tmp/badidx" --save "$tmp/x"
+
+[ $fails = 0 ] && echo "llama: all checks passed" || { echo "llama: $fails failures"; exit 1; }

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""An independent Llama (Hugging Face's LlamaForCausalLM) in float64 numpy, reading a Hugging
+Face directory (config.json, model.safetensors or the files of model.safetensors.index.json):
+prints the mean loss of token ids scored in windows of SEQ_LENGTH that start every SEQ_LENGTH
+tokens, as gpt2_numpy.py does. Written from transformers' modeling_llama: RMSNorm, rotary
+positions rotating halves (rotate_half) with rope_scaling "llama3", repeat_kv (query head h
+reads key/value head h // (heads / kv_heads)), down(silu(gate) * up), tied or untied lm_head.
+Usage: llama_numpy.py HF_DIR IDS_FILE SEQ_LENGTH"""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+
+def read_safetensors(path, w):
+    raw = open(path, "rb").read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        assert v["dtype"] == "F32", (k, v["dtype"])
+        a, b = v["data_offsets"]
+        w[k] = np.frombuffer(data[a:b], dtype="<f4").reshape(v["shape"]).astype(np.float64)
+
+
+def load(d):
+    cfg = json.load(open(d + "/config.json"))
+    w = {}
+    index = d + "/model.safetensors.index.json"
+    if os.path.exists(index):
+        files = sorted(set(json.load(open(index))["weight_map"].values()))
+        for f in files:
+            read_safetensors(d + "/" + f, w)
+    else:
+        read_safetensors(d + "/model.safetensors", w)
+    return cfg, w
+
+
+def inv_freq(cfg, hd):
+    f = 1.0 / cfg.get("rope_theta", 10000.0) ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
+    rs = cfg.get("rope_scaling")
+    if not rs:
+        return f
+    assert rs.get("rope_type", rs.get("type")) == "llama3"
+    factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old = rs["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / f
+    llama = np.where(wavelen > old / low, f / factor, f)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * llama / factor + smooth * llama
+    medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+    return np.where(medium, smoothed, llama)
+
+
+def rmsnorm(x, g, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
+
+
+def rotate(x, cos, sin):  # x (T, hd): q * cos + rotate_half(q) * sin
+    h = x.shape[-1] // 2
+    return x * cos + np.concatenate([-x[:, h:], x[:, :h]], -1) * sin
+
+
+def linear(x, w, p):
+    return x @ w[p + ".weight"].T + (w[p + ".bias"] if p + ".bias" in w else 0)
+
+
+def forward(cfg, w, ids):
+    T, C, H = len(ids), cfg["hidden_size"], cfg["num_attention_heads"]
+    G = cfg.get("num_key_value_heads") or H
+    hd, eps = C // H, cfg["rms_norm_eps"]
+    ang = np.outer(np.arange(T), inv_freq(cfg, hd))
+    cos, sin = np.cos(np.concatenate([ang, ang], -1)), np.sin(np.concatenate([ang, ang], -1))
+    x = w["model.embed_tokens.weight"][ids]
+    mask = np.triu(np.full((T, T), -np.inf), 1)
+    for l in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        h = rmsnorm(x, w[p + "input_layernorm.weight"], eps)
+        q = linear(h, w, p + "self_attn.q_proj")
+        k = linear(h, w, p + "self_attn.k_proj")
+        v = linear(h, w, p + "self_attn.v_proj")
+        heads = []
+        for i in range(H):
+            g = i // (H // G)
+            qi = rotate(q[:, i * hd:(i + 1) * hd], cos, sin)
+            kg = rotate(k[:, g * hd:(g + 1) * hd], cos, sin)
+            a = qi @ kg.T / math.sqrt(hd) + mask
+            a = np.exp(a - a.max(-1, keepdims=True))
+            heads.append((a / a.sum(-1, keepdims=True)) @ v[:, g * hd:(g + 1) * hd])
+        x = x + linear(np.concatenate(heads, -1), w, p + "self_attn.o_proj")
+        h = rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate = linear(h, w, p + "mlp.gate_proj")
+        x = x + linear(gate / (1 + np.exp(-gate)) * linear(h, w, p + "mlp.up_proj"), w,
+                       p + "mlp.down_proj")
+    x = rmsnorm(x, w["model.norm.weight"], eps)
+    out = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
+    return x @ out.T
+
+
+def main():
+    cfg, w = load(sys.argv[1])
+    ids = [int(t) for t in open(sys.argv[2]).read().split()]
+    T = int(sys.argv[3])
+    total, count = 0.0, 0
+    for start in range(0, len(ids) - 1, T):
+        window = ids[start:start + T + 1]
+        logits = forward(cfg, w, window[:-1])
+        m = logits.max(-1, keepdims=True)
+        logp = logits - m - np.log(np.exp(logits - m).sum(-1, keepdims=True))
+        for t in range(len(window) - 1):
+            total -= logp[t, window[t + 1]]
+            count += 1
+    print(json.dumps({"tokens": count, "avg_loss": total / count}))
+
+
+if __name__ == "__main__":
+    main()
