@@ -68,3 +68,25 @@ for (const f of process.argv.slice(3)) {
 }
 JS
 (cd "$NPM_DIR" && node bert.js "$BV" "${BFILES[@]}")
+
+# Hugging Face's tokenizer.json (Llama 3, Qwen 3, Llama 2) beside Tokenizers.js reading the same
+# files (the reference tests/hf_tokenizer.sh compares ids with)
+HFT=$DATA/hf-tokenizers
+for n in llama3 qwen3 llama2; do
+  "$BUILD/bench/bench_tokenizer" HuggingFaceTokenizer "$HFT/$n/tokenizer.json" - "${BFILES[@]}"
+done
+cat > "$NPM_DIR/hf.mjs" <<'JS'
+import { Tokenizer } from '@huggingface/tokenizers';
+import { readFileSync } from 'node:fs';
+const [dir, ...files] = process.argv.slice(2);
+const tok = new Tokenizer(JSON.parse(readFileSync(dir + '/tokenizer.json', 'utf8')),
+  JSON.parse(readFileSync(dir + '/tokenizer_config.json', 'utf8')));
+for (const f of files) {
+  const text = readFileSync(f, 'utf8'), bytes = Buffer.byteLength(text, 'utf8'), times = [];
+  let n = 0;
+  for (let r = 0; r < 5; r++) { const t0 = process.hrtime.bigint(); n = tok.encode(text, { add_special_tokens: false }).ids.length; times.push(Number(process.hrtime.bigint() - t0) / 1e9); }
+  times.sort((a, b) => a - b);
+  console.log(`${('Tokenizers.js ' + dir.split('/').pop()).padEnd(32)} ${f.padEnd(40)} ${String(n).padStart(8)} tokens ${(bytes / times[2] / 1e6).toFixed(2).padStart(7)} MB/s (median of 5, one core)`);
+}
+JS
+for n in llama3 qwen3 llama2; do (cd "$NPM_DIR" && timeout 600 node hf.mjs "$HFT/$n" "${BFILES[@]}") || echo "Tokenizers.js $n: no number"; done

@@ -8,7 +8,7 @@
 # services).
 # Needs root or sudo. Skips the install when everything is already there.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
+pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev libpcre2-dev libutf8proc-dev
   hdf5-tools libopenblas-openmp-dev python3 python3-numpy python3-h5py librsvg2-bin)
 [ "${1:-}" = --test ] && pkgs+=(clang-format clang slurm-wlm munge libpmix-dev)
 missing=()

@@ -212,7 +212,7 @@ def depends(prefix, under=None):
                (w is None or (under is not None and under in w)) for d, w, _ in deps_declared)
 
 
-for dep in ("c", "cmake", "mpi", "blas"):
+for dep in ("c", "cmake", "mpi", "blas", "pcre2", "utf8proc"):
     if not depends(dep):
         fail("missing depends_on(%r)" % dep)
 if not any(d.startswith("hdf5") and "+mpi" in d for d, w, _ in deps_declared):

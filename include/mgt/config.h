@@ -18,10 +18,14 @@ enum {
   MGT_TOKENIZER_BYTES = 1,      /* bytes, end of document 256 */
   MGT_TOKENIZER_BERT_LOWER = 2, /* BERT's WordPiece, uncased rules */
   MGT_TOKENIZER_BERT_CASED = 3, /* BERT's WordPiece, cased */
+  MGT_TOKENIZER_HF = 4,         /* Hugging Face's tokenizer.json (--tokenizer-model) */
 };
 extern const char *const mgt_tokenizer_names[];
+/* The flag naming a tokenizer type's file: --tokenizer-model (tokenizer.json) or --vocab-file. */
+const char *mgt_tokenizer_file_flag(int type);
 #define MGT_TOKENIZER_HELP                                                                         \
-  "GPT2BPETokenizer, ByteTokenizer, BertWordPieceLowerCase or BertWordPieceCase"
+  "GPT2BPETokenizer, ByteTokenizer, BertWordPieceLowerCase, BertWordPieceCase or "                 \
+  "HuggingFaceTokenizer"
 
 /* The fine-tuning tasks (--task): a fact of their data format that the model's head shares. */
 enum { MGT_TASK_NONE = 0, MGT_TASK_RACE = 1, MGT_TASK_MNLI = 2, MGT_TASK_QQP = 3 };

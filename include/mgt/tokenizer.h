@@ -32,6 +32,10 @@ MGT_NODISCARD mgt_status mgt_tok_load_gpt2(const char *vocab_file, const char *m
    uses it); `lower` for BertWordPieceLowerCase. Its end-of-document id is [SEP]. */
 MGT_NODISCARD mgt_status mgt_tok_load_wordpiece(const char *vocab_file, int lower,
                                                 mgt_tokenizer **out);
+/* Hugging Face's tokenizer.json (BPE: Llama 3, Qwen, Llama 2, GPT-2's own), its end of document
+   the eos_token of tokenizer_config.json beside it (io/text/hf_tokenizer.c says what is
+   implemented; anything else is refused naming it). */
+MGT_NODISCARD mgt_status mgt_tok_load_hf(const char *path, mgt_tokenizer **out);
 /* The tokenizer of `type` (MGT_TOKENIZER_*) from the files it needs (merge_file only for GPT-2);
    a missing file is named in the error. */
 MGT_NODISCARD mgt_status mgt_tok_open(int type, const char *vocab_file, const char *merge_file,

@@ -582,9 +582,10 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
     if (!in->vocab_hash[0]) in->vocab_size = cfg->vocab_size; /* Megatron-LM's: the run's ids */
     if (tok && in->vocab_hash[0] && strcmp(in->vocab_hash, mgt_tok_hash(tok)) != 0)
       MGT_GOTO_FAIL(MGT_ERR_INPUT,
-                    "--data-path %s was tokenized with another vocabulary than --vocab-file %s "
+                    "--data-path %s was tokenized with another vocabulary than %s %s "
                     "(hash %.12s, expected %.12s)",
-                    in->path, cfg->vocab_file, in->vocab_hash, mgt_tok_hash(tok));
+                    in->path, mgt_tokenizer_file_flag(cfg->tokenizer_type), cfg->vocab_file,
+                    in->vocab_hash, mgt_tok_hash(tok));
     if (in->max_token_id >= cfg->vocab_size || in->vocab_size > cfg->vocab_size)
       MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "--data-path %s: vocabulary of %lld ids (largest used %lld) does not fit "

@@ -10,51 +10,13 @@
 
 #include "mgt/json.h"
 #include "mgt/sha256.h"
+#include "tokenizer_impl.h"
 #include "unicode.h"
 #include "unicode_tables.h"
-#include "wordpiece.h"
-
-enum { KIND_GPT2, KIND_BYTES, KIND_WORDPIECE };
-enum { C_OTHER = 0, C_LETTER = 1, C_NUMBER = 2, C_SPACE = 3 };
-enum { CACHE_BITS = 17, CACHE_MAX_PIECE = 48, HEAP_MIN = 32 };
-
-typedef struct cache_slot {
-  uint64_t hash;
-  uint32_t key_off, ids_off; /* into the cache blobs */
-  uint16_t key_len, n_ids;
-} cache_slot;
-
-struct mgt_tokenizer {
-  int kind;
-  int type;          /* MGT_TOKENIZER_* */
-  mgt_wordpiece *wp; /* KIND_WORDPIECE */
-  char bytes[256];   /* KIND_BYTES: byte i, the text of id i */
-  int n_vocab;
-  int32_t eod;
-  char hash[65];
-  /* id -> bytes */
-  unsigned char *blob;
-  uint32_t *tok_off, *tok_len;
-  int32_t byte_id[256];
-  /* merges: (a, b) -> rank << 32 | merged id, open addressing */
-  uint64_t *mkey, *mval;
-  size_t mmask;
-  /* code point classes below 0x10000; above, binary search in the tables */
-  uint8_t *cls;
-  /* piece -> ids cache */
-  cache_slot *slots;
-  size_t n_cached;
-  unsigned char *ckeys;
-  int32_t *cids;
-  size_t ckeys_used, cids_used;
-  /* work space for one piece */
-  int32_t *work, *work2;
-  size_t work_cap;
-};
 
 /* ---- small hash helpers ---- */
 
-static uint64_t hash_bytes(const unsigned char *p, size_t n) {
+uint64_t mgt_tok_hash_bytes(const unsigned char *p, size_t n) {
   uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
   while (n >= 8) {
     uint64_t w;
@@ -74,6 +36,29 @@ static uint64_t merge_lookup(const mgt_tokenizer *t, int32_t a, int32_t b) {
   for (size_t i = mgt_fmix64(key) & t->mmask;; i = (i + 1) & t->mmask) {
     if (t->mkey[i] == key) return t->mval[i];
     if (t->mkey[i] == NO_MERGE) return NO_MERGE;
+  }
+}
+
+mgt_status mgt_tok_merges_alloc(mgt_tokenizer *t, size_t n) {
+  size_t mcap = 1;
+  while (mcap < 2 * (n + 1))
+    mcap <<= 1;
+  t->mmask = mcap - 1;
+  MGT_CHECK(mgt_calloc(mcap * sizeof(uint64_t), "merges", (void **)&t->mkey));
+  MGT_CHECK(mgt_calloc(mcap * sizeof(uint64_t), "merges", (void **)&t->mval));
+  for (size_t i = 0; i < mcap; i++)
+    t->mkey[i] = NO_MERGE;
+  return MGT_OK;
+}
+
+void mgt_tok_merge_add(mgt_tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t m) {
+  uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+  size_t h = mgt_fmix64(key) & t->mmask;
+  while (t->mkey[h] != NO_MERGE && t->mkey[h] != key)
+    h = (h + 1) & t->mmask;
+  if (t->mkey[h] == NO_MERGE) { /* the first (lowest-ranked) occurrence wins */
+    t->mkey[h] = key;
+    t->mval[h] = (uint64_t)rank << 32 | (uint32_t)m;
   }
 }
 
@@ -263,14 +248,21 @@ static mgt_status bpe_large(const mgt_tokenizer *t, int32_t *ids, size_t *np) {
   return MGT_OK;
 }
 
+mgt_status mgt_tok_merge_ids(mgt_tokenizer *t, int32_t *ids, size_t *n) {
+  if (*n >= HEAP_MIN) return bpe_large(t, ids, n);
+  MGT_CHECK(ensure_work(t, *n));
+  *n = bpe_small(t, ids, t->work2, *n);
+  return MGT_OK;
+}
+
 /* Stored value of a merge: rank in the high half, merged id in the low half. The heap
    orders by the whole value, which orders by rank. */
-static mgt_status encode_piece(mgt_tokenizer *t, const unsigned char *s, size_t n, mgt_ids *out) {
+mgt_status mgt_tok_encode_piece(mgt_tokenizer *t, const unsigned char *s, size_t n, mgt_ids *out) {
   if (n == 1) return mgt_ids_push(out, t->byte_id[s[0]]);
   uint64_t h = 0;
   cache_slot *slot = NULL;
   if (n <= CACHE_MAX_PIECE) {
-    h = hash_bytes(s, n);
+    h = mgt_tok_hash_bytes(s, n);
     size_t mask = ((size_t)1 << CACHE_BITS) - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
       cache_slot *c = &t->slots[i];
@@ -343,6 +335,7 @@ static size_t contraction(const unsigned char *s, size_t n) {
 mgt_status mgt_tok_encode(mgt_tokenizer *t, const char *text, size_t len, mgt_ids *out) {
   const unsigned char *s = (const unsigned char *)text;
   if (t->kind == KIND_WORDPIECE) return mgt_wp_encode(t->wp, text, len, out);
+  if (t->kind == KIND_HF) return mgt_hf_encode(t, text, len, out);
   if (t->kind == KIND_BYTES) {
     for (size_t i = 0; i < len; i++)
       MGT_CHECK(mgt_ids_push(out, s[i]));
@@ -377,7 +370,7 @@ mgt_status mgt_tok_encode(mgt_tokenizer *t, const char *text, size_t len, mgt_id
         end = (j < len && last > i) ? last : j;
       }
     }
-    MGT_CHECK(encode_piece(t, s + i, end - i, out));
+    MGT_CHECK(mgt_tok_encode_piece(t, s + i, end - i, out));
     i = end;
   }
   return MGT_OK;
@@ -438,7 +431,7 @@ void mgt_ids_free(mgt_ids *v) {
 
 /* GPT-2 spells every byte as a printable code point: printable Latin-1 bytes stand for
    themselves, the other 68 are shifted to 256 + k in byte order. */
-static void byte_unicode_tables(uint32_t b2u[256], int16_t u2b[324]) {
+void mgt_tok_byte_tables(uint32_t b2u[256], int16_t u2b[324]) {
   int n = 0;
   for (int b = 0; b < 256; b++) {
     int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
@@ -451,7 +444,7 @@ static void byte_unicode_tables(uint32_t b2u[256], int16_t u2b[324]) {
 }
 
 /* Byte-level spelling (UTF-8) to raw bytes; returns the length or -1. */
-static long unspell(const int16_t u2b[324], const unsigned char *s, size_t n, unsigned char *out) {
+long mgt_tok_unspell(const int16_t u2b[324], const unsigned char *s, size_t n, unsigned char *out) {
   size_t o = 0;
   for (size_t i = 0; i < n;) {
     uint32_t cp;
@@ -469,7 +462,7 @@ static long unspell(const int16_t u2b[324], const unsigned char *s, size_t n, un
   return (long)o;
 }
 
-static mgt_status tok_alloc_common(mgt_tokenizer *t) {
+mgt_status mgt_tok_alloc_common(mgt_tokenizer *t) {
   MGT_CHECK(mgt_calloc(0x10000, "code point classes", (void **)&t->cls));
   for (uint32_t cp = 0; cp < 0x10000; cp++)
     t->cls[cp] = (uint8_t)class_slow(cp);
@@ -533,8 +526,8 @@ static mgt_status load_vocab(mgt_tokenizer *t, const char *path, const char *tex
   for (size_t i = 0; i < n; i++) {
     const mgt_json *v = &root->items[i];
     double idd = v->number;
-    long bytes =
-        unspell(u2b, (const unsigned char *)root->keys[i], root->key_lens[i], t->blob + used);
+    long bytes = mgt_tok_unspell(u2b, (const unsigned char *)root->keys[i], root->key_lens[i],
+                                 t->blob + used);
     if (v->type != MGT_JSON_NUMBER || idd < 0 || idd >= (double)n || idd != (double)(long)idd ||
         bytes < 0 || t->tok_len[(long)idd] != UINT32_MAX) {
       mgt_json_parser_destroy(&jp);
@@ -558,7 +551,7 @@ typedef struct vocab_index {
 
 static int32_t vocab_find(const mgt_tokenizer *t, const vocab_index *ix, const unsigned char *b,
                           size_t n) {
-  for (size_t i = hash_bytes(b, n) & ix->mask;; i = (i + 1) & ix->mask) {
+  for (size_t i = mgt_tok_hash_bytes(b, n) & ix->mask;; i = (i + 1) & ix->mask) {
     int32_t id = ix->slot[i];
     if (id < 0) return -1;
     if (t->tok_len[id] == n && memcmp(t->blob + t->tok_off[id], b, n) == 0) return id;
@@ -576,7 +569,7 @@ static mgt_status load_merges(mgt_tokenizer *t, const char *path, char *text, si
   for (size_t i = 0; i < cap; i++)
     ix.slot[i] = -1;
   for (int32_t id = 0; id < t->n_vocab; id++) {
-    size_t i = hash_bytes(t->blob + t->tok_off[id], t->tok_len[id]) & ix.mask;
+    size_t i = mgt_tok_hash_bytes(t->blob + t->tok_off[id], t->tok_len[id]) & ix.mask;
     while (ix.slot[i] >= 0)
       i = (i + 1) & ix.mask;
     ix.slot[i] = id;
@@ -585,17 +578,9 @@ static mgt_status load_merges(mgt_tokenizer *t, const char *path, char *text, si
   size_t n_lines = 0;
   for (size_t i = 0; i < len; i++)
     n_lines += text[i] == '\n';
-  size_t mcap = 1;
-  while (mcap < 2 * (n_lines + 1))
-    mcap <<= 1;
-  t->mmask = mcap - 1;
-  if ((st = mgt_calloc(mcap * sizeof(uint64_t), "merges", (void **)&t->mkey)) != MGT_OK ||
-      (st = mgt_calloc(mcap * sizeof(uint64_t), "merges", (void **)&t->mval)) != MGT_OK)
-    goto done;
-  for (size_t i = 0; i < mcap; i++)
-    t->mkey[i] = NO_MERGE;
+  MGT_TRY(mgt_tok_merges_alloc(t, n_lines));
   unsigned char a[512], b[512], ab[1024];
-  uint64_t rank = 0;
+  uint32_t rank = 0;
   size_t line_no = 0;
   for (char *p = text, *e = text + len; p < e; line_no++) {
     char *nl = memchr(p, '\n', (size_t)(e - p));
@@ -609,8 +594,8 @@ static mgt_status load_merges(mgt_tokenizer *t, const char *path, char *text, si
     char *sp = memchr(p, ' ', ll);
     long la = -1, lb = -1;
     if (sp && (size_t)(sp - p) < 512 && ll - (size_t)(sp - p) - 1 < 512) {
-      la = unspell(u2b, (unsigned char *)p, (size_t)(sp - p), a);
-      lb = unspell(u2b, (unsigned char *)sp + 1, ll - (size_t)(sp - p) - 1, b);
+      la = mgt_tok_unspell(u2b, (unsigned char *)p, (size_t)(sp - p), a);
+      lb = mgt_tok_unspell(u2b, (unsigned char *)sp + 1, ll - (size_t)(sp - p) - 1, b);
     }
     int32_t ia = la > 0 ? vocab_find(t, &ix, a, (size_t)la) : -1;
     int32_t ib = lb > 0 ? vocab_find(t, &ix, b, (size_t)lb) : -1;
@@ -625,15 +610,7 @@ static mgt_status load_merges(mgt_tokenizer *t, const char *path, char *text, si
                     "--merge-file %s: line %zu is not a merge of two vocabulary tokens into a "
                     "third",
                     path, line_no + 1);
-    uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
-    size_t h = mgt_fmix64(key) & t->mmask;
-    while (t->mkey[h] != NO_MERGE && t->mkey[h] != key)
-      h = (h + 1) & t->mmask;
-    if (t->mkey[h] == NO_MERGE) { /* the first (lowest-ranked) occurrence wins */
-      t->mkey[h] = key;
-      t->mval[h] = rank << 32 | (uint32_t)im;
-    }
-    rank++;
+    mgt_tok_merge_add(t, ia, ib, rank++, im);
     p = nl ? nl + 1 : e;
   }
   for (int bt = 0; bt < 256; bt++) {
@@ -660,7 +637,7 @@ mgt_status mgt_tok_load_gpt2(const char *vocab_file, const char *merge_file, mgt
   size_t vlen = 0, mlen = 0;
   uint32_t b2u[256];
   int16_t u2b[324];
-  byte_unicode_tables(b2u, u2b);
+  mgt_tok_byte_tables(b2u, u2b);
   MGT_TRY(mgt_calloc(sizeof *t, "tokenizer", (void **)&t));
   t->kind = KIND_GPT2;
   t->type = MGT_TOKENIZER_GPT2;
@@ -668,7 +645,7 @@ mgt_status mgt_tok_load_gpt2(const char *vocab_file, const char *merge_file, mgt
   MGT_TRY(mgt_read_file("--merge-file", merge_file, &mtext, &mlen));
   MGT_TRY(load_vocab(t, vocab_file, vtext, vlen, u2b));
   MGT_TRY(load_merges(t, merge_file, mtext, mlen, u2b));
-  MGT_TRY(tok_alloc_common(t));
+  MGT_TRY(mgt_tok_alloc_common(t));
   {
     mgt_sha256 h;
     unsigned char d[32];
@@ -731,6 +708,10 @@ mgt_status mgt_tok_open(int type, const char *vocab_file, const char *merge_file
     MGT_REQUIRE(vocab_file && vocab_file[0], "%s needs --vocab-file (vocab.txt)",
                 mgt_tokenizer_names[type]);
     return mgt_tok_load_wordpiece(vocab_file, type == MGT_TOKENIZER_BERT_LOWER, out);
+  case MGT_TOKENIZER_HF:
+    MGT_REQUIRE(vocab_file && vocab_file[0], "HuggingFaceTokenizer needs --tokenizer-model "
+                                             "(tokenizer.json)");
+    return mgt_tok_load_hf(vocab_file, out);
   default: MGT_FAIL(MGT_ERR_INPUT, "unknown tokenizer type %d", type);
   }
 }
@@ -739,6 +720,7 @@ void mgt_tok_destroy(mgt_tokenizer **tok) {
   mgt_tokenizer *t = *tok;
   if (!t) return;
   mgt_wp_free(&t->wp);
+  mgt_hf_free(&t->hf);
   mgt_free(t->blob);
   mgt_free(t->tok_off);
   mgt_free(t->tok_len);

@@ -12,8 +12,12 @@
 #include <string.h>
 
 const char *const mgt_device_names[] = {"cpu", "cuda", NULL};
-const char *const mgt_tokenizer_names[] = {"GPT2BPETokenizer", "ByteTokenizer",
-                                           "BertWordPieceLowerCase", "BertWordPieceCase", NULL};
+const char *const mgt_tokenizer_names[] = {"GPT2BPETokenizer",       "ByteTokenizer",
+                                           "BertWordPieceLowerCase", "BertWordPieceCase",
+                                           "HuggingFaceTokenizer",   NULL};
+const char *mgt_tokenizer_file_flag(int type) {
+  return type == MGT_TOKENIZER_HF ? "--tokenizer-model" : "--vocab-file";
+}
 const char *const mgt_task_names[] = {"none", "RACE", "MNLI", "QQP", NULL};
 const char *const mgt_pos_names[] = {"learned_absolute", "rope", NULL};
 const char *const mgt_norm_names[] = {"LayerNorm", "RMSNorm", NULL};
@@ -187,6 +191,7 @@ static const mgt_flag flags[] = {
      sizeof(((mgt_config *)0)->data_path)},
     STR("--split", split, "train,valid,test weights over documents"),
     STR("--vocab-file", vocab_file, "GPT-2 vocabulary, to check the dataset was made with it"),
+    STR("--tokenizer-model", vocab_file, ""), /* HuggingFaceTokenizer's tokenizer.json */
     STR("--merge-file", merge_file, "GPT-2 merges, with --vocab-file"),
     {"--tokenizer-type", MGT_FLAG_ENUM, OFF(tokenizer_type), 0, 0, MGT_TOKENIZER_HELP,
      mgt_tokenizer_names, 0},
@@ -445,7 +450,8 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_CHECK(mgt_split_parse(c->split, w));
   MGT_REQUIRE(!c->merge_file[0] || c->vocab_file[0], "--merge-file needs --vocab-file");
   MGT_REQUIRE(c->tokenizer_type < MGT_TOKENIZER_BERT_LOWER || c->vocab_file[0],
-              "--tokenizer-type %s needs --vocab-file", mgt_tokenizer_names[c->tokenizer_type]);
+              "--tokenizer-type %s needs %s", mgt_tokenizer_names[c->tokenizer_type],
+              mgt_tokenizer_file_flag(c->tokenizer_type));
   MGT_REQUIRE(!c->vocab_file[0] || c->merge_file[0] || c->tokenizer_type != MGT_TOKENIZER_GPT2,
               "--vocab-file needs --merge-file for GPT2BPETokenizer");
   if (c->vocab_size == 0) return MGT_OK; /* the dataset supplies it; finalize again then */

@@ -49,11 +49,12 @@ mgt_status mgt_preprocess_parse(mgt_preprocess_opts *o, int argc, char **argv, i
   if (*help) return MGT_OK;
   MGT_REQUIRE(o->input[0], "--input: give one or more input files");
   MGT_REQUIRE(o->output_prefix[0], "--output-prefix: give the prefix of the output file");
-  MGT_REQUIRE(o->tokenizer_type == MGT_TOKENIZER_BYTES || o->vocab_file[0], "%s needs --vocab-file",
-              mgt_tokenizer_names[o->tokenizer_type]);
+  MGT_REQUIRE(o->tokenizer_type == MGT_TOKENIZER_BYTES || o->vocab_file[0], "%s needs %s",
+              mgt_tokenizer_names[o->tokenizer_type], mgt_tokenizer_file_flag(o->tokenizer_type));
   MGT_REQUIRE(o->tokenizer_type != MGT_TOKENIZER_GPT2 || o->merge_file[0],
               "GPT2BPETokenizer needs --vocab-file and --merge-file");
-  MGT_REQUIRE(!o->append_eod || o->tokenizer_type < MGT_TOKENIZER_BERT_LOWER,
+  MGT_REQUIRE(!o->append_eod || (o->tokenizer_type != MGT_TOKENIZER_BERT_LOWER &&
+                                 o->tokenizer_type != MGT_TOKENIZER_BERT_CASED),
               "--append-eod: BERT's WordPiece has no end-of-document token (documents are kept "
               "apart by document_offsets)");
   MGT_REQUIRE(strlen(o->output_prefix) + 8 < MGT_PATH_MAX, "--output-prefix is too long");

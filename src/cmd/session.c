@@ -31,7 +31,9 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
   if (o->tokenizer_type >= 0) c->tokenizer_type = o->tokenizer_type;
   if (o->vocab_file && o->vocab_file[0])
     snprintf(c->vocab_file, sizeof c->vocab_file, "%s", o->vocab_file);
-  MGT_REQUIRE(!o->task || (c->tokenizer_type >= MGT_TOKENIZER_BERT_LOWER && c->vocab_file[0]),
+  MGT_REQUIRE(!o->task || ((c->tokenizer_type == MGT_TOKENIZER_BERT_LOWER ||
+                            c->tokenizer_type == MGT_TOKENIZER_BERT_CASED) &&
+                           c->vocab_file[0]),
               "%s names no WordPiece vocabulary (a model imported from Hugging Face has none): "
               "give --tokenizer-type BertWordPieceLowerCase or BertWordPieceCase and --vocab-file",
               s->path);

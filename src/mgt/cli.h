@@ -71,6 +71,8 @@ void mgt_cli_configure_threads(MPI_Comm world);
    "GPT-2 vocabulary (gpt2-vocab.json)" note,                                                      \
    NULL,                                                                                           \
    MGT_FIELD_SIZE(S, vocab_file)},                                                                 \
+      {"--tokenizer-model",          MGT_FLAG_STR, offsetof(S, vocab_file), 0, 0, "", NULL,        \
+       MGT_FIELD_SIZE(S, vocab_file)},                                                             \
       {"--merge-file",                                                                             \
        MGT_FLAG_STR,                                                                               \
        offsetof(S, merge_file),                                                                    \

@@ -35,6 +35,8 @@ class MegatronC(CMakePackage, CudaPackage):
     # 1.10.7 is the first with per-file locking control; 1.12.0 lacks it again
     depends_on("hdf5@1.10.7:1.10,1.12.1:+mpi")
     depends_on("blas")
+    depends_on("pcre2")  # Hugging Face tokenizers: the pre-tokenizers' regexes
+    depends_on("utf8proc")  # and their NFC normalizer
     # one OpenMP runtime in the process: OpenBLAS's threads are the kernels' threads
     depends_on("openblas threads=openmp", when="^[virtuals=blas] openblas")
     depends_on("blis+cblas", when="^[virtuals=blas] blis")

@@ -1,0 +1,672 @@
+/* Hugging Face's tokenizer.json: added tokens split out first (leftmost, longest), then each
+   piece of text between them normalized (NFC through utf8proc; Prepend and Replace), split by
+   the pre-tokenizer's regex (PCRE2, which reads the Oniguruma-style patterns: \p{L}, \p{N},
+   lookahead, scoped case-insensitivity) and byte-level mapped, and merged by the BPE model
+   (rank order, as GPT-2's files; whole words first with ignore_merges; characters missing from
+   the vocabulary as <0xNN> byte pieces with byte_fallback). Hugging Face's Tokenizers.js is
+   the reference (tests/hf_tokenizer.sh). */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "mgt/json.h"
+#include "mgt/sha256.h"
+#include "tokenizer_impl.h"
+
+/* The GPT-2 pattern of a ByteLevel pre-tokenizer with use_regex. */
+static const char gpt2_pattern[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+typedef struct added_token {
+  const unsigned char *s; /* into added_text */
+  size_t n;
+  int32_t id;
+} added_token;
+
+struct mgt_hf_tok {
+  /* encode-side strings -> ids: the vocabulary as the model matches it (raw bytes for a
+     byte-level model, the pieces' UTF-8 otherwise) and the added tokens' contents */
+  unsigned char *keys;
+  size_t keys_used, keys_cap;
+  uint32_t *key_off, *key_len; /* by id; key_len UINT32_MAX: none */
+  int32_t *slot;
+  size_t mask;
+  /* the pipeline */
+  int nfc;              /* normalizer NFC */
+  int prepend, spaces;  /* normalizer: prepend "▁", replace " " by "▁" (Llama 2) */
+  pcre2_code *split;    /* Split (Isolated) or ByteLevel's use_regex pattern */
+  pcre2_match_data *md; /* its match data */
+  int byte_level;       /* the model's symbols are bytes */
+  int prefix_space;     /* ByteLevel add_prefix_space */
+  int ignore_merges;    /* a piece that is a vocabulary token is that token */
+  int byte_fallback, fuse_unk;
+  int32_t unk, fallback[256]; /* <0xNN> ids */
+  added_token *added;         /* longest first */
+  unsigned char *added_text;  /* their contents */
+  int n_added;
+  uint8_t first_byte[256]; /* an added token starts with this byte */
+  /* scratch */
+  unsigned char *buf;
+  size_t buf_cap;
+  int32_t *ids;
+  size_t ids_cap;
+};
+
+void mgt_hf_free(mgt_hf_tok **ph) {
+  mgt_hf_tok *h = *ph;
+  if (!h) return;
+  free(h->keys);
+  mgt_free(h->key_off);
+  mgt_free(h->key_len);
+  mgt_free(h->slot);
+  if (h->md) pcre2_match_data_free(h->md);
+  if (h->split) pcre2_code_free(h->split);
+  mgt_free(h->added);
+  mgt_free(h->added_text);
+  free(h->buf);
+  free(h->ids);
+  mgt_free(h);
+  *ph = NULL;
+}
+
+static int32_t find_key(const mgt_hf_tok *h, const unsigned char *s, size_t n) {
+  for (size_t i = mgt_tok_hash_bytes(s, n) & h->mask;; i = (i + 1) & h->mask) {
+    int32_t id = h->slot[i];
+    if (id < 0) return -1;
+    if (h->key_len[id] == n && memcmp(h->keys + h->key_off[id], s, n) == 0) return id;
+  }
+}
+
+static mgt_status grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return MGT_OK;
+  size_t c = *cap ? *cap : 256;
+  while (c < need)
+    c *= 2;
+  void *q = realloc(*p, c * elem);
+  if (!q) MGT_FAIL(MGT_ERR_NOMEM, "out of memory tokenizing %zu bytes", need);
+  *p = q, *cap = c;
+  return MGT_OK;
+}
+
+/* Gives id the key s[0..n) (the first holder of a key keeps it). */
+static mgt_status set_key(mgt_hf_tok *h, int32_t id, const unsigned char *s, size_t n) {
+  MGT_CHECK(grow((void **)&h->keys, &h->keys_cap, h->keys_used + n + 1, 1));
+  memcpy(h->keys + h->keys_used, s, n);
+  h->key_off[id] = (uint32_t)h->keys_used, h->key_len[id] = (uint32_t)n;
+  h->keys_used += n;
+  size_t i = mgt_tok_hash_bytes(s, n) & h->mask;
+  while (h->slot[i] >= 0) {
+    const int32_t o = h->slot[i];
+    if (h->key_len[o] == n && memcmp(h->keys + h->key_off[o], s, n) == 0) return MGT_OK;
+    i = (i + 1) & h->mask;
+  }
+  h->slot[i] = id;
+  return MGT_OK;
+}
+
+/* ---- loading ---- */
+
+typedef struct loader {
+  const char *path;
+  mgt_tokenizer *t;
+  mgt_hf_tok *h;
+  int16_t u2b[324];
+} loader;
+
+static const char *str_of(const mgt_json *o, const char *key) {
+  const mgt_json *v = o ? mgt_json_get(o, key) : NULL;
+  return v && v->type == MGT_JSON_STRING ? v->str : NULL;
+}
+
+static int flag_of(const mgt_json *o, const char *key, int dflt) {
+  const mgt_json *v = o ? mgt_json_get(o, key) : NULL;
+  return v && v->type == MGT_JSON_BOOL ? (int)v->number : dflt;
+}
+
+/* \s as Hugging Face reads it (Unicode's White_Space, as Oniguruma and Tokenizers.js match
+   it): PCRE2's also holds U+180E, which Unicode 6.3 made a format character. */
+static const char white_space[] = "\\t\\n\\x0B\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}"
+                                  "\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+
+/* The pattern with \s and \S spelt as white_space (inside a class, \s as its members); *out is
+   malloc'ed. */
+static mgt_status hf_pattern(const loader *L, const char *p, char **out) {
+  const size_t n = strlen(p), grow_by = sizeof white_space + 4;
+  char *o = malloc(n * grow_by + 1);
+  if (!o) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the regex of %s", L->path);
+  size_t k = 0;
+  int in_class = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] == '\\' && i + 1 < n && (p[i + 1] == 's' || p[i + 1] == 'S')) {
+      if (in_class && p[i + 1] == 'S') {
+        free(o);
+        MGT_FAIL(MGT_ERR_INPUT, "%s: \\S inside a character class is not implemented", L->path);
+      }
+      k += (size_t)sprintf(o + k,
+                           in_class          ? "%s"
+                           : p[i + 1] == 's' ? "[%s]"
+                                             : "[^%s]",
+                           white_space);
+      i++;
+      continue;
+    }
+    if (p[i] == '\\' && i + 1 < n) { /* any other escape, as it is */
+      o[k++] = p[i++];
+      o[k++] = p[i];
+      continue;
+    }
+    if (p[i] == '[' && !in_class)
+      in_class = 1;
+    else if (p[i] == ']' && in_class)
+      in_class = 0;
+    o[k++] = p[i];
+  }
+  o[k] = 0;
+  *out = o;
+  return MGT_OK;
+}
+
+static mgt_status compile(loader *L, const char *given) {
+  int err;
+  PCRE2_SIZE at;
+  mgt_hf_tok *h = L->h;
+  char *pattern = NULL;
+  MGT_CHECK(hf_pattern(L, given, &pattern));
+  h->split = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
+                           &at, NULL);
+  free(pattern);
+  if (!h->split) {
+    PCRE2_UCHAR msg[160];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    MGT_FAIL(MGT_ERR_INPUT, "%s: the pre-tokenizer's regex does not compile at offset %zu: %s",
+             L->path, (size_t)at, (const char *)msg);
+  }
+  pcre2_jit_compile(h->split, PCRE2_JIT_COMPLETE); /* where PCRE2 has a JIT; else interpreted */
+  h->md = pcre2_match_data_create_from_pattern(h->split, NULL);
+  if (!h->md) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the regex of %s", L->path);
+  return MGT_OK;
+}
+
+static mgt_status one_normalizer(loader *L, const mgt_json *n) {
+  const char *type = str_of(n, "type");
+  if (type && !strcmp(type, "NFC")) {
+    L->h->nfc = 1;
+    return MGT_OK;
+  }
+  if (type && !strcmp(type, "Prepend") && str_of(n, "prepend") &&
+      !strcmp(str_of(n, "prepend"), "\xE2\x96\x81")) {
+    L->h->prepend = 1;
+    return MGT_OK;
+  }
+  const mgt_json *pat = n ? mgt_json_get(n, "pattern") : NULL;
+  if (type && !strcmp(type, "Replace") && str_of(pat, "String") &&
+      !strcmp(str_of(pat, "String"), " ") && str_of(n, "content") &&
+      !strcmp(str_of(n, "content"), "\xE2\x96\x81")) {
+    L->h->spaces = 1;
+    return MGT_OK;
+  }
+  MGT_FAIL(
+      MGT_ERR_INPUT,
+      "%s: normalizer %s is not implemented (NFC, Prepend \"\xE2\x96\x81\" and Replace \" \" by "
+      "\"\xE2\x96\x81\" are)",
+      L->path, type ? type : "(no type)");
+}
+
+static mgt_status normalizer(loader *L, const mgt_json *n) {
+  if (!n || n->type == MGT_JSON_NULL) return MGT_OK;
+  const char *type = str_of(n, "type");
+  const mgt_json *list = mgt_json_get(n, "normalizers");
+  if (!type || strcmp(type, "Sequence") != 0 || !list || list->type != MGT_JSON_ARRAY)
+    return one_normalizer(L, n);
+  for (size_t i = 0; i < list->len; i++)
+    MGT_CHECK(one_normalizer(L, &list->items[i]));
+  return MGT_OK;
+}
+
+static mgt_status one_pretokenizer(loader *L, const mgt_json *p) {
+  const char *type = str_of(p, "type");
+  mgt_hf_tok *h = L->h;
+  if (type && !strcmp(type, "ByteLevel")) {
+    h->byte_level = 1;
+    h->prefix_space = flag_of(p, "add_prefix_space", 1);
+    if (flag_of(p, "use_regex", 1)) {
+      MGT_REQUIRE(!h->split, "%s: two splitting pre-tokenizers are not implemented", L->path);
+      MGT_CHECK(compile(L, gpt2_pattern));
+    }
+    return MGT_OK;
+  }
+  const mgt_json *pat = p ? mgt_json_get(p, "pattern") : NULL;
+  const char *re = str_of(pat, "Regex"), *behavior = str_of(p, "behavior");
+  if (type && !strcmp(type, "Split") && re && behavior && !strcmp(behavior, "Isolated") &&
+      !flag_of(p, "invert", 0)) {
+    MGT_REQUIRE(!h->split, "%s: two splitting pre-tokenizers are not implemented", L->path);
+    return compile(L, re);
+  }
+  MGT_FAIL(MGT_ERR_INPUT,
+           "%s: pre-tokenizer %s is not implemented (ByteLevel, and Split by a regex with behavior "
+           "Isolated are)",
+           L->path, type ? type : "(no type)");
+}
+
+static mgt_status pretokenizer(loader *L, const mgt_json *p) {
+  if (!p || p->type == MGT_JSON_NULL) return MGT_OK;
+  const char *type = str_of(p, "type");
+  const mgt_json *list = mgt_json_get(p, "pretokenizers");
+  if (!type || strcmp(type, "Sequence") != 0 || !list || list->type != MGT_JSON_ARRAY)
+    return one_pretokenizer(L, p);
+  for (size_t i = 0; i < list->len; i++)
+    MGT_CHECK(one_pretokenizer(L, &list->items[i]));
+  return MGT_OK;
+}
+
+/* The model's string of a vocabulary token as the model matches it: raw bytes for a byte-level
+   model (from GPT-2's printable spelling), else as written. Returns the length or -1. */
+static long model_key(const loader *L, const char *s, size_t n, unsigned char *out) {
+  if (L->h->byte_level) return mgt_tok_unspell(L->u2b, (const unsigned char *)s, n, out);
+  memcpy(out, s, n);
+  return (long)n;
+}
+
+/* What decoding an id gives: its bytes (byte level), or its piece with "▁" as a space and
+   <0xNN> as byte NN (Llama 2's decoder, without the final Strip of one leading space). */
+static size_t decoded(const loader *L, const unsigned char *key, size_t n, unsigned char *out) {
+  unsigned v;
+  char tail;
+  if (!L->h->byte_level && n == 6 && sscanf((const char *)key, "<0x%2X>%c", &v, &tail) == 1 &&
+      key[5] == '>') {
+    out[0] = (unsigned char)v;
+    return 1;
+  }
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!L->h->byte_level && i + 2 < n && key[i] == 0xE2 && key[i + 1] == 0x96 &&
+        key[i + 2] == 0x81) {
+      out[o++] = ' ';
+      i += 2;
+    } else {
+      out[o++] = key[i];
+    }
+  }
+  return o;
+}
+
+static mgt_status model(loader *L, const mgt_json *m, const mgt_json *added) {
+  mgt_hf_tok *h = L->h;
+  mgt_tokenizer *t = L->t;
+  const char *type = str_of(m, "type");
+  MGT_REQUIRE(type && !strcmp(type, "BPE"),
+              "%s: model %s is not implemented (BPE is: Llama, Qwen, GPT-2, Mistral)", L->path,
+              type ? type : "(no type)");
+  const char *cont = str_of(m, "continuing_subword_prefix"), *eow = str_of(m, "end_of_word_suffix");
+  MGT_REQUIRE((!cont || !cont[0]) && (!eow || !eow[0]),
+              "%s: BPE with a continuing_subword_prefix or end_of_word_suffix is not implemented",
+              L->path);
+  const mgt_json *drop = mgt_json_get(m, "dropout");
+  MGT_REQUIRE(!drop || drop->type == MGT_JSON_NULL ||
+                  (drop->type == MGT_JSON_NUMBER && drop->number == 0),
+              "%s: BPE dropout is for training tokenizers, not implemented", L->path);
+  const mgt_json *vocab = mgt_json_get(m, "vocab"), *merges = mgt_json_get(m, "merges");
+  MGT_REQUIRE(vocab && vocab->type == MGT_JSON_OBJECT && vocab->len > 0 && merges &&
+                  merges->type == MGT_JSON_ARRAY,
+              "%s: the BPE model has no vocab object or merges list", L->path);
+  h->ignore_merges = flag_of(m, "ignore_merges", 0);
+  h->byte_fallback = flag_of(m, "byte_fallback", 0);
+  h->fuse_unk = flag_of(m, "fuse_unk", 0);
+  /* ids: the vocabulary's and the added tokens' */
+  int64_t n = 0;
+  for (size_t i = 0; i < vocab->len; i++) {
+    const mgt_json *v = &vocab->items[i];
+    MGT_REQUIRE(v->type == MGT_JSON_NUMBER && v->number >= 0 && v->number < (1 << 30) &&
+                    v->number == (double)(int32_t)v->number,
+                "%s: vocabulary entry %zu has no id in [0, 2^30)", L->path, i);
+    if (v->number + 1 > n) n = (int64_t)v->number + 1;
+  }
+  for (size_t i = 0; added && i < added->len; i++) {
+    const mgt_json *id = mgt_json_get(&added->items[i], "id");
+    MGT_REQUIRE(id && id->type == MGT_JSON_NUMBER && id->number >= 0 && id->number < (1 << 30) &&
+                    id->number == (double)(int32_t)id->number &&
+                    str_of(&added->items[i], "content") && str_of(&added->items[i], "content")[0],
+                "%s: added token %zu has no id in [0, 2^30) or no content", L->path, i);
+    if (id->number + 1 > n) n = (int64_t)id->number + 1;
+  }
+  t->n_vocab = (int)n;
+  size_t cap = 1, blob = 0;
+  while (cap < 2 * (size_t)n)
+    cap <<= 1;
+  for (size_t i = 0; i < vocab->len; i++)
+    blob += vocab->key_lens[i];
+  for (size_t i = 0; added && i < added->len; i++)
+    blob += strlen(str_of(&added->items[i], "content"));
+  h->mask = cap - 1;
+  MGT_CHECK(mgt_calloc(cap * sizeof(int32_t), "vocabulary index", (void **)&h->slot));
+  MGT_CHECK(mgt_calloc((size_t)n * sizeof(uint32_t), "vocabulary", (void **)&h->key_off));
+  MGT_CHECK(mgt_calloc((size_t)n * sizeof(uint32_t), "vocabulary", (void **)&h->key_len));
+  MGT_CHECK(mgt_calloc(blob + 1, "vocabulary", (void **)&t->blob));
+  MGT_CHECK(mgt_calloc((size_t)n * sizeof(uint32_t), "vocabulary", (void **)&t->tok_off));
+  MGT_CHECK(mgt_calloc((size_t)n * sizeof(uint32_t), "vocabulary", (void **)&t->tok_len));
+  for (size_t i = 0; i < cap; i++)
+    h->slot[i] = -1;
+  for (int64_t i = 0; i < n; i++)
+    h->key_len[i] = UINT32_MAX;
+  size_t used = 0;
+  unsigned char *k = malloc(blob + 1);
+  if (!k) MGT_FAIL(MGT_ERR_NOMEM, "out of memory reading %s", L->path);
+  mgt_status st = MGT_OK;
+  for (size_t i = 0; i < vocab->len && st == MGT_OK; i++) {
+    const int32_t id = (int32_t)vocab->items[i].number;
+    long kl = model_key(L, vocab->keys[i], vocab->key_lens[i], k);
+    if (kl < 0 || h->key_len[id] != UINT32_MAX) {
+      st = MGT_ERROR(MGT_ERR_INPUT, "%s: vocabulary entry %zu is %s", L->path, i,
+                     kl < 0 ? "not a byte-level token" : "a second token of its id");
+      break;
+    }
+    st = set_key(h, id, k, (size_t)kl);
+    t->tok_off[id] = (uint32_t)used;
+    t->tok_len[id] = (uint32_t)decoded(L, k, (size_t)kl, t->blob + used);
+    used += t->tok_len[id];
+  }
+  free(k);
+  MGT_CHECK(st);
+  /* added tokens: matched in the raw text, decoded as their content */
+  h->n_added = added ? (int)added->len : 0;
+  size_t text_len = 0, text_used = 0;
+  for (int i = 0; i < h->n_added; i++)
+    text_len += strlen(str_of(&added->items[i], "content"));
+  MGT_CHECK(
+      mgt_calloc(sizeof *h->added * (size_t)(h->n_added + 1), "added tokens", (void **)&h->added));
+  MGT_CHECK(mgt_calloc(text_len + 1, "added tokens", (void **)&h->added_text));
+  for (int i = 0; i < h->n_added; i++) {
+    const mgt_json *a = &added->items[i];
+    const char *c = str_of(a, "content");
+    const int32_t id = (int32_t)mgt_json_get(a, "id")->number;
+    MGT_REQUIRE(!flag_of(a, "single_word", 0) && !flag_of(a, "lstrip", 0) &&
+                    !flag_of(a, "rstrip", 0) && !flag_of(a, "normalized", 0),
+                "%s: added token %s is single_word, lstrip, rstrip or normalized: not implemented",
+                L->path, c);
+    const size_t cl = strlen(c);
+    if (h->key_len[id] == UINT32_MAX) { /* a token of its own, beyond the model's vocabulary */
+      MGT_CHECK(set_key(h, id, (const unsigned char *)c, cl));
+      t->tok_off[id] = (uint32_t)used;
+      t->tok_len[id] = (uint32_t)cl;
+      memcpy(t->blob + used, c, cl);
+      used += cl;
+    }
+    memcpy(h->added_text + text_used, c, cl);
+    h->added[i] = (added_token){h->added_text + text_used, cl, id};
+    text_used += cl;
+    h->first_byte[(unsigned char)c[0]] = 1;
+  }
+  /* merges: "a b" strings or [a, b] pairs */
+  MGT_CHECK(mgt_tok_merges_alloc(t, merges->len));
+  unsigned char a[1024], b[1024], ab[2048];
+  for (size_t r = 0; r < merges->len; r++) {
+    const mgt_json *e = &merges->items[r];
+    const char *sa = NULL, *sb = NULL;
+    size_t la = 0, lb = 0;
+    if (e->type == MGT_JSON_STRING) {
+      const char *sp = memchr(e->str, ' ', e->len);
+      if (sp) sa = e->str, la = (size_t)(sp - e->str), sb = sp + 1, lb = e->len - la - 1;
+    } else if (e->type == MGT_JSON_ARRAY && e->len == 2 && e->items[0].type == MGT_JSON_STRING &&
+               e->items[1].type == MGT_JSON_STRING) {
+      sa = e->items[0].str, la = e->items[0].len, sb = e->items[1].str, lb = e->items[1].len;
+    }
+    long ka = sa && la < sizeof a ? model_key(L, sa, la, a) : -1;
+    long kb = sb && lb < sizeof b ? model_key(L, sb, lb, b) : -1;
+    int32_t ia = ka > 0 ? find_key(h, a, (size_t)ka) : -1,
+            ib = kb > 0 ? find_key(h, b, (size_t)kb) : -1;
+    int32_t im = -1;
+    if (ia >= 0 && ib >= 0) {
+      memcpy(ab, a, (size_t)ka);
+      memcpy(ab + ka, b, (size_t)kb);
+      im = find_key(h, ab, (size_t)(ka + kb));
+    }
+    MGT_REQUIRE(im >= 0, "%s: merge %zu is not of two vocabulary tokens into a third", L->path, r);
+    mgt_tok_merge_add(t, ia, ib, (uint32_t)r, im);
+  }
+  /* the symbols text starts from */
+  const char *unk = str_of(m, "unk_token");
+  h->unk = unk ? find_key(h, (const unsigned char *)unk, strlen(unk)) : -1;
+  for (int c = 0; c < 256; c++) {
+    char name[8];
+    snprintf(name, sizeof name, "<0x%02X>", c);
+    h->fallback[c] = find_key(h, (const unsigned char *)name, 6);
+    MGT_REQUIRE(!h->byte_fallback || h->fallback[c] >= 0, "%s: byte_fallback without a %s token",
+                L->path, name);
+    unsigned char by = (unsigned char)c;
+    t->byte_id[c] = h->byte_level ? find_key(h, &by, 1) : -1;
+    MGT_REQUIRE(!h->byte_level || t->byte_id[c] >= 0,
+                "%s: byte 0x%02x has no token, so some text cannot be encoded", L->path, c);
+  }
+  return MGT_OK;
+}
+
+static int longer_first(const void *x, const void *y) {
+  const added_token *a = x, *b = y;
+  return a->n > b->n ? -1 : a->n < b->n;
+}
+
+/* The end-of-document token: tokenizer_config.json's eos_token (a string or {"content": ...}),
+   beside tokenizer.json. */
+static mgt_status eos_of(loader *L) {
+  char dir[MGT_PATH_MAX], path[MGT_PATH_MAX + 32];
+  snprintf(dir, sizeof dir, "%s", L->path);
+  char *slash = strrchr(dir, '/');
+  snprintf(path, sizeof path, "%s/tokenizer_config.json", slash ? (*slash = 0, dir) : ".");
+  char *text = NULL;
+  size_t len = 0;
+  mgt_json_parser *jp = NULL;
+  const mgt_json *root = NULL;
+  mgt_status st = mgt_read_file("--tokenizer-model", path, &text, &len);
+  if (st == MGT_OK) st = mgt_json_parser_create(&jp);
+  if (st == MGT_OK) st = mgt_json_parse(jp, text, len, &root);
+  if (st == MGT_OK) {
+    const mgt_json *e = root->type == MGT_JSON_OBJECT ? mgt_json_get(root, "eos_token") : NULL;
+    const char *s = e && e->type == MGT_JSON_STRING ? e->str : str_of(e, "content");
+    const int32_t id = s ? find_key(L->h, (const unsigned char *)s, strlen(s)) : -1;
+    if (id < 0)
+      st = MGT_ERROR(MGT_ERR_INPUT, "%s: no eos_token of the vocabulary to end documents with",
+                     path);
+    L->t->eod = id;
+  }
+  mgt_json_parser_destroy(&jp);
+  free(text);
+  return st;
+}
+
+mgt_status mgt_tok_load_hf(const char *path, mgt_tokenizer **out) {
+  *out = NULL;
+  mgt_tokenizer *t = NULL;
+  char *text = NULL;
+  size_t len = 0;
+  mgt_json_parser *jp = NULL;
+  const mgt_json *root = NULL;
+  mgt_status st = MGT_OK;
+  MGT_TRY(mgt_calloc(sizeof *t, "tokenizer", (void **)&t));
+  t->kind = KIND_HF;
+  t->type = MGT_TOKENIZER_HF;
+  MGT_TRY(mgt_calloc(sizeof *t->hf, "tokenizer", (void **)&t->hf));
+  loader L = {path, t, t->hf, {0}};
+  uint32_t b2u[256];
+  mgt_tok_byte_tables(b2u, L.u2b);
+  MGT_TRY(mgt_read_file("--tokenizer-model", path, &text, &len));
+  MGT_TRY(mgt_json_parser_create(&jp));
+  if (mgt_json_parse(jp, text, len, &root) != MGT_OK || root->type != MGT_JSON_OBJECT) {
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: not a tokenizer.json (a JSON object)", path);
+  }
+  MGT_TRY(normalizer(&L, mgt_json_get(root, "normalizer")));
+  MGT_TRY(pretokenizer(&L, mgt_json_get(root, "pre_tokenizer")));
+  const mgt_json *added = mgt_json_get(root, "added_tokens");
+  MGT_TRY(model(&L, mgt_json_get(root, "model"),
+                added && added->type == MGT_JSON_ARRAY ? added : NULL));
+  qsort(t->hf->added, (size_t)t->hf->n_added, sizeof *t->hf->added, longer_first);
+  MGT_TRY(eos_of(&L));
+  MGT_TRY(mgt_tok_alloc_common(t));
+  mgt_sha256 h; /* the file is everything that made the ids */
+  unsigned char d[32];
+  mgt_sha256_init(&h);
+  mgt_sha256_update(&h, text, len);
+  mgt_sha256_final(&h, d);
+  mgt_sha256_hex(d, t->hash);
+  *out = t;
+  t = NULL;
+done:
+  mgt_json_parser_destroy(&jp);
+  free(text);
+  mgt_tok_destroy(&t);
+  return st;
+}
+
+/* ---- encoding ---- */
+
+/* Valid UTF-8 for the regex: each byte of an invalid sequence becomes U+FFFD (as a decoder
+   with replacement does); n is updated. Returns s itself when it was valid. */
+static const unsigned char *valid_utf8(mgt_hf_tok *h, const unsigned char *s, size_t *n,
+                                       mgt_status *st) {
+  size_t i = 0, len = *n;
+  while (i < len) {
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t l = utf8proc_iterate(s + i, (utf8proc_ssize_t)(len - i), &cp);
+    if (l < 0) break;
+    i += (size_t)l;
+  }
+  if (i == len) return s;
+  *st = grow((void **)&h->buf, &h->buf_cap, 3 * len + 1, 1);
+  if (*st != MGT_OK) return NULL;
+  size_t o = 0;
+  for (i = 0; i < len;) {
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t l = utf8proc_iterate(s + i, (utf8proc_ssize_t)(len - i), &cp);
+    if (l < 0) {
+      memcpy(h->buf + o, "\xEF\xBF\xBD", 3), o += 3, i++;
+    } else {
+      memcpy(h->buf + o, s + i, (size_t)l), o += (size_t)l, i += (size_t)l;
+    }
+  }
+  *n = o;
+  return h->buf;
+}
+
+/* One piece of the pre-tokenizer's output through the model. */
+static mgt_status model_piece(mgt_tokenizer *t, const unsigned char *s, size_t n, mgt_ids *out) {
+  mgt_hf_tok *h = t->hf;
+  if (n == 0) return MGT_OK;
+  if (h->ignore_merges) {
+    const int32_t id = find_key(h, s, n);
+    if (id >= 0) return mgt_ids_push(out, id);
+  }
+  if (h->byte_level) return mgt_tok_encode_piece(t, s, n, out);
+  /* characters, those missing from the vocabulary as bytes (or unknown), then merged */
+  MGT_CHECK(grow((void **)&h->ids, &h->ids_cap, 4 * n + 1, sizeof *h->ids));
+  size_t m = 0;
+  for (size_t i = 0; i < n;) {
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t l = utf8proc_iterate(s + i, (utf8proc_ssize_t)(n - i), &cp);
+    const size_t cl = l > 0 ? (size_t)l : 1;
+    const int32_t id = find_key(h, s + i, cl);
+    if (id >= 0) {
+      h->ids[m++] = id;
+    } else if (h->byte_fallback) {
+      for (size_t k = 0; k < cl; k++)
+        h->ids[m++] = h->fallback[s[i + k]];
+    } else {
+      MGT_REQUIRE(h->unk >= 0, "text holds a character the vocabulary has no token for, and no "
+                               "unk_token");
+      if (!(h->fuse_unk && m > 0 && h->ids[m - 1] == h->unk)) h->ids[m++] = h->unk;
+    }
+    i += cl;
+  }
+  MGT_CHECK(mgt_tok_merge_ids(t, h->ids, &m));
+  for (size_t k = 0; k < m; k++)
+    MGT_CHECK(mgt_ids_push(out, h->ids[k]));
+  return MGT_OK;
+}
+
+/* Text between added tokens: normalized, pre-tokenized, modelled. */
+static mgt_status segment(mgt_tokenizer *t, const unsigned char *s, size_t n, mgt_ids *out) {
+  mgt_hf_tok *h = t->hf;
+  if (n == 0) return MGT_OK;
+  unsigned char *norm = NULL;
+  if (h->nfc) {
+    utf8proc_uint8_t *d = NULL;
+    utf8proc_ssize_t l =
+        utf8proc_map(s, (utf8proc_ssize_t)n, &d, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    if (l < 0) MGT_FAIL(MGT_ERR_NOMEM, "NFC of %zu bytes: %s", n, utf8proc_errmsg(l));
+    norm = d, s = d, n = (size_t)l;
+  }
+  mgt_status st = MGT_OK;
+  if (h->prepend || h->spaces || (h->byte_level && h->prefix_space && s[0] != ' ')) {
+    /* "▁" before the text, every space as "▁"; or ByteLevel's prefix space */
+    unsigned char *b = malloc(3 * n + 4);
+    if (!b) {
+      free(norm);
+      MGT_FAIL(MGT_ERR_NOMEM, "out of memory tokenizing %zu bytes", n);
+    }
+    size_t o = 0;
+    if (h->prepend) memcpy(b, "\xE2\x96\x81", 3), o = 3;
+    if (h->byte_level && h->prefix_space && s[0] != ' ') b[o++] = ' ';
+    for (size_t i = 0; i < n; i++)
+      if (h->spaces && s[i] == ' ')
+        memcpy(b + o, "\xE2\x96\x81", 3), o += 3;
+      else
+        b[o++] = s[i];
+    free(norm);
+    norm = b, s = b, n = o;
+  }
+  if (!h->split) {
+    st = model_piece(t, s, n, out);
+    free(norm);
+    return st;
+  }
+  /* Isolated: every match a piece, and the text between matches too */
+  size_t at = 0, gap = 0;
+  while (at <= n && st == MGT_OK) {
+    int rc = pcre2_match(h->split, s, n, at, PCRE2_NO_UTF_CHECK, h->md, NULL);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      st = MGT_ERROR(MGT_ERR_INTERNAL, "the pre-tokenizer's regex failed (PCRE2 error %d)", rc);
+      break;
+    }
+    const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(h->md);
+    size_t b0 = ov[0], b1 = ov[1];
+    if (b1 == b0) { /* an empty match: step over one character */
+      at = b0 + 1;
+      while (at < n && (s[at] & 0xC0) == 0x80)
+        at++;
+      continue;
+    }
+    st = model_piece(t, s + gap, b0 - gap, out);
+    if (st == MGT_OK) st = model_piece(t, s + b0, b1 - b0, out);
+    at = gap = b1;
+  }
+  if (st == MGT_OK) st = model_piece(t, s + gap, n - gap, out);
+  free(norm);
+  return st;
+}
+
+mgt_status mgt_hf_encode(mgt_tokenizer *t, const char *text, size_t len, mgt_ids *out) {
+  mgt_hf_tok *h = t->hf;
+  mgt_status st = MGT_OK;
+  const unsigned char *s = valid_utf8(h, (const unsigned char *)text, &len, &st);
+  MGT_CHECK(st);
+  size_t seg = 0;
+  for (size_t i = 0; i < len;) {
+    int found = -1;
+    for (int k = 0; h->first_byte[s[i]] && k < h->n_added; k++) /* longest first */
+      if (h->added[k].n <= len - i && !memcmp(s + i, h->added[k].s, h->added[k].n)) {
+        found = k;
+        break;
+      }
+    if (found < 0) {
+      i++;
+      continue;
+    }
+    MGT_CHECK(segment(t, s + seg, i - seg, out));
+    MGT_CHECK(mgt_ids_push(out, h->added[found].id));
+    i += h->added[found].n;
+    seg = i;
+  }
+  return segment(t, s + seg, len - seg, out);
+}

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Hugging Face's tokenizer.json (--tokenizer-type HuggingFaceTokenizer --tokenizer-model): the
+# ids of Llama 3's, Qwen 3's and Llama 2's tokenizers (../shared/data/hf-tokenizers) over books,
+# WikiText-103 and generated Unicode (tests/hf_tokenizer_text.py) against Hugging Face's own
+# Tokenizers.js: run live where tests/tokenizers-js has its node_modules (npm ci there), and
+# always against the digests of its ids recorded in tests/data/hf-tokenizer-ids.txt (one per
+# text: a changed id fails it, naming the text). Also: decoding gives the (NFC) text back; GPT-2's
+# files written as a tokenizer.json give GPT2BPETokenizer's ids (the ByteLevel regex path);
+# preprocess, train and eval with Llama 3's tokenizer; bad files refused with one line.
+# Usage: hf_tokenizer.sh MGT MPIEXEC TESTS_DIR DATA_DIR [--record]
+set -u
+MGT=$(readlink -f "$1") MPIEXEC=$2 TESTS=$3 DATA=$(readlink -f "$4")
+. "$TESTS/lib.sh"
+H=$DATA/hf-tokenizers
+if [ ! -f "$H/llama3/tokenizer.json" ]; then
+  echo "no $H: skipped"
+  [ -n "${MGT_REQUIRE_DATA:-}" ] && exit 1
+  exit 77
+fi
+REF=$TESTS/data/hf-tokenizer-ids.txt
+JS=$TESTS/tokenizers-js
+HF=(--tokenizer-type HuggingFaceTokenizer)
+
+$PY "$TESTS/hf_tokenizer_text.py" "$DATA" "$tmp/texts.jsonl" 1 || { echo "no texts"; exit 1; }
+live=0
+if command -v node > /dev/null && [ -d "$JS/node_modules/@huggingface/tokenizers" ]; then live=1; fi
+[ $live = 1 ] && echo "Tokenizers.js: $(node -p "require('$JS/node_modules/@huggingface/tokenizers/package.json').version") (live)" ||
+  echo "Tokenizers.js not installed in $JS (npm ci there): comparing with its recorded ids"
+
+[ "${5:-}" = --record ] && : > "$REF"
+for n in llama3 qwen3 llama2; do
+  "$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/$n/tokenizer.json" --input "$tmp/texts.jsonl" \
+    > "$tmp/$n.ids" 2> "$tmp/$n.err" || { fail "mgt tokenize with $n"; cat "$tmp/$n.err"; continue; }
+  if [ $live = 1 ]; then
+    node "$JS/encode.mjs" "$H/$n" "$tmp/texts.jsonl" > "$tmp/$n.js" || fail "Tokenizers.js with $n"
+  fi
+  $PY - "$n" "$tmp/$n.ids" "$tmp/$n.js" "$REF" "$tmp/texts.jsonl" "${5:-}" <<'PY' || fail "$n: ids differ from Tokenizers.js's"
+import hashlib, json, os, sys
+name, mine, js, ref, texts, mode = sys.argv[1:7]
+ours = open(mine).read().splitlines()
+texts = [json.loads(l)["text"] for l in open(texts)]
+digest = lambda line: hashlib.sha256(line.encode()).hexdigest()[:16]
+assert len(ours) == len(texts), (len(ours), len(texts))
+if os.path.exists(js):
+    theirs = open(js).read().splitlines()
+    bad = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
+    assert len(theirs) == len(ours) and not bad, "texts %s differ from Tokenizers.js, first: %r" % (bad[:8], texts[bad[0]][:200] if bad else "")
+    if mode == "--record":
+        with open(ref, "a") as f:
+            for i, line in enumerate(theirs):
+                f.write("%s %d %s\n" % (name, i, digest(line)))
+recorded = {int(l.split()[1]): l.split()[2] for l in open(ref) if l.startswith(name + " ")}
+assert len(recorded) == len(ours), "%d recorded digests for %d texts" % (len(recorded), len(ours))
+bad = [i for i, line in enumerate(ours) if digest(line) != recorded[i]]
+assert not bad, "texts %s differ from the recorded ids, first: %r" % (bad[:8], texts[bad[0]][:200])
+print("ok: %s: %d texts, %d ids, as Tokenizers.js%s" % (name, len(ours), sum(len(l.split()) for l in ours), " (live)" if os.path.exists(js) else ""))
+PY
+done
+
+# decoding gives the text back: byte-level exactly (Qwen 3: its NFC), Llama 2 with the "▁" its
+# normalizer put before each piece of text between added tokens as a space
+for n in llama3 qwen3; do
+  "$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/$n/tokenizer.json" --decode --input "$tmp/$n.ids" > "$tmp/$n.back" ||
+    fail "decode with $n"
+  $PY - "$n" "$tmp/texts.jsonl" "$tmp/$n.back" <<'PY' || fail "$n: decoding does not give the text back"
+import json, sys, unicodedata
+name = sys.argv[1]
+texts = [json.loads(l)["text"] for l in open(sys.argv[2])]
+back = [json.loads(l)["text"] for l in open(sys.argv[3])]
+# invalid UTF-8 cannot come from JSON text; NFC is Qwen 3's normalizer
+want = [unicodedata.normalize("NFC", t) if name == "qwen3" else t for t in texts]
+bad = [i for i, (a, b) in enumerate(zip(want, back)) if a != b]
+assert len(back) == len(want) and not bad, bad[:5]
+print("ok: %s: %d texts decoded back" % (name, len(back)))
+PY
+done
+
+# GPT-2's vocabulary and merges as a tokenizer.json (ByteLevel with its own regex) give what
+# GPT2BPETokenizer gives
+G=$DATA/gpt2
+$PY - "$G/gpt2-vocab.json" "$G/gpt2-merges.txt" "$tmp/gpt2" <<'PY' || fail "writing GPT-2's tokenizer.json"
+import json, os, sys
+vocab = json.load(open(sys.argv[1], encoding="utf-8"))
+merges = [l for l in open(sys.argv[2], encoding="utf-8").read().split("\n")[1:] if l]
+os.makedirs(sys.argv[3], exist_ok=True)
+t = {"version": "1.0", "added_tokens": [{"id": 50256, "content": "<|endoftext|>", "single_word": False,
+     "lstrip": False, "rstrip": False, "normalized": False, "special": True}],
+     "normalizer": None, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
+     "trim_offsets": True, "use_regex": True}, "post_processor": None,
+     "decoder": {"type": "ByteLevel"}, "model": {"type": "BPE", "dropout": None, "unk_token": None,
+     "continuing_subword_prefix": "", "end_of_word_suffix": "", "fuse_unk": False,
+     "byte_fallback": False, "vocab": vocab, "merges": merges}}
+json.dump(t, open(sys.argv[3] + "/tokenizer.json", "w"))
+json.dump({"eos_token": "<|endoftext|>"}, open(sys.argv[3] + "/tokenizer_config.json", "w"))
+PY
+# the texts without the end-of-text token, which GPT2BPETokenizer reads as text
+$PY -c "
+import json, sys
+for l in open('$tmp/texts.jsonl'):
+    print(json.dumps({'text': json.loads(l)['text'].replace('<|endoftext|>', '<|end|>')}))" > "$tmp/plain.jsonl"
+"$MGT" tokenize "${HF[@]}" --tokenizer-model "$tmp/gpt2/tokenizer.json" --input "$tmp/plain.jsonl" > "$tmp/gpt2.hf" || fail "tokenize with GPT-2's tokenizer.json"
+"$MGT" tokenize --vocab-file "$G/gpt2-vocab.json" --merge-file "$G/gpt2-merges.txt" --input "$tmp/plain.jsonl" > "$tmp/gpt2.ids" || fail "GPT2BPETokenizer"
+cmp -s "$tmp/gpt2.hf" "$tmp/gpt2.ids" && echo "ok: GPT-2's tokenizer.json gives GPT2BPETokenizer's ids" ||
+  fail "GPT-2's tokenizer.json and GPT2BPETokenizer disagree"
+
+# a dataset, training and evaluation with Llama 3's tokenizer
+L3=$H/llama3/tokenizer.json
+head -c 200000 "$DATA/books/pg11-alices-adventures-in-wonderland.txt" |
+  $PY -c "import json, sys; [print(json.dumps({'text': p})) for p in sys.stdin.read().replace('\r\n', '\n').split('\n\n') if p.strip()]" > "$tmp/alice.jsonl"
+"$MGT" preprocess "${HF[@]}" --tokenizer-model "$L3" --input "$tmp/alice.jsonl" --output-prefix "$tmp/alice" \
+  --append-eod > "$tmp/pp.log" 2>&1 || { fail "preprocess with Llama 3's tokenizer"; cat "$tmp/pp.log"; }
+$PY - "$tmp/alice.h5" "$tmp/alice.jsonl" "$tmp/llama3.ids" <<'PY' || fail "the dataset does not hold the tokenizer's ids"
+import h5py, json, sys
+with h5py.File(sys.argv[1], "r") as f:
+    tokens = [int(x) for x in f["tokens"][()]]
+assert tokens.count(128001) == sum(1 for _ in open(sys.argv[2])), "one <|end_of_text|> per document"
+assert max(tokens) < 128256 and len(tokens) > 40000
+print("ok: %d tokens, documents ended by <|end_of_text|> (128001)" % len(tokens))
+PY
+T=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 64 --micro-batch-size 2
+  --global-batch-size 4 --train-iters 4 --lr 1e-3 --log-interval 2 --eval-interval 4 --eval-iters 1
+  --normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear)
+"$MPIEXEC" -n 2 "$MGT" train "${T[@]}" "${HF[@]}" --tokenizer-model "$L3" --data-path "$tmp/alice" \
+  --tensor-model-parallel-size 2 --save "$tmp/ckpt" > "$tmp/train.log" 2>&1 ||
+  { fail "training with Llama 3's tokenizer"; grep "error" "$tmp/train.log"; }
+grep -q "validation loss" "$tmp/train.log" || fail "no validation loss"
+expect "was tokenized with another vocabulary than --tokenizer-model" "$MGT" train "${T[@]}" "${HF[@]}" --tokenizer-model "$H/qwen3/tokenizer.json" --data-path "$tmp/alice"
+printf 'Alice was beginning to get very tired of sitting by her sister on the bank.' > "$tmp/prompt.txt"
+"$MGT" eval --load "$tmp/ckpt" --text "$tmp/prompt.txt" > "$tmp/eval.log" 2>&1 ||
+  { fail "eval of a text with the checkpoint's tokenizer"; cat "$tmp/eval.log"; }
+
+"$MPIEXEC" -n 2 "$MGT" generate --load "$tmp/ckpt" --tensor-model-parallel-size 2 --prompt "Alice was" \
+  --max-new-tokens 8 --top-k 1 > "$tmp/gen.log" 2>&1 || { fail "generate with the checkpoint's tokenizer"; cat "$tmp/gen.log"; }
+grep -q "^Alice was" "$tmp/gen.log" || { fail "generate does not continue the prompt"; cat "$tmp/gen.log"; }
+
+# files it cannot read, and what it does not implement, refused with one line
+mkdir -p "$tmp/bad"
+cp "$H/llama3/tokenizer_config.json" "$tmp/bad/"
+badtok() {
+  $PY - "$H/llama3/tokenizer.json" "$tmp/bad/tokenizer.json" "$1" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+exec(sys.argv[3])
+json.dump(t, open(sys.argv[2], "w"))
+PY
+}
+enc() { "$MGT" tokenize "${HF[@]}" --tokenizer-model "$tmp/bad/tokenizer.json" --input "$tmp/alice.jsonl"; }
+badtok "t['model']['type'] = 'WordPiece'"
+expect "model WordPiece is not implemented" enc
+badtok "t['normalizer'] = {'type': 'Lowercase'}"
+expect "normalizer Lowercase is not implemented" enc
+badtok "t['pre_tokenizer']['pretokenizers'][0]['pattern']['Regex'] = '(?<=a'"
+expect "the pre-tokenizer's regex does not compile" enc
+badtok "t['model']['merges'][5] = 'qq zz'"
+expect "merge 5 is not of two vocabulary tokens into a third" enc
+badtok "t['added_tokens'][0]['lstrip'] = True"
+expect "added token <|begin_of_text|> is single_word, lstrip, rstrip or normalized" enc
+echo '{"eos_token": "<|no such token|>"}' > "$tmp/bad/tokenizer_config.json"
+badtok "pass"
+expect "no eos_token of the vocabulary" enc
+printf '{"model": ' > "$tmp/bad/tokenizer.json"
+expect "not a tokenizer.json" enc
+expect "HuggingFaceTokenizer needs --tokenizer-model" "$MGT" tokenize "${HF[@]}" --input "$tmp/alice.jsonl"
+
+[ $fails = 0 ] && echo "hf_tokenizer: all checks passed" || { echo "hf_tokenizer: $fails failures"; exit 1; }
