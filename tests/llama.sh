@@ -135,4 +135,34 @@ mkdir -p "$tmp/badidx" && cp "$tmp/llama3.imp/../llama3.hf/config.json" "$tmp/ba
 echo '{"weight_map": {"model.norm.weight": "../model.safetensors"}}' > "$tmp/badidx/model.safetensors.index.json"
 expect "weight_map names '../model.safetensors', not a file of the directory" "$MGT" ckpt import --format hf --input "$tmp/badidx" --save "$tmp/x"
 
+# Llama 3 8B: its job script's flags are accepted and plan the parameters counted by hand (a
+# launcher that runs mgt train --dry-run on its 8 ranks instead of srun), and mgt plan counts
+# Meta's 8,030,261,248
+mkdir -p "$tmp/fakejobs"
+printf '#!/usr/bin/env bash\nexec "%s" -n "$TP" "%s" train "$@" --tensor-model-parallel-size "$TP" --dry-run\n' \
+  "$MPIEXEC" "$MGT" > "$tmp/fakejobs/launch.sh"
+chmod +x "$tmp/fakejobs/launch.sh"
+MGT_JOBS=$tmp/fakejobs SLURM_JOB_NAME=llama3-8b SLURM_NNODES=1 SAVE_DIR=$tmp/none DEVICE=cpu \
+  bash "$TESTS/../jobs/llama3-8b-tp8.sbatch" > "$tmp/job.log" 2>&1 || { fail "jobs/llama3-8b-tp8.sbatch"; grep error "$tmp/job.log"; }
+$PY - "$tmp/job.log" <<'PY' || fail "the Llama 3 8B job's parameters per rank"
+import re, sys
+log = open(sys.argv[1]).read()
+C, L, F, tp, V = 4096, 32, 14336, 8, 128256
+Vl = -(-V // (128 * tp)) * 128  # the vocabulary padded to 128 x tp, one rank's rows
+layer = 2 * C + (C // tp) * C + 2 * (8 // tp) * 128 * C + C * (C // tp) + 3 * (F // tp) * C
+floats = 2 * Vl * C + L * layer + C  # embeddings and output layer, layers, final RMSNorm
+mib = re.search(r"^\s+parameters\s+([0-9.]+)$", log, re.M)
+assert mib, log[-2000:]
+assert abs(float(mib.group(1)) - floats * 4 / 2**20) < 0.06, (mib.group(1), floats * 4 / 2**20)
+print("ok: jobs/llama3-8b-tp8.sbatch plans %s MiB of parameters per rank, as counted" % mib.group(1))
+PY
+"$MGT" plan --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention \
+  --num-query-groups 8 --ffn-hidden-size 14336 --swiglu --normalization RMSNorm --disable-bias-linear \
+  --untie-embeddings-and-output-weights --position-embedding-type rope --seq-length 8192 \
+  --vocab-size 128256 --global-batch-size 64 --nodes 2 --gpus-per-node 8 --top 40 > "$tmp/plan.log" 2>&1 ||
+  { fail "mgt plan of Llama 3 8B"; cat "$tmp/plan.log"; }
+grep -q "8.03 B parameters" "$tmp/plan.log" && echo "ok: mgt plan counts Llama 3 8B's 8.03 B parameters" ||
+  { fail "mgt plan's parameter count of Llama 3 8B"; head -3 "$tmp/plan.log"; }
+expect "--num-query-groups 3 does not divide --num-attention-heads 32" "$MGT" plan --num-attention-heads 32 --hidden-size 4096 --group-query-attention --num-query-groups 3
+
 [ $fails = 0 ] && echo "llama: all checks passed" || { echo "llama: $fails failures"; exit 1; }

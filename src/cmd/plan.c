@@ -24,6 +24,17 @@ static const mgt_flag flags[] = {
     {"--ffn-hidden-size", MGT_FLAG_INT, OFF(ffn), 0, 1 << 24, "MLP width (default 4 x hidden)",
      NULL, 0},
     {"--seq-length", MGT_FLAG_INT, OFF(seq_length), 1, 1 << 20, "sequence length", NULL, 0},
+    {"--normalization", MGT_FLAG_ENUM, OFF(normalization), 0, 0, "LayerNorm or RMSNorm",
+     mgt_norm_names, 0},
+    {"--swiglu", MGT_FLAG_BOOL, OFF(swiglu), 0, 1, "SwiGLU MLP (gate and up projections)", NULL, 0},
+    {"--group-query-attention", MGT_FLAG_BOOL, OFF(gqa), 0, 1,
+     "grouped-query attention (tensor-parallel sizes then divide the groups)", NULL, 0},
+    {"--num-query-groups", MGT_FLAG_INT, OFF(groups), 0, 1 << 16, "key/value heads", NULL, 0},
+    {"--disable-bias-linear", MGT_FLAG_BOOL, OFF(no_bias), 0, 1, "no linear biases", NULL, 0},
+    {"--untie-embeddings-and-output-weights", MGT_FLAG_BOOL, OFF(untied), 0, 1,
+     "an output layer of its own", NULL, 0},
+    {"--position-embedding-type", MGT_FLAG_ENUM, OFF(rope), 0, 0, "learned_absolute or rope",
+     mgt_pos_names, 0},
     {"--vocab-size", MGT_FLAG_INT, OFF(vocab_size), 1, 1 << 26, "vocabulary", NULL, 0},
     {"--make-vocab-size-divisible-by", MGT_FLAG_INT, OFF(vocab_multiple), 1, 1 << 16,
      "vocabulary padding multiple (per tensor-parallel rank)", NULL, 0},
@@ -101,7 +112,10 @@ mgt_status mgt_plan_parse(mgt_plan_opts *o, int argc, char **argv, int first, in
   MGT_REQUIRE(o->hidden_size % o->heads == 0,
               "--hidden-size %d is not divisible by --num-attention-heads %d", o->hidden_size,
               o->heads);
-  return MGT_OK;
+  mgt_config c; /* the block's flags make sense together, as mgt train would say */
+  mgt_model_desc d;
+  mgt_plan_config(o, 1, 1, MGT_RECOMPUTE_NONE, 0, 0, &c);
+  return mgt_model_describe(&c, &d);
 }
 
 void mgt_plan_usage(FILE *f) {
@@ -118,6 +132,10 @@ void mgt_plan_config(const mgt_plan_opts *o, int tp, int mb, int recompute, int 
   c->num_attention_heads = o->heads, c->ffn_hidden_size = o->ffn;
   c->seq_length = o->seq_length, c->max_position_embeddings = o->seq_length;
   c->vocab_size = o->vocab_size, c->make_vocab_size_divisible_by = o->vocab_multiple;
+  c->normalization = o->normalization, c->swiglu = o->swiglu;
+  c->group_query_attention = o->gqa, c->num_query_groups = o->groups;
+  c->disable_bias_linear = o->no_bias, c->untie_embeddings_and_output_weights = o->untied;
+  c->position_embedding_type = o->rope;
   c->tensor_model_parallel_size = tp;
   c->micro_batch_size = mb, c->global_batch_size = o->global_batch;
   c->recompute_granularity = recompute;
@@ -197,7 +215,8 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
   mgt_plan_row *rows = malloc(sizeof *rows * cap);
   MGT_REQUIRE(rows, "out of memory for the plan");
   for (int tp = 1; tp <= gpus; tp++) {
-    if (gpus % tp || o->heads % tp || (o->tp && tp != o->tp)) continue;
+    if (gpus % tp || o->heads % tp || (o->gqa && o->groups % tp) || (o->tp && tp != o->tp))
+      continue;
     const int dp = gpus / tp;
     if (o->global_batch % dp) continue;
     for (int mb = 1; mb <= o->global_batch / dp; mb *= 2) {
