@@ -260,6 +260,18 @@ static void test_llama(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   mgt_config g = tiny(); /* grouped attention with LayerNorm, biases and GeLU */
   g.num_attention_heads = 4, g.group_query_attention = 1, g.num_query_groups = 1;
   T_OK(mgt_config_finalize(&g, 1));
+  /* a layer keeps the groups' projection (8 + 2 x 2 floats a row, not 24), and one shared
+     buffer holds them repeated for the heads */
+  mgt_config ug = g;
+  ug.group_query_attention = 0, ug.num_query_groups = 0;
+  mgt_gpt_memory mg, mu;
+  mgt_gpt_memory_plan(&g, 1, &mg);
+  mgt_gpt_memory_plan(&ug, 1, &mu);
+  const long r16 = 16, rows = 2 * 5, kept = (rows * 12 + r16 - 1) / r16 * r16,
+             full = (rows * 24 + r16 - 1) / r16 * r16;
+  T_CHECK((long)mg.activations_full - (long)mu.activations_full == 4 * (full - 2 * (full - kept)),
+          "grouped activations: %zu bytes, ungrouped %zu", mg.activations_full,
+          mu.activations_full);
   T_OK(mgt_gpt_create(&g, grid, be, comm, &m));
   T_CHECK(has_param(m, "layers.0.attention.query.bias", 1, 8, 0, 0) &&
               has_param(m, "layers.0.attention.key_value.bias", 2, 2, 2, 0),

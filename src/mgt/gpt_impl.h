@@ -61,7 +61,7 @@ static inline int gpt_output_param(const param_index *ix) {
 /* Activations one layer keeps for its backward pass. */
 typedef struct layer_acts {
   float *ln1, *ln1_mean, *ln1_rstd; /* (N,C) (N) (N) */
-  float *qkv;                       /* (N, 3*Cl): [q | k | v], groups repeated for their heads */
+  float *qkv;                       /* (N, QKVl): [q | k | v] of the heads and key/value groups */
   float *P;                         /* (B, Hl, T, T); NULL with --use-flash-attn */
   float *lse;                       /* (B, Hl, T) row log-sum-exp, with --use-flash-attn */
   float *atty;                      /* (N, Cl) */
@@ -99,7 +99,8 @@ struct mgt_gpt {
   int32_t *inputs, *targets;
   float *dres, *dtmp, *dqkv, *datty, *dfch, *att_scratch;
   float *inv_freq; /* (hd/2) rotary frequencies, with --position-embedding-type rope */
-  float *qkvg;     /* (N, QKVl) grouped-query attention's projection and its gradient, else NULL */
+  float *qkvx;     /* (N, 3*Cl) grouped-query attention: the groups repeated for the heads, then the
+                      groups' gradient; else NULL */
   float *dact;     /* (N, Fl) the gradient of SwiGLU's output, else NULL */
   /* --sequence-parallel: a block of this rank's rows (N/tp, C), the LayerNorm gradients' sum
      over tp (2C) and the floats of each rank's rows; m->lnf (N, C) is also the buffer rows are

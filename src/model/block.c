@@ -71,6 +71,16 @@ static mgt_status residual_norm(mgt_gpt *m, float *out, float *x, const float *b
   return gpt_norm_forward(m, ln, mean, rstd, out, w, NULL, N);
 }
 
+/* The rows of q, k and v of every local head that the attention kernels read: the kept
+   projection itself, or with fewer groups than heads its groups repeated into m->qkvx. */
+static mgt_status heads_qkv(mgt_gpt *m, const layer_acts *a, const float **qkv) {
+  const mgt_gpt_dims *d = &m->d;
+  *qkv = a->qkv;
+  if (!m->qkvx) return MGT_OK;
+  *qkv = m->qkvx;
+  return mgt_be_kv_group(m->be, m->qkvx, a->qkv, d->B * d->T, d->Hl, d->Gl, d->hd, 0);
+}
+
 mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float *x, float *y,
                              layer_acts *a, const step_ctx *s) {
   const mgt_backend *be = m->be;
@@ -90,9 +100,9 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
      parallelism) */
   MGT_CHECK(gpt_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, w[P_LN1_W], w[P_LN1_B], Nl));
   MGT_CHECK(full_rows(m, r->sp, a->ln1, &in));
-  /* the projection's rows [q | k | v] hold Gl key/value groups; with fewer groups than heads
-     they are repeated for their heads after the rotation (decoding reads the groups) */
-  float *qg = m->qkvg && !r->kc ? m->qkvg : a->qkv;
+  /* the projection's rows [q | k | v] hold Gl key/value groups, kept so; with fewer groups than
+     heads the attention reads them repeated for their heads (m->qkvx), decoding reads them */
+  float *qg = a->qkv;
   MGT_CHECK(mgt_tp_column_forward(&m->tp, qg, in, w[P_QKV_W], w[P_QKV_B], N, C, d->QKVl));
   if (m->inv_freq) /* q and k of every local head turned by their position (decoding: r->pos) */
     MGT_CHECK(mgt_be_rope(be, qg, N, r->kc ? 1 : d->T, r->kc ? r->pos : 0, d->Hl + d->Gl, d->hd,
@@ -104,12 +114,13 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
     MGT_CHECK(
         mgt_be_attention_decode(be, a->atty, qg, r->kc, r->vc, r->pos + 1, d->Hl, d->Gl, d->hd));
   } else {
-    if (qg != a->qkv) MGT_CHECK(mgt_be_kv_group(be, a->qkv, qg, N, d->Hl, d->Gl, d->hd, 0));
+    const float *qkv;
+    MGT_CHECK(heads_qkv(m, a, &qkv));
     if (m->rp.flash)
-      MGT_CHECK(mgt_be_flash_attention_forward(be, a->atty, a->lse, a->qkv, d->B, d->T, d->Hl,
-                                               d->hd, d->tp_rank * d->Hl, m->keylen, &ds.attn));
+      MGT_CHECK(mgt_be_flash_attention_forward(be, a->atty, a->lse, qkv, d->B, d->T, d->Hl, d->hd,
+                                               d->tp_rank * d->Hl, m->keylen, &ds.attn));
     else
-      MGT_CHECK(mgt_be_attention_forward(be, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
+      MGT_CHECK(mgt_be_attention_forward(be, a->atty, a->P, qkv, d->B, d->T, d->Hl, d->hd,
                                          d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
                                          m->att_scratch));
   }
@@ -282,23 +293,25 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
   MGT_CHECK(full_grad(m, dloc, &dy));
   MGT_CHECK(mgt_tp_row_backward(&m->tp, m->datty, g[P_PROJ_W], g[P_PROJ_B], dy, a->atty,
                                 w[P_PROJ_W], N, Cl, C, acc));
+  const float *qkv; /* repeated again for the heads: other layers used m->qkvx since */
+  MGT_CHECK(heads_qkv(m, a, &qkv));
   if (m->rp.flash) /* the probabilities rebuilt tile by tile inside */
-    MGT_CHECK(mgt_be_flash_attention_backward(be, m->dqkv, m->datty, a->qkv, a->atty, a->lse, d->B,
+    MGT_CHECK(mgt_be_flash_attention_backward(be, m->dqkv, m->datty, qkv, a->atty, a->lse, d->B,
                                               d->T, d->Hl, d->hd, d->tp_rank * d->Hl, m->keylen,
                                               &ds.attn));
   else {
     if (m->rp.selective) /* the probabilities again; atty is rewritten with the same values */
-      MGT_CHECK(mgt_be_attention_forward(be, a->atty, a->P, a->qkv, d->B, d->T, d->Hl, d->hd,
+      MGT_CHECK(mgt_be_attention_forward(be, a->atty, a->P, qkv, d->B, d->T, d->Hl, d->hd,
                                          d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
                                          m->att_scratch));
-    MGT_CHECK(mgt_be_attention_backward(be, m->dqkv, m->datty, a->qkv, a->P, d->B, d->T, d->Hl,
-                                        d->hd, d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
+    MGT_CHECK(mgt_be_attention_backward(be, m->dqkv, m->datty, qkv, a->P, d->B, d->T, d->Hl, d->hd,
+                                        d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
                                         m->att_scratch));
   }
   float *dqg = m->dqkv;
-  if (m->qkvg) { /* each group's gradient the sum of its heads' */
-    MGT_CHECK(mgt_be_kv_group(be, m->qkvg, m->dqkv, N, d->Hl, d->Gl, d->hd, 1));
-    dqg = m->qkvg;
+  if (m->qkvx) { /* each group's gradient the sum of its heads', into the free m->qkvx */
+    MGT_CHECK(mgt_be_kv_group(be, m->qkvx, m->dqkv, N, d->Hl, d->Gl, d->hd, 1));
+    dqg = m->qkvx;
   }
   if (m->inv_freq) /* the rotation's transpose: back to the gradient of the projections */
     MGT_CHECK(mgt_be_rope(be, dqg, N, d->T, 0, d->Hl + d->Gl, d->hd, d->QKVl, m->inv_freq, 1));

@@ -49,7 +49,7 @@ static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la, int shar
   la->ln1 = ln16(d) ? NULL : take(a, Nl * d->C); /* else in the 16-bit region */
   la->ln1_mean = take(a, Nl);
   la->ln1_rstd = take(a, Nl);
-  la->qkv = take(a, N * 3 * d->Cl);
+  la->qkv = take(a, N * d->QKVl);
   const size_t probs = (size_t)d->B * d->Hl * d->T;
   la->P = flash ? NULL : (share_P ? P : take(a, probs * d->T));
   la->lse = flash ? take(a, probs) : NULL;
@@ -112,9 +112,9 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
   m->dqkv = take(&a, N * 3 * d->Cl);
   m->datty = take(&a, N * d->Cl);
   m->dfch = take(&a, N * d->Fo);
-  /* grouped-query attention: the QKV projection's rows [q | k | v] before the groups are
-     repeated for their heads (and their gradient); SwiGLU: the gradient of its output */
-  m->qkvg = d->G != d->H ? take(&a, N * d->QKVl) : NULL;
+  /* grouped-query attention: the groups repeated for the heads, one layer at a time (and the
+     groups' gradient); SwiGLU: the gradient of its output */
+  m->qkvx = d->G != d->H ? take(&a, N * 3 * (size_t)d->Cl) : NULL;
   m->dact = d->desc.mlp == MGT_MLP_SWIGLU ? take(&a, N * d->Fl) : NULL;
   m->att_scratch = rp->flash ? NULL : take(&a, probs);
   m->inv_freq = d->desc.pos == MGT_POS_ROPE ? take(&a, (size_t)d->hd / 2) : NULL;
