@@ -129,6 +129,22 @@ printf 'Alice was beginning to get very tired of sitting by her sister on the ba
 "$MGT" eval --load "$tmp/ckpt" --text "$tmp/prompt.txt" > "$tmp/eval.log" 2>&1 ||
   { fail "eval of a text with the checkpoint's tokenizer"; cat "$tmp/eval.log"; }
 
+# the Llama exported with its tokenizer beside it (and its bos and eos ids in config.json); the
+# import takes it as the checkpoint's tokenizer, and scores the text as the original does
+"$MGT" ckpt export --format hf --load "$tmp/ckpt" --output "$tmp/hf" > /dev/null || fail "export with the tokenizer"
+cmp -s "$tmp/hf/tokenizer.json" "$L3" && cmp -s "$tmp/hf/tokenizer_config.json" "$H/llama3/tokenizer_config.json" &&
+  grep -q '"bos_token_id": 128000' "$tmp/hf/config.json" && grep -q '"eos_token_id": 128001' "$tmp/hf/config.json" &&
+  echo "ok: the export holds Llama 3's tokenizer and its bos and eos ids" || fail "the export's tokenizer"
+"$MGT" ckpt import --format hf --input "$tmp/hf" --save "$tmp/imported" > "$tmp/imp.log" 2>&1 ||
+  { fail "import with the tokenizer"; cat "$tmp/imp.log"; }
+"$MGT" eval --load "$tmp/imported" --text "$tmp/prompt.txt" > "$tmp/eval2.log" 2>&1 ||
+  { fail "eval of the import with its tokenizer"; cat "$tmp/eval2.log"; }
+$PY - "$tmp/eval.log" "$tmp/eval2.log" <<'PY' || fail "the import scores the text otherwise"
+import json, sys
+a, b = ([json.loads(l) for l in open(f) if l.startswith("{")][-1] for f in sys.argv[1:])
+assert a["tokens"] == b["tokens"] > 10 and abs(a["avg_loss"] - b["avg_loss"]) <= 1e-6 * a["avg_loss"], (a, b)
+print("ok: the imported checkpoint tokenizes and scores the text as the original (%d tokens)" % a["tokens"])
+PY
 "$MPIEXEC" -n 2 "$MGT" generate --load "$tmp/ckpt" --tensor-model-parallel-size 2 --prompt "Alice was" \
   --max-new-tokens 8 --top-k 1 > "$tmp/gen.log" 2>&1 || { fail "generate with the checkpoint's tokenizer"; cat "$tmp/gen.log"; }
 grep -q "^Alice was" "$tmp/gen.log" || { fail "generate does not continue the prompt"; cat "$tmp/gen.log"; }

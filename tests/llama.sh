@@ -47,6 +47,20 @@ for name in llama3 other; do
     { fail "training $name"; cat "$tmp/$name.log"; }
 done
 
+# resumed on another layout (query, key_value, gate and up resharded): the same losses
+for tp in 2 1; do
+  "$MPIEXEC" -n 2 "$MGT" train "${M[@]}" "${LLAMA3[@]}" --tensor-model-parallel-size $tp --train-iters 14 \
+    --log-interval 1 --load "$tmp/llama3" --metrics-file "$tmp/resume$tp.jsonl" > "$tmp/resume.log" 2>&1 ||
+    { fail "resuming llama3 at tp=$tp"; grep error "$tmp/resume.log"; }
+done
+$PY - "$tmp/resume2.jsonl" "$tmp/resume1.jsonl" <<'PY' || fail "llama3 resumed at tp=1 differs from tp=2"
+import json, sys
+a, b = ({r["iteration"]: r["loss"] for r in map(json.loads, open(f)) if "loss" in r} for f in sys.argv[1:])
+assert sorted(a) == sorted(b) == [13, 14], (a, b)
+assert all(abs(a[k] - b[k]) <= 1e-5 * abs(a[k]) for k in a), (a, b)
+print("ok: resumed at tp=1 dp=2 as at tp=2: losses %s" % [round(a[k], 6) for k in sorted(a)])
+PY
+
 # Llama 3's block, sharded: 64 KiB files, each tensor in the file the index maps it to
 "$MGT" ckpt export --format hf --load "$tmp/llama3" --output "$tmp/llama3.hf" --max-shard-size 65536 ||
   fail "export llama3"
@@ -135,27 +149,33 @@ mkdir -p "$tmp/badidx" && cp "$tmp/llama3.imp/../llama3.hf/config.json" "$tmp/ba
 echo '{"weight_map": {"model.norm.weight": "../model.safetensors"}}' > "$tmp/badidx/model.safetensors.index.json"
 expect "weight_map names '../model.safetensors', not a file of the directory" "$MGT" ckpt import --format hf --input "$tmp/badidx" --save "$tmp/x"
 
-# Llama 3 8B: its job script's flags are accepted and plan the parameters counted by hand (a
-# launcher that runs mgt train --dry-run on its 8 ranks instead of srun), and mgt plan counts
-# Meta's 8,030,261,248
+# the Llama 3 8B, 3.2 3B and 1B jobs: their flags are accepted and plan the parameters counted by
+# hand (a launcher that runs mgt train --dry-run on their tp ranks instead of srun); mgt plan
+# counts Meta's 8,030,261,248 for 8B
 mkdir -p "$tmp/fakejobs"
 printf '#!/usr/bin/env bash\nexec "%s" -n "$TP" "%s" train "$@" --tensor-model-parallel-size "$TP" --dry-run\n' \
   "$MPIEXEC" "$MGT" > "$tmp/fakejobs/launch.sh"
 chmod +x "$tmp/fakejobs/launch.sh"
-MGT_JOBS=$tmp/fakejobs SLURM_JOB_NAME=llama3-8b SLURM_NNODES=1 SAVE_DIR=$tmp/none DEVICE=cpu \
-  bash "$TESTS/../jobs/llama3-8b-tp8.sbatch" > "$tmp/job.log" 2>&1 || { fail "jobs/llama3-8b-tp8.sbatch"; grep error "$tmp/job.log"; }
-$PY - "$tmp/job.log" <<'PY' || fail "the Llama 3 8B job's parameters per rank"
+# job: name, tp, layers, hidden, heads, ffn, tied
+for job in llama3-8b-tp8:8:32:4096:32:14336:0 llama3.2-3b-tp2:2:28:3072:24:8192:1 llama3.2-1b:1:16:2048:32:8192:1; do
+  IFS=: read -r name tp L C H F tied <<< "$job"
+  MGT_JOBS=$tmp/fakejobs SLURM_JOB_NAME=$name SLURM_NNODES=1 SAVE_DIR=$tmp/none DEVICE=cpu \
+    bash "$TESTS/../jobs/$name.sbatch" > "$tmp/job.log" 2>&1 || { fail "jobs/$name.sbatch"; grep error "$tmp/job.log"; }
+  $PY - "$tmp/job.log" "$job" <<'EOPY' || fail "jobs/$name.sbatch: parameters per rank"
 import re, sys
 log = open(sys.argv[1]).read()
-C, L, F, tp, V = 4096, 32, 14336, 8, 128256
+name, tp, L, C, H, F, tied = sys.argv[2].split(":")
+tp, L, C, H, F, tied, V, G = int(tp), int(L), int(C), int(H), int(F), int(tied), 128256, 8
+hd = C // H
 Vl = -(-V // (128 * tp)) * 128  # the vocabulary padded to 128 x tp, one rank's rows
-layer = 2 * C + (C // tp) * C + 2 * (8 // tp) * 128 * C + C * (C // tp) + 3 * (F // tp) * C
-floats = 2 * Vl * C + L * layer + C  # embeddings and output layer, layers, final RMSNorm
+layer = 2 * C + (C // tp) * C + 2 * (G // tp) * hd * C + C * (C // tp) + 3 * (F // tp) * C
+floats = (1 if tied else 2) * Vl * C + L * layer + C  # embeddings (and output layer), layers, norm
 mib = re.search(r"^\s+parameters\s+([0-9.]+)$", log, re.M)
 assert mib, log[-2000:]
 assert abs(float(mib.group(1)) - floats * 4 / 2**20) < 0.06, (mib.group(1), floats * 4 / 2**20)
-print("ok: jobs/llama3-8b-tp8.sbatch plans %s MiB of parameters per rank, as counted" % mib.group(1))
-PY
+print("ok: jobs/%s.sbatch plans %s MiB of parameters per rank, as counted" % (name, mib.group(1)))
+EOPY
+done
 "$MGT" plan --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention \
   --num-query-groups 8 --ffn-hidden-size 14336 --swiglu --normalization RMSNorm --disable-bias-linear \
   --untie-embeddings-and-output-weights --position-embedding-type rope --seq-length 8192 \

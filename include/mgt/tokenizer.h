@@ -53,6 +53,9 @@ MGT_NODISCARD mgt_status mgt_tok_piece(const mgt_tokenizer *tok, int32_t id, con
 /* The id of a WordPiece special token ("[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]"), or -1
    (always -1 for GPT-2 and bytes). */
 int32_t mgt_tok_special(const mgt_tokenizer *tok, const char *name);
+/* The beginning-of-sequence id a Hugging Face tokenizer declares (tokenizer_config.json's
+   bos_token), or -1. */
+int32_t mgt_tok_bos(const mgt_tokenizer *tok);
 /* Its name, as --tokenizer-type spells it, and its type (MGT_TOKENIZER_*). */
 const char *mgt_tok_name(const mgt_tokenizer *tok);
 int mgt_tok_type(const mgt_tokenizer *tok);

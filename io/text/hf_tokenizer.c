@@ -44,6 +44,7 @@ struct mgt_hf_tok {
   int ignore_merges;    /* a piece that is a vocabulary token is that token */
   int byte_fallback, fuse_unk;
   int32_t unk, fallback[256]; /* <0xNN> ids */
+  int32_t bos;                /* tokenizer_config.json's bos_token, or -1 */
   added_token *added;         /* longest first */
   unsigned char *added_text;  /* their contents */
   int n_added;
@@ -449,7 +450,7 @@ static int longer_first(const void *x, const void *y) {
 }
 
 /* The end-of-document token: tokenizer_config.json's eos_token (a string or {"content": ...}),
-   beside tokenizer.json. */
+   beside tokenizer.json; its bos_token too, where it has one. */
 static mgt_status eos_of(loader *L) {
   char dir[MGT_PATH_MAX], path[MGT_PATH_MAX + 32];
   snprintf(dir, sizeof dir, "%s", L->path);
@@ -464,8 +465,11 @@ static mgt_status eos_of(loader *L) {
   if (st == MGT_OK) st = mgt_json_parse(jp, text, len, &root);
   if (st == MGT_OK) {
     const mgt_json *e = root->type == MGT_JSON_OBJECT ? mgt_json_get(root, "eos_token") : NULL;
+    const mgt_json *b = root->type == MGT_JSON_OBJECT ? mgt_json_get(root, "bos_token") : NULL;
     const char *s = e && e->type == MGT_JSON_STRING ? e->str : str_of(e, "content");
+    const char *bs = b && b->type == MGT_JSON_STRING ? b->str : str_of(b, "content");
     const int32_t id = s ? find_key(L->h, (const unsigned char *)s, strlen(s)) : -1;
+    L->h->bos = bs ? find_key(L->h, (const unsigned char *)bs, strlen(bs)) : -1;
     if (id < 0)
       st = MGT_ERROR(MGT_ERR_INPUT, "%s: no eos_token of the vocabulary to end documents with",
                      path);
@@ -645,6 +649,8 @@ static mgt_status segment(mgt_tokenizer *t, const unsigned char *s, size_t n, mg
   free(norm);
   return st;
 }
+
+int32_t mgt_tok_bos(const mgt_tokenizer *t) { return t->kind == KIND_HF ? t->hf->bos : -1; }
 
 mgt_status mgt_hf_encode(mgt_tokenizer *t, const char *text, size_t len, mgt_ids *out) {
   mgt_hf_tok *h = t->hf;

@@ -5,6 +5,7 @@
 #include "mgt/hf.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "mgt/gpt.h"
 #include "mgt/json.h"
 #include "mgt/tasks.h"
+#include "mgt/tokenizer.h"
 #include "mgt/safetensors.h"
 #include "mgt/train.h"
 
@@ -416,8 +418,11 @@ static char *bert_config_json(const mgt_config *c, const mgt_model_desc *d, int6
 
 /* config.json of LlamaForCausalLM: the token ids are the tokenizer's business (its
    tokenizer_config.json), so none are claimed here. */
-static char *llama_config_json(const mgt_config *c, const mgt_model_desc *d, int64_t iteration) {
-  char scaling[256] = "null";
+static char *llama_config_json(const mgt_config *c, const mgt_model_desc *d, int64_t iteration,
+                               int32_t bos, int32_t eos) {
+  char scaling[256] = "null", b[16] = "null", e[16] = "null"; /* the tokenizer's ids, if known */
+  if (bos >= 0) snprintf(b, sizeof b, "%d", (int)bos);
+  if (eos >= 0) snprintf(e, sizeof e, "%d", (int)eos);
   if (c->use_rope_scaling) /* Llama 3.1's, the band mgt_gpt_rope_frequencies uses */
     snprintf(scaling, sizeof scaling,
              "{\"rope_type\": \"llama3\", \"factor\": %.17g, \"low_freq_factor\": 1.0, "
@@ -433,20 +438,21 @@ static char *llama_config_json(const mgt_config *c, const mgt_model_desc *d, int
                "  \"rope_theta\": %.17g,\n  \"rope_scaling\": %s,\n"
                "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n  \"tie_word_embeddings\": %s,\n"
                "  \"initializer_range\": %.9g,\n  \"attention_dropout\": %.9g,\n"
-               "  \"torch_dtype\": \"float32\",\n"
+               "  \"bos_token_id\": %s,\n  \"eos_token_id\": %s,\n  \"torch_dtype\": \"float32\",\n"
                "  \"megatron_c\": {\"iteration\": %lld, \"seq_length\": %d}\n}\n",
                c->vocab_size, c->hidden_size, c->ffn_hidden_size, c->num_layers,
                c->num_attention_heads, d->groups, c->hidden_size / c->num_attention_heads,
                c->max_position_embeddings, c->layernorm_epsilon, c->rotary_base, scaling,
                d->bias ? "true" : "false", d->bias ? "true" : "false", d->untied ? "false" : "true",
-               c->init_method_std, c->attention_dropout, (long long)iteration, c->seq_length) < 0)
+               c->init_method_std, c->attention_dropout, b, e, (long long)iteration,
+               c->seq_length) < 0)
     return NULL;
   return s;
 }
 
-static char *hf_config_json(const mgt_config *c, int64_t iteration) {
+static char *hf_config_json(const mgt_config *c, int64_t iteration, int32_t bos, int32_t eos) {
   const mgt_model_desc d = mgt_model_of(c); /* make_plan refused the kinds with no names */
-  if (is_llama(&d)) return llama_config_json(c, &d, iteration);
+  if (is_llama(&d)) return llama_config_json(c, &d, iteration, bos, eos);
   if (d.kind == MGT_MODEL_BERT) return bert_config_json(c, &d, iteration);
   if (d.kind != MGT_MODEL_GPT) return NULL;
   char *s = NULL;
@@ -466,6 +472,41 @@ static char *hf_config_json(const mgt_config *c, int64_t iteration) {
                c->seq_length) < 0)
     return NULL;
   return s;
+}
+
+/* The path of the file `name` beside `path`. */
+static void beside(const char *path, const char *name, char *out, size_t n) {
+  const char *slash = strrchr(path, '/');
+  if (slash)
+    snprintf(out, n, "%.*s/%s", (int)(slash - path), path, name);
+  else
+    snprintf(out, n, "%s", name);
+}
+
+/* The Hugging Face tokenizer a model was trained with, beside its export (tokenizer.json and
+   tokenizer_config.json), and its bos and eos ids. A tokenizer that can no longer be read is
+   left out with a note: the weights are the export. */
+static void copy_tokenizer(const char *path, const char *out_dir, FILE *log, int32_t *bos,
+                           int32_t *eos) {
+  mgt_tokenizer *tok = NULL;
+  char dst[MGT_PATH_MAX + 64], src[MGT_PATH_MAX + 64], *text = NULL;
+  size_t n = 0;
+  mgt_status st = mgt_tok_open(MGT_TOKENIZER_HF, path, NULL, &tok);
+  if (st == MGT_OK) {
+    *bos = mgt_tok_bos(tok), *eos = mgt_tok_eod(tok);
+    mgt_tok_destroy(&tok);
+  }
+  for (int k = 0; k < 2 && st == MGT_OK; k++) {
+    const char *name = k ? "tokenizer_config.json" : "tokenizer.json";
+    beside(path, name, src, sizeof src);
+    snprintf(dst, sizeof dst, "%s/%s", out_dir, name);
+    st = mgt_read_file("--tokenizer-model", k ? src : path, &text, &n);
+    if (st == MGT_OK) st = write_text(dst, text);
+    free(text), text = NULL;
+  }
+  if (st != MGT_OK && log)
+    fprintf(log, "note: the tokenizer %s is not exported beside the weights: %s\n", path,
+            mgt_error_message());
 }
 
 mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, size_t max_shard_bytes,
@@ -515,7 +556,11 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, size_t max_
   int files = 0;
   if (st == MGT_OK) st = mgt_st_dir_write(out_dir, out, plan.n, max_shard_bytes, &files);
   MGT_TRY(st);
-  json = hf_config_json(&cfg, state.iteration);
+  int32_t bos = -1, eos = -1;
+  const mgt_model_desc desc = mgt_model_of(&cfg);
+  if (cfg.tokenizer_type == MGT_TOKENIZER_HF && is_llama(&desc))
+    copy_tokenizer(cfg.vocab_file, out_dir, log, &bos, &eos);
+  json = hf_config_json(&cfg, state.iteration, bos, eos);
   if (!json) MGT_GOTO_FAIL(MGT_ERR_NOMEM, "out of memory");
   snprintf(path, sizeof path, "%s/config.json", out_dir);
   MGT_TRY(write_text(path, json));
@@ -815,6 +860,30 @@ done:
   return st;
 }
 
+/* A Llama directory's tokenizer.json becomes the checkpoint's tokenizer (by its absolute path),
+   so that eval and generate use it; one that cannot be read is left out with a note, one with
+   ids beyond the embeddings refused. */
+static mgt_status adopt_tokenizer(const char *hf_dir, mgt_config *cfg, FILE *log) {
+  char path[MGT_PATH_MAX + 64], abs[PATH_MAX];
+  snprintf(path, sizeof path, "%s/tokenizer.json", hf_dir);
+  if (access(path, F_OK) != 0) return MGT_OK;
+  mgt_tokenizer *tok = NULL;
+  if (!realpath(path, abs) || strlen(abs) >= sizeof cfg->vocab_file ||
+      mgt_tok_open(MGT_TOKENIZER_HF, abs, NULL, &tok) != MGT_OK) {
+    if (log)
+      fprintf(log, "note: %s is not the checkpoint's tokenizer: %s\n", path, mgt_error_message());
+    return MGT_OK;
+  }
+  const int n = mgt_tok_vocab_size(tok);
+  mgt_tok_destroy(&tok);
+  MGT_REQUIRE(n <= cfg->vocab_size, "%s has %d ids, more than the model's vocab_size %d", path, n,
+              cfg->vocab_size);
+  cfg->tokenizer_type = MGT_TOKENIZER_HF;
+  snprintf(cfg->vocab_file, sizeof cfg->vocab_file, "%s", abs);
+  if (log) fprintf(log, "tokenizer: %s (HuggingFaceTokenizer)\n", abs);
+  return MGT_OK;
+}
+
 mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   mgt_config cfg;
   mgt_status st = MGT_OK;
@@ -827,6 +896,8 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   snprintf(path, sizeof path, "%s", hf_dir);
   MGT_TRY(mgt_st_dir_open(hf_dir, &sf));
   MGT_TRY(read_hf_config(hf_dir, sf, &cfg));
+  const mgt_model_desc desc = mgt_model_of(&cfg);
+  if (is_llama(&desc)) MGT_TRY(adopt_tokenizer(hf_dir, &cfg, log));
   MGT_TRY(whole_model(&cfg, &w));
   MGT_TRY(make_plan(&cfg, &w, &plan));
   MGT_TRY(mgt_calloc(sizeof(int64_t) * (size_t)w.n, "import counts", (void **)&covered));
