@@ -149,6 +149,24 @@ PY
   --max-new-tokens 8 --top-k 1 > "$tmp/gen.log" 2>&1 || { fail "generate with the checkpoint's tokenizer"; cat "$tmp/gen.log"; }
 grep -q "^Alice was" "$tmp/gen.log" || { fail "generate does not continue the prompt"; cat "$tmp/gen.log"; }
 
+# WikiText-103 and LAMBADA (slices) with the checkpoint's own tokenizer: the word count is the
+# text's, the targets Llama 3's tokens, every example scored
+head -n 60 "$DATA/wikitext103/wiki.test.tokens" > "$tmp/wiki.txt"
+head -n 20 "$DATA/lambada/lambada_test.jsonl" > "$tmp/lambada.jsonl"
+"$MPIEXEC" -n 2 "$MGT" eval --task wikitext103 --load "$tmp/ckpt" --valid-data "$tmp/wiki.txt" \
+  --tensor-model-parallel-size 2 > "$tmp/wt.log" 2>&1 || { fail "wikitext103 with Llama 3's tokenizer"; cat "$tmp/wt.log"; }
+"$MPIEXEC" -n 2 "$MGT" eval --task lambada --load "$tmp/ckpt" --valid-data "$tmp/lambada.jsonl" \
+  > "$tmp/la.log" 2>&1 || { fail "lambada with Llama 3's tokenizer"; cat "$tmp/la.log"; }
+$PY - "$tmp/wiki.txt" "$tmp/wt.log" "$tmp/la.log" <<'EOPY' || fail "WikiText-103 and LAMBADA with Llama 3's tokenizer"
+import json, sys
+last = lambda f: json.loads([l for l in open(f).read().splitlines() if l.startswith("{")][-1])
+raw = open(sys.argv[1], encoding="utf-8").read()
+wt, la = last(sys.argv[2]), last(sys.argv[3])
+assert wt["T_o"] == len(raw.strip().split(" ")) and wt["T_o"] // 2 < wt["T"] < 2 * wt["T_o"], wt
+assert la["examples"] == 20 and 0 <= la["correct"] <= 20, la
+print("ok: wikitext103 (T %d tokens of Llama 3, T_o %d words) and lambada (%d examples)" % (wt["T"], wt["T_o"], la["examples"]))
+EOPY
+
 # files it cannot read, and what it does not implement, refused with one line
 mkdir -p "$tmp/bad"
 cp "$H/llama3/tokenizer_config.json" "$tmp/bad/"
