@@ -112,14 +112,16 @@ static void test_dgelu(int prec) {
     }
 }
 
-/* bias_dropout_add_ln: with and without the LayerNorm, bias and residual; dropout from an odd
-   first element, the rows spanning samples (row elements per sample). */
+/* bias_dropout_add_ln: with and without the LayerNorm (or RMSNorm: mean NULL), bias and
+   residual; dropout from an odd first element, the rows spanning samples (row elements per
+   sample). */
 static void test_bias_dropout_add_ln(void) {
   const int shapes[][2] = {{12, 64}, {7, 768}, {5, 1000}, {1, 33}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-    for (int v = 0; v < 8; v++) {
+    for (int v = 0; v < 16; v++) {
       const int N = shapes[s][0], C = shapes[s][1], with_ln = v & 1, with_b = v & 2,
-                with_drop = v & 4;
+                with_drop = v & 4, rms = v & 8;
+      if (rms && !with_ln) continue;
       const size_t n = (size_t)N * C, row = (size_t)3 * C;
       mgt_dropout d = {with_drop ? 0.1f : 0.0f, 1234, 17, 3, 1, (uint64_t)C * 5 + 11};
       float *x = rnd(n, 1.0f), *b = rnd(C, 0.5f), *res = rnd(n, 1.0f), *w = rnd(C, 1.0f),
@@ -130,16 +132,18 @@ static void test_bias_dropout_add_ln(void) {
             *dln = dev(NULL, n * 4), *dmean = dev(NULL, N * 4), *drstd = dev(NULL, N * 4);
       float *xc = dup(x, n);
       T_OK(mgt_be_bias_dropout_add_ln(cpu, out, xc, with_b ? b : NULL, res, N, C, row, &d,
-                                      with_ln ? ln : NULL, mean, rstd, w, lb, 1e-5f));
+                                      with_ln ? ln : NULL, rms ? NULL : mean, rstd, w, lb, 1e-5f));
       T_OK(mgt_be_bias_dropout_add_ln(gpu, dout, dx, with_b ? dbias : NULL, dres, N, C, row, &d,
-                                      with_ln ? dln : NULL, dmean, drstd, dw, dlb, 1e-5f));
+                                      with_ln ? dln : NULL, rms ? NULL : dmean, drstd, dw, dlb,
+                                      1e-5f));
       char what[128];
-      snprintf(what, sizeof what, "bias_dropout_add_ln %dx%d ln %d bias %d dropout %d", N, C,
-               with_ln, !!with_b, !!with_drop);
+      snprintf(what, sizeof what, "bias_dropout_add_ln %dx%d ln %d rms %d bias %d dropout %d", N, C,
+               with_ln, !!rms, !!with_b, !!with_drop);
       same(what, dout, out, n, 1e-6);
       if (with_ln) {
-        same("bias_dropout_add_ln: LayerNorm", dln, ln, n, 1e-5);
-        same("bias_dropout_add_ln: mean", dmean, mean, N, 1e-5);
+        same(rms ? "bias_dropout_add_ln: RMSNorm" : "bias_dropout_add_ln: LayerNorm", dln, ln, n,
+             1e-5);
+        if (!rms) same("bias_dropout_add_ln: mean", dmean, mean, N, 1e-5);
         same("bias_dropout_add_ln: rstd", drstd, rstd, N, 1e-5);
       }
       void *all[] = {dx, dbias, dres, dw, dlb, dout, dln, dmean, drstd};

@@ -115,8 +115,8 @@ static void test_linear(int prec) {
 static void test_bias_dropout_add_ln(void) {
   const int N = 9, C = 50;
   const size_t n = (size_t)N * C, row = (size_t)4 * C;
-  for (int v = 0; v < 4; v++) {
-    const int with_drop = v & 1, with_ln = v & 2;
+  for (int v = 0; v < 6; v++) { /* v 4, 5: RMSNorm (mean NULL) */
+    const int with_drop = v & 1, with_ln = v & 6, rms = v & 4;
     mgt_dropout d = {with_drop ? 0.2f : 0.0f, 99, 5, 2, 1, (uint64_t)C * 3 + 7};
     float *x = rnd(n, 1.0f), *b = rnd(C, 0.5f), *res = rnd(n, 1.0f), *w = rnd(C, 1.0f),
           *lb = rnd(C, 0.5f), *ones = malloc(n * 4), *mask = malloc(n * 4);
@@ -126,8 +126,8 @@ static void test_bias_dropout_add_ln(void) {
     float *out = malloc(n * 4), *ln = malloc(n * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
     float *xs = malloc(n * 4);
     memcpy(xs, x, n * 4);
-    T_OK(mgt_be_bias_dropout_add_ln(be, out, xs, b, res, N, C, row, &d, with_ln ? ln : NULL, mean,
-                                    rstd, w, lb, 1e-5f));
+    T_OK(mgt_be_bias_dropout_add_ln(be, out, xs, b, res, N, C, row, &d, with_ln ? ln : NULL,
+                                    rms ? NULL : mean, rstd, w, lb, 1e-5f));
     double *ro = malloc(n * 8), *rl = malloc(n * 8), *rm = malloc(N * 8), *rr = malloc(N * 8);
     for (int r = 0; r < N; r++) {
       double s = 0.0, q = 0.0;
@@ -136,20 +136,20 @@ static void test_bias_dropout_add_ln(void) {
         ro[i] = res[i] + (double)mask[i] * ((double)x[i] + b[c]);
         s += ro[i];
       }
-      rm[r] = s / C;
+      rm[r] = rms ? 0.0 : s / C; /* RMSNorm: no centring, no bias */
       for (int c = 0; c < C; c++)
         q += (ro[(size_t)r * C + c] - rm[r]) * (ro[(size_t)r * C + c] - rm[r]);
       rr[r] = 1.0 / sqrt(q / C + 1e-5);
       for (int c = 0; c < C; c++)
-        rl[(size_t)r * C + c] = (ro[(size_t)r * C + c] - rm[r]) * rr[r] * w[c] + lb[c];
+        rl[(size_t)r * C + c] = (ro[(size_t)r * C + c] - rm[r]) * rr[r] * w[c] + (rms ? 0 : lb[c]);
     }
     char what[96];
-    snprintf(what, sizeof what, "bias_dropout_add_ln out (dropout %d, ln %d)", with_drop,
-             !!with_ln);
+    snprintf(what, sizeof what, "bias_dropout_add_ln out (dropout %d, ln %d, rms %d)", with_drop,
+             !!with_ln, !!rms);
     check(what, out, ro, n, 1e-6);
     if (with_ln) {
-      check("bias_dropout_add_ln LayerNorm", ln, rl, n, 1e-5);
-      check("bias_dropout_add_ln mean", mean, rm, N, 1e-5);
+      check(rms ? "bias_dropout_add_ln RMSNorm" : "bias_dropout_add_ln LayerNorm", ln, rl, n, 1e-5);
+      if (!rms) check("bias_dropout_add_ln mean", mean, rm, N, 1e-5);
       check("bias_dropout_add_ln rstd", rstd, rr, N, 1e-5);
     }
     free(x), free(b), free(res), free(w), free(lb), free(ones), free(mask), free(out), free(ln);

@@ -199,8 +199,9 @@ MGT_NODISCARD mgt_status mgt_be_linear_dgelu(const mgt_backend *be, int M, int N
                                              float *dpre, float *db, int accumulate);
 /* The end of a row-parallel layer, in one pass on GPUs: out(N,C) = [res +] dropout(x [+ b])
    (dropout_forward's masks: row elements per sample, element 0 is d->first) and, ln not
-   NULL, ln = layernorm(out) with w, lb, eps, its mean and rstd (N) kept. x is scratch: its
-   contents are undefined afterwards. out may not alias x. */
+   NULL, ln = layernorm(out) with w, lb, eps, its mean and rstd (N) kept; with mean NULL,
+   ln = rmsnorm(out) with w and eps, its rstd kept (lb unused). x is scratch: its contents are
+   undefined afterwards. out may not alias x. */
 MGT_NODISCARD mgt_status mgt_be_bias_dropout_add_ln(const mgt_backend *be, float *out, float *x,
                                                     const float *b, const float *res, int N, int C,
                                                     size_t row, const mgt_dropout *d, float *ln,

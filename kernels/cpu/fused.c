@@ -44,5 +44,6 @@ mgt_status cpu_bias_dropout_add_ln(void *ctx, float *out, float *x, const float 
                                    const float *lb, float eps) {
   if (b) MGT_CHECK(cpu_add_bias(ctx, x, b, N, C));
   MGT_CHECK(cpu_dropout_forward(ctx, out, x, res, (size_t)N * C, row, d));
+  if (ln && !mean) return cpu_rmsnorm_forward(ctx, ln, rstd, out, w, N, C, eps);
   return ln ? cpu_layernorm_forward(ctx, ln, mean, rstd, out, w, lb, N, C, eps) : MGT_OK;
 }

@@ -95,6 +95,27 @@ __global__ void k_bias_dropout_add_ln(float *out, TO *ln, float *mean, float *rs
   if (threadIdx.x == 0) mean[blockIdx.x] = m, rstd[blockIdx.x] = r;
 }
 
+/* The same with RMSNorm: the sum, then k_rmsnorm_forward's arithmetic on it. */
+template <typename TO>
+__global__ void k_bias_dropout_add_rms(float *out, TO *ln, float *rstd, const float *x,
+                                       const float *b, const float *res, const float *w, int C,
+                                       float eps, size_t row, drop_args a) {
+  __shared__ float sh[32];
+  const size_t base = (size_t)blockIdx.x * C;
+  float *o = out + base;
+  float v = 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float y = bias_dropout_add_at(x, b, res, C, base + c, row, a);
+    o[c] = y;
+    v += y * y;
+  }
+  const float r = rsqrtf(block_sum(v, sh) / C + eps);
+  TO *l = ln + base;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) /* each thread rereads what it wrote */
+    put(&l[c], o[c] * r * w[c]);
+  if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+}
+
 mgt_status cu_bias_dropout_add_ln(void *ctx, float *out, float *x, const float *b, const float *res,
                                   int N, int C, size_t row, const mgt_dropout *d, float *ln,
                                   float *mean, float *rstd, const float *w, const float *lb,
@@ -104,7 +125,15 @@ mgt_status cu_bias_dropout_add_ln(void *ctx, float *out, float *x, const float *
   cudaStream_t st = C_(ctx)->stream;
   const drop_args a = drop_args_of(d);
   cuda_ctx *c = C_(ctx);
-  if (ln && !in_act16(c, ln, n))
+  if (ln && !mean && !in_act16(c, ln, n))
+    k_bias_dropout_add_rms<<<N, 256, 0, st>>>(out, ln, rstd, x, b, res, w, C, eps, row, a);
+  else if (ln && !mean && c->precision == MGT_PREC_BF16)
+    k_bias_dropout_add_rms<<<N, 256, 0, st>>>(out, (__nv_bfloat16 *)ln, rstd, x, b, res, w, C, eps,
+                                              row, a);
+  else if (ln && !mean)
+    k_bias_dropout_add_rms<<<N, 256, 0, st>>>(out, (__half *)ln, rstd, x, b, res, w, C, eps, row,
+                                              a);
+  else if (ln && !in_act16(c, ln, n))
     k_bias_dropout_add_ln<<<N, 256, 0, st>>>(out, ln, mean, rstd, x, b, res, w, lb, C, eps, row, a);
   else if (ln && c->precision == MGT_PREC_BF16)
     k_bias_dropout_add_ln<<<N, 256, 0, st>>>(out, (__nv_bfloat16 *)ln, mean, rstd, x, b, res, w, lb,

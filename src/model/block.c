@@ -56,19 +56,14 @@ void gpt_final_norm(const mgt_gpt *m, float *base, float **w, float **b) {
   *b = m->d.desc.norm == MGT_NORM_LAYERNORM ? base + p[1].offset : NULL;
 }
 
-/* The end of a row-parallel layer (bias_dropout_add_ln), its LayerNorm fused, or followed by an
-   RMSNorm. */
+/* The end of a row-parallel layer (bias_dropout_add_ln) with the next LayerNorm or RMSNorm fused
+   in (one kernel per row on GPUs). */
 static mgt_status residual_norm(mgt_gpt *m, float *out, float *x, const float *b, const float *res,
                                 int N, size_t row, const mgt_dropout *d, float *ln, float *mean,
                                 float *rstd, const float *w, const float *lb) {
-  const int C = m->d.C;
-  const float eps = (float)m->cfg.layernorm_epsilon;
-  if (m->d.desc.norm == MGT_NORM_LAYERNORM)
-    return mgt_be_bias_dropout_add_ln(m->be, out, x, b, res, N, C, row, d, ln, mean, rstd, w, lb,
-                                      eps);
-  MGT_CHECK(mgt_be_bias_dropout_add_ln(m->be, out, x, b, res, N, C, row, d, NULL, NULL, NULL, NULL,
-                                       NULL, 0.0f));
-  return gpt_norm_forward(m, ln, mean, rstd, out, w, NULL, N);
+  const int rms = m->d.desc.norm == MGT_NORM_RMSNORM; /* no mean: RMSNorm */
+  return mgt_be_bias_dropout_add_ln(m->be, out, x, b, res, N, m->d.C, row, d, ln, rms ? NULL : mean,
+                                    rstd, w, rms ? NULL : lb, (float)m->cfg.layernorm_epsilon);
 }
 
 /* The rows of q, k and v of every local head that the attention kernels read: the kept
