@@ -117,6 +117,18 @@ assert tokens.count(128001) == sum(1 for _ in open(sys.argv[2])), "one <|end_of_
 assert max(tokens) < 128256 and len(tokens) > 40000
 print("ok: %d tokens, documents ended by <|end_of_text|> (128001)" % len(tokens))
 PY
+# Megatron-LM's format (mmap .bin/.idx) holds the same tokens as the HDF5 dataset
+"$MGT" preprocess "${HF[@]}" --tokenizer-model "$L3" --input "$tmp/alice.jsonl" --output-prefix "$tmp/alicem" \
+  --append-eod --dataset-impl mmap > "$tmp/ppm.log" 2>&1 || { fail "preprocess --dataset-impl mmap"; cat "$tmp/ppm.log"; }
+$PY - "$tmp/alice.h5" "$tmp/alicem_text_document.bin" <<'EOPY' || fail "the mmap dataset's tokens differ from the HDF5 one's"
+import sys
+import h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as f:
+    a = f["tokens"][()].astype(np.int64)
+b = np.fromfile(sys.argv[2], dtype=np.int32).astype(np.int64)
+assert np.array_equal(a, b), (len(a), len(b))
+print("ok: Megatron-LM's .bin holds the same %d tokens" % len(b))
+EOPY
 T=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 64 --micro-batch-size 2
   --global-batch-size 4 --train-iters 4 --lr 1e-3 --log-interval 2 --eval-interval 4 --eval-iters 1
   --normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear)

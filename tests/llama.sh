@@ -43,9 +43,24 @@ PY
 for name in llama3 other; do
   extra=("${LLAMA3[@]}")
   [ $name = other ] && extra=("${OTHER[@]}")
-  "$MPIEXEC" -n 2 "$MGT" train "${M[@]}" "${extra[@]}" --save "$tmp/$name" > "$tmp/$name.log" 2>&1 ||
-    { fail "training $name"; cat "$tmp/$name.log"; }
+  "$MPIEXEC" -n 2 "$MGT" train "${M[@]}" "${extra[@]}" --save "$tmp/$name" \
+    --metrics-file "$tmp/$name.jsonl" > "$tmp/$name.log" 2>&1 || { fail "training $name"; cat "$tmp/$name.log"; }
 done
+# 16-bit GEMM inputs (bf16; fp16 with dynamic loss scaling) train Llama 3's block as fp32 does
+for p in bf16 fp16; do
+  "$MPIEXEC" -n 2 "$MGT" train "${M[@]}" "${LLAMA3[@]}" --$p --initial-loss-scale 4096 \
+    --metrics-file "$tmp/$p.jsonl" > "$tmp/$p.log" 2>&1 ||
+    { fail "training llama3 with --$p"; grep error "$tmp/$p.log"; }
+done
+$PY - "$tmp/llama3.jsonl" "$tmp/bf16.jsonl" "$tmp/fp16.jsonl" <<'EOPY' || fail "16-bit training of llama3 strays from fp32"
+import json, sys
+runs = [{r["iteration"]: r["loss"] for r in map(json.loads, open(f)) if "loss" in r} for f in sys.argv[1:]]
+ref = runs[0]
+assert sorted(ref) == [4, 8, 12], ref
+for r in runs[1:]:
+    assert sorted(r) == sorted(ref) and all(abs(r[k] - ref[k]) <= 2e-2 * ref[k] for k in ref), (ref, r)
+print("ok: bf16 and fp16 losses %s within 2%% of fp32's %s" % ([round(runs[1][12], 4), round(runs[2][12], 4)], round(ref[12], 4)))
+EOPY
 
 # resumed on another layout (query, key_value, gate and up resharded): the same losses
 for tp in 2 1; do
@@ -100,6 +115,12 @@ check other
 for name in llama3 other; do
   "$MGT" ckpt import --format hf --input "$tmp/$name.hf" --save "$tmp/$name.imp" > /dev/null ||
     fail "import $name"
+  # the import, loaded at tp=2, scores the ids as the trained checkpoint did
+  "$MPIEXEC" -n 2 "$MGT" eval --load "$tmp/$name.imp" --input-ids "$tmp/ids.txt" \
+    --tensor-model-parallel-size 2 > "$tmp/$name.impeval" 2>&1 || fail "eval of the $name import at tp=2"
+  [ "$(grep '^{' "$tmp/$name.impeval" | tail -1 | $PY -c 'import json,sys; print(json.load(sys.stdin)["avg_loss"])')" = \
+    "$(grep '^{' "$tmp/$name.eval2" | tail -1 | $PY -c 'import json,sys; print(json.load(sys.stdin)["avg_loss"])')" ] &&
+    echo "ok: the $name import scores as the checkpoint at tp=2" || fail "the $name import scores otherwise at tp=2"
   $PY - "$tmp/$name" "$tmp/$name.imp" <<'PY' || fail "$name: the import differs from the checkpoint"
 import glob, sys
 import h5py, numpy as np
