@@ -75,6 +75,22 @@ print("ok: %s: %d texts decoded back" % (name, len(back)))
 PY
 done
 
+# Llama 2: each piece of text between added tokens comes back with the space its "▁" became
+"$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/llama2/tokenizer.json" --decode --input "$tmp/llama2.ids" > "$tmp/llama2.back" ||
+  fail "decode with llama2"
+$PY - "$tmp/texts.jsonl" "$tmp/llama2.back" <<'EOPY' || fail "llama2: decoding does not give the text back"
+import json, re, sys
+texts = [json.loads(l)["text"] for l in open(sys.argv[1])]
+back = [json.loads(l)["text"] for l in open(sys.argv[2])]
+added = re.compile("(<unk>|<s>|</s>)")
+# "▁" in the text itself decodes as a space too, as Hugging Face's decoder has it
+want = ["".join(p if added.fullmatch(p) else " " + p.replace("\u2581", " ") for p in added.split(t) if p)
+        for t in texts]
+bad = [i for i, (a, b) in enumerate(zip(want, back)) if a != b]
+assert len(back) == len(want) and not bad, (bad[:5], back[bad[0]][:80] if bad else "", want[bad[0]][:80] if bad else "")
+print("ok: llama2: %d texts decoded back (byte fallback pieces as their bytes)" % len(back))
+EOPY
+
 # GPT-2's vocabulary and merges as a tokenizer.json (ByteLevel with its own regex) give what
 # GPT2BPETokenizer gives
 G=$DATA/gpt2

@@ -273,12 +273,14 @@ static long model_key(const loader *L, const char *s, size_t n, unsigned char *o
 
 /* What decoding an id gives: its bytes (byte level), or its piece with "▁" as a space and
    <0xNN> as byte NN (Llama 2's decoder, without the final Strip of one leading space). */
+static int hex_digit(unsigned char c) {
+  return c >= '0' && c <= '9' ? c - '0' : (c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1);
+}
+
 static size_t decoded(const loader *L, const unsigned char *key, size_t n, unsigned char *out) {
-  unsigned v;
-  char tail;
-  if (!L->h->byte_level && n == 6 && sscanf((const char *)key, "<0x%2X>%c", &v, &tail) == 1 &&
-      key[5] == '>') {
-    out[0] = (unsigned char)v;
+  if (!L->h->byte_level && n == 6 && !memcmp(key, "<0x", 3) && key[5] == '>' &&
+      hex_digit(key[3]) >= 0 && hex_digit(key[4]) >= 0) { /* key is not NUL-terminated */
+    out[0] = (unsigned char)(hex_digit(key[3]) * 16 + hex_digit(key[4]));
     return 1;
   }
   size_t o = 0;
