@@ -119,6 +119,11 @@ void mgt_free(void *p);
    whole new one. The one way every output of the project is published. Not collective. */
 MGT_NODISCARD mgt_status mgt_publish_file(const char *tmp, const char *final);
 
+/* Writes n bytes to `path` through a temporary file published with mgt_publish_file; errors
+   name `flag`. Not collective. */
+MGT_NODISCARD mgt_status mgt_write_file(const char *flag, const char *path, const void *data,
+                                        size_t n);
+
 /* Fails with MGT_ERR_IO ("... No space left on device") when the file system of directory
    `dir` has less than `bytes` free for this user; `what` names the output. A check before a
    file is created, so that a full disk is a clean refusal rather than a failure inside a

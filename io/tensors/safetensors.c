@@ -359,20 +359,6 @@ mgt_status mgt_st_dir_read(const mgt_st_dir *d, const char *name, int ndim, cons
   return mgt_safetensors_read(f, name, ndim, shape, out);
 }
 
-/* Writes text to path through a temporary file, published durably. */
-static mgt_status publish_text(const char *path, const char *text, size_t n) {
-  char tmp[MGT_PATH_MAX + 128];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int fd = -1;
-  MGT_CHECK(mgt_create_fd("--output", tmp, 0, &fd));
-  mgt_status st = write_all(fd, text, n, tmp);
-  if (close(fd) != 0 && st == MGT_OK)
-    st = MGT_ERROR(MGT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-  if (st == MGT_OK) st = mgt_publish_file(tmp, path);
-  if (st != MGT_OK) unlink(tmp);
-  return st;
-}
-
 mgt_status mgt_st_dir_write(const char *dir, const mgt_st_tensor *t, int n, size_t max_bytes,
                             int *files) {
   char path[MGT_PATH_MAX + 64], index[MGT_PATH_MAX + 48];
@@ -416,7 +402,7 @@ mgt_status mgt_st_dir_write(const char *dir, const mgt_st_tensor *t, int n, size
   }
   fprintf(ms, "\n  }\n}\n");
   if (fclose(ms) != 0 && st == MGT_OK) st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory");
-  if (st == MGT_OK) st = publish_text(index, json, jl);
+  if (st == MGT_OK) st = mgt_write_file("--output", index, json, jl);
   free(json);
   MGT_CHECK(st);
   snprintf(path, sizeof path, "%s/model.safetensors", dir); /* an earlier single-file export */

@@ -154,3 +154,25 @@ mgt_status mgt_make_dirs(const char *flag, const char *dir) {
   MGT_REQUIRE(stat(p, &sb) == 0 && S_ISDIR(sb.st_mode), "%s %s: not a directory", flag, dir);
   return MGT_OK;
 }
+
+mgt_status mgt_write_file(const char *flag, const char *path, const void *data, size_t n) {
+  char tmp[MGT_PATH_MAX + 128];
+  MGT_REQUIRE(strlen(path) + 5 < sizeof tmp, "%s %s: the path is too long", flag, path);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  int fd = -1;
+  MGT_CHECK(mgt_create_fd(flag, tmp, 0, &fd));
+  const char *b = data;
+  mgt_status st = MGT_OK;
+  while (n && st == MGT_OK) {
+    const ssize_t w = write(fd, b, n);
+    if (w <= 0)
+      st = MGT_ERROR(MGT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    else
+      b += w, n -= (size_t)w;
+  }
+  if (close(fd) != 0 && st == MGT_OK)
+    st = MGT_ERROR(MGT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+  if (st == MGT_OK) st = mgt_publish_file(tmp, path);
+  if (st != MGT_OK) unlink(tmp);
+  return st;
+}

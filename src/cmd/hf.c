@@ -3,9 +3,9 @@
    how it lays them out; io/ reads and writes the files. */
 #define _GNU_SOURCE
 #include "mgt/hf.h"
+#include "mgt/hf_impl.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -17,29 +17,11 @@
 #include "mgt/gpt.h"
 #include "mgt/json.h"
 #include "mgt/tasks.h"
-#include "mgt/tokenizer.h"
 #include "mgt/safetensors.h"
 #include "mgt/train.h"
 
-/* One Hugging Face tensor: a contiguous slice of one of our whole tensors, stored in HF's
-   shape, transposed for GPT-2's Conv1D (HF (in, out), ours (out, in)). ours < 0: a tensor we do
-   not have, zeros (the token types of a BERT without them). */
-typedef struct hf_piece {
-  char name[MGT_STATE_NAME];
-  int ours;
-  int64_t offset, n;
-  int ndim;
-  int64_t shape[3];
-  int transpose;
-} hf_piece;
-
-typedef struct hf_plan {
-  hf_piece *p;
-  int n, cap;
-} hf_plan;
-
-static mgt_status plan_add(hf_plan *pl, const char *name, int ours, int64_t offset, int ndim,
-                           const int64_t *shape, int transpose) {
+mgt_status hf_plan_add(hf_plan *pl, const char *name, int ours, int64_t offset, int ndim,
+                       const int64_t *shape, int transpose) {
   if (pl->n == pl->cap) {
     int cap = pl->cap ? 2 * pl->cap : 64;
     hf_piece *q = realloc(pl->p, sizeof *q * (size_t)cap);
@@ -55,22 +37,16 @@ static mgt_status plan_add(hf_plan *pl, const char *name, int ours, int64_t offs
   return MGT_OK;
 }
 
-/* The model's tensors, indexed by name: a plan looks up every tensor once. */
-typedef struct hf_names {
-  const mgt_state *s;
-  mgt_state_index ix;
-} hf_names;
-
-static int find(const hf_names *w, const char *name) {
+int hf_find(const hf_names *w, const char *name) {
   char full[MGT_STATE_NAME];
   snprintf(full, sizeof full, "model/%s", name);
   return mgt_state_index_find(&w->ix, full);
 }
 
 /* Our tensor `ours` whole as `hf`, in its own shape (flat: as one vector; conv1d: transposed). */
-static mgt_status plan_whole(hf_plan *pl, const hf_names *w, const char *hf, const char *ours,
-                             int flat, int conv1d) {
-  int i = find(w, ours);
+mgt_status hf_plan_whole(hf_plan *pl, const hf_names *w, const char *hf, const char *ours, int flat,
+                         int conv1d) {
+  int i = hf_find(w, ours);
   if (i < 0) MGT_FAIL(MGT_ERR_INTERNAL, "the model has no tensor %s", ours);
   const mgt_shard *s = &w->s->t[i].shard;
   int64_t shape[3], n = mgt_state_numel(&w->s->t[i]);
@@ -83,7 +59,7 @@ static mgt_status plan_whole(hf_plan *pl, const hf_names *w, const char *hf, con
     int64_t t = shape[0];
     shape[0] = shape[1], shape[1] = t;
   }
-  return plan_add(pl, hf, i, 0, nd, shape, conv1d);
+  return hf_plan_add(pl, hf, i, 0, nd, shape, conv1d);
 }
 
 static const char *const gpt2_layer[][3] = {
@@ -103,93 +79,29 @@ static const char *const gpt2_layer[][3] = {
 };
 
 static mgt_status plan_gpt2(hf_plan *pl, const mgt_config *c, const hf_names *w) {
-  MGT_CHECK(plan_whole(pl, w, "transformer.wte.weight", "embedding.word_embeddings.weight", 0, 0));
   MGT_CHECK(
-      plan_whole(pl, w, "transformer.wpe.weight", "embedding.position_embeddings.weight", 0, 0));
+      hf_plan_whole(pl, w, "transformer.wte.weight", "embedding.word_embeddings.weight", 0, 0));
+  MGT_CHECK(
+      hf_plan_whole(pl, w, "transformer.wpe.weight", "embedding.position_embeddings.weight", 0, 0));
   for (int l = 0; l < c->num_layers; l++)
     for (size_t k = 0; k < sizeof gpt2_layer / sizeof gpt2_layer[0]; k++) {
       char hf[96], ours[96];
       snprintf(hf, sizeof hf, "transformer.h.%d.%s", l, gpt2_layer[k][0]);
       snprintf(ours, sizeof ours, "layers.%d.%s", l, gpt2_layer[k][1]);
       MGT_CHECK(
-          plan_whole(pl, w, hf, ours, gpt2_layer[k][2][0] == 'f', gpt2_layer[k][2][0] == 'c'));
+          hf_plan_whole(pl, w, hf, ours, gpt2_layer[k][2][0] == 'f', gpt2_layer[k][2][0] == 'c'));
     }
-  MGT_CHECK(plan_whole(pl, w, "transformer.ln_f.weight", "final_layernorm.weight", 0, 0));
-  return plan_whole(pl, w, "transformer.ln_f.bias", "final_layernorm.bias", 0, 0);
-}
-
-/* Rows [row0, row0 + rows) of our tensor `ours` as `hf`: a slice of a fused tensor (q, k or v
-   of attention.qkv). A weight's rows are its last dimension; a bias's are its elements. */
-static mgt_status plan_rows(hf_plan *pl, const hf_names *w, const char *hf, const char *ours,
-                            int64_t row0, int64_t rows, int bias) {
-  int i = find(w, ours);
-  if (i < 0) MGT_FAIL(MGT_ERR_INTERNAL, "the model has no tensor %s", ours);
-  const mgt_shard *s = &w->s->t[i].shard;
-  const int64_t cols = bias ? 1 : s->full[s->ndim - 1];
-  const int64_t shape[2] = {rows, cols};
-  return plan_add(pl, hf, i, row0 * cols, bias ? 1 : 2, shape, 0);
-}
-
-/* LlamaForCausalLM: q_proj, k_proj and v_proj are the query and key_value tensors (grouped
-   attention) or the thirds of attention.qkv; gate_proj and up_proj the SwiGLU halves. Biases,
-   where the model has them, are Llama's attention_bias and mlp_bias. */
-static mgt_status plan_llama(hf_plan *pl, const mgt_config *c, const mgt_model_desc *d,
-                             const hf_names *w) {
-  const int64_t C = c->hidden_size, KV = (int64_t)d->groups * (C / c->num_attention_heads);
-  const int grouped = d->groups != c->num_attention_heads;
-  MGT_CHECK(
-      plan_whole(pl, w, "model.embed_tokens.weight", "embedding.word_embeddings.weight", 0, 0));
-  for (int l = 0; l < c->num_layers; l++) {
-    char hf[128], ours[128], q[96], kv[96];
-    const char *sfx[2] = {"weight", "bias"};
-    for (int b = 0; b < (d->bias ? 2 : 1); b++) {
-      snprintf(q, sizeof q, "layers.%d.attention.%s.%s", l, grouped ? "query" : "qkv", sfx[b]);
-      snprintf(kv, sizeof kv, "layers.%d.attention.%s.%s", l, grouped ? "key_value" : "qkv",
-               sfx[b]);
-      const int64_t k0 = grouped ? 0 : C; /* the first key row in kv */
-      snprintf(hf, sizeof hf, "model.layers.%d.self_attn.q_proj.%s", l, sfx[b]);
-      MGT_CHECK(plan_rows(pl, w, hf, q, 0, C, b));
-      snprintf(hf, sizeof hf, "model.layers.%d.self_attn.k_proj.%s", l, sfx[b]);
-      MGT_CHECK(plan_rows(pl, w, hf, kv, k0, KV, b));
-      snprintf(hf, sizeof hf, "model.layers.%d.self_attn.v_proj.%s", l, sfx[b]);
-      MGT_CHECK(plan_rows(pl, w, hf, kv, k0 + KV, KV, b));
-    }
-    static const char *const same[][2] = {
-        {"input_layernorm.weight", "input_layernorm.weight"},
-        {"self_attn.o_proj.weight", "attention.dense.weight"},
-        {"post_attention_layernorm.weight", "post_attention_layernorm.weight"},
-        {"mlp.gate_proj.weight", "mlp.gate.weight"},
-        {"mlp.up_proj.weight", "mlp.up.weight"},
-        {"mlp.down_proj.weight", "mlp.dense_4h_to_h.weight"},
-        {"self_attn.o_proj.bias", "attention.dense.bias"}, /* the biases, when present */
-        {"mlp.gate_proj.bias", "mlp.gate.bias"},
-        {"mlp.up_proj.bias", "mlp.up.bias"},
-        {"mlp.down_proj.bias", "mlp.dense_4h_to_h.bias"},
-    };
-    for (int k = 0; k < (d->bias ? 10 : 6); k++) {
-      snprintf(hf, sizeof hf, "model.layers.%d.%s", l, same[k][0]);
-      snprintf(ours, sizeof ours, "layers.%d.%s", l, same[k][1]);
-      MGT_CHECK(plan_whole(pl, w, hf, ours, 0, 0));
-    }
-  }
-  MGT_CHECK(plan_whole(pl, w, "model.norm.weight", "final_layernorm.weight", 0, 0));
-  return d->untied ? plan_whole(pl, w, "lm_head.weight", "output_layer.weight", 0, 0) : MGT_OK;
-}
-
-/* Whether a description is Llama's: a causal LM with rotary positions, RMSNorm and SwiGLU (the
-   rest: groups, biases, tying, are LlamaConfig's options). */
-static int is_llama(const mgt_model_desc *d) {
-  return d->kind == MGT_MODEL_GPT && d->pos == MGT_POS_ROPE && d->norm == MGT_NORM_RMSNORM &&
-         d->mlp == MGT_MLP_SWIGLU;
+  MGT_CHECK(hf_plan_whole(pl, w, "transformer.ln_f.weight", "final_layernorm.weight", 0, 0));
+  return hf_plan_whole(pl, w, "transformer.ln_f.bias", "final_layernorm.bias", 0, 0);
 }
 
 /* A LayerNorm's weight and bias under HF prefix `hf` ("...LayerNorm" or "...ln"). */
 static mgt_status plan_ln(hf_plan *pl, const hf_names *w, const char *hf, const char *ours) {
   char a[96], b[96];
   snprintf(a, sizeof a, "%s.weight", hf), snprintf(b, sizeof b, "%s.weight", ours);
-  MGT_CHECK(plan_whole(pl, w, a, b, 0, 0));
+  MGT_CHECK(hf_plan_whole(pl, w, a, b, 0, 0));
   snprintf(a, sizeof a, "%s.bias", hf), snprintf(b, sizeof b, "%s.bias", ours);
-  return plan_whole(pl, w, a, b, 0, 0);
+  return hf_plan_whole(pl, w, a, b, 0, 0);
 }
 
 /* A linear layer: weight (out, in) and bias, the same layout in both. */
@@ -208,32 +120,32 @@ static mgt_status plan_bert(hf_plan *pl, const mgt_config *c, const mgt_model_de
                             const hf_names *w) {
   const int post = d->post_ln, task = d->task, binary = d->pooler;
   const int64_t C = c->hidden_size;
-  MGT_CHECK(plan_whole(pl, w, "bert.embeddings.word_embeddings.weight",
-                       "embedding.word_embeddings.weight", 0, 0));
-  MGT_CHECK(plan_whole(pl, w, "bert.embeddings.position_embeddings.weight",
-                       "embedding.position_embeddings.weight", 0, 0));
+  MGT_CHECK(hf_plan_whole(pl, w, "bert.embeddings.word_embeddings.weight",
+                          "embedding.word_embeddings.weight", 0, 0));
+  MGT_CHECK(hf_plan_whole(pl, w, "bert.embeddings.position_embeddings.weight",
+                          "embedding.position_embeddings.weight", 0, 0));
   if (binary) {
-    MGT_CHECK(plan_whole(pl, w, "bert.embeddings.token_type_embeddings.weight",
-                         "embedding.tokentype_embeddings.weight", 0, 0));
+    MGT_CHECK(hf_plan_whole(pl, w, "bert.embeddings.token_type_embeddings.weight",
+                            "embedding.tokentype_embeddings.weight", 0, 0));
   } else {
     const int64_t shape[2] = {2, C};
-    MGT_CHECK(plan_add(pl, "bert.embeddings.token_type_embeddings.weight", -1, 0, 2, shape, 0));
+    MGT_CHECK(hf_plan_add(pl, "bert.embeddings.token_type_embeddings.weight", -1, 0, 2, shape, 0));
   }
   if (post) MGT_CHECK(plan_ln(pl, w, "bert.embeddings.LayerNorm", "layers.0.input_layernorm"));
   for (int l = 0; l < c->num_layers; l++) {
     char hf[MGT_STATE_NAME], ours[96];
     const char *qkv_names[3] = {"query", "key", "value"};
     snprintf(ours, sizeof ours, "layers.%d.attention.qkv.weight", l);
-    const int qw = find(w, ours);
+    const int qw = hf_find(w, ours);
     snprintf(ours, sizeof ours, "layers.%d.attention.qkv.bias", l);
-    const int qb = find(w, ours);
+    const int qb = hf_find(w, ours);
     MGT_REQUIRE(qw >= 0 && qb >= 0, "the model has no QKV tensors in layer %d", l);
     for (int k = 0; k < 3; k++) { /* ours (3, C, C): q, k and v one after another */
       const int64_t ws[2] = {C, C}, bs[1] = {C};
       snprintf(hf, sizeof hf, "bert.encoder.layer.%d.attention.self.%s.weight", l, qkv_names[k]);
-      MGT_CHECK(plan_add(pl, hf, qw, k * C * C, 2, ws, 0));
+      MGT_CHECK(hf_plan_add(pl, hf, qw, k * C * C, 2, ws, 0));
       snprintf(hf, sizeof hf, "bert.encoder.layer.%d.attention.self.%s.bias", l, qkv_names[k]);
-      MGT_CHECK(plan_add(pl, hf, qb, k * C, 1, bs, 0));
+      MGT_CHECK(hf_plan_add(pl, hf, qb, k * C, 1, bs, 0));
     }
     struct {
       const char *hf, *ours;
@@ -271,7 +183,7 @@ static mgt_status plan_bert(hf_plan *pl, const mgt_config *c, const mgt_model_de
                        task == MGT_TASK_RACE ? "multichoice_head" : "classification_head");
   MGT_CHECK(plan_linear(pl, w, "cls.predictions.transform.dense", "lm_head.dense"));
   MGT_CHECK(plan_ln(pl, w, "cls.predictions.transform.LayerNorm", "lm_head.layernorm"));
-  MGT_CHECK(plan_whole(pl, w, "cls.predictions.bias", "lm_head.bias", 0, 0));
+  MGT_CHECK(hf_plan_whole(pl, w, "cls.predictions.bias", "lm_head.bias", 0, 0));
   if (binary) MGT_CHECK(plan_linear(pl, w, "cls.seq_relationship", "binary_head"));
   return MGT_OK;
 }
@@ -282,8 +194,8 @@ static mgt_status make_plan(const mgt_config *c, const mgt_state *model, hf_plan
   MGT_CHECK(mgt_state_index_init(&w.ix, model));
   mgt_model_desc d;
   mgt_status st = mgt_model_describe(c, &d);
-  if (st == MGT_OK && is_llama(&d)) {
-    st = plan_llama(pl, c, &d, &w);
+  if (st == MGT_OK && hf_is_llama(&d)) {
+    st = hf_plan_llama(pl, c, &d, &w);
     goto done;
   }
   if (st == MGT_OK && d.pos != MGT_POS_LEARNED)
@@ -357,21 +269,9 @@ static void free_whole(mgt_state *s) {
   mgt_state_fini(s);
 }
 
-/* Writes `text` to path through a temporary file, published durably. */
-static mgt_status write_text(const char *path, const char *text) {
-  char tmp[MGT_PATH_MAX + 80];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f;
-  MGT_CHECK(mgt_create_file("--output", tmp, 0, &f));
-  int ok = fputs(text, f) >= 0;
-  ok &= fclose(f) == 0;
-  if (!ok) {
-    unlink(tmp);
-    MGT_FAIL(MGT_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-  }
-  mgt_status st = mgt_publish_file(tmp, path);
-  if (st != MGT_OK) unlink(tmp);
-  return st;
+/* Writes `text` to path, published durably. */
+mgt_status hf_write_text(const char *path, const char *text) {
+  return mgt_write_file("--output", path, text, strlen(text));
 }
 
 /* config.json of a BERT export. HF has one activation: "gelu" (erf) is exact in the LM head
@@ -416,43 +316,9 @@ static char *bert_config_json(const mgt_config *c, const mgt_model_desc *d, int6
   return s;
 }
 
-/* config.json of LlamaForCausalLM: the token ids are the tokenizer's business (its
-   tokenizer_config.json), so none are claimed here. */
-static char *llama_config_json(const mgt_config *c, const mgt_model_desc *d, int64_t iteration,
-                               int32_t bos, int32_t eos) {
-  char scaling[256] = "null", b[16] = "null", e[16] = "null"; /* the tokenizer's ids, if known */
-  if (bos >= 0) snprintf(b, sizeof b, "%d", (int)bos);
-  if (eos >= 0) snprintf(e, sizeof e, "%d", (int)eos);
-  if (c->use_rope_scaling) /* Llama 3.1's, the band mgt_gpt_rope_frequencies uses */
-    snprintf(scaling, sizeof scaling,
-             "{\"rope_type\": \"llama3\", \"factor\": %.17g, \"low_freq_factor\": 1.0, "
-             "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}",
-             c->rope_scaling_factor);
-  char *s = NULL;
-  if (asprintf(&s,
-               "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
-               "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
-               "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
-               "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n"
-               "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
-               "  \"rope_theta\": %.17g,\n  \"rope_scaling\": %s,\n"
-               "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n  \"tie_word_embeddings\": %s,\n"
-               "  \"initializer_range\": %.9g,\n  \"attention_dropout\": %.9g,\n"
-               "  \"bos_token_id\": %s,\n  \"eos_token_id\": %s,\n  \"torch_dtype\": \"float32\",\n"
-               "  \"megatron_c\": {\"iteration\": %lld, \"seq_length\": %d}\n}\n",
-               c->vocab_size, c->hidden_size, c->ffn_hidden_size, c->num_layers,
-               c->num_attention_heads, d->groups, c->hidden_size / c->num_attention_heads,
-               c->max_position_embeddings, c->layernorm_epsilon, c->rotary_base, scaling,
-               d->bias ? "true" : "false", d->bias ? "true" : "false", d->untied ? "false" : "true",
-               c->init_method_std, c->attention_dropout, b, e, (long long)iteration,
-               c->seq_length) < 0)
-    return NULL;
-  return s;
-}
-
 static char *hf_config_json(const mgt_config *c, int64_t iteration, int32_t bos, int32_t eos) {
   const mgt_model_desc d = mgt_model_of(c); /* make_plan refused the kinds with no names */
-  if (is_llama(&d)) return llama_config_json(c, &d, iteration, bos, eos);
+  if (hf_is_llama(&d)) return hf_llama_config_json(c, &d, iteration, bos, eos);
   if (d.kind == MGT_MODEL_BERT) return bert_config_json(c, &d, iteration);
   if (d.kind != MGT_MODEL_GPT) return NULL;
   char *s = NULL;
@@ -472,41 +338,6 @@ static char *hf_config_json(const mgt_config *c, int64_t iteration, int32_t bos,
                c->seq_length) < 0)
     return NULL;
   return s;
-}
-
-/* The path of the file `name` beside `path`. */
-static void beside(const char *path, const char *name, char *out, size_t n) {
-  const char *slash = strrchr(path, '/');
-  if (slash)
-    snprintf(out, n, "%.*s/%s", (int)(slash - path), path, name);
-  else
-    snprintf(out, n, "%s", name);
-}
-
-/* The Hugging Face tokenizer a model was trained with, beside its export (tokenizer.json and
-   tokenizer_config.json), and its bos and eos ids. A tokenizer that can no longer be read is
-   left out with a note: the weights are the export. */
-static void copy_tokenizer(const char *path, const char *out_dir, FILE *log, int32_t *bos,
-                           int32_t *eos) {
-  mgt_tokenizer *tok = NULL;
-  char dst[MGT_PATH_MAX + 64], src[MGT_PATH_MAX + 64], *text = NULL;
-  size_t n = 0;
-  mgt_status st = mgt_tok_open(MGT_TOKENIZER_HF, path, NULL, &tok);
-  if (st == MGT_OK) {
-    *bos = mgt_tok_bos(tok), *eos = mgt_tok_eod(tok);
-    mgt_tok_destroy(&tok);
-  }
-  for (int k = 0; k < 2 && st == MGT_OK; k++) {
-    const char *name = k ? "tokenizer_config.json" : "tokenizer.json";
-    beside(path, name, src, sizeof src);
-    snprintf(dst, sizeof dst, "%s/%s", out_dir, name);
-    st = mgt_read_file("--tokenizer-model", k ? src : path, &text, &n);
-    if (st == MGT_OK) st = write_text(dst, text);
-    free(text), text = NULL;
-  }
-  if (st != MGT_OK && log)
-    fprintf(log, "note: the tokenizer %s is not exported beside the weights: %s\n", path,
-            mgt_error_message());
 }
 
 mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, size_t max_shard_bytes,
@@ -558,12 +389,12 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, size_t max_
   MGT_TRY(st);
   int32_t bos = -1, eos = -1;
   const mgt_model_desc desc = mgt_model_of(&cfg);
-  if (cfg.tokenizer_type == MGT_TOKENIZER_HF && is_llama(&desc))
-    copy_tokenizer(cfg.vocab_file, out_dir, log, &bos, &eos);
+  if (cfg.tokenizer_type == MGT_TOKENIZER_HF && hf_is_llama(&desc))
+    hf_copy_tokenizer(cfg.vocab_file, out_dir, log, &bos, &eos);
   json = hf_config_json(&cfg, state.iteration, bos, eos);
   if (!json) MGT_GOTO_FAIL(MGT_ERR_NOMEM, "out of memory");
   snprintf(path, sizeof path, "%s/config.json", out_dir);
-  MGT_TRY(write_text(path, json));
+  MGT_TRY(hf_write_text(path, json));
   if (log && files == 1)
     fprintf(log, "exported %s to %s (model.safetensors, config.json)\n", ckpt_path, out_dir);
   else if (log)
@@ -585,8 +416,8 @@ done:
 /* ---- import ---- */
 
 /* config.json's integer `key` (dflt when absent or null) within [lo, hi]. */
-static mgt_status hf_int(const mgt_json *conf, const char *path, const char *key, int dflt, int lo,
-                         int hi, int *out) {
+mgt_status hf_int(const mgt_json *conf, const char *path, const char *key, int dflt, int lo, int hi,
+                  int *out) {
   const mgt_json *v = mgt_json_get(conf, key);
   if (!v || v->type == MGT_JSON_NULL) {
     *out = dflt;
@@ -600,8 +431,8 @@ static mgt_status hf_int(const mgt_json *conf, const char *path, const char *key
 }
 
 /* config.json's number `key` (dflt when absent or null) within [lo, hi]. */
-static mgt_status hf_num(const mgt_json *conf, const char *path, const char *key, double dflt,
-                         double lo, double hi, double *out) {
+mgt_status hf_num(const mgt_json *conf, const char *path, const char *key, double dflt, double lo,
+                  double hi, double *out) {
   const mgt_json *v = mgt_json_get(conf, key);
   if (!v || v->type == MGT_JSON_NULL) {
     *out = dflt;
@@ -612,16 +443,6 @@ static mgt_status hf_num(const mgt_json *conf, const char *path, const char *key
   *out = v->number;
   return MGT_OK;
 }
-
-/* The sizes, in the ranges of their flags (src/base/config.c), so that whatever is imported loads.
- */
-enum {
-  HF_MAX_HIDDEN = 1 << 20,
-  HF_MAX_LAYERS = 65535,
-  HF_MAX_POSITIONS = 1 << 20,
-  HF_MAX_VOCAB = 1 << 30,
-  HF_MAX_FFN = 1 << 22
-};
 
 /* The head of a BERT checkpoint: the first entry of "architectures" or, where a hand-written or
    converted config.json has none, the tensors the file holds. */
@@ -699,80 +520,6 @@ static mgt_status read_bert_config(const mgt_json *conf, const char *path, int p
   return hf_num(conf, path, "layer_norm_eps", 1e-12, 1e-12, 1, &cfg->layernorm_epsilon);
 }
 
-/* config.json's boolean `key` (dflt when absent or null). */
-static mgt_status hf_bool(const mgt_json *conf, const char *path, const char *key, int dflt,
-                          int *out) {
-  const mgt_json *v = mgt_json_get(conf, key);
-  MGT_REQUIRE(!v || v->type == MGT_JSON_NULL || v->type == MGT_JSON_BOOL,
-              "%s: %s must be true or false", path, key);
-  *out = v && v->type == MGT_JSON_BOOL ? (int)v->number : dflt;
-  return MGT_OK;
-}
-
-/* Llama 3.1's rope_scaling (rope_type llama3 with the band mgt_gpt_rope_frequencies uses), or
-   none. */
-static mgt_status read_rope_scaling(const mgt_json *conf, const char *path, mgt_config *cfg) {
-  const mgt_json *rs = mgt_json_get(conf, "rope_scaling");
-  if (!rs || rs->type == MGT_JSON_NULL) return MGT_OK;
-  const mgt_json *type = mgt_json_get(rs, "rope_type");
-  if (!type) type = mgt_json_get(rs, "type"); /* the older key */
-  MGT_REQUIRE(rs->type == MGT_JSON_OBJECT && type && type->type == MGT_JSON_STRING &&
-                  !strcmp(type->str, "llama3"),
-              "%s: rope_scaling is implemented for rope_type \"llama3\" only (Llama 3.1)", path);
-  double lo, hi, orig;
-  MGT_CHECK(hf_num(rs, path, "factor", 0, 1, 1e6, &cfg->rope_scaling_factor));
-  MGT_CHECK(hf_num(rs, path, "low_freq_factor", 1, 0, 1e6, &lo));
-  MGT_CHECK(hf_num(rs, path, "high_freq_factor", 4, 0, 1e6, &hi));
-  MGT_CHECK(hf_num(rs, path, "original_max_position_embeddings", 8192, 1, 1e9, &orig));
-  MGT_REQUIRE(lo == 1 && hi == 4 && orig == 8192,
-              "%s: rope_scaling with low_freq_factor %g, high_freq_factor %g and "
-              "original_max_position_embeddings %g: only Llama 3.1's 1, 4 and 8192 are implemented",
-              path, lo, hi, orig);
-  cfg->use_rope_scaling = 1;
-  return MGT_OK;
-}
-
-/* A LlamaConfig: RMSNorm, SwiGLU, rotary positions; grouped attention, biases and tying as it
-   says. Training windows default to 4096 positions at most (Llama 3.1 declares 131072). */
-static mgt_status read_llama_config(const mgt_json *conf, const char *path, mgt_config *cfg) {
-  const mgt_json *act = mgt_json_get(conf, "hidden_act");
-  MGT_REQUIRE(!act || (act->type == MGT_JSON_STRING && !strcmp(act->str, "silu")),
-              "%s: hidden_act must be \"silu\" (SwiGLU's gate)", path);
-  mgt_config_defaults(cfg);
-  cfg->normalization = MGT_NORM_RMSNORM, cfg->swiglu = 1;
-  cfg->position_embedding_type = MGT_POS_ROPE;
-  MGT_CHECK(hf_int(conf, path, "hidden_size", 0, 1, HF_MAX_HIDDEN, &cfg->hidden_size));
-  MGT_CHECK(hf_int(conf, path, "num_hidden_layers", 0, 1, HF_MAX_LAYERS, &cfg->num_layers));
-  MGT_CHECK(hf_int(conf, path, "num_attention_heads", 0, 1, 65536, &cfg->num_attention_heads));
-  MGT_CHECK(hf_int(conf, path, "intermediate_size", 0, 1, HF_MAX_FFN, &cfg->ffn_hidden_size));
-  MGT_CHECK(hf_int(conf, path, "vocab_size", 0, 1, HF_MAX_VOCAB, &cfg->vocab_size));
-  MGT_CHECK(hf_int(conf, path, "max_position_embeddings", 2048, 1, HF_MAX_POSITIONS,
-                   &cfg->max_position_embeddings));
-  int kv, hd, attn_bias, mlp_bias, tied;
-  MGT_CHECK(hf_int(conf, path, "num_key_value_heads", cfg->num_attention_heads, 1, 65536, &kv));
-  if (kv != cfg->num_attention_heads) cfg->group_query_attention = 1, cfg->num_query_groups = kv;
-  MGT_CHECK(hf_int(conf, path, "head_dim", cfg->hidden_size / cfg->num_attention_heads, 1,
-                   HF_MAX_HIDDEN, &hd));
-  MGT_REQUIRE((int64_t)hd * cfg->num_attention_heads == cfg->hidden_size,
-              "%s: head_dim %d times num_attention_heads %d is not hidden_size %d (a head size "
-              "of its own is not implemented)",
-              path, hd, cfg->num_attention_heads, cfg->hidden_size);
-  MGT_CHECK(hf_num(conf, path, "rms_norm_eps", 1e-6, 1e-12, 1, &cfg->layernorm_epsilon));
-  MGT_CHECK(hf_num(conf, path, "rope_theta", 10000, 1, 1e12, &cfg->rotary_base));
-  MGT_CHECK(read_rope_scaling(conf, path, cfg));
-  MGT_CHECK(hf_bool(conf, path, "attention_bias", 0, &attn_bias));
-  MGT_CHECK(hf_bool(conf, path, "mlp_bias", 0, &mlp_bias));
-  MGT_REQUIRE(attn_bias == mlp_bias,
-              "%s: attention_bias %s and mlp_bias %s: biases in some linear layers only are not "
-              "implemented (--disable-bias-linear is all or none)",
-              path, attn_bias ? "true" : "false", mlp_bias ? "true" : "false");
-  cfg->disable_bias_linear = !attn_bias;
-  MGT_CHECK(hf_bool(conf, path, "tie_word_embeddings", 0, &tied)); /* LlamaConfig's default */
-  cfg->untie_embeddings_and_output_weights = !tied;
-  cfg->seq_length = cfg->max_position_embeddings < 4096 ? cfg->max_position_embeddings : 4096;
-  return MGT_OK;
-}
-
 /* Whatever is imported must load: the configuration as a checkpoint stores it, read back as a
    checkpoint's is (flag ranges, model checks). */
 static mgt_status check_loadable(const mgt_config *cfg, const char *path) {
@@ -819,7 +566,7 @@ static mgt_status read_hf_config(const char *hf_dir, const mgt_st_dir *sf, mgt_c
     goto finish;
   }
   if (!strcmp(mt, "llama")) {
-    MGT_TRY(read_llama_config(conf, path, cfg));
+    MGT_TRY(hf_read_llama_config(conf, path, cfg));
     goto windows;
   }
   if (strcmp(mt, "gpt2") != 0)
@@ -860,30 +607,6 @@ done:
   return st;
 }
 
-/* A Llama directory's tokenizer.json becomes the checkpoint's tokenizer (by its absolute path),
-   so that eval and generate use it; one that cannot be read is left out with a note, one with
-   ids beyond the embeddings refused. */
-static mgt_status adopt_tokenizer(const char *hf_dir, mgt_config *cfg, FILE *log) {
-  char path[MGT_PATH_MAX + 64], abs[PATH_MAX];
-  snprintf(path, sizeof path, "%s/tokenizer.json", hf_dir);
-  if (access(path, F_OK) != 0) return MGT_OK;
-  mgt_tokenizer *tok = NULL;
-  if (!realpath(path, abs) || strlen(abs) >= sizeof cfg->vocab_file ||
-      mgt_tok_open(MGT_TOKENIZER_HF, abs, NULL, &tok) != MGT_OK) {
-    if (log)
-      fprintf(log, "note: %s is not the checkpoint's tokenizer: %s\n", path, mgt_error_message());
-    return MGT_OK;
-  }
-  const int n = mgt_tok_vocab_size(tok);
-  mgt_tok_destroy(&tok);
-  MGT_REQUIRE(n <= cfg->vocab_size, "%s has %d ids, more than the model's vocab_size %d", path, n,
-              cfg->vocab_size);
-  cfg->tokenizer_type = MGT_TOKENIZER_HF;
-  snprintf(cfg->vocab_file, sizeof cfg->vocab_file, "%s", abs);
-  if (log) fprintf(log, "tokenizer: %s (HuggingFaceTokenizer)\n", abs);
-  return MGT_OK;
-}
-
 mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   mgt_config cfg;
   mgt_status st = MGT_OK;
@@ -897,7 +620,7 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   MGT_TRY(mgt_st_dir_open(hf_dir, &sf));
   MGT_TRY(read_hf_config(hf_dir, sf, &cfg));
   const mgt_model_desc desc = mgt_model_of(&cfg);
-  if (is_llama(&desc)) MGT_TRY(adopt_tokenizer(hf_dir, &cfg, log));
+  if (hf_is_llama(&desc)) MGT_TRY(hf_adopt_tokenizer(hf_dir, &cfg, log));
   MGT_TRY(whole_model(&cfg, &w));
   MGT_TRY(make_plan(&cfg, &w, &plan));
   MGT_TRY(mgt_calloc(sizeof(int64_t) * (size_t)w.n, "import counts", (void **)&covered));

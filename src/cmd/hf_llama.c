@@ -1,0 +1,242 @@
+/* Hugging Face's LlamaForCausalLM (src/mgt/hf.h): its tensor names, config.json both ways, and
+   the tokenizer files that travel with it. */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mgt/hf_impl.h"
+#include "mgt/tokenizer.h"
+
+/* Rows [row0, row0 + rows) of our tensor `ours` as `hf`: a slice of a fused tensor (q, k or v
+   of attention.qkv). A weight's rows are its last dimension; a bias's are its elements. */
+static mgt_status plan_rows(hf_plan *pl, const hf_names *w, const char *hf, const char *ours,
+                            int64_t row0, int64_t rows, int bias) {
+  int i = hf_find(w, ours);
+  if (i < 0) MGT_FAIL(MGT_ERR_INTERNAL, "the model has no tensor %s", ours);
+  const mgt_shard *s = &w->s->t[i].shard;
+  const int64_t cols = bias ? 1 : s->full[s->ndim - 1];
+  const int64_t shape[2] = {rows, cols};
+  return hf_plan_add(pl, hf, i, row0 * cols, bias ? 1 : 2, shape, 0);
+}
+
+/* LlamaForCausalLM: q_proj, k_proj and v_proj are the query and key_value tensors (grouped
+   attention) or the thirds of attention.qkv; gate_proj and up_proj the SwiGLU halves. Biases,
+   where the model has them, are Llama's attention_bias and mlp_bias. */
+mgt_status hf_plan_llama(hf_plan *pl, const mgt_config *c, const mgt_model_desc *d,
+                         const hf_names *w) {
+  const int64_t C = c->hidden_size, KV = (int64_t)d->groups * (C / c->num_attention_heads);
+  const int grouped = d->groups != c->num_attention_heads;
+  MGT_CHECK(
+      hf_plan_whole(pl, w, "model.embed_tokens.weight", "embedding.word_embeddings.weight", 0, 0));
+  for (int l = 0; l < c->num_layers; l++) {
+    char hf[128], ours[128], q[96], kv[96];
+    const char *sfx[2] = {"weight", "bias"};
+    for (int b = 0; b < (d->bias ? 2 : 1); b++) {
+      snprintf(q, sizeof q, "layers.%d.attention.%s.%s", l, grouped ? "query" : "qkv", sfx[b]);
+      snprintf(kv, sizeof kv, "layers.%d.attention.%s.%s", l, grouped ? "key_value" : "qkv",
+               sfx[b]);
+      const int64_t k0 = grouped ? 0 : C; /* the first key row in kv */
+      snprintf(hf, sizeof hf, "model.layers.%d.self_attn.q_proj.%s", l, sfx[b]);
+      MGT_CHECK(plan_rows(pl, w, hf, q, 0, C, b));
+      snprintf(hf, sizeof hf, "model.layers.%d.self_attn.k_proj.%s", l, sfx[b]);
+      MGT_CHECK(plan_rows(pl, w, hf, kv, k0, KV, b));
+      snprintf(hf, sizeof hf, "model.layers.%d.self_attn.v_proj.%s", l, sfx[b]);
+      MGT_CHECK(plan_rows(pl, w, hf, kv, k0 + KV, KV, b));
+    }
+    static const char *const same[][2] = {
+        {"input_layernorm.weight", "input_layernorm.weight"},
+        {"self_attn.o_proj.weight", "attention.dense.weight"},
+        {"post_attention_layernorm.weight", "post_attention_layernorm.weight"},
+        {"mlp.gate_proj.weight", "mlp.gate.weight"},
+        {"mlp.up_proj.weight", "mlp.up.weight"},
+        {"mlp.down_proj.weight", "mlp.dense_4h_to_h.weight"},
+        {"self_attn.o_proj.bias", "attention.dense.bias"}, /* the biases, when present */
+        {"mlp.gate_proj.bias", "mlp.gate.bias"},
+        {"mlp.up_proj.bias", "mlp.up.bias"},
+        {"mlp.down_proj.bias", "mlp.dense_4h_to_h.bias"},
+    };
+    for (int k = 0; k < (d->bias ? 10 : 6); k++) {
+      snprintf(hf, sizeof hf, "model.layers.%d.%s", l, same[k][0]);
+      snprintf(ours, sizeof ours, "layers.%d.%s", l, same[k][1]);
+      MGT_CHECK(hf_plan_whole(pl, w, hf, ours, 0, 0));
+    }
+  }
+  MGT_CHECK(hf_plan_whole(pl, w, "model.norm.weight", "final_layernorm.weight", 0, 0));
+  return d->untied ? hf_plan_whole(pl, w, "lm_head.weight", "output_layer.weight", 0, 0) : MGT_OK;
+}
+
+/* Whether a description is Llama's: a causal LM with rotary positions, RMSNorm and SwiGLU (the
+   rest: groups, biases, tying, are LlamaConfig's options). */
+int hf_is_llama(const mgt_model_desc *d) {
+  return d->kind == MGT_MODEL_GPT && d->pos == MGT_POS_ROPE && d->norm == MGT_NORM_RMSNORM &&
+         d->mlp == MGT_MLP_SWIGLU;
+}
+
+/* config.json of LlamaForCausalLM: the token ids are the tokenizer's business (its
+   tokenizer_config.json), so none are claimed here. */
+char *hf_llama_config_json(const mgt_config *c, const mgt_model_desc *d, int64_t iteration,
+                           int32_t bos, int32_t eos) {
+  char scaling[256] = "null", b[16] = "null", e[16] = "null"; /* the tokenizer's ids, if known */
+  if (bos >= 0) snprintf(b, sizeof b, "%d", (int)bos);
+  if (eos >= 0) snprintf(e, sizeof e, "%d", (int)eos);
+  if (c->use_rope_scaling) /* Llama 3.1's, the band mgt_gpt_rope_frequencies uses */
+    snprintf(scaling, sizeof scaling,
+             "{\"rope_type\": \"llama3\", \"factor\": %.17g, \"low_freq_factor\": 1.0, "
+             "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}",
+             c->rope_scaling_factor);
+  char *s = NULL;
+  if (asprintf(&s,
+               "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+               "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+               "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
+               "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n"
+               "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
+               "  \"rope_theta\": %.17g,\n  \"rope_scaling\": %s,\n"
+               "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n  \"tie_word_embeddings\": %s,\n"
+               "  \"initializer_range\": %.9g,\n  \"attention_dropout\": %.9g,\n"
+               "  \"bos_token_id\": %s,\n  \"eos_token_id\": %s,\n  \"torch_dtype\": \"float32\",\n"
+               "  \"megatron_c\": {\"iteration\": %lld, \"seq_length\": %d}\n}\n",
+               c->vocab_size, c->hidden_size, c->ffn_hidden_size, c->num_layers,
+               c->num_attention_heads, d->groups, c->hidden_size / c->num_attention_heads,
+               c->max_position_embeddings, c->layernorm_epsilon, c->rotary_base, scaling,
+               d->bias ? "true" : "false", d->bias ? "true" : "false", d->untied ? "false" : "true",
+               c->init_method_std, c->attention_dropout, b, e, (long long)iteration,
+               c->seq_length) < 0)
+    return NULL;
+  return s;
+}
+
+/* The path of the file `name` beside `path`. */
+static void beside(const char *path, const char *name, char *out, size_t n) {
+  const char *slash = strrchr(path, '/');
+  if (slash)
+    snprintf(out, n, "%.*s/%s", (int)(slash - path), path, name);
+  else
+    snprintf(out, n, "%s", name);
+}
+
+/* The Hugging Face tokenizer a model was trained with, beside its export (tokenizer.json and
+   tokenizer_config.json), and its bos and eos ids. A tokenizer that can no longer be read is
+   left out with a note: the weights are the export. */
+void hf_copy_tokenizer(const char *path, const char *out_dir, FILE *log, int32_t *bos,
+                       int32_t *eos) {
+  mgt_tokenizer *tok = NULL;
+  char dst[MGT_PATH_MAX + 64], src[MGT_PATH_MAX + 64], *text = NULL;
+  size_t n = 0;
+  mgt_status st = mgt_tok_open(MGT_TOKENIZER_HF, path, NULL, &tok);
+  if (st == MGT_OK) {
+    *bos = mgt_tok_bos(tok), *eos = mgt_tok_eod(tok);
+    mgt_tok_destroy(&tok);
+  }
+  for (int k = 0; k < 2 && st == MGT_OK; k++) {
+    const char *name = k ? "tokenizer_config.json" : "tokenizer.json";
+    beside(path, name, src, sizeof src);
+    snprintf(dst, sizeof dst, "%s/%s", out_dir, name);
+    st = mgt_read_file("--tokenizer-model", k ? src : path, &text, &n);
+    if (st == MGT_OK) st = hf_write_text(dst, text);
+    free(text), text = NULL;
+  }
+  if (st != MGT_OK && log)
+    fprintf(log, "note: the tokenizer %s is not exported beside the weights: %s\n", path,
+            mgt_error_message());
+}
+
+/* config.json's boolean `key` (dflt when absent or null). */
+static mgt_status hf_bool(const mgt_json *conf, const char *path, const char *key, int dflt,
+                          int *out) {
+  const mgt_json *v = mgt_json_get(conf, key);
+  MGT_REQUIRE(!v || v->type == MGT_JSON_NULL || v->type == MGT_JSON_BOOL,
+              "%s: %s must be true or false", path, key);
+  *out = v && v->type == MGT_JSON_BOOL ? (int)v->number : dflt;
+  return MGT_OK;
+}
+
+/* Llama 3.1's rope_scaling (rope_type llama3 with the band mgt_gpt_rope_frequencies uses), or
+   none. */
+static mgt_status read_rope_scaling(const mgt_json *conf, const char *path, mgt_config *cfg) {
+  const mgt_json *rs = mgt_json_get(conf, "rope_scaling");
+  if (!rs || rs->type == MGT_JSON_NULL) return MGT_OK;
+  const mgt_json *type = mgt_json_get(rs, "rope_type");
+  if (!type) type = mgt_json_get(rs, "type"); /* the older key */
+  MGT_REQUIRE(rs->type == MGT_JSON_OBJECT && type && type->type == MGT_JSON_STRING &&
+                  !strcmp(type->str, "llama3"),
+              "%s: rope_scaling is implemented for rope_type \"llama3\" only (Llama 3.1)", path);
+  double lo, hi, orig;
+  MGT_CHECK(hf_num(rs, path, "factor", 0, 1, 1e6, &cfg->rope_scaling_factor));
+  MGT_CHECK(hf_num(rs, path, "low_freq_factor", 1, 0, 1e6, &lo));
+  MGT_CHECK(hf_num(rs, path, "high_freq_factor", 4, 0, 1e6, &hi));
+  MGT_CHECK(hf_num(rs, path, "original_max_position_embeddings", 8192, 1, 1e9, &orig));
+  MGT_REQUIRE(lo == 1 && hi == 4 && orig == 8192,
+              "%s: rope_scaling with low_freq_factor %g, high_freq_factor %g and "
+              "original_max_position_embeddings %g: only Llama 3.1's 1, 4 and 8192 are implemented",
+              path, lo, hi, orig);
+  cfg->use_rope_scaling = 1;
+  return MGT_OK;
+}
+
+/* A LlamaConfig: RMSNorm, SwiGLU, rotary positions; grouped attention, biases and tying as it
+   says. Training windows default to 4096 positions at most (Llama 3.1 declares 131072). */
+mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, mgt_config *cfg) {
+  const mgt_json *act = mgt_json_get(conf, "hidden_act");
+  MGT_REQUIRE(!act || (act->type == MGT_JSON_STRING && !strcmp(act->str, "silu")),
+              "%s: hidden_act must be \"silu\" (SwiGLU's gate)", path);
+  mgt_config_defaults(cfg);
+  cfg->normalization = MGT_NORM_RMSNORM, cfg->swiglu = 1;
+  cfg->position_embedding_type = MGT_POS_ROPE;
+  MGT_CHECK(hf_int(conf, path, "hidden_size", 0, 1, HF_MAX_HIDDEN, &cfg->hidden_size));
+  MGT_CHECK(hf_int(conf, path, "num_hidden_layers", 0, 1, HF_MAX_LAYERS, &cfg->num_layers));
+  MGT_CHECK(hf_int(conf, path, "num_attention_heads", 0, 1, 65536, &cfg->num_attention_heads));
+  MGT_CHECK(hf_int(conf, path, "intermediate_size", 0, 1, HF_MAX_FFN, &cfg->ffn_hidden_size));
+  MGT_CHECK(hf_int(conf, path, "vocab_size", 0, 1, HF_MAX_VOCAB, &cfg->vocab_size));
+  MGT_CHECK(hf_int(conf, path, "max_position_embeddings", 2048, 1, HF_MAX_POSITIONS,
+                   &cfg->max_position_embeddings));
+  int kv, hd, attn_bias, mlp_bias, tied;
+  MGT_CHECK(hf_int(conf, path, "num_key_value_heads", cfg->num_attention_heads, 1, 65536, &kv));
+  if (kv != cfg->num_attention_heads) cfg->group_query_attention = 1, cfg->num_query_groups = kv;
+  MGT_CHECK(hf_int(conf, path, "head_dim", cfg->hidden_size / cfg->num_attention_heads, 1,
+                   HF_MAX_HIDDEN, &hd));
+  MGT_REQUIRE((int64_t)hd * cfg->num_attention_heads == cfg->hidden_size,
+              "%s: head_dim %d times num_attention_heads %d is not hidden_size %d (a head size "
+              "of its own is not implemented)",
+              path, hd, cfg->num_attention_heads, cfg->hidden_size);
+  MGT_CHECK(hf_num(conf, path, "rms_norm_eps", 1e-6, 1e-12, 1, &cfg->layernorm_epsilon));
+  MGT_CHECK(hf_num(conf, path, "rope_theta", 10000, 1, 1e12, &cfg->rotary_base));
+  MGT_CHECK(read_rope_scaling(conf, path, cfg));
+  MGT_CHECK(hf_bool(conf, path, "attention_bias", 0, &attn_bias));
+  MGT_CHECK(hf_bool(conf, path, "mlp_bias", 0, &mlp_bias));
+  MGT_REQUIRE(attn_bias == mlp_bias,
+              "%s: attention_bias %s and mlp_bias %s: biases in some linear layers only are not "
+              "implemented (--disable-bias-linear is all or none)",
+              path, attn_bias ? "true" : "false", mlp_bias ? "true" : "false");
+  cfg->disable_bias_linear = !attn_bias;
+  MGT_CHECK(hf_bool(conf, path, "tie_word_embeddings", 0, &tied)); /* LlamaConfig's default */
+  cfg->untie_embeddings_and_output_weights = !tied;
+  cfg->seq_length = cfg->max_position_embeddings < 4096 ? cfg->max_position_embeddings : 4096;
+  return MGT_OK;
+}
+
+/* A Llama directory's tokenizer.json becomes the checkpoint's tokenizer (by its absolute path),
+   so that eval and generate use it; one that cannot be read is left out with a note, one with
+   ids beyond the embeddings refused. */
+mgt_status hf_adopt_tokenizer(const char *hf_dir, mgt_config *cfg, FILE *log) {
+  char path[MGT_PATH_MAX + 64], abs[PATH_MAX];
+  snprintf(path, sizeof path, "%s/tokenizer.json", hf_dir);
+  if (access(path, F_OK) != 0) return MGT_OK;
+  mgt_tokenizer *tok = NULL;
+  if (!realpath(path, abs) || strlen(abs) >= sizeof cfg->vocab_file ||
+      mgt_tok_open(MGT_TOKENIZER_HF, abs, NULL, &tok) != MGT_OK) {
+    if (log)
+      fprintf(log, "note: %s is not the checkpoint's tokenizer: %s\n", path, mgt_error_message());
+    return MGT_OK;
+  }
+  const int n = mgt_tok_vocab_size(tok);
+  mgt_tok_destroy(&tok);
+  MGT_REQUIRE(n <= cfg->vocab_size, "%s has %d ids, more than the model's vocab_size %d", path, n,
+              cfg->vocab_size);
+  cfg->tokenizer_type = MGT_TOKENIZER_HF;
+  snprintf(cfg->vocab_file, sizeof cfg->vocab_file, "%s", abs);
+  if (log) fprintf(log, "tokenizer: %s (HuggingFaceTokenizer)\n", abs);
+  return MGT_OK;
+}
