@@ -11,19 +11,24 @@ import sys
 import numpy as np
 
 
-def load(d):
-    cfg = json.load(open(d + "/config.json"))
-    raw = open(d + "/model.safetensors", "rb").read()
+def read_safetensors(path, w):
+    """Adds the float32 tensors of one safetensors file to w, as float64."""
+    raw = open(path, "rb").read()
     n = int.from_bytes(raw[:8], "little")
     header = json.loads(raw[8:8 + n])
     data = raw[8 + n:]
-    w = {}
     for k, v in header.items():
         if k == "__metadata__":
             continue
         assert v["dtype"] == "F32"
         a, b = v["data_offsets"]
         w[k] = np.frombuffer(data[a:b], dtype="<f4").reshape(v["shape"]).astype(np.float64)
+
+
+def load(d):
+    cfg = json.load(open(d + "/config.json"))
+    w = {}
+    read_safetensors(d + "/model.safetensors", w)
     return cfg, w
 
 
@@ -61,11 +66,9 @@ def forward(cfg, w, ids):
     return x @ w["transformer.wte.weight"].T  # tied output layer
 
 
-def main():
-    cfg, w = load(sys.argv[1])
-    ids = [int(t) for t in open(sys.argv[2]).read().split()]
-    T = int(sys.argv[3])
-    stride = int(sys.argv[4]) if len(sys.argv) > 4 else T
+def score(forward, cfg, w, ids, T, stride):
+    """The mean loss of ids in windows of T starting every stride tokens, each target scored by
+    the first window that reaches it; returns (targets, mean loss)."""
     total, count, done = 0.0, 0, 0  # targets 1..done are scored
     start = 0
     while done < len(ids) - 1:
@@ -79,7 +82,15 @@ def main():
                 count += 1
         done = start + len(window) - 1
         start += stride
-    print(json.dumps({"tokens": count, "avg_loss": total / count}))
+    return count, total / count
+
+
+def main():
+    cfg, w = load(sys.argv[1])
+    ids = [int(t) for t in open(sys.argv[2]).read().split()]
+    T = int(sys.argv[3])
+    count, loss = score(forward, cfg, w, ids, T, int(sys.argv[4]) if len(sys.argv) > 4 else T)
+    print(json.dumps({"tokens": count, "avg_loss": loss}))
 
 
 if __name__ == "__main__":

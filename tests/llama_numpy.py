@@ -13,18 +13,7 @@ import sys
 
 import numpy as np
 
-
-def read_safetensors(path, w):
-    raw = open(path, "rb").read()
-    n = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + n])
-    data = raw[8 + n:]
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        assert v["dtype"] == "F32", (k, v["dtype"])
-        a, b = v["data_offsets"]
-        w[k] = np.frombuffer(data[a:b], dtype="<f4").reshape(v["shape"]).astype(np.float64)
+from gpt2_numpy import read_safetensors, score  # the file format and the windows
 
 
 def load(d):
@@ -105,16 +94,8 @@ def main():
     cfg, w = load(sys.argv[1])
     ids = [int(t) for t in open(sys.argv[2]).read().split()]
     T = int(sys.argv[3])
-    total, count = 0.0, 0
-    for start in range(0, len(ids) - 1, T):
-        window = ids[start:start + T + 1]
-        logits = forward(cfg, w, window[:-1])
-        m = logits.max(-1, keepdims=True)
-        logp = logits - m - np.log(np.exp(logits - m).sum(-1, keepdims=True))
-        for t in range(len(window) - 1):
-            total -= logp[t, window[t + 1]]
-            count += 1
-    print(json.dumps({"tokens": count, "avg_loss": total / count}))
+    count, loss = score(forward, cfg, w, ids, T, T)
+    print(json.dumps({"tokens": count, "avg_loss": loss}))
 
 
 if __name__ == "__main__":
