@@ -1,46 +1,123 @@
 #!/usr/bin/env bash
 # Runs `mgt train` as a job step of a Slurm allocation, resuming from the latest checkpoint and
-# requeueing the job when the trainer stops early. The sbatch scripts of this directory exec it.
+# requeueing the job when the trainer stops early or fails. The sbatch scripts of this
+# directory exec it.
 #
-#   launch.sh [mgt train flags...]
+#   launch.sh [--max-restarts N] [mgt train flags...]
 #
 # Environment:
-#   SAVE_DIR    checkpoint directory (required); the run resumes from it when it has `latest`
-#   MGT         the mgt binary (default: mgt on PATH)
-#   TP          tensor-parallel size (default 1)
-#   TP_RESTART  tensor-parallel size once the job has been requeued (default: TP), to resume
-#               on another shape
+#   SAVE_DIR      checkpoint directory (required); the run resumes from it when it has `latest`
+#   MGT           the mgt binary (default: mgt on PATH)
+#   TP            tensor-parallel size (default 1)
+#   TP_RESTART    tensor-parallel size once the job has been requeued (default: TP), to resume
+#                 on another shape
+#   MAX_RESTARTS  as --max-restarts (default 3)
 #
 # Slurm delivers --signal=B:USR1@N to this shell, which forwards it to srun and so to every
 # rank; the trainer finishes its iteration, saves, and exits 75. This script then runs
 # `scontrol requeue` and exits 0; the requeued job starts over here and resumes. SIGTERM (the
 # time limit, scancel) is forwarded the same way.
+#
+# Failure policy: when the trainer fails otherwise (a crashed rank, the watchdog's status 76
+# after a lost peer, a lost node), the job is requeued too and resumes from the last complete
+# checkpoint on whatever nodes Slurm gives it, up to --max-restarts failures for this job
+# (counted across requeues in SAVE_DIR/launch-failures). A job that fails twice in a row with
+# the same status and no newer checkpoint in between stops with that status: the failure is
+# not going away by itself. Slurm requeues a job by itself on a node failure (--requeue).
 set -u
 : "${SAVE_DIR:?set SAVE_DIR, the checkpoint directory}"
 MGT=${MGT:-mgt}
+max_restarts=${MAX_RESTARTS:-3}
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+  --max-restarts)
+    if [ $# -lt 2 ] || ! [[ "$2" =~ ^[0-9]+$ ]]; then
+      echo "launch.sh: --max-restarts needs a count (got '${2:-}')" >&2
+      exit 2
+    fi
+    max_restarts=$2
+    shift 2
+    ;;
+  *)
+    args+=("$1")
+    shift
+    ;;
+  esac
+done
+say() { echo "[launch $(date +%T)] $*"; }
 restart=${SLURM_RESTART_COUNT:-0}
 tp=${TP:-1}
 if [ "$restart" -gt 0 ] && [ -n "${TP_RESTART:-}" ]; then tp=$TP_RESTART; fi
 load=()
 [ -f "$SAVE_DIR/latest" ] && load=(--load "$SAVE_DIR")
-echo "[launch $(date +%T)] job ${SLURM_JOB_ID:-?} restart $restart: ${SLURM_NTASKS:-?} tasks," \
-  "tensor-parallel $tp, $([ ${#load[@]} -gt 0 ] && echo "resuming from $SAVE_DIR" || echo "starting")"
+say "job ${SLURM_JOB_ID:-?} restart $restart on ${SLURM_JOB_NUM_NODES:-?} nodes" \
+  "(${SLURM_JOB_NODELIST:-?}): ${SLURM_NTASKS:-?} tasks, tensor-parallel $tp," \
+  "$([ ${#load[@]} -gt 0 ] && echo "resuming from $SAVE_DIR" || echo "starting")"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
-srun --mpi=pmix "$MGT" train "$@" --tensor-model-parallel-size "$tp" --save "$SAVE_DIR" \
-  "${load[@]}" &
+# --kill-on-bad-exit: one rank that exits with an error (the watchdog's) ends the step, even
+# when a stopped rank never would
+srun --mpi=pmix --kill-on-bad-exit=1 "$MGT" train "${args[@]}" --tensor-model-parallel-size "$tp" \
+  --save "$SAVE_DIR" "${load[@]}" &
 pid=$!
-trap 'echo "[launch $(date +%T)] SIGUSR1: asking the trainer to save and stop"; kill -USR1 $pid' USR1
-trap 'echo "[launch $(date +%T)] SIGTERM: asking the trainer to save and stop"; kill -TERM $pid' TERM
+trap 'say "SIGUSR1: asking the trainer to save and stop"; kill -USR1 $pid' USR1
+trap 'say "SIGTERM: asking the trainer to save and stop"; kill -TERM $pid' TERM
 # a trapped signal interrupts `wait`; wait again until srun has really ended
 while :; do
   wait "$pid"
   rc=$?
   kill -0 "$pid" 2> /dev/null || break
 done
-if [ "$rc" = 75 ]; then
-  echo "[launch $(date +%T)] checkpoint saved; requeueing job ${SLURM_JOB_ID:-?}"
-  scontrol requeue "$SLURM_JOB_ID"
+requeue() {
+  if scontrol requeue "$SLURM_JOB_ID"; then exit 0; fi
+  say "scontrol requeue failed"
+  exit "$rc"
+}
+if [ "$rc" = 0 ]; then
+  say "mgt train finished"
   exit 0
 fi
-echo "[launch $(date +%T)] mgt train exited with status $rc"
-exit "$rc"
+if [ "$rc" = 75 ]; then
+  say "checkpoint saved; requeueing job ${SLURM_JOB_ID:-?}"
+  requeue
+fi
+# a failure: the checkpoint it would resume from, and this job's earlier failures
+latest=$(cat "$SAVE_DIR/latest" 2> /dev/null || echo none)
+record=$SAVE_DIR/launch-failures
+failures=0 last=""
+if [ -f "$record" ]; then
+  failures=$(awk -v j="${SLURM_JOB_ID:-?}" '$1 == j' "$record" | wc -l)
+  last=$(awk -v j="${SLURM_JOB_ID:-?}" '$1 == j {s = $3 " " $4} END {print s}' "$record")
+fi
+say "mgt train failed with status $rc (failure $((failures + 1)) of job ${SLURM_JOB_ID:-?};" \
+  "latest checkpoint: $latest)"
+echo "${SLURM_JOB_ID:-?} $restart $rc $latest $(date +%s)" >> "$record"
+if [ "$last" = "$rc $latest" ]; then
+  say "the same failure (status $rc) twice with no newer checkpoint than $latest: not requeueing"
+  exit "$rc"
+fi
+if [ "$failures" -ge "$max_restarts" ]; then
+  say "$failures restarts after failures already (--max-restarts $max_restarts): not requeueing"
+  exit "$rc"
+fi
+# Nodes that do not answer now are left out of the requeued job: Slurm may not have noticed a
+# lost node yet (SlurmdTimeout) and would give it back.
+lost=() probes=()
+mapfile -t nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2> /dev/null)
+for n in "${nodes[@]}"; do
+  timeout 20 srun --nodes=1 --ntasks=1 --nodelist="$n" --overlap true > /dev/null 2>&1 &
+  probes+=("$!:$n")
+done
+for p in "${probes[@]}"; do wait "${p%%:*}" || lost+=("${p#*:}"); done
+if [ ${#lost[@]} -gt 0 ]; then
+  say "nodes not answering, left out of the requeued job: ${lost[*]}"
+  if scontrol requeuehold "$SLURM_JOB_ID"; then
+    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$(IFS=,; echo "${lost[*]}")" ||
+      say "could not exclude ${lost[*]}"
+    scontrol release "$SLURM_JOB_ID" && exit 0
+  fi
+  say "scontrol requeuehold/release failed"
+  exit "$rc"
+fi
+say "requeueing job ${SLURM_JOB_ID:-?} to resume from the last checkpoint"
+requeue

@@ -70,7 +70,7 @@ grep -E "^\[launch|saved checkpoint|loaded checkpoint|SIGUSR1|layout:|iteration 
 echo "----"
 grep -q "SIGUSR1 after iteration" "$log" || fail "the trainer did not stop on SIGUSR1"
 grep -q "requeueing job $job" "$log" || fail "the job did not requeue itself"
-grep -q "restart 1: 4 tasks, tensor-parallel 4, resuming" "$log" || fail "no restart at tensor-parallel 4"
+grep -Eq "restart 1 on .*: 4 tasks, tensor-parallel 4, resuming" "$log" || fail "no restart at tensor-parallel 4"
 grep -q "layout: 4 ranks = tensor-parallel 4 x data-parallel 1" "$log" || fail "the restart did not use tp=4"
 grep -q "loaded checkpoint" "$log" || fail "the restart did not load the checkpoint"
 /usr/bin/python3 - "$tmp/ref.jsonl" "$tmp/job.jsonl" "$ITERS" << 'PY' || fail "losses differ"

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <mpi.h>
+#include <stdint.h>
 
 #include "mgt/common.h"
 
@@ -21,6 +22,24 @@ MGT_NODISCARD mgt_status mgt_mpi_status(int rc, const char *file, int line, cons
 #define MGT_MPI(call) MGT_CHECK(mgt_mpi_status((call), __FILE__, __LINE__, __func__, #call))
 /* MGT_MPI in a function with a `done:` label: the status to `st`, then there. */
 #define MGT_MPI_TRY(call) MGT_TRY(mgt_mpi_status((call), __FILE__, __LINE__, __func__, #call))
+
+/* Marks around blocking collectives, read by the watchdog (include/mgt/watchdog.h) from its
+   thread: `op` ("all-reduce", a static string) on grid axis `axis` (0 tensor-parallel, 1
+   data-parallel, 2 world). They cost nothing until mgt_watch_enable(1). */
+void mgt_watch_enable(int on);
+void mgt_watch_begin(const char *op, int axis);
+void mgt_watch_end(void);
+void mgt_watch_iteration(int64_t iteration);
+/* 1 while a marked wait is in progress, with what it is and since when (CLOCK_MONOTONIC). */
+int mgt_watch_read(const char **op, int *axis, double *since, int64_t *iteration);
+/* MGT_MPI around a blocking collective, marked for the watchdog. */
+#define MGT_MPI_WATCHED(op, axis, call)                                                            \
+  do {                                                                                             \
+    mgt_watch_begin(op, axis);                                                                     \
+    int mgt_rc_ = (call);                                                                          \
+    mgt_watch_end();                                                                               \
+    MGT_CHECK(mgt_mpi_status(mgt_rc_, __FILE__, __LINE__, __func__, #call));                       \
+  } while (0)
 
 #ifdef __cplusplus
 }

@@ -159,6 +159,9 @@ typedef struct mgt_config {
   int exit_duration_in_mins;
   int exit_interval;
   int max_skipped_iterations; /* stop after this many non-finite iterations in a row; 0: never */
+  /* many nodes */
+  double distributed_timeout_minutes; /* a collective waiting longer ends the job; 0: never */
+  int require_node_local_tp;          /* refuse tensor-parallel groups that span nodes */
   /* logging */
   int log_interval;
   char metrics_file[MGT_PATH_MAX];

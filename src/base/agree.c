@@ -1,8 +1,58 @@
 /* MPI statuses and agreed errors: see include/mgt/agree.h. */
 #include "mgt/agree.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+
+static struct {
+  pthread_mutex_t mu;
+  int on;
+  const char *op; /* NULL: not waiting */
+  int axis;
+  double since;
+  int64_t iteration;
+} watch = {.mu = PTHREAD_MUTEX_INITIALIZER, .iteration = -1};
+
+void mgt_watch_enable(int on) {
+  pthread_mutex_lock(&watch.mu);
+  watch.on = on;
+  watch.op = NULL;
+  pthread_mutex_unlock(&watch.mu);
+}
+
+void mgt_watch_begin(const char *op, int axis) {
+  if (!watch.on) return; /* set before the watched thread starts waiting: no race */
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  pthread_mutex_lock(&watch.mu);
+  watch.op = op;
+  watch.axis = axis;
+  watch.since = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+  pthread_mutex_unlock(&watch.mu);
+}
+
+void mgt_watch_end(void) {
+  if (!watch.on) return;
+  pthread_mutex_lock(&watch.mu);
+  watch.op = NULL;
+  pthread_mutex_unlock(&watch.mu);
+}
+
+void mgt_watch_iteration(int64_t iteration) {
+  pthread_mutex_lock(&watch.mu);
+  watch.iteration = iteration;
+  pthread_mutex_unlock(&watch.mu);
+}
+
+int mgt_watch_read(const char **op, int *axis, double *since, int64_t *iteration) {
+  pthread_mutex_lock(&watch.mu);
+  const int waiting = watch.op != NULL;
+  *op = watch.op, *axis = watch.axis, *since = watch.since, *iteration = watch.iteration;
+  pthread_mutex_unlock(&watch.mu);
+  return waiting;
+}
 
 mgt_status mgt_mpi_status(int rc, const char *file, int line, const char *func, const char *call) {
   if (rc == MPI_SUCCESS) return MGT_OK;
@@ -18,7 +68,7 @@ mgt_status mgt_mpi_agree(MPI_Comm comm, mgt_status local) {
   MGT_MPI(MPI_Comm_rank(comm, &rank));
   MGT_MPI(MPI_Comm_size(comm, &size));
   int first = local != MGT_OK ? rank : size;
-  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm));
+  MGT_MPI_WATCHED("agreement", 2, MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm));
   if (first == size) return MGT_OK;
   struct {
     int status;

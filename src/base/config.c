@@ -220,6 +220,11 @@ static const mgt_flag flags[] = {
         "norm (0: never; fp16 loss-scale overflows do not count)"),
     INT("--exit-interval", exit_interval, 0, 1 << 30,
         "save and exit (status 0) when the iteration is a multiple of this (0: never)"),
+    DBL("--distributed-timeout-minutes", distributed_timeout_minutes, 0, 1e6,
+        "end the job (status 76) when a collective has waited this long for its peers: a rank "
+        "stopped or a node lost (fractions allowed; 0: wait forever)"),
+    BOOL("--require-node-local-tp", require_node_local_tp,
+         "refuse to start when a tensor-parallel group would span nodes (else a warning)"),
     INT("--log-interval", log_interval, 1, 1 << 30, "iterations between log lines"),
     STR("--metrics-file", metrics_file, "append one JSON object per logged iteration"),
     STR("--tensorboard-dir", tensorboard_dir,
@@ -236,6 +241,7 @@ void mgt_config_defaults(mgt_config *cfg) {
   cfg->vocab_size = 0;
   cfg->make_vocab_size_divisible_by = 128;
   cfg->init_method_std = 0.02;
+  cfg->distributed_timeout_minutes = 10; /* Megatron-LM's default */
   cfg->hidden_dropout = 0.1;
   cfg->attention_dropout = 0.1;
   cfg->layernorm_epsilon = 1e-5;

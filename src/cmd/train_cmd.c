@@ -16,6 +16,7 @@
 #include "mgt/tensorboard.h"
 #include "mgt/tokenizer.h"
 #include "mgt/train.h"
+#include "mgt/watchdog.h"
 
 #ifndef MGT_VERSION
 #define MGT_VERSION "unknown"
@@ -221,9 +222,16 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
   int rc = 0;
   st = mgt_grid_create(world, cfg.tensor_model_parallel_size, &grid);
   if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 0);
+  st = mgt_grid_check_nodes(grid, cfg.require_node_local_tp);
+  if (st == MGT_OK) st = mgt_watchdog_start(60.0 * cfg.distributed_timeout_minutes, grid);
+  if (st != MGT_OK) {
+    mgt_grid_destroy(&grid);
+    return mgt_cli_fail(st, rank, world, 1); /* every rank has the same placement */
+  }
   const mgt_precision prec = cfg.bf16 ? MGT_PREC_BF16 : (cfg.fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32);
   st = mgt_device_open(&dev, cfg.device, cfg.distributed_backend, prec, grid, NULL);
   if (st != MGT_OK) {
+    mgt_watchdog_stop();
     mgt_grid_destroy(&grid);
     return mgt_cli_fail(st, rank, world, 1); /* agreed */
   }
@@ -232,6 +240,7 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
     mgt_device_memory(&dev, &avail, &total);
     MPI_Allreduce(MPI_IN_PLACE, &avail, 1, MPI_UNSIGNED_LONG, MPI_MIN, world);
     if (avail > 0 && need > avail) {
+      mgt_watchdog_stop();
       mgt_device_close(&dev);
       mgt_grid_destroy(&grid);
       return refuse_memory(need, avail, rank, world);
@@ -250,6 +259,7 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
              grid->size, grid->tp, grid->dp, omp_get_max_threads(), dev.desc,
              prec == MGT_PREC_BF16 ? "; bf16 GEMM inputs"
                                    : (prec == MGT_PREC_FP16 ? "; fp16 GEMM inputs" : ""));
+      mgt_grid_print_placement(grid, stdout);
       mgt_print_memory_plan(&cfg, grid->tp, grid->dp, stdout);
       fflush(stdout);
     }
@@ -263,6 +273,7 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
     else if (end == MGT_RUN_SIGNALED || end == MGT_RUN_DURATION)
       rc = MGT_EXIT_REQUEUE;
   }
+  mgt_watchdog_stop();
   mgt_trainer_destroy(&tr);
   mgt_device_close(&dev);
   mgt_grid_destroy(&grid);

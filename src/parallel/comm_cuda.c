@@ -197,11 +197,13 @@ static mgt_status device_allreduce(cuda_comm *c, const mgt_grid *g, mgt_axis axi
   CU(cudaStreamSynchronize(c->stream));
   MPI_Op mop = op == MGT_MAX ? MPI_MAX : MPI_SUM;
   if (c->mode == MGT_DIST_MPI_CUDA_AWARE) {
-    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mop, mc));
+    MGT_MPI_WATCHED("all-reduce", axis,
+                    MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mop, mc));
   } else {
     MGT_CHECK(stage(c, n));
     CU(cudaMemcpy(c->stage, buf, n * sizeof(float), cudaMemcpyDeviceToHost));
-    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, c->stage, (int)n, MPI_FLOAT, mop, mc));
+    MGT_MPI_WATCHED("all-reduce", axis,
+                    MPI_Allreduce(MPI_IN_PLACE, c->stage, (int)n, MPI_FLOAT, mop, mc));
     CU(cudaMemcpy(buf, c->stage, n * sizeof(float), cudaMemcpyHostToDevice));
   }
   account(c, axis, t0, n * sizeof(float));
@@ -302,12 +304,14 @@ static mgt_status cu_allgather(void *ctx, const mgt_grid *g, mgt_axis axis, cons
 #endif
   CU(cudaStreamSynchronize(c->stream));
   if (c->mode == MGT_DIST_MPI_CUDA_AWARE) {
-    MGT_MPI(MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, mc));
+    MGT_MPI_WATCHED("all-gather", axis,
+                    MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, mc));
   } else {
     MGT_CHECK(stage(c, n * (size_t)(size + 1)));
     float *hin = c->stage, *hout = c->stage + n;
     CU(cudaMemcpy(hin, in, n * sizeof(float), cudaMemcpyDeviceToHost));
-    MGT_MPI(MPI_Allgather(hin, (int)n, MPI_FLOAT, hout, (int)n, MPI_FLOAT, mc));
+    MGT_MPI_WATCHED("all-gather", axis,
+                    MPI_Allgather(hin, (int)n, MPI_FLOAT, hout, (int)n, MPI_FLOAT, mc));
     CU(cudaMemcpy(out, hout, n * (size_t)size * sizeof(float), cudaMemcpyHostToDevice));
   }
   account(c, axis, t0, n * sizeof(float));
@@ -360,11 +364,13 @@ static mgt_status cu_reduce_scatter(void *ctx, const mgt_grid *g, mgt_axis axis,
 #endif
   CU(cudaStreamSynchronize(c->stream));
   if (c->mode == MGT_DIST_MPI_CUDA_AWARE) {
-    MGT_MPI(MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, mc));
+    MGT_MPI_WATCHED("reduce-scatter", axis,
+                    MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, mc));
   } else {
     MGT_CHECK(stage(c, n));
     CU(cudaMemcpy(c->stage, in, n * sizeof(float), cudaMemcpyDeviceToHost));
-    MGT_MPI(MPI_Reduce_scatter(c->stage, c->stage + n, counts, MPI_FLOAT, MPI_SUM, mc));
+    MGT_MPI_WATCHED("reduce-scatter", axis,
+                    MPI_Reduce_scatter(c->stage, c->stage + n, counts, MPI_FLOAT, MPI_SUM, mc));
     CU(cudaMemcpy(out, c->stage + n, sizeof(float) * (size_t)counts[rank], cudaMemcpyHostToDevice));
   }
   account(c, axis, t0, n * sizeof(float));
@@ -431,11 +437,11 @@ static mgt_status cu_broadcast(void *ctx, const mgt_grid *g, mgt_axis axis, void
 #endif
   CU(cudaStreamSynchronize(c->stream));
   if (c->mode == MGT_DIST_MPI_CUDA_AWARE) {
-    MGT_MPI(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, mc));
+    MGT_MPI_WATCHED("broadcast", axis, MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, mc));
   } else {
     MGT_CHECK(stage(c, (bytes + sizeof(float) - 1) / sizeof(float)));
     CU(cudaMemcpy(c->stage, buf, bytes, cudaMemcpyDeviceToHost));
-    MGT_MPI(MPI_Bcast(c->stage, (int)bytes, MPI_BYTE, root, mc));
+    MGT_MPI_WATCHED("broadcast", axis, MPI_Bcast(c->stage, (int)bytes, MPI_BYTE, root, mc));
     CU(cudaMemcpy(buf, c->stage, bytes, cudaMemcpyHostToDevice));
   }
   return MGT_OK;

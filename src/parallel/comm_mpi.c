@@ -35,7 +35,8 @@ static mgt_status mpi_allreduce(void *ctx, const mgt_grid *g, mgt_axis axis, flo
   if (size == 1 || n == 0) return MGT_OK;
   MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu floats exceeds MPI's count limit", n);
   double t0 = mgt_now();
-  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mpi_op(op), c));
+  MGT_MPI_WATCHED("all-reduce", axis,
+                  MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mpi_op(op), c));
   account(ctx, axis, t0, n * sizeof(float));
   return MGT_OK;
 }
@@ -47,7 +48,8 @@ static mgt_status mpi_allreduce_f64(void *ctx, const mgt_grid *g, mgt_axis axis,
   if (size == 1 || n == 0) return MGT_OK;
   MGT_REQUIRE(n <= INT_MAX, "all-reduce of %zu doubles exceeds MPI's count limit", n);
   double t0 = mgt_now();
-  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, mpi_op(op), c));
+  MGT_MPI_WATCHED("all-reduce", axis,
+                  MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, mpi_op(op), c));
   account(ctx, axis, t0, n * sizeof(double));
   return MGT_OK;
 }
@@ -66,7 +68,9 @@ static mgt_status mpi_allreduce_maxloc(void *ctx, const mgt_grid *g, mgt_axis ax
   for (size_t k = 0; k < n; k++)
     p[k].v = val[k], p[k].i = idx[k];
   double t0 = mgt_now();
+  mgt_watch_begin("all-reduce", axis);
   int rc = MPI_Allreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT_INT, MPI_MAXLOC, c);
+  mgt_watch_end();
   account(ctx, axis, t0, n * sizeof *p);
   for (size_t k = 0; k < n; k++)
     val[k] = p[k].v, idx[k] = p[k].i;
@@ -93,7 +97,8 @@ static mgt_status mpi_iallreduce(void *ctx, const mgt_grid *g, mgt_axis axis, fl
 static mgt_status mpi_wait(void *ctx, mgt_comm_req *req) {
   if (req->mpi == MPI_REQUEST_NULL) return MGT_OK;
   double t0 = mgt_now();
-  MGT_MPI(MPI_Wait(&req->mpi, MPI_STATUS_IGNORE));
+  MGT_MPI_WATCHED("a non-blocking collective's wait", req->axis,
+                  MPI_Wait(&req->mpi, MPI_STATUS_IGNORE));
   account(ctx, req->axis, t0, 0);
   return MGT_OK;
 }
@@ -112,7 +117,8 @@ static mgt_status mpi_allgather(void *ctx, const mgt_grid *g, mgt_axis axis, con
   int size;
   MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
   MGT_REQUIRE(n <= INT_MAX, "all-gather of %zu floats exceeds MPI's count limit", n);
-  MGT_MPI(MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, c));
+  MGT_MPI_WATCHED("all-gather", axis,
+                  MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, c));
   return MGT_OK;
 }
 
@@ -122,7 +128,7 @@ static mgt_status mpi_broadcast(void *ctx, const mgt_grid *g, mgt_axis axis, voi
   MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
   if (size == 1) return MGT_OK;
   MGT_REQUIRE(bytes <= INT_MAX, "broadcast of %zu bytes exceeds MPI's count limit", bytes);
-  MGT_MPI(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c));
+  MGT_MPI_WATCHED("broadcast", axis, MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c));
   return MGT_OK;
 }
 
@@ -143,7 +149,8 @@ static mgt_status mpi_reduce_scatter(void *ctx, const mgt_grid *g, mgt_axis axis
   if (req)
     MGT_MPI(MPI_Ireduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, c, &req->mpi));
   else
-    MGT_MPI(MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, c));
+    MGT_MPI_WATCHED("reduce-scatter", axis,
+                    MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, c));
   account(ctx, axis, t0, n * sizeof(float));
   return MGT_OK;
 }
@@ -162,7 +169,9 @@ static mgt_status mpi_allgatherv(void *ctx, const mgt_grid *g, mgt_axis axis, fl
     MGT_MPI(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, c,
                             &req->mpi));
   else
-    MGT_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, c));
+    MGT_MPI_WATCHED(
+        "all-gather", axis,
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, c));
   account(ctx, axis, t0, n * sizeof(float));
   return MGT_OK;
 }

@@ -629,7 +629,8 @@ static mgt_status stop_requested(mgt_trainer *tr, const volatile sig_atomic_t *s
     int want[2] = {stop && *stop ? (int)*stop : 0,
                    c->exit_duration_in_mins > 0 &&
                        mgt_now() - started >= 60.0 * c->exit_duration_in_mins};
-    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, want, 2, MPI_INT, MPI_MAX, tr->grid->world));
+    MGT_MPI_WATCHED("the stop agreement", 2,
+                    MPI_Allreduce(MPI_IN_PLACE, want, 2, MPI_INT, MPI_MAX, tr->grid->world));
     if (want[0] || want[1]) {
       *end = want[0] ? MGT_RUN_SIGNALED : MGT_RUN_DURATION;
       if (root)
@@ -658,6 +659,7 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
   *end = MGT_RUN_FINISHED;
   while (tr->iteration < c->train_iters && *end == MGT_RUN_FINISHED) {
     mgt_step_stats s;
+    mgt_watch_iteration(tr->iteration + 1);
     const double t0 = mgt_now();
     MGT_TRY(mgt_trainer_step(tr, &s));
     mgt_report_step(rep, &s, mgt_now() - t0);
