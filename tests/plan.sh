@@ -73,7 +73,7 @@ for spec in "1 1 2 none no" "2 2 4 selective yes" "2 4 2 full no" "2 2 4 none no
     { fail "dry-run $spec"; tail -3 "$tmp/dry"; continue; }
   "$MGT" plan $B "${both[@]}" "${pflags[@]}" --json --gpu-memory 1GiB --top 1000 >"$tmp/p.json" 2>&1 ||
     { fail "plan $spec"; tail -3 "$tmp/p.json"; continue; }
-  $PY - "$tmp/dry" "$tmp/p.json" "$1" "$2" "$5" "${6:-}" <<'PY' && echo "ok: plan == --dry-run at tp=$1 dp=$2, micro $3, recompute $4, distributed optimizer $5${6:+, sequence parallel}" || fail "plan vs --dry-run ($spec)"
+  $PY - "$tmp/dry" "$tmp/p.json" "$1" "$2" "$5" "${6:-}" "$3" "$4" <<'PY' && echo "ok: plan == --dry-run at tp=$1 dp=$2, micro $3, recompute $4, distributed optimizer $5${6:+, sequence parallel}; traffic as counted by hand" || fail "plan vs --dry-run ($spec)"
 import json, re, sys
 total = float(re.search(r"total\s+([0-9.]+)", open(sys.argv[1]).read()).group(1))
 rows = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
@@ -82,6 +82,20 @@ r = [r for r in rows if r["tp"] == int(sys.argv[3]) and r["dp"] == int(sys.argv[
      r["sequence_parallel"] == (sys.argv[6] == "sp")]
 assert len(r) == 1, r
 assert abs(r[0]["memory"] / 1048576 - total) <= 0.05, (r[0]["memory"] / 1048576, total)
+# traffic per rank and step: the collectives counted by hand (B: 3 layers, hidden 128,
+# sequence 64, global batch 32), one rank's share of ring all-reduces of fp32 elements
+tp, dp, mb, rec, sp = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[7]), sys.argv[8], sys.argv[6] == "sp"
+ring = lambda b, n: 2 * (n - 1) / n * b
+per_layer = 4 + (2 if rec == "full" else 0) + (1 if sp and tp > 1 else 0)
+want_tp = 32 / (mb * dp) * (per_layer * 3 + 2) * ring(mb * 64 * 128 * 4, tp)
+want_dp = ring(r[0]["params"], dp)
+assert abs(r[0]["tp_bytes"] - want_tp) < 1 and abs(r[0]["dp_bytes"] - want_dp) < 1, (r[0], want_tp, want_dp)
+t = re.search(r"traffic per rank and step \(fp32\): ([0-9.]+) GB inside a node, ([0-9.]+) GB across nodes; "
+              r"tensor-parallel ([0-9.]+) GB .*data-parallel ([0-9.]+) GB", open(sys.argv[1]).read())
+assert t, "no traffic line in --dry-run"
+inside, across, tpg, dpg = map(float, t.groups())
+assert across == 0 and abs(tpg - want_tp / 1e9) < 6e-4 and abs(dpg - want_dp / 1e9) < 6e-4, t.groups()
+assert r[0]["inter_node_bytes"] == 0 and abs(r[0]["intra_node_bytes"] - want_tp - want_dp) < 1
 PY
 done
 

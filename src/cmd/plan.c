@@ -144,9 +144,30 @@ void mgt_plan_config(const mgt_plan_opts *o, int tp, int mb, int recompute, int 
   mgt_config_derive(c);
 }
 
-/* Ring all-reduce of `bytes` over n ranks at `gbps` of bus bandwidth. */
-static double allreduce_s(double bytes, int n, double gbps) {
-  return n > 1 ? 2.0 * (n - 1) / n * bytes / (gbps * 1e9) : 0.0;
+/* Tensor parallelism: per layer and micro-batch 2 all-reduces forward and 2 backward (2 more
+   when the forward is recomputed), and 2 for the vocabulary-parallel embedding and output.
+   Sequence parallelism turns each into an all-gather and a reduce-scatter of the same bytes in
+   all, and gathers the two LayerNorm outputs again in backward (half an all-reduce each). */
+static double tp_collectives(const mgt_config *c, int dp) {
+  const int sp = c->sequence_parallel && c->tensor_model_parallel_size > 1;
+  const double n_micro = (double)c->global_batch_size / ((double)c->micro_batch_size * dp);
+  const double per_layer =
+      4.0 + (c->recompute_granularity == MGT_RECOMPUTE_FULL ? 2.0 : 0.0) + (sp ? 1.0 : 0.0);
+  return n_micro * (per_layer * c->num_layers + 2.0);
+}
+
+/* What one rank of a ring all-reduce over n ranks sends */
+static double ring_bytes(double bytes, int n) { return n > 1 ? 2.0 * (n - 1) / n * bytes : 0.0; }
+
+void mgt_plan_traffic(const mgt_config *c, int dp, int elem, double *tp_bytes, double *dp_bytes) {
+  const int tp = c->tensor_model_parallel_size;
+  const double act = (double)c->micro_batch_size * c->seq_length * c->hidden_size * elem;
+  *tp_bytes = tp_collectives(c, dp) * ring_bytes(act, tp);
+  mgt_gpt_memory mem;
+  mgt_gpt_memory_plan_grid(c, tp, dp, &mem);
+  /* the gradients of this rank's parameters (a reduce-scatter and an all-gather move the same
+     bytes as the all-reduce) */
+  *dp_bytes = ring_bytes((double)mem.params / sizeof(float) * elem, dp);
 }
 
 void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_plan_row *r) {
@@ -176,23 +197,19 @@ void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_
      splits it instead */
   const double elem = 16.0 * mb * T * C * o->comm_bytes * L * n_micro;
   r->elementwise_s = (tp > 1 && !sp ? elem * (1.0 - 1.0 / tp) : 0.0) / (o->memory_gbps * 1e9);
-  /* tensor parallelism: per layer and micro-batch 2 all-reduces forward and 2 backward (2 more
-     when the forward is recomputed), and 2 for the vocabulary-parallel embedding and output.
-     Sequence parallelism turns each into an all-gather and a reduce-scatter of the same bytes
-     in all, and gathers the two LayerNorm outputs again in backward (half an all-reduce each) */
-  const double per_layer =
-      4.0 + (c->recompute_granularity == MGT_RECOMPUTE_FULL ? 2.0 : 0.0) + (sp ? 1.0 : 0.0);
+  mgt_plan_traffic(c, dp, o->comm_bytes, &r->tp_bytes, &r->dp_bytes);
   const double tp_gbps = tp <= G ? o->nvlink_gbps : o->network_gbps / G;
-  r->tp_comm_s =
-      n_micro * (per_layer * L + 2.0) * allreduce_s(mb * T * C * o->comm_bytes, tp, tp_gbps);
-  /* data parallelism: the gradients of this rank's parameters (a reduce-scatter and an
-     all-gather move the same bytes as the all-reduce), hidden under the last backward as far
-     as --dp-overlap allows. A group that spans nodes has G / tp of its members in each node
-     and gets that share of the node's network (the tp groups' rings run side by side). */
-  const double params = (double)mem.params / sizeof(float);
+  r->tp_comm_s = r->tp_bytes / (tp_gbps * 1e9);
+  /* data parallelism, hidden under the last backward as far as --dp-overlap allows. A group
+     that spans nodes has G / tp of its members in each node and gets that share of the node's
+     network (the tp groups' rings run side by side). Tensor-parallel groups fill nodes first;
+     a group that spans nodes is counted as network traffic whole (its ring waits on the
+     network). */
   const int across = tp * dp > G, per_node = tp < G ? G / tp : 1;
   const double dp_gbps = across ? o->network_gbps * per_node / G : o->nvlink_gbps;
-  r->dp_comm_s = allreduce_s(params * o->comm_bytes, dp, dp_gbps);
+  r->dp_comm_s = r->dp_bytes / (dp_gbps * 1e9);
+  r->intra_bytes = (tp <= G ? r->tp_bytes : 0.0) + (across ? 0.0 : r->dp_bytes);
+  r->inter_bytes = (tp <= G ? 0.0 : r->tp_bytes) + (across ? r->dp_bytes : 0.0);
   const double last_backward = r->compute_s * (2.0 / 3.0) / n_micro;
   r->dp_exposed_s = fmax(0.0, r->dp_comm_s - o->dp_overlap * last_backward);
   r->step_s = r->compute_s + r->elementwise_s + r->tp_comm_s + r->dp_exposed_s;
@@ -268,8 +285,9 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
   qsort(rows, n, sizeof *rows, by_time);
   fprintf(out, "%zu of %zu layouts fit; fastest first:\n", n, tried);
   if (!o->json)
-    fprintf(out, "   tp    dp  micro  recompute  dist-opt  seq-par  memory/GPU  step (s)  "
-                 "compute  tp comm  dp comm  tokens/s  TFLOP/s/GPU  efficiency\n");
+    fprintf(out,
+            "   tp    dp  micro  recompute  dist-opt  seq-par  memory/GPU  step (s)  "
+            "compute  tp comm  dp comm  tokens/s  TFLOP/s/GPU  efficiency  node GB   net GB\n");
   for (size_t i = 0; i < n && i < (size_t)o->top && o->json; i++) {
     const mgt_plan_row *r = &rows[i];
     fprintf(out,
@@ -278,21 +296,23 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
             "\"params\": %.0f, \"grads\": "
             "%.0f, \"optimizer\": %.0f, \"activations\": %.0f, \"step_s\": %.9g, "
             "\"compute_s\": %.9g, \"elementwise_s\": %.9g, \"tp_comm_s\": %.9g, \"dp_comm_s\": "
-            "%.9g, \"dp_exposed_s\": %.9g, \"efficiency\": %.9g}\n",
+            "%.9g, \"dp_exposed_s\": %.9g, \"efficiency\": %.9g, \"tp_bytes\": %.0f, "
+            "\"dp_bytes\": %.0f, \"intra_node_bytes\": %.0f, \"inter_node_bytes\": %.0f}\n",
             r->tp, r->dp, r->micro_batch, rname(r->recompute), r->distopt ? "true" : "false",
             r->sp ? "true" : "false", r->memory, r->params, r->grads, r->optimizer, r->activations,
             r->step_s, r->compute_s, r->elementwise_s, r->tp_comm_s, r->dp_comm_s, r->dp_exposed_s,
-            r->ideal_s / r->step_s);
+            r->ideal_s / r->step_s, r->tp_bytes, r->dp_bytes, r->intra_bytes, r->inter_bytes);
   }
   for (size_t i = 0; i < n && i < (size_t)o->top && !o->json; i++) {
     const mgt_plan_row *r = &rows[i];
     fprintf(out,
             " %4d  %4d  %5d  %9s  %8s  %7s  %7.1f GiB  %8.3f  %7.3f  %7.3f  %7.3f  %8.0f  "
-            "%11.2f  %9.1f%%\n",
+            "%11.2f  %9.1f%%  %7.2f  %7.2f\n",
             r->tp, r->dp, r->micro_batch, rname(r->recompute), r->distopt ? "yes" : "no",
             r->sp ? "yes" : "no", r->memory / (1 << 30), r->step_s, r->compute_s, r->tp_comm_s,
             r->dp_exposed_s, (double)o->global_batch * o->seq_length / r->step_s,
-            r->model_flops / r->step_s / gpus / 1e12, 100.0 * r->ideal_s / r->step_s);
+            r->model_flops / r->step_s / gpus / 1e12, 100.0 * r->ideal_s / r->step_s,
+            r->intra_bytes / 1e9, r->inter_bytes / 1e9);
   }
   free(rows);
   return MGT_OK;

@@ -12,6 +12,7 @@
 #include "mgt/dataset.h"
 #include "mgt/device.h"
 #include "mgt/gpt.h"
+#include "mgt/plan.h"
 #include "mgt/tasks.h"
 #include "mgt/tensorboard.h"
 #include "mgt/tokenizer.h"
@@ -173,6 +174,20 @@ static mgt_status job_config(mgt_config *cfg, MPI_Comm world, int rank, int size
   return ok ? MGT_OK : MGT_ERR_INPUT; /* rank 0 holds the message */
 }
 
+/* Bytes per rank and step inside a node and across nodes, from the real placement: the share
+   of each parallelism's groups that span nodes. */
+static void print_traffic(const mgt_config *cfg, const mgt_grid *g) {
+  double tp_b, dp_b;
+  mgt_plan_traffic(cfg, g->dp, 4, &tp_b, &dp_b);
+  const double tp_out = tp_b * g->tp_spanning / g->dp, dp_out = dp_b * g->dp_spanning / g->tp;
+  mgt_grid_print_placement(g, stdout);
+  printf("traffic per rank and step (fp32): %.3f GB inside a node, %.3f GB across nodes; "
+         "tensor-parallel %.3f GB (%d of %d groups span nodes), data-parallel %.3f GB (%d of %d "
+         "groups span nodes)\n",
+         (tp_b - tp_out + dp_b - dp_out) / 1e9, (tp_out + dp_out) / 1e9, tp_b / 1e9, g->tp_spanning,
+         g->dp, dp_b / 1e9, g->dp_spanning, g->tp);
+}
+
 /* --dry-run: the memory plan, and what fits here (the smallest share over the ranks). */
 static void dry_run(const mgt_config *cfg, MPI_Comm world, int rank, int size) {
   size_t avail = 0;
@@ -185,13 +200,17 @@ static void dry_run(const mgt_config *cfg, MPI_Comm world, int rank, int size) {
     mgt_device_probe_gpu(world, &avail, where, sizeof where);
   }
   MPI_Allreduce(MPI_IN_PLACE, &avail, 1, MPI_UNSIGNED_LONG, MPI_MIN, world);
+  mgt_grid *grid = NULL; /* where the ranks are, for the traffic */
+  const mgt_status st = mgt_grid_create(world, cfg->tensor_model_parallel_size, &grid);
   if (rank == 0) {
     const int tp = cfg->tensor_model_parallel_size;
     printf("megatron-c %s\n", MGT_VERSION);
     mgt_config_print(cfg, stdout);
     mgt_print_memory_plan(cfg, tp, size / tp, stdout);
     mgt_print_memory_fit(cfg, tp, size / tp, avail, where, stdout);
+    if (st == MGT_OK) print_traffic(cfg, grid);
   }
+  mgt_grid_destroy(&grid);
 }
 
 static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *task) {

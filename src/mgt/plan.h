@@ -36,7 +36,9 @@ typedef struct mgt_plan_row {
   double memory, model_flops;
   double params, grads, optimizer, activations; /* the parts of memory */
   double compute_s, elementwise_s, tp_comm_s, dp_comm_s, dp_exposed_s, step_s;
-  double ideal_s; /* the model's FLOPs at the GEMM rate on every GPU, nothing else */
+  double ideal_s;            /* the model's FLOPs at the GEMM rate on every GPU, nothing else */
+  double tp_bytes, dp_bytes; /* sent per GPU and step, by each parallelism */
+  double intra_bytes, inter_bytes; /* the same inside a node and across the network */
 } mgt_plan_row;
 
 void mgt_plan_defaults(mgt_plan_opts *o);
@@ -49,6 +51,10 @@ void mgt_plan_config(const mgt_plan_opts *o, int tp, int micro_batch, int recomp
 /* The memory (this project's plan, as --dry-run) and the step-time estimate of c on dp
    data-parallel groups. */
 void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_plan_row *r);
+/* Bytes one rank sends per step in the tensor-parallel collectives (ring all-reduces, or the
+   all-gathers and reduce-scatters of sequence parallelism: the same volume) and in the
+   data-parallel gradient reduction, at `elem` bytes per element. */
+void mgt_plan_traffic(const mgt_config *c, int dp, int elem, double *tp_bytes, double *dp_bytes);
 /* Every layout that fits, fastest first, to `out`; an input error when none fits. */
 MGT_NODISCARD mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out);
 
