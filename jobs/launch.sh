@@ -68,6 +68,8 @@ while :; do
   rc=$?
   kill -0 "$pid" 2> /dev/null || break
 done
+# srun has ended: the job's own end (a requeue's SIGTERM) must not cut the steps below short
+trap '' USR1 TERM
 requeue() {
   if scontrol requeue "$SLURM_JOB_ID"; then exit 0; fi
   say "scontrol requeue failed"
@@ -91,7 +93,10 @@ if [ -f "$record" ]; then
 fi
 say "mgt train failed with status $rc (failure $((failures + 1)) of job ${SLURM_JOB_ID:-?};" \
   "latest checkpoint: $latest)"
-echo "${SLURM_JOB_ID:-?} $restart $rc $latest $(date +%s)" >> "$record"
+if ! { mkdir -p "$SAVE_DIR" && echo "${SLURM_JOB_ID:-?} $restart $rc $latest $(date +%s)" >> "$record"; }; then
+  say "cannot record the failure in $record: not requeueing"
+  exit "$rc"
+fi
 if [ "$last" = "$rc $latest" ]; then
   say "the same failure (status $rc) twice with no newer checkpoint than $latest: not requeueing"
   exit "$rc"
@@ -110,9 +115,15 @@ for n in "${nodes[@]}"; do
 done
 for p in "${probes[@]}"; do wait "${p%%:*}" || lost+=("${p#*:}"); done
 if [ ${#lost[@]} -gt 0 ]; then
-  say "nodes not answering, left out of the requeued job: ${lost[*]}"
+  # Slurm keeps the task count of the first start: on fewer nodes, fewer tasks (the checkpoint
+  # resumes at the data-parallel size they give)
+  left=$((${#nodes[@]} - ${#lost[@]}))
+  size=() per_node=${SLURM_NTASKS_PER_NODE:-}
+  per_node=${per_node%%[!0-9]*}
+  [ -n "$per_node" ] && [ $left -gt 0 ] && size=("NumNodes=$left" "NumTasks=$((left * per_node))")
+  say "nodes not answering, left out of the requeued job: ${lost[*]} (${size[*]:-same size})"
   if scontrol requeuehold "$SLURM_JOB_ID"; then
-    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$(IFS=,; echo "${lost[*]}")" ||
+    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$(IFS=,; echo "${lost[*]}")" "${size[@]}" ||
       say "could not exclude ${lost[*]}"
     scontrol release "$SLURM_JOB_ID" && exit 0
   fi

@@ -30,16 +30,7 @@ ITERS=800 # the signal lands at 300: 500 iterations of margin for its delivery
 export MGT TRAIN_ITERS=$ITERS TP=2 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
 SMALL="--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 64 --log-interval 1"
 
-wait_job() { # id: until it ends for good (a requeued job goes back to PENDING first)
-  local s deadline=$((SECONDS + 600))
-  while :; do
-    s=$(slurm_job_state "$1")
-    case "$s" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
-    [ $SECONDS -lt $deadline ] || { s="STILL-$s"; break; }
-    sleep 1
-  done
-  echo "$s"
-}
+wait_job() { slurm_wait_end slurm_job_state "$1"; }
 
 job=$(EXTRA_ARGS="$SMALL --metrics-file $tmp/job.jsonl" SAVE_DIR=$tmp/job TP_RESTART=4 \
   sbatch --parsable --job-name=interrupted --time=15 "$SRC/jobs/gpt-small-cpu.sbatch") || exit 1

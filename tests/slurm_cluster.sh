@@ -16,6 +16,37 @@ slurm_wait() { # seconds, then a command to retry
   done
 }
 
+# The settings of both private clusters (this one and tests/slurm_nodes.sh's) under BASE $1.
+slurm_conf_common() {
+  cat << EOF
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$1/munge/munge.socket.2,cred_expire=10
+StateSaveLocation=$1/state
+SlurmctldPidFile=$1/run/slurmctld.pid
+SlurmctldLogFile=$1/log/slurmctld.log
+SlurmctldDebug=info
+SlurmdDebug=info
+PlugStackConfig=$1/etc/plugstack.conf
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$1/log/jobcomp.log
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_interval=2
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+EOF
+}
+
 slurm_start() {
   SLURM_BASE=$1
   local B=$SLURM_BASE host
@@ -34,45 +65,22 @@ slurm_start() {
     { slurm_log "munged does not answer"; return 1; }
   export SLURM_CONF=$B/etc/slurm.conf
   local port=$((16000 + RANDOM % 4000))
-  cat > "$SLURM_CONF" << EOF
+  { slurm_conf_common "$B"
+    cat << EOF
 ClusterName=mgttest
 SlurmctldHost=localhost(127.0.0.1)
-SlurmUser=root
-SlurmdUser=root
 SlurmctldPort=$port
 SlurmdPort=$((port + 1))
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$B/munge/munge.socket.2,cred_expire=10
-StateSaveLocation=$B/state
 SlurmdSpoolDir=$B/spool
-SlurmctldPidFile=$B/run/slurmctld.pid
 SlurmdPidFile=$B/run/slurmd.pid
-SlurmctldLogFile=$B/log/slurmctld.log
 SlurmdLogFile=$B/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-PlugStackConfig=$B/etc/plugstack.conf
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/filetxt
-JobCompLoc=$B/log/jobcomp.log
-SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1,sched_interval=2
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
 DependencyParameters=kill_invalid_depend
 MinJobAge=16
 KillWait=10
-MpiDefault=none
-ReturnToService=2
-SlurmdParameters=config_overrides
 NodeName=$host NodeAddr=127.0.0.1 CPUs=8 RealMemory=1024 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
+  } > "$SLURM_CONF"
   echo "PMIxCliTmpDirBase=$B/tmp" > "$B/etc/mpi.conf"
   : > "$B/etc/plugstack.conf"
   slurmctld -f "$SLURM_CONF" || { slurm_log "slurmctld did not start"; return 1; }
@@ -109,4 +117,17 @@ slurm_job_state() {
   [ -z "$s" ] && s=$(grep "JobId=$1 " "$SLURM_BASE/log/jobcomp.log" 2> /dev/null | tail -1 |
     sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
   echo "${s:-UNKNOWN}"
+}
+
+# slurm_wait_end STATE-COMMAND ID [SECONDS]: the job's final state, once it has one (a requeued
+# job goes back to PENDING first); STILL-<state> after SECONDS (600)
+slurm_wait_end() {
+  local s deadline=$((SECONDS + ${3:-600}))
+  while :; do
+    s=$("$1" "$2")
+    case "$s" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
+    [ $SECONDS -lt $deadline ] || { s="STILL-$s"; break; }
+    sleep 0.5
+  done
+  echo "$s"
 }
