@@ -11,7 +11,7 @@
 # The losses must agree within 1e-5. Every daemon started is stopped by PID at the end.
 # Usage: slurm.sh MGT SOURCE_DIR   (exit 77 when Slurm or munge is missing, or not root)
 set -u
-MGT=$1 SRC=$2
+MGT=$(realpath "$1") SRC=$(realpath "$2")
 for c in slurmctld slurmd munged sbatch; do
   command -v $c > /dev/null || { echo "$c not installed: skipped (jobs/deps.sh --test)"; exit 77; }
 done
