@@ -5,6 +5,8 @@
 #      4 per node (seen by a wrapper around mgt: SLURM_PROCID and hostname), every
 #      tensor-parallel group inside one node (mgt's placement line, checked against the
 #      wrapper's), losses bit for bit those of mpiexec with the same flags on one node.
+#   1b. jobs/gpt-2.5b-tp2.sbatch (the paper's layout: 2 tasks and GPUs a node, tp 2) with
+#      --nodes=2 on stand-in GPUs, shrunk and on CPUs: groups inside nodes, bit for bit.
 #   2. srun placements: cyclic (the grid puts the groups back inside the nodes), 4+2, and 3+1
 #      (one group must span the nodes: the warning names it, --require-node-local-tp refuses);
 #      the losses of every one bit for bit those of one node.
@@ -34,9 +36,9 @@ why=$(nodes_usable) || { echo "$why: skipped"; exit 77; }
 chmod 755 "$tmp" # munged wants every directory above its socket searchable
 trap 'nodes_down > /dev/null 2>&1; rm -rf "$tmp"' EXIT
 trap 'exit 143' TERM INT
-# 4 CPUs a node for gpt-small-cpu.sbatch's 4 tasks a node; Slurm takes a node for dead only
-# after 3 x 20 s, long after the watchdog
-NODES_CPUS=4 NODES_SLURMD_TIMEOUT=20 nodes_up "$tmp/cluster" 3 || exit 1
+# 16 CPUs and 2 stand-in GPUs a node, what gpt-2.5b-tp2.sbatch asks (2 tasks of 8 CPUs); Slurm
+# takes a node for dead only after 3 x 20 s, long after the watchdog
+NODES_CPUS=16 NODES_GPUS=2 NODES_SLURMD_TIMEOUT=20 nodes_up "$tmp/cluster" 3 || exit 1
 export OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=$NODES_NET.0/24 OMPI_MCA_mpi_yield_when_idle=1
 mkdir -p "$tmp/logs" "$tmp/place"
 cd "$tmp" || exit 1
@@ -136,6 +138,22 @@ for n in 2 3; do
   reference "$job" "n$n" $((4 * n)) || { fail "--nodes=$n: mpiexec reference"; continue; }
   same_losses "$tmp/n$n-mpiexec.jsonl" "$tmp/n$n.jsonl" || fail "--nodes=$n losses differ from one node's"
 done
+
+echo "== 1b. the paper's GPT 2.5B script on 2 nodes (shrunk, on CPUs): tensor parallelism in a node"
+job=$(EXTRA_ARGS="$SMALL --vocab-size 1024 --micro-batch-size 2 --metrics-file $tmp/paper.jsonl" \
+  SAVE_DIR=$tmp/ckpt-paper TRAIN_ITERS=30 DEVICE=cpu PRECISION="" \
+  nodes_run sbatch --parsable --nodes=2 --job-name=paper "$SRC/jobs/gpt-2.5b-tp2.sbatch") ||
+  fail "sbatch gpt-2.5b-tp2.sbatch"
+s=$(wait_job "$job")
+echo "sbatch --nodes=2 gpt-2.5b-tp2.sbatch: job $job $s"
+if [ "$s" = COMPLETED ]; then
+  placement_ok "$job" 0 "$(log_of "$job" paper)" 2 2 || fail "gpt-2.5b-tp2 placement"
+  reference "$job" paper 4 && same_losses "$tmp/paper-mpiexec.jsonl" "$tmp/paper.jsonl" ||
+    fail "gpt-2.5b-tp2: losses differ from one node's"
+else
+  fail "gpt-2.5b-tp2.sbatch ended $s"
+  tail -20 "$(log_of "$job" paper)"
+fi
 
 echo "== 2. placements through srun: cyclic, 4+2, 3+1"
 # shellcheck disable=SC2086 # SMALL is words

@@ -11,7 +11,8 @@
 #   nodes_job_field ID F  field F (Restarts, NodeList, ...) of `scontrol show job -o ID`
 #   nodes_ns [I]          namespace of node I (of the head node without I); nodes_ip I: its address
 #   nodes_wait SECONDS CMD...  retry CMD (a function too) until it succeeds
-# Settings (environment): NODES_CPUS (2 per node), NODES_SLURMD_TIMEOUT (10 s: a dead node is DOWN
+# Settings (environment): NODES_CPUS (2 per node), NODES_GPUS (0 per node; stand-ins that only
+# let jobs asking --gpus-per-node be scheduled), NODES_SLURMD_TIMEOUT (10 s: a dead node is DOWN
 # after about 3 times that), NODES_TIMEOUT (60 s to come up), NODES_PREFIX (namespace names,
 # mgt$$), NODES_NET (10.78.X, X from the PID: three octets of the /24). One cluster per shell:
 # nodes_up sets NODES_PREFIX, NODES_NET, NODES_BASE and NODES_N for the other functions.
@@ -133,8 +134,18 @@ KillWait=2
 SlurmdTimeout=${NODES_SLURMD_TIMEOUT:-10}
 EOF
   } > "$SLURM_CONF"
+  local gres="" g=${NODES_GPUS:-0}
+  if [ "$g" -gt 0 ]; then
+    # stand-in GPUs: Slurm counts them from files, which need not be devices (it logs that);
+    # jobs asking --gpus-per-node are accepted and get no CUDA_VISIBLE_DEVICES
+    gres=" Gres=gpu:$g"
+    echo "GresTypes=gpu" >> "$SLURM_CONF"
+    mkdir -p "$B/dev"
+    for i in $(seq 0 $((g - 1))); do : > "$B/dev/gpu$i"; done
+    echo "Name=gpu File=$B/dev/gpu[0-$((g - 1))]" > "$B/etc/gres.conf"
+  fi
   for i in $(seq 1 "$n"); do
-    echo "NodeName=node$i NodeAddr=$(nodes_ip "$i") CPUs=${NODES_CPUS:-2} RealMemory=1000 State=UNKNOWN"
+    echo "NodeName=node$i NodeAddr=$(nodes_ip "$i") CPUs=${NODES_CPUS:-2} RealMemory=1000$gres State=UNKNOWN"
   done >> "$SLURM_CONF"
   echo "PartitionName=debug Nodes=node[1-$n] Default=YES MaxTime=INFINITE State=UP" >> "$SLURM_CONF"
   : > "$B/etc/plugstack.conf"
