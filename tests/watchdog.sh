@@ -28,10 +28,11 @@ if [ -z "$victim" ]; then
 else
   kill -STOP "$victim"
   t0=$SECONDS
-  (sleep 60 && kill -KILL $job 2> /dev/null) & # without a watchdog the job would hang
+  (sleep 60 && kill -KILL $job) > /dev/null 2>&1 & # without a watchdog the job would hang
   guard=$!
   wait $job
   rc=$? took=$((SECONDS - t0))
+  pkill -P $guard sleep
   kill $guard 2> /dev/null
   echo "ranks $ranks, $victim stopped: exit $rc after $took s"
   grep "watchdog" "$tmp/out" | head -3

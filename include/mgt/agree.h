@@ -23,7 +23,7 @@ MGT_NODISCARD mgt_status mgt_mpi_status(int rc, const char *file, int line, cons
 /* MGT_MPI in a function with a `done:` label: the status to `st`, then there. */
 #define MGT_MPI_TRY(call) MGT_TRY(mgt_mpi_status((call), __FILE__, __LINE__, __func__, #call))
 
-/* Marks around blocking collectives, read by the watchdog (include/mgt/watchdog.h) from its
+/* Marks around blocking collectives, read by the watchdog (src/mgt/watchdog.h) from its
    thread: `op` ("all-reduce", a static string) on grid axis `axis` (0 tensor-parallel, 1
    data-parallel, 2 world). They cost nothing until mgt_watch_enable(1). */
 void mgt_watch_enable(int on);

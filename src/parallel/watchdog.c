@@ -1,4 +1,4 @@
-/* The collective watchdog: see include/mgt/watchdog.h. */
+/* The collective watchdog: see src/mgt/watchdog.h. */
 #define _POSIX_C_SOURCE 200809L /* gethostname */
 #include "mgt/watchdog.h"
 
