@@ -107,7 +107,7 @@ fi
 cluster=1
 NODES_CPUS=$((${RANKS[-1]} / NODES + 1)) nodes_up "$tmp/cluster" "$NODES" > "$tmp/cluster.log" 2>&1 ||
   { cat "$tmp/cluster.log"; exit 1; }
-export OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=$NODES_NET.0/24
+export OMPI_MCA_btl_tcp_if_include=$NODES_NET.0/24 # shared memory in a node, TCP across
 for n in "${RANKS[@]}"; do
   k=$((n < NODES ? n : NODES))
   row "$n" "srun, $k namespace node$([ $k -gt 1 ] && echo s)" \

@@ -122,12 +122,18 @@ if [ ${#lost[@]} -gt 0 ]; then
   per_node=${per_node%%[!0-9]*}
   [ -n "$per_node" ] && [ $left -gt 0 ] && size=("NumNodes=$left" "NumTasks=$((left * per_node))")
   say "nodes not answering, left out of the requeued job: ${lost[*]} (${size[*]:-same size})"
-  if scontrol requeuehold "$SLURM_JOB_ID"; then
-    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$(IFS=,; echo "${lost[*]}")" "${size[@]}" ||
-      say "could not exclude ${lost[*]}"
-    scontrol release "$SLURM_JOB_ID" && exit 0
-  fi
-  say "scontrol requeuehold/release failed"
+  # held while it changes; Slurm may have requeued it already for the node's failure, and a
+  # pending job takes the change as well
+  held=0
+  scontrol requeuehold "$SLURM_JOB_ID" 2> /dev/null && held=1
+  changed=0
+  scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$(IFS=,; echo "${lost[*]}")" "${size[@]}" &&
+    changed=1
+  [ $held = 0 ] || scontrol release "$SLURM_JOB_ID" || held=2
+  [ $changed = 1 ] || say "could not leave out ${lost[*]}"
+  [ $held != 2 ] || say "scontrol release failed: the job stays held"
+  [ $held = 1 ] || [ $changed = 1 ] && exit 0
+  say "the job could neither be requeued nor changed"
   exit "$rc"
 fi
 say "requeueing job ${SLURM_JOB_ID:-?} to resume from the last checkpoint"

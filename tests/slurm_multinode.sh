@@ -37,9 +37,11 @@ chmod 755 "$tmp" # munged wants every directory above its socket searchable
 trap 'nodes_down > /dev/null 2>&1; rm -rf "$tmp"' EXIT
 trap 'exit 143' TERM INT
 # 16 CPUs and 2 stand-in GPUs a node, what gpt-2.5b-tp2.sbatch asks (2 tasks of 8 CPUs); Slurm
-# takes a node for dead only after 3 x 20 s, long after the watchdog
-NODES_CPUS=16 NODES_GPUS=2 NODES_SLURMD_TIMEOUT=20 nodes_up "$tmp/cluster" 3 || exit 1
-export OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=$NODES_NET.0/24 OMPI_MCA_mpi_yield_when_idle=1
+# takes a node for dead only after its SlurmdTimeout of 60 s, after the watchdog (15 s) and
+# launch.sh have acted, as on clusters where it is 300 s and the watchdog is set below it
+NODES_CPUS=16 NODES_GPUS=2 NODES_SLURMD_TIMEOUT=60 nodes_up "$tmp/cluster" 3 || exit 1
+# shared memory inside a node, TCP between nodes (only the cluster's network)
+export OMPI_MCA_btl_tcp_if_include=$NODES_NET.0/24 OMPI_MCA_mpi_yield_when_idle=1
 mkdir -p "$tmp/logs" "$tmp/place"
 cd "$tmp" || exit 1
 
@@ -168,10 +170,18 @@ place() { # NAME EXPECT-RC srun flags... -- mgt flags...
   shift 2
   while [ "$1" != -- ]; do a+=("$1"); shift; done
   shift
-  nodes_run srun --mpi=pmix "${a[@]}" "$MGT_REAL" train $SMALL --mock-data --vocab-size 1024 \
-    --micro-batch-size 2 --global-batch-size 24 --train-iters 30 --tensor-model-parallel-size 2 \
-    --metrics-file "$tmp/$name.jsonl" --save-interval 0 "$@" > "$tmp/$name.log" 2>&1
-  local rc=$? ok=0
+  local try rc ok=0
+  for try in 1 2; do
+    nodes_run srun --mpi=pmix "${a[@]}" "$MGT_REAL" train $SMALL --mock-data --vocab-size 1024 \
+      --micro-batch-size 2 --global-batch-size 24 --train-iters 30 --tensor-model-parallel-size 2 \
+      --metrics-file "$tmp/$name.jsonl" --save-interval 0 "$@" > "$tmp/$name.log" 2>&1
+    rc=$?
+    # Open MPI 4.1's TCP transport sometimes fails to connect at start and a rank dies inside
+    # Open MPI (docs/performance.md, start-up): once, that start is run again
+    grep -q "Open MPI failed to TCP connect" "$tmp/$name.log" && [ ! -s "$tmp/$name.jsonl" ] &&
+      [ $try = 1 ] || break
+    echo "  $name: Open MPI's TCP connect failed at start (exit $rc): run again"
+  done
   if [ "$want" = fail ]; then [ $rc != 0 ] && ok=1; else [ $rc = "$want" ] && ok=1; fi
   [ $ok = 1 ] || { fail "$name: exit $rc, wanted $want"; tail -5 "$tmp/$name.log"; return 1; }
 }
@@ -183,19 +193,23 @@ if place cyclic 0 -N2 --ntasks-per-node=2 -m cyclic --; then
     fail "cyclic: the groups are not {0,2}@node1 {1,3}@node2"
   same_losses "$tmp/ref4.jsonl" "$tmp/cyclic.jsonl" || fail "cyclic: losses"
 fi
-if place four-two 0 -N2 -n6 --ntasks-per-node=4 --; then
+# uneven placements spelled out: Slurm's own choice for -n with --ntasks-per-node depends on the
+# nodes' CPUs (5+1 here for -n6 on 16-CPU nodes)
+printf 'node1\nnode1\nnode1\nnode1\nnode2\nnode2\n' > "$tmp/hosts-4-2"
+printf 'node1\nnode1\nnode1\nnode2\n' > "$tmp/hosts-3-1"
+if SLURM_HOSTFILE=$tmp/hosts-4-2 place four-two 0 -n6 -m arbitrary --; then
   grep "placement:" "$tmp/four-two.log" | sed 's/^/  /'
   grep -q "node1 4 ranks, node2 2 ranks; tensor-parallel groups all within a node" "$tmp/four-two.log" ||
     fail "4+2: not every group in a node"
   same_losses "$tmp/ref6.jsonl" "$tmp/four-two.jsonl" || fail "4+2: losses"
 fi
-if place three-one 0 -N2 -n4 --ntasks-per-node=3 --; then
+if SLURM_HOSTFILE=$tmp/hosts-3-1 place three-one 0 -n4 -m arbitrary --; then
   grep "warning" "$tmp/three-one.log" | sed 's/^/  /'
   [ "$(grep -c "warning: 1 of 2 tensor-parallel groups span nodes ({2,3}@node1+node2)" "$tmp/three-one.log")" = 1 ] ||
     fail "3+1: no single warning naming {2,3}@node1+node2"
   same_losses "$tmp/ref4.jsonl" "$tmp/three-one.jsonl" || fail "3+1: losses"
 fi
-if place refused fail -N2 -n4 --ntasks-per-node=3 -- --require-node-local-tp; then
+if SLURM_HOSTFILE=$tmp/hosts-3-1 place refused fail -n4 -m arbitrary -- --require-node-local-tp; then
   grep -q "span nodes ({2,3}@node1+node2) and --require-node-local-tp refuses it" "$tmp/refused.log" &&
     echo "  refused: $(grep -m1 error "$tmp/refused.log")" || fail "3+1 with --require-node-local-tp: no refusal"
   ! grep -q '"iteration"' "$tmp/refused.jsonl" 2> /dev/null || fail "3+1 refused but trained"
@@ -216,7 +230,7 @@ echo "job $job: $s; step ended $ended s after the kill; nodes $(nodes_job_field 
   "restarts $(nodes_job_field "$job" Restarts)"
 grep -E "^\[launch|watchdog|loaded checkpoint|placement:" "$log" | sed 's/^/  /' | cut -c1-220
 [ "$s" = COMPLETED ] || fail "kill-node ended $s"
-grep -q "watchdog: waited .* in .* on the .* group" "$log" || fail "kill-node: no watchdog message"
+grep -Eq "watchdog: waited .* in .* on the (.* group \{[0-9,]+\}|world \(12 ranks\))" "$log" || fail "kill-node: no watchdog message"
 # the bound: the timeout (15 s) and a poll, well before Slurm's 60 s
 [ $ended -le 35 ] || fail "kill-node: the step ended $ended s after the kill"
 grep -q "nodes not answering, left out of the requeued job: node3" "$log" || fail "node3 not left out"
