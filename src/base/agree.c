@@ -1,4 +1,5 @@
 /* MPI statuses and agreed errors: see include/mgt/agree.h. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include "mgt/agree.h"
 
 #include <pthread.h>
