@@ -38,6 +38,10 @@ MGT_NODISCARD mgt_status mgt_grid_create(MPI_Comm world, int tp, mgt_grid **out)
 /* Frees the communicators and the grid; collective over the grid's world. */
 void mgt_grid_destroy(mgt_grid **grid);
 
+/* "{0,2,4}": the ranks, in the communicator given to mgt_grid_create, of grid ranks first,
+   first + step, ... (n of them; the first 8 and the count when there are more than 9). Returns
+   the length written. */
+size_t mgt_grid_ranks_text(const mgt_grid *g, int first, int step, int n, char *out, size_t cap);
 /* Grid rank 0 only: the nodes, ranks per node and where each tensor-parallel group lives,
    as one line ("placement: ..."); the groups are named by ranks of the communicator given to
    mgt_grid_create ({0,2}@node1). */

@@ -124,17 +124,27 @@ static const char *node_name(const mgt_grid *g, int node, char *buf, size_t cap)
   return buf;
 }
 
+size_t mgt_grid_ranks_text(const mgt_grid *g, int first, int step, int n, char *out, size_t cap) {
+  size_t k = (size_t)snprintf(out, cap, "{");
+  for (int i = 0; i < n && k < cap; i++) {
+    if (i == 8 && n > 9) {
+      k += (size_t)snprintf(out + k, cap - k, ",... %d ranks", n);
+      break;
+    }
+    k += (size_t)snprintf(out + k, cap - k, "%s%d", i ? "," : "", g->from_rank[first + i * step]);
+  }
+  if (k < cap) k += (size_t)snprintf(out + k, cap - k, "}");
+  return k < cap ? k : cap;
+}
+
 /* "{2,3}@node1+node2": tensor-parallel group k by its ranks in the caller's communicator. */
 static void group_text(const mgt_grid *g, int k, char *out, size_t cap) {
-  size_t n = 0;
+  size_t n = mgt_grid_ranks_text(g, k * g->tp, 1, g->tp, out, cap);
   char buf[32];
-  n += (size_t)snprintf(out + n, cap - n, "{");
-  for (int i = 0; i < g->tp && n < cap; i++)
-    n += (size_t)snprintf(out + n, cap - n, "%s%d", i ? "," : "", g->from_rank[k * g->tp + i]);
   for (int i = 0; i < g->tp && n < cap; i++) {
     const int node = g->node_of[k * g->tp + i];
     if (i > 0 && node == g->node_of[k * g->tp + i - 1]) continue;
-    n += (size_t)snprintf(out + n, cap - n, "%s%s", i ? "+" : "}@",
+    n += (size_t)snprintf(out + n, cap - n, "%s%s", i ? "+" : "@",
                           node_name(g, node, buf, sizeof buf));
   }
 }

@@ -24,15 +24,8 @@ static struct {
 /* "tensor-parallel group {2,3}": the members of this rank's group along one axis */
 static void describe(const mgt_grid *g, const char *name, int first, int step, int n, char *out,
                      size_t cap) {
-  size_t k = (size_t)snprintf(out, cap, "%s group {", name);
-  for (int i = 0; i < n && k < cap; i++) {
-    if (i == 8 && n > 9) {
-      k += (size_t)snprintf(out + k, cap - k, ",... %d ranks", n);
-      break;
-    }
-    k += (size_t)snprintf(out + k, cap - k, "%s%d", i ? "," : "", g->from_rank[first + i * step]);
-  }
-  if (k < cap) snprintf(out + k, cap - k, "}");
+  const int k = snprintf(out, cap, "%s group ", name);
+  if (k > 0 && (size_t)k < cap) mgt_grid_ranks_text(g, first, step, n, out + k, cap - (size_t)k);
 }
 
 static void *watch(void *arg) {
