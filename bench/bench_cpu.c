@@ -123,7 +123,7 @@ static void measure(rates *r) {
 /* Times `steps` training steps (after one warm-up step) of GPT-2 124M shapes with global
    batch B at the grid's layout; prints throughput and the share of time in collectives. */
 static int overlap, distopt, param_gather, seqpar, flash;
-static int bf16, no_copies; /* --bf16, --no-weight-copies */
+static int bf16, no_copies, emulated; /* --bf16, --no-weight-copies, --emulated */
 
 /* This process's resident memory, now (VmRSS) or at its peak (VmHWM), MiB; 0 when /proc does
    not say. */
@@ -221,7 +221,8 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
                   : (flash ? " (flash attention)" : ""),
            plan.total / 1048576.0, rss[0], rss[1]);
     if (bf16)
-      printf(" | bf16 GEMM inputs, %s",
+      printf(" | bf16 GEMMs %s, %s",
+             !emulated && mgt_cpu_bf16_units(NULL, 0) ? "native" : "emulated in fp32",
              no_copies ? "weights rounded in every GEMM" : "16-bit weight copies once per step");
     printf(" | model %.1f GFLOP/step, loss %.3f\n", flops / 1e9, s.loss);
   }
@@ -263,6 +264,8 @@ int main(int argc, char **argv) {
       bf16 = 1;
     else if (!strcmp(argv[i], "--no-weight-copies"))
       no_copies = 1;
+    else if (!strcmp(argv[i], "--emulated"))
+      emulated = 1;
     else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
              sscanf(argv[i + 1], "%dx%d", &shape_b, &shape_t) == 2 && shape_b > 0 && shape_t > 0)
       i++, which = "shape";
@@ -275,7 +278,8 @@ int main(int argc, char **argv) {
   mgt_backend *be = NULL;
   if (mgt_grid_create(MPI_COMM_WORLD, tp, &grid) != MGT_OK ||
       mgt_backend_cpu_create(&be) != MGT_OK ||
-      (bf16 && mgt_be_set_precision(be, MGT_PREC_BF16) != MGT_OK)) {
+      (bf16 && mgt_be_set_precision(be, MGT_PREC_BF16) != MGT_OK) ||
+      (bf16 && !emulated && mgt_cpu_bf16_units(NULL, 0) && mgt_backend_cpu_native(be, 1))) {
     mgt_error_print(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

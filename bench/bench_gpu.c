@@ -134,7 +134,7 @@ static int run(const char *name, int L, int C, int H, int B, int steps, int bf16
   mgt_trainer *tr = NULL;
   double *t = calloc((size_t)steps, sizeof *t);
   if (!t || mgt_config_finalize(&cfg, grid->size) != MGT_OK ||
-      mgt_device_open(&dev, MGT_DEVICE_CUDA, -1, bf16 ? MGT_PREC_BF16 : MGT_PREC_FP32, grid,
+      mgt_device_open(&dev, MGT_DEVICE_CUDA, -1, -1, bf16 ? MGT_PREC_BF16 : MGT_PREC_FP32, grid,
                       NULL) != MGT_OK) {
     mgt_error_print(stderr);
     free(t);

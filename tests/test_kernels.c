@@ -993,6 +993,102 @@ static void test_precision(void) {
   }
 }
 
+/* ---------------- native bf16 GEMMs ---------------- */
+
+/* One native GEMM against the float64 product of the bf16-rounded operands: the products are
+   exact in fp32, so the only error is fp32 accumulation, bounded by K 2^-24 sum |a b|. */
+static double native_case(mgt_backend *nb, int ta, int tb, int M, int N, int K, float alpha,
+                          float beta, int pad, int weights) {
+  const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+  const int ar = ta ? K : M, br = tb ? N : K;
+  float *A = malloc(sizeof(float) * ar * lda), *W = malloc(sizeof(float) * (br * ldb + 64));
+  float *C = malloc(sizeof(float) * M * ldc), *C0 = malloc(sizeof(float) * M * ldc);
+  float *B = W + 64; /* inside the registered weights, past another tensor */
+  t_fill(A, (size_t)ar * lda, 1.0f);
+  t_fill(W, (size_t)br * ldb + 64, 1.0f);
+  t_fill(C0, (size_t)M * ldc, 1.0f);
+  memcpy(C, C0, sizeof(float) * M * ldc);
+  if (weights) {
+    T_OK(mgt_be_set_weights(nb, W, (size_t)br * ldb + 64));
+    T_OK(mgt_be_refresh_weights(nb, 0, (size_t)br * ldb + 64));
+  }
+  T_OK(mgt_be_gemm(nb, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
+  double worst = 0.0; /* error over its bound */
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double acc = 0.0, mag = 0.0;
+      for (int k = 0; k < K; k++) {
+        double a = mgt_round_bf16(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+        double b = mgt_round_bf16(tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+        acc += a * b, mag += fabs(a * b);
+      }
+      double ref = alpha * acc + beta * (double)C0[(size_t)i * ldc + j];
+      double bound = (K + 2) * 0x1p-24 * (fabs(alpha) * mag + fabs(beta * C0[(size_t)i * ldc + j]));
+      worst = fmax(worst, fabs(C[(size_t)i * ldc + j] - ref) / (bound + 1e-30));
+    }
+  for (int i = 0; i < M; i++) /* the padding of C is not written */
+    for (int j = N; j < ldc; j++)
+      T_CHECK(C[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j], "native gemm wrote C's padding");
+  if (weights) T_OK(mgt_be_set_weights(nb, W, 0));
+  free(A), free(W), free(C), free(C0);
+  return worst;
+}
+
+static void test_native_gemm(void) {
+  char what[128];
+  mgt_backend *nb = NULL;
+  T_OK(mgt_backend_cpu_create(&nb));
+  if (!mgt_cpu_bf16_units(what, sizeof what)) {
+    /* refused with the reason, and the emulated GEMMs stay */
+    T_CHECK(mgt_backend_cpu_native(nb, 1) != MGT_OK, "native GEMMs accepted without bf16 units");
+    mgt_error_clear();
+    printf("native bf16 GEMMs: not here (%s)\n", what);
+    mgt_backend_destroy(&nb);
+    return;
+  }
+  T_OK(mgt_be_set_precision(nb, MGT_PREC_BF16));
+  T_OK(mgt_backend_cpu_native(nb, 1));
+  double worst = 0.0;
+  const int shapes[][3] = {{19, 23, 37}, {1, 5, 3}, {64, 96, 770}, {256, 300, 64}};
+  for (int s = 0; s < 4; s++)
+    for (int t = 0; t < 4; t++) {
+      const int *d = shapes[s];
+      worst = fmax(worst, native_case(nb, t & 1, t >> 1, d[0], d[1], d[2], 1.0f, 0.0f, 0, 0));
+      worst = fmax(worst, native_case(nb, t & 1, t >> 1, d[0], d[1], d[2], 0.125f, 1.0f, 3, 1));
+      worst = fmax(worst, native_case(nb, t & 1, t >> 1, d[0], d[1], d[2], -2.0f, 0.5f, 1, t & 1));
+    }
+  T_CHECK(worst <= 1.0, "native bf16 gemm: error %.2f times the fp32 accumulation bound", worst);
+  printf("native bf16 GEMMs (%s): worst error %.3f of the fp32 accumulation bound\n", what, worst);
+  /* the weights' copy is the one of the last refresh: a GEMM after a change without one reads
+     the old values, after the refresh the new */
+  const int M = 8, N = 16, K = 32;
+  float A[M * K], W[N * K], C[M * N], Cr[M * N];
+  t_fill(A, M * K, 1.0f);
+  t_fill(W, N * K, 1.0f);
+  T_OK(mgt_be_set_weights(nb, W, N * K));
+  T_OK(mgt_be_refresh_weights(nb, 0, N * K));
+  T_OK(mgt_be_gemm(nb, 0, 1, M, N, K, 1.0f, A, K, W, K, 0.0f, Cr, N));
+  for (int i = 0; i < N * K; i++)
+    W[i] *= 2.0f;
+  T_OK(mgt_be_gemm(nb, 0, 1, M, N, K, 1.0f, A, K, W, K, 0.0f, C, N));
+  T_CHECK(!memcmp(C, Cr, sizeof C), "a native GEMM read weights the copy does not hold yet");
+  T_OK(mgt_be_refresh_weights(nb, 0, N * K));
+  T_OK(mgt_be_gemm(nb, 0, 1, M, N, K, 1.0f, A, K, W, K, 0.0f, C, N));
+  int doubled = 1;
+  for (int i = 0; i < M * N; i++)
+    doubled &= C[i] == 2.0f * Cr[i]; /* exact: scaling by 2 commutes with every rounding */
+  T_CHECK(doubled, "after the refresh a native GEMM does not read the new weights");
+  T_OK(mgt_be_set_weights(nb, W, 0));
+  /* emulation again on request: bit for bit the emulated backend's */
+  T_OK(mgt_backend_cpu_native(nb, 0));
+  T_OK(mgt_be_gemm(nb, 0, 1, M, N, K, 1.0f, A, K, W, K, 0.0f, C, N));
+  T_OK(mgt_be_set_precision(be, MGT_PREC_BF16));
+  T_OK(mgt_be_gemm(be, 0, 1, M, N, K, 1.0f, A, K, W, K, 0.0f, Cr, N));
+  T_OK(mgt_be_set_precision(be, MGT_PREC_FP32));
+  T_CHECK(!memcmp(C, Cr, sizeof C), "emulated GEMMs after native ones differ from emulation");
+  mgt_backend_destroy(&nb);
+}
+
 /* ---------------- 16-bit flash attention ---------------- */
 /* The contract of kernels/cpu/flash.c under bf16/fp16 (the CUDA tensor-core kernel's) in
    float64: the same operands rounded, by ref_round, everything else exact. A kernel rounds
@@ -1313,6 +1409,7 @@ int main(void) {
   test_wrappers();
   test_precision();
   test_gemm();
+  test_native_gemm();
   test_bias();
   test_layernorm();
   test_rmsnorm();

@@ -410,6 +410,14 @@ float mgt_round_fp16(float x);
 /* The OpenBLAS kernel family in use (e.g. "Haswell"; OPENBLAS_CORETYPE chooses it), or
    "CBLAS" for another BLAS. */
 const char *mgt_cpu_blas_name(void);
+/* Whether this build and CPU can multiply bf16 GEMMs on the CPU's own bf16 units (oneDNN on
+   AVX512-BF16 or AMX); `what` (may be NULL) names the library and units, or says why not. */
+int mgt_cpu_bf16_units(char *what, size_t n);
+/* The CPU backend's bf16 GEMMs: on the bf16 units (on = 1: bf16 operands, fp32 accumulation)
+   or emulated (0, the default: operands rounded to bf16, multiplied by sgemm; the CUDA
+   kernels' twin, bit for bit what conformance tests compare). Fails where the units or oneDNN
+   are missing. 16-bit weight copies are dropped: register them again (set_weights). */
+MGT_NODISCARD mgt_status mgt_backend_cpu_native(mgt_backend *be, int on);
 
 #ifdef __cplusplus
 }

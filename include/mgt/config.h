@@ -49,6 +49,8 @@ enum { MGT_DEVICE_CPU = 0, MGT_DEVICE_CUDA = 1 };
 /* The --device names, indexed by MGT_DEVICE_* (NULL-terminated). */
 extern const char *const mgt_device_names[];
 enum { MGT_DIST_BACKEND_NCCL = 0, MGT_DIST_BACKEND_MPI = 1 };
+/* --cpu-gemm: bf16 GEMMs on the CPU's bf16 units, or emulated in fp32 (the CUDA twin) */
+enum { MGT_CPU_GEMM_NATIVE = 0, MGT_CPU_GEMM_EMULATED = 1 };
 /* The model families (--model): GPT-2 (causal, next-token loss) and BERT (padding mask, masked
    LM and sentence-order losses). */
 enum { MGT_MODEL_GPT = 0, MGT_MODEL_BERT = 1 };
@@ -112,6 +114,7 @@ typedef struct mgt_config {
   /* devices and precision */
   int device;              /* MGT_DEVICE_* */
   int distributed_backend; /* MGT_DIST_BACKEND_*; -1: NCCL where it can run, else MPI */
+  int cpu_gemm;            /* MGT_CPU_GEMM_*; -1: native under --bf16 where the CPU can */
   int fp16, bf16;          /* 16-bit GEMM inputs, fp32 master weights */
   int no_weight_copies;    /* 16-bit: round the weights in every GEMM, not once per step */
   double loss_scale;       /* fp16: a fixed scale; 0: dynamic */

@@ -3,6 +3,9 @@
 
 #include "backend_impl.h"
 #include "cpu.h"
+#ifdef MGT_HAVE_ONEDNN
+#include "native.h"
+#endif
 
 static mgt_status cpu_alloc(void *ctx, size_t bytes, const char *what, void **out) {
   return mgt_calloc(bytes, what, out);
@@ -26,7 +29,12 @@ static void cpu_destroy(void *ctx) {
   cpu_ctx *c = ctx;
   free(c->scratch[0]);
   free(c->scratch[1]);
-  mgt_free(c->wcopy);
+  free(c->s16[0]);
+  free(c->s16[1]);
+  cpu_drop_copies(c);
+#ifdef MGT_HAVE_ONEDNN
+  cpu_native_destroy(c->nat);
+#endif
   mgt_free(c);
 }
 
@@ -34,10 +42,7 @@ static mgt_status cpu_set_precision(void *ctx, mgt_precision prec) {
   cpu_ctx *c = ctx;
   MGT_REQUIRE(prec == c->precision || !c->a16,
               "the precision cannot change while 16-bit activations are held");
-  if (prec != c->precision) { /* the copies hold the old format's values */
-    mgt_free(c->wcopy);
-    c->wcopy = NULL;
-  }
+  if (prec != c->precision) cpu_drop_copies(c); /* the copies hold the old format's values */
   c->precision = prec;
   return MGT_OK;
 }

@@ -52,6 +52,13 @@ typedef struct cpu_ctx {
   /* set_act16: floats holding 16-bit values, [a16, a16 + a16n) */
   float *a16;
   size_t a16n;
+  /* native bf16 GEMMs (mgt_backend_cpu_native): oneDNN's state, the weights' bf16 copy (in
+     place of wcopy) and the bf16 operands of one call */
+  struct cpu_native *nat;
+  int native;
+  uint16_t *w16;
+  uint16_t *s16[2];
+  size_t s16_n[2];
 } cpu_ctx;
 
 /* Whether [p, p + n) lies in the region [lo, lo + len) (floats). */
@@ -87,6 +94,9 @@ void cpu_round16(cpu_ctx *c, float *dst, const float *src, size_t n);
 mgt_status cpu_operand(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
                        const float **out);
 mgt_status cpu_refresh_weights(void *ctx, size_t offset, size_t n);
+/* Frees the weights' 16-bit copies (after a change of format): GEMMs round the weights again
+   until the next set_weights. */
+void cpu_drop_copies(cpu_ctx *c);
 mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
                                 const float *W, int ldw, const float *b, float *pre, float *out);
 mgt_status cpu_add_bias(void *ctx, float *y, const float *b, int N, int C);

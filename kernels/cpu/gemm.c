@@ -1,9 +1,15 @@
 /* GEMM through CBLAS; in mixed precision the inputs are first rounded to 16 bits, the
-   same numbers a GPU's half-precision GEMM multiplies. */
+   same numbers a GPU's half-precision GEMM multiplies. Native bf16 GEMMs (native.c) take the
+   same rounded numbers as bf16 and accumulate in fp32 on the CPU's bf16 units. */
 #include "cblas_any.h"
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "backend_impl.h"
 #include "cpu.h"
+#ifdef MGT_HAVE_ONEDNN
+#include "native.h"
+#endif
 
 float mgt_round_bf16(float x) {
   uint32_t u;
@@ -53,23 +59,58 @@ static mgt_status cpu_rounded(cpu_ctx *c, int k, const float *src, int rows, int
   return MGT_OK;
 }
 
+/* The bf16 bits of x rounded as mgt_round_bf16. */
+static inline uint16_t bf16_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  if ((u & 0x7F800000u) != 0x7F800000u) u += 0x7FFFu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+static void to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld) {
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < rows; i++) {
+    const float *s = src + (size_t)i * ld;
+    uint16_t *d = dst + (size_t)i * ld;
+#pragma omp simd
+    for (int j = 0; j < cols; j++)
+      d[j] = bf16_bits(s[j]);
+  }
+}
+
+void cpu_drop_copies(cpu_ctx *c) {
+  mgt_free(c->wcopy);
+  mgt_free(c->w16);
+  c->wcopy = NULL, c->w16 = NULL;
+}
+
 mgt_status cpu_set_weights(void *ctx, const float *w, size_t n) {
   cpu_ctx *c = ctx;
   if (!n && w != c->wbase) return MGT_OK; /* another owner's registration stays */
-  mgt_free(c->wcopy);
-  c->wcopy = NULL, c->wbase = w, c->wn = n;
-  if (n && c->precision != MGT_PREC_FP32)
+  cpu_drop_copies(c);
+  c->wbase = w, c->wn = n;
+  if (n && c->native && c->precision == MGT_PREC_BF16)
+    MGT_CHECK(mgt_calloc(n * sizeof(uint16_t), "bf16 copies of the weights", (void **)&c->w16));
+  else if (n && c->precision != MGT_PREC_FP32)
     MGT_CHECK(mgt_calloc(n * sizeof(float), "16-bit copies of the weights", (void **)&c->wcopy));
   return MGT_OK;
 }
 
 mgt_status cpu_refresh_weights(void *ctx, size_t offset, size_t n) {
   cpu_ctx *c = ctx;
-  if (!c->wcopy) return MGT_OK;
+  if (!c->wcopy && !c->w16) return MGT_OK;
   MGT_REQUIRE(offset <= c->wn && n <= c->wn - offset,
               "refresh of weights [%zu, %zu) outside the %zu registered", offset, offset + n,
               c->wn);
-  cpu_round16(c, c->wcopy + offset, c->wbase + offset, n);
+  if (c->w16) {
+    for (size_t done = 0; done < n;) { /* rows of at most 2^30, as to_bf16 counts in int */
+      size_t m = n - done < ((size_t)1 << 30) ? n - done : ((size_t)1 << 30);
+      to_bf16(c->w16 + offset + done, c->wbase + offset + done, 1, (int)m, (int)m);
+      done += m;
+    }
+  } else {
+    cpu_round16(c, c->wcopy + offset, c->wbase + offset, n);
+  }
   return MGT_OK;
 }
 
@@ -100,11 +141,44 @@ mgt_status cpu_operand(cpu_ctx *c, int k, const float *src, int rows, int cols, 
   return cpu_rounded(c, k, src, rows, cols, ld, out);
 }
 
+#ifdef MGT_HAVE_ONEDNN
+/* A native GEMM operand: its part of the weights' bf16 copy, else converted into slot k. */
+static mgt_status cpu_operand_bf16(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
+                                   const uint16_t **out) {
+  const size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+  if (c->w16 && cpu_inside(src, n, c->wbase, c->wn)) {
+    *out = c->w16 + (src - c->wbase);
+    return MGT_OK;
+  }
+  if (n > c->s16_n[k]) {
+    uint16_t *p = realloc(c->s16[k], n * sizeof(uint16_t));
+    if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for a %d x %d bf16 operand", rows, cols);
+    c->s16[k] = p, c->s16_n[k] = n;
+  }
+  to_bf16(c->s16[k], src, rows, cols, ld);
+  *out = c->s16[k];
+  return MGT_OK;
+}
+
+static mgt_status cpu_gemm_native(cpu_ctx *c, int transa, int transb, int M, int N, int K,
+                                  float alpha, const float *A, int lda, const float *B, int ldb,
+                                  float beta, float *C, int ldc) {
+  const uint16_t *a, *b;
+  MGT_CHECK(cpu_operand_bf16(c, 0, A, transa ? K : M, transa ? M : K, lda, &a));
+  MGT_CHECK(cpu_operand_bf16(c, 1, B, transb ? N : K, transb ? K : N, ldb, &b));
+  return cpu_native_gemm(c->nat, transa, transb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+}
+#endif
+
 mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc) {
   if (M == 0 || N == 0) return MGT_OK;
   cpu_ctx *c = ctx;
+#ifdef MGT_HAVE_ONEDNN
+  if (c && c->native && c->precision == MGT_PREC_BF16 && K > 0)
+    return cpu_gemm_native(c, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
   if (c && c->precision != MGT_PREC_FP32 && K > 0) {
     MGT_CHECK(cpu_operand(c, 0, A, transa ? K : M, transa ? M : K, lda, &A));
     MGT_CHECK(cpu_operand(c, 1, B, transb ? N : K, transb ? K : N, ldb, &B));
@@ -128,6 +202,26 @@ void cpu_round16(cpu_ctx *c, float *dst, const float *src, size_t n) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++)
     dst[i] = bf ? mgt_round_bf16(src[i]) : mgt_round_fp16(src[i]);
+}
+
+#ifndef MGT_HAVE_ONEDNN
+int mgt_cpu_bf16_units(char *what, size_t n) {
+  if (what && n) snprintf(what, n, "built without oneDNN");
+  return 0;
+}
+#endif
+
+mgt_status mgt_backend_cpu_native(mgt_backend *be, int on) {
+  MGT_REQUIRE(be && !strcmp(be->name, "cpu"), "native bf16 GEMMs are the CPU backend's");
+  cpu_ctx *c = be->ctx;
+  char why[128];
+  if (on) MGT_REQUIRE(mgt_cpu_bf16_units(why, sizeof why), "native bf16 GEMMs: %s", why);
+#ifdef MGT_HAVE_ONEDNN
+  if (on && !c->nat) MGT_CHECK(cpu_native_create(&c->nat));
+#endif
+  if (on != c->native) cpu_drop_copies(c); /* the copies are in the other mode's format */
+  c->native = on;
+  return MGT_OK;
 }
 
 #ifdef MGT_HAVE_OPENBLAS

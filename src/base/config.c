@@ -35,6 +35,7 @@ const char *const mgt_model_names[] = {"gpt", "bert", NULL};
 
 static const char *const lr_styles[] = {"constant", "linear", "cosine", NULL};
 static const char *const dist_backends[] = {"nccl", "mpi", NULL};
+static const char *const cpu_gemms[] = {"native", "emulated", NULL};
 static const char *const recompute_granularities[] = {"none", "full", "selective", NULL};
 static const char *const recompute_methods[] = {"uniform", "block", NULL};
 
@@ -153,6 +154,11 @@ static const mgt_flag flags[] = {
     {"--distributed-backend", MGT_FLAG_ENUM, OFF(distributed_backend), 0, 0,
      "collectives on GPU buffers: nccl or mpi (default: nccl when every rank has its own GPU)",
      dist_backends, 0},
+    {"--cpu-gemm", MGT_FLAG_ENUM, OFF(cpu_gemm), 0, 0,
+     "--bf16 on the CPU: native (bf16 operands on the CPU's bf16 units through oneDNN, fp32 "
+     "accumulation) or emulated (operands rounded to bf16, fp32 sgemm: the CUDA kernels' twin); "
+     "default: native where the CPU has bf16 units",
+     cpu_gemms, 0},
     BOOL("--fp16", fp16, "fp16 GEMM inputs with loss scaling; fp32 master weights"),
     BOOL("--bf16", bf16, "bf16 GEMM inputs; fp32 master weights"),
     BOOL("--no-weight-copies", no_weight_copies,
@@ -271,6 +277,7 @@ void mgt_config_defaults(mgt_config *cfg) {
   cfg->ckpt_iteration = -1;
   cfg->device = MGT_DEVICE_CPU;
   cfg->distributed_backend = -1;
+  cfg->cpu_gemm = -1;
   cfg->initial_loss_scale = 4294967296.0; /* 2^32, as Megatron-LM */
   cfg->min_loss_scale = 1.0;
   cfg->loss_scale_window = 1000;
@@ -429,6 +436,9 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               "--train-iters %lld times --global-batch-size %d is more samples than can be counted",
               (long long)c->train_iters, c->global_batch_size);
   MGT_REQUIRE(!(c->fp16 && c->bf16), "--fp16 and --bf16 exclude each other");
+  MGT_REQUIRE(c->cpu_gemm < 0 || c->device == MGT_DEVICE_CPU, "--cpu-gemm needs --device cpu");
+  MGT_REQUIRE(c->cpu_gemm != MGT_CPU_GEMM_NATIVE || c->bf16,
+              "--cpu-gemm native needs --bf16 (fp16 and fp32 GEMMs have no native bf16 path)");
   MGT_REQUIRE(c->distributed_backend != MGT_DIST_BACKEND_NCCL || c->device == MGT_DEVICE_CUDA,
               "--distributed-backend nccl needs --device cuda");
   MGT_REQUIRE(c->min_loss_scale <= c->initial_loss_scale,

@@ -52,6 +52,7 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
   c->hidden_dropout = c->attention_dropout = 0.0;
   c->device = o->device;
   c->distributed_backend = -1;
+  c->cpu_gemm = -1;
   c->fp16 = c->bf16 = 0;
   c->mock_data = !c->task; /* nothing is read from a dataset */
   c->data_path[0] = c->load[0] = c->save[0] = c->metrics_file[0] = 0;
@@ -62,7 +63,7 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
 
 mgt_status mgt_session_open_model(mgt_session *s, MPI_Comm world) {
   MGT_CHECK(mgt_grid_create(world, s->cfg.tensor_model_parallel_size, &s->grid));
-  MGT_CHECK(mgt_device_open(&s->dev, s->cfg.device, -1, MGT_PREC_FP32, s->grid, NULL));
+  MGT_CHECK(mgt_device_open(&s->dev, s->cfg.device, -1, -1, MGT_PREC_FP32, s->grid, NULL));
   MGT_CHECK(
       mgt_mpi_agree(world, mgt_gpt_create(&s->cfg, s->grid, s->dev.be, &s->dev.comm, &s->model)));
   mgt_state list = {0};

@@ -248,7 +248,7 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
     return mgt_cli_fail(st, rank, world, 1); /* every rank has the same placement */
   }
   const mgt_precision prec = cfg.bf16 ? MGT_PREC_BF16 : (cfg.fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32);
-  st = mgt_device_open(&dev, cfg.device, cfg.distributed_backend, prec, grid, NULL);
+  st = mgt_device_open(&dev, cfg.device, cfg.distributed_backend, cfg.cpu_gemm, prec, grid, NULL);
   if (st != MGT_OK) {
     mgt_watchdog_stop();
     mgt_grid_destroy(&grid);

@@ -20,9 +20,10 @@ typedef struct mgt_device {
 
 /* Opens the backend `device` (MGT_DEVICE_*) with GEMM inputs at `precision`; the GPU is the
    node-local rank modulo the visible GPUs. dist_backend (MGT_DIST_BACKEND_*, -1: NCCL when it
-   is built and every rank has its own GPU, else MPI) chooses the device collectives.
+   is built and every rank has its own GPU, else MPI) chooses the device collectives; cpu_gemm
+   (MGT_CPU_GEMM_*, -1: native where every rank's CPU has bf16 units) the CPU's bf16 GEMMs.
    Collective over the grid's world; failures are agreed. */
-MGT_NODISCARD mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend,
+MGT_NODISCARD mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend, int cpu_gemm,
                                          mgt_precision precision, const mgt_grid *grid,
                                          mgt_comm_stats *stats);
 void mgt_device_close(mgt_device *d);

@@ -6,8 +6,27 @@
 
 #include "mgt/config.h"
 
-mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend, mgt_precision precision,
-                           const mgt_grid *grid, mgt_comm_stats *stats) {
+/* --bf16 on the CPU: native GEMMs where asked or (by default) where every rank can. */
+static mgt_status cpu_gemm_open(mgt_device *d, int cpu_gemm, const mgt_grid *grid) {
+  char what[128];
+  int can = mgt_cpu_bf16_units(what, sizeof what), all = can;
+  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, grid->world));
+  const int native = cpu_gemm == MGT_CPU_GEMM_NATIVE || (cpu_gemm < 0 && all);
+  mgt_status st = native ? mgt_backend_cpu_native(d->be, 1) : MGT_OK;
+  MGT_CHECK(mgt_mpi_agree(grid->world, st));
+  size_t len = strlen(d->desc) - 1; /* in place of the closing parenthesis */
+  if (native)
+    snprintf(d->desc + len, sizeof d->desc - len, "; bf16 GEMMs on %s)", what);
+  else if (cpu_gemm == MGT_CPU_GEMM_EMULATED)
+    snprintf(d->desc + len, sizeof d->desc - len, "; bf16 GEMMs emulated in fp32, as asked)");
+  else
+    snprintf(d->desc + len, sizeof d->desc - len, "; bf16 GEMMs emulated in fp32: %s)",
+             can ? "not every rank's CPU has bf16 units" : what);
+  return MGT_OK;
+}
+
+mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend, int cpu_gemm,
+                           mgt_precision precision, const mgt_grid *grid, mgt_comm_stats *stats) {
   memset(d, 0, sizeof *d);
   mgt_status st = MGT_OK;
   if (device == MGT_DEVICE_CPU) {
@@ -50,10 +69,9 @@ mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend, mgt_prec
                             "-DMGT_CUDA=ON)");
 #endif
   }
-  if (precision != MGT_PREC_FP32) {
-    st = mgt_be_set_precision(d->be, precision);
-    if (st != MGT_OK) mgt_device_close(d);
-  }
+  if (precision != MGT_PREC_FP32) st = mgt_be_set_precision(d->be, precision);
+  if (st == MGT_OK && !d->cuda && precision == MGT_PREC_BF16) st = cpu_gemm_open(d, cpu_gemm, grid);
+  if (st != MGT_OK) mgt_device_close(d);
   return st;
 }
 

@@ -1,0 +1,159 @@
+/* bf16 GEMMs on the CPU's own bf16 units (AVX512-BF16, AMX) through oneDNN's matmul primitive:
+   bf16 operands, fp32 accumulation and output, as a GPU's tensor cores multiply. A primitive is
+   made once per shape and kept (a training step repeats the same few dozen shapes), with its
+   memory objects, whose data pointers are set per call. */
+#include "native.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mgt/common.h"
+
+enum { NATIVE_CACHE = 96 };
+
+typedef struct native_key {
+  int ta, tb, M, N, K, lda, ldb, ldc;
+  float alpha, beta;
+} native_key;
+
+typedef struct native_entry {
+  native_key key;
+  dnnl_primitive_t prim;
+  dnnl_memory_t a, b, c;
+  unsigned long long used; /* clock of the last call: the oldest entry is replaced when full */
+} native_entry;
+
+struct cpu_native {
+  dnnl_engine_t eng;
+  dnnl_stream_t stream;
+  native_entry e[NATIVE_CACHE];
+  int n;
+  unsigned long long clock;
+};
+
+#define DNNL_TRY(call, what)                                                                       \
+  do {                                                                                             \
+    dnnl_status_t s_ = (call);                                                                     \
+    if (s_ != dnnl_success) MGT_FAIL(MGT_ERR_BACKEND, "oneDNN: %s failed (status %d)", what, s_);  \
+  } while (0)
+
+int mgt_cpu_bf16_units(char *what, size_t n) {
+  const dnnl_version_t *v = dnnl_version();
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  /* avx512_core_bf16 and avx512_core_amx include its bits; AVX2-VNNI has no bf16 */
+  const int amx = (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+  const int bf16 = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+  if (what && n)
+    snprintf(what, n, "oneDNN %d.%d.%d, %s", v->major, v->minor, v->patch,
+             amx ? "AMX" : (bf16 ? "AVX512-BF16" : "no bf16 units on this CPU"));
+  return bf16;
+}
+
+mgt_status cpu_native_create(cpu_native **out) {
+  cpu_native *nat = calloc(1, sizeof *nat);
+  if (!nat) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the bf16 GEMM state");
+  if (dnnl_engine_create(&nat->eng, dnnl_cpu, 0) != dnnl_success ||
+      dnnl_stream_create(&nat->stream, nat->eng, dnnl_stream_default_flags) != dnnl_success) {
+    if (nat->eng) dnnl_engine_destroy(nat->eng);
+    free(nat);
+    MGT_FAIL(MGT_ERR_BACKEND, "oneDNN: no CPU engine");
+  }
+  *out = nat;
+  return MGT_OK;
+}
+
+static void entry_free(native_entry *e) {
+  if (e->prim) dnnl_primitive_destroy(e->prim);
+  if (e->a) dnnl_memory_destroy(e->a);
+  if (e->b) dnnl_memory_destroy(e->b);
+  if (e->c) dnnl_memory_destroy(e->c);
+  memset(e, 0, sizeof *e);
+}
+
+void cpu_native_destroy(cpu_native *nat) {
+  if (!nat) return;
+  for (int i = 0; i < nat->n; i++)
+    entry_free(&nat->e[i]);
+  dnnl_stream_destroy(nat->stream);
+  dnnl_engine_destroy(nat->eng);
+  free(nat);
+}
+
+/* op(A) is M x K and op(B) K x N in row-major storage: a transposed operand is the same matrix
+   read with its strides swapped, which oneDNN's kernels take as they are. */
+static mgt_status entry_make(cpu_native *nat, const native_key *k, native_entry *e) {
+  dnnl_memory_desc_t am, bm, cm;
+  dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
+  dnnl_dims_t as = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1};
+  dnnl_dims_t bs = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1};
+  dnnl_dims_t cs = {k->ldc, 1};
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(&am, 2, ad, dnnl_bf16, as), "the A descriptor");
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(&bm, 2, bd, dnnl_bf16, bs), "the B descriptor");
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(&cm, 2, cd, dnnl_f32, cs), "the C descriptor");
+  dnnl_matmul_desc_t md;
+  DNNL_TRY(dnnl_matmul_desc_init(&md, &am, &bm, NULL, &cm), "the matmul descriptor");
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  mgt_status st = MGT_ERR_BACKEND;
+  if (dnnl_primitive_attr_create(&attr) != dnnl_success) goto done;
+  if (k->alpha != 1.0f && dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha)) goto done;
+  if (k->beta != 0.0f) { /* C = alpha A B + beta C: a sum post-op */
+    if (dnnl_post_ops_create(&po) || dnnl_post_ops_append_sum(po, k->beta) ||
+        dnnl_primitive_attr_set_post_ops(attr, po))
+      goto done;
+  }
+  if (dnnl_primitive_desc_create(&pd, &md, attr, nat->eng, NULL) != dnnl_success) goto done;
+  if (dnnl_primitive_create(&e->prim, pd) != dnnl_success) goto done;
+  if (dnnl_memory_create(&e->a, &am, nat->eng, DNNL_MEMORY_NONE) ||
+      dnnl_memory_create(&e->b, &bm, nat->eng, DNNL_MEMORY_NONE) ||
+      dnnl_memory_create(&e->c, &cm, nat->eng, DNNL_MEMORY_NONE))
+    goto done;
+  e->key = *k;
+  st = MGT_OK;
+done:
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (st != MGT_OK) {
+    entry_free(e);
+    MGT_FAIL(st, "oneDNN: no bf16 matmul for %d x %d x %d (trans %d%d)", k->M, k->N, k->K, k->ta,
+             k->tb);
+  }
+  return MGT_OK;
+}
+
+mgt_status cpu_native_gemm(cpu_native *nat, int ta, int tb, int M, int N, int K, float alpha,
+                           const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                           float *C, int ldc) {
+  const native_key k = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
+  native_entry *e = NULL;
+  for (int i = 0; i < nat->n && !e; i++)
+    if (!memcmp(&nat->e[i].key, &k, sizeof k)) e = &nat->e[i];
+  if (!e) {
+    if (nat->n < NATIVE_CACHE) {
+      e = &nat->e[nat->n++];
+    } else {
+      e = &nat->e[0];
+      for (int i = 1; i < nat->n; i++)
+        if (nat->e[i].used < e->used) e = &nat->e[i];
+      entry_free(e);
+    }
+    mgt_status st = entry_make(nat, &k, e);
+    if (st != MGT_OK) {
+      *e = nat->e[--nat->n]; /* the failed slot is empty: fill it with the last entry */
+      memset(&nat->e[nat->n], 0, sizeof nat->e[nat->n]);
+      return st;
+    }
+  }
+  e->used = ++nat->clock;
+  DNNL_TRY(dnnl_memory_set_data_handle(e->a, (void *)A), "setting A");
+  DNNL_TRY(dnnl_memory_set_data_handle(e->b, (void *)B), "setting B");
+  DNNL_TRY(dnnl_memory_set_data_handle(e->c, C), "setting C");
+  dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}};
+  DNNL_TRY(dnnl_primitive_execute(e->prim, nat->stream, 3, args), "a bf16 matmul");
+  DNNL_TRY(dnnl_stream_wait(nat->stream), "waiting for a bf16 matmul");
+  return MGT_OK;
+}
