@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Mixed precision on the CPU backend, which rounds GEMM inputs exactly as a GPU's 16-bit
-# GEMMs do. Usage: precision.sh MGT MPIEXEC
+# GEMMs do (emulated), or under --bf16 multiplies them on the CPU's bf16 units where it has
+# them (native, the default there). Usage: precision.sh MGT MPIEXEC
 #  - --bf16 trains within 2e-2 of the fp32 losses, and tp=2 within 1e-3 of tp=1 (16-bit
 #    rounding turns float32 reduction-order differences into larger ones);
 #  - --fp16 from the default scale 2^32 overflows, skips those steps and halves the scale
 #    (after the hysteresis) until it fits, then trains with at most a few more skips;
 #  - with a fixed --loss-scale that fits, fp16 never skips and stays within 2e-2 of fp32;
+#  - native bf16 GEMMs track the emulated ones within 5e-3 over 300 iterations; a CPU without
+#    bf16 units says so on the layout line and refuses --cpu-gemm native;
 #  - flags that exclude each other are refused.
 set -u
 MGT=$1
@@ -22,7 +25,7 @@ run() { # name ranks tp extra...
   shift 3
   "$MPIEXEC" -n "$n" "$MGT" train --mock-data --num-layers 2 --hidden-size 64 \
     --num-attention-heads 4 --seq-length 32 --micro-batch-size 8 --global-batch-size 16 \
-    --train-iters 60 --lr 3e-3 --lr-warmup-iters 5 --log-interval 1 --eval-iters 0 \
+    --train-iters "${ITERS:-60}" --lr 3e-3 --lr-warmup-iters 5 --log-interval 1 --eval-iters 0 \
     --tensor-model-parallel-size "$tp" --metrics-file "$tmp/$name.jsonl" "$@" >"$tmp/$name.log" 2>&1 ||
     { echo "FAIL: $name did not run"; tail -5 "$tmp/$name.log"; fails=$((fails + 1)); }
 }
@@ -44,6 +47,49 @@ run fp16_nc 1 1 --fp16 --hysteresis 2 --no-weight-copies
 run dist 4 2 --bf16 --use-distributed-optimizer --overlap-param-gather --overlap-grad-reduce
 run dist_nc 4 2 --bf16 --use-distributed-optimizer --overlap-param-gather --overlap-grad-reduce \
   --no-weight-copies
+# native against emulated bf16 GEMMs, where the CPU has bf16 units
+ITERS=300 run long_emulated 1 1 --bf16 --cpu-gemm emulated
+ITERS=300 run long_default 1 1 --bf16
+ITERS=300 run long_fp32 1 1
+grep -q "bf16 GEMMs emulated in fp32, as asked" "$tmp/long_emulated.log" ||
+  { echo "FAIL: the layout line does not say the GEMMs are emulated as asked"; fails=$((fails + 1)); }
+if grep -q "bf16 GEMMs on oneDNN" "$tmp/long_default.log"; then
+  $PY - "$tmp" <<'PY' || fails=$((fails + 1))
+import json, sys
+d = sys.argv[1]
+rows = {k: [json.loads(l) for l in open(f"{d}/long_{k}.jsonl")] for k in ("emulated", "default", "fp32")}
+assert len(rows["default"]) == len(rows["emulated"]) == 300
+gap = max(abs(a["loss"] - b["loss"]) for a, b in zip(rows["default"], rows["emulated"]))
+assert gap <= 5e-3, ("native against emulated bf16 GEMMs", gap)
+far = max(abs(a["loss"] - b["loss"]) for a, b in zip(rows["default"], rows["fp32"]))
+assert far <= 2e-2, ("native bf16 GEMMs against fp32", far)
+same = sum(a["loss"] == b["loss"] for a, b in zip(rows["default"], rows["emulated"]))
+assert same < 300, "native and emulated runs are the same: one of them is not what it says"
+print(f"ok: native bf16 GEMMs track the emulated ones within {gap:.1e} over 300 iterations "
+      f"({far:.1e} from fp32; loss {rows['default'][0]['loss']:.3f} -> {rows['default'][-1]['loss']:.3f})")
+PY
+else
+  grep -q "bf16 GEMMs emulated in fp32: " "$tmp/long_default.log" ||
+    { echo "FAIL: the layout line says neither native nor emulated bf16 GEMMs"; fails=$((fails + 1)); }
+fi
+# a CPU without bf16 units (oneDNN told to use none: ONEDNN_MAX_CPU_ISA) trains emulated, says
+# why on the layout line, and refuses --cpu-gemm native with the reason
+export ONEDNN_MAX_CPU_ISA=AVX2
+"$MGT" train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --train-iters 1 \
+  --bf16 >"$tmp/out" 2>&1
+if grep -q "bf16 GEMMs emulated in fp32: .*\(no bf16 units\|without oneDNN\)" "$tmp/out"; then
+  echo "ok: without bf16 units: $(grep -o 'bf16 GEMMs emulated in fp32: [^)]*' "$tmp/out")"
+else
+  echo "FAIL: without bf16 units the layout line does not say why the GEMMs are emulated"
+  fails=$((fails + 1))
+fi
+"$MGT" train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --train-iters 1 \
+  --bf16 --cpu-gemm native >"$tmp/out" 2>"$tmp/err"
+if [ $? = 0 ] || ! grep -q "native bf16 GEMMs: " "$tmp/err"; then
+  echo "FAIL: --cpu-gemm native without bf16 units was not refused with the reason"
+  fails=$((fails + 1))
+fi
+unset ONEDNN_MAX_CPU_ISA
 "$MGT" train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 \
   --micro-batch-size 8 --global-batch-size 16 --bf16 --dry-run >"$tmp/plan.txt" 2>&1
 grep -q "16-bit weights" "$tmp/plan.txt" ||
@@ -121,6 +167,10 @@ expect_err() { # want args...
 }
 expect_err "--fp16 and --bf16 exclude each other" --fp16 --bf16
 expect_err "--distributed-backend nccl needs --device cuda" --distributed-backend nccl
+expect_err "--cpu-gemm native needs --bf16" --fp16 --cpu-gemm native
+expect_err "--cpu-gemm native needs --bf16" --cpu-gemm native
+expect_err "--cpu-gemm needs --device cpu" --device cuda --bf16 --cpu-gemm emulated
+expect_err "--cpu-gemm: expected one of native, emulated" --bf16 --cpu-gemm fast
 expect_err "--min-loss-scale" --fp16 --initial-loss-scale 4 --min-loss-scale 8
 if ! "$MGT" version 2>/dev/null | grep -q cuda; then
   expect_err "built without CUDA" --device cuda
