@@ -65,9 +65,48 @@ static double fma_peak_width(int wide) {
   return best;
 }
 
-/* sgemm FLOP/s over the GEMMs of one training step (forward and both backward products
-   of each linear layer and the output layer), for N tokens. */
-static double sgemm_rate(int N, int C, int V) {
+/* FLOP/s of independent bf16 dot-product chains (VDPBF16PS: 32 products and sums per 512-bit
+   instruction) on every thread: the bf16 peak of AVX512-BF16 units; 0 where the CPU has none.
+   AMX's tiles are faster still: there the native GEMM rate below is the reference. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target("avx512f,avx512bf16"))) static double dpbf16_chains(long iters) {
+  float sink = 0.0f;
+  double t0 = mgt_now();
+#pragma omp parallel reduction(+ : sink)
+  {
+    __m512 a[16];
+    __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.25f)), y = x;
+    for (int i = 0; i < 16; i++)
+      a[i] = _mm512_set1_ps((float)(i + omp_get_thread_num()));
+    for (long it = 0; it < iters; it++)
+      for (int i = 0; i < 16; i++)
+        a[i] = _mm512_dpbf16_ps(a[i], x, y);
+    __m512 s = a[0];
+    for (int i = 1; i < 16; i++)
+      s = _mm512_add_ps(s, a[i]);
+    float out[16];
+    _mm512_storeu_ps(out, s);
+    sink += out[0];
+  }
+  double t = mgt_now() - t0;
+  if (sink == 12345.0f) printf(" ");
+  return (double)omp_get_max_threads() * iters * 16 * 64 / t;
+}
+static double bf16_peak(void) {
+  if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
+  double best = 0.0;
+  for (int rep = 0; rep < 5; rep++)
+    best = fmax(best, dpbf16_chains(50000000));
+  return best;
+}
+#else
+static double bf16_peak(void) { return 0.0; }
+#endif
+
+/* GEMM FLOP/s over the GEMMs of one training step (forward and both backward products of
+   each linear layer and the output layer), for N tokens: sgemm, or (nb) the backend's native
+   bf16 GEMMs with the weights' bf16 copies registered, as a training step has them. */
+static double gemm_rate(int N, int C, int V, mgt_backend *nb) {
   int shapes[][3] = {{N, 3 * C, C}, {N, C, C}, {N, 4 * C, C}, {N, C, 4 * C}, {N, V, C}};
   int ns = sizeof shapes / sizeof shapes[0];
   size_t maxa = 0, maxb = 0, maxc = 0;
@@ -83,18 +122,33 @@ static double sgemm_rate(int N, int C, int V) {
         *Cm = malloc(big * sizeof(float));
   for (size_t i = 0; i < big; i++)
     A[i] = B[i] = Cm[i] = (float)((i % 17) - 8) * 0.01f;
+  if (nb && (mgt_be_set_weights(nb, B, big) || mgt_be_refresh_weights(nb, 0, big))) {
+    mgt_error_print(stderr);
+    exit(1);
+  }
   double best = 0.0;
   for (int rep = 0; rep < 3; rep++) {
     double flops = 0.0, t0 = mgt_now();
     for (int s = 0; s < ns; s++) {
       int M = shapes[s][0], Nn = shapes[s][1], K = shapes[s][2];
-      /* forward y = x W^T, backward dx = dy W, dW = dy^T x */
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Nn, K, 1.0f, A, K, B, K, 0.0f, Cm,
-                  Nn);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, Nn, 1.0f, Cm, Nn, B, K, 0.0f, A,
-                  K);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Nn, K, M, 1.0f, Cm, Nn, A, K, 1.0f, B,
-                  K);
+      /* forward y = x W^T, backward dx = dy W, dW = dy^T x (into the gradient, here Cm's
+         end: the weights' copy stays what was registered) */
+      if (nb) {
+        float *dW = Cm + big - (size_t)Nn * K;
+        if (mgt_be_gemm(nb, 0, 1, M, Nn, K, 1.0f, A, K, B, K, 0.0f, Cm, Nn) ||
+            mgt_be_gemm(nb, 0, 0, M, K, Nn, 1.0f, Cm, Nn, B, K, 0.0f, A, K) ||
+            mgt_be_gemm(nb, 1, 0, Nn, K, M, 1.0f, Cm, Nn, A, K, 1.0f, dW, K)) {
+          mgt_error_print(stderr);
+          exit(1);
+        }
+      } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Nn, K, 1.0f, A, K, B, K, 0.0f,
+                    Cm, Nn);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, Nn, 1.0f, Cm, Nn, B, K, 0.0f,
+                    A, K);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Nn, K, M, 1.0f, Cm, Nn, A, K, 1.0f,
+                    B, K);
+      }
       flops += 3.0 * 2.0 * M * Nn * K;
     }
     double r = flops / (mgt_now() - t0);
@@ -108,6 +162,7 @@ static double sgemm_rate(int N, int C, int V) {
 
 typedef struct rates {
   double fma256, fma512, gemm, gemm2048; /* FLOP/s; 0 when not measured */
+  double dpbf16, bgemm, bgemm2048;       /* bf16: dot-product peak, native GEMMs */
 } rates;
 
 static void measure(rates *r) {
@@ -116,8 +171,21 @@ static void measure(rates *r) {
 #ifdef __AVX512F__
   r->fma512 = fma_peak_width(1);
 #endif
-  r->gemm = sgemm_rate(256, 768, 50304);
-  r->gemm2048 = sgemm_rate(2048, 768, 50304);
+  r->gemm = gemm_rate(256, 768, 50304, NULL);
+  r->gemm2048 = gemm_rate(2048, 768, 50304, NULL);
+  r->dpbf16 = bf16_peak();
+  r->bgemm = r->bgemm2048 = 0.0;
+  mgt_backend *nb = NULL;
+  if (mgt_cpu_bf16_units(NULL, 0)) {
+    if (mgt_backend_cpu_create(&nb) || mgt_be_set_precision(nb, MGT_PREC_BF16) ||
+        mgt_backend_cpu_native(nb, 1)) {
+      mgt_error_print(stderr);
+      exit(1);
+    }
+    r->bgemm = gemm_rate(256, 768, 50304, nb);
+    r->bgemm2048 = gemm_rate(2048, 768, 50304, nb);
+    mgt_backend_destroy(&nb);
+  }
 }
 
 /* Times `steps` training steps (after one warm-up step) of GPT-2 124M shapes with global
@@ -285,7 +353,7 @@ int main(int argc, char **argv) {
   }
   /* The machine's rates are measured before and after the training steps and the higher
      reading kept: on a shared VM a single reading can come out low. */
-  rates before = {0, 0, 0, 0}, after = {0, 0, 0, 0};
+  rates before = {0}, after = {0};
   if (peaks && rank == 0) measure(&before);
   int rc = 0;
   double got[2] = {0, 0};
@@ -302,19 +370,27 @@ int main(int argc, char **argv) {
     r.fma256 = fmax(before.fma256, after.fma256);
     r.fma512 = fmax(before.fma512, after.fma512);
     double g256 = fmax(before.gemm, after.gemm), g2048 = fmax(before.gemm2048, after.gemm2048);
+    double b256 = fmax(before.bgemm, after.bgemm), b2048 = fmax(before.bgemm2048, after.bgemm2048);
+    double dp = fmax(before.dpbf16, after.dpbf16);
+    char units[128];
+    mgt_cpu_bf16_units(units, sizeof units);
     printf("threads: %d, BLAS kernels: %s\n", omp_get_max_threads(), mgt_cpu_blas_name());
     printf("FMA peak: %.1f GFLOP/s with 256-bit vectors, %.1f GFLOP/s with 512-bit vectors\n",
            r.fma256 / 1e9, r.fma512 / 1e9);
     printf("sgemm on the step's GEMM shapes: %.1f GFLOP/s at 256 tokens, %.1f GFLOP/s at 2048 "
            "tokens\n",
            g256 / 1e9, g2048 / 1e9);
+    printf("bf16 dot-product peak (VDPBF16PS): %.1f GFLOP/s; native bf16 GEMMs (%s) on the "
+           "step's shapes: %.1f GFLOP/s at 256 tokens, %.1f GFLOP/s at 2048 tokens\n",
+           dp / 1e9, units, b256 / 1e9, b2048 / 1e9);
     const char *names[2] = {"B=4 T=64 ", "B=8 T=256"};
-    double gemm[2] = {g256, g2048};
+    double gemm[2] = {g256, g2048}, bgemm[2] = {b256, b2048};
     for (int k = 0; k < 2; k++)
       if (got[k] > 0)
-        printf("%s: %.3f of the 256-bit FMA peak, %.3f of the 512-bit FMA peak, %.3f of sgemm\n",
+        printf("%s: %.3f of the 256-bit FMA peak, %.3f of the 512-bit FMA peak, %.3f of sgemm, "
+               "%.3f of the bf16 dot-product peak, %.3f of native bf16 GEMMs\n",
                names[k], got[k] / r.fma256, r.fma512 > 0 ? got[k] / r.fma512 : 0.0,
-               got[k] / gemm[k]);
+               got[k] / gemm[k], dp > 0 ? got[k] / dp : 0.0, bgemm[k] > 0 ? got[k] / bgemm[k] : 0.0);
   }
   mgt_backend_destroy(&be);
   mgt_grid_destroy(&grid);
