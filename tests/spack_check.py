@@ -5,7 +5,8 @@
    repository (a bare clone of this checkout, as a center's mirror holds it), and a numbered
    release's commit builds that version (CMakeLists.txt's project version).
 2. The recipe is loaded with a stand-in for Spack's package DSL and its CMake arguments are
-   computed for CPU, +cuda and +cuda+nccl specs whose CUDA is not /usr/local/cuda: the spec's
+   computed for CPU (with and without oneDNN), +cuda and +cuda+nccl specs whose CUDA is not
+   /usr/local/cuda: the spec's
    nvcc and toolkit are passed, NCCL options only with +cuda, no empty argument, tests built
    only when testing, every MGT_ option one CMakeLists.txt defines; nvcc's C++ host compiler
    is a dependency under +cuda; the stand-alone tests exist.
@@ -169,11 +170,14 @@ cuda_prefix = "/opt/spack/linux-x86_64/cuda-12.6.3-abcdef"
 deps = {"blas": Dep("openblas", "/opt/spack/openblas"), "mpi": Dep("openmpi", "/opt/spack/ompi"),
         "cuda": Dep("cuda", cuda_prefix), "nccl": Dep("nccl", "/opt/spack/nccl"),
         "hdf5": Dep("hdf5", "/opt/spack/hdf5")}
-cases = [("cpu", {"cuda": Variant(False), "native": Variant(False)}, False),
+cases = [("cpu", {"cuda": Variant(False), "native": Variant(False), "onednn": Variant(True)}, False),
+         ("cpu~onednn", {"cuda": Variant(False), "native": Variant(False),
+                         "onednn": Variant(False)}, False),
          ("cuda", {"cuda": Variant(True), "cuda_arch": Variant(("90",)), "nccl": Variant(False),
-                   "native": Variant(False)}, True),
+                   "native": Variant(False), "onednn": Variant(True)}, True),
          ("cuda+nccl", {"cuda": Variant(True), "cuda_arch": Variant(("80", "90")),
-                        "nccl": Variant(True), "native": Variant(False)}, False)]
+                        "nccl": Variant(True), "native": Variant(False),
+                        "onednn": Variant(True)}, False)]
 for label, variants, testing in cases:
     pkg = cls.__new__(cls)
     pkg.spec, pkg.run_tests = Spec(variants, deps), testing
@@ -184,6 +188,8 @@ for label, variants, testing in cases:
     for name in defs:
         if name.startswith("MGT_") and name not in options:
             fail("%s: the recipe sets %s, which CMakeLists.txt does not define" % (label, name))
+    if defs.get("MGT_ONEDNN") != ("ON" if variants["onednn"].value else "OFF"):
+        fail("%s: MGT_ONEDNN is %s" % (label, defs.get("MGT_ONEDNN")))
     cuda = variants["cuda"].value
     if defs.get("MGT_CUDA") != ("ON" if cuda else "OFF"):
         fail("%s: MGT_CUDA is %s" % (label, defs.get("MGT_CUDA")))
@@ -228,6 +234,6 @@ for e in errors:
     print("FAIL:", e)
 for n in notes:
     print("note:", n)
-print("spack recipe: %d versions, 3 specs, stand-alone tests %s; %d problems"
-      % (len(versions), tests, len(errors)))
+print("spack recipe: %d versions, %d specs, stand-alone tests %s; %d problems"
+      % (len(versions), len(cases), tests, len(errors)))
 sys.exit(1 if errors else 0)

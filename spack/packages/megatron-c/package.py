@@ -27,6 +27,9 @@ class MegatronC(CMakePackage, CudaPackage):
             description="NCCL collectives on device buffers (MGT_NCCL)")
     variant("native", default=False,
             description="Optimize for the build machine (MGT_NATIVE, -march=native)")
+    variant("onednn", default=True,
+            description="--bf16 GEMMs on the CPU's bf16 units (AVX512-BF16, AMX) through oneDNN "
+            "(MGT_ONEDNN); without it they are emulated in fp32")
 
     depends_on("c", type="build")
     depends_on("cxx", type="build", when="+cuda")  # nvcc's host compiler
@@ -40,6 +43,8 @@ class MegatronC(CMakePackage, CudaPackage):
     # one OpenMP runtime in the process: OpenBLAS's threads are the kernels' threads
     depends_on("openblas threads=openmp", when="^[virtuals=blas] openblas")
     depends_on("blis+cblas", when="^[virtuals=blas] blis")
+    # its OpenMP build: one threading runtime in the process, as for OpenBLAS
+    depends_on("onednn cpu_runtime=omp", when="+onednn")
     depends_on("nccl", when="+nccl")
     depends_on("cuda@11.0:", when="+cuda")
     depends_on("python@3:", type="test")  # the recipe's own check among the unit tests
@@ -50,6 +55,7 @@ class MegatronC(CMakePackage, CudaPackage):
         args = [
             self.define_from_variant("MGT_CUDA", "cuda"),
             self.define_from_variant("MGT_NATIVE", "native"),
+            self.define_from_variant("MGT_ONEDNN", "onednn"),
             self.define("MGT_BUILD_TESTS", self.run_tests),
             self.define("MGT_BUILD_BENCH", False),
             self.define("BLAS_LIBRARIES", blas.libs.joined(";")),
