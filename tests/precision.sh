@@ -7,7 +7,7 @@
 #  - --fp16 from the default scale 2^32 overflows, skips those steps and halves the scale
 #    (after the hysteresis) until it fits, then trains with at most a few more skips;
 #  - with a fixed --loss-scale that fits, fp16 never skips and stays within 2e-2 of fp32;
-#  - native bf16 GEMMs track the emulated ones within 5e-3 over 300 iterations; a CPU without
+#  - native bf16 GEMMs track the emulated ones within 1e-2 over 300 iterations; a CPU without
 #    bf16 units says so on the layout line and refuses --cpu-gemm native;
 #  - flags that exclude each other are refused.
 set -u
@@ -60,7 +60,7 @@ d = sys.argv[1]
 rows = {k: [json.loads(l) for l in open(f"{d}/long_{k}.jsonl")] for k in ("emulated", "default", "fp32")}
 assert len(rows["default"]) == len(rows["emulated"]) == 300
 gap = max(abs(a["loss"] - b["loss"]) for a, b in zip(rows["default"], rows["emulated"]))
-assert gap <= 5e-3, ("native against emulated bf16 GEMMs", gap)
+assert gap <= 1e-2, ("native against emulated bf16 GEMMs", gap)
 far = max(abs(a["loss"] - b["loss"]) for a, b in zip(rows["default"], rows["fp32"]))
 assert far <= 2e-2, ("native bf16 GEMMs against fp32", far)
 same = sum(a["loss"] == b["loss"] for a, b in zip(rows["default"], rows["emulated"]))

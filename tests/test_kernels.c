@@ -1382,6 +1382,47 @@ static void test_flash_attention_16(void) {
   }
 }
 
+/* Materialized attention with native bf16 products (Q, K, V, the dropped probabilities, dO
+   and dS rounded to bf16, fp32 accumulation) against the fp32 attention: about one bf16
+   roundoff away, never 0 (then nothing was rounded); causal and padding-masked, with dropout,
+   twice (the second call reuses the kept primitives). */
+static void test_native_attention(void) {
+  mgt_backend *nb = NULL;
+  if (!mgt_cpu_bf16_units(NULL, 0)) return; /* test_native_gemm says why */
+  T_OK(mgt_backend_cpu_create(&nb));
+  T_OK(mgt_be_set_precision(nb, MGT_PREC_BF16));
+  T_OK(mgt_backend_cpu_native(nb, 1));
+  const int B = 2, T = 70, Hl = 3, hd = 32, Cl = Hl * hd;
+  const size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, np = (size_t)B * Hl * T * T;
+  float *qkv = fa(nq), *dout = fa(no), *o32 = fa(no), *p32 = fa(np), *g32 = fa(nq), *s32 = fa(np);
+  float *o16 = fa(no), *p16 = fa(np), *g16 = fa(nq), *s16 = fa(np);
+  int32_t keylen[2] = {T, 41};
+  mgt_dropout d = {0.1f, 9, 3, 1, MGT_DROPOUT_ATTN, 0};
+  t_fill(qkv, nq, 1.0f);
+  t_fill(dout, no, 1.0f);
+  const double unit = 0x1p-8;
+  for (int mask = 0; mask < 2; mask++)
+    for (int rep = 0; rep < 2; rep++) {
+      const int32_t *kl = mask ? keylen : NULL;
+      T_OK(mgt_be_attention_forward(be, o32, p32, qkv, B, T, Hl, hd, 1, 4, kl, &d, s32));
+      T_OK(mgt_be_attention_backward(be, g32, dout, qkv, p32, B, T, Hl, hd, 1, 4, kl, &d, s32));
+      T_OK(mgt_be_attention_forward(nb, o16, p16, qkv, B, T, Hl, hd, 1, 4, kl, &d, s16));
+      T_OK(mgt_be_attention_backward(nb, g16, dout, qkv, p16, B, T, Hl, hd, 1, 4, kl, &d, s16));
+      const double go = rel_gap(o16, o32, no), gp = rel_gap(p16, p32, np),
+                   gg = rel_gap(g16, g32, nq);
+      if (rep == 0)
+        printf("native bf16 attention (%s) vs fp32: out %.3g, P %.3g, dqkv %.3g (unit roundoff "
+               "%.3g)\n",
+               mask ? "padding mask" : "causal", go, gp, gg, unit);
+      T_CHECK(go >= 0.25 * unit && go <= 8 * unit, "native attention out is %.3g from fp32", go);
+      T_CHECK(gp > 0 && gp <= 8 * unit, "native attention P is %.3g from fp32", gp);
+      T_CHECK(gg >= 0.25 * unit && gg <= 8 * unit, "native attention dqkv is %.3g from fp32", gg);
+    }
+  free(qkv), free(dout), free(o32), free(p32), free(g32), free(s32);
+  free(o16), free(p16), free(g16), free(s16);
+  mgt_backend_destroy(&nb);
+}
+
 /* The wrappers: an empty slot is one line naming the backend and the operation, never a call
    through NULL; mgt_be_has tells which are there. */
 static void test_wrappers(void) {
@@ -1419,6 +1460,7 @@ int main(void) {
   test_head_activations();
   test_gather_rows();
   test_attention();
+  test_native_attention();
   test_flash_attention();
   test_flash_attention_16();
   test_attention_shards();

@@ -7,6 +7,9 @@
 #include "cpu.h"
 #include "mgt/rng.h"
 #include "philox.h"
+#ifdef MGT_HAVE_ONEDNN
+#include "native.h"
+#endif
 
 #define key_limit cpu_key_limit
 
@@ -49,9 +52,144 @@ static void dropped_probs(float *w, const float *p, const mgt_dropout *d, const 
   }
 }
 
+/* Softmax of one row of scores over its keys [0, lim), zeros past them. */
+static void softmax_row(float *r, int lim, int T) {
+  float mx = -FLT_MAX;
+  for (int j = 0; j < lim; j++)
+    mx = r[j] > mx ? r[j] : mx;
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int j = 0; j < lim; j++) {
+    r[j] = mgt_fast_expf(r[j] - mx);
+    s += r[j];
+  }
+  float inv = 1.0f / s;
+#pragma omp simd
+  for (int j = 0; j < lim; j++)
+    r[j] *= inv;
+  for (int j = lim; j < T; j++)
+    r[j] = 0.0f;
+}
+
+/* Row i of one (batch, head): r holds dPd = dO V^T; becomes dS = P (dP - <P, dP>) scale, with
+   dP = dPd through the dropout mask. */
+static void softmax_backward_row(float *r, const float *pr, const mgt_dropout *d, int b, int hg,
+                                 int T, int i, int lim, const cpu_att *A) {
+  if (A->drop) {
+    uint8_t keep[T];
+    row_mask(keep, d, b, hg, T, i, lim, A->thr);
+    for (int j = 0; j < lim; j++)
+      r[j] = keep[j] ? r[j] * A->dscale : 0.0f;
+  }
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int j = 0; j < lim; j++)
+    dot += pr[j] * r[j];
+  const float scale = A->scale;
+#pragma omp simd
+  for (int j = 0; j < lim; j++)
+    r[j] = pr[j] * (r[j] - dot) * scale;
+  for (int j = lim; j < T; j++)
+    r[j] = 0.0f;
+}
+
+#ifdef MGT_HAVE_ONEDNN
+/* The attention's products as batched bf16 matmuls over (batch, head) (native.c), with the
+   rows' softmax and dropout in fp32 between them, as every other element-wise step. */
+static cpu_mm att_mm(int B, int Hl, int M, int N, int K, float alpha) {
+  cpu_mm m;
+  memset(&m, 0, sizeof m);
+  m.nb = B, m.nh = Hl, m.M = M, m.N = N, m.K = K, m.alpha = alpha;
+  return m;
+}
+#define STRIDES(s, a, b, c, d) ((s)[0] = (a), (s)[1] = (b), (s)[2] = (c), (s)[3] = (d))
+
+static mgt_status attention_forward_native(cpu_ctx *c, float *out, float *P, const float *qkv,
+                                           int B, int T, int Hl, int hd, int head_offset,
+                                           const int32_t *keylen, const mgt_dropout *d,
+                                           float *scratch) {
+  const cpu_att A = cpu_att_of(Hl, hd, d);
+  const long long TT = (long long)T * T, ld = A.ld, Cl = A.Cl;
+  uint16_t *q16, *p16;
+  MGT_CHECK(cpu_bf16_scratch(c, 0, (size_t)B * T * A.ld, &q16));
+  MGT_CHECK(cpu_bf16_scratch(c, 1, (size_t)B * Hl * TT, &p16));
+  cpu_to_bf16(q16, qkv, B * T, A.ld, A.ld);
+  cpu_mm s = att_mm(B, Hl, T, T, hd, A.scale); /* S = scale Q K^T */
+  STRIDES(s.sa, T * ld, hd, ld, 1), STRIDES(s.sb, T * ld, hd, 1, ld);
+  STRIDES(s.sc, Hl * TT, TT, T, 1);
+  MGT_CHECK(cpu_native_matmul(c->nat, &s, q16, q16 + Cl, P));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < Hl; h++) {
+      float *p = P + ((size_t)b * Hl + h) * TT;
+      for (int i = 0; i < T; i++)
+        softmax_row(p + (size_t)i * T, key_limit(keylen, b, T, i), T);
+      if (A.drop)
+        dropped_probs(scratch + ((size_t)b * Hl + h) * TT, p, d, keylen, b, head_offset + h, T,
+                      A.thr, A.dscale);
+    }
+  cpu_to_bf16(p16, A.drop ? scratch : P, B * Hl * T, T, T);
+  cpu_mm o = att_mm(B, Hl, T, hd, T, 1.0f); /* out = Pd V */
+  STRIDES(o.sa, Hl * TT, TT, T, 1), STRIDES(o.sb, T * ld, hd, ld, 1);
+  STRIDES(o.sc, T * Cl, hd, Cl, 1);
+  return cpu_native_matmul(c->nat, &o, p16, q16 + 2 * Cl, out);
+}
+
+static mgt_status attention_backward_native(cpu_ctx *c, float *dqkv, const float *dout,
+                                            const float *qkv, const float *P, int B, int T, int Hl,
+                                            int hd, int head_offset, const int32_t *keylen,
+                                            const mgt_dropout *d, float *scratch) {
+  const cpu_att A = cpu_att_of(Hl, hd, d);
+  const long long TT = (long long)T * T, ld = A.ld, Cl = A.Cl;
+  uint16_t *q16, *o16, *p16;
+  MGT_CHECK(cpu_bf16_scratch(c, 0, (size_t)B * T * A.ld, &q16));
+  MGT_CHECK(cpu_bf16_scratch(c, 1, (size_t)B * T * A.Cl, &o16));
+  MGT_CHECK(cpu_bf16_scratch(c, 2, (size_t)B * Hl * TT, &p16));
+  cpu_to_bf16(q16, qkv, B * T, A.ld, A.ld);
+  cpu_to_bf16(o16, dout, B * T, A.Cl, A.Cl);
+  if (A.drop) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < Hl; h++)
+        dropped_probs(scratch + ((size_t)b * Hl + h) * TT, P + ((size_t)b * Hl + h) * TT, d, keylen,
+                      b, head_offset + h, T, A.thr, A.dscale);
+  }
+  cpu_to_bf16(p16, A.drop ? scratch : P, B * Hl * T, T, T);
+  cpu_mm m = att_mm(B, Hl, T, hd, T, 1.0f); /* dV = Pd^T dO */
+  STRIDES(m.sa, Hl * TT, TT, 1, T), STRIDES(m.sb, T * Cl, hd, Cl, 1);
+  STRIDES(m.sc, T * ld, hd, ld, 1);
+  MGT_CHECK(cpu_native_matmul(c->nat, &m, p16, o16, dqkv + 2 * Cl));
+  m = att_mm(B, Hl, T, T, hd, 1.0f); /* dPd = dO V^T */
+  STRIDES(m.sa, T * Cl, hd, Cl, 1), STRIDES(m.sb, T * ld, hd, 1, ld);
+  STRIDES(m.sc, Hl * TT, TT, T, 1);
+  MGT_CHECK(cpu_native_matmul(c->nat, &m, o16, q16 + 2 * Cl, scratch));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < Hl; h++) {
+      float *s = scratch + ((size_t)b * Hl + h) * TT;
+      const float *p = P + ((size_t)b * Hl + h) * TT;
+      for (int i = 0; i < T; i++)
+        softmax_backward_row(s + (size_t)i * T, p + (size_t)i * T, d, b, head_offset + h, T, i,
+                             key_limit(keylen, b, T, i), &A);
+    }
+  cpu_to_bf16(p16, scratch, B * Hl * T, T, T);
+  m = att_mm(B, Hl, T, hd, T, 1.0f); /* dQ = dS K */
+  STRIDES(m.sa, Hl * TT, TT, T, 1), STRIDES(m.sb, T * ld, hd, ld, 1);
+  STRIDES(m.sc, T * ld, hd, ld, 1);
+  MGT_CHECK(cpu_native_matmul(c->nat, &m, p16, q16 + Cl, dqkv));
+  STRIDES(m.sa, Hl * TT, TT, 1, T); /* dK = dS^T Q */
+  return cpu_native_matmul(c->nat, &m, p16, q16, dqkv + Cl);
+}
+#endif
+
 mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
                                  int Hl, int hd, int head_offset, int H, const int32_t *keylen,
                                  const mgt_dropout *d, float *scratch) {
+#ifdef MGT_HAVE_ONEDNN
+  if (cpu_native_on(ctx))
+    return attention_forward_native(ctx, out, P, qkv, B, T, Hl, hd, head_offset, keylen, d,
+                                    scratch);
+#endif
   const cpu_att A = cpu_att_of(Hl, hd, d);
   const int Cl = A.Cl, ld = A.ld, drop = A.drop;
   const float scale = A.scale, dscale = A.dscale;
@@ -65,25 +203,8 @@ mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *q
       float *o = out + (size_t)b * T * Cl + (size_t)h * hd;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, q, ld, k, ld, 0.0f, p,
                   T);
-      for (int i = 0; i < T; i++) {
-        const int lim = key_limit(keylen, b, T, i);
-        float *r = p + (size_t)i * T;
-        float mx = -FLT_MAX;
-        for (int j = 0; j < lim; j++)
-          mx = r[j] > mx ? r[j] : mx;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int j = 0; j < lim; j++) {
-          r[j] = mgt_fast_expf(r[j] - mx);
-          s += r[j];
-        }
-        float inv = 1.0f / s;
-#pragma omp simd
-        for (int j = 0; j < lim; j++)
-          r[j] *= inv;
-        for (int j = lim; j < T; j++)
-          r[j] = 0.0f;
-      }
+      for (int i = 0; i < T; i++)
+        softmax_row(p + (size_t)i * T, key_limit(keylen, b, T, i), T);
       const float *pd = p;
       if (drop) {
         float *sd = scratch + ((size_t)b * Hl + h) * T * T;
@@ -100,10 +221,13 @@ mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, con
                                   const float *P, int B, int T, int Hl, int hd, int head_offset,
                                   int H, const int32_t *keylen, const mgt_dropout *d,
                                   float *scratch) {
+#ifdef MGT_HAVE_ONEDNN
+  if (cpu_native_on(ctx))
+    return attention_backward_native(ctx, dqkv, dout, qkv, P, B, T, Hl, hd, head_offset, keylen, d,
+                                     scratch);
+#endif
   const cpu_att A = cpu_att_of(Hl, hd, d);
   const int Cl = A.Cl, ld = A.ld, drop = A.drop;
-  const float scale = A.scale, dscale = A.dscale;
-  const uint32_t thr = A.thr;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < Hl; h++) {
@@ -114,11 +238,10 @@ mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, con
       const float *p = P + ((size_t)b * Hl + h) * T * T;
       const float *o = dout + (size_t)b * T * Cl + (size_t)h * hd;
       float *s = scratch + ((size_t)b * Hl + h) * T * T;
-      uint8_t keep[T];
       /* dV = Pd^T dO, with Pd the dropped probabilities rebuilt from the mask. */
       const float *pd = p;
       if (drop) {
-        dropped_probs(s, p, d, keylen, b, head_offset + h, T, thr, dscale);
+        dropped_probs(s, p, d, keylen, b, head_offset + h, T, A.thr, A.dscale);
         pd = s;
       }
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, pd, T, o, Cl, 0.0f, dv,
@@ -126,25 +249,9 @@ mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, con
       /* dPd = dO V^T, then through the mask and the softmax. */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, o, Cl, v, ld, 0.0f, s,
                   T);
-      for (int i = 0; i < T; i++) {
-        const int lim = key_limit(keylen, b, T, i);
-        float *r = s + (size_t)i * T;
-        const float *pr = p + (size_t)i * T;
-        if (drop) {
-          row_mask(keep, d, b, head_offset + h, T, i, lim, thr);
-          for (int j = 0; j < lim; j++)
-            r[j] = keep[j] ? r[j] * dscale : 0.0f;
-        }
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int j = 0; j < lim; j++)
-          dot += pr[j] * r[j];
-#pragma omp simd
-        for (int j = 0; j < lim; j++)
-          r[j] = pr[j] * (r[j] - dot) * scale;
-        for (int j = lim; j < T; j++)
-          r[j] = 0.0f;
-      }
+      for (int i = 0; i < T; i++)
+        softmax_backward_row(s + (size_t)i * T, p + (size_t)i * T, d, b, head_offset + h, T, i,
+                             key_limit(keylen, b, T, i), &A);
       /* dQ = dS K, dK = dS^T Q */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, s, T, k, ld, 0.0f, dq,
                   ld);

@@ -29,8 +29,8 @@ static void cpu_destroy(void *ctx) {
   cpu_ctx *c = ctx;
   free(c->scratch[0]);
   free(c->scratch[1]);
-  free(c->s16[0]);
-  free(c->s16[1]);
+  for (int k = 0; k < 3; k++)
+    free(c->s16[k]);
   cpu_drop_copies(c);
 #ifdef MGT_HAVE_ONEDNN
   cpu_native_destroy(c->nat);

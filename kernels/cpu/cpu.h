@@ -57,8 +57,8 @@ typedef struct cpu_ctx {
   struct cpu_native *nat;
   int native;
   uint16_t *w16;
-  uint16_t *s16[2];
-  size_t s16_n[2];
+  uint16_t *s16[3];
+  size_t s16_n[3];
 } cpu_ctx;
 
 /* Whether [p, p + n) lies in the region [lo, lo + len) (floats). */
@@ -97,6 +97,14 @@ mgt_status cpu_refresh_weights(void *ctx, size_t offset, size_t n);
 /* Frees the weights' 16-bit copies (after a change of format): GEMMs round the weights again
    until the next set_weights. */
 void cpu_drop_copies(cpu_ctx *c);
+/* Native bf16 GEMMs are on: the backend runs bf16 with oneDNN. */
+static inline int cpu_native_on(const cpu_ctx *c) {
+  return c && c->native && c->precision == MGT_PREC_BF16;
+}
+/* dst (same layout) = the bf16 bits of a rows x cols matrix with leading dimension ld. */
+void cpu_to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld);
+/* Scratch slot k (0-2) of native operands, at least n elements. */
+mgt_status cpu_bf16_scratch(cpu_ctx *c, int k, size_t n, uint16_t **out);
 mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
                                 const float *W, int ldw, const float *b, float *pre, float *out);
 mgt_status cpu_add_bias(void *ctx, float *y, const float *b, int N, int C);

@@ -67,7 +67,17 @@ static inline uint16_t bf16_bits(float x) {
   return (uint16_t)(u >> 16);
 }
 
-static void to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld) {
+static void to_bf16_flat(uint16_t *dst, const float *src, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++)
+    dst[i] = bf16_bits(src[i]);
+}
+
+void cpu_to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld) {
+  if (cols == ld || rows == 1) {
+    to_bf16_flat(dst, src, (size_t)(rows - 1) * (size_t)ld + (size_t)cols);
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < rows; i++) {
     const float *s = src + (size_t)i * ld;
@@ -76,6 +86,16 @@ static void to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld)
     for (int j = 0; j < cols; j++)
       d[j] = bf16_bits(s[j]);
   }
+}
+
+mgt_status cpu_bf16_scratch(cpu_ctx *c, int k, size_t n, uint16_t **out) {
+  if (n > c->s16_n[k]) {
+    uint16_t *p = realloc(c->s16[k], n * sizeof(uint16_t));
+    if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for %zu bf16 operands", n);
+    c->s16[k] = p, c->s16_n[k] = n;
+  }
+  *out = c->s16[k];
+  return MGT_OK;
 }
 
 void cpu_drop_copies(cpu_ctx *c) {
@@ -103,11 +123,7 @@ mgt_status cpu_refresh_weights(void *ctx, size_t offset, size_t n) {
               "refresh of weights [%zu, %zu) outside the %zu registered", offset, offset + n,
               c->wn);
   if (c->w16) {
-    for (size_t done = 0; done < n;) { /* rows of at most 2^30, as to_bf16 counts in int */
-      size_t m = n - done < ((size_t)1 << 30) ? n - done : ((size_t)1 << 30);
-      to_bf16(c->w16 + offset + done, c->wbase + offset + done, 1, (int)m, (int)m);
-      done += m;
-    }
+    to_bf16_flat(c->w16 + offset, c->wbase + offset, n);
   } else {
     cpu_round16(c, c->wcopy + offset, c->wbase + offset, n);
   }
@@ -150,13 +166,10 @@ static mgt_status cpu_operand_bf16(cpu_ctx *c, int k, const float *src, int rows
     *out = c->w16 + (src - c->wbase);
     return MGT_OK;
   }
-  if (n > c->s16_n[k]) {
-    uint16_t *p = realloc(c->s16[k], n * sizeof(uint16_t));
-    if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for a %d x %d bf16 operand", rows, cols);
-    c->s16[k] = p, c->s16_n[k] = n;
-  }
-  to_bf16(c->s16[k], src, rows, cols, ld);
-  *out = c->s16[k];
+  uint16_t *p;
+  MGT_CHECK(cpu_bf16_scratch(c, k, n, &p));
+  cpu_to_bf16(p, src, rows, cols, ld);
+  *out = p;
   return MGT_OK;
 }
 

@@ -13,13 +13,8 @@
 
 enum { NATIVE_CACHE = 96 };
 
-typedef struct native_key {
-  int ta, tb, M, N, K, lda, ldb, ldc;
-  float alpha, beta;
-} native_key;
-
 typedef struct native_entry {
-  native_key key;
+  cpu_mm key;
   dnnl_primitive_t prim;
   dnnl_memory_t a, b, c;
   unsigned long long used; /* clock of the last call: the oldest entry is replaced when full */
@@ -81,17 +76,23 @@ void cpu_native_destroy(cpu_native *nat) {
   free(nat);
 }
 
-/* op(A) is M x K and op(B) K x N in row-major storage: a transposed operand is the same matrix
-   read with its strides swapped, which oneDNN's kernels take as they are. */
-static mgt_status entry_make(cpu_native *nat, const native_key *k, native_entry *e) {
+/* A plain GEMM is 2-D, a batched one 4-D (batch, head, rows, columns); the strides say where
+   each element is, so a transposed operand is the same matrix read with its strides swapped,
+   which oneDNN's kernels take as they are. */
+static mgt_status entry_make(cpu_native *nat, const cpu_mm *k, native_entry *e) {
   dnnl_memory_desc_t am, bm, cm;
-  dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
-  dnnl_dims_t as = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1};
-  dnnl_dims_t bs = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1};
-  dnnl_dims_t cs = {k->ldc, 1};
-  DNNL_TRY(dnnl_memory_desc_init_by_strides(&am, 2, ad, dnnl_bf16, as), "the A descriptor");
-  DNNL_TRY(dnnl_memory_desc_init_by_strides(&bm, 2, bd, dnnl_bf16, bs), "the B descriptor");
-  DNNL_TRY(dnnl_memory_desc_init_by_strides(&cm, 2, cd, dnnl_f32, cs), "the C descriptor");
+  const int nd = k->nb == 1 && k->nh == 1 ? 2 : 4, o = 4 - nd;
+  dnnl_dims_t ad = {k->nb, k->nh, k->M, k->K}, bd = {k->nb, k->nh, k->K, k->N};
+  dnnl_dims_t cd = {k->nb, k->nh, k->M, k->N}, as, bs, cs;
+  for (int i = 0; i < 4; i++) {
+    ad[i] = i + o < 4 ? ad[i + o] : 0, bd[i] = i + o < 4 ? bd[i + o] : 0;
+    cd[i] = i + o < 4 ? cd[i + o] : 0;
+    as[i] = i + o < 4 ? k->sa[i + o] : 0, bs[i] = i + o < 4 ? k->sb[i + o] : 0;
+    cs[i] = i + o < 4 ? k->sc[i + o] : 0;
+  }
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(&am, nd, ad, dnnl_bf16, as), "the A descriptor");
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(&bm, nd, bd, dnnl_bf16, bs), "the B descriptor");
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(&cm, nd, cd, dnnl_f32, cs), "the C descriptor");
   dnnl_matmul_desc_t md;
   DNNL_TRY(dnnl_matmul_desc_init(&md, &am, &bm, NULL, &cm), "the matmul descriptor");
   dnnl_primitive_attr_t attr = NULL;
@@ -119,8 +120,8 @@ done:
   if (attr) dnnl_primitive_attr_destroy(attr);
   if (st != MGT_OK) {
     entry_free(e);
-    MGT_FAIL(st, "oneDNN: no bf16 matmul for %d x %d x %d (trans %d%d)", k->M, k->N, k->K, k->ta,
-             k->tb);
+    MGT_FAIL(st, "oneDNN: no bf16 matmul for %d x %d x %d (batch %d x %d)", k->M, k->N, k->K, k->nb,
+             k->nh);
   }
   return MGT_OK;
 }
@@ -128,7 +129,23 @@ done:
 mgt_status cpu_native_gemm(cpu_native *nat, int ta, int tb, int M, int N, int K, float alpha,
                            const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                            float *C, int ldc) {
-  const native_key k = {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
+  cpu_mm k;
+  memset(&k, 0, sizeof k); /* compared as bytes */
+  k.nb = k.nh = 1, k.M = M, k.N = N, k.K = K, k.alpha = alpha, k.beta = beta;
+  k.sa[2] = ta ? 1 : lda, k.sa[3] = ta ? lda : 1;
+  k.sb[2] = tb ? 1 : ldb, k.sb[3] = tb ? ldb : 1;
+  k.sc[2] = ldc, k.sc[3] = 1;
+  return cpu_native_matmul(nat, &k, A, B, C);
+}
+
+mgt_status cpu_native_matmul(cpu_native *nat, const cpu_mm *mm, const uint16_t *A,
+                             const uint16_t *B, float *C) {
+  cpu_mm k;
+  memset(&k, 0, sizeof k);
+  k.nb = mm->nb, k.nh = mm->nh, k.M = mm->M, k.N = mm->N, k.K = mm->K;
+  k.alpha = mm->alpha, k.beta = mm->beta;
+  memcpy(k.sa, mm->sa, sizeof k.sa), memcpy(k.sb, mm->sb, sizeof k.sb);
+  memcpy(k.sc, mm->sc, sizeof k.sc);
   native_entry *e = NULL;
   for (int i = 0; i < nat->n && !e; i++)
     if (!memcmp(&nat->e[i].key, &k, sizeof k)) e = &nat->e[i];
