@@ -162,14 +162,25 @@ print("   available %.0f MiB; fits: %s; 16-bit weights: %s" % (avail, fits or "n
 PY
 done
 grep -q "16-bit weights" "$tmp/fit" && fail "the fp32 trillion-parameter plan counts 16-bit weights"
-"$MPIEXEC" -n 2 "$MGT" train --mock-data $B --micro-batch-size 4 --bf16 --dry-run >"$tmp/fitb" 2>&1
-$PY - "$tmp/fitb" <<'PY' && echo "ok: --bf16 plans 4 bytes of 16-bit weight copies per parameter on the CPU" || fail "16-bit weights in the plan"
+# the copies are floats under emulated bf16 GEMMs (as many bytes as the parameters), bf16 under
+# native ones (half), which the default is where the CPU has bf16 units
+"$MGT" train --mock-data --num-layers 1 --hidden-size 64 --num-attention-heads 4 --train-iters 1 \
+  --bf16 --eval-iters 0 >"$tmp/units" 2>&1
+native=0
+grep -q "bf16 GEMMs on oneDNN" "$tmp/units" && native=1
+for how in "--cpu-gemm emulated:4" ":$((4 - 2 * native))"; do
+  "$MPIEXEC" -n 2 "$MGT" train --mock-data $B --micro-batch-size 4 --bf16 ${how%:*} --dry-run \
+    >"$tmp/fitb" 2>&1
+  $PY - "$tmp/fitb" "${how#*:}" <<'PY' &&
 import re, sys
 t = open(sys.argv[1]).read()
 w = float(re.search(r"^  16-bit weights +([0-9.]+)", t, re.M).group(1))
 p = float(re.search(r"^  parameters +([0-9.]+)", t, re.M).group(1))
-assert abs(w - p) <= 0.1, (w, p)  # floats on the CPU: as many bytes as the parameters
+assert abs(w - p * int(sys.argv[2]) / 4) <= 0.1, (w, p)
 PY
+    echo "ok: --bf16 ${how%:*} plans ${how#*:} bytes of 16-bit weight copies per parameter on the CPU" ||
+    fail "16-bit weights in the plan (${how%:*})"
+done
 
 # ---- refusals ----
 expect "unknown unit" "$MGT" plan $A --gpu-memory 80Gb

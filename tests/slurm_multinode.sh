@@ -218,7 +218,9 @@ fi
 echo "== 3. a node killed: the watchdog, a requeue without it, a resume at another layout"
 MORE="--distributed-timeout-minutes 0.25"
 job=$(submit kill-node 200 --nodes=2-3) || fail "sbatch kill-node"
-wait_iteration "$tmp/kill-node.jsonl" 70 || fail "kill-node: no iteration 70"
+# past the checkpoint of iteration 75 (--save-interval 25): the watchdog does not watch
+# checkpoint I/O, so a node lost inside a save is Slurm's to notice (docs/hpc-guide.md)
+wait_iteration "$tmp/kill-node.jsonl" 77 || fail "kill-node: no iteration 77"
 nodes_kill 3
 killed=$SECONDS
 echo "node3 killed at iteration $(tail -1 "$tmp/kill-node.jsonl" | sed 's/.*"iteration":\([0-9]*\).*/\1/')"
@@ -245,7 +247,7 @@ nodes_start 3 > /dev/null || fail "node3 did not come back"
 echo "== 4. one rank killed: requeued, resumed at the same layout"
 MORE=""
 job=$(submit kill-rank 200 --nodes=2) || fail "sbatch kill-rank"
-wait_iteration "$tmp/kill-rank.jsonl" 70 || fail "kill-rank: no iteration 70"
+wait_iteration "$tmp/kill-rank.jsonl" 77 || fail "kill-rank: no iteration 77"
 victim=$(for p in $(ip netns pids "$(nodes_ns 2)"); do
   [ "$(cat /proc/"$p"/comm 2> /dev/null)" = mgt ] && echo "$p"; done | head -1)
 kill -KILL "$victim"

@@ -46,7 +46,7 @@ typedef struct mgt_gpt_dims {
 /* Bytes one rank needs, computed before anything is allocated. */
 typedef struct mgt_gpt_memory {
   size_t params, grads, optimizer;
-  size_t weight_copies;         /* --bf16/--fp16: the 16-bit weights (floats on CPUs) */
+  size_t weight_copies;         /* --bf16/--fp16: the 16-bit weights (floats when emulated) */
   size_t activations;           /* as configured */
   size_t activations_full;      /* without recomputation */
   size_t activations_recompute; /* with full recomputation, one layer per chunk */

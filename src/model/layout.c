@@ -180,8 +180,11 @@ void mgt_gpt_memory_plan_grid(const mgt_config *cfg, int tp, int dp, mgt_gpt_mem
   }
   const rplan rp = gpt_recompute_plan(cfg, d.L);
   mem->activations = gpt_layout_activations(&probe, &d, &rp) * sizeof(float);
-  if ((cfg->bf16 || cfg->fp16) && !cfg->no_weight_copies) /* set_weights' copy */
-    mem->weight_copies = floats * (cfg->device == MGT_DEVICE_CUDA ? 2 : sizeof(float));
+  /* set_weights' copy: 16 bits on GPUs and in native bf16 on CPUs, floats when emulated */
+  const int native = cfg->device == MGT_DEVICE_CPU && cfg->bf16 &&
+                     cfg->cpu_gemm != MGT_CPU_GEMM_EMULATED && mgt_cpu_bf16_units(NULL, 0);
+  if ((cfg->bf16 || cfg->fp16) && !cfg->no_weight_copies)
+    mem->weight_copies = floats * (cfg->device == MGT_DEVICE_CUDA || native ? 2 : sizeof(float));
   mem->total = mem->params + mem->weight_copies + mem->grads + mem->optimizer + mem->activations;
 }
 
