@@ -142,12 +142,12 @@ static double gemm_rate(int N, int C, int V, mgt_backend *nb) {
           exit(1);
         }
       } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Nn, K, 1.0f, A, K, B, K, 0.0f,
-                    Cm, Nn);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Nn, K, 1.0f, A, K, B, K, 0.0f, Cm,
+                    Nn);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, Nn, 1.0f, Cm, Nn, B, K, 0.0f,
                     A, K);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Nn, K, M, 1.0f, Cm, Nn, A, K, 1.0f,
-                    B, K);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Nn, K, M, 1.0f, Cm, Nn, A, K, 1.0f, B,
+                    K);
       }
       flops += 3.0 * 2.0 * M * Nn * K;
     }
@@ -390,7 +390,8 @@ int main(int argc, char **argv) {
         printf("%s: %.3f of the 256-bit FMA peak, %.3f of the 512-bit FMA peak, %.3f of sgemm, "
                "%.3f of the bf16 dot-product peak, %.3f of native bf16 GEMMs\n",
                names[k], got[k] / r.fma256, r.fma512 > 0 ? got[k] / r.fma512 : 0.0,
-               got[k] / gemm[k], dp > 0 ? got[k] / dp : 0.0, bgemm[k] > 0 ? got[k] / bgemm[k] : 0.0);
+               got[k] / gemm[k], dp > 0 ? got[k] / dp : 0.0,
+               bgemm[k] > 0 ? got[k] / bgemm[k] : 0.0);
   }
   mgt_backend_destroy(&be);
   mgt_grid_destroy(&grid);
