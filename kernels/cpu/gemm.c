@@ -59,7 +59,8 @@ static mgt_status cpu_rounded(cpu_ctx *c, int k, const float *src, int rows, int
   return MGT_OK;
 }
 
-/* The bf16 bits of x rounded as mgt_round_bf16. */
+/* The bf16 bits of x rounded as mgt_round_bf16, branch-free so that the conversion loops
+   vectorize (calling mgt_round_bf16 here made a native step 25% slower). */
 static inline uint16_t bf16_bits(float x) {
   uint32_t u;
   memcpy(&u, &x, sizeof u);
