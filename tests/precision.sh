@@ -7,7 +7,8 @@
 #  - --fp16 from the default scale 2^32 overflows, skips those steps and halves the scale
 #    (after the hysteresis) until it fits, then trains with at most a few more skips;
 #  - with a fixed --loss-scale that fits, fp16 never skips and stays within 2e-2 of fp32;
-#  - native bf16 GEMMs track the emulated ones within 1e-2 over 300 iterations; a CPU without
+#  - native bf16 GEMMs track the emulated ones within 1e-2 over 300 iterations, also with
+#    flash attention's tiles (head dim 32, ragged tiles of 64 keys); a CPU without
 #    bf16 units says so on the layout line and refuses --cpu-gemm native;
 #  - flags that exclude each other are refused.
 set -u
@@ -51,22 +52,29 @@ run dist_nc 4 2 --bf16 --use-distributed-optimizer --overlap-param-gather --over
 ITERS=300 run long_emulated 1 1 --bf16 --cpu-gemm emulated
 ITERS=300 run long_default 1 1 --bf16
 ITERS=300 run long_fp32 1 1
+FLASH=(--use-flash-attn --num-attention-heads 2 --seq-length 96)
+ITERS=300 run long_flash_emulated 1 1 --bf16 --cpu-gemm emulated "${FLASH[@]}"
+ITERS=300 run long_flash_default 1 1 --bf16 "${FLASH[@]}"
+ITERS=300 run long_flash_fp32 1 1 "${FLASH[@]}"
 grep -q "bf16 GEMMs emulated in fp32, as asked" "$tmp/long_emulated.log" ||
   { echo "FAIL: the layout line does not say the GEMMs are emulated as asked"; fails=$((fails + 1)); }
 if grep -q "bf16 GEMMs on oneDNN" "$tmp/long_default.log"; then
   $PY - "$tmp" <<'PY' || fails=$((fails + 1))
 import json, sys
 d = sys.argv[1]
-rows = {k: [json.loads(l) for l in open(f"{d}/long_{k}.jsonl")] for k in ("emulated", "default", "fp32")}
-assert len(rows["default"]) == len(rows["emulated"]) == 300
-gap = max(abs(a["loss"] - b["loss"]) for a, b in zip(rows["default"], rows["emulated"]))
-assert gap <= 1e-2, ("native against emulated bf16 GEMMs", gap)
-far = max(abs(a["loss"] - b["loss"]) for a, b in zip(rows["default"], rows["fp32"]))
-assert far <= 2e-2, ("native bf16 GEMMs against fp32", far)
-same = sum(a["loss"] == b["loss"] for a, b in zip(rows["default"], rows["emulated"]))
-assert same < 300, "native and emulated runs are the same: one of them is not what it says"
-print(f"ok: native bf16 GEMMs track the emulated ones within {gap:.1e} over 300 iterations "
-      f"({far:.1e} from fp32; loss {rows['default'][0]['loss']:.3f} -> {rows['default'][-1]['loss']:.3f})")
+for kind in ("", "flash_"):
+    rows = {k: [json.loads(l) for l in open(f"{d}/long_{kind}{k}.jsonl")]
+            for k in ("emulated", "default", "fp32")}
+    assert len(rows["default"]) == len(rows["emulated"]) == 300
+    gap = max(abs(a["loss"] - b["loss"]) for a, b in zip(rows["default"], rows["emulated"]))
+    assert gap <= 1e-2, (kind + "native against emulated bf16 GEMMs", gap)
+    far = max(abs(a["loss"] - b["loss"]) for a, b in zip(rows["default"], rows["fp32"]))
+    assert far <= 2e-2, (kind + "native bf16 GEMMs against fp32", far)
+    same = sum(a["loss"] == b["loss"] for a, b in zip(rows["default"], rows["emulated"]))
+    assert same < 300, kind + "native and emulated runs are the same: one is not what it says"
+    print(f"ok: native bf16 GEMMs{' and flash tiles' if kind else ''} track the emulated ones "
+          f"within {gap:.1e} over 300 iterations ({far:.1e} from fp32; "
+          f"loss {rows['default'][0]['loss']:.3f} -> {rows['default'][-1]['loss']:.3f})")
 PY
 else
   grep -q "bf16 GEMMs emulated in fp32: " "$tmp/long_default.log" ||

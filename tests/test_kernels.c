@@ -1279,68 +1279,78 @@ static void test_flash_attention_16(void) {
   const int32_t lens[5][2] = {{1, 1}, {17, 5}, {150, 77}, {64, 1}, {33, 1}};
   const float drops[] = {0.0f, 0.3f};
   const double rtol = 4e-5, atol = 1e-6;
-  for (int prec = MGT_PREC_BF16; prec <= MGT_PREC_FP16; prec++)
-    for (int masked = 0; masked < 2; masked++)
-      for (size_t s = 0; s < 5; s++)
-        for (int di = 0; di < 2; di++) {
-          const int B = shapes[s][0], T = shapes[s][1], Hl = shapes[s][2], hd = shapes[s][3];
-          const int off = shapes[s][4], Cl = Hl * hd;
-          const int32_t *kl = masked ? lens[s] : NULL;
-          mgt_dropout d = {drops[di], 99, 1000, 3, MGT_DROPOUT_ATTN, 0};
-          const size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl,
-                       nl = (size_t)B * Hl * T;
-          float *qkv = fa(nq), *dout = fa(no), *out = fa(no), *lse = fa(nl), *dqkv = fa(nq),
-                *zero = fa(no);
-          double *ro = da(no), *ob = da(no), *oa = da(no), *rl = da(nl), *g = da(nq), *gb = da(nq),
-                 *ga = da(nq);
-          f16_fill_grid(qkv, nq, prec);
-          f16_fill_grid(dout, no, prec);
-          const f16_case c = {B, T, Hl, hd, off, prec, kl, &d};
-          char what[128];
-          snprintf(what, sizeof what, "%s flash B%d T%d Hl%d hd%d %s drop %.1f",
-                   prec == MGT_PREC_BF16 ? "bf16" : "fp16", B, T, Hl, hd,
-                   masked ? "masked" : "causal", (double)d.p);
-          T_OK(mgt_be_set_precision(be, (mgt_precision)prec));
-          T_OK(mgt_be_flash_attention_forward(be, out, lse, qkv, B, T, Hl, hd, off, kl, &d));
-          f16_forward_ref(&c, qkv, ro, ob, oa, rl);
-          char w2[160];
-          snprintf(w2, sizeof w2, "%s out", what);
-          f16_close(w2, out, ro, ob, oa, no, rtol, atol);
-          snprintf(w2, sizeof w2, "%s lse", what);
-          T_CLOSE(w2, lse, rl, nl, 2e-5, 2e-6);
-          for (int from_zero = 0; from_zero < 2; from_zero++) {
-            const float *o = from_zero ? zero : out;
-            T_OK(mgt_be_flash_attention_backward(be, dqkv, dout, qkv, o, lse, B, T, Hl, hd, off, kl,
-                                                 &d));
-            f16_backward_ref(&c, qkv, dout, o, lse, g, gb, ga);
-            snprintf(w2, sizeof w2, "%s dqkv%s", what, from_zero ? " (out = 0)" : "");
-            f16_close(w2, dqkv, g, gb, ga, nq, rtol, atol);
+  mgt_backend *nb = NULL; /* native bf16 tiles (oneDNN) keep the same contract */
+  if (mgt_cpu_bf16_units(NULL, 0)) {
+    T_OK(mgt_backend_cpu_create(&nb));
+    T_OK(mgt_backend_cpu_native(nb, 1));
+  }
+  for (int nat = 0; nat < 2; nat++)
+    for (int prec = MGT_PREC_BF16; prec <= MGT_PREC_FP16; prec++)
+      for (int masked = 0; masked < 2; masked++)
+        for (size_t s = 0; s < 5; s++)
+          for (int di = 0; di < 2; di++) {
+            if (nat && (!nb || prec != MGT_PREC_BF16)) continue;
+            mgt_backend *tb = nat ? nb : be;
+            const int B = shapes[s][0], T = shapes[s][1], Hl = shapes[s][2], hd = shapes[s][3];
+            const int off = shapes[s][4], Cl = Hl * hd;
+            const int32_t *kl = masked ? lens[s] : NULL;
+            mgt_dropout d = {drops[di], 99, 1000, 3, MGT_DROPOUT_ATTN, 0};
+            const size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl,
+                         nl = (size_t)B * Hl * T;
+            float *qkv = fa(nq), *dout = fa(no), *out = fa(no), *lse = fa(nl), *dqkv = fa(nq),
+                  *zero = fa(no);
+            double *ro = da(no), *ob = da(no), *oa = da(no), *rl = da(nl), *g = da(nq),
+                   *gb = da(nq), *ga = da(nq);
+            f16_fill_grid(qkv, nq, prec);
+            f16_fill_grid(dout, no, prec);
+            const f16_case c = {B, T, Hl, hd, off, prec, kl, &d};
+            char what[128];
+            snprintf(what, sizeof what, "%s%s flash B%d T%d Hl%d hd%d %s drop %.1f",
+                     nat ? "native " : "", prec == MGT_PREC_BF16 ? "bf16" : "fp16", B, T, Hl, hd,
+                     masked ? "masked" : "causal", (double)d.p);
+            T_OK(mgt_be_set_precision(tb, (mgt_precision)prec));
+            T_OK(mgt_be_flash_attention_forward(tb, out, lse, qkv, B, T, Hl, hd, off, kl, &d));
+            f16_forward_ref(&c, qkv, ro, ob, oa, rl);
+            char w2[160];
+            snprintf(w2, sizeof w2, "%s out", what);
+            f16_close(w2, out, ro, ob, oa, no, rtol, atol);
+            snprintf(w2, sizeof w2, "%s lse", what);
+            T_CLOSE(w2, lse, rl, nl, 2e-5, 2e-6);
+            for (int from_zero = 0; from_zero < 2; from_zero++) {
+              const float *o = from_zero ? zero : out;
+              T_OK(mgt_be_flash_attention_backward(tb, dqkv, dout, qkv, o, lse, B, T, Hl, hd, off,
+                                                   kl, &d));
+              f16_backward_ref(&c, qkv, dout, o, lse, g, gb, ga);
+              snprintf(w2, sizeof w2, "%s dqkv%s", what, from_zero ? " (out = 0)" : "");
+              f16_close(w2, dqkv, g, gb, ga, nq, rtol, atol);
+            }
+            T_OK(mgt_be_set_precision(tb, MGT_PREC_FP32));
+            if (prec == MGT_PREC_BF16 &&
+                !nat) { /* fp32 on these head dims: the existing reference */
+              const int H = off + Hl;
+              float *P = fa((size_t)B * Hl * T * T), *scr = fa((size_t)B * Hl * T * T),
+                    *mo = fa(no), *md = fa(nq);
+              double *Q = da(nq), *r32 = da(no), *g32 = da(nq);
+              to_double(qkv, Q, nq);
+              const att_ctx ac = {B, T, Hl, hd, off, &d, NULL, kl};
+              att_ref(Q, &ac, r32, NULL);
+              T_OK(mgt_be_flash_attention_forward(be, out, lse, qkv, B, T, Hl, hd, off, kl, &d));
+              snprintf(w2, sizeof w2, "fp32 flash B%d T%d hd%d out", B, T, hd);
+              T_CLOSE(w2, out, r32, no, 1e-5, 1e-4);
+              T_OK(mgt_be_flash_attention_backward(be, dqkv, dout, qkv, out, lse, B, T, Hl, hd, off,
+                                                   kl, &d));
+              T_OK(mgt_be_attention_forward(be, mo, P, qkv, B, T, Hl, hd, off, H, kl, &d, scr));
+              T_OK(mgt_be_attention_backward(be, md, dout, qkv, P, B, T, Hl, hd, off, H, kl, &d,
+                                             scr));
+              to_double(md, g32, nq);
+              snprintf(w2, sizeof w2, "fp32 flash B%d T%d hd%d dqkv (materialized kernel)", B, T,
+                       hd);
+              T_CLOSE(w2, dqkv, g32, nq, 1e-4, 1e-3);
+              free(P), free(scr), free(mo), free(md), free(Q), free(r32), free(g32);
+            }
+            free(qkv), free(dout), free(out), free(lse), free(dqkv), free(zero), free(ro), free(ob),
+                free(oa), free(rl), free(g), free(gb), free(ga);
           }
-          T_OK(mgt_be_set_precision(be, MGT_PREC_FP32));
-          if (prec == MGT_PREC_BF16) { /* fp32 on these head dims: the existing reference */
-            const int H = off + Hl;
-            float *P = fa((size_t)B * Hl * T * T), *scr = fa((size_t)B * Hl * T * T), *mo = fa(no),
-                  *md = fa(nq);
-            double *Q = da(nq), *r32 = da(no), *g32 = da(nq);
-            to_double(qkv, Q, nq);
-            const att_ctx ac = {B, T, Hl, hd, off, &d, NULL, kl};
-            att_ref(Q, &ac, r32, NULL);
-            T_OK(mgt_be_flash_attention_forward(be, out, lse, qkv, B, T, Hl, hd, off, kl, &d));
-            snprintf(w2, sizeof w2, "fp32 flash B%d T%d hd%d out", B, T, hd);
-            T_CLOSE(w2, out, r32, no, 1e-5, 1e-4);
-            T_OK(mgt_be_flash_attention_backward(be, dqkv, dout, qkv, out, lse, B, T, Hl, hd, off,
-                                                 kl, &d));
-            T_OK(mgt_be_attention_forward(be, mo, P, qkv, B, T, Hl, hd, off, H, kl, &d, scr));
-            T_OK(
-                mgt_be_attention_backward(be, md, dout, qkv, P, B, T, Hl, hd, off, H, kl, &d, scr));
-            to_double(md, g32, nq);
-            snprintf(w2, sizeof w2, "fp32 flash B%d T%d hd%d dqkv (materialized kernel)", B, T, hd);
-            T_CLOSE(w2, dqkv, g32, nq, 1e-4, 1e-3);
-            free(P), free(scr), free(mo), free(md), free(Q), free(r32), free(g32);
-          }
-          free(qkv), free(dout), free(out), free(lse), free(dqkv), free(zero), free(ro), free(ob),
-              free(oa), free(rl), free(g), free(gb), free(ga);
-        }
 
   /* plain random inputs: bf16/fp16 against fp32 (hd 64), and hd 48 (no tensor-core kernel) */
   const int B = 2, T = 150, Hl = 2;
@@ -1380,6 +1390,7 @@ static void test_flash_attention_16(void) {
     }
     free(qkv), free(dout), free(o32), free(l32), free(g32), free(o16), free(l16), free(g16);
   }
+  mgt_backend_destroy(&nb);
 }
 
 /* Materialized attention with native bf16 products (Q, K, V, the dropped probabilities, dO

@@ -34,6 +34,9 @@ static void cpu_destroy(void *ctx) {
   cpu_drop_copies(c);
 #ifdef MGT_HAVE_ONEDNN
   cpu_native_destroy(c->nat);
+  for (int t = 0; t < c->tnat_n; t++)
+    cpu_native_destroy(c->tnat[t]);
+  free(c->tnat);
 #endif
   mgt_free(c);
 }

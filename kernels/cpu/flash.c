@@ -32,10 +32,14 @@
 #include "cblas_any.h"
 #include <float.h>
 #include <math.h>
+#include <omp.h>
 
 #include "cpu.h"
 #include "mgt/rng.h"
 #include "philox.h"
+#ifdef MGT_HAVE_ONEDNN
+#include "native.h"
+#endif
 
 enum { BR = 64, BC = 64 }; /* query rows and keys per tile */
 
@@ -51,6 +55,17 @@ typedef struct head_view {
 
 typedef float (*rounder)(float);
 
+/* How one thread multiplies its tiles: in fp32 (rnd NULL), or with the operands rounded as
+   above, either held in floats and multiplied by sgemm (the emulation) or, under native bf16
+   GEMMs, held as bf16 and multiplied on the CPU's bf16 units by this thread's own oneDNN
+   primitives (a native.c cache serves one thread). The two differ only in the order of the
+   fp32 sums. */
+typedef struct tiles {
+  rounder rnd;
+  struct cpu_native *nat;
+  int failed;
+} tiles;
+
 /* The 16-bit rounding of the contract above, or NULL for fp32. */
 static rounder rounding_of(const void *ctx, int hd) {
   const cpu_ctx *c = ctx;
@@ -58,26 +73,83 @@ static rounder rounding_of(const void *ctx, int hd) {
   return c->precision == MGT_PREC_BF16 ? mgt_round_bf16 : mgt_round_fp16;
 }
 
+/* Whether the tiles run native (then c->tnat holds every thread's oneDNN state). */
+static mgt_status native_tiles(void *ctx, int hd, int *on) {
+  *on = 0;
+#ifdef MGT_HAVE_ONEDNN
+  if (cpu_native_on(ctx) && cpu_flash16_hd(hd)) {
+    MGT_CHECK(cpu_native_threads(ctx));
+    *on = 1;
+  }
+#endif
+  return MGT_OK;
+}
+
+static tiles tiles_of(const void *ctx, int hd, int native) {
+  tiles t = {rounding_of(ctx, hd), NULL, 0};
+  const cpu_ctx *c = ctx;
+  const int tid = omp_get_thread_num();
+  if (native && tid < c->tnat_n) t.nat = c->tnat[tid];
+  return t;
+}
+
 /* n rows of hd floats (stride ld) as a tensor core reads them: x itself in fp32 (so that the
-   fp32 GEMMs are the very calls they were), else rounded into buf (n, hd; stride hd). */
-static const float *operand(float *buf, const float *x, int ld, int n, int hd, rounder rnd,
-                            int *ld_out) {
-  if (!rnd) {
+   fp32 GEMMs are the very calls they were), else rounded (n, hd; stride hd) into f as floats
+   or, native, into h as bf16 bits. */
+typedef struct tile_buf {
+  float *f;
+  uint16_t *h;
+} tile_buf;
+
+static const void *operand(const tiles *t, tile_buf buf, const float *x, int ld, int n, int hd,
+                           int *ld_out) {
+  if (!t->rnd) {
     *ld_out = ld;
     return x;
   }
+  *ld_out = hd;
+  if (t->nat) {
+    uint16_t *h = buf.h;
+    for (int r = 0; r < n; r++)
+      for (int e = 0; e < hd; e++)
+        h[(size_t)r * hd + e] = cpu_bf16_bits(x[(size_t)r * ld + e]);
+    return h;
+  }
+  float *f = buf.f;
   for (int r = 0; r < n; r++)
     for (int e = 0; e < hd; e++)
-      buf[(size_t)r * hd + e] = rnd(x[(size_t)r * ld + e]);
-  *ld_out = hd;
+      f[(size_t)r * hd + e] = t->rnd(x[(size_t)r * ld + e]);
+  return f;
+}
+
+/* nr rows of a tile (stride BC) as an operand: the floats as they are (rounded already when
+   emulated), or their bf16 bits in buf (native; the conversion rounds as rnd). */
+static const void *tile_operand(const tiles *t, uint16_t *buf, const float *x, int nr, int nc) {
+  if (!t->nat) return x;
+  for (int r = 0; r < nr; r++)
+    for (int c = 0; c < nc; c++)
+      buf[r * BC + c] = cpu_bf16_bits(x[r * BC + c]);
   return buf;
 }
 
+/* C = alpha op(A) op(B) + beta C of two operands from operand or tile_operand. */
+static void tile_gemm(tiles *t, int ta, int tb, int M, int N, int K, float alpha, const void *A,
+                      int lda, const void *B, int ldb, float beta, float *C, int ldc) {
+#ifdef MGT_HAVE_ONEDNN
+  if (t->nat) {
+    if (cpu_native_gemm(t->nat, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) != MGT_OK)
+      t->failed = 1;
+    return;
+  }
+#endif
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* s (nr, nc; stride BC) = scale * q k^T of nr query rows q and nc key rows k */
-static void scores(float *s, const float *q, int lq, int nr, const float *k, int lk, int nc, int hd,
-                   float scale) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hd, scale, q, lq, k, lk, 0.0f, s,
-              BC);
+static void scores(tiles *t, float *s, const void *q, int lq, int nr, const void *k, int lk, int nc,
+                   int hd, float scale) {
+  tile_gemm(t, 0, 1, nr, nc, hd, scale, q, lq, k, lk, 0.0f, s, BC);
 }
 
 /* The last key any of rows [i0, i0 + nr) sees, plus one. */
@@ -90,20 +162,26 @@ mgt_status cpu_flash_attention_forward(void *ctx, float *out, float *lse, const 
                                        const int32_t *keylen, const mgt_dropout *d) {
   const cpu_att A = cpu_att_of(Hl, hd, d);
   const rounder rnd = rounding_of(ctx, hd);
-#pragma omp parallel for collapse(2) schedule(static)
+  int native, failed = 0;
+  MGT_CHECK(native_tiles(ctx, hd, &native));
+#pragma omp parallel for collapse(2) schedule(static) reduction(| : failed)
   for (int b = 0; b < B; b++)
     for (int hh = 0; hh < Hl; hh++) {
+      tiles t = tiles_of(ctx, hd, native);
       const float *q = qkv + (size_t)b * T * A.ld + (size_t)hh * hd;
       const head_view h = {q, q + A.Cl, q + 2 * A.Cl, A.ld, T, hd};
       float *o = out + (size_t)b * T * A.Cl + (size_t)hh * hd;
       float *L = lse + ((size_t)b * Hl + hh) * T;
       float s[BR * BC], m[BR], l[BR];
-      float qb[rnd ? BR * HD16 : 1], kb[rnd ? BC * HD16 : 1], vb[rnd ? BC * HD16 : 1];
+      const int nf = rnd && !native ? BR * HD16 : 1, nh = native ? BR * HD16 : 1;
+      float qf[nf], kf[nf], vf[nf];
+      uint16_t qh[nh], kh[nh], vh[nh], p16[native ? BR * BC : 1];
+      const tile_buf qb = {qf, qh}, kb = {kf, kh}, vb = {vf, vh};
       uint8_t keep[BC];
       for (int i0 = 0; i0 < T; i0 += BR) {
         const int nr = T - i0 < BR ? T - i0 : BR, jend = tile_keys(keylen, b, T, i0, nr);
         int lq, lk, lv;
-        const float *qt = operand(qb, h.q + (size_t)i0 * A.ld, A.ld, nr, hd, rnd, &lq);
+        const void *qt = operand(&t, qb, h.q + (size_t)i0 * A.ld, A.ld, nr, hd, &lq);
         for (int r = 0; r < nr; r++) {
           m[r] = -FLT_MAX, l[r] = 0.0f;
           for (int e = 0; e < hd; e++)
@@ -111,8 +189,8 @@ mgt_status cpu_flash_attention_forward(void *ctx, float *out, float *lse, const 
         }
         for (int j0 = 0; j0 < jend; j0 += BC) {
           const int nc = jend - j0 < BC ? jend - j0 : BC;
-          const float *kt = operand(kb, h.k + (size_t)j0 * A.ld, A.ld, nc, hd, rnd, &lk);
-          scores(s, qt, lq, nr, kt, lk, nc, hd, A.scale);
+          const void *kt = operand(&t, kb, h.k + (size_t)j0 * A.ld, A.ld, nc, hd, &lk);
+          scores(&t, s, qt, lq, nr, kt, lk, nc, hd, A.scale);
           for (int r = 0; r < nr; r++) {
             float *sr = s + (size_t)r * BC, *orow = o + (size_t)(i0 + r) * A.Cl;
             int valid = keys_of(keylen, b, T, i0 + r) - j0;
@@ -136,13 +214,13 @@ mgt_status cpu_flash_attention_forward(void *ctx, float *out, float *lse, const 
               for (int c = 0; c < valid; c++)
                 sr[c] = keep[c] ? sr[c] * A.dscale : 0.0f;
             }
-            if (rnd) /* P as the tensor core's operand, after l took the exact sum */
+            if (rnd && !t.nat) /* P as the tensor core's operand, after l took the exact sum */
               for (int c = 0; c < valid; c++)
                 sr[c] = rnd(sr[c]);
           }
-          const float *vt = operand(vb, h.v + (size_t)j0 * A.ld, A.ld, nc, hd, rnd, &lv);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hd, nc, 1.0f, s, BC, vt, lv,
-                      1.0f, o + (size_t)i0 * A.Cl, A.Cl);
+          const void *vt = operand(&t, vb, h.v + (size_t)j0 * A.ld, A.ld, nc, hd, &lv);
+          tile_gemm(&t, 0, 0, nr, hd, nc, 1.0f, tile_operand(&t, p16, s, nr, nc), BC, vt, lv, 1.0f,
+                    o + (size_t)i0 * A.Cl, A.Cl);
         }
         for (int r = 0; r < nr; r++) {
           const float inv = 1.0f / l[r];
@@ -151,7 +229,9 @@ mgt_status cpu_flash_attention_forward(void *ctx, float *out, float *lse, const 
           L[i0 + r] = m[r] + logf(l[r]);
         }
       }
+      failed |= t.failed;
     }
+  if (failed) MGT_FAIL(MGT_ERR_BACKEND, "oneDNN: a bf16 flash-attention tile failed");
   return MGT_OK;
 }
 
@@ -161,9 +241,12 @@ mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dou
                                         const mgt_dropout *d) {
   const cpu_att A = cpu_att_of(Hl, hd, d);
   const rounder rnd = rounding_of(ctx, hd);
-#pragma omp parallel for collapse(2) schedule(static)
+  int native, failed = 0;
+  MGT_CHECK(native_tiles(ctx, hd, &native));
+#pragma omp parallel for collapse(2) schedule(static) reduction(| : failed)
   for (int b = 0; b < B; b++)
     for (int hh = 0; hh < Hl; hh++) {
+      tiles t = tiles_of(ctx, hd, native);
       const float *q = qkv + (size_t)b * T * A.ld + (size_t)hh * hd;
       const head_view h = {q, q + A.Cl, q + 2 * A.Cl, A.ld, T, hd};
       const float *o = out + (size_t)b * T * A.Cl + (size_t)hh * hd;
@@ -172,8 +255,10 @@ mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dou
       float *dq = dqkv + (size_t)b * T * A.ld + (size_t)hh * hd, *dk = dq + A.Cl,
             *dv = dq + 2 * A.Cl;
       float s[BR * BC], pd[BR * BC], dp[BR * BC], D[BR];
-      float qb[rnd ? BR * HD16 : 1], ob[rnd ? BR * HD16 : 1], kb[rnd ? BC * HD16 : 1],
-          vb[rnd ? BC * HD16 : 1];
+      const int nf = rnd && !native ? BR * HD16 : 1, nh = native ? BR * HD16 : 1;
+      float qf[nf], of[nf], kf[nf], vf[nf];
+      uint16_t qh[nh], oh[nh], kh[nh], vh[nh], p16[native ? BR * BC : 1], s16[native ? BR * BC : 1];
+      const tile_buf qb = {qf, qh}, ob = {of, oh}, kb = {kf, kh}, vb = {vf, vh};
       uint8_t keep[BC];
       for (int i = 0; i < T; i++)
         for (int e = 0; e < hd; e++)
@@ -188,16 +273,15 @@ mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dou
           D[r] = acc;
         }
         int lq, lo, lk, lv;
-        const float *qt = operand(qb, h.q + (size_t)i0 * A.ld, A.ld, nr, hd, rnd, &lq);
-        const float *ot = operand(ob, dO + (size_t)i0 * A.Cl, A.Cl, nr, hd, rnd, &lo);
+        const void *qt = operand(&t, qb, h.q + (size_t)i0 * A.ld, A.ld, nr, hd, &lq);
+        const void *ot = operand(&t, ob, dO + (size_t)i0 * A.Cl, A.Cl, nr, hd, &lo);
         for (int j0 = 0; j0 < jend; j0 += BC) {
           const int nc = jend - j0 < BC ? jend - j0 : BC;
-          const float *kt = operand(kb, h.k + (size_t)j0 * A.ld, A.ld, nc, hd, rnd, &lk);
-          const float *vt = operand(vb, h.v + (size_t)j0 * A.ld, A.ld, nc, hd, rnd, &lv);
-          scores(s, qt, lq, nr, kt, lk, nc, hd, A.scale);
-          /* dPd = dO_i V_j^T */
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hd, 1.0f, ot, lo, vt, lv,
-                      0.0f, dp, BC);
+          const void *kt = operand(&t, kb, h.k + (size_t)j0 * A.ld, A.ld, nc, hd, &lk);
+          const void *vt = operand(&t, vb, h.v + (size_t)j0 * A.ld, A.ld, nc, hd, &lv);
+          scores(&t, s, qt, lq, nr, kt, lk, nc, hd, A.scale);
+          tile_gemm(&t, 0, 1, nr, nc, hd, 1.0f, ot, lo, vt, lv, 0.0f, dp,
+                    BC); /* dPd = dO_i V_j^T */
           for (int r = 0; r < nr; r++) {
             float *sr = s + (size_t)r * BC, *pr = pd + (size_t)r * BC, *gr = dp + (size_t)r * BC;
             int valid = keys_of(keylen, b, T, i0 + r) - j0;
@@ -210,21 +294,22 @@ mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dou
               pr[c] = p * kd;                            /* the dropped probability */
               sr[c] = p * (gr[c] * kd - D[r]) * A.scale; /* dS */
             }
-            if (rnd) /* the two as tensor-core operands */
+            if (rnd && !t.nat) /* the two as tensor-core operands */
               for (int c = 0; c < valid; c++)
                 pr[c] = rnd(pr[c]), sr[c] = rnd(sr[c]);
             for (int c = valid; c < nc; c++)
               pr[c] = sr[c] = 0.0f;
           }
           /* dV_j += Pd^T dO_i, dQ_i += dS K_j, dK_j += dS^T Q_i */
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, hd, nr, 1.0f, pd, BC, ot, lo,
-                      1.0f, dv + (size_t)j0 * A.ld, A.ld);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hd, nc, 1.0f, s, BC, kt, lk,
-                      1.0f, dq + (size_t)i0 * A.ld, A.ld);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, hd, nr, 1.0f, s, BC, qt, lq,
-                      1.0f, dk + (size_t)j0 * A.ld, A.ld);
+          const void *pt = tile_operand(&t, p16, pd, nr, nc),
+                     *st = tile_operand(&t, s16, s, nr, nc);
+          tile_gemm(&t, 1, 0, nc, hd, nr, 1.0f, pt, BC, ot, lo, 1.0f, dv + (size_t)j0 * A.ld, A.ld);
+          tile_gemm(&t, 0, 0, nr, hd, nc, 1.0f, st, BC, kt, lk, 1.0f, dq + (size_t)i0 * A.ld, A.ld);
+          tile_gemm(&t, 1, 0, nc, hd, nr, 1.0f, st, BC, qt, lq, 1.0f, dk + (size_t)j0 * A.ld, A.ld);
         }
       }
+      failed |= t.failed;
     }
+  if (failed) MGT_FAIL(MGT_ERR_BACKEND, "oneDNN: a bf16 flash-attention tile failed");
   return MGT_OK;
 }

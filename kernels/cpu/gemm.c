@@ -2,6 +2,7 @@
    same numbers a GPU's half-precision GEMM multiplies. Native bf16 GEMMs (native.c) take the
    same rounded numbers as bf16 and accumulate in fp32 on the CPU's bf16 units. */
 #include "cblas_any.h"
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -59,19 +60,10 @@ static mgt_status cpu_rounded(cpu_ctx *c, int k, const float *src, int rows, int
   return MGT_OK;
 }
 
-/* The bf16 bits of x rounded as mgt_round_bf16, branch-free so that the conversion loops
-   vectorize (calling mgt_round_bf16 here made a native step 25% slower). */
-static inline uint16_t bf16_bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  if ((u & 0x7F800000u) != 0x7F800000u) u += 0x7FFFu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
 static void to_bf16_flat(uint16_t *dst, const float *src, size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++)
-    dst[i] = bf16_bits(src[i]);
+    dst[i] = cpu_bf16_bits(src[i]);
 }
 
 void cpu_to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld) {
@@ -85,7 +77,7 @@ void cpu_to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld) {
     uint16_t *d = dst + (size_t)i * ld;
 #pragma omp simd
     for (int j = 0; j < cols; j++)
-      d[j] = bf16_bits(s[j]);
+      d[j] = cpu_bf16_bits(s[j]);
   }
 }
 
@@ -171,6 +163,17 @@ static mgt_status cpu_operand_bf16(cpu_ctx *c, int k, const float *src, int rows
   MGT_CHECK(cpu_bf16_scratch(c, k, n, &p));
   cpu_to_bf16(p, src, rows, cols, ld);
   *out = p;
+  return MGT_OK;
+}
+
+mgt_status cpu_native_threads(cpu_ctx *c) {
+  const int n = omp_get_max_threads();
+  if (n <= c->tnat_n) return MGT_OK;
+  struct cpu_native **t = realloc(c->tnat, (size_t)n * sizeof *t);
+  if (!t) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for %d threads' bf16 GEMM state", n);
+  c->tnat = t;
+  for (; c->tnat_n < n; c->tnat_n++)
+    MGT_CHECK(cpu_native_create(&c->tnat[c->tnat_n]));
   return MGT_OK;
 }
 

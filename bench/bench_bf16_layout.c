@@ -1,0 +1,172 @@
+/* The two choices behind native bf16 GEMMs on the CPU (kernels/cpu/native.c, flash.c), measured
+   with oneDNN's matmul primitive on GPT-2 124M's weight shapes:
+   - weights in the plain layout the trainer keeps, against oneDNN's own packed layout
+     (format "any") plus the reorder into it that each use costs when a weight changes every
+     step and is multiplied once per orientation (forward; data gradient);
+   - one 64 x 64 x 64 tile product per call from every OpenMP thread at once, each with its own
+     primitive (flash attention's tiles), against OpenBLAS's sgemm on the same tiles.
+   Usage: OMP_NUM_THREADS=N bench_bf16_layout */
+#define _POSIX_C_SOURCE 200809L
+#include "cblas_any.h"
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void check(dnnl_status_t s, const char *what) {
+  if (s == dnnl_success) return;
+  fprintf(stderr, "bench_bf16_layout: oneDNN: %s failed (status %d)\n", what, (int)s);
+  exit(1);
+}
+
+static double run_ms(dnnl_primitive_t p, dnnl_stream_t st, int nargs, const dnnl_exec_arg_t *a,
+                     int reps) {
+  check(dnnl_primitive_execute(p, st, nargs, a), "a warm-up");
+  check(dnnl_stream_wait(st), "waiting");
+  const double t0 = now();
+  for (int i = 0; i < reps; i++)
+    check(dnnl_primitive_execute(p, st, nargs, a), "a timed call");
+  check(dnnl_stream_wait(st), "waiting");
+  return (now() - t0) / reps * 1e3;
+}
+
+/* y (M x N) = x (M x K) B, B (K x N) the weight read as W^T (W is N x K) or as W (K x N). */
+static void layout(dnnl_engine_t eng, dnnl_stream_t st, int M, int N, int K, int wt, double *plain,
+                   double *packed) {
+  dnnl_memory_desc_t am, bm, cm, anym;
+  dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N}, as = {K, 1}, cs = {N, 1};
+  dnnl_dims_t bs = {wt ? 1 : N, wt ? K : 1};
+  check(dnnl_memory_desc_init_by_strides(&am, 2, ad, dnnl_bf16, as), "x");
+  check(dnnl_memory_desc_init_by_strides(&bm, 2, bd, dnnl_bf16, bs), "W");
+  check(dnnl_memory_desc_init_by_strides(&cm, 2, cd, dnnl_f32, cs), "y");
+  check(dnnl_memory_desc_init_by_tag(&anym, 2, bd, dnnl_bf16, dnnl_format_tag_any), "W any");
+  dnnl_matmul_desc_t md;
+  dnnl_primitive_desc_t pd1, pd2, rpd;
+  dnnl_primitive_t p1, p2, r;
+  check(dnnl_matmul_desc_init(&md, &am, &bm, NULL, &cm), "plain matmul");
+  check(dnnl_primitive_desc_create(&pd1, &md, NULL, eng, NULL), "plain matmul");
+  check(dnnl_primitive_create(&p1, pd1), "plain matmul");
+  check(dnnl_matmul_desc_init(&md, &am, &anym, NULL, &cm), "packed matmul");
+  check(dnnl_primitive_desc_create(&pd2, &md, NULL, eng, NULL), "packed matmul");
+  check(dnnl_primitive_create(&p2, pd2), "packed matmul");
+  const dnnl_memory_desc_t *pm = dnnl_primitive_desc_query_md(pd2, dnnl_query_weights_md, 0);
+  check(dnnl_reorder_primitive_desc_create(&rpd, &bm, eng, pm, eng, NULL), "reorder");
+  check(dnnl_primitive_create(&r, rpd), "reorder");
+  dnnl_memory_t x, w, y, wp;
+  check(dnnl_memory_create(&x, &am, eng, DNNL_MEMORY_ALLOCATE), "x");
+  check(dnnl_memory_create(&w, &bm, eng, DNNL_MEMORY_ALLOCATE), "W");
+  check(dnnl_memory_create(&y, &cm, eng, DNNL_MEMORY_ALLOCATE), "y");
+  check(dnnl_memory_create(&wp, pm, eng, DNNL_MEMORY_ALLOCATE), "packed W");
+  void *h;
+  check(dnnl_memory_get_data_handle(x, &h), "x");
+  for (size_t i = 0; i < (size_t)M * K; i++)
+    ((uint16_t *)h)[i] = 0x3f80; /* 1.0 */
+  check(dnnl_memory_get_data_handle(w, &h), "W");
+  for (size_t i = 0; i < (size_t)K * N; i++)
+    ((uint16_t *)h)[i] = 0x3c00; /* 2^-7 */
+  const int reps = M * (double)N * K > 1e10 ? 3 : 10;
+  dnnl_exec_arg_t a1[3] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, y}};
+  dnnl_exec_arg_t a2[3] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, wp}, {DNNL_ARG_DST, y}};
+  dnnl_exec_arg_t ar[2] = {{DNNL_ARG_FROM, w}, {DNNL_ARG_TO, wp}};
+  *plain = run_ms(p1, st, 3, a1, reps);
+  *packed = run_ms(r, st, 2, ar, reps) + run_ms(p2, st, 3, a2, reps);
+  dnnl_memory_destroy(x), dnnl_memory_destroy(w), dnnl_memory_destroy(y), dnnl_memory_destroy(wp);
+  dnnl_primitive_destroy(p1), dnnl_primitive_destroy(p2), dnnl_primitive_destroy(r);
+  dnnl_primitive_desc_destroy(pd1), dnnl_primitive_desc_destroy(pd2);
+  dnnl_primitive_desc_destroy(rpd);
+}
+
+/* GFLOP/s per thread of 64^3 tile products, native and sgemm, every thread at once. */
+static void tiles(double *native, double *sgemm) {
+  enum { n = 64, reps = 20000 };
+  double tn = 0, ts = 0;
+#pragma omp parallel reduction(max : tn, ts)
+  {
+    dnnl_engine_t eng;
+    dnnl_stream_t st;
+    check(dnnl_engine_create(&eng, dnnl_cpu, 0), "an engine");
+    check(dnnl_stream_create(&st, eng, dnnl_stream_default_flags), "a stream");
+    dnnl_memory_desc_t am, bm, cm;
+    dnnl_dims_t d = {n, n}, s = {n, 1}, t = {1, n};
+    check(dnnl_memory_desc_init_by_strides(&am, 2, d, dnnl_bf16, s), "A");
+    check(dnnl_memory_desc_init_by_strides(&bm, 2, d, dnnl_bf16, t), "B^T");
+    check(dnnl_memory_desc_init_by_strides(&cm, 2, d, dnnl_f32, s), "C");
+    dnnl_primitive_attr_t at;
+    dnnl_post_ops_t po;
+    check(dnnl_primitive_attr_create(&at), "attributes");
+    check(dnnl_post_ops_create(&po), "post-ops");
+    check(dnnl_post_ops_append_sum(po, 1.0f), "sum");
+    check(dnnl_primitive_attr_set_post_ops(at, po), "post-ops");
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t p;
+    check(dnnl_matmul_desc_init(&md, &am, &bm, NULL, &cm), "tile matmul");
+    check(dnnl_primitive_desc_create(&pd, &md, at, eng, NULL), "tile matmul");
+    check(dnnl_primitive_create(&p, pd), "tile matmul");
+    dnnl_memory_t a, b, c;
+    check(dnnl_memory_create(&a, &am, eng, DNNL_MEMORY_ALLOCATE), "A");
+    check(dnnl_memory_create(&b, &bm, eng, DNNL_MEMORY_ALLOCATE), "B");
+    check(dnnl_memory_create(&c, &cm, eng, DNNL_MEMORY_ALLOCATE), "C");
+    float *af = calloc(n * n, sizeof *af), *bf = calloc(n * n, sizeof *bf),
+          *cf = calloc(n * n, sizeof *cf);
+    if (!af || !bf || !cf) exit(1);
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+#pragma omp barrier
+    tn = run_ms(p, st, 3, args, reps);
+#pragma omp barrier
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, af, n, bf, n, 1.0f, cf, n);
+    const double t0 = now();
+    for (int i = 0; i < reps; i++)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, af, n, bf, n, 1.0f, cf,
+                  n);
+    ts = (now() - t0) / reps * 1e3;
+    free(af), free(bf), free(cf);
+    dnnl_memory_destroy(a), dnnl_memory_destroy(b), dnnl_memory_destroy(c);
+    dnnl_primitive_destroy(p), dnnl_primitive_desc_destroy(pd);
+    dnnl_post_ops_destroy(po), dnnl_primitive_attr_destroy(at);
+    dnnl_stream_destroy(st), dnnl_engine_destroy(eng);
+  }
+  const double gf = 2.0 * n * n * n * 1e-6;
+  *native = gf / tn, *sgemm = gf / ts;
+}
+
+int main(void) {
+  dnnl_engine_t eng;
+  dnnl_stream_t st;
+  check(dnnl_engine_create(&eng, dnnl_cpu, 0), "an engine");
+  check(dnnl_stream_create(&st, eng, dnnl_stream_default_flags), "a stream");
+  /* N, K and orientation of each weight GEMM of a GPT-2 124M layer, then the output layer */
+  static const int shapes[][3] = {{2304, 768, 1},  {768, 768, 1},  {3072, 768, 1}, {768, 3072, 1},
+                                  {768, 2304, 0},  {768, 768, 0},  {768, 3072, 0}, {3072, 768, 0},
+                                  {50304, 768, 1}, {768, 50304, 0}};
+  const int ns = (int)(sizeof shapes / sizeof shapes[0]);
+  printf("threads: %d\n", omp_get_max_threads());
+  for (int mi = 0; mi < 2; mi++) {
+    const int M = mi ? 2048 : 256;
+    double sp = 0, sk = 0;
+    for (int s = 0; s < ns; s++) {
+      double p, k;
+      const int N = shapes[s][0], K = shapes[s][1];
+      layout(eng, st, M, N, K, shapes[s][2], &p, &k);
+      printf("%5d tokens, %5d x %5d %s: plain %8.2f ms, reorder + packed %8.2f ms (%+.0f%%)\n", M,
+             N, K, shapes[s][2] ? "W^T" : "W  ", p, k, 100.0 * (k - p) / p);
+      sp += p, sk += k;
+    }
+    printf("%5d tokens, all: plain %.1f ms, reorder + packed %.1f ms (%+.0f%%)\n", M, sp, sk,
+           100.0 * (sk - sp) / sp);
+  }
+  double tn, ts;
+  tiles(&tn, &ts);
+  printf("64^3 tiles, every thread at once: native bf16 %.1f GFLOP/s per thread, sgemm %.1f\n", tn,
+         ts);
+  dnnl_stream_destroy(st), dnnl_engine_destroy(eng);
+  return 0;
+}
