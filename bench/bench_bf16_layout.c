@@ -149,8 +149,9 @@ int main(void) {
                                   {50304, 768, 1}, {768, 50304, 0}};
   const int ns = (int)(sizeof shapes / sizeof shapes[0]);
   printf("threads: %d\n", omp_get_max_threads());
-  for (int mi = 0; mi < 2; mi++) {
-    const int M = mi ? 2048 : 256;
+  static const int rows[] = {256, 512, 1024, 2048};
+  for (int mi = 0; mi < 4; mi++) {
+    const int M = rows[mi];
     double sp = 0, sk = 0;
     for (int s = 0; s < ns; s++) {
       double p, k;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mgt/backend.h"
 #include "mgt/eval.h"
 #include "mgt/plan.h"
 #include "mgt/plot.h"
@@ -168,17 +169,18 @@ static int cmd_version(int argc, char **argv, MPI_Comm world) {
   int rank;
   MPI_Comm_rank(world, &rank);
   if (rank == 0) {
+    const char *backends = "cpu"
 #ifdef MGT_HAVE_CUDA
-    printf("megatron-c %s (backends: cpu, cuda%s)\n", MGT_VERSION,
+                           ", cuda"
 #ifdef MGT_HAVE_NCCL
-           " with NCCL"
-#else
-           ""
+                           " with NCCL"
 #endif
-    );
-#else
-    printf("megatron-c %s (backends: cpu)\n", MGT_VERSION);
 #endif
+        ;
+    char units[128];
+    const int native = mgt_cpu_bf16_units(units, sizeof units);
+    printf("megatron-c %s (backends: %s; CPU bf16 GEMMs: %s%s)\n", MGT_VERSION, backends,
+           native ? "native on " : "emulated, ", units);
   }
   return 0;
 }

@@ -27,7 +27,8 @@ class MegatronC(CMakePackage, CudaPackage):
             description="NCCL collectives on device buffers (MGT_NCCL)")
     variant("native", default=False,
             description="Optimize for the build machine (MGT_NATIVE, -march=native)")
-    variant("onednn", default=True,
+    # 0.1.0 predates native bf16 GEMMs: the variant would build nothing there
+    variant("onednn", default=True, when="@main,0.2.0:",
             description="--bf16 GEMMs on the CPU's bf16 units (AVX512-BF16, AMX) through oneDNN "
             "(MGT_ONEDNN); without it they are emulated in fp32")
 
@@ -55,7 +56,6 @@ class MegatronC(CMakePackage, CudaPackage):
         args = [
             self.define_from_variant("MGT_CUDA", "cuda"),
             self.define_from_variant("MGT_NATIVE", "native"),
-            self.define_from_variant("MGT_ONEDNN", "onednn"),
             self.define("MGT_BUILD_TESTS", self.run_tests),
             self.define("MGT_BUILD_BENCH", False),
             self.define("BLAS_LIBRARIES", blas.libs.joined(";")),
@@ -63,6 +63,8 @@ class MegatronC(CMakePackage, CudaPackage):
             self.define("HDF5_PREFER_PARALLEL", True),
             self.define("MPIEXEC_EXECUTABLE", join_path(spec["mpi"].prefix.bin, "mpiexec")),
         ]
+        if "onednn" in spec.variants:
+            args.append(self.define_from_variant("MGT_ONEDNN", "onednn"))
         if spec.satisfies("+cuda"):
             # the spec's toolkit, never whatever nvcc /usr/local/cuda or PATH has
             cuda = spec["cuda"].prefix
@@ -100,9 +102,30 @@ class MegatronC(CMakePackage, CudaPackage):
         first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
         assert last < 0.8 * first, "the loss did not fall: %.3f to %.3f" % (first, last)
 
+    def test_train_bf16(self):
+        """--bf16 on the CPU: native GEMMs with +onednn where the CPU has bf16 units, else
+        emulated with the reason; the loss falls either way"""
+        mgt = self.prefix.bin.mgt
+        with set_env(OMP_NUM_THREADS="1"):
+            out = which(mgt, required=True)(
+                "train", "--mock-data", "--bf16", "--num-layers", "2", "--hidden-size", "64",
+                "--num-attention-heads", "2", "--seq-length", "32", "--micro-batch-size", "8",
+                "--train-iters", "40", "--lr", "3e-3", "--log-interval", "1", "--eval-iters", "0",
+                "--use-flash-attn", "--metrics-file", "bf16.jsonl", output=str, error=str)
+        if self.spec.satisfies("+onednn"):
+            assert "bf16 GEMMs on oneDNN" in out or "no bf16 units on this CPU" in out, out
+        elif "onednn" in self.spec.variants:  # 0.1.0 says nothing of it
+            assert "bf16 GEMMs emulated in fp32: built without oneDNN" in out, out
+        losses = [r["loss"] for r in map(json.loads, open("bf16.jsonl")) if "loss" in r]
+        assert len(losses) == 40 and sum(losses[-5:]) < 0.8 * sum(losses[:5]), losses
+
     def test_version(self):
-        """mgt version names the project and the backends built"""
+        """mgt version names the project, the backends built and the CPU's bf16 GEMMs"""
         out = which(self.prefix.bin.mgt, required=True)("version", output=str, error=str)
         assert out.startswith("megatron-c "), out
         if self.spec.satisfies("+cuda"):
             assert "cuda" in out, out
+        if self.spec.satisfies("+onednn"):
+            assert "oneDNN" in out, out
+        elif "onednn" in self.spec.variants:
+            assert "built without oneDNN" in out, out
