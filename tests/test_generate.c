@@ -127,6 +127,48 @@ int main(int argc, char **argv) {
   T_CHECK(mgt_gpt_decode(dec, seq[0], T, dec_lg) == MGT_ERR_INPUT, "a position past the cache");
   mgt_gpt_decoder_destroy(&dec);
 
+  /* several sequences decoded together (slots in another order than the rows, starting at
+     different steps, some rows absent from some steps) against the full forward of each */
+  {
+    enum { S = 3 };
+    int32_t sq[S][T + 1];
+    for (int k = 0; k < S; k++)
+      for (int i = 0; i <= T; i++)
+        sq[k][i] = (int32_t)(t_next() % VOCAB);
+    const int slot_of[S] = {2, 0, 1}, start[S] = {0, 3, 5};
+    float *lg = malloc(sizeof(float) * S * VOCAB);
+    T_OK(mgt_gpt_decoder_create_batch(a.m, S, T, &dec));
+    double worst = 0.0;
+    int next[S] = {0};
+    for (int step = 0; step < 2 * T; step++) {
+      int n = 0, slot[S], pos[S], who[S];
+      int32_t tok[S];
+      for (int k = 0; k < S; k++) {
+        const int p = next[k];
+        if (step < start[k] || p >= T || (k == 1 && step % 4 == 2)) continue; /* 1 waits at times */
+        slot[n] = slot_of[k], pos[n] = p, tok[n] = sq[k][p], who[n++] = k;
+        next[k]++;
+      }
+      if (!n) continue;
+      T_OK(mgt_gpt_decode_batch(dec, n, slot, tok, pos, lg));
+      for (int i = 0; i < n; i++) {
+        full_logits(&a, sq[who[i]], T + 1, pos[i], ref_lg);
+        for (int v = 0; v < VOCAB; v++)
+          ref[v] = ref_lg[v];
+        size_t at = 0;
+        worst = fmax(worst, t_worst(lg + (size_t)i * VOCAB, ref, VOCAB, 1e-4, 1e-4, &at));
+      }
+    }
+    T_CHECK(worst <= 1.0, "batched decoding: %.3g of the tolerance from the full forward", worst);
+    const int bad_slot = S;
+    int32_t t0 = 0;
+    int p0 = 0;
+    T_CHECK(mgt_gpt_decode_batch(dec, 1, &bad_slot, &t0, &p0, lg) == MGT_ERR_INPUT,
+            "a slot past the decoder's");
+    mgt_gpt_decoder_destroy(&dec);
+    free(lg);
+  }
+
   /* greedy predictions of the batched forward */
   float losses[T];
   int32_t pred[T];

@@ -118,6 +118,16 @@ void mgt_gpt_decoder_destroy(mgt_gpt_decoder **d);
 /* Feeds `token` at position `pos` (0, 1, 2, ... in order) and writes the full-vocabulary
    logits of the next token (host, V floats). Collective over tp_comm. */
 MGT_NODISCARD mgt_status mgt_gpt_decode(mgt_gpt_decoder *d, int32_t token, int pos, float *logits);
+/* A decoder of `slots` sequences of up to max_len tokens each, decoded together: a batch of
+   rows through every GEMM. */
+MGT_NODISCARD mgt_status mgt_gpt_decoder_create_batch(mgt_gpt *m, int slots, int max_len,
+                                                      mgt_gpt_decoder **out);
+/* One position of each of n sequences at once: row i is token[i] at pos[i] of the sequence in
+   cache slot slot[i] (earlier positions of that slot are its context); logits (n x V, host)
+   gets each row's full-vocabulary logits. Slots are independent: a new sequence starts at
+   position 0 of a slot. Collective over the tensor-parallel group. */
+MGT_NODISCARD mgt_status mgt_gpt_decode_batch(mgt_gpt_decoder *d, int n, const int *slot,
+                                              const int32_t *token, const int *pos, float *logits);
 
 /* ---- BERT ---- */
 

@@ -180,13 +180,15 @@ layer_acts *gpt_acts_of(mgt_gpt *m, int l);
 /* ---- the transformer block and the trunk (block.c) ---- */
 
 /* A layer's rows: the micro-batch's (N = B*T, this rank's Nl of them, sequence parallelism as
-   configured), or one decoding position (N = Nl = 1) whose key and value join the layer's
-   cache (kc, vc: max_len x Cl) at `pos`, the attention reading positions 0..pos from it.
-   Decoding is the block's forward with this cache hook, not a copy of the block. */
+   configured), or N decoding positions (N = Nl), one of each of N sequences: row i's key and
+   value join its sequence's cache (kc, vc + slot[i] * slot_stride; max_len x KVl) at pos[i],
+   and its attention reads positions 0..pos[i] from it. Decoding is the block's forward with
+   this cache hook, not a copy of the block. */
 typedef struct layer_rows {
   int N, Nl, sp;
   float *kc, *vc;
-  int pos;
+  const int *pos, *slot; /* slot NULL: every row in the cache at kc, vc */
+  size_t slot_stride;
 } layer_rows;
 
 layer_rows gpt_batch_rows(const mgt_gpt *m);

@@ -18,7 +18,7 @@ static layer_sites sites_of(const mgt_gpt *m, int l, const step_ctx *s) {
 }
 
 layer_rows gpt_batch_rows(const mgt_gpt *m) {
-  const layer_rows r = {m->d.B * m->d.T, m->d.Nl, m->d.sp, NULL, NULL, 0};
+  const layer_rows r = {m->d.B * m->d.T, m->d.Nl, m->d.sp, NULL, NULL, NULL, NULL, 0};
   return r;
 }
 
@@ -99,15 +99,23 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
      heads the attention reads them repeated for their heads (m->qkvx), decoding reads them */
   float *qg = a->qkv;
   MGT_CHECK(mgt_tp_column_forward(&m->tp, qg, in, w[P_QKV_W], w[P_QKV_B], N, C, d->QKVl));
-  if (m->inv_freq) /* q and k of every local head turned by their position (decoding: r->pos) */
-    MGT_CHECK(mgt_be_rope(be, qg, N, r->kc ? 1 : d->T, r->kc ? r->pos : 0, d->Hl + d->Gl, d->hd,
-                          d->QKVl, m->inv_freq, 0));
-  if (r->kc) { /* decoding: the position's key and value join the cache the query reads */
-    const size_t bytes = sizeof(float) * (size_t)KVl, at = (size_t)r->pos * KVl;
-    MGT_CHECK(mgt_be_copy(be, r->kc + at, qg + Cl, bytes));
-    MGT_CHECK(mgt_be_copy(be, r->vc + at, qg + Cl + KVl, bytes));
-    MGT_CHECK(
-        mgt_be_attention_decode(be, a->atty, qg, r->kc, r->vc, r->pos + 1, d->Hl, d->Gl, d->hd));
+  if (m->inv_freq && !r->kc) /* q and k of every local head turned by their position */
+    MGT_CHECK(mgt_be_rope(be, qg, N, d->T, 0, d->Hl + d->Gl, d->hd, d->QKVl, m->inv_freq, 0));
+  if (r->kc) { /* decoding: each row's key and value join its cache, which its query reads */
+    const size_t bytes = sizeof(float) * (size_t)KVl;
+    for (int i = 0; i < N; i++) {
+      float *qi = qg + (size_t)i * d->QKVl;
+      const size_t base = r->slot ? (size_t)r->slot[i] * r->slot_stride : 0;
+      float *kc = r->kc + base, *vc = r->vc + base;
+      const size_t at = (size_t)r->pos[i] * KVl;
+      if (m->inv_freq)
+        MGT_CHECK(
+            mgt_be_rope(be, qi, 1, 1, r->pos[i], d->Hl + d->Gl, d->hd, d->QKVl, m->inv_freq, 0));
+      MGT_CHECK(mgt_be_copy(be, kc + at, qi + Cl, bytes));
+      MGT_CHECK(mgt_be_copy(be, vc + at, qi + Cl + KVl, bytes));
+      MGT_CHECK(mgt_be_attention_decode(be, a->atty + (size_t)i * Cl, qi, kc, vc, r->pos[i] + 1,
+                                        d->Hl, d->Gl, d->hd));
+    }
   } else {
     const float *qkv;
     MGT_CHECK(heads_qkv(m, a, &qkv));
