@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what megatron-c needs on Debian 12 (bookworm): compiler, CMake, Open MPI,
-# parallel HDF5, OpenBLAS (OpenMP build), oneDNN (bf16 GEMMs on the CPU), and for the tests Python with numpy/h5py and
-# rsvg-convert (librsvg2-bin, to render mgt plot's pictures).
+# parallel HDF5, OpenBLAS (OpenMP build), oneDNN (bf16 GEMMs on the CPU), libmicrohttpd (mgt serve),
+# and for the tests Python with numpy/h5py, curl and rsvg-convert (librsvg2-bin, to render mgt
+# plot's pictures).
 # With --test also what only CI and the optional tests use: clang-format, clang (the second
 # compiler CI builds with), and Slurm with munge
 # and PMIx for the real-Slurm test (the daemons are started by the test itself, never as
@@ -9,7 +10,7 @@
 # Needs root or sudo. Skips the install when everything is already there.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev libpcre2-dev libutf8proc-dev libdnnl-dev
-  hdf5-tools libopenblas-openmp-dev python3 python3-numpy python3-h5py librsvg2-bin)
+  libmicrohttpd-dev hdf5-tools libopenblas-openmp-dev python3 python3-numpy python3-h5py librsvg2-bin curl)
 [ "${1:-}" = --test ] && pkgs+=(clang-format clang slurm-wlm munge libpmix-dev)
 missing=()
 for p in "${pkgs[@]}"; do

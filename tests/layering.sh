@@ -28,7 +28,7 @@ declare -A layer=(
   [dataset.h]=data [dataset_impl.h]=data [tasks.h]=data [mmidx.h]=data [bert_data.h]=data [sentences.h]=data
   [train.h]=train [data_mock.h]=train [report.h]=train
   [cli.h]=cmd [eval.h]=cmd [generate.h]=cmd [hf.h]=cmd [hf_impl.h]=cmd [plan.h]=cmd [plot.h]=cmd [plot_impl.h]=cmd
-  [session.h]=cmd [tokenize.h]=cmd
+  [session.h]=cmd [tokenize.h]=cmd [serve.h]=cmd
 )
 # what each layer may include, and the layer of each source folder
 declare -A allowed=(

@@ -12,6 +12,7 @@
 #include "mgt/plan.h"
 #include "mgt/plot.h"
 #include "mgt/generate.h"
+#include "mgt/serve.h"
 #include "mgt/flags.h"
 #include "mgt/dataset.h"
 #include "mgt/agree.h"
@@ -164,6 +165,22 @@ static int cmd_generate(int argc, char **argv, MPI_Comm world) {
   return st == MGT_OK ? 0 : mgt_cli_fail(st, rank, world, st == MGT_ERR_INPUT);
 }
 
+static int cmd_serve(int argc, char **argv, MPI_Comm world) {
+  int rank;
+  MPI_Comm_rank(world, &rank);
+  mgt_serve_opts o;
+  mgt_serve_defaults(&o);
+  int help = 0;
+  mgt_status st = mgt_serve_parse(&o, argc, argv, 2, &help);
+  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
+  if (help) {
+    if (rank == 0) mgt_serve_usage(stdout);
+    return 0;
+  }
+  st = mgt_serve_run(&o, world);
+  return st == MGT_OK ? 0 : mgt_cli_fail(st, rank, world, st == MGT_ERR_INPUT);
+}
+
 static int cmd_version(int argc, char **argv, MPI_Comm world) {
   (void)argc, (void)argv;
   int rank;
@@ -207,6 +224,8 @@ static const command commands[] = {
     {"plan", "the layouts of a model that fit a machine, ranked by estimated speed", cmd_plan},
     {"dataset", "info PREFIX: what a token dataset holds (ours or Megatron-LM's)", mgt_cli_dataset},
     {"plot", "loss and learning-rate curves of --metrics-file runs as an SVG", cmd_plot},
+    {"serve", "answer prompts over HTTP (Megatron's PUT /api, OpenAI-style completions)",
+     cmd_serve},
     {"version", "print the version", cmd_version},
 };
 enum { N_COMMANDS = (int)(sizeof commands / sizeof commands[0]) };

@@ -46,6 +46,7 @@ class MegatronC(CMakePackage, CudaPackage):
     depends_on("blis+cblas", when="^[virtuals=blas] blis")
     # its OpenMP build: one threading runtime in the process, as for OpenBLAS
     depends_on("onednn cpu_runtime=omp", when="+onednn")
+    depends_on("libmicrohttpd", when="@main,0.2.0:")  # mgt serve's HTTP server
     depends_on("nccl", when="+nccl")
     depends_on("cuda@11.0:", when="+cuda")
     depends_on("python@3:", type="test")  # the recipe's own check among the unit tests
@@ -65,6 +66,8 @@ class MegatronC(CMakePackage, CudaPackage):
         ]
         if "onednn" in spec.variants:
             args.append(self.define_from_variant("MGT_ONEDNN", "onednn"))
+        if spec.satisfies("@main,0.2.0:"):
+            args.append(self.define("MGT_MHD", "ON"))  # mgt serve, never left out silently
         if spec.satisfies("+cuda"):
             # the spec's toolkit, never whatever nvcc /usr/local/cuda or PATH has
             cuda = spec["cuda"].prefix

@@ -1,0 +1,461 @@
+/* mgt serve, the engine: every sequence in flight decoded together, one position each per
+   step (continuous batching: a request joins at the next step, a finished or abandoned one
+   leaves its cache slot to the next). A prompt is fed one token per step as well, which gives
+   its log-probabilities on the way. Rank 0 decides each step and broadcasts it (slots,
+   positions, tokens) to the tensor-parallel group, which decodes it together; rank 0 samples
+   as mgt generate does, so greedy answers and seeded draws are generate's. */
+#define _POSIX_C_SOURCE 200809L
+#include "mgt/serve.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mgt/agree.h"
+#include "mgt/cli.h"
+#include "mgt/eval.h"
+#include "mgt/flags.h"
+#include "mgt/generate.h"
+#include "mgt/gpt.h"
+#include "mgt/log.h"
+#include "mgt/rng.h"
+#include "mgt/session.h"
+#include "mgt/tokenizer.h"
+
+#define OFF(f) offsetof(mgt_serve_opts, f)
+#define SZ(f) sizeof(((mgt_serve_opts *)0)->f)
+static const mgt_flag flags[] = {
+    MGT_CHECKPOINT_FLAGS(mgt_serve_opts),
+    {"--tensor-model-parallel-size", MGT_FLAG_INT, OFF(tensor_model_parallel_size), 0, 1 << 16,
+     "must be the number of ranks (0: the number of ranks)", NULL, 0},
+    {"--host", MGT_FLAG_STR, OFF(host), 0, 0, "IPv4 address to listen on (0.0.0.0: every one)",
+     NULL, SZ(host)},
+    {"--port", MGT_FLAG_INT, OFF(port), 0, 65535, "TCP port (0: any free one, printed at start)",
+     NULL, 0},
+    {"--max-batch", MGT_FLAG_INT, OFF(max_batch), 1, 4096,
+     "sequences decoded together (each keeps a key/value cache of the model's positions)", NULL, 0},
+    {"--max-prompts", MGT_FLAG_INT, OFF(max_prompts), 1, 1 << 20,
+     "prompts (times choices) one request may carry", NULL, 0},
+    {"--max-request-bytes", MGT_FLAG_INT64, OFF(max_body), 64, 1LL << 34,
+     "largest request body accepted", NULL, 0},
+    {"--served-model-name", MGT_FLAG_STR, OFF(served_model_name), 0, 0,
+     "the model's name in /v1/models and completions (default: the checkpoint folder's)", NULL,
+     SZ(served_model_name)},
+    MGT_TOKENIZER_FLAGS(mgt_serve_opts, " (default: the checkpoint's)"),
+    MGT_DEVICE_FLAG(mgt_serve_opts),
+};
+enum { N_FLAGS = sizeof flags / sizeof flags[0] };
+
+void mgt_serve_defaults(mgt_serve_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->ckpt_iteration = -1;
+  snprintf(o->host, sizeof o->host, "127.0.0.1");
+  o->port = 5000; /* Megatron-LM's text generation server */
+  o->max_batch = 8;
+  o->max_prompts = 128; /* Megatron-LM's limit */
+  o->max_body = 1 << 20;
+  o->tokenizer_type = -1;
+}
+
+mgt_status mgt_serve_parse(mgt_serve_opts *o, int argc, char **argv, int first, int *help) {
+  MGT_CHECK(mgt_flags_parse(flags, N_FLAGS, o, argc, argv, first, "serve", help));
+  if (*help) return MGT_OK;
+  MGT_REQUIRE(o->load[0], "--load: give the checkpoint to serve");
+  return MGT_OK;
+}
+
+void mgt_serve_usage(FILE *f) {
+  mgt_serve_opts d;
+  mgt_serve_defaults(&d);
+  mgt_flags_usage(flags, N_FLAGS, &d, "serve", f);
+  fprintf(f, "\nAPI: PUT /api (Megatron-LM's), POST /v1/completions, GET /v1/models, GET "
+             "/health. See docs/serving.md.\n");
+}
+
+/* ---- the queue (HTTP threads) ---- */
+
+mgt_status srv_submit(srv *s, srv_job *job) {
+  if (s->stopping) MGT_FAIL(MGT_ERR_INPUT, "the server is shutting down");
+  if (s->nq + job->nseq > s->capq) {
+    const int cap = (s->nq + job->nseq) * 2 + 16;
+    srv_seq **q = realloc(s->queue, sizeof *q * (size_t)cap);
+    if (!q) MGT_FAIL(MGT_ERR_NOMEM, "out of memory queueing %d sequences", job->nseq);
+    s->queue = q, s->capq = cap;
+  }
+  for (int i = 0; i < job->nseq; i++)
+    s->queue[s->nq++] = &job->seq[i];
+  job->pending = job->nseq, job->refs = 2;
+  pthread_cond_signal(&s->cv);
+  return MGT_OK;
+}
+
+static void job_free(srv_job *job) {
+  for (int i = 0; i < job->nseq; i++) {
+    free(job->seq[i].ids), free(job->seq[i].lp);
+    free(job->seq[i].top_id), free(job->seq[i].top_lp);
+  }
+  free(job->seq);
+  pthread_cond_destroy(&job->cv);
+  free(job);
+}
+
+/* A job is held by its HTTP request and, while it has sequences to decode, by the engine. */
+static void job_unref(srv_job *job) {
+  if (--job->refs == 0) job_free(job);
+}
+
+void srv_release(srv *s, srv_job *job) {
+  job->cancelled = 1; /* sequences still queued or decoding leave at the next step */
+  pthread_cond_signal(&s->cv);
+  job_unref(job);
+}
+
+/* q leaves the engine; its job may be freed after this. */
+static void seq_finish(srv_seq *q, int state) {
+  srv_job *job = q->job;
+  q->state = state;
+  pthread_cond_broadcast(&job->cv);
+  if (--job->pending == 0) job_unref(job);
+}
+
+mgt_status srv_detok(srv *s, const int32_t *ids, int n, char **buf, size_t *len, size_t *cap) {
+  pthread_mutex_lock(&s->tok_mu);
+  mgt_status st = mgt_tok_decode(s->tok, ids, (size_t)n, buf, len, cap);
+  pthread_mutex_unlock(&s->tok_mu);
+  return st;
+}
+
+/* ---- the engine ---- */
+
+static volatile sig_atomic_t stop_signal;
+static void on_stop(int sig) { stop_signal = sig; }
+
+enum { OP_STEP = 1, OP_STOP = 2 };
+
+/* Rank 0's step to the group: op, n, then slot, position and token of each row. MPI_Ibcast
+   polled with short sleeps, so that an idle server does not spin its ranks. */
+static mgt_status bcast_ints(int *v, int n, MPI_Comm comm) {
+  MPI_Request rq;
+  MGT_MPI(MPI_Ibcast(v, n, MPI_INT, 0, comm, &rq));
+  for (;;) {
+    int done = 0;
+    MGT_MPI(MPI_Test(&rq, &done, MPI_STATUS_IGNORE));
+    if (done) return MGT_OK;
+    const struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* log-softmax of the eligible logits at id, and the top k of them */
+static void logprobs_of(const float *logits, int n, int32_t id, int k, float *lp, int32_t *top_id,
+                        float *top_lp) {
+  double mx = logits[0];
+  for (int i = 1; i < n; i++)
+    mx = logits[i] > mx ? logits[i] : mx;
+  double sum = 0.0;
+  for (int i = 0; i < n; i++)
+    sum += exp((double)logits[i] - mx);
+  const double lse = mx + log(sum);
+  *lp = (float)((double)logits[id] - lse);
+  for (int j = 0; j < k; j++) { /* k <= SRV_MAX_TOP: selection by k passes */
+    int32_t best = -1;
+    for (int i = 0; i < n; i++) {
+      int taken = 0;
+      for (int q = 0; q < j; q++)
+        taken |= top_id[q] == i;
+      if (!taken && (best < 0 || logits[i] > logits[best])) best = i;
+    }
+    top_id[j] = best, top_lp[j] = (float)((double)logits[best] - lse);
+  }
+}
+
+static mgt_status seq_grow(srv_seq *q) {
+  const int cap = q->n + 1;
+  int32_t *ids = realloc(q->ids, sizeof *ids * (size_t)cap);
+  if (ids) q->ids = ids;
+  float *lp = realloc(q->lp, sizeof *lp * (size_t)cap);
+  if (lp) q->lp = lp;
+  int32_t *ti = realloc(q->top_id, sizeof *ti * (size_t)cap * SRV_MAX_TOP);
+  if (ti) q->top_id = ti;
+  float *tl = realloc(q->top_lp, sizeof *tl * (size_t)cap * SRV_MAX_TOP);
+  if (tl) q->top_lp = tl;
+  if (!ids || !lp || !ti || !tl) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for a sequence");
+  return MGT_OK;
+}
+
+/* Whether the text generated so far ends the sequence (stop strings, end of line); sets
+   q->stop_at to the bytes kept. */
+static mgt_status seq_stops(srv *s, srv_seq *q, int *stop) {
+  const srv_params *p = &q->job->p;
+  *stop = 0;
+  if (!p->nstop && !p->stop_eol && !p->stop_double_eol) return MGT_OK;
+  char *t = NULL;
+  size_t n = 0, cap = 0;
+  MGT_CHECK(srv_detok(s, q->ids + q->n_prompt, q->n - q->n_prompt, &t, &n, &cap));
+  for (int i = 0; i < p->nstop; i++) {
+    const size_t k = strlen(p->stop[i]);
+    for (size_t at = 0; k && at + k <= n; at++)
+      if (!memcmp(t + at, p->stop[i], k)) {
+        if (!*stop || at < q->stop_at) q->stop_at = at;
+        *stop = q->cut = 1;
+        break;
+      }
+  }
+  if (!*stop && (p->stop_eol || p->stop_double_eol)) {
+    const char *nl = p->stop_double_eol ? "\n\n" : "\n";
+    for (size_t at = 0; at + strlen(nl) <= n && !*stop; at++)
+      if (!memcmp(t + at, nl, strlen(nl))) *stop = 1; /* the new line kept, as Megatron */
+  }
+  free(t);
+  return MGT_OK;
+}
+
+/* After q fed ids[fed]: the prompt's next log-probability, or a new token; *left when q has
+   finished (and may be freed). */
+static mgt_status seq_advance(srv *s, srv_seq *q, const float *logits, int *left) {
+  const srv_params *p = &q->job->p;
+  const int k = p->logprobs > 0 ? p->logprobs : 0, at = q->fed;
+  *left = 0;
+  q->fed++;
+  if (q->fed < q->n) { /* inside the prompt: how likely its next token was */
+    logprobs_of(logits, s->eligible, q->ids[at + 1], k, &q->lp[at + 1],
+                q->top_id + (size_t)(at + 1) * SRV_MAX_TOP,
+                q->top_lp + (size_t)(at + 1) * SRV_MAX_TOP);
+  } else {
+    const int gen = q->n - q->n_prompt;
+    uint32_t w[4];
+    mgt_rng_block(p->seed, q->stream, (uint64_t)gen, w);
+    const double u = (double)(((uint64_t)w[0] << 21) ^ (w[1] >> 11)) / 9007199254740992.0;
+    const int32_t next =
+        mgt_sample_token(logits, s->eligible, p->greedy, p->temperature, p->top_k, p->top_p, u);
+    int stop = next == s->eod;
+    if (!stop) {
+      MGT_CHECK(seq_grow(q));
+      q->ids[q->n] = next;
+      logprobs_of(logits, s->eligible, next, k, &q->lp[q->n],
+                  q->top_id + (size_t)q->n * SRV_MAX_TOP, q->top_lp + (size_t)q->n * SRV_MAX_TOP);
+      q->n++;
+      MGT_CHECK(seq_stops(s, q, &stop));
+    }
+    if (stop) {
+      *left = 1;
+      seq_finish(q, SRV_STOP);
+      return MGT_OK;
+    }
+  }
+  if (q->n - q->n_prompt >= p->max_new && q->fed >= q->n - 1) {
+    *left = 1;
+    seq_finish(q, SRV_LENGTH);
+  } else {
+    pthread_cond_broadcast(&q->job->cv); /* streams wait for each token */
+  }
+  return MGT_OK;
+}
+
+#ifndef MGT_HAVE_MHD
+mgt_status srv_http_start(srv *s, const char *host, int port, void **http, int *bound) {
+  (void)s, (void)host, (void)port, (void)http, (void)bound;
+  MGT_FAIL(MGT_ERR_INPUT, "mgt serve: this build has no HTTP server (built without "
+                          "libmicrohttpd: apt-get install libmicrohttpd-dev, then rebuild)");
+}
+void srv_http_quiesce(void *http) { (void)http; }
+void srv_http_stop(void *http) { (void)http; }
+#endif
+
+/* Rank 0: admits queued sequences, decodes a step, repeats; until stopped and drained. */
+static mgt_status engine(srv *s, mgt_gpt_decoder *dec, int slots, int V, MPI_Comm world,
+                         void *http) {
+  mgt_status st = MGT_OK;
+  srv_seq **act = calloc((size_t)slots, sizeof *act);
+  int *cmd = malloc(sizeof(int) * (size_t)(2 + 3 * slots));
+  float *logits = malloc(sizeof(float) * (size_t)slots * (size_t)V);
+  int32_t *tok = malloc(sizeof(int32_t) * (size_t)slots);
+  srv_seq **row = malloc(sizeof *row * (size_t)slots);
+  if (!act || !cmd || !logits || !tok || !row) {
+    st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory for the engine of %d sequences", slots);
+    goto done;
+  }
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    if (stop_signal && !s->stopping) {
+      s->stopping = 1;
+      printf("serve: %s: finishing the %d requests in flight, then exiting\n",
+             stop_signal == SIGTERM ? "SIGTERM" : (stop_signal == SIGINT ? "SIGINT" : "SIGUSR1"),
+             s->open_requests);
+      fflush(stdout);
+      srv_http_quiesce(http);
+    }
+    /* sequences whose client left free their slots */
+    for (int i = 0; i < slots; i++)
+      if (act[i] && act[i]->job->cancelled) {
+        srv_seq *q = act[i];
+        act[i] = NULL;
+        seq_finish(q, SRV_STOP);
+      }
+    int w = 0;
+    for (int i = 0; i < s->nq; i++) {
+      srv_seq *q = s->queue[i];
+      if (q->job->cancelled) {
+        seq_finish(q, SRV_STOP);
+        continue;
+      }
+      int free_slot = -1;
+      for (int k = 0; k < slots && free_slot < 0; k++)
+        if (!act[k]) free_slot = k;
+      if (free_slot < 0) {
+        s->queue[w++] = q;
+      } else if (q->job->p.max_new == 0 && q->n <= 1) { /* nothing to feed */
+        seq_finish(q, SRV_LENGTH);
+      } else {
+        q->slot = free_slot, q->fed = 0;
+        act[free_slot] = q;
+      }
+    }
+    s->nq = w;
+    int n = 0;
+    for (int i = 0; i < slots; i++)
+      if (act[i]) row[n++] = act[i];
+    if (!n) {
+      if (s->stopping && s->open_requests == 0) {
+        pthread_mutex_unlock(&s->mu);
+        break;
+      }
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 50000000;
+      if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+      pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+      pthread_mutex_unlock(&s->mu);
+      continue;
+    }
+    cmd[0] = OP_STEP, cmd[1] = n;
+    for (int i = 0; i < n; i++) {
+      cmd[2 + i] = row[i]->slot, cmd[2 + n + i] = row[i]->fed;
+      cmd[2 + 2 * n + i] = tok[i] = row[i]->ids[row[i]->fed];
+    }
+    pthread_mutex_unlock(&s->mu);
+    MGT_TRY(bcast_ints(cmd, 2, world));
+    MGT_TRY(bcast_ints(cmd + 2, 3 * n, world));
+    MGT_TRY(mgt_gpt_decode_batch(dec, n, cmd + 2, tok, cmd + 2 + n, logits));
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < n && st == MGT_OK; i++) {
+      const int slot = row[i]->slot;
+      int left;
+      st = seq_advance(s, row[i], logits + (size_t)i * V, &left);
+      if (left) act[slot] = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (st != MGT_OK) goto done;
+  }
+done:
+  if (st != MGT_OK) { /* every waiting client gets an error answer */
+    pthread_mutex_lock(&s->mu);
+    s->failed = 1, s->stopping = 1;
+    for (int i = 0; act && i < slots; i++)
+      if (act[i]) act[i]->job->failed = 1, pthread_cond_broadcast(&act[i]->job->cv);
+    for (int i = 0; i < s->nq; i++)
+      s->queue[i]->job->failed = 1, pthread_cond_broadcast(&s->queue[i]->job->cv);
+    pthread_mutex_unlock(&s->mu);
+  }
+  int stop[2] = {OP_STOP, 0};
+  mgt_status st2 = bcast_ints(stop, 2, world);
+  free(act), free(cmd), free(logits), free(tok), free(row);
+  return st != MGT_OK ? st : st2;
+}
+
+/* The other ranks: each step as rank 0 broadcasts it, until OP_STOP. */
+static mgt_status follower(mgt_gpt_decoder *dec, int slots, int V, MPI_Comm world) {
+  int *cmd = malloc(sizeof(int) * (size_t)(2 + 3 * slots));
+  float *logits = malloc(sizeof(float) * (size_t)slots * (size_t)V);
+  mgt_status st = MGT_OK;
+  if (!cmd || !logits) {
+    st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory for the decoder's steps");
+    goto done;
+  }
+  for (;;) {
+    MGT_TRY(bcast_ints(cmd, 2, world));
+    if (cmd[0] != OP_STEP) break;
+    const int n = cmd[1];
+    MGT_TRY(bcast_ints(cmd + 2, 3 * n, world));
+    MGT_TRY(mgt_gpt_decode_batch(dec, n, cmd + 2, cmd + 2 + 2 * n, cmd + 2 + n, logits));
+  }
+done:
+  free(cmd), free(logits);
+  return st;
+}
+
+mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
+  int rank, size;
+  MGT_MPI(MPI_Comm_rank(world, &rank));
+  MGT_MPI(MPI_Comm_size(world, &size));
+  MGT_REQUIRE(o->tensor_model_parallel_size == 0 || o->tensor_model_parallel_size == size,
+              "--tensor-model-parallel-size %d: serve runs one model over all %d ranks (one "
+              "replica; data-parallel replicas are not served yet)",
+              o->tensor_model_parallel_size, size);
+  mgt_session ses;
+  /* one row per sequence in flight: the layers' buffers hold max_batch rows */
+  mgt_session_opts so = {o->load, o->ckpt_iteration, size, 1, o->max_batch, o->device, 0, -1, ""};
+  MGT_CHECK(mgt_session_open_config(&ses, &so, world));
+  mgt_status st = MGT_OK;
+  srv s;
+  memset(&s, 0, sizeof s);
+  pthread_mutex_init(&s.mu, NULL), pthread_cond_init(&s.cv, NULL);
+  pthread_mutex_init(&s.tok_mu, NULL);
+  mgt_gpt_decoder *dec = NULL;
+  void *http = NULL;
+  st = mgt_open_tokenizer(o->tokenizer_type, o->vocab_file, o->merge_file, &ses.saved, &s.tok);
+  MGT_TRY(mgt_mpi_agree(world, st));
+  MGT_TRY(mgt_session_open_model(&ses, world));
+  const int positions = ses.cfg.max_position_embeddings;
+  MGT_TRY(
+      mgt_mpi_agree(world, mgt_gpt_decoder_create_batch(ses.model, o->max_batch, positions, &dec)));
+  const int V = mgt_gpt_get_dims(ses.model)->V;
+  s.positions = positions, s.eligible = mgt_tok_vocab_size(s.tok), s.eod = mgt_tok_eod(s.tok);
+  s.max_prompts = o->max_prompts, s.max_body = (size_t)o->max_body;
+  if (o->served_model_name[0]) {
+    snprintf(s.model_name, sizeof s.model_name, "%s", o->served_model_name);
+  } else { /* the checkpoint folder's name */
+    char path[MGT_PATH_MAX];
+    snprintf(path, sizeof path, "%s", o->load);
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+      path[--n] = 0;
+    const char *b = strrchr(path, '/');
+    snprintf(s.model_name, sizeof s.model_name, "%s", b ? b + 1 : path);
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL), sigaction(SIGUSR1, &sa, NULL);
+  int bound = 0;
+  if (rank == 0) st = srv_http_start(&s, o->host, o->port, &http, &bound);
+  MGT_TRY(mgt_mpi_agree(world, st));
+  if (rank == 0) {
+    printf("serve: %s (iteration %lld) on %d tensor-parallel ranks at http://%s:%d (model '%s', "
+           "%d sequences at a time, %d positions)\n",
+           ses.path, (long long)ses.state.iteration, size, o->host, bound, s.model_name,
+           o->max_batch, positions);
+    fflush(stdout);
+    st = engine(&s, dec, o->max_batch, V, world, http);
+  } else {
+    st = follower(dec, o->max_batch, V, world);
+  }
+  if (rank == 0) {
+    srv_http_stop(http);
+    http = NULL;
+    printf("serve: %llu requests answered; stopped\n", s.served);
+    fflush(stdout);
+  }
+done:
+  if (http) srv_http_stop(http);
+  mgt_gpt_decoder_destroy(&dec);
+  mgt_session_close(&ses);
+  mgt_tok_destroy(&s.tok);
+  free(s.queue);
+  pthread_mutex_destroy(&s.mu), pthread_cond_destroy(&s.cv), pthread_mutex_destroy(&s.tok_mu);
+  return st;
+}

@@ -1,0 +1,855 @@
+/* mgt serve, the APIs: Megatron-LM's PUT /api (its field names, types, limits and messages;
+   every rejection here is a 400, where Megatron answers some with 200) and the OpenAI-style
+   POST /v1/completions (with server-sent events when "stream" is true) and GET /v1/models.
+   A request is read and checked whole before anything is queued: a bad one costs nothing. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mgt/json.h"
+#include "mgt/rng.h"
+#include "mgt/serve.h"
+#include "mgt/tokenizer.h"
+
+/* ---- JSON out ---- */
+
+/* A string literal of s[0..n), escaped; bytes that are not UTF-8 become U+FFFD. */
+static void json_str(FILE *f, const char *s, size_t n) {
+  fputc('"', f);
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = (unsigned char)s[i];
+    if (c == '"' || c == '\\') {
+      fprintf(f, "\\%c", c), i++;
+    } else if (c < 0x20) {
+      fprintf(f, "\\u%04x", c), i++;
+    } else if (c < 0x80) {
+      fputc(c, f), i++;
+    } else {
+      const int len =
+          c >= 0xF0 && c <= 0xF4 ? 4 : (c >= 0xE0 ? 3 : (c >= 0xC2 && c < 0xE0 ? 2 : 0));
+      int ok = len > 0 && i + (size_t)len <= n;
+      for (int k = 1; ok && k < len; k++)
+        ok = ((unsigned char)s[i + k] & 0xC0) == 0x80;
+      if (ok && len == 3) { /* no overlong forms, no surrogates */
+        const unsigned char d = (unsigned char)s[i + 1];
+        ok = !(c == 0xE0 && d < 0xA0) && !(c == 0xED && d >= 0xA0);
+      }
+      if (ok && len == 4) {
+        const unsigned char d = (unsigned char)s[i + 1];
+        ok = !(c == 0xF0 && d < 0x90) && !(c == 0xF4 && d >= 0x90);
+      }
+      if (ok) {
+        fwrite(s + i, 1, (size_t)len, f), i += (size_t)len;
+      } else {
+        fputs("\xEF\xBF\xBD", f), i++;
+      }
+    }
+  }
+  fputc('"', f);
+}
+
+/* How many bytes at the end of s[0..n) begin a UTF-8 character not complete yet. */
+static size_t utf8_tail(const char *s, size_t n) {
+  for (size_t back = 1; back <= 3 && back <= n; back++) {
+    const unsigned char c = (unsigned char)s[n - back];
+    if ((c & 0xC0) == 0x80) continue;
+    const size_t len = c >= 0xF0 ? 4 : (c >= 0xE0 ? 3 : (c >= 0xC0 ? 2 : 1));
+    return len > back ? back : 0;
+  }
+  return 0;
+}
+
+typedef struct out {
+  FILE *f;
+  char *buf;
+  size_t len;
+} out;
+
+static int out_open(out *o) {
+  o->buf = NULL, o->len = 0;
+  o->f = open_memstream(&o->buf, &o->len);
+  return o->f != NULL;
+}
+
+static void out_reply(out *o, srv_reply *r, int status, const char *type) {
+  fclose(o->f);
+  r->status = status, r->type = type, r->body = o->buf, r->len = o->len;
+}
+
+void srv_error(srv_reply *r, int api, int status, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  out o;
+  if (!out_open(&o)) {
+    r->status = 500, r->type = "text/plain", r->body = NULL, r->len = 0;
+    return;
+  }
+  if (api == SRV_OPENAI) { /* OpenAI's error object */
+    fputs("{\"error\": {\"message\": ", o.f);
+    json_str(o.f, msg, strlen(msg));
+    fprintf(o.f, ", \"type\": \"%s\", \"param\": null, \"code\": null}}\n",
+            status == 404 ? "not_found_error"
+                          : (status >= 500 ? "server_error" : "invalid_request_error"));
+  } else { /* Megatron's Flask resource answers its message as a JSON string */
+    json_str(o.f, msg, strlen(msg));
+    fputc('\n', o.f);
+  }
+  out_reply(&o, r, status, "application/json");
+}
+
+/* ---- requests ---- */
+
+typedef struct field {
+  const char *name;
+  const mgt_json *v;
+} field;
+
+static int is_int(const mgt_json *v) {
+  return v->type == MGT_JSON_NUMBER && v->number == floor(v->number) && fabs(v->number) < 9e15;
+}
+
+/* The members of obj not in known[] (NULL-terminated): the first one's name, or NULL. */
+static const char *unknown_field(const mgt_json *obj, const char *const *known) {
+  for (size_t i = 0; i < obj->len; i++) {
+    int found = 0;
+    for (int k = 0; known[k] && !found; k++)
+      found = !strcmp(obj->keys[i], known[k]);
+    if (!found) return obj->keys[i];
+  }
+  return NULL;
+}
+
+/* A job of the given prompts (token ids), each `copies` times. */
+static srv_job *job_new(int api, const srv_params *p, mgt_ids *prompts, int np, int copies) {
+  srv_job *j = calloc(1, sizeof *j);
+  if (!j) return NULL;
+  j->api = api, j->p = *p, j->nseq = np * copies;
+  j->seq = calloc((size_t)j->nseq, sizeof *j->seq);
+  pthread_cond_init(&j->cv, NULL);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  j->created = (long long)ts.tv_sec;
+  snprintf(j->id, sizeof j->id, "cmpl-%llx%06lx", (unsigned long long)ts.tv_sec,
+           (unsigned long)(ts.tv_nsec / 1000));
+  int ok = j->seq != NULL;
+  for (int i = 0; ok && i < j->nseq; i++) {
+    srv_seq *q = &j->seq[i];
+    const mgt_ids *pr = &prompts[i / copies];
+    const size_t cap = pr->n + 1;
+    q->job = j, q->index = i, q->n = q->n_prompt = (int)pr->n;
+    q->ids = malloc(sizeof(int32_t) * cap), q->lp = calloc(cap, sizeof(float));
+    q->top_id = calloc(cap * SRV_MAX_TOP, sizeof(int32_t));
+    q->top_lp = calloc(cap * SRV_MAX_TOP, sizeof(float));
+    ok = q->ids && q->lp && q->top_id && q->top_lp;
+    if (ok) memcpy(q->ids, pr->ids, sizeof(int32_t) * pr->n);
+    /* sequence 0 draws as mgt generate --seed does; the others from their own streams */
+    q->stream = mgt_rng_data_stream(0x300u + (uint32_t)i);
+  }
+  if (!ok) {
+    for (int i = 0; j->seq && i < j->nseq; i++)
+      free(j->seq[i].ids), free(j->seq[i].lp), free(j->seq[i].top_id), free(j->seq[i].top_lp);
+    free(j->seq);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+    return NULL;
+  }
+  return j;
+}
+
+/* Tokenizes the prompts and checks each fits the model with max_new tokens after it. */
+static int tokenize(srv *s, srv_reply *r, int api, const char *const *text, const size_t *len,
+                    int np, const srv_params *p, mgt_ids *ids) {
+  for (int i = 0; i < np; i++) {
+    pthread_mutex_lock(&s->tok_mu);
+    mgt_status st = MGT_OK;
+    if (p->add_bos) st = mgt_ids_push(&ids[i], s->eod);
+    if (st == MGT_OK) st = mgt_tok_encode(s->tok, text[i], len[i], &ids[i]);
+    pthread_mutex_unlock(&s->tok_mu);
+    if (st != MGT_OK) {
+      srv_error(r, api, 400, "prompt %d: %s", i, mgt_error_message());
+      mgt_error_clear();
+      return 0;
+    }
+    if (ids[i].n == 0) { /* OpenAI: an empty prompt starts a document, as mgt generate's */
+      if (mgt_ids_push(&ids[i], s->eod) != MGT_OK) {
+        srv_error(r, api, 500, "out of memory");
+        return 0;
+      }
+    }
+    if ((long long)ids[i].n + p->max_new > s->positions) {
+      srv_error(r, api, 400,
+                "prompt %d has %zu tokens: with %d to generate that exceeds the model's %d "
+                "positions",
+                i, ids[i].n, p->max_new, s->positions);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Queues the job and waits for it (the request's thread); *failed when the engine failed. */
+static int run_job(srv *s, srv_reply *r, srv_job *job) {
+  pthread_mutex_lock(&s->mu);
+  mgt_status st = srv_submit(s, job);
+  if (st != MGT_OK) {
+    pthread_mutex_unlock(&s->mu);
+    srv_error(r, job->api, 503, "%s", mgt_error_message());
+    mgt_error_clear();
+    job->refs = 1;
+    pthread_mutex_lock(&s->mu);
+    srv_release(s, job);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+  }
+  if (job->p.stream) { /* the HTTP layer streams it */
+    pthread_mutex_unlock(&s->mu);
+    r->job = job;
+    return 1;
+  }
+  while (job->pending > 0 && !job->failed)
+    pthread_cond_wait(&job->cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  if (job->failed) {
+    srv_error(r, job->api, 500, "the model failed while decoding (see the server's log)");
+    pthread_mutex_lock(&s->mu);
+    srv_release(s, job);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+  }
+  return 1;
+}
+
+/* The text of ids[from..to) of q (malloc'd into *t, *n bytes). */
+static int seq_text(srv *s, const srv_seq *q, int from, int to, char **t, size_t *n) {
+  size_t cap = 0;
+  *t = NULL, *n = 0;
+  if (srv_detok(s, q->ids + from, to - from, t, n, &cap) != MGT_OK) {
+    mgt_error_clear();
+    return 0;
+  }
+  if (!*t) *t = calloc(1, 1);
+  return *t != NULL;
+}
+
+/* The bytes of the generated text a client sees: cut before a stop string. */
+static size_t gen_len(const srv_seq *q, size_t n) {
+  return q->cut && q->stop_at < n ? q->stop_at : n;
+}
+
+/* ---- Megatron-LM's PUT /api ---- */
+
+static void megatron(srv *s, const mgt_json *req, srv_reply *r) {
+  const int api = SRV_MEGATRON;
+  if (req->type != MGT_JSON_OBJECT) return srv_error(r, api, 400, "the body is not a JSON object");
+  static const char *const known[] = {
+      "prompts", "tokens_to_generate", "logprobs",    "temperature", "top_k",  "top_p",
+      "add_BOS", "stop_on_double_eol", "stop_on_eol", "random_seed", "no_log", NULL};
+  const mgt_json *v;
+  if (!mgt_json_get(req, "prompts")) return srv_error(r, api, 400, "prompts argument required");
+  if (mgt_json_get(req, "max_len"))
+    return srv_error(r, api, 400, "max_len is no longer used.  Replace with tokens_to_generate");
+  if (mgt_json_get(req, "sentences"))
+    return srv_error(r, api, 400, "sentences is no longer used.  Replace with prompts");
+  const char *bad = unknown_field(req, known);
+  if (bad) return srv_error(r, api, 400, "unknown field \"%s\"", bad);
+  const mgt_json *pr = mgt_json_get(req, "prompts");
+  if (pr->type != MGT_JSON_ARRAY) return srv_error(r, api, 400, "prompts is not a list of strings");
+  if (pr->len == 0) return srv_error(r, api, 400, "prompts is empty");
+  if (pr->len > (size_t)s->max_prompts)
+    return srv_error(r, api, 400, "Maximum number of prompts is %d", s->max_prompts);
+  for (size_t i = 0; i < pr->len; i++)
+    if (pr->items[i].type != MGT_JSON_STRING)
+      return srv_error(r, api, 400, "prompts is not a list of strings");
+  srv_params p;
+  memset(&p, 0, sizeof p);
+  p.max_new = 64, p.temperature = 1.0, p.logprobs = 0, p.n = 1;
+  if ((v = mgt_json_get(req, "tokens_to_generate"))) {
+    if (!is_int(v))
+      return srv_error(r, api, 400, "tokens_to_generate must be an integer greater than 0");
+    if (v->number < 0)
+      return srv_error(r, api, 400,
+                       "tokens_to_generate must be an integer greater than or equal to 0");
+    if (v->number > s->positions)
+      return srv_error(r, api, 400, "tokens_to_generate %.0f exceeds the model's %d positions",
+                       v->number, s->positions);
+    p.max_new = (int)v->number;
+  }
+  if ((v = mgt_json_get(req, "logprobs"))) {
+    if (v->type != MGT_JSON_BOOL) return srv_error(r, api, 400, "logprobs must be a boolean value");
+    p.logprobs = v->number != 0;
+  }
+  if (p.max_new == 0 && !p.logprobs)
+    return srv_error(r, api, 400, "tokens_to_generate=0 implies logprobs should be True");
+  if ((v = mgt_json_get(req, "temperature"))) {
+    if (v->type != MGT_JSON_NUMBER)
+      return srv_error(r, api, 400,
+                       "temperature must be a positive number less than or equal to 1000.0");
+    if (!(v->number > 0.0 && v->number <= 100.0))
+      return srv_error(r, api, 400,
+                       "temperature must be a positive number less than or equal to 100.0");
+    p.temperature = v->number;
+  }
+  if ((v = mgt_json_get(req, "top_k"))) {
+    if (!is_int(v))
+      return srv_error(r, api, 400,
+                       "top_k must be an integer equal to or greater than 0 and less than or "
+                       "equal to 1000");
+    if (!(v->number >= 0 && v->number <= 1000))
+      return srv_error(r, api, 400,
+                       "top_k must be equal to or greater than 0 and less than or equal to 1000");
+    p.top_k = (int)v->number;
+  }
+  if ((v = mgt_json_get(req, "top_p"))) {
+    if (v->type != MGT_JSON_NUMBER)
+      return srv_error(r, api, 400, "top_p must be a positive float less than or equal to 1.0");
+    if (v->number > 0.0 && p.top_k > 0)
+      return srv_error(r, api, 400, "cannot set both top-k and top-p samplings.");
+    if (!(v->number >= 0 && v->number <= 1.0))
+      return srv_error(r, api, 400, "top_p must be less than or equal to 1.0");
+    p.top_p = v->number;
+  }
+  static const char *const bools[] = {"add_BOS", "stop_on_double_eol", "stop_on_eol", "no_log"};
+  int *dst[] = {&p.add_bos, &p.stop_double_eol, &p.stop_eol, NULL};
+  for (int i = 0; i < 4; i++)
+    if ((v = mgt_json_get(req, bools[i]))) {
+      if (v->type != MGT_JSON_BOOL)
+        return srv_error(r, api, 400, "%s must be a boolean value", bools[i]);
+      if (dst[i]) *dst[i] = v->number != 0;
+    }
+  for (size_t i = 0; i < pr->len; i++)
+    if (pr->items[i].len == 0 && !p.add_bos)
+      return srv_error(r, api, 400, "Empty prompts require add_BOS=true");
+  p.seed = (uint64_t)time(NULL) ^ ((uint64_t)s->served << 20);
+  if ((v = mgt_json_get(req, "random_seed"))) {
+    if (!is_int(v)) return srv_error(r, api, 400, "random_seed must be integer");
+    if (v->number < 0) return srv_error(r, api, 400, "random_seed must be a positive integer");
+    p.seed = (uint64_t)v->number;
+  }
+  p.greedy = p.top_k == 1; /* the most likely token, as Megatron's top_k = 1 */
+  const int np = (int)pr->len;
+  const char **text = calloc((size_t)np, sizeof *text);
+  size_t *len = calloc((size_t)np, sizeof *len);
+  mgt_ids *ids = calloc((size_t)np, sizeof *ids);
+  srv_job *job = NULL;
+  if (!text || !len || !ids) {
+    srv_error(r, api, 500, "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < np; i++)
+    text[i] = pr->items[i].str, len[i] = pr->items[i].len;
+  if (!tokenize(s, r, api, text, len, np, &p, ids)) goto done;
+  job = job_new(api, &p, ids, np, 1);
+  if (!job) {
+    srv_error(r, api, 500, "out of memory");
+    goto done;
+  }
+  if (!run_job(s, r, job)) goto done;
+  /* {"text": [prompt + continuation], "segments": [[token texts]], "tokens": [[ids]],
+     "logprobs": [[log-probability of each token after the first]]} */
+  out o;
+  if (!out_open(&o)) {
+    srv_error(r, api, 500, "out of memory");
+  } else {
+    pthread_mutex_lock(&s->mu);
+    const char *keys[] = {"text", "segments", "tokens", "logprobs"};
+    fputc('{', o.f);
+    for (int k = 0; k < (p.logprobs ? 4 : 3); k++) {
+      fprintf(o.f, "%s\"%s\": [", k ? ", " : "", keys[k]);
+      for (int i = 0; i < job->nseq; i++) {
+        const srv_seq *q = &job->seq[i];
+        fputs(i ? ", " : "", o.f);
+        if (k == 0) {
+          char *t;
+          size_t n;
+          if (seq_text(s, q, 0, q->n, &t, &n)) json_str(o.f, t, n);
+          free(t);
+          continue;
+        }
+        fputc('[', o.f);
+        for (int t = k == 3 ? 1 : 0; t < q->n; t++) {
+          fputs(t > (k == 3 ? 1 : 0) ? ", " : "", o.f);
+          if (k == 1) {
+            char *w;
+            size_t n;
+            if (seq_text(s, q, t, t + 1, &w, &n)) json_str(o.f, w, n);
+            free(w);
+          } else if (k == 2) {
+            fprintf(o.f, "%d", q->ids[t]);
+          } else {
+            fprintf(o.f, "%.9g", (double)q->lp[t]);
+          }
+        }
+        fputc(']', o.f);
+      }
+      fputc(']', o.f);
+    }
+    fputs("}\n", o.f);
+    s->served++;
+    srv_release(s, job);
+    pthread_mutex_unlock(&s->mu);
+    job = NULL;
+    out_reply(&o, r, 200, "application/json");
+  }
+  if (job) {
+    pthread_mutex_lock(&s->mu);
+    srv_release(s, job);
+    pthread_mutex_unlock(&s->mu);
+  }
+done:
+  for (int i = 0; ids && i < np; i++)
+    mgt_ids_free(&ids[i]);
+  free(text), free(len), free(ids);
+}
+
+/* ---- OpenAI-style completions ---- */
+
+/* The logprobs object of tokens [from, to) of q, whose text starts at byte `offset` of the
+   answer: tokens, token_logprobs, top_logprobs (k alternatives) and text_offset. */
+static void openai_logprobs(srv *s, FILE *f, const srv_seq *q, int from, int to, int k,
+                            size_t offset) {
+  const char *keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+  fputc('{', f);
+  for (int key = 0; key < 4; key++) {
+    fprintf(f, "%s\"%s\": [", key ? ", " : "", keys[key]);
+    size_t at = offset;
+    for (int t = from; t < to; t++) {
+      char *w = NULL;
+      size_t n = 0;
+      if (!seq_text(s, q, t, t + 1, &w, &n)) n = 0;
+      fputs(t > from ? ", " : "", f);
+      if (key == 0) {
+        json_str(f, w ? w : "", n);
+      } else if (key == 1) {
+        if (t == 0)
+          fputs("null", f); /* nothing before the first token */
+        else
+          fprintf(f, "%.9g", (double)q->lp[t]);
+      } else if (key == 2) {
+        if (t == 0 || k == 0) {
+          fputs(t == 0 ? "null" : "{}", f);
+        } else {
+          fputc('{', f);
+          for (int j = 0; j < k; j++) {
+            char *a = NULL;
+            size_t an = 0, cap = 0;
+            const int32_t id = q->top_id[(size_t)t * SRV_MAX_TOP + j];
+            if (srv_detok(s, &id, 1, &a, &an, &cap) != MGT_OK) mgt_error_clear(), an = 0;
+            fputs(j ? ", " : "", f);
+            json_str(f, a ? a : "", an);
+            fprintf(f, ": %.9g", (double)q->top_lp[(size_t)t * SRV_MAX_TOP + j]);
+            free(a);
+          }
+          fputc('}', f);
+        }
+      } else {
+        fprintf(f, "%zu", at);
+      }
+      at += n;
+      free(w);
+    }
+    fputc(']', f);
+  }
+  fputc('}', f);
+}
+
+/* The tokens of q a client sees: those whose text starts before a stop string's cut. */
+static int visible_tokens(srv *s, const srv_seq *q, size_t *gen_bytes) {
+  char *t;
+  size_t n;
+  int last = q->n;
+  *gen_bytes = 0;
+  if (!seq_text(s, q, q->n_prompt, q->n, &t, &n)) return q->n;
+  *gen_bytes = gen_len(q, n);
+  free(t);
+  if (q->cut) {
+    size_t at = 0;
+    for (int i = q->n_prompt; i < q->n; i++) {
+      char *w;
+      size_t wn;
+      if (!seq_text(s, q, i, i + 1, &w, &wn)) break;
+      free(w);
+      if (at >= *gen_bytes) {
+        last = i;
+        break;
+      }
+      at += wn;
+    }
+  }
+  return last;
+}
+
+static void completion_choice(srv *s, FILE *f, const srv_seq *q) {
+  const srv_params *p = &q->job->p;
+  char *pt = NULL, *gt = NULL;
+  size_t pn = 0, gn = 0, vis;
+  seq_text(s, q, 0, q->n_prompt, &pt, &pn);
+  const int last = visible_tokens(s, q, &vis);
+  seq_text(s, q, q->n_prompt, q->n, &gt, &gn);
+  fprintf(f, "{\"text\": ");
+  if (p->echo) { /* prompt and continuation as one text */
+    char *both = malloc(pn + vis + 1);
+    if (both) {
+      memcpy(both, pt ? pt : "", pn), memcpy(both + pn, gt ? gt : "", vis);
+      json_str(f, both, pn + vis);
+      free(both);
+    } else {
+      fputs("\"\"", f);
+    }
+  } else {
+    json_str(f, gt ? gt : "", vis);
+  }
+  fprintf(f, ", \"index\": %d, \"logprobs\": ", q->index);
+  if (p->logprobs < 0)
+    fputs("null", f);
+  else
+    openai_logprobs(s, f, q, p->echo ? 0 : q->n_prompt, last, p->logprobs, p->echo ? 0 : pn);
+  fprintf(f, ", \"finish_reason\": \"%s\"}", q->state == SRV_LENGTH ? "length" : "stop");
+  free(pt), free(gt);
+}
+
+static void completions(srv *s, const mgt_json *req, srv_reply *r) {
+  const int api = SRV_OPENAI;
+  if (req->type != MGT_JSON_OBJECT) return srv_error(r, api, 400, "the body is not a JSON object");
+  static const char *const known[] = {
+      "model", "prompt",           "max_tokens",        "temperature", "top_p",      "top_k",
+      "n",     "stream",           "logprobs",          "echo",        "stop",       "seed",
+      "user",  "presence_penalty", "frequency_penalty", "best_of",     "logit_bias", "suffix",
+      NULL};
+  const char *bad = unknown_field(req, known);
+  if (bad) return srv_error(r, api, 400, "unknown field \"%s\"", bad);
+  const mgt_json *v;
+  if ((v = mgt_json_get(req, "model")) && v->type != MGT_JSON_NULL) {
+    if (v->type != MGT_JSON_STRING) return srv_error(r, api, 400, "model must be a string");
+    if (strcmp(v->str, s->model_name))
+      return srv_error(r, api, 404, "The model `%.200s` does not exist (this server has `%s`)",
+                       v->str, s->model_name);
+  }
+  srv_params p;
+  memset(&p, 0, sizeof p);
+  p.max_new = 16, p.temperature = 1.0, p.logprobs = -1, p.n = 1;
+  /* neutral values of OpenAI's fields this server does not implement are accepted */
+  if ((v = mgt_json_get(req, "presence_penalty")) && v->type != MGT_JSON_NULL &&
+      !(v->type == MGT_JSON_NUMBER && v->number == 0))
+    return srv_error(r, api, 400, "presence_penalty is not supported (only 0)");
+  if ((v = mgt_json_get(req, "frequency_penalty")) && v->type != MGT_JSON_NULL &&
+      !(v->type == MGT_JSON_NUMBER && v->number == 0))
+    return srv_error(r, api, 400, "frequency_penalty is not supported (only 0)");
+  if ((v = mgt_json_get(req, "logit_bias")) && v->type != MGT_JSON_NULL &&
+      !(v->type == MGT_JSON_OBJECT && v->len == 0))
+    return srv_error(r, api, 400, "logit_bias is not supported (only {} or null)");
+  if ((v = mgt_json_get(req, "suffix")) && v->type != MGT_JSON_NULL)
+    return srv_error(r, api, 400, "suffix is not supported");
+  if ((v = mgt_json_get(req, "user")) && v->type != MGT_JSON_STRING && v->type != MGT_JSON_NULL)
+    return srv_error(r, api, 400, "user must be a string");
+  if ((v = mgt_json_get(req, "max_tokens")) && v->type != MGT_JSON_NULL) {
+    if (!is_int(v) || v->number < 0)
+      return srv_error(r, api, 400, "max_tokens must be an integer of at least 0");
+    if (v->number > s->positions)
+      return srv_error(r, api, 400, "max_tokens %.0f exceeds the model's %d positions", v->number,
+                       s->positions);
+    p.max_new = (int)v->number;
+  }
+  if ((v = mgt_json_get(req, "temperature")) && v->type != MGT_JSON_NULL) {
+    if (v->type != MGT_JSON_NUMBER || !(v->number >= 0 && v->number <= 2))
+      return srv_error(r, api, 400, "temperature must be a number from 0 to 2");
+    p.temperature = v->number;
+    p.greedy = v->number == 0; /* 0: the most likely token */
+    if (p.greedy) p.temperature = 1.0;
+  }
+  if ((v = mgt_json_get(req, "top_p")) && v->type != MGT_JSON_NULL) {
+    if (v->type != MGT_JSON_NUMBER || !(v->number > 0 && v->number <= 1))
+      return srv_error(r, api, 400, "top_p must be a number above 0 and at most 1");
+    p.top_p = v->number < 1 ? v->number : 0.0;
+  }
+  if ((v = mgt_json_get(req, "top_k")) && v->type != MGT_JSON_NULL) {
+    if (!is_int(v) || v->number < -1 || v->number > 1e6)
+      return srv_error(r, api, 400, "top_k must be an integer of at least -1 (-1 or 0: off)");
+    p.top_k = v->number > 0 ? (int)v->number : 0;
+  }
+  if ((v = mgt_json_get(req, "n")) && v->type != MGT_JSON_NULL) {
+    if (!is_int(v) || v->number < 1 || v->number > s->max_prompts)
+      return srv_error(r, api, 400, "n must be an integer from 1 to %d", s->max_prompts);
+    p.n = (int)v->number;
+  }
+  if ((v = mgt_json_get(req, "best_of")) && v->type != MGT_JSON_NULL &&
+      !(is_int(v) && (v->number == 1 || v->number == p.n)))
+    return srv_error(r, api, 400, "best_of is not supported (only 1 or n)");
+  static const char *const bools[] = {"stream", "echo"};
+  int *dst[] = {&p.stream, &p.echo};
+  for (int i = 0; i < 2; i++)
+    if ((v = mgt_json_get(req, bools[i])) && v->type != MGT_JSON_NULL) {
+      if (v->type != MGT_JSON_BOOL) return srv_error(r, api, 400, "%s must be a boolean", bools[i]);
+      *dst[i] = v->number != 0;
+    }
+  if ((v = mgt_json_get(req, "logprobs")) && v->type != MGT_JSON_NULL) {
+    if (!is_int(v) || v->number < 0 || v->number > SRV_MAX_TOP)
+      return srv_error(r, api, 400, "logprobs must be an integer from 0 to %d", SRV_MAX_TOP);
+    p.logprobs = (int)v->number;
+  }
+  if ((v = mgt_json_get(req, "stop")) && v->type != MGT_JSON_NULL) {
+    const mgt_json *items = v->type == MGT_JSON_ARRAY ? v->items : v;
+    const size_t n = v->type == MGT_JSON_ARRAY ? v->len : 1;
+    if ((v->type != MGT_JSON_STRING && v->type != MGT_JSON_ARRAY) || n > SRV_MAX_STOP)
+      return srv_error(r, api, 400, "stop must be a string or a list of up to %d strings",
+                       SRV_MAX_STOP);
+    for (size_t i = 0; i < n; i++) {
+      if (items[i].type != MGT_JSON_STRING || items[i].len == 0 || items[i].len >= SRV_STOP_LEN ||
+          strlen(items[i].str) != items[i].len)
+        return srv_error(r, api, 400, "stop: each must be a string of 1 to %d bytes",
+                         SRV_STOP_LEN - 1);
+      memcpy(p.stop[p.nstop++], items[i].str, items[i].len + 1);
+    }
+  }
+  p.seed = (uint64_t)time(NULL) ^ ((uint64_t)s->served << 20);
+  if ((v = mgt_json_get(req, "seed")) && v->type != MGT_JSON_NULL) {
+    if (!is_int(v) || v->number < 0)
+      return srv_error(r, api, 400, "seed must be an integer of at least 0");
+    p.seed = (uint64_t)v->number;
+  }
+  /* prompt: a string, a list of strings, a list of token ids, or a list of such lists */
+  const mgt_json *pr = mgt_json_get(req, "prompt");
+  if (!pr || pr->type == MGT_JSON_NULL) return srv_error(r, api, 400, "prompt is required");
+  int np = 1, token_lists = 0;
+  if (pr->type == MGT_JSON_ARRAY) {
+    if (pr->len == 0) return srv_error(r, api, 400, "prompt is an empty list");
+    if (pr->items[0].type == MGT_JSON_NUMBER) {
+      token_lists = 1, np = 1;
+    } else {
+      np = (int)(pr->len < (size_t)1 << 30 ? pr->len : (size_t)1 << 30);
+      token_lists = pr->items[0].type == MGT_JSON_ARRAY ? 2 : 0;
+    }
+  } else if (pr->type != MGT_JSON_STRING) {
+    return srv_error(r, api, 400, "prompt must be a string, a list of strings or of token ids");
+  }
+  if ((long long)np * p.n > s->max_prompts)
+    return srv_error(r, api, 400, "%d prompts times n = %d is over this server's %d", np, p.n,
+                     s->max_prompts);
+  mgt_ids *ids = calloc((size_t)np, sizeof *ids);
+  const char **text = calloc((size_t)np, sizeof *text);
+  size_t *len = calloc((size_t)np, sizeof *len);
+  srv_job *job = NULL;
+  if (!ids || !text || !len) {
+    srv_error(r, api, 500, "out of memory");
+    goto done;
+  }
+  if (token_lists) { /* ids as given, each in the vocabulary */
+    for (int i = 0; i < np; i++) {
+      const mgt_json *list = token_lists == 1 ? pr : &pr->items[i];
+      if (list->type != MGT_JSON_ARRAY || list->len == 0) {
+        srv_error(r, api, 400, "prompt %d: a token list must be a non-empty list of ids", i);
+        goto done;
+      }
+      for (size_t t = 0; t < list->len; t++) {
+        const mgt_json *id = &list->items[t];
+        if (!is_int(id) || id->number < 0 || id->number >= s->eligible) {
+          srv_error(r, api, 400, "prompt %d: token %zu is not an id in [0, %d)", i, t, s->eligible);
+          goto done;
+        }
+        if (mgt_ids_push(&ids[i], (int32_t)id->number) != MGT_OK) {
+          srv_error(r, api, 500, "out of memory");
+          goto done;
+        }
+      }
+      if ((long long)ids[i].n + p.max_new > s->positions) {
+        srv_error(r, api, 400,
+                  "prompt %d has %zu tokens: with %d to generate that exceeds the model's %d "
+                  "positions",
+                  i, ids[i].n, p.max_new, s->positions);
+        goto done;
+      }
+    }
+  } else {
+    for (int i = 0; i < np; i++) {
+      const mgt_json *t = pr->type == MGT_JSON_ARRAY ? &pr->items[i] : pr;
+      if (t->type != MGT_JSON_STRING) {
+        srv_error(r, api, 400, "prompt must be a string, a list of strings or of token ids");
+        goto done;
+      }
+      text[i] = t->str, len[i] = t->len;
+    }
+    if (!tokenize(s, r, api, text, len, np, &p, ids)) goto done;
+  }
+  job = job_new(api, &p, ids, np, p.n);
+  if (!job) {
+    srv_error(r, api, 500, "out of memory");
+    goto done;
+  }
+  if (!run_job(s, r, job)) goto done;
+  if (p.stream) goto done; /* the HTTP layer streams it: r->job */
+  out o;
+  if (!out_open(&o)) {
+    srv_error(r, api, 500, "out of memory");
+    pthread_mutex_lock(&s->mu);
+    srv_release(s, job);
+    pthread_mutex_unlock(&s->mu);
+    goto done;
+  }
+  pthread_mutex_lock(&s->mu);
+  fprintf(o.f, "{\"id\": \"%s\", \"object\": \"text_completion\", \"created\": %lld, \"model\": ",
+          job->id, job->created);
+  json_str(o.f, s->model_name, strlen(s->model_name));
+  fputs(", \"choices\": [", o.f);
+  long long prompt_tokens = 0, completion_tokens = 0;
+  for (int i = 0; i < job->nseq; i++) {
+    const srv_seq *q = &job->seq[i];
+    fputs(i ? ", " : "", o.f);
+    completion_choice(s, o.f, q);
+    if (i % p.n == 0) prompt_tokens += q->n_prompt;
+    completion_tokens += q->n - q->n_prompt;
+  }
+  fprintf(o.f,
+          "], \"usage\": {\"prompt_tokens\": %lld, \"completion_tokens\": %lld, \"total_tokens\": "
+          "%lld}}\n",
+          prompt_tokens, completion_tokens, prompt_tokens + completion_tokens);
+  s->served++;
+  srv_release(s, job);
+  pthread_mutex_unlock(&s->mu);
+  out_reply(&o, r, 200, "application/json");
+done:
+  for (int i = 0; ids && i < np; i++)
+    mgt_ids_free(&ids[i]);
+  free(ids), free(text), free(len);
+}
+
+/* Whether the last k bytes of t could begin one of the stop strings (held back). */
+static size_t stop_prefix(const srv_params *p, const char *t, size_t n) {
+  size_t hold = 0;
+  for (int i = 0; i < p->nstop; i++) {
+    const size_t k = strlen(p->stop[i]);
+    for (size_t m = k - 1; m > hold && m > 0; m--)
+      if (m <= n && !memcmp(t + n - m, p->stop[i], m)) {
+        hold = m;
+        break;
+      }
+  }
+  return hold;
+}
+
+char *srv_stream_next(srv *s, srv_job *job, size_t *len, int *done) {
+  out o;
+  *len = 0, *done = 0;
+  if (!out_open(&o)) return NULL;
+  int all_final = 1;
+  for (int i = 0; i < job->nseq && !job->failed; i++) {
+    srv_seq *q = &job->seq[i];
+    if (q->final_sent) continue;
+    const int finished = q->state != SRV_RUNNING;
+    char *pt = NULL, *gt = NULL;
+    size_t pn = 0, gn = 0, vis = 0;
+    int last = q->n;
+    if (job->p.echo) seq_text(s, q, 0, q->n_prompt, &pt, &pn);
+    if (finished) last = visible_tokens(s, q, &vis);
+    seq_text(s, q, q->n_prompt, q->n, &gt, &gn);
+    if (!finished) { /* hold back what a stop string or the next token may still change */
+      vis = gn - utf8_tail(gt ? gt : "", gn);
+      vis -= stop_prefix(&job->p, gt ? gt : "", vis);
+    }
+    const size_t total = (job->p.echo ? pn : 0) + vis;
+    if (total > q->sent || finished) {
+      char *all = malloc(total + 1);
+      if (all) {
+        if (job->p.echo) memcpy(all, pt ? pt : "", pn);
+        memcpy(all + (job->p.echo ? pn : 0), gt ? gt : "", vis);
+        fprintf(o.f,
+                "data: {\"id\": \"%s\", \"object\": \"text_completion\", \"created\": %lld, "
+                "\"model\": ",
+                job->id, job->created);
+        json_str(o.f, s->model_name, strlen(s->model_name));
+        fputs(", \"choices\": [{\"text\": ", o.f);
+        json_str(o.f, all + q->sent, total > q->sent ? total - q->sent : 0);
+        fprintf(o.f, ", \"index\": %d, \"logprobs\": ", q->index);
+        const int from = q->sent_tokens ? q->sent_tokens : (job->p.echo ? 0 : q->n_prompt);
+        const int to = finished ? last : (vis == gn ? q->n : from);
+        if (job->p.logprobs < 0 || to <= from)
+          fputs("null", o.f);
+        else
+          openai_logprobs(s, o.f, q, from, to, job->p.logprobs, q->sent);
+        if (to > from) q->sent_tokens = to;
+        if (finished)
+          fprintf(o.f, ", \"finish_reason\": \"%s\"}]}\n\n",
+                  q->state == SRV_LENGTH ? "length" : "stop");
+        else
+          fputs(", \"finish_reason\": null}]}\n\n", o.f);
+        q->sent = total;
+        if (finished) q->final_sent = 1;
+        free(all);
+      }
+    }
+    all_final &= q->final_sent;
+    free(pt), free(gt);
+  }
+  if (job->failed) {
+    fputs("data: {\"error\": {\"message\": \"the model failed while decoding\", \"type\": "
+          "\"server_error\", \"param\": null, \"code\": null}}\n\n",
+          o.f);
+    all_final = 1;
+  }
+  if (all_final) {
+    fputs("data: [DONE]\n\n", o.f);
+    *done = 1;
+  }
+  fclose(o.f);
+  *len = o.len;
+  if (!o.len) {
+    free(o.buf);
+    return NULL;
+  }
+  return o.buf;
+}
+
+/* ---- routes ---- */
+
+void srv_handle(srv *s, const char *method, const char *url, const char *body, size_t len,
+                int too_big, srv_reply *r) {
+  memset(r, 0, sizeof *r);
+  const int api = !strcmp(url, "/api") ? SRV_MEGATRON : SRV_OPENAI;
+  const int get = !strcmp(method, "GET");
+  if (!strcmp(url, "/health")) {
+    if (!get) return srv_error(r, api, 405, "%s /health: use GET", method);
+    out o;
+    if (!out_open(&o)) return srv_error(r, api, 500, "out of memory");
+    fputs("{\"status\": \"ok\"}\n", o.f);
+    return out_reply(&o, r, 200, "application/json");
+  }
+  if (!strcmp(url, "/v1/models")) {
+    if (!get) return srv_error(r, api, 405, "%s /v1/models: use GET", method);
+    out o;
+    if (!out_open(&o)) return srv_error(r, api, 500, "out of memory");
+    fputs("{\"object\": \"list\", \"data\": [{\"id\": ", o.f);
+    json_str(o.f, s->model_name, strlen(s->model_name));
+    fprintf(o.f,
+            ", \"object\": \"model\", \"created\": %lld, \"owned_by\": \"megatron-c\", "
+            "\"max_model_len\": %d}]}\n",
+            (long long)time(NULL), s->positions);
+    return out_reply(&o, r, 200, "application/json");
+  }
+  const int is_api = api == SRV_MEGATRON,
+            is_cmpl = !strcmp(url, "/v1/completions") || !strcmp(url, "/completions");
+  if (!is_api && !is_cmpl) return srv_error(r, api, 404, "no such endpoint: %.200s", url);
+  if (is_api && strcmp(method, "PUT")) return srv_error(r, api, 405, "%s /api: use PUT", method);
+  if (is_cmpl && strcmp(method, "POST"))
+    return srv_error(r, api, 405, "%s %s: use POST", method, url);
+  if (too_big)
+    return srv_error(r, api, 413, "the request body is over this server's %zu bytes", s->max_body);
+  mgt_json_parser *jp = NULL;
+  const mgt_json *req = NULL;
+  if (mgt_json_parser_create(&jp) != MGT_OK) {
+    mgt_error_clear();
+    return srv_error(r, api, 500, "out of memory");
+  }
+  if (mgt_json_parse(jp, body ? body : "", len, &req) != MGT_OK) {
+    srv_error(r, api, 400, "malformed JSON: %s", mgt_error_message());
+    mgt_error_clear();
+  } else if (is_api) {
+    megatron(s, req, r);
+  } else {
+    completions(s, req, r);
+  }
+  mgt_json_parser_destroy(&jp);
+}

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# mgt serve against real clients: curl and Python's urllib (tests/serve_client.py), at tp=1 and
+# tp=2, on a byte-level model trained here on the system's licence texts. Usage:
+# serve.sh MGT MPIEXEC
+#  - PUT /api (Megatron-LM's API) and /v1/completions at temperature 0 answer what
+#    mgt generate --greedy prints; seeded sampling is mgt generate --seed's draw, and repeats;
+#  - log-probabilities equal a float64 numpy forward of the exported model;
+#  - concurrent requests each get their own answer; streams, stop strings, n choices;
+#  - bad requests: 4xx and a one-line reason, the server still up;
+#  - a client that leaves its stream frees its slot (--max-batch 1: the next request is
+#    answered); SIGTERM finishes the request in flight, then the server exits 0.
+set -u
+MGT=$1
+MPIEXEC=${2:-mpiexec}
+PY=/usr/bin/python3
+TESTS=$(cd "$(dirname "$0")" && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+tmp=$(mktemp -d)
+server=
+cleanup() {
+  [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+command -v curl >/dev/null || { echo "no curl: skipped"; exit 77; }
+"$MGT" serve --load /nonexistent 2>&1 | grep -q "without libmicrohttpd" && { echo "built without libmicrohttpd: skipped"; exit 77; }
+
+texts=()
+for f in /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 \
+  /usr/share/common-licenses/GPL-2 /usr/share/common-licenses/LGPL-2.1; do
+  [ -f "$f" ] && texts+=("$f")
+done
+[ ${#texts[@]} -gt 0 ] || { echo "no licence texts: skipped"; exit 77; }
+"$MGT" preprocess --input "${texts[@]}" --output-prefix "$tmp/text" --tokenizer-type ByteTokenizer \
+  --append-eod >"$tmp/pre.log" 2>&1 || { cat "$tmp/pre.log"; exit 1; }
+"$MPIEXEC" -n 2 "$MGT" train --data-path "$tmp/text" --tokenizer-type ByteTokenizer \
+  --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 256 --micro-batch-size 8 \
+  --train-iters 300 --lr 3e-3 --lr-warmup-iters 10 --log-interval 100 --eval-iters 0 \
+  --tensor-model-parallel-size 2 --save "$tmp/ckpt" >"$tmp/train.log" 2>&1 ||
+  { tail -5 "$tmp/train.log"; exit 1; }
+"$MGT" ckpt export --format hf --load "$tmp/ckpt" --output "$tmp/hf" >/dev/null 2>&1 ||
+  fail "export for the numpy reference"
+
+# start NAME RANKS ARGS...: a server in the background; PORT from its start line
+start() {
+  local name=$1 n=$2
+  shift 2
+  "$MPIEXEC" -n "$n" "$MGT" serve --port 0 "$@" >"$tmp/$name.log" 2>&1 &
+  server=$!
+  PORT=
+  for _ in $(seq 600); do
+    PORT=$(sed -n 's/.* at http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$tmp/$name.log")
+    [ -n "$PORT" ] && return 0
+    kill -0 "$server" 2>/dev/null || break
+    sleep 0.1
+  done
+  fail "$name did not start"
+  cat "$tmp/$name.log"
+  return 1
+}
+# stop: SIGTERM to the ranks (as srun and scancel deliver it; Open MPI's mpiexec forwards one it
+# gets but then exits 1 itself), and the exit status must be 0
+stop() {
+  kill -TERM $(pgrep -P "$server")
+  wait "$server"
+  local rc=$?
+  server=
+  return $rc
+}
+
+PROMPT="This License"
+for tp in 1 2; do
+  start "tp$tp" "$tp" --load "$tmp/ckpt" --max-batch 4 || continue
+  "$MPIEXEC" -n "$tp" "$MGT" generate --load "$tmp/ckpt" --prompt "$PROMPT" --max-new-tokens 40 \
+    --greedy >"$tmp/greedy$tp" 2>/dev/null || fail "generate tp=$tp"
+  "$MPIEXEC" -n "$tp" "$MGT" generate --load "$tmp/ckpt" --prompt "$PROMPT" --max-new-tokens 30 \
+    --temperature 0.9 --top-k 20 --seed 11 >"$tmp/seeded$tp" 2>/dev/null || fail "generate seeded"
+  # curl: greedy and seeded PUT /api against mgt generate
+  curl -sf -X PUT "localhost:$PORT/api" -H 'Content-Type: application/json' \
+    -d "{\"prompts\": [\"$PROMPT\"], \"tokens_to_generate\": 40, \"top_k\": 1}" >"$tmp/api$tp" ||
+    fail "curl PUT /api tp=$tp"
+  for k in 1 2; do
+    curl -sf -X PUT "localhost:$PORT/api" -H 'Content-Type: application/json' \
+      -d "{\"prompts\": [\"$PROMPT\"], \"tokens_to_generate\": 30, \"temperature\": 0.9, \"top_k\": 20, \"random_seed\": 11}" \
+      >"$tmp/apiseed$tp.$k" || fail "curl seeded tp=$tp"
+  done
+  $PY - "$tmp/api$tp" "$tmp/greedy$tp" "$tmp/apiseed$tp.1" "$tmp/apiseed$tp.2" "$tmp/seeded$tp" <<'PY' &&
+import json, sys
+api, greedy, s1, s2, seeded = sys.argv[1:]
+text = json.load(open(api))["text"][0]
+want = open(greedy, encoding="utf-8").read()[:-1]
+assert text == want, (text, want)
+a, b = json.load(open(s1))["text"][0], json.load(open(s2))["text"][0]
+assert a == b, (a, b)
+want = open(seeded, encoding="utf-8").read()[:-1]
+assert a == want, (a, want)
+print("ok: curl PUT /api: greedy %r and a seeded draw equal mgt generate's" % text)
+PY
+    true || fail "PUT /api against mgt generate (tp=$tp)"
+  $PY "$TESTS/serve_client.py" check "$PORT" "$tmp/hf" "$tmp/greedy$tp" "$PROMPT" ||
+    fail "the Python client (tp=$tp)"
+  stop || fail "tp=$tp: SIGTERM did not exit 0"
+  grep -q "requests answered; stopped" "$tmp/tp$tp.log" || fail "tp=$tp: no stop line"
+done
+
+# a model slow enough to be caught in flight: 8 layers, 1024 positions, one step at a time
+"$MGT" train --mock-data --tokenizer-type ByteTokenizer --num-layers 8 --hidden-size 512 \
+  --num-attention-heads 8 --seq-length 1024 --micro-batch-size 1 --train-iters 1 --eval-iters 0 \
+  --save "$tmp/big" >"$tmp/big.log" 2>&1 || { tail -3 "$tmp/big.log"; fail "the slow model"; }
+if start slow 1 --load "$tmp/big" --max-batch 1; then
+  # a client that leaves a stream waiting for its first token: its slot goes to the next request
+  $PY "$TESTS/serve_client.py" leave "$PORT" || fail "leaving a stream"
+  curl -sf "localhost:$PORT/v1/completions" -d '{"prompt": "a", "max_tokens": 2}' >"$tmp/next" ||
+    fail "the request after the one that left"
+  grep -q '"finish_reason"' "$tmp/next" && echo "ok: the request after a client left is answered"
+  grep -q "ended by the client" "$tmp/slow.log" && echo "ok: the server saw the client leave" ||
+    fail "the server did not see the client leave"
+  # SIGTERM while a request is decoding: it is answered whole, then the server exits 0
+  $PY "$TESTS/serve_client.py" inflight "$PORT" "$tmp/inflight" &
+  client=$!
+  for _ in $(seq 100); do grep -q "requests in flight\|POST /v1/completions 200" "$tmp/slow.log" && break; sleep 0.05; done
+  sleep 0.5
+  stop && echo "ok: SIGTERM with a request in flight: exit 0" || fail "SIGTERM in flight: exit status"
+  wait "$client"
+  $PY - "$tmp/inflight" <<'PY' || fail "the request in flight at SIGTERM"
+import json, sys
+status, body = open(sys.argv[1]).read().split("\n", 1)
+assert status == "200", (status, body[:200])
+lp = json.loads(body)["choices"][0]["logprobs"]["token_logprobs"]
+assert len(lp) == 600 and lp[0] is None and all(x is not None for x in lp[1:]), len(lp)
+print("ok: the request in flight at SIGTERM got its whole answer (600 tokens scored)")
+PY
+  grep -q "SIGTERM: finishing" "$tmp/slow.log" || fail "no SIGTERM line in the log"
+fi
+
+# bad flags
+"$MGT" serve --load "$tmp/ckpt" --host example.org >"$tmp/host" 2>&1 && fail "--host example.org accepted"
+grep -q "not an IPv4 address" "$tmp/host" && echo "ok: $(grep -o 'mgt: error.*' "$tmp/host")" || fail "--host error: $(cat "$tmp/host")"
+"$MPIEXEC" -n 2 "$MGT" serve --load "$tmp/ckpt" --tensor-model-parallel-size 1 >"$tmp/tp" 2>&1 &&
+  fail "tp 1 of 2 ranks accepted"
+grep -q "data-parallel replicas are not served yet" "$tmp/tp" && echo "ok: tp < ranks refused with the reason" || fail "tp < ranks: $(cat "$tmp/tp")"
+
+echo "serve: $fails failures"
+[ "$fails" = 0 ]
