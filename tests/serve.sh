@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# mgt serve against real clients: curl and Python's urllib (tests/serve_client.py), at tp=1 and
-# tp=2, on a byte-level model trained here on the system's licence texts. Usage:
+# mgt serve against real clients: curl, Python's urllib (tests/serve_client.py) and, where it is
+# installed, the openai npm package (tests/openai-js), at tp=1 and tp=2, on a byte-level model
+# trained here on the system's licence texts. Usage:
 # serve.sh MGT MPIEXEC
 #  - PUT /api (Megatron-LM's API) and /v1/completions at temperature 0 answer what
 #    mgt generate --greedy prints; seeded sampling is mgt generate --seed's draw, and repeats;
@@ -71,6 +72,13 @@ stop() {
   return $rc
 }
 
+# the openai npm package's client, where tests/openai-js has its node_modules (npm ci there)
+openai=0
+if command -v node >/dev/null && [ -d "$TESTS/openai-js/node_modules/openai" ]; then
+  openai=1
+else
+  echo "the openai npm client is not installed in $TESTS/openai-js (npm ci there): not run"
+fi
 PROMPT="This License"
 for tp in 1 2; do
   start "tp$tp" "$tp" --load "$tmp/ckpt" --max-batch 4 || continue
@@ -102,6 +110,9 @@ PY
     true || fail "PUT /api against mgt generate (tp=$tp)"
   $PY "$TESTS/serve_client.py" check "$PORT" "$tmp/hf" "$tmp/greedy$tp" "$PROMPT" ||
     fail "the Python client (tp=$tp)"
+  if [ "$openai" = 1 ]; then
+    node "$TESTS/openai-js/client.mjs" "$PORT" "$PROMPT" "$tmp/greedy$tp" || fail "the openai client (tp=$tp)"
+  fi
   stop || fail "tp=$tp: SIGTERM did not exit 0"
   grep -q "requests answered; stopped" "$tmp/tp$tp.log" || fail "tp=$tp: no stop line"
 done
@@ -121,8 +132,7 @@ if start slow 1 --load "$tmp/big" --max-batch 1; then
   # SIGTERM while a request is decoding: it is answered whole, then the server exits 0
   $PY "$TESTS/serve_client.py" inflight "$PORT" "$tmp/inflight" &
   client=$!
-  for _ in $(seq 100); do grep -q "requests in flight\|POST /v1/completions 200" "$tmp/slow.log" && break; sleep 0.05; done
-  sleep 0.5
+  sleep 1 # the request takes seconds: 600 steps of an 8-layer model
   stop && echo "ok: SIGTERM with a request in flight: exit 0" || fail "SIGTERM in flight: exit status"
   wait "$client"
   $PY - "$tmp/inflight" <<'PY' || fail "the request in flight at SIGTERM"
