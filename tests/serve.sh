@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # mgt serve against real clients: curl, Python's urllib (tests/serve_client.py) and, where it is
-# installed, the openai npm package (tests/openai-js), at tp=1 and tp=2, on a byte-level model
+# installed, the openai npm package (tests/openai-js), at tp=1, tp=2 and two replicas of tp=1, on a byte-level model
 # trained here on the system's licence texts. Usage:
 # serve.sh MGT MPIEXEC
 #  - PUT /api (Megatron-LM's API) and /v1/completions at temperature 0 answer what
@@ -80,8 +80,10 @@ else
   echo "the openai npm client is not installed in $TESTS/openai-js (npm ci there): not run"
 fi
 PROMPT="This License"
-for tp in 1 2; do
-  start "tp$tp" "$tp" --load "$tmp/ckpt" --max-batch 4 || continue
+for layout in "1 1" "2 2" "2 1"; do # ranks, tensor-parallel size (2 1: two replicas)
+  read -r np tp <<<"$layout"
+  start "tp$tp.$np" "$np" --load "$tmp/ckpt" --max-batch 4 --tensor-model-parallel-size "$tp" ||
+    continue
   "$MPIEXEC" -n "$tp" "$MGT" generate --load "$tmp/ckpt" --prompt "$PROMPT" --max-new-tokens 40 \
     --greedy >"$tmp/greedy$tp" 2>/dev/null || fail "generate tp=$tp"
   "$MPIEXEC" -n "$tp" "$MGT" generate --load "$tmp/ckpt" --prompt "$PROMPT" --max-new-tokens 30 \
@@ -109,12 +111,13 @@ print("ok: curl PUT /api: greedy %r and a seeded draw equal mgt generate's" % te
 PY
     true || fail "PUT /api against mgt generate (tp=$tp)"
   $PY "$TESTS/serve_client.py" check "$PORT" "$tmp/hf" "$tmp/greedy$tp" "$PROMPT" ||
-    fail "the Python client (tp=$tp)"
+    fail "the Python client ($np ranks, tp=$tp)"
   if [ "$openai" = 1 ]; then
     node "$TESTS/openai-js/client.mjs" "$PORT" "$PROMPT" "$tmp/greedy$tp" || fail "the openai client (tp=$tp)"
   fi
-  stop || fail "tp=$tp: SIGTERM did not exit 0"
-  grep -q "requests answered; stopped" "$tmp/tp$tp.log" || fail "tp=$tp: no stop line"
+  stop || fail "$np ranks, tp=$tp: SIGTERM did not exit 0"
+  grep -q "requests answered; stopped" "$tmp/tp$tp.$np.log" || fail "tp=$tp: no stop line"
+  echo "ok: $(grep -o 'on [0-9]* tensor-parallel ranks x [0-9]* replicas' "$tmp/tp$tp.$np.log") passed"
 done
 
 # a model slow enough to be caught in flight: 8 layers, 1024 positions, one step at a time
@@ -149,9 +152,9 @@ fi
 # bad flags
 "$MGT" serve --load "$tmp/ckpt" --host example.org >"$tmp/host" 2>&1 && fail "--host example.org accepted"
 grep -q "not an IPv4 address" "$tmp/host" && echo "ok: $(grep -o 'mgt: error.*' "$tmp/host")" || fail "--host error: $(cat "$tmp/host")"
-"$MPIEXEC" -n 2 "$MGT" serve --load "$tmp/ckpt" --tensor-model-parallel-size 1 >"$tmp/tp" 2>&1 &&
-  fail "tp 1 of 2 ranks accepted"
-grep -q "data-parallel replicas are not served yet" "$tmp/tp" && echo "ok: tp < ranks refused with the reason" || fail "tp < ranks: $(cat "$tmp/tp")"
+"$MPIEXEC" -n 3 "$MGT" serve --load "$tmp/ckpt" --tensor-model-parallel-size 2 >"$tmp/tp" 2>&1 &&
+  fail "tp 2 of 3 ranks accepted"
+grep -q "does not divide the 3 ranks into replicas" "$tmp/tp" && echo "ok: tp 2 of 3 ranks refused with the reason" || fail "tp 2 of 3 ranks: $(cat "$tmp/tp")"
 
 echo "serve: $fails failures"
 [ "$fails" = 0 ]

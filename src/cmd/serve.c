@@ -20,6 +20,7 @@
 #include "mgt/flags.h"
 #include "mgt/generate.h"
 #include "mgt/gpt.h"
+#include "mgt/grid.h"
 #include "mgt/log.h"
 #include "mgt/rng.h"
 #include "mgt/session.h"
@@ -265,17 +266,36 @@ void srv_http_quiesce(void *http) { (void)http; }
 void srv_http_stop(void *http) { (void)http; }
 #endif
 
-/* Rank 0: admits queued sequences, decodes a step, repeats; until stopped and drained. */
-static mgt_status engine(srv *s, mgt_gpt_decoder *dec, int slots, int V, MPI_Comm world,
+/* One step's rows, grouped by replica: rows[r*4 + 0..3] = replica, slot, position, token. */
+enum { ROW = 4, TAG_LOGITS = 7301 };
+
+/* Decodes this rank's replica's rows of a step into logits (host, one row each): the rows
+   whose replica is g->dp_rank, in order. */
+static mgt_status decode_mine(mgt_gpt_decoder *dec, const mgt_grid *g, const int *rows, int n,
+                              int *slot, int *pos, int32_t *tok, float *logits, int *mine) {
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (rows[i * ROW] == g->dp_rank)
+      slot[k] = rows[i * ROW + 1], pos[k] = rows[i * ROW + 2], tok[k++] = rows[i * ROW + 3];
+  *mine = k;
+  return k ? mgt_gpt_decode_batch(dec, k, slot, tok, pos, logits) : MGT_OK;
+}
+
+/* Grid rank 0: admits queued sequences into the replicas' slots (the emptiest replica first),
+   broadcasts each step to every rank, decodes replica 0's rows, receives the other replicas'
+   logits from their first ranks, and samples everything; until stopped and drained. */
+static mgt_status engine(srv *s, mgt_gpt_decoder *dec, int slots, int V, const mgt_grid *g,
                          void *http) {
   mgt_status st = MGT_OK;
-  srv_seq **act = calloc((size_t)slots, sizeof *act);
-  int *cmd = malloc(sizeof(int) * (size_t)(2 + 3 * slots));
-  float *logits = malloc(sizeof(float) * (size_t)slots * (size_t)V);
+  const int R = g->dp, total = R * slots;
+  srv_seq **act = calloc((size_t)total, sizeof *act);
+  int *cmd = malloc(sizeof(int) * (size_t)(2 + ROW * total));
+  int *slot = malloc(sizeof(int) * (size_t)slots), *pos = malloc(sizeof(int) * (size_t)slots);
   int32_t *tok = malloc(sizeof(int32_t) * (size_t)slots);
-  srv_seq **row = malloc(sizeof *row * (size_t)slots);
-  if (!act || !cmd || !logits || !tok || !row) {
-    st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory for the engine of %d sequences", slots);
+  float *logits = malloc(sizeof(float) * (size_t)total * (size_t)V);
+  srv_seq **row = malloc(sizeof *row * (size_t)total);
+  if (!act || !cmd || !slot || !pos || !tok || !logits || !row) {
+    st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory for the engine of %d sequences", total);
     goto done;
   }
   for (;;) {
@@ -289,7 +309,7 @@ static mgt_status engine(srv *s, mgt_gpt_decoder *dec, int slots, int V, MPI_Com
       srv_http_quiesce(http);
     }
     /* sequences whose client left free their slots */
-    for (int i = 0; i < slots; i++)
+    for (int i = 0; i < total; i++)
       if (act[i] && act[i]->job->cancelled) {
         srv_seq *q = act[i];
         act[i] = NULL;
@@ -302,21 +322,28 @@ static mgt_status engine(srv *s, mgt_gpt_decoder *dec, int slots, int V, MPI_Com
         seq_finish(q, SRV_STOP);
         continue;
       }
-      int free_slot = -1;
-      for (int k = 0; k < slots && free_slot < 0; k++)
-        if (!act[k]) free_slot = k;
-      if (free_slot < 0) {
+      int best = -1, best_free = 0; /* the replica with the most free slots */
+      for (int r = 0; r < R; r++) {
+        int f = 0;
+        for (int k = 0; k < slots; k++)
+          f += !act[r * slots + k];
+        if (f > best_free) best = r, best_free = f;
+      }
+      if (best < 0) {
         s->queue[w++] = q;
       } else if (q->job->p.max_new == 0 && q->n <= 1) { /* nothing to feed */
         seq_finish(q, SRV_LENGTH);
       } else {
-        q->slot = free_slot, q->fed = 0;
-        act[free_slot] = q;
+        int k = 0;
+        while (act[best * slots + k])
+          k++;
+        q->slot = best * slots + k, q->fed = 0;
+        act[q->slot] = q;
       }
     }
     s->nq = w;
     int n = 0;
-    for (int i = 0; i < slots; i++)
+    for (int i = 0; i < total; i++) /* grouped by replica, as the logits come back */
       if (act[i]) row[n++] = act[i];
     if (!n) {
       if (s->stopping && s->open_requests == 0) {
@@ -333,19 +360,30 @@ static mgt_status engine(srv *s, mgt_gpt_decoder *dec, int slots, int V, MPI_Com
     }
     cmd[0] = OP_STEP, cmd[1] = n;
     for (int i = 0; i < n; i++) {
-      cmd[2 + i] = row[i]->slot, cmd[2 + n + i] = row[i]->fed;
-      cmd[2 + 2 * n + i] = tok[i] = row[i]->ids[row[i]->fed];
+      int *c = cmd + 2 + ROW * i;
+      c[0] = row[i]->slot / slots, c[1] = row[i]->slot % slots, c[2] = row[i]->fed;
+      c[3] = row[i]->ids[row[i]->fed];
     }
     pthread_mutex_unlock(&s->mu);
-    MGT_TRY(bcast_ints(cmd, 2, world));
-    MGT_TRY(bcast_ints(cmd + 2, 3 * n, world));
-    MGT_TRY(mgt_gpt_decode_batch(dec, n, cmd + 2, tok, cmd + 2 + n, logits));
+    MGT_TRY(bcast_ints(cmd, 2, g->world));
+    MGT_TRY(bcast_ints(cmd + 2, ROW * n, g->world));
+    int mine;
+    MGT_TRY(decode_mine(dec, g, cmd + 2, n, slot, pos, tok, logits, &mine));
+    for (int r = 1, at = mine; r < R; r++) { /* the other replicas' rows, in order */
+      int cnt = 0;
+      for (int i = 0; i < n; i++)
+        cnt += cmd[2 + ROW * i] == r;
+      if (cnt)
+        MGT_MPI_TRY(MPI_Recv(logits + (size_t)at * V, cnt * V, MPI_FLOAT, r * g->tp, TAG_LOGITS,
+                             g->world, MPI_STATUS_IGNORE));
+      at += cnt;
+    }
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < n && st == MGT_OK; i++) {
-      const int slot = row[i]->slot;
+      const int at = row[i]->slot;
       int left;
       st = seq_advance(s, row[i], logits + (size_t)i * V, &left);
-      if (left) act[slot] = NULL;
+      if (left) act[at] = NULL;
     }
     pthread_mutex_unlock(&s->mu);
     if (st != MGT_OK) goto done;
@@ -354,36 +392,43 @@ done:
   if (st != MGT_OK) { /* every waiting client gets an error answer */
     pthread_mutex_lock(&s->mu);
     s->failed = 1, s->stopping = 1;
-    for (int i = 0; act && i < slots; i++)
+    for (int i = 0; act && i < total; i++)
       if (act[i]) act[i]->job->failed = 1, pthread_cond_broadcast(&act[i]->job->cv);
     for (int i = 0; i < s->nq; i++)
       s->queue[i]->job->failed = 1, pthread_cond_broadcast(&s->queue[i]->job->cv);
     pthread_mutex_unlock(&s->mu);
   }
   int stop[2] = {OP_STOP, 0};
-  mgt_status st2 = bcast_ints(stop, 2, world);
-  free(act), free(cmd), free(logits), free(tok), free(row);
+  mgt_status st2 = bcast_ints(stop, 2, g->world);
+  free(act), free(cmd), free(slot), free(pos), free(tok), free(logits), free(row);
   return st != MGT_OK ? st : st2;
 }
 
-/* The other ranks: each step as rank 0 broadcasts it, until OP_STOP. */
-static mgt_status follower(mgt_gpt_decoder *dec, int slots, int V, MPI_Comm world) {
-  int *cmd = malloc(sizeof(int) * (size_t)(2 + 3 * slots));
+/* The other ranks: each step as grid rank 0 broadcasts it, their replica's rows decoded; a
+   replica's first rank sends its rows' logits to grid rank 0. Until OP_STOP. */
+static mgt_status follower(mgt_gpt_decoder *dec, int slots, int V, const mgt_grid *g) {
+  const int total = g->dp * slots;
+  int *cmd = malloc(sizeof(int) * (size_t)(2 + ROW * total));
+  int *slot = malloc(sizeof(int) * (size_t)slots), *pos = malloc(sizeof(int) * (size_t)slots);
+  int32_t *tok = malloc(sizeof(int32_t) * (size_t)slots);
   float *logits = malloc(sizeof(float) * (size_t)slots * (size_t)V);
   mgt_status st = MGT_OK;
-  if (!cmd || !logits) {
+  if (!cmd || !slot || !pos || !tok || !logits) {
     st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory for the decoder's steps");
     goto done;
   }
   for (;;) {
-    MGT_TRY(bcast_ints(cmd, 2, world));
+    MGT_TRY(bcast_ints(cmd, 2, g->world));
     if (cmd[0] != OP_STEP) break;
     const int n = cmd[1];
-    MGT_TRY(bcast_ints(cmd + 2, 3 * n, world));
-    MGT_TRY(mgt_gpt_decode_batch(dec, n, cmd + 2, cmd + 2 + 2 * n, cmd + 2 + n, logits));
+    MGT_TRY(bcast_ints(cmd + 2, ROW * n, g->world));
+    int mine;
+    MGT_TRY(decode_mine(dec, g, cmd + 2, n, slot, pos, tok, logits, &mine));
+    if (mine && g->tp_rank == 0)
+      MGT_MPI_TRY(MPI_Send(logits, mine * V, MPI_FLOAT, 0, TAG_LOGITS, g->world));
   }
 done:
-  free(cmd), free(logits);
+  free(cmd), free(slot), free(pos), free(tok), free(logits);
   return st;
 }
 
@@ -391,13 +436,13 @@ mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
   int rank, size;
   MGT_MPI(MPI_Comm_rank(world, &rank));
   MGT_MPI(MPI_Comm_size(world, &size));
-  MGT_REQUIRE(o->tensor_model_parallel_size == 0 || o->tensor_model_parallel_size == size,
-              "--tensor-model-parallel-size %d: serve runs one model over all %d ranks (one "
-              "replica; data-parallel replicas are not served yet)",
-              o->tensor_model_parallel_size, size);
+  const int tp = o->tensor_model_parallel_size ? o->tensor_model_parallel_size : size;
+  MGT_REQUIRE(size % tp == 0,
+              "--tensor-model-parallel-size %d does not divide the %d ranks into replicas", tp,
+              size);
   mgt_session ses;
   /* one row per sequence in flight: the layers' buffers hold max_batch rows */
-  mgt_session_opts so = {o->load, o->ckpt_iteration, size, 1, o->max_batch, o->device, 0, -1, ""};
+  mgt_session_opts so = {o->load, o->ckpt_iteration, tp, 1, o->max_batch, o->device, 0, -1, ""};
   MGT_CHECK(mgt_session_open_config(&ses, &so, world));
   mgt_status st = MGT_OK;
   srv s;
@@ -432,19 +477,21 @@ mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL), sigaction(SIGUSR1, &sa, NULL);
   int bound = 0;
-  if (rank == 0) st = srv_http_start(&s, o->host, o->port, &http, &bound);
+  const mgt_grid *g = ses.grid;
+  const int front = g->rank == 0; /* takes the requests and runs the engine */
+  if (front) st = srv_http_start(&s, o->host, o->port, &http, &bound);
   MGT_TRY(mgt_mpi_agree(world, st));
-  if (rank == 0) {
-    printf("serve: %s (iteration %lld) on %d tensor-parallel ranks at http://%s:%d (model '%s', "
-           "%d sequences at a time, %d positions)\n",
-           ses.path, (long long)ses.state.iteration, size, o->host, bound, s.model_name,
+  if (front) {
+    printf("serve: %s (iteration %lld) on %d tensor-parallel ranks x %d replicas at http://%s:%d "
+           "(model '%s', %d sequences at a time per replica, %d positions)\n",
+           ses.path, (long long)ses.state.iteration, g->tp, g->dp, o->host, bound, s.model_name,
            o->max_batch, positions);
     fflush(stdout);
-    st = engine(&s, dec, o->max_batch, V, world, http);
+    st = engine(&s, dec, o->max_batch, V, g, http);
   } else {
-    st = follower(dec, o->max_batch, V, world);
+    st = follower(dec, o->max_batch, V, g);
   }
-  if (rank == 0) {
+  if (front) {
     srv_http_stop(http);
     http = NULL;
     printf("serve: %llu requests answered; stopped\n", s.served);
