@@ -190,7 +190,7 @@ static void measure(rates *r) {
 
 /* Times `steps` training steps (after one warm-up step) of GPT-2 124M shapes with global
    batch B at the grid's layout; prints throughput and the share of time in collectives. */
-static int overlap, distopt, param_gather, seqpar, flash;
+static int overlap, distopt, param_gather, seqpar, flash, attn; /* attn: MGT_ATTN_* */
 static int bf16, no_copies, emulated; /* --bf16, --no-weight-copies, --emulated */
 
 /* This process's resident memory, now (VmRSS) or at its peak (VmHWM), MiB; 0 when /proc does
@@ -226,7 +226,8 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   cfg.use_distributed_optimizer = distopt;
   cfg.overlap_param_gather = param_gather;
   cfg.sequence_parallel = seqpar;
-  cfg.use_flash_attn = flash;
+  cfg.attention_backend = attn;
+  flash = mgt_config_flash(&cfg, NULL, 0);
   cfg.bf16 = bf16;
   cfg.no_weight_copies = no_copies;
   if (T > cfg.max_position_embeddings) cfg.max_position_embeddings = T;
@@ -286,7 +287,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
            plan.optimizer / 1048576.0, distopt ? " (distributed optimizer)" : "",
            plan.activations / 1048576.0,
            seqpar ? (flash ? " (sequence parallel, flash attention)" : " (sequence parallel)")
-                  : (flash ? " (flash attention)" : ""),
+                  : (flash ? " (flash attention)" : " (unfused attention)"),
            plan.total / 1048576.0, rss[0], rss[1]);
     if (bf16)
       printf(" | bf16 GEMMs %s, %s",
@@ -301,7 +302,8 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
 
 /* usage: bench_cpu [--steps N] [--tp T] [--no-peaks] [--overlap-grad-reduce]
                     [--use-distributed-optimizer] [--overlap-param-gather]
-                    [--sequence-parallel] [--use-flash-attn] [--bf16 [--no-weight-copies]]
+                    [--sequence-parallel] [--attention-backend auto|flash|unfused]
+                    [--use-flash-attn] [--bf16 [--no-weight-copies]]
                     [--config small|large|both | --shape BxT]
    One rank: measures the machine's peaks, then the step time at two shapes.
    Several ranks (under mpiexec): the same shapes at the given tensor-parallel size, the
@@ -327,8 +329,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--sequence-parallel"))
       seqpar = 1;
     else if (!strcmp(argv[i], "--use-flash-attn"))
-      flash = 1;
-    else if (!strcmp(argv[i], "--bf16"))
+      attn = MGT_ATTN_FLASH;
+    else if (!strcmp(argv[i], "--attention-backend") && i + 1 < argc) {
+      const char *a = argv[++i];
+      attn = !strcmp(a, "flash") ? MGT_ATTN_FLASH
+                                 : (!strcmp(a, "unfused") ? MGT_ATTN_UNFUSED : MGT_ATTN_AUTO);
+    } else if (!strcmp(argv[i], "--bf16"))
       bf16 = 1;
     else if (!strcmp(argv[i], "--no-weight-copies"))
       no_copies = 1;

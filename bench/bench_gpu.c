@@ -126,7 +126,7 @@ static int run(const char *name, int L, int C, int H, int B, int steps, int bf16
   cfg.train_iters = steps + 1;
   cfg.device = MGT_DEVICE_CUDA;
   cfg.bf16 = bf16;
-  cfg.use_flash_attn = flash;
+  cfg.attention_backend = flash ? MGT_ATTN_FLASH : MGT_ATTN_UNFUSED;
   cfg.mock_data = 1;
   cfg.lr = 1e-4;
   cfg.log_interval = 1000;

@@ -7,6 +7,7 @@
 #include "backend_impl.h" /* a copy of the table with a slot emptied */
 #include "cpu/cpu.h"
 #include "mgt/backend.h"
+#include "mgt/config.h"
 #include "mgt/rng.h"
 #include "testutil.h"
 
@@ -1456,8 +1457,47 @@ static void test_wrappers(void) {
   T_CHECK(!strcmp(mgt_be_name(be), "cpu") && mgt_be_act16_bytes(be) == 4, "name and act16 bytes");
 }
 
+/* --attention-backend auto picks the tiles where the kernels run them fast: every CPU run, and
+   on GPUs exactly the head sizes the tensor-core kernels take (cpu_flash16_hd) under 16 bits. */
+static void test_attention_choice(void) {
+  mgt_config c;
+  mgt_config_defaults(&c);
+  c.num_attention_heads = 4;
+  int wrong = 0;
+  for (int hd = 1; hd <= 256; hd++) {
+    c.hidden_size = 4 * hd;
+    c.device = MGT_DEVICE_CPU, c.bf16 = 0;
+    wrong += mgt_config_flash(&c, NULL, 0) != 1;
+    c.device = MGT_DEVICE_CUDA;
+    wrong += mgt_config_flash(&c, NULL, 0) != 0;
+    c.bf16 = 1;
+    wrong += mgt_config_flash(&c, NULL, 0) != cpu_flash16_hd(hd);
+    c.bf16 = 0, c.fp16 = 1;
+    wrong += mgt_config_flash(&c, NULL, 0) != cpu_flash16_hd(hd);
+    c.attention_backend = MGT_ATTN_UNFUSED;
+    wrong += mgt_config_flash(&c, NULL, 0) != 0;
+    c.attention_backend = MGT_ATTN_FLASH, c.fp16 = 0, c.device = MGT_DEVICE_CPU;
+    wrong += mgt_config_flash(&c, NULL, 0) != 1;
+    c.attention_backend = MGT_ATTN_AUTO;
+  }
+  /* native bf16 GEMMs: the materialized products below sequence 2048 */
+  const int units = mgt_cpu_bf16_units(NULL, 0);
+  c.device = MGT_DEVICE_CPU, c.bf16 = 1, c.hidden_size = 256;
+  for (int T = 64; T <= 8192; T *= 2) {
+    c.seq_length = T, c.cpu_gemm = -1;
+    wrong += mgt_config_flash(&c, NULL, 0) != (!units || T >= 2048);
+    c.cpu_gemm = MGT_CPU_GEMM_EMULATED;
+    wrong += mgt_config_flash(&c, NULL, 0) != 1;
+  }
+  T_CHECK(wrong == 0, "--attention-backend auto: %d wrong choices", wrong);
+  printf("ok: --attention-backend auto: tiles on CPUs (materialized under native bf16 below 2048, "
+         "bf16 units: %d), tensor-core head sizes on GPUs\n",
+         units);
+}
+
 int main(void) {
   T_OK(mgt_backend_cpu_create(&be));
+  test_attention_choice();
   test_wrappers();
   test_precision();
   test_gemm();

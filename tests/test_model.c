@@ -16,6 +16,7 @@
 static mgt_config tiny(void) {
   mgt_config c;
   mgt_config_defaults(&c);
+  c.attention_backend = MGT_ATTN_UNFUSED; /* the flash tests compare against this one */
   c.num_layers = 2;
   c.hidden_size = 8;
   c.num_attention_heads = 2;
@@ -253,7 +254,7 @@ static void test_llama(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   test_gradient(m);
   test_accumulate(m);
   mgt_gpt_destroy(&m);
-  c.use_flash_attn = 1;
+  c.attention_backend = MGT_ATTN_FLASH;
   T_OK(mgt_gpt_create(&c, grid, be, comm, &m));
   test_gradient(m);
   mgt_gpt_destroy(&m);
@@ -468,7 +469,7 @@ static void test_flash(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
     mgt_config c = bert ? tiny_bert(0, 1) : tiny();
     T_OK(mgt_config_finalize(&c, 1));
     mgt_config f = c;
-    f.use_flash_attn = 1;
+    f.attention_backend = MGT_ATTN_FLASH;
     mgt_gpt *a = NULL, *b = NULL, *r = NULL;
     T_OK(mgt_gpt_create(&c, grid, be, comm, &a));
     T_OK(mgt_gpt_create(&f, grid, be, comm, &b));
@@ -625,7 +626,7 @@ int main(int argc, char **argv) {
   T_CHECK(found == 0, "a rotary model has no position table");
   test_gradient(m);
   mgt_gpt_destroy(&m);
-  rc.use_flash_attn = 1;
+  rc.attention_backend = MGT_ATTN_FLASH;
   T_OK(mgt_gpt_create(&rc, grid, be, &comm, &m));
   test_gradient(m);
   mgt_gpt_destroy(&m);

@@ -51,7 +51,7 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
   c.use_distributed_optimizer = dist;
   c.sequence_parallel = seqpar;
   if (sp) c.micro_batch_size = 3, c.global_batch_size = 24; /* the reference too */
-  c.use_flash_attn = flash;
+  c.attention_backend = flash ? MGT_ATTN_FLASH : MGT_ATTN_UNFUSED;
   c.untie_embeddings_and_output_weights = untied;
   c.position_embedding_type = rope ? MGT_POS_ROPE : MGT_POS_LEARNED;
   if (llama || gqa) /* 8 heads in 4 key/value groups: whole groups on up to 4 ranks */

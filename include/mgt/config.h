@@ -51,6 +51,9 @@ extern const char *const mgt_device_names[];
 enum { MGT_DIST_BACKEND_NCCL = 0, MGT_DIST_BACKEND_MPI = 1 };
 /* --cpu-gemm: bf16 GEMMs on the CPU's bf16 units, or emulated in fp32 (the CUDA twin) */
 enum { MGT_CPU_GEMM_NATIVE = 0, MGT_CPU_GEMM_EMULATED = 1 };
+/* --attention-backend (Megatron-Core's name): auto, the tiled kernel (flash) or the one that
+   materializes the probabilities. FLASH is 1: --use-flash-attn, a flag alias, sets it. */
+enum { MGT_ATTN_AUTO = 0, MGT_ATTN_FLASH = 1, MGT_ATTN_UNFUSED = 2 };
 /* The model families (--model): GPT-2 (causal, next-token loss) and BERT (padding mask, masked
    LM and sentence-order losses). */
 enum { MGT_MODEL_GPT = 0, MGT_MODEL_BERT = 1 };
@@ -108,7 +111,7 @@ typedef struct mgt_config {
   int use_distributed_optimizer; /* ZeRO-1: optimizer state sharded over data parallelism */
   int overlap_param_gather;      /* its parameter all-gather non-blocking, under the forward */
   int sequence_parallel;         /* rows outside the tensor-parallel regions split over tp_comm */
-  int use_flash_attn;            /* attention in tiles, without the T x T probabilities */
+  int attention_backend;         /* MGT_ATTN_*; mgt_config_flash resolves auto */
   int logits_chunk_rows;         /* GPT's output layer in chunks of rows; 0: 64 MiB of logits */
   int dry_run;
   /* devices and precision */
@@ -192,6 +195,11 @@ void mgt_config_derive(mgt_config *cfg);
    values were range-checked as flags are): heads divide the hidden size, a vocabulary, the
    sequence within the positions. `what` names the file in the error. */
 MGT_NODISCARD mgt_status mgt_config_check_model(const mgt_config *cfg, const char *what);
+/* 1 when the attention runs in tiles without the T x T probabilities (flash), 0 when it
+   materializes them: --attention-backend, with auto resolved from the device, precision, head
+   size and sequence length (docs/performance.md has the measurements behind the rule). `why`
+   (may be NULL) gets a few words for the log: "auto: ...", or the flag. */
+int mgt_config_flash(const mgt_config *cfg, char *why, size_t n);
 /* Key/value heads: --num-query-groups with --group-query-attention, else the attention heads. */
 int mgt_config_query_groups(const mgt_config *cfg);
 /* The vocabulary padded to a multiple of --make-vocab-size-divisible-by times tp. */

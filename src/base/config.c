@@ -1,6 +1,8 @@
 #define _GNU_SOURCE /* open_memstream */
 #include "mgt/config.h"
 
+#include "mgt/backend.h" /* mgt_cpu_bf16_units */
+
 #include "mgt/flags.h"
 #include "mgt/json.h"
 #include "mgt/model.h"
@@ -36,6 +38,7 @@ const char *const mgt_model_names[] = {"gpt", "bert", NULL};
 static const char *const lr_styles[] = {"constant", "linear", "cosine", NULL};
 static const char *const dist_backends[] = {"nccl", "mpi", NULL};
 static const char *const cpu_gemms[] = {"native", "emulated", NULL};
+static const char *const attention_backends[] = {"auto", "flash", "unfused", NULL};
 static const char *const recompute_granularities[] = {"none", "full", "selective", NULL};
 static const char *const recompute_methods[] = {"uniform", "block", NULL};
 
@@ -142,9 +145,13 @@ static const mgt_flag flags[] = {
          "split the LayerNorms, dropouts and residuals over the tensor-parallel ranks by token "
          "rows: all-gather before each column-parallel layer, reduce-scatter after each "
          "row-parallel one (Megatron-LM's sequence parallelism)"),
-    BOOL("--use-flash-attn", use_flash_attn,
-         "attention in tiles of keys with an online softmax, never holding the T x T "
-         "probabilities (FlashAttention; the same dropout masks)"),
+    {"--attention-backend", MGT_FLAG_ENUM, OFF(attention_backend), 0, 0,
+     "flash: attention in tiles of keys with an online softmax, never holding the T x T "
+     "probabilities (FlashAttention; the same dropout masks); unfused: the probabilities "
+     "materialized; auto: flash where it was measured at least as fast (CPUs, but for native "
+     "bf16 below sequence 2048; GPUs under 16 bits at head sizes 32, 64, 128)",
+     attention_backends, 0},
+    BOOL("--use-flash-attn", attention_backend, ""), /* Megatron-LM's: MGT_ATTN_FLASH is 1 */
     INT("--logits-chunk-rows", logits_chunk_rows, 0, 1 << 30,
         "GPT: token rows whose output-layer logits (and their gradient) are held at once; 0: as "
         "many as fit 64 MiB"),
@@ -287,6 +294,35 @@ void mgt_config_defaults(mgt_config *cfg) {
 
 mgt_status mgt_config_parse(mgt_config *cfg, int argc, char **argv, int first, int *help) {
   return mgt_flags_parse(flags, N_FLAGS, cfg, argc, argv, first, "train", help);
+}
+
+int mgt_config_flash(const mgt_config *c, char *why, size_t n) {
+  char none[1];
+  if (!why) why = none, n = sizeof none;
+  if (c->attention_backend != MGT_ATTN_AUTO) {
+    snprintf(why, n, "--attention-backend %s", attention_backends[c->attention_backend]);
+    return c->attention_backend == MGT_ATTN_FLASH;
+  }
+  if (c->device == MGT_DEVICE_CPU) {
+    /* measured at T = 64 to 4096 (docs/performance.md "Choosing the attention"): in fp32 the
+       tiles are never slower and hold no T x T; on the bf16 units the materialized products are
+       a few large batched GEMMs, 3-8% faster than tile by tile until T x T traffic dominates */
+    if (c->bf16 && c->cpu_gemm != MGT_CPU_GEMM_EMULATED && mgt_cpu_bf16_units(NULL, 0) &&
+        c->seq_length < 2048) {
+      snprintf(why, n, "auto: native bf16 GEMMs below sequence 2048");
+      return 0;
+    }
+    snprintf(why, n, "auto: tiles are at least as fast here");
+    return 1;
+  }
+  /* the tensor-core kernels' head sizes (kernels/cpu/cpu.h cpu_flash16_hd, tested equal);
+     the fp32 kernel is a row per block, for correctness more than speed */
+  const int hd = c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
+  const int tc = (c->bf16 || c->fp16) && (hd == 32 || hd == 64 || hd == 128);
+  snprintf(why, n, "auto: %s",
+           tc ? "tensor-core tiles under 16-bit precision"
+              : "no tensor-core tiles for fp32 or this head size");
+  return tc;
 }
 
 int mgt_config_query_groups(const mgt_config *c) {

@@ -27,6 +27,17 @@ static size_t edit_distance(const char *a, const char *b) {
   return d[la][lb];
 }
 
+const char *mgt_nearest(const char *word, const char *const *names, int n) {
+  const size_t len = strlen(word), most = len < 4 ? 1 : (len < 8 ? 2 : 3);
+  const char *best = NULL;
+  size_t bd = most + 1;
+  for (int i = 0; i < n; i++) {
+    size_t d = edit_distance(word, names[i]);
+    if (d < bd) bd = d, best = names[i];
+  }
+  return best;
+}
+
 static const mgt_flag *find(const mgt_flag *flags, int n, const char *name, size_t len) {
   for (int i = 0; i < n; i++)
     if (strlen(flags[i].name) == len && strncmp(flags[i].name, name, len) == 0) return &flags[i];
@@ -43,6 +54,8 @@ static mgt_status unknown(const mgt_flag *flags, int n, const char *arg, size_t 
     size_t d = edit_distance(name, flags[i].name);
     if (d < bd) bd = d, best = flags[i].name;
   }
+  for (int i = 0; !best && i < n; i++) /* a flag cut short: --tensor-model-parallel */
+    if (len >= 6 && strncmp(flags[i].name, name, strlen(name)) == 0) best = flags[i].name;
   if (best) MGT_FAIL(MGT_ERR_INPUT, "unknown flag '%s' (did you mean %s?)", name, best);
   MGT_FAIL(MGT_ERR_INPUT, "unknown flag '%s' (see mgt %s --help)", name, command);
 }
@@ -109,7 +122,14 @@ static mgt_status set_value(const mgt_flag *f, void *dst, const char *v) {
       snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
                f->choices[i]);
     }
-    MGT_REQUIRE(found >= 0, "%s: expected one of %s, got '%s'", f->name, list, v);
+    if (found < 0) {
+      int n = 0;
+      while (f->choices[n])
+        n++;
+      const char *near = mgt_nearest(v, f->choices, n);
+      MGT_FAIL(MGT_ERR_INPUT, "%s: expected one of %s, got '%s'%s%s%s", f->name, list, v,
+               near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
+    }
     *(int *)p = found;
     break;
   }
@@ -207,8 +227,10 @@ void mgt_flags_usage(const mgt_flag *flags, int n, const void *defaults, const c
         flags[i].kind == MGT_FLAG_BOOL ? "" : (flags[i].kind == MGT_FLAG_LIST ? " V..." : " V");
     int pad = 36 - (int)strlen(flags[i].name) - (int)strlen(arg);
     const mgt_flag *a = alias_of(flags, i);
-    if (a) {
-      fprintf(f, "  %s%s%*s the same as %s\n", flags[i].name, arg, pad > 0 ? pad : 1, "", a->name);
+    if (a) { /* a switch on an enumeration sets its value 1 */
+      const int sw = flags[i].kind == MGT_FLAG_BOOL && a->kind == MGT_FLAG_ENUM;
+      fprintf(f, "  %s%s%*s the same as %s%s%s\n", flags[i].name, arg, pad > 0 ? pad : 1, "",
+              a->name, sw ? " " : "", sw ? a->choices[1] : "");
       continue;
     }
     fprintf(f, "  %s%s%*s %s", flags[i].name, arg, pad > 0 ? pad : 1, "", flags[i].help);

@@ -273,11 +273,14 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
     if (rank == 0) { /* once every input is accepted: a refusal is one line, not a dump */
       printf("megatron-c %s\n", MGT_VERSION);
       mgt_config_print(&cfg, stdout);
+      char why[96];
+      const int flash = mgt_config_flash(&cfg, why, sizeof why);
       printf("layout: %d ranks = tensor-parallel %d x data-parallel %d; %d OpenMP threads per "
-             "rank; backend %s%s\n",
+             "rank; backend %s%s; attention %s (%s)\n",
              grid->size, grid->tp, grid->dp, omp_get_max_threads(), dev.desc,
              prec == MGT_PREC_BF16 ? "; bf16 GEMM inputs"
-                                   : (prec == MGT_PREC_FP16 ? "; fp16 GEMM inputs" : ""));
+                                   : (prec == MGT_PREC_FP16 ? "; fp16 GEMM inputs" : ""),
+             flash ? "flash" : "unfused", why);
       mgt_grid_print_placement(grid, stdout);
       mgt_print_memory_plan(&cfg, grid->tp, grid->dp, stdout);
       fflush(stdout);

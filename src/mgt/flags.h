@@ -33,6 +33,9 @@ typedef struct mgt_flag {
   size_t size;                /* MGT_FLAG_STR and MGT_FLAG_LIST: buffer size */
 } mgt_flag;
 
+/* The name in names[0..n) nearest to word by edit distance, or NULL when none is near enough
+   to be a typo of it (1 edit for words under 4 characters, 2 under 8, else 3). */
+const char *mgt_nearest(const char *word, const char *const *names, int n);
 /* Parses argv[first..argc) into dst. "--flag value" and "--flag=value" are both accepted.
    "--help" sets *help. Not collective. */
 MGT_NODISCARD mgt_status mgt_flags_parse(const mgt_flag *flags, int n, void *dst, int argc,

@@ -74,8 +74,8 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
   m->tp.grid = grid;
   mgt_gpt_dims_from_config(cfg, grid->tp, grid->tp_rank, &m->d);
   const mgt_gpt_dims *d = &m->d;
-  if (cfg->use_flash_attn && !mgt_be_has(be, MGT_BE_FLASH_ATTENTION_FORWARD))
-    MGT_GOTO_FAIL(MGT_ERR_INPUT, "--use-flash-attn: this backend has no flash attention");
+  if (mgt_config_flash(cfg, NULL, 0) && !mgt_be_has(be, MGT_BE_FLASH_ATTENTION_FORWARD))
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "--attention-backend flash: this backend has no flash attention");
 
   gpt_build_params(cfg, d, NULL, &m->n_params, &m->n_floats, NULL);
   MGT_TRY(

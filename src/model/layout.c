@@ -3,7 +3,7 @@
 #include "mgt/gpt_impl.h"
 
 rplan gpt_recompute_plan(const mgt_config *c, int L) {
-  rplan p = {0, 0, 0, 0, L, c->use_flash_attn};
+  rplan p = {0, 0, 0, 0, L, mgt_config_flash(c, NULL, 0)};
   p.selective = c->recompute_granularity == MGT_RECOMPUTE_SELECTIVE;
   p.full =
       !p.selective && (c->recompute_granularity == MGT_RECOMPUTE_FULL || c->recompute_activations);
