@@ -208,25 +208,35 @@ typedef struct command {
   const char *name;
   const char *summary; /* for mgt --help */
   int (*run)(int argc, char **argv, MPI_Comm world);
+  const char *doc; /* what to read next, printed after its --help */
 } command;
 
 static const command commands[] = {
-    {"train", "train a GPT or BERT model (mgt train --help for its flags)", mgt_cli_train},
-    {"finetune", "fine-tune a BERT on RACE, MNLI or QQP (docs/finetune.md)", mgt_cli_train},
-    {"preprocess", "tokenize JSON lines or text files into an HDF5 token dataset", cmd_preprocess},
-    {"tokenize", "encode JSON lines to token ids, or decode ids (--decode)", cmd_tokenize},
+    {"train", "train a GPT, BERT or Llama-style model (mgt train --help for its flags)",
+     mgt_cli_train, "docs/training.md"},
+    {"finetune", "fine-tune a BERT on RACE, MNLI or QQP (docs/finetune.md)", mgt_cli_train,
+     "docs/finetune.md"},
+    {"preprocess", "tokenize JSON lines or text files into an HDF5 token dataset", cmd_preprocess,
+     "docs/data-format.md"},
+    {"tokenize", "encode JSON lines to token ids, or decode ids (--decode)", cmd_tokenize,
+     "docs/data-format.md"},
     {"eval",
      "evaluate a checkpoint: WikiText-103 perplexity, LAMBADA accuracy,\n"
      "              perplexity of any text or token ids",
-     cmd_eval},
-    {"generate", "continue a prompt with a checkpoint (sampling, key/value cache)", cmd_generate},
-    {"ckpt", "checkpoints: info, verify, export --format hf, import --format hf", mgt_cli_ckpt},
-    {"plan", "the layouts of a model that fit a machine, ranked by estimated speed", cmd_plan},
-    {"dataset", "info PREFIX: what a token dataset holds (ours or Megatron-LM's)", mgt_cli_dataset},
-    {"plot", "loss and learning-rate curves of --metrics-file runs as an SVG", cmd_plot},
-    {"serve", "answer prompts over HTTP (Megatron's PUT /api, OpenAI-style completions)",
-     cmd_serve},
-    {"version", "print the version", cmd_version},
+     cmd_eval, "docs/evaluation.md"},
+    {"generate", "continue a prompt with a checkpoint (sampling, key/value cache)", cmd_generate,
+     "docs/evaluation.md"},
+    {"ckpt", "checkpoints: info, verify, export --format hf, import --format hf", mgt_cli_ckpt,
+     "docs/checkpoint-format.md"},
+    {"plan", "the layouts of a model that fit a machine, ranked by estimated speed", cmd_plan,
+     "docs/hpc-guide.md"},
+    {"dataset", "info PREFIX: what a token dataset holds (ours or Megatron-LM's)", mgt_cli_dataset,
+     "docs/data-format.md"},
+    {"plot", "loss and learning-rate curves of --metrics-file runs as an SVG", cmd_plot,
+     "docs/training.md"},
+    {"serve", "answer prompts over HTTP (Megatron's PUT /api, OpenAI-style completions)", cmd_serve,
+     "docs/serving.md"},
+    {"version", "print the version", cmd_version, "docs/install.md"},
 };
 enum { N_COMMANDS = (int)(sizeof commands / sizeof commands[0]) };
 
@@ -234,8 +244,16 @@ static void usage(FILE *f) {
   fprintf(f, "usage: mgt <command> [flags]\n\ncommands:\n");
   for (int i = 0; i < N_COMMANDS; i++)
     fprintf(f, "  %-10s  %s\n", commands[i].name, commands[i].summary);
-  fprintf(f, "\nRun under MPI for several ranks: mpiexec -n 4 mgt train "
-             "--tensor-model-parallel-size 2 ...\n");
+  fprintf(f,
+          "\nRun under MPI for several ranks: mpiexec -n 4 mgt train "
+          "--tensor-model-parallel-size 2 ...\n"
+          "Read next: README.md (a first run), docs/training.md, docs/hpc-guide.md (clusters)\n");
+}
+
+static int asks_help(int argc, char **argv) {
+  for (int i = 2; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+  return 0;
 }
 
 int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
@@ -248,7 +266,21 @@ int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
   }
   const char *name = strcmp(argv[1], "--version") == 0 ? "version" : argv[1];
   for (int i = 0; i < N_COMMANDS; i++)
-    if (strcmp(name, commands[i].name) == 0) return commands[i].run(argc, argv, world);
-  if (rank == 0) fprintf(stderr, "mgt: error: unknown command '%s' (see mgt --help)\n", argv[1]);
+    if (strcmp(name, commands[i].name) == 0) {
+      const int rc = commands[i].run(argc, argv, world);
+      if (rc == 0 && rank == 0 && asks_help(argc, argv)) {
+        printf("\nRead next: %s (in the source tree)\n", commands[i].doc);
+        fflush(stdout);
+      }
+      return rc;
+    }
+  const char *names[N_COMMANDS];
+  for (int i = 0; i < N_COMMANDS; i++)
+    names[i] = commands[i].name;
+  const char *near = mgt_nearest(name, names, N_COMMANDS);
+  if (rank == 0 && near)
+    fprintf(stderr, "mgt: error: unknown command '%s' (did you mean mgt %s?)\n", name, near);
+  else if (rank == 0)
+    fprintf(stderr, "mgt: error: unknown command '%s' (see mgt --help)\n", name);
   return 2;
 }
