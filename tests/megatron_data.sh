@@ -165,6 +165,29 @@ with h5py.File(d + "/bs.h5", "r") as f:
 print("ok: mgt dataset info: format, documents, tokens, dtype, vocabulary, sentences")
 PY
 
+# ---- the unigram baseline, against numpy on the HDF5 file's tokens (the same on both formats) ----
+"$MGT" dataset info "$tmp/book" --unigram --split 80,20,0 >"$tmp/u1" 2>&1 &&
+  "$MGT" dataset info --unigram "$tmp/pp_text_document" --split=80,20,0 >"$tmp/u2" 2>&1 &&
+  $PY - "$tmp" <<'PY' || { fail "mgt dataset info --unigram"; cat "$tmp/u1" "$tmp/u2"; }
+import sys, h5py, numpy as np
+d = sys.argv[1]
+got = [float(l.split()[2]) for p in ("u1", "u2") for l in open("%s/%s" % (d, p)) if l.startswith("unigram")]
+with h5py.File(d + "/book.h5", "r") as f:
+    tok, off, V = f["tokens"][:].astype(np.int64), f["document_offsets"][:], int(f.attrs["vocab_size"])
+nd = len(off) - 1
+b1, b2 = int(0.8 * nd + 0.5), int(1.0 * nd + 0.5)  # Megatron-LM's document split
+train, valid = tok[off[0]:off[b1]], tok[off[b1]:off[b2]]
+p = (np.bincount(train, minlength=V) + 1.0) / (len(train) + V)
+want = float(np.exp(-np.mean(np.log(p[valid]))))
+# the Megatron-LM file records no vocabulary: its V is the largest id used + 1
+Vm = int(tok.max()) + 1
+pm = (np.bincount(train, minlength=Vm) + 1.0) / (len(train) + Vm)
+want_mm = float(np.exp(-np.mean(np.log(pm[valid]))))
+assert len(got) == 2 and abs(got[0] - want) <= 1e-3 * want and abs(got[1] - want_mm) <= 1e-3 * want_mm, (got, want, want_mm)
+print("ok: mgt dataset info --unigram: %.3f and %.3f, numpy %.3f and %.3f" % (got[0], got[1], want, want_mm))
+PY
+expect "leaves the validation split without tokens" "$MGT" dataset info "$tmp/book" --unigram --split 100,0,0
+
 # ---- refusals ----
 $PY - "$tmp" <<'PY'
 import struct, sys, shutil

@@ -69,6 +69,13 @@ MGT_NODISCARD mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_i
 MGT_NODISCARD mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
                                              mgt_data *train, mgt_data *valid);
 
+/* The unigram baseline of a dataset: the perplexity of its validation split (the documents
+   --split gives it, as mgt train splits them) under the token frequencies of its training
+   split, add-one smoothed: what a model that ignores context scores. Reads every token. Not
+   collective. */
+MGT_NODISCARD mgt_status mgt_dataset_unigram(const char *prefix, const char *split, double *ppl,
+                                             int64_t *n_valid);
+
 /* The vocabulary size the datasets of cfg->data_path need (the largest of their
    vocab_size attributes). Not collective. */
 MGT_NODISCARD mgt_status mgt_dataset_vocab_size(const mgt_config *cfg, int *vocab_size);

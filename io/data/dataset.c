@@ -620,3 +620,42 @@ done:
   ds_opened_release(op);
   return st;
 }
+
+/* ---- the unigram baseline ---- */
+
+mgt_status mgt_dataset_unigram(const char *prefix, const char *split, double *ppl,
+                               int64_t *n_valid) {
+  double frac[3];
+  MGT_CHECK(mgt_split_parse(split, frac));
+  dataset ds;
+  MGT_CHECK(ds_dataset_open(prefix, 0, &ds));
+  mgt_status st = MGT_OK;
+  int64_t *count = NULL, ta, tb, va, vb, V = ds.info.vocab_size;
+  ds_split_docs(&ds, 0, frac, &ta, &tb);
+  ds_split_docs(&ds, 1, frac, &va, &vb);
+  const int64_t t0 = ds.doc_off[ta], t1 = ds.doc_off[tb], v0 = ds.doc_off[va], v1 = ds.doc_off[vb];
+  if (t1 == t0 || v1 == v0)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: --split %s leaves the %s split without tokens", prefix, split,
+                  t1 == t0 ? "training" : "validation");
+  if (ds.mm.map) /* Megatron-LM's files record no vocabulary: the ids used */
+    for (int64_t i = 0; i < ds.info.n_tokens; i++)
+      if (ds_token_at(&ds, i) >= V) V = ds_token_at(&ds, i) + 1;
+  MGT_TRY(mgt_calloc(sizeof *count * (size_t)V, "unigram counts", (void **)&count));
+  for (int64_t i = t0; i < t1; i++) {
+    const int32_t t = ds_token_at(&ds, i);
+    if (t >= 0 && t < V) count[t]++;
+  }
+  /* add-one smoothing: a token the training split never shows still has a probability */
+  double nll = 0.0;
+  const double denom = (double)(t1 - t0) + (double)V;
+  for (int64_t i = v0; i < v1; i++) {
+    const int32_t t = ds_token_at(&ds, i);
+    nll -= log(((t >= 0 && t < V ? (double)count[t] : 0.0) + 1.0) / denom);
+  }
+  *ppl = exp(nll / (double)(v1 - v0));
+  *n_valid = v1 - v0;
+done:
+  mgt_free(count);
+  ds_dataset_close(&ds);
+  return st;
+}
