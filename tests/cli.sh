@@ -34,7 +34,11 @@ expect() {
   fi
 }
 
-expect 1 "unknown command 'trian'" trian
+expect 1 "unknown command 'trian' (did you mean mgt train?)" trian
+expect 1 "unknown command 'serv' (did you mean mgt serve?)" serv
+expect 1 "unknown command 'xyzzy' (see mgt --help)" xyzzy
+expect 1 "did you mean --tensor-model-parallel-size" train --mock-data --tensor-model-parallel 2
+expect 1 "got 'flsh' (did you mean flash?)" train --mock-data --attention-backend flsh
 expect 1 "did you mean --num-layers" train --mock-data --num-layer 2
 expect 1 "--seq-length: expected an integer" train --mock-data --seq-length x
 expect 1 "no training data" train
@@ -62,6 +66,38 @@ expect 1 "--recompute-num-layers 5 exceeds --num-layers 2" train --mock-data --n
 expect 1 "at least 1 layer per chunk" train --mock-data --recompute-granularity full \
   --recompute-num-layers 0 --dry-run
 expect 1 "--recompute-granularity: " train --mock-data --recompute-granularity some --dry-run
+
+# every command's --help ends with a document of the source tree to read next
+src=$(cd "$(dirname "$0")/.." && pwd)
+cmds=$("$MGT" --help | sed -n 's/^  \([a-z]*\)  .*/\1/p')
+[ "$(echo "$cmds" | wc -w)" -ge 10 ] || { echo "FAIL: mgt --help lists: $cmds"; fails=$((fails + 1)); }
+for c in "" $cmds; do
+  # shellcheck disable=SC2086 # "" is mgt --help itself
+  "$MGT" $c --help >"$tmp/out" 2>&1
+  doc=$(tail -n 1 "$tmp/out" | sed -n 's/^Read next: \([^ ,]*\).*/\1/p')
+  if [ -n "$doc" ] && [ -f "$src/$doc" ]; then
+    echo "ok: mgt $c --help ends with $doc"
+  else
+    echo "FAIL: mgt $c --help does not end with a document to read: $(tail -n 1 "$tmp/out")"
+    fails=$((fails + 1))
+  fi
+done
+
+# --attention-backend: auto says what it chose and why, the alias and the choices are obeyed
+for a in "" "--attention-backend auto" "--attention-backend flash" "--use-flash-attn" \
+  "--attention-backend unfused"; do
+  # shellcheck disable=SC2086
+  "$MGT" train --mock-data --train-iters 1 $a >"$tmp/out" 2>&1
+  case "$a" in *unfused) want="attention unfused (--attention-backend unfused)" ;;
+  *flash*) want="attention flash (--attention-backend flash)" ;;
+  *) want="attention flash (auto: tiles are at least as fast here)" ;; esac
+  if grep -q -F "$want" "$tmp/out"; then
+    echo "ok: ${a:-no flag}: $want"
+  else
+    echo "FAIL: ${a:-no flag}: wanted '$want' in $(grep '^layout' "$tmp/out")"
+    fails=$((fails + 1))
+  fi
+done
 
 # --dry-run prints the plan, with and without recomputation, and allocates nothing
 if "$MGT" train --mock-data --num-layers 64 --hidden-size 16384 --num-attention-heads 128 \
