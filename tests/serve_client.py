@@ -114,7 +114,9 @@ def check(port, hf, greedy_file, prompt):
                 done = True
                 continue
             events.append(json.loads(line[6:]))
-    assert done and len(events) >= 2, (done, len(events))
+    # an event holds what was decoded since the connection's thread last looked: on a loaded
+    # machine one event may carry the whole answer, so only the text and the order are checked
+    assert done and len(events) >= 1, (done, len(events))
     assert "".join(e["choices"][0]["text"] for e in events) == want
     assert events[-1]["choices"][0]["finish_reason"] == "length"
     assert all(e["choices"][0]["finish_reason"] is None for e in events[:-1])
