@@ -37,6 +37,8 @@ expect() {
 expect 1 "unknown command 'trian' (did you mean mgt train?)" trian
 expect 1 "unknown command 'serv' (did you mean mgt serve?)" serv
 expect 1 "unknown command 'xyzzy' (see mgt --help)" xyzzy
+expect 1 "unknown ckpt command 'exprt' (did you mean mgt ckpt export?)" ckpt exprt
+expect 1 "unknown dataset command 'inf' (did you mean mgt dataset info?)" dataset inf x
 expect 1 "did you mean --tensor-model-parallel-size" train --mock-data --tensor-model-parallel 2
 expect 1 "got 'flsh' (did you mean flash?)" train --mock-data --attention-backend flsh
 expect 1 "did you mean --num-layers" train --mock-data --num-layer 2

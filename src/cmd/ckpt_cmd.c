@@ -122,7 +122,14 @@ int mgt_cli_ckpt(int argc, char **argv, MPI_Comm world) {
   }
   mgt_status st = MGT_OK;
   if (bad_sub) {
-    st = MGT_ERROR(MGT_ERR_INPUT, "unknown ckpt command '%s' (info, verify, export, import)", sub);
+    static const char *const subs[] = {"info", "verify", "export", "import"};
+    const char *near = mgt_nearest(sub, subs, 4);
+    if (near)
+      st = MGT_ERROR(MGT_ERR_INPUT, "unknown ckpt command '%s' (did you mean mgt ckpt %s?)", sub,
+                     near);
+    else
+      st =
+          MGT_ERROR(MGT_ERR_INPUT, "unknown ckpt command '%s' (info, verify, export, import)", sub);
   } else {
     st = mgt_flags_parse(ckpt_flags, sizeof ckpt_flags / sizeof ckpt_flags[0], &o, argc, argv,
                          first, "ckpt", &help);

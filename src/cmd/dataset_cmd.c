@@ -5,6 +5,7 @@
 
 #include "mgt/cli.h"
 #include "mgt/dataset.h"
+#include "mgt/flags.h"
 
 static void info_usage(FILE *f) {
   fprintf(f, "usage: mgt dataset info PREFIX... [--unigram [--split S]]\n\n"
@@ -42,7 +43,10 @@ int mgt_cli_dataset(int argc, char **argv, MPI_Comm world) {
       info_usage(stdout);
       return 0;
     }
-    if (rank == 0)
+    if (rank == 0 && argc >= 3 && mgt_nearest(argv[2], (const char *const[]){"info"}, 1))
+      fprintf(stderr, "mgt: error: unknown dataset command '%s' (did you mean mgt dataset info?)\n",
+              argv[2]);
+    else if (rank == 0)
       fprintf(stderr, "mgt: error: mgt dataset takes a command: info PREFIX... (mgt dataset "
                       "--help)\n");
     return 2;
