@@ -334,6 +334,11 @@ int main(int argc, char **argv) {
       const char *a = argv[++i];
       attn = !strcmp(a, "flash") ? MGT_ATTN_FLASH
                                  : (!strcmp(a, "unfused") ? MGT_ATTN_UNFUSED : MGT_ATTN_AUTO);
+      if (attn == MGT_ATTN_AUTO && strcmp(a, "auto") != 0) {
+        fprintf(stderr, "bench_cpu: --attention-backend: auto, flash or unfused, not '%s'\n", a);
+        MPI_Finalize();
+        return 2;
+      }
     } else if (!strcmp(argv[i], "--bf16"))
       bf16 = 1;
     else if (!strcmp(argv[i], "--no-weight-copies"))

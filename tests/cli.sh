@@ -39,6 +39,8 @@ expect 1 "unknown command 'serv' (did you mean mgt serve?)" serv
 expect 1 "unknown command 'xyzzy' (see mgt --help)" xyzzy
 expect 1 "unknown ckpt command 'exprt' (did you mean mgt ckpt export?)" ckpt exprt
 expect 1 "unknown dataset command 'inf' (did you mean mgt dataset info?)" dataset inf x
+expect 1 "mgt dataset info: --split: missing value" dataset info x --unigram --split
+expect 1 "mgt dataset info: unknown flag '--unigam'" dataset info x --unigam
 expect 1 "did you mean --tensor-model-parallel-size" train --mock-data --tensor-model-parallel 2
 expect 1 "got 'flsh' (did you mean flash?)" train --mock-data --attention-backend flsh
 expect 1 "did you mean --num-layers" train --mock-data --num-layer 2

@@ -1457,8 +1457,9 @@ static void test_wrappers(void) {
   T_CHECK(!strcmp(mgt_be_name(be), "cpu") && mgt_be_act16_bytes(be) == 4, "name and act16 bytes");
 }
 
-/* --attention-backend auto picks the tiles where the kernels run them fast: every CPU run, and
-   on GPUs exactly the head sizes the tensor-core kernels take (cpu_flash16_hd) under 16 bits. */
+/* --attention-backend auto picks the tiles where the kernels run them fast: on CPUs (but native
+   bf16 below 2048), and on GPUs only under 16 bits at the head sizes the tensor-core kernels
+   take (cpu_flash16_hd), never for fp32; an explicit choice always wins. */
 static void test_attention_choice(void) {
   mgt_config c;
   mgt_config_defaults(&c);

@@ -407,6 +407,9 @@ MGT_NODISCARD mgt_status mgt_backend_cuda_info(const mgt_backend *be, char *name
 float mgt_round_bf16(float x);
 float mgt_round_fp16(float x);
 
+/* Whether the 16-bit flash attention tiles heads of size hd (the GPU's tensor-core kernels and
+   their CPU twin): 32, 64 and 128. */
+int mgt_flash16_head(int hd);
 /* The OpenBLAS kernel family in use (e.g. "Haswell"; OPENBLAS_CORETYPE chooses it), or
    "CBLAS" for another BLAS. */
 const char *mgt_cpu_blas_name(void);

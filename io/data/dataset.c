@@ -638,8 +638,10 @@ mgt_status mgt_dataset_unigram(const char *prefix, const char *split, double *pp
     MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: --split %s leaves the %s split without tokens", prefix, split,
                   t1 == t0 ? "training" : "validation");
   if (ds.mm.map) /* Megatron-LM's files record no vocabulary: the ids used */
-    for (int64_t i = 0; i < ds.info.n_tokens; i++)
-      if (ds_token_at(&ds, i) >= V) V = ds_token_at(&ds, i) + 1;
+    for (int64_t i = 0; i < ds.info.n_tokens; i++) {
+      const int32_t t = ds_token_at(&ds, i);
+      if (t >= V) V = (int64_t)t + 1;
+    }
   MGT_TRY(mgt_calloc(sizeof *count * (size_t)V, "unigram counts", (void **)&count));
   for (int64_t i = t0; i < t1; i++) {
     const int32_t t = ds_token_at(&ds, i);

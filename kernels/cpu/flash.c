@@ -313,3 +313,5 @@ mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dou
   if (failed) MGT_FAIL(MGT_ERR_BACKEND, "oneDNN: a bf16 flash-attention tile failed");
   return MGT_OK;
 }
+
+int mgt_flash16_head(int hd) { return cpu_flash16_hd(hd); }

@@ -1,7 +1,7 @@
 #define _GNU_SOURCE /* open_memstream */
 #include "mgt/config.h"
 
-#include "mgt/backend.h" /* mgt_cpu_bf16_units */
+#include "mgt/backend.h" /* mgt_cpu_bf16_units, mgt_flash16_head */
 
 #include "mgt/flags.h"
 #include "mgt/json.h"
@@ -315,10 +315,10 @@ int mgt_config_flash(const mgt_config *c, char *why, size_t n) {
     snprintf(why, n, "auto: tiles are at least as fast here");
     return 1;
   }
-  /* the tensor-core kernels' head sizes (kernels/cpu/cpu.h cpu_flash16_hd, tested equal);
-     the fp32 kernel is a row per block, for correctness more than speed */
+  /* where the tensor-core kernels run; the fp32 kernel is a row per block, for correctness
+     more than speed */
   const int hd = c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
-  const int tc = (c->bf16 || c->fp16) && (hd == 32 || hd == 64 || hd == 128);
+  const int tc = (c->bf16 || c->fp16) && mgt_flash16_head(hd);
   snprintf(why, n, "auto: %s",
            tc ? "tensor-core tiles under 16-bit precision"
               : "no tensor-core tiles for fp32 or this head size");

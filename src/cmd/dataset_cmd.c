@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "mgt/cli.h"
+#include "mgt/agree.h"
 #include "mgt/dataset.h"
 #include "mgt/flags.h"
 
@@ -55,44 +56,48 @@ int mgt_cli_dataset(int argc, char **argv, MPI_Comm world) {
     if (rank == 0) info_usage(argc < 4 ? stderr : stdout);
     return argc < 4 ? 2 : 0;
   }
-  int unigram = 0, first = 1;
+  /* the flags first, so that a bad one is refused before anything is read */
+  int unigram = 0, prefixes = 0;
   const char *split = "969, 30, 1";
-  for (int i = 3; i < argc; i++) {
-    if (!strcmp(argv[i], "--unigram")) unigram = 1;
-    if (!strcmp(argv[i], "--split") && i + 1 < argc) split = argv[++i];
-    if (!strncmp(argv[i], "--split=", 8)) split = argv[i] + 8;
+  char bad[160] = "";
+  for (int i = 3; i < argc && !bad[0]; i++) {
+    if (!strcmp(argv[i], "--unigram")) {
+      unigram = 1;
+    } else if (!strncmp(argv[i], "--split=", 8)) {
+      split = argv[i] + 8;
+    } else if (!strcmp(argv[i], "--split")) {
+      if (i + 1 < argc)
+        split = argv[++i];
+      else
+        snprintf(bad, sizeof bad, "--split: missing value");
+    } else if (!strncmp(argv[i], "--", 2)) {
+      snprintf(bad, sizeof bad, "unknown flag '%.100s'", argv[i]);
+    } else {
+      argv[3 + prefixes++] = argv[i]; /* the prefixes, in order, at the front */
+    }
   }
-  for (int i = 3; i < argc; i++) { /* every rank reads; rank 0 prints */
-    if (!strcmp(argv[i], "--unigram") || !strncmp(argv[i], "--split=", 8)) continue;
-    if (!strcmp(argv[i], "--split")) {
-      i++;
-      continue;
-    }
-    if (!strncmp(argv[i], "--", 2)) {
-      if (rank == 0)
-        fprintf(stderr, "mgt: error: mgt dataset info: unknown flag '%s' (mgt dataset --help)\n",
-                argv[i]);
-      return 2;
-    }
+  if (!bad[0] && !prefixes) snprintf(bad, sizeof bad, "no PREFIX given");
+  if (bad[0]) {
+    if (rank == 0) fprintf(stderr, "mgt: error: mgt dataset info: %s (mgt dataset --help)\n", bad);
+    return 2;
+  }
+  for (int i = 3; i < 3 + prefixes; i++) { /* every rank reads the attributes; rank 0 prints */
     mgt_dataset_info in;
     mgt_status st = mgt_dataset_info_read(argv[i], &in);
     double ppl = 0;
     int64_t n = 0;
-    if (st == MGT_OK && unigram) st = mgt_dataset_unigram(argv[i], split, &ppl, &n);
+    /* reading every token is rank 0's alone; the others learn whether it worked */
+    if (st == MGT_OK && unigram)
+      st = mgt_mpi_agree(world, rank == 0 ? mgt_dataset_unigram(argv[i], split, &ppl, &n) : MGT_OK);
     if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
     if (rank == 0) {
-      if (!first) printf("\n");
+      if (i > 3) printf("\n");
       print_info(&in, stdout);
       if (unigram)
         printf("unigram perplexity: %.4f (the %lld tokens of the validation split of --split %s "
                "under the training split's token frequencies)\n",
                ppl, (long long)n, split);
     }
-    first = 0;
-  }
-  if (first) {
-    if (rank == 0) fprintf(stderr, "mgt: error: mgt dataset info: no PREFIX given\n");
-    return 2;
   }
   return 0;
 }
