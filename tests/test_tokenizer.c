@@ -293,9 +293,54 @@ static void test_json_objects(void) {
   mgt_json_parser_destroy(&jp);
 }
 
+/* Member names chosen to collide under an unkeyed hash (FNV-1a, the parser's before it was
+   keyed) must not pile into one run of the member table: with a keyed hash they spread as any
+   names do. A run of all 2000 members made each lookup and insertion scan them all. */
+static void test_json_collisions(void) {
+  enum { N = 2000, MASK = 4095 }; /* 2000 members: a table of 4096 slots */
+  char *text = malloc(32 * (size_t)N + 8), *o = text;
+  o += sprintf(o, "{");
+  for (uint64_t c = 0, found = 0; found < N; c++) {
+    char name[16];
+    const int n = snprintf(name, sizeof name, "k%08llx", (unsigned long long)c);
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++)
+      h = (h ^ (unsigned char)name[i]) * 1099511628211ull;
+    if (((h ^ (h >> 29)) & MASK) != 0) continue;
+    o += sprintf(o, "%s\"%s\":%llu", found ? "," : "", name, (unsigned long long)found);
+    found++;
+  }
+  sprintf(o, "}");
+  mgt_json_parser *jp = NULL;
+  T_OK(mgt_json_parser_create(&jp));
+  const mgt_json *root;
+  T_OK(mgt_json_parse(jp, text, strlen(text), &root));
+  T_CHECK(root->hash && root->hash_mask == MASK, "a table of %d slots", MASK + 1);
+  size_t run = 0, longest = 0, members = 0;
+  for (size_t j = 0; root->hash && j <= 2 * root->hash_mask + 1; j++) { /* twice: runs wrap */
+    run = root->hash[j & root->hash_mask] ? run + 1 : 0;
+    longest = run > longest ? run : longest;
+    members += j <= root->hash_mask && root->hash[j];
+  }
+  T_CHECK(members == N && longest < 200,
+          "2000 names colliding under FNV-1a: %zu members in the table, longest run of occupied "
+          "slots %zu (keyed hashing spreads them: below 200)",
+          members, longest);
+  int bad = 0;
+  for (size_t i = 0; i < root->len; i++) {
+    const mgt_json *v = mgt_json_get(root, root->keys[i]);
+    bad += !v || v->number != (double)i;
+  }
+  T_CHECK(bad == 0, "colliding names: %d of %d lookups wrong", bad, N);
+  printf("json: 2000 names colliding under FNV-1a: longest run %zu of 4096 slots\n", longest);
+  mgt_json_parser_destroy(&jp);
+  free(text);
+}
+
 int main(int argc, char **argv) {
   const char *dir = argc > 1 ? argv[1] : "../shared/data";
   test_json_objects();
+  test_json_collisions();
   mgt_tokenizer *bytes = NULL;
   T_OK(mgt_tok_create_bytes(&bytes));
   test_roundtrip(bytes, "bytes");

@@ -1,10 +1,15 @@
+#define _GNU_SOURCE
 #include "mgt/json.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 enum { MAX_DEPTH = 64 };
 
@@ -213,11 +218,47 @@ static int parse_value(mgt_json_parser *p, mgt_json *v, int depth);
 
 enum { HASH_MIN = 16 }; /* objects with fewer members are searched linearly */
 
-static size_t key_hash(const char *k, size_t n) { /* FNV-1a */
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ (unsigned char)k[i]) * 1099511628211ull;
-  return (size_t)(h ^ (h >> 29));
+/* Member names are hashed by SipHash-1-3 under a key drawn once per process from the kernel's
+   random source: names that collide cannot be prepared in advance, so a hostile document costs
+   what an ordinary one of its size does (the defence of Python's and Rust's tables). */
+static uint64_t sip_key[2];
+static pthread_once_t sip_once = PTHREAD_ONCE_INIT;
+
+static void sip_init(void) {
+  if (getrandom(sip_key, sizeof sip_key, 0) == (ssize_t)sizeof sip_key) return;
+  struct timespec ts; /* no random source (a sandbox without getrandom): the clock and addresses */
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  sip_key[0] = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)&ts;
+  sip_key[1] = (uint64_t)ts.tv_sec ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)sip_key;
+}
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+static void sip_round(uint64_t *v) {
+  v[0] += v[1], v[1] = ROTL(v[1], 13), v[1] ^= v[0], v[0] = ROTL(v[0], 32);
+  v[2] += v[3], v[3] = ROTL(v[3], 16), v[3] ^= v[2];
+  v[0] += v[3], v[3] = ROTL(v[3], 21), v[3] ^= v[0];
+  v[2] += v[1], v[1] = ROTL(v[1], 17), v[1] ^= v[2], v[2] = ROTL(v[2], 32);
+}
+
+static size_t key_hash(const char *k, size_t n) {
+  pthread_once(&sip_once, sip_init);
+  const unsigned char *s = (const unsigned char *)k;
+  uint64_t v[4] = {sip_key[0] ^ 0x736f6d6570736575ull, sip_key[1] ^ 0x646f72616e646f6dull,
+                   sip_key[0] ^ 0x6c7967656e657261ull, sip_key[1] ^ 0x7465646279746573ull};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t m = 0;
+    for (int b = 0; b < 8; b++)
+      m |= (uint64_t)s[i + (size_t)b] << (8 * b);
+    v[3] ^= m, sip_round(v), v[0] ^= m;
+  }
+  uint64_t m = (uint64_t)n << 56;
+  for (int b = 0; i + (size_t)b < n; b++)
+    m |= (uint64_t)s[i + (size_t)b] << (8 * b);
+  v[3] ^= m, sip_round(v), v[0] ^= m;
+  v[2] ^= 0xff;
+  sip_round(v), sip_round(v), sip_round(v);
+  return (size_t)(v[0] ^ v[1] ^ v[2] ^ v[3]);
 }
 
 /* The member table of a large object: a later duplicate replaces the earlier one. */
@@ -394,6 +435,39 @@ void mgt_json_write_string(FILE *f, const char *s) {
       fprintf(f, "\\u%04x", ch);
     else
       fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+/* The length of the UTF-8 character at s[0..n), or 0 where the bytes are not one (a stray
+   continuation byte, 0xC0, 0xC1, 0xF5-0xFF, a cut sequence, an overlong form, a surrogate, a
+   code point beyond U+10FFFF). */
+static size_t utf8_char(const unsigned char *s, size_t n) {
+  const unsigned c = s[0];
+  const size_t len = c < 0x80 ? 1 : c < 0xC2 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 0;
+  if (!len || len > n) return 0;
+  for (size_t k = 1; k < len; k++)
+    if ((s[k] & 0xC0) != 0x80) return 0;
+  if (len == 3 && ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] >= 0xA0))) return 0;
+  if (len == 4 && ((c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] >= 0x90))) return 0;
+  return len;
+}
+
+void mgt_json_write_bytes(FILE *f, const char *text, size_t n) {
+  const unsigned char *s = (const unsigned char *)text;
+  fputc('"', f);
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = s[i];
+    const size_t len = utf8_char(s + i, n - i);
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20 || c == 0x7F)
+      fprintf(f, "\\u%04x", c);
+    else if (len)
+      fwrite(s + i, 1, len, f);
+    else
+      fputs("\xEF\xBF\xBD", f); /* U+FFFD, the replacement character */
+    i += len ? len : 1;
   }
   fputc('"', f);
 }

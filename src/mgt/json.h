@@ -51,6 +51,10 @@ const mgt_json *mgt_json_get(const mgt_json *obj, const char *key);
 
 /* Writes s as a JSON string literal. */
 void mgt_json_write_string(FILE *f, const char *s);
+/* Writes text[0..n) as a JSON string literal that is valid UTF-8 whatever the bytes: NULs and
+   control characters escaped, each byte that does not belong to a UTF-8 character (a byte-level
+   tokenizer's piece of one, 0xF5-0xFF) written as U+FFFD. */
+void mgt_json_write_bytes(FILE *f, const char *text, size_t n);
 
 #ifdef __cplusplus
 }

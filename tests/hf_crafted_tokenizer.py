@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Writes a small byte-level BPE tokenizer.json (and its tokenizer_config.json) into DIR, in
+Hugging Face's format, for the hostile cases of tests/hostile_files.sh. Every byte is its own
+token, id = the byte (GPT-2's printable spelling); the end of document "<|endoftext|>" is the
+added token 256. Usage: hf_crafted_tokenizer.py DIR KIND
+  plain         no pre-tokenizer regex, no merges
+  big-id        one vocabulary entry of id 2^27
+  many-added    50,000 added tokens "a0" .. "a49999", all starting with "a"
+  nul-added     an added token "a\\0b" (id 257)
+  backtrack     a Split regex (a|aa)+b, which backtracks exponentially on a run of a's
+  hex           a Split regex \\h+ (Oniguruma: a hexadecimal digit), the merge "Ġ z" (id 257)
+  u-escape      a Split regex \\u0041+ (Oniguruma's \\u: "A"), the merge "A A" (id 257)"""
+import json
+import os
+import sys
+
+
+def byte_spelling():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def main():
+    out, kind = sys.argv[1], sys.argv[2]
+    sp = byte_spelling()
+    vocab = {sp[b]: b for b in range(256)}
+    merges = []
+    added = [{"id": 256, "content": "<|endoftext|>", "special": True}]
+    pre = [{"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]
+    if kind == "big-id":
+        vocab["x" + sp[0x20]] = 1 << 27
+    elif kind == "many-added":
+        added += [{"id": 257 + k, "content": "a%d" % k} for k in range(50000)]
+    elif kind == "nul-added":
+        added.append({"id": 257, "content": "a\0b"})
+    elif kind == "backtrack":
+        pre.insert(0, {"type": "Split", "pattern": {"Regex": "(a|aa)+b"}, "behavior": "Isolated"})
+    elif kind == "hex":
+        pre.insert(0, {"type": "Split", "pattern": {"Regex": "\\h+"}, "behavior": "Isolated"})
+        vocab[sp[0x20] + "z"] = 257
+        merges.append(sp[0x20] + " z")
+    elif kind == "u-escape":
+        pre.insert(0, {"type": "Split", "pattern": {"Regex": "\\u0041+"}, "behavior": "Isolated"})
+        vocab["AA"] = 257
+        merges.append("A A")
+    elif kind != "plain":
+        sys.exit("unknown kind " + kind)
+    for a in added:
+        a.setdefault("special", False)
+        a.update({"single_word": False, "lstrip": False, "rstrip": False, "normalized": False})
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+           "normalizer": None,
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": pre},
+           "post_processor": None, "decoder": {"type": "ByteLevel"},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "byte_fallback": False,
+                     "vocab": vocab, "merges": merges}}
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": "<|endoftext|>", "bos_token": None}, f)
+
+
+main()
