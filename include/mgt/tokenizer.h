@@ -1,6 +1,7 @@
 /* Tokenizers: GPT-2's byte-level BPE (identical to OpenAI's encoder, read from the standard
    vocabulary and merges files) and a plain byte tokenizer (ids 0-255, end of document 256)
-   for text when no vocabulary is at hand. Not collective; one tokenizer per thread. */
+   for text when no vocabulary is at hand. Not collective; encoding writes work space, so one
+   tokenizer (or clone, mgt_tok_clone) per encoding thread. */
 #pragma once
 
 #include <stddef.h>
@@ -40,6 +41,11 @@ MGT_NODISCARD mgt_status mgt_tok_load_hf(const char *path, mgt_tokenizer **out);
    a missing file is named in the error. */
 MGT_NODISCARD mgt_status mgt_tok_open(int type, const char *vocab_file, const char *merge_file,
                                       mgt_tokenizer **out);
+/* A tokenizer that shares src's tables (vocabulary, merges, patterns) and has work space of its
+   own, so that threads encode at once, each with its clone, with no lock: the tables are only
+   read. src must outlive its clones. Decoding only reads, so one tokenizer decodes for many
+   threads. */
+MGT_NODISCARD mgt_status mgt_tok_clone(const mgt_tokenizer *src, mgt_tokenizer **out);
 /* Byte tokenizer: every byte its own id, end of document 256. */
 MGT_NODISCARD mgt_status mgt_tok_create_bytes(mgt_tokenizer **out);
 void mgt_tok_destroy(mgt_tokenizer **tok);

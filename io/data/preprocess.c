@@ -220,6 +220,11 @@ static mgt_status read_text_doc(const mgt_preprocess_opts *o, mgt_tokenizer *tok
   mgt_status st = k < got ? encode_doc(o, tok, sh, buf, got) : MGT_OK;
   free(buf);
   sh->bytes_done += got;
+  if (st == MGT_ERR_INPUT) { /* a text the tokenizer refuses: name the file */
+    char why[512];
+    snprintf(why, sizeof why, "%s", mgt_error_message());
+    MGT_FAIL(st, "--input %s: %s", in->path, why);
+  }
   return st;
 }
 
@@ -257,13 +262,24 @@ static mgt_status read_jsonl(const mgt_preprocess_opts *o, mgt_tokenizer *tok, m
     const mgt_json *root = NULL, *v = NULL;
     mgt_status ps = mgt_json_parse(jp, line, len, &root);
     if (ps == MGT_OK) v = mgt_json_get(root, o->json_keys);
+    mgt_status es = MGT_ERR_INPUT; /* the line's: MGT_OK, or why it is bad */
     if (ps == MGT_OK && v && v->type == MGT_JSON_STRING) {
-      MGT_TRY(encode_doc(o, tok, sh, v->str, v->len));
-    } else if (o->skip_bad_lines) {
+      const size_t tokens = sh->tokens.n, sents = sh->n_sents;
+      es = encode_doc(o, tok, sh, v->str, v->len);
+      if (es != MGT_OK && es != MGT_ERR_INPUT) MGT_TRY(es);
+      if (es != MGT_OK) /* a text the tokenizer refuses (its regex gave up): nothing kept */
+        sh->tokens.n = tokens, sh->n_sents = sents;
+    }
+    if (es == MGT_OK) {
+      report(pr, sh);
+      continue;
+    }
+    if (o->skip_bad_lines) {
       sh->bad_lines++;
+      mgt_error_clear();
     } else {
       char why[512];
-      if (ps != MGT_OK)
+      if (ps != MGT_OK || (v && v->type == MGT_JSON_STRING))
         snprintf(why, sizeof why, "%s", mgt_error_message());
       else if (!v)
         snprintf(why, sizeof why, "no \"%s\" key (--json-keys)", o->json_keys);

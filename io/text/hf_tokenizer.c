@@ -5,6 +5,7 @@
    (rank order, as GPT-2's files; whole words first with ignore_merges; characters missing from
    the vocabulary as <0xNN> byte pieces with byte_fallback). Hugging Face's Tokenizers.js is
    the reference (tests/hf_tokenizer.sh). */
+#define _POSIX_C_SOURCE 200809L /* strdup */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <stdio.h>
@@ -15,6 +16,10 @@
 #include "mgt/json.h"
 #include "mgt/sha256.h"
 #include "tokenizer_impl.h"
+
+/* The longest added token implemented: finding the added token at a position of the text walks
+   at most this many bytes. */
+enum { ADDED_MAX = 1024 };
 
 /* The GPT-2 pattern of a ByteLevel pre-tokenizer with use_regex. */
 static const char gpt2_pattern[] =
@@ -45,10 +50,18 @@ struct mgt_hf_tok {
   int byte_fallback, fuse_unk;
   int32_t unk, fallback[256]; /* <0xNN> ids */
   int32_t bos;                /* tokenizer_config.json's bos_token, or -1 */
-  added_token *added;         /* longest first */
+  added_token *added;         /* in the file's order */
   unsigned char *added_text;  /* their contents */
   int n_added;
   uint8_t first_byte[256]; /* an added token starts with this byte */
+  /* the added tokens as a trie of their bytes: node 0 the root, edges in an open-addressing
+     table keyed by 1 + (node << 8 | byte), trie_end[node] the added token ending there or -1;
+     finding the longest at a position walks at most ADDED_MAX bytes */
+  int32_t *trie_end, *trie_child;
+  uint64_t *trie_key;
+  size_t trie_mask;
+  char *path; /* the file, for errors met while encoding */
+  int clone;  /* mgt_hf_clone's: everything above but md is the origin's */
   /* scratch */
   unsigned char *buf;
   size_t buf_cap;
@@ -59,18 +72,42 @@ struct mgt_hf_tok {
 void mgt_hf_free(mgt_hf_tok **ph) {
   mgt_hf_tok *h = *ph;
   if (!h) return;
-  free(h->keys);
-  mgt_free(h->key_off);
-  mgt_free(h->key_len);
-  mgt_free(h->slot);
   if (h->md) pcre2_match_data_free(h->md);
-  if (h->split) pcre2_code_free(h->split);
-  mgt_free(h->added);
-  mgt_free(h->added_text);
+  if (!h->clone) {
+    free(h->path);
+    mgt_free(h->trie_end);
+    mgt_free(h->trie_child);
+    mgt_free(h->trie_key);
+    free(h->keys);
+    mgt_free(h->key_off);
+    mgt_free(h->key_len);
+    mgt_free(h->slot);
+    if (h->split) pcre2_code_free(h->split);
+    mgt_free(h->added);
+    mgt_free(h->added_text);
+  }
   free(h->buf);
   free(h->ids);
   mgt_free(h);
   *ph = NULL;
+}
+
+mgt_status mgt_hf_clone(const mgt_hf_tok *src, mgt_hf_tok **out) {
+  *out = NULL;
+  mgt_hf_tok *h = NULL;
+  MGT_CHECK(mgt_calloc(sizeof *h, "tokenizer", (void **)&h));
+  *h = *src;
+  h->clone = 1;
+  h->md = NULL, h->buf = NULL, h->buf_cap = 0, h->ids = NULL, h->ids_cap = 0;
+  if (src->split) { /* a compiled pattern is shared; match data is per thread */
+    h->md = pcre2_match_data_create_from_pattern(src->split, NULL);
+    if (!h->md) {
+      mgt_hf_free(&h);
+      MGT_FAIL(MGT_ERR_NOMEM, "out of memory for a tokenizer's regex");
+    }
+  }
+  *out = h;
+  return MGT_OK;
 }
 
 static int32_t find_key(const mgt_hf_tok *h, const unsigned char *s, size_t n) {
@@ -117,9 +154,18 @@ typedef struct loader {
   int16_t u2b[324];
 } loader;
 
+/* o's string `key` when it is one without a NUL inside (a type, a name), else NULL. */
 static const char *str_of(const mgt_json *o, const char *key) {
   const mgt_json *v = o ? mgt_json_get(o, key) : NULL;
-  return v && v->type == MGT_JSON_STRING ? v->str : NULL;
+  return v && v->type == MGT_JSON_STRING && strlen(v->str) == v->len ? v->str : NULL;
+}
+
+/* o's string `key` and its length, NULs and all (a token's content, a pattern), or NULL. */
+static const char *text_of(const mgt_json *o, const char *key, size_t *len) {
+  const mgt_json *v = o ? mgt_json_get(o, key) : NULL;
+  if (!v || v->type != MGT_JSON_STRING) return NULL;
+  *len = v->len;
+  return v->str;
 }
 
 static int flag_of(const mgt_json *o, const char *key, int dflt) {
@@ -132,51 +178,94 @@ static int flag_of(const mgt_json *o, const char *key, int dflt) {
 static const char white_space[] = "\\t\\n\\x0B\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}"
                                   "\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
 
-/* The pattern with \s and \S spelt as white_space (inside a class, \s as its members); *out is
-   malloc'ed. */
-static mgt_status hf_pattern(const loader *L, const char *p, char **out) {
-  const size_t n = strlen(p), grow_by = sizeof white_space + 4;
+/* Hugging Face runs a pre-tokenizer's regex with Oniguruma (Ruby's syntax); PCRE2 reads most
+   of it the same way. What differs is spelt here in PCRE2's terms:
+   - \s and \S: as white_space (inside a class, \s as its members);
+   - \h and \H: a hexadecimal digit and its complement (to PCRE2, horizontal space);
+   - \uHHHH: the code point (PCRE2 has no \u);
+   - the option m of (?m) and (?m:...): Ruby's "dot matches a newline", PCRE2's s; ^ and $ are
+     always line anchors in Ruby, so the pattern is compiled multiline (compile());
+   - a class intersection [a&&b] is refused, as \S and \H inside a class: no PCRE2 spelling.
+   *out is malloc'ed, *out_len its length (a NUL in the pattern stays a NUL). */
+static const char hex_class[] = "0-9a-fA-F";
+
+static mgt_status hf_pattern(const loader *L, const char *p, size_t n, char **out,
+                             size_t *out_len) {
+  const size_t grow_by = sizeof white_space + 4;
   char *o = malloc(n * grow_by + 1);
   if (!o) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the regex of %s", L->path);
   size_t k = 0;
-  int in_class = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (p[i] == '\\' && i + 1 < n && (p[i + 1] == 's' || p[i + 1] == 'S')) {
-      if (in_class && p[i + 1] == 'S') {
-        free(o);
-        MGT_FAIL(MGT_ERR_INPUT, "%s: \\S inside a character class is not implemented", L->path);
+  int in_class = 0, options = 0; /* options: inside "(?" and its letters */
+  const char *refused = NULL;
+  for (size_t i = 0; i < n && !refused; i++) {
+    const char c = p[i], e = i + 1 < n ? p[i + 1] : 0;
+    if (options && (c == 'm' || c == 'i' || c == 'x' || c == '-')) {
+      o[k++] = c == 'm' ? 's' : c;
+      continue;
+    }
+    options = 0;
+    if (c == '\\' && (e == 's' || e == 'S' || e == 'h' || e == 'H')) {
+      const int space = e == 's' || e == 'S', neg = e == 'S' || e == 'H';
+      if (in_class && neg) {
+        refused = e == 'S' ? "\\S inside a character class" : "\\H inside a character class";
+        break;
       }
-      k += (size_t)sprintf(o + k,
-                           in_class          ? "%s"
-                           : p[i + 1] == 's' ? "[%s]"
-                                             : "[^%s]",
-                           white_space);
+      const char *members = space ? white_space : hex_class;
+      k += (size_t)sprintf(o + k, in_class ? "%s" : neg ? "[^%s]" : "[%s]", members);
       i++;
       continue;
     }
-    if (p[i] == '\\' && i + 1 < n) { /* any other escape, as it is */
+    if (c == '\\' && e == 'u' && i + 5 < n) {
+      int ok = 1;
+      for (size_t j = i + 2; j < i + 6; j++)
+        ok &= (p[j] >= '0' && p[j] <= '9') || (p[j] >= 'a' && p[j] <= 'f') ||
+              (p[j] >= 'A' && p[j] <= 'F');
+      if (ok) {
+        k += (size_t)sprintf(o + k, "\\x{%.4s}", p + i + 2);
+        i += 5;
+        continue;
+      }
+    }
+    if (c == '\\' && i + 1 < n) { /* any other escape, as it is */
       o[k++] = p[i++];
       o[k++] = p[i];
       continue;
     }
-    if (p[i] == '[' && !in_class)
+    if (c == '(' && e == '?' && i + 2 < n &&
+        (p[i + 2] == 'm' || p[i + 2] == 'i' || p[i + 2] == 'x' || p[i + 2] == '-')) {
+      o[k++] = p[i++];
+      o[k++] = p[i];
+      options = 1;
+      continue;
+    }
+    if (in_class && c == '&' && e == '&') {
+      refused = "a class intersection (&&)";
+      break;
+    }
+    if (c == '[' && !in_class)
       in_class = 1;
-    else if (p[i] == ']' && in_class)
+    else if (c == ']' && in_class)
       in_class = 0;
-    o[k++] = p[i];
+    o[k++] = c;
+  }
+  if (refused) {
+    free(o);
+    MGT_FAIL(MGT_ERR_INPUT, "%s: the pre-tokenizer's regex has %s: not implemented", L->path,
+             refused);
   }
   o[k] = 0;
-  *out = o;
+  *out = o, *out_len = k;
   return MGT_OK;
 }
 
-static mgt_status compile(loader *L, const char *given) {
+static mgt_status compile(loader *L, const char *given, size_t given_len) {
   int err;
   PCRE2_SIZE at;
   mgt_hf_tok *h = L->h;
   char *pattern = NULL;
-  MGT_CHECK(hf_pattern(L, given, &pattern));
-  h->split = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
+  size_t len = 0;
+  MGT_CHECK(hf_pattern(L, given, given_len, &pattern, &len));
+  h->split = pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &err,
                            &at, NULL);
   free(pattern);
   if (!h->split) {
@@ -235,16 +324,17 @@ static mgt_status one_pretokenizer(loader *L, const mgt_json *p) {
     h->prefix_space = flag_of(p, "add_prefix_space", 1);
     if (flag_of(p, "use_regex", 1)) {
       MGT_REQUIRE(!h->split, "%s: two splitting pre-tokenizers are not implemented", L->path);
-      MGT_CHECK(compile(L, gpt2_pattern));
+      MGT_CHECK(compile(L, gpt2_pattern, strlen(gpt2_pattern)));
     }
     return MGT_OK;
   }
   const mgt_json *pat = p ? mgt_json_get(p, "pattern") : NULL;
-  const char *re = str_of(pat, "Regex"), *behavior = str_of(p, "behavior");
+  size_t re_len = 0;
+  const char *re = text_of(pat, "Regex", &re_len), *behavior = str_of(p, "behavior");
   if (type && !strcmp(type, "Split") && re && behavior && !strcmp(behavior, "Isolated") &&
       !flag_of(p, "invert", 0)) {
     MGT_REQUIRE(!h->split, "%s: two splitting pre-tokenizers are not implemented", L->path);
-    return compile(L, re);
+    return compile(L, re, re_len);
   }
   MGT_FAIL(MGT_ERR_INPUT,
            "%s: pre-tokenizer %s is not implemented (ByteLevel, and Split by a regex with behavior "
@@ -296,6 +386,49 @@ static size_t decoded(const loader *L, const unsigned char *key, size_t n, unsig
   return o;
 }
 
+/* The child of trie node `node` by byte c, or -1. */
+static int32_t trie_step(const mgt_hf_tok *h, int32_t node, unsigned char c) {
+  const uint64_t key = ((uint64_t)node << 8 | c) + 1;
+  for (size_t i = (size_t)((key * 0x9e3779b97f4a7c15ull) >> 20) & h->trie_mask;;
+       i = (i + 1) & h->trie_mask) {
+    if (h->trie_key[i] == key) return h->trie_child[i];
+    if (!h->trie_key[i]) return -1;
+  }
+}
+
+/* The trie of the added tokens (text_len bytes in all); of two with the same content, the first
+   in the file is matched. */
+static mgt_status build_trie(loader *L, size_t text_len) {
+  mgt_hf_tok *h = L->h;
+  size_t cap = 64;
+  while (cap < 2 * (text_len + 1))
+    cap <<= 1;
+  h->trie_mask = cap - 1;
+  MGT_CHECK(mgt_calloc(sizeof(int32_t) * (text_len + 1), "added tokens", (void **)&h->trie_end));
+  MGT_CHECK(mgt_calloc(sizeof(int32_t) * cap, "added tokens", (void **)&h->trie_child));
+  MGT_CHECK(mgt_calloc(sizeof(uint64_t) * cap, "added tokens", (void **)&h->trie_key));
+  h->trie_end[0] = -1;
+  int32_t nodes = 1;
+  for (int k = 0; k < h->n_added; k++) {
+    int32_t node = 0;
+    for (size_t j = 0; j < h->added[k].n; j++) {
+      const unsigned char c = h->added[k].s[j];
+      int32_t next = trie_step(h, node, c);
+      if (next < 0) {
+        const uint64_t key = ((uint64_t)node << 8 | c) + 1;
+        size_t i = (size_t)((key * 0x9e3779b97f4a7c15ull) >> 20) & h->trie_mask;
+        while (h->trie_key[i])
+          i = (i + 1) & h->trie_mask;
+        next = nodes++;
+        h->trie_key[i] = key, h->trie_child[i] = next, h->trie_end[next] = -1;
+      }
+      node = next;
+    }
+    if (h->trie_end[node] < 0) h->trie_end[node] = k;
+  }
+  return MGT_OK;
+}
+
 static mgt_status model(loader *L, const mgt_json *m, const mgt_json *added) {
   mgt_hf_tok *h = L->h;
   mgt_tokenizer *t = L->t;
@@ -327,22 +460,34 @@ static mgt_status model(loader *L, const mgt_json *m, const mgt_json *added) {
                 "%s: vocabulary entry %zu has no id in [0, 2^30)", L->path, i);
     if (v->number + 1 > n) n = (int64_t)v->number + 1;
   }
+  size_t text_len = 0; /* the added tokens' bytes */
   for (size_t i = 0; added && i < added->len; i++) {
     const mgt_json *id = mgt_json_get(&added->items[i], "id");
+    size_t cl = 0;
+    const char *c = text_of(&added->items[i], "content", &cl);
     MGT_REQUIRE(id && id->type == MGT_JSON_NUMBER && id->number >= 0 && id->number < (1 << 30) &&
-                    id->number == (double)(int32_t)id->number &&
-                    str_of(&added->items[i], "content") && str_of(&added->items[i], "content")[0],
+                    id->number == (double)(int32_t)id->number && c && cl > 0,
                 "%s: added token %zu has no id in [0, 2^30) or no content", L->path, i);
+    MGT_REQUIRE(cl <= ADDED_MAX,
+                "%s: added token %zu is %zu bytes long: at most %d are implemented", L->path, i, cl,
+                ADDED_MAX);
     if (id->number + 1 > n) n = (int64_t)id->number + 1;
+    text_len += cl;
   }
+  /* the tables are as large as the largest id: ids may leave gaps, but not more than the file
+     has tokens (a few bytes of JSON must not ask for gigabytes) */
+  const int64_t tokens = (int64_t)vocab->len + (added ? (int64_t)added->len : 0);
+  MGT_REQUIRE(n <= 2 * tokens + 256,
+              "%s: token id %lld is far beyond the %lld tokens the file has (ids may leave gaps, "
+              "but the largest must be below twice the tokens plus 256)",
+              L->path, (long long)n - 1, (long long)tokens);
   t->n_vocab = (int)n;
   size_t cap = 1, blob = 0;
   while (cap < 2 * (size_t)n)
     cap <<= 1;
   for (size_t i = 0; i < vocab->len; i++)
     blob += vocab->key_lens[i];
-  for (size_t i = 0; added && i < added->len; i++)
-    blob += strlen(str_of(&added->items[i], "content"));
+  blob += text_len;
   h->mask = cap - 1;
   MGT_CHECK(mgt_calloc(cap * sizeof(int32_t), "vocabulary index", (void **)&h->slot));
   MGT_CHECK(mgt_calloc((size_t)n * sizeof(uint32_t), "vocabulary", (void **)&h->key_off));
@@ -375,21 +520,20 @@ static mgt_status model(loader *L, const mgt_json *m, const mgt_json *added) {
   MGT_CHECK(st);
   /* added tokens: matched in the raw text, decoded as their content */
   h->n_added = added ? (int)added->len : 0;
-  size_t text_len = 0, text_used = 0;
-  for (int i = 0; i < h->n_added; i++)
-    text_len += strlen(str_of(&added->items[i], "content"));
+  size_t text_used = 0;
   MGT_CHECK(
       mgt_calloc(sizeof *h->added * (size_t)(h->n_added + 1), "added tokens", (void **)&h->added));
   MGT_CHECK(mgt_calloc(text_len + 1, "added tokens", (void **)&h->added_text));
   for (int i = 0; i < h->n_added; i++) {
     const mgt_json *a = &added->items[i];
-    const char *c = str_of(a, "content");
+    size_t cl = 0;
+    const char *c = text_of(a, "content", &cl);
     const int32_t id = (int32_t)mgt_json_get(a, "id")->number;
     MGT_REQUIRE(!flag_of(a, "single_word", 0) && !flag_of(a, "lstrip", 0) &&
                     !flag_of(a, "rstrip", 0) && !flag_of(a, "normalized", 0),
-                "%s: added token %s is single_word, lstrip, rstrip or normalized: not implemented",
-                L->path, c);
-    const size_t cl = strlen(c);
+                "%s: added token %.*s is single_word, lstrip, rstrip or normalized: not "
+                "implemented",
+                L->path, (int)(cl < 60 ? cl : 60), c);
     if (h->key_len[id] == UINT32_MAX) { /* a token of its own, beyond the model's vocabulary */
       MGT_CHECK(set_key(h, id, (const unsigned char *)c, cl));
       t->tok_off[id] = (uint32_t)used;
@@ -402,6 +546,7 @@ static mgt_status model(loader *L, const mgt_json *m, const mgt_json *added) {
     text_used += cl;
     h->first_byte[(unsigned char)c[0]] = 1;
   }
+  MGT_CHECK(build_trie(L, text_len));
   /* merges: "a b" strings or [a, b] pairs */
   MGT_CHECK(mgt_tok_merges_alloc(t, merges->len));
   unsigned char a[1024], b[1024], ab[2048];
@@ -430,8 +575,9 @@ static mgt_status model(loader *L, const mgt_json *m, const mgt_json *added) {
     mgt_tok_merge_add(t, ia, ib, (uint32_t)r, im);
   }
   /* the symbols text starts from */
-  const char *unk = str_of(m, "unk_token");
-  h->unk = unk ? find_key(h, (const unsigned char *)unk, strlen(unk)) : -1;
+  size_t unk_len = 0;
+  const char *unk = text_of(m, "unk_token", &unk_len);
+  h->unk = unk ? find_key(h, (const unsigned char *)unk, unk_len) : -1;
   for (int c = 0; c < 256; c++) {
     char name[8];
     snprintf(name, sizeof name, "<0x%02X>", c);
@@ -444,11 +590,6 @@ static mgt_status model(loader *L, const mgt_json *m, const mgt_json *added) {
                 "%s: byte 0x%02x has no token, so some text cannot be encoded", L->path, c);
   }
   return MGT_OK;
-}
-
-static int longer_first(const void *x, const void *y) {
-  const added_token *a = x, *b = y;
-  return a->n > b->n ? -1 : a->n < b->n;
 }
 
 /* The end-of-document token: tokenizer_config.json's eos_token (a string or {"content": ...}),
@@ -468,10 +609,13 @@ static mgt_status eos_of(loader *L) {
   if (st == MGT_OK) {
     const mgt_json *e = root->type == MGT_JSON_OBJECT ? mgt_json_get(root, "eos_token") : NULL;
     const mgt_json *b = root->type == MGT_JSON_OBJECT ? mgt_json_get(root, "bos_token") : NULL;
-    const char *s = e && e->type == MGT_JSON_STRING ? e->str : str_of(e, "content");
-    const char *bs = b && b->type == MGT_JSON_STRING ? b->str : str_of(b, "content");
-    const int32_t id = s ? find_key(L->h, (const unsigned char *)s, strlen(s)) : -1;
-    L->h->bos = bs ? find_key(L->h, (const unsigned char *)bs, strlen(bs)) : -1;
+    size_t sl = 0, bl = 0;
+    const char *s =
+        e && e->type == MGT_JSON_STRING ? (sl = e->len, e->str) : text_of(e, "content", &sl);
+    const char *bs =
+        b && b->type == MGT_JSON_STRING ? (bl = b->len, b->str) : text_of(b, "content", &bl);
+    const int32_t id = s ? find_key(L->h, (const unsigned char *)s, sl) : -1;
+    L->h->bos = bs ? find_key(L->h, (const unsigned char *)bs, bl) : -1;
     if (id < 0)
       st = MGT_ERROR(MGT_ERR_INPUT, "%s: no eos_token of the vocabulary to end documents with",
                      path);
@@ -495,6 +639,8 @@ mgt_status mgt_tok_load_hf(const char *path, mgt_tokenizer **out) {
   t->type = MGT_TOKENIZER_HF;
   MGT_TRY(mgt_calloc(sizeof *t->hf, "tokenizer", (void **)&t->hf));
   loader L = {path, t, t->hf, {0}};
+  t->hf->path = strdup(path);
+  if (!t->hf->path) MGT_GOTO_FAIL(MGT_ERR_NOMEM, "out of memory reading %s", path);
   uint32_t b2u[256];
   mgt_tok_byte_tables(b2u, L.u2b);
   MGT_TRY(mgt_read_file("--tokenizer-model", path, &text, &len));
@@ -507,7 +653,6 @@ mgt_status mgt_tok_load_hf(const char *path, mgt_tokenizer **out) {
   const mgt_json *added = mgt_json_get(root, "added_tokens");
   MGT_TRY(model(&L, mgt_json_get(root, "model"),
                 added && added->type == MGT_JSON_ARRAY ? added : NULL));
-  qsort(t->hf->added, (size_t)t->hf->n_added, sizeof *t->hf->added, longer_first);
   MGT_TRY(eos_of(&L));
   MGT_TRY(mgt_tok_alloc_common(t));
   mgt_sha256 h; /* the file is everything that made the ids */
@@ -631,8 +776,13 @@ static mgt_status segment(mgt_tokenizer *t, const unsigned char *s, size_t n, mg
   while (at <= n && st == MGT_OK) {
     int rc = pcre2_match(h->split, s, n, at, PCRE2_NO_UTF_CHECK, h->md, NULL);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) {
-      st = MGT_ERROR(MGT_ERR_INTERNAL, "the pre-tokenizer's regex failed (PCRE2 error %d)", rc);
+    if (rc < 0) { /* a limit of the matcher (backtracking, depth): this text, not the file */
+      PCRE2_UCHAR msg[120];
+      pcre2_get_error_message(rc, msg, sizeof msg);
+      st = MGT_ERROR(MGT_ERR_INPUT,
+                     "%s: the pre-tokenizer's regex gives up on this text (PCRE2: %s; Hugging "
+                     "Face's Oniguruma has such limits too)",
+                     h->path ? h->path : "tokenizer.json", (const char *)msg);
       break;
     }
     const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(h->md);
@@ -661,12 +811,12 @@ mgt_status mgt_hf_encode(mgt_tokenizer *t, const char *text, size_t len, mgt_ids
   MGT_CHECK(st);
   size_t seg = 0;
   for (size_t i = 0; i < len;) {
-    int found = -1;
-    for (int k = 0; h->first_byte[s[i]] && k < h->n_added; k++) /* longest first */
-      if (h->added[k].n <= len - i && !memcmp(s + i, h->added[k].s, h->added[k].n)) {
-        found = k;
-        break;
-      }
+    int found = -1; /* the longest added token at i */
+    for (int32_t node = 0, j = 0; h->first_byte[s[i]] && i + (size_t)j < len; j++) {
+      node = trie_step(h, node, s[i + (size_t)j]);
+      if (node < 0) break;
+      if (h->trie_end[node] >= 0) found = h->trie_end[node];
+    }
     if (found < 0) {
       i++;
       continue;

@@ -462,15 +462,41 @@ long mgt_tok_unspell(const int16_t u2b[324], const unsigned char *s, size_t n, u
   return (long)o;
 }
 
-mgt_status mgt_tok_alloc_common(mgt_tokenizer *t) {
-  MGT_CHECK(mgt_calloc(0x10000, "code point classes", (void **)&t->cls));
-  for (uint32_t cp = 0; cp < 0x10000; cp++)
-    t->cls[cp] = (uint8_t)class_slow(cp);
+mgt_status mgt_tok_alloc_cache(mgt_tokenizer *t) {
   MGT_CHECK(mgt_calloc(sizeof(cache_slot) << CACHE_BITS, "tokenizer cache", (void **)&t->slots));
   MGT_CHECK(mgt_calloc((size_t)CACHE_MAX_PIECE << (CACHE_BITS - 1), "tokenizer cache",
                        (void **)&t->ckeys));
   MGT_CHECK(mgt_calloc(sizeof(int32_t) * ((size_t)CACHE_MAX_PIECE << (CACHE_BITS - 1)),
                        "tokenizer cache", (void **)&t->cids));
+  return MGT_OK;
+}
+
+mgt_status mgt_tok_alloc_common(mgt_tokenizer *t) {
+  MGT_CHECK(mgt_calloc(0x10000, "code point classes", (void **)&t->cls));
+  for (uint32_t cp = 0; cp < 0x10000; cp++)
+    t->cls[cp] = (uint8_t)class_slow(cp);
+  return mgt_tok_alloc_cache(t);
+}
+
+mgt_status mgt_tok_clone(const mgt_tokenizer *src, mgt_tokenizer **out) {
+  *out = NULL;
+  mgt_tokenizer *t = NULL;
+  MGT_CHECK(mgt_calloc(sizeof *t, "tokenizer", (void **)&t));
+  *t = *src;
+  t->clone = 1;
+  t->wp = NULL, t->hf = NULL;
+  t->slots = NULL, t->ckeys = NULL, t->cids = NULL;
+  t->n_cached = t->ckeys_used = t->cids_used = 0;
+  t->work = t->work2 = NULL, t->work_cap = 0;
+  mgt_status st = MGT_OK;
+  if (src->slots) st = mgt_tok_alloc_cache(t);
+  if (st == MGT_OK && src->wp) st = mgt_wp_clone(src->wp, &t->wp);
+  if (st == MGT_OK && src->hf) st = mgt_hf_clone(src->hf, &t->hf);
+  if (st != MGT_OK) {
+    mgt_tok_destroy(&t);
+    return st;
+  }
+  *out = t;
   return MGT_OK;
 }
 
@@ -721,12 +747,14 @@ void mgt_tok_destroy(mgt_tokenizer **tok) {
   if (!t) return;
   mgt_wp_free(&t->wp);
   mgt_hf_free(&t->hf);
-  mgt_free(t->blob);
-  mgt_free(t->tok_off);
-  mgt_free(t->tok_len);
-  mgt_free(t->mkey);
-  mgt_free(t->mval);
-  mgt_free(t->cls);
+  if (!t->clone) {
+    mgt_free(t->blob);
+    mgt_free(t->tok_off);
+    mgt_free(t->tok_len);
+    mgt_free(t->mkey);
+    mgt_free(t->mval);
+    mgt_free(t->cls);
+  }
   mgt_free(t->slots);
   mgt_free(t->ckeys);
   mgt_free(t->cids);

@@ -23,6 +23,7 @@ typedef struct cache_slot {
 
 struct mgt_tokenizer {
   int kind;
+  int clone;         /* mgt_tok_clone's: the tables are its origin's; only the work space is own */
   int type;          /* MGT_TOKENIZER_* */
   mgt_wordpiece *wp; /* KIND_WORDPIECE */
   mgt_hf_tok *hf;    /* KIND_HF: its pipeline (hf_tokenizer.c) */
@@ -66,8 +67,12 @@ void mgt_tok_byte_tables(uint32_t b2u[256], int16_t u2b[324]);
 long mgt_tok_unspell(const int16_t u2b[324], const unsigned char *s, size_t n, unsigned char *out);
 /* The piece cache and the code point classes. */
 mgt_status mgt_tok_alloc_common(mgt_tokenizer *t);
+/* The piece cache alone (a clone's). */
+mgt_status mgt_tok_alloc_cache(mgt_tokenizer *t);
 
 /* ---- hf_tokenizer.c ---- */
 
 mgt_status mgt_hf_encode(mgt_tokenizer *t, const char *text, size_t len, mgt_ids *out);
 void mgt_hf_free(mgt_hf_tok **h);
+/* A pipeline sharing src's tables with its own work space (mgt_tok_clone). */
+mgt_status mgt_hf_clone(const mgt_hf_tok *src, mgt_hf_tok **out);

@@ -33,6 +33,7 @@ struct mgt_wordpiece {
   int32_t unk;
   int max_cps;  /* longest piece, in code points, "##" included */
   uint8_t *cls; /* the classes of the basic multilingual plane */
+  int clone;    /* mgt_wp_clone's: the tables above are its origin's */
   /* work space */
   uint32_t *cp, *cp2, *word;
   size_t cp_cap, cp2_cap, word_cap;
@@ -301,11 +302,13 @@ done:
 void mgt_wp_free(mgt_wordpiece **pw) {
   mgt_wordpiece *wp = *pw;
   if (!wp) return;
-  free(wp->text);
-  free(wp->cls);
-  free(wp->tok);
-  free(wp->tok_len);
-  free(wp->slot);
+  if (!wp->clone) {
+    free(wp->text);
+    free(wp->cls);
+    free(wp->tok);
+    free(wp->tok_len);
+    free(wp->slot);
+  }
   free(wp->cp);
   free(wp->cp2);
   free(wp->word);
@@ -313,6 +316,18 @@ void mgt_wp_free(mgt_wordpiece **pw) {
   free(wp->key_off);
   free(wp);
   *pw = NULL;
+}
+
+mgt_status mgt_wp_clone(const mgt_wordpiece *src, mgt_wordpiece **out) {
+  *out = NULL;
+  mgt_wordpiece *wp = malloc(sizeof *wp);
+  if (!wp) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for a tokenizer");
+  *wp = *src;
+  wp->clone = 1;
+  wp->cp = wp->cp2 = wp->word = NULL, wp->cp_cap = wp->cp2_cap = wp->word_cap = 0;
+  wp->key = NULL, wp->key_off = NULL, wp->key_cap = 0;
+  *out = wp;
+  return MGT_OK;
 }
 
 int mgt_wp_vocab_size(const mgt_wordpiece *wp) { return wp->n_vocab; }

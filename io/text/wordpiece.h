@@ -15,6 +15,8 @@ typedef struct mgt_wordpiece mgt_wordpiece;
    `lower` selects the uncased rules (lower case, NFD, accents stripped). [UNK] must exist. */
 MGT_NODISCARD mgt_status mgt_wp_load(const char *vocab_file, int lower, mgt_wordpiece **out);
 void mgt_wp_free(mgt_wordpiece **wp);
+/* A tokenizer sharing src's vocabulary with its own work space (src must outlive it). */
+MGT_NODISCARD mgt_status mgt_wp_clone(const mgt_wordpiece *src, mgt_wordpiece **out);
 int mgt_wp_vocab_size(const mgt_wordpiece *wp);
 /* The id of a special token such as "[SEP]", or -1. */
 int32_t mgt_wp_special(const mgt_wordpiece *wp, const char *name);

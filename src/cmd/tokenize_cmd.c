@@ -142,7 +142,12 @@ mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out) {
       MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s:%zu: no string \"%s\" key (--json-keys)", name, line_no,
                     o->json_keys);
     ids.n = 0;
-    MGT_TRY(mgt_tok_encode(tok, v->str, v->len, &ids));
+    const mgt_status es = mgt_tok_encode(tok, v->str, v->len, &ids);
+    if (es != MGT_OK) { /* say which line */
+      char why[512];
+      snprintf(why, sizeof why, "%s", mgt_error_message());
+      MGT_GOTO_FAIL(es, "%s:%zu: %s", name, line_no, why);
+    }
     for (size_t i = 0; i < ids.n; i++)
       fprintf(out, i ? " %d" : "%d", ids.ids[i]);
     fputc('\n', out);
