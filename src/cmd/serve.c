@@ -42,6 +42,17 @@ static const mgt_flag flags[] = {
      "prompts (times choices) one request may carry", NULL, 0},
     {"--max-request-bytes", MGT_FLAG_INT64, OFF(max_body), 64, 1LL << 34,
      "largest request body accepted", NULL, 0},
+    {"--max-connections", MGT_FLAG_INT, OFF(max_connections), 1, 65536,
+     "open connections at once (a thread each); beyond, new ones are closed at once", NULL, 0},
+    {"--max-connections-per-client", MGT_FLAG_INT, OFF(max_per_client), 1, 65536,
+     "open connections from one IP address", NULL, 0},
+    {"--idle-timeout", MGT_FLAG_DOUBLE, OFF(idle_timeout), 1, 86400,
+     "seconds a connection may send nothing before it is closed", NULL, 0},
+    {"--request-timeout", MGT_FLAG_DOUBLE, OFF(request_timeout), 1, 86400,
+     "seconds for a request's body to arrive whole, else the connection is closed", NULL, 0},
+    {"--drain-timeout", MGT_FLAG_DOUBLE, OFF(drain_timeout), 0, 86400,
+     "seconds the requests in flight get to finish after SIGTERM; then they are answered 503", NULL,
+     0},
     {"--served-model-name", MGT_FLAG_STR, OFF(served_model_name), 0, 0,
      "the model's name in /v1/models and completions (default: the checkpoint folder's)", NULL,
      SZ(served_model_name)},
@@ -58,6 +69,8 @@ void mgt_serve_defaults(mgt_serve_opts *o) {
   o->max_batch = 8;
   o->max_prompts = 128; /* Megatron-LM's limit */
   o->max_body = 1 << 20;
+  o->max_connections = 256, o->max_per_client = 64;
+  o->idle_timeout = 15, o->request_timeout = 60, o->drain_timeout = 30;
   o->tokenizer_type = -1;
 }
 
@@ -123,10 +136,7 @@ static void seq_finish(srv_seq *q, int state) {
 }
 
 mgt_status srv_detok(srv *s, const int32_t *ids, int n, char **buf, size_t *len, size_t *cap) {
-  pthread_mutex_lock(&s->tok_mu);
-  mgt_status st = mgt_tok_decode(s->tok, ids, (size_t)n, buf, len, cap);
-  pthread_mutex_unlock(&s->tok_mu);
-  return st;
+  return mgt_tok_decode(s->tok, ids, (size_t)n, buf, len, cap);
 }
 
 /* ---- the engine ---- */
@@ -257,8 +267,8 @@ static mgt_status seq_advance(srv *s, srv_seq *q, const float *logits, int *left
 }
 
 #ifndef MGT_HAVE_MHD
-mgt_status srv_http_start(srv *s, const char *host, int port, void **http, int *bound) {
-  (void)s, (void)host, (void)port, (void)http, (void)bound;
+mgt_status srv_http_start(srv *s, const mgt_serve_opts *o, void **http, int *bound) {
+  (void)s, (void)o, (void)http, (void)bound;
   MGT_FAIL(MGT_ERR_INPUT, "mgt serve: this build has no HTTP server (built without "
                           "libmicrohttpd: apt-get install libmicrohttpd-dev, then rebuild)");
 }
@@ -285,7 +295,7 @@ static mgt_status decode_mine(mgt_gpt_decoder *dec, const mgt_grid *g, const int
    broadcasts each step to every rank, decodes replica 0's rows, receives the other replicas'
    logits from their first ranks, and samples everything; until stopped and drained. */
 static mgt_status engine(srv *s, mgt_gpt_decoder *dec, int slots, int V, const mgt_grid *g,
-                         void *http) {
+                         void *http, double drain_timeout) {
   mgt_status st = MGT_OK;
   const int R = g->dp, total = R * slots;
   srv_seq **act = calloc((size_t)total, sizeof *act);
@@ -298,15 +308,37 @@ static mgt_status engine(srv *s, mgt_gpt_decoder *dec, int slots, int V, const m
     st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory for the engine of %d sequences", total);
     goto done;
   }
+  double deadline = 0;
   for (;;) {
     pthread_mutex_lock(&s->mu);
     if (stop_signal && !s->stopping) {
       s->stopping = 1;
-      printf("serve: %s: finishing the %d requests in flight, then exiting\n",
+      deadline = mgt_now() + drain_timeout;
+      printf("serve: %s: finishing the %d requests in flight (at most %g s), then exiting\n",
              stop_signal == SIGTERM ? "SIGTERM" : (stop_signal == SIGINT ? "SIGINT" : "SIGUSR1"),
-             s->open_requests);
+             s->open_requests, drain_timeout);
       fflush(stdout);
       srv_http_quiesce(http);
+    }
+    if (s->stopping && s->open_requests > 0 && mgt_now() >= deadline) {
+      /* the drain time is over: what is still decoding or queued is answered 503, and the
+         connections still sending are closed when the HTTP side stops */
+      printf("serve: the drain time of %g s is over: %d requests cut off\n", drain_timeout,
+             s->open_requests);
+      fflush(stdout);
+      for (int i = 0; i < total; i++)
+        if (act[i]) {
+          act[i]->job->failed = SRV_FAILED_SHUTDOWN;
+          seq_finish(act[i], SRV_STOP);
+          act[i] = NULL;
+        }
+      for (int i = 0; i < s->nq; i++) {
+        s->queue[i]->job->failed = SRV_FAILED_SHUTDOWN;
+        seq_finish(s->queue[i], SRV_STOP);
+      }
+      s->nq = 0;
+      pthread_mutex_unlock(&s->mu);
+      break;
     }
     /* sequences whose client left free their slots */
     for (int i = 0; i < total; i++)
@@ -393,9 +425,9 @@ done:
     pthread_mutex_lock(&s->mu);
     s->failed = 1, s->stopping = 1;
     for (int i = 0; act && i < total; i++)
-      if (act[i]) act[i]->job->failed = 1, pthread_cond_broadcast(&act[i]->job->cv);
+      if (act[i]) act[i]->job->failed = SRV_FAILED_MODEL, pthread_cond_broadcast(&act[i]->job->cv);
     for (int i = 0; i < s->nq; i++)
-      s->queue[i]->job->failed = 1, pthread_cond_broadcast(&s->queue[i]->job->cv);
+      s->queue[i]->job->failed = SRV_FAILED_MODEL, pthread_cond_broadcast(&s->queue[i]->job->cv);
     pthread_mutex_unlock(&s->mu);
   }
   int stop[2] = {OP_STOP, 0};
@@ -448,7 +480,6 @@ mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
   srv s;
   memset(&s, 0, sizeof s);
   pthread_mutex_init(&s.mu, NULL), pthread_cond_init(&s.cv, NULL);
-  pthread_mutex_init(&s.tok_mu, NULL);
   mgt_gpt_decoder *dec = NULL;
   void *http = NULL;
   st = mgt_open_tokenizer(o->tokenizer_type, o->vocab_file, o->merge_file, &ses.saved, &s.tok);
@@ -460,6 +491,7 @@ mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
   const int V = mgt_gpt_get_dims(ses.model)->V;
   s.positions = positions, s.eligible = mgt_tok_vocab_size(s.tok), s.eod = mgt_tok_eod(s.tok);
   s.max_prompts = o->max_prompts, s.max_body = (size_t)o->max_body;
+  s.request_timeout = o->request_timeout;
   if (o->served_model_name[0]) {
     snprintf(s.model_name, sizeof s.model_name, "%s", o->served_model_name);
   } else { /* the checkpoint folder's name */
@@ -479,7 +511,7 @@ mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
   int bound = 0;
   const mgt_grid *g = ses.grid;
   const int front = g->rank == 0; /* takes the requests and runs the engine */
-  if (front) st = srv_http_start(&s, o->host, o->port, &http, &bound);
+  if (front) st = srv_http_start(&s, o, &http, &bound);
   MGT_TRY(mgt_mpi_agree(world, st));
   if (front) {
     printf("serve: %s (iteration %lld) on %d tensor-parallel ranks x %d replicas at http://%s:%d "
@@ -487,7 +519,7 @@ mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
            ses.path, (long long)ses.state.iteration, g->tp, g->dp, o->host, bound, s.model_name,
            o->max_batch, positions);
     fflush(stdout);
-    st = engine(&s, dec, o->max_batch, V, g, http);
+    st = engine(&s, dec, o->max_batch, V, g, http, o->drain_timeout);
   } else {
     st = follower(dec, o->max_batch, V, g);
   }
@@ -503,6 +535,6 @@ done:
   mgt_session_close(&ses);
   mgt_tok_destroy(&s.tok);
   free(s.queue);
-  pthread_mutex_destroy(&s.mu), pthread_cond_destroy(&s.cv), pthread_mutex_destroy(&s.tok_mu);
+  pthread_mutex_destroy(&s.mu), pthread_cond_destroy(&s.cv);
   return st;
 }

@@ -2,11 +2,13 @@
    every rejection here is a 400, where Megatron answers some with 200) and the OpenAI-style
    POST /v1/completions (with server-sent events when "stream" is true) and GET /v1/models.
    A request is read and checked whole before anything is queued: a bad one costs nothing. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* POLLRDHUP */
 #include <math.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "mgt/json.h"
@@ -15,41 +17,6 @@
 #include "mgt/tokenizer.h"
 
 /* ---- JSON out ---- */
-
-/* A string literal of s[0..n), escaped; bytes that are not UTF-8 become U+FFFD. */
-static void json_str(FILE *f, const char *s, size_t n) {
-  fputc('"', f);
-  for (size_t i = 0; i < n;) {
-    const unsigned char c = (unsigned char)s[i];
-    if (c == '"' || c == '\\') {
-      fprintf(f, "\\%c", c), i++;
-    } else if (c < 0x20) {
-      fprintf(f, "\\u%04x", c), i++;
-    } else if (c < 0x80) {
-      fputc(c, f), i++;
-    } else {
-      const int len =
-          c >= 0xF0 && c <= 0xF4 ? 4 : (c >= 0xE0 ? 3 : (c >= 0xC2 && c < 0xE0 ? 2 : 0));
-      int ok = len > 0 && i + (size_t)len <= n;
-      for (int k = 1; ok && k < len; k++)
-        ok = ((unsigned char)s[i + k] & 0xC0) == 0x80;
-      if (ok && len == 3) { /* no overlong forms, no surrogates */
-        const unsigned char d = (unsigned char)s[i + 1];
-        ok = !(c == 0xE0 && d < 0xA0) && !(c == 0xED && d >= 0xA0);
-      }
-      if (ok && len == 4) {
-        const unsigned char d = (unsigned char)s[i + 1];
-        ok = !(c == 0xF0 && d < 0x90) && !(c == 0xF4 && d >= 0x90);
-      }
-      if (ok) {
-        fwrite(s + i, 1, (size_t)len, f), i += (size_t)len;
-      } else {
-        fputs("\xEF\xBF\xBD", f), i++;
-      }
-    }
-  }
-  fputc('"', f);
-}
 
 /* How many bytes at the end of s[0..n) begin a UTF-8 character not complete yet. */
 static size_t utf8_tail(const char *s, size_t n) {
@@ -92,12 +59,12 @@ void srv_error(srv_reply *r, int api, int status, const char *fmt, ...) {
   }
   if (api == SRV_OPENAI) { /* OpenAI's error object */
     fputs("{\"error\": {\"message\": ", o.f);
-    json_str(o.f, msg, strlen(msg));
+    mgt_json_write_bytes(o.f, msg, strlen(msg));
     fprintf(o.f, ", \"type\": \"%s\", \"param\": null, \"code\": null}}\n",
             status == 404 ? "not_found_error"
                           : (status >= 500 ? "server_error" : "invalid_request_error"));
   } else { /* Megatron's Flask resource answers its message as a JSON string */
-    json_str(o.f, msg, strlen(msg));
+    mgt_json_write_bytes(o.f, msg, strlen(msg));
     fputc('\n', o.f);
   }
   out_reply(&o, r, status, "application/json");
@@ -162,23 +129,32 @@ static srv_job *job_new(int api, const srv_params *p, mgt_ids *prompts, int np, 
   return j;
 }
 
-/* Tokenizes the prompts and checks each fits the model with max_new tokens after it. */
+/* Tokenizes the prompts and checks each fits the model with max_new tokens after it. The
+   request's own clone of the tokenizer encodes, under no lock: a long prompt costs its own
+   thread only, never the engine or the other requests. */
 static int tokenize(srv *s, srv_reply *r, int api, const char *const *text, const size_t *len,
                     int np, const srv_params *p, mgt_ids *ids) {
+  mgt_tokenizer *tok = NULL;
+  if (mgt_tok_clone(s->tok, &tok) != MGT_OK) {
+    mgt_error_clear();
+    srv_error(r, api, 500, "out of memory");
+    return 0;
+  }
   for (int i = 0; i < np; i++) {
-    pthread_mutex_lock(&s->tok_mu);
     mgt_status st = MGT_OK;
     if (p->add_bos) st = mgt_ids_push(&ids[i], s->eod);
-    if (st == MGT_OK) st = mgt_tok_encode(s->tok, text[i], len[i], &ids[i]);
-    pthread_mutex_unlock(&s->tok_mu);
+    if (st == MGT_OK) st = mgt_tok_encode(tok, text[i], len[i], &ids[i]);
     if (st != MGT_OK) {
       srv_error(r, api, 400, "prompt %d: %s", i, mgt_error_message());
       mgt_error_clear();
+      mgt_tok_destroy(&tok);
       return 0;
     }
     if (ids[i].n == 0) { /* OpenAI: an empty prompt starts a document, as mgt generate's */
       if (mgt_ids_push(&ids[i], s->eod) != MGT_OK) {
+        mgt_error_clear();
         srv_error(r, api, 500, "out of memory");
+        mgt_tok_destroy(&tok);
         return 0;
       }
     }
@@ -187,13 +163,28 @@ static int tokenize(srv *s, srv_reply *r, int api, const char *const *text, cons
                 "prompt %d has %zu tokens: with %d to generate that exceeds the model's %d "
                 "positions",
                 i, ids[i].n, p->max_new, s->positions);
+      mgt_tok_destroy(&tok);
       return 0;
     }
   }
+  mgt_tok_destroy(&tok);
   return 1;
 }
 
-/* Queues the job and waits for it (the request's thread); *failed when the engine failed. */
+/* Whether the client has closed its connection: the end of its stream or an error, seen without
+   reading anything it sent after its request. A client that only shuts down its sending side
+   reads as gone too: HTTP/1.1 gives that no meaning, and nginx takes it the same way. */
+static int client_gone(int fd) {
+  if (fd < 0) return 0;
+  struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
+  if (poll(&pf, 1, 0) <= 0) return 0;
+  if (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return 1;
+  char c;
+  return (pf.revents & POLLIN) && recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* Queues the job and waits for it (the request's thread); 0 with the reply set when it cannot
+   be answered (engine failed, shut down, or the client left: SRV_CLIENT_GONE). */
 static int run_job(srv *s, srv_reply *r, srv_job *job) {
   pthread_mutex_lock(&s->mu);
   mgt_status st = srv_submit(s, job);
@@ -212,11 +203,25 @@ static int run_job(srv *s, srv_reply *r, srv_job *job) {
     r->job = job;
     return 1;
   }
-  while (job->pending > 0 && !job->failed)
-    pthread_cond_wait(&job->cv, &s->mu);
+  while (job->pending > 0 && !job->failed) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200000000;
+    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(&job->cv, &s->mu, &ts);
+    if (job->pending > 0 && !job->failed && client_gone(r->client_fd)) {
+      srv_release(s, job); /* its sequences leave at the engine's next step */
+      pthread_mutex_unlock(&s->mu);
+      r->status = SRV_CLIENT_GONE;
+      return 0;
+    }
+  }
   pthread_mutex_unlock(&s->mu);
   if (job->failed) {
-    srv_error(r, job->api, 500, "the model failed while decoding (see the server's log)");
+    if (job->failed == SRV_FAILED_SHUTDOWN)
+      srv_error(r, job->api, 503, "the server shut down before the answer was complete");
+    else
+      srv_error(r, job->api, 500, "the model failed while decoding (see the server's log)");
     pthread_mutex_lock(&s->mu);
     srv_release(s, job);
     pthread_mutex_unlock(&s->mu);
@@ -367,7 +372,7 @@ static void megatron(srv *s, const mgt_json *req, srv_reply *r) {
         if (k == 0) {
           char *t;
           size_t n;
-          if (seq_text(s, q, 0, q->n, &t, &n)) json_str(o.f, t, n);
+          if (seq_text(s, q, 0, q->n, &t, &n)) mgt_json_write_bytes(o.f, t, n);
           free(t);
           continue;
         }
@@ -377,7 +382,7 @@ static void megatron(srv *s, const mgt_json *req, srv_reply *r) {
           if (k == 1) {
             char *w;
             size_t n;
-            if (seq_text(s, q, t, t + 1, &w, &n)) json_str(o.f, w, n);
+            if (seq_text(s, q, t, t + 1, &w, &n)) mgt_json_write_bytes(o.f, w, n);
             free(w);
           } else if (k == 2) {
             fprintf(o.f, "%d", q->ids[t]);
@@ -424,7 +429,7 @@ static void openai_logprobs(srv *s, FILE *f, const srv_seq *q, int from, int to,
       if (!seq_text(s, q, t, t + 1, &w, &n)) n = 0;
       fputs(t > from ? ", " : "", f);
       if (key == 0) {
-        json_str(f, w ? w : "", n);
+        mgt_json_write_bytes(f, w ? w : "", n);
       } else if (key == 1) {
         if (t == 0)
           fputs("null", f); /* nothing before the first token */
@@ -441,7 +446,7 @@ static void openai_logprobs(srv *s, FILE *f, const srv_seq *q, int from, int to,
             const int32_t id = q->top_id[(size_t)t * SRV_MAX_TOP + j];
             if (srv_detok(s, &id, 1, &a, &an, &cap) != MGT_OK) mgt_error_clear(), an = 0;
             fputs(j ? ", " : "", f);
-            json_str(f, a ? a : "", an);
+            mgt_json_write_bytes(f, a ? a : "", an);
             fprintf(f, ": %.9g", (double)q->top_lp[(size_t)t * SRV_MAX_TOP + j]);
             free(a);
           }
@@ -496,13 +501,13 @@ static void completion_choice(srv *s, FILE *f, const srv_seq *q) {
     char *both = malloc(pn + vis + 1);
     if (both) {
       memcpy(both, pt ? pt : "", pn), memcpy(both + pn, gt ? gt : "", vis);
-      json_str(f, both, pn + vis);
+      mgt_json_write_bytes(f, both, pn + vis);
       free(both);
     } else {
       fputs("\"\"", f);
     }
   } else {
-    json_str(f, gt ? gt : "", vis);
+    mgt_json_write_bytes(f, gt ? gt : "", vis);
   }
   fprintf(f, ", \"index\": %d, \"logprobs\": ", q->index);
   if (p->logprobs < 0)
@@ -693,7 +698,7 @@ static void completions(srv *s, const mgt_json *req, srv_reply *r) {
   pthread_mutex_lock(&s->mu);
   fprintf(o.f, "{\"id\": \"%s\", \"object\": \"text_completion\", \"created\": %lld, \"model\": ",
           job->id, job->created);
-  json_str(o.f, s->model_name, strlen(s->model_name));
+  mgt_json_write_bytes(o.f, s->model_name, strlen(s->model_name));
   fputs(", \"choices\": [", o.f);
   long long prompt_tokens = 0, completion_tokens = 0;
   for (int i = 0; i < job->nseq; i++) {
@@ -760,9 +765,9 @@ char *srv_stream_next(srv *s, srv_job *job, size_t *len, int *done) {
                 "data: {\"id\": \"%s\", \"object\": \"text_completion\", \"created\": %lld, "
                 "\"model\": ",
                 job->id, job->created);
-        json_str(o.f, s->model_name, strlen(s->model_name));
+        mgt_json_write_bytes(o.f, s->model_name, strlen(s->model_name));
         fputs(", \"choices\": [{\"text\": ", o.f);
-        json_str(o.f, all + q->sent, total > q->sent ? total - q->sent : 0);
+        mgt_json_write_bytes(o.f, all + q->sent, total > q->sent ? total - q->sent : 0);
         fprintf(o.f, ", \"index\": %d, \"logprobs\": ", q->index);
         const int from = q->sent_tokens ? q->sent_tokens : (job->p.echo ? 0 : q->n_prompt);
         const int to = finished ? last : (vis == gn ? q->n : from);
@@ -785,9 +790,12 @@ char *srv_stream_next(srv *s, srv_job *job, size_t *len, int *done) {
     free(pt), free(gt);
   }
   if (job->failed) {
-    fputs("data: {\"error\": {\"message\": \"the model failed while decoding\", \"type\": "
-          "\"server_error\", \"param\": null, \"code\": null}}\n\n",
-          o.f);
+    fprintf(o.f,
+            "data: {\"error\": {\"message\": \"%s\", \"type\": \"server_error\", \"param\": "
+            "null, \"code\": null}}\n\n",
+            job->failed == SRV_FAILED_SHUTDOWN
+                ? "the server shut down before the answer was complete"
+                : "the model failed while decoding");
     all_final = 1;
   }
   if (all_final) {
@@ -806,8 +814,9 @@ char *srv_stream_next(srv *s, srv_job *job, size_t *len, int *done) {
 /* ---- routes ---- */
 
 void srv_handle(srv *s, const char *method, const char *url, const char *body, size_t len,
-                int too_big, srv_reply *r) {
+                int too_big, int client_fd, srv_reply *r) {
   memset(r, 0, sizeof *r);
+  r->client_fd = client_fd;
   const int api = !strcmp(url, "/api") ? SRV_MEGATRON : SRV_OPENAI;
   const int get = !strcmp(method, "GET");
   if (!strcmp(url, "/health")) {
@@ -822,7 +831,7 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
     out o;
     if (!out_open(&o)) return srv_error(r, api, 500, "out of memory");
     fputs("{\"object\": \"list\", \"data\": [{\"id\": ", o.f);
-    json_str(o.f, s->model_name, strlen(s->model_name));
+    mgt_json_write_bytes(o.f, s->model_name, strlen(s->model_name));
     fprintf(o.f,
             ", \"object\": \"model\", \"created\": %lld, \"owned_by\": \"megatron-c\", "
             "\"max_model_len\": %d}]}\n",

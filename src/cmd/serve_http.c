@@ -3,12 +3,16 @@
    read up to --max-request-bytes; beyond that the request is answered 413 without keeping
    them. A stream's thread sends the job's events as they come, with a comment line every
    second while it waits, which also finds a client that has left: its job is then cancelled
-   and its cache slots go to others. Never calls MPI. */
-#define _POSIX_C_SOURCE 200809L
+   and its cache slots go to others. The limits that keep one client from stalling the others:
+   connections in all and per address (libmicrohttpd refuses beyond them), idle time (it closes
+   a connection that sends nothing), and the time a request may take to arrive whole, headers
+   and body, kept here by a thread that shuts down the connections past it. Never calls MPI. */
+#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -17,6 +21,54 @@
 
 #include "mgt/log.h"
 #include "mgt/serve.h"
+
+/* A connection: waiting for a request (or between two), receiving one, or answering it. */
+enum { CONN_WAITING, CONN_RECEIVING, CONN_ANSWERING };
+
+typedef struct conn_state {
+  struct conn_state *prev, *next;
+  int fd, state, cut;
+  double since; /* when it began waiting for its request */
+  char addr[INET_ADDRSTRLEN];
+} conn_state;
+
+typedef struct http {
+  srv *s;
+  struct MHD_Daemon *d;
+  pthread_mutex_t mu; /* the connections' list and states */
+  conn_state *conns;
+  double request_timeout;
+  pthread_t reaper;
+  int reaper_started;
+  volatile int stop;
+} http;
+
+/* s with every byte a terminal or a log reader could take for something else (control
+   characters, DEL, bytes above 0x7F) written as \xNN, at most `cap` bytes of it: a request's
+   path, decoded from %0a or %1b, never forges a log line or moves the cursor. */
+static const char *printable(const char *s, char *out, size_t cap) {
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  for (; *s && o + 5 < cap; s++) {
+    const unsigned char c = (unsigned char)*s;
+    if (c >= 0x20 && c < 0x7F && c != '\\') {
+      out[o++] = (char)c;
+    } else {
+      out[o++] = '\\', out[o++] = 'x', out[o++] = hex[c >> 4], out[o++] = hex[c & 15];
+    }
+  }
+  if (*s && o + 3 < cap) out[o++] = '.', out[o++] = '.', out[o++] = '.';
+  out[o] = 0;
+  return out;
+}
+
+static void log_request(const char *method, const char *url, int status, const char *why,
+                        double t0) {
+  char m[64], u[256];
+  printf("serve: %s %s %d%s (%.3f s)\n", printable(method, m, sizeof m),
+         printable(url, u, sizeof u), status, why, mgt_now() - t0);
+  fflush(stdout);
+}
 
 typedef struct req_state {
   srv *s;
@@ -28,6 +80,7 @@ typedef struct req_state {
   size_t pend_len, pend_off;
   int done;
   double t0;
+  int fd; /* the connection's socket */
 } req_state;
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -68,17 +121,34 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
   return (ssize_t)k;
 }
 
+/* The connection's state, under h->mu. */
+static void conn_set(http *h, struct MHD_Connection *c, int state) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  conn_state *k = ci ? ci->socket_context : NULL;
+  if (!k) return;
+  pthread_mutex_lock(&h->mu);
+  k->state = state;
+  if (state == CONN_WAITING) k->since = mgt_now();
+  pthread_mutex_unlock(&h->mu);
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
                                  const char *method, const char *version, const char *up,
                                  size_t *up_size, void **con_cls) {
   (void)version;
-  srv *s = cls;
+  http *h = cls;
+  srv *s = h->s;
   req_state *rq = *con_cls;
   if (!rq) { /* the headers: a request begins */
     rq = calloc(1, sizeof *rq);
     if (!rq) return MHD_NO;
     rq->s = s, rq->t0 = mgt_now();
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    rq->fd = ci ? ci->connect_fd : -1;
     *con_cls = rq;
+    conn_set(h, c, CONN_RECEIVING);
     pthread_mutex_lock(&s->mu);
     s->open_requests++;
     pthread_mutex_unlock(&s->mu);
@@ -105,8 +175,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     *up_size = 0;
     return MHD_YES;
   }
+  conn_set(h, c, CONN_ANSWERING);
   srv_reply r;
-  srv_handle(s, method, url, rq->body, rq->len, rq->too_big, &r);
+  srv_handle(s, method, url, rq->body, rq->len, rq->too_big, rq->fd, &r);
+  if (r.status == SRV_CLIENT_GONE) { /* nobody to answer: close */
+    log_request(method, url, r.status, " the client left; its decoding was cancelled", rq->t0);
+    return MHD_NO;
+  }
   struct MHD_Response *resp;
   if (r.job) {
     rq->job = r.job;
@@ -126,17 +201,14 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
   if (!resp) return MHD_NO;
   const enum MHD_Result ret = MHD_queue_response(c, (unsigned)r.status, resp);
   MHD_destroy_response(resp);
-  if (!r.job || r.status != 200) {
-    printf("serve: %s %s %d (%.3f s)\n", method, url, r.status, mgt_now() - rq->t0);
-    fflush(stdout);
-  }
+  if (!r.job || r.status != 200) log_request(method, url, r.status, "", rq->t0);
   return ret;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode why) {
-  (void)c;
-  srv *s = cls;
+  http *h = cls;
+  srv *s = h->s;
   req_state *rq = *con_cls;
   if (!rq) return;
   if (rq->job) {
@@ -152,35 +224,112 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   pthread_mutex_unlock(&s->mu);
   free(rq->body), free(rq->pend), free(rq);
   *con_cls = NULL;
+  conn_set(h, c, CONN_WAITING);
 }
 
-mgt_status srv_http_start(srv *s, const char *host, int port, void **http, int *bound) {
+/* Connections come and go: each has its state from start to close. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  http *h = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    conn_state *k = calloc(1, sizeof *k);
+    if (!k) return; /* not watched: the idle timeout still applies */
+    const union MHD_ConnectionInfo *fi =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    k->fd = fi ? fi->connect_fd : -1;
+    if (ai && ai->client_addr && ai->client_addr->sa_family == AF_INET)
+      inet_ntop(AF_INET, &((const struct sockaddr_in *)ai->client_addr)->sin_addr, k->addr,
+                sizeof k->addr);
+    k->state = CONN_WAITING, k->since = mgt_now();
+    pthread_mutex_lock(&h->mu);
+    k->next = h->conns;
+    if (h->conns) h->conns->prev = k;
+    h->conns = k;
+    pthread_mutex_unlock(&h->mu);
+    *socket_context = k;
+  } else if (*socket_context) { /* closed; libmicrohttpd closes the socket after this */
+    conn_state *k = *socket_context;
+    pthread_mutex_lock(&h->mu);
+    if (k->prev) k->prev->next = k->next;
+    if (k->next) k->next->prev = k->prev;
+    if (h->conns == k) h->conns = k->next;
+    pthread_mutex_unlock(&h->mu);
+    free(k);
+    *socket_context = NULL;
+  }
+}
+
+/* Twice a second: a connection whose request has not arrived whole within request_timeout of
+   its start (or of its last answer) is shut down, which wakes its thread to close it. */
+static void *reaper(void *arg) {
+  http *h = arg;
+  while (!h->stop) {
+    const struct timespec ts = {0, 500000000};
+    nanosleep(&ts, NULL);
+    const double now = mgt_now();
+    pthread_mutex_lock(&h->mu);
+    for (conn_state *k = h->conns; k; k = k->next)
+      if (k->state != CONN_ANSWERING && !k->cut && k->fd >= 0 &&
+          now - k->since > h->request_timeout) {
+        k->cut = 1;
+        shutdown(k->fd, SHUT_RDWR);
+        printf("serve: closed a connection from %s: no whole request within %g s\n",
+               k->addr[0] ? k->addr : "?", h->request_timeout);
+        fflush(stdout);
+      }
+    pthread_mutex_unlock(&h->mu);
+  }
+  return NULL;
+}
+
+mgt_status srv_http_start(srv *s, const mgt_serve_opts *o, void **out, int *bound) {
   struct sockaddr_in a;
   memset(&a, 0, sizeof a);
   a.sin_family = AF_INET;
-  a.sin_port = htons((uint16_t)port);
-  MGT_REQUIRE(inet_pton(AF_INET, host, &a.sin_addr) == 1,
-              "--host %s: not an IPv4 address (127.0.0.1, or 0.0.0.0 for every interface)", host);
-  struct MHD_Daemon *d = MHD_start_daemon(
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC, (uint16_t)port,
-      NULL, NULL, on_access, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)256, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
-      MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
-  if (!d)
-    MGT_FAIL(MGT_ERR_INPUT, "cannot listen on %s:%d (%s)", host, port,
-             errno ? strerror(errno) : "libmicrohttpd refused");
-  const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-  *bound = info ? info->port : port;
-  *http = d;
+  a.sin_port = htons((uint16_t)o->port);
+  MGT_REQUIRE(inet_pton(AF_INET, o->host, &a.sin_addr) == 1,
+              "--host %s: not an IPv4 address (127.0.0.1, or 0.0.0.0 for every interface)",
+              o->host);
+  http *h = calloc(1, sizeof *h);
+  if (!h) MGT_FAIL(MGT_ERR_NOMEM, "out of memory starting the server");
+  h->s = s, h->request_timeout = o->request_timeout;
+  pthread_mutex_init(&h->mu, NULL);
+  h->d = MHD_start_daemon(
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC,
+      (uint16_t)o->port, NULL, NULL, on_access, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      (unsigned)o->max_per_client, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->idle_timeout + 0.5),
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+      MHD_OPTION_END);
+  if (!h->d) {
+    const int e = errno;
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+    MGT_FAIL(MGT_ERR_INPUT, "cannot listen on %s:%d (%s)", o->host, o->port,
+             e ? strerror(e) : "libmicrohttpd refused");
+  }
+  h->reaper_started = pthread_create(&h->reaper, NULL, reaper, h) == 0;
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+  *bound = info ? info->port : o->port;
+  *out = h;
   return MGT_OK;
 }
 
-void srv_http_quiesce(void *http) {
-  if (!http) return;
-  const MHD_socket fd = MHD_quiesce_daemon(http); /* no new connections; in-flight ones go on */
+void srv_http_quiesce(void *ph) {
+  http *h = ph;
+  if (!h) return;
+  const MHD_socket fd = MHD_quiesce_daemon(h->d); /* no new connections; in-flight ones go on */
   if (fd != MHD_INVALID_SOCKET) close(fd);
 }
 
-void srv_http_stop(void *http) {
-  if (http) MHD_stop_daemon(http);
+void srv_http_stop(void *ph) {
+  http *h = ph;
+  if (!h) return;
+  h->stop = 1;
+  if (h->reaper_started) pthread_join(h->reaper, NULL);
+  MHD_stop_daemon(h->d); /* closes every connection and joins its thread */
+  pthread_mutex_destroy(&h->mu);
+  free(h);
 }

@@ -28,7 +28,11 @@ typedef struct mgt_serve_opts {
   int port;      /* 0: any free one (the start line says which) */
   int max_batch; /* sequences decoded together */
   int max_prompts;
-  int64_t max_body; /* bytes of a request body */
+  int64_t max_body;                    /* bytes of a request body */
+  int max_connections, max_per_client; /* open connections: in all, from one address */
+  double idle_timeout;                 /* s a connection may send nothing */
+  double request_timeout;              /* s for a request to arrive whole */
+  double drain_timeout;                /* s the requests in flight get after SIGTERM */
   char served_model_name[256];
   char vocab_file[MGT_PATH_MAX];
   char merge_file[MGT_PATH_MAX];
@@ -49,6 +53,8 @@ MGT_NODISCARD mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world);
 enum { SRV_MEGATRON, SRV_OPENAI };
 enum { SRV_MAX_STOP = 4, SRV_MAX_TOP = 5, SRV_STOP_LEN = 128 };
 enum { SRV_RUNNING, SRV_LENGTH, SRV_STOP }; /* a sequence's state; the last two: finished */
+enum { SRV_FAILED_MODEL = 1, SRV_FAILED_SHUTDOWN = 2 };
+enum { SRV_CLIENT_GONE = 499 }; /* a reply's status: nobody to answer (nginx's code) */
 
 typedef struct srv_params {
   int max_new;
@@ -89,7 +95,8 @@ typedef struct srv_seq {
 struct srv_job {
   int api;
   srv_params p;
-  int nseq, pending, refs, cancelled, failed;
+  int nseq, pending, refs, cancelled;
+  int failed; /* SRV_FAILED_*: the engine failed, or the drain time ran out */
   srv_seq *seq;
   pthread_cond_t cv;
   char id[40];
@@ -99,18 +106,18 @@ struct srv_job {
 typedef struct srv {
   pthread_mutex_t mu; /* the queue, the jobs and their sequences */
   pthread_cond_t cv;  /* the engine's: work arrived or stop */
-  pthread_mutex_t tok_mu;
   srv_seq **queue;
   int nq, capq;
   volatile int stopping;
   int open_requests;
   int failed;
-  struct mgt_tokenizer *tok;
+  struct mgt_tokenizer *tok; /* decodes for every thread; requests encode with clones */
   int positions, eligible;
   int32_t eod;
   char model_name[256];
   int max_prompts;
   size_t max_body;
+  double request_timeout;
   unsigned long long served;
 } srv;
 
@@ -121,6 +128,7 @@ typedef struct srv_reply {
   char *body;
   size_t len;
   srv_job *job;
+  int client_fd; /* the connection's socket, watched while the answer is decoded (-1: none) */
 } srv_reply;
 
 /* The engine's side of a job: queued for decoding; the caller waits on job->cv under mu. */
@@ -128,20 +136,22 @@ MGT_NODISCARD mgt_status srv_submit(srv *s, srv_job *job);
 /* Drops the caller's hold on a job: a job not finished is cancelled (its slots freed by the
    engine), a finished one freed. Under s->mu. */
 void srv_release(srv *s, srv_job *job);
-/* The bytes of ids (tokenizer under tok_mu). */
+/* The bytes of ids (decoding reads the tokenizer only: no lock). */
 MGT_NODISCARD mgt_status srv_detok(srv *s, const int32_t *ids, int n, char **buf, size_t *len,
                                    size_t *cap);
 
 /* serve_api.c: answers a request (method, url, body); for a stream, reply->job is the job
-   and the caller streams it with srv_stream_next. */
+   and the caller streams it with srv_stream_next. While the answer is decoded, client_fd (the
+   connection's socket; -1: none) is watched: a client that closes it cancels the job and the
+   reply's status is SRV_CLIENT_GONE, with nothing to send. */
 void srv_handle(srv *s, const char *method, const char *url, const char *body, size_t len,
-                int too_big, srv_reply *reply);
+                int too_big, int client_fd, srv_reply *reply);
 /* The stream's events since the last call (malloc'd, *len bytes; NULL when none), *done once
    the last one is in. Under s->mu. */
 char *srv_stream_next(srv *s, srv_job *job, size_t *len, int *done);
-/* serve_http.c: listens on host:port (0: any; *bound says which) with its own threads. */
-MGT_NODISCARD mgt_status srv_http_start(srv *s, const char *host, int port, void **http,
-                                        int *bound);
+/* serve_http.c: listens on o->host:o->port (0: any; *bound says which) with its own threads,
+   within o's limits of connections and time. */
+MGT_NODISCARD mgt_status srv_http_start(srv *s, const mgt_serve_opts *o, void **http, int *bound);
 /* No new connections; the open ones are answered. */
 void srv_http_quiesce(void *http);
 void srv_http_stop(void *http);
