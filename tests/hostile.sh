@@ -5,31 +5,9 @@
 # command runs under a timeout). Usage: hostile.sh MGT MPIEXEC TESTS_DIR
 set -u
 MGT=$(readlink -f "$1") MPIEXEC=$2 TESTS=$3
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-PY=/usr/bin/python3 # Debian's, with numpy and h5py
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$TESTS/lib.sh"
 T=(timeout -k 5 120)
 
-# expect_error WANT CMD...: exit 2, one "mgt: error" line containing WANT, no abort, no hang
-expect_error() {
-  local want=$1
-  shift
-  "${T[@]}" "$@" > "$tmp/out" 2> "$tmp/err"
-  local rc=$? n
-  n=$(grep -c '^mgt: error' "$tmp/err")
-  if [ $rc = 124 ] || [ $rc = 137 ]; then
-    fail "$* hung (killed after the timeout)"
-  elif [ $rc != 2 ] || [ "$n" != 1 ] || ! grep -q -F -- "$want" "$tmp/err" || grep -q "MPI_ABORT" "$tmp/err"; then
-    fail "$* gave exit $rc and $n error lines, wanted one with '$want'"
-    sed 's/^/    /' "$tmp/err" | head -6
-  else
-    echo "ok: $(grep '^mgt: error' "$tmp/err")"
-  fi
-}
 # h5edit FILE PYTHON: runs PYTHON with f = h5py.File(FILE, "r+")
 h5edit() {
   $PY - "$1" "$2" <<'PY'

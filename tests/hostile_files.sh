@@ -9,23 +9,6 @@ MGT=$(readlink -f "$1") TESTS=$2
 . "$TESTS/lib.sh"
 T=(timeout -k 5 60)
 
-# expect_error WANT CMD...: exit 2, one "mgt: error" line containing WANT, no hang
-expect_error() {
-  local want=$1
-  shift
-  "${T[@]}" "$@" > "$tmp/out" 2> "$tmp/err"
-  local rc=$? n
-  n=$(grep -c '^mgt: error' "$tmp/err")
-  if [ $rc = 124 ] || [ $rc = 137 ]; then
-    fail "$* hung (killed after the timeout)"
-  elif [ $rc != 2 ] || [ "$n" != 1 ] || ! grep -q -F -- "$want" "$tmp/err"; then
-    fail "$* gave exit $rc and $n error lines, wanted one with '$want'"
-    sed 's/^/    /' "$tmp/err" | head -6
-  else
-    echo "ok: $(grep '^mgt: error' "$tmp/err")"
-  fi
-}
-
 # ---- export: an export cut short is refused, a finished one leaves nothing of the last ----
 M0=(--mock-data --tokenizer-type ByteTokenizer --num-layers 4 --hidden-size 32 --num-attention-heads 2
   --seq-length 8 --micro-batch-size 1 --train-iters 1 --eval-iters 0)

@@ -36,3 +36,22 @@ expect() {
   [ $rc = 2 ] && [ "$n" = 1 ] && grep -q -- "$what" "$tmp/e.log" && echo "ok: $(grep error "$tmp/e.log")" ||
     { fail "$* gave exit $rc and $n error lines, wanted one with '$what'"; sed 's/^/    /' "$tmp/e.log" | head -5; }
 }
+
+# expect_error WANT CMD...: under the timeout ${T[@]} (default 120 s), exit 2, one "mgt: error"
+# line containing WANT, no MPI_Abort banner, no hang
+expect_error() {
+  local want=$1
+  shift
+  [ -n "${T+x}" ] || T=(timeout -k 5 120)
+  "${T[@]}" "$@" > "$tmp/out" 2> "$tmp/err"
+  local rc=$? n
+  n=$(grep -c '^mgt: error' "$tmp/err")
+  if [ $rc = 124 ] || [ $rc = 137 ]; then
+    fail "$* hung (killed after the timeout)"
+  elif [ $rc != 2 ] || [ "$n" != 1 ] || ! grep -q -F -- "$want" "$tmp/err" || grep -q "MPI_ABORT" "$tmp/err"; then
+    fail "$* gave exit $rc and $n error lines, wanted one with '$want'"
+    sed 's/^/    /' "$tmp/err" | head -6
+  else
+    echo "ok: $(grep '^mgt: error' "$tmp/err")"
+  fi
+}

@@ -119,6 +119,10 @@ void mgt_free(void *p);
    whole new one. The one way every output of the project is published. Not collective. */
 MGT_NODISCARD mgt_status mgt_publish_file(const char *tmp, const char *final);
 
+/* Removes the file `path` (none there is no error) and syncs its directory, so that the removal
+   survives a crash. Not collective. */
+MGT_NODISCARD mgt_status mgt_remove_file(const char *path);
+
 /* Writes n bytes to `path` through a temporary file published with mgt_publish_file; errors
    name `flag`. Not collective. */
 MGT_NODISCARD mgt_status mgt_write_file(const char *flag, const char *path, const void *data,

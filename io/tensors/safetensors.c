@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "mgt/safetensors.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -269,6 +270,7 @@ struct mgt_st_dir {
   char *text; /* the index, and its weight_map (NULL for one file) */
   mgt_json_parser *jp;
   const mgt_json *map;
+  int index_ignored; /* model.safetensors was read, an index beside it was not */
 };
 
 void mgt_st_dir_close(mgt_st_dir **pd) {
@@ -310,8 +312,13 @@ mgt_status mgt_st_dir_open(const char *dir, mgt_st_dir **out) {
   mgt_status st = MGT_OK;
   snprintf(d->dir, sizeof d->dir, "%s", dir);
   snprintf(d->index, sizeof d->index, "%s/model.safetensors.index.json", dir);
-  if (access(d->index, F_OK) != 0) { /* one file */
+  char one_path[MGT_PATH_MAX + 32];
+  snprintf(one_path, sizeof one_path, "%s/model.safetensors", dir);
+  /* one file, where there is one: transformers reads it before an index beside it */
+  if (access(one_path, F_OK) == 0 || access(d->index, F_OK) != 0) {
     static const char one[] = "model.safetensors";
+    d->index_ignored = access(d->index, F_OK) == 0;
+    snprintf(d->index, sizeof d->index, "%s", one_path);
     MGT_TRY(dir_add(d, one));
     *out = d;
     return MGT_OK;
@@ -347,6 +354,24 @@ static const mgt_safetensors *file_of(const mgt_st_dir *d, const char *name) {
   return NULL;
 }
 
+int mgt_st_dir_index_ignored(const mgt_st_dir *d) { return d->index_ignored; }
+
+int mgt_st_dir_count(const mgt_st_dir *d) {
+  if (d->map) return (int)d->map->len;
+  int n = 0;
+  for (size_t i = 0; i < d->f[0]->header->len; i++)
+    n += strcmp(d->f[0]->header->keys[i], "__metadata__") != 0;
+  return n;
+}
+
+const char *mgt_st_dir_name(const mgt_st_dir *d, int i) {
+  if (d->map) return i >= 0 && (size_t)i < d->map->len ? d->map->keys[i] : NULL;
+  const mgt_json *h = d->f[0]->header;
+  for (size_t k = 0; k < h->len; k++)
+    if (strcmp(h->keys[k], "__metadata__") != 0 && i-- == 0) return h->keys[k];
+  return NULL;
+}
+
 int mgt_st_dir_dims(const mgt_st_dir *d, const char *name, int64_t *shape) {
   const mgt_safetensors *f = file_of(d, name);
   return f ? mgt_safetensors_dims(f, name, shape) : -1;
@@ -357,6 +382,41 @@ mgt_status mgt_st_dir_read(const mgt_st_dir *d, const char *name, int ndim, cons
   const mgt_safetensors *f = file_of(d, name);
   MGT_REQUIRE(f, "%s: tensor %s is missing", d->index, name);
   return mgt_safetensors_read(f, name, ndim, shape, out);
+}
+
+/* The shard number and count of a name of the form model-00001-of-00003.safetensors (what
+   save_pretrained and mgt_st_dir_write call them), with ".tmp" after it when tmp; 0 if not. */
+static int shard_name(const char *name, int *k, int *of, int tmp) {
+  int used = 0;
+  if (strlen(name) != (tmp ? 36u : 32u) ||
+      sscanf(name, "model-%5d-of-%5d.safetensors%n", k, of, &used) != 2 || used != 32)
+    return 0;
+  return !tmp || !strcmp(name + 32, ".tmp");
+}
+
+/* Removes what an earlier export into dir left that this one (nf files) did not write: shards
+   of another count or beyond nf, the other form's index or single file, and the temporary
+   files of an interrupted one. */
+static mgt_status prune(const char *dir, int nf) {
+  DIR *dp = opendir(dir);
+  if (!dp) MGT_FAIL(MGT_ERR_IO, "cannot list %s: %s", dir, strerror(errno));
+  mgt_status st = MGT_OK;
+  char path[MGT_PATH_MAX + 300];
+  for (struct dirent *e; st == MGT_OK && (e = readdir(dp));) {
+    int k, of;
+    const int shard = shard_name(e->d_name, &k, &of, 0);
+    const int stale = (shard && (nf == 1 || of != nf || k < 1 || k > nf)) ||
+                      shard_name(e->d_name, &k, &of, 1) ||
+                      !strcmp(e->d_name, "model.safetensors.tmp") ||
+                      !strcmp(e->d_name, "model.safetensors.index.json.tmp") ||
+                      (nf == 1 && !strcmp(e->d_name, "model.safetensors.index.json")) ||
+                      (nf > 1 && !strcmp(e->d_name, "model.safetensors"));
+    if (!stale) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    st = mgt_remove_file(path);
+  }
+  closedir(dp);
+  return st;
 }
 
 mgt_status mgt_st_dir_write(const char *dir, const mgt_st_tensor *t, int n, size_t max_bytes,
@@ -372,12 +432,14 @@ mgt_status mgt_st_dir_write(const char *dir, const mgt_st_tensor *t, int n, size
     in_file += b, total += b;
   }
   *files = nf;
-  if (nf <= 1) { /* one file, and no index of an earlier export left to contradict it */
+  MGT_REQUIRE(nf <= 99999,
+              "%s: %d files of at most %zu bytes are more than the 99,999 that "
+              "Hugging Face's names count: give a larger shard size",
+              dir, nf, max_bytes);
+  if (nf <= 1) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     MGT_CHECK(mgt_safetensors_write(path, t, n));
-    if (unlink(index) != 0 && errno != ENOENT)
-      MGT_FAIL(MGT_ERR_IO, "cannot remove the stale %s: %s", index, strerror(errno));
-    return MGT_OK;
+    return prune(dir, 1);
   }
   char *json = NULL;
   size_t jl = 0;
@@ -405,8 +467,5 @@ mgt_status mgt_st_dir_write(const char *dir, const mgt_st_tensor *t, int n, size
   if (st == MGT_OK) st = mgt_write_file("--output", index, json, jl);
   free(json);
   MGT_CHECK(st);
-  snprintf(path, sizeof path, "%s/model.safetensors", dir); /* an earlier single-file export */
-  if (unlink(path) != 0 && errno != ENOENT)
-    MGT_FAIL(MGT_ERR_IO, "cannot remove the stale %s: %s", path, strerror(errno));
-  return MGT_OK;
+  return prune(dir, nf);
 }

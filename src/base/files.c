@@ -14,6 +14,17 @@
 
 #include "mgt/common.h"
 
+/* Syncs the directory holding path, so that a rename or an unlink in it survives a crash. */
+static void sync_dir_of(const char *path) {
+  char dir[4096 + 64];
+  snprintf(dir, sizeof dir, "%s", path);
+  int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+}
+
 mgt_status mgt_publish_file(const char *tmp, const char *final) {
   int fd = open(tmp, O_RDONLY);
   MGT_REQUIRE(fd >= 0, "%s: cannot reopen to sync: %s", tmp, strerror(errno));
@@ -22,13 +33,16 @@ mgt_status mgt_publish_file(const char *tmp, const char *final) {
   if (rc != 0) MGT_FAIL(MGT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
   if (rename(tmp, final) != 0)
     MGT_FAIL(MGT_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
-  char dir[4096 + 64];
-  snprintf(dir, sizeof dir, "%s", final);
-  int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
+  sync_dir_of(final);
+  return MGT_OK;
+}
+
+mgt_status mgt_remove_file(const char *path) {
+  if (unlink(path) != 0) {
+    if (errno == ENOENT) return MGT_OK;
+    MGT_FAIL(MGT_ERR_IO, "cannot remove %s: %s", path, strerror(errno));
   }
+  sync_dir_of(path);
   return MGT_OK;
 }
 

@@ -269,6 +269,20 @@ static void free_whole(mgt_state *s) {
   mgt_state_fini(s);
 }
 
+int hf_is(const mgt_json *v, const char *want) {
+  return v && v->type == MGT_JSON_STRING && v->len == strlen(want) && !memcmp(v->str, want, v->len);
+}
+
+/* An export in progress: this file is written before anything else and removed after the last
+   file is in, and config.json is removed before the first weight is written, so that an export
+   cut short (a kill, a full disk) leaves a folder that neither mgt ckpt import nor transformers
+   reads: never the first shards of one model beside the rest of another. */
+static const char export_mark[] = ".mgt-export-incomplete";
+
+static void mark_path(const char *dir, char *path, size_t cap) {
+  snprintf(path, cap, "%s/%s", dir, export_mark);
+}
+
 /* Writes `text` to path, published durably. */
 mgt_status hf_write_text(const char *path, const char *text) {
   return mgt_write_file("--output", path, text, strlen(text));
@@ -357,6 +371,16 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, size_t max_
   if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
     MGT_GOTO_FAIL(MGT_ERR_INPUT, "--output %s: cannot create: %s", out_dir, strerror(errno));
   MGT_TRY(make_plan(&cfg, &w, &plan));
+  char mark[MGT_PATH_MAX + 64];
+  mark_path(out_dir, mark, sizeof mark);
+  {
+    char note[MGT_PATH_MAX + 160];
+    snprintf(note, sizeof note,
+             "mgt ckpt export of %s into this folder did not complete: export again\n", ckpt_path);
+    MGT_TRY(hf_write_text(mark, note));
+  }
+  snprintf(path, sizeof path, "%s/config.json", out_dir);
+  MGT_TRY(mgt_remove_file(path));
   MGT_TRY(mgt_calloc(sizeof *out * (size_t)plan.n, "export list", (void **)&out));
   MGT_TRY(mgt_calloc(sizeof *zeros * (size_t)plan.n, "export buffers", (void **)&zeros));
   for (int i = 0; i < plan.n; i++) {
@@ -395,6 +419,7 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, size_t max_
   if (!json) MGT_GOTO_FAIL(MGT_ERR_NOMEM, "out of memory");
   snprintf(path, sizeof path, "%s/config.json", out_dir);
   MGT_TRY(hf_write_text(path, json));
+  MGT_TRY(mgt_remove_file(mark)); /* complete */
   if (log && files == 1)
     fprintf(log, "exported %s to %s (model.safetensors, config.json)\n", ckpt_path, out_dir);
   else if (log)
@@ -444,12 +469,14 @@ mgt_status hf_num(const mgt_json *conf, const char *path, const char *key, doubl
   return MGT_OK;
 }
 
-/* The head of a BERT checkpoint: the first entry of "architectures" or, where a hand-written or
-   converted config.json has none, the tensors the file holds. */
-static mgt_status bert_kind(const mgt_json *conf, const char *path, const mgt_st_dir *sf,
+/* The head of a BERT checkpoint: the first entry of "architectures" (a class of the family
+   model_type names: Bert... or MegatronBert...) or, where a hand-written or converted
+   config.json has none, the tensors the file holds. */
+static mgt_status bert_kind(const mgt_json *conf, const char *path, int post, const mgt_st_dir *sf,
                             const char **kind) {
   static const char *const kinds[] = {"ForPreTraining", "ForMaskedLM", "ForMultipleChoice",
                                       "ForSequenceClassification"};
+  const char *family = post ? "Bert" : "MegatronBert";
   const mgt_json *arch = mgt_json_get(conf, "architectures");
   *kind = NULL;
   if (arch && arch->type != MGT_JSON_NULL) {
@@ -459,13 +486,14 @@ static mgt_status bert_kind(const mgt_json *conf, const char *path, const mgt_st
                 "[\"BertForPreTraining\"]",
                 path);
     if (arch->len > 0) {
-      const char *a = arch->items[0].str;
+      const mgt_json *a = &arch->items[0];
       for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-        const char *at = strstr(a, kinds[k]);
-        if (at && !strcmp(at, kinds[k])) *kind = kinds[k];
+        char name[64];
+        snprintf(name, sizeof name, "%s%s", family, kinds[k]);
+        if (hf_is(a, name)) *kind = kinds[k];
       }
-      MGT_REQUIRE(*kind, "%s: architecture %s is none of BERT's ...%s, ...%s, ...%s or ...%s", path,
-                  a, kinds[0], kinds[1], kinds[2], kinds[3]);
+      MGT_REQUIRE(*kind, "%s: architecture %.100s is none of BERT's %s%s, ...%s, ...%s or ...%s",
+                  path, a->str, family, kinds[0], kinds[1], kinds[2], kinds[3]);
       return MGT_OK;
     }
   }
@@ -478,13 +506,37 @@ static mgt_status bert_kind(const mgt_json *conf, const char *path, const mgt_st
   return MGT_OK;
 }
 
+/* config.json's "architectures" of a GPT-2 or Llama model, imported as `cls`: a class of another
+   family (its first entry not `family`...) is refused; another class of this family (GPT2Model,
+   GPT2ForSequenceClassification) is imported as `cls`, and the log says so. */
+static mgt_status check_architecture(const mgt_json *conf, const char *path, const char *model_type,
+                                     const char *family, const char *cls, FILE *log) {
+  const mgt_json *arch = mgt_json_get(conf, "architectures");
+  if (!arch || arch->type == MGT_JSON_NULL || (arch->type == MGT_JSON_ARRAY && arch->len == 0))
+    return MGT_OK;
+  MGT_REQUIRE(arch->type == MGT_JSON_ARRAY && arch->items[0].type == MGT_JSON_STRING &&
+                  strlen(arch->items[0].str) == arch->items[0].len,
+              "%s: architectures must be a list of class names, such as [\"%s\"]", path, cls);
+  const char *a = arch->items[0].str;
+  const size_t fl = strlen(family);
+  MGT_REQUIRE(!strncmp(a, family, fl) && a[fl] >= 'A' && a[fl] <= 'Z',
+              "%s: architecture %.100s is not a %s class, as model_type %s says", path, a, family,
+              model_type);
+  if (strcmp(a, cls) != 0 && log)
+    fprintf(log,
+            "note: %s: architecture %.100s is imported as %s (the transformer and the tied "
+            "output layer; tensors of a head of its own are listed below as not imported)\n",
+            path, a, cls);
+  return MGT_OK;
+}
+
 /* A BERT config.json: MegatronBert (pre-LN) or Bert (post-LN), ...ForPreTraining with the
    binary head or ...ForMaskedLM without; ...ForMultipleChoice is RACE, ...ForSequenceClassification
    MNLI (3 labels) or QQP (2). */
 static mgt_status read_bert_config(const mgt_json *conf, const char *path, int post,
                                    const mgt_st_dir *sf, mgt_config *cfg) {
   const char *kind;
-  MGT_CHECK(bert_kind(conf, path, sf, &kind));
+  MGT_CHECK(bert_kind(conf, path, post, sf, &kind));
   const int binary = strcmp(kind, "ForMaskedLM") != 0;
   int task = MGT_TASK_NONE;
   if (!strcmp(kind, "ForMultipleChoice")) task = MGT_TASK_RACE;
@@ -501,7 +553,7 @@ static mgt_status read_bert_config(const mgt_json *conf, const char *path, int p
     task = n == 3 ? MGT_TASK_MNLI : MGT_TASK_QQP;
   }
   const mgt_json *act = mgt_json_get(conf, "hidden_act");
-  MGT_REQUIRE(!act || (act->type == MGT_JSON_STRING && !strcmp(act->str, "gelu")),
+  MGT_REQUIRE(!act || hf_is(act, "gelu"),
               "%s: hidden_act must be \"gelu\" (erf), the LM head's activation", path);
   int types;
   MGT_CHECK(hf_int(conf, path, "type_vocab_size", 2, 2, 2, &types));
@@ -544,7 +596,8 @@ static mgt_status check_loadable(const mgt_config *cfg, const char *path) {
 
 /* The model configuration of a Hugging Face GPT-2 or BERT config.json; sf is its weights,
    which tell a BERT's head when config.json does not. */
-static mgt_status read_hf_config(const char *hf_dir, const mgt_st_dir *sf, mgt_config *cfg) {
+static mgt_status read_hf_config(const char *hf_dir, const mgt_st_dir *sf, mgt_config *cfg,
+                                 FILE *log) {
   char path[MGT_PATH_MAX + 64];
   snprintf(path, sizeof path, "%s/config.json", hf_dir);
   char *text = NULL;
@@ -557,7 +610,7 @@ static mgt_status read_hf_config(const char *hf_dir, const mgt_st_dir *sf, mgt_c
   MGT_TRY(mgt_json_parse(jp, text, n, &conf));
   if (conf->type != MGT_JSON_OBJECT) MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: not a JSON object", path);
   const mgt_json *type = mgt_json_get(conf, "model_type");
-  if (type && type->type != MGT_JSON_STRING)
+  if (type && (type->type != MGT_JSON_STRING || strlen(type->str) != type->len))
     MGT_GOTO_FAIL(MGT_ERR_INPUT,
                   "%s: model_type must be a string: gpt2, llama, megatron-bert or bert", path);
   const char *mt = type ? type->str : "gpt2";
@@ -566,16 +619,19 @@ static mgt_status read_hf_config(const char *hf_dir, const mgt_st_dir *sf, mgt_c
     goto finish;
   }
   if (!strcmp(mt, "llama")) {
+    MGT_TRY(check_architecture(conf, path, "llama", "Llama", "LlamaForCausalLM", log));
     MGT_TRY(hf_read_llama_config(conf, path, cfg));
     goto windows;
   }
   if (strcmp(mt, "gpt2") != 0)
-    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: model_type %s is not gpt2, llama, megatron-bert or bert",
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: model_type %.100s is not gpt2, llama, megatron-bert or bert",
                   path, mt);
+  MGT_TRY(check_architecture(conf, path, "gpt2", "GPT2", "GPT2LMHeadModel", log));
   const mgt_json *act = mgt_json_get(conf, "activation_function");
-  if (act && act->type == MGT_JSON_STRING && strcmp(act->str, "gelu_new") != 0 &&
-      strcmp(act->str, "gelu_pytorch_tanh") != 0) {
-    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: activation %s is not GPT-2's tanh GeLU", path, act->str);
+  if (act && act->type != MGT_JSON_NULL && !hf_is(act, "gelu_new") &&
+      !hf_is(act, "gelu_pytorch_tanh")) {
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: activation_function must be \"gelu_new\" (GPT-2's tanh GeLU)",
+                  path);
   }
   mgt_config_defaults(cfg);
   MGT_TRY(hf_int(conf, path, "n_embd", 0, 1, HF_MAX_HIDDEN, &cfg->hidden_size));
@@ -607,6 +663,50 @@ done:
   return st;
 }
 
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Buffers Hugging Face stores beside the weights and computes again itself: nothing is lost
+   when they are not imported. */
+static int is_buffer(const char *name) {
+  static const char *const ends[] = {".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq",
+                                     "embeddings.position_ids"};
+  const size_t n = strlen(name);
+  for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++) {
+    const size_t e = strlen(ends[k]);
+    if (n >= e && !strcmp(name + n - e, ends[k])) return 1;
+  }
+  return 0;
+}
+
+/* Says which tensors of the directory the model has no place for (a layer beyond
+   num_hidden_layers, a head of another class), up to eight by name. */
+static mgt_status report_unused(const mgt_st_dir *sf, const hf_plan *plan, const char *dir,
+                                FILE *log) {
+  const char **used = malloc(sizeof *used * (size_t)(plan->n + 1));
+  if (!used) MGT_FAIL(MGT_ERR_NOMEM, "out of memory importing %s", dir);
+  for (int i = 0; i < plan->n; i++)
+    used[i] = plan->p[i].name;
+  qsort(used, (size_t)plan->n, sizeof *used, cmp_str);
+  int unused = 0;
+  char names[600] = "";
+  for (int i = 0, n = mgt_st_dir_count(sf); i < n; i++) {
+    const char *name = mgt_st_dir_name(sf, i);
+    if (!name || is_buffer(name) || bsearch(&name, used, (size_t)plan->n, sizeof *used, cmp_str))
+      continue;
+    if (++unused <= 8) {
+      const size_t at = strlen(names);
+      snprintf(names + at, sizeof names - at, "%s%.60s", unused > 1 ? ", " : "", name);
+    }
+  }
+  free(used);
+  if (unused && log)
+    fprintf(log, "note: %d tensors of %s are not part of the model and are not imported: %s%s\n",
+            unused, dir, names, unused > 8 ? ", ..." : "");
+  return MGT_OK;
+}
+
 mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   mgt_config cfg;
   mgt_status st = MGT_OK;
@@ -617,8 +717,20 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   float *tmp = NULL;
   char path[MGT_PATH_MAX + 64];
   snprintf(path, sizeof path, "%s", hf_dir);
+  char mark[MGT_PATH_MAX + 64];
+  mark_path(hf_dir, mark, sizeof mark);
+  if (access(mark, F_OK) == 0)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT,
+                  "--input %s: an export into this folder did not complete (%s is there): "
+                  "export it again",
+                  hf_dir, export_mark);
   MGT_TRY(mgt_st_dir_open(hf_dir, &sf));
-  MGT_TRY(read_hf_config(hf_dir, sf, &cfg));
+  if (mgt_st_dir_index_ignored(sf) && log)
+    fprintf(log,
+            "note: %s has both model.safetensors and model.safetensors.index.json: "
+            "model.safetensors is read, as transformers reads it; the index is ignored\n",
+            hf_dir);
+  MGT_TRY(read_hf_config(hf_dir, sf, &cfg, log));
   const mgt_model_desc desc = mgt_model_of(&cfg);
   if (hf_is_llama(&desc)) MGT_TRY(hf_adopt_tokenizer(hf_dir, &cfg, log));
   MGT_TRY(whole_model(&cfg, &w));
@@ -648,6 +760,7 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
     transpose(tmp, pc->shape[0], pc->shape[1], w.t[pc->ours].data); /* HF (in, out) to ours */
     covered[pc->ours] += pc->n;
   }
+  MGT_TRY(report_unused(sf, &plan, hf_dir, log));
   for (int i = 0; i < w.n; i++)
     if (covered[i] != mgt_state_numel(&w.t[i]))
       MGT_GOTO_FAIL(MGT_ERR_INTERNAL,

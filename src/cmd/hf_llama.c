@@ -161,7 +161,7 @@ static mgt_status read_rope_scaling(const mgt_json *conf, const char *path, mgt_
   const mgt_json *type = mgt_json_get(rs, "rope_type");
   if (!type) type = mgt_json_get(rs, "type"); /* the older key */
   MGT_REQUIRE(rs->type == MGT_JSON_OBJECT && type && type->type == MGT_JSON_STRING &&
-                  !strcmp(type->str, "llama3"),
+                  hf_is(type, "llama3"),
               "%s: rope_scaling is implemented for rope_type \"llama3\" only (Llama 3.1)", path);
   double lo, hi, orig;
   MGT_CHECK(hf_num(rs, path, "factor", 0, 1, 1e6, &cfg->rope_scaling_factor));
@@ -180,8 +180,7 @@ static mgt_status read_rope_scaling(const mgt_json *conf, const char *path, mgt_
    says. Training windows default to 4096 positions at most (Llama 3.1 declares 131072). */
 mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, mgt_config *cfg) {
   const mgt_json *act = mgt_json_get(conf, "hidden_act");
-  MGT_REQUIRE(!act || (act->type == MGT_JSON_STRING && !strcmp(act->str, "silu")),
-              "%s: hidden_act must be \"silu\" (SwiGLU's gate)", path);
+  MGT_REQUIRE(!act || hf_is(act, "silu"), "%s: hidden_act must be \"silu\" (SwiGLU's gate)", path);
   mgt_config_defaults(cfg);
   cfg->normalization = MGT_NORM_RMSNORM, cfg->swiglu = 1;
   cfg->position_embedding_type = MGT_POS_ROPE;

@@ -46,6 +46,13 @@ MGT_NODISCARD mgt_status mgt_safetensors_read(const mgt_safetensors *f, const ch
 typedef struct mgt_st_dir mgt_st_dir;
 MGT_NODISCARD mgt_status mgt_st_dir_open(const char *dir, mgt_st_dir **out);
 void mgt_st_dir_close(mgt_st_dir **d);
+/* Whether DIR has both model.safetensors and an index: the single file is read, as transformers
+   does, and the index is not. */
+int mgt_st_dir_index_ignored(const mgt_st_dir *d);
+/* The tensors the directory holds (the index's names, or the single file's): how many, and the
+   name of the i-th (valid while d is open). */
+int mgt_st_dir_count(const mgt_st_dir *d);
+const char *mgt_st_dir_name(const mgt_st_dir *d, int i);
 /* As mgt_safetensors_dims and mgt_safetensors_read, in the file holding the tensor. */
 int mgt_st_dir_dims(const mgt_st_dir *d, const char *name, int64_t *shape);
 MGT_NODISCARD mgt_status mgt_st_dir_read(const mgt_st_dir *d, const char *name, int ndim,
@@ -53,7 +60,8 @@ MGT_NODISCARD mgt_status mgt_st_dir_read(const mgt_st_dir *d, const char *name, 
 /* Writes the tensors into dir: one model.safetensors, or where they hold more than max_bytes,
    model-0000k-of-0000n.safetensors files of whole tensors in order (each at most max_bytes unless
    one tensor is larger) with model.safetensors.index.json, as Hugging Face's save_pretrained
-   shards. What an earlier export of the other form left is removed after. *files: how many. */
+   shards. After them, what an earlier export into dir left and this one did not write (shards of
+   another count, the other form's index or file, temporary files) is removed. *files: how many. */
 MGT_NODISCARD mgt_status mgt_st_dir_write(const char *dir, const mgt_st_tensor *t, int n,
                                           size_t max_bytes, int *files);
 
