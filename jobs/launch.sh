@@ -12,11 +12,15 @@
 #   TP_RESTART    tensor-parallel size once the job has been requeued (default: TP), to resume
 #                 on another shape
 #   MAX_RESTARTS  as --max-restarts (default 3)
+#   START_RETRIES starts run again when they fail before the first step (default 2)
 #
 # Slurm delivers --signal=B:USR1@N to this shell, which forwards it to srun and so to every
 # rank; the trainer finishes its iteration, saves, and exits 75. This script then runs
 # `scontrol requeue` and exits 0; the requeued job starts over here and resumes. SIGTERM (the
 # time limit, scancel) is forwarded the same way.
+#
+# A start that fails before the trainer's first step (SAVE_DIR/mgt.started absent) is run again
+# in the same allocation, up to START_RETRIES (default 2) times, and not counted as a failure.
 #
 # Failure policy: when the trainer fails otherwise (a crashed rank, the watchdog's status 76
 # after a lost peer, a lost node), the job is requeued too and resumes from the last complete
@@ -55,21 +59,39 @@ say "job ${SLURM_JOB_ID:-?} restart $restart on ${SLURM_JOB_NUM_NODES:-?} nodes"
   "(${SLURM_JOB_NODELIST:-?}): ${SLURM_NTASKS:-?} tasks, tensor-parallel $tp," \
   "$([ ${#load[@]} -gt 0 ] && echo "resuming from $SAVE_DIR" || echo "starting")"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
-# --kill-on-bad-exit: one rank that exits with an error (the watchdog's) ends the step, even
-# when a stopped rank never would
-srun --mpi=pmix --kill-on-bad-exit=1 "$MGT" train "${args[@]}" --tensor-model-parallel-size "$tp" \
-  --save "$SAVE_DIR" "${load[@]}" &
-pid=$!
-trap 'say "SIGUSR1: asking the trainer to save and stop"; kill -USR1 $pid' USR1
-trap 'say "SIGTERM: asking the trainer to save and stop"; kill -TERM $pid' TERM
-# a trapped signal interrupts `wait`; wait again until srun has really ended
-while :; do
-  wait "$pid"
-  rc=$?
-  kill -0 "$pid" 2> /dev/null || break
+# mgt train writes SAVE_DIR/mgt.started after the first step of a run: a step that fails
+# without it never trained. Such a start (Open MPI's TCP wire-up across nodes now and then
+# fails before the first collective completes) is run again, up to START_RETRIES more times,
+# and not counted as a failure; a refused configuration (status 2) is not run again.
+start_retries=${START_RETRIES:-2}
+signalled=0
+for start in $(seq 0 "$start_retries"); do
+  rm -f "$SAVE_DIR/mgt.started"
+  # --kill-on-bad-exit: one rank that exits with an error (the watchdog's) ends the step, even
+  # when a stopped rank never would
+  srun --mpi=pmix --kill-on-bad-exit=1 "$MGT" train "${args[@]}" --tensor-model-parallel-size "$tp" \
+    --save "$SAVE_DIR" "${load[@]}" &
+  pid=$!
+  trap 'signalled=1; say "SIGUSR1: asking the trainer to save and stop"; kill -USR1 $pid' USR1
+  trap 'signalled=1; say "SIGTERM: asking the trainer to save and stop"; kill -TERM $pid' TERM
+  # a trapped signal interrupts `wait`; wait again until srun has really ended
+  while :; do
+    wait "$pid"
+    rc=$?
+    kill -0 "$pid" 2> /dev/null || break
+  done
+  # srun has ended: the job's own end (a requeue's SIGTERM) must not cut the steps below short
+  trap '' USR1 TERM
+  case $rc in 0 | 2 | 75) break ;; esac
+  [ $signalled = 0 ] && [ ! -e "$SAVE_DIR/mgt.started" ] && [ "$start" -lt "$start_retries" ] ||
+    break
+  say "mgt train failed with status $rc before its first step (a start-up failure):" \
+    "starting it again ($((start + 1)) of $start_retries such retries; not counted as a failure)"
+  trap 'signalled=1' USR1 TERM
+  sleep 2
+  trap '' USR1 TERM
+  [ $signalled = 0 ] || break
 done
-# srun has ended: the job's own end (a requeue's SIGTERM) must not cut the steps below short
-trap '' USR1 TERM
 requeue() {
   if scontrol requeue "$SLURM_JOB_ID"; then exit 0; fi
   say "scontrol requeue failed"

@@ -114,9 +114,13 @@ run train --data-path "$WORK/text" "${tok[@]}" --split 90,10,0 \
   --save "$WORK/ckpt" --tensor-model-parallel-size "$TP" --metrics-file "$WORK/metrics.jsonl" \
   "$@" | tee "$WORK/train.log"
 # generation splits each layer over exactly the ranks it runs on: tp of them
+# the sample whole, then generate's status line: mpiexec forwards a rank's standard output and
+# error apart, so on a terminal the line would land inside the text
 echo "local.sh: a sample from the trained model (mgt generate ${sample[*]}, tp=$TP):"
 NP=$TP run generate --load "$WORK/ckpt" --prompt "$PROMPT" "${sample[@]}" \
-  --seed 7 --tensor-model-parallel-size "$TP"
+  --seed 7 --tensor-model-parallel-size "$TP" > "$WORK/sample.txt" 2> "$WORK/generate.log" ||
+  { cat "$WORK/generate.log" >&2; exit 1; }
+cat "$WORK/sample.txt" "$WORK/generate.log"
 ppl=$(grep 'validation loss at iteration' "$WORK/train.log" | tail -n 1 | sed 's/.*lm loss PPL: *\([^ |]*\).*/\1/')
 if [ -n "$ppl" ]; then
   ppl=$(LC_ALL=C printf '%.2f' "$ppl")

@@ -217,7 +217,7 @@ S=(train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --s
   --metrics-file "$tmp/async.jsonl" > "$tmp/out" 2>&1 || { fail "--async-save"; tail -5 "$tmp/out"; }
 grep -q "copied to host memory in .* writing it in the background" "$tmp/out" || fail "no background save"
 "$MPIEXEC" -n 4 "$MGT" "${S[@]}" --save "$tmp/sync" --metrics-file "$tmp/sync.jsonl" > /dev/null 2>&1 || fail "sync save"
-[ "$(ls "$tmp/async")" = "$(printf 'iter_0000015.h5\niter_0000020.h5\nlatest')" ] &&
+[ "$(ls "$tmp/async")" = "$(printf 'iter_0000015.h5\niter_0000020.h5\nlatest\nmgt.started')" ] &&
   echo "ok: --keep-last 2 left the newest two checkpoints" || { fail "--keep-last"; ls "$tmp/async"; }
 $PY - "$tmp" <<'PY' || fail "--async-save differs from a save in the foreground"
 import json, sys, h5py, numpy as np

@@ -52,6 +52,10 @@ ppl, base = float(m.group(1)), float(m.group(2))
 assert abs(base - unigram) <= 0.01, (base, unigram)
 assert ppl < 0.75 * base, ("not learning", ppl, base)
 assert re.search(r"a sample from the trained model.*\nThe", out), "no sample"
+sample = open(work + "/sample.txt", encoding="utf-8", errors="replace").read()
+at = out.find(sample)  # whole, and generate's status line after it, not inside
+assert sample.startswith("The") and at > 0 and out[at + len(sample):].startswith("generate: "), \
+    "the sample is not whole before generate's status line"
 assert os.path.getsize(work + "/loss.svg") > 1000
 print("ok: %d quotations intact; after 150 iterations validation perplexity %.2f, unigram baseline %.2f (numpy %.3f)"
       % (sum(want.values()), ppl, base, unigram))

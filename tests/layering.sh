@@ -116,5 +116,9 @@ for h in $(find include/mgt -name '*.h'); do
   done
 done
 [ $fails = 0 ] && echo "ok: public headers include only public headers"
+# what users read names no folder of one machine (a developer's home, scratch or work folder)
+bad=$(grep -nE '(^|[^a-zA-Z0-9_.$])/(work|root|home/[a-z])' README.md docs/*.md bench/*.sh jobs/*.sh jobs/*.sbatch 2>/dev/null)
+[ -z "$bad" ] && echo "ok: README, docs, bench and jobs name no folder of one machine" ||
+  fail "a folder of one machine named: $bad"
 echo "layering: $fails failures"
 [ $fails = 0 ]

@@ -647,6 +647,19 @@ static mgt_status stop_requested(mgt_trainer *tr, const volatile sig_atomic_t *s
   return MGT_OK;
 }
 
+/* SAVE_DIR/mgt.started, after the first step of a run: a launcher that removed it before the
+   start tells a start that failed before training (jobs/launch.sh starts it again) from a
+   failure in training. Failing to write it stops nothing. */
+static void note_started(const char *dir, int64_t iteration, FILE *log) {
+  char path[MGT_PATH_MAX + 32], text[64];
+  snprintf(path, sizeof path, "%s/mgt.started", dir);
+  const int n = snprintf(text, sizeof text, "iteration %lld\n", (long long)iteration);
+  if (mgt_write_file("--save", path, text, (size_t)n) != MGT_OK) {
+    if (log) fprintf(log, "note: %s\n", mgt_error_message());
+    mgt_error_clear();
+  }
+}
+
 mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic_t *stop,
                            mgt_run_end *end) {
   const mgt_config *c = &tr->cfg;
@@ -656,6 +669,7 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
   mgt_status st = MGT_OK;
   int nan_row = 0; /* non-finite iterations in a row */
   const double started = mgt_now();
+  const int64_t resumed = tr->iteration; /* the iteration this run starts from */
   *end = MGT_RUN_FINISHED;
   while (tr->iteration < c->train_iters && *end == MGT_RUN_FINISHED) {
     mgt_step_stats s;
@@ -663,6 +677,7 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
     const double t0 = mgt_now();
     MGT_TRY(mgt_trainer_step(tr, &s));
     mgt_report_step(rep, &s, mgt_now() - t0);
+    if (s.iteration == resumed + 1 && root && c->save[0]) note_started(c->save, s.iteration, log);
     nan_row = s.nonfinite ? nan_row + 1 : 0;
     if (validation_due(tr, s.iteration)) MGT_TRY(validate(tr, s.iteration, rep));
     if (s.iteration % c->log_interval == 0 || s.iteration == c->train_iters)
