@@ -3,6 +3,7 @@
    SHA-256), a naive BPE written here for long pieces, and decode(encode(x)) == x on random
    bytes. Usage: test_tokenizer DATA_DIR (../shared/data); exits 77 (skipped) without it. */
 #define _POSIX_C_SOURCE 200809L /* strtok_r under -std=c11 */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -293,6 +294,63 @@ static void test_json_objects(void) {
   mgt_json_parser_destroy(&jp);
 }
 
+/* Clones (mgt_tok_clone) encoding at once on their own threads, while the original decodes on
+   a third: each stream must be the original's, encoded alone before. */
+typedef struct clone_job {
+  mgt_tokenizer *tok;
+  const char *text;
+  size_t len;
+  mgt_ids out;
+  mgt_status st;
+} clone_job;
+
+static void *clone_encode(void *arg) {
+  clone_job *j = arg;
+  for (int rep = 0; rep < 3 && j->st == MGT_OK; rep++) { /* again: the clone's cache warm */
+    j->out.n = 0;
+    j->st = mgt_tok_encode(j->tok, j->text, j->len, &j->out);
+  }
+  return NULL;
+}
+
+static void test_clones(mgt_tokenizer *tok, const char *name, const char *path) {
+  size_t n;
+  char *text = t_slurp(path, &n);
+  T_CHECK(text != NULL, "cannot read %s", path);
+  if (!text) return;
+  if (n > (1u << 20)) n = 1u << 20;
+  mgt_ids want = {0};
+  T_OK(mgt_tok_encode(tok, text, n, &want));
+  clone_job jobs[2];
+  pthread_t th[2];
+  for (int k = 0; k < 2; k++) { /* the second clone on the text's second half */
+    memset(&jobs[k], 0, sizeof jobs[k]);
+    T_OK(mgt_tok_clone(tok, &jobs[k].tok));
+    jobs[k].text = text + (k ? n / 2 : 0), jobs[k].len = k ? n - n / 2 : n;
+    T_CHECK(pthread_create(&th[k], NULL, clone_encode, &jobs[k]) == 0, "a thread");
+  }
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  T_OK(mgt_tok_decode(tok, want.ids, want.n, &buf, &len, &cap)); /* meanwhile, on the original */
+  for (int k = 0; k < 2; k++)
+    pthread_join(th[k], NULL);
+  mgt_ids half = {0};
+  T_OK(mgt_tok_encode(tok, text + n / 2, n - n / 2, &half));
+  const int same0 = jobs[0].st == MGT_OK && jobs[0].out.n == want.n &&
+                    !memcmp(jobs[0].out.ids, want.ids, sizeof(int32_t) * want.n);
+  const int same1 = jobs[1].st == MGT_OK && jobs[1].out.n == half.n &&
+                    !memcmp(jobs[1].out.ids, half.ids, sizeof(int32_t) * half.n);
+  T_CHECK(same0 && same1, "%s: clones encoding at once differ from the original", name);
+  printf("%s: two clones encoding at once on their threads give the original's %zu and %zu ids\n",
+         name, want.n, half.n);
+  for (int k = 0; k < 2; k++) {
+    mgt_ids_free(&jobs[k].out);
+    mgt_tok_destroy(&jobs[k].tok);
+  }
+  mgt_ids_free(&want), mgt_ids_free(&half);
+  free(buf), free(text);
+}
+
 /* Member names chosen to collide under an unkeyed hash (FNV-1a, the parser's before it was
    keyed) must not pile into one run of the member table: with a keyed hash they spread as any
    names do. A run of all 2000 members made each lookup and insertion scan them all. */
@@ -363,6 +421,26 @@ int main(int argc, char **argv) {
   test_files(tok, dir);
   test_long_pieces(tok, dir);
   test_roundtrip(tok, "gpt2");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/wikitext103/wiki.valid.tokens", dir);
+  test_clones(tok, "gpt2", path);
+  mgt_tokenizer *clone = NULL;
+  T_OK(mgt_tok_clone(tok, &clone));
+  test_files(clone, dir); /* the whole-file streams again, by a clone */
+  mgt_tok_destroy(&clone);
+  snprintf(vocab, sizeof vocab, "%s/hf-tokenizers/llama3/tokenizer.json", dir);
+  mgt_tokenizer *hf = NULL;
+  if (stat(vocab, &st) == 0) {
+    T_OK(mgt_tok_load_hf(vocab, &hf));
+    test_clones(hf, "llama3", path);
+    mgt_tok_destroy(&hf);
+  }
+  snprintf(vocab, sizeof vocab, "%s/bert/bert-base-uncased-vocab.txt", dir);
+  if (stat(vocab, &st) == 0) {
+    T_OK(mgt_tok_load_wordpiece(vocab, 1, &hf));
+    test_clones(hf, "wordpiece", path);
+    mgt_tok_destroy(&hf);
+  }
   /* bad files are refused with the file's name */
   mgt_tokenizer *bad = NULL;
   mgt_status s = mgt_tok_load_gpt2(merges, merges, &bad);

@@ -263,7 +263,7 @@ mgt_status mgt_tok_encode_piece(mgt_tokenizer *t, const unsigned char *s, size_t
   cache_slot *slot = NULL;
   if (n <= CACHE_MAX_PIECE) {
     h = mgt_tok_hash_bytes(s, n);
-    size_t mask = ((size_t)1 << CACHE_BITS) - 1;
+    size_t mask = ((size_t)1 << t->cache_bits) - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
       cache_slot *c = &t->slots[i];
       if (c->key_len == 0) {
@@ -292,8 +292,8 @@ mgt_status mgt_tok_encode_piece(mgt_tokenizer *t, const unsigned char *s, size_t
     MGT_CHECK(mgt_ids_push(out, ids[k]));
   if (slot) {
     /* a full cache starts over: pieces repeat locally in text */
-    if (t->n_cached * 2 >= ((size_t)1 << CACHE_BITS)) {
-      memset(t->slots, 0, sizeof(cache_slot) << CACHE_BITS);
+    if (t->n_cached * 2 >= ((size_t)1 << t->cache_bits)) {
+      memset(t->slots, 0, sizeof(cache_slot) << t->cache_bits);
       t->n_cached = t->ckeys_used = t->cids_used = 0;
       return MGT_OK;
     }
@@ -462,12 +462,13 @@ long mgt_tok_unspell(const int16_t u2b[324], const unsigned char *s, size_t n, u
   return (long)o;
 }
 
-mgt_status mgt_tok_alloc_cache(mgt_tokenizer *t) {
-  MGT_CHECK(mgt_calloc(sizeof(cache_slot) << CACHE_BITS, "tokenizer cache", (void **)&t->slots));
-  MGT_CHECK(mgt_calloc((size_t)CACHE_MAX_PIECE << (CACHE_BITS - 1), "tokenizer cache",
-                       (void **)&t->ckeys));
-  MGT_CHECK(mgt_calloc(sizeof(int32_t) * ((size_t)CACHE_MAX_PIECE << (CACHE_BITS - 1)),
-                       "tokenizer cache", (void **)&t->cids));
+mgt_status mgt_tok_alloc_cache(mgt_tokenizer *t, int bits) {
+  t->cache_bits = bits;
+  MGT_CHECK(mgt_calloc(sizeof(cache_slot) << bits, "tokenizer cache", (void **)&t->slots));
+  MGT_CHECK(
+      mgt_calloc((size_t)CACHE_MAX_PIECE << (bits - 1), "tokenizer cache", (void **)&t->ckeys));
+  MGT_CHECK(mgt_calloc(sizeof(int32_t) * ((size_t)CACHE_MAX_PIECE << (bits - 1)), "tokenizer cache",
+                       (void **)&t->cids));
   return MGT_OK;
 }
 
@@ -475,7 +476,7 @@ mgt_status mgt_tok_alloc_common(mgt_tokenizer *t) {
   MGT_CHECK(mgt_calloc(0x10000, "code point classes", (void **)&t->cls));
   for (uint32_t cp = 0; cp < 0x10000; cp++)
     t->cls[cp] = (uint8_t)class_slow(cp);
-  return mgt_tok_alloc_cache(t);
+  return mgt_tok_alloc_cache(t, CACHE_BITS);
 }
 
 mgt_status mgt_tok_clone(const mgt_tokenizer *src, mgt_tokenizer **out) {
@@ -489,7 +490,7 @@ mgt_status mgt_tok_clone(const mgt_tokenizer *src, mgt_tokenizer **out) {
   t->n_cached = t->ckeys_used = t->cids_used = 0;
   t->work = t->work2 = NULL, t->work_cap = 0;
   mgt_status st = MGT_OK;
-  if (src->slots) st = mgt_tok_alloc_cache(t);
+  if (src->slots) st = mgt_tok_alloc_cache(t, CLONE_CACHE_BITS);
   if (st == MGT_OK && src->wp) st = mgt_wp_clone(src->wp, &t->wp);
   if (st == MGT_OK && src->hf) st = mgt_hf_clone(src->hf, &t->hf);
   if (st != MGT_OK) {

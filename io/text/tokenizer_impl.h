@@ -13,7 +13,9 @@ typedef struct mgt_hf_tok mgt_hf_tok;
 
 enum { KIND_GPT2, KIND_BYTES, KIND_WORDPIECE, KIND_HF };
 enum { C_OTHER = 0, C_LETTER = 1, C_NUMBER = 2, C_SPACE = 3 };
-enum { CACHE_BITS = 17, CACHE_MAX_PIECE = 48, HEAP_MIN = 32 };
+/* the piece cache: 2^17 slots for a tokenizer that reads datasets, 2^12 for a clone (one
+   request's prompts: a small table costs little to make for each) */
+enum { CACHE_BITS = 17, CLONE_CACHE_BITS = 12, CACHE_MAX_PIECE = 48, HEAP_MIN = 32 };
 
 typedef struct cache_slot {
   uint64_t hash;
@@ -40,7 +42,8 @@ struct mgt_tokenizer {
   size_t mmask;
   /* code point classes below 0x10000; above, binary search in the tables */
   uint8_t *cls;
-  /* piece -> ids cache */
+  /* piece -> ids cache, of 2^cache_bits slots */
+  int cache_bits;
   cache_slot *slots;
   size_t n_cached;
   unsigned char *ckeys;
@@ -67,8 +70,8 @@ void mgt_tok_byte_tables(uint32_t b2u[256], int16_t u2b[324]);
 long mgt_tok_unspell(const int16_t u2b[324], const unsigned char *s, size_t n, unsigned char *out);
 /* The piece cache and the code point classes. */
 mgt_status mgt_tok_alloc_common(mgt_tokenizer *t);
-/* The piece cache alone (a clone's). */
-mgt_status mgt_tok_alloc_cache(mgt_tokenizer *t);
+/* The piece cache alone, of 2^bits slots. */
+mgt_status mgt_tok_alloc_cache(mgt_tokenizer *t, int bits);
 
 /* ---- hf_tokenizer.c ---- */
 
