@@ -64,8 +64,16 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
 # fails before the first collective completes) is run again, up to START_RETRIES more times,
 # and not counted as a failure; a refused configuration (status 2) is not run again.
 start_retries=${START_RETRIES:-2}
-signalled=0
+if ! [[ "$start_retries" =~ ^[0-9]+$ ]]; then
+  echo "launch.sh: START_RETRIES needs a count (got '$start_retries')" >&2
+  exit 2
+fi
+signalled=0 rc=75 # a stop asked before anything started: requeued, as after a save
 for start in $(seq 0 "$start_retries"); do
+  # until srun runs, a signal is remembered (a trapped signal reaches srun as its default; an
+  # ignored one would be ignored there too)
+  trap 'signalled=1' USR1 TERM
+  [ $signalled = 0 ] || break
   rm -f "$SAVE_DIR/mgt.started"
   # --kill-on-bad-exit: one rank that exits with an error (the watchdog's) ends the step, even
   # when a stopped rank never would
@@ -74,6 +82,7 @@ for start in $(seq 0 "$start_retries"); do
   pid=$!
   trap 'signalled=1; say "SIGUSR1: asking the trainer to save and stop"; kill -USR1 $pid' USR1
   trap 'signalled=1; say "SIGTERM: asking the trainer to save and stop"; kill -TERM $pid' TERM
+  [ $signalled = 0 ] || kill -USR1 "$pid" # one that came as srun started
   # a trapped signal interrupts `wait`; wait again until srun has really ended
   while :; do
     wait "$pid"
@@ -89,9 +98,8 @@ for start in $(seq 0 "$start_retries"); do
     "starting it again ($((start + 1)) of $start_retries such retries; not counted as a failure)"
   trap 'signalled=1' USR1 TERM
   sleep 2
-  trap '' USR1 TERM
-  [ $signalled = 0 ] || break
 done
+trap '' USR1 TERM
 requeue() {
   if scontrol requeue "$SLURM_JOB_ID"; then exit 0; fi
   say "scontrol requeue failed"

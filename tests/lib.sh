@@ -55,3 +55,22 @@ expect_error() {
     echo "ok: $(grep '^mgt: error' "$tmp/err")"
   fi
 }
+
+# serve_start LOG CMD...: an mgt serve command (with --port 0) in the background, its PID in
+# $server and the port of its start line in $PORT; fails (and shows LOG) if it does not start
+serve_start() {
+  local log=$1
+  shift
+  "$@" > "$log" 2>&1 &
+  server=$!
+  PORT=
+  for _ in $(seq 600); do
+    PORT=$(sed -n 's/.* at http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$log")
+    [ -n "$PORT" ] && return 0
+    kill -0 "$server" 2> /dev/null || break
+    sleep 0.1
+  done
+  fail "$(basename "$log" .log) did not start"
+  cat "$log"
+  return 1
+}

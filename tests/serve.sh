@@ -13,19 +13,14 @@
 set -u
 MGT=$1
 MPIEXEC=${2:-mpiexec}
-PY=/usr/bin/python3
 TESTS=$(cd "$(dirname "$0")" && pwd)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-tmp=$(mktemp -d)
+. "$TESTS/lib.sh" # root-safe MPI, one OpenMP thread, $PY, $tmp, fail()
 server=
 cleanup() {
   [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 command -v curl >/dev/null || { echo "no curl: skipped"; exit 77; }
 "$MGT" serve --load /nonexistent 2>&1 | grep -q "without libmicrohttpd" && { echo "built without libmicrohttpd: skipped"; exit 77; }
 
@@ -49,18 +44,7 @@ done
 start() {
   local name=$1 n=$2
   shift 2
-  "$MPIEXEC" -n "$n" "$MGT" serve --port 0 "$@" >"$tmp/$name.log" 2>&1 &
-  server=$!
-  PORT=
-  for _ in $(seq 600); do
-    PORT=$(sed -n 's/.* at http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$tmp/$name.log")
-    [ -n "$PORT" ] && return 0
-    kill -0 "$server" 2>/dev/null || break
-    sleep 0.1
-  done
-  fail "$name did not start"
-  cat "$tmp/$name.log"
-  return 1
+  serve_start "$tmp/$name.log" "$MPIEXEC" -n "$n" "$MGT" serve --port 0 "$@"
 }
 # stop: SIGTERM to the ranks (as srun and scancel deliver it; Open MPI's mpiexec forwards one it
 # gets but then exits 1 itself), and the exit status must be 0

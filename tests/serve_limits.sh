@@ -23,18 +23,7 @@ T=(timeout -k 5 120)
 start() {
   local name=$1
   shift
-  "$MGT" serve --port 0 "$@" > "$tmp/$name.log" 2>&1 &
-  server=$!
-  PORT=
-  for _ in $(seq 300); do
-    PORT=$(sed -n 's/.* at http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$tmp/$name.log")
-    [ -n "$PORT" ] && return 0
-    kill -0 "$server" 2> /dev/null || break
-    sleep 0.1
-  done
-  fail "$name did not start"
-  cat "$tmp/$name.log"
-  return 1
+  serve_start "$tmp/$name.log" "$MGT" serve --port 0 "$@"
 }
 # stop: SIGTERM; the status must be 0 and the server gone within SECONDS
 stop() {

@@ -387,11 +387,17 @@ mgt_status mgt_st_dir_read(const mgt_st_dir *d, const char *name, int ndim, cons
 /* The shard number and count of a name of the form model-00001-of-00003.safetensors (what
    save_pretrained and mgt_st_dir_write call them), with ".tmp" after it when tmp; 0 if not. */
 static int shard_name(const char *name, int *k, int *of, int tmp) {
-  int used = 0;
-  if (strlen(name) != (tmp ? 36u : 32u) ||
-      sscanf(name, "model-%5d-of-%5d.safetensors%n", k, of, &used) != 2 || used != 32)
+  if (strlen(name) != (tmp ? 36u : 32u) || strncmp(name, "model-", 6) != 0 ||
+      strncmp(name + 11, "-of-", 4) != 0 || strncmp(name + 20, ".safetensors", 12) != 0 ||
+      (tmp && strcmp(name + 32, ".tmp") != 0))
     return 0;
-  return !tmp || !strcmp(name + 32, ".tmp");
+  *k = *of = 0;
+  for (int i = 0; i < 5; i++) {
+    if (name[6 + i] < '0' || name[6 + i] > '9' || name[15 + i] < '0' || name[15 + i] > '9')
+      return 0;
+    *k = *k * 10 + (name[6 + i] - '0'), *of = *of * 10 + (name[15 + i] - '0');
+  }
+  return 1;
 }
 
 /* Removes what an earlier export into dir left that this one (nf files) did not write: shards

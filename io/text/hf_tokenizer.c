@@ -231,7 +231,7 @@ static mgt_status hf_pattern(const loader *L, const char *p, size_t n, char **ou
       o[k++] = p[i];
       continue;
     }
-    if (c == '(' && e == '?' && i + 2 < n &&
+    if (!in_class && c == '(' && e == '?' && i + 2 < n &&
         (p[i + 2] == 'm' || p[i + 2] == 'i' || p[i + 2] == 'x' || p[i + 2] == '-')) {
       o[k++] = p[i++];
       o[k++] = p[i];
@@ -436,8 +436,9 @@ static mgt_status model(loader *L, const mgt_json *m, const mgt_json *added) {
   MGT_REQUIRE(type && !strcmp(type, "BPE"),
               "%s: model %s is not implemented (BPE is: Llama, Qwen, GPT-2, Mistral)", L->path,
               type ? type : "(no type)");
-  const char *cont = str_of(m, "continuing_subword_prefix"), *eow = str_of(m, "end_of_word_suffix");
-  MGT_REQUIRE((!cont || !cont[0]) && (!eow || !eow[0]),
+  size_t cont_len = 0, eow_len = 0;
+  text_of(m, "continuing_subword_prefix", &cont_len), text_of(m, "end_of_word_suffix", &eow_len);
+  MGT_REQUIRE(cont_len == 0 && eow_len == 0,
               "%s: BPE with a continuing_subword_prefix or end_of_word_suffix is not implemented",
               L->path);
   const mgt_json *drop = mgt_json_get(m, "dropout");

@@ -10,6 +10,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -519,13 +520,14 @@ static mgt_status check_architecture(const mgt_json *conf, const char *path, con
               "%s: architectures must be a list of class names, such as [\"%s\"]", path, cls);
   const char *a = arch->items[0].str;
   const size_t fl = strlen(family);
-  MGT_REQUIRE(!strncmp(a, family, fl) && a[fl] >= 'A' && a[fl] <= 'Z',
+  /* the family's spelling in any case: early Llama conversions say LLaMAForCausalLM */
+  MGT_REQUIRE(!strncasecmp(a, family, fl) && a[fl] >= 'A' && a[fl] <= 'Z',
               "%s: architecture %.100s is not a %s class, as model_type %s says", path, a, family,
               model_type);
   if (strcmp(a, cls) != 0 && log)
     fprintf(log,
-            "note: %s: architecture %.100s is imported as %s (the transformer and the tied "
-            "output layer; tensors of a head of its own are listed below as not imported)\n",
+            "note: %s: architecture %.100s is imported as %s (tensors of another head, if "
+            "any, are listed below as not imported)\n",
             path, a, cls);
   return MGT_OK;
 }

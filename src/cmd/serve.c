@@ -89,6 +89,15 @@ void mgt_serve_usage(FILE *f) {
              "/health. See docs/serving.md.\n");
 }
 
+void srv_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, long ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (ms % 1000) * 1000000;
+  if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+  pthread_cond_timedwait(cv, mu, &ts);
+}
+
 /* ---- the queue (HTTP threads) ---- */
 
 mgt_status srv_submit(srv *s, srv_job *job) {
@@ -337,6 +346,11 @@ static mgt_status engine(srv *s, mgt_gpt_decoder *dec, int slots, int V, const m
         seq_finish(s->queue[i], SRV_STOP);
       }
       s->nq = 0;
+      /* their threads answer 503 now: give them a moment to send it before the connections
+         close, but none to the connections still sending a body */
+      const double until = mgt_now() + 2.0;
+      while (s->open_requests > s->receiving && mgt_now() < until)
+        srv_timed_wait(&s->cv, &s->mu, 50);
       pthread_mutex_unlock(&s->mu);
       break;
     }
@@ -382,11 +396,7 @@ static mgt_status engine(srv *s, mgt_gpt_decoder *dec, int slots, int V, const m
         pthread_mutex_unlock(&s->mu);
         break;
       }
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 50000000;
-      if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-      pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+      srv_timed_wait(&s->cv, &s->mu, 50);
       pthread_mutex_unlock(&s->mu);
       continue;
     }
@@ -491,7 +501,6 @@ mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
   const int V = mgt_gpt_get_dims(ses.model)->V;
   s.positions = positions, s.eligible = mgt_tok_vocab_size(s.tok), s.eod = mgt_tok_eod(s.tok);
   s.max_prompts = o->max_prompts, s.max_body = (size_t)o->max_body;
-  s.request_timeout = o->request_timeout;
   if (o->served_model_name[0]) {
     snprintf(s.model_name, sizeof s.model_name, "%s", o->served_model_name);
   } else { /* the checkpoint folder's name */

@@ -204,11 +204,7 @@ static int run_job(srv *s, srv_reply *r, srv_job *job) {
     return 1;
   }
   while (job->pending > 0 && !job->failed) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 200000000;
-    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-    pthread_cond_timedwait(&job->cv, &s->mu, &ts);
+    srv_timed_wait(&job->cv, &s->mu, 200);
     if (job->pending > 0 && !job->failed && client_gone(r->client_fd)) {
       srv_release(s, job); /* its sequences leave at the engine's next step */
       pthread_mutex_unlock(&s->mu);

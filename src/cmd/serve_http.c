@@ -80,7 +80,8 @@ typedef struct req_state {
   size_t pend_len, pend_off;
   int done;
   double t0;
-  int fd; /* the connection's socket */
+  int fd;      /* the connection's socket */
+  int handled; /* whole, and given to srv_handle */
 } req_state;
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -109,7 +110,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         n = t ? strlen(t) : 0;
       }
     }
-    if (done) s->served++;
+    if (done && !rq->job->failed) s->served++;
     pthread_mutex_unlock(&s->mu);
     if (!t && !done) return MHD_CONTENT_READER_END_WITH_ERROR;
     rq->pend = t, rq->pend_len = n, rq->done = done;
@@ -150,7 +151,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     *con_cls = rq;
     conn_set(h, c, CONN_RECEIVING);
     pthread_mutex_lock(&s->mu);
-    s->open_requests++;
+    s->open_requests++, s->receiving++;
     pthread_mutex_unlock(&s->mu);
     return MHD_YES;
   }
@@ -176,6 +177,9 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     return MHD_YES;
   }
   conn_set(h, c, CONN_ANSWERING);
+  pthread_mutex_lock(&s->mu);
+  s->receiving--, rq->handled = 1;
+  pthread_mutex_unlock(&s->mu);
   srv_reply r;
   srv_handle(s, method, url, rq->body, rq->len, rq->too_big, rq->fd, &r);
   if (r.status == SRV_CLIENT_GONE) { /* nobody to answer: close */
@@ -220,6 +224,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   pthread_mutex_lock(&s->mu);
   if (rq->job) srv_release(s, rq->job); /* a job still decoding is cancelled */
   s->open_requests--;
+  if (!rq->handled) s->receiving--;
   pthread_cond_signal(&s->cv);
   pthread_mutex_unlock(&s->mu);
   free(rq->body), free(rq->pend), free(rq);
@@ -269,17 +274,27 @@ static void *reaper(void *arg) {
     const struct timespec ts = {0, 500000000};
     nanosleep(&ts, NULL);
     const double now = mgt_now();
+    char cut[16][INET_ADDRSTRLEN]; /* logged after the lock: a slow log stalls no connection */
+    int n = 0, more = 0;
     pthread_mutex_lock(&h->mu);
     for (conn_state *k = h->conns; k; k = k->next)
       if (k->state != CONN_ANSWERING && !k->cut && k->fd >= 0 &&
           now - k->since > h->request_timeout) {
         k->cut = 1;
         shutdown(k->fd, SHUT_RDWR);
-        printf("serve: closed a connection from %s: no whole request within %g s\n",
-               k->addr[0] ? k->addr : "?", h->request_timeout);
-        fflush(stdout);
+        if (n < 16)
+          snprintf(cut[n++], sizeof cut[0], "%s", k->addr[0] ? k->addr : "?");
+        else
+          more++;
       }
     pthread_mutex_unlock(&h->mu);
+    for (int i = 0; i < n; i++)
+      printf("serve: closed a connection from %s: no whole request within %g s\n", cut[i],
+             h->request_timeout);
+    if (more)
+      printf("serve: closed %d more connections: no whole request within %g s\n", more,
+             h->request_timeout);
+    if (n) fflush(stdout);
   }
   return NULL;
 }
@@ -297,7 +312,8 @@ mgt_status srv_http_start(srv *s, const mgt_serve_opts *o, void **out, int *boun
   h->s = s, h->request_timeout = o->request_timeout;
   pthread_mutex_init(&h->mu, NULL);
   h->d = MHD_start_daemon(
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC,
+      /* poll(), not select(): select() takes no socket above 1023 */
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC,
       (uint16_t)o->port, NULL, NULL, on_access, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
       (unsigned)o->max_per_client, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(o->idle_timeout + 0.5),
@@ -311,6 +327,10 @@ mgt_status srv_http_start(srv *s, const mgt_serve_opts *o, void **out, int *boun
              e ? strerror(e) : "libmicrohttpd refused");
   }
   h->reaper_started = pthread_create(&h->reaper, NULL, reaper, h) == 0;
+  if (!h->reaper_started)
+    printf("serve: warning: no thread to enforce --request-timeout (%s); the idle timeout "
+           "still applies\n",
+           strerror(errno));
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
   *bound = info ? info->port : o->port;
   *out = h;

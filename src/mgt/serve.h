@@ -109,7 +109,8 @@ typedef struct srv {
   srv_seq **queue;
   int nq, capq;
   volatile int stopping;
-  int open_requests;
+  int open_requests; /* from their headers until their answers are sent */
+  int receiving;     /* of them, those whose body is still arriving */
   int failed;
   struct mgt_tokenizer *tok; /* decodes for every thread; requests encode with clones */
   int positions, eligible;
@@ -117,7 +118,6 @@ typedef struct srv {
   char model_name[256];
   int max_prompts;
   size_t max_body;
-  double request_timeout;
   unsigned long long served;
 } srv;
 
@@ -131,6 +131,8 @@ typedef struct srv_reply {
   int client_fd; /* the connection's socket, watched while the answer is decoded (-1: none) */
 } srv_reply;
 
+/* Waits on cv (mu held) for a signal or ms milliseconds, whichever comes first. */
+void srv_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, long ms);
 /* The engine's side of a job: queued for decoding; the caller waits on job->cv under mu. */
 MGT_NODISCARD mgt_status srv_submit(srv *s, srv_job *job);
 /* Drops the caller's hold on a job: a job not finished is cancelled (its slots freed by the
