@@ -1455,6 +1455,20 @@ static void test_wrappers(void) {
               mgt_be_has(&partial, MGT_BE_ADAMW) && !mgt_be_has(be, MGT_BE_N_OPS),
           "mgt_be_has");
   T_CHECK(!strcmp(mgt_be_name(be), "cpu") && mgt_be_act16_bytes(be) == 4, "name and act16 bytes");
+  /* every operation of the list: its slot filled, seen by mgt_be_has, named as in the list */
+  int bad = 0, n = 0;
+#define ONE(name, NAME, params, args, kind)                                                        \
+  {                                                                                                \
+    struct mgt_backend without = *be;                                                              \
+    without.name = NULL;                                                                           \
+    bad += be->name == NULL || mgt_be_has(&without, MGT_BE_##NAME) ||                              \
+           strcmp(mgt_be_op_name(MGT_BE_##NAME), #name) != 0 || MGT_BE_##NAME != n;                \
+    n++;                                                                                           \
+  }
+  MGT_BE_OPERATIONS(ONE)
+#undef ONE
+  T_CHECK(bad == 0 && n == MGT_BE_N_OPS && mgt_be_op_name(MGT_BE_N_OPS) == NULL,
+          "the list of %d operations: %d slots, names or enum values wrong", n, bad);
 }
 
 /* --attention-backend auto picks the tiles where the kernels run them fast: on CPUs (but native

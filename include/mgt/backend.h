@@ -72,298 +72,273 @@ const char *mgt_be_name(const mgt_backend *be);
 /* Bytes per element of the 16-bit activations (set_act16): 2 on GPUs, 4 on the CPU. */
 int mgt_be_act16_bytes(const mgt_backend *be);
 
-/* The operations, for asking whether a backend has an optional one (mgt_be_has). */
-typedef enum mgt_be_op {
-  MGT_BE_ALLOC,
-  MGT_BE_FREE,
-  MGT_BE_ZERO,
-  MGT_BE_UPLOAD,
-  MGT_BE_COPY,
-  MGT_BE_DOWNLOAD,
-  MGT_BE_SYNC,
-  MGT_BE_SET_PRECISION,
-  MGT_BE_SET_WEIGHTS,
-  MGT_BE_REFRESH_WEIGHTS,
-  MGT_BE_SET_ACT16,
-  MGT_BE_INIT_NORMAL,
-  MGT_BE_FILL,
-  MGT_BE_GEMM,
-  MGT_BE_LINEAR_BIAS_GELU,
-  MGT_BE_LINEAR_BIAS,
-  MGT_BE_LINEAR_PARAM_GRADS,
-  MGT_BE_LINEAR_DGELU,
-  MGT_BE_BIAS_DROPOUT_ADD_LN,
-  MGT_BE_ADD_BIAS,
-  MGT_BE_BIAS_BACKWARD,
-  MGT_BE_LAYERNORM_FORWARD,
-  MGT_BE_LAYERNORM_BACKWARD,
-  MGT_BE_RMSNORM_FORWARD,
-  MGT_BE_RMSNORM_BACKWARD,
-  MGT_BE_SWIGLU_FORWARD,
-  MGT_BE_SWIGLU_BACKWARD,
-  MGT_BE_ROPE,
-  MGT_BE_KV_GROUP,
-  MGT_BE_BIAS_GELU_FORWARD,
-  MGT_BE_GELU_BACKWARD,
-  MGT_BE_ATTENTION_FORWARD,
-  MGT_BE_ATTENTION_BACKWARD,
-  MGT_BE_FLASH_ATTENTION_FORWARD,
-  MGT_BE_FLASH_ATTENTION_BACKWARD,
-  MGT_BE_BIAS_ACT_FORWARD,
-  MGT_BE_ACT_BACKWARD,
-  MGT_BE_GATHER_ROWS,
-  MGT_BE_SCATTER_ADD_ROWS,
-  MGT_BE_EMBEDDING_FORWARD,
-  MGT_BE_ADD_POSITION,
-  MGT_BE_EMBEDDING_BACKWARD,
-  MGT_BE_DROPOUT_FORWARD,
-  MGT_BE_DROPOUT_BACKWARD,
-  MGT_BE_ADD,
-  MGT_BE_XENT_MAX,
-  MGT_BE_XENT_SUMEXP,
-  MGT_BE_XENT_LOSS,
-  MGT_BE_XENT_BACKWARD,
-  MGT_BE_ARGMAX,
-  MGT_BE_ATTENTION_DECODE,
-  MGT_BE_SUMSQ,
-  MGT_BE_ADAMW,
-  MGT_BE_N_OPS
-} mgt_be_op;
-int mgt_be_has(const mgt_backend *be, mgt_be_op op);
-
 /* ---- the operations (not collective; buffers in the backend's memory) ---- */
 
-/* Memory. alloc returns zeroed memory. */
-MGT_NODISCARD mgt_status mgt_be_alloc(const mgt_backend *be, size_t bytes, const char *what,
-                                      void **out);
+/* Memory. alloc returns zeroed memory; free and sync are always there. */
 void mgt_be_free(const mgt_backend *be, void *p);
-MGT_NODISCARD mgt_status mgt_be_zero(const mgt_backend *be, void *p, size_t bytes);
-MGT_NODISCARD mgt_status mgt_be_upload(const mgt_backend *be, void *dst, const void *host_src,
-                                       size_t bytes);
-/* dst = src, both in the backend's memory. */
-MGT_NODISCARD mgt_status mgt_be_copy(const mgt_backend *be, void *dst, const void *src,
-                                     size_t bytes);
-MGT_NODISCARD mgt_status mgt_be_download(const mgt_backend *be, void *host_dst, const void *src,
-                                         size_t bytes);
 /* Waits for queued work to finish (timers and host reads need it). */
 MGT_NODISCARD mgt_status mgt_be_sync(const mgt_backend *be);
-/* Sets the precision of gemm's inputs from now on; a change drops the weights' copies
-   (set_weights), so that no GEMM reads values rounded to another format. */
-MGT_NODISCARD mgt_status mgt_be_set_precision(const mgt_backend *be, mgt_precision prec);
-/* 16-bit copies of the weights, made once per step instead of once per GEMM: registers the
-   fp32 parameters [w, w + n) (n = 0 forgets them if w is the registered start) and, under a
-   16-bit precision, allocates their rounded copy, which gemm and linear_bias_gelu then read for
-   any operand that lies inside [w, w + n) instead of rounding it again. The copy is only as fresh
-   as the last refresh_weights of each range, which the caller makes after the parameters change
-   and before the next GEMM reads them; at fp32 both do nothing. */
-MGT_NODISCARD mgt_status mgt_be_set_weights(const mgt_backend *be, const float *w, size_t n);
-MGT_NODISCARD mgt_status mgt_be_refresh_weights(const mgt_backend *be, size_t offset, size_t n);
-/* 16-bit activations: under a 16-bit precision, [p, p + bytes) holds GEMM-input activations
-   in that format, act16_bytes per element (2 on GPUs; 4 on the CPU, floats holding 16-bit
-   values, so that BLAS multiplies them as they are). A buffer there is addressed by its first
-   element as a float pointer (its elements are not floats on GPUs: only the operations below
-   touch it). linear_bias_gelu writes its out there already rounded, gemm and
-   linear_param_grads read operands there without rounding them; the numbers are those of
-   rounding per GEMM. bytes = 0 forgets the region if p is its start; while one is set the
-   precision cannot change. */
-MGT_NODISCARD mgt_status mgt_be_set_act16(const mgt_backend *be, void *p, size_t bytes);
-/* p = std * N(0,1) by logical element index, or 0 on padding. */
-MGT_NODISCARD mgt_status mgt_be_init_normal(const mgt_backend *be, float *p, const mgt_shard *sh,
-                                            uint64_t seed, uint64_t stream, float std);
-MGT_NODISCARD mgt_status mgt_be_fill(const mgt_backend *be, float *p, size_t n, float value);
-/* C(M,N) = alpha * op(A) op(B) + beta * C, A and B rounded to the set precision. */
-MGT_NODISCARD mgt_status mgt_be_gemm(const mgt_backend *be, int transa, int transb, int M, int N,
-                                     int K, float alpha, const float *A, int lda, const float *B,
-                                     int ldb, float beta, float *C, int ldc);
-/* The MLP's first linear layer fused with its bias and GeLU: pre(M,N) = A(M,K) W(N,K)^T + b,
-   out = gelu(pre), both with leading dimension N (cuBLASLt's bias + GeLU epilogue on GPUs;
-   gemm then bias_gelu_forward on the CPU). */
-MGT_NODISCARD mgt_status mgt_be_linear_bias_gelu(const mgt_backend *be, int M, int N, int K,
-                                                 const float *A, int lda, const float *W, int ldw,
-                                                 const float *b, float *pre, float *out);
-/* out(M,N) = A(M,K) W(N,K)^T [+ b(N)] (cuBLASLt's bias epilogue on GPUs). */
-MGT_NODISCARD mgt_status mgt_be_linear_bias(const mgt_backend *be, int M, int N, int K,
-                                            const float *A, int lda, const float *W, int ldw,
-                                            const float *b, float *out);
-/* A linear layer's parameter gradients: dW(N,K) = [dW +] dy(M,N)^T x(M,K) and, db not NULL,
-   db(N) = [db +] the column sums of dy, as the GEMM sees it (rounded under 16 bits;
-   cuBLASLt's BGRADB epilogue on GPUs). */
-MGT_NODISCARD mgt_status mgt_be_linear_param_grads(const mgt_backend *be, int M, int N, int K,
-                                                   const float *dy, const float *x, float *dW,
-                                                   float *db, int accumulate);
-/* The gradient through a linear layer W(K,N) into the tanh GeLU before it: dpre(M,N) =
-   (dy(M,K) W) * gelu'(pre) and, db not NULL, db(N) = [db +] the column sums of dpre: the
-   GeLU's bias gradient (cuBLASLt's DGELU_BGRAD epilogue on GPUs). */
-MGT_NODISCARD mgt_status mgt_be_linear_dgelu(const mgt_backend *be, int M, int N, int K,
-                                             const float *dy, const float *W, const float *pre,
-                                             float *dpre, float *db, int accumulate);
-/* The end of a row-parallel layer, in one pass on GPUs: out(N,C) = [res +] dropout(x [+ b])
-   (dropout_forward's masks: row elements per sample, element 0 is d->first) and, ln not
-   NULL, ln = layernorm(out) with w, lb, eps, its mean and rstd (N) kept; with mean NULL,
-   ln = rmsnorm(out) with w and eps, its rstd kept (lb unused). x is scratch: its contents are
-   undefined afterwards. out may not alias x. */
-MGT_NODISCARD mgt_status mgt_be_bias_dropout_add_ln(const mgt_backend *be, float *out, float *x,
-                                                    const float *b, const float *res, int N, int C,
-                                                    size_t row, const mgt_dropout *d, float *ln,
-                                                    float *mean, float *rstd, const float *w,
-                                                    const float *lb, float eps);
-/* y(N,C) += b(C) broadcast over rows. */
-MGT_NODISCARD mgt_status mgt_be_add_bias(const mgt_backend *be, float *y, const float *b, int N,
-                                         int C);
-/* db(C) = [db +] column sums of dy(N,C). */
-MGT_NODISCARD mgt_status mgt_be_bias_backward(const mgt_backend *be, float *db, const float *dy,
-                                              int N, int C, int accumulate);
-/* out(N,C) = (x - mean) * rstd * w + b; mean, rstd (N) kept for backward. */
-MGT_NODISCARD mgt_status mgt_be_layernorm_forward(const mgt_backend *be, float *out, float *mean,
-                                                  float *rstd, const float *x, const float *w,
-                                                  const float *b, int N, int C, float eps);
-/* dx += d/dx; dw, db = [dw, db +] parameter gradients. */
-MGT_NODISCARD mgt_status mgt_be_layernorm_backward(const mgt_backend *be, float *dx, float *dw,
-                                                   float *db, const float *dout, const float *x,
-                                                   const float *w, const float *mean,
-                                                   const float *rstd, int N, int C, int accumulate);
-/* RMSNorm: out(N,C) = x * rstd * w with rstd = 1 / sqrt(mean over C of x^2 + eps), rstd (N)
-   kept for backward. */
-MGT_NODISCARD mgt_status mgt_be_rmsnorm_forward(const mgt_backend *be, float *out, float *rstd,
-                                                const float *x, const float *w, int N, int C,
-                                                float eps);
-/* dx += d/dx; dw = [dw +] its gradient. */
-MGT_NODISCARD mgt_status mgt_be_rmsnorm_backward(const mgt_backend *be, float *dx, float *dw,
-                                                 const float *dout, const float *x, const float *w,
-                                                 const float *rstd, int N, int C, int accumulate);
-/* SwiGLU (Llama's MLP): out(N,F) = silu(x[:, :F]) * x[:, F:] for x(N, 2F), the gate and up
-   projections side by side (silu(g) = g / (1 + exp(-g))). */
-MGT_NODISCARD mgt_status mgt_be_swiglu_forward(const mgt_backend *be, float *out, const float *x,
-                                               int N, int F);
-/* dx(N, 2F) = the gradients of the gate and up halves of x. */
-MGT_NODISCARD mgt_status mgt_be_swiglu_backward(const mgt_backend *be, float *dx, const float *dout,
-                                                const float *x, int N, int F);
-/* Rotary position embedding in place, in Hugging Face's half-split convention: in each of N rows
-   (stride ld floats) the `heads` consecutive vectors of hd floats at x, at position
-   pos0 + row % T, have each pair (i, i + hd/2) rotated by the angle position * inv_freq[i]
-   (float32, as Hugging Face computes it; inv_freq: hd/2 floats in the backend's memory). With
-   inverse the rotation is undone: the backward of the forward. hd is even. */
-MGT_NODISCARD mgt_status mgt_be_rope(const mgt_backend *be, float *x, int N, int T, int pos0,
-                                     int heads, int hd, int ld, const float *inv_freq, int inverse);
-/* Grouped-query attention over the multi-head kernels: Gl key/value heads shared by Hl query
-   heads, head h using group h / (Hl/Gl) (Hugging Face's repeat_kv, Megatron's repeat_interleave).
-   Forward (reduce 0): rows of src (N, (Hl + 2*Gl)*hd), [q | k | v], become rows of dst
-   (N, 3*Hl*hd) with each group's k and v repeated for its heads. Backward (reduce 1): the
-   gradient src (N, 3*Hl*hd) becomes dst (N, (Hl + 2*Gl)*hd), a group's dk and dv the sum of its
-   heads' in head order. Hl is a multiple of Gl. */
-MGT_NODISCARD mgt_status mgt_be_kv_group(const mgt_backend *be, float *dst, const float *src, int N,
-                                         int Hl, int Gl, int hd, int reduce);
-/* pre(N,C) += b; out = gelu(pre), tanh form. */
-MGT_NODISCARD mgt_status mgt_be_bias_gelu_forward(const mgt_backend *be, float *out, float *pre,
-                                                  const float *b, int N, int C);
-/* dpre = dout * gelu'(pre); dpre may alias dout. */
-MGT_NODISCARD mgt_status mgt_be_gelu_backward(const mgt_backend *be, float *dpre, const float *dout,
-                                              const float *pre, size_t n);
-/* Self-attention of Hl local heads. qkv (B*T, 3*Hl*hd) holds [q | k | v], each (Hl, hd)
-   per token; out (B*T, Hl*hd); P (B, Hl, T, T) softmax probabilities before dropout.
-   keylen NULL: causal, row i sees keys j <= i. Otherwise keylen (B, backend memory) is
-   each sample's real length and every row sees keys j < keylen[b] (BERT's padding mask;
-   rows past the length are computed the same way and carry no gradient to real rows).
-   head_offset is the global index of local head 0, for the dropout mask. scratch holds
-   B*Hl*T*T floats. */
-MGT_NODISCARD mgt_status mgt_be_attention_forward(const mgt_backend *be, float *out, float *P,
-                                                  const float *qkv, int B, int T, int Hl, int hd,
-                                                  int head_offset, int H, const int32_t *keylen,
-                                                  const mgt_dropout *d, float *scratch);
-/* dqkv = gradient wrt qkv (overwritten). scratch holds B*Hl*T*T floats. */
-MGT_NODISCARD mgt_status mgt_be_attention_backward(const mgt_backend *be, float *dqkv,
-                                                   const float *dout, const float *qkv,
-                                                   const float *P, int B, int T, int Hl, int hd,
-                                                   int head_offset, int H, const int32_t *keylen,
-                                                   const mgt_dropout *d, float *scratch);
-/* The same attention without the T x T probabilities (--use-flash-attn): tiles of keys with
-   an online softmax, the same dropout masks; lse (B, Hl, T) keeps each row's log-sum-exp
-   for the backward, which rebuilds the probabilities tile by tile from it and from out,
-   the forward's output. dqkv is overwritten. No scratch: O(T) memory per (batch, head). */
-MGT_NODISCARD mgt_status mgt_be_flash_attention_forward(const mgt_backend *be, float *out,
-                                                        float *lse, const float *qkv, int B, int T,
-                                                        int Hl, int hd, int head_offset,
-                                                        const int32_t *keylen,
-                                                        const mgt_dropout *d);
-MGT_NODISCARD mgt_status mgt_be_flash_attention_backward(const mgt_backend *be, float *dqkv,
-                                                         const float *dout, const float *qkv,
-                                                         const float *out, const float *lse, int B,
-                                                         int T, int Hl, int hd, int head_offset,
-                                                         const int32_t *keylen,
-                                                         const mgt_dropout *d);
-/* The activations of BERT's heads (MGT_ACT_*): pre(N,C) += b (b may be NULL), out =
-   act(pre); and dpre = dout * act'(pre), dpre may alias dout. */
-MGT_NODISCARD mgt_status mgt_be_bias_act_forward(const mgt_backend *be, int act, float *out,
-                                                 float *pre, const float *b, int N, int C);
-MGT_NODISCARD mgt_status mgt_be_act_backward(const mgt_backend *be, int act, float *dpre,
-                                             const float *dout, const float *pre, size_t n);
-/* out(M,C) = rows idx[m] of x; idx (M) in backend memory. BERT's heads take the masked
-   positions and each [CLS] this way. */
-MGT_NODISCARD mgt_status mgt_be_gather_rows(const mgt_backend *be, float *out, const float *x,
-                                            const int32_t *idx, int M, int C);
-/* dx[idx[m]] += dy[m], the indices distinct. */
-MGT_NODISCARD mgt_status mgt_be_scatter_add_rows(const mgt_backend *be, float *dx, const float *dy,
-                                                 const int32_t *idx, int M, int C);
-/* out(N,C) = rows of wte (Vl,C) for tokens in [v0, v0+Vl), zero rows otherwise. */
-MGT_NODISCARD mgt_status mgt_be_embedding_forward(const mgt_backend *be, float *out,
-                                                  const int32_t *tokens, const float *wte, int N,
-                                                  int C, int v0, int Vl);
-/* x(N,C) += wpe(T,C): row n is position (t0 + n) mod T (t0 > 0: a rank's rows under
-   sequence parallelism) */
-MGT_NODISCARD mgt_status mgt_be_add_position(const mgt_backend *be, float *x, const float *wpe,
-                                             int N, int t0, int T, int C);
-/* dwte[tok - v0] += dout for tokens in range; dwpe = [dwpe +] sum over the batch. */
-MGT_NODISCARD mgt_status mgt_be_embedding_backward(const mgt_backend *be, float *dwte, float *dwpe,
-                                                   const float *dout, const int32_t *tokens, int B,
-                                                   int T, int C, int v0, int Vl, int accumulate);
-/* out = [res +] dropout(x) over n elements: element i is element d->first + i of the
-   micro-batch, whose samples are `row` elements each; p = 0 is a plain add/copy. out may
-   alias x. */
-MGT_NODISCARD mgt_status mgt_be_dropout_forward(const mgt_backend *be, float *out, const float *x,
-                                                const float *res, size_t n, size_t row,
-                                                const mgt_dropout *d);
-/* dx = dropout mask applied to dout; dx may alias dout. */
-MGT_NODISCARD mgt_status mgt_be_dropout_backward(const mgt_backend *be, float *dx,
-                                                 const float *dout, size_t n, size_t row,
-                                                 const mgt_dropout *d);
-/* y += x */
-MGT_NODISCARD mgt_status mgt_be_add(const mgt_backend *be, float *y, const float *x, size_t n);
-/* Vocabulary-parallel cross-entropy over logits (N, Vl) of which the first nv columns
-   are real vocabulary starting at global id v0. Step 1: rowmax(N). */
-MGT_NODISCARD mgt_status mgt_be_xent_max(const mgt_backend *be, float *rowmax, const float *logits,
-                                         int N, int Vl, int nv);
-/* Step 2 (after the max is reduced): sum(N) of exp(l - max) and the target logit tgt(N)
-   (0 when the target lives on another rank). With keep_exp, logits become exp(l - max). */
-MGT_NODISCARD mgt_status mgt_be_xent_sumexp(const mgt_backend *be, float *sum, float *tgt,
-                                            float *logits, const float *rowmax,
-                                            const int32_t *targets, int N, int Vl, int nv, int v0,
-                                            int keep_exp);
-/* Step 3 (after sum and tgt are reduced): losses(N) = log(sum) + max - tgt; returns
-   their total on the host. */
-MGT_NODISCARD mgt_status mgt_be_xent_loss(const mgt_backend *be, float *losses, const float *rowmax,
-                                          const float *sum, const float *tgt, int N, double *total);
-/* Step 4: logits holding exp(l - max) become scale * (softmax - onehot). */
-MGT_NODISCARD mgt_status mgt_be_xent_backward(const mgt_backend *be, float *logits,
-                                              const float *sum, const int32_t *targets, int N,
-                                              int Vl, int nv, int v0, float scale);
-/* Greedy prediction: per row of logits (N, Vl), the largest of the first nv columns
-   (lowest index on ties); val = -FLT_MAX and idx = -1 when nv is 0. val and idx are host
-   arrays of N. */
-MGT_NODISCARD mgt_status mgt_be_argmax(const mgt_backend *be, const float *logits, int N, int Vl,
-                                       int nv, float *val, int32_t *idx);
-/* One query per head against the first len rows of a key/value cache: q and out are
-   (Hl*hd); kc and vc are (rows, Gl*hd) with key/value head g in columns g*hd, shared by the
-   Hl/Gl consecutive query heads g*Hl/Gl ... (grouped-query attention; Gl == Hl: one each). */
-MGT_NODISCARD mgt_status mgt_be_attention_decode(const mgt_backend *be, float *out, const float *q,
-                                                 const float *kc, const float *vc, int len, int Hl,
-                                                 int Gl, int hd);
-/* Sum of squares over the segments with count_in_norm set, on the host. */
-MGT_NODISCARD mgt_status mgt_be_sumsq(const mgt_backend *be, const float *x,
-                                      const mgt_segment *segs, int nseg, double *out);
-/* One AdamW step over the segments of the flat buffers. */
-MGT_NODISCARD mgt_status mgt_be_adamw(const mgt_backend *be, float *p, const float *g, float *m,
-                                      float *v, const mgt_segment *segs, int nseg,
-                                      const mgt_adamw_step *s);
+
+/* The other operations, one list: X(name, NAME, (parameters after the backend), (their names),
+   PLAIN or GUARDED: the wrapper checks the arguments first, in kernels/backend.c).
+   From it come the enum MGT_BE_NAME (mgt_be_has), the slot `name` of the private table
+   (kernels/backend_impl.h), each backend's filling of it (cpu_name, cu_name), and the checked
+   wrapper mgt_be_name(be, parameters) with its "backend B lacks operation name" error
+   (kernels/backend.c): an operation is one entry here, a CPU kernel and a CUDA kernel. Every
+   one returns mgt_status. */
+#define MGT_BE_OPERATIONS(X)                                                                       \
+  /* Memory: alloc returns zeroed memory. */                                                       \
+  X(alloc, ALLOC, (size_t bytes, const char *what, void **out), (bytes, what, out), PLAIN)         \
+  X(zero, ZERO, (void *p, size_t bytes), (p, bytes), PLAIN)                                        \
+  X(upload, UPLOAD, (void *dst, const void *host_src, size_t bytes), (dst, host_src, bytes),       \
+    PLAIN)                                                                                         \
+  /* dst = src, both in the backend's memory. */                                                   \
+  X(copy, COPY, (void *dst, const void *src, size_t bytes), (dst, src, bytes), PLAIN)              \
+  X(download, DOWNLOAD, (void *host_dst, const void *src, size_t bytes), (host_dst, src, bytes),   \
+    PLAIN)                                                                                         \
+  /* Sets the precision of gemm's inputs from now on; a change drops the weights' copies           \
+  (set_weights), so that no GEMM reads values rounded to another format. */                        \
+  X(set_precision, SET_PRECISION, (mgt_precision prec), (prec), PLAIN)                             \
+  /* 16-bit copies of the weights, made once per step instead of once per GEMM: registers the      \
+  fp32 parameters [w, w + n) (n = 0 forgets them if w is the registered start) and, under a        \
+  16-bit precision, allocates their rounded copy, which gemm and linear_bias_gelu then read for    \
+  any operand that lies inside [w, w + n) instead of rounding it again. The copy is only as fresh  \
+  as the last refresh_weights of each range, which the caller makes after the parameters change    \
+  and before the next GEMM reads them; at fp32 both do nothing. */                                 \
+  X(set_weights, SET_WEIGHTS, (const float *w, size_t n), (w, n), PLAIN)                           \
+  X(refresh_weights, REFRESH_WEIGHTS, (size_t offset, size_t n), (offset, n), PLAIN)               \
+  /* 16-bit activations: under a 16-bit precision, [p, p + bytes) holds GEMM-input activations     \
+  in that format, act16_bytes per element (2 on GPUs; 4 on the CPU, floats holding 16-bit          \
+  values, so that BLAS multiplies them as they are). A buffer there is addressed by its first      \
+  element as a float pointer (its elements are not floats on GPUs: only the operations below       \
+  touch it). linear_bias_gelu writes its out there already rounded, gemm and                       \
+  linear_param_grads read operands there without rounding them; the numbers are those of           \
+  rounding per GEMM. bytes = 0 forgets the region if p is its start; while one is set the          \
+  precision cannot change. */                                                                      \
+  X(set_act16, SET_ACT16, (void *p, size_t bytes), (p, bytes), PLAIN)                              \
+  /* p = std * N(0,1) by logical element index, or 0 on padding. */                                \
+  X(init_normal, INIT_NORMAL,                                                                      \
+    (float *p, const mgt_shard *sh, uint64_t seed, uint64_t stream, float std),                    \
+    (p, sh, seed, stream, std), PLAIN)                                                             \
+  X(fill, FILL, (float *p, size_t n, float value), (p, n, value), PLAIN)                           \
+  /* C(M,N) = alpha * op(A) op(B) + beta * C, A and B rounded to the set precision. */             \
+  X(gemm, GEMM,                                                                                    \
+    (int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,            \
+     const float *B, int ldb, float beta, float *C, int ldc),                                      \
+    (transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), PLAIN)                         \
+  /* The MLP's first linear layer fused with its bias and GeLU: pre(M,N) = A(M,K) W(N,K)^T + b,    \
+  out = gelu(pre), both with leading dimension N (cuBLASLt's bias + GeLU epilogue on GPUs;         \
+  gemm then bias_gelu_forward on the CPU). */                                                      \
+  X(linear_bias_gelu, LINEAR_BIAS_GELU,                                                            \
+    (int M, int N, int K, const float *A, int lda, const float *W, int ldw, const float *b,        \
+     float *pre, float *out),                                                                      \
+    (M, N, K, A, lda, W, ldw, b, pre, out), PLAIN)                                                 \
+  /* out(M,N) = A(M,K) W(N,K)^T [+ b(N)] (cuBLASLt's bias epilogue on GPUs). */                    \
+  X(linear_bias, LINEAR_BIAS,                                                                      \
+    (int M, int N, int K, const float *A, int lda, const float *W, int ldw, const float *b,        \
+     float *out),                                                                                  \
+    (M, N, K, A, lda, W, ldw, b, out), PLAIN)                                                      \
+  /* A linear layer's parameter gradients: dW(N,K) = [dW +] dy(M,N)^T x(M,K) and, db not NULL,     \
+  db(N) = [db +] the column sums of dy, as the GEMM sees it (rounded under 16 bits;                \
+  cuBLASLt's BGRADB epilogue on GPUs). */                                                          \
+  X(linear_param_grads, LINEAR_PARAM_GRADS,                                                        \
+    (int M, int N, int K, const float *dy, const float *x, float *dW, float *db, int accumulate),  \
+    (M, N, K, dy, x, dW, db, accumulate), PLAIN)                                                   \
+  /* The gradient through a linear layer W(K,N) into the tanh GeLU before it: dpre(M,N) =          \
+  (dy(M,K) W) * gelu'(pre) and, db not NULL, db(N) = [db +] the column sums of dpre: the           \
+  GeLU's bias gradient (cuBLASLt's DGELU_BGRAD epilogue on GPUs). */                               \
+  X(linear_dgelu, LINEAR_DGELU,                                                                    \
+    (int M, int N, int K, const float *dy, const float *W, const float *pre, float *dpre,          \
+     float *db, int accumulate),                                                                   \
+    (M, N, K, dy, W, pre, dpre, db, accumulate), PLAIN)                                            \
+  /* The end of a row-parallel layer, in one pass on GPUs: out(N,C) = [res +] dropout(x [+ b])     \
+  (dropout_forward's masks: row elements per sample, element 0 is d->first) and, ln not            \
+  NULL, ln = layernorm(out) with w, lb, eps, its mean and rstd (N) kept; with mean NULL,           \
+  ln = rmsnorm(out) with w and eps, its rstd kept (lb unused). x is scratch: its contents are      \
+  undefined afterwards. out may not alias x. */                                                    \
+  X(bias_dropout_add_ln, BIAS_DROPOUT_ADD_LN,                                                      \
+    (float *out, float *x, const float *b, const float *res, int N, int C, size_t row,             \
+     const mgt_dropout *d, float *ln, float *mean, float *rstd, const float *w, const float *lb,   \
+     float eps),                                                                                   \
+    (out, x, b, res, N, C, row, d, ln, mean, rstd, w, lb, eps), PLAIN)                             \
+  /* y(N,C) += b(C) broadcast over rows. */                                                        \
+  X(add_bias, ADD_BIAS, (float *y, const float *b, int N, int C), (y, b, N, C), PLAIN)             \
+  /* db(C) = [db +] column sums of dy(N,C). */                                                     \
+  X(bias_backward, BIAS_BACKWARD, (float *db, const float *dy, int N, int C, int accumulate),      \
+    (db, dy, N, C, accumulate), PLAIN)                                                             \
+  /* out(N,C) = (x - mean) * rstd * w + b; mean, rstd (N) kept for backward. */                    \
+  X(layernorm_forward, LAYERNORM_FORWARD,                                                          \
+    (float *out, float *mean, float *rstd, const float *x, const float *w, const float *b, int N,  \
+     int C, float eps),                                                                            \
+    (out, mean, rstd, x, w, b, N, C, eps), PLAIN)                                                  \
+  /* dx += d/dx; dw, db = [dw, db +] parameter gradients. */                                       \
+  X(layernorm_backward, LAYERNORM_BACKWARD,                                                        \
+    (float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,           \
+     const float *mean, const float *rstd, int N, int C, int accumulate),                          \
+    (dx, dw, db, dout, x, w, mean, rstd, N, C, accumulate), PLAIN)                                 \
+  /* RMSNorm: out(N,C) = x * rstd * w with rstd = 1 / sqrt(mean over C of x^2 + eps), rstd (N)     \
+  kept for backward. */                                                                            \
+  X(rmsnorm_forward, RMSNORM_FORWARD,                                                              \
+    (float *out, float *rstd, const float *x, const float *w, int N, int C, float eps),            \
+    (out, rstd, x, w, N, C, eps), PLAIN)                                                           \
+  /* dx += d/dx; dw = [dw +] its gradient. */                                                      \
+  X(rmsnorm_backward, RMSNORM_BACKWARD,                                                            \
+    (float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd,   \
+     int N, int C, int accumulate),                                                                \
+    (dx, dw, dout, x, w, rstd, N, C, accumulate), PLAIN)                                           \
+  /* SwiGLU (Llama's MLP): out(N,F) = silu(x[:, :F]) * x[:, F:] for x(N, 2F), the gate and up      \
+  projections side by side (silu(g) = g / (1 + exp(-g))). */                                       \
+  X(swiglu_forward, SWIGLU_FORWARD, (float *out, const float *x, int N, int F), (out, x, N, F),    \
+    PLAIN)                                                                                         \
+  /* dx(N, 2F) = the gradients of the gate and up halves of x. */                                  \
+  X(swiglu_backward, SWIGLU_BACKWARD,                                                              \
+    (float *dx, const float *dout, const float *x, int N, int F), (dx, dout, x, N, F), PLAIN)      \
+  /* Rotary position embedding in place, in Hugging Face's half-split convention: in each of N     \
+  rows (stride ld floats) the `heads` consecutive vectors of hd floats at x, at position pos0 +    \
+  row % T, have each pair (i, i + hd/2) rotated by the angle position * inv_freq[i] (float32, as   \
+  Hugging Face computes it; inv_freq: hd/2 floats in the backend's memory). With inverse the       \
+  rotation is undone: the backward of the forward. hd is even. */                                  \
+  X(rope, ROPE,                                                                                    \
+    (float *x, int N, int T, int pos0, int heads, int hd, int ld, const float *inv_freq,           \
+     int inverse),                                                                                 \
+    (x, N, T, pos0, heads, hd, ld, inv_freq, inverse), GUARDED)                                    \
+  /* Grouped-query attention over the multi-head kernels: Gl key/value heads shared by Hl query    \
+  heads, head h using group h / (Hl/Gl) (Hugging Face's repeat_kv, Megatron's repeat_interleave).  \
+  Forward (reduce 0): rows of src (N, (Hl + 2*Gl)*hd), [q | k | v], become rows of dst             \
+  (N, 3*Hl*hd) with each group's k and v repeated for its heads. Backward (reduce 1): the          \
+  gradient src (N, 3*Hl*hd) becomes dst (N, (Hl + 2*Gl)*hd), a group's dk and dv the sum of its    \
+  heads' in head order. Hl is a multiple of Gl. */                                                 \
+  X(kv_group, KV_GROUP, (float *dst, const float *src, int N, int Hl, int Gl, int hd, int reduce), \
+    (dst, src, N, Hl, Gl, hd, reduce), GUARDED)                                                    \
+  /* pre(N,C) += b; out = gelu(pre), tanh form. */                                                 \
+  X(bias_gelu_forward, BIAS_GELU_FORWARD, (float *out, float *pre, const float *b, int N, int C),  \
+    (out, pre, b, N, C), PLAIN)                                                                    \
+  /* dpre = dout * gelu'(pre); dpre may alias dout. */                                             \
+  X(gelu_backward, GELU_BACKWARD, (float *dpre, const float *dout, const float *pre, size_t n),    \
+    (dpre, dout, pre, n), PLAIN)                                                                   \
+  /* Self-attention of Hl local heads. qkv (B*T, 3*Hl*hd) holds [q | k | v], each (Hl, hd)         \
+  per token; out (B*T, Hl*hd); P (B, Hl, T, T) softmax probabilities before dropout.               \
+  keylen NULL: causal, row i sees keys j <= i. Otherwise keylen (B, backend memory) is             \
+  each sample's real length and every row sees keys j < keylen[b] (BERT's padding mask;            \
+  rows past the length are computed the same way and carry no gradient to real rows).              \
+  head_offset is the global index of local head 0, for the dropout mask. scratch holds             \
+  B*Hl*T*T floats. */                                                                              \
+  X(attention_forward, ATTENTION_FORWARD,                                                          \
+    (float *out, float *P, const float *qkv, int B, int T, int Hl, int hd, int head_offset, int H, \
+     const int32_t *keylen, const mgt_dropout *d, float *scratch),                                 \
+    (out, P, qkv, B, T, Hl, hd, head_offset, H, keylen, d, scratch), PLAIN)                        \
+  /* dqkv = gradient wrt qkv (overwritten). scratch holds B*Hl*T*T floats. */                      \
+  X(attention_backward, ATTENTION_BACKWARD,                                                        \
+    (float *dqkv, const float *dout, const float *qkv, const float *P, int B, int T, int Hl,       \
+     int hd, int head_offset, int H, const int32_t *keylen, const mgt_dropout *d, float *scratch), \
+    (dqkv, dout, qkv, P, B, T, Hl, hd, head_offset, H, keylen, d, scratch), PLAIN)                 \
+  /* The same attention without the T x T probabilities (--use-flash-attn): tiles of keys with     \
+  an online softmax, the same dropout masks; lse (B, Hl, T) keeps each row's log-sum-exp           \
+  for the backward, which rebuilds the probabilities tile by tile from it and from out,            \
+  the forward's output. dqkv is overwritten. No scratch: O(T) memory per (batch, head). */         \
+  X(flash_attention_forward, FLASH_ATTENTION_FORWARD,                                              \
+    (float *out, float *lse, const float *qkv, int B, int T, int Hl, int hd, int head_offset,      \
+     const int32_t *keylen, const mgt_dropout *d),                                                 \
+    (out, lse, qkv, B, T, Hl, hd, head_offset, keylen, d), PLAIN)                                  \
+  X(flash_attention_backward, FLASH_ATTENTION_BACKWARD,                                            \
+    (float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B,  \
+     int T, int Hl, int hd, int head_offset, const int32_t *keylen, const mgt_dropout *d),         \
+    (dqkv, dout, qkv, out, lse, B, T, Hl, hd, head_offset, keylen, d), PLAIN)                      \
+  /* The activations of BERT's heads (MGT_ACT_*): pre(N,C) += b (b may be NULL), out =             \
+  act(pre); and dpre = dout * act'(pre), dpre may alias dout. */                                   \
+  X(bias_act_forward, BIAS_ACT_FORWARD,                                                            \
+    (int act, float *out, float *pre, const float *b, int N, int C), (act, out, pre, b, N, C),     \
+    PLAIN)                                                                                         \
+  X(act_backward, ACT_BACKWARD,                                                                    \
+    (int act, float *dpre, const float *dout, const float *pre, size_t n),                         \
+    (act, dpre, dout, pre, n), PLAIN)                                                              \
+  /* out(M,C) = rows idx[m] of x; idx (M) in backend memory. BERT's heads take the masked          \
+  positions and each [CLS] this way. */                                                            \
+  X(gather_rows, GATHER_ROWS, (float *out, const float *x, const int32_t *idx, int M, int C),      \
+    (out, x, idx, M, C), PLAIN)                                                                    \
+  /* dx[idx[m]] += dy[m], the indices distinct. */                                                 \
+  X(scatter_add_rows, SCATTER_ADD_ROWS,                                                            \
+    (float *dx, const float *dy, const int32_t *idx, int M, int C), (dx, dy, idx, M, C), PLAIN)    \
+  /* out(N,C) = rows of wte (Vl,C) for tokens in [v0, v0+Vl), zero rows otherwise. */              \
+  X(embedding_forward, EMBEDDING_FORWARD,                                                          \
+    (float *out, const int32_t *tokens, const float *wte, int N, int C, int v0, int Vl),           \
+    (out, tokens, wte, N, C, v0, Vl), PLAIN)                                                       \
+  /* x(N,C) += wpe(T,C): row n is position (t0 + n) mod T (t0 > 0: a rank's rows under             \
+  sequence parallelism) */                                                                         \
+  X(add_position, ADD_POSITION, (float *x, const float *wpe, int N, int t0, int T, int C),         \
+    (x, wpe, N, t0, T, C), PLAIN)                                                                  \
+  /* dwte[tok - v0] += dout for tokens in range; dwpe = [dwpe +] sum over the batch. */            \
+  X(embedding_backward, EMBEDDING_BACKWARD,                                                        \
+    (float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T, int C,      \
+     int v0, int Vl, int accumulate),                                                              \
+    (dwte, dwpe, dout, tokens, B, T, C, v0, Vl, accumulate), PLAIN)                                \
+  /* out = [res +] dropout(x) over n elements: element i is element d->first + i of the            \
+  micro-batch, whose samples are `row` elements each; p = 0 is a plain add/copy. out may           \
+  alias x. */                                                                                      \
+  X(dropout_forward, DROPOUT_FORWARD,                                                              \
+    (float *out, const float *x, const float *res, size_t n, size_t row, const mgt_dropout *d),    \
+    (out, x, res, n, row, d), PLAIN)                                                               \
+  /* dx = dropout mask applied to dout; dx may alias dout. */                                      \
+  X(dropout_backward, DROPOUT_BACKWARD,                                                            \
+    (float *dx, const float *dout, size_t n, size_t row, const mgt_dropout *d),                    \
+    (dx, dout, n, row, d), PLAIN)                                                                  \
+  /* y += x */                                                                                     \
+  X(add, ADD, (float *y, const float *x, size_t n), (y, x, n), PLAIN)                              \
+  /* Vocabulary-parallel cross-entropy over logits (N, Vl) of which the first nv columns           \
+  are real vocabulary starting at global id v0. Step 1: rowmax(N). */                              \
+  X(xent_max, XENT_MAX, (float *rowmax, const float *logits, int N, int Vl, int nv),               \
+    (rowmax, logits, N, Vl, nv), PLAIN)                                                            \
+  /* Step 2 (after the max is reduced): sum(N) of exp(l - max) and the target logit tgt(N)         \
+  (0 when the target lives on another rank). With keep_exp, logits become exp(l - max). */         \
+  X(xent_sumexp, XENT_SUMEXP,                                                                      \
+    (float *sum, float *tgt, float *logits, const float *rowmax, const int32_t *targets, int N,    \
+     int Vl, int nv, int v0, int keep_exp),                                                        \
+    (sum, tgt, logits, rowmax, targets, N, Vl, nv, v0, keep_exp), PLAIN)                           \
+  /* Step 3 (after sum and tgt are reduced): losses(N) = log(sum) + max - tgt; returns             \
+  their total on the host. */                                                                      \
+  X(xent_loss, XENT_LOSS,                                                                          \
+    (float *losses, const float *rowmax, const float *sum, const float *tgt, int N,                \
+     double *total),                                                                               \
+    (losses, rowmax, sum, tgt, N, total), PLAIN)                                                   \
+  /* Step 4: logits holding exp(l - max) become scale * (softmax - onehot). */                     \
+  X(xent_backward, XENT_BACKWARD,                                                                  \
+    (float *logits, const float *sum, const int32_t *targets, int N, int Vl, int nv, int v0,       \
+     float scale),                                                                                 \
+    (logits, sum, targets, N, Vl, nv, v0, scale), PLAIN)                                           \
+  /* Greedy prediction: per row of logits (N, Vl), the largest of the first nv columns             \
+  (lowest index on ties); val = -FLT_MAX and idx = -1 when nv is 0. val and idx are host           \
+  arrays of N. */                                                                                  \
+  X(argmax, ARGMAX, (const float *logits, int N, int Vl, int nv, float *val, int32_t *idx),        \
+    (logits, N, Vl, nv, val, idx), PLAIN)                                                          \
+  /* One query per head against the first len rows of a key/value cache: q and out are             \
+  (Hl*hd); kc and vc are (rows, Gl*hd) with key/value head g in columns g*hd, shared by the        \
+  Hl/Gl consecutive query heads g*Hl/Gl ... (grouped-query attention; Gl == Hl: one each). */      \
+  X(attention_decode, ATTENTION_DECODE,                                                            \
+    (float *out, const float *q, const float *kc, const float *vc, int len, int Hl, int Gl,        \
+     int hd),                                                                                      \
+    (out, q, kc, vc, len, Hl, Gl, hd), GUARDED)                                                    \
+  /* Sum of squares over the segments with count_in_norm set, on the host. */                      \
+  X(sumsq, SUMSQ, (const float *x, const mgt_segment *segs, int nseg, double *out),                \
+    (x, segs, nseg, out), PLAIN)                                                                   \
+  /* One AdamW step over the segments of the flat buffers. */                                      \
+  X(adamw, ADAMW,                                                                                  \
+    (float *p, const float *g, float *m, float *v, const mgt_segment *segs, int nseg,              \
+     const mgt_adamw_step *s),                                                                     \
+    (p, g, m, v, segs, nseg, s), PLAIN)
+
+#define MGT_BE_UNPACK(...) __VA_ARGS__
+#define MGT_BE_ENUM(name, NAME, params, args, kind) MGT_BE_##NAME,
+/* The operations, for asking whether a backend has one (mgt_be_has). */
+typedef enum mgt_be_op { MGT_BE_OPERATIONS(MGT_BE_ENUM) MGT_BE_N_OPS } mgt_be_op;
+#undef MGT_BE_ENUM
+int mgt_be_has(const mgt_backend *be, mgt_be_op op);
+/* Its name ("gemm"), or NULL beyond the list. */
+const char *mgt_be_op_name(mgt_be_op op);
+
+#define MGT_BE_PROTOTYPE(name, NAME, params, args, kind)                                           \
+  MGT_NODISCARD mgt_status mgt_be_##name(const mgt_backend *be, MGT_BE_UNPACK params);
+MGT_BE_OPERATIONS(MGT_BE_PROTOTYPE)
+#undef MGT_BE_PROTOTYPE
 
 /* The CPU backend: BLAS for GEMMs, OpenMP for the rest. Not collective. */
 MGT_NODISCARD mgt_status mgt_backend_cpu_create(mgt_backend **out);

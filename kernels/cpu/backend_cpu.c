@@ -23,6 +23,14 @@ static mgt_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) 
   return MGT_OK;
 }
 
+/* Host memory both: moving to and from the "device" is a copy. */
+static mgt_status cpu_upload(void *ctx, void *dst, const void *src, size_t bytes) {
+  return cpu_copy(ctx, dst, src, bytes);
+}
+static mgt_status cpu_download(void *ctx, void *dst, const void *src, size_t bytes) {
+  return cpu_copy(ctx, dst, src, bytes);
+}
+
 static mgt_status cpu_sync(void *ctx) { return MGT_OK; }
 
 static void cpu_destroy(void *ctx) {
@@ -58,61 +66,13 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
     return MGT_ERR_NOMEM;
   }
   be->name = "cpu";
-  be->alloc = cpu_alloc;
+  be->act16_bytes = (int)sizeof(float);
   be->free = cpu_free;
-  be->zero = cpu_zero;
-  be->upload = cpu_copy;
-  be->download = cpu_copy;
-  be->copy = cpu_copy;
   be->sync = cpu_sync;
   be->destroy = cpu_destroy;
-  be->set_precision = cpu_set_precision;
-  be->set_weights = cpu_set_weights;
-  be->set_act16 = cpu_set_act16;
-  be->act16_bytes = (int)sizeof(float);
-  be->refresh_weights = cpu_refresh_weights;
-  be->init_normal = cpu_init_normal;
-  be->fill = cpu_fill;
-  be->gemm = cpu_gemm;
-  be->linear_bias_gelu = cpu_linear_bias_gelu;
-  be->linear_bias = cpu_linear_bias;
-  be->linear_param_grads = cpu_linear_param_grads;
-  be->linear_dgelu = cpu_linear_dgelu;
-  be->bias_dropout_add_ln = cpu_bias_dropout_add_ln;
-  be->add_bias = cpu_add_bias;
-  be->bias_backward = cpu_bias_backward;
-  be->layernorm_forward = cpu_layernorm_forward;
-  be->layernorm_backward = cpu_layernorm_backward;
-  be->rmsnorm_forward = cpu_rmsnorm_forward;
-  be->rmsnorm_backward = cpu_rmsnorm_backward;
-  be->swiglu_forward = cpu_swiglu_forward;
-  be->swiglu_backward = cpu_swiglu_backward;
-  be->rope = cpu_rope;
-  be->kv_group = cpu_kv_group;
-  be->bias_gelu_forward = cpu_bias_gelu_forward;
-  be->gelu_backward = cpu_gelu_backward;
-  be->attention_forward = cpu_attention_forward;
-  be->attention_backward = cpu_attention_backward;
-  be->flash_attention_forward = cpu_flash_attention_forward;
-  be->flash_attention_backward = cpu_flash_attention_backward;
-  be->embedding_forward = cpu_embedding_forward;
-  be->add_position = cpu_add_position;
-  be->embedding_backward = cpu_embedding_backward;
-  be->bias_act_forward = cpu_bias_act_forward;
-  be->act_backward = cpu_act_backward;
-  be->gather_rows = cpu_gather_rows;
-  be->scatter_add_rows = cpu_scatter_add_rows;
-  be->dropout_forward = cpu_dropout_forward;
-  be->dropout_backward = cpu_dropout_backward;
-  be->add = cpu_add;
-  be->xent_max = cpu_xent_max;
-  be->xent_sumexp = cpu_xent_sumexp;
-  be->xent_loss = cpu_xent_loss;
-  be->xent_backward = cpu_xent_backward;
-  be->argmax = cpu_argmax;
-  be->attention_decode = cpu_attention_decode;
-  be->sumsq = cpu_sumsq;
-  be->adamw = cpu_adamw;
+#define MGT_BE_PREFIXED(name) cpu_##name
+  MGT_BE_OPERATIONS(MGT_BE_FILL_SLOT)
+#undef MGT_BE_PREFIXED
   *out = be;
   return MGT_OK;
 }

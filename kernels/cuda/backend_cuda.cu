@@ -90,61 +90,13 @@ extern "C" mgt_status mgt_backend_cuda_create_on(int device, void *stream, void 
   }
   be->name = "cuda";
   be->ctx = c;
-  be->alloc = cu_alloc;
+  be->act16_bytes = 2;
   be->free = cu_free;
-  be->zero = cu_zero;
-  be->upload = cu_upload;
-  be->download = cu_download;
-  be->copy = cu_copy;
   be->sync = cu_sync;
   be->destroy = cu_destroy;
-  be->set_precision = cu_set_precision;
-  be->set_weights = cu_set_weights;
-  be->set_act16 = cu_set_act16;
-  be->act16_bytes = 2;
-  be->refresh_weights = cu_refresh_weights;
-  be->init_normal = cu_init_normal;
-  be->fill = cu_fill;
-  be->gemm = cu_gemm;
-  be->linear_bias_gelu = cu_linear_bias_gelu;
-  be->linear_bias = cu_linear_bias;
-  be->linear_param_grads = cu_linear_param_grads;
-  be->linear_dgelu = cu_linear_dgelu;
-  be->bias_dropout_add_ln = cu_bias_dropout_add_ln;
-  be->add_bias = cu_add_bias;
-  be->bias_backward = cu_bias_backward;
-  be->layernorm_forward = cu_layernorm_forward;
-  be->layernorm_backward = cu_layernorm_backward;
-  be->rmsnorm_forward = cu_rmsnorm_forward;
-  be->rmsnorm_backward = cu_rmsnorm_backward;
-  be->swiglu_forward = cu_swiglu_forward;
-  be->swiglu_backward = cu_swiglu_backward;
-  be->rope = cu_rope;
-  be->kv_group = cu_kv_group;
-  be->bias_gelu_forward = cu_bias_gelu_forward;
-  be->gelu_backward = cu_gelu_backward;
-  be->attention_forward = cu_attention_forward;
-  be->attention_backward = cu_attention_backward;
-  be->flash_attention_forward = cu_flash_attention_forward;
-  be->flash_attention_backward = cu_flash_attention_backward;
-  be->embedding_forward = cu_embedding_forward;
-  be->add_position = cu_add_position;
-  be->embedding_backward = cu_embedding_backward;
-  be->bias_act_forward = cu_bias_act_forward;
-  be->act_backward = cu_act_backward;
-  be->gather_rows = cu_gather_rows;
-  be->scatter_add_rows = cu_scatter_add_rows;
-  be->dropout_forward = cu_dropout_forward;
-  be->dropout_backward = cu_dropout_backward;
-  be->add = cu_add;
-  be->xent_max = cu_xent_max;
-  be->xent_sumexp = cu_xent_sumexp;
-  be->xent_loss = cu_xent_loss;
-  be->xent_backward = cu_xent_backward;
-  be->argmax = cu_argmax;
-  be->attention_decode = cu_attention_decode;
-  be->sumsq = cu_sumsq;
-  be->adamw = cu_adamw;
+#define MGT_BE_PREFIXED(name) cu_##name
+  MGT_BE_OPERATIONS(MGT_BE_FILL_SLOT)
+#undef MGT_BE_PREFIXED
   *out = be;
   return MGT_OK;
 }
