@@ -237,11 +237,14 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   }
   mgt_comm_stats stats;
   memset(&stats, 0, sizeof stats);
-  mgt_comm comm;
-  mgt_comm_mpi_init(&comm, grid, &stats);
+  mgt_comm *comm = NULL;
+  if (mgt_comm_mpi_create(grid, &stats, &comm) != MGT_OK) {
+    mgt_error_print(stderr);
+    return 1;
+  }
   mgt_trainer *tr = NULL;
   double base = rss_mib("VmRSS:"); /* libraries, MPI: what the run had before the model */
-  if (mgt_trainer_create(&cfg, grid, be, &comm, NULL, &tr) != MGT_OK) {
+  if (mgt_trainer_create(&cfg, grid, be, comm, NULL, &tr) != MGT_OK) {
     mgt_error_print(stderr);
     return 1;
   }

@@ -146,7 +146,7 @@ static int run(const char *name, int L, int C, int H, int B, int steps, int bf16
     recompute = least_recompute(&cfg, fr);
   }
   cfg.recompute_granularity = recompute;
-  if (mgt_trainer_create(&cfg, grid, dev.be, &dev.comm, NULL, &tr) != MGT_OK) {
+  if (mgt_trainer_create(&cfg, grid, dev.be, dev.comm, NULL, &tr) != MGT_OK) {
     mgt_error_print(stderr);
     mgt_device_close(&dev);
     free(t);

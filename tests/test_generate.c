@@ -20,7 +20,7 @@ static int llama; /* argv[1] "llama": and Llama's block, 8 heads reading a cache
 typedef struct model {
   mgt_grid *grid;
   mgt_backend *be;
-  mgt_comm comm;
+  mgt_comm *comm;
   mgt_gpt *m;
 } model;
 
@@ -51,12 +51,13 @@ static void model_create(model *x, MPI_Comm world, int tp) {
   T_OK(mgt_config_finalize(&c, size));
   T_OK(mgt_grid_create(world, tp, &x->grid));
   T_OK(mgt_backend_cpu_create(&x->be));
-  mgt_comm_mpi_init(&x->comm, x->grid, NULL);
-  T_OK(mgt_gpt_create(&c, x->grid, x->be, &x->comm, &x->m));
+  T_OK(mgt_comm_mpi_create(x->grid, NULL, &x->comm));
+  T_OK(mgt_gpt_create(&c, x->grid, x->be, x->comm, &x->m));
 }
 
 static void model_destroy(model *x) {
   mgt_gpt_destroy(&x->m);
+  mgt_comm_destroy(&x->comm);
   mgt_backend_destroy(&x->be);
   mgt_grid_destroy(&x->grid);
 }

@@ -590,12 +590,12 @@ int main(int argc, char **argv) {
   mgt_backend *be = NULL;
   T_OK(mgt_grid_create(MPI_COMM_WORLD, 1, &grid));
   T_OK(mgt_backend_cpu_create(&be));
-  mgt_comm comm;
-  mgt_comm_mpi_init(&comm, grid, NULL);
+  mgt_comm *comm = NULL;
+  T_OK(mgt_comm_mpi_create(grid, NULL, &comm));
   mgt_config c = tiny();
   T_OK(mgt_config_finalize(&c, 1));
   mgt_gpt *m = NULL;
-  T_OK(mgt_gpt_create(&c, grid, be, &comm, &m));
+  T_OK(mgt_gpt_create(&c, grid, be, comm, &m));
   test_gradient(m);
   test_accumulate(m);
   mgt_gpt_destroy(&m);
@@ -604,7 +604,7 @@ int main(int argc, char **argv) {
   mgt_config u = tiny();
   u.untie_embeddings_and_output_weights = 1;
   T_OK(mgt_config_finalize(&u, 1));
-  T_OK(mgt_gpt_create(&u, grid, be, &comm, &m));
+  T_OK(mgt_gpt_create(&u, grid, be, comm, &m));
   int np;
   const mgt_param *p = mgt_gpt_params(m, &np);
   int found = 0;
@@ -618,7 +618,7 @@ int main(int argc, char **argv) {
   mgt_config rc = tiny();
   rc.position_embedding_type = MGT_POS_ROPE, rc.rotary_base = 500000;
   T_OK(mgt_config_finalize(&rc, 1));
-  T_OK(mgt_gpt_create(&rc, grid, be, &comm, &m));
+  T_OK(mgt_gpt_create(&rc, grid, be, comm, &m));
   p = mgt_gpt_params(m, &np);
   found = 0;
   for (int i = 0; i < np; i++)
@@ -627,22 +627,22 @@ int main(int argc, char **argv) {
   test_gradient(m);
   mgt_gpt_destroy(&m);
   rc.attention_backend = MGT_ATTN_FLASH;
-  T_OK(mgt_gpt_create(&rc, grid, be, &comm, &m));
+  T_OK(mgt_gpt_create(&rc, grid, be, comm, &m));
   test_gradient(m);
   mgt_gpt_destroy(&m);
   test_rope_frequencies();
-  test_llama(grid, be, &comm);
-  test_recompute(grid, be, &comm);
+  test_llama(grid, be, comm);
+  test_recompute(grid, be, comm);
   make_bert_rows();
-  test_logit_chunks(grid, be, &comm);
-  test_flash(grid, be, &comm);
+  test_logit_chunks(grid, be, comm);
+  test_flash(grid, be, comm);
   for (int post_ln = 0; post_ln < 2; post_ln++) {
-    test_bert(grid, be, &comm, post_ln, 1, 0);
-    test_bert(grid, be, &comm, post_ln, 1, 1);
+    test_bert(grid, be, comm, post_ln, 1, 0);
+    test_bert(grid, be, comm, post_ln, 1, 1);
   }
-  test_bert(grid, be, &comm, 0, 0, 0);
-  test_task(grid, be, &comm, MGT_TASK_MNLI);
-  test_task(grid, be, &comm, MGT_TASK_RACE);
+  test_bert(grid, be, comm, 0, 0, 0);
+  test_task(grid, be, comm, MGT_TASK_MNLI);
+  test_task(grid, be, comm, MGT_TASK_RACE);
   mgt_backend_destroy(&be);
   mgt_grid_destroy(&grid);
   MPI_Finalize();

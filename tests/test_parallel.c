@@ -96,12 +96,12 @@ static float *run(const mgt_grid *grid, int tp, int dist, int seqpar, double *lo
                   size_t *total) {
   mgt_backend *be = NULL;
   T_OK(mgt_backend_cpu_create(&be));
-  mgt_comm comm;
-  mgt_comm_mpi_init(&comm, grid, NULL);
+  mgt_comm *comm = NULL;
+  T_OK(mgt_comm_mpi_create(grid, NULL, &comm));
   mgt_config c = test_config(tp, dist, seqpar);
   T_OK(mgt_config_finalize(&c, grid->size));
   mgt_trainer *tr = NULL;
-  T_OK(mgt_trainer_create(&c, grid, be, &comm, NULL, &tr));
+  T_OK(mgt_trainer_create(&c, grid, be, comm, NULL, &tr));
   for (int i = 0; i < ITERS; i++) {
     mgt_step_stats s;
     T_OK(mgt_trainer_step(tr, &s));

@@ -192,9 +192,9 @@ int main(int argc, char **argv) {
   mgt_backend *be = NULL;
   T_OK(mgt_grid_create(MPI_COMM_WORLD, size, &grid));
   T_OK(mgt_backend_cpu_create(&be));
-  mgt_comm comm;
-  mgt_comm_mpi_init(&comm, grid, NULL);
-  tp.be = be, tp.comm = &comm, tp.grid = grid;
+  mgt_comm *comm = NULL;
+  T_OK(mgt_comm_mpi_create(grid, NULL, &comm));
+  tp.be = be, tp.comm = comm, tp.grid = grid;
   R = grid->tp_rank, P = grid->tp;
   test_column(7, 5, P); /* one output per rank */
   test_column(9, 6, 3 * P);

@@ -105,12 +105,12 @@ int main(int argc, char **argv) {
   mgt_backend *be = NULL;
   T_OK(mgt_grid_create(MPI_COMM_WORLD, 1, &grid));
   T_OK(mgt_backend_cpu_create(&be));
-  mgt_comm comm;
-  mgt_comm_mpi_init(&comm, grid, NULL);
+  mgt_comm *comm = NULL;
+  T_OK(mgt_comm_mpi_create(grid, NULL, &comm));
   const double floor = log(8.0) / 32.0;
 
   double losses[800];
-  double tail = train(grid, be, &comm, 800, losses, NULL);
+  double tail = train(grid, be, comm, 800, losses, NULL);
   printf(
       "correct attention: loss %.4f at 1, %.4f at 400, %.4f over the last 20 of 800 (floor %.4f)\n",
       losses[0], losses[399], tail, floor);
@@ -126,13 +126,13 @@ int main(int argc, char **argv) {
   broken.attention_forward = leak_forward;
   broken.attention_backward = leak_backward;
   shift_buf = malloc(sizeof(float) * 16 * 32 * 3 * 64);
-  double btail = train(grid, &broken, &comm, 800, NULL, NULL);
+  double btail = train(grid, &broken, comm, 800, NULL, NULL);
   printf("leaking attention: loss %.4f over the last 20 of 800\n", btail);
   T_CHECK(!(btail > 0.8 * floor && btail < 0.5),
           "a leaking attention passed the convergence checks (loss %.4f)", btail);
   free(shift_buf);
   attention = MGT_ATTN_FLASH; /* the tiles learn the same task, within the same bounds */
-  double ftail = train(grid, be, &comm, 800, NULL, NULL);
+  double ftail = train(grid, be, comm, 800, NULL, NULL);
   printf("flash attention: loss %.4f over the last 20 of 800\n", ftail);
   T_CHECK(ftail < 0.5 && ftail > 0.8 * floor, "flash attention: loss %.4f after 800 iterations",
           ftail);
@@ -141,13 +141,13 @@ int main(int argc, char **argv) {
   /* determinism */
   double l1[30], l2[30];
   float *p1 = NULL, *p2 = NULL;
-  train(grid, be, &comm, 30, l1, &p1);
-  train(grid, be, &comm, 30, l2, &p2);
+  train(grid, be, comm, 30, l1, &p1);
+  train(grid, be, comm, 30, l2, &p2);
   mgt_config c = test_config(30);
   T_OK(mgt_config_finalize(&c, 1));
   T_CHECK(memcmp(l1, l2, sizeof l1) == 0, "losses differ between two runs with the same seed");
   mgt_trainer *tr = NULL;
-  T_OK(mgt_trainer_create(&c, grid, be, &comm, NULL, &tr));
+  T_OK(mgt_trainer_create(&c, grid, be, comm, NULL, &tr));
   size_t n = mgt_gpt_param_count(mgt_trainer_model(tr));
   mgt_trainer_destroy(&tr);
   T_CHECK(memcmp(p1, p2, n * sizeof(float)) == 0, "parameters differ between two runs");

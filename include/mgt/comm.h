@@ -36,55 +36,84 @@ typedef struct mgt_comm_stats {
   uint64_t bytes[3];
 } mgt_comm_stats;
 
-/* The communication interface the model calls; backends provide it for host or device
-   buffers. All calls are collective over the communicator of `axis`. */
-typedef struct mgt_comm {
-  const mgt_grid *grid;
-  void *ctx;
-  /* In-place all-reduce of `n` floats. */
-  mgt_status (*allreduce)(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
-                          mgt_redop op);
-  /* In-place all-reduce of `n` host doubles (losses, norms). */
-  mgt_status (*allreduce_f64)(void *ctx, const mgt_grid *g, mgt_axis axis, double *buf, size_t n,
-                              mgt_redop op);
-  /* For each i, the largest val[i] over the group and its idx[i] (the lowest idx among equal
-     values); host arrays. */
-  mgt_status (*allreduce_maxloc)(void *ctx, const mgt_grid *g, mgt_axis axis, float *val,
-                                 int32_t *idx, size_t n);
-  /* Starts an in-place all-reduce; finish it with wait (or test until done). The buffer must
-     not be touched before then. */
-  mgt_status (*iallreduce)(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf, size_t n,
-                           mgt_redop op, mgt_comm_req *req);
-  /* Finishes a started collective. MPI: the host waits for it. Device buffers: work enqueued
-     on the backend's stream after the call is ordered after the collective, without the host
-     waiting (a host read through the backend synchronizes that stream). Not collective. */
-  mgt_status (*wait)(void *ctx, mgt_comm_req *req);
-  /* Lets a started collective progress; *done is set once it has finished (then it needs no
-     wait). Not collective. */
-  mgt_status (*test)(void *ctx, mgt_comm_req *req, int *done);
-  /* Every rank contributes `n` floats; `out` holds size*n floats in rank order. */
-  mgt_status (*allgather)(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in, float *out,
-                          size_t n);
-  mgt_status (*broadcast)(void *ctx, const mgt_grid *g, mgt_axis axis, void *buf, size_t bytes,
-                          int root);
-  /* The distributed optimizer's pair. counts[q] (q in rank order, summing to n) partitions n
-     floats into consecutive parts. reduce_scatter: every rank gives n floats in `in`; this rank
-     receives in `out` the sum over the group of its part. allgatherv: in place, each rank's
-     part of buf (at displs[rank], the sum of the counts before it) goes to every rank. With
-     req non-NULL either may be started only (counts and displs kept alive), finished by
-     wait/test. */
-  mgt_status (*reduce_scatter)(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in,
-                               float *out, const int *counts, mgt_comm_req *req);
-  mgt_status (*allgatherv)(void *ctx, const mgt_grid *g, mgt_axis axis, float *buf,
-                           const int *counts, const int *displs, mgt_comm_req *req);
-} mgt_comm;
+/* A communicator: the collectives on the grid's groups, for host buffers (MPI) or device
+   buffers (the CUDA backend's: NCCL, CUDA-aware or staged MPI). The table behind it is private
+   (src/mgt/comm_impl.h); callers use the checked wrappers below, which fail with "communicator
+   NAME lacks operation OP" where it has none. */
+typedef struct mgt_comm mgt_comm;
+
+/* The collectives, one list: X(name, NAME, (parameters after the axis), (their names)). From it
+   come the enum MGT_COMM_NAME, the private table's slots and the checked wrappers
+   mgt_comm_name(comm, axis, parameters), each collective over the group of `axis` of the
+   communicator's grid (src/parallel/comm.c). */
+#define MGT_COMM_OPERATIONS(X)                                                                     \
+  /* In-place all-reduce of `n` floats. */                                                         \
+  X(allreduce, ALLREDUCE, (float *buf, size_t n, mgt_redop op), (buf, n, op))                      \
+  /* In-place all-reduce of `n` host doubles (losses, norms). */                                   \
+  X(allreduce_f64, ALLREDUCE_F64, (double *buf, size_t n, mgt_redop op), (buf, n, op))             \
+  /* For each i, the largest val[i] over the group and its idx[i] (the lowest idx among equal      \
+     values); host arrays. */                                                                      \
+  X(allreduce_maxloc, ALLREDUCE_MAXLOC, (float *val, int32_t *idx, size_t n), (val, idx, n))       \
+  /* Starts an in-place all-reduce; finish it with mgt_comm_wait (or test until done). The         \
+     buffer must not be touched before then. */                                                    \
+  X(iallreduce, IALLREDUCE, (float *buf, size_t n, mgt_redop op, mgt_comm_req *req),               \
+    (buf, n, op, req))                                                                             \
+  /* Every rank contributes `n` floats; `out` holds size*n floats in rank order. */                \
+  X(allgather, ALLGATHER, (const float *in, float *out, size_t n), (in, out, n))                   \
+  X(broadcast, BROADCAST, (void *buf, size_t bytes, int root), (buf, bytes, root))                 \
+  /* The distributed optimizer's pair. counts[q] (q in rank order, summing to n) partitions n      \
+     floats into consecutive parts. reduce_scatter: every rank gives n floats in `in`; this rank   \
+     receives in `out` the sum over the group of its part. allgatherv: in place, each rank's part  \
+     of buf (at displs[rank], the sum of the counts before it) goes to every rank. With req        \
+     non-NULL either may be started only (counts and displs kept alive), finished by wait/test. */ \
+  X(reduce_scatter, REDUCE_SCATTER,                                                                \
+    (const float *in, float *out, const int *counts, mgt_comm_req *req), (in, out, counts, req))   \
+  X(allgatherv, ALLGATHERV, (float *buf, const int *counts, const int *displs, mgt_comm_req *req), \
+    (buf, counts, displs, req))                                                                    \
+  /* Each rank tells every rank of the group how many it will send it: send[q] to rank q, and      \
+     recv[q] the count rank q will send this one (host ints, size of the group each). */           \
+  X(exchange_counts, EXCHANGE_COUNTS, (const int *send, int *recv), (send, recv))                  \
+  /* All-to-all with counts per rank (MoE's dispatch and combine): send_counts[q] floats of `in`,  \
+     in rank order, go to rank q; recv_counts[q] floats from rank q land in `out`, in rank order.  \
+     in and out may not overlap. */                                                                \
+  X(alltoallv, ALLTOALLV,                                                                          \
+    (const float *in, const int *send_counts, float *out, const int *recv_counts),                 \
+    (in, send_counts, out, recv_counts))
+
+#define MGT_COMM_UNPACK(...) __VA_ARGS__
+#define MGT_COMM_ENUM(name, NAME, params, args) MGT_COMM_##NAME,
+typedef enum mgt_comm_op { MGT_COMM_OPERATIONS(MGT_COMM_ENUM) MGT_COMM_N_OPS } mgt_comm_op;
+#undef MGT_COMM_ENUM
+#define MGT_COMM_PROTOTYPE(name, NAME, params, args)                                               \
+  MGT_NODISCARD mgt_status mgt_comm_##name(const mgt_comm *comm, mgt_axis axis,                    \
+                                           MGT_COMM_UNPACK params);
+MGT_COMM_OPERATIONS(MGT_COMM_PROTOTYPE)
+#undef MGT_COMM_PROTOTYPE
+
+/* Finishes a started collective. MPI: the host waits for it. Device buffers: work enqueued on
+   the backend's stream after the call is ordered after the collective, without the host
+   waiting (a host read through the backend synchronizes that stream). Not collective. */
+MGT_NODISCARD mgt_status mgt_comm_wait(const mgt_comm *comm, mgt_comm_req *req);
+/* Lets a started collective progress; *done is set once it has finished (then it needs no
+   wait). Not collective. */
+MGT_NODISCARD mgt_status mgt_comm_test(const mgt_comm *comm, mgt_comm_req *req, int *done);
+/* Whether the communicator has the collective; its name ("alltoallv"), and the
+   communicator's ("mpi", "cuda"). */
+int mgt_comm_has(const mgt_comm *comm, mgt_comm_op op);
+const char *mgt_comm_op_name(mgt_comm_op op);
+const char *mgt_comm_name(const mgt_comm *comm);
+/* The grid whose groups the collectives run on. */
+const mgt_grid *mgt_comm_grid(const mgt_comm *comm);
+/* Frees a communicator (any kind); its collectives still in flight end first. NULL is fine. */
+void mgt_comm_destroy(mgt_comm **comm);
 
 /* The communicator of an axis and its size. */
 MPI_Comm mgt_grid_axis_comm(const mgt_grid *g, mgt_axis axis, int *size);
 
 /* The MPI implementation on host buffers. With `stats` non-NULL, time in collectives is
-   added there (the caller owns it and must keep it alive). */
-void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid, mgt_comm_stats *stats);
+   added there (the caller owns it and must keep it alive). Not collective. */
+MGT_NODISCARD mgt_status mgt_comm_mpi_create(const mgt_grid *grid, mgt_comm_stats *stats,
+                                             mgt_comm **out);
 
 /* Adds one collective that started at t0 (mgt_now) and moved `bytes` to stats (may be NULL):
    the one timing helper of every implementation. */
@@ -102,11 +131,9 @@ typedef enum mgt_dist_mode {
    staged). With NCCL and a data-parallel group, data-parallel collectives run on a
    communication stream of its own, so that started ones overlap the work on `stream`
    (src/parallel/comm_cuda.c). Collective over the grid's world. */
-MGT_NODISCARD mgt_status mgt_comm_cuda_create(mgt_comm *comm, const mgt_grid *grid, void *stream,
-                                              int use_nccl, mgt_comm_stats *stats,
-                                              mgt_dist_mode *mode);
-/* Waits for the collectives still in flight, then frees everything the communicator holds. */
-void mgt_comm_cuda_destroy(mgt_comm *comm);
+MGT_NODISCARD mgt_status mgt_comm_cuda_create(const mgt_grid *grid, void *stream, int use_nccl,
+                                              mgt_comm_stats *stats, mgt_dist_mode *mode,
+                                              mgt_comm **out);
 /* Whether MPI may be given device pointers: MPIX_Query_cuda_support() where Open MPI has
    it; MGT_CUDA_AWARE_MPI=0/1 in the environment overrides. */
 int mgt_mpi_cuda_aware(void);

@@ -65,7 +65,7 @@ mgt_status mgt_session_open_model(mgt_session *s, MPI_Comm world) {
   MGT_CHECK(mgt_grid_create(world, s->cfg.tensor_model_parallel_size, &s->grid));
   MGT_CHECK(mgt_device_open(&s->dev, s->cfg.device, -1, -1, MGT_PREC_FP32, s->grid, NULL));
   MGT_CHECK(
-      mgt_mpi_agree(world, mgt_gpt_create(&s->cfg, s->grid, s->dev.be, &s->dev.comm, &s->model)));
+      mgt_mpi_agree(world, mgt_gpt_create(&s->cfg, s->grid, s->dev.be, s->dev.comm, &s->model)));
   mgt_state list = {0};
   mgt_status st = mgt_mpi_agree(world, mgt_gpt_state(s->model, &list));
   if (st == MGT_OK) st = mgt_ckpt_load(s->path, world, &list, &s->state);

@@ -265,8 +265,8 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
       return refuse_memory(need, avail, rank, world);
     }
   }
-  st = task ? mgt_trainer_create_task(&cfg, grid, dev.be, &dev.comm, stdout, task, &tr)
-            : mgt_trainer_create(&cfg, grid, dev.be, &dev.comm, stdout, &tr);
+  st = task ? mgt_trainer_create_task(&cfg, grid, dev.be, dev.comm, stdout, task, &tr)
+            : mgt_trainer_create(&cfg, grid, dev.be, dev.comm, stdout, &tr);
   if (st != MGT_OK) {
     rc = mgt_cli_fail(st, rank, world, 1); /* creation failures are agreed */
   } else {

@@ -12,7 +12,7 @@ extern "C" {
 
 typedef struct mgt_device {
   mgt_backend *be;
-  mgt_comm comm;
+  mgt_comm *comm;
   int cuda;       /* the comm is the CUDA one */
   int gpu;        /* the GPU of this rank (cuda only) */
   char desc[256]; /* for the layout line: "cpu (BLAS: Haswell)", "cuda: H200 ..., NCCL" */

@@ -216,7 +216,7 @@ static mgt_status ln_backward(mgt_gpt *m, float *dx, float *dw, float *db, const
     MGT_CHECK(mgt_be_layernorm_backward(be, dx, gw, gb, dout, x, w, mean, rstd, d->Nl, C, a));
   if (!d->sp) return MGT_OK;
   const int n = rms ? 1 : 2; /* the weight's and the bias's sums */
-  MGT_CHECK(m->comm->allreduce(m->comm->ctx, m->grid, MGT_AXIS_TP, m->lng, (size_t)n * C, MGT_SUM));
+  MGT_CHECK(mgt_comm_allreduce(m->comm, MGT_AXIS_TP, m->lng, (size_t)n * C, MGT_SUM));
   for (int k = 0; k < n; k++) {
     float *dst = k ? db : dw;
     if (acc)

@@ -93,7 +93,7 @@ mgt_status gpt_gather_row(mgt_gpt *m, const float *row_local, float *host_shard,
                           float *logits) {
   const mgt_gpt_dims *d = &m->d;
   MGT_CHECK(mgt_be_download(m->be, host_shard, row_local, sizeof(float) * (size_t)d->Vl));
-  MGT_CHECK(m->comm->allgather(m->comm->ctx, m->grid, MGT_AXIS_TP, host_shard, all, (size_t)d->Vl));
+  MGT_CHECK(mgt_comm_allgather(m->comm, MGT_AXIS_TP, host_shard, all, (size_t)d->Vl));
   memcpy(logits, all, sizeof(float) * (size_t)d->V); /* shards in rank order; padding last */
   return MGT_OK;
 }
@@ -112,8 +112,7 @@ mgt_status mgt_gpt_forward_predict(mgt_gpt *m, const int32_t *tokens, float *los
   if (st == MGT_OK) st = mgt_be_download(m->be, losses, m->xent.losses, sizeof(float) * (size_t)N);
   for (int n = 0; st == MGT_OK && n < N; n++)
     if (pred[n] >= 0) pred[n] += d->v0;
-  if (st == MGT_OK)
-    st = m->comm->allreduce_maxloc(m->comm->ctx, m->grid, MGT_AXIS_TP, val, pred, (size_t)N);
+  if (st == MGT_OK) st = mgt_comm_allreduce_maxloc(m->comm, MGT_AXIS_TP, val, pred, (size_t)N);
   free(val);
   return st;
 }
@@ -150,8 +149,7 @@ mgt_status mgt_gpt_forward_backward(mgt_gpt *m, const int32_t *tokens, uint64_t 
   if (d->sp)
     MGT_CHECK(mgt_tp_sp_scatter(&m->tp, m->sp_loc, m->dtmp));
   else
-    MGT_CHECK(
-        m->comm->allreduce(m->comm->ctx, m->grid, MGT_AXIS_TP, m->dtmp, (size_t)N * C, MGT_SUM));
+    MGT_CHECK(mgt_comm_allreduce(m->comm, MGT_AXIS_TP, m->dtmp, (size_t)N * C, MGT_SUM));
   return gpt_trunk_backward(m, &s, accumulate, sync_dp && m->grid->dp > 1, 1);
 }
 

@@ -75,14 +75,14 @@ mgt_status mgt_optim_grad_norm(mgt_optim *o, double *norm) {
     size_t first, n;
     const float *g = mgt_gpt_grad_shard(o->model, &first, &n);
     if (o->nseg) MGT_CHECK(mgt_be_sumsq(o->be, g, o->segs, o->nseg, &ss));
-    MGT_CHECK(o->comm->allreduce_f64(o->comm->ctx, o->comm->grid, MGT_AXIS_WORLD, &ss, 1, MGT_SUM));
+    MGT_CHECK(mgt_comm_allreduce_f64(o->comm, MGT_AXIS_WORLD, &ss, 1, MGT_SUM));
     *norm = sqrt(ss);
     return MGT_OK;
   }
   int nseg;
   const mgt_segment *segs = mgt_gpt_segments(o->model, &nseg);
   MGT_CHECK(mgt_be_sumsq(o->be, mgt_gpt_grad_data(o->model), segs, nseg, &ss));
-  MGT_CHECK(o->comm->allreduce_f64(o->comm->ctx, o->comm->grid, MGT_AXIS_TP, &ss, 1, MGT_SUM));
+  MGT_CHECK(mgt_comm_allreduce_f64(o->comm, MGT_AXIS_TP, &ss, 1, MGT_SUM));
   *norm = sqrt(ss);
   return MGT_OK;
 }

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mgt/comm.h"
+#include "mgt/comm_impl.h"
 #include "mgt/log.h"
 #include "../../kernels/cuda/cuda_check.h" /* CU(): the backend's CUDA check, shared */
 #ifdef MGT_HAVE_NCCL
@@ -503,52 +503,93 @@ static mgt_status side_create(cuda_comm *c) {
 }
 #endif
 
-mgt_status mgt_comm_cuda_create(mgt_comm *comm, const mgt_grid *grid, void *stream_ptr,
-                                int use_nccl, mgt_comm_stats *stats, mgt_dist_mode *mode) {
-  memset(comm, 0, sizeof *comm);
-#ifndef MGT_HAVE_NCCL
-  MGT_REQUIRE(!use_nccl, "--distributed-backend nccl: this build has no NCCL (configure with "
-                         "-DMGT_NCCL=ON)");
-#endif
-  cudaStream_t stream = (cudaStream_t)stream_ptr;
-  MGT_REQUIRE(stream, "device collectives need the CUDA backend's stream");
-  cuda_comm *c = calloc(1, sizeof *c);
-  if (!c) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the communicator");
-  mgt_comm_mpi_init(&c->host, grid, stats);
-  c->stats = stats;
-  c->stream = stream;
-  c->mode = use_nccl ? MGT_DIST_NCCL
-                     : (mgt_mpi_cuda_aware() ? MGT_DIST_MPI_CUDA_AWARE : MGT_DIST_MPI_STAGED);
+static mgt_status cu_exchange_counts(void *ctx, const mgt_grid *g, mgt_axis axis, const int *send,
+                                     int *recv) {
+  cuda_comm *c = ctx; /* host ints */
+  return c->host.exchange_counts(c->host.ctx, g, axis, send, recv);
+}
+
+/* NCCL: a group of point-to-point sends and receives, one pair per peer with anything to move
+   (on the axis's stream, as every NCCL call of the communicator). MPI on device pointers, or
+   through the pinned stage. Finished at once on the host's side of the stream rule. */
+static mgt_status cu_alltoallv(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in,
+                               const int *send_counts, float *out, const int *recv_counts) {
+  cuda_comm *c = ctx;
+  int size;
+  MPI_Comm mc = mgt_grid_axis_comm(g, axis, &size);
+  if (!on_device(out) && !on_device(in))
+    return c->host.alltoallv(c->host.ctx, g, axis, in, send_counts, out, recv_counts);
+  int *sd = malloc(sizeof(int) * 2 * (size_t)size);
+  if (!sd) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for an all-to-all of %d ranks", size);
+  int *rd = sd + size;
+  size_t ns = 0, nr = 0;
+  for (int q = 0; q < size; q++)
+    sd[q] = (int)ns, ns += (size_t)send_counts[q], rd[q] = (int)nr, nr += (size_t)recv_counts[q];
   mgt_status st = MGT_OK;
+  const double t0 = mgt_now();
+  if (ns > INT_MAX || nr > INT_MAX) {
+    st = MGT_ERROR(MGT_ERR_INPUT, "all-to-all of %zu floats exceeds the count limit",
+                   ns > nr ? ns : nr);
+    goto done;
+  }
 #ifdef MGT_HAVE_NCCL
-  if (use_nccl) { /* no world communicator: see cuda_comm */
-    st = nccl_over(grid->tp_comm, "tensor-parallel", &c->nccl[MGT_AXIS_TP]);
-    /* every rank takes the next step or none: a failure in one tensor-parallel group must not
-       leave the other groups' ranks waiting for it in the data-parallel setup */
-    st = mgt_mpi_agree(grid->world, st);
-    if (st == MGT_OK) st = nccl_over(grid->dp_comm, "data-parallel", &c->nccl[MGT_AXIS_DP]);
-    if (st == MGT_OK && c->nccl[MGT_AXIS_DP]) st = side_create(c);
+  if (through_nccl(c, axis)) {
+    cudaStream_t s;
+    st = nccl_enter(c, axis, &s);
+    if (st != MGT_OK) goto done;
+    ncclResult_t r = ncclGroupStart();
+    for (int q = 0; q < size && r == ncclSuccess; q++) {
+      if (send_counts[q])
+        r = ncclSend(in + sd[q], (size_t)send_counts[q], ncclFloat, q, c->nccl[axis], s);
+      if (r == ncclSuccess && recv_counts[q])
+        r = ncclRecv(out + rd[q], (size_t)recv_counts[q], ncclFloat, q, c->nccl[axis], s);
+    }
+    const ncclResult_t e = ncclGroupEnd();
+    if (r == ncclSuccess) r = e;
+    if (r != ncclSuccess) {
+      st = MGT_ERROR(MGT_ERR_MPI, "NCCL all-to-all: %s", ncclGetErrorString(r));
+      goto done;
+    }
+    st = nccl_leave(c, s, NULL);
+    goto done;
   }
 #endif
-  comm->grid = grid;
-  comm->ctx = c;
-  comm->allreduce = cu_allreduce;
-  comm->allreduce_f64 = cu_allreduce_f64;
-  comm->allreduce_maxloc = cu_allreduce_maxloc;
-  comm->iallreduce = cu_iallreduce;
-  comm->wait = cu_wait;
-  comm->test = cu_test;
-  comm->allgather = cu_allgather;
-  comm->broadcast = cu_broadcast;
-  comm->reduce_scatter = cu_reduce_scatter;
-  comm->allgatherv = cu_allgatherv;
-  if (mode) *mode = c->mode;
-  if (st != MGT_OK) mgt_comm_cuda_destroy(comm);
+  if (cudaStreamSynchronize(c->stream) != cudaSuccess) {
+    st = MGT_ERROR(MGT_ERR_BACKEND, "CUDA: %s", cudaGetErrorString(cudaGetLastError()));
+    goto done;
+  }
+  if (c->mode == MGT_DIST_MPI_CUDA_AWARE) {
+    mgt_watch_begin("all-to-all", axis);
+    const int err =
+        MPI_Alltoallv(in, send_counts, sd, MPI_FLOAT, out, recv_counts, rd, MPI_FLOAT, mc);
+    mgt_watch_end();
+    st = mgt_mpi_status(err, __FILE__, __LINE__, __func__, "MPI_Alltoallv");
+  } else {
+    st = stage(c, ns + nr);
+    if (st != MGT_OK) goto done;
+    float *hin = c->stage, *hout = c->stage + ns;
+    if (ns && cudaMemcpy(hin, in, ns * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
+      st = MGT_ERROR(MGT_ERR_BACKEND, "CUDA: %s", cudaGetErrorString(cudaGetLastError()));
+      goto done;
+    }
+    mgt_watch_begin("all-to-all", axis);
+    const int err =
+        MPI_Alltoallv(hin, send_counts, sd, MPI_FLOAT, hout, recv_counts, rd, MPI_FLOAT, mc);
+    mgt_watch_end();
+    st = mgt_mpi_status(err, __FILE__, __LINE__, __func__, "MPI_Alltoallv");
+    if (st == MGT_OK && nr &&
+        cudaMemcpy(out, hout, nr * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
+      st = MGT_ERROR(MGT_ERR_BACKEND, "CUDA: %s", cudaGetErrorString(cudaGetLastError()));
+  }
+done:
+  if (st == MGT_OK) account(c, axis, t0, (ns + nr) * sizeof(float));
+  free(sd);
   return st;
 }
 
-void mgt_comm_cuda_destroy(mgt_comm *comm) {
-  cuda_comm *c = comm->ctx;
+/* Waits for the collectives still in flight, then frees everything the communicator holds. */
+static void cu_destroy(void *ctx) {
+  cuda_comm *c = ctx;
   if (!c) return;
 #ifdef MGT_HAVE_NCCL
   /* collectives still in flight (a step that failed before its waits) end before their
@@ -566,5 +607,53 @@ void mgt_comm_cuda_destroy(mgt_comm *comm) {
 #endif
   cudaFreeHost(c->stage);
   free(c);
-  comm->ctx = NULL;
+}
+
+mgt_status mgt_comm_cuda_create(const mgt_grid *grid, void *stream_ptr, int use_nccl,
+                                mgt_comm_stats *stats, mgt_dist_mode *mode, mgt_comm **out) {
+  *out = NULL;
+#ifndef MGT_HAVE_NCCL
+  MGT_REQUIRE(!use_nccl, "--distributed-backend nccl: this build has no NCCL (configure with "
+                         "-DMGT_NCCL=ON)");
+#endif
+  cudaStream_t stream = (cudaStream_t)stream_ptr;
+  MGT_REQUIRE(stream, "device collectives need the CUDA backend's stream");
+  mgt_comm *comm = calloc(1, sizeof *comm);
+  cuda_comm *c = comm ? calloc(1, sizeof *c) : NULL;
+  if (!c) {
+    free(comm);
+    MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the communicator");
+  }
+  mgt_comm_mpi_init(&c->host, grid, stats);
+  c->stats = stats;
+  c->stream = stream;
+  c->mode = use_nccl ? MGT_DIST_NCCL
+                     : (mgt_mpi_cuda_aware() ? MGT_DIST_MPI_CUDA_AWARE : MGT_DIST_MPI_STAGED);
+  mgt_status st = MGT_OK;
+#ifdef MGT_HAVE_NCCL
+  if (use_nccl) { /* no world communicator: see cuda_comm */
+    st = nccl_over(grid->tp_comm, "tensor-parallel", &c->nccl[MGT_AXIS_TP]);
+    /* every rank takes the next step or none: a failure in one tensor-parallel group must not
+       leave the other groups' ranks waiting for it in the data-parallel setup */
+    st = mgt_mpi_agree(grid->world, st);
+    if (st == MGT_OK) st = nccl_over(grid->dp_comm, "data-parallel", &c->nccl[MGT_AXIS_DP]);
+    if (st == MGT_OK && c->nccl[MGT_AXIS_DP]) st = side_create(c);
+  }
+#endif
+  comm->name = "cuda";
+  comm->grid = grid;
+  comm->ctx = c;
+  comm->wait = cu_wait;
+  comm->test = cu_test;
+  comm->destroy = cu_destroy;
+#define MGT_COMM_PREFIXED(name) cu_##name
+  MGT_COMM_OPERATIONS(MGT_COMM_FILL_SLOT)
+#undef MGT_COMM_PREFIXED
+  if (mode) *mode = c->mode;
+  if (st != MGT_OK) {
+    mgt_comm_destroy(&comm);
+    return st;
+  }
+  *out = comm;
+  return MGT_OK;
 }

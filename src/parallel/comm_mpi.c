@@ -1,5 +1,5 @@
 /* The communication interface over MPI on host buffers. */
-#include "mgt/comm.h"
+#include "mgt/comm_impl.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -176,17 +176,66 @@ static mgt_status mpi_allgatherv(void *ctx, const mgt_grid *g, mgt_axis axis, fl
   return MGT_OK;
 }
 
+static mgt_status mpi_exchange_counts(void *ctx, const mgt_grid *g, mgt_axis axis, const int *send,
+                                      int *recv) {
+  (void)ctx;
+  int size;
+  MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
+  if (size == 1) {
+    recv[0] = send[0];
+    return MGT_OK;
+  }
+  MGT_MPI_WATCHED("all-to-all", axis, MPI_Alltoall(send, 1, MPI_INT, recv, 1, MPI_INT, c));
+  return MGT_OK;
+}
+
+/* The displacements of counts (its prefix sums) into displs (size ints), and their total. */
+static size_t displacements(const int *counts, int size, int *displs) {
+  size_t at = 0;
+  for (int q = 0; q < size; q++)
+    displs[q] = (int)at, at += (size_t)counts[q];
+  return at;
+}
+
+static mgt_status mpi_alltoallv(void *ctx, const mgt_grid *g, mgt_axis axis, const float *in,
+                                const int *send_counts, float *out, const int *recv_counts) {
+  int size;
+  MPI_Comm c = mgt_grid_axis_comm(g, axis, &size);
+  int *sd = malloc(sizeof(int) * 2 * (size_t)size);
+  if (!sd) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for an all-to-all of %d ranks", size);
+  int *rd = sd + size;
+  const size_t ns = displacements(send_counts, size, sd), nr = displacements(recv_counts, size, rd);
+  mgt_status st = MGT_OK;
+  if (ns > INT_MAX || nr > INT_MAX) {
+    st = MGT_ERROR(MGT_ERR_INPUT, "all-to-all of %zu floats exceeds MPI's count limit",
+                   ns > nr ? ns : nr);
+  } else if (size == 1) {
+    if (send_counts[0] != recv_counts[0])
+      st = MGT_ERROR(MGT_ERR_INTERNAL, "all-to-all with oneself: %d floats sent, %d received",
+                     send_counts[0], recv_counts[0]);
+    else if (ns)
+      memcpy(out, in, ns * sizeof(float));
+  } else {
+    const double t0 = mgt_now();
+    mgt_watch_begin("all-to-all", axis);
+    const int err =
+        MPI_Alltoallv(in, send_counts, sd, MPI_FLOAT, out, recv_counts, rd, MPI_FLOAT, c);
+    mgt_watch_end();
+    st = mgt_mpi_status(err, __FILE__, __LINE__, __func__, "MPI_Alltoallv");
+    account(ctx, axis, t0, (ns + nr) * sizeof(float));
+  }
+  free(sd);
+  return st;
+}
+
 void mgt_comm_mpi_init(mgt_comm *comm, const mgt_grid *grid, mgt_comm_stats *stats) {
+  memset(comm, 0, sizeof *comm);
+  comm->name = "mpi";
   comm->grid = grid;
   comm->ctx = stats;
-  comm->allreduce = mpi_allreduce;
-  comm->allreduce_f64 = mpi_allreduce_f64;
-  comm->allreduce_maxloc = mpi_allreduce_maxloc;
-  comm->iallreduce = mpi_iallreduce;
   comm->wait = mpi_wait;
   comm->test = mpi_test;
-  comm->allgather = mpi_allgather;
-  comm->broadcast = mpi_broadcast;
-  comm->reduce_scatter = mpi_reduce_scatter;
-  comm->allgatherv = mpi_allgatherv;
+#define MGT_COMM_PREFIXED(name) mpi_##name
+  MGT_COMM_OPERATIONS(MGT_COMM_FILL_SLOT)
+#undef MGT_COMM_PREFIXED
 }

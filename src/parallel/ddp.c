@@ -120,7 +120,7 @@ void mgt_ddp_destroy(mgt_ddp **ptr) {
   if (!d) return;
   (void)!mgt_ddp_params_ready(d, -1);            /* no all-gather left writing into freed memory */
   for (int p = d->n_done; p < d->n_started; p++) /* nor a gradient reduction (a failed step) */
-    (void)d->comm->wait(d->comm->ctx, &d->reqs[p]);
+    (void)!mgt_comm_wait(d->comm, &d->reqs[p]);
   if (d->gshard && d->gshard != d->g) {
     (void)!mgt_be_sync(d->be);
     mgt_be_free(d->be, d->gshard);
@@ -146,13 +146,13 @@ mgt_status mgt_ddp_params_ready(mgt_ddp *d, int b) {
   for (int k = 0; k < d->n_buckets; k++) {
     if (!d->gathering[k] || (b >= 0 && k != b)) continue;
     for (int p = d->bucket_first[k]; p < d->bucket_first[k + 1]; p++)
-      MGT_CHECK(d->comm->wait(d->comm->ctx, &d->greqs[p]));
+      MGT_CHECK(mgt_comm_wait(d->comm, &d->greqs[p]));
     d->gathering[k] = 0;
   }
   for (int k = 0; b >= 0 && k < d->n_buckets; k++)
     if (d->gathering[k]) {
       int done = 0;
-      MGT_CHECK(d->comm->test(d->comm->ctx, &d->greqs[d->bucket_first[k]], &done));
+      MGT_CHECK(mgt_comm_test(d->comm, &d->greqs[d->bucket_first[k]], &done));
     }
   return MGT_OK;
 }
@@ -180,17 +180,16 @@ mgt_status mgt_ddp_start_bucket(mgt_ddp *d, int b) {
     if (d->piece_counts) { /* distributed optimizer: only the owned part is summed here */
       const size_t lo = d->shard[d->grid->dp_rank], hi = d->shard[d->grid->dp_rank + 1],
                    at = d->piece_off[p] < lo ? lo : (d->piece_off[p] > hi ? hi : d->piece_off[p]);
-      MGT_CHECK(d->comm->reduce_scatter(
-          d->comm->ctx, d->grid, MGT_AXIS_DP, buf, d->gshard + (at - lo),
-          d->piece_counts + (size_t)p * d->grid->dp, overlap ? &d->reqs[p] : NULL));
+      MGT_CHECK(mgt_comm_reduce_scatter(d->comm, MGT_AXIS_DP, buf, d->gshard + (at - lo),
+                                        d->piece_counts + (size_t)p * d->grid->dp,
+                                        overlap ? &d->reqs[p] : NULL));
       continue;
     }
     if (overlap)
-      MGT_CHECK(d->comm->iallreduce(d->comm->ctx, d->grid, MGT_AXIS_DP, buf, d->piece_n[p], MGT_SUM,
-                                    &d->reqs[p]));
-    else
       MGT_CHECK(
-          d->comm->allreduce(d->comm->ctx, d->grid, MGT_AXIS_DP, buf, d->piece_n[p], MGT_SUM));
+          mgt_comm_iallreduce(d->comm, MGT_AXIS_DP, buf, d->piece_n[p], MGT_SUM, &d->reqs[p]));
+    else
+      MGT_CHECK(mgt_comm_allreduce(d->comm, MGT_AXIS_DP, buf, d->piece_n[p], MGT_SUM));
   }
   if (!overlap) d->n_done = d->n_started;
   return MGT_OK;
@@ -199,7 +198,7 @@ mgt_status mgt_ddp_start_bucket(mgt_ddp *d, int b) {
 mgt_status mgt_ddp_progress(mgt_ddp *d) {
   while (d->n_done < d->n_started) {
     int done = 0;
-    MGT_CHECK(d->comm->test(d->comm->ctx, &d->reqs[d->n_done], &done));
+    MGT_CHECK(mgt_comm_test(d->comm, &d->reqs[d->n_done], &done));
     if (!done) break;
     d->n_done++;
   }
@@ -208,7 +207,7 @@ mgt_status mgt_ddp_progress(mgt_ddp *d) {
 
 mgt_status mgt_ddp_finish(mgt_ddp *d) {
   for (; d->n_done < d->n_started; d->n_done++)
-    MGT_CHECK(d->comm->wait(d->comm->ctx, &d->reqs[d->n_done]));
+    MGT_CHECK(mgt_comm_wait(d->comm, &d->reqs[d->n_done]));
   return MGT_OK;
 }
 
@@ -229,10 +228,9 @@ mgt_status mgt_ddp_gather_params(mgt_ddp *d) {
   for (int k = 0; k < d->n_buckets; k++) {
     const int b = d->n_buckets - 1 - k;
     for (int p = d->bucket_first[b]; p < d->bucket_first[b + 1]; p++)
-      MGT_CHECK(d->comm->allgatherv(d->comm->ctx, d->grid, MGT_AXIS_DP, d->w + d->piece_off[p],
-                                    d->piece_counts + (size_t)p * d->grid->dp,
-                                    d->piece_displs + (size_t)p * d->grid->dp,
-                                    overlap ? &d->greqs[p] : NULL));
+      MGT_CHECK(mgt_comm_allgatherv(
+          d->comm, MGT_AXIS_DP, d->w + d->piece_off[p], d->piece_counts + (size_t)p * d->grid->dp,
+          d->piece_displs + (size_t)p * d->grid->dp, overlap ? &d->greqs[p] : NULL));
     d->gathering[b] = (char)overlap;
   }
   mgt_ddp_weights_changed(d);

@@ -32,7 +32,11 @@ mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend, int cpu_
   if (device == MGT_DEVICE_CPU) {
     st = mgt_mpi_agree(grid->world, mgt_backend_cpu_create(&d->be));
     if (st != MGT_OK) return st;
-    mgt_comm_mpi_init(&d->comm, grid, stats);
+    st = mgt_comm_mpi_create(grid, stats, &d->comm);
+    if (st != MGT_OK) {
+      mgt_backend_destroy(&d->be);
+      return st;
+    }
     snprintf(d->desc, sizeof d->desc, "cpu (BLAS: %s)", mgt_cpu_blas_name());
   } else {
 #ifdef MGT_HAVE_CUDA
@@ -48,9 +52,8 @@ mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend, int cpu_
     st = mgt_mpi_agree(grid->world, mgt_backend_cuda_create(d->gpu, &d->be));
     if (st != MGT_OK) return st;
     mgt_dist_mode mode = MGT_DIST_MPI_STAGED;
-    st = mgt_mpi_agree(grid->world,
-                       mgt_comm_cuda_create(&d->comm, grid, mgt_backend_cuda_stream(d->be),
-                                            use_nccl, stats, &mode));
+    st = mgt_mpi_agree(grid->world, mgt_comm_cuda_create(grid, mgt_backend_cuda_stream(d->be),
+                                                         use_nccl, stats, &mode, &d->comm));
     if (st != MGT_OK) {
       mgt_backend_destroy(&d->be);
       return st;
@@ -76,9 +79,7 @@ mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend, int cpu_
 }
 
 void mgt_device_close(mgt_device *d) {
-#ifdef MGT_HAVE_CUDA
-  if (d->cuda) mgt_comm_cuda_destroy(&d->comm);
-#endif
+  mgt_comm_destroy(&d->comm);
   mgt_backend_destroy(&d->be);
   d->cuda = 0;
 }

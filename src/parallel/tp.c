@@ -1,7 +1,7 @@
 #include "mgt/tp.h"
 
 static mgt_status allreduce(const mgt_tp *tp, float *buf, size_t n, mgt_redop op) {
-  return tp->comm->allreduce(tp->comm->ctx, tp->grid, MGT_AXIS_TP, buf, n, op);
+  return mgt_comm_allreduce(tp->comm, MGT_AXIS_TP, buf, n, op);
 }
 
 mgt_status mgt_tp_column_forward(const mgt_tp *tp, float *y, const float *x, const float *W,
@@ -67,13 +67,12 @@ mgt_status mgt_tp_embedding_forward(const mgt_tp *tp, float *out, const int32_t 
 }
 
 mgt_status mgt_tp_sp_gather(const mgt_tp *tp, float *full, const float *local) {
-  return tp->comm->allgather(tp->comm->ctx, tp->grid, MGT_AXIS_TP, local, full,
-                             (size_t)tp->sp_counts[tp->grid->tp_rank]);
+  return mgt_comm_allgather(tp->comm, MGT_AXIS_TP, local, full,
+                            (size_t)tp->sp_counts[tp->grid->tp_rank]);
 }
 
 mgt_status mgt_tp_sp_scatter(const mgt_tp *tp, float *local, const float *full) {
-  return tp->comm->reduce_scatter(tp->comm->ctx, tp->grid, MGT_AXIS_TP, full, local, tp->sp_counts,
-                                  NULL);
+  return mgt_comm_reduce_scatter(tp->comm, MGT_AXIS_TP, full, local, tp->sp_counts, NULL);
 }
 
 mgt_status mgt_tp_row_forward_sp(const mgt_tp *tp, float *y, float *full, const float *x,

@@ -473,7 +473,7 @@ static mgt_status train_batch(mgt_trainer *tr, double *loss, mgt_step_stats *sta
   MGT_CHECK(mgt_mpi_agree(g->world, st));
   double units[2] = {0, 0};
   mgt_gpt_loss_units(tr->model, tr->tokens, n_micro * B, units);
-  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, units, 2, MGT_SUM));
+  MGT_CHECK(mgt_comm_allreduce_f64(tr->comm, MGT_AXIS_DP, units, 2, MGT_SUM));
   mgt_timer_stop(&tr->timers[T_DATA]);
   const double ls = mgt_optim_loss_scale(tr->optim);
   double sums[3] = {0, 0, 0};
@@ -484,8 +484,8 @@ static mgt_status train_batch(mgt_trainer *tr, double *loss, mgt_step_stats *sta
                                   mb > 0, mb == n_micro - 1, sums));
     mgt_timer_stop(&tr->timers[T_FWDBWD]);
   }
-  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, sums,
-                                    mgt_gpt_head_sums(tr->model), MGT_SUM));
+  MGT_CHECK(
+      mgt_comm_allreduce_f64(tr->comm, MGT_AXIS_DP, sums, mgt_gpt_head_sums(tr->model), MGT_SUM));
   *loss = head_means(&tr->desc, sums, units, stats);
   return MGT_OK;
 }
@@ -556,7 +556,7 @@ mgt_status mgt_task_score_set(mgt_gpt *model, const mgt_config *cfg, const mgt_g
   mgt_free(rows);
   mgt_free(pred);
   MGT_CHECK(mgt_mpi_agree(grid->world, st));
-  MGT_CHECK(comm->allreduce_f64(comm->ctx, grid, MGT_AXIS_DP, sums, 5, MGT_SUM));
+  MGT_CHECK(mgt_comm_allreduce_f64(comm, MGT_AXIS_DP, sums, 5, MGT_SUM));
   out->examples = n;
   out->correct = (int64_t)sums[1];
   out->loss = sums[0] / (double)n;
@@ -596,7 +596,7 @@ mgt_status mgt_trainer_evaluate(mgt_trainer *tr, mgt_valid_stats *v) {
       MGT_CHECK(mgt_mpi_agree(g->world, tr->valid.get(tr->valid.ctx, first, B, T, tr->tokens)));
       MGT_CHECK(mgt_gpt_eval_micro(tr->model, tr->tokens, sum, sum + 3));
     }
-  MGT_CHECK(tr->comm->allreduce_f64(tr->comm->ctx, g, MGT_AXIS_DP, sum, 5, MGT_SUM));
+  MGT_CHECK(mgt_comm_allreduce_f64(tr->comm, MGT_AXIS_DP, sum, 5, MGT_SUM));
   mgt_step_stats s = {0};
   v->loss = head_means(&tr->desc, sum, sum + 3, &s);
   v->lm_loss = s.lm_loss, v->sop_loss = s.sop_loss, v->sop_accuracy = s.sop_accuracy;
