@@ -27,8 +27,9 @@ declare -A layer=(
   [unicode_tables.h]=text
   [dataset.h]=data [dataset_impl.h]=data [tasks.h]=data [mmidx.h]=data [bert_data.h]=data [sentences.h]=data
   [train.h]=train [data_mock.h]=train [report.h]=train
+  [session.h]=infer [sample.h]=infer [engine.h]=infer
   [cli.h]=cmd [eval.h]=cmd [generate.h]=cmd [hf.h]=cmd [hf_impl.h]=cmd [plan.h]=cmd [plot.h]=cmd [plot_impl.h]=cmd
-  [session.h]=cmd [tokenize.h]=cmd [serve.h]=cmd
+  [tokenize.h]=cmd [serve.h]=cmd
 )
 # what each layer may include, and the layer of each source folder
 declare -A allowed=(
@@ -42,10 +43,12 @@ declare -A allowed=(
   [text]="common formats base text"
   [data]="common formats base text data"
   [train]="common formats base kernels parallel model tensors text data train"
-  [cmd]="common formats base kernels parallel model tensors text data train cmd"
+  [infer]="common formats base kernels parallel model tensors text data train infer"
+  [cmd]="common formats base kernels parallel model tensors text data train infer cmd"
 )
 declare -A folder=(
-  [src/base]=base [src/parallel]=parallel [src/model]=model [src/train]=train [src/cmd]=cmd
+  [src/base]=base [src/parallel]=parallel [src/model]=model [src/train]=train [src/infer]=infer
+  [src/cmd]=cmd
   [io/formats]=formats [io/tensors]=tensors [io/text]=text [io/data]=data [kernels]=kernels
   [kernels/cpu]=kernels [kernels/cuda]=kernels
 )

@@ -7,6 +7,7 @@
 
 #include "mgt/eval.h"
 #include "mgt/generate.h"
+#include "mgt/sample.h"
 #include "mgt/tokenizer.h"
 #include "testutil.h"
 

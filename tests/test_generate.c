@@ -9,6 +9,7 @@
 
 #include "mgt/backend.h"
 #include "mgt/generate.h"
+#include "mgt/sample.h"
 #include "mgt/gpt.h"
 #include "mgt/grid.h"
 #include "testutil.h"

@@ -141,21 +141,6 @@ mgt_status mgt_read_ids(const char *path, int vocab, int32_t **out, size_t *n) {
   return MGT_OK;
 }
 
-mgt_status mgt_open_tokenizer(int type, const char *vocab_file, const char *merge_file,
-                              const mgt_config *ck, mgt_tokenizer **tok) {
-  if (type < 0) type = ck->tokenizer_type;
-  const char *v = vocab_file[0] ? vocab_file : ck->vocab_file;
-  const char *m = merge_file[0] ? merge_file : ck->merge_file;
-  MGT_CHECK(mgt_tok_open(type, v, m, tok));
-  if (mgt_tok_vocab_size(*tok) > ck->vocab_size) {
-    int n = mgt_tok_vocab_size(*tok);
-    mgt_tok_destroy(tok);
-    MGT_FAIL(MGT_ERR_INPUT, "the tokenizer has %d ids but the model's vocabulary only %d", n,
-             ck->vocab_size);
-  }
-  return MGT_OK;
-}
-
 /* One LAMBADA example: context ids and the ids of the last word. */
 typedef struct example {
   int32_t *ids;

@@ -93,7 +93,8 @@ static const char *unknown_field(const mgt_json *obj, const char *const *known) 
 }
 
 /* A job of the given prompts (token ids), each `copies` times. */
-static srv_job *job_new(int api, const srv_params *p, mgt_ids *prompts, int np, int copies) {
+static srv_job *job_new(const srv *s, int api, const srv_params *p, mgt_ids *prompts, int np,
+                        int copies) {
   srv_job *j = calloc(1, sizeof *j);
   if (!j) return NULL;
   j->api = api, j->p = *p, j->nseq = np * copies;
@@ -108,19 +109,20 @@ static srv_job *job_new(int api, const srv_params *p, mgt_ids *prompts, int np, 
   for (int i = 0; ok && i < j->nseq; i++) {
     srv_seq *q = &j->seq[i];
     const mgt_ids *pr = &prompts[i / copies];
-    const size_t cap = pr->n + 1;
     q->job = j, q->index = i, q->n = q->n_prompt = (int)pr->n;
-    q->ids = malloc(sizeof(int32_t) * cap), q->lp = calloc(cap, sizeof(float));
-    q->top_id = calloc(cap * SRV_MAX_TOP, sizeof(int32_t));
-    q->top_lp = calloc(cap * SRV_MAX_TOP, sizeof(float));
-    ok = q->ids && q->lp && q->top_id && q->top_lp;
+    ok = srv_seq_room(q, (int)pr->n + 1) == MGT_OK;
     if (ok) memcpy(q->ids, pr->ids, sizeof(int32_t) * pr->n);
+    for (int t = 0; ok && t < q->n; t++) /* the prompt's text, token by token */
+      ok = srv_seq_text_push(s, q, t) == MGT_OK;
     /* sequence 0 draws as mgt generate --seed does; the others from their own streams */
     q->stream = mgt_rng_data_stream(0x300u + (uint32_t)i);
   }
   if (!ok) {
-    for (int i = 0; j->seq && i < j->nseq; i++)
-      free(j->seq[i].ids), free(j->seq[i].lp), free(j->seq[i].top_id), free(j->seq[i].top_lp);
+    mgt_error_clear();
+    for (int i = 0; j->seq && i < j->nseq; i++) {
+      srv_seq *q = &j->seq[i];
+      free(q->ids), free(q->lp), free(q->top_id), free(q->top_lp), free(q->text), free(q->off);
+    }
     free(j->seq);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -224,18 +226,6 @@ static int run_job(srv *s, srv_reply *r, srv_job *job) {
     return 0;
   }
   return 1;
-}
-
-/* The text of ids[from..to) of q (malloc'd into *t, *n bytes). */
-static int seq_text(srv *s, const srv_seq *q, int from, int to, char **t, size_t *n) {
-  size_t cap = 0;
-  *t = NULL, *n = 0;
-  if (srv_detok(s, q->ids + from, to - from, t, n, &cap) != MGT_OK) {
-    mgt_error_clear();
-    return 0;
-  }
-  if (!*t) *t = calloc(1, 1);
-  return *t != NULL;
 }
 
 /* The bytes of the generated text a client sees: cut before a stop string. */
@@ -345,7 +335,7 @@ static void megatron(srv *s, const mgt_json *req, srv_reply *r) {
   for (int i = 0; i < np; i++)
     text[i] = pr->items[i].str, len[i] = pr->items[i].len;
   if (!tokenize(s, r, api, text, len, np, &p, ids)) goto done;
-  job = job_new(api, &p, ids, np, 1);
+  job = job_new(s, api, &p, ids, np, 1);
   if (!job) {
     srv_error(r, api, 500, "out of memory");
     goto done;
@@ -356,8 +346,7 @@ static void megatron(srv *s, const mgt_json *req, srv_reply *r) {
   out o;
   if (!out_open(&o)) {
     srv_error(r, api, 500, "out of memory");
-  } else {
-    pthread_mutex_lock(&s->mu);
+  } else { /* the engine is done with the job: read without the lock */
     const char *keys[] = {"text", "segments", "tokens", "logprobs"};
     fputc('{', o.f);
     for (int k = 0; k < (p.logprobs ? 4 : 3); k++) {
@@ -365,21 +354,18 @@ static void megatron(srv *s, const mgt_json *req, srv_reply *r) {
       for (int i = 0; i < job->nseq; i++) {
         const srv_seq *q = &job->seq[i];
         fputs(i ? ", " : "", o.f);
+        size_t n;
         if (k == 0) {
-          char *t;
-          size_t n;
-          if (seq_text(s, q, 0, q->n, &t, &n)) mgt_json_write_bytes(o.f, t, n);
-          free(t);
+          const char *t = srv_seq_text(q, 0, q->n, &n);
+          mgt_json_write_bytes(o.f, t, n);
           continue;
         }
         fputc('[', o.f);
         for (int t = k == 3 ? 1 : 0; t < q->n; t++) {
           fputs(t > (k == 3 ? 1 : 0) ? ", " : "", o.f);
           if (k == 1) {
-            char *w;
-            size_t n;
-            if (seq_text(s, q, t, t + 1, &w, &n)) mgt_json_write_bytes(o.f, w, n);
-            free(w);
+            const char *w = srv_seq_text(q, t, t + 1, &n);
+            mgt_json_write_bytes(o.f, w, n);
           } else if (k == 2) {
             fprintf(o.f, "%d", q->ids[t]);
           } else {
@@ -391,6 +377,7 @@ static void megatron(srv *s, const mgt_json *req, srv_reply *r) {
       fputc(']', o.f);
     }
     fputs("}\n", o.f);
+    pthread_mutex_lock(&s->mu);
     s->served++;
     srv_release(s, job);
     pthread_mutex_unlock(&s->mu);
@@ -412,7 +399,7 @@ done:
 
 /* The logprobs object of tokens [from, to) of q, whose text starts at byte `offset` of the
    answer: tokens, token_logprobs, top_logprobs (k alternatives) and text_offset. */
-static void openai_logprobs(srv *s, FILE *f, const srv_seq *q, int from, int to, int k,
+static void openai_logprobs(const srv *s, FILE *f, const srv_seq *q, int from, int to, int k,
                             size_t offset) {
   const char *keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
   fputc('{', f);
@@ -420,12 +407,11 @@ static void openai_logprobs(srv *s, FILE *f, const srv_seq *q, int from, int to,
     fprintf(f, "%s\"%s\": [", key ? ", " : "", keys[key]);
     size_t at = offset;
     for (int t = from; t < to; t++) {
-      char *w = NULL;
-      size_t n = 0;
-      if (!seq_text(s, q, t, t + 1, &w, &n)) n = 0;
+      size_t n;
+      const char *w = srv_seq_text(q, t, t + 1, &n);
       fputs(t > from ? ", " : "", f);
       if (key == 0) {
-        mgt_json_write_bytes(f, w ? w : "", n);
+        mgt_json_write_bytes(f, w, n);
       } else if (key == 1) {
         if (t == 0)
           fputs("null", f); /* nothing before the first token */
@@ -437,14 +423,13 @@ static void openai_logprobs(srv *s, FILE *f, const srv_seq *q, int from, int to,
         } else {
           fputc('{', f);
           for (int j = 0; j < k; j++) {
-            char *a = NULL;
-            size_t an = 0, cap = 0;
+            const char *a = "";
+            size_t an = 0;
             const int32_t id = q->top_id[(size_t)t * SRV_MAX_TOP + j];
-            if (srv_detok(s, &id, 1, &a, &an, &cap) != MGT_OK) mgt_error_clear(), an = 0;
+            if (mgt_tok_piece(s->tok, id, &a, &an) != MGT_OK) mgt_error_clear(), a = "", an = 0;
             fputs(j ? ", " : "", f);
-            mgt_json_write_bytes(f, a ? a : "", an);
+            mgt_json_write_bytes(f, a, an);
             fprintf(f, ": %.9g", (double)q->top_lp[(size_t)t * SRV_MAX_TOP + j]);
-            free(a);
           }
           fputc('}', f);
         }
@@ -452,66 +437,37 @@ static void openai_logprobs(srv *s, FILE *f, const srv_seq *q, int from, int to,
         fprintf(f, "%zu", at);
       }
       at += n;
-      free(w);
     }
     fputc(']', f);
   }
   fputc('}', f);
 }
 
-/* The tokens of q a client sees: those whose text starts before a stop string's cut. */
-static int visible_tokens(srv *s, const srv_seq *q, size_t *gen_bytes) {
-  char *t;
-  size_t n;
-  int last = q->n;
-  *gen_bytes = 0;
-  if (!seq_text(s, q, q->n_prompt, q->n, &t, &n)) return q->n;
-  *gen_bytes = gen_len(q, n);
-  free(t);
-  if (q->cut) {
-    size_t at = 0;
-    for (int i = q->n_prompt; i < q->n; i++) {
-      char *w;
-      size_t wn;
-      if (!seq_text(s, q, i, i + 1, &w, &wn)) break;
-      free(w);
-      if (at >= *gen_bytes) {
-        last = i;
-        break;
-      }
-      at += wn;
-    }
-  }
-  return last;
+/* The tokens of q a client sees: those whose text starts before a stop string's cut; and the
+   bytes of its generated text the client sees. */
+static int visible_tokens(const srv_seq *q, size_t *gen_bytes) {
+  const size_t gen0 = q->off[q->n_prompt];
+  *gen_bytes = gen_len(q, q->off[q->n] - gen0);
+  for (int i = q->n_prompt; q->cut && i < q->n; i++)
+    if (q->off[i] - gen0 >= *gen_bytes) return i;
+  return q->n;
 }
 
-static void completion_choice(srv *s, FILE *f, const srv_seq *q) {
+static void completion_choice(const srv *s, FILE *f, const srv_seq *q) {
   const srv_params *p = &q->job->p;
-  char *pt = NULL, *gt = NULL;
-  size_t pn = 0, gn = 0, vis;
-  seq_text(s, q, 0, q->n_prompt, &pt, &pn);
-  const int last = visible_tokens(s, q, &vis);
-  seq_text(s, q, q->n_prompt, q->n, &gt, &gn);
+  size_t pn, vis;
+  srv_seq_text(q, 0, q->n_prompt, &pn);
+  const int last = visible_tokens(q, &vis);
   fprintf(f, "{\"text\": ");
-  if (p->echo) { /* prompt and continuation as one text */
-    char *both = malloc(pn + vis + 1);
-    if (both) {
-      memcpy(both, pt ? pt : "", pn), memcpy(both + pn, gt ? gt : "", vis);
-      mgt_json_write_bytes(f, both, pn + vis);
-      free(both);
-    } else {
-      fputs("\"\"", f);
-    }
-  } else {
-    mgt_json_write_bytes(f, gt ? gt : "", vis);
-  }
+  size_t n; /* the prompt and the continuation are one text: echo takes both */
+  const char *t = srv_seq_text(q, p->echo ? 0 : q->n_prompt, q->n, &n);
+  mgt_json_write_bytes(f, t, (p->echo ? pn : 0) + vis);
   fprintf(f, ", \"index\": %d, \"logprobs\": ", q->index);
   if (p->logprobs < 0)
     fputs("null", f);
   else
     openai_logprobs(s, f, q, p->echo ? 0 : q->n_prompt, last, p->logprobs, p->echo ? 0 : pn);
   fprintf(f, ", \"finish_reason\": \"%s\"}", q->state == SRV_LENGTH ? "length" : "stop");
-  free(pt), free(gt);
 }
 
 static void completions(srv *s, const mgt_json *req, srv_reply *r) {
@@ -676,7 +632,7 @@ static void completions(srv *s, const mgt_json *req, srv_reply *r) {
     }
     if (!tokenize(s, r, api, text, len, np, &p, ids)) goto done;
   }
-  job = job_new(api, &p, ids, np, p.n);
+  job = job_new(s, api, &p, ids, np, p.n);
   if (!job) {
     srv_error(r, api, 500, "out of memory");
     goto done;
@@ -691,7 +647,7 @@ static void completions(srv *s, const mgt_json *req, srv_reply *r) {
     pthread_mutex_unlock(&s->mu);
     goto done;
   }
-  pthread_mutex_lock(&s->mu);
+  /* the engine is done with the job: read without the lock */
   fprintf(o.f, "{\"id\": \"%s\", \"object\": \"text_completion\", \"created\": %lld, \"model\": ",
           job->id, job->created);
   mgt_json_write_bytes(o.f, s->model_name, strlen(s->model_name));
@@ -708,6 +664,7 @@ static void completions(srv *s, const mgt_json *req, srv_reply *r) {
           "], \"usage\": {\"prompt_tokens\": %lld, \"completion_tokens\": %lld, \"total_tokens\": "
           "%lld}}\n",
           prompt_tokens, completion_tokens, prompt_tokens + completion_tokens);
+  pthread_mutex_lock(&s->mu);
   s->served++;
   srv_release(s, job);
   pthread_mutex_unlock(&s->mu);
@@ -741,49 +698,46 @@ char *srv_stream_next(srv *s, srv_job *job, size_t *len, int *done) {
     srv_seq *q = &job->seq[i];
     if (q->final_sent) continue;
     const int finished = q->state != SRV_RUNNING;
-    char *pt = NULL, *gt = NULL;
-    size_t pn = 0, gn = 0, vis = 0;
+    /* the answer's text is one piece of q's text: the prompt's with echo, then the
+       generated; each event sends what came since the last, never decoding anything again */
+    size_t pn, gn, vis = 0;
+    srv_seq_text(q, 0, q->n_prompt, &pn);
+    const char *gt = srv_seq_text(q, q->n_prompt, q->n, &gn);
+    size_t an;
+    const char *all = srv_seq_text(q, job->p.echo ? 0 : q->n_prompt, q->n, &an);
     int last = q->n;
-    if (job->p.echo) seq_text(s, q, 0, q->n_prompt, &pt, &pn);
-    if (finished) last = visible_tokens(s, q, &vis);
-    seq_text(s, q, q->n_prompt, q->n, &gt, &gn);
-    if (!finished) { /* hold back what a stop string or the next token may still change */
-      vis = gn - utf8_tail(gt ? gt : "", gn);
-      vis -= stop_prefix(&job->p, gt ? gt : "", vis);
+    if (finished) {
+      last = visible_tokens(q, &vis);
+    } else { /* hold back what a stop string or the next token may still change */
+      vis = gn - utf8_tail(gt, gn);
+      vis -= stop_prefix(&job->p, gt, vis);
     }
     const size_t total = (job->p.echo ? pn : 0) + vis;
     if (total > q->sent || finished) {
-      char *all = malloc(total + 1);
-      if (all) {
-        if (job->p.echo) memcpy(all, pt ? pt : "", pn);
-        memcpy(all + (job->p.echo ? pn : 0), gt ? gt : "", vis);
-        fprintf(o.f,
-                "data: {\"id\": \"%s\", \"object\": \"text_completion\", \"created\": %lld, "
-                "\"model\": ",
-                job->id, job->created);
-        mgt_json_write_bytes(o.f, s->model_name, strlen(s->model_name));
-        fputs(", \"choices\": [{\"text\": ", o.f);
-        mgt_json_write_bytes(o.f, all + q->sent, total > q->sent ? total - q->sent : 0);
-        fprintf(o.f, ", \"index\": %d, \"logprobs\": ", q->index);
-        const int from = q->sent_tokens ? q->sent_tokens : (job->p.echo ? 0 : q->n_prompt);
-        const int to = finished ? last : (vis == gn ? q->n : from);
-        if (job->p.logprobs < 0 || to <= from)
-          fputs("null", o.f);
-        else
-          openai_logprobs(s, o.f, q, from, to, job->p.logprobs, q->sent);
-        if (to > from) q->sent_tokens = to;
-        if (finished)
-          fprintf(o.f, ", \"finish_reason\": \"%s\"}]}\n\n",
-                  q->state == SRV_LENGTH ? "length" : "stop");
-        else
-          fputs(", \"finish_reason\": null}]}\n\n", o.f);
-        q->sent = total;
-        if (finished) q->final_sent = 1;
-        free(all);
-      }
+      fprintf(o.f,
+              "data: {\"id\": \"%s\", \"object\": \"text_completion\", \"created\": %lld, "
+              "\"model\": ",
+              job->id, job->created);
+      mgt_json_write_bytes(o.f, s->model_name, strlen(s->model_name));
+      fputs(", \"choices\": [{\"text\": ", o.f);
+      mgt_json_write_bytes(o.f, all + q->sent, total > q->sent ? total - q->sent : 0);
+      fprintf(o.f, ", \"index\": %d, \"logprobs\": ", q->index);
+      const int from = q->sent_tokens ? q->sent_tokens : (job->p.echo ? 0 : q->n_prompt);
+      const int to = finished ? last : (vis == gn ? q->n : from);
+      if (job->p.logprobs < 0 || to <= from)
+        fputs("null", o.f);
+      else
+        openai_logprobs(s, o.f, q, from, to, job->p.logprobs, q->sent);
+      if (to > from) q->sent_tokens = to;
+      if (finished)
+        fprintf(o.f, ", \"finish_reason\": \"%s\"}]}\n\n",
+                q->state == SRV_LENGTH ? "length" : "stop");
+      else
+        fputs(", \"finish_reason\": null}]}\n\n", o.f);
+      q->sent = total;
+      if (finished) q->final_sent = 1;
     }
     all_final &= q->final_sent;
-    free(pt), free(gt);
   }
   if (job->failed) {
     fprintf(o.f,

@@ -68,12 +68,6 @@ MGT_NODISCARD mgt_status mgt_lambada_example(struct mgt_tokenizer *tok, const ch
                                              size_t len, int strict, int32_t **ids, int *n,
                                              int *n_target);
 
-/* The tokenizer of type (MGT_TOKENIZER_*, or -1 for the checkpoint's) with the given files,
-   empty ones replaced by the checkpoint's; refused when it has more ids than the model. */
-MGT_NODISCARD mgt_status mgt_open_tokenizer(int type, const char *vocab_file,
-                                            const char *merge_file, const mgt_config *ck,
-                                            struct mgt_tokenizer **tok);
-
 /* Reads whitespace-separated token ids from a file; each must lie in [0, vocab). */
 MGT_NODISCARD mgt_status mgt_read_ids(const char *path, int vocab, int32_t **ids, size_t *n);
 

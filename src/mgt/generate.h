@@ -35,13 +35,6 @@ MGT_NODISCARD mgt_status mgt_generate_parse(mgt_generate_opts *o, int argc, char
                                             int *help);
 void mgt_generate_usage(FILE *f);
 
-/* Picks the next token from full-vocabulary logits (the first n are eligible): the argmax
-   (lowest id on ties) when greedy, else a draw from softmax(logits / temperature) restricted
-   to the top_k largest and then to the smallest set of probability >= top_p, using the
-   uniform u in [0, 1). Not collective. */
-int32_t mgt_sample_token(const float *logits, int n, int greedy, double temperature, int top_k,
-                         double top_p, double u);
-
 /* Loads the checkpoint with every rank of world as one tensor-parallel group and writes the
    prompt and its continuation to `out` (rank 0), token by token, with a key/value cache. A
    summary goes to `info`. Collective over world; errors are agreed. */

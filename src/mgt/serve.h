@@ -1,8 +1,8 @@
 /* mgt serve: a trained model answers over HTTP (Megatron-LM's PUT /api and the OpenAI-style
    completions), on the ranks that hold it. Rank 0 takes the requests (serve_http.c, threads of
-   libmicrohttpd); its main thread runs the engine (serve.c), which decodes every sequence in
-   flight together, one position each per step, on the tensor-parallel group; serve_api.c
-   reads the requests and writes the answers. Private to src/cmd. */
+   libmicrohttpd); its main thread runs the engine (src/infer/engine.c, mgt/engine.h), which
+   decodes every sequence in flight together; serve_api.c reads the requests and writes the
+   answers, serve.c starts it all. Private to src/cmd. */
 #pragma once
 
 #include <mpi.h>
@@ -12,12 +12,12 @@
 
 #include "mgt/common.h"
 #include "mgt/config.h"
+#include "mgt/engine.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-struct mgt_tokenizer;
 struct mgt_json;
 
 typedef struct mgt_serve_opts {
@@ -50,76 +50,7 @@ MGT_NODISCARD mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world);
 
 /* ---- between the three files ---- */
 
-enum { SRV_MEGATRON, SRV_OPENAI };
-enum { SRV_MAX_STOP = 4, SRV_MAX_TOP = 5, SRV_STOP_LEN = 128 };
-enum { SRV_RUNNING, SRV_LENGTH, SRV_STOP }; /* a sequence's state; the last two: finished */
-enum { SRV_FAILED_MODEL = 1, SRV_FAILED_SHUTDOWN = 2 };
 enum { SRV_CLIENT_GONE = 499 }; /* a reply's status: nobody to answer (nginx's code) */
-
-typedef struct srv_params {
-  int max_new;
-  int greedy;
-  double temperature;
-  int top_k;
-  double top_p;
-  uint64_t seed;
-  int logprobs; /* Megatron: 1 for the log-probabilities; OpenAI: -1 none, else top k */
-  int echo;     /* OpenAI: the prompt is part of the text */
-  int stop_eol, stop_double_eol;
-  int nstop;
-  char stop[SRV_MAX_STOP][SRV_STOP_LEN];
-  int add_bos;
-  int n; /* OpenAI: choices per prompt */
-  int stream;
-} srv_params;
-
-typedef struct srv_job srv_job;
-
-/* One sequence: a prompt and its continuation. Written by the engine under srv.mu. */
-typedef struct srv_seq {
-  srv_job *job;
-  int index; /* the choice's index in the answer */
-  int32_t *ids;
-  int n, n_prompt, fed, slot, state;
-  float *lp;       /* lp[i]: log-probability of ids[i] after ids[0..i), i >= 1 */
-  int32_t *top_id; /* SRV_MAX_TOP alternatives per position, with their */
-  float *top_lp;   /* log-probabilities */
-  uint64_t stream;
-  int cut;        /* a stop string ended it: */
-  size_t stop_at; /* the bytes of the generated text before it */
-  size_t sent;    /* streaming: bytes of the answer's text sent */
-  int sent_tokens;
-  int final_sent;
-} srv_seq;
-
-struct srv_job {
-  int api;
-  srv_params p;
-  int nseq, pending, refs, cancelled;
-  int failed; /* SRV_FAILED_*: the engine failed, or the drain time ran out */
-  srv_seq *seq;
-  pthread_cond_t cv;
-  char id[40];
-  long long created;
-};
-
-typedef struct srv {
-  pthread_mutex_t mu; /* the queue, the jobs and their sequences */
-  pthread_cond_t cv;  /* the engine's: work arrived or stop */
-  srv_seq **queue;
-  int nq, capq;
-  volatile int stopping;
-  int open_requests; /* from their headers until their answers are sent */
-  int receiving;     /* of them, those whose body is still arriving */
-  int failed;
-  struct mgt_tokenizer *tok; /* decodes for every thread; requests encode with clones */
-  int positions, eligible;
-  int32_t eod;
-  char model_name[256];
-  int max_prompts;
-  size_t max_body;
-  unsigned long long served;
-} srv;
 
 /* A request's answer: status, content type and body (malloc'd), or a stream (job set). */
 typedef struct srv_reply {
@@ -130,17 +61,6 @@ typedef struct srv_reply {
   srv_job *job;
   int client_fd; /* the connection's socket, watched while the answer is decoded (-1: none) */
 } srv_reply;
-
-/* Waits on cv (mu held) for a signal or ms milliseconds, whichever comes first. */
-void srv_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, long ms);
-/* The engine's side of a job: queued for decoding; the caller waits on job->cv under mu. */
-MGT_NODISCARD mgt_status srv_submit(srv *s, srv_job *job);
-/* Drops the caller's hold on a job: a job not finished is cancelled (its slots freed by the
-   engine), a finished one freed. Under s->mu. */
-void srv_release(srv *s, srv_job *job);
-/* The bytes of ids (decoding reads the tokenizer only: no lock). */
-MGT_NODISCARD mgt_status srv_detok(srv *s, const int32_t *ids, int n, char **buf, size_t *len,
-                                   size_t *cap);
 
 /* serve_api.c: answers a request (method, url, body); for a stream, reply->job is the job
    and the caller streams it with srv_stream_next. While the answer is decoded, client_fd (the

@@ -47,6 +47,12 @@ MGT_NODISCARD mgt_status mgt_session_open_config(mgt_session *s, const mgt_sessi
 /* Creates the grid, device and model of s->cfg and loads the checkpoint's weights into it.
    Errors are agreed. Collective over world. */
 MGT_NODISCARD mgt_status mgt_session_open_model(mgt_session *s, MPI_Comm world);
+struct mgt_tokenizer;
+/* The tokenizer of type (MGT_TOKENIZER_*, or -1 for the checkpoint's) with the given files,
+   empty ones replaced by the checkpoint's; refused when it has more ids than the model. */
+MGT_NODISCARD mgt_status mgt_open_tokenizer(int type, const char *vocab_file,
+                                            const char *merge_file, const mgt_config *ck,
+                                            struct mgt_tokenizer **tok);
 /* Frees what the session holds; collective over its grid's world when a model was opened. */
 void mgt_session_close(mgt_session *s);
 

@@ -1,9 +1,10 @@
-/* Opening a checkpoint's model for a command: see include/mgt/session.h. */
+/* Opening a checkpoint's model and its tokenizer for a command: see src/mgt/session.h. */
 #include "mgt/session.h"
 
 #include <string.h>
 
 #include "mgt/tasks.h"
+#include "mgt/tokenizer.h"
 #include "mgt/train.h"
 
 mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MPI_Comm world) {
@@ -78,4 +79,19 @@ void mgt_session_close(mgt_session *s) {
   mgt_gpt_destroy(&s->model);
   if (s->dev.be) mgt_device_close(&s->dev);
   mgt_grid_destroy(&s->grid);
+}
+
+mgt_status mgt_open_tokenizer(int type, const char *vocab_file, const char *merge_file,
+                              const mgt_config *ck, mgt_tokenizer **tok) {
+  if (type < 0) type = ck->tokenizer_type;
+  const char *v = vocab_file[0] ? vocab_file : ck->vocab_file;
+  const char *m = merge_file[0] ? merge_file : ck->merge_file;
+  MGT_CHECK(mgt_tok_open(type, v, m, tok));
+  if (mgt_tok_vocab_size(*tok) > ck->vocab_size) {
+    int n = mgt_tok_vocab_size(*tok);
+    mgt_tok_destroy(tok);
+    MGT_FAIL(MGT_ERR_INPUT, "the tokenizer has %d ids but the model's vocabulary only %d", n,
+             ck->vocab_size);
+  }
+  return MGT_OK;
 }
