@@ -187,6 +187,37 @@ expect "unknown unit" "$MGT" plan $A --gpu-memory 80Gb
 expect "not a size" "$MGT" plan $A --gpu-memory lots
 expect "fits in 64KiB per GPU" "$MGT" plan $A --gpu-memory 64KiB
 expect "not divisible by --num-attention-heads" "$MGT" plan $A --num-attention-heads 5
+# the model's flags are mgt train's own rows: every value one accepts the other does, and the
+# refusals are the same line (the ranges drifted apart when they were declared twice)
+same=0 cases=0
+while read -r flag v; do
+  cases=$((cases + 1))
+  "$MGT" plan $A --top 1 --tensor-model-parallel-size 1 --micro-batch-size 1 --recompute none \
+    "$flag" "$v" > "$tmp/p" 2>&1
+  "$MGT" train --mock-data --dry-run --num-layers 2 --hidden-size 64 --num-attention-heads 4 \
+    "$flag" "$v" > "$tmp/t" 2>&1
+  pe=$(grep -o "mgt: error: $flag[:=].*" "$tmp/p") te=$(grep -o "mgt: error: $flag[:=].*" "$tmp/t")
+  [ "$pe" = "$te" ] && same=$((same + 1)) || fail "$flag $v: plan says '$pe', train '$te'"
+done << 'CASES'
+--num-layers 65535
+--num-layers 65536
+--num-layers 0
+--vocab-size 1073741824
+--vocab-size 1073741825
+--ffn-hidden-size 0
+--num-attention-heads 65537
+--max-position-embeddings 0
+--num-query-groups -1
+--rotary-base 0.5
+--layernorm-epsilon 2
+--normalization Foo
+--position-embedding-type alibi
+--model t5
+--make-vocab-size-divisible-by 0
+--global-batch-size 0
+--seq-length 1048577
+CASES
+[ $same = $cases ] && echo "ok: mgt plan and mgt train accept and refuse the same model flag values ($cases cases)"
 "$MPIEXEC" -n 2 "$MGT" plan $A --gpus-per-node 2 --gpu-memory 1GiB --top 3 >"$tmp/two" 2>&1 &&
   [ "$(grep -c "fastest first" "$tmp/two")" = 1 ] && echo "ok: under mpiexec one rank prints the plan" ||
   { fail "mgt plan on 2 ranks"; cat "$tmp/two"; }

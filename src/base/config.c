@@ -43,74 +43,87 @@ static const char *const recompute_granularities[] = {"none", "full", "selective
 static const char *const recompute_methods[] = {"uniform", "block", NULL};
 
 #define INT(n, f, lo, hi, h)                                                                       \
-  { n, MGT_FLAG_INT, OFF(f), lo, hi, h, NULL, 0 }
+  { n, MGT_FLAG_INT, OFF(f), lo, hi, h, NULL, 0, 0 }
 #define I64(n, f, lo, hi, h)                                                                       \
-  { n, MGT_FLAG_INT64, OFF(f), lo, hi, h, NULL, 0 }
+  { n, MGT_FLAG_INT64, OFF(f), lo, hi, h, NULL, 0, 0 }
 #define DBL(n, f, lo, hi, h)                                                                       \
-  { n, MGT_FLAG_DOUBLE, OFF(f), lo, hi, h, NULL, 0 }
+  { n, MGT_FLAG_DOUBLE, OFF(f), lo, hi, h, NULL, 0, 0 }
 #define BOOL(n, f, h)                                                                              \
-  { n, MGT_FLAG_BOOL, OFF(f), 0, 1, h, NULL, 0 }
+  { n, MGT_FLAG_BOOL, OFF(f), 0, 1, h, NULL, 0, 0 }
 #define STR(n, f, h)                                                                               \
-  { n, MGT_FLAG_STR, OFF(f), 0, 0, h, NULL, sizeof(((mgt_config *)0)->f) }
+  { n, MGT_FLAG_STR, OFF(f), 0, 0, h, NULL, sizeof(((mgt_config *)0)->f), 0 }
+/* the model's flags, marked (mgt_flag.marks) */
+#define SPEC MGT_FLAG_SPEC
+#define RESUME (MGT_FLAG_SPEC | MGT_FLAG_RESUME)
+#define INT_M(n, f, lo, hi, h, m)                                                                  \
+  { n, MGT_FLAG_INT, OFF(f), lo, hi, h, NULL, 0, m }
+#define DBL_M(n, f, lo, hi, h, m)                                                                  \
+  { n, MGT_FLAG_DOUBLE, OFF(f), lo, hi, h, NULL, 0, m }
+#define BOOL_M(n, f, h, m)                                                                         \
+  { n, MGT_FLAG_BOOL, OFF(f), 0, 1, h, NULL, 0, m }
 
 /* Every flag `mgt train` accepts. Names are Megatron-LM's. */
 static const mgt_flag flags[] = {
     {"--model", MGT_FLAG_ENUM, OFF(model), 0, 0,
-     "gpt (causal LM) or bert (masked LM + sentence order; docs/bert.md)", mgt_model_names, 0},
-    INT("--num-layers", num_layers, 1, 65535, "transformer layers"),
-    INT("--hidden-size", hidden_size, 1, 1 << 20, "hidden size"),
-    INT("--num-attention-heads", num_attention_heads, 1, 1 << 16, "attention heads"),
-    INT("--ffn-hidden-size", ffn_hidden_size, 1, 1 << 22,
-        "MLP inner size (default 4 * hidden size)"),
-    INT("--seq-length", seq_length, 1, 1 << 20, "tokens per sample"),
-    INT("--max-position-embeddings", max_position_embeddings, 1, 1 << 20,
-        "rows of the position embedding (default: seq length)"),
-    INT("--vocab-size", vocab_size, 1, 1 << 30,
-        "vocabulary size before padding (default: the dataset's; 128 with --mock-data)"),
-    INT("--make-vocab-size-divisible-by", make_vocab_size_divisible_by, 1, 1 << 20,
-        "pad the vocabulary to a multiple of this times the tensor-parallel size"),
+     "gpt (causal LM) or bert (masked LM + sentence order; docs/bert.md)", mgt_model_names, 0,
+     RESUME},
+    INT_M("--num-layers", num_layers, 1, 65535, "transformer layers", RESUME),
+    INT_M("--hidden-size", hidden_size, 1, 1 << 20, "hidden size", RESUME),
+    INT_M("--num-attention-heads", num_attention_heads, 1, 1 << 16, "attention heads", RESUME),
+    INT_M("--ffn-hidden-size", ffn_hidden_size, 1, 1 << 22,
+          "MLP inner size (default 4 * hidden size)", RESUME),
+    INT_M("--seq-length", seq_length, 1, 1 << 20, "tokens per sample", MGT_FLAG_PLAN),
+    INT_M("--max-position-embeddings", max_position_embeddings, 1, 1 << 20,
+          "rows of the position embedding (default: seq length)", RESUME),
+    INT_M("--vocab-size", vocab_size, 1, 1 << 30,
+          "vocabulary size before padding (default: the dataset's; 128 with --mock-data)", RESUME),
+    INT_M("--make-vocab-size-divisible-by", make_vocab_size_divisible_by, 1, 1 << 20,
+          "pad the vocabulary to a multiple of this times the tensor-parallel size", SPEC),
     DBL("--init-method-std", init_method_std, 0, 10, "std of weight init"),
     DBL("--hidden-dropout", hidden_dropout, 0, 0.99, "dropout on hidden states"),
     DBL("--attention-dropout", attention_dropout, 0, 0.99, "dropout on attention probabilities"),
-    DBL("--layernorm-epsilon", layernorm_epsilon, 1e-12, 1,
-        "epsilon of the LayerNorms or RMSNorms (--norm-epsilon)"),
-    DBL("--norm-epsilon", layernorm_epsilon, 1e-12, 1, ""), /* Megatron-LM's newer name */
+    DBL_M("--layernorm-epsilon", layernorm_epsilon, 1e-12, 1,
+          "epsilon of the LayerNorms or RMSNorms (--norm-epsilon)", SPEC),
+    DBL_M("--norm-epsilon", layernorm_epsilon, 1e-12, 1, "", SPEC), /* Megatron-LM's newer name */
     {"--normalization", MGT_FLAG_ENUM, OFF(normalization), 0, 0,
-     "LayerNorm, or RMSNorm (a weight and no bias or centring: Llama)", mgt_norm_names, 0},
-    BOOL("--swiglu", swiglu,
-         "SwiGLU MLP: silu(gate) * up, two column-parallel projections (Llama); the default "
-         "--ffn-hidden-size becomes 8/3 of the hidden size, a multiple of 64"),
-    BOOL("--group-query-attention", group_query_attention,
-         "grouped-query attention: --num-query-groups key/value heads shared by the query heads"),
-    INT("--num-query-groups", num_query_groups, 0, 1 << 16,
-        "key/value heads with --group-query-attention (Llama 3 8B: 8)"),
-    BOOL("--disable-bias-linear", disable_bias_linear,
-         "no biases in the attention and MLP linear layers (Llama)"),
-    BOOL("--apply-residual-connection-post-layernorm", apply_residual_connection_post_layernorm,
-         "residuals start from the LayerNorm outputs: the original post-LN BERT"),
-    BOOL("--bert-no-binary-head", bert_no_binary_head,
-         "BERT without the sentence-order head (no tokentypes, pooler, SOP loss)"),
+     "LayerNorm, or RMSNorm (a weight and no bias or centring: Llama)", mgt_norm_names, 0, RESUME},
+    BOOL_M("--swiglu", swiglu,
+           "SwiGLU MLP: silu(gate) * up, two column-parallel projections (Llama); the default "
+           "--ffn-hidden-size becomes 8/3 of the hidden size, a multiple of 64",
+           RESUME),
+    BOOL_M("--group-query-attention", group_query_attention,
+           "grouped-query attention: --num-query-groups key/value heads shared by the query heads",
+           RESUME),
+    INT_M("--num-query-groups", num_query_groups, 0, 1 << 16,
+          "key/value heads with --group-query-attention (Llama 3 8B: 8)", RESUME),
+    BOOL_M("--disable-bias-linear", disable_bias_linear,
+           "no biases in the attention and MLP linear layers (Llama)", RESUME),
+    BOOL_M("--apply-residual-connection-post-layernorm", apply_residual_connection_post_layernorm,
+           "residuals start from the LayerNorm outputs: the original post-LN BERT", RESUME),
+    BOOL_M("--bert-no-binary-head", bert_no_binary_head,
+           "BERT without the sentence-order head (no tokentypes, pooler, SOP loss)", RESUME),
     {"--position-embedding-type", MGT_FLAG_ENUM, OFF(position_embedding_type), 0, 0,
      "learned_absolute (a table of positions) or rope (rotary, Hugging Face's half-split pairs)",
-     mgt_pos_names, 0},
-    DBL("--rotary-base", rotary_base, 1, 1e12, "RoPE's base theta (Llama 3: 500000)"),
-    BOOL("--use-rope-scaling", use_rope_scaling,
-         "Llama 3.1's rotary frequencies for long contexts (rope_scaling type llama3)"),
-    DBL("--rope-scaling-factor", rope_scaling_factor, 1, 1e6,
-        "their factor (Llama 3.1: 8, Llama 3.2: 32)"),
-    BOOL("--untie-embeddings-and-output-weights", untie_embeddings_and_output_weights,
-         "GPT: an output layer of its own (output_layer.weight), not the word embeddings"),
+     mgt_pos_names, 0, RESUME},
+    DBL_M("--rotary-base", rotary_base, 1, 1e12, "RoPE's base theta (Llama 3: 500000)", RESUME),
+    BOOL_M("--use-rope-scaling", use_rope_scaling,
+           "Llama 3.1's rotary frequencies for long contexts (rope_scaling type llama3)", RESUME),
+    DBL_M("--rope-scaling-factor", rope_scaling_factor, 1, 1e6,
+          "their factor (Llama 3.1: 8, Llama 3.2: 32)", RESUME),
+    BOOL_M("--untie-embeddings-and-output-weights", untie_embeddings_and_output_weights,
+           "GPT: an output layer of its own (output_layer.weight), not the word embeddings",
+           RESUME),
     DBL("--mask-prob", mask_prob, 0, 1, "BERT: share of the tokens masked for prediction"),
     DBL("--short-seq-prob", short_seq_prob, 1e-6, 1,
         "BERT: probability of a sample with a random shorter target length"),
     {"--task", MGT_FLAG_ENUM, OFF(task), 0, 0, "mgt finetune: RACE, MNLI or QQP (docs/finetune.md)",
-     mgt_task_names, 0},
+     mgt_task_names, 0, 0},
     {"--train-data", MGT_FLAG_LIST, OFF(train_data), 0, 0,
      "mgt finetune: training files (MNLI, QQP) or directories of *.txt (RACE)", NULL,
-     sizeof(((mgt_config *)0)->train_data)},
+     sizeof(((mgt_config *)0)->train_data), 0},
     {"--valid-data", MGT_FLAG_LIST, OFF(valid_data), 0, 0,
      "mgt finetune: validation files or directories, each scored on its own", NULL,
-     sizeof(((mgt_config *)0)->valid_data)},
+     sizeof(((mgt_config *)0)->valid_data), 0},
     STR("--pretrained-checkpoint", pretrained_checkpoint,
         "mgt finetune: the pretrained BERT (directory or file) to start from"),
     INT("--epochs", epochs, 0, 1 << 20, "mgt finetune: passes over the training data"),
@@ -124,11 +137,11 @@ static const mgt_flag flags[] = {
     {"--recompute-granularity", MGT_FLAG_ENUM, OFF(recompute_granularity), 0, 0,
      "none; full: recompute whole layers from their inputs; selective: keep everything but the "
      "attention probabilities, recompute those",
-     recompute_granularities, 0},
+     recompute_granularities, 0, 0},
     {"--recompute-method", MGT_FLAG_ENUM, OFF(recompute_method), 0, 0,
      "full: uniform (chunks of --recompute-num-layers layers, each recomputed from its input) "
      "or block (only the first --recompute-num-layers layers recomputed)",
-     recompute_methods, 0},
+     recompute_methods, 0, 0},
     INT("--recompute-num-layers", recompute_num_layers, 0, 1 << 20,
         "layers per recomputed chunk (uniform) or recomputed layers (block)"),
     I64("--ddp-bucket-size", ddp_bucket_size, 1024, 2147483647.0,
@@ -150,22 +163,22 @@ static const mgt_flag flags[] = {
      "probabilities (FlashAttention; the same dropout masks); unfused: the probabilities "
      "materialized; auto: flash where it was measured at least as fast (CPUs, but for native "
      "bf16 below sequence 2048; GPUs under 16 bits at head sizes 32, 64, 128)",
-     attention_backends, 0},
+     attention_backends, 0, 0},
     BOOL("--use-flash-attn", attention_backend, ""), /* Megatron-LM's: MGT_ATTN_FLASH is 1 */
     INT("--logits-chunk-rows", logits_chunk_rows, 0, 1 << 30,
         "GPT: token rows whose output-layer logits (and their gradient) are held at once; 0: as "
         "many as fit 64 MiB"),
     BOOL("--dry-run", dry_run, "print the memory plan per rank and exit"),
     {"--device", MGT_FLAG_ENUM, OFF(device), 0, 0,
-     "cpu, or cuda (one GPU per rank, chosen by the node-local rank)", mgt_device_names, 0},
+     "cpu, or cuda (one GPU per rank, chosen by the node-local rank)", mgt_device_names, 0, 0},
     {"--distributed-backend", MGT_FLAG_ENUM, OFF(distributed_backend), 0, 0,
      "collectives on GPU buffers: nccl or mpi (default: nccl when every rank has its own GPU)",
-     dist_backends, 0},
+     dist_backends, 0, 0},
     {"--cpu-gemm", MGT_FLAG_ENUM, OFF(cpu_gemm), 0, 0,
      "--bf16 on the CPU: native (bf16 operands on the CPU's bf16 units through oneDNN, fp32 "
      "accumulation) or emulated (operands rounded to bf16, fp32 sgemm: the CUDA kernels' twin); "
      "default: native where the CPU has bf16 units",
-     cpu_gemms, 0},
+     cpu_gemms, 0, 0},
     BOOL("--fp16", fp16, "fp16 GEMM inputs with loss scaling; fp32 master weights"),
     BOOL("--bf16", bf16, "bf16 GEMM inputs; fp32 master weights"),
     BOOL("--no-weight-copies", no_weight_copies,
@@ -179,13 +192,13 @@ static const mgt_flag flags[] = {
         "fp16: iterations without overflow before the scale doubles"),
     INT("--hysteresis", hysteresis, 1, 1 << 30, "fp16: overflows before the scale halves"),
     INT("--micro-batch-size", micro_batch_size, 1, 1 << 20, "samples per micro-batch"),
-    INT("--global-batch-size", global_batch_size, 1, 1 << 30,
-        "samples per iteration (default: micro batch * data-parallel size)"),
+    INT_M("--global-batch-size", global_batch_size, 1, 1 << 30,
+          "samples per iteration (default: micro batch * data-parallel size)", MGT_FLAG_PLAN),
     I64("--train-iters", train_iters, 0, BIG, "iterations to train"),
     DBL("--lr", lr, 0, 10, "peak learning rate"),
     DBL("--min-lr", min_lr, 0, 10, "learning rate at the end of decay"),
     {"--lr-decay-style", MGT_FLAG_ENUM, OFF(lr_decay_style), 0, 0, "constant, linear or cosine",
-     lr_styles, 0},
+     lr_styles, 0, 0},
     I64("--lr-warmup-iters", lr_warmup_iters, 0, BIG, "linear warmup iterations"),
     I64("--lr-decay-iters", lr_decay_iters, 1, BIG, "iterations of decay (default: train iters)"),
     DBL("--lr-warmup-fraction", lr_warmup_fraction, 0, 1,
@@ -198,17 +211,17 @@ static const mgt_flag flags[] = {
     DBL("--adam-eps", adam_eps, 1e-30, 1, "Adam epsilon"),
     DBL("--clip-grad", clip_grad, 0, 1e9, "clip the global gradient norm (0: off)"),
     {"--seed", MGT_FLAG_UINT64, OFF(seed), 0, BIG, "seed of initialization, dropout and data", NULL,
-     0},
+     0, 0},
     BOOL("--mock-data", mock_data, "synthetic sequences (start + stride * j) mod vocab"),
     {"--data-path", MGT_FLAG_LIST, OFF(data_path), 0, 0,
      "dataset prefix P (P.h5 from mgt preprocess), or weights and prefixes W1 P1 W2 P2 ...", NULL,
-     sizeof(((mgt_config *)0)->data_path)},
+     sizeof(((mgt_config *)0)->data_path), 0},
     STR("--split", split, "train,valid,test weights over documents"),
     STR("--vocab-file", vocab_file, "GPT-2 vocabulary, to check the dataset was made with it"),
     STR("--tokenizer-model", vocab_file, ""), /* HuggingFaceTokenizer's tokenizer.json */
     STR("--merge-file", merge_file, "GPT-2 merges, with --vocab-file"),
     {"--tokenizer-type", MGT_FLAG_ENUM, OFF(tokenizer_type), 0, 0, MGT_TOKENIZER_HELP,
-     mgt_tokenizer_names, 0},
+     mgt_tokenizer_names, 0, 0},
     INT("--eval-interval", eval_interval, 1, 1 << 30, "iterations between validations"),
     INT("--eval-iters", eval_iters, 0, 1 << 30,
         "global batches per validation (0: none); also run at the end"),
@@ -245,6 +258,11 @@ static const mgt_flag flags[] = {
         "write TensorBoard event files of the logged scalars here (created if missing)"),
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
+
+const mgt_flag *mgt_config_flags(int *n) {
+  *n = N_FLAGS;
+  return flags;
+}
 
 void mgt_config_defaults(mgt_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -364,51 +382,41 @@ int64_t mgt_config_padded_vocab(const mgt_config *c, int tp) {
   return (c->vocab_size + mult - 1) / mult * mult;
 }
 
+/* c as the resume check compares it: the key/value heads as they are (--num-query-groups
+   means nothing without --group-query-attention), the rotary settings only with rotary
+   positions, the scaling factor only with scaling. */
+static mgt_config resume_view(const mgt_config *c) {
+  mgt_config v = *c;
+  v.num_query_groups = mgt_config_query_groups(c);
+  v.group_query_attention = v.num_query_groups != c->num_attention_heads;
+  if (c->position_embedding_type != MGT_POS_ROPE) v.rotary_base = 0, v.use_rope_scaling = 0;
+  if (!v.use_rope_scaling) v.rope_scaling_factor = 1;
+  return v;
+}
+
+/* A flag's value in c, as text ("32", "RMSNorm", "1e+06"). */
+static void flag_value(const mgt_flag *f, const mgt_config *c, char *out, size_t n) {
+  const char *p = (const char *)c + f->offset;
+  switch (f->kind) {
+  case MGT_FLAG_DOUBLE: snprintf(out, n, "%.17g", *(const double *)p); break;
+  case MGT_FLAG_ENUM: snprintf(out, n, "%s", f->choices[*(const int *)p]); break;
+  default: snprintf(out, n, "%d", *(const int *)p); break;
+  }
+}
+
 int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, size_t n) {
-  const struct {
-    const char *flag;
-    int a, b;
-  } f[] = {
-      {"--num-layers", a->num_layers, b->num_layers},
-      {"--hidden-size", a->hidden_size, b->hidden_size},
-      {"--num-attention-heads", a->num_attention_heads, b->num_attention_heads},
-      {"--ffn-hidden-size", a->ffn_hidden_size, b->ffn_hidden_size},
-      {"--vocab-size", a->vocab_size, b->vocab_size},
-      {"--max-position-embeddings", a->max_position_embeddings, b->max_position_embeddings},
-      {"--model (0 gpt, 1 bert)", a->model, b->model},
-      {"--apply-residual-connection-post-layernorm", a->apply_residual_connection_post_layernorm,
-       b->apply_residual_connection_post_layernorm},
-      {"--bert-no-binary-head", a->bert_no_binary_head, b->bert_no_binary_head},
-      {"--untie-embeddings-and-output-weights", a->untie_embeddings_and_output_weights,
-       b->untie_embeddings_and_output_weights},
-      {"--position-embedding-type (0 learned, 1 rope)", a->position_embedding_type,
-       b->position_embedding_type},
-      {"--normalization (0 LayerNorm, 1 RMSNorm)", a->normalization, b->normalization},
-      {"--swiglu", a->swiglu, b->swiglu},
-      {"key/value heads (--num-query-groups)", mgt_config_query_groups(a),
-       mgt_config_query_groups(b)},
-      {"--disable-bias-linear", a->disable_bias_linear, b->disable_bias_linear},
-  };
+  const mgt_config va = resume_view(a), vb = resume_view(b);
   int k = 0;
   if (n) diff[0] = 0;
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-    if (f[i].a == f[i].b) continue;
-    size_t used = strlen(diff);
-    snprintf(diff + used, n - used, "%s%s %d (checkpoint %d)", k ? ", " : "", f[i].flag, f[i].a,
-             f[i].b);
+  for (int i = 0; i < N_FLAGS; i++) { /* the flags marked RESUME, in the table's order */
+    const mgt_flag *f = &flags[i];
+    if (!(f->marks & MGT_FLAG_RESUME)) continue;
+    char x[64], y[64];
+    flag_value(f, &va, x, sizeof x), flag_value(f, &vb, y, sizeof y);
+    if (!strcmp(x, y)) continue;
+    const size_t used = strlen(diff);
+    snprintf(diff + used, n - used, "%s%s %s (checkpoint %s)", k ? ", " : "", f->name, x, y);
     k++;
-  }
-  if (a->position_embedding_type == 1 && b->position_embedding_type == 1) {
-    /* the angles the weights were trained with */
-    const double sa = a->use_rope_scaling ? a->rope_scaling_factor : 1,
-                 sb = b->use_rope_scaling ? b->rope_scaling_factor : 1;
-    if (a->rotary_base != b->rotary_base || sa != sb) {
-      size_t used = strlen(diff);
-      snprintf(diff + used, n - used,
-               "%s--rotary-base %g and rope scaling %g (checkpoint %g and %g)", k ? ", " : "",
-               a->rotary_base, sa, b->rotary_base, sb);
-      k++;
-    }
   }
   return k;
 }

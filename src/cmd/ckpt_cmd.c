@@ -73,21 +73,21 @@ static const char *const ckpt_formats[] = {"hf", NULL};
 #define COFF(f) offsetof(ckpt_opts, f)
 static const mgt_flag ckpt_flags[] = {
     {"--load", MGT_FLAG_STR, COFF(load), 0, 0, "checkpoint directory (its latest) or file", NULL,
-     MGT_PATH_MAX},
+     MGT_PATH_MAX, 0},
     {"--ckpt-iteration", MGT_FLAG_INT64, COFF(ckpt_iteration), -1, 9e15,
-     "this iteration instead of the latest", NULL, 0},
+     "this iteration instead of the latest", NULL, 0, 0},
     {"--format", MGT_FLAG_ENUM, COFF(format), 0, 0,
-     "export/import format: hf (Hugging Face GPT-2, BERT or Llama)", ckpt_formats, 0},
+     "export/import format: hf (Hugging Face GPT-2, BERT or Llama)", ckpt_formats, 0, 0},
     {"--max-shard-size", MGT_FLAG_INT64, COFF(max_shard_size), 1, 9e15,
      "export: bytes of weights per safetensors file; more go into several files with an index "
      "(save_pretrained's default, 5 GB)",
-     NULL, 0},
-    {"--output", MGT_FLAG_STR, COFF(output), 0, 0, "export: directory to write", NULL,
-     MGT_PATH_MAX},
+     NULL, 0, 0},
+    {"--output", MGT_FLAG_STR, COFF(output), 0, 0, "export: directory to write", NULL, MGT_PATH_MAX,
+     0},
     {"--input", MGT_FLAG_STR, COFF(input), 0, 0, "import: Hugging Face model directory", NULL,
-     MGT_PATH_MAX},
+     MGT_PATH_MAX, 0},
     {"--save", MGT_FLAG_STR, COFF(save), 0, 0, "import: checkpoint directory to write", NULL,
-     MGT_PATH_MAX},
+     MGT_PATH_MAX, 0},
 };
 
 static void ckpt_usage(FILE *f) {

@@ -16,67 +16,64 @@ static const char *const recomputes[] = {"all", "none", "full", "selective", NUL
 
 #define OFF(f) offsetof(mgt_plan_opts, f)
 #define SZ(f) sizeof(((mgt_plan_opts *)0)->f)
-static const mgt_flag flags[] = {
-    {"--model", MGT_FLAG_ENUM, OFF(model), 0, 0, "gpt or bert", mgt_model_names, 0},
-    {"--num-layers", MGT_FLAG_INT, OFF(num_layers), 1, 1 << 16, "transformer layers", NULL, 0},
-    {"--hidden-size", MGT_FLAG_INT, OFF(hidden_size), 1, 1 << 20, "hidden size", NULL, 0},
-    {"--num-attention-heads", MGT_FLAG_INT, OFF(heads), 1, 1 << 16, "attention heads", NULL, 0},
-    {"--ffn-hidden-size", MGT_FLAG_INT, OFF(ffn), 0, 1 << 24, "MLP width (default 4 x hidden)",
-     NULL, 0},
-    {"--seq-length", MGT_FLAG_INT, OFF(seq_length), 1, 1 << 20, "sequence length", NULL, 0},
-    {"--normalization", MGT_FLAG_ENUM, OFF(normalization), 0, 0, "LayerNorm or RMSNorm",
-     mgt_norm_names, 0},
-    {"--swiglu", MGT_FLAG_BOOL, OFF(swiglu), 0, 1, "SwiGLU MLP (gate and up projections)", NULL, 0},
-    {"--group-query-attention", MGT_FLAG_BOOL, OFF(gqa), 0, 1,
-     "grouped-query attention (tensor-parallel sizes then divide the groups)", NULL, 0},
-    {"--num-query-groups", MGT_FLAG_INT, OFF(groups), 0, 1 << 16, "key/value heads", NULL, 0},
-    {"--disable-bias-linear", MGT_FLAG_BOOL, OFF(no_bias), 0, 1, "no linear biases", NULL, 0},
-    {"--untie-embeddings-and-output-weights", MGT_FLAG_BOOL, OFF(untied), 0, 1,
-     "an output layer of its own", NULL, 0},
-    {"--position-embedding-type", MGT_FLAG_ENUM, OFF(rope), 0, 0, "learned_absolute or rope",
-     mgt_pos_names, 0},
-    {"--vocab-size", MGT_FLAG_INT, OFF(vocab_size), 1, 1 << 26, "vocabulary", NULL, 0},
-    {"--make-vocab-size-divisible-by", MGT_FLAG_INT, OFF(vocab_multiple), 1, 1 << 16,
-     "vocabulary padding multiple (per tensor-parallel rank)", NULL, 0},
-    {"--global-batch-size", MGT_FLAG_INT, OFF(global_batch), 1, 1 << 30, "samples per iteration",
-     NULL, 0},
-    {"--nodes", MGT_FLAG_INT, OFF(nodes), 1, 1 << 20, "nodes", NULL, 0},
-    {"--gpus-per-node", MGT_FLAG_INT, OFF(gpus_per_node), 1, 1024, "GPUs per node", NULL, 0},
+/* The flags of mgt plan alone; mgt train's model flags come first (plan_flags). */
+static const mgt_flag own[] = {
+    {"--nodes", MGT_FLAG_INT, OFF(nodes), 1, 1 << 20, "nodes", NULL, 0, 0},
+    {"--gpus-per-node", MGT_FLAG_INT, OFF(gpus_per_node), 1, 1024, "GPUs per node", NULL, 0, 0},
     {"--gpu-memory", MGT_FLAG_STR, OFF(gpu_memory), 0, 0, "memory per GPU, e.g. 80GiB or 32GB",
-     NULL, SZ(gpu_memory)},
+     NULL, SZ(gpu_memory), 0},
     {"--gemm-tflops", MGT_FLAG_DOUBLE, OFF(gemm_tflops), 1e-3, 1e6,
-     "sustained model TFLOP/s of one GPU", NULL, 0},
+     "sustained model TFLOP/s of one GPU", NULL, 0, 0},
     {"--nvlink-gbps", MGT_FLAG_DOUBLE, OFF(nvlink_gbps), 1e-3, 1e6,
-     "all-reduce bus bandwidth inside a node, GB/s per GPU", NULL, 0},
+     "all-reduce bus bandwidth inside a node, GB/s per GPU", NULL, 0, 0},
     {"--network-gbps", MGT_FLAG_DOUBLE, OFF(network_gbps), 1e-3, 1e6,
-     "network bandwidth of a node (all its adapters), GB/s", NULL, 0},
+     "network bandwidth of a node (all its adapters), GB/s", NULL, 0, 0},
     {"--memory-gbps", MGT_FLAG_DOUBLE, OFF(memory_gbps), 1e-3, 1e6,
      "GPU memory bandwidth, GB/s (the element-wise work every tensor-parallel rank repeats)", NULL,
-     0},
+     0, 0},
     {"--comm-bytes", MGT_FLAG_INT, OFF(comm_bytes), 1, 8,
-     "bytes per element sent (4: this project's fp32; 2: fp16 as the paper's runs)", NULL, 0},
+     "bytes per element sent (4: this project's fp32; 2: fp16 as the paper's runs)", NULL, 0, 0},
     {"--dp-overlap", MGT_FLAG_DOUBLE, OFF(dp_overlap), 0, 1,
-     "fraction of the last backward the data-parallel reduction can hide under", NULL, 0},
+     "fraction of the last backward the data-parallel reduction can hide under", NULL, 0, 0},
     {"--tensor-model-parallel-size", MGT_FLAG_INT, OFF(tp), 0, 1 << 16,
-     "only this tensor-parallel size (default: every one that divides the heads)", NULL, 0},
+     "only this tensor-parallel size (default: every one that divides the heads)", NULL, 0, 0},
     {"--micro-batch-size", MGT_FLAG_INT, OFF(micro_batch), 0, 1 << 20,
-     "only this micro-batch (default: powers of two)", NULL, 0},
+     "only this micro-batch (default: powers of two)", NULL, 0, 0},
     {"--recompute", MGT_FLAG_ENUM, OFF(recompute), 0, 0,
-     "all (try each), none, full or selective (--recompute-granularity)", recomputes, 0},
+     "all (try each), none, full or selective (--recompute-granularity)", recomputes, 0, 0},
     {"--use-distributed-optimizer", MGT_FLAG_BOOL, OFF(distopt_only), 0, 1,
-     "only layouts with the distributed optimizer (default: with and without)", NULL, 0},
+     "only layouts with the distributed optimizer (default: with and without)", NULL, 0, 0},
     {"--sequence-parallel", MGT_FLAG_BOOL, OFF(sp_only), 0, 1,
-     "only layouts with sequence parallelism (default: with and without, where tp > 1)", NULL, 0},
-    {"--top", MGT_FLAG_INT, OFF(top), 1, 1 << 20, "layouts printed", NULL, 0},
-    {"--json", MGT_FLAG_BOOL, OFF(json), 0, 1, "one JSON object per layout (bytes, seconds)", NULL,
+     "only layouts with sequence parallelism (default: with and without, where tp > 1)", NULL, 0,
      0},
+    {"--top", MGT_FLAG_INT, OFF(top), 1, 1 << 20, "layouts printed", NULL, 0, 0},
+    {"--json", MGT_FLAG_BOOL, OFF(json), 0, 1, "one JSON object per layout (bytes, seconds)", NULL,
+     0, 0},
 };
-enum { N_FLAGS = sizeof flags / sizeof flags[0] };
+enum { N_OWN = sizeof own / sizeof own[0], MAX_FLAGS = 160 };
+
+/* mgt train's flags marked SPEC or PLAN, aimed at o->m, then mgt plan's own: out holds
+   MAX_FLAGS. */
+static int plan_flags(mgt_flag *out) {
+  int n = 0, nc;
+  const mgt_flag *c = mgt_config_flags(&nc);
+  for (int i = 0; i < nc && n < MAX_FLAGS - N_OWN; i++)
+    if (c[i].marks & (MGT_FLAG_SPEC | MGT_FLAG_PLAN)) {
+      out[n] = c[i];
+      out[n++].offset += OFF(m);
+    }
+  for (int i = 0; i < N_OWN; i++)
+    out[n++] = own[i];
+  return n;
+}
 
 void mgt_plan_defaults(mgt_plan_opts *o) {
   memset(o, 0, sizeof *o);
-  o->num_layers = 24, o->hidden_size = 1024, o->heads = 16, o->seq_length = 1024;
-  o->vocab_size = 50257, o->vocab_multiple = 128, o->global_batch = 512;
+  mgt_config_defaults(&o->m);
+  o->m.num_layers = 24, o->m.hidden_size = 1024, o->m.num_attention_heads = 16;
+  o->m.seq_length = 1024, o->m.max_position_embeddings = 0; /* 0: the sequence length */
+  o->m.vocab_size = 50257, o->m.make_vocab_size_divisible_by = 128;
+  o->m.global_batch_size = 512;
   o->nodes = 1, o->gpus_per_node = 8;
   snprintf(o->gpu_memory, sizeof o->gpu_memory, "80GiB");
   o->gemm_tflops = 100, o->nvlink_gbps = 150, o->network_gbps = 100, o->memory_gbps = 2000;
@@ -106,12 +103,14 @@ static mgt_status parse_bytes(const char *s, double *out) {
 }
 
 mgt_status mgt_plan_parse(mgt_plan_opts *o, int argc, char **argv, int first, int *help) {
-  MGT_CHECK(mgt_flags_parse(flags, N_FLAGS, o, argc, argv, first, "plan", help));
+  mgt_flag flags[MAX_FLAGS];
+  const int n = plan_flags(flags);
+  MGT_CHECK(mgt_flags_parse(flags, n, o, argc, argv, first, "plan", help));
   if (*help) return MGT_OK;
   MGT_CHECK(parse_bytes(o->gpu_memory, &o->memory_bytes));
-  MGT_REQUIRE(o->hidden_size % o->heads == 0,
-              "--hidden-size %d is not divisible by --num-attention-heads %d", o->hidden_size,
-              o->heads);
+  MGT_REQUIRE(o->m.hidden_size % o->m.num_attention_heads == 0,
+              "--hidden-size %d is not divisible by --num-attention-heads %d", o->m.hidden_size,
+              o->m.num_attention_heads);
   mgt_config c; /* the block's flags make sense together, as mgt train would say */
   mgt_model_desc d;
   mgt_plan_config(o, 1, 1, MGT_RECOMPUTE_NONE, 0, 0, &c);
@@ -121,23 +120,15 @@ mgt_status mgt_plan_parse(mgt_plan_opts *o, int argc, char **argv, int first, in
 void mgt_plan_usage(FILE *f) {
   mgt_plan_opts d;
   mgt_plan_defaults(&d);
-  mgt_flags_usage(flags, N_FLAGS, &d, "plan", f);
+  mgt_flag flags[MAX_FLAGS];
+  mgt_flags_usage(flags, plan_flags(flags), &d, "plan", f);
 }
 
 void mgt_plan_config(const mgt_plan_opts *o, int tp, int mb, int recompute, int distopt, int sp,
                      mgt_config *c) {
-  mgt_config_defaults(c);
-  c->model = o->model; /* an index of mgt_model_names, as --model of mgt train */
-  c->num_layers = o->num_layers, c->hidden_size = o->hidden_size;
-  c->num_attention_heads = o->heads, c->ffn_hidden_size = o->ffn;
-  c->seq_length = o->seq_length, c->max_position_embeddings = o->seq_length;
-  c->vocab_size = o->vocab_size, c->make_vocab_size_divisible_by = o->vocab_multiple;
-  c->normalization = o->normalization, c->swiglu = o->swiglu;
-  c->group_query_attention = o->gqa, c->num_query_groups = o->groups;
-  c->disable_bias_linear = o->no_bias, c->untie_embeddings_and_output_weights = o->untied;
-  c->position_embedding_type = o->rope;
+  *c = o->m;
   c->tensor_model_parallel_size = tp;
-  c->micro_batch_size = mb, c->global_batch_size = o->global_batch;
+  c->micro_batch_size = mb;
   c->recompute_granularity = recompute;
   c->use_distributed_optimizer = distopt;
   c->sequence_parallel = sp;
@@ -232,15 +223,16 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
   mgt_plan_row *rows = malloc(sizeof *rows * cap);
   MGT_REQUIRE(rows, "out of memory for the plan");
   for (int tp = 1; tp <= gpus; tp++) {
-    if (gpus % tp || o->heads % tp || (o->gqa && o->groups % tp) || (o->tp && tp != o->tp))
+    if (gpus % tp || o->m.num_attention_heads % tp ||
+        (o->m.group_query_attention && o->m.num_query_groups % tp) || (o->tp && tp != o->tp))
       continue;
     const int dp = gpus / tp;
-    if (o->global_batch % dp) continue;
-    for (int mb = 1; mb <= o->global_batch / dp; mb *= 2) {
-      if ((o->global_batch / dp) % mb || (o->micro_batch && mb != o->micro_batch)) continue;
+    if (o->m.global_batch_size % dp) continue;
+    for (int mb = 1; mb <= o->m.global_batch_size / dp; mb *= 2) {
+      if ((o->m.global_batch_size / dp) % mb || (o->micro_batch && mb != o->micro_batch)) continue;
       for (int g = 0; g < 3; g++) {
         if (o->recompute && g != o->recompute - 1) continue;
-        const int sp_ok = tp > 1 && (int64_t)mb * o->seq_length % tp == 0;
+        const int sp_ok = tp > 1 && (int64_t)mb * o->m.seq_length % tp == 0;
         for (int dist = o->distopt_only; dist <= (dp > 1); dist++)
           for (int sp = o->sp_only; sp <= sp_ok; sp++) {
             mgt_config c;
@@ -267,9 +259,9 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
   fprintf(out,
           "%s: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d, %.3g B parameters; "
           "global batch %d on %d x %d GPUs of %s\n",
-          mgt_model_names[o->model], o->num_layers, o->hidden_size, o->heads, o->seq_length,
-          o->vocab_size, (double)mgt_gpt_logical_params(&c0) / 1e9, o->global_batch, o->nodes,
-          o->gpus_per_node, o->gpu_memory);
+          mgt_model_names[o->m.model], o->m.num_layers, o->m.hidden_size, o->m.num_attention_heads,
+          o->m.seq_length, o->m.vocab_size, (double)mgt_gpt_logical_params(&c0) / 1e9,
+          o->m.global_batch_size, o->nodes, o->gpus_per_node, o->gpu_memory);
   fprintf(out,
           "model: %.4g TFLOP/s per GPU, %.4g GB/s all-reduce in a node, %.4g GB/s network per "
           "node, %.4g GB/s memory, %d bytes per element sent, data-parallel overlap %.2f\n",
@@ -310,7 +302,7 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
             "%11.2f  %9.1f%%  %7.2f  %7.2f\n",
             r->tp, r->dp, r->micro_batch, rname(r->recompute), r->distopt ? "yes" : "no",
             r->sp ? "yes" : "no", r->memory / (1 << 30), r->step_s, r->compute_s, r->tp_comm_s,
-            r->dp_exposed_s, (double)o->global_batch * o->seq_length / r->step_s,
+            r->dp_exposed_s, (double)o->m.global_batch_size * o->m.seq_length / r->step_s,
             r->model_flops / r->step_s / gpus / 1e12, 100.0 * r->ideal_s / r->step_s,
             r->intra_bytes / 1e9, r->inter_bytes / 1e9);
   }

@@ -26,18 +26,19 @@ const char *const plot_metrics[] = {"loss", "lm_loss", "sop_loss", NULL};
 #define OFF(f) offsetof(mgt_plot_opts, f)
 #define SZ(f) sizeof(((mgt_plot_opts *)0)->f)
 static const mgt_flag flags[] = {
-    {"--output", MGT_FLAG_STR, OFF(output), 0, 0, "the SVG file to write", NULL, SZ(output)},
+    {"--output", MGT_FLAG_STR, OFF(output), 0, 0, "the SVG file to write", NULL, SZ(output), 0},
     {"--labels", MGT_FLAG_STR, OFF(labels), 0, 0,
-     "legend labels a,b,... one per file (default: the file names)", NULL, SZ(labels)},
-    {"--title", MGT_FLAG_STR, OFF(title), 0, 0, "a title above the panels", NULL, SZ(title)},
-    {"--x", MGT_FLAG_ENUM, OFF(x), 0, 0, "iteration, or tokens (tokens seen)", plot_xaxes, 0},
+     "legend labels a,b,... one per file (default: the file names)", NULL, SZ(labels), 0},
+    {"--title", MGT_FLAG_STR, OFF(title), 0, 0, "a title above the panels", NULL, SZ(title), 0},
+    {"--x", MGT_FLAG_ENUM, OFF(x), 0, 0, "iteration, or tokens (tokens seen)", plot_xaxes, 0, 0},
     {"--metric", MGT_FLAG_ENUM, OFF(metric), 0, 0,
-     "loss, or BERT's lm_loss or sop_loss (with their valid_ keys)", plot_metrics, 0},
-    {"--log-scale", MGT_FLAG_BOOL, OFF(log_scale), 0, 1, "a logarithmic loss axis", NULL, 0},
-    {"--width", MGT_FLAG_INT, OFF(width), 320, 20000, "picture width in pixels", NULL, 0},
-    {"--height", MGT_FLAG_INT, OFF(height), 240, 20000, "picture height in pixels", NULL, 0},
+     "loss, or BERT's lm_loss or sop_loss (with their valid_ keys)", plot_metrics, 0, 0},
+    {"--log-scale", MGT_FLAG_BOOL, OFF(log_scale), 0, 1, "a logarithmic loss axis", NULL, 0, 0},
+    {"--width", MGT_FLAG_INT, OFF(width), 320, 20000, "picture width in pixels", NULL, 0, 0},
+    {"--height", MGT_FLAG_INT, OFF(height), 240, 20000, "picture height in pixels", NULL, 0, 0},
     {"--seq-length", MGT_FLAG_INT, OFF(seq_length), 0, 1 << 24,
-     "tokens per sample for --x tokens (default: from tokens_per_sec x ms_per_iteration)", NULL, 0},
+     "tokens per sample for --x tokens (default: from tokens_per_sec x ms_per_iteration)", NULL, 0,
+     0},
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 

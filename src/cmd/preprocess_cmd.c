@@ -13,27 +13,28 @@ static const char *const impls[] = {"hdf5", "mmap", NULL};
 static const mgt_flag flags[] = {
     {"--input", MGT_FLAG_LIST, OFF(input), 0, 0,
      "input files: .jsonl/.json hold one JSON document per line, others are one document each",
-     NULL, SZ(input)},
+     NULL, SZ(input), 0},
     {"--output-prefix", MGT_FLAG_STR, OFF(output_prefix), 0, 0, "write PREFIX.h5", NULL,
-     SZ(output_prefix)},
+     SZ(output_prefix), 0},
     MGT_TOKENIZER_FLAGS(mgt_preprocess_opts, ""),
     {"--json-keys", MGT_FLAG_STR, OFF(json_keys), 0, 0, "the key of the text in each JSON line",
-     NULL, SZ(json_keys)},
+     NULL, SZ(json_keys), 0},
     {"--split-sentences", MGT_FLAG_BOOL, OFF(split_sentences), 0, 1,
      "split documents into sentences (BERT): the rule-based splitter of docs/data-format.md", NULL,
-     0},
+     0, 0},
     {"--append-eod", MGT_FLAG_BOOL, OFF(append_eod), 0, 1, "end every document with <|endoftext|>",
-     NULL, 0},
+     NULL, 0, 0},
     {"--skip-bad-lines", MGT_FLAG_BOOL, OFF(skip_bad_lines), 0, 1,
-     "count and skip malformed JSON lines and lines without the key, instead of stopping", NULL, 0},
+     "count and skip malformed JSON lines and lines without the key, instead of stopping", NULL, 0,
+     0},
     {"--log-interval", MGT_FLAG_INT, OFF(log_interval_s), 0, 1 << 20,
      "seconds between progress lines when stderr is not a terminal (on a terminal one line "
      "is rewritten in place)",
-     NULL, 0},
+     NULL, 0, 0},
     {"--dataset-impl", MGT_FLAG_ENUM, OFF(dataset_impl), 0, 0,
      "hdf5 (PREFIX.h5, this project's) or mmap (Megatron-LM's PREFIX_KEY_LEVEL.bin and .idx, "
      "KEY the --json-keys, LEVEL document or sentence, as its preprocess_data.py names them)",
-     impls, 0},
+     impls, 0, 0},
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 

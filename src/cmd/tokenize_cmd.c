@@ -18,11 +18,11 @@ static const mgt_flag flags[] = {
     {"--input", MGT_FLAG_STR, OFF(input), 0, 0,
      "JSON lines to encode, or id lines to decode "
      "(default: standard input)",
-     NULL, SZ(input)},
+     NULL, SZ(input), 0},
     {"--json-keys", MGT_FLAG_STR, OFF(json_keys), 0, 0, "the key of the text in each JSON line",
-     NULL, SZ(json_keys)},
+     NULL, SZ(json_keys), 0},
     {"--decode", MGT_FLAG_BOOL, OFF(decode), 0, 1,
-     "read lines of space-separated ids, write one JSON line of text each", NULL, 0},
+     "read lines of space-separated ids, write one JSON line of text each", NULL, 0, 0},
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 

@@ -52,15 +52,16 @@ void mgt_cli_configure_threads(MPI_Comm world);
    0,                                                                                              \
    "checkpoint directory (its latest) or file",                                                    \
    NULL,                                                                                           \
-   MGT_FIELD_SIZE(S, load)},                                                                       \
+   MGT_FIELD_SIZE(S, load),                                                                        \
+   0},                                                                                             \
   {                                                                                                \
     "--ckpt-iteration", MGT_FLAG_INT64, offsetof(S, ckpt_iteration), -1, 9e15,                     \
-        "load this iteration instead of the latest", NULL, 0                                       \
+        "load this iteration instead of the latest", NULL, 0, 0                                    \
   }
 #define MGT_DEVICE_FLAG(S)                                                                         \
   {                                                                                                \
     "--device", MGT_FLAG_ENUM, offsetof(S, device), 0, 0, "cpu, or cuda (one GPU per rank)",       \
-        mgt_device_names, 0                                                                        \
+        mgt_device_names, 0, 0                                                                     \
   }
 #define MGT_TOKENIZER_FLAGS(S, note)                                                               \
   {"--vocab-file",                                                                                 \
@@ -70,9 +71,17 @@ void mgt_cli_configure_threads(MPI_Comm world);
    0,                                                                                              \
    "GPT-2 vocabulary (gpt2-vocab.json)" note,                                                      \
    NULL,                                                                                           \
-   MGT_FIELD_SIZE(S, vocab_file)},                                                                 \
-      {"--tokenizer-model",          MGT_FLAG_STR, offsetof(S, vocab_file), 0, 0, "", NULL,        \
-       MGT_FIELD_SIZE(S, vocab_file)},                                                             \
+   MGT_FIELD_SIZE(S, vocab_file),                                                                  \
+   0},                                                                                             \
+      {"--tokenizer-model",                                                                        \
+       MGT_FLAG_STR,                                                                               \
+       offsetof(S, vocab_file),                                                                    \
+       0,                                                                                          \
+       0,                                                                                          \
+       "",                                                                                         \
+       NULL,                                                                                       \
+       MGT_FIELD_SIZE(S, vocab_file),                                                              \
+       0},                                                                                         \
       {"--merge-file",                                                                             \
        MGT_FLAG_STR,                                                                               \
        offsetof(S, merge_file),                                                                    \
@@ -80,10 +89,11 @@ void mgt_cli_configure_threads(MPI_Comm world);
        0,                                                                                          \
        "GPT-2 merges (gpt2-merges.txt)" note,                                                      \
        NULL,                                                                                       \
-       MGT_FIELD_SIZE(S, merge_file)},                                                             \
+       MGT_FIELD_SIZE(S, merge_file),                                                              \
+       0},                                                                                         \
   {                                                                                                \
     "--tokenizer-type", MGT_FLAG_ENUM, offsetof(S, tokenizer_type), 0, 0, MGT_TOKENIZER_HELP note, \
-        mgt_tokenizer_names, 0                                                                     \
+        mgt_tokenizer_names, 0, 0                                                                  \
   }
 
 /* mgt preprocess: its flags (the work is mgt_preprocess_run, include/mgt/dataset.h). */

@@ -31,7 +31,16 @@ typedef struct mgt_flag {
   const char *help;
   const char *const *choices; /* MGT_FLAG_ENUM */
   size_t size;                /* MGT_FLAG_STR and MGT_FLAG_LIST: buffer size */
+  unsigned marks;             /* MGT_FLAG_SPEC, MGT_FLAG_RESUME, MGT_FLAG_PLAN */
 } mgt_flag;
+
+/* Marks of mgt train's flags (src/base/config.c), so that each is declared once and read by
+   everyone who needs it. SPEC: the model spec (mgt plan takes it too); RESUME: a checkpoint of
+   another value is another model (the resume check compares it); PLAN: mgt plan takes it,
+   though it is not the model's. */
+enum { MGT_FLAG_SPEC = 1u, MGT_FLAG_RESUME = 2u, MGT_FLAG_PLAN = 4u };
+/* mgt train's flag table. */
+const mgt_flag *mgt_config_flags(int *n);
 
 /* The name in names[0..n) nearest to word by edit distance, or NULL when none is near enough
    to be a typo of it (1 edit for words under 4 characters, 2 under 8, else 3). */

@@ -12,12 +12,10 @@ extern "C" {
 #endif
 
 typedef struct mgt_plan_opts {
-  int model; /* 0 gpt, 1 bert */
-  int num_layers, hidden_size, heads, ffn, seq_length, vocab_size, vocab_multiple;
-  /* the block, as mgt train's flags say it (Llama's: RMSNorm, SwiGLU, groups, no biases, an
-     untied output layer, rotary positions) */
-  int normalization, swiglu, gqa, groups, no_bias, untied, rope;
-  int global_batch, nodes, gpus_per_node;
+  /* the model and the run's sizes, from mgt train's own flags (those it marks SPEC or PLAN:
+     declared once, so both accept and refuse the same values) */
+  mgt_config m;
+  int nodes, gpus_per_node;
   char gpu_memory[64];
   double memory_bytes; /* parsed from gpu_memory */
   double gemm_tflops, nvlink_gbps, network_gbps, memory_gbps, dp_overlap;
