@@ -54,16 +54,16 @@ expect_error "layernorm_epsilon is -1.0000000000000001e-05, out of the range" "$
 expect_error "Hugging Face's GPT-2 ties its output layer to wte" "$MGT" ckpt export --format hf --load "$tmp/untied" --output "$tmp/x"
 "${T[@]}" "$MGT" train "${M[@]}" --train-iters 1 --position-embedding-type rope --save "$tmp/rope" > "$tmp/log" 2>&1 || { fail "rotary training"; cat "$tmp/log"; }
 expect_error "Hugging Face's GPT-2 and BERT have learned positions" "$MGT" ckpt export --format hf --load "$tmp/rope" --output "$tmp/x"
-expect_error "--rotary-base 500000 and rope scaling 1 (checkpoint 10000 and 1)" "$MGT" train "${M[@]}" --train-iters 2 --position-embedding-type rope --rotary-base 500000 --load "$tmp/rope"
-expect_error "--rotary-base 10000 and rope scaling 8 (checkpoint 10000 and 1)" "$MGT" train "${M[@]}" --train-iters 2 --position-embedding-type rope --use-rope-scaling --load "$tmp/rope"
+expect_error "--rotary-base 500000 (checkpoint 10000)" "$MGT" train "${M[@]}" --train-iters 2 --position-embedding-type rope --rotary-base 500000 --load "$tmp/rope"
+expect_error "--use-rope-scaling 1 (checkpoint 0), --rope-scaling-factor 8 (checkpoint 1)" "$MGT" train "${M[@]}" --train-iters 2 --position-embedding-type rope --use-rope-scaling --load "$tmp/rope"
 expect_error "give --position-embedding-type rope" "$MGT" train "${M[@]}" --train-iters 1 --use-rope-scaling
 expect_error "the head size 3 is odd" "$MGT" train --mock-data --num-layers 1 --hidden-size 6 --num-attention-heads 2 --position-embedding-type rope --train-iters 1
 # Llama's block: a checkpoint of one block is not resumed as another, nor exported as GPT-2
 L=(--num-attention-heads 4 --normalization RMSNorm --swiglu --disable-bias-linear --group-query-attention --num-query-groups 2)
 "${T[@]}" "$MGT" train "${M[@]}" --train-iters 1 "${L[@]}" --save "$tmp/llama" > "$tmp/log" 2>&1 || { fail "Llama block training"; cat "$tmp/log"; }
 expect_error "--normalization RMSNorm: Hugging Face's GPT-2 and BERT have LayerNorms" "$MGT" ckpt export --format hf --load "$tmp/llama" --output "$tmp/x"
-expect_error "--normalization (0 LayerNorm, 1 RMSNorm) 0 (checkpoint 1)" "$MGT" train "${M[@]}" --train-iters 2 "${L[@]:0:2}" "${L[@]:4}" --load "$tmp/llama"
-expect_error "key/value heads (--num-query-groups) 4 (checkpoint 2)" "$MGT" train "${M[@]}" --train-iters 2 "${L[@]:0:6}" --load "$tmp/llama"
+expect_error "--normalization LayerNorm (checkpoint RMSNorm)" "$MGT" train "${M[@]}" --train-iters 2 "${L[@]:0:2}" "${L[@]:4}" --load "$tmp/llama"
+expect_error "--group-query-attention 0 (checkpoint 1), --num-query-groups 4 (checkpoint 2)" "$MGT" train "${M[@]}" --train-iters 2 "${L[@]:0:6}" --load "$tmp/llama"
 expect_error "--num-query-groups 3 does not divide --num-attention-heads 4" "$MGT" train "${M[@]}" --train-iters 1 --num-attention-heads 4 --group-query-attention --num-query-groups 3
 expect_error "--num-query-groups 2 needs --group-query-attention" "$MGT" train "${M[@]}" --train-iters 1 --num-query-groups 2
 expect_error "--group-query-attention needs --num-query-groups" "$MGT" train "${M[@]}" --train-iters 1 --group-query-attention
