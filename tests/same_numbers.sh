@@ -6,6 +6,8 @@
 #   gpt-sp-distopt-flash   sequence parallelism, distributed optimizer (both overlaps) and
 #                          flash attention, tp=2 dp=2, selective recomputation
 #   gpt-bf16               bf16 at tp=2, and fp16 with dynamic loss scaling at one rank
+#   llama-gqa-swiglu       RMSNorm, SwiGLU, rotary positions, 2 key/value groups, no biases, an
+#                          untied output layer, tp=2 dp=2
 #   bert-pre, bert-post    BERT pre-LN at tp=2 dp=2, post-LN (the original BERT) at tp=2
 #   finetune               MNLI from the pre-LN BERT, tp=2
 #   resume-format1/2       the stored format-1 checkpoint and a format-2 one written by the old
@@ -75,6 +77,9 @@ run gpt-sp-distopt-flash 4 train "${G[@]}" "${D[@]}" --tensor-model-parallel-siz
   --recompute-granularity selective
 run gpt-bf16 2 train "${G[@]}" "${D[@]}" --tensor-model-parallel-size 2 --bf16
 run gpt-fp16 1 train "${G[@]}" --fp16 --initial-loss-scale 65536
+run llama-gqa-swiglu 4 train "${G[@]}" "${D[@]}" --tensor-model-parallel-size 2 --normalization RMSNorm \
+  --swiglu --disable-bias-linear --position-embedding-type rope --group-query-attention \
+  --num-query-groups 2 --untie-embeddings-and-output-weights
 run bert-pre 4 train "${B[@]}" "${D[@]}" --tensor-model-parallel-size 2
 run bert-post 2 train "${B[@]}" "${D[@]}" --tensor-model-parallel-size 2 \
   --apply-residual-connection-post-layernorm

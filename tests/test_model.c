@@ -9,6 +9,7 @@
 #include "mgt/backend.h"
 #include "mgt/data.h"
 #include "mgt/gpt.h"
+#include "mgt/gpt_impl.h"
 #include "mgt/grid.h"
 #include "mgt/tasks.h"
 #include "testutil.h"
@@ -584,6 +585,52 @@ static void test_task(mgt_grid *grid, mgt_backend *be, mgt_comm *comm, int task)
   mgt_gpt_destroy(&m);
 }
 
+static int cmp_u32(const void *a, const void *b) {
+  const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Random streams: each tensor of a model its own (GPT, Llama, BERT at 65,535 layers), the first
+   sixteen codes of a layer as they always were (l * 16 + code), and the codes a later tensor
+   would take (16 up) apart from every one of them and from the model-wide tensors'. */
+static void test_streams(void) {
+  mgt_config c = tiny();
+  c.num_layers = 65535;
+  int bad = 0;
+  for (int kind = 0; kind < 3; kind++) {
+    mgt_config k = c;
+    if (kind == 1)
+      k.normalization = MGT_NORM_RMSNORM, k.swiglu = 1, k.disable_bias_linear = 0,
+      k.group_query_attention = 1, k.num_query_groups = 1, k.position_embedding_type = 1,
+      k.untie_embeddings_and_output_weights = 1, k.ffn_hidden_size = 0;
+    if (kind == 2) k.model = MGT_MODEL_BERT, k.seq_length = 8;
+    mgt_config_derive(&k);
+    mgt_gpt_dims d;
+    mgt_gpt_dims_from_config(&k, 1, 0, &d);
+    int n = 0;
+    size_t total = 0;
+    gpt_build_params(&k, &d, NULL, &n, &total, NULL);
+    mgt_param *p = calloc((size_t)n, sizeof *p);
+    gpt_build_params(&k, &d, p, &n, &total, NULL);
+    uint32_t *ids = malloc(sizeof(uint32_t) * ((size_t)n + 64 * 65535));
+    int m = 0;
+    for (int i = 0; i < n; i++)
+      ids[m++] = p[i].id;
+    bad += p[n / 2].id / 16 > 65535;            /* a middle layer's stream is l * 16 + code */
+    for (uint32_t code = 16; code < 80; code++) /* later tensors' streams, every layer */
+      for (int l = 0; l < 65535; l++)
+        ids[m++] = gpt_layer_stream(code, l);
+    qsort(ids, (size_t)m, sizeof *ids, cmp_u32);
+    for (int i = 1; i < m; i++)
+      bad += ids[i] == ids[i - 1];
+    free(ids), free(p);
+  }
+  for (int l = 0; l < 65535; l++) /* codes 0..15: the streams checkpoints were made with */
+    for (uint32_t code = 0; code < 16; code++)
+      bad += gpt_layer_stream(code, l) != (uint32_t)l * 16u + code;
+  T_CHECK(bad == 0, "%d random streams shared or moved", bad);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   mgt_grid *grid = NULL;
@@ -592,6 +639,7 @@ int main(int argc, char **argv) {
   T_OK(mgt_backend_cpu_create(&be));
   mgt_comm *comm = NULL;
   T_OK(mgt_comm_mpi_create(grid, NULL, &comm));
+  test_streams();
   mgt_config c = tiny();
   T_OK(mgt_config_finalize(&c, 1));
   mgt_gpt *m = NULL;

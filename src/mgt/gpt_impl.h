@@ -153,6 +153,9 @@ static inline float *take(arena *a, size_t n) {
 /* ---- parameters (params.c) ---- */
 
 /* Lists the parameters in flat-buffer order; with out == NULL only counts them. */
+/* The random stream of a layer's tensor of stream code `code` in layer l (params.c says the
+   rule: the first sixteen codes as every checkpoint so far, later ones in streams of their own). */
+uint32_t gpt_layer_stream(uint32_t code, int l);
 void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out, int *n,
                       size_t *total, param_index *ix);
 /* The one decision of who holds the saved copy: data-parallel replica d holds copy d; a
@@ -176,6 +179,15 @@ int gpt_chunk_ending_at(const rplan *p, int l, int L, int *first);
 /* Places every activation buffer; with m->arena == NULL it only counts floats. */
 size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp);
 layer_acts *gpt_acts_of(mgt_gpt *m, int l);
+/* What a layer keeps of its attention for the backward: nothing (decoding: the cache), its
+   probabilities in a buffer of its own, in the buffer P every layer shares (selective
+   recomputation), or each row's log-sum-exp (flash). */
+enum { GPT_ATTN_NONE, GPT_ATTN_PROBS, GPT_ATTN_SHARED, GPT_ATTN_LSE };
+/* One layer's activations in the arena, for training (N rows, Nl of them this rank's under
+   sequence parallelism; keep16: the GEMM inputs the 16-bit region holds are left NULL) and
+   for decoding (one row a sequence): the one layout of both. */
+void gpt_take_layer(arena *a, const mgt_gpt_dims *d, size_t N, size_t Nl, int keep16, int attn,
+                    float *P, layer_acts *la);
 
 /* ---- the transformer block and the trunk (block.c) ---- */
 

@@ -41,11 +41,8 @@ mgt_status mgt_gpt_decoder_create_batch(mgt_gpt *m, int slots, int max_len, mgt_
     arena a = {(float *)dec->mem, 0};
     dec->x[0] = take(&a, S * d->C), dec->x[1] = take(&a, S * d->C), dec->ln = take(&a, S * d->C);
     dec->mean = take(&a, S), dec->rstd = take(&a, S), dec->logits = take(&a, S * d->Vl);
-    layer_acts *la = &dec->a;
-    la->ln1 = take(&a, S * d->C), la->ln1_mean = take(&a, S), la->ln1_rstd = take(&a, S);
-    la->qkv = take(&a, S * d->QKVl), la->atty = take(&a, S * d->Cl);
-    la->res_mid = take(&a, S * d->C), la->ln2 = take(&a, S * d->C), la->ln2_mean = take(&a, S);
-    la->ln2_rstd = take(&a, S), la->fch = take(&a, S * d->Fo), la->fch_gelu = take(&a, S * d->Fl);
+    /* one row a sequence, every buffer a float one, no attention probabilities: the cache */
+    gpt_take_layer(&a, d, S, S, 0, GPT_ATTN_NONE, NULL, &dec->a);
     dec->tok = (int32_t *)take(&a, S);
     for (int l = 0; l < d->L; l++) {
       dec->kc[l] = take(&a, S * max_len * d->KVl); /* the key/value groups only */

@@ -41,25 +41,23 @@ static int ln16(const mgt_gpt_dims *d) { return d->act16 && !d->desc.post_ln && 
    writes it so); SwiGLU's stays in floats. */
 static int act16_mlp(const mgt_gpt_dims *d) { return d->act16 && d->desc.mlp == MGT_MLP_GELU; }
 
-/* One layer's set; with share_P its attention probabilities are the buffer P (selective).
-   The LayerNorms and the residual hold this rank's rows only under sequence parallelism. */
-static void take_layer(arena *a, const mgt_gpt_dims *d, layer_acts *la, int share_P, float *P,
-                       int flash) {
-  size_t N = (size_t)d->B * d->T, Nl = (size_t)d->Nl;
-  la->ln1 = ln16(d) ? NULL : take(a, Nl * d->C); /* else in the 16-bit region */
+void gpt_take_layer(arena *a, const mgt_gpt_dims *d, size_t N, size_t Nl, int keep16, int attn,
+                    float *P, layer_acts *la) {
+  const int l16 = keep16 && ln16(d), a16 = keep16 && act16_mlp(d);
+  la->ln1 = l16 ? NULL : take(a, Nl * d->C); /* else in the 16-bit region */
   la->ln1_mean = take(a, Nl);
   la->ln1_rstd = take(a, Nl);
   la->qkv = take(a, N * d->QKVl);
   const size_t probs = (size_t)d->B * d->Hl * d->T;
-  la->P = flash ? NULL : (share_P ? P : take(a, probs * d->T));
-  la->lse = flash ? take(a, probs) : NULL;
+  la->P = attn == GPT_ATTN_PROBS ? take(a, probs * d->T) : (attn == GPT_ATTN_SHARED ? P : NULL);
+  la->lse = attn == GPT_ATTN_LSE ? take(a, probs) : NULL;
   la->atty = take(a, N * d->Cl);
   la->res_mid = take(a, Nl * d->C);
-  la->ln2 = ln16(d) ? NULL : take(a, Nl * d->C);
+  la->ln2 = l16 ? NULL : take(a, Nl * d->C);
   la->ln2_mean = take(a, Nl);
   la->ln2_rstd = take(a, Nl);
   la->fch = take(a, N * d->Fo);
-  la->fch_gelu = act16_mlp(d) ? NULL : take(a, N * d->Fl); /* else in the 16-bit region */
+  la->fch_gelu = a16 ? NULL : take(a, N * d->Fl); /* else in the 16-bit region */
 }
 
 size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp) {
@@ -75,7 +73,8 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
   float *shared_P = rp->selective && !rp->flash ? take(&a, probs) : NULL;
   for (int l = 0; l < rp->nsets; l++) {
     layer_acts la;
-    take_layer(&a, d, &la, rp->selective, shared_P, rp->flash);
+    const int attn = rp->flash ? GPT_ATTN_LSE : (rp->selective ? GPT_ATTN_SHARED : GPT_ATTN_PROBS);
+    gpt_take_layer(&a, d, N, Nl, 1, attn, shared_P, &la);
     if (m->acts) m->acts[l] = la;
   }
   /* the GEMM inputs kept in 16 bits (GeLU outputs; LayerNorm outputs where ln16), one region

@@ -78,25 +78,89 @@ static void add_param(mgt_param *out, int *n, size_t *off, uint32_t id, const pa
   *off += pack ? numel : round16(numel);
 }
 
-/* Which slots a layer of this description has; their RNG streams are l * 16 + id (the ids of
-   the first twelve are those of the GPT-2 layer, which had them all). */
-static const uint32_t slot_id[P_SLOTS] = {0, 1, 2, 12, 3, 13, 4, 5, 6, 7, 8, 14, 9, 15, 10, 11};
+/* One tensor of a layer: the role the block uses it in (P_*), its name, shape, split and
+   initialization, the code of its random stream, and whether the next tensor follows it
+   without padding (the two halves of a pair the block multiplies as one matrix). */
+typedef struct layer_row {
+  int role;
+  param_spec s;
+  uint32_t code;
+  int pack;
+} layer_row;
 
-static int slot_present(const mgt_gpt_dims *d, int k) {
+/* The random stream of a layer's tensor. Codes 0..15 (GPT-2's twelve tensors, then Llama's
+   four) are l * 16 + code, as every checkpoint so far was initialized; a code from 16 on, a
+   tensor added since, is 2^30 + (code - 16) * 2^16 + l: a stream no other tensor has, for up
+   to 65,535 layers (--num-layers' bound) and 16,384 more codes. */
+uint32_t gpt_layer_stream(uint32_t code, int l) {
+  return code < 16 ? (uint32_t)l * 16u + code : (1u << 30) + ((code - 16u) << 16) + (uint32_t)l;
+}
+
+/* The tensors of one layer of the description, in flat-buffer order: the one list that
+   parameters, their counts, checkpoint names and Hugging Face names come from. rows holds
+   P_SLOTS; returns the count. */
+static int layer_list(const mgt_config *c, const mgt_gpt_dims *d, layer_row *rows) {
+  const float std = (float)c->init_method_std;
+  const float out_std = std / sqrtf(2.0f * (float)d->L); /* scaled output projections */
+  const int64_t C = d->C, Cl = d->Cl, Fl = d->Fl, F = d->F, H = d->H, hd = d->hd, KVl = d->KVl;
+  const int64_t KV = (int64_t)d->G * hd, r = d->tp_rank;
   const int grouped = d->G != d->H, swiglu = d->desc.mlp == MGT_MLP_SWIGLU, bias = d->desc.bias;
-  switch (k) {
-  case P_LN1_B:
-  case P_LN2_B: return d->desc.norm == MGT_NORM_LAYERNORM;
-  case P_KV_W: return grouped;
-  case P_KV_B: return grouped && bias;
-  case P_UP_W: return swiglu;
-  case P_UP_B: return swiglu && bias;
-  case P_QKV_B:
-  case P_PROJ_B:
-  case P_FC_B:
-  case P_FCP_B: return bias;
-  default: return 1;
-  }
+  const int ln = d->desc.norm == MGT_NORM_LAYERNORM;
+  const layer_row all[P_SLOTS] = {
+      {P_LN1_W, {"input_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0}, 0, 0},
+      {P_LN1_B, {"input_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 1, 0},
+      {P_QKV_W,
+       grouped
+           ? (param_spec){"attention.query.weight", 2, {Cl, C}, {H * hd, C}, 0, r * Cl, std, 0, 1}
+           : (param_spec){"attention.qkv.weight", 3, {3, Cl, C}, {3, C, C}, 1, r * Cl, std, 0, 1},
+       2, grouped},
+      {P_KV_W,
+       {"attention.key_value.weight", 3, {2, KVl, C}, {2, KV, C}, 1, r * KVl, std, 0, 1},
+       12,
+       0},
+      {P_QKV_B,
+       grouped ? (param_spec){"attention.query.bias", 1, {Cl}, {H * hd}, 0, r * Cl, 0, 0, 0}
+               : (param_spec){"attention.qkv.bias", 2, {3, Cl}, {3, C}, 1, r * Cl, 0, 0, 0},
+       3, grouped},
+      {P_KV_B, {"attention.key_value.bias", 2, {2, KVl}, {2, KV}, 1, r * KVl, 0, 0, 0}, 13, 0},
+      {P_PROJ_W, {"attention.dense.weight", 2, {C, Cl}, {C, C}, 1, r * Cl, out_std, 0, 1}, 4, 0},
+      {P_PROJ_B, {"attention.dense.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 5, 0},
+      {P_LN2_W, {"post_attention_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0}, 6, 0},
+      {P_LN2_B, {"post_attention_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 7, 0},
+      /* SwiGLU: Megatron's fc1 split in its two halves, the gate and the up projection */
+      {P_FC_W,
+       {swiglu ? "mlp.gate.weight" : "mlp.dense_h_to_4h.weight",
+        2,
+        {Fl, C},
+        {F, C},
+        0,
+        r * Fl,
+        std,
+        0,
+        1},
+       8,
+       swiglu},
+      {P_UP_W, {"mlp.up.weight", 2, {Fl, C}, {F, C}, 0, r * Fl, std, 0, 1}, 14, 0},
+      {P_FC_B,
+       {swiglu ? "mlp.gate.bias" : "mlp.dense_h_to_4h.bias", 1, {Fl}, {F}, 0, r * Fl, 0, 0, 0},
+       9,
+       swiglu},
+      {P_UP_B, {"mlp.up.bias", 1, {Fl}, {F}, 0, r * Fl, 0, 0, 0}, 15, 0},
+      {P_FCP_W, {"mlp.dense_4h_to_h.weight", 2, {C, Fl}, {C, F}, 1, r * Fl, out_std, 0, 1}, 10, 0},
+      {P_FCP_B, {"mlp.dense_4h_to_h.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 11, 0},
+  };
+  const int present[P_SLOTS] = {[P_LN1_W] = 1,    [P_LN1_B] = ln,
+                                [P_QKV_W] = 1,    [P_KV_W] = grouped,
+                                [P_QKV_B] = bias, [P_KV_B] = grouped && bias,
+                                [P_PROJ_W] = 1,   [P_PROJ_B] = bias,
+                                [P_LN2_W] = 1,    [P_LN2_B] = ln,
+                                [P_FC_W] = 1,     [P_UP_W] = swiglu,
+                                [P_FC_B] = bias,  [P_UP_B] = swiglu && bias,
+                                [P_FCP_W] = 1,    [P_FCP_B] = bias};
+  int n = 0;
+  for (int k = 0; k < P_SLOTS; k++)
+    if (present[all[k].role]) rows[n++] = all[k];
+  return n;
 }
 
 void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out, int *n,
@@ -105,9 +169,7 @@ void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out
   param_index pi = {0, 1, -1, 2, -1, -1, -1, -1, 0, {0}};
   size_t off = 0;
   const float std = (float)c->init_method_std;
-  const float out_std = std / sqrtf(2.0f * (float)d->L); /* scaled output projections */
-  const int64_t C = d->C, Cl = d->Cl, Fl = d->Fl, F = d->F;
-  const int r = d->tp_rank;
+  const int64_t C = d->C;
   param_spec wte = {
       "embedding.word_embeddings.weight", 2, {d->Vl, C}, {d->V, C}, 0, d->v0, std, 0, 1};
   param_spec wpe = {
@@ -124,47 +186,18 @@ void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out
     add_param(out, n, &off, 0xFFFF0004u, &tte, "", 0);
   }
   pi.first_layer = *n;
-  const int64_t H = d->H, hd = d->hd, KVl = d->KVl, KV = (int64_t)d->G * hd;
-  const int grouped = d->G != d->H;
-  pi.per_layer = 0;
+  layer_row rows[P_SLOTS];
+  const int nr = layer_list(c, d, rows);
+  pi.per_layer = nr;
   for (int k = 0; k < P_SLOTS; k++)
-    pi.at[k] = (int8_t)(slot_present(d, k) ? pi.per_layer++ : -1);
+    pi.at[k] = -1;
+  for (int i = 0; i < nr; i++)
+    pi.at[rows[i].role] = (int8_t)i;
   for (int l = 0; l < d->L; l++) {
-    param_spec s[P_SLOTS] = {
-        {"input_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0},
-        {"input_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
-        {"attention.qkv.weight", 3, {3, Cl, C}, {3, C, C}, 1, r * Cl, std, 0, 1},
-        {"attention.key_value.weight", 3, {2, KVl, C}, {2, KV, C}, 1, r * KVl, std, 0, 1},
-        {"attention.qkv.bias", 2, {3, Cl}, {3, C}, 1, r * Cl, 0, 0, 0},
-        {"attention.key_value.bias", 2, {2, KVl}, {2, KV}, 1, r * KVl, 0, 0, 0},
-        {"attention.dense.weight", 2, {C, Cl}, {C, C}, 1, r * Cl, out_std, 0, 1},
-        {"attention.dense.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
-        {"post_attention_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0},
-        {"post_attention_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
-        {"mlp.dense_h_to_4h.weight", 2, {Fl, C}, {F, C}, 0, r * Fl, std, 0, 1},
-        {"mlp.up.weight", 2, {Fl, C}, {F, C}, 0, r * Fl, std, 0, 1},
-        {"mlp.dense_h_to_4h.bias", 1, {Fl}, {F}, 0, r * Fl, 0, 0, 0},
-        {"mlp.up.bias", 1, {Fl}, {F}, 0, r * Fl, 0, 0, 0},
-        {"mlp.dense_4h_to_h.weight", 2, {C, Fl}, {C, F}, 1, r * Fl, out_std, 0, 1},
-        {"mlp.dense_4h_to_h.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
-    };
-    if (grouped) { /* the query rows alone, the keys and values after them */
-      const param_spec q = {
-          "attention.query.weight", 2, {Cl, C}, {H * hd, C}, 0, r * Cl, std, 0, 1};
-      const param_spec qb = {"attention.query.bias", 1, {Cl}, {H * hd}, 0, r * Cl, 0, 0, 0};
-      s[P_QKV_W] = q, s[P_QKV_B] = qb;
-    }
-    if (d->desc.mlp == MGT_MLP_SWIGLU) /* Megatron's fc1 split in its two halves */
-      s[P_FC_W].name = "mlp.gate.weight", s[P_FC_B].name = "mlp.gate.bias";
     char prefix[32];
     snprintf(prefix, sizeof prefix, "layers.%d.", l);
-    for (int k = 0; k < P_SLOTS; k++) {
-      if (pi.at[k] < 0) continue;
-      /* the first half of a pair is followed by its second without padding */
-      const int pack =
-          (k == P_QKV_W || k == P_QKV_B || k == P_FC_W || k == P_FC_B) && pi.at[k + 1] >= 0;
-      add_param(out, n, &off, (uint32_t)l * 16u + slot_id[k], &s[k], prefix, pack);
-    }
+    for (int i = 0; i < nr; i++)
+      add_param(out, n, &off, gpt_layer_stream(rows[i].code, l), &rows[i].s, prefix, rows[i].pack);
   }
   param_spec lnw = {"final_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0};
   param_spec lnb = {"final_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0};
@@ -232,12 +265,19 @@ static int64_t norm_params(const mgt_config *c) {
   return c->normalization == MGT_NORM_RMSNORM ? c->hidden_size : 2 * (int64_t)c->hidden_size;
 }
 
+/* Parameters of one layer: its list's tensors at their full shapes. */
 static int64_t layer_params(const mgt_config *c) {
-  const int64_t C = c->hidden_size, F = c->ffn_hidden_size, b = !c->disable_bias_linear;
-  const int64_t qkv = C + 2 * (int64_t)mgt_config_query_groups(c) * (C / c->num_attention_heads);
-  const int64_t fc = c->swiglu ? 2 * F : F;
-  return 2 * norm_params(c) + (qkv * C + b * qkv) + (C * C + b * C) + (fc * C + b * fc) +
-         (C * F + b * C);
+  mgt_gpt_dims d;
+  mgt_gpt_dims_from_config(c, 1, 0, &d);
+  layer_row rows[P_SLOTS];
+  int64_t total = 0;
+  for (int i = 0, n = layer_list(c, &d, rows); i < n; i++) {
+    int64_t numel = 1;
+    for (int k = 0; k < rows[i].s.ndim; k++)
+      numel *= rows[i].s.full[k];
+    total += numel;
+  }
+  return total;
 }
 
 int64_t mgt_gpt_logical_params(const mgt_config *cfg) {
