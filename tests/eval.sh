@@ -143,6 +143,22 @@ print("windows of 48 every 20: mgt %.7f over %d targets, numpy float64 %.7f over
 assert a["tokens"] == b["tokens"] and abs(a["avg_loss"] - b["avg_loss"]) <= 1e-5 * b["avg_loss"]
 PY
 
+# the same windows in bf16 and fp16 (mgt eval --bf16/--fp16): near numpy, not the fp32 numbers
+for prec in bf16 fp16; do
+  "$MPIEXEC" -n 2 "$MGT" eval --task lm --load "$tmp/run" --input-ids "$tmp/ids.txt" --seq-length 48 \
+    --overlapping-eval 20 --tensor-model-parallel-size 2 --$prec > "$tmp/lm_$prec" 2>&1 ||
+    { cat "$tmp/lm_$prec"; fail "lm --$prec"; }
+  grep -q "data-parallel 1, $prec on cpu" "$tmp/lm_$prec" || fail "mgt eval --$prec does not say $prec"
+  $PY - "$tmp/lm_$prec" "$tmp/lmids" "$tmp/numpy.json" $prec <<'PY' || fail "lm --$prec against numpy"
+import json, sys
+a, f = (json.loads([l for l in open(p).read().splitlines() if l.startswith("{")][-1]) for p in sys.argv[1:3])
+b = json.loads(open(sys.argv[3]).read())
+print("%s: mgt %.7f, fp32 %.7f, numpy float64 %.7f" % (sys.argv[4], a["avg_loss"], f["avg_loss"], b["avg_loss"]))
+assert a["tokens"] == b["tokens"] and abs(a["avg_loss"] - b["avg_loss"]) <= 1e-2 * b["avg_loss"]
+assert a["avg_loss"] != f["avg_loss"], "the same loss as fp32"
+PY
+done
+
 # ---- 5. LAMBADA: every layout, and the verdicts of numpy on the same tokens ----
 $PY - "$BOOK" "$LAMB" "$tmp/ofthe.jsonl" "$tmp/lambada.jsonl" "$tmp/pieces.jsonl" <<'PY'
 import json, re, sys

@@ -168,7 +168,7 @@ ft ref 1 1 MNLI $SMALL && {
       { same ref "n$1tp$2${3:-}" && echo "ok: $1 ranks at tp $2${3:+ (sequence parallel)} == one rank" ||
         fail "$1 ranks at tp $2 ${3:-}"; }
   done
-  ft bf16 2 2 MNLI $SMALL --bf16 && $PY - "$tmp/ref.jsonl" "$tmp/bf16.jsonl" <<'PY' &&
+  ft bf16 2 2 MNLI $SMALL --bf16 --save "$tmp/ft_bf16" && $PY - "$tmp/ref.jsonl" "$tmp/bf16.jsonl" <<'PY' &&
 import json, sys
 a, b = ({r["iteration"]: r["loss"] for r in map(json.loads, open(p)) if "consumed_samples" in r} for p in sys.argv[1:3])
 worst = max(abs(a[i] - b[i]) for i in b)
@@ -189,7 +189,7 @@ evaluate() {
   local name=$1 n=$2 tp=$3 task=$4
   shift 4
   "$MPIEXEC" -n "$n" "$MGT" eval --task "$task" --load "$tmp/ft_$name" --tensor-model-parallel-size "$tp" \
-    --micro-batch-size 3 --valid-data "$@" >"$tmp/$name.eval" 2>&1 ||
+    --micro-batch-size 3 ${EVAL_ARGS:-} --valid-data "$@" >"$tmp/$name.eval" 2>&1 ||
     { fail "mgt eval --task $task exited $?"; tail -3 "$tmp/$name.eval"; return 1; }
 }
 # agree NAME: every set of NAME.eval has the correct count of NAME's last validation, loss 1e-5
@@ -211,6 +211,19 @@ PY
 }
 evaluate mnli 2 2 MNLI "$tmp/MNLI.dev.tsv" && agree mnli &&
   echo "ok: mgt eval --task MNLI at tp=2 == the run's last validation" || fail "mgt eval MNLI"
+# a checkpoint trained in bf16 scored in bf16 (mgt eval --bf16) is what its run's validation said;
+# in fp32 it is not (the flag changes the arithmetic)
+EVAL_ARGS=--bf16 evaluate bf16 2 2 MNLI "$tmp/MNLI.dev.tsv" && agree bf16 &&
+  cp "$tmp/bf16.eval" "$tmp/bf16_16.eval" && evaluate bf16 2 2 MNLI "$tmp/MNLI.dev.tsv" &&
+  $PY - "$tmp/bf16_16.eval" "$tmp/bf16.eval" "$tmp/bf16.jsonl" <<'PY' &&
+import json, sys
+a, b = (json.loads([l for l in open(p) if l.startswith("{")][-1])["loss"] for p in sys.argv[1:3])
+v = [r for r in map(json.loads, open(sys.argv[3])) if r.get("valid_data", "overall") != "overall"][-1]["loss"]
+print("   the run's validation %.9f; mgt eval --bf16 %.9f, in fp32 %.9f" % (v, a, b))
+assert abs(a - v) < abs(b - v) / 4, "mgt eval --bf16 is not nearer the bf16 run than fp32 scoring"
+PY
+  echo "ok: mgt eval --bf16 == the bf16 run's last validation; fp32 differs" ||
+  fail "mgt eval --bf16"
 evaluate race 2 1 RACE "$tmp/race/dev/middle" "$tmp/race/dev/high" && agree race &&
   echo "ok: mgt eval --task RACE at tp=1 dp=2 == the run's last validation (trained at tp=2)" ||
   fail "mgt eval RACE"

@@ -104,6 +104,25 @@ PY
   echo "ok: $(grep -o 'on [0-9]* tensor-parallel ranks x [0-9]* replicas' "$tmp/tp$tp.$np.log") passed"
 done
 
+# --bf16: the server decodes in bf16, as mgt generate --bf16 does
+if start bf16 1 --load "$tmp/ckpt" --max-batch 4 --bf16; then
+  "$MGT" generate --load "$tmp/ckpt" --prompt "$PROMPT" --max-new-tokens 40 --greedy --bf16 \
+    >"$tmp/greedy_bf16" 2>/dev/null || fail "generate --bf16"
+  curl -sf -X PUT "localhost:$PORT/api" -H 'Content-Type: application/json' \
+    -d "{\"prompts\": [\"$PROMPT\"], \"tokens_to_generate\": 40, \"top_k\": 1}" >"$tmp/api_bf16" ||
+    fail "curl PUT /api --bf16"
+  $PY - "$tmp/api_bf16" "$tmp/greedy_bf16" <<'PY' || fail "serve --bf16 against generate --bf16"
+import json, sys
+text = json.load(open(sys.argv[1]))["text"][0]
+want = open(sys.argv[2], encoding="utf-8").read()[:-1]
+assert text == want, (text, want)
+print("ok: serve --bf16 answers %r, as mgt generate --bf16 --greedy" % text)
+PY
+  grep -q "replicas, bf16 on cpu" "$tmp/bf16.log" ||
+    fail "serve --bf16 does not say bf16"
+  stop || fail "serve --bf16: SIGTERM did not exit 0"
+fi
+
 # a model slow enough to be caught in flight: 8 layers, 1024 positions, one step at a time
 "$MGT" train --mock-data --tokenizer-type ByteTokenizer --num-layers 8 --hidden-size 512 \
   --num-attention-heads 8 --seq-length 1024 --micro-batch-size 1 --train-iters 1 --eval-iters 0 \

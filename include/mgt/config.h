@@ -51,6 +51,7 @@ extern const char *const mgt_device_names[];
 enum { MGT_DIST_BACKEND_NCCL = 0, MGT_DIST_BACKEND_MPI = 1 };
 /* --cpu-gemm: bf16 GEMMs on the CPU's bf16 units, or emulated in fp32 (the CUDA twin) */
 enum { MGT_CPU_GEMM_NATIVE = 0, MGT_CPU_GEMM_EMULATED = 1 };
+extern const char *const mgt_cpu_gemm_names[];
 /* --attention-backend (Megatron-Core's name): auto, the tiled kernel (flash) or the one that
    materializes the probabilities. FLASH is 1: --use-flash-attn, a flag alias, sets it. */
 enum { MGT_ATTN_AUTO = 0, MGT_ATTN_FLASH = 1, MGT_ATTN_UNFUSED = 2 };

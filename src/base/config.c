@@ -37,7 +37,7 @@ const char *const mgt_model_names[] = {"gpt", "bert", NULL};
 
 static const char *const lr_styles[] = {"constant", "linear", "cosine", NULL};
 static const char *const dist_backends[] = {"nccl", "mpi", NULL};
-static const char *const cpu_gemms[] = {"native", "emulated", NULL};
+const char *const mgt_cpu_gemm_names[] = {"native", "emulated", NULL};
 static const char *const attention_backends[] = {"auto", "flash", "unfused", NULL};
 static const char *const recompute_granularities[] = {"none", "full", "selective", NULL};
 static const char *const recompute_methods[] = {"uniform", "block", NULL};
@@ -178,7 +178,7 @@ static const mgt_flag flags[] = {
      "--bf16 on the CPU: native (bf16 operands on the CPU's bf16 units through oneDNN, fp32 "
      "accumulation) or emulated (operands rounded to bf16, fp32 sgemm: the CUDA kernels' twin); "
      "default: native where the CPU has bf16 units",
-     cpu_gemms, 0, 0},
+     mgt_cpu_gemm_names, 0, 0},
     BOOL("--fp16", fp16, "fp16 GEMM inputs with loss scaling; fp32 master weights"),
     BOOL("--bf16", bf16, "bf16 GEMM inputs; fp32 master weights"),
     BOOL("--no-weight-copies", no_weight_copies,

@@ -60,6 +60,7 @@ static const mgt_flag flags[] = {
      "ranks that split each layer; the rest of the ranks share the windows", NULL, 0, 0},
     MGT_TOKENIZER_FLAGS(mgt_eval_opts, " (default: the checkpoint's)"),
     MGT_DEVICE_FLAG(mgt_eval_opts),
+    MGT_PRECISION_FLAGS(mgt_eval_opts),
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
@@ -69,6 +70,7 @@ void mgt_eval_defaults(mgt_eval_opts *o) {
   o->tensor_model_parallel_size = 1;
   o->micro_batch_size = 4;
   o->tokenizer_type = -1;
+  o->cpu_gemm = -1;
 }
 
 mgt_status mgt_eval_parse(mgt_eval_opts *o, int argc, char **argv, int first, int *help) {
@@ -362,9 +364,18 @@ static mgt_status eval_finetuned(const mgt_eval_opts *o, MPI_Comm world, FILE *o
   MGT_MPI(MPI_Comm_rank(world, &rank));
   const int task = finetuned(o->task);
   mgt_session ses;
-  mgt_session_opts so = {o->load,       o->ckpt_iteration,   o->tensor_model_parallel_size,
-                         o->seq_length, o->micro_batch_size, o->device,
-                         task,          o->tokenizer_type,   o->vocab_file};
+  const mgt_session_opts so = {.load = o->load,
+                               .ckpt_iteration = o->ckpt_iteration,
+                               .tensor_parallel = o->tensor_model_parallel_size,
+                               .seq_length = o->seq_length,
+                               .micro_batch_size = o->micro_batch_size,
+                               .device = o->device,
+                               .task = task,
+                               .tokenizer_type = o->tokenizer_type,
+                               .vocab_file = o->vocab_file,
+                               .bf16 = o->bf16,
+                               .fp16 = o->fp16,
+                               .cpu_gemm = o->cpu_gemm};
   MGT_CHECK(mgt_session_open_config(&ses, &so, world));
   mgt_config rc = ses.cfg; /* the sets read with the checkpoint's tokenizer unless overridden */
   snprintf(rc.valid_data, sizeof rc.valid_data, "%s", o->valid_data);
@@ -420,15 +431,17 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
   MGT_MPI(MPI_Comm_rank(world, &rank));
   MGT_MPI(MPI_Comm_size(world, &size));
   mgt_session ses;
-  mgt_session_opts so = {o->load,
-                         o->ckpt_iteration,
-                         o->tensor_model_parallel_size,
-                         o->seq_length,
-                         o->micro_batch_size,
-                         o->device,
-                         0,
-                         -1,
-                         ""};
+  const mgt_session_opts so = {.load = o->load,
+                               .ckpt_iteration = o->ckpt_iteration,
+                               .tensor_parallel = o->tensor_model_parallel_size,
+                               .seq_length = o->seq_length,
+                               .micro_batch_size = o->micro_batch_size,
+                               .device = o->device,
+                               .tokenizer_type = -1,
+                               .vocab_file = "",
+                               .bf16 = o->bf16,
+                               .fp16 = o->fp16,
+                               .cpu_gemm = o->cpu_gemm};
   MGT_REQUIRE(o->micro_batch_size <= 64, "--micro-batch-size: at most 64 for evaluation");
   MGT_CHECK(mgt_session_open_config(&ses, &so, world));
   const mgt_config cfg = ses.cfg;
@@ -488,8 +501,9 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
   MGT_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, grid->dp_comm));
   if (rank == 0) {
     fprintf(out,
-            "checkpoint %s (iteration %lld), %d ranks = tensor-parallel %d x data-parallel %d\n",
-            path, (long long)ses.state.iteration, grid->size, grid->tp, grid->dp);
+            "checkpoint %s (iteration %lld), %d ranks = tensor-parallel %d x data-parallel %d, "
+            "%s\n",
+            path, (long long)ses.state.iteration, grid->size, grid->tp, grid->dp, ses.precision);
     if (o->task == TASK_LAMBADA) {
       double acc = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
       fprintf(out, " lambada%s | examples: %.0f | correct: %.0f | accuracy: %.4f\n",

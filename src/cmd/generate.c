@@ -42,6 +42,7 @@ static const mgt_flag flags[] = {
      "must be the number of ranks (0: the number of ranks)", NULL, 0, 0},
     MGT_TOKENIZER_FLAGS(mgt_generate_opts, " (default: the checkpoint's)"),
     MGT_DEVICE_FLAG(mgt_generate_opts),
+    MGT_PRECISION_FLAGS(mgt_generate_opts),
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
@@ -52,6 +53,7 @@ void mgt_generate_defaults(mgt_generate_opts *o) {
   o->temperature = 1.0;
   o->seed = 1234;
   o->tokenizer_type = -1;
+  o->cpu_gemm = -1;
 }
 
 mgt_status mgt_generate_parse(mgt_generate_opts *o, int argc, char **argv, int first, int *help) {
@@ -79,7 +81,17 @@ mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *ou
               o->tensor_model_parallel_size, size);
   /* decoding has its own buffers: the training activations are for one token */
   mgt_session ses;
-  mgt_session_opts so = {o->load, o->ckpt_iteration, size, 1, 1, o->device, 0, -1, ""};
+  const mgt_session_opts so = {.load = o->load,
+                               .ckpt_iteration = o->ckpt_iteration,
+                               .tensor_parallel = size,
+                               .seq_length = 1,
+                               .micro_batch_size = 1,
+                               .device = o->device,
+                               .tokenizer_type = -1,
+                               .vocab_file = "",
+                               .bf16 = o->bf16,
+                               .fp16 = o->fp16,
+                               .cpu_gemm = o->cpu_gemm};
   MGT_CHECK(mgt_session_open_config(&ses, &so, world));
   const mgt_config *cfg = &ses.cfg;
   const char *path = ses.path;
@@ -154,9 +166,9 @@ mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *ou
     if (info) {
       double t_gen = t_all - t_prompt;
       fprintf(info,
-              "generate: %s (iteration %lld) on %d tensor-parallel ranks: prompt %zu tokens in "
-              "%.3f s, %d new tokens in %.3f s (%.1f tokens/s), stopped at %s\n",
-              path, (long long)ses.state.iteration, size, prompt.n, t_prompt, generated, t_gen,
+              "generate: %s (iteration %lld) on %d tensor-parallel ranks, %s: prompt %zu tokens "
+              "in %.3f s, %d new tokens in %.3f s (%.1f tokens/s), stopped at %s\n",
+              path, (long long)ses.state.iteration, size, ses.precision, prompt.n, t_prompt, generated, t_gen,
               t_gen > 0 ? generated / t_gen : 0.0, at_eod ? "end-of-document" : "--max-new-tokens");
       fflush(info);
     }

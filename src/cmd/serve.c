@@ -59,6 +59,7 @@ static const mgt_flag flags[] = {
      SZ(served_model_name), 0},
     MGT_TOKENIZER_FLAGS(mgt_serve_opts, " (default: the checkpoint's)"),
     MGT_DEVICE_FLAG(mgt_serve_opts),
+    MGT_PRECISION_FLAGS(mgt_serve_opts),
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
@@ -73,6 +74,7 @@ void mgt_serve_defaults(mgt_serve_opts *o) {
   o->max_connections = 256, o->max_per_client = 64;
   o->idle_timeout = 15, o->request_timeout = 60, o->drain_timeout = 30;
   o->tokenizer_type = -1;
+  o->cpu_gemm = -1;
 }
 
 mgt_status mgt_serve_parse(mgt_serve_opts *o, int argc, char **argv, int first, int *help) {
@@ -113,7 +115,17 @@ mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
               size);
   mgt_session ses;
   /* one row per sequence in flight: the layers' buffers hold max_batch rows */
-  mgt_session_opts so = {o->load, o->ckpt_iteration, tp, 1, o->max_batch, o->device, 0, -1, ""};
+  const mgt_session_opts so = {.load = o->load,
+                               .ckpt_iteration = o->ckpt_iteration,
+                               .tensor_parallel = tp,
+                               .seq_length = 1,
+                               .micro_batch_size = o->max_batch,
+                               .device = o->device,
+                               .tokenizer_type = -1,
+                               .vocab_file = "",
+                               .bf16 = o->bf16,
+                               .fp16 = o->fp16,
+                               .cpu_gemm = o->cpu_gemm};
   MGT_CHECK(mgt_session_open_config(&ses, &so, world));
   mgt_status st = MGT_OK;
   srv s;
@@ -152,9 +164,10 @@ mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
   if (front) st = srv_http_start(&s, o, &http, &bound);
   MGT_TRY(mgt_mpi_agree(world, st));
   if (front) {
-    printf("serve: %s (iteration %lld) on %d tensor-parallel ranks x %d replicas at http://%s:%d "
-           "(model '%s', %d sequences at a time per replica, %d positions)\n",
-           ses.path, (long long)ses.state.iteration, g->tp, g->dp, o->host, bound, s.model_name,
+    printf("serve: %s (iteration %lld) on %d tensor-parallel ranks x %d replicas, %s, at "
+           "http://%s:%d (model '%s', %d sequences at a time per replica, %d positions)\n",
+           ses.path, (long long)ses.state.iteration, g->tp, g->dp, ses.precision, o->host, bound,
+           s.model_name,
            o->max_batch, positions);
     fflush(stdout);
     st = srv_engine_run(&s, dec, o->max_batch, V, g, &stop_signal, srv_http_quiesce, http,

@@ -53,8 +53,8 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
   c->hidden_dropout = c->attention_dropout = 0.0;
   c->device = o->device;
   c->distributed_backend = -1;
-  c->cpu_gemm = -1;
-  c->fp16 = c->bf16 = 0;
+  c->cpu_gemm = o->cpu_gemm;
+  c->bf16 = o->bf16, c->fp16 = o->fp16; /* the job's, not the training run's */
   c->mock_data = !c->task; /* nothing is read from a dataset */
   c->data_path[0] = c->load[0] = c->save[0] = c->metrics_file[0] = 0;
   c->train_data[0] = c->valid_data[0] = c->pretrained_checkpoint[0] = 0;
@@ -64,7 +64,11 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
 
 mgt_status mgt_session_open_model(mgt_session *s, MPI_Comm world) {
   MGT_CHECK(mgt_grid_create(world, s->cfg.tensor_model_parallel_size, &s->grid));
-  MGT_CHECK(mgt_device_open(&s->dev, s->cfg.device, -1, -1, MGT_PREC_FP32, s->grid, NULL));
+  const mgt_config *c = &s->cfg;
+  const mgt_precision prec = c->bf16 ? MGT_PREC_BF16 : (c->fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32);
+  MGT_CHECK(mgt_device_open(&s->dev, c->device, -1, c->cpu_gemm, prec, s->grid, NULL));
+  snprintf(s->precision, sizeof s->precision, "%s on %s",
+           prec == MGT_PREC_BF16 ? "bf16" : (prec == MGT_PREC_FP16 ? "fp16" : "fp32"), s->dev.desc);
   MGT_CHECK(
       mgt_mpi_agree(world, mgt_gpt_create(&s->cfg, s->grid, s->dev.be, s->dev.comm, &s->model)));
   mgt_state list = {0};

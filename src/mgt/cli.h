@@ -63,6 +63,30 @@ void mgt_cli_configure_threads(MPI_Comm world);
     "--device", MGT_FLAG_ENUM, offsetof(S, device), 0, 0, "cpu, or cuda (one GPU per rank)",       \
         mgt_device_names, 0, 0                                                                     \
   }
+/* The precision a checkpoint runs in (fields bf16, fp16, cpu_gemm), whatever it was trained in. */
+#define MGT_PRECISION_FLAGS(S)                                                                     \
+  {"--bf16",                                                                                       \
+   MGT_FLAG_BOOL,                                                                                  \
+   offsetof(S, bf16),                                                                              \
+   0,                                                                                              \
+   1,                                                                                              \
+   "bf16 GEMM inputs (as mgt train --bf16); default fp32",                                         \
+   NULL,                                                                                           \
+   0,                                                                                              \
+   0},                                                                                             \
+      {"--fp16",                                                                                   \
+       MGT_FLAG_BOOL,                                                                              \
+       offsetof(S, fp16),                                                                          \
+       0,                                                                                          \
+       1,                                                                                          \
+       "fp16 GEMM inputs (as mgt train --fp16)",                                                   \
+       NULL,                                                                                       \
+       0,                                                                                          \
+       0},                                                                                         \
+  {                                                                                                \
+    "--cpu-gemm", MGT_FLAG_ENUM, offsetof(S, cpu_gemm), 0, 0,                                      \
+        "--bf16 on the CPU: native or emulated (as mgt train)", mgt_cpu_gemm_names, 0, 0           \
+  }
 #define MGT_TOKENIZER_FLAGS(S, note)                                                               \
   {"--vocab-file",                                                                                 \
    MGT_FLAG_STR,                                                                                   \

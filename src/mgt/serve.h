@@ -38,6 +38,8 @@ typedef struct mgt_serve_opts {
   char merge_file[MGT_PATH_MAX];
   int tokenizer_type;
   int device;
+  int bf16, fp16; /* the GEMM inputs' precision (default fp32) */
+  int cpu_gemm;   /* MGT_CPU_GEMM_*; -1: native under --bf16 where the CPU can */
 } mgt_serve_opts;
 
 void mgt_serve_defaults(mgt_serve_opts *o);

@@ -28,6 +28,8 @@ typedef struct mgt_session_opts {
   int task;               /* MGT_TASK_*: the fine-tuned BERT scored; 0: a GPT */
   int tokenizer_type;     /* -1: the checkpoint's */
   const char *vocab_file; /* "": the checkpoint's (an imported model has none) */
+  int bf16, fp16;         /* the GEMM inputs' precision, whatever the checkpoint was trained in */
+  int cpu_gemm;           /* MGT_CPU_GEMM_*, -1: native under bf16 where every CPU can */
 } mgt_session_opts;
 
 typedef struct mgt_session {
@@ -38,6 +40,7 @@ typedef struct mgt_session {
   mgt_grid *grid;
   mgt_device dev;
   mgt_gpt *model;
+  char precision[320]; /* "bf16 on cpu (BLAS: ...; bf16 GEMMs on ...)": for the report lines */
 } mgt_session;
 
 /* Resolves and reads the checkpoint and derives s->cfg (dropout off, no data). Errors are
