@@ -128,7 +128,7 @@ static void test_model_desc(void) {
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     mgt_config c;
-    mgt_model_desc d;
+    mgt_model_spec d;
     T_CHECK(parse(&c, want[i].flags) == MGT_OK && mgt_config_finalize(&c, 1) == MGT_OK, "'%s': %s",
             want[i].flags, mgt_error_message());
     T_CHECK(mgt_model_describe(&c, &d) == MGT_OK, "'%s': %s", want[i].flags, mgt_error_message());
@@ -148,7 +148,7 @@ static void test_model_desc(void) {
   const int rows[3] = {4, 1, 1}, logits[3] = {1, 3, 2}, classes[3] = {4, 3, 2};
   for (int k = 0; k < 3; k++) {
     mgt_config c;
-    mgt_model_desc d;
+    mgt_model_spec d;
     mgt_config_defaults(&c);
     c.model = MGT_MODEL_BERT, c.task = tasks[k];
     T_CHECK(mgt_model_describe(&c, &d) == MGT_OK, "task %d: %s", k, mgt_error_message());
@@ -159,7 +159,7 @@ static void test_model_desc(void) {
   }
   /* refused: a task on a kind without one, BERT flags on GPT, a kind not in the table */
   mgt_config c;
-  mgt_model_desc d;
+  mgt_model_spec d;
   mgt_config_defaults(&c);
   c.task = MGT_TASK_MNLI;
   T_CHECK(mgt_model_describe(&c, &d) == MGT_ERR_INPUT &&

@@ -10,6 +10,7 @@
 #include <mpi.h>
 #include <string.h>
 
+#include "mgt/train.h"
 #include "mgt/backend.h"
 #include "mgt/generate.h"
 #include "mgt/sample.h"
@@ -61,7 +62,7 @@ static void model_create(model *x, MPI_Comm world, int tp) {
   T_OK(mgt_backend_cpu_create(&x->be));
   if (bf16) T_OK(mgt_be_set_precision(x->be, MGT_PREC_BF16));
   T_OK(mgt_comm_mpi_create(x->grid, NULL, &x->comm));
-  T_OK(mgt_gpt_create(&c, x->grid, x->be, x->comm, &x->m));
+  T_OK(mgt_train_model_create(&c, x->grid, x->be, x->comm, &x->m));
 }
 
 static void model_destroy(model *x) {

@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <string.h>
 
+#include "mgt/train.h"
 #include "mgt/backend.h"
 #include "mgt/data.h"
 #include "mgt/gpt.h"
@@ -88,12 +89,12 @@ static void make_task_rows(int task) {
 
 static double loss_of(mgt_gpt *m) {
   double ls = 0;
-  if (mgt_gpt_get_dims(m)->desc.task) {
+  if (mgt_gpt_get_dims(m)->spec.task) {
     mgt_task_result r;
     T_OK(mgt_task_forward_backward(m, task_rows, SAMPLE_BASE, 1.0f, 0, 0, &r));
     return r.loss_sum;
   }
-  if (mgt_gpt_get_dims(m)->desc.masked_lm) {
+  if (mgt_gpt_get_dims(m)->spec.masked_lm) {
     mgt_bert_losses l;
     T_OK(mgt_bert_forward_backward(m, bert_rows, SAMPLE_BASE, 1.0f, 1.0f, 0, 0, &l));
     return l.lm_sum + l.sop_sum;
@@ -164,12 +165,10 @@ static void test_gradient(mgt_gpt *m) {
 static void test_rope_frequencies(void) {
   const int hd = 128;
   float f[64], s[64];
-  mgt_config c;
-  mgt_config_defaults(&c);
-  c.position_embedding_type = MGT_POS_ROPE, c.rotary_base = 500000;
-  mgt_gpt_rope_frequencies(&c, hd, f);
-  c.use_rope_scaling = 1, c.rope_scaling_factor = 8;
-  mgt_gpt_rope_frequencies(&c, hd, s);
+  mgt_model_spec c = {.pos = MGT_POS_ROPE, .head_size = hd, .rope_base = 500000};
+  mgt_gpt_rope_frequencies(&c, f);
+  c.rope_scaling = 1, c.rope_factor = 8;
+  mgt_gpt_rope_frequencies(&c, s);
   int kept = 0, divided = 0, smoothed = 0;
   for (int i = 0; i < hd / 2; i++) {
     const double inv = pow(500000.0, -(double)(2 * i) / hd), wl = 2 * 3.14159265358979323846 / inv;
@@ -227,6 +226,53 @@ static void check_count(mgt_gpt *m, const mgt_config *c, const char *what) {
           what, (long long)full_params(m), (long long)mgt_gpt_logical_params(c));
 }
 
+/* A model from its spec and a layout alone (inference: no training configuration): parameters
+   zero until written; given the trained model's parameters it scores as that model does, bit
+   for bit, with no dropout; a trainer's options turn dropout and the seed's initialization on. */
+static void test_spec_create(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
+  mgt_config c = tiny();
+  T_OK(mgt_config_finalize(&c, 1));
+  mgt_gpt *trained = NULL, *m = NULL;
+  T_OK(mgt_train_model_create(&c, grid, be, comm, &trained));
+  mgt_model_spec spec;
+  T_OK(mgt_model_describe(&c, &spec));
+  const mgt_model_layout layout = mgt_model_layout_of(&c);
+  T_OK(mgt_gpt_create(&spec, &layout, grid, be, comm, &m));
+  const size_t n = mgt_gpt_param_count(m);
+  T_CHECK(n == mgt_gpt_param_count(trained), "%zu parameters, the trainer's model %zu", n,
+          mgt_gpt_param_count(trained));
+  float *w = malloc(sizeof(float) * n);
+  memcpy(w, mgt_gpt_param_data(m), sizeof(float) * n);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < n; i++)
+    nonzero += w[i] != 0.0f;
+  T_CHECK(nonzero == 0, "a created model has %zu nonzero parameters before any is written",
+          nonzero);
+  memcpy(mgt_gpt_param_data(m), mgt_gpt_param_data(trained), sizeof(float) * n);
+  float la[10], lb[10];
+  T_OK(mgt_gpt_forward_losses(trained, tokens, la));
+  T_OK(mgt_gpt_forward_losses(m, tokens, lb));
+  T_CHECK(memcmp(la, lb, sizeof la) == 0, "the spec's model scores otherwise than the trainer's");
+  /* no dropout without a trainer: two training steps' losses equal the forward's */
+  double sum = 0, sum2 = 0;
+  T_OK(mgt_gpt_forward_backward(m, tokens, SAMPLE_BASE, 1.0f, 0, 0, &sum));
+  T_OK(mgt_gpt_forward_backward(trained, tokens, SAMPLE_BASE, 1.0f, 0, 0, &sum2));
+  double fwd = 0;
+  for (int i = 0; i < 10; i++)
+    fwd += la[i];
+  T_CHECK(fabs(sum - fwd) <= 1e-5 * fabs(fwd) && fabs(sum2 - fwd) > 1e-3 * fabs(fwd),
+          "forward-backward: %.9g without a trainer, %.9g with dropout 0.2, forward %.9g", sum,
+          sum2, fwd);
+  /* the trainer's options: its seed's initialization, as the trainer's model */
+  const mgt_gpt_training t = mgt_train_model_options(&c);
+  T_OK(mgt_gpt_train_with(m, &t));
+  T_CHECK(memcmp(mgt_gpt_param_data(m), mgt_gpt_param_data(trained), sizeof(float) * n) == 0,
+          "mgt_gpt_train_with does not initialize from the seed as the trainer does");
+  free(w);
+  mgt_gpt_destroy(&m);
+  mgt_gpt_destroy(&trained);
+}
+
 /* Llama-style decoders: every gradient against finite differences and accumulation, for the
    whole block (rotary, untied, RMSNorm, SwiGLU, grouped-query attention, no biases; with
    materialized and flash attention) and for each new part alone beside GPT-2's (the key/value
@@ -237,7 +283,7 @@ static void test_llama(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   c.position_embedding_type = MGT_POS_ROPE, c.untie_embeddings_and_output_weights = 1;
   T_OK(mgt_config_finalize(&c, 1));
   mgt_gpt *m = NULL;
-  T_OK(mgt_gpt_create(&c, grid, be, comm, &m));
+  T_OK(mgt_train_model_create(&c, grid, be, comm, &m));
   /* hidden 8 over 4 heads: head size 2, 2 groups of keys and values of 4 floats */
   T_CHECK(has_param(m, "layers.1.attention.query.weight", 2, 8, 8, 0) &&
               has_param(m, "layers.1.attention.key_value.weight", 3, 2, 4, 8) &&
@@ -256,7 +302,7 @@ static void test_llama(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   test_accumulate(m);
   mgt_gpt_destroy(&m);
   c.attention_backend = MGT_ATTN_FLASH;
-  T_OK(mgt_gpt_create(&c, grid, be, comm, &m));
+  T_OK(mgt_train_model_create(&c, grid, be, comm, &m));
   test_gradient(m);
   mgt_gpt_destroy(&m);
   mgt_config g = tiny(); /* grouped attention with LayerNorm, biases and GeLU */
@@ -274,7 +320,7 @@ static void test_llama(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   T_CHECK((long)mg.activations_full - (long)mu.activations_full == 4 * (full - 2 * (full - kept)),
           "grouped activations: %zu bytes, ungrouped %zu", mg.activations_full,
           mu.activations_full);
-  T_OK(mgt_gpt_create(&g, grid, be, comm, &m));
+  T_OK(mgt_train_model_create(&g, grid, be, comm, &m));
   T_CHECK(has_param(m, "layers.0.attention.query.bias", 1, 8, 0, 0) &&
               has_param(m, "layers.0.attention.key_value.bias", 2, 2, 2, 0),
           "grouped attention with biases: query.bias (8) and key_value.bias (2,2)");
@@ -284,7 +330,7 @@ static void test_llama(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   mgt_config w = tiny(); /* SwiGLU with biases, RMSNorm, learned positions */
   w.swiglu = 1, w.normalization = MGT_NORM_RMSNORM;
   T_OK(mgt_config_finalize(&w, 1));
-  T_OK(mgt_gpt_create(&w, grid, be, comm, &m));
+  T_OK(mgt_train_model_create(&w, grid, be, comm, &m));
   T_CHECK(has_param(m, "layers.0.mlp.gate.bias", 1, 12, 0, 0) &&
               has_param(m, "layers.0.mlp.up.bias", 1, 12, 0, 0),
           "SwiGLU with biases: gate.bias and up.bias (12)");
@@ -295,7 +341,7 @@ static void test_llama(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   mgt_config b = tiny(); /* GPT-2's block without its biases */
   b.disable_bias_linear = 1;
   T_OK(mgt_config_finalize(&b, 1));
-  T_OK(mgt_gpt_create(&b, grid, be, comm, &m));
+  T_OK(mgt_train_model_create(&b, grid, be, comm, &m));
   T_CHECK(has_param(m, "layers.0.mlp.dense_h_to_4h.bias", -1, 0, 0, 0) &&
               has_param(m, "layers.0.input_layernorm.bias", 1, 8, 0, 0),
           "--disable-bias-linear keeps the LayerNorms' biases only");
@@ -331,9 +377,9 @@ static void test_recompute(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   c.num_layers = 3;
   T_OK(mgt_config_finalize(&c, 1));
   mgt_gpt *a = NULL, *b = NULL;
-  T_OK(mgt_gpt_create(&c, grid, be, comm, &a));
+  T_OK(mgt_train_model_create(&c, grid, be, comm, &a));
   c.recompute_activations = 1;
-  T_OK(mgt_gpt_create(&c, grid, be, comm, &b));
+  T_OK(mgt_train_model_create(&c, grid, be, comm, &b));
   double la, lb;
   T_OK(mgt_gpt_forward_backward(a, tokens, SAMPLE_BASE, 0.1f, 0, 0, &la));
   T_OK(mgt_gpt_forward_backward(b, tokens, SAMPLE_BASE, 0.1f, 0, 0, &lb));
@@ -362,7 +408,7 @@ static void test_recompute(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
     r.recompute_num_layers = ways[w].k;
     T_OK(mgt_config_finalize(&r, 1));
     mgt_gpt *x = NULL;
-    T_OK(mgt_gpt_create(&r, grid, be, comm, &x));
+    T_OK(mgt_train_model_create(&r, grid, be, comm, &x));
     double lx;
     T_OK(mgt_gpt_forward_backward(x, tokens, SAMPLE_BASE, 0.1f, 0, 0, &lx));
     T_CHECK(lx == la && !memcmp(mgt_gpt_grad_data(a), mgt_gpt_grad_data(x), n * sizeof(float)),
@@ -427,8 +473,8 @@ static void test_logit_chunks(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   mgt_config k = c;
   k.logits_chunk_rows = 3;
   mgt_gpt *a = NULL, *b = NULL;
-  T_OK(mgt_gpt_create(&c, grid, be, comm, &a));
-  T_OK(mgt_gpt_create(&k, grid, be, comm, &b));
+  T_OK(mgt_train_model_create(&c, grid, be, comm, &a));
+  T_OK(mgt_train_model_create(&k, grid, be, comm, &b));
   T_CHECK(mgt_gpt_get_dims(a)->logit_rows == 10 && mgt_gpt_get_dims(b)->logit_rows == 3,
           "logit rows %d and %d", mgt_gpt_get_dims(a)->logit_rows, mgt_gpt_get_dims(b)->logit_rows);
   test_gradient(b);
@@ -472,8 +518,8 @@ static void test_flash(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
     mgt_config f = c;
     f.attention_backend = MGT_ATTN_FLASH;
     mgt_gpt *a = NULL, *b = NULL, *r = NULL;
-    T_OK(mgt_gpt_create(&c, grid, be, comm, &a));
-    T_OK(mgt_gpt_create(&f, grid, be, comm, &b));
+    T_OK(mgt_train_model_create(&c, grid, be, comm, &a));
+    T_OK(mgt_train_model_create(&f, grid, be, comm, &b));
     if (!bert) test_gradient(b);
     const double la = loss_of(a), lb = loss_of(b);
     const size_t n = mgt_gpt_param_count(a);
@@ -486,7 +532,7 @@ static void test_flash(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
             bert ? "BERT" : "GPT", lb, la, worst, scale);
     f.recompute_activations = 1;
     T_OK(mgt_config_finalize(&f, 1));
-    T_OK(mgt_gpt_create(&f, grid, be, comm, &r));
+    T_OK(mgt_train_model_create(&f, grid, be, comm, &r));
     const double lr = loss_of(r);
     T_CHECK(lr == lb && !memcmp(mgt_gpt_grad_data(r), gb, n * sizeof(float)),
             "flash attention with recomputation: loss %.17g (without %.17g) or gradients differ",
@@ -519,7 +565,7 @@ static void test_bert(mgt_grid *grid, mgt_backend *be, mgt_comm *comm, int post_
   if (llama) llama_block(&c);
   T_OK(mgt_config_finalize(&c, 1));
   mgt_gpt *m = NULL, *r = NULL;
-  T_OK(mgt_gpt_create(&c, grid, be, comm, &m));
+  T_OK(mgt_train_model_create(&c, grid, be, comm, &m));
   test_gradient(m);
   size_t n = mgt_gpt_param_count(m);
   float *g1 = malloc(n * sizeof(float));
@@ -547,7 +593,7 @@ static void test_bert(mgt_grid *grid, mgt_backend *be, mgt_comm *comm, int post_
   T_CHECK(bad == 0, "BERT: accumulated gradient differs from twice one micro-batch in %zu places",
           bad);
   c.recompute_activations = 1;
-  T_OK(mgt_gpt_create(&c, grid, be, comm, &r));
+  T_OK(mgt_train_model_create(&c, grid, be, comm, &r));
   T_OK(mgt_bert_forward_backward(r, bert_rows, SAMPLE_BASE, 0.5f, 0.25f, 0, 0, &b));
   T_OK(mgt_bert_forward_backward(m, bert_rows, SAMPLE_BASE, 0.5f, 0.25f, 0, 0, &a));
   T_CHECK(a.lm_sum == b.lm_sum && a.sop_sum == b.sop_sum &&
@@ -567,11 +613,11 @@ static void test_task(mgt_grid *grid, mgt_backend *be, mgt_comm *comm, int task)
   T_OK(mgt_config_finalize(&c, 1));
   make_task_rows(task);
   mgt_gpt *m = NULL;
-  T_OK(mgt_gpt_create(&c, grid, be, comm, &m));
+  T_OK(mgt_train_model_create(&c, grid, be, comm, &m));
   test_gradient(m);
   c.hidden_dropout = c.attention_dropout = 0;
   mgt_gpt *q = NULL;
-  T_OK(mgt_gpt_create(&c, grid, be, comm, &q));
+  T_OK(mgt_train_model_create(&c, grid, be, comm, &q));
   mgt_task_result a, b;
   int32_t pred[2] = {-1, -1};
   T_OK(mgt_task_forward_backward(q, task_rows, SAMPLE_BASE, 1.0f, 0, 0, &a));
@@ -609,9 +655,9 @@ static void test_streams(void) {
     mgt_gpt_dims_from_config(&k, 1, 0, &d);
     int n = 0;
     size_t total = 0;
-    gpt_build_params(&k, &d, NULL, &n, &total, NULL);
+    gpt_build_params(&d, NULL, &n, &total, NULL);
     mgt_param *p = calloc((size_t)n, sizeof *p);
-    gpt_build_params(&k, &d, p, &n, &total, NULL);
+    gpt_build_params(&d, p, &n, &total, NULL);
     uint32_t *ids = malloc(sizeof(uint32_t) * ((size_t)n + 64 * 65535));
     int m = 0;
     for (int i = 0; i < n; i++)
@@ -643,7 +689,7 @@ int main(int argc, char **argv) {
   mgt_config c = tiny();
   T_OK(mgt_config_finalize(&c, 1));
   mgt_gpt *m = NULL;
-  T_OK(mgt_gpt_create(&c, grid, be, comm, &m));
+  T_OK(mgt_train_model_create(&c, grid, be, comm, &m));
   test_gradient(m);
   test_accumulate(m);
   mgt_gpt_destroy(&m);
@@ -652,7 +698,7 @@ int main(int argc, char **argv) {
   mgt_config u = tiny();
   u.untie_embeddings_and_output_weights = 1;
   T_OK(mgt_config_finalize(&u, 1));
-  T_OK(mgt_gpt_create(&u, grid, be, comm, &m));
+  T_OK(mgt_train_model_create(&u, grid, be, comm, &m));
   int np;
   const mgt_param *p = mgt_gpt_params(m, &np);
   int found = 0;
@@ -666,7 +712,7 @@ int main(int argc, char **argv) {
   mgt_config rc = tiny();
   rc.position_embedding_type = MGT_POS_ROPE, rc.rotary_base = 500000;
   T_OK(mgt_config_finalize(&rc, 1));
-  T_OK(mgt_gpt_create(&rc, grid, be, comm, &m));
+  T_OK(mgt_train_model_create(&rc, grid, be, comm, &m));
   p = mgt_gpt_params(m, &np);
   found = 0;
   for (int i = 0; i < np; i++)
@@ -675,11 +721,12 @@ int main(int argc, char **argv) {
   test_gradient(m);
   mgt_gpt_destroy(&m);
   rc.attention_backend = MGT_ATTN_FLASH;
-  T_OK(mgt_gpt_create(&rc, grid, be, comm, &m));
+  T_OK(mgt_train_model_create(&rc, grid, be, comm, &m));
   test_gradient(m);
   mgt_gpt_destroy(&m);
   test_rope_frequencies();
   test_llama(grid, be, comm);
+  test_spec_create(grid, be, comm);
   test_recompute(grid, be, comm);
   make_bert_rows();
   test_logit_chunks(grid, be, comm);

@@ -23,13 +23,13 @@ extern "C" {
 /* Logical sizes and this rank's share of them. */
 typedef struct mgt_gpt_dims {
   int L, C, H, F, T, maxpos, V, Vp; /* layers, hidden, heads, ffn, seq, positions, vocab */
-  int B;                            /* micro-batch rows (examples times desc.rows) */
-  mgt_model_desc desc;              /* what the model is (mgt/model.h) */
+  int B;                            /* micro-batch rows (examples times spec.rows) */
+  mgt_model_spec spec;              /* what the model is (mgt/model.h) */
   int tp, tp_rank;
   int hd;             /* head size C / H */
   int Cl, Hl, Fl, Vl; /* local: C/tp (attention width), H/tp, F/tp, Vp/tp */
   int v0, nv;         /* first vocabulary row held here, and how many are not padding */
-  /* key/value heads (desc.groups; H unless grouped-query attention), Gl = G/tp of them here;
+  /* key/value heads (spec.groups; H unless grouped-query attention), Gl = G/tp of them here;
      KVl = Gl*hd floats of a row's keys (and of its values), QKVl = Cl + 2*KVl of its QKV
      projection, [q | k | v] */
   int G, Gl, KVl, QKVl;
@@ -70,19 +70,37 @@ typedef struct mgt_param {
 
 typedef struct mgt_gpt mgt_gpt;
 
-/* Derives the dimensions of `cfg` for tensor-parallel rank `tp_rank` of `tp`. */
+/* The dimensions of a model of `spec` in `layout` at tensor-parallel rank tp_rank of tp. */
+void mgt_gpt_dims_of(const mgt_model_spec *spec, const mgt_model_layout *layout, int tp,
+                     int tp_rank, mgt_gpt_dims *d);
+/* The same for the model and layout of `cfg`. */
 void mgt_gpt_dims_from_config(const mgt_config *cfg, int tp, int tp_rank, mgt_gpt_dims *d);
 /* Computes the per-rank memory of a configuration on tp x dp ranks (dp matters to the
    distributed optimizer), and the same at dp = 1. */
 void mgt_gpt_memory_plan_grid(const mgt_config *cfg, int tp, int dp, mgt_gpt_memory *m);
 void mgt_gpt_memory_plan(const mgt_config *cfg, int tp, mgt_gpt_memory *m);
 
-/* Allocates parameters, gradients and activations for `cfg` on `be` and initializes the
-   parameters from cfg->seed. Not collective. The model keeps pointers to grid, be and
-   comm, which must outlive it. */
-MGT_NODISCARD mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid,
-                                        const mgt_backend *be, const mgt_comm *comm, mgt_gpt **out);
+/* Allocates parameters, gradients and activations of a model of `spec` in `layout` on `be`
+   (the grid's tensor-parallel size and rank): a model for inference, its parameters zero until
+   loaded, no dropout, gradients averaged over the data-parallel group one bucket at a time.
+   Not collective. The model keeps pointers to grid, be and comm, which must outlive it. */
+MGT_NODISCARD mgt_status mgt_gpt_create(const mgt_model_spec *spec, const mgt_model_layout *layout,
+                                        const mgt_grid *grid, const mgt_backend *be,
+                                        const mgt_comm *comm, mgt_gpt **out);
 void mgt_gpt_destroy(mgt_gpt **model);
+
+/* What a trainer gives its model: dropout and the seed of initialization and dropout masks,
+   weight decay, and how gradients travel over the data-parallel group. */
+typedef struct mgt_gpt_training {
+  double hidden_dropout, attention_dropout;
+  uint64_t seed;
+  double weight_decay; /* of the tensors that decay (mgt_gpt_segments) */
+  size_t ddp_bucket_size;
+  int overlap_grad_reduce, distributed_optimizer, overlap_param_gather;
+} mgt_gpt_training;
+/* Makes m a model being trained as t says and initializes its parameters from t->seed. Not
+   collective. */
+MGT_NODISCARD mgt_status mgt_gpt_train_with(mgt_gpt *m, const mgt_gpt_training *t);
 
 /* One micro-batch: forward, loss and backward. `tokens` (host) holds B windows of T+1
    tokens; sample_base is the global index of the first. Gradients are scaled by
@@ -200,7 +218,7 @@ MGT_NODISCARD mgt_status mgt_gpt_eval_micro(mgt_gpt *m, const int32_t *batch, do
                                             double units[2]);
 
 /* Accessors. */
-const mgt_gpt_dims *mgt_gpt_get_dims(const mgt_gpt *m);
+const mgt_gpt_dims *mgt_gpt_get_dims(const mgt_gpt *m); /* its spec is ->spec */
 const mgt_backend *mgt_gpt_backend(const mgt_gpt *m);
 const mgt_param *mgt_gpt_params(const mgt_gpt *m, int *count);
 float *mgt_gpt_param_data(mgt_gpt *m); /* flat buffer, in the backend's memory */
@@ -229,11 +247,12 @@ MGT_NODISCARD mgt_status mgt_gpt_describe(const mgt_config *cfg, int tp, int tp_
                                           mgt_state *out);
 /* Parameters of the logical (unsharded) model, without vocabulary padding. */
 int64_t mgt_gpt_logical_params(const mgt_config *cfg);
-/* The hd/2 rotary frequencies of cfg (hd the head size): base^(-2i/hd), with --use-rope-scaling
+int64_t mgt_gpt_spec_params(const mgt_model_spec *spec);
+/* The hd/2 rotary frequencies of spec (hd its head size): base^(-2i/hd), with --use-rope-scaling
    Llama 3.1's rescaling (Hugging Face's rope_type "llama3": wavelengths beyond the original
    8192 positions divided by the factor, below 8192/4 kept, smoothed between), each computed in
    double and rounded once to float. */
-void mgt_gpt_rope_frequencies(const mgt_config *cfg, int hd, float *out);
+void mgt_gpt_rope_frequencies(const mgt_model_spec *spec, float *out);
 /* Model FLOPs of one iteration: GPT 6 N tokens + 12 L C T tokens (N without positions);
    BERT the same over the layers, plus the LM head on mask_prob of the tokens and the pooler
    and SOP head on each sample. */

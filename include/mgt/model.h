@@ -1,7 +1,9 @@
-/* A model is data: one description derived once from the configuration, which every consumer
-   reads (the block, the heads, parameters and FLOPs, the memory plan, Hugging Face names, the
-   trainer, datasets), and one table of model kinds. A combination no code runs is refused here,
-   never run as another kind. Not collective. */
+/* A model is data. Its spec (what it is: kind, sizes, block and head) is derived once from the
+   configuration or read from a checkpoint, and every consumer reads it (the block, the heads,
+   parameters and FLOPs, the memory plan, Hugging Face names, the trainer, datasets); its layout
+   (how it runs on the ranks: the step's shape, sequence parallelism, recomputation, attention,
+   precision, device) is the job's. A combination no code runs is refused here, never run as
+   another kind. Not collective. */
 #pragma once
 
 #include "mgt/common.h"
@@ -43,8 +45,16 @@ typedef struct mgt_model_kind {
 extern const mgt_model_kind mgt_model_kinds[];
 extern const int mgt_n_model_kinds;
 
-typedef struct mgt_model_desc {
+typedef struct mgt_model_spec {
   int kind; /* MGT_MODEL_*, a row of mgt_model_kinds */
+  /* sizes: layers, hidden, attention heads, head size (hidden / heads), the MLP's inner width,
+     the vocabulary (without padding), positions */
+  int layers, hidden, heads, head_size, ffn, vocab, positions;
+  double norm_eps;  /* LayerNorm's or RMSNorm's epsilon */
+  double init_std;  /* the normal initialization's deviation (the output projections' scaled) */
+  double rope_base; /* rotary theta, with pos MGT_POS_ROPE */
+  int rope_scaling; /* Llama 3.1's long-context frequencies, by rope_factor */
+  double rope_factor;
   mgt_input_kind input;
   mgt_norm_kind norm;
   mgt_pos_kind pos;
@@ -63,20 +73,42 @@ typedef struct mgt_model_desc {
   int untied; /* the causal LM's output layer is a weight of its own (output_layer.weight) */
   int groups; /* key/value heads: the attention heads, or fewer with grouped-query attention */
   int bias;   /* the block's linear layers have biases (not --disable-bias-linear) */
-} mgt_model_desc;
+} mgt_model_spec;
+
+/* How a model runs on its ranks: the job's choice, never the checkpoint's. */
+typedef struct mgt_model_layout {
+  int micro_batch;       /* examples of a micro-batch */
+  int seq_length;        /* positions of an example */
+  int vocab_multiple;    /* the vocabulary is padded to a multiple of it times tp */
+  int sequence_parallel; /* rows outside the tensor-parallel regions split over tp */
+  int recompute;         /* MGT_RECOMPUTE_NONE, FULL or SELECTIVE */
+  int recompute_method;  /* MGT_RECOMPUTE_UNIFORM or BLOCK */
+  int recompute_layers;  /* layers per recomputed chunk (uniform) or recomputed (block) */
+  int flash;             /* the attention in tiles (the resolved --attention-backend) */
+  int bf16, fp16;        /* the GEMM inputs in 16 bits; neither: fp32 */
+  int weight_copies;     /* with bf16 or fp16: 16-bit copies of the weights made once a step */
+  int device;            /* MGT_DEVICE_* */
+  int cpu_gemm;          /* MGT_CPU_GEMM_*, -1: native bf16 GEMMs where the CPU can */
+  int logits_chunk_rows; /* GPT's output layer in chunks of rows; 0: 64 MiB of logits */
+} mgt_model_layout;
+
+/* The layout cfg asks for (the attention resolved by mgt_config_flash). */
+mgt_model_layout mgt_model_layout_of(const mgt_config *cfg);
+/* The vocabulary padded for tp ranks: a multiple of layout->vocab_multiple * tp. */
+int64_t mgt_model_padded_vocab(const mgt_model_spec *spec, const mgt_model_layout *layout, int tp);
 
 /* The description of cfg's model. An unknown kind, or a head or flag the kind does not have,
    is refused naming the flag. */
-MGT_NODISCARD mgt_status mgt_model_describe(const mgt_config *cfg, mgt_model_desc *out);
+MGT_NODISCARD mgt_status mgt_model_describe(const mgt_config *cfg, mgt_model_spec *out);
 
 /* The description of a configuration that mgt_config_check (or a checkpoint's check) accepted:
    cannot fail. */
-mgt_model_desc mgt_model_of(const mgt_config *cfg);
+mgt_model_spec mgt_model_of(const mgt_config *cfg);
 
 /* Whether the head scores tokens (a language model: perplexity, LM loss, decoding). */
-int mgt_model_has_lm(const mgt_model_desc *d);
+int mgt_model_has_lm(const mgt_model_spec *d);
 /* Whether the model decodes (generation): a causal language model. */
-int mgt_model_generative(const mgt_model_desc *d);
+int mgt_model_generative(const mgt_model_spec *d);
 
 #ifdef __cplusplus
 }

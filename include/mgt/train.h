@@ -44,6 +44,14 @@ typedef struct mgt_step_stats {
   double loss_scale; /* after the step (1 unless --fp16) */
 } mgt_step_stats;
 
+/* What the run of cfg gives its model: dropout, the seed, weight decay, data-parallel options. */
+mgt_gpt_training mgt_train_model_options(const mgt_config *cfg);
+/* The model of cfg (finalized) as mgt train makes it: cfg's spec in cfg's layout, trained with
+   cfg's options and initialized from cfg->seed. Not collective. */
+MGT_NODISCARD mgt_status mgt_train_model_create(const mgt_config *cfg, const mgt_grid *grid,
+                                                const mgt_backend *be, const mgt_comm *comm,
+                                                mgt_gpt **out);
+
 /* Builds the model, optimizer and data sources of `cfg` (already finalized) over `grid`,
    computing on `be` and communicating through `comm`, and resumes from cfg->load if set
    (the checkpoint's seed unless --no-load-rng; weights only with --finetune). Rank 0 notes

@@ -565,7 +565,7 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
   opened *op = NULL;
   mgt_tokenizer *tok = NULL;
   mgt_status st = MGT_OK;
-  mgt_model_desc desc;
+  mgt_model_spec desc;
   MGT_CHECK(mgt_model_describe(cfg, &desc));
   const int samples = desc.input == MGT_INPUT_SAMPLES; /* BERT's, not windows of tokens */
   MGT_TRY(mgt_calloc(sizeof *op, "datasets", (void **)&op));

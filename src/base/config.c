@@ -365,7 +365,7 @@ mgt_status mgt_config_check_model(const mgt_config *c, const char *what) {
   MGT_REQUIRE(c->seq_length <= c->max_position_embeddings,
               "%s: configuration: seq_length %d exceeds max_position_embeddings %d", what,
               c->seq_length, c->max_position_embeddings);
-  mgt_model_desc desc;
+  mgt_model_spec desc;
   if (mgt_model_describe(c, &desc) != MGT_OK) {
     char why[512]; /* the message is rewritten in place */
     snprintf(why, sizeof why, "%s", mgt_error_message());
@@ -495,7 +495,7 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               (long long)c->lr_decay_iters);
   MGT_REQUIRE(c->mock_data || c->data_path[0] || c->task,
               "no training data: pass --data-path or --mock-data");
-  mgt_model_desc desc; /* refuses a head or flag the model kind does not have */
+  mgt_model_spec desc; /* refuses a head or flag the model kind does not have */
   MGT_CHECK(mgt_model_describe(c, &desc));
   if (desc.input == MGT_INPUT_SAMPLES) {
     MGT_REQUIRE(c->seq_length >= 5, "--seq-length %d is too short for BERT ([CLS] A [SEP] B [SEP])",

@@ -13,10 +13,19 @@ const mgt_model_kind mgt_model_kinds[] = {
 };
 const int mgt_n_model_kinds = (int)(sizeof mgt_model_kinds / sizeof mgt_model_kinds[0]);
 
-static mgt_model_desc derive(const mgt_config *c) {
+static mgt_model_spec derive(const mgt_config *c) {
   const mgt_model_kind *k = &mgt_model_kinds[c->model];
-  mgt_model_desc d = {0};
+  mgt_model_spec d = {0};
   d.kind = c->model;
+  d.layers = c->num_layers;
+  d.hidden = c->hidden_size;
+  d.heads = c->num_attention_heads;
+  d.head_size = c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
+  d.ffn = c->ffn_hidden_size;
+  d.vocab = c->vocab_size;
+  d.positions = c->max_position_embeddings;
+  d.norm_eps = c->layernorm_epsilon;
+  d.init_std = c->init_method_std;
   d.input = k->input;
   d.norm = c->normalization == MGT_NORM_RMSNORM ? MGT_NORM_RMSNORM : MGT_NORM_LAYERNORM;
   d.pos = c->position_embedding_type == MGT_POS_ROPE ? MGT_POS_ROPE : MGT_POS_LEARNED;
@@ -44,10 +53,42 @@ static mgt_model_desc derive(const mgt_config *c) {
   d.classes = d.task ? mgt_task_classes(d.task) : (d.input == MGT_INPUT_SAMPLES ? 2 : 0);
   d.max_predictions = d.masked_lm ? mgt_bert_max_predictions(c->seq_length, c->mask_prob) : 0;
   d.untied = c->untie_embeddings_and_output_weights;
+  if (d.pos == MGT_POS_ROPE) { /* as the resume check: meaningless without rotary positions */
+    d.rope_base = c->rotary_base;
+    d.rope_scaling = c->use_rope_scaling;
+    d.rope_factor = c->use_rope_scaling ? c->rope_scaling_factor : 0;
+  }
   return d;
 }
 
-mgt_status mgt_model_describe(const mgt_config *c, mgt_model_desc *out) {
+mgt_model_layout mgt_model_layout_of(const mgt_config *c) {
+  mgt_model_layout l = {0};
+  l.micro_batch = c->micro_batch_size;
+  l.seq_length = c->seq_length;
+  l.vocab_multiple = c->make_vocab_size_divisible_by;
+  l.sequence_parallel = c->sequence_parallel;
+  l.recompute = c->recompute_granularity == MGT_RECOMPUTE_SELECTIVE ? MGT_RECOMPUTE_SELECTIVE
+                : c->recompute_granularity == MGT_RECOMPUTE_FULL || c->recompute_activations
+                    ? MGT_RECOMPUTE_FULL
+                    : MGT_RECOMPUTE_NONE;
+  l.recompute_method = c->recompute_method;
+  l.recompute_layers = c->recompute_num_layers;
+  l.flash = mgt_config_flash(c, NULL, 0);
+  l.bf16 = c->bf16;
+  l.fp16 = c->fp16;
+  l.weight_copies = (c->bf16 || c->fp16) && !c->no_weight_copies;
+  l.device = c->device;
+  l.cpu_gemm = c->cpu_gemm;
+  l.logits_chunk_rows = c->logits_chunk_rows;
+  return l;
+}
+
+int64_t mgt_model_padded_vocab(const mgt_model_spec *spec, const mgt_model_layout *layout, int tp) {
+  const int64_t mult = (int64_t)layout->vocab_multiple * tp;
+  return (spec->vocab + mult - 1) / mult * mult;
+}
+
+mgt_status mgt_model_describe(const mgt_config *c, mgt_model_spec *out) {
   MGT_REQUIRE(c->model >= 0 && c->model < mgt_n_model_kinds, "--model: no model kind %d", c->model);
   const mgt_model_kind *k = &mgt_model_kinds[c->model];
   MGT_REQUIRE(c->task >= MGT_TASK_NONE && c->task <= MGT_TASK_QQP, "--task: no task %d", c->task);
@@ -82,8 +123,8 @@ mgt_status mgt_model_describe(const mgt_config *c, mgt_model_desc *out) {
   return MGT_OK;
 }
 
-mgt_model_desc mgt_model_of(const mgt_config *c) {
-  mgt_model_desc d;
+mgt_model_spec mgt_model_of(const mgt_config *c) {
+  mgt_model_spec d;
   if (mgt_model_describe(c, &d) != MGT_OK) {
     /* a caller skipped the configuration's check: a bug, not an input error */
     fprintf(stderr, "mgt: internal error: an unchecked configuration: %s\n", mgt_error_message());
@@ -92,10 +133,10 @@ mgt_model_desc mgt_model_of(const mgt_config *c) {
   return d;
 }
 
-int mgt_model_has_lm(const mgt_model_desc *d) {
+int mgt_model_has_lm(const mgt_model_spec *d) {
   return d->head == MGT_HEAD_CAUSAL_LM || d->masked_lm;
 }
 
-int mgt_model_generative(const mgt_model_desc *d) {
+int mgt_model_generative(const mgt_model_spec *d) {
   return d->head == MGT_HEAD_CAUSAL_LM && d->causal;
 }

@@ -117,7 +117,7 @@ static mgt_status plan_linear(hf_plan *pl, const hf_names *w, const char *hf, co
    binary head: the ...ForMaskedLM model, no pooler, zero token types. A fine-tuned model: the
    ...ForSequenceClassification (MNLI, QQP) or ...ForMultipleChoice (RACE) model, whose
    "classifier" is our task head on the pooler, and no LM head. */
-static mgt_status plan_bert(hf_plan *pl, const mgt_config *c, const mgt_model_desc *d,
+static mgt_status plan_bert(hf_plan *pl, const mgt_config *c, const mgt_model_spec *d,
                             const hf_names *w) {
   const int post = d->post_ln, task = d->task, binary = d->pooler;
   const int64_t C = c->hidden_size;
@@ -193,7 +193,7 @@ static mgt_status make_plan(const mgt_config *c, const mgt_state *model, hf_plan
   memset(pl, 0, sizeof *pl);
   hf_names w = {.s = model};
   MGT_CHECK(mgt_state_index_init(&w.ix, model));
-  mgt_model_desc d;
+  mgt_model_spec d;
   mgt_status st = mgt_model_describe(c, &d);
   if (st == MGT_OK && hf_is_llama(&d)) {
     st = hf_plan_llama(pl, c, &d, &w);
@@ -291,7 +291,7 @@ mgt_status hf_write_text(const char *path, const char *text) {
 
 /* config.json of a BERT export. HF has one activation: "gelu" (erf) is exact in the LM head
    and approximates our MLP's tanh GeLU (at most 4.7e-4 per activation apart). */
-static char *bert_config_json(const mgt_config *c, const mgt_model_desc *d, int64_t iteration) {
+static char *bert_config_json(const mgt_config *c, const mgt_model_spec *d, int64_t iteration) {
   const int post = d->post_ln;
   /* a fine-tuned model's head, and its labels in Megatron-LM's order */
   const char *kind = d->head == MGT_HEAD_MULTIPLE_CHOICE ? "ForMultipleChoice"
@@ -332,7 +332,7 @@ static char *bert_config_json(const mgt_config *c, const mgt_model_desc *d, int6
 }
 
 static char *hf_config_json(const mgt_config *c, int64_t iteration, int32_t bos, int32_t eos) {
-  const mgt_model_desc d = mgt_model_of(c); /* make_plan refused the kinds with no names */
+  const mgt_model_spec d = mgt_model_of(c); /* make_plan refused the kinds with no names */
   if (hf_is_llama(&d)) return hf_llama_config_json(c, &d, iteration, bos, eos);
   if (d.kind == MGT_MODEL_BERT) return bert_config_json(c, &d, iteration);
   if (d.kind != MGT_MODEL_GPT) return NULL;
@@ -413,7 +413,7 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, size_t max_
   if (st == MGT_OK) st = mgt_st_dir_write(out_dir, out, plan.n, max_shard_bytes, &files);
   MGT_TRY(st);
   int32_t bos = -1, eos = -1;
-  const mgt_model_desc desc = mgt_model_of(&cfg);
+  const mgt_model_spec desc = mgt_model_of(&cfg);
   if (cfg.tokenizer_type == MGT_TOKENIZER_HF && hf_is_llama(&desc))
     hf_copy_tokenizer(cfg.vocab_file, out_dir, log, &bos, &eos);
   json = hf_config_json(&cfg, state.iteration, bos, eos);
@@ -733,7 +733,7 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
             "model.safetensors is read, as transformers reads it; the index is ignored\n",
             hf_dir);
   MGT_TRY(read_hf_config(hf_dir, sf, &cfg, log));
-  const mgt_model_desc desc = mgt_model_of(&cfg);
+  const mgt_model_spec desc = mgt_model_of(&cfg);
   if (hf_is_llama(&desc)) MGT_TRY(hf_adopt_tokenizer(hf_dir, &cfg, log));
   MGT_TRY(whole_model(&cfg, &w));
   MGT_TRY(make_plan(&cfg, &w, &plan));

@@ -24,7 +24,7 @@ static mgt_status plan_rows(hf_plan *pl, const hf_names *w, const char *hf, cons
 /* LlamaForCausalLM: q_proj, k_proj and v_proj are the query and key_value tensors (grouped
    attention) or the thirds of attention.qkv; gate_proj and up_proj the SwiGLU halves. Biases,
    where the model has them, are Llama's attention_bias and mlp_bias. */
-mgt_status hf_plan_llama(hf_plan *pl, const mgt_config *c, const mgt_model_desc *d,
+mgt_status hf_plan_llama(hf_plan *pl, const mgt_config *c, const mgt_model_spec *d,
                          const hf_names *w) {
   const int64_t C = c->hidden_size, KV = (int64_t)d->groups * (C / c->num_attention_heads);
   const int grouped = d->groups != c->num_attention_heads;
@@ -69,14 +69,14 @@ mgt_status hf_plan_llama(hf_plan *pl, const mgt_config *c, const mgt_model_desc 
 
 /* Whether a description is Llama's: a causal LM with rotary positions, RMSNorm and SwiGLU (the
    rest: groups, biases, tying, are LlamaConfig's options). */
-int hf_is_llama(const mgt_model_desc *d) {
+int hf_is_llama(const mgt_model_spec *d) {
   return d->kind == MGT_MODEL_GPT && d->pos == MGT_POS_ROPE && d->norm == MGT_NORM_RMSNORM &&
          d->mlp == MGT_MLP_SWIGLU;
 }
 
 /* config.json of LlamaForCausalLM: the token ids are the tokenizer's business (its
    tokenizer_config.json), so none are claimed here. */
-char *hf_llama_config_json(const mgt_config *c, const mgt_model_desc *d, int64_t iteration,
+char *hf_llama_config_json(const mgt_config *c, const mgt_model_spec *d, int64_t iteration,
                            int32_t bos, int32_t eos) {
   char scaling[256] = "null", b[16] = "null", e[16] = "null"; /* the tokenizer's ids, if known */
   if (bos >= 0) snprintf(b, sizeof b, "%d", (int)bos);

@@ -112,7 +112,7 @@ mgt_status mgt_plan_parse(mgt_plan_opts *o, int argc, char **argv, int first, in
               "--hidden-size %d is not divisible by --num-attention-heads %d", o->m.hidden_size,
               o->m.num_attention_heads);
   mgt_config c; /* the block's flags make sense together, as mgt train would say */
-  mgt_model_desc d;
+  mgt_model_spec d;
   mgt_plan_config(o, 1, 1, MGT_RECOMPUTE_NONE, 0, 0, &c);
   return mgt_model_describe(&c, &d);
 }

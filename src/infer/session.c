@@ -16,7 +16,7 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
   MGT_CHECK(mgt_mpi_agree(world, st));
   mgt_config *c = &s->cfg;
   *c = s->saved;
-  mgt_model_desc desc;
+  mgt_model_spec desc;
   MGT_CHECK(mgt_model_describe(c, &desc));
   if (o->task) {
     MGT_REQUIRE(desc.task == o->task,
@@ -45,20 +45,30 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
               c->max_position_embeddings);
   c->micro_batch_size = o->micro_batch_size > 0 ? o->micro_batch_size : 1;
   c->global_batch_size = 0;
-  c->recompute_activations = 0; /* forward only: nothing to recompute */
-  c->recompute_granularity = MGT_RECOMPUTE_NONE;
-  c->recompute_method = MGT_RECOMPUTE_UNIFORM;
-  c->recompute_num_layers = 1;
   c->use_distributed_optimizer = 0; /* no optimizer: no gradient shard */
-  c->hidden_dropout = c->attention_dropout = 0.0;
   c->device = o->device;
   c->distributed_backend = -1;
   c->cpu_gemm = o->cpu_gemm;
   c->bf16 = o->bf16, c->fp16 = o->fp16; /* the job's, not the training run's */
-  c->mock_data = !c->task; /* nothing is read from a dataset */
+  c->mock_data = !c->task;              /* nothing is read from a dataset */
   c->data_path[0] = c->load[0] = c->save[0] = c->metrics_file[0] = 0;
   c->train_data[0] = c->valid_data[0] = c->pretrained_checkpoint[0] = 0;
   MGT_CHECK(mgt_config_finalize(c, size)); /* the same verdict on every rank */
+  s->spec = desc;
+  /* the job's layout: forward only (nothing to recompute), its batch, precision and device */
+  mgt_model_layout *l = &s->layout;
+  l->micro_batch = c->micro_batch_size;
+  l->seq_length = c->seq_length;
+  l->vocab_multiple = c->make_vocab_size_divisible_by;
+  l->recompute = MGT_RECOMPUTE_NONE;
+  l->recompute_method = MGT_RECOMPUTE_UNIFORM;
+  l->recompute_layers = 1;
+  l->flash = mgt_config_flash(c, NULL, 0);
+  l->bf16 = c->bf16, l->fp16 = c->fp16;
+  l->weight_copies = c->bf16 || c->fp16;
+  l->device = c->device;
+  l->cpu_gemm = c->cpu_gemm;
+  l->logits_chunk_rows = c->logits_chunk_rows;
   return MGT_OK;
 }
 
@@ -69,8 +79,8 @@ mgt_status mgt_session_open_model(mgt_session *s, MPI_Comm world) {
   MGT_CHECK(mgt_device_open(&s->dev, c->device, -1, c->cpu_gemm, prec, s->grid, NULL));
   snprintf(s->precision, sizeof s->precision, "%s on %s",
            prec == MGT_PREC_BF16 ? "bf16" : (prec == MGT_PREC_FP16 ? "fp16" : "fp32"), s->dev.desc);
-  MGT_CHECK(
-      mgt_mpi_agree(world, mgt_gpt_create(&s->cfg, s->grid, s->dev.be, s->dev.comm, &s->model)));
+  MGT_CHECK(mgt_mpi_agree(
+      world, mgt_gpt_create(&s->spec, &s->layout, s->grid, s->dev.be, s->dev.comm, &s->model)));
   mgt_state list = {0};
   mgt_status st = mgt_mpi_agree(world, mgt_gpt_state(s->model, &list));
   if (st == MGT_OK) st = mgt_ckpt_load(s->path, world, &list, &s->state);

@@ -76,8 +76,9 @@ typedef struct rplan {
 } rplan;
 
 struct mgt_gpt {
-  mgt_config cfg;
-  mgt_gpt_dims d;
+  mgt_gpt_dims d; /* the spec is d.spec */
+  mgt_model_layout layout;
+  mgt_gpt_training run; /* zero (no dropout) until mgt_gpt_train_with */
   const mgt_grid *grid;
   const mgt_backend *be;
   const mgt_comm *comm;
@@ -156,15 +157,15 @@ static inline float *take(arena *a, size_t n) {
 /* The random stream of a layer's tensor of stream code `code` in layer l (params.c says the
    rule: the first sixteen codes as every checkpoint so far, later ones in streams of their own). */
 uint32_t gpt_layer_stream(uint32_t code, int l);
-void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out, int *n,
-                      size_t *total, param_index *ix);
+void gpt_build_params(const mgt_gpt_dims *d, mgt_param *out, int *n, size_t *total,
+                      param_index *ix);
 /* The one decision of who holds the saved copy: data-parallel replica d holds copy d; a
    replicated tensor's copy is tensor-parallel rank 0's, the others are duplicates. */
 int gpt_replica_of(const mgt_param *p, int tp_rank, int dp_rank);
 void gpt_layer_views(const mgt_gpt *m, float *base, int l, float *v[P_SLOTS]);
 /* Views of `count` consecutive parameters from index first (-1: none). */
 void gpt_views(const mgt_gpt *m, float *base, int first, int count, float **v);
-mgt_status gpt_init_params(mgt_gpt *m);
+mgt_status gpt_init_params(mgt_gpt *m, uint64_t seed);
 
 /* ---- activations and the memory plan (layout.c) ---- */
 
@@ -173,7 +174,7 @@ mgt_status gpt_init_params(mgt_gpt *m);
    live at a time, k sets) or for the first k layers only (block: one shared set, the others
    their own); selective keeps every layer's set but one shared buffer of attention
    probabilities, recomputed before each attention backward. */
-rplan gpt_recompute_plan(const mgt_config *c, int L);
+rplan gpt_recompute_plan(const mgt_model_layout *layout, int L);
 /* The recomputed chunk whose last layer is l ([*first, l]), or 0 when l starts none. */
 int gpt_chunk_ending_at(const rplan *p, int l, int L, int *first);
 /* Places every activation buffer; with m->arena == NULL it only counts floats. */

@@ -66,11 +66,11 @@ mgt_status hf_num(const mgt_json *conf, const char *path, const char *key, doubl
 /* ---- hf_llama.c ---- */
 
 /* Whether a description is Llama's: a causal LM with rotary positions, RMSNorm and SwiGLU. */
-int hf_is_llama(const mgt_model_desc *d);
-mgt_status hf_plan_llama(hf_plan *pl, const mgt_config *c, const mgt_model_desc *d,
+int hf_is_llama(const mgt_model_spec *d);
+mgt_status hf_plan_llama(hf_plan *pl, const mgt_config *c, const mgt_model_spec *d,
                          const hf_names *w);
 /* config.json of LlamaForCausalLM, with the tokenizer's bos and eos ids (-1: null). */
-char *hf_llama_config_json(const mgt_config *c, const mgt_model_desc *d, int64_t iteration,
+char *hf_llama_config_json(const mgt_config *c, const mgt_model_spec *d, int64_t iteration,
                            int32_t bos, int32_t eos);
 /* The Hugging Face tokenizer at `path` beside an export, and its bos and eos ids. */
 void hf_copy_tokenizer(const char *path, const char *out_dir, FILE *log, int32_t *bos,

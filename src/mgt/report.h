@@ -12,7 +12,7 @@ typedef struct mgt_report mgt_report;
 
 /* Creates the sinks of cfg (--metrics-file, --tensorboard-dir) on the root rank; log (root
    only) takes the text lines. */
-MGT_NODISCARD mgt_status mgt_report_open(const mgt_config *cfg, const mgt_model_desc *desc,
+MGT_NODISCARD mgt_status mgt_report_open(const mgt_config *cfg, const mgt_model_spec *desc,
                                          int root, FILE *log, mgt_report **out);
 /* Adds an iteration that took `seconds` to the current interval. */
 void mgt_report_step(mgt_report *r, const mgt_step_stats *s, double seconds);

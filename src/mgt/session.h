@@ -35,7 +35,9 @@ typedef struct mgt_session_opts {
 typedef struct mgt_session {
   char path[MGT_PATH_MAX + 64]; /* the checkpoint file */
   mgt_config saved;             /* the checkpoint's configuration */
-  mgt_config cfg;               /* the checkpoint's model with this job's layout and batch */
+  mgt_config cfg;               /* the checkpoint's configuration with this job's flags */
+  mgt_model_spec spec;          /* the checkpoint's model */
+  mgt_model_layout layout;      /* this job's */
   mgt_ckpt_state state;
   mgt_grid *grid;
   mgt_device dev;

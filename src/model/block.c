@@ -4,12 +4,12 @@
 
 mgt_dropout gpt_dropout_site(const mgt_gpt *m, double p, uint64_t sample_base, int layer,
                              int site) {
-  mgt_dropout d = {(float)p, m->cfg.seed, sample_base, layer, site, 0};
+  mgt_dropout d = {(float)p, m->run.seed, sample_base, layer, site, 0};
   return d;
 }
 
 static layer_sites sites_of(const mgt_gpt *m, int l, const step_ctx *s) {
-  double ph = s->train ? m->cfg.hidden_dropout : 0, pa = s->train ? m->cfg.attention_dropout : 0;
+  double ph = s->train ? m->run.hidden_dropout : 0, pa = s->train ? m->run.attention_dropout : 0;
   layer_sites ls = {gpt_dropout_site(m, pa, s->sample_base, l, MGT_DROPOUT_ATTN),
                     gpt_dropout_site(m, ph, s->sample_base, l, MGT_DROPOUT_PROJ),
                     gpt_dropout_site(m, ph, s->sample_base, l, MGT_DROPOUT_MLP)};
@@ -44,8 +44,8 @@ static mgt_status row_out(mgt_gpt *m, const layer_rows *r, float **y, const floa
 
 mgt_status gpt_norm_forward(const mgt_gpt *m, float *out, float *mean, float *rstd, const float *x,
                             const float *w, const float *b, int N) {
-  const float eps = (float)m->cfg.layernorm_epsilon;
-  if (m->d.desc.norm == MGT_NORM_RMSNORM)
+  const float eps = (float)m->d.spec.norm_eps;
+  if (m->d.spec.norm == MGT_NORM_RMSNORM)
     return mgt_be_rmsnorm_forward(m->be, out, rstd, x, w, N, m->d.C, eps);
   return mgt_be_layernorm_forward(m->be, out, mean, rstd, x, w, b, N, m->d.C, eps);
 }
@@ -53,7 +53,7 @@ mgt_status gpt_norm_forward(const mgt_gpt *m, float *out, float *mean, float *rs
 void gpt_final_norm(const mgt_gpt *m, float *base, float **w, float **b) {
   const mgt_param *p = &m->params[m->ix.lnf];
   *w = base + p[0].offset;
-  *b = m->d.desc.norm == MGT_NORM_LAYERNORM ? base + p[1].offset : NULL;
+  *b = m->d.spec.norm == MGT_NORM_LAYERNORM ? base + p[1].offset : NULL;
 }
 
 /* The end of a row-parallel layer (bias_dropout_add_ln) with the next LayerNorm or RMSNorm fused
@@ -61,9 +61,9 @@ void gpt_final_norm(const mgt_gpt *m, float *base, float **w, float **b) {
 static mgt_status residual_norm(mgt_gpt *m, float *out, float *x, const float *b, const float *res,
                                 int N, size_t row, const mgt_dropout *d, float *ln, float *mean,
                                 float *rstd, const float *w, const float *lb) {
-  const int rms = m->d.desc.norm == MGT_NORM_RMSNORM; /* no mean: RMSNorm */
+  const int rms = m->d.spec.norm == MGT_NORM_RMSNORM; /* no mean: RMSNorm */
   return mgt_be_bias_dropout_add_ln(m->be, out, x, b, res, N, m->d.C, row, d, ln, rms ? NULL : mean,
-                                    rstd, w, rms ? NULL : lb, (float)m->cfg.layernorm_epsilon);
+                                    rstd, w, rms ? NULL : lb, (float)m->d.spec.norm_eps);
 }
 
 /* The rows of q, k and v of every local head that the attention kernels read: the kept
@@ -87,7 +87,7 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
   float *tmp; /* m->dtmp or m->sp_loc: free during forward and before backward uses it */
   const float *in;
   /* post-LN (the original BERT): the residual starts from the LayerNorm's output */
-  const float *res1 = d->desc.post_ln ? a->ln1 : x;
+  const float *res1 = d->spec.post_ln ? a->ln1 : x;
   const layer_sites ds = sites_of(m, l, s);
 
   /* attention: QKV column-parallel by heads, heads local, output row-parallel; the
@@ -134,7 +134,7 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
 
   /* MLP: first linear column-parallel with GeLU or SwiGLU local, second row-parallel */
   MGT_CHECK(full_rows(m, r->sp, a->ln2, &in));
-  if (d->desc.mlp == MGT_MLP_SWIGLU) { /* outputs [gate | up] of this rank's Fl columns */
+  if (d->spec.mlp == MGT_MLP_SWIGLU) { /* outputs [gate | up] of this rank's Fl columns */
     MGT_CHECK(mgt_tp_column_forward(&m->tp, a->fch, in, w[P_FC_W], w[P_FC_B], N, C, d->Fo));
     MGT_CHECK(mgt_be_swiglu_forward(be, a->fch_gelu, a->fch, N, Fl));
   } else
@@ -142,7 +142,7 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
                                          C, Fl));
   MGT_CHECK(row_out(m, r, &tmp, a->fch_gelu, w[P_FCP_W], Fl));
   MGT_CHECK(mgt_be_bias_dropout_add_ln(be, y, tmp, w[P_FCP_B],
-                                       d->desc.post_ln ? a->ln2 : a->res_mid, Nl, C, row, &ds.mlp,
+                                       d->spec.post_ln ? a->ln2 : a->res_mid, Nl, C, row, &ds.mlp,
                                        NULL, NULL, NULL, NULL, NULL, 0.0f));
   return MGT_OK;
 }
@@ -168,7 +168,7 @@ mgt_status gpt_trunk_forward(mgt_gpt *m, const step_ctx *s) {
     MGT_CHECK(mgt_be_embedding_forward(be, m->dtmp, m->types + d->r0, tte, Nl, C, 0, 2));
     MGT_CHECK(mgt_be_add(be, m->res[0], m->dtmp, (size_t)Nl * C));
   }
-  mgt_dropout de = gpt_dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, 0xFFFF,
+  mgt_dropout de = gpt_dropout_site(m, s->train ? m->run.hidden_dropout : 0, s->sample_base, 0xFFFF,
                                     MGT_DROPOUT_EMBED);
   de.first = (uint64_t)d->r0 * C;
   MGT_CHECK(mgt_be_dropout_forward(be, m->res[0], m->res[0], NULL, (size_t)Nl * C, (size_t)d->T * C,
@@ -192,7 +192,7 @@ mgt_status gpt_trunk_forward(mgt_gpt *m, const step_ctx *s) {
 /* Post-LN: the residual gradient belongs to the LayerNorm's output, not its input; dres is
    then rebuilt by the LayerNorm backward alone. */
 static mgt_status post_ln_residual(mgt_gpt *m, float *dln, float *dres) {
-  if (!m->d.desc.post_ln) return MGT_OK;
+  if (!m->d.spec.post_ln) return MGT_OK;
   const size_t n = (size_t)m->d.Nl * m->d.C;
   MGT_CHECK(mgt_be_add(m->be, dln, dres, n));
   return mgt_be_zero(m->be, dres, n * sizeof(float));
@@ -207,7 +207,7 @@ static mgt_status ln_backward(mgt_gpt *m, float *dx, float *dw, float *db, const
                               int acc) {
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
-  const int C = d->C, rms = d->desc.norm == MGT_NORM_RMSNORM;
+  const int C = d->C, rms = d->spec.norm == MGT_NORM_RMSNORM;
   float *gw = d->sp ? m->lng : dw, *gb = d->sp ? m->lng + C : db;
   const int a = d->sp ? 0 : acc;
   if (rms)
@@ -276,7 +276,7 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
      gradient comes from every row, as without sequence parallelism */
   MGT_CHECK(mgt_be_dropout_backward(be, dloc, dres, nl, row, &ds.mlp));
   MGT_CHECK(full_grad(m, dloc, &dy));
-  if (d->desc.mlp == MGT_MLP_SWIGLU) {
+  if (d->spec.mlp == MGT_MLP_SWIGLU) {
     MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dact, g[P_FCP_W], g[P_FCP_B], dy, a->fch_gelu,
                                   w[P_FCP_W], N, Fl, C, acc));
     MGT_CHECK(mgt_be_swiglu_backward(be, m->dfch, m->dact, a->fch, N, Fl));
@@ -356,7 +356,7 @@ mgt_status gpt_trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int
     }
   }
   mgt_dropout de =
-      gpt_dropout_site(m, m->cfg.hidden_dropout, s->sample_base, 0xFFFF, MGT_DROPOUT_EMBED);
+      gpt_dropout_site(m, m->run.hidden_dropout, s->sample_base, 0xFFFF, MGT_DROPOUT_EMBED);
   de.first = (uint64_t)d->r0 * C;
   MGT_CHECK(mgt_be_dropout_backward(be, m->dres, m->dres, nl, (size_t)d->T * C, &de));
   /* every row's gradient (gathered under sequence parallelism): the embedding gradients are
@@ -365,7 +365,7 @@ mgt_status gpt_trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int
   MGT_CHECK(full_grad(m, m->dres, &demb));
   /* the tied LM head writes the word-embedding gradient first; a task model has no LM head, an
      untied one writes its own */
-  if ((d->desc.task || d->desc.untied) && !accumulate)
+  if ((d->spec.task || d->spec.untied) && !accumulate)
     MGT_CHECK(mgt_be_zero(be, gwte, sizeof(float) * m->params[m->ix.wte].numel));
   MGT_CHECK(mgt_be_embedding_backward(be, gwte, gwpe, demb, m->inputs, d->B, d->T, C, d->v0, d->Vl,
                                       accumulate));

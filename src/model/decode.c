@@ -21,8 +21,8 @@ mgt_status mgt_gpt_decoder_create_batch(mgt_gpt *m, int slots, int max_len, mgt_
   MGT_CHECK(mgt_ddp_weights_ready(m->ddp, -1));
   *out = NULL;
   const mgt_gpt_dims *d = &m->d;
-  MGT_REQUIRE(mgt_model_generative(&d->desc), "a %s model does not decode (no causal LM head)",
-              mgt_model_kinds[d->desc.kind].name);
+  MGT_REQUIRE(mgt_model_generative(&d->spec), "a %s model does not decode (no causal LM head)",
+              mgt_model_kinds[d->spec.kind].name);
   MGT_REQUIRE(max_len >= 1 && max_len <= d->maxpos,
               "a sequence of %d tokens does not fit the model's %d positions", max_len, d->maxpos);
   MGT_REQUIRE(slots >= 1 && slots <= d->B * d->T,

@@ -27,7 +27,9 @@ static void bucket_range(const mgt_gpt *m, int b, int *first, int *last) {
   }
 }
 
+/* The data-parallel plan of m->run (remade when a trainer gives its options). */
 static mgt_status create_ddp(mgt_gpt *m) {
+  mgt_ddp_destroy(&m->ddp);
   const int nb = m->d.L + 2;
   size_t *lo = NULL, *hi = NULL;
   mgt_status st = mgt_calloc(sizeof(size_t) * 2 * (size_t)nb, "buckets", (void **)&lo);
@@ -39,8 +41,8 @@ static mgt_status create_ddp(mgt_gpt *m) {
     lo[b] = m->params[first].offset;
     hi[b] = m->params[last - 1].offset + m->params[last - 1].numel;
   }
-  const mgt_ddp_opts o = {(size_t)m->cfg.ddp_bucket_size, m->cfg.overlap_grad_reduce,
-                          m->cfg.use_distributed_optimizer, m->cfg.overlap_param_gather,
+  const mgt_ddp_opts o = {m->run.ddp_bucket_size, m->run.overlap_grad_reduce,
+                          m->run.distributed_optimizer, m->run.overlap_param_gather,
                           m->weight_copies};
   st = mgt_ddp_create(m->grid, m->comm, m->be, m->w, m->g, m->n_floats, nb, lo, hi, &o, &m->ddp);
   mgt_free(lo);
@@ -57,45 +59,48 @@ float *mgt_gpt_grad_shard(mgt_gpt *m, size_t *first, size_t *n) {
 
 mgt_status mgt_gpt_gather_params(mgt_gpt *m) { return mgt_ddp_gather_params(m->ddp); }
 
-mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt_backend *be,
-                          const mgt_comm *comm, mgt_gpt **out) {
+/* Gradient elements per data-parallel all-reduce until a trainer says (mgt train's default). */
+enum { DEFAULT_BUCKET = 4194304 };
+
+mgt_status mgt_gpt_create(const mgt_model_spec *spec, const mgt_model_layout *layout,
+                          const mgt_grid *grid, const mgt_backend *be, const mgt_comm *comm,
+                          mgt_gpt **out) {
   *out = NULL;
-  mgt_model_desc desc; /* the block implements every description this accepts */
-  MGT_CHECK(mgt_model_describe(cfg, &desc));
   mgt_status st = MGT_OK;
   mgt_gpt *m = NULL;
   MGT_CHECK(mgt_calloc(sizeof *m, "model", (void **)&m));
-  m->cfg = *cfg;
+  m->layout = *layout;
+  m->run.ddp_bucket_size = DEFAULT_BUCKET;
   m->grid = grid;
   m->be = be;
   m->comm = comm;
   m->tp.be = be;
   m->tp.comm = comm;
   m->tp.grid = grid;
-  mgt_gpt_dims_from_config(cfg, grid->tp, grid->tp_rank, &m->d);
+  mgt_gpt_dims_of(spec, layout, grid->tp, grid->tp_rank, &m->d);
   const mgt_gpt_dims *d = &m->d;
-  if (mgt_config_flash(cfg, NULL, 0) && !mgt_be_has(be, MGT_BE_FLASH_ATTENTION_FORWARD))
+  if (layout->flash && !mgt_be_has(be, MGT_BE_FLASH_ATTENTION_FORWARD))
     MGT_GOTO_FAIL(MGT_ERR_INPUT, "--attention-backend flash: this backend has no flash attention");
 
-  gpt_build_params(cfg, d, NULL, &m->n_params, &m->n_floats, NULL);
+  gpt_build_params(d, NULL, &m->n_params, &m->n_floats, NULL);
   MGT_TRY(
       mgt_calloc(sizeof *m->params * (size_t)m->n_params, "parameter table", (void **)&m->params));
-  gpt_build_params(cfg, d, m->params, &m->n_params, &m->n_floats, &m->ix);
+  gpt_build_params(d, m->params, &m->n_params, &m->n_floats, &m->ix);
   MGT_TRY(
       mgt_calloc(sizeof *m->segs * (size_t)m->n_params, "optimizer segments", (void **)&m->segs));
   for (int i = 0; i < m->n_params; i++) {
     const mgt_param *p = &m->params[i];
     m->segs[i].offset = p->offset;
     m->segs[i].n = p->numel;
-    m->segs[i].weight_decay = p->decay ? (float)cfg->weight_decay : 0.0f;
     m->segs[i].count_in_norm = gpt_replica_of(p, grid->tp_rank, 0) != MGT_REPLICA_DUPLICATE;
   }
   size_t bytes = m->n_floats * sizeof(float);
   MGT_TRY(mgt_be_alloc(be, bytes, "parameters", (void **)&m->w));
   MGT_TRY(mgt_be_alloc(be, bytes, "gradients", (void **)&m->g));
+  MGT_TRY(mgt_be_zero(be, m->w, bytes));
 
   MGT_TRY(mgt_calloc(sizeof(float *) * (size_t)(d->L + 1), "residual views", (void **)&m->res));
-  m->rp = gpt_recompute_plan(cfg, d->L);
+  m->rp = gpt_recompute_plan(layout, d->L);
   MGT_TRY(mgt_calloc(sizeof(layer_acts) * (size_t)(m->rp.nsets ? m->rp.nsets : 1),
                      "activation views", (void **)&m->acts));
   {
@@ -110,7 +115,7 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
       MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "--bf16/--fp16: backend %s keeps 16-bit activations in %d bytes, --device %s "
                     "in %d: create the model on the backend of its --device",
-                    mgt_be_name(be), mgt_be_act16_bytes(be), mgt_device_names[cfg->device],
+                    mgt_be_name(be), mgt_be_act16_bytes(be), mgt_device_names[layout->device],
                     d->act16);
     MGT_TRY(mgt_be_set_act16(be, m->act16, m->act16_bytes));
   }
@@ -118,11 +123,11 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
                      (void **)&m->host_tokens));
   if (m->inv_freq) {
     float f[d->hd / 2];
-    mgt_gpt_rope_frequencies(cfg, d->hd, f);
+    mgt_gpt_rope_frequencies(&d->spec, f);
     MGT_TRY(mgt_be_upload(be, m->inv_freq, f, sizeof f));
   }
-  if (d->desc.input == MGT_INPUT_SAMPLES) {
-    MGT_TRY(mgt_calloc(sizeof(int32_t) * (2 * (size_t)d->B * d->desc.max_predictions + 1),
+  if (d->spec.input == MGT_INPUT_SAMPLES) {
+    MGT_TRY(mgt_calloc(sizeof(int32_t) * (2 * (size_t)d->B * d->spec.max_predictions + 1),
                        "masked-row staging", (void **)&m->host_rows));
     MGT_TRY(mgt_calloc(sizeof(int32_t) * 4 * (size_t)d->B, "sample staging", (void **)&m->host_b));
     for (int b = 0; b < d->B; b++) /* [CLS] is position 0 of every sample */
@@ -130,17 +135,25 @@ mgt_status mgt_gpt_create(const mgt_config *cfg, const mgt_grid *grid, const mgt
     MGT_TRY(mgt_be_upload(be, m->cls_rows, m->host_b, sizeof(int32_t) * (size_t)d->B));
   }
   if (d->sp) MGT_TRY(plan_rows(m));
-  m->weight_copies =
-      (cfg->bf16 || cfg->fp16) && !cfg->no_weight_copies && mgt_be_has(be, MGT_BE_SET_WEIGHTS);
+  m->weight_copies = layout->weight_copies && mgt_be_has(be, MGT_BE_SET_WEIGHTS);
   MGT_TRY(create_ddp(m));
   if (m->weight_copies) MGT_TRY(mgt_be_set_weights(be, m->w, m->n_floats));
-  MGT_TRY(gpt_init_params(m));
   mgt_gpt_weights_changed(m);
   *out = m;
   return MGT_OK;
 done:
   mgt_gpt_destroy(&m);
   return st;
+}
+
+mgt_status mgt_gpt_train_with(mgt_gpt *m, const mgt_gpt_training *t) {
+  m->run = *t;
+  for (int i = 0; i < m->n_params; i++)
+    m->segs[i].weight_decay = m->params[i].decay ? (float)t->weight_decay : 0.0f;
+  MGT_CHECK(create_ddp(m));
+  MGT_CHECK(gpt_init_params(m, t->seed));
+  mgt_gpt_weights_changed(m);
+  return MGT_OK;
 }
 
 void mgt_gpt_destroy(mgt_gpt **model) {

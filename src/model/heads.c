@@ -5,7 +5,7 @@
 /* Stages tokens (B windows of T+1) as inputs and targets on the backend. */
 static mgt_status load_tokens(mgt_gpt *m, const int32_t *tokens) {
   const mgt_gpt_dims *d = &m->d;
-  MGT_REQUIRE(d->desc.input == MGT_INPUT_WINDOWS,
+  MGT_REQUIRE(d->spec.input == MGT_INPUT_WINDOWS,
               "a BERT model takes BERT samples (mgt_bert_forward_backward)");
   const int N = d->B * d->T;
   int32_t *in = m->host_tokens, *tg = m->host_tokens + N;
@@ -168,13 +168,13 @@ int64_t mgt_bert_count_masked(const int32_t *rows, int n, int T) {
 static mgt_status load_bert(mgt_gpt *m, const int32_t *rows) {
   const mgt_gpt_dims *d = &m->d;
   const int T = d->T, B = d->B, N = B * T, W = mgt_bert_row_ints(T);
-  MGT_REQUIRE(d->desc.input == MGT_INPUT_SAMPLES,
+  MGT_REQUIRE(d->spec.input == MGT_INPUT_SAMPLES,
               "a GPT model takes windows of tokens, not BERT samples");
   int32_t *ids = m->host_tokens, *typ = m->host_tokens + N;
-  int32_t *mrow = m->host_rows, *mlab = m->host_rows + (size_t)B * d->desc.max_predictions;
+  int32_t *mrow = m->host_rows, *mlab = m->host_rows + (size_t)B * d->spec.max_predictions;
   int32_t *len = m->host_b, *sop = m->host_b + B;
   /* the order label, or a fine-tuning example's class (its rows' labels side by side) */
-  const int classes = d->desc.classes;
+  const int classes = d->spec.classes;
   int M = 0;
   for (int b = 0; b < B; b++) {
     const int32_t *r = rows + (size_t)b * W;
@@ -182,7 +182,7 @@ static mgt_status load_bert(mgt_gpt *m, const int32_t *rows) {
     const int32_t label = r[mgt_bert_random_at(T)];
     MGT_REQUIRE(len[b] >= 1 && len[b] <= T && label >= 0 && label < classes,
                 "BERT sample row %d: length %d or label %d out of range", b, len[b], label);
-    if (b % d->desc.rows == 0) sop[b / d->desc.rows] = label;
+    if (b % d->spec.rows == 0) sop[b / d->spec.rows] = label;
     int in_sample = 0;
     for (int t = 0; t < T; t++) {
       const int32_t x = r[MGT_BERT_TOKENS * T + t], y = r[MGT_BERT_TYPES * T + t],
@@ -190,16 +190,16 @@ static mgt_status load_bert(mgt_gpt *m, const int32_t *rows) {
       MGT_REQUIRE(x >= 0 && x < d->V, "token id %d out of range [0, %d) in sample row %d", x, d->V,
                   b);
       MGT_REQUIRE(y == 0 || y == 1, "token type %d (not 0 or 1) in sample row %d", y, b);
-      MGT_REQUIRE(lab >= -1 && lab < d->V && !(d->desc.task && lab >= 0),
+      MGT_REQUIRE(lab >= -1 && lab < d->V && !(d->spec.task && lab >= 0),
                   "label %d out of range in sample row %d (a task row has no masked positions)",
                   lab, b);
       ids[b * T + t] = x;
       typ[b * T + t] = y;
       if (lab < 0) continue;
-      MGT_REQUIRE(t < len[b] && ++in_sample <= d->desc.max_predictions,
+      MGT_REQUIRE(t < len[b] && ++in_sample <= d->spec.max_predictions,
                   "sample row %d: a masked position in the padding, or more than the %d masked "
                   "positions --mask-prob allows",
-                  b, d->desc.max_predictions);
+                  b, d->spec.max_predictions);
       mrow[M] = b * T + t;
       mlab[M++] = lab;
     }
@@ -208,7 +208,7 @@ static mgt_status load_bert(mgt_gpt *m, const int32_t *rows) {
   MGT_CHECK(mgt_be_upload(be, m->inputs, ids, sizeof(int32_t) * (size_t)N));
   MGT_CHECK(mgt_be_upload(be, m->types, typ, sizeof(int32_t) * (size_t)N));
   MGT_CHECK(mgt_be_upload(be, m->keylen, len, sizeof(int32_t) * (size_t)B));
-  MGT_CHECK(mgt_be_upload(be, m->sop_tgt, sop, sizeof(int32_t) * (size_t)(B / d->desc.rows)));
+  MGT_CHECK(mgt_be_upload(be, m->sop_tgt, sop, sizeof(int32_t) * (size_t)(B / d->spec.rows)));
   if (M > 0) {
     MGT_CHECK(mgt_be_upload(be, m->lm_rows, mrow, sizeof(int32_t) * (size_t)M));
     MGT_CHECK(mgt_be_upload(be, m->targets, mlab, sizeof(int32_t) * (size_t)M));
@@ -225,7 +225,7 @@ static mgt_status bert_forward(mgt_gpt *m, const step_ctx *s, int keep_exp, mgt_
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
   const int C = d->C, M = m->n_masked, B = d->B;
-  const float eps = (float)m->cfg.layernorm_epsilon;
+  const float eps = (float)m->d.spec.norm_eps;
   memset(out, 0, sizeof *out);
   MGT_CHECK(gpt_trunk_forward(m, s));
   float *h[H_LM];
@@ -243,7 +243,7 @@ static mgt_status bert_forward(mgt_gpt *m, const step_ctx *s, int keep_exp, mgt_
                                   keep_exp, &out->lm_sum));
   }
   out->lm_count = M;
-  if (d->desc.head != MGT_HEAD_MLM_SOP) return MGT_OK;
+  if (d->spec.head != MGT_HEAD_MLM_SOP) return MGT_OK;
   float *q[Q_POOL];
   gpt_views(m, m->w, m->ix.pool, Q_POOL, q);
   MGT_CHECK(mgt_be_gather_rows(be, m->pool_in, m->lnf, m->cls_rows, B, C));
@@ -268,7 +268,7 @@ static mgt_status bert_forward(mgt_gpt *m, const step_ctx *s, int keep_exp, mgt_
 }
 
 mgt_status mgt_bert_forward(mgt_gpt *m, const int32_t *rows, mgt_bert_losses *out) {
-  MGT_REQUIRE(!m->d.desc.task, "a fine-tuning model takes mgt_task_forward");
+  MGT_REQUIRE(!m->d.spec.task, "a fine-tuning model takes mgt_task_forward");
   MGT_CHECK(load_bert(m, rows));
   step_ctx s = {0, 0};
   return bert_forward(m, &s, 0, out);
@@ -280,7 +280,7 @@ mgt_status mgt_bert_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t s
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, C = d->C, B = d->B;
-  MGT_REQUIRE(!d->desc.task, "a fine-tuning model takes mgt_task_forward_backward");
+  MGT_REQUIRE(!d->spec.task, "a fine-tuning model takes mgt_task_forward_backward");
   MGT_CHECK(load_bert(m, rows));
   step_ctx s = {sample_base, 1};
   MGT_CHECK(bert_forward(m, &s, 1, out));
@@ -311,7 +311,7 @@ mgt_status mgt_bert_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t s
       MGT_CHECK(mgt_be_zero(be, gh[k], sizeof(float) * m->params[m->ix.lm + k].numel));
     MGT_CHECK(mgt_be_zero(be, gwte, sizeof(float) * m->params[m->ix.wte].numel));
   }
-  if (d->desc.head == MGT_HEAD_MLM_SOP) {
+  if (d->spec.head == MGT_HEAD_MLM_SOP) {
     float *q[Q_POOL], *gq[Q_POOL];
     gpt_views(m, m->w, m->ix.pool, Q_POOL, q);
     gpt_views(m, m->g, m->ix.pool, Q_POOL, gq);
@@ -329,7 +329,7 @@ mgt_status mgt_bert_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t s
 }
 
 static mgt_dropout head_dropout(const mgt_gpt *m, const step_ctx *s) {
-  return gpt_dropout_site(m, s->train ? m->cfg.hidden_dropout : 0, s->sample_base, 0xFFFE,
+  return gpt_dropout_site(m, s->train ? m->run.hidden_dropout : 0, s->sample_base, 0xFFFE,
                           MGT_DROPOUT_HEAD);
 }
 
@@ -339,7 +339,7 @@ static mgt_status task_forward(mgt_gpt *m, const step_ctx *s, int n, int keep_ex
                                mgt_task_result *out) {
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
-  const int C = d->C, B = d->B, W = d->desc.rows * d->desc.logits;
+  const int C = d->C, B = d->B, W = d->spec.rows * d->spec.logits;
   memset(out, 0, sizeof *out);
   MGT_CHECK(gpt_trunk_forward(m, s));
   float *q[Q_POOL];
@@ -350,7 +350,7 @@ static mgt_status task_forward(mgt_gpt *m, const step_ctx *s, int n, int keep_ex
   const mgt_dropout dh = head_dropout(m, s);
   MGT_CHECK(mgt_be_dropout_forward(be, m->pooled, m->pooled, NULL, (size_t)B * C, (size_t)C, &dh));
   MGT_CHECK(mgt_tp_column_forward(&m->tp, m->sop_logits, m->pooled, q[Q_BIN_W], q[Q_BIN_B], B, C,
-                                  d->desc.logits));
+                                  d->spec.logits));
   if (n == 0) return MGT_OK;
   int32_t *p = m->host_b, *tgt = m->host_b + B;
   float *val = (float *)(m->host_b + 2 * B);
@@ -371,15 +371,15 @@ static mgt_status task_forward(mgt_gpt *m, const step_ctx *s, int n, int keep_ex
 }
 
 static mgt_status check_task(const mgt_gpt *m) {
-  MGT_REQUIRE(m->d.desc.task, "the model has no fine-tuning head (--task)");
+  MGT_REQUIRE(m->d.spec.task, "the model has no fine-tuning head (--task)");
   return MGT_OK;
 }
 
 mgt_status mgt_task_forward(mgt_gpt *m, const int32_t *rows, int n, int32_t *pred,
                             mgt_task_result *out) {
   MGT_CHECK(check_task(m));
-  MGT_REQUIRE(n >= 0 && n <= m->d.B / m->d.desc.rows, "%d examples in a micro-batch of %d", n,
-              m->d.B / m->d.desc.rows);
+  MGT_REQUIRE(n >= 0 && n <= m->d.B / m->d.spec.rows, "%d examples in a micro-batch of %d", n,
+              m->d.B / m->d.spec.rows);
   MGT_CHECK(load_bert(m, rows));
   step_ctx s = {0, 0};
   return task_forward(m, &s, n, 0, pred, out);
@@ -391,11 +391,11 @@ mgt_status mgt_task_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t e
   MGT_CHECK(check_task(m));
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
-  const int N = d->B * d->T, C = d->C, B = d->B, G = d->B / d->desc.rows,
-            W = d->desc.rows * d->desc.logits;
+  const int N = d->B * d->T, C = d->C, B = d->B, G = d->B / d->spec.rows,
+            W = d->spec.rows * d->spec.logits;
   MGT_CHECK(load_bert(m, rows));
   /* dropout streams by row, so that an example's masks do not depend on the micro-batch */
-  step_ctx s = {example_base * (uint64_t)d->desc.rows, 1};
+  step_ctx s = {example_base * (uint64_t)d->spec.rows, 1};
   MGT_CHECK(task_forward(m, &s, G, 1, NULL, out));
   float *q[Q_POOL], *gq[Q_POOL];
   gpt_views(m, m->w, m->ix.pool, Q_POOL, q);
@@ -405,7 +405,7 @@ mgt_status mgt_task_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t e
   MGT_CHECK(
       mgt_be_xent_backward(be, m->sop_logits, m->sop_xent.sumtgt, m->sop_tgt, G, W, W, 0, scale));
   MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dpool, gq[Q_BIN_W], gq[Q_BIN_B], m->sop_logits,
-                                m->pooled, q[Q_BIN_W], B, C, d->desc.logits, accumulate));
+                                m->pooled, q[Q_BIN_W], B, C, d->spec.logits, accumulate));
   const mgt_dropout dh = head_dropout(m, &s);
   MGT_CHECK(mgt_be_dropout_backward(be, m->dpool, m->dpool, (size_t)B * C, (size_t)C, &dh));
   MGT_CHECK(mgt_be_act_backward(be, MGT_ACT_TANH, m->dpool, m->dpool, m->pool_pre, (size_t)B * C));
@@ -419,12 +419,12 @@ mgt_status mgt_task_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t e
 
 size_t mgt_gpt_example_ints(const mgt_gpt *m) {
   const mgt_gpt_dims *d = &m->d;
-  return d->desc.input == MGT_INPUT_WINDOWS ? (size_t)d->T + 1
-                                            : (size_t)d->desc.rows * mgt_bert_row_ints(d->T);
+  return d->spec.input == MGT_INPUT_WINDOWS ? (size_t)d->T + 1
+                                            : (size_t)d->spec.rows * mgt_bert_row_ints(d->T);
 }
 
 int mgt_gpt_head_sums(const mgt_gpt *m) {
-  switch (m->d.desc.head) {
+  switch (m->d.spec.head) {
   case MGT_HEAD_CAUSAL_LM: return 1;
   case MGT_HEAD_MLM_SOP:
   case MGT_HEAD_MLM: return 3;
@@ -436,9 +436,9 @@ int mgt_gpt_head_sums(const mgt_gpt *m) {
 
 void mgt_gpt_loss_units(const mgt_gpt *m, const int32_t *batch, int n, double units[2]) {
   const mgt_gpt_dims *d = &m->d;
-  if (d->desc.head == MGT_HEAD_CAUSAL_LM) {
+  if (d->spec.head == MGT_HEAD_CAUSAL_LM) {
     units[0] += (double)n * d->T;
-  } else if (d->desc.masked_lm) {
+  } else if (d->spec.masked_lm) {
     units[0] += (double)mgt_bert_count_masked(batch, n, d->T);
     units[1] += n;
   } else {
@@ -450,12 +450,12 @@ mgt_status mgt_gpt_train_micro(mgt_gpt *m, const int32_t *batch, uint64_t first,
                                const double units[2], double loss_scale, int accumulate,
                                int sync_dp, double *sums) {
   const mgt_gpt_dims *d = &m->d;
-  if (d->desc.head == MGT_HEAD_CAUSAL_LM) {
+  if (d->spec.head == MGT_HEAD_CAUSAL_LM) {
     double ls = 0.0;
     MGT_CHECK(mgt_gpt_forward_backward(m, batch, first, (float)(loss_scale / units[0]), accumulate,
                                        sync_dp, &ls));
     sums[0] += ls;
-  } else if (d->desc.masked_lm) {
+  } else if (d->spec.masked_lm) {
     mgt_bert_losses l;
     const float lm_scale = units[0] > 0 ? (float)(loss_scale / units[0]) : 0.0f,
                 sop_scale = (float)(loss_scale / units[1]);
@@ -473,8 +473,8 @@ mgt_status mgt_gpt_train_micro(mgt_gpt *m, const int32_t *batch, uint64_t first,
 
 mgt_status mgt_gpt_eval_micro(mgt_gpt *m, const int32_t *batch, double *sums, double units[2]) {
   const mgt_gpt_dims *d = &m->d;
-  MGT_REQUIRE(mgt_model_has_lm(&d->desc), "a fine-tuning model is scored by mgt_task_forward");
-  if (d->desc.head == MGT_HEAD_CAUSAL_LM) {
+  MGT_REQUIRE(mgt_model_has_lm(&d->spec), "a fine-tuning model is scored by mgt_task_forward");
+  if (d->spec.head == MGT_HEAD_CAUSAL_LM) {
     double ls = 0.0;
     MGT_CHECK(mgt_gpt_forward(m, batch, &ls));
     sums[0] += ls;

@@ -2,14 +2,13 @@
    arena, and the per-rank memory plan computed from the same placement. */
 #include "mgt/gpt_impl.h"
 
-rplan gpt_recompute_plan(const mgt_config *c, int L) {
-  rplan p = {0, 0, 0, 0, L, mgt_config_flash(c, NULL, 0)};
-  p.selective = c->recompute_granularity == MGT_RECOMPUTE_SELECTIVE;
-  p.full =
-      !p.selective && (c->recompute_granularity == MGT_RECOMPUTE_FULL || c->recompute_activations);
+rplan gpt_recompute_plan(const mgt_model_layout *c, int L) {
+  rplan p = {0, 0, 0, 0, L, c->flash};
+  p.selective = c->recompute == MGT_RECOMPUTE_SELECTIVE;
+  p.full = c->recompute == MGT_RECOMPUTE_FULL;
   if (!p.full) return p;
   p.block = c->recompute_method == MGT_RECOMPUTE_BLOCK;
-  p.k = c->recompute_num_layers < L ? c->recompute_num_layers : L;
+  p.k = c->recompute_layers < L ? c->recompute_layers : L;
   if (!p.block && p.k < 1) p.k = 1;
   p.nsets = p.block ? (p.k > 0) + (L - p.k) : p.k;
   return p;
@@ -35,11 +34,11 @@ int gpt_chunk_ending_at(const rplan *p, int l, int L, int *first) {
 
 /* Whether the LayerNorm outputs are kept in 16 bits too: where only GEMMs read them, i.e. not
    as post-LN residuals, nor gathered over tp_comm into m->lnf under sequence parallelism. */
-static int ln16(const mgt_gpt_dims *d) { return d->act16 && !d->desc.post_ln && !d->sp; }
+static int ln16(const mgt_gpt_dims *d) { return d->act16 && !d->spec.post_ln && !d->sp; }
 
 /* Whether the MLP's activation output is kept in 16 bits: GeLU's (the fused GEMM epilogue
    writes it so); SwiGLU's stays in floats. */
-static int act16_mlp(const mgt_gpt_dims *d) { return d->act16 && d->desc.mlp == MGT_MLP_GELU; }
+static int act16_mlp(const mgt_gpt_dims *d) { return d->act16 && d->spec.mlp == MGT_MLP_GELU; }
 
 void gpt_take_layer(arena *a, const mgt_gpt_dims *d, size_t N, size_t Nl, int keep16, int attn,
                     float *P, layer_acts *la) {
@@ -94,7 +93,7 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
   m->lnf_mean = take(&a, Nl);
   m->lnf_rstd = take(&a, Nl);
   /* BERT's LM head sees only the masked rows: B * P of them at most; GPT's one chunk */
-  const size_t R = d->desc.input == MGT_INPUT_SAMPLES ? (size_t)d->B * d->desc.max_predictions
+  const size_t R = d->spec.input == MGT_INPUT_SAMPLES ? (size_t)d->B * d->spec.max_predictions
                                                       : (size_t)d->logit_rows;
   m->logits = take(&a, R * d->Vl);
   m->xent.rowmax = take(&a, N);
@@ -114,10 +113,10 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
   /* grouped-query attention: the groups repeated for the heads, one layer at a time (and the
      groups' gradient); SwiGLU: the gradient of its output */
   m->qkvx = d->G != d->H ? take(&a, N * 3 * (size_t)d->Cl) : NULL;
-  m->dact = d->desc.mlp == MGT_MLP_SWIGLU ? take(&a, N * d->Fl) : NULL;
+  m->dact = d->spec.mlp == MGT_MLP_SWIGLU ? take(&a, N * d->Fl) : NULL;
   m->att_scratch = rp->flash ? NULL : take(&a, probs);
-  m->inv_freq = d->desc.pos == MGT_POS_ROPE ? take(&a, (size_t)d->hd / 2) : NULL;
-  if (d->desc.input == MGT_INPUT_SAMPLES) {
+  m->inv_freq = d->spec.pos == MGT_POS_ROPE ? take(&a, (size_t)d->hd / 2) : NULL;
+  if (d->spec.input == MGT_INPUT_SAMPLES) {
     const size_t B = (size_t)d->B;
     m->types = (int32_t *)take(&a, N);
     m->keylen = (int32_t *)take(&a, B);
@@ -135,7 +134,7 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
     m->pool_in = take(&a, B * d->C);
     m->pool_pre = take(&a, B * d->C);
     m->pooled = take(&a, B * d->C);
-    m->sop_logits = take(&a, B * (size_t)d->desc.logits);
+    m->sop_logits = take(&a, B * (size_t)d->spec.logits);
     m->dpool = take(&a, B * d->C);
     m->dpool2 = take(&a, B * d->C);
     m->sop_xent.rowmax = take(&a, B);
@@ -150,11 +149,13 @@ void mgt_gpt_memory_plan(const mgt_config *cfg, int tp, mgt_gpt_memory *mem) {
 }
 
 void mgt_gpt_memory_plan_grid(const mgt_config *cfg, int tp, int dp, mgt_gpt_memory *mem) {
+  const mgt_model_spec spec = mgt_model_of(cfg);
+  const mgt_model_layout lay = mgt_model_layout_of(cfg);
   mgt_gpt_dims d;
-  mgt_gpt_dims_from_config(cfg, tp, 0, &d);
+  mgt_gpt_dims_of(&spec, &lay, tp, 0, &d);
   int n;
   size_t floats;
-  gpt_build_params(cfg, &d, NULL, &n, &floats, NULL);
+  gpt_build_params(&d, NULL, &n, &floats, NULL);
   mgt_gpt probe;
   memset(&probe, 0, sizeof probe);
   memset(mem, 0, sizeof *mem);
@@ -166,24 +167,24 @@ void mgt_gpt_memory_plan_grid(const mgt_config *cfg, int tp, int dp, mgt_gpt_mem
     mem->optimizer = 2 * shard;
     mem->grads += shard;
   }
-  mgt_config alt = *cfg;
-  alt.recompute_activations = 0, alt.recompute_method = MGT_RECOMPUTE_UNIFORM;
-  alt.recompute_num_layers = 1;
+  mgt_model_layout alt = lay;
+  alt.recompute_method = MGT_RECOMPUTE_UNIFORM;
+  alt.recompute_layers = 1;
   const int gran[3] = {MGT_RECOMPUTE_NONE, MGT_RECOMPUTE_FULL, MGT_RECOMPUTE_SELECTIVE};
   size_t *out[3] = {&mem->activations_full, &mem->activations_recompute,
                     &mem->activations_selective};
   for (int k = 0; k < 3; k++) {
-    alt.recompute_granularity = gran[k];
+    alt.recompute = gran[k];
     const rplan rp = gpt_recompute_plan(&alt, d.L);
     *out[k] = gpt_layout_activations(&probe, &d, &rp) * sizeof(float);
   }
-  const rplan rp = gpt_recompute_plan(cfg, d.L);
+  const rplan rp = gpt_recompute_plan(&lay, d.L);
   mem->activations = gpt_layout_activations(&probe, &d, &rp) * sizeof(float);
   /* set_weights' copy: 16 bits on GPUs and in native bf16 on CPUs, floats when emulated */
-  const int native = cfg->device == MGT_DEVICE_CPU && cfg->bf16 &&
-                     cfg->cpu_gemm != MGT_CPU_GEMM_EMULATED && mgt_cpu_bf16_units(NULL, 0);
-  if ((cfg->bf16 || cfg->fp16) && !cfg->no_weight_copies)
-    mem->weight_copies = floats * (cfg->device == MGT_DEVICE_CUDA || native ? 2 : sizeof(float));
+  const int native = lay.device == MGT_DEVICE_CPU && lay.bf16 &&
+                     lay.cpu_gemm != MGT_CPU_GEMM_EMULATED && mgt_cpu_bf16_units(NULL, 0);
+  if (lay.weight_copies)
+    mem->weight_copies = floats * (lay.device == MGT_DEVICE_CUDA || native ? 2 : sizeof(float));
   mem->total = mem->params + mem->weight_copies + mem->grads + mem->optimizer + mem->activations;
 }
 

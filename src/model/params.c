@@ -2,42 +2,50 @@
    shards and initialization, FLOPs and parameter counts, and the model as a state list. */
 #include "mgt/gpt_impl.h"
 
-void mgt_gpt_dims_from_config(const mgt_config *c, int tp, int tp_rank, mgt_gpt_dims *d) {
+void mgt_gpt_dims_of(const mgt_model_spec *spec, const mgt_model_layout *lay, int tp, int tp_rank,
+                     mgt_gpt_dims *d) {
   memset(d, 0, sizeof *d);
-  d->desc = mgt_model_of(c);
-  d->L = c->num_layers;
-  d->C = c->hidden_size;
-  d->H = c->num_attention_heads;
-  d->F = c->ffn_hidden_size;
-  d->T = c->seq_length;
-  d->maxpos = c->max_position_embeddings;
-  d->V = c->vocab_size;
-  d->Vp = (int)mgt_config_padded_vocab(c, tp);
-  d->B = c->micro_batch_size * d->desc.rows; /* rows: RACE encodes an example in 4 */
+  d->spec = *spec;
+  d->L = spec->layers;
+  d->C = spec->hidden;
+  d->H = spec->heads;
+  d->F = spec->ffn;
+  d->T = lay->seq_length;
+  d->maxpos = spec->positions;
+  d->V = spec->vocab;
+  d->Vp = (int)mgt_model_padded_vocab(spec, lay, tp);
+  d->B = lay->micro_batch * d->spec.rows; /* rows: RACE encodes an example in 4 */
   d->tp = tp;
   d->tp_rank = tp_rank;
-  d->hd = d->C / d->H;
+  d->hd = spec->head_size;
   d->Hl = d->H / tp;
   d->Cl = d->Hl * d->hd;
   d->Fl = d->F / tp;
   d->Vl = d->Vp / tp;
-  d->G = d->desc.groups;
+  d->G = d->spec.groups;
   d->Gl = d->G / tp;
   d->KVl = d->Gl * d->hd;
   d->QKVl = d->Cl + 2 * d->KVl;
-  d->Fo = d->desc.mlp == MGT_MLP_SWIGLU ? 2 * d->Fl : d->Fl;
+  d->Fo = d->spec.mlp == MGT_MLP_SWIGLU ? 2 * d->Fl : d->Fl;
   d->v0 = tp_rank * d->Vl;
   int nv = d->V - d->v0;
   d->nv = nv < 0 ? 0 : (nv > d->Vl ? d->Vl : nv);
   /* 64 MiB of logits at a time unless told: GPT-2's 50k vocabulary at B x T = 8 x 1024 would
      hold 1.6 GB of them */
-  const int N = d->B * d->T, want = c->logits_chunk_rows > 0 ? c->logits_chunk_rows
-                                                             : (int)((16u << 20) / (unsigned)d->Vl);
+  const int N = d->B * d->T, want = lay->logits_chunk_rows > 0
+                                        ? lay->logits_chunk_rows
+                                        : (int)((16u << 20) / (unsigned)d->Vl);
   d->logit_rows = want < 1 ? 1 : (want > N ? N : want);
-  d->act16 = c->bf16 || c->fp16 ? (c->device == MGT_DEVICE_CUDA ? 2 : (int)sizeof(float)) : 0;
-  d->sp = c->sequence_parallel && tp > 1;
+  d->act16 = lay->bf16 || lay->fp16 ? (lay->device == MGT_DEVICE_CUDA ? 2 : (int)sizeof(float)) : 0;
+  d->sp = lay->sequence_parallel && tp > 1;
   d->Nl = d->sp ? d->B * d->T / tp : d->B * d->T;
   d->r0 = d->sp ? tp_rank * d->Nl : 0;
+}
+
+void mgt_gpt_dims_from_config(const mgt_config *c, int tp, int tp_rank, mgt_gpt_dims *d) {
+  const mgt_model_spec spec = mgt_model_of(c);
+  const mgt_model_layout lay = mgt_model_layout_of(c);
+  mgt_gpt_dims_of(&spec, &lay, tp, tp_rank, d);
 }
 
 typedef struct param_spec {
@@ -99,13 +107,13 @@ uint32_t gpt_layer_stream(uint32_t code, int l) {
 /* The tensors of one layer of the description, in flat-buffer order: the one list that
    parameters, their counts, checkpoint names and Hugging Face names come from. rows holds
    P_SLOTS; returns the count. */
-static int layer_list(const mgt_config *c, const mgt_gpt_dims *d, layer_row *rows) {
-  const float std = (float)c->init_method_std;
+static int layer_list(const mgt_gpt_dims *d, layer_row *rows) {
+  const float std = (float)d->spec.init_std;
   const float out_std = std / sqrtf(2.0f * (float)d->L); /* scaled output projections */
   const int64_t C = d->C, Cl = d->Cl, Fl = d->Fl, F = d->F, H = d->H, hd = d->hd, KVl = d->KVl;
   const int64_t KV = (int64_t)d->G * hd, r = d->tp_rank;
-  const int grouped = d->G != d->H, swiglu = d->desc.mlp == MGT_MLP_SWIGLU, bias = d->desc.bias;
-  const int ln = d->desc.norm == MGT_NORM_LAYERNORM;
+  const int grouped = d->G != d->H, swiglu = d->spec.mlp == MGT_MLP_SWIGLU, bias = d->spec.bias;
+  const int ln = d->spec.norm == MGT_NORM_LAYERNORM;
   const layer_row all[P_SLOTS] = {
       {P_LN1_W, {"input_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0}, 0, 0},
       {P_LN1_B, {"input_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 1, 0},
@@ -163,12 +171,12 @@ static int layer_list(const mgt_config *c, const mgt_gpt_dims *d, layer_row *row
   return n;
 }
 
-void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out, int *n,
-                      size_t *total, param_index *ix) {
+void gpt_build_params(const mgt_gpt_dims *d, mgt_param *out, int *n, size_t *total,
+                      param_index *ix) {
   *n = 0;
   param_index pi = {0, 1, -1, 2, -1, -1, -1, -1, 0, {0}};
   size_t off = 0;
-  const float std = (float)c->init_method_std;
+  const float std = (float)d->spec.init_std;
   const int64_t C = d->C;
   param_spec wte = {
       "embedding.word_embeddings.weight", 2, {d->Vl, C}, {d->V, C}, 0, d->v0, std, 0, 1};
@@ -176,18 +184,18 @@ void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out
       "embedding.position_embeddings.weight", 2, {d->maxpos, C}, {d->maxpos, C}, -1, 0, std, 0, 1};
   add_param(out, n, &off, 0xFFFF0000u, &wte, "", 0);
   pi.wpe = -1; /* rotary positions have no table */
-  if (d->desc.pos == MGT_POS_LEARNED) {
+  if (d->spec.pos == MGT_POS_LEARNED) {
     pi.wpe = *n;
     add_param(out, n, &off, 0xFFFF0001u, &wpe, "", 0);
   }
-  if (d->desc.token_types) {
+  if (d->spec.token_types) {
     param_spec tte = {"embedding.tokentype_embeddings.weight", 2, {2, C}, {2, C}, -1, 0, std, 0, 1};
     pi.tte = *n;
     add_param(out, n, &off, 0xFFFF0004u, &tte, "", 0);
   }
   pi.first_layer = *n;
   layer_row rows[P_SLOTS];
-  const int nr = layer_list(c, d, rows);
+  const int nr = layer_list(d, rows);
   pi.per_layer = nr;
   for (int k = 0; k < P_SLOTS; k++)
     pi.at[k] = -1;
@@ -203,13 +211,13 @@ void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out
   param_spec lnb = {"final_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0};
   pi.lnf = *n;
   add_param(out, n, &off, 0xFFFF0002u, &lnw, "", 0);
-  if (d->desc.norm == MGT_NORM_LAYERNORM) add_param(out, n, &off, 0xFFFF0003u, &lnb, "", 0);
-  if (d->desc.untied) { /* vocabulary-parallel as the word embeddings (Megatron's name) */
+  if (d->spec.norm == MGT_NORM_LAYERNORM) add_param(out, n, &off, 0xFFFF0003u, &lnb, "", 0);
+  if (d->spec.untied) { /* vocabulary-parallel as the word embeddings (Megatron's name) */
     param_spec o = {"output_layer.weight", 2, {d->Vl, C}, {d->V, C}, 0, d->v0, std, 0, 1};
     pi.out = *n;
     add_param(out, n, &off, 0xFFFF0030u, &o, "", 0);
   }
-  if (d->desc.masked_lm) {
+  if (d->spec.masked_lm) {
     param_spec lm[H_LM] = {
         {"lm_head.dense.weight", 2, {C, C}, {C, C}, -1, 0, std, 0, 1},
         {"lm_head.dense.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
@@ -221,14 +229,14 @@ void gpt_build_params(const mgt_config *c, const mgt_gpt_dims *d, mgt_param *out
     for (int k = 0; k < H_LM; k++)
       add_param(out, n, &off, 0xFFFF0010u + (uint32_t)k, &lm[k], "", 0);
   }
-  if (d->desc.pooler) { /* a task head replaces the SOP head (Megatron's names) */
-    const char *head = d->desc.head == MGT_HEAD_MULTIPLE_CHOICE ? "multichoice_head"
-                       : d->desc.head == MGT_HEAD_CLASSIFY      ? "classification_head"
+  if (d->spec.pooler) { /* a task head replaces the SOP head (Megatron's names) */
+    const char *head = d->spec.head == MGT_HEAD_MULTIPLE_CHOICE ? "multichoice_head"
+                       : d->spec.head == MGT_HEAD_CLASSIFY      ? "classification_head"
                                                                 : "binary_head";
     char hw[48], hb[48];
     snprintf(hw, sizeof hw, "%s.weight", head);
     snprintf(hb, sizeof hb, "%s.bias", head);
-    const int64_t K = d->desc.logits;
+    const int64_t K = d->spec.logits;
     param_spec q[Q_POOL] = {
         {"pooler.dense.weight", 2, {C, C}, {C, C}, -1, 0, std, 0, 1},
         {"pooler.dense.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
@@ -248,30 +256,29 @@ int gpt_replica_of(const mgt_param *p, int tp_rank, int dp_rank) {
 }
 
 /* Parameters of the LM head (without the tied output) and of the pooler with the SOP head. */
-static int64_t lm_head_params(const mgt_config *c) {
-  const mgt_model_desc d = mgt_model_of(c);
-  int64_t C = c->hidden_size;
-  return d.masked_lm ? C * C + 3 * C + c->vocab_size : 0;
+static int64_t lm_head_params(const mgt_model_spec *s) {
+  const int64_t C = s->hidden;
+  return s->masked_lm ? C * C + 3 * C + s->vocab : 0;
 }
 
-static int64_t pool_params(const mgt_config *c) {
-  const mgt_model_desc d = mgt_model_of(c);
-  const int64_t C = c->hidden_size, K = d.logits;
-  return d.pooler ? C * C + C + K * C + K : 0;
+static int64_t pool_params(const mgt_model_spec *s) {
+  const int64_t C = s->hidden, K = s->logits;
+  return s->pooler ? C * C + C + K * C + K : 0;
 }
 
-/* Parameters of one layer, and of one LayerNorm or RMSNorm. */
-static int64_t norm_params(const mgt_config *c) {
-  return c->normalization == MGT_NORM_RMSNORM ? c->hidden_size : 2 * (int64_t)c->hidden_size;
+/* Parameters of one LayerNorm or RMSNorm. */
+static int64_t norm_params(const mgt_model_spec *s) {
+  return s->norm == MGT_NORM_RMSNORM ? s->hidden : 2 * (int64_t)s->hidden;
 }
 
 /* Parameters of one layer: its list's tensors at their full shapes. */
-static int64_t layer_params(const mgt_config *c) {
+static int64_t layer_params(const mgt_model_spec *s) {
+  const mgt_model_layout one = {.micro_batch = 1, .seq_length = 1, .vocab_multiple = 1};
   mgt_gpt_dims d;
-  mgt_gpt_dims_from_config(c, 1, 0, &d);
+  mgt_gpt_dims_of(s, &one, 1, 0, &d);
   layer_row rows[P_SLOTS];
   int64_t total = 0;
-  for (int i = 0, n = layer_list(c, &d, rows); i < n; i++) {
+  for (int i = 0, n = layer_list(&d, rows); i < n; i++) {
     int64_t numel = 1;
     for (int k = 0; k < rows[i].s.ndim; k++)
       numel *= rows[i].s.full[k];
@@ -280,24 +287,29 @@ static int64_t layer_params(const mgt_config *c) {
   return total;
 }
 
-int64_t mgt_gpt_logical_params(const mgt_config *cfg) {
-  int64_t C = cfg->hidden_size,
-          P = cfg->position_embedding_type == MGT_POS_LEARNED ? cfg->max_position_embeddings : 0;
-  int64_t tte = pool_params(cfg) ? 2 * C : 0;
-  const int64_t out = cfg->untie_embeddings_and_output_weights ? (int64_t)cfg->vocab_size * C : 0;
-  return (int64_t)cfg->vocab_size * C + P * C + tte + cfg->num_layers * layer_params(cfg) +
-         norm_params(cfg) + out + lm_head_params(cfg) + pool_params(cfg);
+int64_t mgt_gpt_spec_params(const mgt_model_spec *s) {
+  const int64_t C = s->hidden, P = s->pos == MGT_POS_LEARNED ? s->positions : 0;
+  const int64_t tte = s->token_types ? 2 * C : 0;
+  const int64_t out = s->untied ? (int64_t)s->vocab * C : 0;
+  return (int64_t)s->vocab * C + P * C + tte + s->layers * layer_params(s) + norm_params(s) + out +
+         lm_head_params(s) + pool_params(s);
 }
 
-void mgt_gpt_rope_frequencies(const mgt_config *cfg, int hd, float *out) {
+int64_t mgt_gpt_logical_params(const mgt_config *cfg) {
+  const mgt_model_spec s = mgt_model_of(cfg);
+  return mgt_gpt_spec_params(&s);
+}
+
+void mgt_gpt_rope_frequencies(const mgt_model_spec *s, float *out) {
   const double pi = 3.14159265358979323846, old = 8192, low = 1, high = 4;
-  const double factor = cfg->use_rope_scaling ? cfg->rope_scaling_factor : 1;
+  const int hd = s->head_size;
+  const double factor = s->rope_scaling ? s->rope_factor : 1;
   for (int i = 0; i < hd / 2; i++) {
-    double f = 1.0 / pow(cfg->rotary_base, 2.0 * i / hd);
+    double f = 1.0 / pow(s->rope_base, 2.0 * i / hd);
     const double wavelen = 2 * pi / f;
-    if (cfg->use_rope_scaling && wavelen > old / low)
+    if (s->rope_scaling && wavelen > old / low)
       f /= factor; /* longer than the original context: slowed down */
-    else if (cfg->use_rope_scaling && wavelen >= old / high) {
+    else if (s->rope_scaling && wavelen >= old / high) {
       const double smooth = (old / wavelen - low) / (high - low);
       f = (1 - smooth) * f / factor + smooth * f;
     }
@@ -306,20 +318,19 @@ void mgt_gpt_rope_frequencies(const mgt_config *cfg, int hd, float *out) {
 }
 
 double mgt_gpt_flops_per_iteration(const mgt_config *cfg) {
-  const double C = cfg->hidden_size, L = cfg->num_layers, T = cfg->seq_length;
-  const mgt_model_desc d = mgt_model_of(cfg);
+  const mgt_model_spec d = mgt_model_of(cfg);
+  const double C = d.hidden, L = d.layers, T = cfg->seq_length, V = d.vocab;
   const double rows = d.rows;
   const double samples = cfg->global_batch_size * rows, tokens = samples * T;
-  const double layer = (double)layer_params(cfg), norm = (double)norm_params(cfg);
+  const double layer = (double)layer_params(&d), norm = (double)norm_params(&d);
   const double attention = 12.0 * L * C * T * tokens;
   if (d.head == MGT_HEAD_CAUSAL_LM) {
-    double n = L * layer + norm + (double)cfg->vocab_size * C; /* the output layer, tied or not */
+    double n = L * layer + norm + V * C; /* the output layer, tied or not */
     return 6.0 * n * tokens + attention;
   }
   const double masked = d.masked_lm ? cfg->mask_prob * tokens : 0; /* the LM head's rows */
-  return 6.0 * (L * layer + norm) * tokens + attention +
-         6.0 * (C * C + (double)cfg->vocab_size * C) * masked +
-         6.0 * (double)pool_params(cfg) * samples;
+  return 6.0 * (L * layer + norm) * tokens + attention + 6.0 * (C * C + V * C) * masked +
+         6.0 * (double)pool_params(&d) * samples;
 }
 
 void gpt_layer_views(const mgt_gpt *m, float *base, int l, float *v[P_SLOTS]) {
@@ -333,14 +344,14 @@ void gpt_views(const mgt_gpt *m, float *base, int first, int count, float **v) {
     v[k] = first < 0 ? NULL : base + m->params[first + k].offset;
 }
 
-mgt_status gpt_init_params(mgt_gpt *m) {
+mgt_status gpt_init_params(mgt_gpt *m, uint64_t seed) {
   const mgt_backend *be = m->be;
   for (int i = 0; i < m->n_params; i++) {
     const mgt_param *p = &m->params[i];
     float *dst = m->w + p->offset;
     if (p->init_std > 0.0f)
-      MGT_CHECK(mgt_be_init_normal(be, dst, &p->shard, m->cfg.seed, mgt_rng_init_stream(p->id),
-                                   p->init_std));
+      MGT_CHECK(
+          mgt_be_init_normal(be, dst, &p->shard, seed, mgt_rng_init_stream(p->id), p->init_std));
     else
       MGT_CHECK(mgt_be_fill(be, dst, p->numel, p->init_value));
   }
@@ -369,10 +380,10 @@ mgt_status mgt_gpt_describe(const mgt_config *cfg, int tp, int tp_rank, int dp_r
   mgt_gpt_dims_from_config(cfg, tp, tp_rank, &d);
   int n = 0;
   size_t total = 0;
-  gpt_build_params(cfg, &d, NULL, &n, &total, NULL);
+  gpt_build_params(&d, NULL, &n, &total, NULL);
   mgt_param *params = calloc((size_t)n, sizeof *params);
   if (!params) MGT_FAIL(MGT_ERR_NOMEM, "out of memory describing the model");
-  gpt_build_params(cfg, &d, params, &n, &total, NULL);
+  gpt_build_params(&d, params, &n, &total, NULL);
   mgt_status st = list_params(params, n, tp_rank, dp_rank, NULL, NULL, out);
   free(params);
   return st;

@@ -31,7 +31,7 @@ struct mgt_report {
   int n, skipped, nans;
 };
 
-mgt_status mgt_report_open(const mgt_config *cfg, const mgt_model_desc *desc, int root, FILE *log,
+mgt_status mgt_report_open(const mgt_config *cfg, const mgt_model_spec *desc, int root, FILE *log,
                            mgt_report **out) {
   *out = NULL;
   mgt_report *r = NULL;

@@ -47,7 +47,7 @@ typedef struct async_save {
 
 struct mgt_trainer {
   mgt_config cfg;
-  mgt_model_desc desc; /* what the model is (mgt/model.h) */
+  mgt_model_spec spec; /* what the model is (mgt/model.h) */
   char *config;        /* cfg as the last save stored it (mgt_config_to_text) */
   const mgt_grid *grid;
   const mgt_backend *be;
@@ -140,6 +140,30 @@ mgt_status mgt_trainer_create_task(const mgt_config *cfg, const mgt_grid *grid,
   return trainer_create(cfg, grid, be, comm, log, task, out);
 }
 
+mgt_gpt_training mgt_train_model_options(const mgt_config *cfg) {
+  mgt_gpt_training t = {cfg->hidden_dropout,
+                        cfg->attention_dropout,
+                        cfg->seed,
+                        cfg->weight_decay,
+                        (size_t)cfg->ddp_bucket_size,
+                        cfg->overlap_grad_reduce,
+                        cfg->use_distributed_optimizer,
+                        cfg->overlap_param_gather};
+  return t;
+}
+
+mgt_status mgt_train_model_create(const mgt_config *cfg, const mgt_grid *grid,
+                                  const mgt_backend *be, const mgt_comm *comm, mgt_gpt **out) {
+  mgt_model_spec spec;
+  MGT_CHECK(mgt_model_describe(cfg, &spec));
+  const mgt_model_layout layout = mgt_model_layout_of(cfg);
+  MGT_CHECK(mgt_gpt_create(&spec, &layout, grid, be, comm, out));
+  const mgt_gpt_training t = mgt_train_model_options(cfg);
+  mgt_status st = mgt_gpt_train_with(*out, &t);
+  if (st != MGT_OK) mgt_gpt_destroy(out);
+  return st;
+}
+
 /* The training and validation sources: a fine-tuning task's epochs, mock data, or the datasets
    of --data-path. Agreed across ranks. */
 static mgt_status open_data(mgt_trainer *tr, const mgt_task_data *task) {
@@ -156,7 +180,7 @@ static mgt_status open_data(mgt_trainer *tr, const mgt_task_data *task) {
       st = mgt_task_train_source(task->train, task->n_train, cfg->task, cfg->seed, per_epoch,
                                  &tr->data);
     tr->iters_per_epoch = per_epoch / cfg->global_batch_size;
-  } else if (cfg->mock_data && tr->desc.input == MGT_INPUT_SAMPLES) {
+  } else if (cfg->mock_data && tr->spec.input == MGT_INPUT_SAMPLES) {
     st = mgt_data_mock_bert_create(cfg, 0, &tr->data);
     if (st == MGT_OK) st = mgt_data_mock_bert_create(cfg, 1ull << 40, &tr->valid);
   } else if (cfg->mock_data) {
@@ -178,11 +202,11 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
   mgt_ckpt_state saved;
   mgt_state list = {0};
   memset(&saved, 0, sizeof saved);
-  mgt_model_desc desc;
+  mgt_model_spec desc;
   MGT_CHECK(mgt_model_describe(cfg, &desc));
   MGT_CHECK(mgt_calloc(sizeof *tr, "trainer", (void **)&tr));
   tr->cfg = *cfg;
-  tr->desc = desc;
+  tr->spec = desc;
   tr->grid = grid;
   tr->be = be;
   tr->comm = comm;
@@ -210,7 +234,7 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
     if (!cfg->no_load_rng && !cfg->finetune) tr->cfg.seed = saved.seed;
   }
   /* every failure below is agreed across ranks, so callers may report it once */
-  st = mgt_gpt_create(&tr->cfg, grid, be, comm, &tr->model);
+  st = mgt_train_model_create(&tr->cfg, grid, be, comm, &tr->model);
   if (st == MGT_OK) st = mgt_optim_create(&tr->cfg, tr->model, be, comm, &tr->optim);
   if (st == MGT_OK) {
     const size_t B = (size_t)cfg->micro_batch_size;
@@ -430,7 +454,7 @@ void mgt_trainer_destroy(mgt_trainer **ptr) {
 
 /* The means of the head's losses from the global batch's sums and units (mgt_gpt_train_micro,
    mgt_gpt_loss_units); returns the loss the optimizer minimizes (BERT's: MLM + SOP). */
-static double head_means(const mgt_model_desc *d, const double *sums, const double units[2],
+static double head_means(const mgt_model_spec *d, const double *sums, const double units[2],
                          mgt_step_stats *stats) {
   stats->sop_loss = stats->sop_accuracy = NAN;
   switch (d->head) {
@@ -486,7 +510,7 @@ static mgt_status train_batch(mgt_trainer *tr, double *loss, mgt_step_stats *sta
   }
   MGT_CHECK(
       mgt_comm_allreduce_f64(tr->comm, MGT_AXIS_DP, sums, mgt_gpt_head_sums(tr->model), MGT_SUM));
-  *loss = head_means(&tr->desc, sums, units, stats);
+  *loss = head_means(&tr->spec, sums, units, stats);
   return MGT_OK;
 }
 
@@ -598,7 +622,7 @@ mgt_status mgt_trainer_evaluate(mgt_trainer *tr, mgt_valid_stats *v) {
     }
   MGT_CHECK(mgt_comm_allreduce_f64(tr->comm, MGT_AXIS_DP, sum, 5, MGT_SUM));
   mgt_step_stats s = {0};
-  v->loss = head_means(&tr->desc, sum, sum + 3, &s);
+  v->loss = head_means(&tr->spec, sum, sum + 3, &s);
   v->lm_loss = s.lm_loss, v->sop_loss = s.sop_loss, v->sop_accuracy = s.sop_accuracy;
   return MGT_OK;
 }
@@ -665,7 +689,7 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
   const mgt_config *c = &tr->cfg;
   const int root = tr->grid->rank == 0;
   mgt_report *rep = NULL;
-  MGT_CHECK(mgt_report_open(c, &tr->desc, root, log, &rep));
+  MGT_CHECK(mgt_report_open(c, &tr->spec, root, log, &rep));
   mgt_status st = MGT_OK;
   int nan_row = 0; /* non-finite iterations in a row */
   const double started = mgt_now();
