@@ -295,5 +295,52 @@ assert np.array_equal(t("transformer.h.0.attn.c_attn.bias"), f["layers.0.attenti
 print("ok: the format-1 weights export exactly as stored")
 PY
 
+# ---- format 2 (saved by commit a4c36fd, before the model section): a Llama-style model ----
+# tests/data/ckpt-format2: iteration 3 of RMSNorm, SwiGLU, rotary positions, 2 key/value groups,
+# no biases, an untied output layer, with optimizer state. It verifies, resumes bit for bit across
+# a save in format 3 (whose model section is the configuration's spec), and mgt eval scores it.
+F2=$TESTS/data/ckpt-format2
+L2=(train --mock-data --num-layers 2 --hidden-size 16 --num-attention-heads 4 --group-query-attention
+  --num-query-groups 2 --swiglu --normalization RMSNorm --position-embedding-type rope
+  --disable-bias-linear --untie-embeddings-and-output-weights --seq-length 8 --micro-batch-size 2
+  --global-batch-size 4 --lr-warmup-iters 2 --log-interval 1 --eval-iters 0 --train-iters 6)
+"$MGT" ckpt verify "$F2" > "$tmp/out" 2>&1 && grep -q "57 tensors, 0 damaged" "$tmp/out" &&
+  echo "ok: the format-2 checkpoint verifies" || { fail "verify of the format-2 checkpoint"; cat "$tmp/out"; }
+"$MGT" "${L2[@]}" --load "$F2" --save "$tmp/f2_a" --save-interval 5 --metrics-file "$tmp/f2_a.jsonl" \
+  > "$tmp/out" 2>&1 || { fail "resume from the format-2 checkpoint"; tail -3 "$tmp/out"; }
+"$MGT" "${L2[@]}" --load "$tmp/f2_a" --ckpt-iteration 5 --metrics-file "$tmp/f2_b.jsonl" \
+  > "$tmp/out" 2>&1 || { fail "resume of the format-3 save"; tail -3 "$tmp/out"; }
+"$MGT" ckpt info "$tmp/f2_a" > "$tmp/f2_info" 2>&1 || fail "ckpt info of a format-3 save"
+echo "1 2 3 4 5 6 7 8 9" > "$tmp/f2_ids.txt"
+for d in "$F2" "$tmp/f2_a"; do
+  "$MGT" eval --task lm --load "$d" --input-ids "$tmp/f2_ids.txt" --seq-length 8 > "$tmp/out" 2>&1 ||
+    { fail "mgt eval of $d"; tail -3 "$tmp/out"; }
+  grep '^{' "$tmp/out" >> "$tmp/f2_eval.jsonl"
+done
+$PY - "$tmp" "$F2/iter_0000003.h5" <<'PY' || fail "format-2 checkpoint"
+import json, sys, h5py
+d = sys.argv[1]
+rows = lambda f: {r["iteration"]: r["loss"] for r in map(json.loads, open(d + f)) if "loss" in r}
+a, b = rows("/f2_a.jsonl"), rows("/f2_b.jsonl")
+assert sorted(a) == [4, 5, 6] and sorted(b) == [6] and b[6] == a[6], (a, b)
+print("ok: the format-2 checkpoint resumes; iteration 6 after a format-3 save and load is bit for bit")
+assert h5py.File(sys.argv[2], "r").attrs["format"] == b"megatron-c checkpoint 2"
+f = h5py.File(d + "/f2_a/iter_0000005.h5", "r")
+assert f.attrs["format"] == b"megatron-c checkpoint 3", f.attrs["format"]
+spec = json.loads(f.attrs["model"])
+want = {"kind": "gpt", "layers": 2, "hidden": 16, "heads": 4, "head_size": 4, "groups": 2,
+        "ffn": 64, "vocab": 128, "positions": 8, "norm": "RMSNorm", "pos": "rope", "mlp": "swiglu",
+        "bias": 0, "untied": 1, "head": "causal_lm", "rope_base": 10000.0}
+assert all(spec[k] == v for k, v in want.items()), {k: spec[k] for k in want}
+info = open(d + "/f2_info").read()
+assert "  model: GPT, 2 layers, hidden 16, 4 heads, ffn 64, vocabulary 128, 8 positions" in info, info
+assert json.loads(info.split("  spec: ")[1].split("\n")[0]) == spec
+print("ok: the format-3 save holds the spec as its model section:", ", ".join(f"{k} {spec[k]}" for k in want))
+e = [json.loads(l) for l in open(d + "/f2_eval.jsonl")]
+assert len(e) == 2 and e[0]["tokens"] == 8 and all(x["avg_loss"] > 0 for x in e), e
+print("ok: mgt eval scores the format-2 checkpoint (%.4f) and its format-3 continuation (%.4f)"
+      % (e[0]["avg_loss"], e[1]["avg_loss"]))
+PY
+
 echo "checkpoint: $fails failures"
 [ $fails = 0 ]

@@ -89,6 +89,35 @@ expect_error "the trainer state was changed after the save" "$MGT" "${R[@]}" --l
 ckcopy "$GOOD" "$tmp/digit" && h5edit "$tmp/digit/iter_0000003.h5" "f.attrs['config'] = np.bytes_(f.attrs['config'].replace(b'\"seed\":1234', b'\"seed\":1235'))"
 expect_error "the configuration was changed after the save" "$MGT" "${R[@]}" --load "$tmp/digit"
 expect_error "the configuration was changed after the save" "$MGT" ckpt verify "$tmp/digit"
+# ---- format 3: the model section, checksummed and checked against the configuration ----
+ckcopy "$GOOD" "$tmp/msec" && h5edit "$tmp/msec/iter_0000003.h5" "f.attrs['model'] = np.bytes_(f.attrs['model'].replace(b'\"layers\": 2', b'\"layers\": 3'))"
+expect_error "the model section was changed after the save" "$MGT" "${R[@]}" --load "$tmp/msec"
+expect_error "the model section was changed after the save" "$MPIEXEC" -n 2 "$MGT" eval --load "$tmp/msec" --input-ids "$tmp/ids.txt"
+modelhash='
+def rehash_model(f):
+    h, M = 0x6d6f64656c, (1 << 64) - 1
+    def fmix(x):
+        x ^= x >> 33; x = (x * 0xff51afd7ed558ccd) & M
+        x ^= x >> 33; x = (x * 0xc4ceb9fe1a85ec53) & M
+        return x ^ (x >> 33)
+    for c in bytes(f.attrs["model"]):
+        h = fmix(h ^ (c + 256))
+    f.attrs["model_checksum"] = np.uint64(h)
+'
+ckcopy "$GOOD" "$tmp/mlay" && h5edit "$tmp/mlay/iter_0000003.h5" "$modelhash
+f.attrs['model'] = np.bytes_(f.attrs['model'].replace(b'\"layers\": 2', b'\"layers\": 3')); rehash_model(f)"
+expect_error "its model section disagrees with its configuration (layers 3, not 2)" "$MGT" "${R[@]}" --load "$tmp/mlay"
+ckcopy "$GOOD" "$tmp/mkey" && h5edit "$tmp/mkey/iter_0000003.h5" "$modelhash
+f.attrs['model'] = np.bytes_(f.attrs['model'].replace(b'\"ffn\"', b'\"fnn\"')); rehash_model(f)"
+expect_error "model section: unknown field \"fnn\"" "$MGT" "${R[@]}" --load "$tmp/mkey"
+ckcopy "$GOOD" "$tmp/mnorm" && h5edit "$tmp/mnorm/iter_0000003.h5" "$modelhash
+f.attrs['model'] = np.bytes_(f.attrs['model'].replace(b'\"LayerNorm\"', b'\"BatchNorm\"')); rehash_model(f)"
+expect_error "model \"norm\": no such choice \"BatchNorm\"" "$MGT" "${R[@]}" --load "$tmp/mnorm"
+ckcopy "$GOOD" "$tmp/mfrac" && h5edit "$tmp/mfrac/iter_0000003.h5" "$modelhash
+f.attrs['model'] = np.bytes_(f.attrs['model'].replace(b'\"heads\": 2', b'\"heads\": 2.5')); rehash_model(f)"
+expect_error "model \"heads\" is not an integer" "$MGT" "${R[@]}" --load "$tmp/mfrac"
+ckcopy "$GOOD" "$tmp/mnone" && h5edit "$tmp/mnone/iter_0000003.h5" "del f.attrs['model']"
+expect_error "no model attribute" "$MGT" "${R[@]}" --load "$tmp/mnone"
 
 # ---- tensors: deleted, reshaped, resized with a recomputed checksum; verify knows the list ----
 verify_damaged() { # what, dir, expected line

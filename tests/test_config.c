@@ -1,4 +1,5 @@
 /* Flag parsing, validation messages and the learning-rate schedule. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "mgt/config.h"
@@ -216,11 +217,44 @@ static void test_model_desc(void) {
           "the kinds table and the --model names disagree");
 }
 
+/* The spec as text (a checkpoint's model section) reads back as the same spec for every kind
+   and head, and any field changed is found by mgt_model_spec_diff. */
+static void test_spec_text(void) {
+  const char *const runs[] = {
+      "--mock-data",
+      "--mock-data --num-layers 3 --hidden-size 64 --num-attention-heads 8 --swiglu "
+      "--normalization RMSNorm --position-embedding-type rope --rotary-base 500000 "
+      "--use-rope-scaling --rope-scaling-factor 32 --group-query-attention --num-query-groups 2 "
+      "--disable-bias-linear --untie-embeddings-and-output-weights --norm-epsilon 1e-5",
+      "--model bert --mock-data --seq-length 64 --init-method-std 0.0125",
+      "--model bert --mock-data --bert-no-binary-head --apply-residual-connection-post-layernorm",
+  };
+  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+    mgt_config c;
+    mgt_model_spec a, b;
+    char diff[160];
+    T_CHECK(parse(&c, runs[i]) == MGT_OK && mgt_config_finalize(&c, 1) == MGT_OK &&
+                mgt_model_describe(&c, &a) == MGT_OK,
+            "'%s': %s", runs[i], mgt_error_message());
+    char *text = mgt_model_spec_to_text(&a);
+    T_CHECK(text && mgt_model_spec_from_text(text, &b, "test") == MGT_OK, "'%s': %s", runs[i],
+            mgt_error_message());
+    T_CHECK(!mgt_model_spec_diff(&a, &b, diff, sizeof diff), "'%s': read back with %s", runs[i],
+            diff);
+    b.rope_factor += 1e-9;
+    T_CHECK(mgt_model_spec_diff(&a, &b, diff, sizeof diff) &&
+                strncmp(diff, "rope_factor ", 12) == 0,
+            "'%s': a changed rope_factor is not found", runs[i]);
+    free(text);
+  }
+}
+
 int main(void) {
   test_parse();
   test_errors();
   test_lists();
   test_schedule();
   test_model_desc();
+  test_spec_text();
   return t_report("test_config");
 }

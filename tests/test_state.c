@@ -173,6 +173,7 @@ int main(int argc, char **argv) {
   MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
   /* io/ stores the run's configuration as text it does not read */
   const char *config = "{\"synthetic\": [1, 2.5, \"\\u00e9\"]}";
+  const char *model = "{\"layers\": 2}"; /* opaque to the checkpoint layer, as the config */
 
   int layouts[8], nl = 0;
   for (int tp = 1; tp <= W; tp++)
@@ -192,16 +193,19 @@ int main(int argc, char **argv) {
     st0.loss_scale_growth = 5, st0.loss_scale_hysteresis = 1;
     st0.has_optimizer = 1;
     st0.tensor_model_parallel_size = layouts[a], st0.data_parallel_size = W / layouts[a];
-    T_OK(mgt_ckpt_save(dir, MPI_COMM_WORLD, &s, config, &st0, NULL));
+    T_OK(mgt_ckpt_save(dir, MPI_COMM_WORLD, &s, config, model, &st0, NULL));
     free_list(&s, host);
     char path[512];
     snprintf(path, sizeof path, "%s/iter_%07lld.h5", dir, (long long)it);
-    char *text = NULL;
+    char *text = NULL, *mtext = NULL;
     mgt_ckpt_state back;
-    T_OK(mgt_ckpt_read_config_text(path, &text, &back));
-    T_CHECK(!strcmp(text, config) && back.iteration == st0.iteration,
-            "the configuration text read back: \"%s\"", text);
+    T_OK(mgt_ckpt_read_config_text(path, &text, &mtext, &back));
+    T_CHECK(!strcmp(text, config) && mtext && !strcmp(mtext, model) &&
+                back.iteration == st0.iteration,
+            "the configuration and model texts read back: \"%s\", \"%s\"", text,
+            mtext ? mtext : "(none)");
     mgt_free(text);
+    mgt_free(mtext);
     for (int b = 0; b < nl; b++) {
       make_list(layouts[b], &s, host);
       clear(&s);
@@ -271,8 +275,8 @@ int main(int argc, char **argv) {
     char keep[MGT_STATE_NAME];
     snprintf(keep, sizeof keep, "%s", s.t[0].name);
     if (rank == W - 1) snprintf(s.t[0].name, sizeof s.t[0].name, "synth/other");
-    mgt_status st =
-        mgt_ckpt_save(dir, MPI_COMM_WORLD, &s, config, &(mgt_ckpt_state){.iteration = 99}, NULL);
+    mgt_status st = mgt_ckpt_save(dir, MPI_COMM_WORLD, &s, config, model,
+                                  &(mgt_ckpt_state){.iteration = 99}, NULL);
     T_CHECK(W == 1 || st == MGT_ERR_INTERNAL, "different lists on the ranks were saved (%d)", st);
     mgt_error_clear();
     snprintf(s.t[0].name, sizeof s.t[0].name, "%s", keep);

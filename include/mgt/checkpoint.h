@@ -37,12 +37,14 @@ typedef struct mgt_ckpt_state {
 uint64_t mgt_ckpt_hash(uint64_t index, float value);
 
 /* Writes DIR/iter_NNNNNNN.h5 (through a temporary file, renamed when complete) and then
-   points DIR/latest at it: every tensor of `tensors`, the run's configuration `config` (text,
-   stored with its checksum; mgt_config_to_text), *state as attributes. The
-   ranks holding primary slabs write them; the rest wait. Rank 0 of `world` notes the save on
-   `log` (may be NULL). Collective over `world`; errors are agreed. */
+   points DIR/latest at it: every tensor of `tensors`, the run's configuration `config` and the
+   model's spec `model` (texts, each stored with its checksum; mgt_config_to_text,
+   mgt_model_spec_to_text), *state as attributes. The ranks holding primary slabs write them; the
+   rest wait. Rank 0 of `world` notes the save on `log` (may be NULL). Collective over `world`;
+   errors are agreed. */
 MGT_NODISCARD mgt_status mgt_ckpt_save(const char *dir, MPI_Comm world, const mgt_state *tensors,
-                                       const char *config, const mgt_ckpt_state *state, FILE *log);
+                                       const char *config, const char *model,
+                                       const mgt_ckpt_state *state, FILE *log);
 
 /* Makes DIR ready to take checkpoints of `bytes` each, before the first iteration rather than
    at the first save: creates it (and missing parents), checks it is a writable directory with
@@ -66,10 +68,11 @@ MGT_NODISCARD mgt_status mgt_ckpt_prune(const char *dir, int keep, FILE *log);
 MGT_NODISCARD mgt_status mgt_ckpt_resolve(const char *dir_or_file, int64_t iteration, char *path,
                                           size_t n);
 
-/* Reads the configuration text (checked against its checksum; *config malloc'd, free with
-   mgt_free) and the training state (range-checked; state may be NULL) stored in a checkpoint
-   file. What the text means is the caller's (mgt_config_from_text). Not collective. */
-MGT_NODISCARD mgt_status mgt_ckpt_read_config_text(const char *path, char **config,
+/* Reads the configuration text and, when model is not NULL, the model section (format 3, else
+   *model = NULL), each checked against its checksum (malloc'd, free with mgt_free), and the
+   training state (range-checked; state may be NULL) stored in a checkpoint file. What the texts
+   mean is the caller's (mgt_config_from_text, mgt_model_spec_from_text). Not collective. */
+MGT_NODISCARD mgt_status mgt_ckpt_read_config_text(const char *path, char **config, char **model,
                                                    mgt_ckpt_state *state);
 
 /* Loads every tensor of `tensors` from a checkpoint file: each rank reads its own slabs, and

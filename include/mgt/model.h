@@ -105,6 +105,17 @@ MGT_NODISCARD mgt_status mgt_model_describe(const mgt_config *cfg, mgt_model_spe
    cannot fail. */
 mgt_model_spec mgt_model_of(const mgt_config *cfg);
 
+/* The spec as one JSON object of every field (a checkpoint's model section, format 3); NULL
+   when out of memory, else free(). */
+char *mgt_model_spec_to_text(const mgt_model_spec *spec);
+/* Reads that text: every field present, typed (integers, numbers, choices by name), no other.
+   `what` names the source in messages. */
+MGT_NODISCARD mgt_status mgt_model_spec_from_text(const char *text, mgt_model_spec *out,
+                                                  const char *what);
+/* The first field in which a and b differ ("layers 4, not 2"), in buf, or NULL when none. */
+const char *mgt_model_spec_diff(const mgt_model_spec *a, const mgt_model_spec *b, char *buf,
+                                size_t n);
+
 /* Whether the head scores tokens (a language model: perplexity, LM loss, decoding). */
 int mgt_model_has_lm(const mgt_model_spec *d);
 /* Whether the model decodes (generation): a causal language model. */

@@ -26,6 +26,10 @@ typedef struct mgt_trainer mgt_trainer;
    are: mgt_config_from_text) and its training state (may be NULL). Not collective. */
 MGT_NODISCARD mgt_status mgt_train_read_config(const char *path, mgt_config *cfg,
                                                mgt_ckpt_state *state);
+/* The same, and the model's spec: the stored one (format 3, which must agree with the
+   configuration's) or the configuration's (formats 1 and 2). */
+MGT_NODISCARD mgt_status mgt_train_read_checkpoint(const char *path, mgt_config *cfg,
+                                                   mgt_model_spec *spec, mgt_ckpt_state *state);
 
 /* What one iteration did. Identical on every rank. */
 typedef struct mgt_step_stats {

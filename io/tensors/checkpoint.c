@@ -21,8 +21,10 @@
 #include "mgt/progress.h"
 #include "mgt/sha256.h"
 
-/* Format 2 adds checksums of the configuration and the trainer state; format 1 is still read. */
-static const char *const FORMAT = "megatron-c checkpoint 2";
+/* Format 3 adds the model section (its spec, with a checksum); format 2 added checksums of the
+   configuration and the trainer state; formats 1 and 2 are still read. */
+static const char *const FORMAT = "megatron-c checkpoint 3";
+static const char *const FORMAT_2 = "megatron-c checkpoint 2";
 static const char *const FORMAT_1 = "megatron-c checkpoint 1";
 
 /* Checksums of the root attributes: the configuration's JSON text, and the trainer state in a
@@ -36,6 +38,10 @@ static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
 
 static uint64_t config_hash(const char *json) {
   return hash_bytes(0x636f6e666967ull, json, strlen(json));
+}
+
+static uint64_t model_hash(const char *json) {
+  return hash_bytes(0x6d6f64656cull, json, strlen(json));
 }
 
 static uint64_t state_hash(const mgt_ckpt_state *s) {
@@ -304,7 +310,10 @@ static mgt_status slab_to_host(const mgt_state_tensor *t, float *staging, const 
 
 /* ---- saving ---- */
 
-static mgt_status write_config_attr(hid_t file, const char *config, const char *what) {
+static mgt_status write_config_attr(hid_t file, const char *config, const char *model,
+                                    const char *what) {
+  MGT_CHECK(mgt_h5_write_str(file, "model", model, what));
+  MGT_CHECK(mgt_h5_write_u64(file, "model_checksum", model_hash(model), what));
   MGT_CHECK(mgt_h5_write_str(file, "config", config, what));
   return mgt_h5_write_u64(file, "config_checksum", config_hash(config), what);
 }
@@ -401,7 +410,8 @@ static mgt_status write_slabs(hid_t file, hid_t dxpl, const mgt_state *s, float 
 
 /* The checksums, the trainer state and the configuration; the completion mark last. */
 static mgt_status write_attrs(hid_t file, const mgt_state *s, const uint64_t *sums,
-                              const char *config, const mgt_ckpt_state *state, const char *what) {
+                              const char *config, const char *model, const mgt_ckpt_state *state,
+                              const char *what) {
   for (int i = 0; i < s->n; i++) {
     mgt_status st = MGT_OK;
     hid_t d = -1, sp = -1, a = -1;
@@ -416,7 +426,7 @@ static mgt_status write_attrs(hid_t file, const mgt_state *s, const uint64_t *su
     MGT_CHECK(st);
   }
   MGT_CHECK(write_state_attrs(file, state, what));
-  MGT_CHECK(write_config_attr(file, config, what));
+  MGT_CHECK(write_config_attr(file, config, model, what));
   MGT_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), what);
   MGT_CHECK(mgt_h5_write_i64(file, "complete", 1, what)); /* last, after the data is flushed */
   if (H5Fget_obj_count(file, H5F_OBJ_ALL) != 1)
@@ -428,7 +438,7 @@ static mgt_status write_attrs(hid_t file, const mgt_state *s, const uint64_t *su
    whose outcome they agree on before the next, so that a failure on one rank (above all a
    full disk) makes every writer stop at the same point instead of waiting for it. */
 static mgt_status write_file(const char *tmp, MPI_Comm comm, const mgt_state *s, const char *config,
-                             const mgt_ckpt_state *state, FILE *prog) {
+                             const char *model, const mgt_ckpt_state *state, FILE *prog) {
   const char *what = tmp;
   int rank;
   MGT_MPI(MPI_Comm_rank(comm, &rank));
@@ -467,7 +477,8 @@ static mgt_status write_file(const char *tmp, MPI_Comm comm, const mgt_state *s,
     int rc = MPI_Allreduce(MPI_IN_PLACE, sums, s->n, MPI_UINT64_T, MPI_SUM, comm);
     st = mgt_mpi_status(rc, __FILE__, __LINE__, __func__, "MPI_Allreduce(sums)");
   }
-  if (st == MGT_OK) st = mgt_mpi_agree(comm, write_attrs(file, s, sums, config, state, what));
+  if (st == MGT_OK)
+    st = mgt_mpi_agree(comm, write_attrs(file, s, sums, config, model, state, what));
   st = mgt_h5_close(file, tmp, comm, st, what); /* the caller removes a failed file */
   if (lcpl >= 0) H5Pclose(lcpl);
   if (dxpl >= 0) H5Pclose(dxpl);
@@ -491,7 +502,7 @@ static mgt_status write_latest(const char *dir, int64_t iteration) {
 }
 
 mgt_status mgt_ckpt_save(const char *dir, MPI_Comm world, const mgt_state *s, const char *config,
-                         const mgt_ckpt_state *state, FILE *log) {
+                         const char *model, const mgt_ckpt_state *state, FILE *log) {
   mgt_h5_quiet();
   double t0 = mgt_now();
   int rank;
@@ -511,7 +522,8 @@ mgt_status mgt_ckpt_save(const char *dir, MPI_Comm world, const mgt_state *s, co
     writer = s->t[i].replica == MGT_REPLICA_PRIMARY;
   MPI_Comm wcomm = MPI_COMM_NULL;
   MGT_MPI(MPI_Comm_split(world, writer ? 0 : MPI_UNDEFINED, rank, &wcomm));
-  if (writer) st = write_file(tmp, wcomm, s, config, state, rank == 0 && log ? stderr : NULL);
+  if (writer)
+    st = write_file(tmp, wcomm, s, config, model, state, rank == 0 && log ? stderr : NULL);
   if (wcomm != MPI_COMM_NULL) MPI_Comm_free(&wcomm);
   st = mgt_mpi_agree(world, st);
   if (st == MGT_OK && rank == 0) {
@@ -563,7 +575,8 @@ mgt_status ckpt_open(const char *path, hid_t *out) {
   mgt_status st = MGT_OK;
   if (H5Aexists(f, "format") <= 0 ||
       mgt_h5_read_str(f, "format", format, sizeof format, path) != MGT_OK ||
-      (strcmp(format, FORMAT) != 0 && strcmp(format, FORMAT_1) != 0)) {
+      (strcmp(format, FORMAT) != 0 && strcmp(format, FORMAT_2) != 0 &&
+       strcmp(format, FORMAT_1) != 0)) {
     st = MGT_ERROR(MGT_ERR_INPUT, "checkpoint %s: not a megatron-c checkpoint", path);
   } else if (H5Aexists(f, "complete") <= 0 ||
              mgt_h5_read_i64(f, "complete", &complete, path) != MGT_OK || complete != 1) {
@@ -660,14 +673,37 @@ done:
   return st;
 }
 
-mgt_status mgt_ckpt_read_config_text(const char *path, char **config, mgt_ckpt_state *state) {
+/* The stored model section, checked against its checksum (format 3; NULL before). */
+static mgt_status read_model_attr(hid_t f, const char *path, char **out) {
+  mgt_status st = MGT_OK;
+  char *buf = NULL, format[64] = "";
+  *out = NULL;
+  MGT_CHECK(mgt_h5_read_str(f, "format", format, sizeof format, path));
+  if (strcmp(format, FORMAT) != 0) return MGT_OK; /* formats 1 and 2 have none */
+  MGT_REQUIRE(H5Aexists(f, "model") > 0, "checkpoint %s: no model attribute", path);
+  MGT_TRY(mgt_h5_read_str_dup(f, "model", &buf, path));
+  MGT_TRY(read_checksum_attr(f, path, "model_checksum", model_hash(buf), "the model section"));
+  *out = buf;
+  buf = NULL;
+done:
+  mgt_free(buf);
+  return st;
+}
+
+mgt_status mgt_ckpt_read_config_text(const char *path, char **config, char **model,
+                                     mgt_ckpt_state *state) {
   hid_t f;
   *config = NULL;
+  if (model) *model = NULL;
   MGT_CHECK(ckpt_open(path, &f));
   mgt_status st = read_config_attr(f, path, config);
+  if (st == MGT_OK && model) st = read_model_attr(f, path, model);
   if (st == MGT_OK && state) st = read_state(f, path, state);
   H5Fclose(f);
-  if (st != MGT_OK) mgt_free(*config), *config = NULL;
+  if (st != MGT_OK) {
+    mgt_free(*config), *config = NULL;
+    if (model) mgt_free(*model), *model = NULL;
+  }
   return st;
 }
 

@@ -1,10 +1,15 @@
-/* The model kinds and the description every consumer of a model reads. */
+/* The model kinds, the spec every consumer of a model reads, and its text. */
+#define _GNU_SOURCE /* open_memstream */
 #include "mgt/model.h"
 
 #include "mgt/data.h"
+#include "mgt/json.h"
 
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Indexed by MGT_MODEL_*; mgt_model_names[] (the --model choices) is in the same order. */
 const mgt_model_kind mgt_model_kinds[] = {
@@ -139,4 +144,160 @@ int mgt_model_has_lm(const mgt_model_spec *d) {
 
 int mgt_model_generative(const mgt_model_spec *d) {
   return d->head == MGT_HEAD_CAUSAL_LM && d->causal;
+}
+
+/* ---- the spec as text (a checkpoint's model section) ---- */
+
+static const char *const mlp_names[] = {"gelu", "swiglu", NULL};
+static const char *const input_names[] = {"windows", "samples", NULL};
+static const char *const head_names[] = {"causal_lm", "mlm_sop",         "mlm",
+                                         "classify",  "multiple_choice", NULL};
+
+/* Every field of the spec once, for writing and reading. */
+typedef struct spec_field {
+  const char *key;
+  char type; /* i int, d double, e enum (an int written as names[value]) */
+  size_t off;
+  const char *const *names;
+} spec_field;
+
+#define F_INT(f)                                                                                   \
+  { #f, 'i', offsetof(mgt_model_spec, f), NULL }
+#define F_DBL(f)                                                                                   \
+  { #f, 'd', offsetof(mgt_model_spec, f), NULL }
+#define F_ENUM(f, n)                                                                               \
+  { #f, 'e', offsetof(mgt_model_spec, f), n }
+static const spec_field spec_fields[] = {
+    F_ENUM(kind, mgt_model_names),
+    F_INT(layers),
+    F_INT(hidden),
+    F_INT(heads),
+    F_INT(head_size),
+    F_INT(groups),
+    F_INT(ffn),
+    F_INT(vocab),
+    F_INT(positions),
+    F_ENUM(norm, mgt_norm_names),
+    F_DBL(norm_eps),
+    F_DBL(init_std),
+    F_ENUM(pos, mgt_pos_names),
+    F_DBL(rope_base),
+    F_INT(rope_scaling),
+    F_DBL(rope_factor),
+    F_ENUM(mlp, mlp_names),
+    F_INT(bias),
+    F_INT(post_ln),
+    F_INT(untied),
+    F_ENUM(input, input_names),
+    F_INT(causal),
+    F_INT(token_types),
+    F_ENUM(head, head_names),
+    F_INT(masked_lm),
+    F_INT(pooler),
+    F_INT(logits),
+    F_INT(classes),
+    F_ENUM(task, mgt_task_names),
+    F_INT(rows),
+    F_INT(max_predictions),
+};
+enum { N_SPEC_FIELDS = sizeof spec_fields / sizeof spec_fields[0] };
+
+char *mgt_model_spec_to_text(const mgt_model_spec *spec) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *ms = open_memstream(&text, &len);
+  if (!ms) return NULL;
+  fputc('{', ms);
+  for (int i = 0; i < N_SPEC_FIELDS; i++) {
+    const spec_field *f = &spec_fields[i];
+    const char *at = (const char *)spec + f->off;
+    fprintf(ms, "%s\"%s\": ", i ? ", " : "", f->key);
+    if (f->type == 'd')
+      fprintf(ms, "%.17g", *(const double *)at);
+    else if (f->type == 'e')
+      fprintf(ms, "\"%s\"", f->names[*(const int *)at]);
+    else
+      fprintf(ms, "%d", *(const int *)at);
+  }
+  fputs("}", ms);
+  if (fclose(ms) != 0) {
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
+static mgt_status read_field(const spec_field *f, const mgt_json *v, mgt_model_spec *out,
+                             const char *what) {
+  char *at = (char *)out + f->off;
+  if (f->type == 'e') {
+    MGT_REQUIRE(v->type == MGT_JSON_STRING, "%s: model \"%s\" is not a name", what, f->key);
+    for (int k = 0; f->names[k]; k++)
+      if (strcmp(f->names[k], v->str) == 0) {
+        *(int *)at = k;
+        return MGT_OK;
+      }
+    MGT_FAIL(MGT_ERR_INPUT, "%s: model \"%s\": no such choice \"%.40s\"", what, f->key, v->str);
+  }
+  MGT_REQUIRE(v->type == MGT_JSON_NUMBER && isfinite(v->number), "%s: model \"%s\" is not a number",
+              what, f->key);
+  if (f->type == 'd') {
+    *(double *)at = v->number;
+    return MGT_OK;
+  }
+  MGT_REQUIRE(v->number == floor(v->number) && fabs(v->number) <= 2147483647.0,
+              "%s: model \"%s\" is not an integer", what, f->key);
+  *(int *)at = (int)v->number;
+  return MGT_OK;
+}
+
+mgt_status mgt_model_spec_from_text(const char *text, mgt_model_spec *out, const char *what) {
+  memset(out, 0, sizeof *out);
+  mgt_status st = MGT_OK;
+  mgt_json_parser *jp = NULL;
+  const mgt_json *root = NULL;
+  MGT_TRY(mgt_json_parser_create(&jp));
+  if (mgt_json_parse(jp, text, strlen(text), &root) != MGT_OK) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", mgt_error_message());
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: model section: %s", what, why);
+  }
+  if (root->type != MGT_JSON_OBJECT)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: the model section is not a JSON object", what);
+  for (size_t k = 0; k < root->len; k++) {
+    int known = 0;
+    for (int i = 0; i < N_SPEC_FIELDS && !known; i++)
+      known = strcmp(root->keys[k], spec_fields[i].key) == 0;
+    if (!known)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: model section: unknown field \"%.40s\"", what,
+                    root->keys[k]);
+  }
+  for (int i = 0; i < N_SPEC_FIELDS; i++) {
+    const mgt_json *v = mgt_json_get(root, spec_fields[i].key);
+    if (!v) MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: model section: no \"%s\"", what, spec_fields[i].key);
+    MGT_TRY(read_field(&spec_fields[i], v, out, what));
+  }
+done:
+  mgt_json_parser_destroy(&jp);
+  return st;
+}
+
+const char *mgt_model_spec_diff(const mgt_model_spec *a, const mgt_model_spec *b, char *buf,
+                                size_t n) {
+  for (int i = 0; i < N_SPEC_FIELDS; i++) {
+    const spec_field *f = &spec_fields[i];
+    const char *x = (const char *)a + f->off, *y = (const char *)b + f->off;
+    if (f->type == 'd' ? *(const double *)x != *(const double *)y
+                       : *(const int *)x != *(const int *)y) {
+      if (f->type == 'd')
+        snprintf(buf, n, "%s %.17g, not %.17g", f->key, *(const double *)x, *(const double *)y);
+      else if (f->type == 'e')
+        snprintf(buf, n, "%s %s, not %s", f->key, f->names[*(const int *)x],
+                 f->names[*(const int *)y]);
+      else
+        snprintf(buf, n, "%s %d, not %d", f->key, *(const int *)x, *(const int *)y);
+      return buf;
+    }
+  }
+  return NULL;
 }

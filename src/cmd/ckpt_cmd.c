@@ -17,7 +17,8 @@
 static mgt_status info(const char *path, FILE *out) {
   mgt_config cfg;
   mgt_ckpt_state s;
-  MGT_CHECK(mgt_train_read_config(path, &cfg, &s));
+  mgt_model_spec spec;
+  MGT_CHECK(mgt_train_read_checkpoint(path, &cfg, &spec, &s));
   char *listing = NULL;
   size_t len = 0;
   int64_t elements = 0;
@@ -34,10 +35,13 @@ static mgt_status info(const char *path, FILE *out) {
             (long long)s.tensor_model_parallel_size, (long long)s.data_parallel_size,
             s.has_optimizer ? "yes" : "no");
     fprintf(out,
-            "  model: %d layers, hidden %d, %d heads, ffn %d, vocabulary %d, %d positions, "
+            "  model: %s, %d layers, hidden %d, %d heads, ffn %d, vocabulary %d, %d positions, "
             "%lld parameters\n",
-            cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.ffn_hidden_size,
-            cfg.vocab_size, cfg.max_position_embeddings, (long long)elements);
+            mgt_model_kinds[spec.kind].title, spec.layers, spec.hidden, spec.heads, spec.ffn,
+            spec.vocab, spec.positions, (long long)elements);
+    char *text = mgt_model_spec_to_text(&spec);
+    if (text) fprintf(out, "  spec: %s\n", text);
+    free(text);
     fprintf(out, "  configuration:\n");
     mgt_config_print(&cfg, out);
     fprintf(out, "  tensors:\n");

@@ -775,9 +775,12 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   int lock = 0;
   MGT_TRY(mgt_ckpt_prepare_dir(save_dir, MPI_COMM_SELF, mgt_ckpt_bytes(&w), &lock));
   char *config = mgt_config_to_text(&cfg);
-  st = config ? mgt_ckpt_save(save_dir, MPI_COMM_SELF, &w, config, &state, log)
-              : MGT_ERROR(MGT_ERR_NOMEM, "out of memory importing %s", hf_dir);
+  const mgt_model_spec spec = mgt_model_of(&cfg);
+  char *model = mgt_model_spec_to_text(&spec);
+  st = config && model ? mgt_ckpt_save(save_dir, MPI_COMM_SELF, &w, config, model, &state, log)
+                       : MGT_ERROR(MGT_ERR_NOMEM, "out of memory importing %s", hf_dir);
   free(config);
+  free(model);
   mgt_ckpt_unlock(save_dir, &lock);
   MGT_TRY(st);
 done:

@@ -12,12 +12,11 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
   int size;
   MGT_MPI(MPI_Comm_size(world, &size));
   mgt_status st = mgt_ckpt_resolve(o->load, o->ckpt_iteration, s->path, sizeof s->path);
-  if (st == MGT_OK) st = mgt_train_read_config(s->path, &s->saved, &s->state);
+  if (st == MGT_OK) st = mgt_train_read_checkpoint(s->path, &s->saved, &s->spec, &s->state);
   MGT_CHECK(mgt_mpi_agree(world, st));
   mgt_config *c = &s->cfg;
   *c = s->saved;
-  mgt_model_spec desc;
-  MGT_CHECK(mgt_model_describe(c, &desc));
+  const mgt_model_spec desc = s->spec; /* the checkpoint's */
   if (o->task) {
     MGT_REQUIRE(desc.task == o->task,
                 "%s is not a BERT fine-tuned for %s (mgt finetune --task %s writes one)", s->path,
@@ -54,7 +53,6 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
   c->data_path[0] = c->load[0] = c->save[0] = c->metrics_file[0] = 0;
   c->train_data[0] = c->valid_data[0] = c->pretrained_checkpoint[0] = 0;
   MGT_CHECK(mgt_config_finalize(c, size)); /* the same verdict on every rank */
-  s->spec = desc;
   /* the job's layout: forward only (nothing to recompute), its batch, precision and device */
   mgt_model_layout *l = &s->layout;
   l->micro_batch = c->micro_batch_size;

@@ -17,12 +17,27 @@
 enum { T_ITERATION, T_FWDBWD, T_OPTIMIZER, T_DATA, N_TIMERS };
 static const char *timer_names[N_TIMERS] = {"iteration", "forward-backward", "optimizer", "data"};
 
-mgt_status mgt_train_read_config(const char *path, mgt_config *cfg, mgt_ckpt_state *state) {
-  char *text = NULL;
-  MGT_CHECK(mgt_ckpt_read_config_text(path, &text, state));
+mgt_status mgt_train_read_checkpoint(const char *path, mgt_config *cfg, mgt_model_spec *spec,
+                                     mgt_ckpt_state *state) {
+  char *text = NULL, *model = NULL, diff[160];
+  MGT_CHECK(mgt_ckpt_read_config_text(path, &text, &model, state));
   mgt_status st = mgt_config_from_text(cfg, text, path);
+  mgt_model_spec derived, stored;
+  if (st == MGT_OK) st = mgt_model_describe(cfg, &derived);
+  stored = derived; /* formats 1 and 2: the configuration's */
+  if (st == MGT_OK && model) st = mgt_model_spec_from_text(model, &stored, path);
+  if (st == MGT_OK && mgt_model_spec_diff(&stored, &derived, diff, sizeof diff))
+    st = MGT_ERROR(MGT_ERR_INPUT,
+                   "checkpoint %s: its model section disagrees with its configuration (%s)", path,
+                   diff);
+  if (st == MGT_OK && spec) *spec = stored;
   mgt_free(text);
+  mgt_free(model);
   return st;
+}
+
+mgt_status mgt_train_read_config(const char *path, mgt_config *cfg, mgt_ckpt_state *state) {
+  return mgt_train_read_checkpoint(path, cfg, NULL, state);
 }
 
 /* A checkpoint being written by a background thread (--async-save): a host copy of this rank's
@@ -36,6 +51,7 @@ typedef struct async_save {
   float *host; /* kept from save to save */
   size_t host_n;
   const char *config; /* the run configuration as the checkpoint stores it */
+  const char *model;  /* the model's spec as the checkpoint stores it */
   mgt_ckpt_state state;
   char dir[MGT_PATH_MAX];
   FILE *log;
@@ -49,6 +65,7 @@ struct mgt_trainer {
   mgt_config cfg;
   mgt_model_spec spec; /* what the model is (mgt/model.h) */
   char *config;        /* cfg as the last save stored it (mgt_config_to_text) */
+  char *model_text;    /* its spec as the last save stored it (mgt_model_spec_to_text) */
   const mgt_grid *grid;
   const mgt_backend *be;
   const mgt_comm *comm;
@@ -299,7 +316,7 @@ done:
 
 static void *async_main(void *arg) {
   async_save *a = arg;
-  mgt_status st = mgt_ckpt_save(a->dir, a->comm, &a->list, a->config, &a->state, a->log);
+  mgt_status st = mgt_ckpt_save(a->dir, a->comm, &a->list, a->config, a->model, &a->state, a->log);
   if (st == MGT_OK && a->keep_last > 0 && a->rank == 0)
     st = mgt_ckpt_prune(a->dir, a->keep_last, a->log);
   st = mgt_mpi_agree(a->comm, st);
@@ -374,6 +391,7 @@ static mgt_status async_start(mgt_trainer *tr, const char *dir, const mgt_state 
     return st;
   }
   a->config = tr->config;
+  a->model = tr->model_text;
   a->state = *s;
   snprintf(a->dir, sizeof a->dir, "%s", dir);
   a->log = tr->log;
@@ -402,8 +420,12 @@ mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
   MGT_CHECK(async_wait(tr)); /* one save at a time: no writer reads tr->config now */
   free(tr->config);          /* the configuration as it is now (a load may have changed it) */
   tr->config = mgt_config_to_text(&tr->cfg);
-  MGT_CHECK(mgt_mpi_agree(tr->grid->world,
-                          tr->config ? MGT_OK : MGT_ERROR(MGT_ERR_NOMEM, "out of memory saving")));
+  free(tr->model_text);
+  const mgt_model_spec spec = mgt_model_of(&tr->cfg);
+  tr->model_text = mgt_model_spec_to_text(&spec);
+  MGT_CHECK(mgt_mpi_agree(tr->grid->world, tr->config && tr->model_text
+                                               ? MGT_OK
+                                               : MGT_ERROR(MGT_ERR_NOMEM, "out of memory saving")));
   mgt_ckpt_state s;
   memset(&s, 0, sizeof s);
   s.iteration = tr->iteration;
@@ -423,7 +445,8 @@ mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
     tr->saved_iteration = tr->iteration;
     return MGT_OK;
   }
-  if (st == MGT_OK) st = mgt_ckpt_save(dir, tr->grid->world, &list, tr->config, &s, tr->log);
+  if (st == MGT_OK)
+    st = mgt_ckpt_save(dir, tr->grid->world, &list, tr->config, tr->model_text, &s, tr->log);
   mgt_state_fini(&list);
   if (st == MGT_OK && tr->cfg.keep_last > 0 && tr->grid->rank == 0)
     st = mgt_ckpt_prune(dir, tr->cfg.keep_last, tr->log);
@@ -448,6 +471,7 @@ void mgt_trainer_destroy(mgt_trainer **ptr) {
   mgt_gpt_destroy(&tr->model);
   mgt_free(tr->tokens);
   free(tr->config);
+  free(tr->model_text);
   mgt_free(tr);
   *ptr = NULL;
 }
