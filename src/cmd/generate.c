@@ -168,8 +168,9 @@ mgt_status mgt_generate_run(const mgt_generate_opts *o, MPI_Comm world, FILE *ou
       fprintf(info,
               "generate: %s (iteration %lld) on %d tensor-parallel ranks, %s: prompt %zu tokens "
               "in %.3f s, %d new tokens in %.3f s (%.1f tokens/s), stopped at %s\n",
-              path, (long long)ses.state.iteration, size, ses.precision, prompt.n, t_prompt, generated, t_gen,
-              t_gen > 0 ? generated / t_gen : 0.0, at_eod ? "end-of-document" : "--max-new-tokens");
+              path, (long long)ses.state.iteration, size, ses.precision, prompt.n, t_prompt,
+              generated, t_gen, t_gen > 0 ? generated / t_gen : 0.0,
+              at_eod ? "end-of-document" : "--max-new-tokens");
       fflush(info);
     }
   }

@@ -167,8 +167,7 @@ mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
     printf("serve: %s (iteration %lld) on %d tensor-parallel ranks x %d replicas, %s, at "
            "http://%s:%d (model '%s', %d sequences at a time per replica, %d positions)\n",
            ses.path, (long long)ses.state.iteration, g->tp, g->dp, ses.precision, o->host, bound,
-           s.model_name,
-           o->max_batch, positions);
+           s.model_name, o->max_batch, positions);
     fflush(stdout);
     st = srv_engine_run(&s, dec, o->max_batch, V, g, &stop_signal, srv_http_quiesce, http,
                         o->drain_timeout);

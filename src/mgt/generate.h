@@ -28,8 +28,8 @@ typedef struct mgt_generate_opts {
   char merge_file[MGT_PATH_MAX];
   int tokenizer_type; /* -1: the checkpoint's */
   int device;         /* MGT_DEVICE_* */
-  int bf16, fp16; /* the GEMM inputs' precision (default fp32) */
-  int cpu_gemm;   /* MGT_CPU_GEMM_*; -1: native under --bf16 where the CPU can */
+  int bf16, fp16;     /* the GEMM inputs' precision (default fp32) */
+  int cpu_gemm;       /* MGT_CPU_GEMM_*; -1: native under --bf16 where the CPU can */
 } mgt_generate_opts;
 
 void mgt_generate_defaults(mgt_generate_opts *o);

@@ -22,7 +22,7 @@ mgt_status mgt_train_read_checkpoint(const char *path, mgt_config *cfg, mgt_mode
   char *text = NULL, *model = NULL, diff[160];
   MGT_CHECK(mgt_ckpt_read_config_text(path, &text, &model, state));
   mgt_status st = mgt_config_from_text(cfg, text, path);
-  mgt_model_spec derived, stored;
+  mgt_model_spec derived = {0}, stored = {0};
   if (st == MGT_OK) st = mgt_model_describe(cfg, &derived);
   stored = derived; /* formats 1 and 2: the configuration's */
   if (st == MGT_OK && model) st = mgt_model_spec_from_text(model, &stored, path);
