@@ -100,18 +100,20 @@ static void test_schedule(void) {
   c.lr_warmup_iters = 10;
   c.lr_decay_iters = 110;
   c.lr_decay_style = MGT_LR_LINEAR;
-  T_CHECK(fabs(mgt_lr_at(&c, 1) - 0.1) < 1e-12, "warmup 1: %g", mgt_lr_at(&c, 1));
-  T_CHECK(fabs(mgt_lr_at(&c, 10) - 1.0) < 1e-12, "warmup end: %g", mgt_lr_at(&c, 10));
-  T_CHECK(fabs(mgt_lr_at(&c, 60) - 0.55) < 1e-12, "linear middle: %g", mgt_lr_at(&c, 60));
-  T_CHECK(fabs(mgt_lr_at(&c, 110) - 0.1) < 1e-12, "linear end: %g", mgt_lr_at(&c, 110));
-  T_CHECK(fabs(mgt_lr_at(&c, 500) - 0.1) < 1e-12, "after decay: %g", mgt_lr_at(&c, 500));
+#define LR(it) (s = mgt_lr_schedule_of(&c), mgt_lr_at(&s, it))
+  mgt_lr_schedule s;
+  T_CHECK(fabs(LR(1) - 0.1) < 1e-12, "warmup 1: %g", LR(1));
+  T_CHECK(fabs(LR(10) - 1.0) < 1e-12, "warmup end: %g", LR(10));
+  T_CHECK(fabs(LR(60) - 0.55) < 1e-12, "linear middle: %g", LR(60));
+  T_CHECK(fabs(LR(110) - 0.1) < 1e-12, "linear end: %g", LR(110));
+  T_CHECK(fabs(LR(500) - 0.1) < 1e-12, "after decay: %g", LR(500));
   c.lr_decay_style = MGT_LR_COSINE;
-  T_CHECK(fabs(mgt_lr_at(&c, 60) - 0.55) < 1e-12, "cosine middle: %g", mgt_lr_at(&c, 60));
-  T_CHECK(fabs(mgt_lr_at(&c, 35) - (0.1 + 0.9 * 0.5 * (1 + cos(3.14159265358979323846 * 0.25)))) <
-              1e-12,
-          "cosine quarter: %g", mgt_lr_at(&c, 35));
+  T_CHECK(fabs(LR(60) - 0.55) < 1e-12, "cosine middle: %g", LR(60));
+  T_CHECK(fabs(LR(35) - (0.1 + 0.9 * 0.5 * (1 + cos(3.14159265358979323846 * 0.25)))) < 1e-12,
+          "cosine quarter: %g", LR(35));
   c.lr_decay_style = MGT_LR_CONSTANT;
-  T_CHECK(mgt_lr_at(&c, 5) == 0.5 && mgt_lr_at(&c, 1000) == 1.0, "constant");
+  T_CHECK(LR(5) == 0.5 && LR(1000) == 1.0, "constant");
+#undef LR
 }
 
 /* The model description of each kind and head against a hand-written table, and the

@@ -230,8 +230,17 @@ MGT_NODISCARD mgt_status mgt_config_from_json(mgt_config *cfg, const struct mgt_
 /* Parses --split "969, 30, 1" into fractions of documents (train, valid, test) summing to 1. */
 MGT_NODISCARD mgt_status mgt_split_parse(const char *split, double w[3]);
 
-/* The learning rate of iteration `iter` (1-based): linear warmup, then decay. */
-double mgt_lr_at(const mgt_config *cfg, int64_t iter);
+/* The learning rate's schedule: a linear warmup over warmup_iters, then constant, or a linear or
+   cosine decay to min_lr at decay_iters. */
+typedef struct mgt_lr_schedule {
+  double lr, min_lr;
+  int style; /* mgt_lr_style */
+  int64_t warmup_iters, decay_iters;
+} mgt_lr_schedule;
+/* The schedule cfg's flags give (finalized: the warmup and decay lengths derived). */
+mgt_lr_schedule mgt_lr_schedule_of(const mgt_config *cfg);
+/* The learning rate of iteration `iter` (1-based). */
+double mgt_lr_at(const mgt_lr_schedule *s, int64_t iter);
 
 #ifdef __cplusplus
 }

@@ -13,8 +13,23 @@ extern "C" {
 
 typedef struct mgt_optim mgt_optim;
 
+/* What the optimizer does: AdamW's constants, clipping, and fp16's loss scaling (Megatron-LM's
+   dynamic grad scaler unless loss_scale is fixed). Weight decay is the model's (its segments). */
+typedef struct mgt_optim_options {
+  double beta1, beta2, eps;
+  double clip_grad;  /* the global norm's bound; 0: no clipping */
+  int distributed;   /* the moments of this rank's data-parallel shard only */
+  int fp16;          /* the gradients carry a loss scale */
+  double loss_scale; /* fp16: a fixed scale; 0: dynamic from initial_loss_scale */
+  double initial_loss_scale, min_loss_scale;
+  int loss_scale_window; /* iterations without overflow before the scale doubles */
+  int hysteresis;        /* overflows tolerated before the scale halves */
+} mgt_optim_options;
+/* The options cfg's flags give. */
+mgt_optim_options mgt_optim_options_of(const mgt_config *cfg);
+
 /* Allocates the two moment buffers (zeroed) for `model`. Not collective. */
-MGT_NODISCARD mgt_status mgt_optim_create(const mgt_config *cfg, mgt_gpt *model,
+MGT_NODISCARD mgt_status mgt_optim_create(const mgt_optim_options *opt, mgt_gpt *model,
                                           const mgt_backend *be, const mgt_comm *comm,
                                           mgt_optim **out);
 void mgt_optim_destroy(mgt_optim **opt);
@@ -23,7 +38,7 @@ void mgt_optim_destroy(mgt_optim **opt);
    Gradients must already be averaged over data parallelism. Collective over tp_comm. */
 MGT_NODISCARD mgt_status mgt_optim_grad_norm(mgt_optim *opt, double *norm);
 
-/* Clips by cfg->clip_grad and applies one AdamW step at learning rate `lr`. A non-finite
+/* Clips by the options' clip_grad and applies one AdamW step at learning rate `lr`. A non-finite
    norm skips the update (*skipped = 1) and leaves the step count. With --fp16 the gradients
    are taken to carry mgt_optim_loss_scale(): the norm reported and clipped is unscaled, and
    the dynamic scale is updated. Collective over tp_comm. */

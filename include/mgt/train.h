@@ -48,6 +48,32 @@ typedef struct mgt_step_stats {
   double loss_scale; /* after the step (1 unless --fp16) */
 } mgt_step_stats;
 
+/* The run: what mgt train does with a model, as the job's flags say, apart from what the model
+   is (its spec) and how it runs on the ranks (its layout). The paths point into the
+   configuration it was made from. */
+typedef struct mgt_run {
+  mgt_gpt_training model;  /* what the model carries of it: dropout, seed, weight decay, DDP */
+  mgt_optim_options optim; /* AdamW, clipping, fp16 loss scaling */
+  mgt_lr_schedule lr;
+  /* batches */
+  int micro_batch, global_batch; /* examples; the global batch over all data-parallel ranks */
+  int64_t train_iters;
+  /* data: a fine-tuning task's sets, mock data, or --data-path (mgt_dataset_sources) */
+  int task; /* MGT_TASK_*; 0 for pretraining */
+  int mock_data;
+  /* validation and logging */
+  int eval_interval, eval_iters, log_interval;
+  const char *metrics_file, *tensorboard_dir; /* "" for none */
+  /* checkpoints */
+  const char *save, *load, *pretrained; /* "" for none */
+  int save_interval, keep_last, async_save, save_optim;
+  int64_t load_iteration; /* -1: the latest */
+  int load_optim, load_rng, finetune;
+  /* stopping early */
+  int exit_duration_in_mins, exit_interval, max_skipped_iterations;
+} mgt_run;
+/* The run cfg (finalized) asks for; its paths point into *cfg. */
+mgt_run mgt_run_of(const mgt_config *cfg);
 /* What the run of cfg gives its model: dropout, the seed, weight decay, data-parallel options. */
 mgt_gpt_training mgt_train_model_options(const mgt_config *cfg);
 /* The model of cfg (finalized) as mgt train makes it: cfg's spec in cfg's layout, trained with
@@ -94,12 +120,12 @@ typedef struct mgt_task_score {
   double accuracy; /* correct / examples */
   double f1;       /* QQP: of class 1 (duplicate); NaN for the other tasks */
 } mgt_task_score;
-/* Scores `set` with `model` (cfg its configuration): micro-batches of cfg->micro_batch_size
-   examples dealt round-robin to the data-parallel groups, the last one filled up and its filler
-   not counted. The same result for any layout. Collective over the world. */
-MGT_NODISCARD mgt_status mgt_task_score_set(mgt_gpt *model, const mgt_config *cfg,
-                                            const mgt_grid *grid, const mgt_comm *comm,
-                                            const mgt_task_set *set, mgt_task_score *out);
+/* Scores `set` with `model` (a task head): micro-batches of the model's micro-batch size
+   dealt round-robin to the data-parallel groups, the last one filled up and its filler not
+   counted. The same result for any layout. Collective over the world. */
+MGT_NODISCARD mgt_status mgt_task_score_set(mgt_gpt *model, const mgt_grid *grid,
+                                            const mgt_comm *comm, const mgt_task_set *set,
+                                            mgt_task_score *out);
 int mgt_trainer_has_validation(const mgt_trainer *tr);
 
 /* Why a run ended. */

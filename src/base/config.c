@@ -610,15 +610,20 @@ mgt_status mgt_split_parse(const char *s, double w[3]) {
   return MGT_OK;
 }
 
-double mgt_lr_at(const mgt_config *c, int64_t iter) {
-  if (c->lr_warmup_iters > 0 && iter <= c->lr_warmup_iters)
-    return c->lr * (double)iter / (double)c->lr_warmup_iters;
-  if (c->lr_decay_style == MGT_LR_CONSTANT) return c->lr;
-  if (iter > c->lr_decay_iters) return c->min_lr;
-  double span = (double)(c->lr_decay_iters - c->lr_warmup_iters);
-  double ratio = span > 0 ? (double)(iter - c->lr_warmup_iters) / span : 1.0;
-  double coeff = c->lr_decay_style == MGT_LR_LINEAR
-                     ? 1.0 - ratio
-                     : 0.5 * (cos(3.14159265358979323846 * ratio) + 1.0);
-  return c->min_lr + coeff * (c->lr - c->min_lr);
+mgt_lr_schedule mgt_lr_schedule_of(const mgt_config *cfg) {
+  const mgt_lr_schedule s = {cfg->lr, cfg->min_lr, cfg->lr_decay_style, cfg->lr_warmup_iters,
+                             cfg->lr_decay_iters};
+  return s;
+}
+
+double mgt_lr_at(const mgt_lr_schedule *s, int64_t iter) {
+  if (s->warmup_iters > 0 && iter <= s->warmup_iters)
+    return s->lr * (double)iter / (double)s->warmup_iters;
+  if (s->style == MGT_LR_CONSTANT) return s->lr;
+  if (iter > s->decay_iters) return s->min_lr;
+  double span = (double)(s->decay_iters - s->warmup_iters);
+  double ratio = span > 0 ? (double)(iter - s->warmup_iters) / span : 1.0;
+  double coeff =
+      s->style == MGT_LR_LINEAR ? 1.0 - ratio : 0.5 * (cos(3.14159265358979323846 * ratio) + 1.0);
+  return s->min_lr + coeff * (s->lr - s->min_lr);
 }

@@ -392,7 +392,7 @@ static mgt_status eval_finetuned(const mgt_eval_opts *o, MPI_Comm world, FILE *o
   int64_t all = 0, right = 0;
   for (int i = 0; i < d.n_valid; i++) {
     mgt_task_score sc;
-    MGT_TRY(mgt_task_score_set(ses.model, &ses.cfg, ses.grid, ses.dev.comm, d.valid[i], &sc));
+    MGT_TRY(mgt_task_score_set(ses.model, ses.grid, ses.dev.comm, d.valid[i], &sc));
     all += sc.examples, right += sc.correct;
     if (rank != 0) continue;
     const char *path = mgt_task_set_path(d.valid[i]);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 struct mgt_optim {
-  mgt_config cfg;
+  mgt_optim_options opt;
   mgt_gpt *model;
   const mgt_backend *be;
   const mgt_comm *comm;
@@ -19,21 +19,36 @@ struct mgt_optim {
   int growth_tracker, hysteresis_left;
 };
 
-mgt_status mgt_optim_create(const mgt_config *cfg, mgt_gpt *model, const mgt_backend *be,
+mgt_optim_options mgt_optim_options_of(const mgt_config *cfg) {
+  const mgt_optim_options o = {cfg->adam_beta1,
+                               cfg->adam_beta2,
+                               cfg->adam_eps,
+                               cfg->clip_grad,
+                               cfg->use_distributed_optimizer,
+                               cfg->fp16,
+                               cfg->loss_scale,
+                               cfg->initial_loss_scale,
+                               cfg->min_loss_scale,
+                               cfg->loss_scale_window,
+                               cfg->hysteresis};
+  return o;
+}
+
+mgt_status mgt_optim_create(const mgt_optim_options *opt, mgt_gpt *model, const mgt_backend *be,
                             const mgt_comm *comm, mgt_optim **out) {
   *out = NULL;
   mgt_status st = MGT_OK;
   mgt_optim *o = NULL;
   MGT_CHECK(mgt_calloc(sizeof *o, "optimizer", (void **)&o));
-  o->cfg = *cfg;
+  o->opt = *opt;
   o->model = model;
   o->be = be;
   o->comm = comm;
   o->loss_scale =
-      !cfg->fp16 ? 1.0 : (cfg->loss_scale > 0 ? cfg->loss_scale : cfg->initial_loss_scale);
-  o->hysteresis_left = cfg->hysteresis;
+      !opt->fp16 ? 1.0 : (opt->loss_scale > 0 ? opt->loss_scale : opt->initial_loss_scale);
+  o->hysteresis_left = opt->hysteresis;
   o->n = mgt_gpt_param_count(model);
-  if (cfg->use_distributed_optimizer) {
+  if (opt->distributed) {
     (void)mgt_gpt_grad_shard(model, &o->first, &o->n);
     int ns;
     const mgt_segment *all = mgt_gpt_segments(model, &ns);
@@ -90,13 +105,13 @@ mgt_status mgt_optim_grad_norm(mgt_optim *o, double *norm) {
 double mgt_optim_loss_scale(const mgt_optim *o) { return o->loss_scale; }
 
 void mgt_optim_get_scaler(const mgt_optim *o, double *scale, int64_t *growth, int64_t *hysteresis) {
-  *scale = o->cfg.fp16 ? o->loss_scale : 0.0;
+  *scale = o->opt.fp16 ? o->loss_scale : 0.0;
   *growth = o->growth_tracker;
   *hysteresis = o->hysteresis_left;
 }
 
 void mgt_optim_set_scaler(mgt_optim *o, double scale, int64_t growth, int64_t hysteresis) {
-  if (!o->cfg.fp16 || o->cfg.loss_scale > 0 || scale <= 0) return; /* a fixed scale wins */
+  if (!o->opt.fp16 || o->opt.loss_scale > 0 || scale <= 0) return; /* a fixed scale wins */
   o->loss_scale = scale;
   o->growth_tracker = (int)growth;
   o->hysteresis_left = (int)hysteresis;
@@ -105,16 +120,16 @@ void mgt_optim_set_scaler(mgt_optim *o, double scale, int64_t growth, int64_t hy
 /* After each step: an overflow (non-finite norm) spends one unit of hysteresis and, when
    none is left, halves the scale down to its floor; `window` clean steps in a row double it. */
 static void update_loss_scale(mgt_optim *o, int overflow) {
-  if (!o->cfg.fp16 || o->cfg.loss_scale > 0) return;
+  if (!o->opt.fp16 || o->opt.loss_scale > 0) return;
   if (overflow) {
     o->growth_tracker = 0;
     if (--o->hysteresis_left <= 0) {
-      o->loss_scale = fmax(o->loss_scale * 0.5, o->cfg.min_loss_scale);
+      o->loss_scale = fmax(o->loss_scale * 0.5, o->opt.min_loss_scale);
       o->hysteresis_left = 0;
     }
-  } else if (++o->growth_tracker == o->cfg.loss_scale_window) {
+  } else if (++o->growth_tracker == o->opt.loss_scale_window) {
     o->growth_tracker = 0;
-    o->hysteresis_left = o->cfg.hysteresis;
+    o->hysteresis_left = o->opt.hysteresis;
     o->loss_scale *= 2.0;
   }
 }
@@ -128,16 +143,16 @@ mgt_status mgt_optim_step(mgt_optim *o, double lr, double *grad_norm, int *skipp
   update_loss_scale(o, *skipped);
   if (*skipped) return MGT_OK;
   double scale = 1.0;
-  if (o->cfg.clip_grad > 0.0 && norm > o->cfg.clip_grad) scale = o->cfg.clip_grad / (norm + 1e-6);
+  if (o->opt.clip_grad > 0.0 && norm > o->opt.clip_grad) scale = o->opt.clip_grad / (norm + 1e-6);
   scale /= o->loss_scale;
   o->steps++;
   mgt_adamw_step s;
   s.lr = (float)lr;
-  s.beta1 = (float)o->cfg.adam_beta1;
-  s.beta2 = (float)o->cfg.adam_beta2;
-  s.eps = (float)o->cfg.adam_eps;
-  s.bias_correction1 = (float)(1.0 - pow(o->cfg.adam_beta1, (double)o->steps));
-  s.bias_correction2 = (float)(1.0 - pow(o->cfg.adam_beta2, (double)o->steps));
+  s.beta1 = (float)o->opt.beta1;
+  s.beta2 = (float)o->opt.beta2;
+  s.eps = (float)o->opt.eps;
+  s.bias_correction1 = (float)(1.0 - pow(o->opt.beta1, (double)o->steps));
+  s.bias_correction2 = (float)(1.0 - pow(o->opt.beta2, (double)o->steps));
   s.grad_scale = (float)scale;
   if (o->segs) { /* this rank's shard, then every shard to every data-parallel rank */
     size_t first, n;

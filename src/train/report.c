@@ -20,7 +20,7 @@ typedef struct loss_means {
 enum { KIND_LM = 0, KIND_MASKED = 1, KIND_TASK = 2 };
 
 struct mgt_report {
-  const mgt_config *cfg;
+  const mgt_run *run;
   int root, kind, sop; /* sop: the sentence-order head's values are shown */
   const char *task;    /* the --task name of a fine-tuning run */
   FILE *log, *metrics;
@@ -31,24 +31,24 @@ struct mgt_report {
   int n, skipped, nans;
 };
 
-mgt_status mgt_report_open(const mgt_config *cfg, const mgt_model_spec *desc, int root, FILE *log,
-                           mgt_report **out) {
+mgt_status mgt_report_open(const mgt_run *run, const mgt_model_spec *desc, double flops,
+                           double tokens, int root, FILE *log, mgt_report **out) {
   *out = NULL;
   mgt_report *r = NULL;
   MGT_CHECK(mgt_calloc(sizeof *r, "report", (void **)&r));
-  r->cfg = cfg;
+  r->run = run;
   r->root = root;
   r->kind = desc->task ? KIND_TASK : (desc->masked_lm ? KIND_MASKED : KIND_LM);
   r->sop = desc->head == MGT_HEAD_MLM_SOP;
   r->task = mgt_task_names[desc->task];
   r->log = log;
-  r->flops = mgt_gpt_flops_per_iteration(cfg);
-  r->tokens = (double)cfg->global_batch_size * cfg->seq_length;
+  r->flops = flops;
+  r->tokens = tokens;
   mgt_status st = MGT_OK;
-  if (root && cfg->metrics_file[0])
-    MGT_TRY(mgt_create_file("--metrics-file", cfg->metrics_file, 1, &r->metrics));
+  if (root && run->metrics_file[0])
+    MGT_TRY(mgt_create_file("--metrics-file", run->metrics_file, 1, &r->metrics));
   /* TensorBoard is written before the metrics file, so it holds whatever that does */
-  if (root && cfg->tensorboard_dir[0]) MGT_TRY(mgt_tb_create(cfg->tensorboard_dir, &r->tb));
+  if (root && run->tensorboard_dir[0]) MGT_TRY(mgt_tb_create(run->tensorboard_dir, &r->tb));
   *out = r;
   return MGT_OK;
 done:
@@ -60,7 +60,7 @@ mgt_status mgt_report_close(mgt_report **ptr, mgt_status st) {
   if (!r) return st;
   mgt_tb_destroy(&r->tb);
   if (r->metrics && fclose(r->metrics) != 0 && st == MGT_OK)
-    st = MGT_ERROR(MGT_ERR_IO, "--metrics-file %s: write failed: %s", r->cfg->metrics_file,
+    st = MGT_ERROR(MGT_ERR_IO, "--metrics-file %s: write failed: %s", r->run->metrics_file,
                    strerror(errno));
   mgt_free(r);
   *ptr = NULL;
@@ -150,7 +150,7 @@ static mgt_status tb_train(mgt_tb *tb, const mgt_step_stats *s, const loss_means
 }
 
 mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
-  const mgt_config *c = r->cfg;
+  const mgt_run *c = r->run;
   const int n_it = r->n + r->skipped;
   const double ms = 1e3 * r->seconds / (n_it ? n_it : 1);
   loss_means mean = {NAN, NAN, NAN, NAN};
@@ -169,19 +169,18 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
           "iteration (ms): %.1f | learning rate: %.3E | global batch size: %5d | lm "
           "loss: %.6E |",
           (long long)s->iteration, (long long)c->train_iters,
-          (unsigned long long)s->consumed_samples, ms, s->lr, c->global_batch_size, mean.lm);
+          (unsigned long long)s->consumed_samples, ms, s->lr, c->global_batch, mean.lm);
   if (r->sop) fprintf(log, " sop loss: %.6E | sop accuracy: %.4f |", mean.sop, mean.sop_acc);
   if (r->kind == KIND_TASK) fprintf(log, " accuracy: %.4f |", mean.sop_acc);
   fprintf(log,
           " grad norm: %.3f | tokens/s: %.1f | TFLOP/s: %.4f | skipped iterations: %d | nan "
           "iterations: %d",
           s->grad_norm, tps, tflops, skipped, nans);
-  if (c->fp16) fprintf(log, " | loss scale: %.1f", s->loss_scale);
+  if (c->optim.fp16) fprintf(log, " | loss scale: %.1f", s->loss_scale);
   fputc('\n', log);
   fflush(log);
   if (r->tb)
-    MGT_CHECK(
-        tb_train(r->tb, s, &mean, r->kind, c->global_batch_size, ms, tps, tflops, skipped, nans));
+    MGT_CHECK(tb_train(r->tb, s, &mean, r->kind, c->global_batch, ms, tps, tflops, skipped, nans));
   if (r->metrics) {
     metrics_line(r->metrics, s, &mean, r->kind, ms, tps, tflops, skipped, nans);
     fflush(r->metrics);

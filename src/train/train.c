@@ -62,10 +62,12 @@ typedef struct async_save {
 } async_save;
 
 struct mgt_trainer {
-  mgt_config cfg;
-  mgt_model_spec spec; /* what the model is (mgt/model.h) */
-  char *config;        /* cfg as the last save stored it (mgt_config_to_text) */
-  char *model_text;    /* its spec as the last save stored it (mgt_model_spec_to_text) */
+  mgt_config cfg;          /* the job's flags: the data's, and what a checkpoint stores */
+  mgt_model_spec spec;     /* what the model is (mgt/model.h) */
+  mgt_model_layout layout; /* how it runs on the ranks */
+  mgt_run run;             /* what the trainer does with it (paths into cfg) */
+  char *config;            /* cfg as the last save stored it (mgt_config_to_text) */
+  char *model_text;        /* its spec as the last save stored it (mgt_model_spec_to_text) */
   const mgt_grid *grid;
   const mgt_backend *be;
   const mgt_comm *comm;
@@ -100,7 +102,7 @@ static mgt_status load_pretrained(mgt_trainer *tr) {
   mgt_config pcfg;
   mgt_ckpt_state ps;
   mgt_state ours = {0}, theirs = {0}, both = {0};
-  mgt_status st = mgt_ckpt_resolve(cfg->pretrained_checkpoint, -1, path, sizeof path);
+  mgt_status st = mgt_ckpt_resolve(tr->run.pretrained, -1, path, sizeof path);
   if (st == MGT_OK) st = mgt_train_read_config(path, &pcfg, &ps);
   if (st == MGT_OK) {
     mgt_config want = pcfg; /* the pretraining heads may differ; the trunk may not */
@@ -131,7 +133,7 @@ static mgt_status load_pretrained(mgt_trainer *tr) {
     fprintf(tr->log,
             "loaded %d tensors of the pretrained checkpoint %s (iteration %lld); %d start from "
             "their initialization (the %s head)\n",
-            both.n, path, (long long)ps.iteration, fresh, mgt_task_names[cfg->task]);
+            both.n, path, (long long)ps.iteration, fresh, mgt_task_names[tr->run.task]);
     fflush(tr->log);
   }
   mgt_state_fini(&ours);
@@ -169,6 +171,28 @@ mgt_gpt_training mgt_train_model_options(const mgt_config *cfg) {
   return t;
 }
 
+mgt_run mgt_run_of(const mgt_config *cfg) {
+  mgt_run r;
+  memset(&r, 0, sizeof r);
+  r.model = mgt_train_model_options(cfg);
+  r.optim = mgt_optim_options_of(cfg);
+  r.lr = mgt_lr_schedule_of(cfg);
+  r.micro_batch = cfg->micro_batch_size, r.global_batch = cfg->global_batch_size;
+  r.train_iters = cfg->train_iters;
+  r.task = cfg->task, r.mock_data = cfg->mock_data;
+  r.eval_interval = cfg->eval_interval, r.eval_iters = cfg->eval_iters;
+  r.log_interval = cfg->log_interval;
+  r.metrics_file = cfg->metrics_file, r.tensorboard_dir = cfg->tensorboard_dir;
+  r.save = cfg->save, r.load = cfg->load, r.pretrained = cfg->pretrained_checkpoint;
+  r.save_interval = cfg->save_interval, r.keep_last = cfg->keep_last;
+  r.async_save = cfg->async_save, r.save_optim = !cfg->no_save_optim;
+  r.load_iteration = cfg->ckpt_iteration;
+  r.load_optim = !cfg->no_load_optim, r.load_rng = !cfg->no_load_rng, r.finetune = cfg->finetune;
+  r.exit_duration_in_mins = cfg->exit_duration_in_mins, r.exit_interval = cfg->exit_interval;
+  r.max_skipped_iterations = cfg->max_skipped_iterations;
+  return r;
+}
+
 mgt_status mgt_train_model_create(const mgt_config *cfg, const mgt_grid *grid,
                                   const mgt_backend *be, const mgt_comm *comm, mgt_gpt **out) {
   mgt_model_spec spec;
@@ -185,22 +209,22 @@ mgt_status mgt_train_model_create(const mgt_config *cfg, const mgt_grid *grid,
    of --data-path. Agreed across ranks. */
 static mgt_status open_data(mgt_trainer *tr, const mgt_task_data *task) {
   const mgt_config *cfg = &tr->cfg;
+  const mgt_run *run = &tr->run;
   const mgt_grid *grid = tr->grid;
   mgt_status st = MGT_OK;
   if (task) {
-    const int64_t per_epoch =
-        task->train_examples / cfg->global_batch_size * cfg->global_batch_size;
+    const int64_t per_epoch = task->train_examples / run->global_batch * run->global_batch;
     if (per_epoch <= 0)
       st = MGT_ERROR(MGT_ERR_INPUT, "%lld training examples are fewer than one global batch of %d",
-                     (long long)task->train_examples, cfg->global_batch_size);
+                     (long long)task->train_examples, run->global_batch);
     if (st == MGT_OK)
-      st = mgt_task_train_source(task->train, task->n_train, cfg->task, cfg->seed, per_epoch,
+      st = mgt_task_train_source(task->train, task->n_train, run->task, run->model.seed, per_epoch,
                                  &tr->data);
-    tr->iters_per_epoch = per_epoch / cfg->global_batch_size;
-  } else if (cfg->mock_data && tr->spec.input == MGT_INPUT_SAMPLES) {
+    tr->iters_per_epoch = per_epoch / run->global_batch;
+  } else if (run->mock_data && tr->spec.input == MGT_INPUT_SAMPLES) {
     st = mgt_data_mock_bert_create(cfg, 0, &tr->data);
     if (st == MGT_OK) st = mgt_data_mock_bert_create(cfg, 1ull << 40, &tr->valid);
-  } else if (cfg->mock_data) {
+  } else if (run->mock_data) {
     st = mgt_data_mock_create(cfg, &tr->data);
     if (st == MGT_OK) st = mgt_data_mock_valid_create(cfg, &tr->valid);
   } else {
@@ -224,6 +248,9 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
   MGT_CHECK(mgt_calloc(sizeof *tr, "trainer", (void **)&tr));
   tr->cfg = *cfg;
   tr->spec = desc;
+  tr->layout = mgt_model_layout_of(cfg);
+  tr->run = mgt_run_of(&tr->cfg);
+  const mgt_run *run = &tr->run;
   tr->grid = grid;
   tr->be = be;
   tr->comm = comm;
@@ -232,12 +259,12 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
   tr->saved_iteration = -1;
   for (int i = 0; i < N_TIMERS; i++)
     tr->timers[i].name = timer_names[i];
-  const int with_optim = !cfg->no_load_optim && !cfg->finetune;
-  if (cfg->load[0]) {
+  const int with_optim = run->load_optim && !run->finetune;
+  if (run->load[0]) {
     /* the checkpoint's seed drives dropout and data order, so it is set before they exist */
     mgt_config ccfg;
     char diff[1024];
-    st = mgt_ckpt_resolve(cfg->load, cfg->ckpt_iteration, path, sizeof path);
+    st = mgt_ckpt_resolve(run->load, run->load_iteration, path, sizeof path);
     if (st == MGT_OK) st = mgt_train_read_config(path, &ccfg, &saved);
     if (st == MGT_OK && mgt_config_model_diff(cfg, &ccfg, diff, sizeof diff)) {
       st = MGT_ERROR(MGT_ERR_INPUT, "checkpoint %s is of another model: %s", path, diff);
@@ -248,32 +275,33 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
                      path);
     }
     MGT_TRY(mgt_mpi_agree(grid->world, st));
-    if (!cfg->no_load_rng && !cfg->finetune) tr->cfg.seed = saved.seed;
+    if (run->load_rng && !run->finetune) tr->cfg.seed = tr->run.model.seed = saved.seed;
   }
   /* every failure below is agreed across ranks, so callers may report it once */
-  st = mgt_train_model_create(&tr->cfg, grid, be, comm, &tr->model);
-  if (st == MGT_OK) st = mgt_optim_create(&tr->cfg, tr->model, be, comm, &tr->optim);
+  st = mgt_gpt_create(&tr->spec, &tr->layout, grid, be, comm, &tr->model);
+  if (st == MGT_OK) st = mgt_gpt_train_with(tr->model, &run->model);
+  if (st == MGT_OK) st = mgt_optim_create(&run->optim, tr->model, be, comm, &tr->optim);
   if (st == MGT_OK) {
-    const size_t B = (size_t)cfg->micro_batch_size;
-    const size_t n_micro = (size_t)cfg->global_batch_size / (B * (size_t)grid->dp);
+    const size_t B = (size_t)run->micro_batch;
+    const size_t n_micro = (size_t)run->global_batch / (B * (size_t)grid->dp);
     const size_t n = n_micro * B * mgt_gpt_example_ints(tr->model); /* the global batch's */
     st = mgt_calloc(sizeof(int32_t) * n, "token batch", (void **)&tr->tokens);
   }
   MGT_TRY(mgt_mpi_agree(grid->world, st));
-  if (cfg->async_save) { /* the writer thread and the training both call MPI */
+  if (run->async_save) { /* the writer thread and the training both call MPI */
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
     MGT_GOTO_REQUIRE(level == MPI_THREAD_MULTIPLE,
                      "--async-save: the MPI library runs without MPI_THREAD_MULTIPLE, which a "
                      "background writer needs");
-    MGT_GOTO_REQUIRE(cfg->save[0], "--async-save needs --save");
+    MGT_GOTO_REQUIRE(run->save[0], "--async-save needs --save");
   }
-  if (cfg->save[0]) { /* a bad --save is found now, not at the first save hours later */
-    st = trainer_state(tr, !cfg->no_save_optim, &list);
+  if (run->save[0]) { /* a bad --save is found now, not at the first save hours later */
+    st = trainer_state(tr, run->save_optim, &list);
     uint64_t bytes = st == MGT_OK ? mgt_ckpt_bytes(&list) : 0;
     mgt_state_fini(&list);
     MGT_TRY(mgt_mpi_agree(grid->world, st));
-    MGT_TRY(mgt_ckpt_prepare_dir(cfg->save, grid->world, bytes, &tr->save_lock));
+    MGT_TRY(mgt_ckpt_prepare_dir(run->save, grid->world, bytes, &tr->save_lock));
   }
   MGT_TRY(open_data(tr, task));
   if (path[0]) {
@@ -282,7 +310,7 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
     MGT_TRY(mgt_ckpt_load(path, grid->world, &list, &saved));
     mgt_gpt_weights_changed(tr->model);
     double dt = mgt_now() - t0;
-    if (!cfg->finetune) {
+    if (!run->finetune) {
       tr->iteration = saved.iteration;
       tr->consumed = saved.consumed_samples;
       tr->saved_iteration = saved.iteration;
@@ -300,11 +328,11 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
               "%.2f s\n",
               path, (long long)saved.iteration, (unsigned long long)saved.consumed_samples,
               with_optim ? "" : ", optimizer restarted",
-              cfg->finetune ? " (fine-tuning from iteration 0)" : "", gb, dt);
+              run->finetune ? " (fine-tuning from iteration 0)" : "", gb, dt);
       fflush(tr->log);
     }
   }
-  if (!path[0] && cfg->pretrained_checkpoint[0]) MGT_TRY(load_pretrained(tr));
+  if (!path[0] && run->pretrained[0]) MGT_TRY(load_pretrained(tr));
   mgt_state_fini(&list);
   *out = tr;
   return MGT_OK;
@@ -395,7 +423,7 @@ static mgt_status async_start(mgt_trainer *tr, const char *dir, const mgt_state 
   a->state = *s;
   snprintf(a->dir, sizeof a->dir, "%s", dir);
   a->log = tr->log;
-  a->keep_last = tr->cfg.keep_last;
+  a->keep_last = tr->run.keep_last;
   a->rank = tr->grid->rank;
   a->status = MGT_OK;
   int rc = pthread_create(&a->thread, NULL, async_main, a);
@@ -421,8 +449,7 @@ mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
   free(tr->config);          /* the configuration as it is now (a load may have changed it) */
   tr->config = mgt_config_to_text(&tr->cfg);
   free(tr->model_text);
-  const mgt_model_spec spec = mgt_model_of(&tr->cfg);
-  tr->model_text = mgt_model_spec_to_text(&spec);
+  tr->model_text = mgt_model_spec_to_text(&tr->spec);
   MGT_CHECK(mgt_mpi_agree(tr->grid->world, tr->config && tr->model_text
                                                ? MGT_OK
                                                : MGT_ERROR(MGT_ERR_NOMEM, "out of memory saving")));
@@ -431,14 +458,14 @@ mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
   s.iteration = tr->iteration;
   s.consumed_samples = tr->consumed;
   s.optimizer_steps = mgt_optim_step_count(tr->optim);
-  s.seed = tr->cfg.seed;
+  s.seed = tr->run.model.seed;
   mgt_optim_get_scaler(tr->optim, &s.loss_scale, &s.loss_scale_growth, &s.loss_scale_hysteresis);
-  s.has_optimizer = !tr->cfg.no_save_optim;
+  s.has_optimizer = tr->run.save_optim;
   s.tensor_model_parallel_size = tr->grid->tp;
   s.data_parallel_size = tr->grid->dp;
   mgt_state list = {0};
   mgt_status st = trainer_state(tr, (int)s.has_optimizer, &list);
-  if (st == MGT_OK && tr->cfg.async_save) {
+  if (st == MGT_OK && tr->run.async_save) {
     st = async_start(tr, dir, &list, &s);
     mgt_state_fini(&list);
     MGT_CHECK(st);
@@ -448,8 +475,8 @@ mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
   if (st == MGT_OK)
     st = mgt_ckpt_save(dir, tr->grid->world, &list, tr->config, tr->model_text, &s, tr->log);
   mgt_state_fini(&list);
-  if (st == MGT_OK && tr->cfg.keep_last > 0 && tr->grid->rank == 0)
-    st = mgt_ckpt_prune(dir, tr->cfg.keep_last, tr->log);
+  if (st == MGT_OK && tr->run.keep_last > 0 && tr->grid->rank == 0)
+    st = mgt_ckpt_prune(dir, tr->run.keep_last, tr->log);
   MGT_CHECK(mgt_mpi_agree(tr->grid->world, st));
   tr->saved_iteration = tr->iteration;
   return MGT_OK;
@@ -464,7 +491,7 @@ void mgt_trainer_destroy(mgt_trainer **ptr) {
   if (!tr) return;
   if (async_wait(tr) != MGT_OK) mgt_error_clear(); /* reported by mgt_trainer_run if it ran */
   mgt_free(tr->async.host);
-  mgt_ckpt_unlock(tr->cfg.save, &tr->save_lock);
+  mgt_ckpt_unlock(tr->run.save, &tr->save_lock);
   mgt_data_destroy(&tr->data);
   mgt_data_destroy(&tr->valid);
   mgt_optim_destroy(&tr->optim);
@@ -506,10 +533,10 @@ static double head_means(const mgt_model_spec *d, const double *sums, const doub
    are means over the global batch, the same for any layout and micro-batch split (Megatron-LM
    averages BERT's per micro-batch instead). */
 static mgt_status train_batch(mgt_trainer *tr, double *loss, mgt_step_stats *stats) {
-  const mgt_config *c = &tr->cfg;
+  const mgt_run *r = &tr->run;
   const mgt_grid *g = tr->grid;
-  const int B = c->micro_batch_size, T = c->seq_length;
-  const int n_micro = c->global_batch_size / (B * g->dp);
+  const int B = r->micro_batch, T = tr->layout.seq_length;
+  const int n_micro = r->global_batch / (B * g->dp);
   const size_t E = mgt_gpt_example_ints(tr->model);
   mgt_timer_start(&tr->timers[T_DATA]);
   mgt_status st = MGT_OK;
@@ -539,10 +566,10 @@ static mgt_status train_batch(mgt_trainer *tr, double *loss, mgt_step_stats *sta
 }
 
 mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
-  const mgt_config *c = &tr->cfg;
+  const mgt_run *r = &tr->run;
   mgt_timer_start(&tr->timers[T_ITERATION]);
   int64_t it = tr->iteration + 1;
-  double lr = mgt_lr_at(c, it);
+  double lr = mgt_lr_at(&r->lr, it);
   double loss = 0.0;
   stats->accuracy = NAN;
   MGT_CHECK(train_batch(tr, &loss, stats));
@@ -553,12 +580,12 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
      A non-finite loss skips the update whatever the gradients look like. */
   if (isfinite(loss)) MGT_CHECK(mgt_optim_step(tr->optim, lr, &norm, &skipped));
   /* under dynamic fp16 loss scaling an overflowing norm is expected, and lowers the scale */
-  const int dynamic_fp16 = c->fp16 && c->loss_scale == 0;
+  const int dynamic_fp16 = r->optim.fp16 && r->optim.loss_scale == 0;
   MGT_CHECK(mgt_be_sync(tr->be));
   mgt_timer_stop(&tr->timers[T_OPTIMIZER]);
   mgt_timer_stop(&tr->timers[T_ITERATION]);
   tr->iteration = it;
-  tr->consumed += (uint64_t)c->global_batch_size;
+  tr->consumed += (uint64_t)r->global_batch;
   stats->iteration = it;
   stats->consumed_samples = tr->consumed;
   stats->loss = loss;
@@ -573,12 +600,13 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
 
 int mgt_trainer_has_validation(const mgt_trainer *tr) {
   if (tr->task) return tr->task->n_valid > 0;
-  return tr->valid.get != NULL && tr->cfg.eval_iters > 0;
+  return tr->valid.get != NULL && tr->run.eval_iters > 0;
 }
 
-mgt_status mgt_task_score_set(mgt_gpt *model, const mgt_config *cfg, const mgt_grid *grid,
-                              const mgt_comm *comm, const mgt_task_set *set, mgt_task_score *out) {
-  const int B = cfg->micro_batch_size, T = cfg->seq_length, task = cfg->task;
+mgt_status mgt_task_score_set(mgt_gpt *model, const mgt_grid *grid, const mgt_comm *comm,
+                              const mgt_task_set *set, mgt_task_score *out) {
+  const mgt_gpt_dims *d = mgt_gpt_get_dims(model);
+  const int B = d->B / d->spec.rows, T = d->T, task = d->spec.task; /* examples, not rows */
   const size_t stride = (size_t)mgt_task_rows(task) * mgt_bert_row_ints(T);
   const int64_t n = mgt_task_set_size(set), chunks = (n + B - 1) / B;
   int32_t *rows = NULL, *pred = NULL;
@@ -621,7 +649,7 @@ static mgt_status task_validate(mgt_trainer *tr, int64_t iteration, mgt_report *
   int64_t all = 0, right = 0;
   for (int i = 0; i < d->n_valid; i++) {
     mgt_task_score sc;
-    MGT_CHECK(mgt_task_score_set(tr->model, &tr->cfg, tr->grid, tr->comm, d->valid[i], &sc));
+    MGT_CHECK(mgt_task_score_set(tr->model, tr->grid, tr->comm, d->valid[i], &sc));
     all += sc.examples, right += sc.correct;
     MGT_CHECK(mgt_report_task_set(rep, iteration, mgt_task_set_path(d->valid[i]), d->n_valid, &sc));
   }
@@ -630,17 +658,17 @@ static mgt_status task_validate(mgt_trainer *tr, int64_t iteration, mgt_report *
 }
 
 mgt_status mgt_trainer_evaluate(mgt_trainer *tr, mgt_valid_stats *v) {
-  const mgt_config *c = &tr->cfg;
+  const mgt_run *r = &tr->run;
   const mgt_grid *g = tr->grid;
   MGT_REQUIRE(mgt_trainer_has_validation(tr),
               "no validation data (a valid split in --split and --eval-iters > 0 are needed)");
-  const int B = c->micro_batch_size, T = c->seq_length;
-  const int n_micro = c->global_batch_size / (B * g->dp);
+  const int B = r->micro_batch, T = tr->layout.seq_length;
+  const int n_micro = r->global_batch / (B * g->dp);
   double sum[5] = {0, 0, 0, 0, 0}; /* the head's sums, then its units */
-  for (int it = 0; it < c->eval_iters; it++)
+  for (int it = 0; it < r->eval_iters; it++)
     for (int mb = 0; mb < n_micro; mb++) {
       uint64_t first =
-          (uint64_t)it * c->global_batch_size + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
+          (uint64_t)it * r->global_batch + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
       MGT_CHECK(mgt_mpi_agree(g->world, tr->valid.get(tr->valid.ctx, first, B, T, tr->tokens)));
       MGT_CHECK(mgt_gpt_eval_micro(tr->model, tr->tokens, sum, sum + 3));
     }
@@ -654,10 +682,10 @@ mgt_status mgt_trainer_evaluate(mgt_trainer *tr, mgt_valid_stats *v) {
 /* Whether iteration `it` validates: every --eval-interval, at the end, and a fine-tuning run at
    each epoch's end too. */
 static int validation_due(const mgt_trainer *tr, int64_t it) {
-  const mgt_config *c = &tr->cfg;
+  const mgt_run *r = &tr->run;
   const int epoch_end = tr->task && tr->iters_per_epoch > 0 && it % tr->iters_per_epoch == 0;
   return mgt_trainer_has_validation(tr) &&
-         (it % c->eval_interval == 0 || it == c->train_iters || epoch_end);
+         (it % r->eval_interval == 0 || it == r->train_iters || epoch_end);
 }
 
 static mgt_status validate(mgt_trainer *tr, int64_t it, mgt_report *rep) {
@@ -671,12 +699,12 @@ static mgt_status validate(mgt_trainer *tr, int64_t it, mgt_report *rep) {
    (every rank must agree), or --exit-interval. */
 static mgt_status stop_requested(mgt_trainer *tr, const volatile sig_atomic_t *stop, double started,
                                  int64_t it, FILE *log, mgt_run_end *end) {
-  const mgt_config *c = &tr->cfg;
+  const mgt_run *r = &tr->run;
   const int root = tr->grid->rank == 0;
-  if (stop || c->exit_duration_in_mins > 0) {
+  if (stop || r->exit_duration_in_mins > 0) {
     int want[2] = {stop && *stop ? (int)*stop : 0,
-                   c->exit_duration_in_mins > 0 &&
-                       mgt_now() - started >= 60.0 * c->exit_duration_in_mins};
+                   r->exit_duration_in_mins > 0 &&
+                       mgt_now() - started >= 60.0 * r->exit_duration_in_mins};
     MGT_MPI_WATCHED("the stop agreement", 2,
                     MPI_Allreduce(MPI_IN_PLACE, want, 2, MPI_INT, MPI_MAX, tr->grid->world));
     if (want[0] || want[1]) {
@@ -688,7 +716,7 @@ static mgt_status stop_requested(mgt_trainer *tr, const volatile sig_atomic_t *s
       return MGT_OK;
     }
   }
-  if (c->exit_interval > 0 && it % c->exit_interval == 0 && it < c->train_iters) {
+  if (r->exit_interval > 0 && it % r->exit_interval == 0 && it < r->train_iters) {
     *end = MGT_RUN_INTERVAL;
     if (root) fprintf(log, "--exit-interval: exiting after iteration %lld\n", (long long)it);
   }
@@ -710,42 +738,44 @@ static void note_started(const char *dir, int64_t iteration, FILE *log) {
 
 mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic_t *stop,
                            mgt_run_end *end) {
-  const mgt_config *c = &tr->cfg;
+  const mgt_run *r = &tr->run;
   const int root = tr->grid->rank == 0;
   mgt_report *rep = NULL;
-  MGT_CHECK(mgt_report_open(c, &tr->spec, root, log, &rep));
+  const double flops = mgt_gpt_flops_per_iteration(&tr->cfg),
+               tokens = (double)r->global_batch * tr->layout.seq_length;
+  MGT_CHECK(mgt_report_open(r, &tr->spec, flops, tokens, root, log, &rep));
   mgt_status st = MGT_OK;
   int nan_row = 0; /* non-finite iterations in a row */
   const double started = mgt_now();
   const int64_t resumed = tr->iteration; /* the iteration this run starts from */
   *end = MGT_RUN_FINISHED;
-  while (tr->iteration < c->train_iters && *end == MGT_RUN_FINISHED) {
+  while (tr->iteration < r->train_iters && *end == MGT_RUN_FINISHED) {
     mgt_step_stats s;
     mgt_watch_iteration(tr->iteration + 1);
     const double t0 = mgt_now();
     MGT_TRY(mgt_trainer_step(tr, &s));
     mgt_report_step(rep, &s, mgt_now() - t0);
-    if (s.iteration == resumed + 1 && root && c->save[0]) note_started(c->save, s.iteration, log);
+    if (s.iteration == resumed + 1 && root && r->save[0]) note_started(r->save, s.iteration, log);
     nan_row = s.nonfinite ? nan_row + 1 : 0;
     if (validation_due(tr, s.iteration)) MGT_TRY(validate(tr, s.iteration, rep));
-    if (s.iteration % c->log_interval == 0 || s.iteration == c->train_iters)
+    if (s.iteration % r->log_interval == 0 || s.iteration == r->train_iters)
       MGT_TRY(mgt_report_interval(rep, &s));
-    if (c->max_skipped_iterations > 0 && nan_row >= c->max_skipped_iterations) {
+    if (r->max_skipped_iterations > 0 && nan_row >= r->max_skipped_iterations) {
       *end = MGT_RUN_NONFINITE; /* every rank saw the same losses and norms */
       if (root)
         fprintf(log,
                 "stopping after iteration %lld: %d iterations in a row had a non-finite loss or "
                 "gradient norm (--max-skipped-iterations %d)\n",
-                (long long)s.iteration, nan_row, c->max_skipped_iterations);
+                (long long)s.iteration, nan_row, r->max_skipped_iterations);
       break;
     }
-    if (c->save[0] && c->save_interval > 0 && s.iteration % c->save_interval == 0)
-      MGT_TRY(mgt_trainer_save(tr, c->save));
+    if (r->save[0] && r->save_interval > 0 && s.iteration % r->save_interval == 0)
+      MGT_TRY(mgt_trainer_save(tr, r->save));
     MGT_TRY(stop_requested(tr, stop, started, s.iteration, log, end));
   }
-  if (c->save[0] && tr->saved_iteration != tr->iteration) MGT_TRY(mgt_trainer_save(tr, c->save));
+  if (r->save[0] && tr->saved_iteration != tr->iteration) MGT_TRY(mgt_trainer_save(tr, r->save));
   MGT_TRY(async_wait(tr)); /* the exit waits for a background save */
-  if (*end != MGT_RUN_FINISHED && !c->save[0] && root)
+  if (*end != MGT_RUN_FINISHED && !r->save[0] && root)
     fprintf(log, "warning: stopped early without --save: nothing was saved\n");
   MGT_TRY(mgt_timers_report(tr->timers, N_TIMERS, tr->grid->world, log));
 done:
