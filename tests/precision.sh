@@ -174,7 +174,6 @@ expect_err() { # want args...
   fi
 }
 expect_err "--fp16 and --bf16 exclude each other" --fp16 --bf16
-expect_err "--distributed-backend nccl needs --device cuda" --distributed-backend nccl
 expect_err "--cpu-gemm native needs --bf16" --fp16 --cpu-gemm native
 expect_err "--cpu-gemm native needs --bf16" --cpu-gemm native
 expect_err "--cpu-gemm needs --device cpu" --device cuda --bf16 --cpu-gemm emulated

@@ -63,6 +63,10 @@ uint64_t mgt_ckpt_bytes(const mgt_state *tensors);
    `latest` names and never a file being written (*.tmp). Rank 0's business: not collective. */
 MGT_NODISCARD mgt_status mgt_ckpt_prune(const char *dir, int keep, FILE *log);
 
+/* Whether --load src holds no checkpoint yet: a directory without a `latest` file, or a path
+   that does not exist (and does not name a file: no .h5). The first run of Megatron-LM's
+   auto-resume (--save X --load X) starts from scratch there. Not collective. */
+int mgt_ckpt_none_yet(const char *src);
 /* The checkpoint file of DIR (its `latest`, or iteration K when K >= 0), or FILE itself.
    Errors name what is missing. Not collective. */
 MGT_NODISCARD mgt_status mgt_ckpt_resolve(const char *dir_or_file, int64_t iteration, char *path,

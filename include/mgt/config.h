@@ -48,13 +48,17 @@ typedef enum mgt_lr_style { MGT_LR_CONSTANT, MGT_LR_LINEAR, MGT_LR_COSINE } mgt_
 enum { MGT_DEVICE_CPU = 0, MGT_DEVICE_CUDA = 1 };
 /* The --device names, indexed by MGT_DEVICE_* (NULL-terminated). */
 extern const char *const mgt_device_names[];
-enum { MGT_DIST_BACKEND_NCCL = 0, MGT_DIST_BACKEND_MPI = 1 };
+/* --distributed-backend: gloo (Megatron-LM's CPU collectives) is MPI here */
+enum { MGT_DIST_BACKEND_NCCL = 0, MGT_DIST_BACKEND_MPI = 1, MGT_DIST_BACKEND_GLOO = 2 };
 /* --cpu-gemm: bf16 GEMMs on the CPU's bf16 units, or emulated in fp32 (the CUDA twin) */
 enum { MGT_CPU_GEMM_NATIVE = 0, MGT_CPU_GEMM_EMULATED = 1 };
 extern const char *const mgt_cpu_gemm_names[];
 /* --attention-backend (Megatron-Core's name): auto, the tiled kernel (flash) or the one that
    materializes the probabilities. FLASH is 1: --use-flash-attn, a flag alias, sets it. */
 enum { MGT_ATTN_AUTO = 0, MGT_ATTN_FLASH = 1, MGT_ATTN_UNFUSED = 2 };
+/* Megatron-Core's other names for them, accepted by --attention-backend: fused (cuDNN's fused
+   attention, which holds no T x T probabilities: flash) and local (its own unfused). */
+enum { MGT_ATTN_FUSED = 3, MGT_ATTN_LOCAL = 4 };
 /* The model families (--model): GPT-2 (causal, next-token loss) and BERT (padding mask, masked
    LM and sentence-order losses). */
 enum { MGT_MODEL_GPT = 0, MGT_MODEL_BERT = 1 };
@@ -173,6 +177,10 @@ typedef struct mgt_config {
   int log_interval;
   char metrics_file[MGT_PATH_MAX];
   char tensorboard_dir[MGT_PATH_MAX]; /* rank 0 writes TensorBoard event files here */
+  int kv_channels;                    /* a head size; only hidden / heads is implemented */
+  /* not a flag: what the command line said that changes nothing here ("--flag: why\n" each),
+     for rank 0 to print */
+  char notes[4096];
 } mgt_config;
 
 /* Megatron-LM's defaults where it has them; a small model otherwise. */

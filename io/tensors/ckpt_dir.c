@@ -240,6 +240,18 @@ mgt_status mgt_ckpt_prune(const char *dir, int keep, FILE *log) {
   return MGT_OK;
 }
 
+int mgt_ckpt_none_yet(const char *src) {
+  struct stat sb;
+  if (stat(src, &sb) != 0) {
+    const size_t n = strlen(src);
+    return errno == ENOENT && !(n >= 3 && strcmp(src + n - 3, ".h5") == 0);
+  }
+  if (!S_ISDIR(sb.st_mode)) return 0;
+  char latest[MGT_PATH_MAX + 16];
+  snprintf(latest, sizeof latest, "%s/latest", src);
+  return lstat(latest, &sb) != 0 && errno == ENOENT;
+}
+
 /* A --load path: a checkpoint file, or a directory (its `latest`, or iter_NNNNNNN.h5). */
 mgt_status mgt_ckpt_resolve(const char *src, int64_t iteration, char *path, size_t n) {
   struct stat sb;

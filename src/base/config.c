@@ -36,9 +36,10 @@ const char *const mgt_model_names[] = {"gpt", "bert", NULL};
 #define BIG 9.0e15
 
 static const char *const lr_styles[] = {"constant", "linear", "cosine", NULL};
-static const char *const dist_backends[] = {"nccl", "mpi", NULL};
+static const char *const dist_backends[] = {"nccl", "mpi", "gloo", NULL};
 const char *const mgt_cpu_gemm_names[] = {"native", "emulated", NULL};
-static const char *const attention_backends[] = {"auto", "flash", "unfused", NULL};
+static const char *const attention_backends[] = {"auto",  "flash", "unfused",
+                                                 "fused", "local", NULL};
 static const char *const recompute_granularities[] = {"none", "full", "selective", NULL};
 static const char *const recompute_methods[] = {"uniform", "block", NULL};
 
@@ -105,6 +106,11 @@ static const mgt_flag flags[] = {
     {"--position-embedding-type", MGT_FLAG_ENUM, OFF(position_embedding_type), 0, 0,
      "learned_absolute (a table of positions) or rope (rotary, Hugging Face's half-split pairs)",
      mgt_pos_names, 0, RESUME},
+    BOOL("--use-rotary-position-embeddings", position_embedding_type,
+         ""), /* Megatron-LM's older switch: MGT_POS_ROPE is 1 */
+    INT("--kv-channels", kv_channels, 0, 1 << 16,
+        "the head size of attention (Megatron-LM's); 0 or hidden size / heads, the one "
+        "implemented"),
     DBL_M("--rotary-base", rotary_base, 1, 1e12, "RoPE's base theta (Llama 3: 500000)", RESUME),
     BOOL_M("--use-rope-scaling", use_rope_scaling,
            "Llama 3.1's rotary frequencies for long contexts (rope_scaling type llama3)", RESUME),
@@ -162,7 +168,8 @@ static const mgt_flag flags[] = {
      "flash: attention in tiles of keys with an online softmax, never holding the T x T "
      "probabilities (FlashAttention; the same dropout masks); unfused: the probabilities "
      "materialized; auto: flash where it was measured at least as fast (CPUs, but for native "
-     "bf16 below sequence 2048; GPUs under 16 bits at head sizes 32, 64, 128)",
+     "bf16 below sequence 2048; GPUs under 16 bits at head sizes 32, 64, 128); Megatron-Core's "
+     "fused is flash here, its local unfused",
      attention_backends, 0, 0},
     BOOL("--use-flash-attn", attention_backend, ""), /* Megatron-LM's: MGT_ATTN_FLASH is 1 */
     INT("--logits-chunk-rows", logits_chunk_rows, 0, 1 << 30,
@@ -172,7 +179,8 @@ static const mgt_flag flags[] = {
     {"--device", MGT_FLAG_ENUM, OFF(device), 0, 0,
      "cpu, or cuda (one GPU per rank, chosen by the node-local rank)", mgt_device_names, 0, 0},
     {"--distributed-backend", MGT_FLAG_ENUM, OFF(distributed_backend), 0, 0,
-     "collectives on GPU buffers: nccl or mpi (default: nccl when every rank has its own GPU)",
+     "collectives on GPU buffers: nccl or mpi (default: nccl when every rank has its own GPU); "
+     "gloo, and nccl on CPUs, are mpi",
      dist_backends, 0, 0},
     {"--cpu-gemm", MGT_FLAG_ENUM, OFF(cpu_gemm), 0, 0,
      "--bf16 on the CPU: native (bf16 operands on the CPU's bf16 units through oneDNN, fp32 "
@@ -311,7 +319,10 @@ void mgt_config_defaults(mgt_config *cfg) {
 }
 
 mgt_status mgt_config_parse(mgt_config *cfg, int argc, char **argv, int first, int *help) {
-  return mgt_flags_parse(flags, N_FLAGS, cfg, argc, argv, first, "train", help);
+  int nm;
+  const mgt_foreign_flag *megatron = mgt_megatron_flags(&nm);
+  return mgt_flags_parse_foreign(flags, N_FLAGS, megatron, nm, cfg, argc, argv, first, "train",
+                                 help, cfg->notes, sizeof cfg->notes);
 }
 
 int mgt_config_flash(const mgt_config *c, char *why, size_t n) {
@@ -319,7 +330,7 @@ int mgt_config_flash(const mgt_config *c, char *why, size_t n) {
   if (!why) why = none, n = sizeof none;
   if (c->attention_backend != MGT_ATTN_AUTO) {
     snprintf(why, n, "--attention-backend %s", attention_backends[c->attention_backend]);
-    return c->attention_backend == MGT_ATTN_FLASH;
+    return c->attention_backend == MGT_ATTN_FLASH || c->attention_backend == MGT_ATTN_FUSED;
   }
   if (c->device == MGT_DEVICE_CPU) {
     /* measured at T = 64 to 4096 (docs/performance.md "Choosing the attention"): in fp32 the
@@ -484,8 +495,15 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(c->cpu_gemm < 0 || c->device == MGT_DEVICE_CPU, "--cpu-gemm needs --device cpu");
   MGT_REQUIRE(c->cpu_gemm != MGT_CPU_GEMM_NATIVE || c->bf16,
               "--cpu-gemm native needs --bf16 (fp16 and fp32 GEMMs have no native bf16 path)");
-  MGT_REQUIRE(c->distributed_backend != MGT_DIST_BACKEND_NCCL || c->device == MGT_DEVICE_CUDA,
-              "--distributed-backend nccl needs --device cuda");
+  if (c->distributed_backend == MGT_DIST_BACKEND_NCCL && c->device != MGT_DEVICE_CUDA &&
+      !strstr(c->notes, "--distributed-backend"))
+    snprintf(c->notes + strlen(c->notes), sizeof c->notes - strlen(c->notes),
+             "--distributed-backend nccl: no GPU in this run (--device cpu): the collectives go "
+             "through MPI\n");
+  MGT_REQUIRE(c->kv_channels == 0 || c->kv_channels * c->num_attention_heads == c->hidden_size,
+              "--kv-channels %d: a head size other than --hidden-size / --num-attention-heads "
+              "(%d / %d) is not implemented",
+              c->kv_channels, c->hidden_size, c->num_attention_heads);
   MGT_REQUIRE(c->min_loss_scale <= c->initial_loss_scale,
               "--min-loss-scale %g exceeds --initial-loss-scale %g", c->min_loss_scale,
               c->initial_loss_scale);
@@ -582,6 +600,13 @@ mgt_status mgt_config_from_json(mgt_config *cfg, const struct mgt_json *obj, con
 mgt_status mgt_split_parse(const char *s, double w[3]) {
   double sum = 0;
   int n = 0;
+  /* Megatron-LM's recipes pass "--split '99,1,0'" from a bash array: the quotes arrive */
+  char inner[128];
+  const size_t len = strlen(s);
+  if (len >= 2 && len < sizeof inner && (s[0] == '\'' || s[0] == '"') && s[len - 1] == s[0]) {
+    snprintf(inner, sizeof inner, "%.*s", (int)(len - 2), s + 1);
+    s = inner;
+  }
   const char *p = s;
   while (*p && n < 3) {
     char *end;

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-enum { MAX_FRAMES = 32, FRAME_LEN = 256, MSG_LEN = 1024 };
+enum { MAX_FRAMES = 32, FRAME_LEN = 256, MSG_LEN = 4096 };
 
 /* One record per thread: failures are reported up the call chain of the failing thread. */
 static _Thread_local struct {

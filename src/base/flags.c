@@ -138,52 +138,168 @@ static mgt_status set_value(const mgt_flag *f, void *dst, const char *v) {
   return MGT_OK;
 }
 
-mgt_status mgt_flags_parse(const mgt_flag *flags, int n, void *dst, int argc, char **argv,
-                           int first, const char *command, int *help) {
+/* The problems of one command line, reported together. */
+typedef struct problems {
+  char text[3000];
+  int n;
+} problems;
+
+/* Moves the error just recorded into p. */
+static void keep_problem(problems *p) {
+  const size_t used = strlen(p->text);
+  if (used + 8 < sizeof p->text)
+    snprintf(p->text + used, sizeof p->text - used, "%s%s", p->n ? "; " : "", mgt_error_message());
+  p->n++;
+  mgt_error_clear();
+}
+
+/* The values of argv[*i] (a flag of `values`: 0 none, 1 one, 2 one or more) up to the next
+   --flag; eq is its "=value" or NULL. vals[0..*nv) point into argv. */
+static mgt_status take_values(int values, const char *name, const char *eq, int argc, char **argv,
+                              int *i, const char **vals, int max, int *nv) {
+  *nv = 0;
+  if (values == 0) {
+    MGT_REQUIRE(!eq, "%s takes no value", name);
+    return MGT_OK;
+  }
+  if (eq) vals[(*nv)++] = eq + 1;
+  while ((values == 2 || *nv == 0) && *i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) {
+    const char *v = argv[++*i];
+    if (*nv < max) vals[(*nv)++] = v;
+  }
+  MGT_REQUIRE(*nv > 0, "%s: missing value", name);
+  return MGT_OK;
+}
+
+/* Whether v is one of the '|'-separated values of `accept` (numbers compared as numbers). */
+static int accepted(const char *accept, const char *v) {
+  char *end = NULL;
+  const double x = strtod(v, &end);
+  const int number = plain_number(v) && *end == '\0';
+  for (const char *a = accept; *a;) {
+    const size_t len = strcspn(a, "|");
+    char one[64];
+    snprintf(one, sizeof one, "%.*s", (int)(len < 63 ? len : 63), a);
+    const double y = strtod(one, &end);
+    if (strcmp(one, v) == 0 || (number && *end == '\0' && x == y)) return 1;
+    a += len + (a[len] == '|');
+  }
+  return 0;
+}
+
+/* A flag of foreign's table: refused, accepted at its values, or accepted with a note. */
+static mgt_status foreign_flag(const mgt_foreign_flag *g, const char *eq, int argc, char **argv,
+                               int *i, char *notes, size_t notes_size) {
+  const char *vals[16];
+  int nv = 0;
+  MGT_CHECK(take_values(g->values, g->name, eq, argc, argv, i, vals, 16, &nv));
+  switch (g->kind) {
+  case MGT_FOREIGN_RENAMED:
+    MGT_FAIL(MGT_ERR_INPUT, "%s is no longer valid (Megatron-LM renamed it): write %s", g->name,
+             g->text);
+  case MGT_FOREIGN_REFUSED: MGT_FAIL(MGT_ERR_INPUT, "%s: %s", g->name, g->text);
+  case MGT_FOREIGN_AT:
+    for (int k = 0; k < nv; k++)
+      MGT_REQUIRE(accepted(g->accept, vals[k]), "%s %s: %s (accepted: %s)", g->name, vals[k],
+                  g->text, g->accept);
+    return MGT_OK;
+  case MGT_FOREIGN_NOTE: break;
+  }
+  if (!notes) return MGT_OK;
+  /* flags of one reason share its line: "--profile, --profile-step-start: why" */
+  char tail[512], name[80];
+  snprintf(tail, sizeof tail, ": %s\n", g->text);
+  snprintf(name, sizeof name, "%s:", g->name);
+  const size_t used = strlen(notes), nl = strlen(g->name);
+  if (!strncmp(notes, name, strlen(name)) || strstr(notes, name) != NULL) return MGT_OK;
+  char *at = strstr(notes, tail);
+  if (at && used + nl + 2 < notes_size) { /* ", NAME" goes before the ": why" */
+    memmove(at + nl + 2, at, used - (size_t)(at - notes) + 1);
+    memcpy(at, ", ", 2);
+    memcpy(at + 2, g->name, nl);
+  } else if (!at) {
+    snprintf(notes + used, notes_size - used, "%s: %s\n", g->name, g->text);
+  }
+  return MGT_OK;
+}
+
+/* One flag of the table at argv[*i]. */
+static mgt_status table_flag(const mgt_flag *f, void *dst, const char *eq, int argc, char **argv,
+                             int *i) {
+  if (f->kind == MGT_FLAG_BOOL) {
+    MGT_REQUIRE(!eq, "%s takes no value", f->name);
+    return set_value(f, dst, "");
+  }
+  if (f->kind == MGT_FLAG_LIST) {
+    char *p = (char *)dst + f->offset;
+    p[0] = '\0'; /* a repeated list flag replaces the earlier one */
+    int got = 0;
+    if (eq) {
+      MGT_CHECK(set_value(f, dst, eq + 1));
+      got++;
+    }
+    while (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) {
+      MGT_CHECK(set_value(f, dst, argv[++*i]));
+      got++;
+    }
+    MGT_REQUIRE(got > 0, "%s: missing value", f->name);
+    return MGT_OK;
+  }
+  const char *v = eq ? eq + 1 : NULL;
+  if (!v) {
+    MGT_REQUIRE(*i + 1 < argc, "%s: missing value", f->name);
+    /* "--metrics-file --fp16" is a forgotten value, not a file named --fp16 */
+    MGT_REQUIRE(strncmp(argv[*i + 1], "--", 2) != 0,
+                "%s: missing value before %s (write %s=VALUE for a value that starts with --)",
+                f->name, argv[*i + 1], f->name);
+    v = argv[++*i];
+  }
+  return set_value(f, dst, v);
+}
+
+mgt_status mgt_flags_parse_foreign(const mgt_flag *flags, int n, const mgt_foreign_flag *foreign,
+                                   int nf, void *dst, int argc, char **argv, int first,
+                                   const char *command, int *help, char *notes, size_t notes_size) {
   *help = 0;
+  problems p = {"", 0};
+  if (notes && notes_size) notes[0] = '\0';
   for (int i = first; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       *help = 1;
       continue;
     }
-    MGT_REQUIRE(strncmp(a, "--", 2) == 0, "unexpected argument '%s' (flags start with --)", a);
+    if (strncmp(a, "--", 2) != 0) {
+      (void)MGT_ERROR(MGT_ERR_INPUT, "unexpected argument '%s' (flags start with --)", a);
+      keep_problem(&p);
+      continue;
+    }
     const char *eq = strchr(a, '=');
     size_t len = eq ? (size_t)(eq - a) : strlen(a);
     const mgt_flag *f = find(flags, n, a, len);
-    if (!f) MGT_CHECK(unknown(flags, n, a, len, command));
-    if (f->kind == MGT_FLAG_BOOL) {
-      MGT_REQUIRE(!eq, "%s takes no value", f->name);
-      MGT_CHECK(set_value(f, dst, ""));
-      continue;
+    const mgt_foreign_flag *g = NULL;
+    for (int k = 0; !f && k < nf; k++)
+      if (strlen(foreign[k].name) == len && strncmp(foreign[k].name, a, len) == 0) g = &foreign[k];
+    mgt_status st;
+    if (f) {
+      st = table_flag(f, dst, eq, argc, argv, &i);
+    } else if (g) {
+      st = foreign_flag(g, eq, argc, argv, &i, notes, notes_size);
+    } else {
+      st = unknown(flags, n, a, len, command);
+      while (!eq && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+        i++; /* its values */
     }
-    if (f->kind == MGT_FLAG_LIST) {
-      char *p = (char *)dst + f->offset;
-      p[0] = '\0'; /* a repeated list flag replaces the earlier one */
-      int got = 0;
-      if (eq) {
-        MGT_CHECK(set_value(f, dst, eq + 1));
-        got++;
-      }
-      while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
-        MGT_CHECK(set_value(f, dst, argv[++i]));
-        got++;
-      }
-      MGT_REQUIRE(got > 0, "%s: missing value", f->name);
-      continue;
-    }
-    const char *v = eq ? eq + 1 : NULL;
-    if (!v) {
-      MGT_REQUIRE(i + 1 < argc, "%s: missing value", f->name);
-      /* "--metrics-file --fp16" is a forgotten value, not a file named --fp16 */
-      MGT_REQUIRE(strncmp(argv[i + 1], "--", 2) != 0,
-                  "%s: missing value before %s (write %s=VALUE for a value that starts with --)",
-                  f->name, argv[i + 1], f->name);
-      v = argv[++i];
-    }
-    MGT_CHECK(set_value(f, dst, v));
+    if (st != MGT_OK) keep_problem(&p);
   }
+  if (p.n == 1) MGT_FAIL(MGT_ERR_INPUT, "%s", p.text);
+  if (p.n > 1) MGT_FAIL(MGT_ERR_INPUT, "%d problems with the flags: %s", p.n, p.text);
   return MGT_OK;
+}
+
+mgt_status mgt_flags_parse(const mgt_flag *flags, int n, void *dst, int argc, char **argv,
+                           int first, const char *command, int *help) {
+  return mgt_flags_parse_foreign(flags, n, NULL, 0, dst, argc, argv, first, command, help, NULL, 0);
 }
 
 static void value_string(const mgt_flag *f, const void *src, char *buf, size_t n) {

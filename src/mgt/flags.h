@@ -46,9 +46,34 @@ const mgt_flag *mgt_config_flags(int *n);
    to be a typo of it (1 edit for words under 4 characters, 2 under 8, else 3). */
 const char *mgt_nearest(const char *word, const char *const *names, int n);
 /* Parses argv[first..argc) into dst. "--flag value" and "--flag=value" are both accepted.
-   "--help" sets *help. Not collective. */
+   "--help" sets *help. Every problem of the command line is reported, in one message. Not
+   collective. */
 MGT_NODISCARD mgt_status mgt_flags_parse(const mgt_flag *flags, int n, void *dst, int argc,
                                          char **argv, int first, const char *command, int *help);
+
+/* A flag of Megatron-LM's that the table lacks under that name, and the answer to it. */
+typedef enum mgt_foreign_kind {
+  MGT_FOREIGN_RENAMED, /* refused: text is the flag to write instead */
+  MGT_FOREIGN_AT,      /* accepted at the values `accept` ('|' between): what mgt does anyway */
+  MGT_FOREIGN_NOTE,    /* accepted; it changes nothing here, and text (a note) says why */
+  MGT_FOREIGN_REFUSED, /* refused: text says what mgt lacks and what to do */
+} mgt_foreign_kind;
+typedef struct mgt_foreign_flag {
+  const char *name;
+  int values; /* 0: a switch; 1: one value; 2: one or more */
+  mgt_foreign_kind kind;
+  const char *accept; /* MGT_FOREIGN_AT */
+  const char *text;
+} mgt_foreign_flag;
+/* Megatron-LM's flags that mgt train answers beyond its own table (src/base/megatron_flags.c). */
+const mgt_foreign_flag *mgt_megatron_flags(int *n);
+/* mgt_flags_parse, answering the flags of `foreign` as they say; the notes of the accepted ones
+   ("--flag: why\n" each) go to notes (may be NULL). */
+MGT_NODISCARD mgt_status mgt_flags_parse_foreign(const mgt_flag *flags, int n,
+                                                 const mgt_foreign_flag *foreign, int nf, void *dst,
+                                                 int argc, char **argv, int first,
+                                                 const char *command, int *help, char *notes,
+                                                 size_t notes_size);
 /* "usage: mgt COMMAND [flags]" and one line per flag with its default from `defaults`. */
 void mgt_flags_usage(const mgt_flag *flags, int n, const void *defaults, const char *command,
                      FILE *f);

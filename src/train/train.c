@@ -245,6 +245,10 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
   memset(&saved, 0, sizeof saved);
   mgt_model_spec desc;
   MGT_CHECK(mgt_model_describe(cfg, &desc));
+  int none_yet = cfg->load[0] && cfg->ckpt_iteration < 0 && mgt_ckpt_none_yet(cfg->load);
+  /* every rank must see nothing there; one that sees a checkpoint makes the others' load fail */
+  MGT_MPI_WATCHED("the --load agreement", MGT_AXIS_WORLD,
+                  MPI_Allreduce(MPI_IN_PLACE, &none_yet, 1, MPI_INT, MPI_MIN, grid->world));
   MGT_CHECK(mgt_calloc(sizeof *tr, "trainer", (void **)&tr));
   tr->cfg = *cfg;
   tr->spec = desc;
@@ -260,7 +264,18 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
   for (int i = 0; i < N_TIMERS; i++)
     tr->timers[i].name = timer_names[i];
   const int with_optim = run->load_optim && !run->finetune;
-  if (run->load[0]) {
+  if (none_yet) { /* Megatron-LM's auto-resume: the first run of --save X --load X */
+    MGT_GOTO_REQUIRE(!run->finetune,
+                     "--finetune --load %s: no checkpoint there to start from (no 'latest' file)",
+                     run->load);
+    MGT_GOTO_REQUIRE(!task || run->pretrained[0],
+                     "--load %s holds no checkpoint yet (no 'latest' file), and there is no "
+                     "--pretrained-checkpoint to start the fine-tuning from",
+                     run->load);
+    if (tr->log)
+      fprintf(tr->log, "--load %s: no checkpoint there yet (no 'latest' file): starting from %s\n",
+              run->load, task ? "--pretrained-checkpoint" : "scratch");
+  } else if (run->load[0]) {
     /* the checkpoint's seed drives dropout and data order, so it is set before they exist */
     mgt_config ccfg;
     char diff[1024];

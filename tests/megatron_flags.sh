@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Megatron-LM's command lines: the first run of its auto-resume idiom (--save X --load X) starts
+# from scratch; its flags are answered all at once (renamed ones name their new name, missing
+# features say so); the flags accepted though they change nothing here are noted, and change no
+# number: the run with them gives the metrics of the run without, bit for bit.
+# Usage: megatron_flags.sh MGT MPIEXEC
+set -u
+MGT=$1
+MPIEXEC=${2:-mpiexec}
+. "$(dirname "$0")/lib.sh"
+
+G=(--mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+  --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e-3 --log-interval 1
+  --eval-interval 2 --eval-iters 1)
+# the metrics without their timings
+numbers() { python3 -c '
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print(sorted((k, v) for k, v in r.items() if not any(w in k for w in ("sec", "time", "flop", "ms_"))))
+' "$1"; }
+
+# ---- --save X --load X: the first run starts from scratch, the next resumes ----
+"$MPIEXEC" -n 2 "$MGT" train "${G[@]}" --metrics-file "$tmp/plain.jsonl" > "$tmp/plain" 2>&1 ||
+  fail "a plain run: $(tail -3 "$tmp/plain")"
+"$MPIEXEC" -n 2 "$MGT" train "${G[@]}" --save "$tmp/auto" --load "$tmp/auto" \
+  --metrics-file "$tmp/auto.jsonl" > "$tmp/out" 2>&1
+if grep -q -F -- "--load $tmp/auto: no checkpoint there yet (no 'latest' file): starting from scratch" \
+  "$tmp/out" && [ "$(numbers "$tmp/auto.jsonl")" = "$(numbers "$tmp/plain.jsonl")" ] &&
+  [ -f "$tmp/auto/latest" ]; then
+  echo "ok: --save X --load X on a new folder starts from scratch, says so, trains as without --load"
+else
+  fail "--save X --load X first run"; tail -5 "$tmp/out"
+fi
+"$MPIEXEC" -n 2 "$MGT" train "${G[@]}" --train-iters 6 --save "$tmp/auto" --load "$tmp/auto" \
+  > "$tmp/out" 2>&1 && grep -q "loaded checkpoint $tmp/auto/iter_0000004.h5: iteration 4" "$tmp/out" &&
+  grep -q "iteration        6/       6" "$tmp/out" &&
+  echo "ok: the same command line resumes once a checkpoint is there" ||
+  { fail "the second run of --save X --load X"; tail -5 "$tmp/out"; }
+mkdir -p "$tmp/empty"
+"$MGT" train "${G[@]}" --load "$tmp/empty" > "$tmp/out" 2>&1 &&
+  grep -q "no checkpoint there yet" "$tmp/out" &&
+  echo "ok: --load of an empty folder starts from scratch" || fail "--load of an empty folder"
+expect_error "--finetune --load $tmp/empty: no checkpoint there to start from" \
+  "$MGT" train "${G[@]}" --load "$tmp/empty" --finetune
+expect_error "--load $tmp/nothing.h5: No such file or directory" \
+  "$MGT" train "${G[@]}" --load "$tmp/nothing.h5"
+expect_error "iter_0000003.h5: No such file or directory" \
+  "$MGT" train "${G[@]}" --load "$tmp/empty" --ckpt-iteration 3
+
+# ---- every refusal of a command line in one message, each with what to do ----
+"$MGT" train --mock-data --batch-size 4 --checkpoint-activations --model-parallel-size 2 \
+  --warmup 0.1 --pipeline-model-parallel-size 2 --context-parallel-size 2 --fp8-format hybrid \
+  --rotary-percent 0.5 --data-impl lazy --foo-bar 3 --num-layer 3 --seq-length 1x \
+  > "$tmp/out" 2> "$tmp/err"
+rc=$?
+want=("mgt: error: 12 problems with the flags: "
+  "--batch-size is no longer valid (Megatron-LM renamed it): write --micro-batch-size; "
+  "--checkpoint-activations is no longer valid (Megatron-LM renamed it): write --recompute-activations"
+  "--model-parallel-size is no longer valid (Megatron-LM renamed it): write --tensor-model-parallel-size; "
+  "--warmup is no longer valid (Megatron-LM renamed it): write --lr-warmup-fraction; "
+  "--pipeline-model-parallel-size 2: mgt has no pipeline parallelism"
+  "--context-parallel-size 2: mgt has no context parallelism"
+  "--fp8-format: mgt has no FP8 training: train in --bf16; "
+  "--rotary-percent 0.5: rotary positions on part of each head are not implemented"
+  "--data-impl lazy: mgt reads Megatron-LM's mmap .bin/.idx format"
+  "unknown flag '--foo-bar' (see mgt train --help); "
+  "unknown flag '--num-layer' (did you mean --num-layers?); "
+  "--seq-length: expected an integer, got '1x'")
+ok=1
+for w in "${want[@]}"; do grep -q -F -- "$w" "$tmp/err" || { ok=0; echo "  missing: $w"; }; done
+if [ $rc = 2 ] && [ "$ok" = 1 ] && [ "$(wc -l < "$tmp/err")" = 1 ]; then
+  echo "ok: 12 refusals in one line, renamed flags naming their new names"
+else
+  fail "the refusals of one command line (exit $rc)"; cat "$tmp/err"
+fi
+
+# ---- accepted: at the values mgt implements, and those that change nothing (noted) ----
+M=(--use-mcore-models --num-workers 2 --no-mmap-bin-files --no-create-attention-mask-in-dataloader
+  --log-throughput --manual-gc --empty-unused-memory-level 1 --cross-entropy-loss-fusion
+  --no-masked-softmax-fusion --transformer-impl local --profile --profile-step-start 1
+  --profile-step-end 2 --ckpt-format torch_dist --pipeline-model-parallel-size 1
+  --context-parallel-size 1 --rotary-percent 1.0 --data-impl mmap --kv-channels 8
+  --distributed-backend nccl --split "'99,1,0'")
+"$MPIEXEC" -n 2 "$MGT" train "${G[@]}" --attention-backend flash --metrics-file "$tmp/a.jsonl" \
+  > "$tmp/out" 2>&1 || fail "the run without Megatron's flags"
+"$MPIEXEC" -n 2 "$MGT" train "${G[@]}" --attention-backend fused "${M[@]}" \
+  --metrics-file "$tmp/b.jsonl" > "$tmp/out" 2> "$tmp/err"
+rc=$?
+notes=$(grep -c "^mgt: note: " "$tmp/err")
+if [ $rc = 0 ] && [ "$(numbers "$tmp/a.jsonl")" = "$(numbers "$tmp/b.jsonl")" ] &&
+  grep -q "^mgt: note: --profile, --profile-step-start, --profile-step-end: mgt has no built-in profiler" "$tmp/err" &&
+  grep -q "^mgt: note: --distributed-backend nccl: no GPU in this run" "$tmp/err" &&
+  grep -q "^mgt: note: --num-workers: " "$tmp/err" && [ "$notes" -ge 10 ] &&
+  grep -q "attention flash (--attention-backend fused)" "$tmp/out"; then
+  echo "ok: ${#M[@]} Megatron-LM flags accepted, $notes notes, the same numbers bit for bit"
+else
+  fail "the accepted Megatron-LM flags (exit $rc, $notes notes)"; cat "$tmp/err"
+fi
+"$MGT" train "${G[@]}" --position-embedding-type rope --metrics-file "$tmp/r1.jsonl" > /dev/null 2>&1
+"$MGT" train "${G[@]}" --use-rotary-position-embeddings --metrics-file "$tmp/r2.jsonl" > /dev/null 2>&1
+[ -s "$tmp/r1.jsonl" ] && [ "$(numbers "$tmp/r1.jsonl")" = "$(numbers "$tmp/r2.jsonl")" ] &&
+  echo "ok: --use-rotary-position-embeddings is --position-embedding-type rope" ||
+  fail "--use-rotary-position-embeddings"
+"$MGT" train "${G[@]}" --attention-backend unfused --metrics-file "$tmp/u1.jsonl" > /dev/null 2>&1
+"$MGT" train "${G[@]}" --attention-backend local --metrics-file "$tmp/u2.jsonl" > "$tmp/out" 2>&1
+[ -s "$tmp/u1.jsonl" ] && [ "$(numbers "$tmp/u1.jsonl")" = "$(numbers "$tmp/u2.jsonl")" ] &&
+  grep -q "attention unfused (--attention-backend local)" "$tmp/out" &&
+  echo "ok: --attention-backend local is unfused" || fail "--attention-backend local"
+expect_error "--kv-channels 16: a head size other than --hidden-size / --num-attention-heads (32 / 4)" \
+  "$MGT" train "${G[@]}" --kv-channels 16
+
+echo "megatron_flags: $fails failures"
+[ "$fails" = 0 ]
