@@ -9,9 +9,10 @@ MGT=$1
 MPIEXEC=${2:-mpiexec}
 . "$(dirname "$0")/lib.sh"
 
-G=(--mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
-  --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr 1e-3 --log-interval 1
-  --eval-interval 2 --eval-iters 1)
+G0=(--mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+  --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --log-interval 1 --eval-interval 2
+  --eval-iters 1)
+G=("${G0[@]}" --train-iters 4)
 # the metrics without their timings
 numbers() { python3 -c '
 import json, sys
@@ -107,6 +108,15 @@ fi
 [ -s "$tmp/u1.jsonl" ] && [ "$(numbers "$tmp/u1.jsonl")" = "$(numbers "$tmp/u2.jsonl")" ] &&
   grep -q "attention unfused (--attention-backend local)" "$tmp/out" &&
   echo "ok: --attention-backend local is unfused" || fail "--attention-backend local"
+# --train-samples: whole global batches (19 samples: 4 batches of 4); the decay over the 16
+# samples of 4 iterations is the schedule in iterations: the same numbers, bit for bit
+"$MGT" train "${G[@]}" --train-iters 4 --metrics-file "$tmp/i.jsonl" > /dev/null 2>&1
+"$MGT" train "${G0[@]}" --train-samples 19 --lr-decay-samples 16 \
+  --metrics-file "$tmp/s.jsonl" > "$tmp/out" 2>&1
+[ -s "$tmp/i.jsonl" ] && [ "$(numbers "$tmp/i.jsonl")" = "$(numbers "$tmp/s.jsonl")" ] &&
+  grep -q "iteration        4/       4" "$tmp/out" &&
+  echo "ok: --train-samples 19 at a global batch of 4 trains 4 iterations, as --train-iters 4" ||
+  { fail "--train-samples"; tail -3 "$tmp/out"; }
 expect_error "--kv-channels 16: a head size other than --hidden-size / --num-attention-heads (32 / 4)" \
   "$MGT" train "${G[@]}" --kv-channels 16
 

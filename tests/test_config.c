@@ -1,4 +1,5 @@
 /* Flag parsing, validation messages and the learning-rate schedule. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,6 +115,42 @@ static void test_schedule(void) {
   c.lr_decay_style = MGT_LR_CONSTANT;
   T_CHECK(LR(5) == 0.5 && LR(1000) == 1.0, "constant");
 #undef LR
+}
+
+/* Megatron-LM's schedule in samples: its scheduler steps by the global batch, the warmup and
+   decay counted in samples; the run is the whole global batches of --train-samples. */
+static void test_schedule_samples(void) {
+  mgt_config c;
+  T_CHECK(parse(&c,
+                "--mock-data --micro-batch-size 2 --global-batch-size 4 --train-samples 402 "
+                "--lr 1.0 --min-lr 0.1 --lr-warmup-samples 40 --lr-decay-samples 400") == MGT_OK &&
+              mgt_config_finalize(&c, 1) == MGT_OK,
+          "sample-based flags: %s", mgt_error_message());
+  T_CHECK(c.train_iters == 100, "402 samples of 4 per batch: %lld iterations",
+          (long long)c.train_iters);
+  const mgt_lr_schedule s = mgt_lr_schedule_of(&c);
+  /* iteration i has consumed 4 i samples: warmup 4i/40, then linear from 40 to 400 */
+  const double want[][2] = {{1, 0.1},   {5, 0.5},  {10, 1.0}, {55, 0.1 + 0.9 * (1 - 180.0 / 360)},
+                            {100, 0.1}, {101, 0.1}};
+  for (int k = 0; k < 6; k++)
+    T_CHECK(fabs(mgt_lr_at(&s, (int64_t)want[k][0]) - want[k][1]) < 1e-12,
+            "iteration %g: lr %g, want %g", want[k][0], mgt_lr_at(&s, (int64_t)want[k][0]),
+            want[k][1]);
+  T_CHECK(parse(&c, "--mock-data --micro-batch-size 2 --global-batch-size 4 --train-samples 400 "
+                    "--lr-warmup-fraction 0.25") == MGT_OK &&
+              mgt_config_finalize(&c, 1) == MGT_OK && mgt_config_finalize(&c, 1) == MGT_OK,
+          "--lr-warmup-fraction with samples: %s", mgt_error_message());
+  T_CHECK(c.lr_decay_samples == 400 && c.lr_warmup_samples == 100 && c.lr_decay_iters == 0,
+          "decay %lld, warmup %lld samples", (long long)c.lr_decay_samples,
+          (long long)c.lr_warmup_samples);
+  expect_error("--mock-data --train-samples 400 --train-iters 10", 1,
+               "give one of --train-iters and --train-samples");
+  expect_error("--mock-data --train-samples 400 --lr-warmup-iters 10", 1,
+               "--train-samples schedules the learning rate in samples");
+  expect_error("--mock-data --lr-decay-samples 400", 1,
+               "--lr-decay-samples and --lr-warmup-samples need --train-samples");
+  expect_error("--mock-data --micro-batch-size 4 --train-samples 3", 1,
+               "--train-samples 3 is less than one global batch of 4");
 }
 
 /* The model description of each kind and head against a hand-written table, and the
@@ -256,6 +293,7 @@ int main(void) {
   test_errors();
   test_lists();
   test_schedule();
+  test_schedule_samples();
   test_model_desc();
   test_spec_text();
   return t_report("test_config");

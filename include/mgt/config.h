@@ -134,12 +134,15 @@ typedef struct mgt_config {
   int micro_batch_size;
   int global_batch_size; /* 0: micro_batch_size * data-parallel size */
   int64_t train_iters;
+  int64_t train_samples; /* > 0: the run in samples (Megatron-LM's); train_iters derived */
   double lr;
   double min_lr;
   int lr_decay_style; /* mgt_lr_style */
   int64_t lr_warmup_iters;
   double lr_warmup_fraction; /* > 0: lr_warmup_iters derived from lr_decay_iters */
   int64_t lr_decay_iters;    /* 0: train_iters */
+  int64_t lr_warmup_samples; /* with train_samples: the schedule in samples */
+  int64_t lr_decay_samples;  /* 0: train_samples */
   double weight_decay;
   double adam_beta1;
   double adam_beta2;
@@ -238,12 +241,14 @@ MGT_NODISCARD mgt_status mgt_config_from_json(mgt_config *cfg, const struct mgt_
 /* Parses --split "969, 30, 1" into fractions of documents (train, valid, test) summing to 1. */
 MGT_NODISCARD mgt_status mgt_split_parse(const char *split, double w[3]);
 
-/* The learning rate's schedule: a linear warmup over warmup_iters, then constant, or a linear or
-   cosine decay to min_lr at decay_iters. */
+/* The learning rate's schedule: a linear warmup over `warmup` steps, then constant, or a linear
+   or cosine decay to min_lr at step `decay`; a step is an iteration, or a sample when the run is
+   counted in samples (--train-samples, as Megatron-LM's scheduler steps by the global batch). */
 typedef struct mgt_lr_schedule {
   double lr, min_lr;
-  int style; /* mgt_lr_style */
-  int64_t warmup_iters, decay_iters;
+  int style;             /* mgt_lr_style */
+  int64_t warmup, decay; /* in steps */
+  int64_t per_iteration; /* steps an iteration takes: 1, or its samples (--train-samples) */
 } mgt_lr_schedule;
 /* The schedule cfg's flags give (finalized: the warmup and decay lengths derived). */
 mgt_lr_schedule mgt_lr_schedule_of(const mgt_config *cfg);

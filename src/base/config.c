@@ -203,12 +203,19 @@ static const mgt_flag flags[] = {
     INT_M("--global-batch-size", global_batch_size, 1, 1 << 30,
           "samples per iteration (default: micro batch * data-parallel size)", MGT_FLAG_PLAN),
     I64("--train-iters", train_iters, 0, BIG, "iterations to train"),
+    I64("--train-samples", train_samples, 0, BIG,
+        "samples to train (instead of --train-iters): --train-samples / --global-batch-size "
+        "iterations, the learning rate scheduled in samples"),
     DBL("--lr", lr, 0, 10, "peak learning rate"),
     DBL("--min-lr", min_lr, 0, 10, "learning rate at the end of decay"),
     {"--lr-decay-style", MGT_FLAG_ENUM, OFF(lr_decay_style), 0, 0, "constant, linear or cosine",
      lr_styles, 0, 0},
     I64("--lr-warmup-iters", lr_warmup_iters, 0, BIG, "linear warmup iterations"),
     I64("--lr-decay-iters", lr_decay_iters, 1, BIG, "iterations of decay (default: train iters)"),
+    I64("--lr-warmup-samples", lr_warmup_samples, 0, BIG,
+        "with --train-samples: linear warmup over this many samples"),
+    I64("--lr-decay-samples", lr_decay_samples, 0, BIG,
+        "with --train-samples: samples of decay (default: --train-samples)"),
     DBL("--lr-warmup-fraction", lr_warmup_fraction, 0, 1,
         "warmup over this fraction of the decay iterations, rounded down (instead of "
         "--lr-warmup-iters)"),
@@ -321,8 +328,12 @@ void mgt_config_defaults(mgt_config *cfg) {
 mgt_status mgt_config_parse(mgt_config *cfg, int argc, char **argv, int first, int *help) {
   int nm;
   const mgt_foreign_flag *megatron = mgt_megatron_flags(&nm);
-  return mgt_flags_parse_foreign(flags, N_FLAGS, megatron, nm, cfg, argc, argv, first, "train",
-                                 help, cfg->notes, sizeof cfg->notes);
+  MGT_CHECK(mgt_flags_parse_foreign(flags, N_FLAGS, megatron, nm, cfg, argc, argv, first, "train",
+                                    help, cfg->notes, sizeof cfg->notes));
+  for (int i = first; cfg->train_samples > 0 && i < argc; i++) /* Megatron-LM refuses both */
+    MGT_REQUIRE(strncmp(argv[i], "--train-iters", 13) || (argv[i][13] && argv[i][13] != '='),
+                "give one of --train-iters and --train-samples");
+  return MGT_OK;
 }
 
 int mgt_config_flash(const mgt_config *c, char *why, size_t n) {
@@ -450,8 +461,18 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(c->recompute_num_layers <= c->num_layers,
               "--recompute-num-layers %d exceeds --num-layers %d", c->recompute_num_layers,
               c->num_layers);
-  if (c->lr_decay_iters == 0) c->lr_decay_iters = c->train_iters > 0 ? c->train_iters : 1;
-  if (c->lr_warmup_fraction > 0) { /* the same iterations every time it is derived */
+  if (c->train_samples > 0) /* the schedule in samples, derived below once the batch is known */
+    MGT_REQUIRE(c->lr_decay_iters == 0 && c->lr_warmup_iters == 0,
+                "--train-samples schedules the learning rate in samples: give "
+                "--lr-decay-samples and --lr-warmup-samples (or --lr-warmup-fraction), not "
+                "iterations");
+  else
+    MGT_REQUIRE(c->lr_decay_samples == 0 && c->lr_warmup_samples == 0,
+                "--lr-decay-samples and --lr-warmup-samples need --train-samples (or give "
+                "--lr-decay-iters and --lr-warmup-iters)");
+  if (c->train_samples == 0 && c->lr_decay_iters == 0)
+    c->lr_decay_iters = c->train_iters > 0 ? c->train_iters : 1;
+  if (c->train_samples == 0 && c->lr_warmup_fraction > 0) { /* the same every time derived */
     const int64_t w = (int64_t)(c->lr_warmup_fraction * (double)c->lr_decay_iters);
     MGT_REQUIRE(c->lr_warmup_iters == 0 || c->lr_warmup_iters == w,
                 "give one of --lr-warmup-iters and --lr-warmup-fraction");
@@ -467,6 +488,21 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               world_size);
   int dp = world_size / tp;
   if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp;
+  if (c->train_samples > 0) { /* Megatron-LM's: whole global batches, the rest not trained */
+    c->train_iters = c->train_samples / c->global_batch_size;
+    MGT_REQUIRE(c->train_iters > 0, "--train-samples %lld is less than one global batch of %d",
+                (long long)c->train_samples, c->global_batch_size);
+    if (c->lr_decay_samples == 0) c->lr_decay_samples = c->train_samples;
+    if (c->lr_warmup_fraction > 0) {
+      const int64_t w = (int64_t)(c->lr_warmup_fraction * (double)c->lr_decay_samples);
+      MGT_REQUIRE(c->lr_warmup_samples == 0 || c->lr_warmup_samples == w,
+                  "give one of --lr-warmup-samples and --lr-warmup-fraction");
+      c->lr_warmup_samples = w;
+    }
+    MGT_REQUIRE(c->lr_decay_style == MGT_LR_CONSTANT || c->lr_warmup_samples <= c->lr_decay_samples,
+                "--lr-warmup-samples %lld exceeds --lr-decay-samples %lld",
+                (long long)c->lr_warmup_samples, (long long)c->lr_decay_samples);
+  }
   MGT_REQUIRE(c->hidden_size % c->num_attention_heads == 0,
               "--hidden-size %d is not divisible by --num-attention-heads %d", c->hidden_size,
               c->num_attention_heads);
@@ -636,18 +672,27 @@ mgt_status mgt_split_parse(const char *s, double w[3]) {
 }
 
 mgt_lr_schedule mgt_lr_schedule_of(const mgt_config *cfg) {
-  const mgt_lr_schedule s = {cfg->lr, cfg->min_lr, cfg->lr_decay_style, cfg->lr_warmup_iters,
-                             cfg->lr_decay_iters};
+  if (cfg->train_samples > 0) {
+    const mgt_lr_schedule s = {cfg->lr,
+                               cfg->min_lr,
+                               cfg->lr_decay_style,
+                               cfg->lr_warmup_samples,
+                               cfg->lr_decay_samples,
+                               cfg->global_batch_size};
+    return s;
+  }
+  const mgt_lr_schedule s = {
+      cfg->lr, cfg->min_lr, cfg->lr_decay_style, cfg->lr_warmup_iters, cfg->lr_decay_iters, 1};
   return s;
 }
 
 double mgt_lr_at(const mgt_lr_schedule *s, int64_t iter) {
-  if (s->warmup_iters > 0 && iter <= s->warmup_iters)
-    return s->lr * (double)iter / (double)s->warmup_iters;
+  const int64_t step = iter * s->per_iteration;
+  if (s->warmup > 0 && step <= s->warmup) return s->lr * (double)step / (double)s->warmup;
   if (s->style == MGT_LR_CONSTANT) return s->lr;
-  if (iter > s->decay_iters) return s->min_lr;
-  double span = (double)(s->decay_iters - s->warmup_iters);
-  double ratio = span > 0 ? (double)(iter - s->warmup_iters) / span : 1.0;
+  if (step > s->decay) return s->min_lr;
+  double span = (double)(s->decay - s->warmup);
+  double ratio = span > 0 ? (double)(step - s->warmup) / span : 1.0;
   double coeff =
       s->style == MGT_LR_LINEAR ? 1.0 - ratio : 0.5 * (cos(3.14159265358979323846 * ratio) + 1.0);
   return s->min_lr + coeff * (s->lr - s->min_lr);
