@@ -56,6 +56,10 @@ assert not bad, "texts %s differ from the recorded ids, first: %r" % (bad[:8], t
 print("ok: %s: %d texts, %d ids, as Tokenizers.js%s" % (name, len(ours), sum(len(l.split()) for l in ours), " (live)" if os.path.exists(js) else ""))
 PY
 done
+# --tokenizer-model may name the model's folder (its tokenizer.json and tokenizer_config.json)
+"$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/qwen3" --input "$tmp/texts.jsonl" > "$tmp/dir.ids" &&
+  cmp -s "$tmp/dir.ids" "$tmp/qwen3.ids" && echo "ok: --tokenizer-model of a folder reads its tokenizer.json" ||
+  fail "--tokenizer-model of a folder"
 
 # decoding gives the text back: byte-level exactly (Qwen 3: its NFC), Llama 2 with the "▁" its
 # normalizer put before each piece of text between added tokens as a space
@@ -148,7 +152,8 @@ EOPY
 T=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 64 --micro-batch-size 2
   --global-batch-size 4 --train-iters 4 --lr 1e-3 --log-interval 2 --eval-interval 4 --eval-iters 1
   --normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear)
-"$MPIEXEC" -n 2 "$MGT" train "${T[@]}" "${HF[@]}" --tokenizer-model "$L3" --data-path "$tmp/alice" \
+# the model's folder, as Megatron-LM's recipes give --tokenizer-model (its tokenizer.json read)
+"$MPIEXEC" -n 2 "$MGT" train "${T[@]}" "${HF[@]}" --tokenizer-model "$H/llama3" --data-path "$tmp/alice" \
   --tensor-model-parallel-size 2 --save "$tmp/ckpt" > "$tmp/train.log" 2>&1 ||
   { fail "training with Llama 3's tokenizer"; grep "error" "$tmp/train.log"; }
 grep -q "validation loss" "$tmp/train.log" || fail "no validation loss"

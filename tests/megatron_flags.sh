@@ -117,6 +117,8 @@ fi
   grep -q "iteration        4/       4" "$tmp/out" &&
   echo "ok: --train-samples 19 at a global batch of 4 trains 4 iterations, as --train-iters 4" ||
   { fail "--train-samples"; tail -3 "$tmp/out"; }
+expect_error "--train-data is for mgt finetune (mgt train pretrains on --data-path)" \
+  "$MGT" train "${G[@]}" --train-data "$tmp/x.tsv"
 expect_error "--kv-channels 16: a head size other than --hidden-size / --num-attention-heads (32 / 4)" \
   "$MGT" train "${G[@]}" --kv-channels 16
 

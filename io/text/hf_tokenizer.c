@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <utf8proc.h>
 
 #include "mgt/json.h"
@@ -629,6 +630,13 @@ static mgt_status eos_of(loader *L) {
 
 mgt_status mgt_tok_load_hf(const char *path, mgt_tokenizer **out) {
   *out = NULL;
+  /* a model's folder, as Hugging Face's AutoTokenizer and Megatron-LM's recipes give it */
+  char file[MGT_PATH_MAX + 32];
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    snprintf(file, sizeof file, "%s/tokenizer.json", path);
+    path = file;
+  }
   mgt_tokenizer *t = NULL;
   char *text = NULL;
   size_t len = 0;

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 const char *const mgt_device_names[] = {"cpu", "cuda", NULL};
 const char *const mgt_tokenizer_names[] = {"GPT2BPETokenizer",       "ByteTokenizer",
@@ -564,6 +565,15 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   double w[3];
   MGT_CHECK(mgt_split_parse(c->split, w));
   MGT_REQUIRE(!c->merge_file[0] || c->vocab_file[0], "--merge-file needs --vocab-file");
+  struct stat sb; /* a model's folder: its tokenizer.json, the file every later reader reads */
+  if (c->tokenizer_type == MGT_TOKENIZER_HF && c->vocab_file[0] && stat(c->vocab_file, &sb) == 0 &&
+      S_ISDIR(sb.st_mode)) {
+    const size_t n = strlen(c->vocab_file);
+    MGT_REQUIRE(n + 16 < sizeof c->vocab_file, "--tokenizer-model %s: path too long",
+                c->vocab_file);
+    snprintf(c->vocab_file + n, sizeof c->vocab_file - n, "%stokenizer.json",
+             c->vocab_file[n - 1] == '/' ? "" : "/");
+  }
   MGT_REQUIRE(c->tokenizer_type < MGT_TOKENIZER_BERT_LOWER || c->vocab_file[0],
               "--tokenizer-type %s needs %s", mgt_tokenizer_names[c->tokenizer_type],
               mgt_tokenizer_file_flag(c->tokenizer_type));

@@ -119,9 +119,12 @@ int mgt_cli_train(int argc, char **argv, MPI_Comm world) {
     if (rank == 0) mgt_config_usage(stdout);
     return 0;
   }
-  if (!finetune && cfg.task != MGT_TASK_NONE) {
+  if (!finetune && (cfg.task != MGT_TASK_NONE || cfg.train_data[0] || cfg.valid_data[0])) {
     mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                  "--task is for mgt finetune (mgt train pretrains)");
+                  "%s is for mgt finetune (mgt train pretrains on --data-path)",
+                  cfg.task != MGT_TASK_NONE
+                      ? "--task"
+                      : (cfg.train_data[0] ? "--train-data" : "--valid-data"));
     return mgt_cli_fail(MGT_ERR_INPUT, rank, world, 1);
   }
   mgt_task_data data;
