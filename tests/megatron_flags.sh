@@ -117,6 +117,38 @@ fi
   grep -q "iteration        4/       4" "$tmp/out" &&
   echo "ok: --train-samples 19 at a global batch of 4 trains 4 iterations, as --train-iters 4" ||
   { fail "--train-samples"; tail -3 "$tmp/out"; }
+# --decoupled-lr: the word embeddings and output layer at their own rate, the rest (learned
+# positions included) at --lr. AdamW's first step moves an element of gradient g by
+# lr g / (|g| + eps), so by lr where g is not tiny: measured on the checkpoints, one rank and two
+# data-parallel ranks with the distributed optimizer (whose shards cut the groups)
+D=("${G0[@]}" --untie-embeddings-and-output-weights --weight-decay 0 --lr-decay-style constant
+  --clip-grad 0 --hidden-dropout 0 --attention-dropout 0 --lr 1e-3 --decoupled-lr 4e-3)
+"$MGT" train "${D[@]}" --train-iters 0 --save "$tmp/d0" > /dev/null 2>&1 || fail "--train-iters 0"
+"$MGT" train "${D[@]}" --train-iters 1 --save "$tmp/d1" > /dev/null 2>&1 || fail "--decoupled-lr"
+"$MPIEXEC" -n 2 "$MGT" train "${D[@]}" --train-iters 1 --use-distributed-optimizer \
+  --save "$tmp/d2" > /dev/null 2>&1 || fail "--decoupled-lr at dp=2"
+$PY - "$tmp/d0/iter_0000000.h5" "$tmp/d1/iter_0000001.h5" "$tmp/d2/iter_0000001.h5" <<'PY' ||
+import sys, h5py, numpy as np
+f0, f1, f2 = (h5py.File(p, "r") for p in sys.argv[1:4])
+decoupled = {"embedding.word_embeddings.weight", "output_layer.weight"}
+names = []
+f0["model"].visit(lambda n: names.append(n) if isinstance(f0["model"][n], h5py.Dataset) else None)
+assert decoupled < set(names) and "embedding.position_embeddings.weight" in names, names
+for n in names:
+    a = np.asarray(f0["model"][n], np.float64)
+    for f in (f1, f2):
+        d = np.abs(np.asarray(f["model"][n], np.float64) - a)
+        moved = d[d > 0]
+        lr = 4e-3 if n in decoupled else 1e-3
+        assert moved.size > a.size // 4, (n, moved.size, a.size)
+        med = np.median(moved)
+        ulp = 2.0 ** -23 * np.abs(a).max()  # the float32 weight's rounding of w + step
+        assert abs(med - lr) < 1e-3 * lr and d.max() <= lr * (1 + 1e-5) + ulp, (n, med, d.max(), lr)
+print("ok: --decoupled-lr moves the word embeddings and output layer by it, the other %d tensors "
+      "by --lr, at dp=1 and with the distributed optimizer at dp=2" % (len(names) - 2))
+PY
+  fail "--decoupled-lr's first step"
+expect_error "--decoupled-min-lr needs --decoupled-lr" "$MGT" train "${G[@]}" --decoupled-min-lr 1e-5
 expect_error "--train-data is for mgt finetune (mgt train pretrains on --data-path)" \
   "$MGT" train "${G[@]}" --train-data "$tmp/x.tsv"
 expect_error "--kv-channels 16: a head size other than --hidden-size / --num-attention-heads (32 / 4)" \

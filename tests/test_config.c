@@ -143,6 +143,16 @@ static void test_schedule_samples(void) {
   T_CHECK(c.lr_decay_samples == 400 && c.lr_warmup_samples == 100 && c.lr_decay_iters == 0,
           "decay %lld, warmup %lld samples", (long long)c.lr_decay_samples,
           (long long)c.lr_warmup_samples);
+  T_CHECK(parse(&c, "--mock-data --micro-batch-size 2 --global-batch-size 4 --train-samples 400 "
+                    "--lr 1.0 --min-lr 0.1 --lr-warmup-samples 40 --decoupled-lr 3.0 "
+                    "--decoupled-min-lr 0.3") == MGT_OK &&
+              mgt_config_finalize(&c, 1) == MGT_OK,
+          "--decoupled-lr: %s", mgt_error_message());
+  const mgt_lr_schedule dec = mgt_lr_schedule_decoupled(&c);
+  /* the same warmup and decay, from 3.0 to 0.3 */
+  T_CHECK(fabs(mgt_lr_at(&dec, 5) - 1.5) < 1e-12 && fabs(mgt_lr_at(&dec, 55) - 1.65) < 1e-12 &&
+              fabs(mgt_lr_at(&dec, 100) - 0.3) < 1e-12,
+          "decoupled: %g %g %g", mgt_lr_at(&dec, 5), mgt_lr_at(&dec, 55), mgt_lr_at(&dec, 100));
   expect_error("--mock-data --train-samples 400 --train-iters 10", 1,
                "give one of --train-iters and --train-samples");
   expect_error("--mock-data --train-samples 400 --lr-warmup-iters 10", 1,

@@ -137,7 +137,9 @@ typedef struct mgt_config {
   int64_t train_samples; /* > 0: the run in samples (Megatron-LM's); train_iters derived */
   double lr;
   double min_lr;
-  int lr_decay_style; /* mgt_lr_style */
+  double decoupled_lr;     /* > 0: the word embeddings' and output layer's own peak rate */
+  double decoupled_min_lr; /* their rate at the end of decay; < 0: --min-lr */
+  int lr_decay_style;      /* mgt_lr_style */
   int64_t lr_warmup_iters;
   double lr_warmup_fraction; /* > 0: lr_warmup_iters derived from lr_decay_iters */
   int64_t lr_decay_iters;    /* 0: train_iters */
@@ -250,8 +252,11 @@ typedef struct mgt_lr_schedule {
   int64_t warmup, decay; /* in steps */
   int64_t per_iteration; /* steps an iteration takes: 1, or its samples (--train-samples) */
 } mgt_lr_schedule;
-/* The schedule cfg's flags give (finalized: the warmup and decay lengths derived). */
+/* The schedule cfg's flags give (finalized: the warmup and decay lengths derived); with
+   decoupled, that of --decoupled-lr (the word embeddings and output layer): the same warmup and
+   decay from --decoupled-lr to --decoupled-min-lr. */
 mgt_lr_schedule mgt_lr_schedule_of(const mgt_config *cfg);
+mgt_lr_schedule mgt_lr_schedule_decoupled(const mgt_config *cfg);
 /* The learning rate of iteration `iter` (1-based). */
 double mgt_lr_at(const mgt_lr_schedule *s, int64_t iter);
 

@@ -24,6 +24,7 @@ typedef struct mgt_optim_options {
   double initial_loss_scale, min_loss_scale;
   int loss_scale_window; /* iterations without overflow before the scale doubles */
   int hysteresis;        /* overflows tolerated before the scale halves */
+  int decoupled;         /* the word embeddings and output layer at a learning rate of their own */
 } mgt_optim_options;
 /* The options cfg's flags give. */
 mgt_optim_options mgt_optim_options_of(const mgt_config *cfg);
@@ -38,11 +39,13 @@ void mgt_optim_destroy(mgt_optim **opt);
    Gradients must already be averaged over data parallelism. Collective over tp_comm. */
 MGT_NODISCARD mgt_status mgt_optim_grad_norm(mgt_optim *opt, double *norm);
 
-/* Clips by the options' clip_grad and applies one AdamW step at learning rate `lr`. A non-finite
+/* Clips by the options' clip_grad and applies one AdamW step at learning rate `lr` (with the
+   options' decoupled, the word embeddings and output layer at lr_decoupled). A non-finite
    norm skips the update (*skipped = 1) and leaves the step count. With --fp16 the gradients
    are taken to carry mgt_optim_loss_scale(): the norm reported and clipped is unscaled, and
    the dynamic scale is updated. Collective over tp_comm. */
-MGT_NODISCARD mgt_status mgt_optim_step(mgt_optim *opt, double lr, double *grad_norm, int *skipped);
+MGT_NODISCARD mgt_status mgt_optim_step(mgt_optim *opt, double lr, double lr_decoupled,
+                                        double *grad_norm, int *skipped);
 
 int64_t mgt_optim_step_count(const mgt_optim *opt);
 /* The factor the loss is multiplied by before backward (1 unless --fp16). */

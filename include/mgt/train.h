@@ -54,7 +54,7 @@ typedef struct mgt_step_stats {
 typedef struct mgt_run {
   mgt_gpt_training model;  /* what the model carries of it: dropout, seed, weight decay, DDP */
   mgt_optim_options optim; /* AdamW, clipping, fp16 loss scaling */
-  mgt_lr_schedule lr;
+  mgt_lr_schedule lr, lr_decoupled; /* the second: the word embeddings and output layer */
   /* batches */
   int micro_batch, global_batch; /* examples; the global batch over all data-parallel ranks */
   int64_t train_iters;

@@ -209,6 +209,11 @@ static const mgt_flag flags[] = {
         "iterations, the learning rate scheduled in samples"),
     DBL("--lr", lr, 0, 10, "peak learning rate"),
     DBL("--min-lr", min_lr, 0, 10, "learning rate at the end of decay"),
+    DBL("--decoupled-lr", decoupled_lr, 0, 10,
+        "the word embeddings' and output layer's own peak learning rate (Megatron-LM's; 0: "
+        "--lr), on the same warmup and decay"),
+    DBL("--decoupled-min-lr", decoupled_min_lr, -1, 10,
+        "their learning rate at the end of decay (-1: --min-lr)"),
     {"--lr-decay-style", MGT_FLAG_ENUM, OFF(lr_decay_style), 0, 0, "constant, linear or cosine",
      lr_styles, 0, 0},
     I64("--lr-warmup-iters", lr_warmup_iters, 0, BIG, "linear warmup iterations"),
@@ -304,6 +309,7 @@ void mgt_config_defaults(mgt_config *cfg) {
   cfg->train_iters = 100;
   cfg->lr = 3e-3;
   cfg->min_lr = 0.0;
+  cfg->decoupled_min_lr = -1;
   cfg->lr_decay_style = MGT_LR_LINEAR;
   cfg->weight_decay = 0.01;
   cfg->adam_beta1 = 0.9;
@@ -545,6 +551,11 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               "--min-loss-scale %g exceeds --initial-loss-scale %g", c->min_loss_scale,
               c->initial_loss_scale);
   MGT_REQUIRE(c->min_lr <= c->lr, "--min-lr %g exceeds --lr %g", c->min_lr, c->lr);
+  MGT_REQUIRE(c->decoupled_min_lr < 0 || c->decoupled_lr > 0,
+              "--decoupled-min-lr needs --decoupled-lr");
+  MGT_REQUIRE(c->decoupled_lr == 0 || c->decoupled_min_lr <= c->decoupled_lr,
+              "--decoupled-min-lr %g exceeds --decoupled-lr %g", c->decoupled_min_lr,
+              c->decoupled_lr);
   MGT_REQUIRE(c->lr_decay_style == MGT_LR_CONSTANT || c->lr_warmup_iters <= c->lr_decay_iters,
               "--lr-warmup-iters %lld exceeds --lr-decay-iters %lld", (long long)c->lr_warmup_iters,
               (long long)c->lr_decay_iters);
@@ -693,6 +704,15 @@ mgt_lr_schedule mgt_lr_schedule_of(const mgt_config *cfg) {
   }
   const mgt_lr_schedule s = {
       cfg->lr, cfg->min_lr, cfg->lr_decay_style, cfg->lr_warmup_iters, cfg->lr_decay_iters, 1};
+  return s;
+}
+
+mgt_lr_schedule mgt_lr_schedule_decoupled(const mgt_config *cfg) {
+  mgt_lr_schedule s = mgt_lr_schedule_of(cfg);
+  if (cfg->decoupled_lr > 0) {
+    s.lr = cfg->decoupled_lr;
+    s.min_lr = cfg->decoupled_min_lr >= 0 ? cfg->decoupled_min_lr : cfg->min_lr;
+  }
   return s;
 }
 

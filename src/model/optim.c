@@ -13,6 +13,10 @@ struct mgt_optim {
   size_t first, n;
   mgt_segment *segs; /* the model's segments cut to [first, first + n), offsets from first */
   int nseg;
+  /* with a decoupled learning rate: the segments this rank updates, split into the rest (0) and
+     the word embeddings and output layer (1), as Megatron-LM groups them */
+  mgt_segment *group[2];
+  int ngroup[2];
   int64_t steps;
   /* fp16 loss scaling (Megatron-LM's dynamic grad scaler) */
   double loss_scale;
@@ -30,7 +34,8 @@ mgt_optim_options mgt_optim_options_of(const mgt_config *cfg) {
                                cfg->initial_loss_scale,
                                cfg->min_loss_scale,
                                cfg->loss_scale_window,
-                               cfg->hysteresis};
+                               cfg->hysteresis,
+                               cfg->decoupled_lr > 0};
   return o;
 }
 
@@ -64,6 +69,24 @@ mgt_status mgt_optim_create(const mgt_optim_options *opt, mgt_gpt *model, const 
       o->segs[o->nseg++].n = b - a;
     }
   }
+  if (opt->decoupled) {
+    int ns, np;
+    const mgt_segment *all = o->segs ? o->segs : mgt_gpt_segments(model, &ns);
+    const mgt_param *params = mgt_gpt_params(model, &np);
+    if (o->segs) ns = o->nseg;
+    for (int g = 0; g < 2; g++)
+      MGT_TRY(mgt_calloc(sizeof(mgt_segment) * (size_t)(ns ? ns : 1), "optimizer groups",
+                         (void **)&o->group[g]));
+    for (int i = 0; i < ns; i++) { /* the parameter whose elements the segment holds */
+      const size_t at = all[i].offset + (o->segs ? o->first : 0);
+      int p = 0;
+      while (p + 1 < np && params[p + 1].offset <= at)
+        p++;
+      const int g = !strcmp(params[p].name, "embedding.word_embeddings.weight") ||
+                    !strcmp(params[p].name, "output_layer.weight");
+      o->group[g][o->ngroup[g]++] = all[i];
+    }
+  }
   size_t bytes = (o->n ? o->n : 1) * sizeof(float);
   MGT_TRY(mgt_be_alloc(be, bytes, "Adam first moment", (void **)&o->m));
   MGT_TRY(mgt_be_alloc(be, bytes, "Adam second moment", (void **)&o->v));
@@ -80,6 +103,8 @@ void mgt_optim_destroy(mgt_optim **opt) {
   if (o->m) mgt_be_free(o->be, o->m);
   if (o->v) mgt_be_free(o->be, o->v);
   mgt_free(o->segs);
+  mgt_free(o->group[0]);
+  mgt_free(o->group[1]);
   mgt_free(o);
   *opt = NULL;
 }
@@ -134,7 +159,22 @@ static void update_loss_scale(mgt_optim *o, int overflow) {
   }
 }
 
-mgt_status mgt_optim_step(mgt_optim *o, double lr, double *grad_norm, int *skipped) {
+/* One AdamW update of the elements this rank updates: at lr, or with a decoupled learning rate
+   the word embeddings and output layer at lr_decoupled. */
+static mgt_status adamw(mgt_optim *o, float *w, float *g, const mgt_segment *segs, int nseg,
+                        mgt_adamw_step *s, double lr, double lr_decoupled) {
+  if (!o->opt.decoupled)
+    return nseg ? mgt_be_adamw(o->be, w, g, o->m, o->v, segs, nseg, s) : MGT_OK;
+  for (int k = 0; k < 2; k++) {
+    s->lr = (float)(k ? lr_decoupled : lr);
+    if (o->ngroup[k])
+      MGT_CHECK(mgt_be_adamw(o->be, w, g, o->m, o->v, o->group[k], o->ngroup[k], s));
+  }
+  return MGT_OK;
+}
+
+mgt_status mgt_optim_step(mgt_optim *o, double lr, double lr_decoupled, double *grad_norm,
+                          int *skipped) {
   double norm = 0.0;
   MGT_CHECK(mgt_optim_grad_norm(o, &norm));
   norm /= o->loss_scale; /* the gradients carry the loss scale */
@@ -157,16 +197,14 @@ mgt_status mgt_optim_step(mgt_optim *o, double lr, double *grad_norm, int *skipp
   if (o->segs) { /* this rank's shard, then every shard to every data-parallel rank */
     size_t first, n;
     float *g = mgt_gpt_grad_shard(o->model, &first, &n);
-    if (o->nseg)
-      MGT_CHECK(mgt_be_adamw(o->be, mgt_gpt_param_data(o->model) + first, g, o->m, o->v, o->segs,
-                             o->nseg, &s));
+    MGT_CHECK(
+        adamw(o, mgt_gpt_param_data(o->model) + first, g, o->segs, o->nseg, &s, lr, lr_decoupled));
     return mgt_gpt_gather_params(o->model);
   }
   int nseg;
   const mgt_segment *segs = mgt_gpt_segments(o->model, &nseg);
-  MGT_CHECK(mgt_be_adamw(o->be, mgt_gpt_param_data(o->model), mgt_gpt_grad_data(o->model), o->m,
-                         o->v, segs, nseg, &s));
-  return MGT_OK;
+  return adamw(o, mgt_gpt_param_data(o->model), mgt_gpt_grad_data(o->model), segs, nseg, &s, lr,
+               lr_decoupled);
 }
 
 int64_t mgt_optim_step_count(const mgt_optim *o) { return o->steps; }

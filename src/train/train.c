@@ -177,6 +177,7 @@ mgt_run mgt_run_of(const mgt_config *cfg) {
   r.model = mgt_train_model_options(cfg);
   r.optim = mgt_optim_options_of(cfg);
   r.lr = mgt_lr_schedule_of(cfg);
+  r.lr_decoupled = mgt_lr_schedule_decoupled(cfg);
   r.micro_batch = cfg->micro_batch_size, r.global_batch = cfg->global_batch_size;
   r.train_iters = cfg->train_iters;
   r.task = cfg->task, r.mock_data = cfg->mock_data;
@@ -593,7 +594,8 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   int skipped = 1;
   /* The loss is the same on every rank (summed over both axes), so all take the same branch.
      A non-finite loss skips the update whatever the gradients look like. */
-  if (isfinite(loss)) MGT_CHECK(mgt_optim_step(tr->optim, lr, &norm, &skipped));
+  if (isfinite(loss))
+    MGT_CHECK(mgt_optim_step(tr->optim, lr, mgt_lr_at(&r->lr_decoupled, it), &norm, &skipped));
   /* under dynamic fp16 loss scaling an overflowing norm is expected, and lowers the scale */
   const int dynamic_fp16 = r->optim.fp16 && r->optim.loss_scale == 0;
   MGT_CHECK(mgt_be_sync(tr->be));
