@@ -68,7 +68,7 @@ train refpost 1 1 --train-iters 6 --apply-residual-connection-post-layernorm &&
 train bf16 2 2 --train-iters 6 --bf16 && { same ref bf16 1 2e-2 && echo "ok: --bf16 at tp 2 within 2e-2 of fp32" || fail "--bf16"; }
 
 # a damaged samples mapping is found, rebuilt, and gives the same samples
-for f in "$tmp"/alice.h5.bertmap-*; do truncate -s 100 "$f"; done
+for f in "$tmp"/mgt-cache/alice.h5.bertmap-*; do truncate -s 100 "$f"; done
 train rebuilt 1 1 --train-iters 6 && grep -q "damaged or incomplete: rebuilding" "$tmp/rebuilt.log" &&
   same ref rebuilt 1 >/dev/null && echo "ok: a truncated samples mapping is rebuilt, the same samples" ||
   fail "a damaged samples mapping"

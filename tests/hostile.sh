@@ -177,7 +177,7 @@ expect_error "--data-path $tmp/badtok.h5: token id 300 in sample" "$MPIEXEC" -n 
 cp "$tmp/docs.h5" "$tmp/nt.h5" && h5edit "$tmp/nt.h5" "f.attrs['n_tokens'] = np.int64(f.attrs['n_tokens'] + 1000)"
 expect_error "but the n_tokens attribute says" "$MGT" "${D[@]/$tmp\/docs/$tmp/nt}"
 "${T[@]}" "$MGT" "${D[@]}" > "$tmp/out" 2>&1 || { fail "training on the dataset"; cat "$tmp/out"; }
-idx=$(ls "$tmp"/docs.h5.index-* | head -1)
+idx=$(ls "$tmp"/mgt-cache/docs.h5.index-* | head -1)
 truncate -s $(($(stat -c %s "$idx") / 2)) "$idx"
 "${T[@]}" "$MGT" "${D[@]}" > "$tmp/out" 2>&1 && grep -q "is damaged or incomplete: rebuilding it" "$tmp/out" &&
   [ "$(stat -c %s "$idx")" -gt 0 ] && echo "ok: a truncated sample-index cache is rebuilt" ||
@@ -338,7 +338,7 @@ expect_error "model.safetensors: not a readable safetensors file" "$MGT" ckpt im
 # a cached sample index (a BERT samples mapping is cached by the same code) replaced by a FIFO
 cp "$tmp/docs.h5" "$tmp/cf.h5"
 "${T[@]}" "$MGT" "${D0[@]}" --data-path "$tmp/cf" > /dev/null 2>&1 || fail "training on cf"
-idx=$(ls "$tmp"/cf.h5.index-* | head -1) && rm "$idx" && mkfifo "$idx"
+idx=$(ls "$tmp"/mgt-cache/cf.h5.index-* | head -1) && rm "$idx" && mkfifo "$idx"
 "${T[@]}" "$MGT" "${D0[@]}" --data-path "$tmp/cf" > "$tmp/out" 2>&1 && [ -f "$idx" ] &&
   grep -q "is damaged or incomplete: rebuilding it" "$tmp/out" && echo "ok: a FIFO in place of a cached index is rebuilt over" ||
   { fail "a FIFO as a cached index"; tail -3 "$tmp/out"; }

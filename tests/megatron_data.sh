@@ -73,6 +73,25 @@ done
 train h5_2 2 --data-path "$tmp/book" --tensor-model-parallel-size 1 &&
   train mm_2 2 --data-path "$tmp/mm_int32" --tensor-model-parallel-size 1 && same h5_2 mm_2 &&
   echo "ok: read from 2 ranks (dp 2) as the HDF5 dataset" || fail "2 ranks"
+# the caches go into a folder (mgt-cache), so the data folder keeps only .bin/.idx pairs and
+# datasets: Megatron-LM's tools/merge_datasets.py takes every file of a folder for one of a pair;
+# --data-cache-path puts them elsewhere, with the same losses
+$PY - "$tmp" <<'PY' || fail "the data folder holds a file that is not a dataset"
+import os, sys
+d = sys.argv[1]
+files = [f for f in os.listdir(d) if os.path.isfile(os.path.join(d, f))]
+for f in files:
+    stem, ext = os.path.splitext(f)
+    if ext in (".bin", ".idx"):
+        assert os.path.isfile(os.path.join(d, stem + (".idx" if ext == ".bin" else ".bin"))), f
+    assert "index-" not in f and "bertmap-" not in f, f
+caches = os.listdir(os.path.join(d, "mgt-cache"))
+assert any(".idx.index-" in c for c in caches) and any(".h5.index-" in c for c in caches), caches
+print("ok: the sample-index caches are in %s/mgt-cache (%d), none beside the datasets" % (d, len(caches)))
+PY
+train mm_cached 1 --data-path "$tmp/mm_int32" --data-cache-path "$tmp/elsewhere/caches" &&
+  same h5 mm_cached && ls "$tmp"/elsewhere/caches/mm_int32.idx.index-* > /dev/null &&
+  echo "ok: --data-cache-path holds the caches, the same losses" || fail "--data-cache-path"
 cp "$tmp/book.h5" "$tmp/book2.h5"
 train blend_h5 1 --data-path 0.3 "$tmp/book" 0.7 "$tmp/book2" &&
   train blend_mm 1 --data-path 0.3 "$tmp/book" 0.7 "$tmp/mm_uint16" && same blend_h5 blend_mm &&

@@ -155,6 +155,7 @@ typedef struct mgt_config {
   int mock_data;
   char data_path[1 << 16]; /* "P" or "W1 P1 W2 P2 ...", one value per line (hundreds of pairs) */
   char split[128];         /* train,valid,test weights over documents */
+  char data_cache_path[MGT_PATH_MAX]; /* the datasets' index caches; "": mgt-cache beside each */
   char vocab_file[MGT_PATH_MAX];
   char merge_file[MGT_PATH_MAX];
   int tokenizer_type; /* MGT_TOKENIZER_* */

@@ -578,6 +578,7 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
   for (int d = 0; d < spec->n; d++) {
     MGT_TRY(ds_dataset_open(spec->prefix[d], samples, &op->ds[d]));
     op->n = d + 1;
+    snprintf(op->ds[d].cache_dir, sizeof op->ds[d].cache_dir, "%s", cfg->data_cache_path);
     mgt_dataset_info *in = &op->ds[d].info;
     if (!in->vocab_hash[0]) in->vocab_size = cfg->vocab_size; /* Megatron-LM's: the run's ids */
     if (tok && in->vocab_hash[0] && strcmp(in->vocab_hash, mgt_tok_hash(tok)) != 0)

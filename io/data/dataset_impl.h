@@ -22,7 +22,10 @@ typedef struct dataset {
   size_t map_len;
   const unsigned char *tokens;
   char identity[65]; /* hash of what makes a cached index valid for this file */
-  mgt_mmidx mm;      /* a Megatron-LM dataset: its tokens (mm.map) instead of map */
+  /* where its caches go: --data-cache-path, or "" for the folder mgt-cache beside the file (a
+     folder, which Megatron-LM's tools/merge_datasets.py passes over) */
+  char cache_dir[MGT_PATH_MAX];
+  mgt_mmidx mm; /* a Megatron-LM dataset: its tokens (mm.map) instead of map */
 } dataset;
 
 /* The cache file: this header, then doc_idx, sample_idx and shuffle (index_views). A job killed
@@ -90,6 +93,7 @@ int32_t ds_token_at(const dataset *ds, int64_t i);
 /* The checksum of a cache file's body (everything after its index_header). */
 uint64_t ds_body_checksum(const void *mem, size_t bytes);
 void ds_index_free(split_index *ix);
+/* CACHE_DIR/BASENAME.<suffix>-<16 hex digits of the hash of key>: ds's cache of that kind. */
 void ds_cache_path(const dataset *ds, const char *suffix, const char *key, char *path, size_t n);
 mgt_status ds_cached_block(const char *path, const cache_ops *ops, const dataset *ds,
                            MPI_Comm world, FILE *log, void **mem, size_t *len, int *mapped);

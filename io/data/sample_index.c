@@ -233,26 +233,38 @@ static mgt_status map_file(const char *path, void **mem, size_t *len) {
   return MGT_OK;
 }
 
-/* DATASET.h5.<suffix>-<16 hex digits of the hash of key>. */
+/* The folder of ds's caches. */
+static void cache_dir_of(const dataset *ds, char *dir, size_t n) {
+  if (ds->cache_dir[0]) {
+    snprintf(dir, n, "%s", ds->cache_dir);
+    return;
+  }
+  char d[MGT_PATH_MAX];
+  snprintf(d, sizeof d, "%s", ds->info.path);
+  snprintf(dir, n, "%s/mgt-cache", dirname(d));
+}
+
 void ds_cache_path(const dataset *ds, const char *suffix, const char *key, char *path, size_t n) {
-  char hex[65];
+  char hex[65], dir[MGT_PATH_MAX], base[MGT_PATH_MAX];
   mgt_sha256 h;
   unsigned char dg[32];
   mgt_sha256_init(&h);
   mgt_sha256_update(&h, key, strlen(key));
   mgt_sha256_final(&h, dg);
   mgt_sha256_hex(dg, hex);
-  snprintf(path, n, "%s.%s-%.16s", ds->info.path, suffix, hex);
+  cache_dir_of(ds, dir, sizeof dir);
+  snprintf(base, sizeof base, "%s", ds->info.path);
+  snprintf(path, n, "%s/%s.%s-%.16s", dir, basename(base), suffix, hex);
 }
 
-/* Removes the caches' temporary files (DATASET.h5.<suffix>-<hash>.tmp.<pid>) that a killed
-   run left beside the dataset: a sample index can take gigabytes. One is in use while its
+/* Removes the caches' temporary files (BASENAME.<suffix>-<hash>.tmp.<pid>) that a killed run
+   left in the dataset's cache folder: a sample index can take gigabytes. One is in use while its
    process lives on this host or while it is being written (on another node). */
-static void remove_stale_caches(const char *dataset_path, FILE *log) {
-  char dir[MGT_PATH_MAX], base[MGT_PATH_MAX], full[2 * MGT_PATH_MAX + 2];
-  snprintf(dir, sizeof dir, "%s", dataset_path);
-  snprintf(base, sizeof base, "%s", dataset_path);
-  const char *d = dirname(dir), *b = basename(base);
+static void remove_stale_caches(const dataset *ds, FILE *log) {
+  char d[MGT_PATH_MAX], base[MGT_PATH_MAX], full[2 * MGT_PATH_MAX + 2];
+  cache_dir_of(ds, d, sizeof d);
+  snprintf(base, sizeof base, "%s", ds->info.path);
+  const char *b = basename(base);
   const size_t bl = strlen(b);
   DIR *dh = opendir(d);
   if (!dh) return;
@@ -269,6 +281,20 @@ static void remove_stale_caches(const char *dataset_path, FILE *log) {
   closedir(dh);
 }
 
+/* Makes the cache folder (and its parents) on rank 0; 0 where it cannot be. */
+static int make_cache_dir(const dataset *ds) {
+  char dir[MGT_PATH_MAX];
+  cache_dir_of(ds, dir, sizeof dir);
+  for (char *p = dir + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      if (mkdir(dir, 0777) != 0 && errno != EEXIST) return 0;
+      *p = '/';
+    }
+  struct stat sb;
+  return (mkdir(dir, 0777) == 0 || errno == EEXIST) && stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 /* The block at `path`: rank 0 makes sure a whole, valid cache exists (rebuilding a damaged
    one), then every rank maps it; where it cannot be written every rank builds its own.
    *mapped says which. Collective over world. */
@@ -280,7 +306,7 @@ mgt_status ds_cached_block(const char *path, const cache_ops *ops, const dataset
   int cached = 0;
   mgt_status st = MGT_OK;
   if (rank == 0) {
-    remove_stale_caches(ds->info.path, log);
+    remove_stale_caches(ds, log);
     if (access(path, F_OK) == 0) {
       void *m = NULL;
       size_t l = 0;
@@ -298,12 +324,12 @@ mgt_status ds_cached_block(const char *path, const cache_ops *ops, const dataset
       size_t l = 0;
       st = ops->build(ops->ctx, &m, &l);
       if (st == MGT_OK) {
-        cached = write_cache(path, m, l) == MGT_OK;
+        cached = make_cache_dir(ds) && write_cache(path, m, l) == MGT_OK;
         if (!cached) {
           mgt_error_clear();
           if (log)
-            fprintf(log, "note: cannot cache the %s beside %s; every rank builds it in memory\n",
-                    ops->what, ds->info.path);
+            fprintf(log, "note: cannot cache the %s of %s in %s; every rank builds it in memory\n",
+                    ops->what, ds->info.path, path);
         } else if (log) {
           fprintf(log, "built %s %s\n", ops->what, path);
         }

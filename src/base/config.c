@@ -238,6 +238,9 @@ static const mgt_flag flags[] = {
      "dataset prefix P (P.h5 from mgt preprocess), or weights and prefixes W1 P1 W2 P2 ...", NULL,
      sizeof(((mgt_config *)0)->data_path), 0},
     STR("--split", split, "train,valid,test weights over documents"),
+    STR("--data-cache-path", data_cache_path,
+        "folder of the datasets' sample-index caches (default: a folder mgt-cache beside each "
+        "dataset)"),
     STR("--vocab-file", vocab_file, "GPT-2 vocabulary, to check the dataset was made with it"),
     STR("--tokenizer-model", vocab_file, ""), /* HuggingFaceTokenizer's tokenizer.json */
     STR("--merge-file", merge_file, "GPT-2 merges, with --vocab-file"),
