@@ -92,6 +92,53 @@ PY
 train mm_cached 1 --data-path "$tmp/mm_int32" --data-cache-path "$tmp/elsewhere/caches" &&
   same h5 mm_cached && ls "$tmp"/elsewhere/caches/mm_int32.idx.index-* > /dev/null &&
   echo "ok: --data-cache-path holds the caches, the same losses" || fail "--data-cache-path"
+# ---- Megatron-LM's other data forms ----
+# "part" (the first 40% of the documents) and "cat" (the book's documents, then part's), by the
+# independent writer; the training split's samples of each counted independently
+$PY - "$tmp" <<'PY' > "$tmp/weights" || fail "numpy writer (part, cat)"
+import struct, sys, h5py, numpy as np
+d = sys.argv[1]
+with h5py.File(d + "/book.h5", "r") as f:
+    tok, off = f["tokens"][:].astype(np.int64), f["document_offsets"][:]
+def write(name, docs):
+    sizes = np.array([off[i + 1] - off[i] for i in docs], np.int32)
+    ptrs = np.concatenate([[0], np.cumsum(sizes.astype(np.int64))[:-1]]) * 4
+    with open("%s/%s.idx" % (d, name), "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QB", 1, 4) + struct.pack("<QQ", len(docs), len(docs) + 1))
+        f.write(sizes.tobytes() + ptrs.astype(np.int64).tobytes() + np.arange(len(docs) + 1, dtype=np.int64).tobytes())
+    np.concatenate([tok[off[i]:off[i + 1]] for i in docs]).astype(np.int32).tofile("%s/%s.bin" % (d, name))
+    return sizes
+n = len(off) - 1
+part = list(range(int(0.4 * n)))
+write("part", part)
+write("cat", list(range(n)) + part)
+def train_samples(sizes):  # --split 90,10,0 over documents, windows of 64 + 1 tokens
+    b1 = int(0.9 * len(sizes) + 0.5)
+    return (int(sizes[:b1].sum()) - 1) // 64
+print(train_samples(np.diff(off)), train_samples(np.diff(off)[:len(part)]), n, len(part))
+PY
+read -r w_book w_part n_book n_part < "$tmp/weights"
+trainloss() { grep -v valid "$tmp/$1.jsonl" | $PY -c 'import json, sys; print([json.loads(l)["loss"] for l in sys.stdin])'; }
+train size 1 --data-path "$tmp/book" "$tmp/part" && train weighted 1 --data-path "$w_book" "$tmp/book" "$w_part" "$tmp/part" &&
+  [ "$(trainloss size)" = "$(trainloss weighted)" ] &&
+  echo "ok: prefixes without weights blend as weighted by their samples ($w_book and $w_part, counted independently)" ||
+  fail "--data-path without weights"
+printf '%s %s\n  %s %s\n' "$w_book" "$tmp/book" "$w_part" "$tmp/part" > "$tmp/data_args"
+train args 1 --data-args-path "$tmp/data_args" && same weighted args &&
+  echo "ok: --data-args-path reads --data-path's value from its file" || fail "--data-args-path"
+train persplit 1 --train-data-path "$tmp/book" --valid-data-path "$tmp/part" &&
+  train catsplit 1 --data-path "$tmp/cat" --split "$n_book,$n_part,0" && same persplit catsplit &&
+  echo "ok: --train-data-path and --valid-data-path: each split its whole blend, as the documents of one file split there" ||
+  fail "per-split data paths"
+printf '{"train": ["%s"], "valid": ["%s"], "test": null}' "$tmp/book" "$tmp/part" > "$tmp/split_args.json"
+train persplit_json 1 --per-split-data-args-path "$tmp/split_args.json" && same persplit persplit_json &&
+  echo "ok: --per-split-data-args-path reads each split's blend from JSON" || fail "--per-split-data-args-path"
+expect_error "give --data-path (split by --split) or each split's --train-data-path" \
+  "$MGT" train --data-path "$tmp/book" --train-data-path "$tmp/part" "${GPT2[@]}"
+expect_error "--valid-data-path and --test-data-path need --train-data-path" \
+  "$MGT" train --data-path "$tmp/book" --valid-data-path "$tmp/part" "${GPT2[@]}"
+expect_error "--data-path: value 3, '$tmp/part', is not a positive weight" \
+  "$MGT" train --data-path 0.5 "$tmp/book" "$tmp/part" "$tmp/book" "${GPT2[@]}"
 cp "$tmp/book.h5" "$tmp/book2.h5"
 train blend_h5 1 --data-path 0.3 "$tmp/book" 0.7 "$tmp/book2" &&
   train blend_mm 1 --data-path 0.3 "$tmp/book" 0.7 "$tmp/mm_uint16" && same blend_h5 blend_mm &&

@@ -155,6 +155,10 @@ typedef struct mgt_config {
   int mock_data;
   char data_path[1 << 16]; /* "P" or "W1 P1 W2 P2 ...", one value per line (hundreds of pairs) */
   char split[128];         /* train,valid,test weights over documents */
+  /* each split its own blend (Megatron-LM's), "P" or "W1 P1 ..." or "P1 P2 ...", one per line */
+  char train_data_path[1 << 14], valid_data_path[1 << 14], test_data_path[1 << 14];
+  char data_args_path[MGT_PATH_MAX];           /* a file holding --data-path's value */
+  char per_split_data_args_path[MGT_PATH_MAX]; /* JSON: {"train": [...], "valid": [...], ...} */
   char data_cache_path[MGT_PATH_MAX]; /* the datasets' index caches; "": mgt-cache beside each */
   char vocab_file[MGT_PATH_MAX];
   char merge_file[MGT_PATH_MAX];

@@ -437,7 +437,17 @@ static void spec_free(data_spec *spec) {
   free(spec);
 }
 
-static mgt_status parse_data_path(const char *list, data_spec **out) {
+/* Whether v is a number, as Megatron-LM tells a weight from a prefix (Python's float()). */
+static int is_number(const char *v) {
+  char *end;
+  errno = 0;
+  (void)strtod(v, &end);
+  return end != v && *end == 0;
+}
+
+/* The blend of `flag`: one prefix; pairs of weight and prefix; or prefixes without weights (an
+   odd count, or no weight where weights go), weighted by their samples, as Megatron-LM's. */
+static mgt_status parse_data_path(const char *flag, const char *list, data_spec **out) {
   *out = NULL;
   data_spec *spec = calloc(1, sizeof *spec);
   char **items = NULL;
@@ -456,46 +466,41 @@ static mgt_status parse_data_path(const char *list, data_spec **out) {
     *e = 0;
     s = e + 1;
   }
-  if (n == 1) {
-    spec->n = 1;
-    spec->w = malloc(sizeof *spec->w);
-    spec->prefix = malloc(sizeof *spec->prefix);
-    if (!spec->w || !spec->prefix) goto nomem;
-    spec->w[0] = 1;
-    spec->prefix[0] = items[0];
-  } else {
-    if (n == 0 || n % 2 != 0) {
-      mgt_error_set(
-          MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
-          "--data-path: give one prefix, or pairs of weight and prefix (%zu values given)", n);
-      st = MGT_ERR_INPUT;
-      goto done;
-    }
-    spec->n = (int)(n / 2);
-    spec->w = calloc(n / 2, sizeof *spec->w);
-    spec->prefix = calloc(n / 2, sizeof *spec->prefix);
-    if (!spec->w || !spec->prefix) goto nomem;
-    double sum = 0;
-    for (int i = 0; i < spec->n; i++) {
-      char *end;
-      double w = strtod(items[2 * i], &end);
-      if (!(*end == 0 && end != items[2 * i] && w > 0 && isfinite(w)))
-        MGT_GOTO_FAIL(MGT_ERR_INPUT,
-                      "--data-path: value %d, '%.64s', is not a positive weight (pairs of weight "
-                      "and prefix)",
+  if (n == 0) MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: no dataset given", flag);
+  int weights = 0;
+  for (size_t i = 0; n % 2 == 0 && i < n; i += 2)
+    weights += is_number(items[i]);
+  for (size_t i = 0; weights && i < n; i += 2)
+    if (!is_number(items[i]))
+      MGT_GOTO_FAIL(MGT_ERR_INPUT,
+                    "%s: value %zu, '%.64s', is not a positive weight (give prefixes alone, or "
+                    "each with its weight before it)",
+                    flag, i + 1, items[i]);
+  spec->by_size = !weights && n > 1;
+  spec->n = weights ? (int)(n / 2) : (int)n;
+  spec->w = calloc((size_t)spec->n, sizeof *spec->w);
+  spec->prefix = calloc((size_t)spec->n, sizeof *spec->prefix);
+  if (!spec->w || !spec->prefix) goto nomem;
+  double sum = 0;
+  for (int i = 0; i < spec->n; i++) {
+    double w = 1;
+    if (weights) {
+      w = strtod(items[2 * i], NULL);
+      if (!(w > 0 && isfinite(w)))
+        MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: value %d, '%.64s', is not a positive weight", flag,
                       2 * i + 1, items[2 * i]);
-      spec->w[i] = w;
-      sum += w;
-      spec->prefix[i] = items[2 * i + 1];
     }
-    for (int i = 0; i < spec->n; i++)
-      spec->w[i] /= sum;
+    spec->w[i] = w;
+    sum += w;
+    spec->prefix[i] = items[weights ? 2 * i + 1 : i];
   }
+  for (int i = 0; i < spec->n; i++)
+    spec->w[i] /= sum;
   free(items);
   *out = spec;
   return MGT_OK;
 nomem:
-  st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory reading --data-path");
+  st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory reading %s", flag);
 done:
   free(items);
   spec_free(spec);
@@ -503,23 +508,29 @@ done:
 }
 
 mgt_status mgt_dataset_vocab_size(const mgt_config *cfg, int *vocab_size) {
-  data_spec *spec = NULL;
-  mgt_status st = MGT_OK;
-  MGT_TRY(parse_data_path(cfg->data_path, &spec));
   *vocab_size = 0;
-  for (int i = 0; i < spec->n; i++) {
-    mgt_dataset_info info;
-    MGT_TRY(mgt_dataset_info_read(spec->prefix[i], &info));
-    if (info.vocab_size > *vocab_size) *vocab_size = (int)info.vocab_size;
-    if (!strcmp(info.format, "megatron") && *vocab_size == 0 && i == spec->n - 1)
-      MGT_GOTO_FAIL(MGT_ERR_INPUT,
-                    "--data-path %s is a Megatron-LM dataset, which does not record its "
-                    "vocabulary: give --vocab-file (and --merge-file) or --vocab-size",
-                    info.path);
+  const char *const flags[3] = {"--data-path", "--train-data-path", "--valid-data-path"};
+  const char *const lists[3] = {cfg->data_path, cfg->train_data_path, cfg->valid_data_path};
+  for (int k = 0; k < 3; k++) {
+    if (!lists[k][0]) continue;
+    data_spec *spec = NULL;
+    mgt_status st = MGT_OK;
+    MGT_TRY(parse_data_path(flags[k], lists[k], &spec));
+    for (int i = 0; i < spec->n; i++) {
+      mgt_dataset_info info;
+      MGT_TRY(mgt_dataset_info_read(spec->prefix[i], &info));
+      if (info.vocab_size > *vocab_size) *vocab_size = (int)info.vocab_size;
+      if (!strcmp(info.format, "megatron") && *vocab_size == 0 && i == spec->n - 1)
+        MGT_GOTO_FAIL(MGT_ERR_INPUT,
+                      "%s %s is a Megatron-LM dataset, which does not record its vocabulary: "
+                      "give --vocab-file (and --merge-file) or --vocab-size",
+                      flags[k], info.path);
+    }
+  done:
+    spec_free(spec);
+    MGT_CHECK(st);
   }
-done:
-  spec_free(spec);
-  return st;
+  return MGT_OK;
 }
 
 void ds_opened_release(opened *op) {
@@ -541,7 +552,29 @@ static mgt_status make_source(opened *op, const data_spec *spec, int split, cons
   s->n = spec->n;
   s->seq = cfg->seq_length;
   MGT_TRY(mgt_calloc(sizeof(split_index) * (size_t)spec->n, "sample indices", (void **)&s->ix));
-  MGT_TRY(ds_blending_make(spec->w, spec->n, needed, &s->bl));
+  const double *w = spec->w;
+  double *sized = NULL;
+  if (spec->by_size) { /* each weighted by the samples of one epoch of its split */
+    MGT_TRY(mgt_calloc(sizeof *sized * (size_t)spec->n, "blend weights", (void **)&sized));
+    double sum = 0;
+    for (int d = 0; d < spec->n; d++) {
+      int64_t a, b;
+      ds_split_docs(&op->ds[d], split, frac, &a, &b);
+      const int64_t tokens = op->ds[d].doc_off[b] - op->ds[d].doc_off[a];
+      sum += sized[d] = tokens > 1 ? (double)((tokens - 1) / cfg->seq_length) : 0;
+    }
+    for (int d = 0; d < spec->n && sum > 0; d++)
+      sized[d] /= sum;
+    w = sized;
+    if (sum == 0) {
+      mgt_free(sized);
+      MGT_GOTO_FAIL(MGT_ERR_INPUT, "the datasets of the blend hold no sample of --seq-length %d",
+                    cfg->seq_length);
+    }
+  }
+  st = ds_blending_make(w, spec->n, needed, &s->bl);
+  mgt_free(sized);
+  MGT_TRY(st);
   for (int d = 0; d < spec->n; d++) {
     int64_t a, b, need = s->bl.counts[d] > 0 ? s->bl.counts[d] : 1;
     ds_split_docs(&op->ds[d], split, frac, &a, &b);
@@ -557,68 +590,102 @@ done:
   return st;
 }
 
-mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log, mgt_data *train,
-                               mgt_data *valid) {
-  memset(train, 0, sizeof *train);
-  memset(valid, 0, sizeof *valid);
-  data_spec *spec = NULL;
+/* The datasets of one blend (`flag`'s list), opened and checked against the run's vocabulary. */
+static mgt_status open_blend(const mgt_config *cfg, const char *flag, const char *list, int samples,
+                             const mgt_tokenizer *tok, data_spec **spec, opened **out) {
   opened *op = NULL;
-  mgt_tokenizer *tok = NULL;
   mgt_status st = MGT_OK;
-  mgt_model_spec desc;
-  MGT_CHECK(mgt_model_describe(cfg, &desc));
-  const int samples = desc.input == MGT_INPUT_SAMPLES; /* BERT's, not windows of tokens */
+  *out = NULL;
+  MGT_CHECK(parse_data_path(flag, list, spec));
   MGT_TRY(mgt_calloc(sizeof *op, "datasets", (void **)&op));
-  op->refs = 1; /* this function's own reference, dropped at the end */
-  MGT_TRY(parse_data_path(cfg->data_path, &spec));
-  MGT_TRY(mgt_calloc(sizeof *op->ds * (size_t)spec->n, "datasets", (void **)&op->ds));
-  if (cfg->vocab_file[0]) {
-    MGT_TRY(mgt_tok_open(cfg->tokenizer_type, cfg->vocab_file, cfg->merge_file, &tok));
-  }
-  for (int d = 0; d < spec->n; d++) {
-    MGT_TRY(ds_dataset_open(spec->prefix[d], samples, &op->ds[d]));
+  op->refs = 1; /* the caller's own reference */
+  MGT_TRY(mgt_calloc(sizeof *op->ds * (size_t)(*spec)->n, "datasets", (void **)&op->ds));
+  for (int d = 0; d < (*spec)->n; d++) {
+    MGT_TRY(ds_dataset_open((*spec)->prefix[d], samples, &op->ds[d]));
     op->n = d + 1;
     snprintf(op->ds[d].cache_dir, sizeof op->ds[d].cache_dir, "%s", cfg->data_cache_path);
     mgt_dataset_info *in = &op->ds[d].info;
     if (!in->vocab_hash[0]) in->vocab_size = cfg->vocab_size; /* Megatron-LM's: the run's ids */
     if (tok && in->vocab_hash[0] && strcmp(in->vocab_hash, mgt_tok_hash(tok)) != 0)
       MGT_GOTO_FAIL(MGT_ERR_INPUT,
-                    "--data-path %s was tokenized with another vocabulary than %s %s "
+                    "%s %s was tokenized with another vocabulary than %s %s "
                     "(hash %.12s, expected %.12s)",
-                    in->path, mgt_tokenizer_file_flag(cfg->tokenizer_type), cfg->vocab_file,
+                    flag, in->path, mgt_tokenizer_file_flag(cfg->tokenizer_type), cfg->vocab_file,
                     in->vocab_hash, mgt_tok_hash(tok));
     if (in->max_token_id >= cfg->vocab_size || in->vocab_size > cfg->vocab_size)
       MGT_GOTO_FAIL(MGT_ERR_INPUT,
-                    "--data-path %s: vocabulary of %lld ids (largest used %lld) does not fit "
+                    "%s %s: vocabulary of %lld ids (largest used %lld) does not fit "
                     "--vocab-size %d",
-                    in->path, (long long)in->vocab_size, (long long)in->max_token_id,
+                    flag, in->path, (long long)in->vocab_size, (long long)in->max_token_id,
                     cfg->vocab_size);
   }
-  double frac[3];
-  MGT_TRY(mgt_split_parse(cfg->split, frac));
+  MGT_REQUIRE(!samples || !(*spec)->by_size,
+              "%s: --model bert blends need a weight before each prefix", flag);
+  *out = op;
+  return MGT_OK;
+done:
+  ds_opened_release(op);
+  spec_free(*spec);
+  *spec = NULL;
+  return st;
+}
+
+/* The source of split `split` (0 train, 1 valid) of a blend. */
+static mgt_status blend_source(opened *op, const data_spec *spec, int split, const double frac[3],
+                               int64_t needed, const mgt_config *cfg, const mgt_tokenizer *tok,
+                               MPI_Comm world, FILE *log, int samples, mgt_data *out) {
+  if (samples) return ds_make_bert_source(op, spec, split, frac, needed, cfg, tok, world, log, out);
+  return make_source(op, spec, split, frac, needed, cfg, world, log, out);
+}
+
+mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log, mgt_data *train,
+                               mgt_data *valid) {
+  memset(train, 0, sizeof *train);
+  memset(valid, 0, sizeof *valid);
+  data_spec *spec = NULL, *vspec = NULL;
+  opened *op = NULL, *vop = NULL;
+  mgt_tokenizer *tok = NULL;
+  mgt_status st = MGT_OK;
+  mgt_model_spec desc;
+  MGT_CHECK(mgt_model_describe(cfg, &desc));
+  const int samples = desc.input == MGT_INPUT_SAMPLES; /* BERT's, not windows of tokens */
+  if (cfg->vocab_file[0]) {
+    MGT_TRY(mgt_tok_open(cfg->tokenizer_type, cfg->vocab_file, cfg->merge_file, &tok));
+  }
+  if (samples && (!tok || mgt_tok_type(tok) < MGT_TOKENIZER_BERT_LOWER))
+    MGT_GOTO_FAIL(MGT_ERR_INPUT,
+                  "--model bert needs the WordPiece --vocab-file the datasets were made with");
   int64_t need_train = cfg->train_iters * (int64_t)cfg->global_batch_size;
   if (need_train < 1) need_train = 1;
   const int64_t need_valid = (int64_t)cfg->eval_iters * cfg->global_batch_size;
-  const int want_valid = cfg->eval_iters > 0 && frac[1] > 0;
-  if (samples) {
-    if (!tok || mgt_tok_type(tok) < MGT_TOKENIZER_BERT_LOWER)
-      MGT_GOTO_FAIL(MGT_ERR_INPUT,
-                    "--model bert needs the WordPiece --vocab-file the datasets were made with");
-    MGT_TRY(ds_make_bert_source(op, spec, 0, frac, need_train, cfg, tok, world, log, train));
-    if (want_valid)
-      MGT_TRY(ds_make_bert_source(op, spec, 1, frac, need_valid, cfg, tok, world, log, valid));
+  if (cfg->train_data_path[0]) { /* each split its own blend, whole (Megatron-LM's) */
+    static const double all_train[3] = {1, 0, 0}, all_valid[3] = {0, 1, 0};
+    MGT_TRY(open_blend(cfg, "--train-data-path", cfg->train_data_path, samples, tok, &spec, &op));
+    MGT_TRY(blend_source(op, spec, 0, all_train, need_train, cfg, tok, world, log, samples, train));
+    if (cfg->valid_data_path[0] && cfg->eval_iters > 0) {
+      MGT_TRY(
+          open_blend(cfg, "--valid-data-path", cfg->valid_data_path, samples, tok, &vspec, &vop));
+      MGT_TRY(
+          blend_source(vop, vspec, 1, all_valid, need_valid, cfg, tok, world, log, samples, valid));
+    }
   } else {
-    MGT_TRY(make_source(op, spec, 0, frac, need_train, cfg, world, log, train));
-    if (want_valid) MGT_TRY(make_source(op, spec, 1, frac, need_valid, cfg, world, log, valid));
+    double frac[3];
+    MGT_TRY(mgt_split_parse(cfg->split, frac));
+    MGT_TRY(open_blend(cfg, "--data-path", cfg->data_path, samples, tok, &spec, &op));
+    MGT_TRY(blend_source(op, spec, 0, frac, need_train, cfg, tok, world, log, samples, train));
+    if (cfg->eval_iters > 0 && frac[1] > 0)
+      MGT_TRY(blend_source(op, spec, 1, frac, need_valid, cfg, tok, world, log, samples, valid));
   }
 done:
   mgt_tok_destroy(&tok);
   spec_free(spec);
+  spec_free(vspec);
   if (st != MGT_OK) {
     mgt_data_destroy(train);
     mgt_data_destroy(valid);
   }
   ds_opened_release(op);
+  ds_opened_release(vop);
   return st;
 }
 

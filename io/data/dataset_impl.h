@@ -70,7 +70,8 @@ typedef struct blending {
    pairs, every one checked. */
 typedef struct data_spec {
   int n;
-  double *w;
+  double *w;     /* normalized; with by_size, set per split from the datasets */
+  int by_size;   /* prefixes without weights: weighted by their samples, as Megatron-LM does */
   char **prefix; /* into buf */
   char *buf;
 } data_spec;

@@ -88,7 +88,7 @@ static mgt_status finetune_config(mgt_config *c, int size, mgt_task_data *data) 
               "without --train-iters");
   MGT_REQUIRE(c->pretrained_checkpoint[0] || c->load[0],
               "mgt finetune needs --pretrained-checkpoint (or --load to resume a fine-tuning run)");
-  MGT_REQUIRE(!c->mock_data && !c->data_path[0],
+  MGT_REQUIRE(!c->mock_data && !c->data_path[0] && !c->train_data_path[0],
               "mgt finetune reads --train-data and --valid-data, not --data-path or --mock-data");
   MGT_REQUIRE(c->vocab_file[0], "mgt finetune needs the --vocab-file of the pretrained model");
   MGT_CHECK(mgt_task_data_open(c, NULL, data));
@@ -161,7 +161,7 @@ static mgt_status job_config(mgt_config *cfg, MPI_Comm world, int rank, int size
             "cannot be trained on or evaluated\n",
             cfg->vocab_size, tok_vocab, cfg->vocab_size);
   MGT_CHECK(mgt_config_finalize(cfg, size));
-  if (cfg->data_path[0] && cfg->vocab_size == 0) {
+  if ((cfg->data_path[0] || cfg->train_data_path[0]) && cfg->vocab_size == 0) {
     /* the vocabulary comes from the datasets; every rank reads the same attributes */
     MGT_CHECK(mgt_mpi_agree(world, mgt_dataset_vocab_size(cfg, &cfg->vocab_size)));
     MGT_CHECK(mgt_config_finalize(cfg, size));
