@@ -178,6 +178,45 @@ print("ok: --dataset-impl mmap on 2 ranks: %d documents and %d tokens equal to t
 PY
 train pp 1 --data-path "$tmp/pp_text_document" && same h5 pp &&
   echo "ok: trains on what --dataset-impl mmap wrote as on the HDF5 dataset" || fail "training on the mmap output"
+# a JSON line of empty text is an empty document, as Megatron-LM's preprocess_data.py writes it:
+# no token, no end of document, no sequence, its entry in the document index repeated; trained on
+$PY - "$tmp/docs.jsonl" "$tmp/holes.jsonl" <<'PY'
+import json, sys
+docs = [json.loads(l) for l in open(sys.argv[1])]
+with open(sys.argv[2], "w") as f:
+    for i, d in enumerate(docs):
+        f.write(json.dumps(d) + "\n")
+        if i % 5 == 0: f.write(json.dumps({"text": ""}) + "\n")
+PY
+"$MGT" preprocess --input "$tmp/holes.jsonl" --output-prefix "$tmp/holes" "${GPT2[@]}" --append-eod \
+  --dataset-impl mmap --workers 8 --partitions 2 --lang english > "$tmp/holes.log" 2>&1 &&
+  grep -q "^mgt: note: --workers, --partitions: mgt preprocess tokenizes on its MPI ranks" "$tmp/holes.log" &&
+  "$MGT" preprocess --input "$tmp/holes.jsonl" --output-prefix "$tmp/holes" "${GPT2[@]}" --append-eod \
+  >> "$tmp/holes.log" 2>&1 || { fail "preprocess with empty documents"; cat "$tmp/holes.log"; }
+$PY - "$tmp" <<'PY' || fail "empty documents as Megatron-LM writes them"
+import json, sys, h5py, numpy as np
+sys.path.insert(0, sys.argv[1])
+from reader import read
+d = sys.argv[1]
+dt, seqs, docs = read(d + "/holes_text_document")
+with h5py.File(d + "/book.h5", "r") as f:
+    tok, off = f["tokens"][:], f["document_offsets"][:]
+texts = [json.loads(l)["text"] for l in open(d + "/holes.jsonl")]
+want_docs, want_seqs, k = [0], [], 0
+for t in texts:  # Megatron-LM: a sequence for a document with tokens, none for an empty one
+    if t:
+        want_seqs.append(tok[off[k]:off[k + 1]]); k += 1
+    want_docs.append(len(want_seqs))
+assert list(docs) == want_docs and len(seqs) == len(want_seqs)
+assert all((a == b).all() for a, b in zip(seqs, want_seqs))
+with h5py.File(d + "/holes.h5", "r") as f:
+    o = f["document_offsets"][:]
+assert len(o) == len(texts) + 1 and (np.diff(o)[[i for i, t in enumerate(texts) if not t]] == 0).all()
+print("ok: %d empty documents: no token, no sequence, the document index repeated (.idx and HDF5)" % texts.count(""))
+PY
+train holes_mm 1 --data-path "$tmp/holes_text_document" && train holes_h5 1 --data-path "$tmp/holes" &&
+  same holes_mm holes_h5 && echo "ok: trains on datasets with empty documents, both formats alike" ||
+  fail "training with empty documents"
 
 # ---- BERT: sentences (a sequence each) grouped into documents by the document index ----
 BW=(--tokenizer-type BertWordPieceLowerCase --vocab-file "$V")

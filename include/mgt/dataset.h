@@ -29,6 +29,7 @@ typedef struct mgt_preprocess_opts {
   int skip_bad_lines;
   int log_interval_s; /* seconds between progress lines on stderr when it is not a terminal */
   int dataset_impl;   /* 0: hdf5 (PREFIX.h5); 1: mmap, Megatron-LM's PREFIX_KEY_LEVEL.bin/.idx */
+  char notes[1024];   /* not a flag: Megatron-LM's flags taken that change nothing, and why */
 } mgt_preprocess_opts;
 
 /* Tokenizes the inputs, each rank its share of the documents, and writes OUTPUT_PREFIX.h5

@@ -114,7 +114,8 @@ static mgt_status add_doc(share *sh, size_t n_tokens) {
   return push_len(&sh->doc_len, &sh->n_docs, &sh->cap_docs, n_tokens);
 }
 
-/* A document as sentences, each tokenized apart; a document without a sentence is dropped. */
+/* A document as sentences, each tokenized apart; one without a sentence is an empty document, as
+   Megatron-LM's tools/preprocess_data.py writes it. */
 static mgt_status encode_sentences(mgt_tokenizer *tok, share *sh, const char *text, size_t len) {
   size_t n = mgt_split_sentences(text, len, sh->spans, sh->cap_spans);
   if (n > sh->cap_spans) {
@@ -134,7 +135,7 @@ static mgt_status encode_sentences(mgt_tokenizer *tok, share *sh, const char *te
   }
   for (size_t i = before; i < sh->tokens.n; i++)
     if (sh->tokens.ids[i] > sh->max_id) sh->max_id = sh->tokens.ids[i];
-  return kept ? add_doc(sh, sh->tokens.n - before) : MGT_OK;
+  return add_doc(sh, kept ? sh->tokens.n - before : 0);
 }
 
 static mgt_status encode_doc(const mgt_preprocess_opts *o, mgt_tokenizer *tok, share *sh,
@@ -142,7 +143,9 @@ static mgt_status encode_doc(const mgt_preprocess_opts *o, mgt_tokenizer *tok, s
   if (o->split_sentences) return encode_sentences(tok, sh, text, len);
   size_t before = sh->tokens.n;
   MGT_CHECK(mgt_tok_encode(tok, text, len, &sh->tokens));
-  if (o->append_eod) MGT_CHECK(mgt_ids_push(&sh->tokens, mgt_tok_eod(tok)));
+  /* no token, no end of document: an empty document, as Megatron-LM's preprocess_data.py */
+  if (o->append_eod && sh->tokens.n > before)
+    MGT_CHECK(mgt_ids_push(&sh->tokens, mgt_tok_eod(tok)));
   for (size_t i = before; i < sh->tokens.n; i++)
     if (sh->tokens.ids[i] > sh->max_id) sh->max_id = sh->tokens.ids[i];
   return add_doc(sh, sh->tokens.n - before);
@@ -489,25 +492,30 @@ static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_
 }
 
 /* Megatron-LM's format of this rank's share: a sequence per document, or per sentence with
-   --split-sentences (then each document's sentence count from the lengths). */
+   --split-sentences (then each document's sentence count from the lengths); an empty document
+   has no sequence. */
 static mgt_status write_megatron(const char *prefix, MPI_Comm world, int split, const share *sh,
                                  const tok_meta *meta) {
-  const int64_t *seq = split ? sh->sent_len : sh->doc_len;
-  const size_t n_seq = split ? sh->n_sents : sh->n_docs;
-  int64_t *per_doc = NULL;
+  int64_t *per_doc = NULL, *docs = NULL;
+  size_t n_seq = split ? sh->n_sents : 0;
   mgt_status st =
       mgt_calloc(sizeof(int64_t) * (sh->n_docs + 1), "document sizes", (void **)&per_doc);
+  if (st == MGT_OK && !split)
+    st = mgt_calloc(sizeof(int64_t) * (sh->n_docs + 1), "document sizes", (void **)&docs);
   for (size_t d = 0, s = 0; st == MGT_OK && d < sh->n_docs; d++) {
     int64_t left = sh->doc_len[d];
-    per_doc[d] = split ? 0 : 1;
+    per_doc[d] = !split && left > 0;
+    if (!split && left > 0) docs[n_seq++] = left;
     while (split && left > 0 && s < sh->n_sents)
       left -= sh->sent_len[s++], per_doc[d]++;
   }
+  const int64_t *seq = split ? sh->sent_len : docs;
   st = mgt_mpi_agree(world, st);
   if (st == MGT_OK)
     st = mgt_mmidx_write(prefix, world, meta->vocab_size, sh->tokens.ids, (int64_t)sh->tokens.n,
                          seq, (int64_t)n_seq, per_doc, (int64_t)sh->n_docs);
   mgt_free(per_doc);
+  mgt_free(docs);
   return st;
 }
 

@@ -22,6 +22,14 @@
 #define MGT_VERSION "unknown"
 #endif
 
+void mgt_cli_print_notes(const char *notes, int rank) {
+  for (const char *p = notes; rank == 0 && *p;) {
+    const size_t len = strcspn(p, "\n");
+    fprintf(stderr, "mgt: note: %.*s\n", (int)len, p);
+    p += len + (p[len] == '\n');
+  }
+}
+
 int mgt_cli_local_ranks(MPI_Comm world) {
   MPI_Comm node;
   int n = 1;
@@ -69,6 +77,7 @@ static int cmd_preprocess(int argc, char **argv, MPI_Comm world) {
     if (rank == 0) mgt_preprocess_usage(stdout);
     return 0;
   }
+  mgt_cli_print_notes(o.notes, rank);
   st = mgt_preprocess_run(&o, world, rank == 0 ? stdout : NULL);
   return st == MGT_OK ? 0 : mgt_cli_fail(st, rank, world, 1); /* errors are agreed across ranks */
 }

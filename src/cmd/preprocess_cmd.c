@@ -38,6 +38,17 @@ static const mgt_flag flags[] = {
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
+#define RANKS "mgt preprocess tokenizes on its MPI ranks (mpiexec -n N mgt preprocess ...)"
+/* Megatron-LM's tools/preprocess_data.py flags this command answers beyond its table. */
+static const mgt_foreign_flag megatron[] = {
+    {"--workers", 1, MGT_FOREIGN_NOTE, NULL, RANKS},
+    {"--partitions", 1, MGT_FOREIGN_NOTE, NULL, RANKS},
+    {"--keep-sequential-samples", 0, MGT_FOREIGN_NOTE, NULL,
+     "mgt preprocess keeps the documents in the order of its inputs always"},
+    {"--lang", 1, MGT_FOREIGN_AT, "english",
+     "mgt splits sentences (--split-sentences) by its own English rules"},
+};
+
 void mgt_preprocess_defaults(mgt_preprocess_opts *o) {
   memset(o, 0, sizeof *o);
   strcpy(o->json_keys, "text");
@@ -46,7 +57,9 @@ void mgt_preprocess_defaults(mgt_preprocess_opts *o) {
 
 mgt_status mgt_preprocess_parse(mgt_preprocess_opts *o, int argc, char **argv, int first,
                                 int *help) {
-  MGT_CHECK(mgt_flags_parse(flags, N_FLAGS, o, argc, argv, first, "preprocess", help));
+  MGT_CHECK(mgt_flags_parse_foreign(flags, N_FLAGS, megatron,
+                                    (int)(sizeof megatron / sizeof megatron[0]), o, argc, argv,
+                                    first, "preprocess", help, o->notes, sizeof o->notes));
   if (*help) return MGT_OK;
   MGT_REQUIRE(o->input[0], "--input: give one or more input files");
   MGT_REQUIRE(o->output_prefix[0], "--output-prefix: give the prefix of the output file");

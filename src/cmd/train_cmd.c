@@ -174,12 +174,7 @@ static mgt_status job_config(mgt_config *cfg, MPI_Comm world, int rank, int size
   if (rank == 0 && ok && cfg->tensorboard_dir[0])
     ok = mgt_tb_check_dir(cfg->tensorboard_dir) == MGT_OK; /* the error is set */
   MPI_Bcast(&ok, 1, MPI_INT, 0, world);
-  /* Megatron-LM's flags taken though they change nothing here: each said once, not ignored */
-  for (const char *p = cfg->notes; ok && rank == 0 && *p;) {
-    const size_t len = strcspn(p, "\n");
-    fprintf(stderr, "mgt: note: %.*s\n", (int)len, p);
-    p += len + (p[len] == '\n');
-  }
+  if (ok) mgt_cli_print_notes(cfg->notes, rank);
   return ok ? MGT_OK : MGT_ERR_INPUT; /* rank 0 holds the message */
 }
 

@@ -25,6 +25,9 @@ int mgt_cli_fail(mgt_status st, int rank, MPI_Comm world, int agreed);
 
 /* Ranks of this node in `world`. Collective over `world`. */
 int mgt_cli_local_ranks(MPI_Comm world);
+/* Rank 0 prints each line of notes ("--flag: why") as "mgt: note: ..." on stderr: the
+   Megatron-LM flags a command took though they change nothing, said once. */
+void mgt_cli_print_notes(const char *notes, int rank);
 
 /* `mgt train ...` and `mgt finetune ...` (src/cmd/train_cmd.c). Collective over `world`. */
 int mgt_cli_train(int argc, char **argv, MPI_Comm world);
