@@ -149,6 +149,24 @@ print("ok: --decoupled-lr moves the word embeddings and output layer by it, the 
 PY
   fail "--decoupled-lr's first step"
 expect_error "--decoupled-min-lr needs --decoupled-lr" "$MGT" train "${G[@]}" --decoupled-min-lr 1e-5
+# validation draws the next batches each time, as Megatron-LM's: the validation at iteration 4
+# after one at 2 (A) scores batch 1, a first validation at 4 (B) batch 0, one of two batches at 4
+# (C) both: C = (A + B) / 2; a run resumed at 2 validates at 4 as A did, bit for bit
+vl() { $PY -c 'import json, sys; print(repr([json.loads(l)["valid_loss"] for l in open(sys.argv[1]) if "valid_loss" in l][-1]))' "$1"; }
+"$MGT" train "${G0[@]}" --train-iters 4 --eval-interval 2 --eval-iters 1 --metrics-file "$tmp/va.jsonl" > /dev/null 2>&1
+"$MGT" train "${G0[@]}" --train-iters 4 --eval-interval 4 --eval-iters 1 --metrics-file "$tmp/vb.jsonl" > /dev/null 2>&1
+"$MGT" train "${G0[@]}" --train-iters 4 --eval-interval 4 --eval-iters 2 --metrics-file "$tmp/vc.jsonl" > /dev/null 2>&1
+"$MGT" train "${G0[@]}" --train-iters 4 --eval-interval 2 --eval-iters 1 --save "$tmp/vd" \
+  --exit-interval 2 > /dev/null 2>&1
+"$MGT" train "${G0[@]}" --train-iters 4 --eval-interval 2 --eval-iters 1 --load "$tmp/vd" \
+  --metrics-file "$tmp/vd.jsonl" > /dev/null 2>&1
+$PY - "$(vl "$tmp/va.jsonl")" "$(vl "$tmp/vb.jsonl")" "$(vl "$tmp/vc.jsonl")" "$(vl "$tmp/vd.jsonl")" <<'PY' ||
+import sys
+a, b, c, d = map(float, sys.argv[1:5])
+assert a != b and abs(c - (a + b) / 2) <= 2e-9 * c and d == a, (a, b, c, d)  # 9 digits logged
+print("ok: each validation scores the next batches: %.9f, %.9f, their mean %.9f; resumed: the same" % (a, b, c))
+PY
+  fail "validation on the next batches"
 expect_error "--train-data is for mgt finetune (mgt train pretrains on --data-path)" \
   "$MGT" train "${G[@]}" --train-data "$tmp/x.tsv"
 expect_error "--kv-channels 16: a head size other than --hidden-size / --num-attention-heads (32 / 4)" \

@@ -193,6 +193,7 @@ int main(int argc, char **argv) {
     st0.loss_scale_growth = 5, st0.loss_scale_hysteresis = 1;
     st0.has_optimizer = 1;
     st0.tensor_model_parallel_size = layouts[a], st0.data_parallel_size = W / layouts[a];
+    st0.consumed_valid_samples = a == 0 ? -1 : 96 * it; /* not recorded, then recorded */
     T_OK(mgt_ckpt_save(dir, MPI_COMM_WORLD, &s, config, model, &st0, NULL));
     free_list(&s, host);
     char path[512];
@@ -218,7 +219,8 @@ int main(int argc, char **argv) {
                   got.optimizer_steps == st0.optimizer_steps && got.seed == st0.seed &&
                   got.loss_scale == st0.loss_scale && got.loss_scale_growth == 5 &&
                   got.loss_scale_hysteresis == 1 && got.has_optimizer == 1 &&
-                  got.tensor_model_parallel_size == layouts[a],
+                  got.tensor_model_parallel_size == layouts[a] &&
+                  got.consumed_valid_samples == st0.consumed_valid_samples,
               "%s: the trainer state differs", what);
       free_list(&s, host);
       if (rank == 0 && t_failures == 0) printf("ok: %s: every element exact\n", what);

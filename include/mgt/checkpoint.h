@@ -28,6 +28,9 @@ typedef struct mgt_ckpt_state {
   int64_t has_optimizer; /* the list holds the optimizer's tensors */
   /* the layout that saved it (information only: any layout loads it) */
   int64_t tensor_model_parallel_size, data_parallel_size;
+  /* validation samples consumed so far (Megatron-LM's consumed_valid_samples); -1: not recorded
+     (older checkpoints, whose runs validated on the same samples every time) */
+  int64_t consumed_valid_samples;
 } mgt_ckpt_state;
 
 /* The per-tensor checksum: the sum mod 2^64 over elements of h(i, b), where i is the element's

@@ -257,6 +257,10 @@ typedef struct mgt_lr_schedule {
   int64_t warmup, decay; /* in steps */
   int64_t per_iteration; /* steps an iteration takes: 1, or its samples (--train-samples) */
 } mgt_lr_schedule;
+/* Validation samples a run of train_iters iterations plans for validations of `per` samples
+   every eval_interval iterations and at the end (Megatron-LM's count; at least 1). */
+int64_t mgt_valid_samples_planned(int64_t train_iters, int eval_interval, int64_t per);
+
 /* The schedule cfg's flags give (finalized: the warmup and decay lengths derived); with
    decoupled, that of --decoupled-lr (the word embeddings and output layer): the same warmup and
    decay from --decoupled-lr to --decoupled-min-lr. */

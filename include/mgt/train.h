@@ -103,7 +103,9 @@ void mgt_trainer_destroy(mgt_trainer **tr);
 /* Runs one iteration. Collective over the world. */
 MGT_NODISCARD mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats);
 
-/* Validation over cfg->eval_iters global batches (the same samples every time), dropout off. */
+/* Validation over cfg->eval_iters global batches, dropout off: the next ones of the validation
+   data each time (as Megatron-LM; from the first again once the planned ones are used), or the
+   first ones every time in a run resumed from a checkpoint that did not record them. */
 typedef struct mgt_valid_stats {
   double loss;         /* GPT: mean token loss; BERT: lm_loss + sop_loss */
   double lm_loss;      /* BERT: mean over all masked positions */

@@ -657,7 +657,8 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
                   "--model bert needs the WordPiece --vocab-file the datasets were made with");
   int64_t need_train = cfg->train_iters * (int64_t)cfg->global_batch_size;
   if (need_train < 1) need_train = 1;
-  const int64_t need_valid = (int64_t)cfg->eval_iters * cfg->global_batch_size;
+  const int64_t need_valid = mgt_valid_samples_planned(
+      cfg->train_iters, cfg->eval_interval, (int64_t)cfg->eval_iters * cfg->global_batch_size);
   if (cfg->train_data_path[0]) { /* each split its own blend, whole (Megatron-LM's) */
     static const double all_train[3] = {1, 0, 0}, all_valid[3] = {0, 1, 0};
     MGT_TRY(open_blend(cfg, "--train-data-path", cfg->train_data_path, samples, tok, &spec, &op));

@@ -54,6 +54,8 @@ static uint64_t state_hash(const mgt_ckpt_state *s) {
   uint64_t h = 0x7374617465ull;
   for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
     h = mgt_fmix64(h ^ (uint64_t)w[i]) + i;
+  if (s->consumed_valid_samples >= 0) /* stored only where recorded: older hashes stand */
+    h = mgt_fmix64(h ^ (uint64_t)s->consumed_valid_samples ^ 0x76616c6964ull) + 17;
   if (s->loss_scale > 0) {
     char ls[64];
     snprintf(ls, sizeof ls, "%.17g", s->loss_scale);
@@ -335,6 +337,8 @@ static mgt_status write_state_attrs(hid_t file, const mgt_ckpt_state *s, const c
   MGT_CHECK(
       mgt_h5_write_i64(file, "tensor_model_parallel_size", s->tensor_model_parallel_size, what));
   MGT_CHECK(mgt_h5_write_i64(file, "data_parallel_size", s->data_parallel_size, what));
+  if (s->consumed_valid_samples >= 0)
+    MGT_CHECK(mgt_h5_write_i64(file, "consumed_valid_samples", s->consumed_valid_samples, what));
   MGT_CHECK(mgt_h5_write_u64(file, "state_checksum", state_hash(s), what));
   return MGT_OK;
 }
@@ -622,6 +626,9 @@ static mgt_status read_state(hid_t f, const char *path, mgt_ckpt_state *s) {
   s->consumed_samples = (uint64_t)consumed;
   s->optimizer_steps = steps;
   s->seed = (uint64_t)seed;
+  s->consumed_valid_samples = -1;
+  if (H5Aexists(f, "consumed_valid_samples") > 0)
+    MGT_CHECK(mgt_h5_read_i64(f, "consumed_valid_samples", &s->consumed_valid_samples, path));
   if (H5Aexists(f, "loss_scale") > 0) {
     char ls[64];
     char *end = NULL;
@@ -645,6 +652,7 @@ static mgt_status read_state(hid_t f, const char *path, mgt_ckpt_state *s) {
       {"data_parallel_size", s->data_parallel_size, 1, 1 << 30},
       {"loss_scale_growth", s->loss_scale_growth, 0, INT32_MAX},
       {"loss_scale_hysteresis", s->loss_scale_hysteresis, 0, INT32_MAX},
+      {"consumed_valid_samples", s->consumed_valid_samples, -1, INT64_MAX},
   };
   for (size_t i = 0; i < sizeof range / sizeof range[0]; i++)
     MGT_REQUIRE(range[i].v >= range[i].lo && range[i].v <= range[i].hi,

@@ -809,6 +809,11 @@ mgt_lr_schedule mgt_lr_schedule_of(const mgt_config *cfg) {
   return s;
 }
 
+int64_t mgt_valid_samples_planned(int64_t train_iters, int eval_interval, int64_t per) {
+  const int64_t n = (eval_interval > 0 ? train_iters / eval_interval : 0) + 1;
+  return per > 0 ? n * per : 1;
+}
+
 mgt_lr_schedule mgt_lr_schedule_decoupled(const mgt_config *cfg) {
   mgt_lr_schedule s = mgt_lr_schedule_of(cfg);
   if (cfg->decoupled_lr > 0) {

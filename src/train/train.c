@@ -79,6 +79,10 @@ struct mgt_trainer {
   int32_t *tokens;           /* host staging: every micro-batch of the global batch (this rank) */
   int64_t iteration;
   uint64_t consumed;
+  /* validation samples consumed: each validation scores the next --eval-iters global batches,
+     as Megatron-LM's; -1 (resumed from a checkpoint that did not record it): the first ones
+     every time, as the run did before */
+  int64_t consumed_valid;
   int64_t saved_iteration; /* of the last checkpoint written or loaded, -1 if none */
   int save_lock;           /* this rank holds --save's lock */
   async_save async;
@@ -329,6 +333,7 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
     if (!run->finetune) {
       tr->iteration = saved.iteration;
       tr->consumed = saved.consumed_samples;
+      tr->consumed_valid = saved.consumed_valid_samples;
       tr->saved_iteration = saved.iteration;
       if (with_optim) {
         mgt_optim_set_step_count(tr->optim, saved.optimizer_steps);
@@ -479,6 +484,7 @@ mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
   s.has_optimizer = tr->run.save_optim;
   s.tensor_model_parallel_size = tr->grid->tp;
   s.data_parallel_size = tr->grid->dp;
+  s.consumed_valid_samples = tr->consumed_valid;
   mgt_state list = {0};
   mgt_status st = trainer_state(tr, (int)s.has_optimizer, &list);
   if (st == MGT_OK && tr->run.async_save) {
@@ -681,15 +687,20 @@ mgt_status mgt_trainer_evaluate(mgt_trainer *tr, mgt_valid_stats *v) {
               "no validation data (a valid split in --split and --eval-iters > 0 are needed)");
   const int B = r->micro_batch, T = tr->layout.seq_length;
   const int n_micro = r->global_batch / (B * g->dp);
+  /* the validation samples the run planned (mgt_valid_samples_planned), used in turn */
+  const int64_t per = (int64_t)r->eval_iters * r->global_batch,
+                planned = mgt_valid_samples_planned(r->train_iters, r->eval_interval, per);
+  const int64_t base = tr->consumed_valid >= 0 ? tr->consumed_valid % planned : 0;
   double sum[5] = {0, 0, 0, 0, 0}; /* the head's sums, then its units */
   for (int it = 0; it < r->eval_iters; it++)
     for (int mb = 0; mb < n_micro; mb++) {
-      uint64_t first =
-          (uint64_t)it * r->global_batch + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
+      uint64_t first = (uint64_t)base + (uint64_t)it * r->global_batch + (uint64_t)mb * B * g->dp +
+                       (uint64_t)g->dp_rank * B;
       MGT_CHECK(mgt_mpi_agree(g->world, tr->valid.get(tr->valid.ctx, first, B, T, tr->tokens)));
       MGT_CHECK(mgt_gpt_eval_micro(tr->model, tr->tokens, sum, sum + 3));
     }
   MGT_CHECK(mgt_comm_allreduce_f64(tr->comm, MGT_AXIS_DP, sum, 5, MGT_SUM));
+  if (tr->consumed_valid >= 0) tr->consumed_valid += per;
   mgt_step_stats s = {0};
   v->loss = head_means(&tr->spec, sum, sum + 3, &s);
   v->lm_loss = s.lm_loss, v->sop_loss = s.sop_loss, v->sop_accuracy = s.sop_accuracy;
