@@ -123,6 +123,64 @@ PY
   stop || fail "serve --bf16: SIGTERM did not exit 0"
 fi
 
+# Megatron-LM's PUT /api fields with their meaning: Python's int and float as its isinstance
+# checks see them, fields it does not know ignored; top_p_decay shrinks the nucleus after each
+# token (from the second on, 1e-9 of it: the argmax), checked against the greedy continuation of
+# the first token through /v1/completions; stop_token ends the answer; no newline after a colon
+if start fields 1 --load "$tmp/ckpt" --max-batch 4; then
+  api() { curl -s -o "$tmp/api.out" -w '%{http_code}' -X PUT "localhost:$PORT/api" \
+    -H 'Content-Type: application/json' -d "$1"; }
+  P="\"prompts\": [\"$PROMPT\"]"
+  for case in "400|top_p must be a positive float|{$P, \"top_p\": 1}" \
+    "400|tokens_to_generate must be an integer|{$P, \"tokens_to_generate\": 4.0}" \
+    "400|top_p_decay cannot be set without top_p|{$P, \"top_p_decay\": 0.5}" \
+    "400|top_p_bound must be greater than 0 and less than top_p|{$P, \"top_p\": 0.5, \"top_p_bound\": 0.7}" \
+    "400|length_penalty must be a float|{$P, \"length_penalty\": 1}" \
+    "400|stop_token must be an integer|{$P, \"stop_token\": \"x\"}" \
+    "400|beam search is not implemented|{$P, \"beam_width\": 2}" \
+    "200|\"text\"|{$P, \"tokens_to_generate\": 2, \"a_field_megatron_ignores\": 1, \"length_penalty\": 1.0}"; do
+    IFS='|' read -r code want body <<<"$case"
+    got=$(api "$body")
+    [ "$got" = "$code" ] && grep -q -F -- "$want" "$tmp/api.out" && echo "ok: PUT /api $body: $got" ||
+      fail "PUT /api $body: $got $(head -c 200 "$tmp/api.out")"
+  done
+  api "{$P, \"tokens_to_generate\": 12, \"top_p\": 1.0, \"top_p_decay\": 1e-9, \"top_p_bound\": 1e-12, \"random_seed\": 5}" > /dev/null
+  cp "$tmp/api.out" "$tmp/decay.json"
+  api "{$P, \"tokens_to_generate\": 0, \"logprobs\": true}" > /dev/null && cp "$tmp/api.out" "$tmp/prompt.json"
+  $PY - "$tmp/decay.json" "$tmp/prompt.json" "$PORT" <<'PY' || fail "top_p_decay"
+import json, sys, urllib.request
+a, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+n = len(p["tokens"][0])  # the prompt's tokens
+ids, segs = a["tokens"][0], a["segments"][0]
+assert len(ids) > n + 2, ids
+req = urllib.request.Request("http://localhost:%s/v1/completions" % sys.argv[3], method="POST",
+    headers={"Content-Type": "application/json"},
+    data=json.dumps({"prompt": ids[:n + 1], "max_tokens": len(ids) - n - 1, "temperature": 0}).encode())
+greedy = json.load(urllib.request.urlopen(req))["choices"][0]["text"]
+assert "".join(segs[n + 1:]) == greedy, (segs[n + 1:], greedy)
+print("ok: top_p_decay: after the first token the nucleus is the argmax (%d tokens as greedy)" % (len(ids) - n - 1))
+PY
+  api "{$P, \"tokens_to_generate\": 20, \"top_k\": 1}" > /dev/null && cp "$tmp/api.out" "$tmp/full.json"
+  stop_id=$($PY -c 'import json, sys; a = json.load(open(sys.argv[1])); print(a["tokens"][0][-5])' "$tmp/full.json")
+  api "{$P, \"tokens_to_generate\": 20, \"top_k\": 1, \"stop_token\": $stop_id}" > /dev/null
+  $PY - "$tmp/full.json" "$tmp/api.out" "$stop_id" "$tmp/prompt.json" <<'PY' || fail "stop_token"
+import json, sys
+full, cut, stop = json.load(open(sys.argv[1]))["tokens"][0], json.load(open(sys.argv[2]))["tokens"][0], int(sys.argv[3])
+n = len(json.load(open(sys.argv[4]))["tokens"][0])
+assert cut == full[:full.index(stop, n)], (cut, full, stop)
+print("ok: stop_token %d ends the answer before it (%d of %d tokens)" % (stop, len(cut), len(full)))
+PY
+  api "{\"prompts\": [\"Note:\", \"a: b: c:\"], \"tokens_to_generate\": 40, \"temperature\": 2.0, \"random_seed\": 3, \"prevent_newline_after_colon\": true}" > /dev/null
+  $PY - "$tmp/api.out" <<'PY' || fail "prevent_newline_after_colon"
+import json, sys
+segs = json.load(open(sys.argv[1]))["segments"]
+pairs = [(s[i], s[i + 1]) for s in segs for i in range(len(s) - 1)]
+assert not any(a == ":" and b == "\n" for a, b in pairs), pairs  # the tokens of ":" and "\n"
+print("ok: prevent_newline_after_colon: no newline token after a colon in %d tokens" % len(pairs))
+PY
+  stop || fail "the fields server: SIGTERM did not exit 0"
+fi
+
 # a model slow enough to be caught in flight: 8 layers, 1024 positions, one step at a time
 "$MGT" train --mock-data --tokenizer-type ByteTokenizer --num-layers 8 --hidden-size 512 \
   --num-attention-heads 8 --seq-length 1024 --micro-batch-size 1 --train-iters 1 --eval-iters 0 \

@@ -151,7 +151,7 @@ def check(port, hf, greedy_file, prompt):
             "tokens_to_generate=0 implies logprobs"),
            ("PUT", "/api", b'{"prompts": ["a"], "temperature": 0}', 400, "temperature must be"),
            ("PUT", "/api", b'{"prompts": ["a"], "tokens_to_generate": 99999}', 400, "positions"),
-           ("PUT", "/api", b'{"prompts": ["a"], "colour": 1}', 400, 'unknown field \\"colour\\"'),
+           ("PUT", "/api", b'{"prompts": ["a"], "top_p": 1}', 400, "top_p must be a positive float"),
            ("PUT", "/api", json.dumps({"prompts": ["x" * 5000]}).encode(), 400, "positions"),
            ("PUT", "/api", b'[1, 2]', 400, "not a JSON object"),
            ("POST", "/api", b"{}", 405, "use PUT"),

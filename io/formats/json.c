@@ -385,6 +385,7 @@ static int parse_value(mgt_json_parser *p, mgt_json *v, int depth) {
     v->number = strtod(buf, &e);
     if (*e != 0 || !isfinite(v->number)) FAIL("bad number");
     v->type = MGT_JSON_NUMBER;
+    v->len = strpbrk(buf, ".eE") != NULL; /* Python's json reads it as a float, not an int */
     p->s = q;
     return 1;
   }

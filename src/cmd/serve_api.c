@@ -80,6 +80,14 @@ typedef struct field {
 static int is_int(const mgt_json *v) {
   return v->type == MGT_JSON_NUMBER && v->number == floor(v->number) && fabs(v->number) < 9e15;
 }
+/* Python's int and float of a JSON number, as Megatron-LM's isinstance checks see them. */
+static int py_int(const mgt_json *v) { return is_int(v) && v->len == 0; }
+static int py_float(const mgt_json *v) { return v->type == MGT_JSON_NUMBER && v->len != 0; }
+
+static void params_init(srv_params *p) {
+  memset(p, 0, sizeof *p);
+  p->colon_id = p->newline_id = p->stop_token = -1;
+}
 
 /* The members of obj not in known[] (NULL-terminated): the first one's name, or NULL. */
 static const char *unknown_field(const mgt_json *obj, const char *const *known) {
@@ -129,6 +137,20 @@ static srv_job *job_new(const srv *s, int api, const srv_params *p, mgt_ids *pro
     return NULL;
   }
   return j;
+}
+
+/* The first token of text (a clone of the server's tokenizer encodes it), or -1. */
+static int32_t first_token(srv *s, const char *text) {
+  mgt_tokenizer *tok = NULL;
+  mgt_ids ids = {0};
+  int32_t id = -1;
+  if (mgt_tok_clone(s->tok, &tok) == MGT_OK &&
+      mgt_tok_encode(tok, text, strlen(text), &ids) == MGT_OK && ids.n > 0)
+    id = ids.ids[0];
+  mgt_error_clear();
+  mgt_ids_free(&ids);
+  mgt_tok_destroy(&tok);
+  return id;
 }
 
 /* Tokenizes the prompts and checks each fits the model with max_new tokens after it. The
@@ -238,17 +260,12 @@ static size_t gen_len(const srv_seq *q, size_t n) {
 static void megatron(srv *s, const mgt_json *req, srv_reply *r) {
   const int api = SRV_MEGATRON;
   if (req->type != MGT_JSON_OBJECT) return srv_error(r, api, 400, "the body is not a JSON object");
-  static const char *const known[] = {
-      "prompts", "tokens_to_generate", "logprobs",    "temperature", "top_k",  "top_p",
-      "add_BOS", "stop_on_double_eol", "stop_on_eol", "random_seed", "no_log", NULL};
-  const mgt_json *v;
+  const mgt_json *v; /* fields it does not know are ignored, as Megatron-LM's server does */
   if (!mgt_json_get(req, "prompts")) return srv_error(r, api, 400, "prompts argument required");
   if (mgt_json_get(req, "max_len"))
     return srv_error(r, api, 400, "max_len is no longer used.  Replace with tokens_to_generate");
   if (mgt_json_get(req, "sentences"))
     return srv_error(r, api, 400, "sentences is no longer used.  Replace with prompts");
-  const char *bad = unknown_field(req, known);
-  if (bad) return srv_error(r, api, 400, "unknown field \"%s\"", bad);
   const mgt_json *pr = mgt_json_get(req, "prompts");
   if (pr->type != MGT_JSON_ARRAY) return srv_error(r, api, 400, "prompts is not a list of strings");
   if (pr->len == 0) return srv_error(r, api, 400, "prompts is empty");
@@ -258,10 +275,10 @@ static void megatron(srv *s, const mgt_json *req, srv_reply *r) {
     if (pr->items[i].type != MGT_JSON_STRING)
       return srv_error(r, api, 400, "prompts is not a list of strings");
   srv_params p;
-  memset(&p, 0, sizeof p);
+  params_init(&p);
   p.max_new = 64, p.temperature = 1.0, p.logprobs = 0, p.n = 1;
   if ((v = mgt_json_get(req, "tokens_to_generate"))) {
-    if (!is_int(v))
+    if (!py_int(v))
       return srv_error(r, api, 400, "tokens_to_generate must be an integer greater than 0");
     if (v->number < 0)
       return srv_error(r, api, 400,
@@ -287,7 +304,7 @@ static void megatron(srv *s, const mgt_json *req, srv_reply *r) {
     p.temperature = v->number;
   }
   if ((v = mgt_json_get(req, "top_k"))) {
-    if (!is_int(v))
+    if (!py_int(v))
       return srv_error(r, api, 400,
                        "top_k must be an integer equal to or greater than 0 and less than or "
                        "equal to 1000");
@@ -297,7 +314,7 @@ static void megatron(srv *s, const mgt_json *req, srv_reply *r) {
     p.top_k = (int)v->number;
   }
   if ((v = mgt_json_get(req, "top_p"))) {
-    if (v->type != MGT_JSON_NUMBER)
+    if (!py_float(v))
       return srv_error(r, api, 400, "top_p must be a positive float less than or equal to 1.0");
     if (v->number > 0.0 && p.top_k > 0)
       return srv_error(r, api, 400, "cannot set both top-k and top-p samplings.");
@@ -305,9 +322,38 @@ static void megatron(srv *s, const mgt_json *req, srv_reply *r) {
       return srv_error(r, api, 400, "top_p must be less than or equal to 1.0");
     p.top_p = v->number;
   }
-  static const char *const bools[] = {"add_BOS", "stop_on_double_eol", "stop_on_eol", "no_log"};
-  int *dst[] = {&p.add_bos, &p.stop_double_eol, &p.stop_eol, NULL};
-  for (int i = 0; i < 4; i++)
+  if ((v = mgt_json_get(req, "top_p_decay"))) {
+    if (!py_float(v))
+      return srv_error(r, api, 400,
+                       "top_p_decay must be a positive float less than or equal to 1.0");
+    if (p.top_p == 0.0) return srv_error(r, api, 400, "top_p_decay cannot be set without top_p");
+    if (!(v->number >= 0 && v->number <= 1.0))
+      return srv_error(r, api, 400, "top_p_decay must be less than or equal to 1.0");
+    p.top_p_decay = v->number;
+  }
+  if ((v = mgt_json_get(req, "top_p_bound"))) {
+    if (!py_float(v))
+      return srv_error(r, api, 400,
+                       "top_p_bound must be a positive float less than or equal to top_p");
+    if (p.top_p == 0.0) return srv_error(r, api, 400, "top_p_bound cannot be set without top_p");
+    if (!(v->number > 0.0 && v->number <= p.top_p))
+      return srv_error(r, api, 400, "top_p_bound must be greater than 0 and less than top_p");
+    p.top_p_bound = v->number;
+  }
+  if ((v = mgt_json_get(req, "beam_width")) && v->type != MGT_JSON_NULL)
+    return srv_error(r, api, 400, "beam_width: beam search is not implemented by mgt serve");
+  if ((v = mgt_json_get(req, "stop_token"))) {
+    if (!py_int(v)) return srv_error(r, api, 400, "stop_token must be an integer");
+    p.stop_token = v->number >= 0 && v->number < 2147483647.0 ? (int32_t)v->number : -1;
+  }
+  /* only beam search reads it in Megatron-LM: checked, and without effect here */
+  if ((v = mgt_json_get(req, "length_penalty")) && !py_float(v))
+    return srv_error(r, api, 400, "length_penalty must be a float");
+  int colon = 0;
+  static const char *const bools[] = {"add_BOS", "stop_on_double_eol", "stop_on_eol", "no_log",
+                                      "prevent_newline_after_colon"};
+  int *dst[] = {&p.add_bos, &p.stop_double_eol, &p.stop_eol, NULL, &colon};
+  for (int i = 0; i < 5; i++)
     if ((v = mgt_json_get(req, bools[i]))) {
       if (v->type != MGT_JSON_BOOL)
         return srv_error(r, api, 400, "%s must be a boolean value", bools[i]);
@@ -317,8 +363,12 @@ static void megatron(srv *s, const mgt_json *req, srv_reply *r) {
     if (pr->items[i].len == 0 && !p.add_bos)
       return srv_error(r, api, 400, "Empty prompts require add_BOS=true");
   p.seed = (uint64_t)time(NULL) ^ ((uint64_t)s->served << 20);
+  if (colon) { /* the tokens of ":" and "\n", as Megatron-LM takes them: the first of each */
+    p.colon_id = first_token(s, ":");
+    p.newline_id = first_token(s, "\n");
+  }
   if ((v = mgt_json_get(req, "random_seed"))) {
-    if (!is_int(v)) return srv_error(r, api, 400, "random_seed must be integer");
+    if (!py_int(v)) return srv_error(r, api, 400, "random_seed must be integer");
     if (v->number < 0) return srv_error(r, api, 400, "random_seed must be a positive integer");
     p.seed = (uint64_t)v->number;
   }
@@ -488,7 +538,7 @@ static void completions(srv *s, const mgt_json *req, srv_reply *r) {
                        v->str, s->model_name);
   }
   srv_params p;
-  memset(&p, 0, sizeof p);
+  params_init(&p);
   p.max_new = 16, p.temperature = 1.0, p.logprobs = -1, p.n = 1;
   /* neutral values of OpenAI's fields this server does not implement are accepted */
   if ((v = mgt_json_get(req, "presence_penalty")) && v->type != MGT_JSON_NULL &&

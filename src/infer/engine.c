@@ -193,7 +193,18 @@ static void seq_stops(srv_seq *q, int *stop) {
 
 /* After q fed ids[fed]: the prompt's next log-probability, or a new token; *left when q has
    finished (and may be freed). */
-static mgt_status seq_advance(srv *s, srv_seq *q, const float *logits, int *left) {
+/* The nucleus of generated token `gen`: top_p, times top_p_decay after each earlier token, not
+   below top_p_bound (Megatron-LM's, step by step). */
+static double top_p_at(const srv_params *p, int gen) {
+  double t = p->top_p;
+  for (int i = 0; i < gen && t > 0 && p->top_p_decay > 0; i++) {
+    t *= p->top_p_decay;
+    if (p->top_p_bound > 0 && t < p->top_p_bound) t = p->top_p_bound;
+  }
+  return t;
+}
+
+static mgt_status seq_advance(srv *s, srv_seq *q, float *logits, int *left) {
   const srv_params *p = &q->job->p;
   const int k = p->logprobs > 0 ? p->logprobs : 0, at = q->fed;
   *left = 0;
@@ -207,9 +218,15 @@ static mgt_status seq_advance(srv *s, srv_seq *q, const float *logits, int *left
     uint32_t w[4];
     mgt_rng_block(p->seed, q->stream, (uint64_t)gen, w);
     const double u = (double)(((uint64_t)w[0] << 21) ^ (w[1] >> 11)) / 9007199254740992.0;
-    const int32_t next =
-        mgt_sample_token(logits, s->eligible, p->greedy, p->temperature, p->top_k, p->top_p, u);
-    int stop = next == s->eod;
+    /* Megatron-LM's prevent_newline_after_colon: the newline's logit at -1e10 after a colon */
+    const int ban = p->colon_id >= 0 && p->newline_id >= 0 && p->newline_id < s->eligible &&
+                    q->n > 0 && q->ids[q->n - 1] == p->colon_id;
+    const float kept = ban ? logits[p->newline_id] : 0.0f;
+    if (ban) logits[p->newline_id] = -1e10f;
+    const int32_t next = mgt_sample_token(logits, s->eligible, p->greedy, p->temperature, p->top_k,
+                                          top_p_at(p, gen), u);
+    if (ban) logits[p->newline_id] = kept; /* the log-probabilities are the model's */
+    int stop = next == s->eod || next == p->stop_token;
     if (!stop) {
       MGT_CHECK(srv_seq_room(q, q->n + 1));
       q->ids[q->n] = next;

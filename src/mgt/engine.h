@@ -39,6 +39,11 @@ typedef struct srv_params {
   int add_bos;
   int n; /* OpenAI: choices per prompt */
   int stream;
+  /* Megatron-LM's: the nucleus shrinks by top_p_decay after each token, not below top_p_bound
+     (0: no decay); a newline never follows a colon (the tokens of ":" and "\n", or -1); the
+     generation also stops at stop_token (-1: only at the end of document) */
+  double top_p_decay, top_p_bound;
+  int32_t colon_id, newline_id, stop_token;
 } srv_params;
 
 typedef struct srv_job srv_job;

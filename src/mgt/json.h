@@ -22,9 +22,10 @@ typedef enum mgt_json_type {
 
 typedef struct mgt_json {
   mgt_json_type type;
-  double number;                /* NUMBER, and BOOL as 0/1 */
-  const char *str;              /* STRING: UTF-8, NUL-terminated (may hold NULs: use len) */
-  size_t len;                   /* STRING: bytes; ARRAY/OBJECT: children */
+  double number;   /* NUMBER, and BOOL as 0/1 */
+  const char *str; /* STRING: UTF-8, NUL-terminated (may hold NULs: use len) */
+  size_t len;      /* STRING: bytes; ARRAY/OBJECT: children; NUMBER: 1 when written with a fraction
+                      or an exponent (a float to Python's json), 0 as an integer */
   const struct mgt_json *items; /* ARRAY/OBJECT children */
   const char *const *keys;      /* OBJECT: member names, parallel to items */
   const size_t *key_lens;
