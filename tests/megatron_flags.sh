@@ -167,6 +167,17 @@ assert a != b and abs(c - (a + b) / 2) <= 2e-9 * c and d == a, (a, b, c, d)  # 9
 print("ok: each validation scores the next batches: %.9f, %.9f, their mean %.9f; resumed: the same" % (a, b, c))
 PY
   fail "validation on the next batches"
+# --tokenizer-type NullTokenizer --vocab-size V (Megatron-LM's mock-data recipes): ids as they
+# are, V of them and the end of document, id V: a vocabulary of V + 1, as its NullTokenizer has
+"$MGT" train "${G[@]}" --tokenizer-type NullTokenizer --vocab-size 100 --metrics-file "$tmp/n1.jsonl" \
+  > "$tmp/out" 2>&1
+"$MGT" train "${G[@]}" --vocab-size 101 --metrics-file "$tmp/n2.jsonl" > /dev/null 2>&1
+[ -s "$tmp/n1.jsonl" ] && [ "$(numbers "$tmp/n1.jsonl")" = "$(numbers "$tmp/n2.jsonl")" ] &&
+  grep -Eq "^  vocab-size +101$" "$tmp/out" &&
+  echo "ok: NullTokenizer with --vocab-size 100 trains a vocabulary of 101" || fail "NullTokenizer"
+expect_error "--tokenizer-type NullTokenizer needs --vocab-size" \
+  "$MGT" train "${G[@]}" --tokenizer-type NullTokenizer
+expect_error "NullTokenizer has no text" "$MGT" tokenize --tokenizer-type NullTokenizer --input "$tmp/out"
 expect_error "--train-data is for mgt finetune (mgt train pretrains on --data-path)" \
   "$MGT" train "${G[@]}" --train-data "$tmp/x.tsv"
 expect_error "--kv-channels 16: a head size other than --hidden-size / --num-attention-heads (32 / 4)" \

@@ -19,13 +19,20 @@ enum {
   MGT_TOKENIZER_BERT_LOWER = 2, /* BERT's WordPiece, uncased rules */
   MGT_TOKENIZER_BERT_CASED = 3, /* BERT's WordPiece, cased */
   MGT_TOKENIZER_HF = 4,         /* Hugging Face's tokenizer.json (--tokenizer-model) */
+  MGT_TOKENIZER_NULL = 5,       /* Megatron-LM's: ids as they are, --vocab-size of them + the eod */
 };
 extern const char *const mgt_tokenizer_names[];
+/* Why NullTokenizer serves no command that reads or writes text. */
+#define MGT_NULL_TOKENIZER_WHY                                                                     \
+  "NullTokenizer has no text: it is for mgt train with --vocab-size, on token ids as they are "    \
+  "(mock data, or datasets of ids)"
 /* The flag naming a tokenizer type's file: --tokenizer-model (tokenizer.json) or --vocab-file. */
 const char *mgt_tokenizer_file_flag(int type);
 #define MGT_TOKENIZER_HELP                                                                         \
-  "GPT2BPETokenizer, ByteTokenizer, BertWordPieceLowerCase, BertWordPieceCase or "                 \
-  "HuggingFaceTokenizer"
+  "GPT2BPETokenizer, ByteTokenizer, BertWordPieceLowerCase, BertWordPieceCase, "                   \
+  "HuggingFaceTokenizer, or NullTokenizer (mgt train: token ids as they are, --vocab-size of "     \
+  "them "                                                                                          \
+  "and the end of document after them)"
 
 /* The fine-tuning tasks (--task): a fact of their data format that the model's head shares. */
 enum { MGT_TASK_NONE = 0, MGT_TASK_RACE = 1, MGT_TASK_MNLI = 2, MGT_TASK_QQP = 3 };

@@ -739,6 +739,7 @@ mgt_status mgt_tok_open(int type, const char *vocab_file, const char *merge_file
     MGT_REQUIRE(vocab_file && vocab_file[0], "HuggingFaceTokenizer needs --tokenizer-model "
                                              "(tokenizer.json)");
     return mgt_tok_load_hf(vocab_file, out);
+  case MGT_TOKENIZER_NULL: MGT_FAIL(MGT_ERR_INPUT, "%s", MGT_NULL_TOKENIZER_WHY);
   default: MGT_FAIL(MGT_ERR_INPUT, "unknown tokenizer type %d", type);
   }
 }

@@ -15,9 +15,13 @@
 #include <sys/stat.h>
 
 const char *const mgt_device_names[] = {"cpu", "cuda", NULL};
-const char *const mgt_tokenizer_names[] = {"GPT2BPETokenizer",       "ByteTokenizer",
-                                           "BertWordPieceLowerCase", "BertWordPieceCase",
-                                           "HuggingFaceTokenizer",   NULL};
+const char *const mgt_tokenizer_names[] = {"GPT2BPETokenizer",
+                                           "ByteTokenizer",
+                                           "BertWordPieceLowerCase",
+                                           "BertWordPieceCase",
+                                           "HuggingFaceTokenizer",
+                                           "NullTokenizer",
+                                           NULL};
 const char *mgt_tokenizer_file_flag(int type) {
   return type == MGT_TOKENIZER_HF ? "--tokenizer-model" : "--vocab-file";
 }
@@ -400,7 +404,8 @@ void mgt_config_derive(mgt_config *c) {
   }
   if (c->ffn_hidden_size == 0) c->ffn_hidden_size = 4 * c->hidden_size;
   if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
-  if (c->mock_data && c->vocab_size == 0) c->vocab_size = 128;
+  if (c->mock_data && c->vocab_size == 0 && c->tokenizer_type != MGT_TOKENIZER_NULL)
+    c->vocab_size = 128;
 }
 
 mgt_status mgt_config_check_model(const mgt_config *c, const char *what) {
@@ -687,7 +692,13 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
     snprintf(c->vocab_file + n, sizeof c->vocab_file - n, "%stokenizer.json",
              c->vocab_file[n - 1] == '/' ? "" : "/");
   }
-  MGT_REQUIRE(c->tokenizer_type < MGT_TOKENIZER_BERT_LOWER || c->vocab_file[0],
+  MGT_REQUIRE(c->tokenizer_type != MGT_TOKENIZER_NULL || c->vocab_size > 0,
+              "--tokenizer-type NullTokenizer needs --vocab-size (its ids, without the end of "
+              "document, which is id --vocab-size)");
+  MGT_REQUIRE(c->tokenizer_type != MGT_TOKENIZER_NULL || !c->vocab_file[0],
+              "--tokenizer-type NullTokenizer reads no vocabulary file");
+  MGT_REQUIRE(c->tokenizer_type < MGT_TOKENIZER_BERT_LOWER ||
+                  c->tokenizer_type == MGT_TOKENIZER_NULL || c->vocab_file[0],
               "--tokenizer-type %s needs %s", mgt_tokenizer_names[c->tokenizer_type],
               mgt_tokenizer_file_flag(c->tokenizer_type));
   MGT_REQUIRE(!c->vocab_file[0] || c->merge_file[0] || c->tokenizer_type != MGT_TOKENIZER_GPT2,

@@ -63,6 +63,7 @@ mgt_status mgt_preprocess_parse(mgt_preprocess_opts *o, int argc, char **argv, i
   if (*help) return MGT_OK;
   MGT_REQUIRE(o->input[0], "--input: give one or more input files");
   MGT_REQUIRE(o->output_prefix[0], "--output-prefix: give the prefix of the output file");
+  MGT_REQUIRE(o->tokenizer_type != MGT_TOKENIZER_NULL, "%s", MGT_NULL_TOKENIZER_WHY);
   MGT_REQUIRE(o->tokenizer_type == MGT_TOKENIZER_BYTES || o->vocab_file[0], "%s needs %s",
               mgt_tokenizer_names[o->tokenizer_type], mgt_tokenizer_file_flag(o->tokenizer_type));
   MGT_REQUIRE(o->tokenizer_type != MGT_TOKENIZER_GPT2 || o->merge_file[0],

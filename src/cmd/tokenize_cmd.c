@@ -34,6 +34,7 @@ void mgt_tokenize_defaults(mgt_tokenize_opts *o) {
 mgt_status mgt_tokenize_parse(mgt_tokenize_opts *o, int argc, char **argv, int first, int *help) {
   MGT_CHECK(mgt_flags_parse(flags, N_FLAGS, o, argc, argv, first, "tokenize", help));
   if (*help) return MGT_OK;
+  MGT_REQUIRE(o->tokenizer_type != MGT_TOKENIZER_NULL, "%s", MGT_NULL_TOKENIZER_WHY);
   MGT_REQUIRE(o->tokenizer_type == MGT_TOKENIZER_BYTES || o->vocab_file[0], "%s needs %s",
               mgt_tokenizer_names[o->tokenizer_type], mgt_tokenizer_file_flag(o->tokenizer_type));
   MGT_REQUIRE(o->tokenizer_type != MGT_TOKENIZER_GPT2 || o->merge_file[0],

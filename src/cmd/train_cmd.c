@@ -66,6 +66,7 @@ static int refuse_memory(size_t need, size_t avail, int rank, MPI_Comm world) {
 static mgt_status tokenizer_vocab(const mgt_config *cfg, int *n) {
   *n = 0;
   mgt_tokenizer *tok = NULL;
+  if (cfg->tokenizer_type == MGT_TOKENIZER_NULL) return MGT_OK; /* its vocabulary is the flag's */
   if (cfg->tokenizer_type != MGT_TOKENIZER_GPT2 || (cfg->vocab_file[0] && cfg->merge_file[0]))
     MGT_CHECK(mgt_tok_open(cfg->tokenizer_type, cfg->vocab_file, cfg->merge_file, &tok));
   if (tok) *n = mgt_tok_vocab_size(tok);
@@ -153,6 +154,8 @@ int mgt_cli_train(int argc, char **argv, MPI_Comm world) {
    and the files only rank 0 writes probed by rank 0; every verdict is shared by all ranks. */
 static mgt_status job_config(mgt_config *cfg, MPI_Comm world, int rank, int size) {
   int tok_vocab = 0;
+  /* Megatron-LM's NullTokenizer: --vocab-size ids and the end of document, id --vocab-size */
+  if (cfg->tokenizer_type == MGT_TOKENIZER_NULL && cfg->vocab_size > 0) cfg->vocab_size++;
   MGT_CHECK(mgt_mpi_agree(world, tokenizer_vocab(cfg, &tok_vocab)));
   if (tok_vocab && cfg->vocab_size == 0) cfg->vocab_size = tok_vocab; /* as Megatron-LM does */
   if (tok_vocab > cfg->vocab_size && rank == 0)
