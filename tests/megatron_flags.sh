@@ -178,6 +178,39 @@ PY
 expect_error "--tokenizer-type NullTokenizer needs --vocab-size" \
   "$MGT" train "${G[@]}" --tokenizer-type NullTokenizer
 expect_error "NullTokenizer has no text" "$MGT" tokenize --tokenizer-type NullTokenizer --input "$tmp/out"
+# --apply-layernorm-1p: the norms' weights w stored zero-centred (0 at start), the gain 1 + w. The
+# same model as the plain one, up to rounding: the gradient of w is the gain's, so the losses
+# agree to float rounding and the stored weights differ by 1; GPT at tp=1 and at tp=2 with
+# sequence parallelism, and BERT (its LM head's LayerNorm too)
+L=("${G0[@]}" --train-iters 6 --eval-iters 0)
+"$MGT" train "${L[@]}" --apply-layernorm-1p --save "$tmp/l1" --metrics-file "$tmp/l1.jsonl" > /dev/null 2>&1
+"$MGT" train "${L[@]}" --save "$tmp/l0" --metrics-file "$tmp/l0.jsonl" > /dev/null 2>&1
+"$MPIEXEC" -n 2 "$MGT" train "${L[@]}" --apply-layernorm-1p --tensor-model-parallel-size 2 \
+  --sequence-parallel --metrics-file "$tmp/l2.jsonl" > /dev/null 2>&1
+"$MGT" train "${L[@]}" --model bert --vocab-size 200 --apply-layernorm-1p --save "$tmp/b1" \
+  --metrics-file "$tmp/b1.jsonl" > /dev/null 2>&1
+"$MGT" train "${L[@]}" --model bert --vocab-size 200 --save "$tmp/b0" --metrics-file "$tmp/b0.jsonl" \
+  > /dev/null 2>&1
+$PY - "$tmp" <<'PY' || fail "--apply-layernorm-1p"
+import json, sys, h5py, numpy as np
+d = sys.argv[1]
+loss = lambda n: [json.loads(l)["loss"] for l in open("%s/%s.jsonl" % (d, n)) if '"loss"' in l]
+for a, b in (("l1", "l0"), ("l2", "l0"), ("b1", "b0")):
+    x, y = loss(a), loss(b)
+    assert len(x) == len(y) == 6 and all(abs(u - v) <= 1e-5 * abs(v) for u, v in zip(x, y)), (a, x, y)
+for a, b in (("l1", "l0"), ("b1", "b0")):
+    f, g = h5py.File("%s/%s/iter_0000006.h5" % (d, a), "r"), h5py.File("%s/%s/iter_0000006.h5" % (d, b), "r")
+    names = []
+    f["model"].visit(lambda n: names.append(n) if n.endswith("layernorm.weight") else None)
+    assert len(names) >= 3, names
+    for n in names:
+        w1, w0 = np.asarray(f["model"][n], np.float64), np.asarray(g["model"][n], np.float64)
+        assert np.abs(w1).max() > 1e-4 and np.abs(w1 + 1 - w0).max() < 1e-5, (a, n, np.abs(w1 + 1 - w0).max())
+print("ok: --apply-layernorm-1p trains the plain model's losses (GPT at tp 1 and 2 with sequence "
+      "parallelism, BERT), its norm weights stored as gain - 1")
+PY
+expect_error "--apply-layernorm-1p: the zero-centred norm weights have no Hugging Face form" \
+  "$MGT" ckpt export --format hf --load "$tmp/l1" --output "$tmp/hf1"
 expect_error "--train-data is for mgt finetune (mgt train pretrains on --data-path)" \
   "$MGT" train "${G[@]}" --train-data "$tmp/x.tsv"
 expect_error "--kv-channels 16: a head size other than --hidden-size / --num-attention-heads (32 / 4)" \

@@ -92,19 +92,20 @@ typedef struct mgt_config {
   double attention_dropout;
   double layernorm_epsilon;
   int apply_residual_connection_post_layernorm; /* the original post-LN BERT (paper Fig. 7a) */
-  int bert_no_binary_head;                      /* BERT without tokentypes, pooler and SOP */
-  int untie_embeddings_and_output_weights;      /* GPT: an output layer of its own (Llama) */
-  int position_embedding_type;                  /* 0 learned_absolute, 1 rope */
-  double rotary_base;                           /* RoPE's theta (10000; Llama 3: 500000) */
-  int use_rope_scaling;                         /* Llama 3.1's long-context frequencies */
-  double rope_scaling_factor;                   /* their factor (8; Llama 3.2: 32) */
-  int normalization;                            /* 0 LayerNorm, 1 RMSNorm (mgt_norm_kind) */
-  int swiglu;                                   /* the MLP's gate and up projections (Llama) */
-  int group_query_attention;                    /* key/value heads shared by query heads */
-  int num_query_groups;                         /* those key/value heads (groups) */
-  int disable_bias_linear;                      /* no bias in any linear layer of the block */
-  double mask_prob;                             /* BERT: share of tokens to predict */
-  double short_seq_prob;                        /* BERT: samples with a shorter target */
+  int apply_layernorm_1p;  /* norm weights stored as w, the gain 1 + w (Megatron-LM's) */
+  int bert_no_binary_head; /* BERT without tokentypes, pooler and SOP */
+  int untie_embeddings_and_output_weights; /* GPT: an output layer of its own (Llama) */
+  int position_embedding_type;             /* 0 learned_absolute, 1 rope */
+  double rotary_base;                      /* RoPE's theta (10000; Llama 3: 500000) */
+  int use_rope_scaling;                    /* Llama 3.1's long-context frequencies */
+  double rope_scaling_factor;              /* their factor (8; Llama 3.2: 32) */
+  int normalization;                       /* 0 LayerNorm, 1 RMSNorm (mgt_norm_kind) */
+  int swiglu;                              /* the MLP's gate and up projections (Llama) */
+  int group_query_attention;               /* key/value heads shared by query heads */
+  int num_query_groups;                    /* those key/value heads (groups) */
+  int disable_bias_linear;                 /* no bias in any linear layer of the block */
+  double mask_prob;                        /* BERT: share of tokens to predict */
+  double short_seq_prob;                   /* BERT: samples with a shorter target */
   /* fine-tuning (mgt finetune): a BERT with a task head instead of its pretraining heads */
   int task;                 /* MGT_TASK_* (mgt/tasks.h); 0 for pretraining */
   char train_data[1 << 14]; /* paths, one per line */

@@ -60,6 +60,7 @@ typedef struct mgt_model_spec {
   mgt_pos_kind pos;
   mgt_mlp_kind mlp;
   int post_ln;     /* the LayerNorm after each residual add (the original BERT), not before */
+  int norm_1p;     /* every norm's gain is 1 + its stored weight (--apply-layernorm-1p) */
   int causal;      /* causal attention; else every row sees its sample's keys (padding) */
   int token_types; /* token-type embeddings (with a pooled head, as Megatron-LM) */
   mgt_head_kind head;

@@ -104,6 +104,10 @@ static const mgt_flag flags[] = {
           "key/value heads with --group-query-attention (Llama 3 8B: 8)", RESUME),
     BOOL_M("--disable-bias-linear", disable_bias_linear,
            "no biases in the attention and MLP linear layers (Llama)", RESUME),
+    BOOL_M("--apply-layernorm-1p", apply_layernorm_1p,
+           "the norms' weights stored zero-centred: the gain is 1 + weight, the weight "
+           "initialized to 0 (Megatron-LM's; Transformer Engine's zero-centred gamma)",
+           RESUME),
     BOOL_M("--apply-residual-connection-post-layernorm", apply_residual_connection_post_layernorm,
            "residuals start from the LayerNorm outputs: the original post-LN BERT", RESUME),
     BOOL_M("--bert-no-binary-head", bert_no_binary_head,

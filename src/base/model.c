@@ -38,6 +38,7 @@ static mgt_model_spec derive(const mgt_config *c) {
   d.groups = mgt_config_query_groups(c);
   d.bias = !c->disable_bias_linear;
   d.post_ln = c->apply_residual_connection_post_layernorm;
+  d.norm_1p = c->apply_layernorm_1p;
   d.causal = k->causal;
   d.task = c->task;
   if (c->task == MGT_TASK_RACE)
@@ -159,14 +160,15 @@ typedef struct spec_field {
   char type; /* i int, d double, e enum (an int written as names[value]) */
   size_t off;
   const char *const *names;
+  int later; /* added after format 3 began: a section without it holds 0 */
 } spec_field;
 
 #define F_INT(f)                                                                                   \
-  { #f, 'i', offsetof(mgt_model_spec, f), NULL }
+  { #f, 'i', offsetof(mgt_model_spec, f), NULL, 0 }
 #define F_DBL(f)                                                                                   \
-  { #f, 'd', offsetof(mgt_model_spec, f), NULL }
+  { #f, 'd', offsetof(mgt_model_spec, f), NULL, 0 }
 #define F_ENUM(f, n)                                                                               \
-  { #f, 'e', offsetof(mgt_model_spec, f), n }
+  { #f, 'e', offsetof(mgt_model_spec, f), n, 0 }
 static const spec_field spec_fields[] = {
     F_ENUM(kind, mgt_model_names),
     F_INT(layers),
@@ -199,6 +201,7 @@ static const spec_field spec_fields[] = {
     F_ENUM(task, mgt_task_names),
     F_INT(rows),
     F_INT(max_predictions),
+    {"norm_1p", 'i', offsetof(mgt_model_spec, norm_1p), NULL, 1},
 };
 enum { N_SPEC_FIELDS = sizeof spec_fields / sizeof spec_fields[0] };
 
@@ -274,6 +277,7 @@ mgt_status mgt_model_spec_from_text(const char *text, mgt_model_spec *out, const
   }
   for (int i = 0; i < N_SPEC_FIELDS; i++) {
     const mgt_json *v = mgt_json_get(root, spec_fields[i].key);
+    if (!v && spec_fields[i].later) continue; /* written before the field existed: 0 */
     if (!v) MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: model section: no \"%s\"", what, spec_fields[i].key);
     MGT_TRY(read_field(&spec_fields[i], v, out, what));
   }

@@ -195,6 +195,9 @@ static mgt_status make_plan(const mgt_config *c, const mgt_state *model, hf_plan
   MGT_CHECK(mgt_state_index_init(&w.ix, model));
   mgt_model_spec d;
   mgt_status st = mgt_model_describe(c, &d);
+  if (st == MGT_OK && d.norm_1p) /* Hugging Face's models store the gains themselves */
+    st = MGT_ERROR(MGT_ERR_INPUT, "--apply-layernorm-1p: the zero-centred norm weights have no "
+                                  "Hugging Face form here yet (its models store 1 + w)");
   if (st == MGT_OK && hf_is_llama(&d)) {
     st = hf_plan_llama(pl, c, &d, &w);
     goto done;

@@ -107,6 +107,7 @@ struct mgt_gpt {
      over tp (2C) and the floats of each rank's rows; m->lnf (N, C) is also the buffer rows are
      gathered into inside the layers */
   float *sp_loc, *lng;
+  float *gain; /* --apply-layernorm-1p: the gain 1 + w of the norm being run (C floats) */
   int *sp_counts;
   /* BERT: token types, lengths (the padding mask), masked rows and their labels, [CLS] rows
      and the order labels; the LM head on the masked rows, the pooler and SOP head on [CLS] */
@@ -206,6 +207,9 @@ typedef struct layer_rows {
 
 layer_rows gpt_batch_rows(const mgt_gpt *m);
 /* The description's norm (LayerNorm with its bias b, or RMSNorm) of N rows of x. */
+/* The gain a norm multiplies by: its stored weight w, or with --apply-layernorm-1p 1 + w, made
+   in m->gain (which the next call remakes). */
+mgt_status gpt_norm_gain(const mgt_gpt *m, const float *w, const float **gain);
 mgt_status gpt_norm_forward(const mgt_gpt *m, float *out, float *mean, float *rstd, const float *x,
                             const float *w, const float *b, int N);
 /* The final norm's weight and bias (NULL: RMSNorm) in base (m->w or m->g). */

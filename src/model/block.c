@@ -42,9 +42,19 @@ static mgt_status row_out(mgt_gpt *m, const layer_rows *r, float **y, const floa
   return mgt_tp_row_forward(&m->tp, *y, x, W, NULL, r->N, in_l, d->C);
 }
 
+mgt_status gpt_norm_gain(const mgt_gpt *m, const float *w, const float **gain) {
+  *gain = w;
+  if (!m->d.spec.norm_1p) return MGT_OK;
+  MGT_CHECK(mgt_be_fill(m->be, m->gain, (size_t)m->d.C, 1.0f));
+  MGT_CHECK(mgt_be_add(m->be, m->gain, w, (size_t)m->d.C)); /* 1 + w, rounded once */
+  *gain = m->gain;
+  return MGT_OK;
+}
+
 mgt_status gpt_norm_forward(const mgt_gpt *m, float *out, float *mean, float *rstd, const float *x,
                             const float *w, const float *b, int N) {
   const float eps = (float)m->d.spec.norm_eps;
+  MGT_CHECK(gpt_norm_gain(m, w, &w));
   if (m->d.spec.norm == MGT_NORM_RMSNORM)
     return mgt_be_rmsnorm_forward(m->be, out, rstd, x, w, N, m->d.C, eps);
   return mgt_be_layernorm_forward(m->be, out, mean, rstd, x, w, b, N, m->d.C, eps);
@@ -62,6 +72,7 @@ static mgt_status residual_norm(mgt_gpt *m, float *out, float *x, const float *b
                                 int N, size_t row, const mgt_dropout *d, float *ln, float *mean,
                                 float *rstd, const float *w, const float *lb) {
   const int rms = m->d.spec.norm == MGT_NORM_RMSNORM; /* no mean: RMSNorm */
+  MGT_CHECK(gpt_norm_gain(m, w, &w));
   return mgt_be_bias_dropout_add_ln(m->be, out, x, b, res, N, m->d.C, row, d, ln, rms ? NULL : mean,
                                     rstd, w, rms ? NULL : lb, (float)m->d.spec.norm_eps);
 }
@@ -210,6 +221,7 @@ static mgt_status ln_backward(mgt_gpt *m, float *dx, float *dw, float *db, const
   const int C = d->C, rms = d->spec.norm == MGT_NORM_RMSNORM;
   float *gw = d->sp ? m->lng : dw, *gb = d->sp ? m->lng + C : db;
   const int a = d->sp ? 0 : acc;
+  MGT_CHECK(gpt_norm_gain(m, w, &w)); /* d/dw of (1 + w) is d/dgain: the kernels' output */
   if (rms)
     MGT_CHECK(mgt_be_rmsnorm_backward(be, dx, gw, dout, x, w, rstd, d->Nl, C, a));
   else

@@ -110,6 +110,8 @@ mgt_status mgt_gpt_create(const mgt_model_spec *spec, const mgt_model_layout *la
     MGT_TRY(mgt_be_alloc(be, floats * sizeof(float), "activations", &m->arena));
     gpt_layout_activations(m, d, &m->rp);
   }
+  if (d->spec.norm_1p)
+    MGT_TRY(mgt_be_alloc(be, sizeof(float) * (size_t)d->C, "norm gains", (void **)&m->gain));
   if (d->act16) {
     if (!mgt_be_has(be, MGT_BE_SET_ACT16) || mgt_be_act16_bytes(be) != d->act16)
       MGT_GOTO_FAIL(MGT_ERR_INPUT,
@@ -168,6 +170,7 @@ void mgt_gpt_destroy(mgt_gpt **model) {
     if (m->w) mgt_be_free(m->be, m->w);
     if (m->g) mgt_be_free(m->be, m->g);
     if (m->arena) mgt_be_free(m->be, m->arena);
+    if (m->gain) mgt_be_free(m->be, m->gain);
   }
   mgt_free(m->params);
   mgt_free(m->segs);

@@ -236,7 +236,9 @@ static mgt_status bert_forward(mgt_gpt *m, const step_ctx *s, int keep_exp, mgt_
     MGT_CHECK(mgt_tp_column_forward(&m->tp, m->lm_pre, m->lm_in, h[H_DENSE_W], NULL, M, C, C));
     MGT_CHECK(
         mgt_be_bias_act_forward(be, MGT_ACT_GELU_ERF, m->lm_act, m->lm_pre, h[H_DENSE_B], M, C));
-    MGT_CHECK(mgt_be_layernorm_forward(be, m->lm_ln, m->lm_mean, m->lm_rstd, m->lm_act, h[H_LN_W],
+    const float *gain;
+    MGT_CHECK(gpt_norm_gain(m, h[H_LN_W], &gain));
+    MGT_CHECK(mgt_be_layernorm_forward(be, m->lm_ln, m->lm_mean, m->lm_rstd, m->lm_act, gain,
                                        h[H_LN_B], M, C, eps));
     MGT_CHECK(mgt_tp_column_forward(&m->tp, m->logits, m->lm_ln, wte, h[H_BIAS], M, C, d->Vl));
     MGT_CHECK(mgt_tp_xent_forward(&m->tp, &m->xent, m->logits, m->targets, M, d->Vl, d->nv, d->v0,
@@ -299,8 +301,10 @@ mgt_status mgt_bert_forward_backward(mgt_gpt *m, const int32_t *rows, uint64_t s
     MGT_CHECK(mgt_tp_column_backward(&m->tp, m->dlm, gwte, gh[H_BIAS], m->logits, m->lm_ln, wte, M,
                                      C, d->Vl, acc));
     MGT_CHECK(mgt_be_zero(be, m->dlm2, sizeof(float) * (size_t)M * C));
+    const float *gain;
+    MGT_CHECK(gpt_norm_gain(m, h[H_LN_W], &gain));
     MGT_CHECK(mgt_be_layernorm_backward(be, m->dlm2, gh[H_LN_W], gh[H_LN_B], m->dlm, m->lm_act,
-                                        h[H_LN_W], m->lm_mean, m->lm_rstd, M, C, acc));
+                                        gain, m->lm_mean, m->lm_rstd, M, C, acc));
     MGT_CHECK(
         mgt_be_act_backward(be, MGT_ACT_GELU_ERF, m->dlm2, m->dlm2, m->lm_pre, (size_t)M * C));
     MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dlm, gh[H_DENSE_W], gh[H_DENSE_B], m->dlm2, m->lm_in,

@@ -114,8 +114,9 @@ static int layer_list(const mgt_gpt_dims *d, layer_row *rows) {
   const int64_t KV = (int64_t)d->G * hd, r = d->tp_rank;
   const int grouped = d->G != d->H, swiglu = d->spec.mlp == MGT_MLP_SWIGLU, bias = d->spec.bias;
   const int ln = d->spec.norm == MGT_NORM_LAYERNORM;
+  const float one = d->spec.norm_1p ? 0.0f : 1.0f; /* a gain of 1, as stored */
   const layer_row all[P_SLOTS] = {
-      {P_LN1_W, {"input_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0}, 0, 0},
+      {P_LN1_W, {"input_layernorm.weight", 1, {C}, {C}, -1, 0, 0, one, 0}, 0, 0},
       {P_LN1_B, {"input_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 1, 0},
       {P_QKV_W,
        grouped
@@ -133,7 +134,7 @@ static int layer_list(const mgt_gpt_dims *d, layer_row *rows) {
       {P_KV_B, {"attention.key_value.bias", 2, {2, KVl}, {2, KV}, 1, r * KVl, 0, 0, 0}, 13, 0},
       {P_PROJ_W, {"attention.dense.weight", 2, {C, Cl}, {C, C}, 1, r * Cl, out_std, 0, 1}, 4, 0},
       {P_PROJ_B, {"attention.dense.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 5, 0},
-      {P_LN2_W, {"post_attention_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0}, 6, 0},
+      {P_LN2_W, {"post_attention_layernorm.weight", 1, {C}, {C}, -1, 0, 0, one, 0}, 6, 0},
       {P_LN2_B, {"post_attention_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 7, 0},
       /* SwiGLU: Megatron's fc1 split in its two halves, the gate and the up projection */
       {P_FC_W,
@@ -173,6 +174,7 @@ static int layer_list(const mgt_gpt_dims *d, layer_row *rows) {
 
 void gpt_build_params(const mgt_gpt_dims *d, mgt_param *out, int *n, size_t *total,
                       param_index *ix) {
+  const float one = d->spec.norm_1p ? 0.0f : 1.0f; /* a gain of 1, as stored */
   *n = 0;
   param_index pi = {0, 1, -1, 2, -1, -1, -1, -1, 0, {0}};
   size_t off = 0;
@@ -207,7 +209,7 @@ void gpt_build_params(const mgt_gpt_dims *d, mgt_param *out, int *n, size_t *tot
     for (int i = 0; i < nr; i++)
       add_param(out, n, &off, gpt_layer_stream(rows[i].code, l), &rows[i].s, prefix, rows[i].pack);
   }
-  param_spec lnw = {"final_layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0};
+  param_spec lnw = {"final_layernorm.weight", 1, {C}, {C}, -1, 0, 0, one, 0};
   param_spec lnb = {"final_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0};
   pi.lnf = *n;
   add_param(out, n, &off, 0xFFFF0002u, &lnw, "", 0);
@@ -221,7 +223,7 @@ void gpt_build_params(const mgt_gpt_dims *d, mgt_param *out, int *n, size_t *tot
     param_spec lm[H_LM] = {
         {"lm_head.dense.weight", 2, {C, C}, {C, C}, -1, 0, std, 0, 1},
         {"lm_head.dense.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
-        {"lm_head.layernorm.weight", 1, {C}, {C}, -1, 0, 0, 1, 0},
+        {"lm_head.layernorm.weight", 1, {C}, {C}, -1, 0, 0, one, 0},
         {"lm_head.layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0},
         {"lm_head.bias", 1, {d->Vl}, {d->V}, 0, d->v0, 0, 0, 0}, /* split like the vocabulary */
     };
