@@ -196,6 +196,7 @@ typedef struct mgt_config {
   char metrics_file[MGT_PATH_MAX];
   char tensorboard_dir[MGT_PATH_MAX]; /* rank 0 writes TensorBoard event files here */
   int kv_channels;                    /* a head size; only hidden / heads is implemented */
+  int no_position_embedding;          /* Megatron-LM's: no learned table (with rope: none is) */
   /* not a flag: what the command line said that changes nothing here ("--flag: why\n" each),
      for rank 0 to print */
   char notes[4096];

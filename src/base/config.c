@@ -117,6 +117,9 @@ static const mgt_flag flags[] = {
      mgt_pos_names, 0, RESUME},
     BOOL("--use-rotary-position-embeddings", position_embedding_type,
          ""), /* Megatron-LM's older switch: MGT_POS_ROPE is 1 */
+    BOOL("--no-position-embedding", no_position_embedding,
+         "no learned position table (Megatron-LM's): with --position-embedding-type rope there "
+         "is none; mgt has no model without positions"),
     INT("--kv-channels", kv_channels, 0, 1 << 16,
         "the head size of attention (Megatron-LM's); 0 or hidden size / heads, the one "
         "implemented"),
@@ -362,9 +365,16 @@ mgt_status mgt_config_parse(mgt_config *cfg, int argc, char **argv, int first, i
   const mgt_foreign_flag *megatron = mgt_megatron_flags(&nm);
   MGT_CHECK(mgt_flags_parse_foreign(flags, N_FLAGS, megatron, nm, cfg, argc, argv, first, "train",
                                     help, cfg->notes, sizeof cfg->notes));
-  for (int i = first; cfg->train_samples > 0 && i < argc; i++) /* Megatron-LM refuses both */
-    MGT_REQUIRE(strncmp(argv[i], "--train-iters", 13) || (argv[i][13] && argv[i][13] != '='),
-                "give one of --train-iters and --train-samples");
+  int tokenizer_given = 0;
+  for (int i = first; i < argc; i++) {
+    tokenizer_given |= !strncmp(argv[i], "--tokenizer-type", 16);
+    MGT_REQUIRE(cfg->train_samples == 0 || strncmp(argv[i], "--train-iters", 13) ||
+                    (argv[i][13] && argv[i][13] != '='),
+                "give one of --train-iters and --train-samples"); /* Megatron-LM refuses both */
+  }
+  /* BERT's vocabulary is WordPiece's unless said otherwise, as Megatron-LM's pretrain_bert.py */
+  if (cfg->model == MGT_MODEL_BERT && !tokenizer_given && cfg->vocab_file[0])
+    cfg->tokenizer_type = MGT_TOKENIZER_BERT_LOWER;
   return MGT_OK;
 }
 
@@ -643,6 +653,9 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
     snprintf(c->notes + strlen(c->notes), sizeof c->notes - strlen(c->notes),
              "--distributed-backend nccl: no GPU in this run (--device cpu): the collectives go "
              "through MPI\n");
+  MGT_REQUIRE(!c->no_position_embedding || c->position_embedding_type == MGT_POS_ROPE,
+              "--no-position-embedding: a model without positions is not implemented (with "
+              "--position-embedding-type rope there is no learned table)");
   MGT_REQUIRE(c->kv_channels == 0 || c->kv_channels * c->num_attention_heads == c->hidden_size,
               "--kv-channels %d: a head size other than --hidden-size / --num-attention-heads "
               "(%d / %d) is not implemented",

@@ -14,6 +14,9 @@
 
 #define NO_PP "mgt has no pipeline parallelism: split the model with --tensor-model-parallel-size"
 #define NO_FP8 "mgt has no FP8 training: train in --bf16"
+#define NO_FSDP                                                                                    \
+  "mgt has no fully sharded data parallelism: --use-distributed-optimizer shards the optimizer"
+#define NO_MOE "mgt has no Mixture-of-Experts layer yet: a dense model only"
 #define FUSION "a kernel-fusion choice: mgt's kernels give the same arithmetic either way"
 #define NO_PROFILER                                                                                \
   "mgt has no built-in profiler: run it under nsys, perf or VTune; its log prints per-phase "      \
@@ -28,7 +31,8 @@ static const mgt_foreign_flag megatron[] = {
     RENAMED("--model-parallel-size", 1, "--tensor-model-parallel-size"),
     RENAMED("--checkpoint-activations", 0,
             "--recompute-activations, or --recompute-granularity and --recompute-method"),
-    RENAMED("--activations-checkpoint-method", 1, "--recompute-method"),
+    RENAMED("--activations-checkpoint-method", 1,
+            "--recompute-granularity full --recompute-method (the same value)"),
     RENAMED("--activations-checkpoint-num-layers", 1, "--recompute-num-layers"),
     RENAMED("--checkpoint-num-layers", 1, "--recompute-num-layers"),
     RENAMED("--activations-checkpoint-granularity", 1, "--recompute-granularity"),
@@ -119,6 +123,48 @@ static const mgt_foreign_flag megatron[] = {
     NOTE("--dist-ckpt-strictness", 1, "mgt checks every tensor of a checkpoint by name and shape"),
     NOTE("--use-cpu-initialization", 0,
          "mgt's initialization gives the same numbers on any device and layout"),
+    /* Megatron-LM 2019-2020's, gone since */
+    NOTE("--lazy-loader", 0, "mgt memory-maps its datasets always"),
+    NOTE("--resume-dataloader", 0, "mgt resumes the data where the checkpoint left it always"),
+    NOTE("--cache-dir", 1,
+         "mgt's sample-index caches go to mgt-cache beside each dataset, or --data-cache-path"),
+    NOTE("--presplit-sentences", 0,
+         "mgt's BERT datasets are split into sentences by mgt preprocess --split-sentences"),
+    NOTE("--fp32-embedding", 0, "mgt keeps the embedding tables in fp32 always"),
+    NOTE("--fp32-layernorm", 0, "mgt computes its norms in fp32 always"),
+    REFUSED("--tokenizer-model-type", 1,
+            "Megatron-LM 2019's tokenizer choice: give --tokenizer-type BertWordPieceLowerCase "
+            "(or BertWordPieceCase) and --vocab-file"),
+    REFUSED("--max-preds-per-seq", 1,
+            "Megatron-LM 2019's: mgt masks up to --mask-prob of each sample's tokens, as "
+            "Megatron-LM since 2020; leave it out"),
+    REFUSED("--num-microbatches-in-minibatch", 1,
+            "Megatron-LM 2020's: give --global-batch-size (micro-batch size x micro-batches x "
+            "data-parallel size)"),
+    REFUSED("--rampup-batch-size", 2,
+            "mgt trains at the full --global-batch-size from the first iteration (no batch-size "
+            "ramp-up yet); leave it out"),
+    REFUSED("--step-batch-size-schedule", 2,
+            "mgt trains at the full --global-batch-size from the first iteration (no batch-size "
+            "schedule yet); leave it out"),
+    NOTE("--no-check-for-nan-in-loss-and-grad", 0,
+         "mgt finds a non-finite loss or gradient norm always and skips that update "
+         "(--max-skipped-iterations stops the run)"),
+    NOTE("--logging-level", 1, "mgt logs at one level"),
+    NOTE("--init-model-with-meta-device", 0, "mgt allocates each rank's shards only"),
+    REFUSED("--data-parallel-sharding-strategy", 1, NO_FSDP),
+    REFUSED("--fsdp-double-buffer", 0, NO_FSDP),
+    REFUSED("--fsdp-manual-registration", 0, NO_FSDP),
+    REFUSED("--use-nccl-ub", 0, NO_FSDP),
+    REFUSED("--num-experts", 1, NO_MOE),
+    REFUSED("--moe-router-topk", 1, NO_MOE),
+    REFUSED("--moe-router-load-balancing-type", 1, NO_MOE),
+    REFUSED("--moe-aux-loss-coeff", 1, NO_MOE),
+    REFUSED("--moe-grouped-gemm", 0, NO_MOE),
+    REFUSED("--moe-token-dispatcher-type", 1, NO_MOE),
+    REFUSED("--moe-ffn-hidden-size", 1, NO_MOE),
+    REFUSED("--moe-layer-freq", 1, NO_MOE),
+    REFUSED("--moe-z-loss-coeff", 1, NO_MOE),
     /* refused: what mgt lacks, and what to do */
     REFUSED("--fp8-format", 1, NO_FP8),
     REFUSED("--fp8", 1, NO_FP8),
@@ -135,10 +181,8 @@ static const mgt_foreign_flag megatron[] = {
     REFUSED("--distribute-checkpointed-activations", 0,
             "mgt does not split saved activations over tensor-parallel ranks: use "
             "--sequence-parallel, which splits them by token rows"),
-    REFUSED("--use-torch-fsdp2", 0,
-            "mgt shards the optimizer state with --use-distributed-optimizer, not the weights"),
-    REFUSED("--use-megatron-fsdp", 0,
-            "mgt shards the optimizer state with --use-distributed-optimizer, not the weights"),
+    REFUSED("--use-torch-fsdp2", 0, NO_FSDP),
+    REFUSED("--use-megatron-fsdp", 0, NO_FSDP),
 };
 
 const mgt_foreign_flag *mgt_megatron_flags(int *n) {
