@@ -211,6 +211,12 @@ print("ok: --apply-layernorm-1p trains the plain model's losses (GPT at tp 1 and
 PY
 expect_error "--apply-layernorm-1p: the zero-centred norm weights have no Hugging Face form" \
   "$MGT" ckpt export --format hf --load "$tmp/l1" --output "$tmp/hf1"
+# a BERT job without --model bert (Megatron's pretrain_bert.py is mgt train --model bert) is said
+"$MGT" train "${G[@]}" --tokenizer-type BertWordPieceLowerCase \
+  --vocab-file "$(dirname "$0")/../../shared/data/bert/bert-base-uncased-vocab.txt" --dry-run \
+  > "$tmp/out" 2>&1
+grep -q "^mgt: note: --model gpt on WordPiece ids: a BERT job (Megatron-LM's pretrain_bert.py) is --model bert" "$tmp/out" &&
+  echo "ok: a GPT on WordPiece ids gets a note naming --model bert" || fail "the WordPiece GPT note"
 expect_error "--train-data is for mgt finetune (mgt train pretrains on --data-path)" \
   "$MGT" train "${G[@]}" --train-data "$tmp/x.tsv"
 expect_error "--kv-channels 16: a head size other than --hidden-size / --num-attention-heads (32 / 4)" \

@@ -696,6 +696,13 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
                 "--model bert needs --tokenizer-type BertWordPieceLowerCase or BertWordPieceCase "
                 "and --vocab-file (the samples need [CLS], [SEP], [MASK] and the word pieces)");
   }
+  if (desc.input != MGT_INPUT_SAMPLES &&
+      (c->tokenizer_type == MGT_TOKENIZER_BERT_LOWER ||
+       c->tokenizer_type == MGT_TOKENIZER_BERT_CASED) &&
+      !strstr(c->notes, "--model gpt"))
+    snprintf(c->notes + strlen(c->notes), sizeof c->notes - strlen(c->notes),
+             "--model gpt on WordPiece ids: a BERT job (Megatron-LM's pretrain_bert.py) is "
+             "--model bert\n");
   MGT_REQUIRE(!(c->mock_data && c->data_path[0]), "--mock-data and --data-path exclude each other");
   double w[3];
   MGT_CHECK(mgt_split_parse(c->split, w));
