@@ -209,8 +209,19 @@ for a, b in (("l1", "l0"), ("b1", "b0")):
 print("ok: --apply-layernorm-1p trains the plain model's losses (GPT at tp 1 and 2 with sequence "
       "parallelism, BERT), its norm weights stored as gain - 1")
 PY
-expect_error "--apply-layernorm-1p: the zero-centred norm weights have no Hugging Face form" \
-  "$MGT" ckpt export --format hf --load "$tmp/l1" --output "$tmp/hf1"
+# exported, the gains are 1 + w (Hugging Face's models store the gain): imported back as a plain
+# model, it scores as the 1p model it came from
+seq 3 3 120 | tr '\n' ' ' > "$tmp/ids.txt"
+"$MGT" ckpt export --format hf --load "$tmp/l1" --output "$tmp/hf1" > /dev/null 2>&1 &&
+  "$MGT" ckpt import --format hf --input "$tmp/hf1" --save "$tmp/l1p" > /dev/null 2>&1 &&
+  "$MGT" eval --load "$tmp/l1" --input-ids "$tmp/ids.txt" > "$tmp/e1" 2>&1 &&
+  "$MGT" eval --load "$tmp/l1p" --input-ids "$tmp/ids.txt" > "$tmp/e2" 2>&1 &&
+  $PY - "$tmp/e1" "$tmp/e2" <<'PY' || fail "--apply-layernorm-1p's Hugging Face export"
+import json, sys
+a, b = ([json.loads(l) for l in open(f) if l.startswith("{")][-1] for f in sys.argv[1:3])
+assert a["tokens"] == b["tokens"] > 10 and abs(a["avg_loss"] - b["avg_loss"]) <= 1e-6 * a["avg_loss"], (a, b)
+print("ok: exported to Hugging Face with gains 1 + w, imported as a plain model: the same loss %.6f" % a["avg_loss"])
+PY
 # a BERT job without --model bert (Megatron's pretrain_bert.py is mgt train --model bert) is said
 "$MGT" train "${G[@]}" --tokenizer-type BertWordPieceLowerCase \
   --vocab-file "$(dirname "$0")/../../shared/data/bert/bert-base-uncased-vocab.txt" --dry-run \

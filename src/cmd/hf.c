@@ -195,9 +195,6 @@ static mgt_status make_plan(const mgt_config *c, const mgt_state *model, hf_plan
   MGT_CHECK(mgt_state_index_init(&w.ix, model));
   mgt_model_spec d;
   mgt_status st = mgt_model_describe(c, &d);
-  if (st == MGT_OK && d.norm_1p) /* Hugging Face's models store the gains themselves */
-    st = MGT_ERROR(MGT_ERR_INPUT, "--apply-layernorm-1p: the zero-centred norm weights have no "
-                                  "Hugging Face form here yet (its models store 1 + w)");
   if (st == MGT_OK && hf_is_llama(&d)) {
     st = hf_plan_llama(pl, c, &d, &w);
     goto done;
@@ -372,6 +369,13 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, size_t max_
   char path[MGT_PATH_MAX + 64];
   MGT_TRY(whole_model(&cfg, &w));
   MGT_TRY(mgt_ckpt_load(ckpt_path, MPI_COMM_SELF, &w, &state));
+  for (int i = 0; cfg.apply_layernorm_1p && i < w.n; i++) { /* HF stores the gain, 1 + w */
+    const size_t len = strlen(w.t[i].name), k = strlen("layernorm.weight");
+    if (len < k || strcmp(w.t[i].name + len - k, "layernorm.weight") != 0) continue;
+    float *g = w.t[i].data;
+    for (int64_t j = 0; j < mgt_state_numel(&w.t[i]); j++)
+      g[j] = 1.0f + g[j]; /* rounded as the model's own gain */
+  }
   if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
     MGT_GOTO_FAIL(MGT_ERR_INPUT, "--output %s: cannot create: %s", out_dir, strerror(errno));
   MGT_TRY(make_plan(&cfg, &w, &plan));
