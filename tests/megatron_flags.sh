@@ -228,6 +228,47 @@ PY
   > "$tmp/out" 2>&1
 grep -q "^mgt: note: --model gpt on WordPiece ids: a BERT job (Megatron-LM's pretrain_bert.py) is --model bert" "$tmp/out" &&
   echo "ok: a GPT on WordPiece ids gets a note naming --model bert" || fail "the WordPiece GPT note"
+# --rampup-batch-size START INCREMENT SAMPLES (with --train-samples): the iterations' batches,
+# the samples consumed, the run's length and the learning rate stepping by the samples, against
+# Megatron-LM's calculator and scheduler written out here
+"$MGT" train "${G0[@]}" --micro-batch-size 1 --global-batch-size 8 --rampup-batch-size 2 2 12 \
+  --train-samples 40 --lr-warmup-samples 4 --lr-decay-style linear --min-lr 1e-4 \
+  --metrics-file "$tmp/ramp.jsonl" > "$tmp/out" 2>&1 || { fail "--rampup-batch-size"; tail -3 "$tmp/out"; }
+# and with --train-iters (Megatron-LM 2025's GPT-3 recipe): the scheduler still steps by the
+# samples, its warmup and decay lengths the iterations' full global batches
+"$MGT" train "${G0[@]}" --micro-batch-size 1 --global-batch-size 8 --rampup-batch-size 2 2 12 \
+  --train-iters 7 --lr-warmup-iters 1 --lr-decay-style linear --min-lr 1e-4 \
+  --metrics-file "$tmp/rampi.jsonl" > "$tmp/out" 2>&1 || { fail "--rampup-batch-size with --train-iters"; tail -3 "$tmp/out"; }
+for mode in samples iters; do
+  f=$tmp/ramp.jsonl && [ $mode = iters ] && f=$tmp/rampi.jsonl
+  $PY - "$f" $mode <<'PY' || fail "--rampup-batch-size ($mode) against Megatron-LM's rules"
+import json, sys
+gbs, start, incr, ramp, total, lr, min_lr, warm = 8, 2, 2, 12, 40, 1e-3, 1e-4, 4
+if sys.argv[2] == "iters":
+    warm, total = 1 * gbs, 7 * gbs  # its lr_warmup_steps, lr_decay_steps: iterations x batch
+def batch(consumed):  # Megatron-LM's RampupBatchsizeNumMicroBatchesCalculator
+    if consumed > ramp: return gbs
+    return start + int(consumed / (ramp / ((gbs - start) // incr))) * incr
+def rate(step):       # its OptimizerParamScheduler, linear, stepped by the samples
+    if step <= warm: return lr * step / warm
+    if step > total: return min_lr
+    return min_lr + (1 - (step - warm) / (total - warm)) * (lr - min_lr)
+iters, consumed = 0, 0  # update_train_iters
+while consumed <= ramp and consumed <= total: consumed += batch(consumed); iters += 1
+iters += (total - consumed) // gbs
+if sys.argv[2] == "iters": iters = 7
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+assert len(rows) == iters, (len(rows), iters)
+consumed = 0
+for r in rows:
+    consumed += batch(consumed)
+    assert r["consumed_samples"] == consumed and abs(r["lr"] - rate(consumed)) <= 1e-8 * lr, (r, consumed, rate(consumed))
+print("ok: --rampup-batch-size 2 2 12 (%s): %d iterations, batches %s, the rate by samples, as Megatron-LM's"
+      % (sys.argv[2], iters, [b - a for a, b in zip([0] + [r["consumed_samples"] for r in rows], [r["consumed_samples"] for r in rows])]))
+PY
+done
+expect_error "--global-batch-size 4 minus the start 3 is not a multiple of the increment 2" \
+  "$MGT" train "${G[@]}" --rampup-batch-size 3 2 8
 expect_error "--train-data is for mgt finetune (mgt train pretrains on --data-path)" \
   "$MGT" train "${G[@]}" --train-data "$tmp/x.tsv"
 expect_error "--kv-channels 16: a head size other than --hidden-size / --num-attention-heads (32 / 4)" \

@@ -142,7 +142,8 @@ typedef struct mgt_config {
   int micro_batch_size;
   int global_batch_size; /* 0: micro_batch_size * data-parallel size */
   int64_t train_iters;
-  int64_t train_samples; /* > 0: the run in samples (Megatron-LM's); train_iters derived */
+  int64_t train_samples;      /* > 0: the run in samples (Megatron-LM's); train_iters derived */
+  char rampup_batch_size[96]; /* "START\nINCREMENT\nSAMPLES" (Megatron-LM's), or "" */
   double lr;
   double min_lr;
   double decoupled_lr;     /* > 0: the word embeddings' and output layer's own peak rate */
@@ -266,6 +267,12 @@ typedef struct mgt_lr_schedule {
   int64_t warmup, decay; /* in steps */
   int64_t per_iteration; /* steps an iteration takes: 1, or its samples (--train-samples) */
 } mgt_lr_schedule;
+/* Megatron-LM's batch-size ramp-up: the global batch of the iteration that starts after
+   `consumed` samples: --rampup-batch-size START INCREMENT SAMPLES grows it from START by
+   INCREMENT in equal steps over SAMPLES, then --global-batch-size. Without a ramp-up, the global
+   batch. */
+int mgt_global_batch_at(const mgt_config *cfg, uint64_t consumed);
+
 /* Validation samples a run of train_iters iterations plans for validations of `per` samples
    every eval_interval iterations and at the end (Megatron-LM's count; at least 1). */
 int64_t mgt_valid_samples_planned(int64_t train_iters, int eval_interval, int64_t per);
@@ -275,8 +282,10 @@ int64_t mgt_valid_samples_planned(int64_t train_iters, int eval_interval, int64_
    decay from --decoupled-lr to --decoupled-min-lr. */
 mgt_lr_schedule mgt_lr_schedule_of(const mgt_config *cfg);
 mgt_lr_schedule mgt_lr_schedule_decoupled(const mgt_config *cfg);
-/* The learning rate of iteration `iter` (1-based). */
+/* The learning rate of iteration `iter` (1-based), and at step `step` (the samples consumed
+   after the iteration, for a schedule in samples). */
 double mgt_lr_at(const mgt_lr_schedule *s, int64_t iter);
+double mgt_lr_at_step(const mgt_lr_schedule *s, int64_t step);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,7 @@ MGT_NODISCARD mgt_status mgt_train_read_checkpoint(const char *path, mgt_config 
 typedef struct mgt_step_stats {
   int64_t iteration;
   uint64_t consumed_samples; /* after the iteration */
+  int global_batch;          /* its samples (less than --global-batch-size in a ramp-up) */
   double loss;               /* GPT: mean token loss over the global batch; BERT: lm + sop */
   double lm_loss;            /* BERT: mean over the masked positions of the global batch */
   double sop_loss;           /* BERT: mean over the samples (NaN without the binary head) */

@@ -229,6 +229,10 @@ static const mgt_flag flags[] = {
      lr_styles, 0, 0},
     I64("--lr-warmup-iters", lr_warmup_iters, 0, BIG, "linear warmup iterations"),
     I64("--lr-decay-iters", lr_decay_iters, 1, BIG, "iterations of decay (default: train iters)"),
+    {"--rampup-batch-size", MGT_FLAG_LIST, OFF(rampup_batch_size), 0, 0,
+     "START INCREMENT SAMPLES: with --train-samples, the global batch grows from START by "
+     "INCREMENT in equal steps over SAMPLES samples, then is --global-batch-size (Megatron-LM's)",
+     NULL, sizeof(((mgt_config *)0)->rampup_batch_size), 0},
     I64("--lr-warmup-samples", lr_warmup_samples, 0, BIG,
         "with --train-samples: linear warmup over this many samples"),
     I64("--lr-decay-samples", lr_decay_samples, 0, BIG,
@@ -486,6 +490,8 @@ int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, 
   return k;
 }
 
+static int rampup_values(const mgt_config *c, int64_t v[3]);
+
 /* Appends the values of a data-args list (white space between, or a JSON array's items, which
    are strings or numbers) to `list` (one per line). */
 static mgt_status add_values(const char *what, const char *text, const mgt_json *array, char *list,
@@ -605,8 +611,33 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               world_size);
   int dp = world_size / tp;
   if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp;
+  int64_t ramp[3];
+  const int has_ramp = rampup_values(c, ramp);
+  MGT_REQUIRE(has_ramp >= 0, "--rampup-batch-size: give START INCREMENT SAMPLES, three integers");
+  if (has_ramp) {
+    const int64_t unit = (int64_t)c->micro_batch_size * dp;
+    MGT_REQUIRE(ramp[0] > 0 && ramp[1] > 0 && ramp[2] >= 0 && ramp[0] <= c->global_batch_size,
+                "--rampup-batch-size %lld %lld %lld: a start in [1, --global-batch-size %d] and a "
+                "positive increment",
+                (long long)ramp[0], (long long)ramp[1], (long long)ramp[2], c->global_batch_size);
+    MGT_REQUIRE((c->global_batch_size - ramp[0]) % ramp[1] == 0,
+                "--rampup-batch-size: --global-batch-size %d minus the start %lld is not a "
+                "multiple of the increment %lld",
+                c->global_batch_size, (long long)ramp[0], (long long)ramp[1]);
+    MGT_REQUIRE(ramp[0] % unit == 0 && ramp[1] % unit == 0,
+                "--rampup-batch-size: the start %lld and increment %lld must be multiples of "
+                "--micro-batch-size %d times the data-parallel size %d",
+                (long long)ramp[0], (long long)ramp[1], c->micro_batch_size, dp);
+  }
+  if (c->train_samples > 0 && has_ramp) { /* Megatron-LM's count: the ramp, then whole batches */
+    int64_t it = 0, consumed = 0;
+    while (consumed <= ramp[2] && consumed <= c->train_samples)
+      consumed += mgt_global_batch_at(c, (uint64_t)consumed), it++;
+    if (c->train_samples > consumed) it += (c->train_samples - consumed) / c->global_batch_size;
+    c->train_iters = it;
+  }
   if (c->train_samples > 0) { /* Megatron-LM's: whole global batches, the rest not trained */
-    c->train_iters = c->train_samples / c->global_batch_size;
+    if (!has_ramp) c->train_iters = c->train_samples / c->global_batch_size;
     MGT_REQUIRE(c->train_iters > 0, "--train-samples %lld is less than one global batch of %d",
                 (long long)c->train_samples, c->global_batch_size);
     if (c->lr_decay_samples == 0) c->lr_decay_samples = c->train_samples;
@@ -830,6 +861,18 @@ mgt_status mgt_split_parse(const char *s, double w[3]) {
 }
 
 mgt_lr_schedule mgt_lr_schedule_of(const mgt_config *cfg) {
+  int64_t ramp[3];
+  if (cfg->train_samples == 0 && rampup_values(cfg, ramp) > 0) {
+    /* Megatron-LM steps its scheduler by the samples: iterations of the full global batch */
+    const int64_t g = cfg->global_batch_size;
+    const mgt_lr_schedule s = {cfg->lr,
+                               cfg->min_lr,
+                               cfg->lr_decay_style,
+                               cfg->lr_warmup_iters * g,
+                               cfg->lr_decay_iters * g,
+                               g};
+    return s;
+  }
   if (cfg->train_samples > 0) {
     const mgt_lr_schedule s = {cfg->lr,
                                cfg->min_lr,
@@ -842,6 +885,29 @@ mgt_lr_schedule mgt_lr_schedule_of(const mgt_config *cfg) {
   const mgt_lr_schedule s = {
       cfg->lr, cfg->min_lr, cfg->lr_decay_style, cfg->lr_warmup_iters, cfg->lr_decay_iters, 1};
   return s;
+}
+
+/* The three values of --rampup-batch-size; 0 when there is no ramp-up. */
+static int rampup_values(const mgt_config *c, int64_t v[3]) {
+  if (!c->rampup_batch_size[0]) return 0;
+  const char *p = c->rampup_batch_size;
+  for (int k = 0; k < 3; k++) {
+    char *end;
+    v[k] = strtoll(p, &end, 10);
+    if (end == p || (*end && *end != '\n')) return -1;
+    p = *end ? end + 1 : end;
+  }
+  return *p ? -1 : 1;
+}
+
+int mgt_global_batch_at(const mgt_config *c, uint64_t consumed) {
+  int64_t v[3];
+  if (rampup_values(c, v) <= 0 || (int64_t)consumed > v[2]) return c->global_batch_size;
+  /* Megatron-LM's RampupBatchsizeNumMicroBatchesCalculator */
+  const int64_t increments = (c->global_batch_size - v[0]) / v[1];
+  const double per = increments > 0 ? (double)v[2] / (double)increments : 1.0;
+  const int64_t b = v[0] + (int64_t)((double)consumed / per) * v[1];
+  return (int)(b < c->global_batch_size ? b : c->global_batch_size);
 }
 
 int64_t mgt_valid_samples_planned(int64_t train_iters, int eval_interval, int64_t per) {
@@ -859,7 +925,10 @@ mgt_lr_schedule mgt_lr_schedule_decoupled(const mgt_config *cfg) {
 }
 
 double mgt_lr_at(const mgt_lr_schedule *s, int64_t iter) {
-  const int64_t step = iter * s->per_iteration;
+  return mgt_lr_at_step(s, iter * s->per_iteration);
+}
+
+double mgt_lr_at_step(const mgt_lr_schedule *s, int64_t step) {
   if (s->warmup > 0 && step <= s->warmup) return s->lr * (double)step / (double)s->warmup;
   if (s->style == MGT_LR_CONSTANT) return s->lr;
   if (step > s->decay) return s->min_lr;

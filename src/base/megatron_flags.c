@@ -141,9 +141,6 @@ static const mgt_foreign_flag megatron[] = {
     REFUSED("--num-microbatches-in-minibatch", 1,
             "Megatron-LM 2020's: give --global-batch-size (micro-batch size x micro-batches x "
             "data-parallel size)"),
-    REFUSED("--rampup-batch-size", 2,
-            "mgt trains at the full --global-batch-size from the first iteration (no batch-size "
-            "ramp-up yet); leave it out"),
     REFUSED("--step-batch-size-schedule", 2,
             "mgt trains at the full --global-batch-size from the first iteration (no batch-size "
             "schedule yet); leave it out"),

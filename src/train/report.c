@@ -28,6 +28,7 @@ struct mgt_report {
   double flops, tokens; /* per iteration */
   loss_means acc;       /* sums over the interval's iterations that were not skipped */
   double seconds;
+  double batches; /* the interval's iterations in full global batches (a ramp-up's are less) */
   int n, skipped, nans;
 };
 
@@ -69,6 +70,7 @@ mgt_status mgt_report_close(mgt_report **ptr, mgt_status st) {
 
 void mgt_report_step(mgt_report *r, const mgt_step_stats *s, double seconds) {
   r->seconds += seconds;
+  r->batches += (double)s->global_batch / r->run->global_batch;
   if (!s->skipped) {
     r->acc.loss += s->loss, r->acc.lm += s->lm_loss, r->acc.sop += s->sop_loss;
     r->acc.sop_acc += r->kind == KIND_TASK ? s->accuracy : s->sop_accuracy, r->n++;
@@ -157,7 +159,9 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
   if (r->n)
     mean = (loss_means){r->acc.loss / r->n, r->acc.lm / r->n, r->acc.sop / r->n,
                         r->acc.sop_acc / r->n};
-  const double tps = r->tokens / (ms / 1e3), tflops = r->flops / (ms / 1e3) / 1e12;
+  const double per = n_it ? r->batches / n_it : 1.0; /* of a full global batch per iteration */
+  const double tps = per * r->tokens / (ms / 1e3), tflops = per * r->flops / (ms / 1e3) / 1e12;
+  r->batches = 0;
   const int skipped = r->skipped, nans = r->nans;
   r->acc = (loss_means){0, 0, 0, 0};
   r->seconds = 0.0;
@@ -169,7 +173,7 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
           "iteration (ms): %.1f | learning rate: %.3E | global batch size: %5d | lm "
           "loss: %.6E |",
           (long long)s->iteration, (long long)c->train_iters,
-          (unsigned long long)s->consumed_samples, ms, s->lr, c->global_batch, mean.lm);
+          (unsigned long long)s->consumed_samples, ms, s->lr, s->global_batch, mean.lm);
   if (r->sop) fprintf(log, " sop loss: %.6E | sop accuracy: %.4f |", mean.sop, mean.sop_acc);
   if (r->kind == KIND_TASK) fprintf(log, " accuracy: %.4f |", mean.sop_acc);
   fprintf(log,
@@ -180,7 +184,7 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
   fputc('\n', log);
   fflush(log);
   if (r->tb)
-    MGT_CHECK(tb_train(r->tb, s, &mean, r->kind, c->global_batch, ms, tps, tflops, skipped, nans));
+    MGT_CHECK(tb_train(r->tb, s, &mean, r->kind, s->global_batch, ms, tps, tflops, skipped, nans));
   if (r->metrics) {
     metrics_line(r->metrics, s, &mean, r->kind, ms, tps, tflops, skipped, nans);
     fflush(r->metrics);

@@ -558,8 +558,10 @@ static mgt_status train_batch(mgt_trainer *tr, double *loss, mgt_step_stats *sta
   const mgt_run *r = &tr->run;
   const mgt_grid *g = tr->grid;
   const int B = r->micro_batch, T = tr->layout.seq_length;
-  const int n_micro = r->global_batch / (B * g->dp);
+  const int gb = mgt_global_batch_at(&tr->cfg, tr->consumed); /* a ramp-up's, or the whole */
+  const int n_micro = gb / (B * g->dp);
   const size_t E = mgt_gpt_example_ints(tr->model);
+  stats->global_batch = gb;
   mgt_timer_start(&tr->timers[T_DATA]);
   mgt_status st = MGT_OK;
   for (int mb = 0; mb < n_micro && st == MGT_OK; mb++) {
@@ -591,7 +593,12 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   const mgt_run *r = &tr->run;
   mgt_timer_start(&tr->timers[T_ITERATION]);
   int64_t it = tr->iteration + 1;
-  double lr = mgt_lr_at(&r->lr, it);
+  /* a sample-based schedule steps by the samples consumed, as Megatron-LM's */
+  const int64_t after = (int64_t)tr->consumed + mgt_global_batch_at(&tr->cfg, tr->consumed);
+  const int samples = r->lr.per_iteration > 1;
+  double lr = samples ? mgt_lr_at_step(&r->lr, after) : mgt_lr_at(&r->lr, it),
+         lr_dec =
+             samples ? mgt_lr_at_step(&r->lr_decoupled, after) : mgt_lr_at(&r->lr_decoupled, it);
   double loss = 0.0;
   stats->accuracy = NAN;
   MGT_CHECK(train_batch(tr, &loss, stats));
@@ -600,15 +607,14 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   int skipped = 1;
   /* The loss is the same on every rank (summed over both axes), so all take the same branch.
      A non-finite loss skips the update whatever the gradients look like. */
-  if (isfinite(loss))
-    MGT_CHECK(mgt_optim_step(tr->optim, lr, mgt_lr_at(&r->lr_decoupled, it), &norm, &skipped));
+  if (isfinite(loss)) MGT_CHECK(mgt_optim_step(tr->optim, lr, lr_dec, &norm, &skipped));
   /* under dynamic fp16 loss scaling an overflowing norm is expected, and lowers the scale */
   const int dynamic_fp16 = r->optim.fp16 && r->optim.loss_scale == 0;
   MGT_CHECK(mgt_be_sync(tr->be));
   mgt_timer_stop(&tr->timers[T_OPTIMIZER]);
   mgt_timer_stop(&tr->timers[T_ITERATION]);
   tr->iteration = it;
-  tr->consumed += (uint64_t)r->global_batch;
+  tr->consumed += (uint64_t)stats->global_batch;
   stats->iteration = it;
   stats->consumed_samples = tr->consumed;
   stats->loss = loss;
