@@ -267,6 +267,30 @@ print("ok: --rampup-batch-size 2 2 12 (%s): %d iterations, batches %s, the rate 
       % (sys.argv[2], iters, [b - a for a, b in zip([0] + [r["consumed_samples"] for r in rows], [r["consumed_samples"] for r in rows])]))
 PY
 done
+# --step-batch-size-schedule TOKENS:BATCH ... (Megatron-LM 2026's): thresholds in tokens made
+# samples by --seq-length, the last batch the global batch, the run counted as Megatron counts it
+"$MGT" train "${G0[@]/--global-batch-size/--eval-interval}" --micro-batch-size 1 \
+  --step-batch-size-schedule 0:2 64:4 0.256K:8 --train-samples 30 --lr-decay-style linear \
+  --metrics-file "$tmp/step.jsonl" > "$tmp/out" 2>&1 || { fail "--step-batch-size-schedule"; tail -3 "$tmp/out"; }
+$PY - "$tmp/step.jsonl" <<'PY' || fail "--step-batch-size-schedule against Megatron-LM's rules"
+import json, sys
+sched = sorted((int(t) // 16, b) for t, b in ((0, 2), (64, 4), (256, 8)))  # --seq-length 16
+batch = lambda c: [b for t, b in sched if c >= t][-1]
+iters, consumed = 0, 0
+while consumed < 30: consumed += batch(consumed); iters += 1
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+assert len(rows) == iters, (len(rows), iters)
+consumed = 0
+for r in rows:
+    consumed += batch(consumed)
+    rate = 1e-3 * (1 - consumed / 30) if consumed <= 30 else 0.0  # past the decay: --min-lr 0
+    assert r["consumed_samples"] == consumed and abs(r["lr"] - rate) <= 1e-8, (r, consumed)
+print("ok: --step-batch-size-schedule: %d iterations to %d samples, as Megatron-LM counts them" % (iters, consumed))
+PY
+expect_error "--step-batch-size-schedule ends at a global batch of 8: --global-batch-size 4 differs" \
+  "$MGT" train "${G[@]}" --step-batch-size-schedule 0:2 64:8
+expect_error "--step-batch-size-schedule: the first entry must be at 0" \
+  "$MGT" train "${G0[@]}" --step-batch-size-schedule 32:2 64:4
 expect_error "--global-batch-size 4 minus the start 3 is not a multiple of the increment 2" \
   "$MGT" train "${G[@]}" --rampup-batch-size 3 2 8
 expect_error "--train-data is for mgt finetune (mgt train pretrains on --data-path)" \

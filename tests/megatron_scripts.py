@@ -25,7 +25,7 @@ RENAMES = {"--batch-size": ["--micro-batch-size"], "--warmup": ["--lr-warmup-fra
                                                "--recompute-method"],
            "--activations-checkpoint-num-layers": ["--recompute-num-layers"]}
 # the scripts that must start once ported: the BERT, GPT-3 and Llama 3 recipes and the 2019-2021
-# examples of the paper's era (but the 2026 GPT-3 recipe's batch-size schedule, which mgt lacks)
+# examples of the paper's era
 STARTS = ["2019-pretrain_gpt2.args", "2019-pretrain_gpt2_model_parallel.args",
           "2020-pretrain_gpt2.args", "2020-pretrain_gpt2_distributed.args",
           "2020-pretrain_bert_distributed.args", "2021-pretrain_gpt.args",
@@ -33,6 +33,7 @@ STARTS = ["2019-pretrain_gpt2.args", "2019-pretrain_gpt2_model_parallel.args",
           "2021-pretrain_bert.args", "2021-pretrain_bert_distributed_with_mp.args",
           "2026-bert_340m_distributed.args", "2025-llama3_8b_h100_fp8.args",
           "2021-pretrain_gpt3_175B.args", "2025-gpt3_175b_distributed.args",
+          "2026-gpt3_175b_distributed.args",
           "2026-llama3_8b_h100_fp8.args"]
 # sizes: a small model on one rank, two iterations (the values every script gets)
 SHRINK = {"--num-layers": ["2"], "--hidden-size": ["64"], "--num-attention-heads": ["4"],
@@ -46,7 +47,7 @@ SHRINK = {"--num-layers": ["2"], "--hidden-size": ["64"], "--num-attention-heads
           "--pipeline-model-parallel-size": ["1"], "--context-parallel-size": ["1"],
           "--expert-model-parallel-size": ["1"],
           "--vocab-size": ["1000"], "--distributed-timeout-minutes": ["10"],
-          "--rampup-batch-size": ["1", "1", "2"]}
+          "--rampup-batch-size": ["1", "1", "2"], "--step-batch-size-schedule": ["0:1", "64:2"]}
 
 
 def read_args(path):

@@ -144,6 +144,7 @@ typedef struct mgt_config {
   int64_t train_iters;
   int64_t train_samples;      /* > 0: the run in samples (Megatron-LM's); train_iters derived */
   char rampup_batch_size[96]; /* "START\nINCREMENT\nSAMPLES" (Megatron-LM's), or "" */
+  char step_batch_size_schedule[1024]; /* "TOKENS:BATCH ..." (Megatron-LM 2026's), or "" */
   double lr;
   double min_lr;
   double decoupled_lr;     /* > 0: the word embeddings' and output layer's own peak rate */
@@ -267,10 +268,10 @@ typedef struct mgt_lr_schedule {
   int64_t warmup, decay; /* in steps */
   int64_t per_iteration; /* steps an iteration takes: 1, or its samples (--train-samples) */
 } mgt_lr_schedule;
-/* Megatron-LM's batch-size ramp-up: the global batch of the iteration that starts after
-   `consumed` samples: --rampup-batch-size START INCREMENT SAMPLES grows it from START by
-   INCREMENT in equal steps over SAMPLES, then --global-batch-size. Without a ramp-up, the global
-   batch. */
+/* The global batch of the iteration that starts after `consumed` samples: Megatron-LM's
+   --rampup-batch-size START INCREMENT SAMPLES grows it from START by INCREMENT in equal steps
+   over SAMPLES, then --global-batch-size; its --step-batch-size-schedule takes the batch of the
+   last threshold (tokens / --seq-length samples) reached. Otherwise the global batch. */
 int mgt_global_batch_at(const mgt_config *cfg, uint64_t consumed);
 
 /* Validation samples a run of train_iters iterations plans for validations of `per` samples

@@ -141,9 +141,6 @@ static const mgt_foreign_flag megatron[] = {
     REFUSED("--num-microbatches-in-minibatch", 1,
             "Megatron-LM 2020's: give --global-batch-size (micro-batch size x micro-batches x "
             "data-parallel size)"),
-    REFUSED("--step-batch-size-schedule", 2,
-            "mgt trains at the full --global-batch-size from the first iteration (no batch-size "
-            "schedule yet); leave it out"),
     NOTE("--no-check-for-nan-in-loss-and-grad", 0,
          "mgt finds a non-finite loss or gradient norm always and skips that update "
          "(--max-skipped-iterations stops the run)"),
