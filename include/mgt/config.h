@@ -268,11 +268,26 @@ typedef struct mgt_lr_schedule {
   int64_t warmup, decay; /* in steps */
   int64_t per_iteration; /* steps an iteration takes: 1, or its samples (--train-samples) */
 } mgt_lr_schedule;
-/* The global batch of the iteration that starts after `consumed` samples: Megatron-LM's
-   --rampup-batch-size START INCREMENT SAMPLES grows it from START by INCREMENT in equal steps
-   over SAMPLES, then --global-batch-size; its --step-batch-size-schedule takes the batch of the
-   last threshold (tokens / --seq-length samples) reached. Otherwise the global batch. */
-int mgt_global_batch_at(const mgt_config *cfg, uint64_t consumed);
+/* The global batch of each iteration, parsed once: Megatron-LM's --rampup-batch-size START
+   INCREMENT SAMPLES grows it from START by INCREMENT in equal steps over SAMPLES, then
+   --global-batch-size; its --step-batch-size-schedule takes the batch of the last threshold
+   (tokens / --seq-length samples) reached; otherwise the global batch. */
+enum { MGT_MAX_BATCH_STEPS = 64 };
+typedef struct mgt_batch_schedule {
+  int global_batch;
+  int has_ramp;
+  int64_t ramp[3]; /* start, increment, samples */
+  int steps;
+  int64_t threshold[MGT_MAX_BATCH_STEPS], batch[MGT_MAX_BATCH_STEPS]; /* samples, batch */
+} mgt_batch_schedule;
+/* The schedule cfg's flags give (malformed ones refused naming the flag). Not collective. */
+MGT_NODISCARD mgt_status mgt_batch_schedule_of(const mgt_config *cfg, mgt_batch_schedule *out);
+/* The global batch of the iteration that starts after `consumed` samples. */
+int mgt_batch_at(const mgt_batch_schedule *s, uint64_t consumed);
+/* Finalizing for dp data-parallel ranks: checks the schedule against the batch sizes, sets
+   --global-batch-size (a step schedule's last batch, or micro-batch x dp), and with
+   --train-samples the iterations as Megatron-LM counts them. */
+MGT_NODISCARD mgt_status mgt_config_batches(mgt_config *cfg, int dp, mgt_batch_schedule *out);
 
 /* Validation samples a run of train_iters iterations plans for validations of `per` samples
    every eval_interval iterations and at the end (Megatron-LM's count; at least 1). */

@@ -58,6 +58,7 @@ typedef struct mgt_run {
   mgt_lr_schedule lr, lr_decoupled; /* the second: the word embeddings and output layer */
   /* batches */
   int micro_batch, global_batch; /* examples; the global batch over all data-parallel ranks */
+  mgt_batch_schedule batches;    /* each iteration's global batch (a ramp-up's or schedule's) */
   int64_t train_iters;
   /* data: a fine-tuning task's sets, mock data, or --data-path (mgt_dataset_sources) */
   int task; /* MGT_TASK_*; 0 for pretraining */

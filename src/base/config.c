@@ -495,10 +495,6 @@ int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, 
   return k;
 }
 
-static int rampup_values(const mgt_config *c, int64_t v[3]);
-enum { MAX_STEPS = 64 };
-static int step_schedule(const mgt_config *c, int64_t *th, int64_t *bs, char *why, size_t n);
-
 /* Appends the values of a data-args list (white space between, or a JSON array's items, which
    are strings or numbers) to `list` (one per line). */
 static mgt_status add_values(const char *what, const char *text, const mgt_json *array, char *list,
@@ -617,56 +613,11 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               "--tensor-model-parallel-size %d does not divide the number of ranks %d", tp,
               world_size);
   int dp = world_size / tp;
-  int64_t ramp[3], th[MAX_STEPS], steps_b[MAX_STEPS];
-  const int has_ramp = rampup_values(c, ramp);
-  MGT_REQUIRE(has_ramp >= 0, "--rampup-batch-size: give START INCREMENT SAMPLES, three integers");
-  char why[160];
-  const int steps = step_schedule(c, th, steps_b, why, sizeof why);
-  MGT_REQUIRE(steps >= 0, "--step-batch-size-schedule: %s", why);
-  if (steps > 0) {
-    MGT_REQUIRE(!has_ramp, "give one of --rampup-batch-size and --step-batch-size-schedule");
-    MGT_REQUIRE(c->global_batch_size == 0 || c->global_batch_size == steps_b[steps - 1],
-                "--step-batch-size-schedule ends at a global batch of %lld: --global-batch-size "
-                "%d differs",
-                (long long)steps_b[steps - 1], c->global_batch_size);
-    c->global_batch_size = (int)steps_b[steps - 1];
-    for (int k = 0; k < steps; k++)
-      MGT_REQUIRE(steps_b[k] % ((int64_t)c->micro_batch_size * dp) == 0,
-                  "--step-batch-size-schedule: the batch %lld is not a multiple of "
-                  "--micro-batch-size %d times the data-parallel size %d",
-                  (long long)steps_b[k], c->micro_batch_size, dp);
-  }
-  if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp;
-  if (has_ramp) {
-    const int64_t unit = (int64_t)c->micro_batch_size * dp;
-    MGT_REQUIRE(ramp[0] > 0 && ramp[1] > 0 && ramp[2] >= 0 && ramp[0] <= c->global_batch_size,
-                "--rampup-batch-size %lld %lld %lld: a start in [1, --global-batch-size %d] and a "
-                "positive increment",
-                (long long)ramp[0], (long long)ramp[1], (long long)ramp[2], c->global_batch_size);
-    MGT_REQUIRE((c->global_batch_size - ramp[0]) % ramp[1] == 0,
-                "--rampup-batch-size: --global-batch-size %d minus the start %lld is not a "
-                "multiple of the increment %lld",
-                c->global_batch_size, (long long)ramp[0], (long long)ramp[1]);
-    MGT_REQUIRE(ramp[0] % unit == 0 && ramp[1] % unit == 0,
-                "--rampup-batch-size: the start %lld and increment %lld must be multiples of "
-                "--micro-batch-size %d times the data-parallel size %d",
-                (long long)ramp[0], (long long)ramp[1], c->micro_batch_size, dp);
-  }
-  if (c->train_samples > 0 && has_ramp) { /* Megatron-LM's count: the ramp, then whole batches */
-    int64_t it = 0, consumed = 0;
-    while (consumed <= ramp[2] && consumed <= c->train_samples)
-      consumed += mgt_global_batch_at(c, (uint64_t)consumed), it++;
-    if (c->train_samples > consumed) it += (c->train_samples - consumed) / c->global_batch_size;
-    c->train_iters = it;
-  }
-  if (c->train_samples > 0 && steps > 0) { /* Megatron-LM's count under a step schedule */
-    int64_t it = 0, consumed = 0;
-    while (consumed < c->train_samples)
-      consumed += mgt_global_batch_at(c, (uint64_t)consumed), it++;
-    c->train_iters = it;
-  }
+  mgt_batch_schedule batches;
+  MGT_CHECK(mgt_config_batches(c, dp, &batches));
   if (c->train_samples > 0) { /* Megatron-LM's: whole global batches, the rest not trained */
-    if (!has_ramp && !steps) c->train_iters = c->train_samples / c->global_batch_size;
+    if (!batches.has_ramp && !batches.steps)
+      c->train_iters = c->train_samples / c->global_batch_size;
     MGT_REQUIRE(c->train_iters > 0, "--train-samples %lld is less than one global batch of %d",
                 (long long)c->train_samples, c->global_batch_size);
     if (c->lr_decay_samples == 0) c->lr_decay_samples = c->train_samples;
@@ -887,138 +838,4 @@ mgt_status mgt_split_parse(const char *s, double w[3]) {
   for (int i = 0; i < 3; i++)
     w[i] /= sum;
   return MGT_OK;
-}
-
-mgt_lr_schedule mgt_lr_schedule_of(const mgt_config *cfg) {
-  int64_t ramp[3], th[MAX_STEPS], sb[MAX_STEPS];
-  char why[160];
-  if (cfg->train_samples == 0 &&
-      (rampup_values(cfg, ramp) > 0 || step_schedule(cfg, th, sb, why, sizeof why) > 0)) {
-    /* Megatron-LM steps its scheduler by the samples: iterations of the full global batch */
-    const int64_t g = cfg->global_batch_size;
-    const mgt_lr_schedule s = {cfg->lr,
-                               cfg->min_lr,
-                               cfg->lr_decay_style,
-                               cfg->lr_warmup_iters * g,
-                               cfg->lr_decay_iters * g,
-                               g};
-    return s;
-  }
-  if (cfg->train_samples > 0) {
-    const mgt_lr_schedule s = {cfg->lr,
-                               cfg->min_lr,
-                               cfg->lr_decay_style,
-                               cfg->lr_warmup_samples,
-                               cfg->lr_decay_samples,
-                               cfg->global_batch_size};
-    return s;
-  }
-  const mgt_lr_schedule s = {
-      cfg->lr, cfg->min_lr, cfg->lr_decay_style, cfg->lr_warmup_iters, cfg->lr_decay_iters, 1};
-  return s;
-}
-
-/* The three values of --rampup-batch-size; 0 when there is no ramp-up. */
-static int rampup_values(const mgt_config *c, int64_t v[3]) {
-  if (!c->rampup_batch_size[0]) return 0;
-  const char *p = c->rampup_batch_size;
-  for (int k = 0; k < 3; k++) {
-    char *end;
-    v[k] = strtoll(p, &end, 10);
-    if (end == p || (*end && *end != '\n')) return -1;
-    p = *end ? end + 1 : end;
-  }
-  return *p ? -1 : 1;
-}
-
-/* A number of a schedule, with Megatron-LM's suffixes K, M, B, T; -1 if malformed. */
-static int64_t schedule_number(const char *s, size_t len) {
-  char buf[64], *end;
-  if (len == 0 || len >= sizeof buf) return -1;
-  snprintf(buf, sizeof buf, "%.*s", (int)len, s);
-  double mult = 1;
-  const char last = (char)toupper((unsigned char)buf[len - 1]);
-  if (last == 'K' || last == 'M' || last == 'B' || last == 'T') {
-    mult = last == 'K' ? 1e3 : last == 'M' ? 1e6 : last == 'B' ? 1e9 : 1e12;
-    buf[len - 1] = 0;
-  }
-  const double x = strtod(buf, &end);
-  return end != buf && *end == 0 && x >= 0 && x * mult < 9e18 ? (int64_t)(x * mult) : -1;
-}
-
-/* --step-batch-size-schedule as Megatron-LM parses it: THRESHOLD:BATCH entries (tokens, made
-   samples by --seq-length), sorted; the first at 0, thresholds rising, batches positive. The
-   count (0: none), or -1 with the reason in why. */
-static int step_schedule(const mgt_config *c, int64_t *th, int64_t *bs, char *why, size_t n) {
-  int k = 0;
-  for (const char *p = c->step_batch_size_schedule; *p;) {
-    p += strspn(p, " ,\t\n");
-    const size_t len = strcspn(p, " ,\t\n");
-    if (!len) break;
-    const char *colon = memchr(p, ':', len);
-    if (k == MAX_STEPS) return snprintf(why, n, "more than %d entries", MAX_STEPS), -1;
-    th[k] = colon ? schedule_number(p, (size_t)(colon - p)) : -1;
-    bs[k] = colon ? schedule_number(colon + 1, len - (size_t)(colon + 1 - p)) : -1;
-    if (th[k] < 0 || bs[k] <= 0)
-      return snprintf(why, n, "'%.*s' is not THRESHOLD:BATCH", (int)(len < 40 ? len : 40), p), -1;
-    th[k] /= c->seq_length > 0 ? c->seq_length : 1;
-    for (int j = k; j > 0 && th[j - 1] > th[j]; j--) { /* sorted by threshold */
-      const int64_t t = th[j], b = bs[j];
-      th[j] = th[j - 1], bs[j] = bs[j - 1], th[j - 1] = t, bs[j - 1] = b;
-    }
-    k++, p += len;
-  }
-  if (k && th[0] != 0) return snprintf(why, n, "the first entry must be at 0"), -1;
-  for (int j = 1; j < k; j++)
-    if (th[j] <= th[j - 1])
-      return snprintf(why, n, "thresholds must rise (in samples of --seq-length)"), -1;
-  return k;
-}
-
-int mgt_global_batch_at(const mgt_config *c, uint64_t consumed) {
-  int64_t th[MAX_STEPS], sb[MAX_STEPS];
-  char why[160];
-  const int steps = c->step_batch_size_schedule[0] ? step_schedule(c, th, sb, why, sizeof why) : 0;
-  if (steps > 0) {
-    int64_t b = sb[0];
-    for (int k = 0; k < steps && (int64_t)consumed >= th[k]; k++)
-      b = sb[k];
-    return (int)b;
-  }
-  int64_t v[3];
-  if (rampup_values(c, v) <= 0 || (int64_t)consumed > v[2]) return c->global_batch_size;
-  /* Megatron-LM's RampupBatchsizeNumMicroBatchesCalculator */
-  const int64_t increments = (c->global_batch_size - v[0]) / v[1];
-  const double per = increments > 0 ? (double)v[2] / (double)increments : 1.0;
-  const int64_t b = v[0] + (int64_t)((double)consumed / per) * v[1];
-  return (int)(b < c->global_batch_size ? b : c->global_batch_size);
-}
-
-int64_t mgt_valid_samples_planned(int64_t train_iters, int eval_interval, int64_t per) {
-  const int64_t n = (eval_interval > 0 ? train_iters / eval_interval : 0) + 1;
-  return per > 0 ? n * per : 1;
-}
-
-mgt_lr_schedule mgt_lr_schedule_decoupled(const mgt_config *cfg) {
-  mgt_lr_schedule s = mgt_lr_schedule_of(cfg);
-  if (cfg->decoupled_lr > 0) {
-    s.lr = cfg->decoupled_lr;
-    s.min_lr = cfg->decoupled_min_lr >= 0 ? cfg->decoupled_min_lr : cfg->min_lr;
-  }
-  return s;
-}
-
-double mgt_lr_at(const mgt_lr_schedule *s, int64_t iter) {
-  return mgt_lr_at_step(s, iter * s->per_iteration);
-}
-
-double mgt_lr_at_step(const mgt_lr_schedule *s, int64_t step) {
-  if (s->warmup > 0 && step <= s->warmup) return s->lr * (double)step / (double)s->warmup;
-  if (s->style == MGT_LR_CONSTANT) return s->lr;
-  if (step > s->decay) return s->min_lr;
-  double span = (double)(s->decay - s->warmup);
-  double ratio = span > 0 ? (double)(step - s->warmup) / span : 1.0;
-  double coeff =
-      s->style == MGT_LR_LINEAR ? 1.0 - ratio : 0.5 * (cos(3.14159265358979323846 * ratio) + 1.0);
-  return s->min_lr + coeff * (s->lr - s->min_lr);
 }
