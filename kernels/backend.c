@@ -53,6 +53,41 @@ static mgt_status guard_rope(float *x, int N, int T, int pos0, int heads, int hd
   return MGT_OK;
 }
 
+static mgt_status guard_head_rmsnorm_forward(float *x, int ld, float *raw, float *rstd,
+                                             const float *w, int N, int heads, int hd, float eps) {
+  (void)x, (void)raw, (void)rstd, (void)w, (void)N, (void)eps;
+  MGT_REQUIRE(hd > 0 && heads >= 0 && ld >= heads * hd,
+              "head_rmsnorm: %d heads of %d floats do not fit rows of %d", heads, hd, ld);
+  return MGT_OK;
+}
+
+static mgt_status guard_head_rmsnorm_backward(float *dx, int ld, float *dw, const float *raw,
+                                              const float *rstd, const float *w, int N, int heads,
+                                              int hd, int accumulate) {
+  (void)dx, (void)dw, (void)raw, (void)rstd, (void)w, (void)N, (void)accumulate;
+  MGT_REQUIRE(hd > 0 && heads >= 0 && ld >= heads * hd,
+              "head_rmsnorm: %d heads of %d floats do not fit rows of %d", heads, hd, ld);
+  return MGT_OK;
+}
+
+static mgt_status guard_moe_route(const float *logits, int N, int E, int k, int score, int pre,
+                                  float scale, int32_t *idx, float *w, float *probs, float *lse) {
+  (void)logits, (void)N, (void)pre, (void)scale, (void)idx, (void)w, (void)probs, (void)lse;
+  MGT_REQUIRE(E >= 1 && k >= 1 && k <= E, "moe_route: top-%d of %d experts", k, E);
+  MGT_REQUIRE(score == MGT_MOE_SOFTMAX || score == MGT_MOE_SIGMOID, "moe_route: score function %d",
+              score);
+  return MGT_OK;
+}
+
+static mgt_status guard_moe_route_backward(float *dlogits, const float *dw, const float *logits,
+                                           const int32_t *idx, const float *w, const float *probs,
+                                           const float *lse, int N, int E, int k, int score,
+                                           int pre, float scale, const float *aux, float zc) {
+  (void)dlogits, (void)dw, (void)aux, (void)zc;
+  return guard_moe_route(logits, N, E, k, score, pre, scale, (int32_t *)idx, (float *)w,
+                         (float *)probs, (float *)lse);
+}
+
 static mgt_status guard_kv_group(float *dst, const float *src, int N, int Hl, int Gl, int hd,
                                  int reduce) {
   (void)dst, (void)src, (void)N, (void)hd, (void)reduce;

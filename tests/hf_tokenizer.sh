@@ -182,6 +182,28 @@ PY
   --max-new-tokens 8 --top-k 1 > "$tmp/gen.log" 2>&1 || { fail "generate with the checkpoint's tokenizer"; cat "$tmp/gen.log"; }
 grep -q "^Alice was" "$tmp/gen.log" || { fail "generate does not continue the prompt"; cat "$tmp/gen.log"; }
 
+# Qwen 3's block trained on Qwen 3's tokenizer (its folder): exported as Qwen3ForCausalLM with
+# the tokenizer beside it, imported back, the text scored as the original does
+"$MGT" preprocess "${HF[@]}" --tokenizer-model "$H/qwen3" --input "$tmp/alice.jsonl" \
+  --output-prefix "$tmp/aliceq" --append-eod > "$tmp/ppq.log" 2>&1 || { fail "preprocess with Qwen 3's tokenizer"; cat "$tmp/ppq.log"; }
+"$MGT" train "${T[@]}" "${HF[@]}" --tokenizer-model "$H/qwen3" --data-path "$tmp/aliceq" \
+  --qk-layernorm --kv-channels 16 --group-query-attention --num-query-groups 2 --save "$tmp/qckpt" \
+  > "$tmp/trainq.log" 2>&1 || { fail "training Qwen 3 with its tokenizer"; grep error "$tmp/trainq.log"; }
+"$MGT" ckpt export --format hf --load "$tmp/qckpt" --output "$tmp/qhf" > /dev/null || fail "export of the Qwen 3"
+cmp -s "$tmp/qhf/tokenizer.json" "$H/qwen3/tokenizer.json" && grep -q '"Qwen3ForCausalLM"' "$tmp/qhf/config.json" &&
+  echo "ok: the Qwen 3 export holds its tokenizer" || fail "the Qwen 3 export's tokenizer"
+"$MGT" ckpt import --format hf --input "$tmp/qhf" --save "$tmp/qimp" > "$tmp/qimp.log" 2>&1 ||
+  { fail "import of the Qwen 3"; cat "$tmp/qimp.log"; }
+for c in qckpt qimp; do
+  "$MGT" eval --load "$tmp/$c" --text "$tmp/prompt.txt" > "$tmp/$c.eval" 2>&1 || { fail "eval of $c"; cat "$tmp/$c.eval"; }
+done
+$PY - "$tmp/qckpt.eval" "$tmp/qimp.eval" <<'PY' || fail "the Qwen 3 import scores the text otherwise"
+import json, sys
+a, b = ([json.loads(l) for l in open(f) if l.startswith("{")][-1] for f in sys.argv[1:])
+assert a["tokens"] == b["tokens"] > 10 and a["avg_loss"] == b["avg_loss"], (a, b)
+print("ok: the Qwen 3 import tokenizes and scores the text as the original (%d tokens)" % a["tokens"])
+PY
+
 # WikiText-103 and LAMBADA (slices) with the checkpoint's own tokenizer: the word count is the
 # text's, the targets Llama 3's tokens, every example scored
 head -n 60 "$DATA/wikitext103/wiki.test.tokens" > "$tmp/wiki.txt"

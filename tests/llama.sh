@@ -4,7 +4,9 @@
 # independent float64 numpy Llama (tests/llama_numpy.py, written from transformers'
 # modeling_llama) against mgt eval at tp=1 and tp=2, and imported back bit for bit. Two models:
 # Llama 3's block (grouped attention, no biases, untied, rope_theta 500000 with Llama 3.1's
-# scaling) and the other options (every head its own key/value, biases, tied embeddings).
+# scaling) and the other options (every head its own key/value, biases, tied embeddings); and
+# Qwen 3's block (a head size of its own, q/k norms) and Qwen 2's (biases in q, k and v only),
+# exported as Qwen3ForCausalLM and Qwen2ForCausalLM.
 # Usage: llama.sh MGT MPIEXEC TESTS_DIR
 set -u
 MGT=$(readlink -f "$1") MPIEXEC=$2 TESTS=$3
@@ -18,6 +20,10 @@ M=(--mock-data --num-layers 2 --hidden-size 64 --seq-length 32 --micro-batch-siz
 LLAMA3=(--num-attention-heads 8 --group-query-attention --num-query-groups 2 --disable-bias-linear
   --untie-embeddings-and-output-weights --rotary-base 500000 --use-rope-scaling --rope-scaling-factor 32)
 OTHER=(--num-attention-heads 4)
+QWEN3=(--num-attention-heads 4 --group-query-attention --num-query-groups 2 --kv-channels 24
+  --qk-layernorm --disable-bias-linear --untie-embeddings-and-output-weights --rotary-base 1000000)
+QWEN2=(--num-attention-heads 4 --group-query-attention --num-query-groups 2 --disable-bias-linear
+  --add-qkv-bias)
 
 # check NAME: mgt eval of NAME's checkpoint at tp=1 and 2 against the numpy Llama of its export
 check() {
@@ -40,9 +46,11 @@ assert abs(e2["avg_loss"] - ref["avg_loss"]) <= 1e-5 * ref["avg_loss"]
 PY
 }
 
-for name in llama3 other; do
+for name in llama3 other qwen3 qwen2; do
   extra=("${LLAMA3[@]}")
   [ $name = other ] && extra=("${OTHER[@]}")
+  [ $name = qwen3 ] && extra=("${QWEN3[@]}")
+  [ $name = qwen2 ] && extra=("${QWEN2[@]}")
   "$MPIEXEC" -n 2 "$MGT" train "${M[@]}" "${extra[@]}" --save "$tmp/$name" \
     --metrics-file "$tmp/$name.jsonl" > "$tmp/$name.log" 2>&1 || { fail "training $name"; cat "$tmp/$name.log"; }
 done
@@ -110,9 +118,22 @@ check llama3
   fail "a small export is not one model.safetensors"
 check other
 
+# Qwen 3 and Qwen 2, each in one file, under their own classes
+for name in qwen3 qwen2; do
+  "$MGT" ckpt export --format hf --load "$tmp/$name" --output "$tmp/$name.hf" || fail "export $name"
+  $PY - "$tmp/$name.hf/config.json" $name <<'PY' || fail "$name: config.json"
+import json, sys
+c, name = json.load(open(sys.argv[1])), sys.argv[2]
+want = {"qwen3": ("Qwen3ForCausalLM", 24), "qwen2": ("Qwen2ForCausalLM", 16)}[name]
+assert c["architectures"] == [want[0]] and c["model_type"] == name and c["head_dim"] == want[1], c
+print("ok: %s exported as %s, head_dim %d" % (name, want[0], want[1]))
+PY
+  check $name
+done
+
 # import back: the same tensors bit for bit, the same loss; a sharded directory exported again
 # as one file leaves no index behind
-for name in llama3 other; do
+for name in llama3 other qwen3 qwen2; do
   "$MGT" ckpt import --format hf --input "$tmp/$name.hf" --save "$tmp/$name.imp" > /dev/null ||
     fail "import $name"
   # the import, loaded at tp=2, scores the ids as the trained checkpoint did
@@ -159,8 +180,14 @@ bad "c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 4.0}"
 expect 'rope_scaling is implemented for rope_type "llama3" only' "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
 bad "c['attention_bias'] = False"
 expect "attention_bias false and mlp_bias true" "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
-bad "c['head_dim'] = 32"
-expect "head_dim 32 times num_attention_heads 4 is not hidden_size 64" "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
+bad "c['model_type'] = 'qwen2'; c['architectures'] = ['Qwen2ForCausalLM']; c['head_dim'] = 32"
+expect "head_dim 32: Qwen 2's head size is hidden_size / num_attention_heads" "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
+bad "c['model_type'] = 'qwen3'; c['architectures'] = ['Qwen3ForCausalLM']; c['attention_bias'] = True"
+expect "attention_bias true: Qwen 3 with biases in the attention only is not implemented" "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
+bad "c['model_type'] = 'qwen3'; c['architectures'] = ['LlamaForCausalLM']"
+expect "architecture LlamaForCausalLM is not a Qwen3 class, as model_type qwen3 says" "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
+bad "c['use_sliding_window'] = True"
+expect "use_sliding_window: sliding-window attention is not implemented" "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
 bad "c['num_key_value_heads'] = 3"
 expect "config.json: --num-query-groups 3 does not divide --num-attention-heads 4" "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
 bad "c['tie_word_embeddings'] = 'yes'"

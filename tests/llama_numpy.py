@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""An independent Llama (Hugging Face's LlamaForCausalLM) in float64 numpy, reading a Hugging
+"""An independent Llama (Hugging Face's LlamaForCausalLM, and Qwen3ForCausalLM and
+Qwen2ForCausalLM, which differ from it in the attention) in float64 numpy, reading a Hugging
 Face directory (config.json, model.safetensors or the files of model.safetensors.index.json):
 prints the mean loss of token ids scored in windows of SEQ_LENGTH that start every SEQ_LENGTH
 tokens, as gpt2_numpy.py does. Written from transformers' modeling_llama: RMSNorm, rotary
 positions rotating halves (rotate_half) with rope_scaling "llama3", repeat_kv (query head h
 reads key/value head h // (heads / kv_heads)), down(silu(gate) * up), tied or untied lm_head.
+Qwen 3 (modeling_qwen3): head_dim of its own, RMSNorm over each head's q and k (q_norm, k_norm)
+after the projection and before the rotation. Qwen 2 (modeling_qwen2): biases in q, k and v.
 Usage: llama_numpy.py HF_DIR IDS_FILE SEQ_LENGTH"""
 import json
 import math
@@ -61,7 +64,8 @@ def linear(x, w, p):
 def forward(cfg, w, ids):
     T, C, H = len(ids), cfg["hidden_size"], cfg["num_attention_heads"]
     G = cfg.get("num_key_value_heads") or H
-    hd, eps = C // H, cfg["rms_norm_eps"]
+    hd, eps = cfg.get("head_dim") or C // H, cfg["rms_norm_eps"]
+    qk_norm = cfg.get("model_type") == "qwen3"
     ang = np.outer(np.arange(T), inv_freq(cfg, hd))
     cos, sin = np.cos(np.concatenate([ang, ang], -1)), np.sin(np.concatenate([ang, ang], -1))
     x = w["model.embed_tokens.weight"][ids]
@@ -75,8 +79,11 @@ def forward(cfg, w, ids):
         heads = []
         for i in range(H):
             g = i // (H // G)
-            qi = rotate(q[:, i * hd:(i + 1) * hd], cos, sin)
-            kg = rotate(k[:, g * hd:(g + 1) * hd], cos, sin)
+            qi, kg = q[:, i * hd:(i + 1) * hd], k[:, g * hd:(g + 1) * hd]
+            if qk_norm:
+                qi = rmsnorm(qi, w[p + "self_attn.q_norm.weight"], eps)
+                kg = rmsnorm(kg, w[p + "self_attn.k_norm.weight"], eps)
+            qi, kg = rotate(qi, cos, sin), rotate(kg, cos, sin)
             a = qi @ kg.T / math.sqrt(hd) + mask
             a = np.exp(a - a.max(-1, keepdims=True))
             heads.append((a / a.sum(-1, keepdims=True)) @ v[:, g * hd:(g + 1) * hd])

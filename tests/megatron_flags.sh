@@ -295,8 +295,42 @@ expect_error "--global-batch-size 4 minus the start 3 is not a multiple of the i
   "$MGT" train "${G[@]}" --rampup-batch-size 3 2 8
 expect_error "--train-data is for mgt finetune (mgt train pretrains on --data-path)" \
   "$MGT" train "${G[@]}" --train-data "$tmp/x.tsv"
-expect_error "--kv-channels 16: a head size other than --hidden-size / --num-attention-heads (32 / 4)" \
-  "$MGT" train "${G[@]}" --kv-channels 16
+expect_error "--qk-layernorm: mgt's query/key norm is RMSNorm (Qwen 3's): give --normalization RMSNorm" \
+  "$MGT" train "${G[@]}" --qk-layernorm
+expect_error "--exit-on-missing-checkpoint: --load $tmp/empty holds no checkpoint (no 'latest' file)" \
+  "$MGT" train "${G[@]}" --load "$tmp/empty" --exit-on-missing-checkpoint
+
+# ---- every flag of Megatron-LM's parser (tests/data/megatron-flags.txt) is answered ----
+# given bare, 25 a run: each is accepted, refused with its reason, or wants its value; none is
+# unknown
+mapfile -t F < <(grep -v '^#' "$(dirname "$0")/data/megatron-flags.txt")
+: > "$tmp/unknown"
+for ((i = 0; i < ${#F[@]}; i += 25)); do
+  "$MGT" train "${F[@]:i:25}" 2>&1 | grep -oE "unknown flag '[^']+'" >> "$tmp/unknown"
+done
+if [ "${#F[@]}" -gt 800 ] && [ ! -s "$tmp/unknown" ]; then
+  echo "ok: all ${#F[@]} flags of Megatron-LM's parser are answered"
+else
+  fail "Megatron-LM's flags unknown to mgt train: $(tr '\n' ' ' < "$tmp/unknown")"
+fi
+# answers with values: several values of a noted flag taken, a value mgt implements accepted,
+# another refused, a feature mgt lacks refused with what to do
+"$MGT" train "${G[@]}" --metrics-file "$tmp/one.jsonl" > /dev/null 2>&1 || fail "a plain run on one rank"
+"$MGT" train "${G[@]}" --cuda-graph-scope attn mlp --optimizer adam --main-grads-dtype fp32 \
+  --deterministic-mode --local_rank=0 --encoder-seq-length 16 --metrics-file "$tmp/n.jsonl" \
+  > /dev/null 2> "$tmp/err" && [ "$(numbers "$tmp/n.jsonl")" = "$(numbers "$tmp/one.jsonl")" ] &&
+  grep -q "^mgt: note: --cuda-graph-scope: a CUDA-graph setting" "$tmp/err" &&
+  echo "ok: noted flags with their values, and values mgt implements, change no number" ||
+  { fail "the noted Megatron-LM flags"; cat "$tmp/err"; }
+# --device not given: the GPU where this mgt has CUDA and every rank sees one, else the CPU;
+# the layout line says which and why
+"$MPIEXEC" -n 2 "$MGT" train "${G[@]}" --train-iters 1 > "$tmp/out" 2>&1
+grep -E -q "^layout: .*backend cpu \(BLAS: [^)]*\) \(--device not given: cpu, (not every rank sees a GPU|this mgt was built without CUDA)\)|^layout: .*backend cuda: .*\(--device not given: cuda, every rank sees a GPU\)" "$tmp/out" &&
+  "$MGT" train "${G[@]}" --train-iters 1 --device cpu 2>&1 | grep -q "^layout: .*backend cpu (BLAS: [^)]*);" &&
+  echo "ok: $(grep -o -- '--device not given: [^)]*' "$tmp/out")" || { fail "the device chosen"; grep -E "^layout|error" "$tmp/out"; }
+expect_error "--optimizer sgd: mgt's optimizer is AdamW" "$MGT" train "${G[@]}" --optimizer sgd
+expect_error "--multi-latent-attention: mgt has no multi-latent attention: train with --group-query-attention" \
+  "$MGT" train "${G[@]}" --multi-latent-attention --q-lora-rank 8
 
 echo "megatron_flags: $fails failures"
 [ "$fails" = 0 ]

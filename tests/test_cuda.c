@@ -241,6 +241,31 @@ static void test_rowwise(void) {
     same("rmsnorm dx", gxd, gx, n, 1e-5);
     same("rmsnorm dw", gwd, gw, C, 1e-5);
   }
+  /* RMSNorm over heads: rows of C floats, 3 heads of 40 normalized in place */
+  {
+    const int heads = 3, hd = 40;
+    const size_t S = (size_t)N * heads;
+    float *h = dup(x, n), *hdv = dev(x, n * 4), *raw = malloc(S * hd * 4), *hr = malloc(S * 4);
+    float *rawd = dev(NULL, S * hd * 4), *hrd = dev(NULL, S * 4);
+    T_OK(mgt_be_head_rmsnorm_forward(cpu, h, C, raw, hr, w, N, heads, hd, 1e-6f));
+    T_OK(mgt_be_head_rmsnorm_forward(gpu, hdv, C, rawd, hrd, wd, N, heads, hd, 1e-6f));
+    same("head_rmsnorm out", hdv, h, n, 1e-5);
+    same("head_rmsnorm raw", rawd, raw, S * hd, 0.0);
+    same("head_rmsnorm rstd", hrd, hr, S, 1e-5);
+    float *hw = rnd(hd, 1.0f), *hwd = dev(hw, hd * 4);
+    for (int acc = 0; acc < 2; acc++) {
+      float *hx = dup(dy, n), *hxd = dev(dy, n * 4);
+      T_OK(mgt_be_head_rmsnorm_backward(cpu, hx, C, hw, raw, hr, w, N, heads, hd, acc));
+      T_OK(mgt_be_head_rmsnorm_backward(gpu, hxd, C, hwd, rawd, hrd, wd, N, heads, hd, acc));
+      same("head_rmsnorm dx", hxd, hx, n, 1e-5);
+      same("head_rmsnorm dw", hwd, hw, hd, 1e-5);
+      free(hx), mgt_be_free(gpu, hxd);
+    }
+    free(h), free(raw), free(hr), free(hw);
+    void *hall[] = {hdv, rawd, hrd, hwd};
+    for (size_t i = 0; i < 4; i++)
+      mgt_be_free(gpu, hall[i]);
+  }
   /* SwiGLU: x read as (N, 2 * (C / 2)) */
   const int F = C / 2;
   T_OK(mgt_be_swiglu_forward(cpu, out, x, N, F));
@@ -695,6 +720,68 @@ static void test_optimizer(void) {
   free(p), free(g), free(m), free(v);
 }
 
+/* Mixture-of-Experts: the router's fp32 GEMM under bf16, the routing (the same experts chosen)
+   and its backward for each score function, the combination and its backward. */
+static void test_moe(void) {
+  const int N = 37, E = 8, k = 2, C = 40, M = N * k;
+  float *x = rnd((size_t)N * C, 1.0f), *wr = rnd((size_t)E * C, 0.3f), *z = malloc(N * E * 4);
+  float *xd = dev(x, (size_t)N * C * 4), *wrd = dev(wr, (size_t)E * C * 4),
+        *zd = dev(NULL, N * E * 4);
+  T_OK(mgt_be_set_precision(cpu, MGT_PREC_BF16));
+  T_OK(mgt_be_set_precision(gpu, MGT_PREC_BF16));
+  T_OK(mgt_be_gemm32(cpu, 0, 1, N, E, C, 1.0f, x, C, wr, C, 0.0f, z, E));
+  T_OK(mgt_be_gemm32(gpu, 0, 1, N, E, C, 1.0f, xd, C, wrd, C, 0.0f, zd, E));
+  T_OK(mgt_be_set_precision(cpu, MGT_PREC_FP32));
+  T_OK(mgt_be_set_precision(gpu, MGT_PREC_FP32));
+  same("gemm32 under bf16", zd, z, (size_t)N * E, 1e-5);
+  T_OK(mgt_be_upload(gpu, zd, z, (size_t)N * E * 4)); /* the same logits on both */
+  float *w = malloc(M * 4), *p = malloc(N * E * 4), *lse = malloc(N * 4), *dw = rnd(M, 1.0f);
+  float *aux = rnd(E, 1.0f), *dz = malloc(N * E * 4);
+  int32_t *idx = malloc(M * 4), *gidx = malloc(M * 4);
+  float *wd = dev(NULL, M * 4), *pd = dev(NULL, N * E * 4), *lsed = dev(NULL, N * 4);
+  float *dwd = dev(dw, M * 4), *auxd = dev(aux, E * 4), *dzd = dev(NULL, N * E * 4);
+  int32_t *idxd = dev(NULL, M * 4);
+  for (int score = 0; score < 2; score++)
+    for (int pre = 0; pre < 2; pre++) {
+      T_OK(mgt_be_moe_route(cpu, z, N, E, k, score, pre, 1.5f, idx, w, p, lse));
+      T_OK(mgt_be_moe_route(gpu, zd, N, E, k, score, pre, 1.5f, idxd, wd, pd, lsed));
+      T_OK(mgt_be_download(gpu, gidx, idxd, M * 4));
+      T_CHECK(!memcmp(idx, gidx, M * 4), "moe_route: the same experts (score %d, pre %d)", score,
+              pre);
+      same("moe_route weights", wd, w, M, 1e-5);
+      same("moe_route probs", pd, p, (size_t)N * E, 1e-5);
+      same("moe_route lse", lsed, lse, N, 1e-5);
+      T_OK(mgt_be_moe_route_backward(cpu, dz, dw, z, idx, w, p, lse, N, E, k, score, pre, 1.5f, aux,
+                                     0.01f));
+      T_OK(mgt_be_moe_route_backward(gpu, dzd, dwd, zd, idxd, wd, pd, lsed, N, E, k, score, pre,
+                                     1.5f, auxd, 0.01f));
+      same("moe_route_backward", dzd, dz, (size_t)N * E, 1e-5);
+    }
+  int32_t *pos = malloc(M * 4); /* slot (t, s) at row (t * 7 + s * 3) % M, a permutation */
+  for (int i = 0; i < M; i++)
+    pos[i] = (int32_t)(((i / k) * 7 + (i % k) * 3 * N) % M);
+  pos[5] = -1; /* a dropped slot */
+  float *src = rnd((size_t)M * C, 1.0f), *y = malloc((size_t)N * C * 4),
+        *ds = malloc((size_t)M * C * 4);
+  float *srcd = dev(src, (size_t)M * C * 4), *yd = dev(NULL, (size_t)N * C * 4);
+  float *dsd = dev(NULL, (size_t)M * C * 4), *gw = malloc(M * 4), *gwd = dev(NULL, M * 4);
+  int32_t *posd = dev(pos, M * 4);
+  T_OK(mgt_be_moe_combine(cpu, y, src, pos, w, N, k, C, 0));
+  T_OK(mgt_be_moe_combine(gpu, yd, srcd, posd, wd, N, k, C, 0));
+  same("moe_combine", yd, y, (size_t)N * C, 1e-6);
+  memset(ds, 0, (size_t)M * C * 4);
+  T_OK(mgt_be_zero(gpu, dsd, (size_t)M * C * 4));
+  T_OK(mgt_be_moe_combine_backward(cpu, ds, gw, x, src, pos, w, N, k, C));
+  T_OK(mgt_be_moe_combine_backward(gpu, dsd, gwd, xd, srcd, posd, wd, N, k, C));
+  same("moe_combine_backward dsrc", dsd, ds, (size_t)M * C, 1e-6);
+  same("moe_combine_backward dw", gwd, gw, M, 1e-5);
+  void *all[] = {xd, wrd, zd, wd, pd, lsed, dwd, auxd, dzd, idxd, srcd, yd, dsd, gwd, posd};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    mgt_be_free(gpu, all[i]);
+  free(x), free(wr), free(z), free(w), free(p), free(lse), free(dw), free(aux), free(dz);
+  free(idx), free(gidx), free(pos), free(src), free(y), free(ds), free(gw);
+}
+
 int main(void) {
   int n = mgt_cuda_device_count();
   if (n == 0) {
@@ -708,6 +795,7 @@ int main(void) {
   test_gemm();
   test_linear_bias_gelu();
   test_rowwise();
+  test_moe();
   test_heads();
   test_attention();
   test_flash_attention();

@@ -242,6 +242,247 @@ static void test_rmsnorm(void) {
   }
 }
 
+/* RMSNorm over each head (Qwen 3's q/k norm) in place on strided rows: a float64 reference
+   forward, finite differences for the backward; the columns after the heads stay untouched. */
+typedef struct hn_ctx {
+  int N, heads, hd, ld;
+  const double *dout;
+} hn_ctx;
+
+static void head_rms_ref(const double *x, const double *w, const hn_ctx *c, double *out) {
+  memcpy(out, x, sizeof(double) * (size_t)c->N * c->ld);
+  for (int n = 0; n < c->N; n++)
+    for (int j = 0; j < c->heads; j++) {
+      const double *v = x + (size_t)n * c->ld + (size_t)j * c->hd;
+      double q = 0;
+      for (int k = 0; k < c->hd; k++)
+        q += v[k] * v[k];
+      const double r = 1.0 / sqrt(q / c->hd + 1e-6);
+      for (int k = 0; k < c->hd; k++)
+        out[(size_t)n * c->ld + (size_t)j * c->hd + k] = v[k] * r * w[k];
+    }
+}
+
+static double head_rms_obj(const double *P, void *vc) {
+  const hn_ctx *c = vc;
+  const size_t n = (size_t)c->N * c->ld;
+  double *out = da(n), s = 0;
+  head_rms_ref(P, P + n, c, out);
+  for (int r = 0; r < c->N; r++)
+    for (int i = 0; i < c->heads * c->hd; i++)
+      s += c->dout[(size_t)r * c->ld + i] * out[(size_t)r * c->ld + i];
+  free(out);
+  return s;
+}
+
+static void test_head_rmsnorm(void) {
+  const int cases[][3] = {{1, 1, 1}, {3, 2, 8}, {5, 4, 16}, {2, 3, 64}}; /* N, heads, hd */
+  for (size_t k = 0; k < 4; k++) {
+    const int N = cases[k][0], heads = cases[k][1], hd = cases[k][2], ld = heads * hd + 5;
+    const size_t n = (size_t)N * ld, np = n + (size_t)hd, S = (size_t)N * heads;
+    float *x = fa(n), *w = fa(hd), *raw = fa(S * hd), *rstd = fa(S), *dx = fa(n), *dw = fa(hd);
+    double *P = da(np), *ref = da(n), *g = da(np), *dd = da(n), *rx = da(n), *rw = da(hd);
+    t_fill(x, n, 2);
+    t_fill(w, hd, 1);
+    to_double(x, P, n);
+    to_double(w, P + n, hd);
+    hn_ctx c = {N, heads, hd, ld, dd};
+    head_rms_ref(P, P + n, &c, ref);
+    T_OK(mgt_be_head_rmsnorm_forward(be, x, ld, raw, rstd, w, N, heads, hd, 1e-6f));
+    T_CLOSE("head_rmsnorm_forward (the other columns unchanged)", x, ref, n, 1e-5, 1e-5);
+    t_fill(dx, n, 1);
+    to_double(dx, dd, n);
+    fd_grad(head_rms_obj, P, np, &c, g);
+    for (int acc = 0; acc < 2; acc++) {
+      float *d = fa(n);
+      memcpy(d, dx, n * sizeof(float));
+      t_fill(dw, hd, 1);
+      for (int r = 0; r < N; r++)
+        for (int i = 0; i < ld; i++) { /* the gradient in the heads, the rest untouched */
+          const size_t o = (size_t)r * ld + i;
+          rx[o] = i < heads * hd ? g[o] : dd[o];
+        }
+      for (int i = 0; i < hd; i++)
+        rw[i] = (acc ? dw[i] : 0) + g[n + i];
+      T_OK(mgt_be_head_rmsnorm_backward(be, d, ld, dw, raw, rstd, w, N, heads, hd, acc));
+      T_CLOSE("head_rmsnorm_backward dx", d, rx, n, 1e-4, 1e-3);
+      T_CLOSE("head_rmsnorm_backward dw", dw, rw, hd, 1e-4, 1e-3);
+      free(d);
+    }
+    free(x), free(w), free(raw), free(rstd), free(dx), free(dw);
+    free(P), free(ref), free(g), free(dd), free(rx), free(rw);
+  }
+  float v[4] = {0};
+  T_CHECK(mgt_be_head_rmsnorm_forward(be, v, 3, v, v, v, 1, 2, 2, 1e-6f) == MGT_ERR_INPUT,
+          "heads wider than the row refused");
+}
+
+/* MoE routing: a float64 reference of Megatron-LM's score functions at a fixed choice of experts
+   (the logits have no near ties, so finite differences keep the choice), its backward against
+   finite differences of dw . w + aux . probs + zc lse^2; the combination and its backward. */
+typedef struct route_ctx {
+  int N, E, k, score, pre;
+  double scale, zc;
+  const int32_t *idx;
+  const double *dw, *aux;
+} route_ctx;
+
+/* w (N,k), probs (N,E), lse (N) of logits z at the experts idx. */
+static void route_ref(const double *z, const route_ctx *c, double *w, double *p, double *lse) {
+  const int E = c->E, k = c->k;
+  for (int t = 0; t < c->N; t++) {
+    const double *zt = z + (size_t)t * E;
+    const int32_t *it = c->idx + (size_t)t * k;
+    double mx = zt[0], s = 0, sig = 0;
+    for (int e = 1; e < E; e++)
+      mx = fmax(mx, zt[e]);
+    for (int e = 0; e < E; e++)
+      s += exp(zt[e] - mx), sig += 1 / (1 + exp(-zt[e]));
+    lse[t] = mx + log(s);
+    for (int e = 0; e < E; e++)
+      p[(size_t)t * E + e] =
+          c->score == MGT_MOE_SOFTMAX ? exp(zt[e] - mx) / s : 1 / (1 + exp(-zt[e])) / sig;
+    double chosen = 0;
+    for (int j = 0; j < k; j++) {
+      double v = c->score == MGT_MOE_SIGMOID ? 1 / (1 + exp(-zt[it[j]]))
+                 : c->pre                    ? p[(size_t)t * E + it[j]]
+                                             : exp(zt[it[j]] - mx);
+      w[(size_t)t * k + j] = v, chosen += v;
+    }
+    for (int j = 0; j < k; j++) {
+      double *wj = &w[(size_t)t * k + j];
+      if ((c->score == MGT_MOE_SOFTMAX && !c->pre) || (c->score == MGT_MOE_SIGMOID && k > 1))
+        *wj /= chosen;
+      if (c->scale != 0) *wj *= c->scale;
+    }
+  }
+}
+
+static double route_obj(const double *z, void *vc) {
+  const route_ctx *c = vc;
+  const size_t nw = (size_t)c->N * c->k, np = (size_t)c->N * c->E;
+  double *w = da(nw), *p = da(np), *lse = da(c->N), f = 0;
+  route_ref(z, c, w, p, lse);
+  for (size_t i = 0; i < nw; i++)
+    f += c->dw[i] * w[i];
+  for (size_t i = 0; i < np; i++)
+    f += c->aux[i % c->E] * p[i];
+  for (int t = 0; t < c->N; t++)
+    f += c->zc * lse[t] * lse[t];
+  free(w), free(p), free(lse);
+  return f;
+}
+
+static void test_moe_route(void) {
+  /* N, E, k, score, pre, scale */
+  const int cases[][6] = {{6, 4, 2, 0, 0, 0}, {5, 8, 3, 0, 1, 0}, {7, 6, 1, 1, 0, 0},
+                          {4, 8, 2, 1, 0, 1}, {3, 5, 5, 0, 0, 1}, {9, 16, 4, 0, 1, 1}};
+  for (size_t q = 0; q < sizeof cases / sizeof cases[0]; q++) {
+    const int N = cases[q][0], E = cases[q][1], k = cases[q][2];
+    route_ctx c = {N,    E,    k,    cases[q][3], cases[q][4], cases[q][5] ? 2.5 : 0,
+                   0.01, NULL, NULL, NULL};
+    const size_t nz = (size_t)N * E, nw = (size_t)N * k;
+    float *z = fa(nz), *w = fa(nw), *p = fa(nz), *lse = fa(N), *dw = fa(nw), *aux = fa(E);
+    float *dz = fa(nz);
+    int32_t *idx = calloc(nw, sizeof(int32_t)), *ridx = calloc(nw, sizeof(int32_t));
+    double *Z = da(nz), *rw = da(nw), *rp = da(nz), *rl = da(N), *g = da(nz), *ddw = da(nw);
+    double *daux = da(E);
+    for (size_t i = 0; i < nz; i++) /* distinct, well separated: a stable choice */
+      z[i] = (float)(((i * 7919) % nz) * 0.37 - nz * 0.15) / (float)E;
+    t_fill(dw, nw, 1);
+    t_fill(aux, E, 1);
+    for (int t = 0; t < N; t++) /* the choice, by its definition: the k largest scores */
+      for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+          int taken = 0;
+          for (int i = 0; i < j; i++)
+            taken |= ridx[(size_t)t * k + i] == e;
+          if (!taken && (best < 0 || z[(size_t)t * E + e] > z[(size_t)t * E + best])) best = e;
+        }
+        ridx[(size_t)t * k + j] = best; /* softmax and sigmoid are increasing: the same order */
+      }
+    to_double(z, Z, nz);
+    to_double(dw, ddw, nw);
+    to_double(aux, daux, E);
+    c.idx = ridx, c.dw = ddw, c.aux = daux;
+    route_ref(Z, &c, rw, rp, rl);
+    T_OK(mgt_be_moe_route(be, z, N, E, k, c.score, c.pre, (float)c.scale, idx, w, p, lse));
+    T_CHECK(!memcmp(idx, ridx, nw * sizeof(int32_t)), "moe_route case %zu: the chosen experts", q);
+    T_CLOSE("moe_route weights", w, rw, nw, 1e-6, 1e-5);
+    T_CLOSE("moe_route probs", p, rp, nz, 1e-6, 1e-5);
+    T_CLOSE("moe_route lse", lse, rl, N, 1e-6, 1e-5);
+    fd_grad(route_obj, Z, nz, &c, g);
+    T_OK(mgt_be_moe_route_backward(be, dz, dw, z, idx, w, p, lse, N, E, k, c.score, c.pre,
+                                   (float)c.scale, aux, (float)c.zc));
+    T_CLOSE("moe_route_backward", dz, g, nz, 1e-5, 1e-3);
+    free(z), free(w), free(p), free(lse), free(dw), free(aux), free(dz), free(idx), free(ridx);
+    free(Z), free(rw), free(rp), free(rl), free(g), free(ddw), free(daux);
+  }
+  float v[4] = {0};
+  int32_t i4[4];
+  T_CHECK(mgt_be_moe_route(be, v, 1, 2, 3, 0, 0, 0, i4, v, v, v) == MGT_ERR_INPUT,
+          "top-3 of 2 experts refused");
+}
+
+static void test_moe_combine(void) {
+  const int N = 5, k = 3, C = 7, M = 13; /* row 12: no slot names it */
+  const int32_t pos[15] = {0, 4, -1, 1, 5, 8, 2, -1, 9, 3, 6, 10, 7, 11, -1};
+  float *src = fa((size_t)M * C), *w = fa(N * k), *y = fa((size_t)N * C), *dy = fa((size_t)N * C);
+  float *dsrc = fa((size_t)M * C), *dw = fa(N * k);
+  double *ref = da((size_t)N * C), *rs = da((size_t)M * C), *rw = da(N * k);
+  t_fill(src, (size_t)M * C, 1), t_fill(w, N * k, 1), t_fill(dy, (size_t)N * C, 1);
+  for (int acc = 0; acc < 2; acc++) {
+    t_fill(y, (size_t)N * C, 1);
+    for (int t = 0; t < N; t++)
+      for (int c = 0; c < C; c++) {
+        double v = acc ? y[t * C + c] : 0;
+        for (int s = 0; s < k; s++)
+          if (pos[t * k + s] >= 0) v += (double)w[t * k + s] * src[pos[t * k + s] * C + c];
+        ref[t * C + c] = v;
+      }
+    T_OK(mgt_be_moe_combine(be, y, src, pos, w, N, k, C, acc));
+    T_CLOSE("moe_combine", y, ref, (size_t)N * C, 1e-6, 1e-6);
+  }
+  for (size_t i = 0; i < (size_t)M * C; i++)
+    dsrc[i] = 7.0f, rs[i] = 7.0; /* rows no slot names stay */
+  for (int t = 0; t < N; t++)
+    for (int s = 0; s < k; s++) {
+      const int p = pos[t * k + s];
+      double dot = 0;
+      for (int c = 0; c < C && p >= 0; c++) {
+        rs[p * C + c] = (double)w[t * k + s] * dy[t * C + c];
+        dot += (double)dy[t * C + c] * src[p * C + c];
+      }
+      rw[t * k + s] = dot;
+    }
+  T_OK(mgt_be_moe_combine_backward(be, dsrc, dw, dy, src, pos, w, N, k, C));
+  T_CLOSE("moe_combine_backward dsrc", dsrc, rs, (size_t)M * C, 1e-6, 1e-6);
+  T_CLOSE("moe_combine_backward dw", dw, rw, N * k, 1e-6, 1e-5);
+  free(src), free(w), free(y), free(dy), free(dsrc), free(dw), free(ref), free(rs), free(rw);
+}
+
+/* gemm32 multiplies in fp32 under a 16-bit precision: within fp32 rounding of the float64
+   product, where bf16 inputs would be off by about 2^-9. */
+static void test_gemm32(void) {
+  const int M = 9, N = 7, K = 33;
+  float *A = fa(M * K), *B = fa(N * K), *C = fa(M * N);
+  double *ref = da(M * N);
+  t_fill(A, M * K, 1), t_fill(B, N * K, 1);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double v = 0;
+      for (int q = 0; q < K; q++)
+        v += (double)A[i * K + q] * B[j * K + q];
+      ref[i * N + j] = v;
+    }
+  T_OK(mgt_be_set_precision(be, MGT_PREC_BF16));
+  T_OK(mgt_be_gemm32(be, 0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N));
+  T_OK(mgt_be_set_precision(be, MGT_PREC_FP32));
+  T_CLOSE("gemm32 under bf16", C, ref, M * N, 1e-5, 1e-5);
+  free(A), free(B), free(C), free(ref);
+}
+
 /* SwiGLU: x(N, 2F) = [gate | up], the float64 reference and finite differences of
    sum dout * SwiGLU. */
 typedef struct swiglu_ctx {
@@ -1520,6 +1761,10 @@ int main(void) {
   test_bias();
   test_layernorm();
   test_rmsnorm();
+  test_head_rmsnorm();
+  test_moe_route();
+  test_moe_combine();
+  test_gemm32();
   test_swiglu();
   test_rope();
   test_gelu();

@@ -273,6 +273,21 @@ static void test_spec_create(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   mgt_gpt_destroy(&trained);
 }
 
+/* A block's checks: its parameter count, every gradient against finite differences and
+   accumulation; then (m destroyed) the gradients again with flash attention. */
+static void check_block(mgt_gpt *m, mgt_config *c, const char *what, mgt_grid *grid,
+                        mgt_backend *be, mgt_comm *comm) {
+  check_count(m, c, what);
+  test_gradient(m);
+  test_accumulate(m);
+  mgt_gpt_destroy(&m);
+  mgt_config f = *c;
+  f.attention_backend = MGT_ATTN_FLASH;
+  T_OK(mgt_train_model_create(&f, grid, be, comm, &m));
+  test_gradient(m);
+  mgt_gpt_destroy(&m);
+}
+
 /* Llama-style decoders: every gradient against finite differences and accumulation, for the
    whole block (rotary, untied, RMSNorm, SwiGLU, grouped-query attention, no biases; with
    materialized and flash attention) and for each new part alone beside GPT-2's (the key/value
@@ -297,14 +312,7 @@ static void test_llama(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
               has_param(m, "final_layernorm.bias", -1, 0, 0, 0),
           "Llama's layer: query (8,8), key_value (2,4,8), gate and up (12,8), norm weights only, "
           "no biases");
-  check_count(m, &c, "Llama");
-  test_gradient(m);
-  test_accumulate(m);
-  mgt_gpt_destroy(&m);
-  c.attention_backend = MGT_ATTN_FLASH;
-  T_OK(mgt_train_model_create(&c, grid, be, comm, &m));
-  test_gradient(m);
-  mgt_gpt_destroy(&m);
+  check_block(m, &c, "Llama", grid, be, comm);
   mgt_config g = tiny(); /* grouped attention with LayerNorm, biases and GeLU */
   g.num_attention_heads = 4, g.group_query_attention = 1, g.num_query_groups = 1;
   T_OK(mgt_config_finalize(&g, 1));
@@ -345,6 +353,44 @@ static void test_llama(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   T_CHECK(has_param(m, "layers.0.mlp.dense_h_to_4h.bias", -1, 0, 0, 0) &&
               has_param(m, "layers.0.input_layernorm.bias", 1, 8, 0, 0),
           "--disable-bias-linear keeps the LayerNorms' biases only");
+  test_gradient(m);
+  mgt_gpt_destroy(&m);
+}
+
+/* Qwen 3's block (a head size of its own, RMSNorm over each head's q and k before the rotary
+   positions, also with zero-centred gains) and Qwen 2's (biases in the QKV projection only):
+   every gradient against finite differences, with materialized and flash attention. */
+static void test_qwen(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
+  mgt_config c = tiny();
+  llama_block(&c);
+  c.position_embedding_type = MGT_POS_ROPE, c.untie_embeddings_and_output_weights = 1;
+  c.qk_layernorm = 1, c.kv_channels = 4; /* 4 heads of 4: attention 16 wide at hidden 8 */
+  T_OK(mgt_config_finalize(&c, 1));
+  mgt_gpt *m = NULL;
+  T_OK(mgt_train_model_create(&c, grid, be, comm, &m));
+  T_CHECK(has_param(m, "layers.1.attention.query.weight", 2, 16, 8, 0) &&
+              has_param(m, "layers.1.attention.key_value.weight", 3, 2, 8, 8) &&
+              has_param(m, "layers.1.attention.dense.weight", 2, 8, 16, 0) &&
+              has_param(m, "layers.1.attention.q_layernorm.weight", 1, 4, 0, 0) &&
+              has_param(m, "layers.1.attention.k_layernorm.weight", 1, 4, 0, 0) &&
+              has_param(m, "layers.1.attention.query.bias", -1, 0, 0, 0),
+          "Qwen 3's layer: query (16,8), key_value (2,8,8), dense (8,16), q and k norms (4)");
+  check_block(m, &c, "Qwen 3", grid, be, comm);
+  c.apply_layernorm_1p = 1;
+  T_OK(mgt_train_model_create(&c, grid, be, comm, &m));
+  test_gradient(m);
+  mgt_gpt_destroy(&m);
+  mgt_config q2 = tiny();
+  llama_block(&q2);
+  q2.position_embedding_type = MGT_POS_ROPE, q2.add_qkv_bias = 1;
+  T_OK(mgt_config_finalize(&q2, 1));
+  T_OK(mgt_train_model_create(&q2, grid, be, comm, &m));
+  T_CHECK(has_param(m, "layers.0.attention.query.bias", 1, 8, 0, 0) &&
+              has_param(m, "layers.0.attention.key_value.bias", 2, 2, 4, 0) &&
+              has_param(m, "layers.0.attention.dense.bias", -1, 0, 0, 0) &&
+              has_param(m, "layers.0.mlp.gate.bias", -1, 0, 0, 0),
+          "Qwen 2's layer: query.bias (8) and key_value.bias (2,4), no other bias");
+  check_count(m, &q2, "Qwen 2");
   test_gradient(m);
   mgt_gpt_destroy(&m);
 }
@@ -726,6 +772,7 @@ int main(int argc, char **argv) {
   mgt_gpt_destroy(&m);
   test_rope_frequencies();
   test_llama(grid, be, comm);
+  test_qwen(grid, be, comm);
   test_spec_create(grid, be, comm);
   test_recompute(grid, be, comm);
   make_bert_rows();

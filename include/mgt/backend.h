@@ -50,6 +50,9 @@ typedef struct mgt_adamw_step {
 
 enum { MGT_NOTRANS = 0, MGT_TRANS = 1 };
 
+/* Mixture-of-Experts router score functions (Megatron-LM's --moe-router-score-function). */
+enum { MGT_MOE_SOFTMAX = 0, MGT_MOE_SIGMOID = 1 };
+
 /* Activations: GPT's MLP and Megatron's fused bias-GeLU use the tanh form; BERT's LM head
    uses the erf form (torch.nn.functional.gelu), its pooler tanh. */
 enum { MGT_ACT_GELU_TANH = 0, MGT_ACT_GELU_ERF = 1, MGT_ACT_TANH = 2 };
@@ -126,6 +129,41 @@ MGT_NODISCARD mgt_status mgt_be_sync(const mgt_backend *be);
     (int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,            \
      const float *B, int ldb, float beta, float *C, int ldc),                                      \
     (transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), PLAIN)                         \
+  /* gemm in fp32 whatever the set precision (the MoE router's). */                                \
+  X(gemm32, GEMM32,                                                                                \
+    (int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,            \
+     const float *B, int ldb, float beta, float *C, int ldc),                                      \
+    (transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), PLAIN)                         \
+  /* MoE routing of N tokens over E experts from the router's logits (N,E), as Megatron-LM's       \
+  topk_routing_with_score_function: idx (N,k) the k chosen experts (the largest first, the lower   \
+  index first among equal scores), w (N,k) their weights: score MGT_MOE_SOFTMAX: the softmax of    \
+  the k chosen logits, or with pre the softmax over all E at the chosen; MGT_MOE_SIGMOID: the      \
+  chosen sigmoids divided by their sum (k > 1); times scale unless 0. probs (N,E): the scores the  \
+  load-balancing loss reads (softmax over all E, or sigmoids divided by their sum); lse (N): each  \
+  row's log-sum-exp (the z-loss's). 1 <= k <= E. */                                                \
+  X(moe_route, MOE_ROUTE,                                                                          \
+    (const float *logits, int N, int E, int k, int score, int pre, float scale, int32_t *idx,      \
+     float *w, float *probs, float *lse),                                                          \
+    (logits, N, E, k, score, pre, scale, idx, w, probs, lse), GUARDED)                             \
+  /* Its backward: dlogits (N,E) = the gradient through moe_route of dw (N,k) (NULL: none), of     \
+  aux (E, NULL: none) taken as the gradient of every row of probs, and of zc * lse^2. */           \
+  X(moe_route_backward, MOE_ROUTE_BACKWARD,                                                        \
+    (float *dlogits, const float *dw, const float *logits, const int32_t *idx, const float *w,     \
+     const float *probs, const float *lse, int N, int E, int k, int score, int pre, float scale,   \
+     const float *aux, float zc),                                                                  \
+    (dlogits, dw, logits, idx, w, probs, lse, N, E, k, score, pre, scale, aux, zc), GUARDED)       \
+  /* y(N,C) = [y +] sum over the k slots of row t, in order, of w[t,s] (1 with w NULL) times row   \
+  pos[t,s] of src (a slot with pos < 0 is dropped): the experts' rows back into their tokens. */   \
+  X(moe_combine, MOE_COMBINE,                                                                      \
+    (float *y, const float *src, const int32_t *pos, const float *w, int N, int k, int C,          \
+     int accumulate),                                                                              \
+    (y, src, pos, w, N, k, C, accumulate), PLAIN)                                                  \
+  /* Its backward: row pos[t,s] of dsrc = w[t,s] dy[t] (rows no slot names untouched; each row     \
+  named once), dw[t,s] = dy[t] . src[pos[t,s]] (0 for a dropped slot; dw may be NULL). */          \
+  X(moe_combine_backward, MOE_COMBINE_BACKWARD,                                                    \
+    (float *dsrc, float *dw, const float *dy, const float *src, const int32_t *pos,                \
+     const float *w, int N, int k, int C),                                                         \
+    (dsrc, dw, dy, src, pos, w, N, k, C), PLAIN)                                                   \
   /* The MLP's first linear layer fused with its bias and GeLU: pre(M,N) = A(M,K) W(N,K)^T + b,    \
   out = gelu(pre), both with leading dimension N (cuBLASLt's bias + GeLU epilogue on GPUs;         \
   gemm then bias_gelu_forward on the CPU). */                                                      \
@@ -193,6 +231,19 @@ MGT_NODISCARD mgt_status mgt_be_sync(const mgt_backend *be);
   /* dx(N, 2F) = the gradients of the gate and up halves of x. */                                  \
   X(swiglu_backward, SWIGLU_BACKWARD,                                                              \
     (float *dx, const float *dout, const float *x, int N, int F), (dx, dout, x, N, F), PLAIN)      \
+  /* RMSNorm over each head (Qwen 3's q/k norm), in place: in each of N rows (stride ld floats)    \
+  the `heads` consecutive vectors of hd floats at x become v * r * w, r = (mean v^2 + eps)^-1/2;   \
+  raw (N, heads*hd) keeps the vectors before, rstd (N*heads) their r, for the backward. */         \
+  X(head_rmsnorm_forward, HEAD_RMSNORM_FORWARD,                                                    \
+    (float *x, int ld, float *raw, float *rstd, const float *w, int N, int heads, int hd,          \
+     float eps),                                                                                   \
+    (x, ld, raw, rstd, w, N, heads, hd, eps), GUARDED)                                             \
+  /* Its backward in place: dx (the same strided vectors) from the gradient of the output to that  \
+  of the input; dw (hd) = [dw +] the sum over rows and heads of dout * raw * rstd. */              \
+  X(head_rmsnorm_backward, HEAD_RMSNORM_BACKWARD,                                                  \
+    (float *dx, int ld, float *dw, const float *raw, const float *rstd, const float *w, int N,     \
+     int heads, int hd, int accumulate),                                                           \
+    (dx, ld, dw, raw, rstd, w, N, heads, hd, accumulate), GUARDED)                                 \
   /* Rotary position embedding in place, in Hugging Face's half-split convention: in each of N     \
   rows (stride ld floats) the `heads` consecutive vectors of hd floats at x, at position pos0 +    \
   row % T, have each pair (i, i + hd/2) rotated by the angle position * inv_freq[i] (float32, as   \

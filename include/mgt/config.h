@@ -93,6 +93,8 @@ typedef struct mgt_config {
   double layernorm_epsilon;
   int apply_residual_connection_post_layernorm; /* the original post-LN BERT (paper Fig. 7a) */
   int apply_layernorm_1p;  /* norm weights stored as w, the gain 1 + w (Megatron-LM's) */
+  int add_qkv_bias;        /* biases in the QKV projection even with disable_bias_linear */
+  int qk_layernorm;        /* RMSNorm over each head's q and k (Qwen 3) */
   int bert_no_binary_head; /* BERT without tokentypes, pooler and SOP */
   int untie_embeddings_and_output_weights; /* GPT: an output layer of its own (Llama) */
   int position_embedding_type;             /* 0 learned_absolute, 1 rope */
@@ -186,6 +188,7 @@ typedef struct mgt_config {
   int no_load_optim;
   int no_load_rng;
   int finetune;
+  int exit_on_missing_checkpoint; /* --load without a checkpoint stops instead of starting afresh */
   /* stopping early */
   int exit_duration_in_mins;
   int exit_interval;
@@ -197,7 +200,7 @@ typedef struct mgt_config {
   int log_interval;
   char metrics_file[MGT_PATH_MAX];
   char tensorboard_dir[MGT_PATH_MAX]; /* rank 0 writes TensorBoard event files here */
-  int kv_channels;                    /* a head size; only hidden / heads is implemented */
+  int kv_channels;                    /* the head size; 0: hidden / heads */
   int no_position_embedding;          /* Megatron-LM's: no learned table (with rope: none is) */
   /* not a flag: what the command line said that changes nothing here ("--flag: why\n" each),
      for rank 0 to print */
@@ -232,6 +235,8 @@ MGT_NODISCARD mgt_status mgt_config_check_model(const mgt_config *cfg, const cha
 int mgt_config_flash(const mgt_config *cfg, char *why, size_t n);
 /* Key/value heads: --num-query-groups with --group-query-attention, else the attention heads. */
 int mgt_config_query_groups(const mgt_config *cfg);
+/* The head size: --kv-channels, or hidden size / heads. */
+int mgt_config_head_size(const mgt_config *cfg);
 /* The vocabulary padded to a multiple of --make-vocab-size-divisible-by times tp. */
 int64_t mgt_config_padded_vocab(const mgt_config *cfg, int tp);
 /* Compares the model flags of a and b (layers, hidden size, heads, FFN size, vocabulary,

@@ -61,6 +61,8 @@ typedef struct mgt_model_spec {
   mgt_mlp_kind mlp;
   int post_ln;     /* the LayerNorm after each residual add (the original BERT), not before */
   int norm_1p;     /* every norm's gain is 1 + its stored weight (--apply-layernorm-1p) */
+  int qkv_bias;    /* the QKV projection has biases though `bias` is off (Qwen 2) */
+  int qk_norm;     /* RMSNorm over each head's q and k before the rotary positions (Qwen 3) */
   int causal;      /* causal attention; else every row sees its sample's keys (padding) */
   int token_types; /* token-type embeddings (with a pooled head, as Megatron-LM) */
   mgt_head_kind head;

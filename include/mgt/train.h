@@ -70,7 +70,7 @@ typedef struct mgt_run {
   const char *save, *load, *pretrained; /* "" for none */
   int save_interval, keep_last, async_save, save_optim;
   int64_t load_iteration; /* -1: the latest */
-  int load_optim, load_rng, finetune;
+  int load_optim, load_rng, finetune, exit_on_missing_checkpoint;
   /* stopping early */
   int exit_duration_in_mins, exit_interval, max_skipped_iterations;
 } mgt_run;

@@ -132,3 +132,69 @@ mgt_status cpu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *do
   }
   return MGT_OK;
 }
+
+/* RMSNorm over each head of strided rows (Qwen 3's q/k norm), in place. */
+mgt_status cpu_head_rmsnorm_forward(void *ctx, float *x, int ld, float *raw, float *rstd,
+                                    const float *w, int N, int heads, int hd, float eps) {
+  (void)ctx;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < heads; j++) {
+      const size_t s = (size_t)n * heads + j;
+      float *v = x + (size_t)n * ld + (size_t)j * hd, *rv = raw + s * hd;
+      float q = 0.0f;
+#pragma omp simd reduction(+ : q)
+      for (int c = 0; c < hd; c++) {
+        rv[c] = v[c];
+        q += v[c] * v[c];
+      }
+      const float r = 1.0f / sqrtf(q / hd + eps);
+#pragma omp simd
+      for (int c = 0; c < hd; c++)
+        v[c] = rv[c] * r * w[c];
+      rstd[s] = r;
+    }
+  return MGT_OK;
+}
+
+/* dw first (the gradient of the output is overwritten after), each thread a column range so that
+   the sums have a fixed order; then dx = r (dy w - x r * mean(dy w x r)) per head. */
+mgt_status cpu_head_rmsnorm_backward(void *ctx, float *dx, int ld, float *dw, const float *raw,
+                                     const float *rstd, const float *w, int N, int heads, int hd,
+                                     int accumulate) {
+  (void)ctx;
+#pragma omp parallel
+  {
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    int c0 = (int)((int64_t)hd * t / nt), c1 = (int)((int64_t)hd * (t + 1) / nt);
+    if (!accumulate)
+      for (int c = c0; c < c1; c++)
+        dw[c] = 0.0f;
+    for (int n = 0; n < N; n++)
+      for (int j = 0; j < heads; j++) {
+        const size_t s = (size_t)n * heads + j;
+        const float *dr = dx + (size_t)n * ld + (size_t)j * hd, *xr = raw + s * hd;
+        const float r = rstd[s];
+        for (int c = c0; c < c1; c++)
+          dw[c] += dr[c] * xr[c] * r;
+      }
+#pragma omp barrier
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; n++)
+      for (int j = 0; j < heads; j++) {
+        const size_t s = (size_t)n * heads + j;
+        float *dr = dx + (size_t)n * ld + (size_t)j * hd;
+        const float *xr = raw + s * hd;
+        const float r = rstd[s];
+        float m = 0.0f;
+#pragma omp simd reduction(+ : m)
+        for (int c = 0; c < hd; c++)
+          m += dr[c] * w[c] * xr[c] * r;
+        m /= hd;
+#pragma omp simd
+        for (int c = 0; c < hd; c++)
+          dr[c] = (dr[c] * w[c] - xr[c] * r * m) * r;
+      }
+  }
+  return MGT_OK;
+}

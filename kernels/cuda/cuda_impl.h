@@ -248,6 +248,9 @@ mgt_status gemm_batched(cuda_ctx *c, int transa, int transb, int M, int N, int K
 mgt_status cu_add_bias(void *ctx, float *y, const float *b, int N, int C);
 mgt_status column_sums(cuda_ctx *c, float *out, const float *dy, const float *x, const float *mean,
                        const float *rstd, int N, int C, int acc);
+/* column_sums over head_rmsnorm's strided vectors (kernels/cuda/linear.cu). */
+mgt_status column_sums_heads(cuda_ctx *c, float *out, const float *dy, int ld, int heads,
+                             const float *raw, const float *rstd, int N, int hd, int acc);
 mgt_status cu_bias_backward(void *ctx, float *db, const float *dy, int N, int C, int accumulate);
 mgt_status cu_bias_gelu_forward(void *ctx, float *out, float *pre, const float *b, int N, int C);
 bool lt_plan_make(cuda_ctx *c, lt_plan *p, const void *bias, const void *aux);
@@ -281,6 +284,25 @@ mgt_status cu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *dou
 mgt_status cu_swiglu_forward(void *ctx, float *out, const float *x, int N, int F);
 mgt_status cu_swiglu_backward(void *ctx, float *dx, const float *dout, const float *x, int N,
                               int F);
+mgt_status cu_gemm32(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc);
+mgt_status cu_moe_route(void *ctx, const float *logits, int N, int E, int k, int score, int pre,
+                        float scale, int32_t *idx, float *w, float *probs, float *lse);
+mgt_status cu_moe_route_backward(void *ctx, float *dlogits, const float *dw, const float *logits,
+                                 const int32_t *idx, const float *w, const float *probs,
+                                 const float *lse, int N, int E, int k, int score, int pre,
+                                 float scale, const float *aux, float zc);
+mgt_status cu_moe_combine(void *ctx, float *y, const float *src, const int32_t *pos, const float *w,
+                          int N, int k, int C, int accumulate);
+mgt_status cu_moe_combine_backward(void *ctx, float *dsrc, float *dw, const float *dy,
+                                   const float *src, const int32_t *pos, const float *w, int N,
+                                   int k, int C);
+mgt_status cu_head_rmsnorm_forward(void *ctx, float *x, int ld, float *raw, float *rstd,
+                                   const float *w, int N, int heads, int hd, float eps);
+mgt_status cu_head_rmsnorm_backward(void *ctx, float *dx, int ld, float *dw, const float *raw,
+                                    const float *rstd, const float *w, int N, int heads, int hd,
+                                    int accumulate);
 mgt_status cu_rope(void *ctx, float *x, int N, int T, int pos0, int heads, int hd, int ld,
                    const float *inv_freq, int inverse);
 mgt_status cu_kv_group(void *ctx, float *dst, const float *src, int N, int Hl, int Gl, int hd,

@@ -56,6 +56,36 @@ mgt_status column_sums(cuda_ctx *c, float *out, const float *dy, const float *x,
   return MGT_OK;
 }
 
+/* The same for the vectors of hd floats that head_rmsnorm normalizes: vector s of N*heads at
+   dy + (s / heads) * ld + (s % heads) * hd, summand dy * raw * rstd[s]. */
+__global__ void k_colsum_heads_partial(float *part, const float *dy, int ld, int heads,
+                                       const float *raw, const float *rstd, int S, int hd,
+                                       int rows) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x, s0 = blockIdx.y * rows;
+  if (c >= hd) return;
+  const int s1 = min(S, s0 + rows);
+  float sum = 0.0f;
+  for (int s = s0; s < s1; s++)
+    sum += dy[(size_t)(s / heads) * ld + (size_t)(s % heads) * hd + c] * raw[(size_t)s * hd + c] *
+           rstd[s];
+  part[(size_t)blockIdx.y * hd + c] = sum;
+}
+
+mgt_status column_sums_heads(cuda_ctx *c, float *out, const float *dy, int ld, int heads,
+                             const float *raw, const float *rstd, int N, int hd, int acc) {
+  const int S = N * heads;
+  const int chunks = S < COLSUM_CHUNKS ? (S > 0 ? S : 1) : COLSUM_CHUNKS;
+  const int rows = (S + chunks - 1) / chunks;
+  MGT_CHECK(grow((void **)&c->fscratch, &c->fscratch_n, sizeof(float) * (size_t)chunks * hd));
+  dim3 grid((unsigned)((hd + 127) / 128), (unsigned)chunks);
+  k_colsum_heads_partial<<<grid, 128, 0, c->stream>>>(c->fscratch, dy, ld, heads, raw, rstd, S, hd,
+                                                      rows);
+  LAUNCHED();
+  k_colsum_finish<<<(hd + 127) / 128, 128, 0, c->stream>>>(out, c->fscratch, chunks, hd, acc);
+  LAUNCHED();
+  return MGT_OK;
+}
+
 mgt_status cu_bias_backward(void *ctx, float *db, const float *dy, int N, int C, int accumulate) {
   return column_sums(C_(ctx), db, dy, NULL, NULL, NULL, N, C, accumulate);
 }

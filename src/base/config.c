@@ -75,11 +75,13 @@ static const mgt_flag flags[] = {
      "gpt (causal LM) or bert (masked LM + sentence order; docs/bert.md)", mgt_model_names, 0,
      RESUME},
     INT_M("--num-layers", num_layers, 1, 65535, "transformer layers", RESUME),
+    INT_M("--encoder-num-layers", num_layers, 1, 65535, "", RESUME), /* Megatron-LM's too */
     INT_M("--hidden-size", hidden_size, 1, 1 << 20, "hidden size", RESUME),
     INT_M("--num-attention-heads", num_attention_heads, 1, 1 << 16, "attention heads", RESUME),
     INT_M("--ffn-hidden-size", ffn_hidden_size, 1, 1 << 22,
           "MLP inner size (default 4 * hidden size)", RESUME),
     INT_M("--seq-length", seq_length, 1, 1 << 20, "tokens per sample", MGT_FLAG_PLAN),
+    INT_M("--encoder-seq-length", seq_length, 1, 1 << 20, "", MGT_FLAG_PLAN), /* Megatron's */
     INT_M("--max-position-embeddings", max_position_embeddings, 1, 1 << 20,
           "rows of the position embedding (default: seq length)", RESUME),
     INT_M("--vocab-size", vocab_size, 1, 1 << 30,
@@ -105,6 +107,14 @@ static const mgt_flag flags[] = {
           "key/value heads with --group-query-attention (Llama 3 8B: 8)", RESUME),
     BOOL_M("--disable-bias-linear", disable_bias_linear,
            "no biases in the attention and MLP linear layers (Llama)", RESUME),
+    BOOL_M("--add-qkv-bias", add_qkv_bias,
+           "biases in the query, key and value projections only, with --disable-bias-linear "
+           "(Qwen 2)",
+           RESUME),
+    BOOL_M("--qk-layernorm", qk_layernorm,
+           "RMSNorm over each head's query and key, after the projection and before the rotary "
+           "positions (Qwen 3); needs --normalization RMSNorm",
+           RESUME),
     BOOL_M("--apply-layernorm-1p", apply_layernorm_1p,
            "the norms' weights stored zero-centred: the gain is 1 + weight, the weight "
            "initialized to 0 (Megatron-LM's; Transformer Engine's zero-centred gamma)",
@@ -121,9 +131,9 @@ static const mgt_flag flags[] = {
     BOOL("--no-position-embedding", no_position_embedding,
          "no learned position table (Megatron-LM's): with --position-embedding-type rope there "
          "is none; mgt has no model without positions"),
-    INT("--kv-channels", kv_channels, 0, 1 << 16,
-        "the head size of attention (Megatron-LM's); 0 or hidden size / heads, the one "
-        "implemented"),
+    INT_M("--kv-channels", kv_channels, 0, 1 << 16,
+          "the head size of attention (Qwen 3: 128 at any hidden size; 0: hidden size / heads)",
+          RESUME),
     DBL_M("--rotary-base", rotary_base, 1, 1e12, "RoPE's base theta (Llama 3: 500000)", RESUME),
     BOOL_M("--use-rope-scaling", use_rope_scaling,
            "Llama 3.1's rotary frequencies for long contexts (rope_scaling type llama3)", RESUME),
@@ -294,10 +304,13 @@ static const mgt_flag flags[] = {
          "continues"),
     STR("--load", load, "resume from this checkpoint directory (its latest) or file"),
     I64("--ckpt-iteration", ckpt_iteration, -1, BIG, "load this iteration instead of the latest"),
+    I64("--ckpt-step", ckpt_iteration, -1, BIG, ""), /* Megatron-LM's name */
     BOOL("--no-load-optim", no_load_optim, "start the optimizer afresh when loading"),
     BOOL("--no-load-rng", no_load_rng,
          "use --seed instead of the checkpoint's seed (dropout and data order change)"),
     BOOL("--finetune", finetune, "load weights only; iteration, samples and optimizer restart"),
+    BOOL("--exit-on-missing-checkpoint", exit_on_missing_checkpoint,
+         "stop when --load holds no checkpoint, instead of starting from scratch"),
     INT("--exit-duration-in-mins", exit_duration_in_mins, 0, 1 << 30,
         "save and exit (status 75, for requeue) after this many minutes (0: never)"),
     INT("--max-skipped-iterations", max_skipped_iterations, 0, 1 << 30,
@@ -408,12 +421,17 @@ int mgt_config_flash(const mgt_config *c, char *why, size_t n) {
   }
   /* where the tensor-core kernels run; the fp32 kernel is a row per block, for correctness
      more than speed */
-  const int hd = c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
+  const int hd = mgt_config_head_size(c);
   const int tc = (c->bf16 || c->fp16) && mgt_flash16_head(hd);
   snprintf(why, n, "auto: %s",
            tc ? "tensor-core tiles under 16-bit precision"
               : "no tensor-core tiles for fp32 or this head size");
   return tc;
+}
+
+int mgt_config_head_size(const mgt_config *c) {
+  if (c->kv_channels > 0) return c->kv_channels;
+  return c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
 }
 
 int mgt_config_query_groups(const mgt_config *c) {
@@ -432,7 +450,8 @@ void mgt_config_derive(mgt_config *c) {
 }
 
 mgt_status mgt_config_check_model(const mgt_config *c, const char *what) {
-  MGT_REQUIRE(c->num_attention_heads > 0 && c->hidden_size % c->num_attention_heads == 0,
+  MGT_REQUIRE(c->num_attention_heads > 0 &&
+                  (c->kv_channels > 0 || c->hidden_size % c->num_attention_heads == 0),
               "%s: configuration: hidden_size %d is not divisible by num_attention_heads %d", what,
               c->hidden_size, c->num_attention_heads);
   MGT_REQUIRE(c->vocab_size > 0, "%s: configuration: no vocab_size", what);
@@ -462,6 +481,9 @@ int64_t mgt_config_padded_vocab(const mgt_config *c, int tp) {
 static mgt_config resume_view(const mgt_config *c) {
   mgt_config v = *c;
   v.num_query_groups = mgt_config_query_groups(c);
+  /* the head size when it is not hidden / heads (0 also in checkpoints before --kv-channels) */
+  if (c->num_attention_heads > 0 && c->kv_channels * c->num_attention_heads == c->hidden_size)
+    v.kv_channels = 0;
   v.group_query_attention = v.num_query_groups != c->num_attention_heads;
   if (c->position_embedding_type != MGT_POS_ROPE) v.rotary_base = 0, v.use_rope_scaling = 0;
   if (!v.use_rope_scaling) v.rope_scaling_factor = 1;
@@ -484,7 +506,7 @@ int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, 
   if (n) diff[0] = 0;
   for (int i = 0; i < N_FLAGS; i++) { /* the flags marked RESUME, in the table's order */
     const mgt_flag *f = &flags[i];
-    if (!(f->marks & MGT_FLAG_RESUME)) continue;
+    if (!(f->marks & MGT_FLAG_RESUME) || mgt_flag_is_alias(flags, i)) continue;
     char x[64], y[64];
     flag_value(f, &va, x, sizeof x), flag_value(f, &vb, y, sizeof y);
     if (!strcmp(x, y)) continue;
@@ -631,9 +653,10 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
                 "--lr-warmup-samples %lld exceeds --lr-decay-samples %lld",
                 (long long)c->lr_warmup_samples, (long long)c->lr_decay_samples);
   }
-  MGT_REQUIRE(c->hidden_size % c->num_attention_heads == 0,
-              "--hidden-size %d is not divisible by --num-attention-heads %d", c->hidden_size,
-              c->num_attention_heads);
+  MGT_REQUIRE(c->kv_channels > 0 || c->hidden_size % c->num_attention_heads == 0,
+              "--hidden-size %d is not divisible by --num-attention-heads %d (or give the head "
+              "size, --kv-channels)",
+              c->hidden_size, c->num_attention_heads);
   MGT_REQUIRE(c->num_attention_heads % tp == 0,
               "--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d",
               c->num_attention_heads, tp);
@@ -667,10 +690,6 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(!c->no_position_embedding || c->position_embedding_type == MGT_POS_ROPE,
               "--no-position-embedding: a model without positions is not implemented (with "
               "--position-embedding-type rope there is no learned table)");
-  MGT_REQUIRE(c->kv_channels == 0 || c->kv_channels * c->num_attention_heads == c->hidden_size,
-              "--kv-channels %d: a head size other than --hidden-size / --num-attention-heads "
-              "(%d / %d) is not implemented",
-              c->kv_channels, c->hidden_size, c->num_attention_heads);
   MGT_REQUIRE(c->min_loss_scale <= c->initial_loss_scale,
               "--min-loss-scale %g exceeds --initial-loss-scale %g", c->min_loss_scale,
               c->initial_loss_scale);

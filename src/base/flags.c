@@ -140,7 +140,7 @@ static mgt_status set_value(const mgt_flag *f, void *dst, const char *v) {
 
 /* The problems of one command line, reported together. */
 typedef struct problems {
-  char text[3000];
+  char text[16384];
   int n;
 } problems;
 
@@ -153,8 +153,8 @@ static void keep_problem(problems *p) {
   mgt_error_clear();
 }
 
-/* The values of argv[*i] (a flag of `values`: 0 none, 1 one, 2 one or more) up to the next
-   --flag; eq is its "=value" or NULL. vals[0..*nv) point into argv. */
+/* The values of argv[*i] (a flag of `values`: 0 none, 1 one, 2 one or more, 3 any number) up to
+   the next --flag; eq is its "=value" or NULL. vals[0..*nv) point into argv. */
 static mgt_status take_values(int values, const char *name, const char *eq, int argc, char **argv,
                               int *i, const char **vals, int max, int *nv) {
   *nv = 0;
@@ -163,11 +163,11 @@ static mgt_status take_values(int values, const char *name, const char *eq, int 
     return MGT_OK;
   }
   if (eq) vals[(*nv)++] = eq + 1;
-  while ((values == 2 || *nv == 0) && *i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) {
+  while ((values >= 2 || *nv == 0) && *i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) {
     const char *v = argv[++*i];
     if (*nv < max) vals[(*nv)++] = v;
   }
-  MGT_REQUIRE(*nv > 0, "%s: missing value", name);
+  MGT_REQUIRE(*nv > 0 || values == 3, "%s: missing value", name);
   return MGT_OK;
 }
 
@@ -187,38 +187,49 @@ static int accepted(const char *accept, const char *v) {
   return 0;
 }
 
-/* A flag of foreign's table: refused, accepted at its values, or accepted with a note. */
-static mgt_status foreign_flag(const mgt_foreign_flag *g, const char *eq, int argc, char **argv,
-                               int *i, char *notes, size_t notes_size) {
+/* Whether the flag a[0..len) is one of the ' '-separated names of list. */
+static int names_have(const char *list, const char *a, size_t len) {
+  for (const char *s = list; *s;) {
+    const size_t n = strcspn(s, " ");
+    if (n == len && strncmp(s, a, len) == 0) return 1;
+    s += n + (s[n] == ' ');
+  }
+  return 0;
+}
+
+/* Flag `name` of foreign's row g: refused, accepted at its values, or accepted with a note. */
+static mgt_status foreign_flag(const mgt_foreign_flag *g, const char *name, const char *eq,
+                               int argc, char **argv, int *i, char *notes, size_t notes_size) {
   const char *vals[16];
   int nv = 0;
-  MGT_CHECK(take_values(g->values, g->name, eq, argc, argv, i, vals, 16, &nv));
+  MGT_CHECK(take_values(g->values, name, eq, argc, argv, i, vals, 16, &nv));
   switch (g->kind) {
   case MGT_FOREIGN_RENAMED:
-    MGT_FAIL(MGT_ERR_INPUT, "%s is no longer valid (Megatron-LM renamed it): write %s", g->name,
+    MGT_FAIL(MGT_ERR_INPUT, "%s is no longer valid (Megatron-LM renamed it): write %s", name,
              g->text);
-  case MGT_FOREIGN_REFUSED: MGT_FAIL(MGT_ERR_INPUT, "%s: %s", g->name, g->text);
+  case MGT_FOREIGN_REFUSED: MGT_FAIL(MGT_ERR_INPUT, "%s: %s", name, g->text);
   case MGT_FOREIGN_AT:
     for (int k = 0; k < nv; k++)
-      MGT_REQUIRE(accepted(g->accept, vals[k]), "%s %s: %s (accepted: %s)", g->name, vals[k],
-                  g->text, g->accept);
+      MGT_REQUIRE(accepted(g->accept, vals[k]), "%s %s: %s (accepted: %s)", name, vals[k], g->text,
+                  g->accept);
     return MGT_OK;
   case MGT_FOREIGN_NOTE: break;
   }
   if (!notes) return MGT_OK;
   /* flags of one reason share its line: "--profile, --profile-step-start: why" */
-  char tail[512], name[80];
+  char tail[512];
   snprintf(tail, sizeof tail, ": %s\n", g->text);
-  snprintf(name, sizeof name, "%s:", g->name);
-  const size_t used = strlen(notes), nl = strlen(g->name);
-  if (!strncmp(notes, name, strlen(name)) || strstr(notes, name) != NULL) return MGT_OK;
+  const size_t used = strlen(notes), nl = strlen(name);
+  for (const char *s = strstr(notes, name); s; s = strstr(s + 1, name))
+    if ((s == notes || s[-1] == ' ' || s[-1] == '\n') && (s[nl] == ':' || s[nl] == ','))
+      return MGT_OK; /* given twice */
   char *at = strstr(notes, tail);
   if (at && used + nl + 2 < notes_size) { /* ", NAME" goes before the ": why" */
     memmove(at + nl + 2, at, used - (size_t)(at - notes) + 1);
     memcpy(at, ", ", 2);
-    memcpy(at + 2, g->name, nl);
+    memcpy(at + 2, name, nl);
   } else if (!at) {
-    snprintf(notes + used, notes_size - used, "%s: %s\n", g->name, g->text);
+    snprintf(notes + used, notes_size - used, "%s: %s\n", name, g->text);
   }
   return MGT_OK;
 }
@@ -278,13 +289,15 @@ mgt_status mgt_flags_parse_foreign(const mgt_flag *flags, int n, const mgt_forei
     size_t len = eq ? (size_t)(eq - a) : strlen(a);
     const mgt_flag *f = find(flags, n, a, len);
     const mgt_foreign_flag *g = NULL;
-    for (int k = 0; !f && k < nf; k++)
-      if (strlen(foreign[k].name) == len && strncmp(foreign[k].name, a, len) == 0) g = &foreign[k];
+    for (int k = 0; !f && !g && k < nf; k++)
+      if (names_have(foreign[k].name, a, len)) g = &foreign[k];
     mgt_status st;
     if (f) {
       st = table_flag(f, dst, eq, argc, argv, &i);
     } else if (g) {
-      st = foreign_flag(g, eq, argc, argv, &i, notes, notes_size);
+      char name[96];
+      snprintf(name, sizeof name, "%.*s", (int)(len < 95 ? len : 95), a);
+      st = foreign_flag(g, name, eq, argc, argv, &i, notes, notes_size);
     } else {
       st = unknown(flags, n, a, len, command);
       while (!eq && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
@@ -332,6 +345,8 @@ static const mgt_flag *alias_of(const mgt_flag *flags, int i) {
     if (flags[j].offset == flags[i].offset) return &flags[j];
   return NULL;
 }
+
+int mgt_flag_is_alias(const mgt_flag *flags, int i) { return alias_of(flags, i) != NULL; }
 
 void mgt_flags_usage(const mgt_flag *flags, int n, const void *defaults, const char *command,
                      FILE *f) {

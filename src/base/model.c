@@ -25,7 +25,7 @@ static mgt_model_spec derive(const mgt_config *c) {
   d.layers = c->num_layers;
   d.hidden = c->hidden_size;
   d.heads = c->num_attention_heads;
-  d.head_size = c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
+  d.head_size = mgt_config_head_size(c);
   d.ffn = c->ffn_hidden_size;
   d.vocab = c->vocab_size;
   d.positions = c->max_position_embeddings;
@@ -39,6 +39,8 @@ static mgt_model_spec derive(const mgt_config *c) {
   d.bias = !c->disable_bias_linear;
   d.post_ln = c->apply_residual_connection_post_layernorm;
   d.norm_1p = c->apply_layernorm_1p;
+  d.qkv_bias = c->add_qkv_bias && c->disable_bias_linear;
+  d.qk_norm = c->qk_layernorm;
   d.causal = k->causal;
   d.task = c->task;
   if (c->task == MGT_TASK_RACE)
@@ -109,10 +111,14 @@ mgt_status mgt_model_describe(const mgt_config *c, mgt_model_spec *out) {
               "--untie-embeddings-and-output-weights: only a causal language model (--model gpt) "
               "has an output layer to untie");
   MGT_REQUIRE(c->position_embedding_type == MGT_POS_LEARNED ||
-                  (c->position_embedding_type == MGT_POS_ROPE && c->num_attention_heads > 0 &&
-                   c->hidden_size / c->num_attention_heads % 2 == 0),
+                  (c->position_embedding_type == MGT_POS_ROPE && mgt_config_head_size(c) % 2 == 0),
               "--position-embedding-type rope: the head size %d is odd (rotary pairs halves)",
-              c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0);
+              mgt_config_head_size(c));
+  MGT_REQUIRE(!c->qk_layernorm || c->normalization == MGT_NORM_RMSNORM,
+              "--qk-layernorm: mgt's query/key norm is RMSNorm (Qwen 3's): give --normalization "
+              "RMSNorm");
+  MGT_REQUIRE(!c->qk_layernorm || !c->apply_residual_connection_post_layernorm,
+              "--qk-layernorm with --apply-residual-connection-post-layernorm is not implemented");
   MGT_REQUIRE(!c->use_rope_scaling || c->position_embedding_type == MGT_POS_ROPE,
               "--use-rope-scaling scales rotary frequencies: give --position-embedding-type rope");
   MGT_REQUIRE(c->normalization == MGT_NORM_LAYERNORM || c->normalization == MGT_NORM_RMSNORM,
@@ -202,6 +208,8 @@ static const spec_field spec_fields[] = {
     F_INT(rows),
     F_INT(max_predictions),
     {"norm_1p", 'i', offsetof(mgt_model_spec, norm_1p), NULL, 1},
+    {"qkv_bias", 'i', offsetof(mgt_model_spec, qkv_bias), NULL, 1},
+    {"qk_norm", 'i', offsetof(mgt_model_spec, qk_norm), NULL, 1},
 };
 enum { N_SPEC_FIELDS = sizeof spec_fields / sizeof spec_fields[0] };
 

@@ -21,25 +21,53 @@ static mgt_status plan_rows(hf_plan *pl, const hf_names *w, const char *hf, cons
   return hf_plan_add(pl, hf, i, row0 * cols, bias ? 1 : 2, shape, 0);
 }
 
+/* The Hugging Face class of a Llama-style spec: Qwen 3 with q/k norms (no bias), Qwen 2 with
+   biases in q, k and v only (and a head size of hidden / heads), Llama with all biases or none;
+   NULL for a spec none of them has, with why in *why. */
+static const char *hf_llama_family(const mgt_model_spec *d, const char **model_type,
+                                   const char **why) {
+  *why = NULL;
+  if (d->qk_norm) {
+    *model_type = "qwen3";
+    if (!d->bias && !d->qkv_bias) return "Qwen3ForCausalLM";
+    *why = "--qk-layernorm with linear biases: Hugging Face's Qwen 3 has neither QKV biases nor "
+           "MLP biases";
+    return NULL;
+  }
+  if (d->qkv_bias) {
+    *model_type = "qwen2";
+    if (d->head_size * d->heads == d->hidden) return "Qwen2ForCausalLM";
+    *why = "--add-qkv-bias with --kv-channels: Hugging Face's Qwen 2 has a head size of hidden / "
+           "heads";
+    return NULL;
+  }
+  *model_type = "llama";
+  return "LlamaForCausalLM";
+}
+
 /* LlamaForCausalLM: q_proj, k_proj and v_proj are the query and key_value tensors (grouped
    attention) or the thirds of attention.qkv; gate_proj and up_proj the SwiGLU halves. Biases,
-   where the model has them, are Llama's attention_bias and mlp_bias. */
+   where the model has them, are Llama's attention_bias and mlp_bias, or Qwen 2's on q, k and v;
+   Qwen 3's q_norm and k_norm are the q/k norms. */
 mgt_status hf_plan_llama(hf_plan *pl, const mgt_config *c, const mgt_model_spec *d,
                          const hf_names *w) {
-  const int64_t C = c->hidden_size, KV = (int64_t)d->groups * (C / c->num_attention_heads);
+  const char *model_type, *why;
+  if (!hf_llama_family(d, &model_type, &why)) MGT_FAIL(MGT_ERR_INPUT, "%s", why);
+  const int64_t A = (int64_t)c->num_attention_heads * d->head_size,
+                KV = (int64_t)d->groups * d->head_size;
   const int grouped = d->groups != c->num_attention_heads;
   MGT_CHECK(
       hf_plan_whole(pl, w, "model.embed_tokens.weight", "embedding.word_embeddings.weight", 0, 0));
   for (int l = 0; l < c->num_layers; l++) {
     char hf[128], ours[128], q[96], kv[96];
     const char *sfx[2] = {"weight", "bias"};
-    for (int b = 0; b < (d->bias ? 2 : 1); b++) {
+    for (int b = 0; b < (d->bias || d->qkv_bias ? 2 : 1); b++) {
       snprintf(q, sizeof q, "layers.%d.attention.%s.%s", l, grouped ? "query" : "qkv", sfx[b]);
       snprintf(kv, sizeof kv, "layers.%d.attention.%s.%s", l, grouped ? "key_value" : "qkv",
                sfx[b]);
-      const int64_t k0 = grouped ? 0 : C; /* the first key row in kv */
+      const int64_t k0 = grouped ? 0 : A; /* the first key row in kv */
       snprintf(hf, sizeof hf, "model.layers.%d.self_attn.q_proj.%s", l, sfx[b]);
-      MGT_CHECK(plan_rows(pl, w, hf, q, 0, C, b));
+      MGT_CHECK(plan_rows(pl, w, hf, q, 0, A, b));
       snprintf(hf, sizeof hf, "model.layers.%d.self_attn.k_proj.%s", l, sfx[b]);
       MGT_CHECK(plan_rows(pl, w, hf, kv, k0, KV, b));
       snprintf(hf, sizeof hf, "model.layers.%d.self_attn.v_proj.%s", l, sfx[b]);
@@ -60,6 +88,11 @@ mgt_status hf_plan_llama(hf_plan *pl, const mgt_config *c, const mgt_model_spec 
     for (int k = 0; k < (d->bias ? 10 : 6); k++) {
       snprintf(hf, sizeof hf, "model.layers.%d.%s", l, same[k][0]);
       snprintf(ours, sizeof ours, "layers.%d.%s", l, same[k][1]);
+      MGT_CHECK(hf_plan_whole(pl, w, hf, ours, 0, 0));
+    }
+    for (int k = 0; d->qk_norm && k < 2; k++) {
+      snprintf(hf, sizeof hf, "model.layers.%d.self_attn.%s_norm.weight", l, k ? "k" : "q");
+      snprintf(ours, sizeof ours, "layers.%d.attention.%s_layernorm.weight", l, k ? "k" : "q");
       MGT_CHECK(hf_plan_whole(pl, w, hf, ours, 0, 0));
     }
   }
@@ -86,9 +119,11 @@ char *hf_llama_config_json(const mgt_config *c, const mgt_model_spec *d, int64_t
              "{\"rope_type\": \"llama3\", \"factor\": %.17g, \"low_freq_factor\": 1.0, "
              "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}",
              c->rope_scaling_factor);
+  const char *model_type, *why, *cls = hf_llama_family(d, &model_type, &why);
+  if (!cls) return NULL; /* the plan refused it first */
   char *s = NULL;
   if (asprintf(&s,
-               "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+               "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
                "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
                "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
                "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n"
@@ -97,13 +132,13 @@ char *hf_llama_config_json(const mgt_config *c, const mgt_model_spec *d, int64_t
                "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n  \"tie_word_embeddings\": %s,\n"
                "  \"initializer_range\": %.9g,\n  \"attention_dropout\": %.9g,\n"
                "  \"bos_token_id\": %s,\n  \"eos_token_id\": %s,\n  \"torch_dtype\": \"float32\",\n"
+               "  \"use_sliding_window\": false,\n"
                "  \"megatron_c\": {\"iteration\": %lld, \"seq_length\": %d}\n}\n",
-               c->vocab_size, c->hidden_size, c->ffn_hidden_size, c->num_layers,
-               c->num_attention_heads, d->groups, c->hidden_size / c->num_attention_heads,
-               c->max_position_embeddings, c->layernorm_epsilon, c->rotary_base, scaling,
-               d->bias ? "true" : "false", d->bias ? "true" : "false", d->untied ? "false" : "true",
-               c->init_method_std, c->attention_dropout, b, e, (long long)iteration,
-               c->seq_length) < 0)
+               cls, model_type, c->vocab_size, c->hidden_size, c->ffn_hidden_size, c->num_layers,
+               c->num_attention_heads, d->groups, d->head_size, c->max_position_embeddings,
+               c->layernorm_epsilon, c->rotary_base, scaling, d->bias ? "true" : "false",
+               d->bias ? "true" : "false", d->untied ? "false" : "true", c->init_method_std,
+               c->attention_dropout, b, e, (long long)iteration, c->seq_length) < 0)
     return NULL;
   return s;
 }
@@ -176,9 +211,12 @@ static mgt_status read_rope_scaling(const mgt_json *conf, const char *path, mgt_
   return MGT_OK;
 }
 
-/* A LlamaConfig: RMSNorm, SwiGLU, rotary positions; grouped attention, biases and tying as it
+/* A LlamaConfig (model_type llama), Qwen3Config (qwen3: q/k norms) or Qwen2Config (qwen2: biases
+   in q, k and v): RMSNorm, SwiGLU, rotary positions; grouped attention, biases and tying as it
    says. Training windows default to 4096 positions at most (Llama 3.1 declares 131072). */
-mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, mgt_config *cfg) {
+mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, const char *model_type,
+                                mgt_config *cfg) {
+  const int qwen3 = !strcmp(model_type, "qwen3"), qwen2 = !strcmp(model_type, "qwen2");
   const mgt_json *act = mgt_json_get(conf, "hidden_act");
   MGT_REQUIRE(!act || hf_is(act, "silu"), "%s: hidden_act must be \"silu\" (SwiGLU's gate)", path);
   mgt_config_defaults(cfg);
@@ -196,20 +234,32 @@ mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, mgt_conf
   if (kv != cfg->num_attention_heads) cfg->group_query_attention = 1, cfg->num_query_groups = kv;
   MGT_CHECK(hf_int(conf, path, "head_dim", cfg->hidden_size / cfg->num_attention_heads, 1,
                    HF_MAX_HIDDEN, &hd));
-  MGT_REQUIRE((int64_t)hd * cfg->num_attention_heads == cfg->hidden_size,
-              "%s: head_dim %d times num_attention_heads %d is not hidden_size %d (a head size "
-              "of its own is not implemented)",
-              path, hd, cfg->num_attention_heads, cfg->hidden_size);
+  if ((int64_t)hd * cfg->num_attention_heads != cfg->hidden_size) cfg->kv_channels = hd;
   MGT_CHECK(hf_num(conf, path, "rms_norm_eps", 1e-6, 1e-12, 1, &cfg->layernorm_epsilon));
   MGT_CHECK(hf_num(conf, path, "rope_theta", 10000, 1, 1e12, &cfg->rotary_base));
   MGT_CHECK(read_rope_scaling(conf, path, cfg));
-  MGT_CHECK(hf_bool(conf, path, "attention_bias", 0, &attn_bias));
-  MGT_CHECK(hf_bool(conf, path, "mlp_bias", 0, &mlp_bias));
-  MGT_REQUIRE(attn_bias == mlp_bias,
+  int window;
+  MGT_CHECK(hf_bool(conf, path, "use_sliding_window", 0, &window));
+  MGT_REQUIRE(!window, "%s: use_sliding_window: sliding-window attention is not implemented", path);
+  if (qwen2 || qwen3) { /* Qwen 2: biases in q, k and v; Qwen 3: its q and k norms */
+    MGT_CHECK(hf_bool(conf, path, "attention_bias", 0, &attn_bias));
+    MGT_REQUIRE(qwen2 || !attn_bias,
+                "%s: attention_bias true: Qwen 3 with biases in the attention only is not "
+                "implemented",
+                path);
+    cfg->disable_bias_linear = 1, cfg->add_qkv_bias = qwen2, cfg->qk_layernorm = qwen3;
+    MGT_REQUIRE(!qwen2 || cfg->kv_channels == 0,
+                "%s: head_dim %d: Qwen 2's head size is hidden_size / num_attention_heads", path,
+                hd);
+  } else {
+    MGT_CHECK(hf_bool(conf, path, "attention_bias", 0, &attn_bias));
+    MGT_CHECK(hf_bool(conf, path, "mlp_bias", 0, &mlp_bias));
+  }
+  MGT_REQUIRE(qwen2 || qwen3 || attn_bias == mlp_bias,
               "%s: attention_bias %s and mlp_bias %s: biases in some linear layers only are not "
               "implemented (--disable-bias-linear is all or none)",
               path, attn_bias ? "true" : "false", mlp_bias ? "true" : "false");
-  cfg->disable_bias_linear = !attn_bias;
+  if (!qwen2 && !qwen3) cfg->disable_bias_linear = !attn_bias;
   MGT_CHECK(hf_bool(conf, path, "tie_word_embeddings", 0, &tied)); /* LlamaConfig's default */
   cfg->untie_embeddings_and_output_weights = !tied;
   cfg->seq_length = cfg->max_position_embeddings < 4096 ? cfg->max_position_embeddings : 4096;

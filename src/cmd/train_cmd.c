@@ -76,6 +76,17 @@ static mgt_status tokenizer_vocab(const mgt_config *cfg, int *n) {
 
 static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *task);
 
+/* How the device was chosen when the command line names none (for the layout line). */
+static char device_why[96];
+
+static int names_device(int argc, char **argv) {
+  for (int i = 2; i < argc; i++)
+    if (!strcmp(argv[i], "--device") || !strncmp(argv[i], "--device=", 9) ||
+        !strcmp(argv[i], "--cpu-gemm") || !strncmp(argv[i], "--cpu-gemm=", 11))
+      return 1; /* --cpu-gemm is the CPU's */
+  return 0;
+}
+
 /* mgt finetune: the task's data is read first, since its size sets the iterations (--epochs). */
 static mgt_status finetune_config(mgt_config *c, int size, mgt_task_data *data) {
   MGT_REQUIRE(mgt_model_kinds[c->model].finetunable,
@@ -120,6 +131,7 @@ int mgt_cli_train(int argc, char **argv, MPI_Comm world) {
     if (rank == 0) mgt_config_usage(stdout);
     return 0;
   }
+  if (!names_device(argc, argv)) cfg.device = mgt_device_auto(world, device_why, sizeof device_why);
   if (!finetune && (cfg.task != MGT_TASK_NONE || cfg.train_data[0] || cfg.valid_data[0])) {
     mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
                   "%s is for mgt finetune (mgt train pretrains on --data-path)",
@@ -283,8 +295,9 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
       char why[96];
       const int flash = mgt_config_flash(&cfg, why, sizeof why);
       printf("layout: %d ranks = tensor-parallel %d x data-parallel %d; %d OpenMP threads per "
-             "rank; backend %s%s; attention %s (%s)\n",
+             "rank; backend %s%s%s%s%s; attention %s (%s)\n",
              grid->size, grid->tp, grid->dp, omp_get_max_threads(), dev.desc,
+             device_why[0] ? " (" : "", device_why, device_why[0] ? ")" : "",
              prec == MGT_PREC_BF16 ? "; bf16 GEMM inputs"
                                    : (prec == MGT_PREC_FP16 ? "; fp16 GEMM inputs" : ""),
              flash ? "flash" : "unfused", why);

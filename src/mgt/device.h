@@ -29,6 +29,9 @@ MGT_NODISCARD mgt_status mgt_device_open(mgt_device *d, int device, int dist_bac
 void mgt_device_close(mgt_device *d);
 /* Free and total memory of the device in bytes (0, 0 for the CPU: see available_memory). */
 void mgt_device_memory(const mgt_device *d, size_t *free_bytes, size_t *total_bytes);
+/* The device of a run that names none (Megatron-LM's scripts run on GPUs without saying so):
+   cuda when this mgt has CUDA and every rank sees a GPU, else cpu; why says which. Collective. */
+int mgt_device_auto(MPI_Comm world, char *why, size_t why_size);
 /* The free memory of the GPU this rank would take, before anything is opened (0 when unknown,
    e.g. no GPU on a login node); `what` says which. Collective over world (the node-local
    rank). */

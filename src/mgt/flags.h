@@ -59,8 +59,8 @@ typedef enum mgt_foreign_kind {
   MGT_FOREIGN_REFUSED, /* refused: text says what mgt lacks and what to do */
 } mgt_foreign_kind;
 typedef struct mgt_foreign_flag {
-  const char *name;
-  int values; /* 0: a switch; 1: one value; 2: one or more */
+  const char *name; /* or several, ' ' between, that share the answer */
+  int values;       /* 0: a switch; 1: one value; 2: one or more; 3: any number, none included */
   mgt_foreign_kind kind;
   const char *accept; /* MGT_FOREIGN_AT */
   const char *text;
@@ -74,6 +74,9 @@ MGT_NODISCARD mgt_status mgt_flags_parse_foreign(const mgt_flag *flags, int n,
                                                  int argc, char **argv, int first,
                                                  const char *command, int *help, char *notes,
                                                  size_t notes_size);
+/* Whether flags[i] is an alias: a later flag on an earlier one's field (Megatron-LM's other
+   names), never printed or stored. */
+int mgt_flag_is_alias(const mgt_flag *flags, int i);
 /* "usage: mgt COMMAND [flags]" and one line per flag with its default from `defaults`. */
 void mgt_flags_usage(const mgt_flag *flags, int n, const void *defaults, const char *command,
                      FILE *f);

@@ -26,6 +26,8 @@ enum {
   P_KV_W,
   P_QKV_B, /* biases: not with --disable-bias-linear */
   P_KV_B,
+  P_QN_W, /* --qk-layernorm: the RMSNorm weights of each head's query, then of its key */
+  P_KN_W,
   P_PROJ_W,
   P_PROJ_B,
   P_LN2_W,
@@ -62,10 +64,11 @@ static inline int gpt_output_param(const param_index *ix) {
 typedef struct layer_acts {
   float *ln1, *ln1_mean, *ln1_rstd; /* (N,C) (N) (N) */
   float *qkv;                       /* (N, QKVl): [q | k | v] of the heads and key/value groups */
-  float *P;                         /* (B, Hl, T, T); NULL with --use-flash-attn */
-  float *lse;                       /* (B, Hl, T) row log-sum-exp, with --use-flash-attn */
-  float *atty;                      /* (N, Cl) */
-  float *res_mid;                   /* (N,C) residual after attention */
+  float *qn_raw, *qn_rstd, *kn_raw, *kn_rstd; /* --qk-layernorm: q and k before their norm */
+  float *P;                                   /* (B, Hl, T, T); NULL with --use-flash-attn */
+  float *lse;     /* (B, Hl, T) row log-sum-exp, with --use-flash-attn */
+  float *atty;    /* (N, Cl) */
+  float *res_mid; /* (N,C) residual after attention */
   float *ln2, *ln2_mean, *ln2_rstd;
   float *fch, *fch_gelu; /* (N, Fo) and (N, Fl): before and after GeLU or SwiGLU */
 } layer_acts;
@@ -107,7 +110,8 @@ struct mgt_gpt {
      over tp (2C) and the floats of each rank's rows; m->lnf (N, C) is also the buffer rows are
      gathered into inside the layers */
   float *sp_loc, *lng;
-  float *gain; /* --apply-layernorm-1p: the gain 1 + w of the norm being run (C floats) */
+  float *gain; /* --apply-layernorm-1p: the gain 1 + w of the norm being run (C or hd floats) */
+  float *qkg;  /* --qk-layernorm at tp > 1: the q and k norms' gradients summed over tp (2 hd) */
   int *sp_counts;
   /* BERT: token types, lengths (the padding mask), masked rows and their labels, [CLS] rows
      and the order labels; the LM head on the masked rows, the pooler and SOP head on [CLS] */
@@ -210,6 +214,8 @@ layer_rows gpt_batch_rows(const mgt_gpt *m);
 /* The gain a norm multiplies by: its stored weight w, or with --apply-layernorm-1p 1 + w, made
    in m->gain (which the next call remakes). */
 mgt_status gpt_norm_gain(const mgt_gpt *m, const float *w, const float **gain);
+/* The same for a norm of n floats (the q/k norms' head size). */
+mgt_status gpt_norm_gain_n(const mgt_gpt *m, const float *w, int n, const float **gain);
 mgt_status gpt_norm_forward(const mgt_gpt *m, float *out, float *mean, float *rstd, const float *x,
                             const float *w, const float *b, int N);
 /* The final norm's weight and bias (NULL: RMSNorm) in base (m->w or m->g). */

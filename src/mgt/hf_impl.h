@@ -75,6 +75,7 @@ char *hf_llama_config_json(const mgt_config *c, const mgt_model_spec *d, int64_t
 /* The Hugging Face tokenizer at `path` beside an export, and its bos and eos ids. */
 void hf_copy_tokenizer(const char *path, const char *out_dir, FILE *log, int32_t *bos,
                        int32_t *eos);
-mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, mgt_config *cfg);
+mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, const char *model_type,
+                                mgt_config *cfg);
 /* A Llama directory's tokenizer.json as the checkpoint's tokenizer. */
 mgt_status hf_adopt_tokenizer(const char *hf_dir, mgt_config *cfg, FILE *log);

@@ -42,12 +42,58 @@ static mgt_status row_out(mgt_gpt *m, const layer_rows *r, float **y, const floa
   return mgt_tp_row_forward(&m->tp, *y, x, W, NULL, r->N, in_l, d->C);
 }
 
-mgt_status gpt_norm_gain(const mgt_gpt *m, const float *w, const float **gain) {
+mgt_status gpt_norm_gain_n(const mgt_gpt *m, const float *w, int n, const float **gain) {
   *gain = w;
   if (!m->d.spec.norm_1p) return MGT_OK;
-  MGT_CHECK(mgt_be_fill(m->be, m->gain, (size_t)m->d.C, 1.0f));
-  MGT_CHECK(mgt_be_add(m->be, m->gain, w, (size_t)m->d.C)); /* 1 + w, rounded once */
+  MGT_CHECK(mgt_be_fill(m->be, m->gain, (size_t)n, 1.0f));
+  MGT_CHECK(mgt_be_add(m->be, m->gain, w, (size_t)n)); /* 1 + w, rounded once */
   *gain = m->gain;
+  return MGT_OK;
+}
+
+mgt_status gpt_norm_gain(const mgt_gpt *m, const float *w, const float **gain) {
+  return gpt_norm_gain_n(m, w, m->d.C, gain);
+}
+
+/* --qk-layernorm: RMSNorm over each local head's query and key of the N rows of the QKV
+   projection, in place, keeping their inputs in a. */
+static mgt_status qk_norm_forward(mgt_gpt *m, float *qkv, int N, layer_acts *a, float *const *w) {
+  const mgt_gpt_dims *d = &m->d;
+  const float eps = (float)d->spec.norm_eps;
+  const float *g;
+  MGT_CHECK(gpt_norm_gain_n(m, w[P_QN_W], d->hd, &g));
+  MGT_CHECK(mgt_be_head_rmsnorm_forward(m->be, qkv, d->QKVl, a->qn_raw, a->qn_rstd, g, N, d->Hl,
+                                        d->hd, eps));
+  MGT_CHECK(gpt_norm_gain_n(m, w[P_KN_W], d->hd, &g));
+  return mgt_be_head_rmsnorm_forward(m->be, qkv + d->Cl, d->QKVl, a->kn_raw, a->kn_rstd, g, N,
+                                     d->Gl, d->hd, eps);
+}
+
+/* Its backward in place on the gradient of the projection's rows; the weights' gradients are
+   sums over the local heads, summed over tp (each rank holds other heads) before they are added
+   in, so that every rank holds the same (replicated) gradient. */
+static mgt_status qk_norm_backward(mgt_gpt *m, float *dqkv, const layer_acts *a, float *const *w,
+                                   float *const *g, int acc) {
+  const mgt_gpt_dims *d = &m->d;
+  const int N = d->B * d->T, hd = d->hd;
+  float *gq = m->qkg ? m->qkg : g[P_QN_W], *gk = m->qkg ? m->qkg + hd : g[P_KN_W];
+  const int a1 = m->qkg ? 0 : acc;
+  const float *gain;
+  MGT_CHECK(gpt_norm_gain_n(m, w[P_QN_W], hd, &gain));
+  MGT_CHECK(mgt_be_head_rmsnorm_backward(m->be, dqkv, d->QKVl, gq, a->qn_raw, a->qn_rstd, gain, N,
+                                         d->Hl, hd, a1));
+  MGT_CHECK(gpt_norm_gain_n(m, w[P_KN_W], hd, &gain));
+  MGT_CHECK(mgt_be_head_rmsnorm_backward(m->be, dqkv + d->Cl, d->QKVl, gk, a->kn_raw, a->kn_rstd,
+                                         gain, N, d->Gl, hd, a1));
+  if (!m->qkg) return MGT_OK;
+  MGT_CHECK(mgt_comm_allreduce(m->comm, MGT_AXIS_TP, m->qkg, 2 * (size_t)hd, MGT_SUM));
+  for (int k = 0; k < 2; k++) {
+    float *dst = g[k ? P_KN_W : P_QN_W];
+    if (acc)
+      MGT_CHECK(mgt_be_add(m->be, dst, m->qkg + (size_t)k * hd, (size_t)hd));
+    else
+      MGT_CHECK(mgt_be_copy(m->be, dst, m->qkg + (size_t)k * hd, sizeof(float) * (size_t)hd));
+  }
   return MGT_OK;
 }
 
@@ -110,6 +156,7 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
      heads the attention reads them repeated for their heads (m->qkvx), decoding reads them */
   float *qg = a->qkv;
   MGT_CHECK(mgt_tp_column_forward(&m->tp, qg, in, w[P_QKV_W], w[P_QKV_B], N, C, d->QKVl));
+  if (d->spec.qk_norm) MGT_CHECK(qk_norm_forward(m, qg, N, a, w));
   if (m->inv_freq && !r->kc) /* q and k of every local head turned by their position */
     MGT_CHECK(mgt_be_rope(be, qg, N, d->T, 0, d->Hl + d->Gl, d->hd, d->QKVl, m->inv_freq, 0));
   if (r->kc) { /* decoding: each row's key and value join its cache, which its query reads */
@@ -330,6 +377,7 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
   }
   if (m->inv_freq) /* the rotation's transpose: back to the gradient of the projections */
     MGT_CHECK(mgt_be_rope(be, dqg, N, d->T, 0, d->Hl + d->Gl, d->hd, d->QKVl, m->inv_freq, 1));
+  if (d->spec.qk_norm) MGT_CHECK(qk_norm_backward(m, dqg, a, w, g, acc));
   MGT_CHECK(column_back(m, &dln, g[P_QKV_W], g[P_QKV_B], dqg, a->ln1, w[P_QKV_W], d->QKVl, acc));
   MGT_CHECK(post_ln_residual(m, dln, dres));
   MGT_CHECK(ln_backward(m, dres, g[P_LN1_W], g[P_LN1_B], dln, x, w[P_LN1_W], a->ln1_mean,

@@ -47,6 +47,12 @@ void gpt_take_layer(arena *a, const mgt_gpt_dims *d, size_t N, size_t Nl, int ke
   la->ln1_mean = take(a, Nl);
   la->ln1_rstd = take(a, Nl);
   la->qkv = take(a, N * d->QKVl);
+  if (d->spec.qk_norm) {
+    la->qn_raw = take(a, N * d->Cl);
+    la->qn_rstd = take(a, N * d->Hl);
+    la->kn_raw = take(a, N * d->KVl);
+    la->kn_rstd = take(a, N * d->Gl);
+  }
   const size_t probs = (size_t)d->B * d->Hl * d->T;
   la->P = attn == GPT_ATTN_PROBS ? take(a, probs * d->T) : (attn == GPT_ATTN_SHARED ? P : NULL);
   la->lse = attn == GPT_ATTN_LSE ? take(a, probs) : NULL;
@@ -107,6 +113,7 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
     m->sp_loc = take(&a, Nl * d->C);
     m->lng = take(&a, 2 * (size_t)d->C);
   }
+  m->qkg = d->spec.qk_norm && d->tp > 1 ? take(&a, 2 * (size_t)d->hd) : NULL;
   m->dqkv = take(&a, N * 3 * d->Cl);
   m->datty = take(&a, N * d->Cl);
   m->dfch = take(&a, N * d->Fo);

@@ -111,7 +111,7 @@ static int layer_list(const mgt_gpt_dims *d, layer_row *rows) {
   const float std = (float)d->spec.init_std;
   const float out_std = std / sqrtf(2.0f * (float)d->L); /* scaled output projections */
   const int64_t C = d->C, Cl = d->Cl, Fl = d->Fl, F = d->F, H = d->H, hd = d->hd, KVl = d->KVl;
-  const int64_t KV = (int64_t)d->G * hd, r = d->tp_rank;
+  const int64_t KV = (int64_t)d->G * hd, A = H * hd, r = d->tp_rank; /* A: attention width */
   const int grouped = d->G != d->H, swiglu = d->spec.mlp == MGT_MLP_SWIGLU, bias = d->spec.bias;
   const int ln = d->spec.norm == MGT_NORM_LAYERNORM;
   const float one = d->spec.norm_1p ? 0.0f : 1.0f; /* a gain of 1, as stored */
@@ -120,19 +120,21 @@ static int layer_list(const mgt_gpt_dims *d, layer_row *rows) {
       {P_LN1_B, {"input_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 1, 0},
       {P_QKV_W,
        grouped
-           ? (param_spec){"attention.query.weight", 2, {Cl, C}, {H * hd, C}, 0, r * Cl, std, 0, 1}
-           : (param_spec){"attention.qkv.weight", 3, {3, Cl, C}, {3, C, C}, 1, r * Cl, std, 0, 1},
+           ? (param_spec){"attention.query.weight", 2, {Cl, C}, {A, C}, 0, r * Cl, std, 0, 1}
+           : (param_spec){"attention.qkv.weight", 3, {3, Cl, C}, {3, A, C}, 1, r * Cl, std, 0, 1},
        2, grouped},
       {P_KV_W,
        {"attention.key_value.weight", 3, {2, KVl, C}, {2, KV, C}, 1, r * KVl, std, 0, 1},
        12,
        0},
       {P_QKV_B,
-       grouped ? (param_spec){"attention.query.bias", 1, {Cl}, {H * hd}, 0, r * Cl, 0, 0, 0}
-               : (param_spec){"attention.qkv.bias", 2, {3, Cl}, {3, C}, 1, r * Cl, 0, 0, 0},
+       grouped ? (param_spec){"attention.query.bias", 1, {Cl}, {A}, 0, r * Cl, 0, 0, 0}
+               : (param_spec){"attention.qkv.bias", 2, {3, Cl}, {3, A}, 1, r * Cl, 0, 0, 0},
        3, grouped},
       {P_KV_B, {"attention.key_value.bias", 2, {2, KVl}, {2, KV}, 1, r * KVl, 0, 0, 0}, 13, 0},
-      {P_PROJ_W, {"attention.dense.weight", 2, {C, Cl}, {C, C}, 1, r * Cl, out_std, 0, 1}, 4, 0},
+      {P_QN_W, {"attention.q_layernorm.weight", 1, {hd}, {hd}, -1, 0, 0, one, 0}, 16, 0},
+      {P_KN_W, {"attention.k_layernorm.weight", 1, {hd}, {hd}, -1, 0, 0, one, 0}, 17, 0},
+      {P_PROJ_W, {"attention.dense.weight", 2, {C, Cl}, {C, A}, 1, r * Cl, out_std, 0, 1}, 4, 0},
       {P_PROJ_B, {"attention.dense.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 5, 0},
       {P_LN2_W, {"post_attention_layernorm.weight", 1, {C}, {C}, -1, 0, 0, one, 0}, 6, 0},
       {P_LN2_B, {"post_attention_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 7, 0},
@@ -158,14 +160,13 @@ static int layer_list(const mgt_gpt_dims *d, layer_row *rows) {
       {P_FCP_W, {"mlp.dense_4h_to_h.weight", 2, {C, Fl}, {C, F}, 1, r * Fl, out_std, 0, 1}, 10, 0},
       {P_FCP_B, {"mlp.dense_4h_to_h.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 11, 0},
   };
-  const int present[P_SLOTS] = {[P_LN1_W] = 1,    [P_LN1_B] = ln,
-                                [P_QKV_W] = 1,    [P_KV_W] = grouped,
-                                [P_QKV_B] = bias, [P_KV_B] = grouped && bias,
-                                [P_PROJ_W] = 1,   [P_PROJ_B] = bias,
-                                [P_LN2_W] = 1,    [P_LN2_B] = ln,
-                                [P_FC_W] = 1,     [P_UP_W] = swiglu,
-                                [P_FC_B] = bias,  [P_UP_B] = swiglu && bias,
-                                [P_FCP_W] = 1,    [P_FCP_B] = bias};
+  const int qb = bias || d->spec.qkv_bias, qk = d->spec.qk_norm;
+  const int present[P_SLOTS] = {
+      [P_LN1_W] = 1,  [P_LN1_B] = ln,           [P_QKV_W] = 1,   [P_KV_W] = grouped,
+      [P_QKV_B] = qb, [P_KV_B] = grouped && qb, [P_QN_W] = qk,   [P_KN_W] = qk,
+      [P_PROJ_W] = 1, [P_PROJ_B] = bias,        [P_LN2_W] = 1,   [P_LN2_B] = ln,
+      [P_FC_W] = 1,   [P_UP_W] = swiglu,        [P_FC_B] = bias, [P_UP_B] = swiglu && bias,
+      [P_FCP_W] = 1,  [P_FCP_B] = bias};
   int n = 0;
   for (int k = 0; k < P_SLOTS; k++)
     if (present[all[k].role]) rows[n++] = all[k];
@@ -325,7 +326,8 @@ double mgt_gpt_flops_per_iteration(const mgt_config *cfg) {
   const double rows = d.rows;
   const double samples = cfg->global_batch_size * rows, tokens = samples * T;
   const double layer = (double)layer_params(&d), norm = (double)norm_params(&d);
-  const double attention = 12.0 * L * C * T * tokens;
+  const double A = (double)d.heads * d.head_size; /* the attention's width */
+  const double attention = 12.0 * L * A * T * tokens;
   if (d.head == MGT_HEAD_CAUSAL_LM) {
     double n = L * layer + norm + V * C; /* the output layer, tied or not */
     return 6.0 * n * tokens + attention;

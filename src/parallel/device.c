@@ -93,6 +93,20 @@ void mgt_device_memory(const mgt_device *d, size_t *free_bytes, size_t *total_by
 #endif
 }
 
+int mgt_device_auto(MPI_Comm world, char *why, size_t why_size) {
+#ifdef MGT_HAVE_CUDA
+  int all = mgt_cuda_device_count() > 0;
+  MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, world);
+  snprintf(why, why_size, "--device not given: %s",
+           all ? "cuda, every rank sees a GPU" : "cpu, not every rank sees a GPU");
+  return all ? MGT_DEVICE_CUDA : MGT_DEVICE_CPU;
+#else
+  (void)world;
+  snprintf(why, why_size, "--device not given: cpu, this mgt was built without CUDA");
+  return MGT_DEVICE_CPU;
+#endif
+}
+
 void mgt_device_probe_gpu(MPI_Comm world, size_t *free_bytes, char *what, size_t what_size) {
   *free_bytes = 0;
 #ifdef MGT_HAVE_CUDA

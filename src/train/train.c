@@ -193,6 +193,7 @@ mgt_run mgt_run_of(const mgt_config *cfg) {
   r.async_save = cfg->async_save, r.save_optim = !cfg->no_save_optim;
   r.load_iteration = cfg->ckpt_iteration;
   r.load_optim = !cfg->no_load_optim, r.load_rng = !cfg->no_load_rng, r.finetune = cfg->finetune;
+  r.exit_on_missing_checkpoint = cfg->exit_on_missing_checkpoint;
   r.exit_duration_in_mins = cfg->exit_duration_in_mins, r.exit_interval = cfg->exit_interval;
   r.max_skipped_iterations = cfg->max_skipped_iterations;
   return r;
@@ -271,6 +272,9 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
     tr->timers[i].name = timer_names[i];
   const int with_optim = run->load_optim && !run->finetune;
   if (none_yet) { /* Megatron-LM's auto-resume: the first run of --save X --load X */
+    MGT_GOTO_REQUIRE(!run->exit_on_missing_checkpoint,
+                     "--exit-on-missing-checkpoint: --load %s holds no checkpoint (no 'latest' file)",
+                     run->load);
     MGT_GOTO_REQUIRE(!run->finetune,
                      "--finetune --load %s: no checkpoint there to start from (no 'latest' file)",
                      run->load);
