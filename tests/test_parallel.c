@@ -10,7 +10,8 @@
    recompute-sp, selective-sp, block-sp; flash and flash-sp (--use-flash-attn, the reference
    too); chunks and chunks-sp (the layout's output layer in chunks of 7 rows); untied, rope;
    llama (RMSNorm, SwiGLU, no biases, rotary, untied, 8 heads in 4 key/value groups) and gqa
-   (the groups alone, with biases), combined with the others. */
+   (the groups alone, with biases), combined with the others; qwen (Llama's block with Qwen 3's
+   head size of 24 and q/k norms). */
 #include <mpi.h>
 #include <string.h>
 
@@ -21,7 +22,7 @@
 enum { ITERS = 20 };
 
 static int overlap, recompute, distopt, selective, block, sp, flash, chunks, untied, rope, llama,
-    gqa;
+    gqa, qwen;
 static int layout_run; /* the run on the layout, not the one-rank reference */
 
 static mgt_config test_config(int tp, int dist, int seqpar) {
@@ -56,6 +57,7 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
   c.position_embedding_type = rope ? MGT_POS_ROPE : MGT_POS_LEARNED;
   if (llama || gqa) /* 8 heads in 4 key/value groups: whole groups on up to 4 ranks */
     c.num_attention_heads = 8, c.group_query_attention = 1, c.num_query_groups = 4;
+  if (qwen) c.kv_channels = 24, c.qk_layernorm = 1; /* 8 heads of 24: 192 wide */
   if (llama) { /* and the rest of Llama's block */
     c.normalization = MGT_NORM_RMSNORM, c.swiglu = 1, c.disable_bias_linear = 1;
     c.position_embedding_type = MGT_POS_ROPE, c.untie_embeddings_and_output_weights = 1;
@@ -153,6 +155,8 @@ int main(int argc, char **argv) {
   rope = argc > 2 && strstr(argv[2], "rope") != NULL;
   llama = argc > 2 && strstr(argv[2], "llama") != NULL;
   gqa = argc > 2 && strstr(argv[2], "gqa") != NULL;
+  qwen = argc > 2 && strstr(argv[2], "qwen") != NULL;
+  llama |= qwen;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   mgt_grid *grid = NULL, *single = NULL;
   T_OK(mgt_grid_create(MPI_COMM_WORLD, tp, &grid));
