@@ -20,6 +20,7 @@ declare -A layer=(
   [log.h]=base [progress.h]=base [rng.h]=base
   [backend_impl.h]=kernels [cpu.h]=kernels [native.h]=kernels [cblas_any.h]=kernels [cuda_check.h]=kernels [cuda_impl.h]=kernels [flash16.h]=kernels
   [philox.h]=kernels
+  [moe_route.h]=kernels
   [grid.h]=parallel [comm.h]=parallel [comm_impl.h]=parallel [ddp.h]=parallel [tp.h]=parallel [device.h]=parallel [watchdog.h]=parallel
   [gpt.h]=model [optim.h]=model [gpt_impl.h]=model
   [checkpoint.h]=tensors [ckpt_impl.h]=tensors [safetensors.h]=tensors

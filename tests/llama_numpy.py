@@ -8,6 +8,11 @@ positions rotating halves (rotate_half) with rope_scaling "llama3", repeat_kv (q
 reads key/value head h // (heads / kv_heads)), down(silu(gate) * up), tied or untied lm_head.
 Qwen 3 (modeling_qwen3): head_dim of its own, RMSNorm over each head's q and k (q_norm, k_norm)
 after the projection and before the rotation. Qwen 2 (modeling_qwen2): biases in q, k and v.
+Mixtral (modeling_mixtral) and Qwen3-MoE (modeling_qwen3_moe): the MLP of their MoE layers is a
+router (softmax over the experts, the top num_experts_per_tok, renormalized: always in Mixtral,
+with norm_topk_prob in Qwen3-MoE) and the chosen experts' MLPs summed with those weights;
+Qwen3-MoE's layer l has experts when l + 1 is a multiple of decoder_sparse_step and l is not in
+mlp_only_layers.
 Usage: llama_numpy.py HF_DIR IDS_FILE SEQ_LENGTH"""
 import json
 import math
@@ -61,11 +66,45 @@ def linear(x, w, p):
     return x @ w[p + ".weight"].T + (w[p + ".bias"] if p + ".bias" in w else 0)
 
 
+def swiglu(w, h, gate, up, down):
+    g = linear(h, w, gate)
+    return linear(g / (1 + np.exp(-g)) * linear(h, w, up), w, down)
+
+
+def is_moe(cfg, l):
+    if cfg.get("model_type") == "mixtral":
+        return True
+    if cfg.get("model_type") != "qwen3_moe":
+        return False
+    step = cfg.get("decoder_sparse_step", 1)
+    return l not in (cfg.get("mlp_only_layers") or []) and (l + 1) % step == 0
+
+
+def moe(cfg, w, p, h):
+    mixtral = cfg["model_type"] == "mixtral"
+    blk = p + ("block_sparse_moe." if mixtral else "mlp.")
+    names = ("w1", "w3", "w2") if mixtral else ("gate_proj", "up_proj", "down_proj")
+    k = cfg["num_experts_per_tok"]
+    z = linear(h, w, blk + "gate")
+    prob = np.exp(z - z.max(-1, keepdims=True))
+    prob /= prob.sum(-1, keepdims=True)
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        top = np.argsort(-prob[t], kind="stable")[:k]
+        wt = prob[t, top]
+        if mixtral or cfg.get("norm_topk_prob"):
+            wt = wt / wt.sum()
+        for e, we in zip(top, wt):
+            n = [blk + "experts.%d.%s" % (e, s) for s in names]
+            out[t] += we * swiglu(w, h[t:t + 1], *n)[0]
+    return out
+
+
 def forward(cfg, w, ids):
     T, C, H = len(ids), cfg["hidden_size"], cfg["num_attention_heads"]
     G = cfg.get("num_key_value_heads") or H
     hd, eps = cfg.get("head_dim") or C // H, cfg["rms_norm_eps"]
-    qk_norm = cfg.get("model_type") == "qwen3"
+    qk_norm = cfg.get("model_type") in ("qwen3", "qwen3_moe")
     ang = np.outer(np.arange(T), inv_freq(cfg, hd))
     cos, sin = np.cos(np.concatenate([ang, ang], -1)), np.sin(np.concatenate([ang, ang], -1))
     x = w["model.embed_tokens.weight"][ids]
@@ -89,9 +128,10 @@ def forward(cfg, w, ids):
             heads.append((a / a.sum(-1, keepdims=True)) @ v[:, g * hd:(g + 1) * hd])
         x = x + linear(np.concatenate(heads, -1), w, p + "self_attn.o_proj")
         h = rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps)
-        gate = linear(h, w, p + "mlp.gate_proj")
-        x = x + linear(gate / (1 + np.exp(-gate)) * linear(h, w, p + "mlp.up_proj"), w,
-                       p + "mlp.down_proj")
+        if is_moe(cfg, l):
+            x = x + moe(cfg, w, p, h)
+        else:
+            x = x + swiglu(w, h, p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj")
     x = rmsnorm(x, w["model.norm.weight"], eps)
     out = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
     return x @ out.T

@@ -100,6 +100,15 @@ static double loss_of(mgt_gpt *m) {
     return l.lm_sum + l.sop_sum;
   }
   T_OK(mgt_gpt_forward_backward(m, tokens, SAMPLE_BASE, 1.0f, 0, 0, &ls));
+  const mgt_model_spec *s = &mgt_gpt_get_dims(m)->spec;
+  if (s->experts) { /* the auxiliary losses, summed over the MoE layers, are in the objective */
+    double aux[2];
+    int layers = 0;
+    mgt_gpt_aux_losses(m, aux);
+    for (int l = 0; l < s->layers; l++)
+      layers += mgt_model_is_moe_layer(s, l);
+    ls += layers * (aux[0] + aux[1]);
+  }
   return ls;
 }
 
@@ -393,6 +402,50 @@ static void test_qwen(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   check_count(m, &q2, "Qwen 2");
   test_gradient(m);
   mgt_gpt_destroy(&m);
+}
+
+/* Mixture-of-Experts layers: every gradient against finite differences of the loss plus the
+   load-balancing and z-losses, with the router's weights scaled up (logits of order 1, so that
+   no perturbation changes a token's experts): softmax top-2 of 4 in every layer; pre-softmax
+   top-1 of 16 (experts that get no token) in layer 1 only; sigmoid top-3 of 6 scaled, GeLU
+   experts, capacity 1 by position; capacity 0.5 by probability. */
+static void test_moe(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
+  /* E, k, score, pre, GeLU, capacity x 10, policy, freq */
+  const int cases[][8] = {{4, 2, 0, 0, 0, 0, 0, 1},
+                          {16, 1, 0, 1, 0, 0, 0, 2},
+                          {6, 3, 1, 0, 1, 10, 1, 1},
+                          {4, 2, 0, 0, 0, 5, 0, 1}};
+  for (size_t q = 0; q < sizeof cases / sizeof cases[0]; q++) {
+    mgt_config c = tiny();
+    if (!cases[q][4]) llama_block(&c);
+    c.disable_bias_linear = 1;
+    c.num_experts = cases[q][0], c.moe_router_topk = cases[q][1];
+    c.moe_router_score_function = cases[q][2], c.moe_router_pre_softmax = cases[q][3];
+    c.moe_expert_capacity_factor = cases[q][5] / 10.0, c.moe_token_drop_policy = cases[q][6];
+    snprintf(c.moe_layer_freq, sizeof c.moe_layer_freq, cases[q][7] == 2 ? "[0,1]" : "1");
+    c.moe_ffn_hidden_size = 6, c.moe_aux_loss_coeff = 0.1, c.moe_z_loss_coeff = 0.001;
+    if (q == 2) c.moe_router_topk_scaling_factor = 2.5;
+    T_OK(mgt_config_finalize(&c, 1));
+    mgt_gpt *m = NULL;
+    T_OK(mgt_train_model_create(&c, grid, be, comm, &m));
+    int np;
+    const mgt_param *p = mgt_gpt_params(m, &np);
+    float *w = mgt_gpt_param_data(m);
+    int routers = 0;
+    for (int i = 0; i < np; i++)
+      if (strstr(p[i].name, "mlp.router.weight")) {
+        routers++;
+        for (size_t k = 0; k < p[i].numel; k++)
+          w[p[i].offset + k] *= 20.0f;
+      }
+    T_CHECK(routers == (cases[q][7] == 2 ? 1 : 2), "case %zu: %d routers", q, routers);
+    T_CHECK(has_param(m, "layers.1.mlp.experts.dense_4h_to_h.weight", 3, cases[q][0], 8, 6),
+            "case %zu: the experts' second projection is [E, C, F]", q);
+    check_count(m, &c, "MoE");
+    test_gradient(m);
+    test_accumulate(m);
+    mgt_gpt_destroy(&m);
+  }
 }
 
 /* Padding rows of the vocabulary get no gradient, and accumulation adds micro-batches. */
@@ -773,6 +826,7 @@ int main(int argc, char **argv) {
   test_rope_frequencies();
   test_llama(grid, be, comm);
   test_qwen(grid, be, comm);
+  test_moe(grid, be, comm);
   test_spec_create(grid, be, comm);
   test_recompute(grid, be, comm);
   make_bert_rows();

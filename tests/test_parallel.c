@@ -11,7 +11,8 @@
    too); chunks and chunks-sp (the layout's output layer in chunks of 7 rows); untied, rope;
    llama (RMSNorm, SwiGLU, no biases, rotary, untied, 8 heads in 4 key/value groups) and gqa
    (the groups alone, with biases), combined with the others; qwen (Llama's block with Qwen 3's
-   head size of 24 and q/k norms). */
+   head size of 24 and q/k norms); moe (Llama's block with Mixture-of-Experts layers: top-2 of 4
+   experts, the load-balancing and z-losses) and moe1 (layer 1 only, sigmoid scores). */
 #include <mpi.h>
 #include <string.h>
 
@@ -22,7 +23,7 @@
 enum { ITERS = 20 };
 
 static int overlap, recompute, distopt, selective, block, sp, flash, chunks, untied, rope, llama,
-    gqa, qwen;
+    gqa, qwen, moe, moe1;
 static int layout_run; /* the run on the layout, not the one-rank reference */
 
 static mgt_config test_config(int tp, int dist, int seqpar) {
@@ -58,6 +59,11 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
   if (llama || gqa) /* 8 heads in 4 key/value groups: whole groups on up to 4 ranks */
     c.num_attention_heads = 8, c.group_query_attention = 1, c.num_query_groups = 4;
   if (qwen) c.kv_channels = 24, c.qk_layernorm = 1; /* 8 heads of 24: 192 wide */
+  if (moe || moe1) {
+    c.num_experts = 4, c.moe_router_topk = 2, c.moe_ffn_hidden_size = 96;
+    c.moe_aux_loss_coeff = 0.01, c.moe_z_loss_coeff = 0.001;
+    if (moe1) strcpy(c.moe_layer_freq, "[0,1]"), c.moe_router_score_function = MGT_MOE_SIGMOID;
+  }
   if (llama) { /* and the rest of Llama's block */
     c.normalization = MGT_NORM_RMSNORM, c.swiglu = 1, c.disable_bias_linear = 1;
     c.position_embedding_type = MGT_POS_ROPE, c.untie_embeddings_and_output_weights = 1;
@@ -156,7 +162,9 @@ int main(int argc, char **argv) {
   llama = argc > 2 && strstr(argv[2], "llama") != NULL;
   gqa = argc > 2 && strstr(argv[2], "gqa") != NULL;
   qwen = argc > 2 && strstr(argv[2], "qwen") != NULL;
-  llama |= qwen;
+  moe = argc > 2 && strstr(argv[2], "moe") != NULL && !strstr(argv[2], "moe1");
+  moe1 = argc > 2 && strstr(argv[2], "moe1") != NULL;
+  llama |= qwen | moe | moe1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   mgt_grid *grid = NULL, *single = NULL;
   T_OK(mgt_grid_create(MPI_COMM_WORLD, tp, &grid));

@@ -52,6 +52,11 @@ int mgt_task_classes(int task);
 
 typedef enum mgt_lr_style { MGT_LR_CONSTANT, MGT_LR_LINEAR, MGT_LR_COSINE } mgt_lr_style;
 
+/* --moe-router-load-balancing-type and --moe-token-drop-policy */
+enum { MGT_MOE_LB_AUX = 0, MGT_MOE_LB_SEQ_AUX, MGT_MOE_LB_GLOBAL_AUX, MGT_MOE_LB_NONE };
+enum { MGT_MOE_DROP_PROBS = 0, MGT_MOE_DROP_POSITION = 1 };
+extern const char *const mgt_moe_lb_names[], *const mgt_moe_score_names[],
+                                                 *const mgt_moe_drop_names[];
 enum { MGT_DEVICE_CPU = 0, MGT_DEVICE_CUDA = 1 };
 /* The --device names, indexed by MGT_DEVICE_* (NULL-terminated). */
 extern const char *const mgt_device_names[];
@@ -92,10 +97,25 @@ typedef struct mgt_config {
   double attention_dropout;
   double layernorm_epsilon;
   int apply_residual_connection_post_layernorm; /* the original post-LN BERT (paper Fig. 7a) */
-  int apply_layernorm_1p;  /* norm weights stored as w, the gain 1 + w (Megatron-LM's) */
-  int add_qkv_bias;        /* biases in the QKV projection even with disable_bias_linear */
-  int qk_layernorm;        /* RMSNorm over each head's q and k (Qwen 3) */
-  int bert_no_binary_head; /* BERT without tokentypes, pooler and SOP */
+  int apply_layernorm_1p; /* norm weights stored as w, the gain 1 + w (Megatron-LM's) */
+  int add_qkv_bias;       /* biases in the QKV projection even with disable_bias_linear */
+  int qk_layernorm;       /* RMSNorm over each head's q and k (Qwen 3) */
+  /* Mixture-of-Experts (docs/moe.md; Megatron-LM's flags) */
+  int num_experts;                       /* 0: dense */
+  int moe_router_topk;                   /* experts per token */
+  int moe_ffn_hidden_size;               /* an expert's inner width; 0: --ffn-hidden-size */
+  char moe_layer_freq[256];              /* which layers: N (every N-th from 0) or a 0/1 list */
+  int moe_router_score_function;         /* MGT_MOE_SOFTMAX or MGT_MOE_SIGMOID */
+  int moe_router_pre_softmax;            /* softmax over all experts before the top-k */
+  double moe_router_topk_scaling_factor; /* multiplies the weights; 0: none */
+  int moe_router_load_balancing_type;    /* MGT_MOE_LB_* */
+  double moe_aux_loss_coeff, moe_z_loss_coeff;
+  double moe_expert_capacity_factor;       /* 0: dropless */
+  int moe_token_drop_policy;               /* MGT_MOE_DROP_PROBS or _POSITION */
+  int moe_pad_expert_input_to_capacity;    /* changes no number here */
+  int moe_token_dispatcher_type;           /* alltoall or allgather: the same numbers */
+  int moe_grouped_gemm;                    /* changes no number here */
+  int bert_no_binary_head;                 /* BERT without tokentypes, pooler and SOP */
   int untie_embeddings_and_output_weights; /* GPT: an output layer of its own (Llama) */
   int position_embedding_type;             /* 0 learned_absolute, 1 rope */
   double rotary_base;                      /* RoPE's theta (10000; Llama 3: 500000) */
@@ -235,6 +255,9 @@ MGT_NODISCARD mgt_status mgt_config_check_model(const mgt_config *cfg, const cha
 int mgt_config_flash(const mgt_config *cfg, char *why, size_t n);
 /* Key/value heads: --num-query-groups with --group-query-attention, else the attention heads. */
 int mgt_config_query_groups(const mgt_config *cfg);
+/* --data-args-path and --per-split-data-args-path: their files' lists become the data flags'
+   (the paths are then cleared); src/base/data_args.c. */
+MGT_NODISCARD mgt_status mgt_config_read_data_args(mgt_config *cfg);
 /* The head size: --kv-channels, or hidden size / heads. */
 int mgt_config_head_size(const mgt_config *cfg);
 /* The vocabulary padded to a multiple of --make-vocab-size-divisible-by times tp. */

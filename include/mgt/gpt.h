@@ -34,6 +34,9 @@ typedef struct mgt_gpt_dims {
      projection, [q | k | v] */
   int G, Gl, KVl, QKVl;
   int Fo; /* the MLP's first projection's local outputs: Fl, or 2*Fl (gate and up) with SwiGLU */
+  /* Mixture-of-Experts (spec.experts > 0): E experts, each token to K of them; an expert's inner
+     width Fe, Fel = Fe/tp of it here, Foe its first projections' local outputs (Fel, or 2*Fel) */
+  int E, K, Fe, Fel, Foe;
   /* --sequence-parallel (tp > 1): outside the tensor-parallel regions this rank holds token
      rows [r0, r0 + Nl) of the micro-batch's B*T; otherwise r0 = 0, Nl = B*T */
   int sp, r0, Nl;
@@ -97,6 +100,9 @@ typedef struct mgt_gpt_training {
   double weight_decay; /* of the tensors that decay (mgt_gpt_segments) */
   size_t ddp_bucket_size;
   int overlap_grad_reduce, distributed_optimizer, overlap_param_gather;
+  /* Mixture-of-Experts' auxiliary losses: MGT_MOE_LB_AUX (or _NONE), their coefficients */
+  int moe_load_balancing;
+  double moe_aux_coeff, moe_z_coeff;
 } mgt_gpt_training;
 /* Makes m a model being trained as t says and initializes its parameters from t->seed. Not
    collective. */
@@ -192,6 +198,15 @@ MGT_NODISCARD mgt_status mgt_task_forward_backward(mgt_gpt *m, const int32_t *ro
    pred (host, n) receives each example's predicted class, or NULL. Collective over tp_comm. */
 MGT_NODISCARD mgt_status mgt_task_forward(mgt_gpt *m, const int32_t *rows, int n, int32_t *pred,
                                           mgt_task_result *out);
+
+/* Mixture-of-Experts' auxiliary losses: each micro-batch's gradient is 1 / micro_batches of
+   theirs (the micro-batches of the global batch over all data-parallel ranks: the losses are
+   means of the micro-batches', as Megatron-LM's), times the loss scale; their values (load
+   balancing, z-loss) so weighted, summed over the micro-batches since the last call and
+   averaged over the MoE layers, go to out and restart from 0. Summed over the data-parallel
+   group they are the global batch's. */
+void mgt_gpt_set_micro_batches(mgt_gpt *m, int micro_batches);
+void mgt_gpt_aux_losses(mgt_gpt *m, double out[2]);
 
 /* ---- the head interface: one training micro-batch whatever the head ---- */
 

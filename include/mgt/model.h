@@ -45,6 +45,10 @@ typedef struct mgt_model_kind {
 extern const mgt_model_kind mgt_model_kinds[];
 extern const int mgt_n_model_kinds;
 
+typedef struct mgt_model_spec mgt_model_spec;
+/* Whether layer l of spec s is a Mixture-of-Experts layer. */
+int mgt_model_is_moe_layer(const mgt_model_spec *s, int l);
+
 typedef struct mgt_model_spec {
   int kind; /* MGT_MODEL_*, a row of mgt_model_kinds */
   /* sizes: layers, hidden, attention heads, head size (hidden / heads), the MLP's inner width,
@@ -59,10 +63,17 @@ typedef struct mgt_model_spec {
   mgt_norm_kind norm;
   mgt_pos_kind pos;
   mgt_mlp_kind mlp;
-  int post_ln;     /* the LayerNorm after each residual add (the original BERT), not before */
-  int norm_1p;     /* every norm's gain is 1 + its stored weight (--apply-layernorm-1p) */
-  int qkv_bias;    /* the QKV projection has biases though `bias` is off (Qwen 2) */
-  int qk_norm;     /* RMSNorm over each head's q and k before the rotary positions (Qwen 3) */
+  int post_ln;  /* the LayerNorm after each residual add (the original BERT), not before */
+  int norm_1p;  /* every norm's gain is 1 + its stored weight (--apply-layernorm-1p) */
+  int qkv_bias; /* the QKV projection has biases though `bias` is off (Qwen 2) */
+  int qk_norm;  /* RMSNorm over each head's q and k before the rotary positions (Qwen 3) */
+  /* Mixture-of-Experts: `experts` (0: none) of inner width moe_ffn in layers moe_first,
+     moe_first + moe_every, ...; each token to `topk` of them, by the router's score (MGT_MOE_*),
+     softmax before the top-k (router_pre), its weights times router_scale (0: 1); at most
+     ceil(tokens x topk / experts x capacity) tokens an expert (capacity 0: all), dropping by
+     drop_policy (MGT_MOE_DROP_*) */
+  int experts, topk, moe_ffn, moe_first, moe_every, router_score, router_pre, drop_policy;
+  double router_scale, capacity;
   int causal;      /* causal attention; else every row sees its sample's keys (padding) */
   int token_types; /* token-type embeddings (with a pooled head, as Megatron-LM) */
   mgt_head_kind head;

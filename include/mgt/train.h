@@ -47,6 +47,9 @@ typedef struct mgt_step_stats {
   int skipped;       /* the update was skipped: non-finite loss or gradients */
   int nonfinite;     /* skipped for a non-finite loss or norm that is no fp16 overflow */
   double loss_scale; /* after the step (1 unless --fp16) */
+  /* Mixture-of-Experts: the load-balancing and z-losses of the global batch, means over the
+     MoE layers (NaN without experts) */
+  double moe_lb_loss, moe_z_loss;
 } mgt_step_stats;
 
 /* The run: what mgt train does with a model, as the job's flags say, apart from what the model

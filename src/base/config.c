@@ -48,6 +48,11 @@ static const char *const attention_backends[] = {"auto",  "flash", "unfused",
                                                  "fused", "local", NULL};
 static const char *const recompute_granularities[] = {"none", "full", "selective", NULL};
 static const char *const recompute_methods[] = {"uniform", "block", NULL};
+const char *const mgt_moe_lb_names[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "none",
+                                        NULL};
+const char *const mgt_moe_score_names[] = {"softmax", "sigmoid", NULL};
+const char *const mgt_moe_drop_names[] = {"probs", "position", NULL};
+static const char *const moe_dispatchers[] = {"alltoall", "allgather", NULL};
 
 #define INT(n, f, lo, hi, h)                                                                       \
   { n, MGT_FLAG_INT, OFF(f), lo, hi, h, NULL, 0, 0 }
@@ -115,6 +120,42 @@ static const mgt_flag flags[] = {
            "RMSNorm over each head's query and key, after the projection and before the rotary "
            "positions (Qwen 3); needs --normalization RMSNorm",
            RESUME),
+    INT_M("--num-experts", num_experts, 0, 1 << 16,
+          "Mixture-of-Experts: experts of each MoE layer (0: a dense model; docs/moe.md)", RESUME),
+    INT_M("--moe-router-topk", moe_router_topk, 1, 1 << 16, "experts each token is sent to",
+          RESUME),
+    INT_M("--moe-ffn-hidden-size", moe_ffn_hidden_size, 0, 1 << 22,
+          "an expert's inner width (default --ffn-hidden-size)", RESUME),
+    {"--moe-layer-freq", MGT_FLAG_STR, OFF(moe_layer_freq), 0, 0,
+     "which layers are MoE: N, every N-th from layer 0, or Megatron-LM's list of 0s and 1s "
+     "(\"[0,1,1]\", \"([0]*2+[1]*22)\")",
+     NULL, sizeof(((mgt_config *)0)->moe_layer_freq), RESUME},
+    {"--moe-router-score-function", MGT_FLAG_ENUM, OFF(moe_router_score_function), 0, 0,
+     "the router's scores: softmax or sigmoid", mgt_moe_score_names, 0, RESUME},
+    BOOL_M("--moe-router-pre-softmax", moe_router_pre_softmax,
+           "softmax over every expert, then the top-k, not renormalized (OLMoE)", RESUME),
+    DBL_M("--moe-router-topk-scaling-factor", moe_router_topk_scaling_factor, 0, 1e6,
+          "multiplies the routing weights (0: none)", RESUME),
+    {"--moe-router-load-balancing-type", MGT_FLAG_ENUM, OFF(moe_router_load_balancing_type), 0, 0,
+     "aux_loss (Switch Transformer's, per micro-batch) or none", mgt_moe_lb_names, 0, 0},
+    DBL("--moe-aux-loss-coeff", moe_aux_loss_coeff, 0, 1e6, "the load-balancing loss's weight"),
+    DBL("--moe-z-loss-coeff", moe_z_loss_coeff, 0, 1e6,
+        "the z-loss's weight (the squared log-sum-exp of the router's logits)"),
+    DBL_M("--moe-expert-capacity-factor", moe_expert_capacity_factor, 0, 1e6,
+          "an expert takes at most ceil(tokens x topk / experts x this) of a micro-batch's "
+          "tokens (0: every token, dropless)",
+          SPEC),
+    {"--moe-token-drop-policy", MGT_FLAG_ENUM, OFF(moe_token_drop_policy), 0, 0,
+     "over capacity: keep each expert's highest-probability tokens (probs) or its first "
+     "(position)",
+     mgt_moe_drop_names, 0, SPEC},
+    BOOL("--moe-pad-expert-input-to-capacity", moe_pad_expert_input_to_capacity,
+         "Megatron-LM pads each expert's tokens to its capacity with zeros: no number changes; "
+         "mgt computes without the padding"),
+    {"--moe-token-dispatcher-type", MGT_FLAG_ENUM, OFF(moe_token_dispatcher_type), 0, 0,
+     "alltoall or allgather: the same numbers", moe_dispatchers, 0, 0},
+    BOOL("--moe-grouped-gemm", moe_grouped_gemm,
+         "Megatron-LM's grouped GEMM of the experts: the same numbers as one GEMM per expert"),
     BOOL_M("--apply-layernorm-1p", apply_layernorm_1p,
            "the norms' weights stored zero-centred: the gain is 1 + weight, the weight "
            "initialized to 0 (Megatron-LM's; Transformer Engine's zero-centred gamma)",
@@ -373,6 +414,8 @@ void mgt_config_defaults(mgt_config *cfg) {
   cfg->eval_interval = 1000;
   cfg->eval_iters = 100;
   cfg->ckpt_iteration = -1;
+  cfg->moe_router_topk = 2;
+  strcpy(cfg->moe_layer_freq, "1");
   cfg->device = MGT_DEVICE_CPU;
   cfg->distributed_backend = -1;
   cfg->cpu_gemm = -1;
@@ -444,6 +487,7 @@ void mgt_config_derive(mgt_config *c) {
     if (c->ffn_hidden_size < 64) c->ffn_hidden_size = 64;
   }
   if (c->ffn_hidden_size == 0) c->ffn_hidden_size = 4 * c->hidden_size;
+  if (c->moe_ffn_hidden_size == 0) c->moe_ffn_hidden_size = c->ffn_hidden_size;
   if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
   if (c->mock_data && c->vocab_size == 0 && c->tokenizer_type != MGT_TOKENIZER_NULL)
     c->vocab_size = 128;
@@ -487,6 +531,11 @@ static mgt_config resume_view(const mgt_config *c) {
   v.group_query_attention = v.num_query_groups != c->num_attention_heads;
   if (c->position_embedding_type != MGT_POS_ROPE) v.rotary_base = 0, v.use_rope_scaling = 0;
   if (!v.use_rope_scaling) v.rope_scaling_factor = 1;
+  if (!c->num_experts) { /* a dense model (and checkpoints from before MoE) */
+    v.moe_router_topk = 2, v.moe_ffn_hidden_size = 0, v.moe_router_score_function = 0;
+    v.moe_router_pre_softmax = 0, v.moe_router_topk_scaling_factor = 0;
+    strcpy(v.moe_layer_freq, "1");
+  }
   return v;
 }
 
@@ -496,6 +545,7 @@ static void flag_value(const mgt_flag *f, const mgt_config *c, char *out, size_t
   switch (f->kind) {
   case MGT_FLAG_DOUBLE: snprintf(out, n, "%.17g", *(const double *)p); break;
   case MGT_FLAG_ENUM: snprintf(out, n, "%s", f->choices[*(const int *)p]); break;
+  case MGT_FLAG_STR: snprintf(out, n, "%s", p); break;
   default: snprintf(out, n, "%d", *(const int *)p); break;
   }
 }
@@ -515,80 +565,6 @@ int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, 
     k++;
   }
   return k;
-}
-
-/* Appends the values of a data-args list (white space between, or a JSON array's items, which
-   are strings or numbers) to `list` (one per line). */
-static mgt_status add_values(const char *what, const char *text, const mgt_json *array, char *list,
-                             size_t size) {
-  size_t used = strlen(list);
-  for (size_t i = 0; array ? i < array->len : *text; i++) {
-    char v[MGT_PATH_MAX];
-    if (array) {
-      const mgt_json *e = &array->items[i];
-      MGT_REQUIRE(e->type == MGT_JSON_STRING || e->type == MGT_JSON_NUMBER,
-                  "%s: item %zu is neither a string nor a number", what, i + 1);
-      if (e->type == MGT_JSON_STRING)
-        snprintf(v, sizeof v, "%s", e->str);
-      else
-        snprintf(v, sizeof v, "%.17g", e->number);
-    } else {
-      text += strspn(text, " \t\r\n");
-      const size_t n = strcspn(text, " \t\r\n");
-      if (!n) break;
-      snprintf(v, sizeof v, "%.*s", (int)(n < sizeof v - 1 ? n : sizeof v - 1), text);
-      text += n;
-    }
-    MGT_REQUIRE(used + strlen(v) + 2 <= size, "%s: values longer than %zu characters in all", what,
-                size - 1);
-    used += (size_t)snprintf(list + used, size - used, "%s%s", used ? "\n" : "", v);
-  }
-  return MGT_OK;
-}
-
-/* --data-args-path and --per-split-data-args-path: their files' lists become the flags' (the
-   paths are then cleared, so finalizing again reads nothing twice). */
-static mgt_status read_data_args(mgt_config *c) {
-  char *text = NULL;
-  size_t len = 0;
-  mgt_json_parser *jp = NULL;
-  mgt_status st = MGT_OK;
-  if (c->data_args_path[0]) {
-    MGT_REQUIRE(!c->data_path[0], "give --data-path or --data-args-path, not both");
-    MGT_CHECK(mgt_read_file("--data-args-path", c->data_args_path, &text, &len));
-    st = add_values(c->data_args_path, text, NULL, c->data_path, sizeof c->data_path);
-    free(text);
-    text = NULL;
-    MGT_CHECK(st);
-    MGT_REQUIRE(c->data_path[0], "--data-args-path %s holds no dataset", c->data_args_path);
-    c->data_args_path[0] = 0;
-  }
-  if (c->per_split_data_args_path[0]) {
-    const char *p = c->per_split_data_args_path;
-    MGT_REQUIRE(!c->train_data_path[0] && !c->valid_data_path[0] && !c->test_data_path[0],
-                "give --per-split-data-args-path or --train-data-path and the others, not both");
-    MGT_CHECK(mgt_read_file("--per-split-data-args-path", p, &text, &len));
-    const mgt_json *root = NULL;
-    MGT_TRY(mgt_json_parser_create(&jp));
-    MGT_TRY(mgt_json_parse(jp, text, len, &root));
-    MGT_GOTO_REQUIRE(root->type == MGT_JSON_OBJECT, "%s: not a JSON object", p);
-    const char *const keys[3] = {"train", "valid", "test"};
-    char *const lists[3] = {c->train_data_path, c->valid_data_path, c->test_data_path};
-    for (int k = 0; k < 3; k++) {
-      const mgt_json *a = mgt_json_get(root, keys[k]);
-      if (!a || a->type == MGT_JSON_NULL) continue;
-      MGT_GOTO_REQUIRE(a->type == MGT_JSON_ARRAY, "%s: \"%s\" is not a list", p, keys[k]);
-      char what[MGT_PATH_MAX + 16];
-      snprintf(what, sizeof what, "%s \"%s\"", p, keys[k]);
-      MGT_TRY(add_values(what, NULL, a, lists[k], sizeof c->train_data_path));
-    }
-    MGT_GOTO_REQUIRE(c->train_data_path[0], "%s: no \"train\" list", p);
-    c->per_split_data_args_path[0] = 0;
-  }
-done:
-  mgt_json_parser_destroy(&jp);
-  free(text);
-  return st;
 }
 
 mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
@@ -687,6 +663,11 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
     snprintf(c->notes + strlen(c->notes), sizeof c->notes - strlen(c->notes),
              "--distributed-backend nccl: no GPU in this run (--device cpu): the collectives go "
              "through MPI\n");
+  MGT_REQUIRE(c->moe_router_load_balancing_type == MGT_MOE_LB_AUX ||
+                  c->moe_router_load_balancing_type == MGT_MOE_LB_NONE,
+              "--moe-router-load-balancing-type %s: not in mgt yet (aux_loss, per micro-batch, and "
+              "none are)",
+              mgt_moe_lb_names[c->moe_router_load_balancing_type]);
   MGT_REQUIRE(!c->no_position_embedding || c->position_embedding_type == MGT_POS_ROPE,
               "--no-position-embedding: a model without positions is not implemented (with "
               "--position-embedding-type rope there is no learned table)");
@@ -702,7 +683,7 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(c->lr_decay_style == MGT_LR_CONSTANT || c->lr_warmup_iters <= c->lr_decay_iters,
               "--lr-warmup-iters %lld exceeds --lr-decay-iters %lld", (long long)c->lr_warmup_iters,
               (long long)c->lr_decay_iters);
-  MGT_CHECK(read_data_args(c));
+  MGT_CHECK(mgt_config_read_data_args(c));
   MGT_REQUIRE(!c->train_data_path[0] || !c->data_path[0],
               "give --data-path (split by --split) or each split's --train-data-path and "
               "--valid-data-path, not both");

@@ -21,7 +21,10 @@
 #define NO_FP8 "mgt has no FP8 training: train in --bf16"
 #define NO_FSDP                                                                                    \
   "mgt has no fully sharded data parallelism: --use-distributed-optimizer shards the optimizer"
-#define NO_MOE "mgt has no Mixture-of-Experts layer yet: a dense model only"
+#define NO_MOE                                                                                     \
+  "not in mgt's Mixture-of-Experts layers yet (docs/moe.md has what they do): leave it out"
+#define MOE_DISPATCH                                                                               \
+  "a dispatch, fusion or memory setting of Megatron-LM's MoE: the same numbers here"
 #define FUSION "a kernel-fusion choice: mgt's kernels give the same arithmetic either way"
 #define NO_PROFILER                                                                                \
   "mgt has no built-in profiler: run it under nsys, perf or VTune; its log prints per-phase "      \
@@ -48,7 +51,8 @@ static const mgt_foreign_flag megatron[] = {
     AT("--context-parallel-size", 1, "1",
        "mgt has no context parallelism: long sequences fit through --sequence-parallel, "
        "recomputation and the tiled attention"),
-    AT("--expert-model-parallel-size", 1, "1", "mgt has no Mixture-of-Experts layer yet"),
+    AT("--expert-model-parallel-size", 1, "1",
+       "mgt has no expert parallelism yet: the experts are split over the tensor-parallel ranks"),
     AT("--rotary-percent", 1, "1",
        "rotary positions on part of each head are not implemented: the whole head turns"),
     AT("--data-impl", 1, "mmap|infer",
@@ -156,15 +160,6 @@ static const mgt_foreign_flag megatron[] = {
     REFUSED("--fsdp-double-buffer", 0, NO_FSDP),
     REFUSED("--fsdp-manual-registration", 0, NO_FSDP),
     REFUSED("--use-nccl-ub", 0, NO_FSDP),
-    REFUSED("--num-experts", 1, NO_MOE),
-    REFUSED("--moe-router-topk", 1, NO_MOE),
-    REFUSED("--moe-router-load-balancing-type", 1, NO_MOE),
-    REFUSED("--moe-aux-loss-coeff", 1, NO_MOE),
-    REFUSED("--moe-grouped-gemm", 0, NO_MOE),
-    REFUSED("--moe-token-dispatcher-type", 1, NO_MOE),
-    REFUSED("--moe-ffn-hidden-size", 1, NO_MOE),
-    REFUSED("--moe-layer-freq", 1, NO_MOE),
-    REFUSED("--moe-z-loss-coeff", 1, NO_MOE),
     /* refused: what mgt lacks, and what to do */
     REFUSED("--fp8-format", 1, NO_FP8),
     REFUSED("--fp8", 1, NO_FP8),
@@ -363,38 +358,37 @@ static const mgt_foreign_flag megatron[] = {
         "--mamba-inference-conv-states-dtype --mamba-inference-ssm-states-dtype "
         "--mamba-num-groups --mamba-num-heads --mamba-state-dim "
         "--mamba-training-ssm-states-dtype"),
-    REFUSE(NO_MOE,
-           "--ep-overlap-early-attn-memory-release --expert-tensor-parallel-num-weight-shards "
-           "--expert-tensor-parallel-size --high-priority-a2a-comm-stream "
-           "--inference-disable-ep-consensus --inference-grouped-gemm-backend "
-           "--inference-moe-disable-fused-quant-kernels --inference-moe-token-dispatcher-type "
-           "--moe-apply-probs-on-input --moe-combine-bwd-dtype --moe-deepep-num-sms "
-           "--moe-dispatch-fwd-dtype --moe-enable-deepep --moe-enable-routing-replay "
-           "--moe-expert-capacity-factor --moe-expert-rank-capacity-factor "
-           "--moe-flex-dispatcher-backend --moe-flex-dispatcher-num-sms "
-           "--moe-hybridep-num-blocks-permute --moe-hybridep-num-blocks-unpermute "
-           "--moe-hybridep-num-sms --moe-hybridep-num-sms-preprocessing "
-           "--moe-hybridep-pad-uneven-dispatch-inputs --moe-input-jitter-eps --moe-latent-size "
-           "--moe-layer-recompute --moe-mlp-glu-interleave-size --moe-ncclep-zero-copy "
-           "--moe-pad-expert-input-to-capacity --moe-pad-experts-for-cuda-graph-inference "
-           "--moe-paged-stash --moe-paged-stash-buffer-size-factor-cpu "
-           "--moe-paged-stash-buffer-size-factor-cuda --moe-paged-stash-page-size "
-           "--moe-per-layer-logging --moe-permute-fusion --moe-permute-fusion-into-hybridep "
-           "--moe-router-bias-update-rate --moe-router-dtype --moe-router-enable-expert-bias "
-           "--moe-router-force-biased --moe-router-force-load-balancing --moe-router-fusion "
-           "--moe-router-group-topk --moe-router-num-groups --moe-router-padding-for-fp8 "
-           "--moe-router-padding-for-quantization --moe-router-pre-softmax "
-           "--moe-router-quantile-balancing-ema --moe-router-score-function "
-           "--moe-router-topk-scaling-factor --moe-routing-trace-capture-hidden-states "
-           "--moe-routing-trace-capture-logits --moe-routing-trace-dump-weights "
-           "--moe-routing-trace-max-training-iters --moe-routing-trace-path "
-           "--moe-shared-expert-gate --moe-shared-expert-glu-interleave-size "
-           "--moe-shared-expert-intermediate-size --moe-shared-expert-overlap "
-           "--moe-single-grouped-bias --moe-single-grouped-weight --moe-token-drop-policy "
-           "--moe-upcycling-granularity --moe-use-grouped-tensor --moe-use-upcycling "
-           "--overlap-dispatch-backward-with-experts-wgrad --overlap-moe-expert-parallel-comm "
-           "--save-tokens-per-expert-interval --use-fused-weighted-squared-relu "
-           "--use-grouped-gemm-for-shared-expert"),
+    NOTES(MOE_DISPATCH,
+          "--ep-overlap-early-attn-memory-release --high-priority-a2a-comm-stream "
+          "--inference-disable-ep-consensus --inference-grouped-gemm-backend "
+          "--inference-moe-disable-fused-quant-kernels --inference-moe-token-dispatcher-type "
+          "--moe-deepep-num-sms --moe-enable-deepep --moe-flex-dispatcher-backend "
+          "--moe-flex-dispatcher-num-sms --moe-hybridep-num-blocks-permute "
+          "--moe-hybridep-num-blocks-unpermute --moe-hybridep-num-sms "
+          "--moe-hybridep-num-sms-preprocessing --moe-hybridep-pad-uneven-dispatch-inputs "
+          "--moe-ncclep-zero-copy --moe-pad-experts-for-cuda-graph-inference --moe-paged-stash "
+          "--moe-paged-stash-buffer-size-factor-cpu --moe-paged-stash-buffer-size-factor-cuda "
+          "--moe-paged-stash-page-size --moe-per-layer-logging --moe-permute-fusion "
+          "--moe-permute-fusion-into-hybridep --moe-router-fusion --moe-shared-expert-overlap "
+          "--moe-single-grouped-bias --moe-single-grouped-weight --moe-use-grouped-tensor "
+          "--overlap-dispatch-backward-with-experts-wgrad --overlap-moe-expert-parallel-comm"),
+    AT("--moe-router-dtype", 1, "fp32", "mgt's router computes in fp32 always"),
+    REFUSE(
+        NO_MOE,
+        "--expert-tensor-parallel-num-weight-shards --expert-tensor-parallel-size "
+        "--moe-apply-probs-on-input --moe-combine-bwd-dtype --moe-dispatch-fwd-dtype "
+        "--moe-enable-routing-replay --moe-expert-rank-capacity-factor --moe-input-jitter-eps "
+        "--moe-latent-size --moe-layer-recompute --moe-mlp-glu-interleave-size "
+        "--moe-router-bias-update-rate --moe-router-enable-expert-bias --moe-router-force-biased "
+        "--moe-router-force-load-balancing --moe-router-group-topk --moe-router-num-groups "
+        "--moe-router-padding-for-fp8 --moe-router-padding-for-quantization "
+        "--moe-router-quantile-balancing-ema --moe-routing-trace-capture-hidden-states "
+        "--moe-routing-trace-capture-logits --moe-routing-trace-dump-weights "
+        "--moe-routing-trace-max-training-iters --moe-routing-trace-path "
+        "--moe-shared-expert-gate --moe-shared-expert-glu-interleave-size "
+        "--moe-shared-expert-intermediate-size --moe-upcycling-granularity --moe-use-upcycling "
+        "--save-tokens-per-expert-interval --use-fused-weighted-squared-relu "
+        "--use-grouped-gemm-for-shared-expert"),
     REFUSE("mgt has no context parallelism: long sequences fit through --sequence-parallel, "
            "recomputation and the tiled attention",
            "--hybrid-context-parallel --max-seqlen-per-dp-cp-rank"),

@@ -3,6 +3,7 @@
 #include "mgt/model.h"
 
 #include "mgt/data.h"
+#include "mgt/backend.h"
 #include "mgt/json.h"
 
 #include <math.h>
@@ -17,6 +18,117 @@ const mgt_model_kind mgt_model_kinds[] = {
     [MGT_MODEL_BERT] = {"bert", "BERT", MGT_INPUT_SAMPLES, MGT_HEAD_MLM_SOP, 0, 1},
 };
 const int mgt_n_model_kinds = (int)(sizeof mgt_model_kinds / sizeof mgt_model_kinds[0]);
+
+/* --moe-layer-freq: Megatron-LM's integer N (layers 0, N, 2N, ... are MoE) or its Python list of
+   0s and 1s, a list literal or a sum of them, each repeated by "* n", in parentheses at will
+   ("([0]*3+[1]*21)", "([1,0]*12)"). The parser of that list: */
+typedef struct freq_parser {
+  const char *s;
+  char *out;  /* one 0/1 a layer */
+  int n, max; /* written, capacity */
+  int bad;
+} freq_parser;
+
+static void fp_space(freq_parser *p) {
+  while (*p->s == ' ')
+    p->s++;
+}
+
+static void fp_expr(freq_parser *p);
+
+/* [a, b, ...] or (expr), then "* n" any number of times: appends its elements */
+static void fp_term(freq_parser *p) {
+  fp_space(p);
+  const int start = p->n;
+  if (*p->s == '[') {
+    p->s++;
+    for (fp_space(p); *p->s != ']' && !p->bad; fp_space(p)) {
+      if ((*p->s != '0' && *p->s != '1') || p->n >= p->max) {
+        p->bad = 1;
+        return;
+      }
+      p->out[p->n++] = (char)(*p->s++ - '0');
+      fp_space(p);
+      if (*p->s == ',') p->s++;
+    }
+    if (*p->s != ']') p->bad = 1;
+    p->s++;
+  } else if (*p->s == '(') {
+    p->s++;
+    fp_expr(p);
+    fp_space(p);
+    if (*p->s != ')') p->bad = 1;
+    p->s++;
+  } else {
+    p->bad = 1;
+  }
+  for (fp_space(p); *p->s == '*' && !p->bad; fp_space(p)) {
+    char *end;
+    p->s++;
+    long r = strtol(p->s, &end, 10);
+    const int len = p->n - start;
+    if (end == p->s || r < 0 || (long)len * r > p->max - start) {
+      p->bad = 1;
+      return;
+    }
+    p->s = end;
+    for (long i = 1; i < r; i++)
+      memcpy(p->out + start + i * len, p->out + start, (size_t)len);
+    p->n = start + (int)(len * r);
+  }
+}
+
+static void fp_expr(freq_parser *p) {
+  fp_term(p);
+  for (fp_space(p); *p->s == '+' && !p->bad; fp_space(p)) {
+    p->s++;
+    fp_term(p);
+  }
+}
+
+/* The MoE layers of --moe-layer-freq over L layers as first, first + every, ...: the forms a
+   spec holds (Megatron-LM's every N-th, Qwen3-MoE's decoder_sparse_step, dense first layers). */
+static mgt_status moe_layers(const char *freq, int L, int *first, int *every) {
+  char *end;
+  long n = strtol(freq, &end, 10);
+  if (end != freq && *end == '\0') {
+    MGT_REQUIRE(n >= 1, "--moe-layer-freq %s: every N-th layer needs N >= 1", freq);
+    *first = 0, *every = (int)n;
+    return MGT_OK;
+  }
+  char *bits = malloc((size_t)L + 1);
+  MGT_REQUIRE(bits, "--moe-layer-freq: out of memory");
+  freq_parser p = {freq, bits, 0, L, 0};
+  fp_expr(&p);
+  fp_space(&p);
+  const int ok = !p.bad && *p.s == '\0' && p.n == L;
+  int f = -1, e = 0, fits = ok;
+  for (int l = 0; ok && l < L; l++)
+    if (bits[l] && f < 0)
+      f = l;
+    else if (bits[l] && !e)
+      e = l - f;
+  if (f >= 0 && !e) e = L; /* one MoE layer */
+  for (int l = 0; ok && f >= 0 && l < L; l++)
+    fits &= bits[l] == (l >= f && (l - f) % e == 0);
+  free(bits);
+  MGT_REQUIRE(ok,
+              "--moe-layer-freq %s: not an integer, nor a list of %d 0s and 1s (one a layer: "
+              "\"[1,0,1,...]\", \"([0]*2+[1]*%d)\")",
+              freq, L, L > 2 ? L - 2 : 1);
+  MGT_REQUIRE(f >= 0, "--moe-layer-freq %s: no MoE layer (give --num-experts 0 for a dense model)",
+              freq);
+  MGT_REQUIRE(fits,
+              "--moe-layer-freq %s: MoE layers at irregular places are not implemented: "
+              "every N-th layer from the first MoE one",
+              freq);
+  *first = f, *every = e;
+  return MGT_OK;
+}
+
+int mgt_model_is_moe_layer(const mgt_model_spec *s, int l) {
+  return s->experts > 0 && l >= s->moe_first && (l - s->moe_first) % s->moe_every == 0;
+}
 
 static mgt_model_spec derive(const mgt_config *c) {
   const mgt_model_kind *k = &mgt_model_kinds[c->model];
@@ -41,6 +153,15 @@ static mgt_model_spec derive(const mgt_config *c) {
   d.norm_1p = c->apply_layernorm_1p;
   d.qkv_bias = c->add_qkv_bias && c->disable_bias_linear;
   d.qk_norm = c->qk_layernorm;
+  if (c->num_experts > 0) {
+    d.experts = c->num_experts, d.topk = c->moe_router_topk;
+    d.moe_ffn = c->moe_ffn_hidden_size > 0 ? c->moe_ffn_hidden_size : c->ffn_hidden_size;
+    if (moe_layers(c->moe_layer_freq, c->num_layers, &d.moe_first, &d.moe_every) != MGT_OK)
+      mgt_error_clear(); /* mgt_model_describe says why */
+    d.router_score = c->moe_router_score_function, d.router_pre = c->moe_router_pre_softmax;
+    d.router_scale = c->moe_router_topk_scaling_factor;
+    d.capacity = c->moe_expert_capacity_factor, d.drop_policy = c->moe_token_drop_policy;
+  }
   d.causal = k->causal;
   d.task = c->task;
   if (c->task == MGT_TASK_RACE)
@@ -131,6 +252,21 @@ mgt_status mgt_model_describe(const mgt_config *c, mgt_model_spec *out) {
               "--num-query-groups %d does not divide --num-attention-heads %d (each group serves "
               "the same number of query heads)",
               c->num_query_groups, c->num_attention_heads);
+  if (c->num_experts > 0) {
+    int first, every;
+    MGT_CHECK(moe_layers(c->moe_layer_freq, c->num_layers, &first, &every));
+    MGT_REQUIRE(c->moe_router_topk <= c->num_experts,
+                "--moe-router-topk %d exceeds --num-experts %d", c->moe_router_topk,
+                c->num_experts);
+    MGT_REQUIRE(c->disable_bias_linear,
+                "--num-experts: mgt's experts have no biases (as "
+                "Mixtral's, Qwen3-MoE's and OLMoE's): give --disable-bias-linear");
+    MGT_REQUIRE(k->head == MGT_HEAD_CAUSAL_LM && !c->task,
+                "--num-experts: Mixture-of-Experts layers are implemented in GPT-style models "
+                "(--model gpt)");
+    MGT_REQUIRE(c->moe_router_score_function == MGT_MOE_SOFTMAX || !c->moe_router_pre_softmax,
+                "--moe-router-pre-softmax is for --moe-router-score-function softmax");
+  }
   *out = derive(c);
   return MGT_OK;
 }
@@ -210,6 +346,16 @@ static const spec_field spec_fields[] = {
     {"norm_1p", 'i', offsetof(mgt_model_spec, norm_1p), NULL, 1},
     {"qkv_bias", 'i', offsetof(mgt_model_spec, qkv_bias), NULL, 1},
     {"qk_norm", 'i', offsetof(mgt_model_spec, qk_norm), NULL, 1},
+    {"experts", 'i', offsetof(mgt_model_spec, experts), NULL, 1},
+    {"topk", 'i', offsetof(mgt_model_spec, topk), NULL, 1},
+    {"moe_ffn", 'i', offsetof(mgt_model_spec, moe_ffn), NULL, 1},
+    {"moe_first", 'i', offsetof(mgt_model_spec, moe_first), NULL, 1},
+    {"moe_every", 'i', offsetof(mgt_model_spec, moe_every), NULL, 1},
+    {"router_score", 'i', offsetof(mgt_model_spec, router_score), NULL, 1},
+    {"router_pre", 'i', offsetof(mgt_model_spec, router_pre), NULL, 1},
+    {"router_scale", 'd', offsetof(mgt_model_spec, router_scale), NULL, 1},
+    {"capacity", 'd', offsetof(mgt_model_spec, capacity), NULL, 1},
+    {"drop_policy", 'i', offsetof(mgt_model_spec, drop_policy), NULL, 1},
 };
 enum { N_SPEC_FIELDS = sizeof spec_fields / sizeof spec_fields[0] };
 

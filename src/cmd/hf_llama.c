@@ -27,6 +27,21 @@ static mgt_status plan_rows(hf_plan *pl, const hf_names *w, const char *hf, cons
 static const char *hf_llama_family(const mgt_model_spec *d, const char **model_type,
                                    const char **why) {
   *why = NULL;
+  if (d->experts) { /* Mixtral, or Qwen3-MoE with q/k norms: softmax routers, no bias */
+    *model_type = d->qk_norm ? "qwen3_moe" : "mixtral";
+    if (d->router_score != MGT_MOE_SOFTMAX || (d->router_scale != 0 && d->router_scale != 1))
+      *why = "a sigmoid or scaled MoE router: Hugging Face's Mixtral and Qwen3-MoE route by "
+             "softmax";
+    else if (d->bias || d->qkv_bias)
+      *why = "--num-experts with linear biases: Hugging Face's Mixtral and Qwen3-MoE have none";
+    else if (!d->qk_norm && (d->moe_first != 0 || d->moe_every != 1 || d->router_pre))
+      *why = "Hugging Face's Mixtral has experts in every layer, their top-k renormalized (no "
+             "--moe-layer-freq, no --moe-router-pre-softmax; with --qk-layernorm: Qwen3-MoE)";
+    else if (d->qk_norm && d->moe_first % d->moe_every != d->moe_every - 1)
+      *why = "--moe-layer-freq: Qwen3-MoE's MoE layers are those l with l + 1 a multiple of its "
+             "decoder_sparse_step (layers 1, 3, 5, ... for 2)";
+    return *why ? NULL : (d->qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM");
+  }
   if (d->qk_norm) {
     *model_type = "qwen3";
     if (!d->bias && !d->qkv_bias) return "Qwen3ForCausalLM";
@@ -43,6 +58,30 @@ static const char *hf_llama_family(const mgt_model_spec *d, const char **model_t
   }
   *model_type = "llama";
   return "LlamaForCausalLM";
+}
+
+/* An MoE layer's router and experts: expert e's slices of our [E, F, C] and [E, C, F] tensors,
+   under Mixtral's names (block_sparse_moe: gate, experts.e.w1, w3, w2) or Qwen3-MoE's (mlp:
+   gate, experts.e.gate_proj, up_proj, down_proj). */
+static mgt_status plan_experts(hf_plan *pl, const mgt_model_spec *d, const hf_names *w, int l) {
+  const int qwen = d->qk_norm;
+  const char *block = qwen ? "mlp" : "block_sparse_moe";
+  static const char *const names[2][3] = {{"w1", "w3", "w2"},
+                                          {"gate_proj", "up_proj", "down_proj"}};
+  static const char *const ours[3] = {"gate", "up", "dense_4h_to_h"};
+  char hf[160], our[96];
+  snprintf(hf, sizeof hf, "model.layers.%d.%s.gate.weight", l, block);
+  snprintf(our, sizeof our, "layers.%d.mlp.router.weight", l);
+  MGT_CHECK(hf_plan_whole(pl, w, hf, our, 0, 0));
+  for (int e = 0; e < d->experts; e++)
+    for (int k = 0; k < 3; k++) {
+      snprintf(hf, sizeof hf, "model.layers.%d.%s.experts.%d.%s.weight", l, block, e,
+               names[qwen][k]);
+      snprintf(our, sizeof our, "layers.%d.mlp.experts.%s.weight", l, ours[k]);
+      const int64_t rows = k == 2 ? d->hidden : d->moe_ffn; /* [E, C, F]: C rows of F */
+      MGT_CHECK(plan_rows(pl, w, hf, our, (int64_t)e * rows, rows, 0));
+    }
+  return MGT_OK;
 }
 
 /* LlamaForCausalLM: q_proj, k_proj and v_proj are the query and key_value tensors (grouped
@@ -85,7 +124,9 @@ mgt_status hf_plan_llama(hf_plan *pl, const mgt_config *c, const mgt_model_spec 
         {"mlp.up_proj.bias", "mlp.up.bias"},
         {"mlp.down_proj.bias", "mlp.dense_4h_to_h.bias"},
     };
+    const int moe = mgt_model_is_moe_layer(d, l);
     for (int k = 0; k < (d->bias ? 10 : 6); k++) {
+      if (moe && (k >= 3 && k <= 5)) continue; /* the experts instead */
       snprintf(hf, sizeof hf, "model.layers.%d.%s", l, same[k][0]);
       snprintf(ours, sizeof ours, "layers.%d.%s", l, same[k][1]);
       MGT_CHECK(hf_plan_whole(pl, w, hf, ours, 0, 0));
@@ -95,6 +136,7 @@ mgt_status hf_plan_llama(hf_plan *pl, const mgt_config *c, const mgt_model_spec 
       snprintf(ours, sizeof ours, "layers.%d.attention.%s_layernorm.weight", l, k ? "k" : "q");
       MGT_CHECK(hf_plan_whole(pl, w, hf, ours, 0, 0));
     }
+    if (moe) MGT_CHECK(plan_experts(pl, d, w, l));
   }
   MGT_CHECK(hf_plan_whole(pl, w, "model.norm.weight", "final_layernorm.weight", 0, 0));
   return d->untied ? hf_plan_whole(pl, w, "lm_head.weight", "output_layer.weight", 0, 0) : MGT_OK;
@@ -121,6 +163,27 @@ char *hf_llama_config_json(const mgt_config *c, const mgt_model_spec *d, int64_t
              c->rope_scaling_factor);
   const char *model_type, *why, *cls = hf_llama_family(d, &model_type, &why);
   if (!cls) return NULL; /* the plan refused it first */
+  char moe[1024] = "", dense[768] = "";
+  if (d->experts && d->qk_norm) { /* Qwen3-MoE: dense layers l + 1 not a multiple of the step */
+    for (int l = 0; l < d->moe_first && strlen(dense) + 16 < sizeof dense; l++)
+      if ((l + 1) % d->moe_every == 0)
+        snprintf(dense + strlen(dense), sizeof dense - strlen(dense), "%s%d", dense[0] ? ", " : "",
+                 l);
+    snprintf(moe, sizeof moe,
+             "  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
+             "  \"moe_intermediate_size\": %d,\n  \"decoder_sparse_step\": %d,\n"
+             "  \"mlp_only_layers\": [%s],\n  \"norm_topk_prob\": %s,\n"
+             "  \"router_aux_loss_coef\": %.9g,\n  \"output_router_logits\": false,\n",
+             d->experts, d->topk, d->moe_ffn, d->moe_every, dense, d->router_pre ? "false" : "true",
+             c->moe_aux_loss_coeff);
+  } else if (d->experts) {
+    snprintf(moe, sizeof moe,
+             "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
+             "  \"router_aux_loss_coef\": %.9g,\n  \"output_router_logits\": false,\n"
+             "  \"sliding_window\": null,\n",
+             d->experts, d->topk, c->moe_aux_loss_coeff);
+  }
+  const int ffn = d->experts && !d->qk_norm ? d->moe_ffn : c->ffn_hidden_size; /* Mixtral's */
   char *s = NULL;
   if (asprintf(&s,
                "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
@@ -132,13 +195,13 @@ char *hf_llama_config_json(const mgt_config *c, const mgt_model_spec *d, int64_t
                "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n  \"tie_word_embeddings\": %s,\n"
                "  \"initializer_range\": %.9g,\n  \"attention_dropout\": %.9g,\n"
                "  \"bos_token_id\": %s,\n  \"eos_token_id\": %s,\n  \"torch_dtype\": \"float32\",\n"
-               "  \"use_sliding_window\": false,\n"
+               "  \"use_sliding_window\": false,\n%s"
                "  \"megatron_c\": {\"iteration\": %lld, \"seq_length\": %d}\n}\n",
-               cls, model_type, c->vocab_size, c->hidden_size, c->ffn_hidden_size, c->num_layers,
+               cls, model_type, c->vocab_size, c->hidden_size, ffn, c->num_layers,
                c->num_attention_heads, d->groups, d->head_size, c->max_position_embeddings,
                c->layernorm_epsilon, c->rotary_base, scaling, d->bias ? "true" : "false",
                d->bias ? "true" : "false", d->untied ? "false" : "true", c->init_method_std,
-               c->attention_dropout, b, e, (long long)iteration, c->seq_length) < 0)
+               c->attention_dropout, b, e, moe, (long long)iteration, c->seq_length) < 0)
     return NULL;
   return s;
 }
@@ -211,12 +274,49 @@ static mgt_status read_rope_scaling(const mgt_json *conf, const char *path, mgt_
   return MGT_OK;
 }
 
+/* MixtralConfig's or Qwen3MoeConfig's experts: all layers MoE (Mixtral), or those l with l + 1 a
+   multiple of decoder_sparse_step and not in mlp_only_layers; the top-k renormalized (Mixtral,
+   Qwen3-MoE's norm_topk_prob) or not (softmax before the top-k). */
+static mgt_status read_moe(const mgt_json *conf, const char *path, int qwen, mgt_config *cfg) {
+  int norm = 1, step = 1;
+  MGT_CHECK(hf_int(conf, path, qwen ? "num_experts" : "num_local_experts", 0, 1, 1 << 16,
+                   &cfg->num_experts));
+  MGT_CHECK(
+      hf_int(conf, path, "num_experts_per_tok", 2, 1, cfg->num_experts, &cfg->moe_router_topk));
+  MGT_CHECK(hf_num(conf, path, "router_aux_loss_coef", 0.001, 0, 1e6, &cfg->moe_aux_loss_coeff));
+  cfg->moe_ffn_hidden_size = cfg->ffn_hidden_size;
+  if (!qwen) return MGT_OK;
+  MGT_CHECK(
+      hf_int(conf, path, "moe_intermediate_size", 0, 1, HF_MAX_FFN, &cfg->moe_ffn_hidden_size));
+  MGT_CHECK(hf_int(conf, path, "decoder_sparse_step", 1, 1, HF_MAX_LAYERS, &step));
+  MGT_CHECK(hf_bool(conf, path, "norm_topk_prob", 0, &norm)); /* Qwen3MoeConfig's default */
+  cfg->moe_router_pre_softmax = !norm;
+  const mgt_json *dense = mgt_json_get(conf, "mlp_only_layers");
+  MGT_REQUIRE(!dense || dense->type == MGT_JSON_NULL || dense->type == MGT_JSON_ARRAY,
+              "%s: mlp_only_layers must be a list of layers", path);
+  const int L = cfg->num_layers;
+  MGT_REQUIRE(2 * (size_t)L + 3 <= sizeof cfg->moe_layer_freq,
+              "%s: %d layers: at most %zu with Qwen3-MoE's layer list", path, L,
+              (sizeof cfg->moe_layer_freq - 3) / 2);
+  char *f = cfg->moe_layer_freq;
+  f[0] = '[', f[1] = 0;
+  for (int l = 0; l < L; l++) {
+    int moe = (l + 1) % step == 0;
+    for (size_t i = 0; dense && dense->type == MGT_JSON_ARRAY && i < dense->len; i++)
+      moe &= !(dense->items[i].type == MGT_JSON_NUMBER && dense->items[i].number == l);
+    snprintf(f + strlen(f), 3, "%d%s", moe, l + 1 < L ? "," : "");
+  }
+  strcat(f, "]");
+  return MGT_OK;
+}
+
 /* A LlamaConfig (model_type llama), Qwen3Config (qwen3: q/k norms) or Qwen2Config (qwen2: biases
    in q, k and v): RMSNorm, SwiGLU, rotary positions; grouped attention, biases and tying as it
    says. Training windows default to 4096 positions at most (Llama 3.1 declares 131072). */
 mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, const char *model_type,
                                 mgt_config *cfg) {
-  const int qwen3 = !strcmp(model_type, "qwen3"), qwen2 = !strcmp(model_type, "qwen2");
+  const int qmoe = !strcmp(model_type, "qwen3_moe"), mixtral = !strcmp(model_type, "mixtral");
+  const int qwen3 = !strcmp(model_type, "qwen3") || qmoe, qwen2 = !strcmp(model_type, "qwen2");
   const mgt_json *act = mgt_json_get(conf, "hidden_act");
   MGT_REQUIRE(!act || hf_is(act, "silu"), "%s: hidden_act must be \"silu\" (SwiGLU's gate)", path);
   mgt_config_defaults(cfg);
@@ -263,7 +363,7 @@ mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, const ch
   MGT_CHECK(hf_bool(conf, path, "tie_word_embeddings", 0, &tied)); /* LlamaConfig's default */
   cfg->untie_embeddings_and_output_weights = !tied;
   cfg->seq_length = cfg->max_position_embeddings < 4096 ? cfg->max_position_embeddings : 4096;
-  return MGT_OK;
+  return mixtral || qmoe ? read_moe(conf, path, qmoe, cfg) : MGT_OK;
 }
 
 /* A Llama directory's tokenizer.json becomes the checkpoint's tokenizer (by its absolute path),

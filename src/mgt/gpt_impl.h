@@ -38,6 +38,10 @@ enum {
   P_UP_B,
   P_FCP_W,
   P_FCP_B,
+  P_RT_W, /* a Mixture-of-Experts layer's router, then its experts' in place of the MLP */
+  P_EFC_W,
+  P_EUP_W,
+  P_EFCP_W,
   P_SLOTS
 };
 
@@ -50,9 +54,9 @@ enum { Q_POOL_W, Q_POOL_B, Q_BIN_W, Q_BIN_B, Q_POOL };
 /* Where the model-wide parameters sit in the descriptor array (-1: absent). */
 typedef struct param_index {
   int wte, wpe, tte, first_layer, lnf, lm, pool;
-  int out;            /* the untied output layer, else -1 (the output layer is wte) */
-  int per_layer;      /* parameters of each layer */
-  int8_t at[P_SLOTS]; /* a slot's index among its layer's parameters, -1 when absent */
+  int out;               /* the untied output layer, else -1 (the output layer is wte) */
+  int per_layer[2];      /* parameters of a dense layer, [1]: of a Mixture-of-Experts layer */
+  int8_t at[2][P_SLOTS]; /* a slot's index among its layer's parameters, -1 when absent */
 } param_index;
 
 /* The causal LM's output layer: its own weight, or the word embeddings (tied). */
@@ -70,7 +74,14 @@ typedef struct layer_acts {
   float *atty;    /* (N, Cl) */
   float *res_mid; /* (N,C) residual after attention */
   float *ln2, *ln2_mean, *ln2_rstd;
-  float *fch, *fch_gelu; /* (N, Fo) and (N, Fl): before and after GeLU or SwiGLU */
+  float *fch, *fch_gelu; /* (N, Fo) and (N, Fl): before and after GeLU or SwiGLU; in an MoE
+                            layer (M, Foe) and (M, Fel) of the experts' M = N*K rows at most */
+  /* a Mixture-of-Experts layer: the router's logits and scores (N, E), their log-sum-exp (N),
+     each token's K experts, weights and rows among the experts' (-1: dropped) (N, K), the rows
+     gathered for the experts in their order (M: the token of each), and the experts' outputs
+     (M, C, partial sums over tp) */
+  float *logits, *probs, *rlse, *rw, *mout;
+  int32_t *ridx, *rpos, *rperm;
 } layer_acts;
 
 typedef struct rplan {
@@ -112,6 +123,15 @@ struct mgt_gpt {
   float *sp_loc, *lng;
   float *gain; /* --apply-layernorm-1p: the gain 1 + w of the norm being run (C or hd floats) */
   float *qkg;  /* --qk-layernorm at tp > 1: the q and k norms' gradients summed over tp (2 hd) */
+  /* Mixture-of-Experts (src/model/moe.c): the rows gathered for the experts (M, C), the gradient
+     of their outputs then of their inputs (M, C), of their first projections (M, Foe) and
+     activations (M, Fel), of the layer's input (N, C), of the router's logits (N, E) and of the
+     routing weights (N, K); the load-balancing loss's gradient of the scores (E) */
+  float *moe_xp, *moe_dout, *moe_dfch, *moe_dact, *moe_dx, *moe_dlogits, *moe_dw, *moe_aux;
+  struct gpt_moe_host *moe; /* host-side routing of each layer (moe.c) */
+  double aux_scale;         /* 1 / the micro-batches of the global batch (the losses' weight) */
+  double aux_loss_scale;    /* the loss scale of this micro-batch's gradients */
+  double aux_sums[2];       /* their values (load balancing, z) summed since last read */
   int *sp_counts;
   /* BERT: token types, lengths (the padding mask), masked rows and their labels, [CLS] rows
      and the order labels; the LM head on the masked rows, the pooler and SOP head on [CLS] */
@@ -168,6 +188,8 @@ void gpt_build_params(const mgt_gpt_dims *d, mgt_param *out, int *n, size_t *tot
    replicated tensor's copy is tensor-parallel rank 0's, the others are duplicates. */
 int gpt_replica_of(const mgt_param *p, int tp_rank, int dp_rank);
 void gpt_layer_views(const mgt_gpt *m, float *base, int l, float *v[P_SLOTS]);
+/* The index of layer l's first parameter and how many it has. */
+int gpt_layer_first(const mgt_gpt *m, int l, int *count);
 /* Views of `count` consecutive parameters from index first (-1: none). */
 void gpt_views(const mgt_gpt *m, float *base, int first, int count, float **v);
 mgt_status gpt_init_params(mgt_gpt *m, uint64_t seed);
@@ -232,6 +254,19 @@ mgt_status gpt_trunk_forward(mgt_gpt *m, const step_ctx *s);
    local_ready already this rank's rows of it in m->sp_loc (sequence parallelism). */
 mgt_status gpt_trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int dp_sync,
                               int local_ready);
+
+/* ---- Mixture-of-Experts layers (moe.c) ---- */
+
+/* Host-side routing state of the model's MoE layers (NULL without). */
+mgt_status gpt_moe_create(mgt_gpt *m);
+void gpt_moe_destroy(mgt_gpt *m);
+/* Layer l's MoE in place of the MLP, on the N rows of `in` (every row, gathered): y (N, C) gets
+   the experts' outputs weighted by the router, a partial sum over tp to be reduced. */
+mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts *a, float *y);
+/* Its backward from dy (N, C, every row): dx (N, C) the gradient of its input, a partial sum over
+   tp to be reduced; the router's and the experts' gradients into g (accumulated with acc). */
+mgt_status gpt_moe_backward(mgt_gpt *m, int l, const float *in, const float *dy, layer_acts *a,
+                            float *dx, int acc);
 
 /* ---- the heads (heads.c) ---- */
 

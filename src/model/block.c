@@ -190,15 +190,24 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
   MGT_CHECK(residual_norm(m, a->res_mid, tmp, w[P_PROJ_B], res1, Nl, row, &ds.proj, a->ln2,
                           a->ln2_mean, a->ln2_rstd, w[P_LN2_W], w[P_LN2_B]));
 
-  /* MLP: first linear column-parallel with GeLU or SwiGLU local, second row-parallel */
+  /* MLP: first linear column-parallel with GeLU or SwiGLU local, second row-parallel; or the
+     Mixture-of-Experts, its output reduced as the row-parallel layer's */
   MGT_CHECK(full_rows(m, r->sp, a->ln2, &in));
-  if (d->spec.mlp == MGT_MLP_SWIGLU) { /* outputs [gate | up] of this rank's Fl columns */
+  if (mgt_model_is_moe_layer(&d->spec, l)) {
+    MGT_CHECK(gpt_moe_forward(m, l, N, in, a, m->dtmp));
+    tmp = m->dtmp;
+    if (r->sp)
+      MGT_CHECK(mgt_tp_sp_scatter(&m->tp, tmp = m->sp_loc, m->dtmp));
+    else if (d->tp > 1)
+      MGT_CHECK(mgt_comm_allreduce(m->comm, MGT_AXIS_TP, m->dtmp, (size_t)N * C, MGT_SUM));
+  } else if (d->spec.mlp == MGT_MLP_SWIGLU) { /* outputs [gate | up] of this rank's Fl columns */
     MGT_CHECK(mgt_tp_column_forward(&m->tp, a->fch, in, w[P_FC_W], w[P_FC_B], N, C, d->Fo));
     MGT_CHECK(mgt_be_swiglu_forward(be, a->fch_gelu, a->fch, N, Fl));
   } else
     MGT_CHECK(mgt_tp_column_forward_gelu(&m->tp, a->fch, a->fch_gelu, in, w[P_FC_W], w[P_FC_B], N,
                                          C, Fl));
-  MGT_CHECK(row_out(m, r, &tmp, a->fch_gelu, w[P_FCP_W], Fl));
+  if (!mgt_model_is_moe_layer(&d->spec, l))
+    MGT_CHECK(row_out(m, r, &tmp, a->fch_gelu, w[P_FCP_W], Fl));
   MGT_CHECK(mgt_be_bias_dropout_add_ln(be, y, tmp, w[P_FCP_B],
                                        d->spec.post_ln ? a->ln2 : a->res_mid, Nl, C, row, &ds.mlp,
                                        NULL, NULL, NULL, NULL, NULL, 0.0f));
@@ -335,7 +344,16 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
      gradient comes from every row, as without sequence parallelism */
   MGT_CHECK(mgt_be_dropout_backward(be, dloc, dres, nl, row, &ds.mlp));
   MGT_CHECK(full_grad(m, dloc, &dy));
-  if (d->spec.mlp == MGT_MLP_SWIGLU) {
+  if (mgt_model_is_moe_layer(&d->spec, l)) { /* its input's gradient reduced as a column's */
+    const float *in;
+    MGT_CHECK(full_rows(m, d->sp, a->ln2, &in));
+    MGT_CHECK(gpt_moe_backward(m, l, in, dy, a, m->moe_dx, acc));
+    dln = m->moe_dx;
+    if (d->sp)
+      MGT_CHECK(mgt_tp_sp_scatter(&m->tp, dln = m->sp_loc, m->moe_dx));
+    else if (d->tp > 1)
+      MGT_CHECK(mgt_comm_allreduce(m->comm, MGT_AXIS_TP, m->moe_dx, (size_t)N * C, MGT_SUM));
+  } else if (d->spec.mlp == MGT_MLP_SWIGLU) {
     MGT_CHECK(mgt_tp_row_backward(&m->tp, m->dact, g[P_FCP_W], g[P_FCP_B], dy, a->fch_gelu,
                                   w[P_FCP_W], N, Fl, C, acc));
     MGT_CHECK(mgt_be_swiglu_backward(be, m->dfch, m->dact, a->fch, N, Fl));

@@ -21,7 +21,8 @@ static void bucket_range(const mgt_gpt *m, int b, int *first, int *last) {
   if (b == 0) { /* final LayerNorm and the heads */
     *first = m->ix.lnf, *last = m->n_params;
   } else if (b <= L) { /* layer L - b */
-    *first = m->ix.first_layer + (L - b) * m->ix.per_layer, *last = *first + m->ix.per_layer;
+    int n;
+    *first = gpt_layer_first(m, L - b, &n), *last = *first + n;
   } else { /* embeddings: complete only after the embedding backward */
     *first = m->ix.wte, *last = m->ix.first_layer;
   }
@@ -110,6 +111,7 @@ mgt_status mgt_gpt_create(const mgt_model_spec *spec, const mgt_model_layout *la
     MGT_TRY(mgt_be_alloc(be, floats * sizeof(float), "activations", &m->arena));
     gpt_layout_activations(m, d, &m->rp);
   }
+  MGT_TRY(gpt_moe_create(m));
   if (d->spec.norm_1p)
     MGT_TRY(mgt_be_alloc(be, sizeof(float) * (size_t)(d->C > d->hd ? d->C : d->hd), "norm gains",
                          (void **)&m->gain));
@@ -173,6 +175,7 @@ void mgt_gpt_destroy(mgt_gpt **model) {
     if (m->arena) mgt_be_free(m->be, m->arena);
     if (m->gain) mgt_be_free(m->be, m->gain);
   }
+  gpt_moe_destroy(m);
   mgt_free(m->params);
   mgt_free(m->segs);
   mgt_free(m->res);

@@ -454,6 +454,7 @@ mgt_status mgt_gpt_train_micro(mgt_gpt *m, const int32_t *batch, uint64_t first,
                                const double units[2], double loss_scale, int accumulate,
                                int sync_dp, double *sums) {
   const mgt_gpt_dims *d = &m->d;
+  m->aux_loss_scale = loss_scale;
   if (d->spec.head == MGT_HEAD_CAUSAL_LM) {
     double ls = 0.0;
     MGT_CHECK(mgt_gpt_forward_backward(m, batch, first, (float)(loss_scale / units[0]), accumulate,

@@ -34,11 +34,15 @@ int gpt_chunk_ending_at(const rplan *p, int l, int L, int *first) {
 
 /* Whether the LayerNorm outputs are kept in 16 bits too: where only GEMMs read them, i.e. not
    as post-LN residuals, nor gathered over tp_comm into m->lnf under sequence parallelism. */
-static int ln16(const mgt_gpt_dims *d) { return d->act16 && !d->spec.post_ln && !d->sp; }
+static int ln16(const mgt_gpt_dims *d) {
+  return d->act16 && !d->spec.post_ln && !d->sp && !d->E; /* the experts gather rows of floats */
+}
 
 /* Whether the MLP's activation output is kept in 16 bits: GeLU's (the fused GEMM epilogue
    writes it so); SwiGLU's stays in floats. */
-static int act16_mlp(const mgt_gpt_dims *d) { return d->act16 && d->spec.mlp == MGT_MLP_GELU; }
+static int act16_mlp(const mgt_gpt_dims *d) {
+  return d->act16 && d->spec.mlp == MGT_MLP_GELU && !d->E;
+}
 
 void gpt_take_layer(arena *a, const mgt_gpt_dims *d, size_t N, size_t Nl, int keep16, int attn,
                     float *P, layer_acts *la) {
@@ -61,8 +65,21 @@ void gpt_take_layer(arena *a, const mgt_gpt_dims *d, size_t N, size_t Nl, int ke
   la->ln2 = l16 ? NULL : take(a, Nl * d->C);
   la->ln2_mean = take(a, Nl);
   la->ln2_rstd = take(a, Nl);
-  la->fch = take(a, N * d->Fo);
-  la->fch_gelu = a16 ? NULL : take(a, N * d->Fl); /* else in the 16-bit region */
+  const size_t M = N * (size_t)d->K; /* an MoE layer's rows for the experts, at most */
+  la->fch = take(a, d->E && M * d->Foe > N * d->Fo ? M * d->Foe : N * d->Fo);
+  la->fch_gelu = a16 ? NULL : take(a, d->E && M * d->Fel > N * d->Fl ? M * d->Fel : N * d->Fl);
+  la->logits = la->probs = la->rlse = la->rw = la->mout = NULL;
+  la->ridx = la->rpos = la->rperm = NULL;
+  if (d->E) {
+    la->logits = take(a, N * d->E);
+    la->probs = take(a, N * d->E);
+    la->rlse = take(a, N);
+    la->rw = take(a, N * d->K);
+    la->ridx = (int32_t *)take(a, N * d->K);
+    la->rpos = (int32_t *)take(a, N * d->K);
+    la->rperm = (int32_t *)take(a, M);
+    la->mout = take(a, M * d->C);
+  }
 }
 
 size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp) {
@@ -122,6 +139,17 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
   m->qkvx = d->G != d->H ? take(&a, N * 3 * (size_t)d->Cl) : NULL;
   m->dact = d->spec.mlp == MGT_MLP_SWIGLU ? take(&a, N * d->Fl) : NULL;
   m->att_scratch = rp->flash ? NULL : take(&a, probs);
+  if (d->E) {
+    const size_t M = N * (size_t)d->K;
+    m->moe_xp = take(&a, M * d->C);
+    m->moe_dout = take(&a, M * d->C);
+    m->moe_dfch = take(&a, M * d->Foe);
+    m->moe_dact = take(&a, M * d->Fel);
+    m->moe_dx = take(&a, N * d->C);
+    m->moe_dlogits = take(&a, N * d->E);
+    m->moe_dw = take(&a, N * d->K);
+    m->moe_aux = take(&a, d->E);
+  }
   m->inv_freq = d->spec.pos == MGT_POS_ROPE ? take(&a, (size_t)d->hd / 2) : NULL;
   if (d->spec.input == MGT_INPUT_SAMPLES) {
     const size_t B = (size_t)d->B;

@@ -27,6 +27,8 @@ void mgt_gpt_dims_of(const mgt_model_spec *spec, const mgt_model_layout *lay, in
   d->KVl = d->Gl * d->hd;
   d->QKVl = d->Cl + 2 * d->KVl;
   d->Fo = d->spec.mlp == MGT_MLP_SWIGLU ? 2 * d->Fl : d->Fl;
+  d->E = spec->experts, d->K = spec->topk, d->Fe = spec->moe_ffn, d->Fel = d->Fe / tp;
+  d->Foe = d->spec.mlp == MGT_MLP_SWIGLU ? 2 * d->Fel : d->Fel;
   d->v0 = tp_rank * d->Vl;
   int nv = d->V - d->v0;
   d->nv = nv < 0 ? 0 : (nv > d->Vl ? d->Vl : nv);
@@ -106,12 +108,14 @@ uint32_t gpt_layer_stream(uint32_t code, int l) {
 
 /* The tensors of one layer of the description, in flat-buffer order: the one list that
    parameters, their counts, checkpoint names and Hugging Face names come from. rows holds
-   P_SLOTS; returns the count. */
-static int layer_list(const mgt_gpt_dims *d, layer_row *rows) {
+   P_SLOTS; returns the count. A Mixture-of-Experts layer (moe) has the router and the experts,
+   [E, F, C] and [E, C, F] split on F over tp as the MLP, in place of the MLP. */
+static int layer_list(const mgt_gpt_dims *d, int moe, layer_row *rows) {
   const float std = (float)d->spec.init_std;
   const float out_std = std / sqrtf(2.0f * (float)d->L); /* scaled output projections */
   const int64_t C = d->C, Cl = d->Cl, Fl = d->Fl, F = d->F, H = d->H, hd = d->hd, KVl = d->KVl;
   const int64_t KV = (int64_t)d->G * hd, A = H * hd, r = d->tp_rank; /* A: attention width */
+  const int64_t E = d->E, Fe = d->Fe, Fel = d->Fel;
   const int grouped = d->G != d->H, swiglu = d->spec.mlp == MGT_MLP_SWIGLU, bias = d->spec.bias;
   const int ln = d->spec.norm == MGT_NORM_LAYERNORM;
   const float one = d->spec.norm_1p ? 0.0f : 1.0f; /* a gain of 1, as stored */
@@ -159,14 +163,52 @@ static int layer_list(const mgt_gpt_dims *d, layer_row *rows) {
       {P_UP_B, {"mlp.up.bias", 1, {Fl}, {F}, 0, r * Fl, 0, 0, 0}, 15, 0},
       {P_FCP_W, {"mlp.dense_4h_to_h.weight", 2, {C, Fl}, {C, F}, 1, r * Fl, out_std, 0, 1}, 10, 0},
       {P_FCP_B, {"mlp.dense_4h_to_h.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 11, 0},
+      {P_RT_W, {"mlp.router.weight", 2, {E, C}, {E, C}, -1, 0, std, 0, 1}, 18, 0},
+      {P_EFC_W,
+       {swiglu ? "mlp.experts.gate.weight" : "mlp.experts.dense_h_to_4h.weight",
+        3,
+        {E, Fel, C},
+        {E, Fe, C},
+        1,
+        r * Fel,
+        std,
+        0,
+        1},
+       19,
+       0},
+      {P_EUP_W,
+       {"mlp.experts.up.weight", 3, {E, Fel, C}, {E, Fe, C}, 1, r * Fel, std, 0, 1},
+       20,
+       0},
+      {P_EFCP_W,
+       {"mlp.experts.dense_4h_to_h.weight", 3, {E, C, Fel}, {E, C, Fe}, 2, r * Fel, out_std, 0, 1},
+       21,
+       0},
   };
   const int qb = bias || d->spec.qkv_bias, qk = d->spec.qk_norm;
-  const int present[P_SLOTS] = {
-      [P_LN1_W] = 1,  [P_LN1_B] = ln,           [P_QKV_W] = 1,   [P_KV_W] = grouped,
-      [P_QKV_B] = qb, [P_KV_B] = grouped && qb, [P_QN_W] = qk,   [P_KN_W] = qk,
-      [P_PROJ_W] = 1, [P_PROJ_B] = bias,        [P_LN2_W] = 1,   [P_LN2_B] = ln,
-      [P_FC_W] = 1,   [P_UP_W] = swiglu,        [P_FC_B] = bias, [P_UP_B] = swiglu && bias,
-      [P_FCP_W] = 1,  [P_FCP_B] = bias};
+  const int mlp = !moe;
+  const int present[P_SLOTS] = {[P_LN1_W] = 1,
+                                [P_LN1_B] = ln,
+                                [P_QKV_W] = 1,
+                                [P_KV_W] = grouped,
+                                [P_QKV_B] = qb,
+                                [P_KV_B] = grouped && qb,
+                                [P_QN_W] = qk,
+                                [P_KN_W] = qk,
+                                [P_PROJ_W] = 1,
+                                [P_PROJ_B] = bias,
+                                [P_LN2_W] = 1,
+                                [P_LN2_B] = ln,
+                                [P_FC_W] = mlp,
+                                [P_UP_W] = mlp && swiglu,
+                                [P_FC_B] = mlp && bias,
+                                [P_UP_B] = mlp && swiglu && bias,
+                                [P_FCP_W] = mlp,
+                                [P_FCP_B] = mlp && bias,
+                                [P_RT_W] = moe,
+                                [P_EFC_W] = moe,
+                                [P_EUP_W] = moe && swiglu,
+                                [P_EFCP_W] = moe};
   int n = 0;
   for (int k = 0; k < P_SLOTS; k++)
     if (present[all[k].role]) rows[n++] = all[k];
@@ -177,7 +219,7 @@ void gpt_build_params(const mgt_gpt_dims *d, mgt_param *out, int *n, size_t *tot
                       param_index *ix) {
   const float one = d->spec.norm_1p ? 0.0f : 1.0f; /* a gain of 1, as stored */
   *n = 0;
-  param_index pi = {0, 1, -1, 2, -1, -1, -1, -1, 0, {0}};
+  param_index pi = {0, 1, -1, 2, -1, -1, -1, -1, {0, 0}, {{0}}};
   size_t off = 0;
   const float std = (float)d->spec.init_std;
   const int64_t C = d->C;
@@ -197,18 +239,22 @@ void gpt_build_params(const mgt_gpt_dims *d, mgt_param *out, int *n, size_t *tot
     add_param(out, n, &off, 0xFFFF0004u, &tte, "", 0);
   }
   pi.first_layer = *n;
-  layer_row rows[P_SLOTS];
-  const int nr = layer_list(d, rows);
-  pi.per_layer = nr;
-  for (int k = 0; k < P_SLOTS; k++)
-    pi.at[k] = -1;
-  for (int i = 0; i < nr; i++)
-    pi.at[rows[i].role] = (int8_t)i;
+  layer_row rows[2][P_SLOTS];
+  for (int moe = 0; moe < 2; moe++) { /* a dense layer's list, and an MoE layer's */
+    const int nr = layer_list(d, moe, rows[moe]);
+    pi.per_layer[moe] = nr;
+    for (int k = 0; k < P_SLOTS; k++)
+      pi.at[moe][k] = -1;
+    for (int i = 0; i < nr; i++)
+      pi.at[moe][rows[moe][i].role] = (int8_t)i;
+  }
   for (int l = 0; l < d->L; l++) {
     char prefix[32];
     snprintf(prefix, sizeof prefix, "layers.%d.", l);
-    for (int i = 0; i < nr; i++)
-      add_param(out, n, &off, gpt_layer_stream(rows[i].code, l), &rows[i].s, prefix, rows[i].pack);
+    const int moe = mgt_model_is_moe_layer(&d->spec, l);
+    for (int i = 0; i < pi.per_layer[moe]; i++)
+      add_param(out, n, &off, gpt_layer_stream(rows[moe][i].code, l), &rows[moe][i].s, prefix,
+                rows[moe][i].pack);
   }
   param_spec lnw = {"final_layernorm.weight", 1, {C}, {C}, -1, 0, 0, one, 0};
   param_spec lnb = {"final_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0};
@@ -274,27 +320,38 @@ static int64_t norm_params(const mgt_model_spec *s) {
   return s->norm == MGT_NORM_RMSNORM ? s->hidden : 2 * (int64_t)s->hidden;
 }
 
-/* Parameters of one layer: its list's tensors at their full shapes. */
-static int64_t layer_params(const mgt_model_spec *s) {
+/* Parameters of one layer (moe: an MoE layer's): its list's tensors at their full shapes; with
+   active, an MoE layer's experts count topk of experts (those a token passes through). */
+static double layer_params(const mgt_model_spec *s, int moe, int active) {
   const mgt_model_layout one = {.micro_batch = 1, .seq_length = 1, .vocab_multiple = 1};
   mgt_gpt_dims d;
   mgt_gpt_dims_of(s, &one, 1, 0, &d);
   layer_row rows[P_SLOTS];
-  int64_t total = 0;
-  for (int i = 0, n = layer_list(&d, rows); i < n; i++) {
-    int64_t numel = 1;
+  double total = 0;
+  for (int i = 0, n = layer_list(&d, moe, rows); i < n; i++) {
+    double numel = 1;
     for (int k = 0; k < rows[i].s.ndim; k++)
-      numel *= rows[i].s.full[k];
-    total += numel;
+      numel *= (double)rows[i].s.full[k];
+    const int expert =
+        rows[i].role == P_EFC_W || rows[i].role == P_EUP_W || rows[i].role == P_EFCP_W;
+    total += expert && active ? numel / s->experts * s->topk : numel;
   }
   return total;
+}
+
+/* The parameters of all the layers (with active: those a token passes through). */
+static double layers_params(const mgt_model_spec *s, int active) {
+  int moe = 0;
+  for (int l = 0; l < s->layers; l++)
+    moe += mgt_model_is_moe_layer(s, l);
+  return (s->layers - moe) * layer_params(s, 0, 0) + (moe ? moe * layer_params(s, 1, active) : 0);
 }
 
 int64_t mgt_gpt_spec_params(const mgt_model_spec *s) {
   const int64_t C = s->hidden, P = s->pos == MGT_POS_LEARNED ? s->positions : 0;
   const int64_t tte = s->token_types ? 2 * C : 0;
   const int64_t out = s->untied ? (int64_t)s->vocab * C : 0;
-  return (int64_t)s->vocab * C + P * C + tte + s->layers * layer_params(s) + norm_params(s) + out +
+  return (int64_t)s->vocab * C + P * C + tte + (int64_t)layers_params(s, 0) + norm_params(s) + out +
          lm_head_params(s) + pool_params(s);
 }
 
@@ -325,22 +382,32 @@ double mgt_gpt_flops_per_iteration(const mgt_config *cfg) {
   const double C = d.hidden, L = d.layers, T = cfg->seq_length, V = d.vocab;
   const double rows = d.rows;
   const double samples = cfg->global_batch_size * rows, tokens = samples * T;
-  const double layer = (double)layer_params(&d), norm = (double)norm_params(&d);
+  const double layers = layers_params(&d, 1), norm = (double)norm_params(&d); /* active */
   const double A = (double)d.heads * d.head_size; /* the attention's width */
   const double attention = 12.0 * L * A * T * tokens;
   if (d.head == MGT_HEAD_CAUSAL_LM) {
-    double n = L * layer + norm + V * C; /* the output layer, tied or not */
+    double n = layers + norm + V * C; /* the output layer, tied or not */
     return 6.0 * n * tokens + attention;
   }
   const double masked = d.masked_lm ? cfg->mask_prob * tokens : 0; /* the LM head's rows */
-  return 6.0 * (L * layer + norm) * tokens + attention + 6.0 * (C * C + V * C) * masked +
+  return 6.0 * (layers + norm) * tokens + attention + 6.0 * (C * C + V * C) * masked +
          6.0 * (double)pool_params(&d) * samples;
 }
 
+int gpt_layer_first(const mgt_gpt *m, int l, int *count) {
+  int first = m->ix.first_layer;
+  for (int i = 0; i < l; i++)
+    first += m->ix.per_layer[mgt_model_is_moe_layer(&m->d.spec, i)];
+  *count = m->ix.per_layer[mgt_model_is_moe_layer(&m->d.spec, l)];
+  return first;
+}
+
 void gpt_layer_views(const mgt_gpt *m, float *base, int l, float *v[P_SLOTS]) {
-  const int first = m->ix.first_layer + l * m->ix.per_layer;
+  int n;
+  const int first = gpt_layer_first(m, l, &n);
+  const int8_t *at = m->ix.at[mgt_model_is_moe_layer(&m->d.spec, l)];
   for (int k = 0; k < P_SLOTS; k++)
-    v[k] = m->ix.at[k] < 0 ? NULL : base + m->params[first + m->ix.at[k]].offset;
+    v[k] = at[k] < 0 ? NULL : base + m->params[first + at[k]].offset;
 }
 
 void gpt_views(const mgt_gpt *m, float *base, int first, int count, float **v) {

@@ -14,6 +14,7 @@
    accuracy rides in sop_acc. */
 typedef struct loss_means {
   double loss, lm, sop, sop_acc;
+  double lb, z; /* Mixture-of-Experts' auxiliary losses */
 } loss_means;
 
 /* What the lines hold: 0 a causal LM, 1 masked LM pretraining, 2 fine-tuning. */
@@ -22,6 +23,7 @@ enum { KIND_LM = 0, KIND_MASKED = 1, KIND_TASK = 2 };
 struct mgt_report {
   const mgt_run *run;
   int root, kind, sop; /* sop: the sentence-order head's values are shown */
+  int moe;             /* the auxiliary losses of Mixture-of-Experts layers are shown */
   const char *task;    /* the --task name of a fine-tuning run */
   FILE *log, *metrics;
   mgt_tb *tb;
@@ -41,6 +43,7 @@ mgt_status mgt_report_open(const mgt_run *run, const mgt_model_spec *desc, doubl
   r->root = root;
   r->kind = desc->task ? KIND_TASK : (desc->masked_lm ? KIND_MASKED : KIND_LM);
   r->sop = desc->head == MGT_HEAD_MLM_SOP;
+  r->moe = desc->experts > 0;
   r->task = mgt_task_names[desc->task];
   r->log = log;
   r->flops = flops;
@@ -74,6 +77,7 @@ void mgt_report_step(mgt_report *r, const mgt_step_stats *s, double seconds) {
   if (!s->skipped) {
     r->acc.loss += s->loss, r->acc.lm += s->lm_loss, r->acc.sop += s->sop_loss;
     r->acc.sop_acc += r->kind == KIND_TASK ? s->accuracy : s->sop_accuracy, r->n++;
+    r->acc.lb += s->moe_lb_loss, r->acc.z += s->moe_z_loss;
   }
   r->skipped += s->skipped;
   r->nans += s->nonfinite;
@@ -89,7 +93,7 @@ static void json_num(FILE *f, const char *key, double v, int digits) {
     fputs("null", f);
 }
 
-static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm, int kind,
+static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm, int kind, int moe,
                          double ms, double tokens_per_sec, double tflops, int skipped, int nans) {
   fprintf(f, "{\"iteration\":%lld,\"consumed_samples\":%llu", (long long)s->iteration,
           (unsigned long long)s->consumed_samples);
@@ -101,6 +105,7 @@ static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm,
     json_num(f, "sop_loss", lm->sop, 17);
     json_num(f, "sop_accuracy", lm->sop_acc, 9);
   }
+  if (moe) json_num(f, "load_balancing_loss", lm->lb, 17), json_num(f, "z_loss", lm->z, 17);
   json_num(f, "lr", s->lr, 9);
   json_num(f, "grad_norm", s->grad_norm, 9);
   json_num(f, "ms_per_iteration", ms, 9);
@@ -129,8 +134,8 @@ static mgt_status tb_write(mgt_tb *tb, int64_t step, const tb_scalar *x, int n) 
    tags where it has them ("lm loss" is also its key for a fine-tuning loss; BERT's "loss" is
    lm + sop). */
 static mgt_status tb_train(mgt_tb *tb, const mgt_step_stats *s, const loss_means *lm, int kind,
-                           int batch, double ms, double tokens_per_sec, double tflops, int skipped,
-                           int nans) {
+                           int moe, int batch, double ms, double tokens_per_sec, double tflops,
+                           int skipped, int nans) {
   const tb_scalar x[] = {
       {"consumed-samples", (double)s->consumed_samples, 1},
       {kind == KIND_MASKED ? "loss" : "lm loss", lm->loss, 1},
@@ -138,6 +143,8 @@ static mgt_status tb_train(mgt_tb *tb, const mgt_step_stats *s, const loss_means
       {"lm loss", lm->lm, kind == KIND_MASKED},
       {"sop loss", lm->sop, kind == KIND_MASKED},
       {"sop accuracy", lm->sop_acc, kind == KIND_MASKED},
+      {"load_balancing_loss", lm->lb, moe},
+      {"z_loss", lm->z, moe},
       {"learning-rate", s->lr, 1},
       {"grad-norm", s->grad_norm, 1},
       {"iteration-time-ms", ms, 1},
@@ -155,15 +162,15 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
   const mgt_run *c = r->run;
   const int n_it = r->n + r->skipped;
   const double ms = 1e3 * r->seconds / (n_it ? n_it : 1);
-  loss_means mean = {NAN, NAN, NAN, NAN};
+  loss_means mean = {NAN, NAN, NAN, NAN, NAN, NAN};
   if (r->n)
-    mean = (loss_means){r->acc.loss / r->n, r->acc.lm / r->n, r->acc.sop / r->n,
-                        r->acc.sop_acc / r->n};
+    mean = (loss_means){r->acc.loss / r->n,    r->acc.lm / r->n, r->acc.sop / r->n,
+                        r->acc.sop_acc / r->n, r->acc.lb / r->n, r->acc.z / r->n};
   const double per = n_it ? r->batches / n_it : 1.0; /* of a full global batch per iteration */
   const double tps = per * r->tokens / (ms / 1e3), tflops = per * r->flops / (ms / 1e3) / 1e12;
   r->batches = 0;
   const int skipped = r->skipped, nans = r->nans;
-  r->acc = (loss_means){0, 0, 0, 0};
+  r->acc = (loss_means){0, 0, 0, 0, 0, 0};
   r->seconds = 0.0;
   r->n = r->skipped = r->nans = 0;
   if (!r->root) return MGT_OK;
@@ -176,6 +183,7 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
           (unsigned long long)s->consumed_samples, ms, s->lr, s->global_batch, mean.lm);
   if (r->sop) fprintf(log, " sop loss: %.6E | sop accuracy: %.4f |", mean.sop, mean.sop_acc);
   if (r->kind == KIND_TASK) fprintf(log, " accuracy: %.4f |", mean.sop_acc);
+  if (r->moe) fprintf(log, " load_balancing_loss: %.6E | z_loss: %.6E |", mean.lb, mean.z);
   fprintf(log,
           " grad norm: %.3f | tokens/s: %.1f | TFLOP/s: %.4f | skipped iterations: %d | nan "
           "iterations: %d",
@@ -184,9 +192,10 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
   fputc('\n', log);
   fflush(log);
   if (r->tb)
-    MGT_CHECK(tb_train(r->tb, s, &mean, r->kind, s->global_batch, ms, tps, tflops, skipped, nans));
+    MGT_CHECK(tb_train(r->tb, s, &mean, r->kind, r->moe, s->global_batch, ms, tps, tflops, skipped,
+                       nans));
   if (r->metrics) {
-    metrics_line(r->metrics, s, &mean, r->kind, ms, tps, tflops, skipped, nans);
+    metrics_line(r->metrics, s, &mean, r->kind, r->moe, ms, tps, tflops, skipped, nans);
     fflush(r->metrics);
   }
   return MGT_OK;

@@ -171,7 +171,10 @@ mgt_gpt_training mgt_train_model_options(const mgt_config *cfg) {
                         (size_t)cfg->ddp_bucket_size,
                         cfg->overlap_grad_reduce,
                         cfg->use_distributed_optimizer,
-                        cfg->overlap_param_gather};
+                        cfg->overlap_param_gather,
+                        cfg->moe_router_load_balancing_type,
+                        cfg->moe_aux_loss_coeff,
+                        cfg->moe_z_loss_coeff};
   return t;
 }
 
@@ -272,9 +275,10 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
     tr->timers[i].name = timer_names[i];
   const int with_optim = run->load_optim && !run->finetune;
   if (none_yet) { /* Megatron-LM's auto-resume: the first run of --save X --load X */
-    MGT_GOTO_REQUIRE(!run->exit_on_missing_checkpoint,
-                     "--exit-on-missing-checkpoint: --load %s holds no checkpoint (no 'latest' file)",
-                     run->load);
+    MGT_GOTO_REQUIRE(
+        !run->exit_on_missing_checkpoint,
+        "--exit-on-missing-checkpoint: --load %s holds no checkpoint (no 'latest' file)",
+        run->load);
     MGT_GOTO_REQUIRE(!run->finetune,
                      "--finetune --load %s: no checkpoint there to start from (no 'latest' file)",
                      run->load);
@@ -579,7 +583,9 @@ static mgt_status train_batch(mgt_trainer *tr, double *loss, mgt_step_stats *sta
   MGT_CHECK(mgt_comm_allreduce_f64(tr->comm, MGT_AXIS_DP, units, 2, MGT_SUM));
   mgt_timer_stop(&tr->timers[T_DATA]);
   const double ls = mgt_optim_loss_scale(tr->optim);
-  double sums[3] = {0, 0, 0};
+  double sums[3] = {0, 0, 0}, aux[2];
+  mgt_gpt_set_micro_batches(tr->model, n_micro * g->dp);
+  mgt_gpt_aux_losses(tr->model, aux); /* from 0 */
   for (int mb = 0; mb < n_micro; mb++) {
     uint64_t first = tr->consumed + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
     mgt_timer_start(&tr->timers[T_FWDBWD]);
@@ -590,6 +596,12 @@ static mgt_status train_batch(mgt_trainer *tr, double *loss, mgt_step_stats *sta
   MGT_CHECK(
       mgt_comm_allreduce_f64(tr->comm, MGT_AXIS_DP, sums, mgt_gpt_head_sums(tr->model), MGT_SUM));
   *loss = head_means(&tr->spec, sums, units, stats);
+  stats->moe_lb_loss = stats->moe_z_loss = NAN;
+  if (tr->spec.experts) {
+    mgt_gpt_aux_losses(tr->model, aux);
+    MGT_CHECK(mgt_comm_allreduce_f64(tr->comm, MGT_AXIS_DP, aux, 2, MGT_SUM));
+    stats->moe_lb_loss = aux[0], stats->moe_z_loss = aux[1];
+  }
   return MGT_OK;
 }
 

@@ -1,0 +1,274 @@
+/* Mixture-of-Experts layers in place of the MLP (docs/moe.md): the router (an fp32 GEMM and
+   Megatron-LM's routing), each token's rows gathered in expert order, each expert's MLP (split on
+   its inner width over tp as the dense MLP), and the weighted sum back into the tokens; the
+   backward with the load-balancing and z-losses (Megatron-LM's aux_loss, per micro-batch). The
+   routing is the same on every tensor-parallel rank (the router is replicated, its input every
+   row), so each rank runs its shard of the same experts on the same rows. */
+#include "mgt/gpt_impl.h"
+
+struct gpt_moe_host {
+  int *offsets;  /* (L, E + 1): layer l's rows of expert e are [offsets[e], offsets[e + 1]) */
+  int *counts;   /* (L, E): the tokens that chose each expert (before capacity) */
+  int32_t *idx;  /* (N, K) staging of the routing */
+  float *w;      /* (N, K) */
+  int32_t *pos;  /* (N, K) */
+  int32_t *perm; /* (M) */
+  float *probs;  /* (N, E) the scores, for the load-balancing loss's value */
+  float *lse;    /* (N) */
+  int *order;    /* (N) one expert's tokens, sorted by probability */
+};
+
+mgt_status gpt_moe_create(mgt_gpt *m) {
+  const mgt_gpt_dims *d = &m->d;
+  if (!d->E) return MGT_OK;
+  const size_t N = (size_t)d->B * d->T, K = (size_t)d->K, E = (size_t)d->E, L = (size_t)d->L;
+  struct gpt_moe_host *h = NULL;
+  MGT_CHECK(mgt_calloc(sizeof *h, "routing", (void **)&h));
+  m->moe = h;
+  MGT_CHECK(mgt_calloc(sizeof(int) * L * (E + 1), "routing", (void **)&h->offsets));
+  MGT_CHECK(mgt_calloc(sizeof(int) * L * E, "routing", (void **)&h->counts));
+  MGT_CHECK(mgt_calloc(sizeof(int32_t) * N * K, "routing", (void **)&h->idx));
+  MGT_CHECK(mgt_calloc(sizeof(float) * N * K, "routing", (void **)&h->w));
+  MGT_CHECK(mgt_calloc(sizeof(int32_t) * N * K, "routing", (void **)&h->pos));
+  MGT_CHECK(mgt_calloc(sizeof(int32_t) * N * K, "routing", (void **)&h->perm));
+  MGT_CHECK(mgt_calloc(sizeof(float) * N * E, "routing", (void **)&h->probs));
+  MGT_CHECK(mgt_calloc(sizeof(float) * N, "routing", (void **)&h->lse));
+  MGT_CHECK(mgt_calloc(sizeof(int) * N, "routing", (void **)&h->order));
+  m->aux_scale = m->aux_loss_scale = 1.0;
+  return MGT_OK;
+}
+
+void gpt_moe_destroy(mgt_gpt *m) {
+  struct gpt_moe_host *h = m->moe;
+  if (!h) return;
+  mgt_free(h->offsets), mgt_free(h->counts), mgt_free(h->idx), mgt_free(h->w);
+  mgt_free(h->pos), mgt_free(h->perm), mgt_free(h->probs), mgt_free(h->lse), mgt_free(h->order);
+  mgt_free(h);
+  m->moe = NULL;
+}
+
+/* One expert's slots (t * K + s): by weight, the higher first, the earlier token among equal
+   weights (the probs policy); or by slot, the token order. */
+static const float *sort_w;
+static int by_weight(const void *a, const void *b) {
+  const int x = *(const int *)a, y = *(const int *)b;
+  if (sort_w[x] != sort_w[y]) return sort_w[x] > sort_w[y] ? -1 : 1;
+  return (x > y) - (x < y);
+}
+static int by_slot(const void *a, const void *b) {
+  const int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* Each expert's rows from the routing of N tokens (h->idx, h->w): its slots in token order, at
+   most `cap` of them, the others dropped (pos -1): those of the lowest weights (probs) or the
+   last ones (position), as Megatron-LM's apply_router_token_dropping. */
+static void place(const mgt_gpt_dims *d, struct gpt_moe_host *h, int N, int cap, int *off,
+                  int *counts) {
+  const int E = d->E, K = d->K;
+  for (int e = 0; e < E; e++)
+    counts[e] = 0;
+  for (int i = 0; i < N * K; i++)
+    counts[h->idx[i]]++;
+  int at = 0;
+  for (int e = 0; e < E; e++) {
+    int n = 0; /* an expert is in a token's slots once at most: n <= N */
+    for (int i = 0; i < N * K; i++)
+      if (h->idx[i] == e) h->order[n++] = i;
+    if (n > cap) {
+      if (d->spec.drop_policy == MGT_MOE_DROP_PROBS) {
+        sort_w = h->w;
+        qsort(h->order, (size_t)n, sizeof(int), by_weight);
+        qsort(h->order, (size_t)cap, sizeof(int), by_slot);
+      }
+      for (int j = cap; j < n; j++)
+        h->pos[h->order[j]] = -1;
+      n = cap;
+    }
+    off[e] = at;
+    for (int j = 0; j < n; j++) {
+      h->pos[h->order[j]] = at;
+      h->perm[at++] = h->order[j] / K;
+    }
+  }
+  off[E] = at;
+}
+
+/* An expert's capacity at N tokens: ceil(N K / E x factor), or all of them. */
+static int capacity(const mgt_gpt_dims *d, int N) {
+  if (d->spec.capacity <= 0) return N;
+  const double c = ceil((double)N * d->K / d->E * d->spec.capacity);
+  return c > N ? N : (int)c;
+}
+
+mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts *a, float *y) {
+  const mgt_backend *be = m->be;
+  const mgt_gpt_dims *d = &m->d;
+  const int E = d->E, K = d->K, C = d->C, Fl = d->Fel, Fo = d->Foe;
+  const int swiglu = d->spec.mlp == MGT_MLP_SWIGLU;
+  struct gpt_moe_host *h = m->moe;
+  float *w[P_SLOTS];
+  gpt_layer_views(m, m->w, l, w);
+  /* the router, in fp32 whatever the precision, and the routing: the same on every rank */
+  MGT_CHECK(mgt_be_gemm32(be, MGT_NOTRANS, MGT_TRANS, N, E, C, 1.0f, in, C, w[P_RT_W], C, 0.0f,
+                          a->logits, E));
+  MGT_CHECK(mgt_be_moe_route(be, a->logits, N, E, K, d->spec.router_score, d->spec.router_pre,
+                             (float)d->spec.router_scale, a->ridx, a->rw, a->probs, a->rlse));
+  MGT_CHECK(mgt_be_download(be, h->idx, a->ridx, sizeof(int32_t) * (size_t)N * K));
+  MGT_CHECK(mgt_be_download(be, h->w, a->rw, sizeof(float) * (size_t)N * K));
+  int *off = h->offsets + (size_t)l * (E + 1);
+  place(d, h, N, capacity(d, N), off, h->counts + (size_t)l * E);
+  const int M = off[E];
+  MGT_CHECK(mgt_be_upload(be, a->rpos, h->pos, sizeof(int32_t) * (size_t)N * K));
+  MGT_CHECK(mgt_be_upload(be, a->rperm, h->perm, sizeof(int32_t) * (size_t)M));
+  MGT_CHECK(mgt_be_gather_rows(be, m->moe_xp, in, a->rperm, M, C));
+  /* each expert's MLP on its rows: [gate | up] (or the GeLU's input) in fch, its activation in
+     fch_gelu, its output (a partial sum over tp) in mout */
+  for (int e = 0; e < E; e++) {
+    const int r0 = off[e], c = off[e + 1] - r0;
+    if (c == 0) continue;
+    const float *x = m->moe_xp + (size_t)r0 * C, *w1 = w[P_EFC_W] + (size_t)e * Fl * C;
+    float *pre = a->fch + (size_t)r0 * Fo, *act = a->fch_gelu + (size_t)r0 * Fl;
+    if (swiglu) {
+      MGT_CHECK(
+          mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, c, Fl, C, 1.0f, x, C, w1, C, 0.0f, pre, Fo));
+      MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, c, Fl, C, 1.0f, x, C,
+                            w[P_EUP_W] + (size_t)e * Fl * C, C, 0.0f, pre + Fl, Fo));
+      MGT_CHECK(mgt_be_swiglu_forward(be, act, pre, c, Fl));
+    } else {
+      MGT_CHECK(mgt_be_linear_bias_gelu(be, c, Fl, C, x, C, w1, C, NULL, pre, act));
+    }
+    MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, c, C, Fl, 1.0f, act, Fl,
+                          w[P_EFCP_W] + (size_t)e * C * Fl, Fl, 0.0f, a->mout + (size_t)r0 * C, C));
+  }
+  return mgt_be_moe_combine(be, y, a->mout, a->rpos, a->rw, N, K, C, 0);
+}
+
+/* The auxiliary losses' gradients of the scores (aux, E floats on the device) and of the
+   log-sum-exps (*zc) at N tokens, and their values added to m->aux_sums. Megatron-LM's
+   aux_loss: coeff E / (K N^2) sum_e count_e sum_t p_te; the z-loss: coeff mean_t lse_t^2; each
+   scaled by m->aux_scale (1 / the micro-batches of the global batch, as its
+   MoEAuxLossAutoScaler) and shared by the MoE layers. */
+static mgt_status aux_losses(mgt_gpt *m, int l, int N, const layer_acts *a, float **aux,
+                             float *zc) {
+  const mgt_gpt_dims *d = &m->d;
+  const mgt_gpt_training *r = &m->run;
+  struct gpt_moe_host *h = m->moe;
+  const int E = d->E;
+  const int lb = r->moe_load_balancing == MGT_MOE_LB_AUX && r->moe_aux_coeff > 0;
+  *aux = NULL, *zc = 0.0f;
+  if (!lb && r->moe_z_coeff <= 0) return MGT_OK;
+  const double s = m->aux_scale, n = N;
+  const int *counts = h->counts + (size_t)l * E;
+  if (lb) {
+    float g[E];
+    const double f = r->moe_aux_coeff * E / ((double)d->K * n * n);
+    for (int e = 0; e < E; e++)
+      g[e] = (float)(s * m->aux_loss_scale * f * counts[e]);
+    MGT_CHECK(mgt_be_upload(m->be, m->moe_aux, g, sizeof g));
+    *aux = m->moe_aux;
+    MGT_CHECK(mgt_be_download(m->be, h->probs, a->probs, sizeof(float) * (size_t)N * E));
+    double v = 0;
+    for (int e = 0; e < E; e++) {
+      double p = 0;
+      for (int t = 0; t < N; t++)
+        p += h->probs[(size_t)t * E + e];
+      v += p * counts[e];
+    }
+    m->aux_sums[0] += s * f * v;
+  }
+  if (r->moe_z_coeff > 0) {
+    *zc = (float)(s * m->aux_loss_scale * r->moe_z_coeff / n);
+    MGT_CHECK(mgt_be_download(m->be, h->lse, a->rlse, sizeof(float) * (size_t)N));
+    double v = 0;
+    for (int t = 0; t < N; t++)
+      v += (double)h->lse[t] * h->lse[t];
+    m->aux_sums[1] += s * r->moe_z_coeff * v / n;
+  }
+  return MGT_OK;
+}
+
+mgt_status gpt_moe_backward(mgt_gpt *m, int l, const float *in, const float *dy, layer_acts *a,
+                            float *dx, int acc) {
+  const mgt_backend *be = m->be;
+  const mgt_gpt_dims *d = &m->d;
+  const int E = d->E, K = d->K, C = d->C, Fl = d->Fel, Fo = d->Foe, N = d->B * d->T;
+  const int swiglu = d->spec.mlp == MGT_MLP_SWIGLU;
+  const int *off = m->moe->offsets + (size_t)l * (E + 1), M = off[E];
+  float *w[P_SLOTS], *g[P_SLOTS];
+  gpt_layer_views(m, m->w, l, w);
+  gpt_layer_views(m, m->g, l, g);
+  /* the experts' outputs' gradient, and the weights': dy . output, summed over tp */
+  MGT_CHECK(mgt_be_moe_combine_backward(be, m->moe_dout, m->moe_dw, dy, a->mout, a->rpos, a->rw, N,
+                                        K, C));
+  if (d->tp > 1)
+    MGT_CHECK(mgt_comm_allreduce(m->comm, MGT_AXIS_TP, m->moe_dw, (size_t)N * K, MGT_SUM));
+  /* the router: the same on every rank; its input gradient is counted once, on rank 0 */
+  float *aux, zc;
+  MGT_CHECK(aux_losses(m, l, N, a, &aux, &zc));
+  MGT_CHECK(mgt_be_moe_route_backward(be, m->moe_dlogits, m->moe_dw, a->logits, a->ridx, a->rw,
+                                      a->probs, a->rlse, N, E, K, d->spec.router_score,
+                                      d->spec.router_pre, (float)d->spec.router_scale, aux, zc));
+  MGT_CHECK(mgt_be_gemm32(be, MGT_TRANS, MGT_NOTRANS, E, C, N, 1.0f, m->moe_dlogits, E, in, C,
+                          acc ? 1.0f : 0.0f, g[P_RT_W], C));
+  if (d->tp_rank == 0)
+    MGT_CHECK(mgt_be_gemm32(be, MGT_NOTRANS, MGT_NOTRANS, N, C, E, 1.0f, m->moe_dlogits, E,
+                            w[P_RT_W], C, 0.0f, dx, C));
+  else
+    MGT_CHECK(mgt_be_zero(be, dx, sizeof(float) * (size_t)N * C));
+  /* each expert, its rows' input gradient in place of their output's */
+  MGT_CHECK(mgt_be_gather_rows(be, m->moe_xp, in, a->rperm, M, C));
+  const float beta = acc ? 1.0f : 0.0f;
+  for (int e = 0; e < E; e++) {
+    const int r0 = off[e], c = off[e + 1] - r0;
+    float *gw1 = g[P_EFC_W] + (size_t)e * Fl * C, *gw2 = g[P_EFCP_W] + (size_t)e * C * Fl;
+    float *gup = swiglu ? g[P_EUP_W] + (size_t)e * Fl * C : NULL;
+    if (c == 0) { /* no token: a zero gradient, or nothing to add */
+      if (!acc) {
+        MGT_CHECK(mgt_be_zero(be, gw1, sizeof(float) * (size_t)Fl * C));
+        MGT_CHECK(mgt_be_zero(be, gw2, sizeof(float) * (size_t)C * Fl));
+        if (gup) MGT_CHECK(mgt_be_zero(be, gup, sizeof(float) * (size_t)Fl * C));
+      }
+      continue;
+    }
+    const float *x = m->moe_xp + (size_t)r0 * C, *pre = a->fch + (size_t)r0 * Fo;
+    const float *act = a->fch_gelu + (size_t)r0 * Fl, *w1 = w[P_EFC_W] + (size_t)e * Fl * C;
+    const float *w2 = w[P_EFCP_W] + (size_t)e * C * Fl;
+    float *dout = m->moe_dout + (size_t)r0 * C, *dfch = m->moe_dfch + (size_t)r0 * Fo;
+    float *dact = m->moe_dact + (size_t)r0 * Fl;
+    MGT_CHECK(
+        mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, Fl, C, 1.0f, dout, C, w2, Fl, 0.0f, dact, Fl));
+    MGT_CHECK(
+        mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, C, Fl, c, 1.0f, dout, C, act, Fl, beta, gw2, Fl));
+    if (swiglu) {
+      MGT_CHECK(mgt_be_swiglu_backward(be, dfch, dact, pre, c, Fl));
+      MGT_CHECK(
+          mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, c, 1.0f, dfch, Fo, x, C, beta, gw1, C));
+      MGT_CHECK(mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, c, 1.0f, dfch + Fl, Fo, x, C, beta,
+                            gup, C));
+      MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, C, Fl, 1.0f, dfch, Fo, w1, C, 0.0f,
+                            dout, C));
+      MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, C, Fl, 1.0f, dfch + Fl, Fo,
+                            w[P_EUP_W] + (size_t)e * Fl * C, C, 1.0f, dout, C));
+    } else {
+      MGT_CHECK(mgt_be_gelu_backward(be, dfch, dact, pre, (size_t)c * Fl));
+      MGT_CHECK(
+          mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, c, 1.0f, dfch, Fo, x, C, beta, gw1, C));
+      MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, C, Fl, 1.0f, dfch, Fo, w1, C, 0.0f,
+                            dout, C));
+    }
+  }
+  return mgt_be_moe_combine(be, dx, m->moe_dout, a->rpos, NULL, N, K, C, 1);
+}
+
+void mgt_gpt_set_micro_batches(mgt_gpt *m, int micro_batches) {
+  m->aux_scale = micro_batches > 0 ? 1.0 / micro_batches : 1.0;
+}
+
+void mgt_gpt_aux_losses(mgt_gpt *m, double out[2]) {
+  int layers = 0;
+  for (int l = 0; l < m->d.L; l++)
+    layers += mgt_model_is_moe_layer(&m->d.spec, l);
+  out[0] = layers ? m->aux_sums[0] / layers : 0, out[1] = layers ? m->aux_sums[1] / layers : 0;
+  m->aux_sums[0] = m->aux_sums[1] = 0;
+}

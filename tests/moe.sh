@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Mixture-of-Experts models end to end: five routers trained at tp=2 (softmax top-2 with the
+# load-balancing and z-losses; pre-softmax with a capacity by position in every other layer;
+# sigmoid scaled with a capacity by probability and GeLU experts; top-1 of 16, so that experts get
+# no token; Qwen3-MoE's block: q/k norms, a head size of its own, pre-softmax, a dense layer 0), each scored by mgt eval at tp=1 and tp=2 against an independent float64 numpy model
+# (tests/moe_numpy.py, written from Megatron-LM's router); resumed on another layout with the
+# losses of the uninterrupted run; the auxiliary losses in the log line and the metrics file;
+# Hugging Face's MixtralForCausalLM and Qwen3MoeForCausalLM both ways.
+# Usage: moe.sh MGT MPIEXEC TESTS_DIR
+set -u
+MGT=$(readlink -f "$1") MPIEXEC=$2 TESTS=$3
+. "$TESTS/lib.sh"
+
+$PY -c "import random; random.seed(7); print(' '.join(str((5 + 7 * i) % 128 if i % 5 else random.randrange(128)) for i in range(129)))" > "$tmp/ids.txt"
+M=(--mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32
+  --micro-batch-size 2 --global-batch-size 8 --train-iters 12 --lr 3e-3 --lr-decay-iters 14 --eval-iters 0
+  --log-interval 4 --normalization RMSNorm --norm-epsilon 1e-6 --position-embedding-type rope
+  --disable-bias-linear --tensor-model-parallel-size 2 --moe-ffn-hidden-size 48)
+declare -A V
+V[softmax]="--swiglu --num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
+V[pre]="--swiglu --num-experts 8 --moe-router-topk 2 --moe-router-pre-softmax --moe-layer-freq [0,1] --moe-expert-capacity-factor 0.5 --moe-token-drop-policy position --moe-aux-loss-coeff 0.01"
+V[sigmoid]="--num-experts 6 --moe-router-topk 3 --moe-router-score-function sigmoid --moe-router-topk-scaling-factor 2.5 --moe-expert-capacity-factor 1 --moe-token-drop-policy probs --moe-aux-loss-coeff 0.01 --untie-embeddings-and-output-weights"
+V[top1]="--swiglu --num-experts 16 --moe-router-topk 1 --group-query-attention --num-query-groups 2 --moe-z-loss-coeff 0.01"
+V[qmoe]="--swiglu --num-experts 4 --moe-router-topk 2 --moe-router-pre-softmax --moe-layer-freq [0,1] --qk-layernorm --kv-channels 12 --group-query-attention --num-query-groups 2 --untie-embeddings-and-output-weights --moe-aux-loss-coeff 0.001"
+
+for name in softmax pre sigmoid top1 qmoe; do
+  # shellcheck disable=SC2086
+  "$MPIEXEC" -n 2 "$MGT" train "${M[@]}" ${V[$name]} --save "$tmp/$name" \
+    --metrics-file "$tmp/$name.jsonl" > "$tmp/$name.log" 2>&1 || { fail "training $name"; tail -3 "$tmp/$name.log"; continue; }
+  for tp in 1 2; do
+    "$MPIEXEC" -n 2 "$MGT" eval --load "$tmp/$name" --input-ids "$tmp/ids.txt" --micro-batch-size 1 \
+      --tensor-model-parallel-size $tp > "$tmp/$name.eval$tp" 2>&1 ||
+      { fail "mgt eval $name tp=$tp"; tail -3 "$tmp/$name.eval$tp"; }
+  done
+  $PY "$TESTS/moe_numpy.py" "$tmp/$name/iter_0000012.h5" "$tmp/ids.txt" 32 > "$tmp/$name.numpy" ||
+    fail "numpy MoE of $name"
+  $PY - "$name" "$tmp/$name.eval1" "$tmp/$name.eval2" "$tmp/$name.numpy" <<'PY' || fail "$name: mgt eval and the numpy MoE disagree"
+import json, sys
+e1, e2, ref = (json.loads([l for l in open(f).read().splitlines() if l.startswith("{")][-1]) for f in sys.argv[2:])
+print("%s: mgt eval (tp=1): %.7f over %d tokens; (tp=2): %.7f; numpy float64: %.7f" %
+      (sys.argv[1], e1["avg_loss"], e1["tokens"], e2["avg_loss"], ref["avg_loss"]))
+assert e1["tokens"] == ref["tokens"] == 128
+assert abs(e1["avg_loss"] - ref["avg_loss"]) <= 1e-5 * ref["avg_loss"]
+assert abs(e2["avg_loss"] - ref["avg_loss"]) <= 1e-5 * ref["avg_loss"]
+PY
+done
+
+# Hugging Face: the softmax model as MixtralForCausalLM, the q/k-normed one with a dense layer 0
+# as Qwen3MoeForCausalLM (decoder_sparse_step 2, norm_topk_prob false): their exports scored by
+# the float64 numpy of tests/llama_numpy.py (written from transformers' modeling_mixtral and
+# modeling_qwen3_moe) as mgt eval scores the checkpoint, and imported back bit for bit
+for pair in softmax:mixtral qmoe:qwen3_moe; do
+  name=${pair%%:*} type=${pair#*:}
+  "$MGT" ckpt export --format hf --load "$tmp/$name" --output "$tmp/$name.hf" > /dev/null || { fail "export $name"; continue; }
+  $PY - "$tmp/$name.hf/config.json" "$type" <<'PY' || fail "$name: config.json"
+import json, sys
+c, t = json.load(open(sys.argv[1])), sys.argv[2]
+want = {"mixtral": ("MixtralForCausalLM", "num_local_experts", 4), "qwen3_moe": ("Qwen3MoeForCausalLM", "num_experts", 4)}[t]
+assert c["architectures"] == [want[0]] and c["model_type"] == t and c[want[1]] == want[2], c
+if t == "qwen3_moe":
+    assert c["decoder_sparse_step"] == 2 and c["mlp_only_layers"] == [] and c["norm_topk_prob"] is False, c
+    assert c["moe_intermediate_size"] == 48 and c["head_dim"] == 12, c
+else:
+    assert c["intermediate_size"] == 48 and c["num_experts_per_tok"] == 2, c
+print("ok: %s exported as %s" % (t, want[0]))
+PY
+  $PY "$TESTS/llama_numpy.py" "$tmp/$name.hf" "$tmp/ids.txt" 32 > "$tmp/$name.hfnumpy" || fail "numpy $type"
+  $PY - "$type" "$tmp/$name.eval1" "$tmp/$name.hfnumpy" <<'PY' || fail "$type: the export scores otherwise"
+import json, sys
+e, ref = (json.loads([l for l in open(f).read().splitlines() if l.startswith("{")][-1]) for f in sys.argv[2:])
+print("%s: mgt eval %.7f, numpy of the Hugging Face export %.7f" % (sys.argv[1], e["avg_loss"], ref["avg_loss"]))
+assert e["tokens"] == ref["tokens"] == 128 and abs(e["avg_loss"] - ref["avg_loss"]) <= 1e-5 * ref["avg_loss"]
+PY
+  "$MGT" ckpt import --format hf --input "$tmp/$name.hf" --save "$tmp/$name.imp" > /dev/null || { fail "import $type"; continue; }
+  $PY - "$tmp/$name" "$tmp/$name.imp" <<'PY' || fail "$type: the import differs from the checkpoint"
+import glob, sys
+import h5py, numpy as np
+a, b = (sorted(glob.glob(d + "/iter_*.h5"))[-1] for d in sys.argv[1:])
+with h5py.File(a, "r") as p, h5py.File(b, "r") as q:
+    names = sorted(p["model"].keys())
+    assert names == sorted(q["model"].keys()), (names, sorted(q["model"].keys()))
+    for k in names:
+        x, y = p["model"][k][()], q["model"][k][()]
+        assert x.shape == y.shape and np.array_equal(x.view(np.uint32), y.view(np.uint32)), k
+    sa, sb = p.attrs["model"], q.attrs["model"]
+print("ok: %d model tensors imported bit for bit" % len(names))
+PY
+done
+expect "Hugging Face's Mixtral has experts in every layer, their top-k renormalized" \
+  "$MGT" ckpt export --format hf --load "$tmp/pre" --output "$tmp/x.hf"
+
+# the auxiliary losses in the log line and the metrics file: the load-balancing loss near its
+# coefficient (balanced experts give coeff x 1), the z-loss positive
+grep -q "load_balancing_loss: [0-9.E+-]* | z_loss: [0-9.E+-]* |" "$tmp/softmax.log" ||
+  fail "no auxiliary losses in the log line"
+$PY - "$tmp/softmax.jsonl" <<'PY' || fail "the metrics file's auxiliary losses"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+assert len(rows) == 3, rows
+for r in rows:
+    assert 0.01 <= r["load_balancing_loss"] < 0.02 and 0 < r["z_loss"] < 0.01, r
+print("ok: load_balancing_loss %.6f, z_loss %.3g at iteration 12" % (rows[-1]["load_balancing_loss"], rows[-1]["z_loss"]))
+PY
+
+# resumed on other layouts (the experts resharded on their inner width): the losses of the
+# uninterrupted run
+"$MPIEXEC" -n 2 "$MGT" train "${M[@]}" ${V[softmax]} --train-iters 14 --log-interval 1 \
+  --metrics-file "$tmp/whole.jsonl" > /dev/null 2>&1 || fail "the uninterrupted softmax run"
+for tp in 1 2; do
+  "$MPIEXEC" -n 2 "$MGT" train "${M[@]}" ${V[softmax]} --train-iters 14 --log-interval 1 \
+    --tensor-model-parallel-size $tp --load "$tmp/softmax" --metrics-file "$tmp/resume$tp.jsonl" \
+    > "$tmp/resume.log" 2>&1 || { fail "resuming softmax at tp=$tp"; grep error "$tmp/resume.log"; }
+done
+$PY - "$tmp/whole.jsonl" "$tmp/resume2.jsonl" "$tmp/resume1.jsonl" <<'PY' || fail "the resumed runs differ from the uninterrupted one"
+import json, sys
+runs = [{r["iteration"]: (r["loss"], r["load_balancing_loss"]) for r in map(json.loads, open(f)) if "loss" in r} for f in sys.argv[1:]]
+ref = runs[0]
+for r in runs[1:]:
+    assert sorted(r) == [13, 14], r
+    for k in r:
+        assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(r[k], ref[k])), (k, r[k], ref[k])
+print("ok: resumed at tp=2 dp=1 and tp=1 dp=2: losses %s as without a stop" % [round(ref[k][0], 6) for k in (13, 14)])
+PY
+
+echo "moe: $fails failures"
+[ "$fails" = 0 ]
