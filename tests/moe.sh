@@ -99,7 +99,12 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
 assert len(rows) == 3, rows
 for r in rows:
     assert 0.01 <= r["load_balancing_loss"] < 0.02 and 0 < r["z_loss"] < 0.01, r
-print("ok: load_balancing_loss %.6f, z_loss %.3g at iteration 12" % (rows[-1]["load_balancing_loss"], rows[-1]["z_loss"]))
+    # tokens of an expert over the mean 2 x 32 x 2 / 4 = 32 of a micro-batch: counts / 32
+    lo, hi = r["expert_tokens_min"] * 32, r["expert_tokens_max"] * 32
+    assert 0 <= lo <= 32 <= hi <= 64 and lo == round(lo) and hi == round(hi), r
+print("ok: load_balancing_loss %.6f, z_loss %.3g, an expert's tokens %d to %d of a micro-batch "
+      "at iteration 12" % (rows[-1]["load_balancing_loss"], rows[-1]["z_loss"],
+                           rows[-1]["expert_tokens_min"] * 32, rows[-1]["expert_tokens_max"] * 32))
 PY
 
 # resumed on other layouts (the experts resharded on their inner width): the losses of the

@@ -207,6 +207,9 @@ MGT_NODISCARD mgt_status mgt_task_forward(mgt_gpt *m, const int32_t *rows, int n
    group they are the global batch's. */
 void mgt_gpt_set_micro_batches(mgt_gpt *m, int micro_batches);
 void mgt_gpt_aux_losses(mgt_gpt *m, double out[2]);
+/* The fewest and the most tokens an expert of an MoE layer got in a training micro-batch since
+   the last call, over the mean (N topk / experts: 1 when balanced); NaN for none. */
+void mgt_gpt_expert_spread(mgt_gpt *m, double out[2]);
 
 /* ---- the head interface: one training micro-batch whatever the head ---- */
 
@@ -263,6 +266,8 @@ MGT_NODISCARD mgt_status mgt_gpt_describe(const mgt_config *cfg, int tp, int tp_
 /* Parameters of the logical (unsharded) model, without vocabulary padding. */
 int64_t mgt_gpt_logical_params(const mgt_config *cfg);
 int64_t mgt_gpt_spec_params(const mgt_model_spec *spec);
+/* Those a token passes through: with Mixture-of-Experts layers, topk of their experts. */
+int64_t mgt_gpt_spec_active_params(const mgt_model_spec *spec);
 /* The hd/2 rotary frequencies of spec (hd its head size): base^(-2i/hd), with --use-rope-scaling
    Llama 3.1's rescaling (Hugging Face's rope_type "llama3": wavelengths beyond the original
    8192 positions divided by the factor, below 8192/4 kept, smoothed between), each computed in

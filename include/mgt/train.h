@@ -50,6 +50,8 @@ typedef struct mgt_step_stats {
   /* Mixture-of-Experts: the load-balancing and z-losses of the global batch, means over the
      MoE layers (NaN without experts) */
   double moe_lb_loss, moe_z_loss;
+  /* the fewest and most tokens an expert of any MoE layer got in a micro-batch, over the mean */
+  double moe_tokens_min, moe_tokens_max;
 } mgt_step_stats;
 
 /* The run: what mgt train does with a model, as the job's flags say, apart from what the model

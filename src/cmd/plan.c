@@ -256,11 +256,16 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
   }
   mgt_config c0;
   mgt_plan_config(o, 1, 1, 0, 0, 0, &c0);
+  char active[64] = ""; /* Mixture-of-Experts: the parameters a token passes through */
+  const mgt_model_spec spec = mgt_model_of(&c0);
+  if (spec.experts)
+    snprintf(active, sizeof active, " (%.3g B active: %d of %d experts)",
+             (double)mgt_gpt_spec_active_params(&spec) / 1e9, spec.topk, spec.experts);
   fprintf(out,
-          "%s: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d, %.3g B parameters; "
+          "%s: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d, %.3g B parameters%s; "
           "global batch %d on %d x %d GPUs of %s\n",
           mgt_model_names[o->m.model], o->m.num_layers, o->m.hidden_size, o->m.num_attention_heads,
-          o->m.seq_length, o->m.vocab_size, (double)mgt_gpt_logical_params(&c0) / 1e9,
+          o->m.seq_length, o->m.vocab_size, (double)mgt_gpt_logical_params(&c0) / 1e9, active,
           o->m.global_batch_size, o->nodes, o->gpus_per_node, o->gpu_memory);
   fprintf(out,
           "model: %.4g TFLOP/s per GPU, %.4g GB/s all-reduce in a node, %.4g GB/s network per "

@@ -132,6 +132,7 @@ struct mgt_gpt {
   double aux_scale;         /* 1 / the micro-batches of the global batch (the losses' weight) */
   double aux_loss_scale;    /* the loss scale of this micro-batch's gradients */
   double aux_sums[2];       /* their values (load balancing, z) summed since last read */
+  double spread[2];         /* the fewest and most tokens an expert got, over the mean, since */
   int *sp_counts;
   /* BERT: token types, lengths (the padding mask), masked rows and their labels, [CLS] rows
      and the order labels; the LM head on the masked rows, the pooler and SOP head on [CLS] */

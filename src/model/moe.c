@@ -35,6 +35,7 @@ mgt_status gpt_moe_create(mgt_gpt *m) {
   MGT_CHECK(mgt_calloc(sizeof(float) * N, "routing", (void **)&h->lse));
   MGT_CHECK(mgt_calloc(sizeof(int) * N, "routing", (void **)&h->order));
   m->aux_scale = m->aux_loss_scale = 1.0;
+  m->spread[0] = INFINITY, m->spread[1] = 0;
   return MGT_OK;
 }
 
@@ -157,6 +158,11 @@ static mgt_status aux_losses(mgt_gpt *m, int l, int N, const layer_acts *a, floa
   const int E = d->E;
   const int lb = r->moe_load_balancing == MGT_MOE_LB_AUX && r->moe_aux_coeff > 0;
   *aux = NULL, *zc = 0.0f;
+  const double mean = (double)N * d->K / E; /* the tokens an expert gets when balanced */
+  for (int e = 0; e < E; e++) {
+    const double x = h->counts[(size_t)l * E + e] / mean;
+    m->spread[0] = fmin(m->spread[0], x), m->spread[1] = fmax(m->spread[1], x);
+  }
   if (!lb && r->moe_z_coeff <= 0) return MGT_OK;
   const double s = m->aux_scale, n = N;
   const int *counts = h->counts + (size_t)l * E;
@@ -271,4 +277,10 @@ void mgt_gpt_aux_losses(mgt_gpt *m, double out[2]) {
     layers += mgt_model_is_moe_layer(&m->d.spec, l);
   out[0] = layers ? m->aux_sums[0] / layers : 0, out[1] = layers ? m->aux_sums[1] / layers : 0;
   m->aux_sums[0] = m->aux_sums[1] = 0;
+}
+
+void mgt_gpt_expert_spread(mgt_gpt *m, double out[2]) {
+  const int seen = m->spread[0] <= m->spread[1];
+  out[0] = seen ? m->spread[0] : NAN, out[1] = seen ? m->spread[1] : NAN;
+  m->spread[0] = INFINITY, m->spread[1] = 0;
 }

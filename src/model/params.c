@@ -355,6 +355,10 @@ int64_t mgt_gpt_spec_params(const mgt_model_spec *s) {
          lm_head_params(s) + pool_params(s);
 }
 
+int64_t mgt_gpt_spec_active_params(const mgt_model_spec *s) {
+  return mgt_gpt_spec_params(s) - (int64_t)(layers_params(s, 0) - layers_params(s, 1));
+}
+
 int64_t mgt_gpt_logical_params(const mgt_config *cfg) {
   const mgt_model_spec s = mgt_model_of(cfg);
   return mgt_gpt_spec_params(&s);

@@ -9,6 +9,11 @@ void mgt_print_memory_plan(const mgt_config *cfg, int tp, int dp, FILE *f) {
   const double MiB = 1024.0 * 1024.0;
   fprintf(f, "memory per rank (MiB):\n");
   fprintf(f, "  parameters          %12.1f\n", m.params / MiB);
+  const mgt_model_spec spec = mgt_model_of(cfg);
+  if (spec.experts)
+    fprintf(f, "    (%.4g M parameters, %.4g M active: %d of %d experts a token)\n",
+            (double)mgt_gpt_spec_params(&spec) / 1e6,
+            (double)mgt_gpt_spec_active_params(&spec) / 1e6, spec.topk, spec.experts);
   if (m.weight_copies)
     fprintf(f, "  16-bit weights      %12.1f  (remade once per step; --no-weight-copies)\n",
             m.weight_copies / MiB);

@@ -24,6 +24,7 @@ struct mgt_report {
   const mgt_run *run;
   int root, kind, sop; /* sop: the sentence-order head's values are shown */
   int moe;             /* the auxiliary losses of Mixture-of-Experts layers are shown */
+  double spread[2];    /* the interval's fewest and most tokens of an expert, over the mean */
   const char *task;    /* the --task name of a fine-tuning run */
   FILE *log, *metrics;
   mgt_tb *tb;
@@ -78,6 +79,10 @@ void mgt_report_step(mgt_report *r, const mgt_step_stats *s, double seconds) {
     r->acc.loss += s->loss, r->acc.lm += s->lm_loss, r->acc.sop += s->sop_loss;
     r->acc.sop_acc += r->kind == KIND_TASK ? s->accuracy : s->sop_accuracy, r->n++;
     r->acc.lb += s->moe_lb_loss, r->acc.z += s->moe_z_loss;
+    if (r->moe) {
+      r->spread[0] = r->n == 1 ? s->moe_tokens_min : fmin(r->spread[0], s->moe_tokens_min);
+      r->spread[1] = r->n == 1 ? s->moe_tokens_max : fmax(r->spread[1], s->moe_tokens_max);
+    }
   }
   r->skipped += s->skipped;
   r->nans += s->nonfinite;
@@ -93,8 +98,9 @@ static void json_num(FILE *f, const char *key, double v, int digits) {
     fputs("null", f);
 }
 
-static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm, int kind, int moe,
-                         double ms, double tokens_per_sec, double tflops, int skipped, int nans) {
+static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm, int kind,
+                         const double *moe, double ms, double tokens_per_sec, double tflops,
+                         int skipped, int nans) {
   fprintf(f, "{\"iteration\":%lld,\"consumed_samples\":%llu", (long long)s->iteration,
           (unsigned long long)s->consumed_samples);
   json_num(f, "loss", lm->loss, 17);
@@ -105,7 +111,10 @@ static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm,
     json_num(f, "sop_loss", lm->sop, 17);
     json_num(f, "sop_accuracy", lm->sop_acc, 9);
   }
-  if (moe) json_num(f, "load_balancing_loss", lm->lb, 17), json_num(f, "z_loss", lm->z, 17);
+  if (moe) {
+    json_num(f, "load_balancing_loss", lm->lb, 17), json_num(f, "z_loss", lm->z, 17);
+    json_num(f, "expert_tokens_min", moe[0], 9), json_num(f, "expert_tokens_max", moe[1], 9);
+  }
   json_num(f, "lr", s->lr, 9);
   json_num(f, "grad_norm", s->grad_norm, 9);
   json_num(f, "ms_per_iteration", ms, 9);
@@ -134,8 +143,8 @@ static mgt_status tb_write(mgt_tb *tb, int64_t step, const tb_scalar *x, int n) 
    tags where it has them ("lm loss" is also its key for a fine-tuning loss; BERT's "loss" is
    lm + sop). */
 static mgt_status tb_train(mgt_tb *tb, const mgt_step_stats *s, const loss_means *lm, int kind,
-                           int moe, int batch, double ms, double tokens_per_sec, double tflops,
-                           int skipped, int nans) {
+                           int moe, const double *spread, int batch, double ms,
+                           double tokens_per_sec, double tflops, int skipped, int nans) {
   const tb_scalar x[] = {
       {"consumed-samples", (double)s->consumed_samples, 1},
       {kind == KIND_MASKED ? "loss" : "lm loss", lm->loss, 1},
@@ -145,6 +154,8 @@ static mgt_status tb_train(mgt_tb *tb, const mgt_step_stats *s, const loss_means
       {"sop accuracy", lm->sop_acc, kind == KIND_MASKED},
       {"load_balancing_loss", lm->lb, moe},
       {"z_loss", lm->z, moe},
+      {"expert-tokens-min", spread[0], moe},
+      {"expert-tokens-max", spread[1], moe},
       {"learning-rate", s->lr, 1},
       {"grad-norm", s->grad_norm, 1},
       {"iteration-time-ms", ms, 1},
@@ -183,7 +194,9 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
           (unsigned long long)s->consumed_samples, ms, s->lr, s->global_batch, mean.lm);
   if (r->sop) fprintf(log, " sop loss: %.6E | sop accuracy: %.4f |", mean.sop, mean.sop_acc);
   if (r->kind == KIND_TASK) fprintf(log, " accuracy: %.4f |", mean.sop_acc);
-  if (r->moe) fprintf(log, " load_balancing_loss: %.6E | z_loss: %.6E |", mean.lb, mean.z);
+  if (r->moe)
+    fprintf(log, " load_balancing_loss: %.6E | z_loss: %.6E | expert tokens min/max: %.2f/%.2f |",
+            mean.lb, mean.z, r->spread[0], r->spread[1]);
   fprintf(log,
           " grad norm: %.3f | tokens/s: %.1f | TFLOP/s: %.4f | skipped iterations: %d | nan "
           "iterations: %d",
@@ -192,10 +205,11 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
   fputc('\n', log);
   fflush(log);
   if (r->tb)
-    MGT_CHECK(tb_train(r->tb, s, &mean, r->kind, r->moe, s->global_batch, ms, tps, tflops, skipped,
-                       nans));
+    MGT_CHECK(tb_train(r->tb, s, &mean, r->kind, r->moe, r->spread, s->global_batch, ms, tps,
+                       tflops, skipped, nans));
   if (r->metrics) {
-    metrics_line(r->metrics, s, &mean, r->kind, r->moe, ms, tps, tflops, skipped, nans);
+    metrics_line(r->metrics, s, &mean, r->kind, r->moe ? r->spread : NULL, ms, tps, tflops, skipped,
+                 nans);
     fflush(r->metrics);
   }
   return MGT_OK;

@@ -586,6 +586,7 @@ static mgt_status train_batch(mgt_trainer *tr, double *loss, mgt_step_stats *sta
   double sums[3] = {0, 0, 0}, aux[2];
   mgt_gpt_set_micro_batches(tr->model, n_micro * g->dp);
   mgt_gpt_aux_losses(tr->model, aux); /* from 0 */
+  mgt_gpt_expert_spread(tr->model, aux);
   for (int mb = 0; mb < n_micro; mb++) {
     uint64_t first = tr->consumed + (uint64_t)mb * B * g->dp + (uint64_t)g->dp_rank * B;
     mgt_timer_start(&tr->timers[T_FWDBWD]);
@@ -596,11 +597,16 @@ static mgt_status train_batch(mgt_trainer *tr, double *loss, mgt_step_stats *sta
   MGT_CHECK(
       mgt_comm_allreduce_f64(tr->comm, MGT_AXIS_DP, sums, mgt_gpt_head_sums(tr->model), MGT_SUM));
   *loss = head_means(&tr->spec, sums, units, stats);
-  stats->moe_lb_loss = stats->moe_z_loss = NAN;
+  stats->moe_lb_loss = stats->moe_z_loss = stats->moe_tokens_min = stats->moe_tokens_max = NAN;
   if (tr->spec.experts) {
     mgt_gpt_aux_losses(tr->model, aux);
     MGT_CHECK(mgt_comm_allreduce_f64(tr->comm, MGT_AXIS_DP, aux, 2, MGT_SUM));
     stats->moe_lb_loss = aux[0], stats->moe_z_loss = aux[1];
+    double spread[2];
+    mgt_gpt_expert_spread(tr->model, spread);
+    spread[0] = -spread[0]; /* the minimum as a maximum */
+    MGT_CHECK(mgt_comm_allreduce_f64(tr->comm, MGT_AXIS_DP, spread, 2, MGT_MAX));
+    stats->moe_tokens_min = -spread[0], stats->moe_tokens_max = spread[1];
   }
   return MGT_OK;
 }
