@@ -5,7 +5,8 @@
 # no token; Qwen3-MoE's block: q/k norms, a head size of its own, pre-softmax, a dense layer 0), each scored by mgt eval at tp=1 and tp=2 against an independent float64 numpy model
 # (tests/moe_numpy.py, written from Megatron-LM's router); resumed on another layout with the
 # losses of the uninterrupted run; the auxiliary losses in the log line and the metrics file;
-# Hugging Face's MixtralForCausalLM and Qwen3MoeForCausalLM both ways.
+# Hugging Face's MixtralForCausalLM and Qwen3MoeForCausalLM both ways; the Mixtral 8x7B and
+# Qwen3-30B-A3B jobs' parameters per rank against a hand count.
 # Usage: moe.sh MGT MPIEXEC TESTS_DIR
 set -u
 MGT=$(readlink -f "$1") MPIEXEC=$2 TESTS=$3
@@ -126,6 +127,41 @@ for r in runs[1:]:
         assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(r[k], ref[k])), (k, r[k], ref[k])
 print("ok: resumed at tp=2 dp=1 and tp=1 dp=2: losses %s as without a stop" % [round(ref[k][0], 6) for k in (13, 14)])
 PY
+
+# the Mixtral 8x7B and Qwen3-30B-A3B jobs: their flags are accepted and plan the parameters
+# counted by hand (a launcher that runs mgt train --dry-run on their tp ranks instead of srun);
+# mgt plan counts their published 46.7 B (12.9 B active) and 30.5 B (3.3 B active)
+mkdir -p "$tmp/fakejobs"
+printf '#!/usr/bin/env bash\nexec "%s" -n "$TP" "%s" train "$@" --tensor-model-parallel-size "$TP" --dry-run\n' \
+  "$MPIEXEC" "$MGT" > "$tmp/fakejobs/launch.sh"
+chmod +x "$tmp/fakejobs/launch.sh"
+# job: name, tp, layers, hidden, heads, groups, head size, q/k norms, experts, expert width, vocab
+for job in mixtral-8x7b-tp8:8:32:4096:32:8:128:0:8:14336:32000 qwen3-30b-a3b-tp4:4:48:2048:32:4:128:1:128:768:151936; do
+  name=${job%%:*}
+  MGT_JOBS=$tmp/fakejobs SLURM_JOB_NAME=$name SLURM_NNODES=1 SAVE_DIR=$tmp/none DEVICE=cpu \
+    bash "$TESTS/../jobs/$name.sbatch" > "$tmp/job.log" 2>&1 || { fail "jobs/$name.sbatch"; grep error "$tmp/job.log"; }
+  $PY - "$tmp/job.log" "$job" <<'EOPY' || fail "jobs/$name.sbatch: parameters per rank"
+import re, sys
+log = open(sys.argv[1]).read()
+name, tp, L, C, H, G, hd, qk, E, F, V = sys.argv[2].split(":")
+tp, L, C, H, G, hd, qk, E, F, V = map(int, (tp, L, C, H, G, hd, qk, E, F, V))
+Vl = -(-V // (128 * tp)) * 128  # the vocabulary padded to 128 x tp, one rank's rows
+attention = (H // tp) * hd * C + 2 * (G // tp) * hd * C + C * (H // tp) * hd + (2 * hd if qk else 0)
+layer = 2 * C + attention + E * C + 3 * E * (F // tp) * C  # norms, attention, router, experts
+floats = 2 * Vl * C + L * layer + C  # embeddings and the untied output layer, layers, final norm
+mib = re.search(r"^\s+parameters\s+([0-9.]+)$", log, re.M)
+assert mib, log[-2000:]
+assert abs(float(mib.group(1)) - floats * 4 / 2**20) < 0.2, (mib.group(1), floats * 4 / 2**20)
+print("ok: jobs/%s.sbatch plans %s MiB of parameters per rank, as counted" % (name, mib.group(1)))
+EOPY
+done
+"$MGT" plan --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention \
+  --num-query-groups 8 --ffn-hidden-size 14336 --num-experts 8 --moe-router-topk 2 --swiglu \
+  --normalization RMSNorm --disable-bias-linear --position-embedding-type rope \
+  --untie-embeddings-and-output-weights --vocab-size 32000 --seq-length 4096 --nodes 8 > "$tmp/plan.log" 2>&1 &&
+  grep -q "46.7 B parameters (12.9 B active: 2 of 8 experts)" "$tmp/plan.log" &&
+  echo "ok: mgt plan counts Mixtral 8x7B's 46.7 B parameters, 12.9 B active" ||
+  { fail "mgt plan of Mixtral 8x7B"; head -3 "$tmp/plan.log"; }
 
 echo "moe: $fails failures"
 [ "$fails" = 0 ]
