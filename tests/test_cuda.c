@@ -28,7 +28,7 @@ static void test_memory(void) {
 }
 
 static void test_init(void) {
-  mgt_shard sh = {3, {5, 7, 9}, {10, 7, 8}, 0, 5}; /* a shard with padding in dims 0 and 2 */
+  mgt_shard sh = {3, {5, 7, 9}, {10, 7, 8}, 0, 5, 0}; /* a shard with padding in dims 0 and 2 */
   size_t n = 5 * 7 * 9;
   float *c = malloc(n * sizeof(float));
   float *d = dev(NULL, n * sizeof(float));
@@ -682,7 +682,8 @@ static void test_xent(void) {
 
 static void test_optimizer(void) {
   const size_t n = 100000;
-  mgt_segment segs[3] = {{0, 40000, 0.1f, 1}, {40064, 30000, 0.0f, 0}, {70080, 29920, 0.1f, 1}};
+  mgt_segment segs[3] = {
+      {0, 40000, 0.1f, 1, 0}, {40064, 30000, 0.0f, 0, 0}, {70080, 29920, 0.1f, 1, 0}};
   float *p = rnd(n, 1.0f), *g = rnd(n, 1.0f), *m = rnd(n, 0.1f), *v = rnd(n, 0.1f);
   for (size_t i = 0; i < n; i++)
     v[i] = fabsf(v[i]);
@@ -695,7 +696,7 @@ static void test_optimizer(void) {
        segment shorter than a block's chunk */
     const size_t nb = 6000000;
     mgt_segment big[3] = {
-        {0, 4500000, 0.1f, 1}, {4500000, 1000, 0.0f, 1}, {4501024, 1498976, 0.1f, 1}};
+        {0, 4500000, 0.1f, 1, 0}, {4500000, 1000, 0.0f, 1, 0}, {4501024, 1498976, 0.1f, 1, 0}};
     float *x = rnd(nb, 1.0f), *xd = dev(x, nb * 4);
     double first = 0, again = 0, ref = 0;
     T_OK(mgt_be_sumsq(cpu, x, big, 3, &ref));

@@ -119,13 +119,19 @@ int main(int argc, char **argv) {
   for (int k = 0; k < 2; k++)
     for (int overlap = 0; overlap < 2; overlap++)
       for (int distributed = 0; distributed < 2; distributed++) {
-        const mgt_ddp_opts o = {k ? (size_t)1 << 20 : 7, overlap, distributed, overlap && k,
-                                distributed};
+        const mgt_ddp_opts o = {k ? (size_t)1 << 20 : 7,
+                                overlap,
+                                distributed,
+                                overlap && k,
+                                distributed,
+                                0,
+                                NULL,
+                                NULL};
         run(grid, comm, &counting, &o);
       }
   mgt_ddp *d = NULL; /* a bucket outside the buffers is refused */
   const size_t lo = 0, hi = N + 1;
-  const mgt_ddp_opts o = {64, 0, 0, 0, 0};
+  const mgt_ddp_opts o = {64, 0, 0, 0, 0, 0, NULL, NULL};
   T_CHECK(mgt_ddp_create(grid, comm, be, NULL, NULL, N, 1, &lo, &hi, &o, &d) == MGT_ERR_INPUT &&
               strstr(mgt_error_message(), "outside"),
           "a bucket past the buffers refused: %s", mgt_error_message());

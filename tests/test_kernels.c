@@ -1129,7 +1129,7 @@ static void test_xent(void) {
 /* ---------------- optimizer kernels ---------------- */
 static void test_optimizer(void) {
   size_t n = 10007;
-  mgt_segment segs[3] = {{0, 5000, 0.1f, 1}, {5008, 3, 0.0f, 0}, {5024, 4983, 0.0f, 1}};
+  mgt_segment segs[3] = {{0, 5000, 0.1f, 1, 0}, {5008, 3, 0.0f, 0, 0}, {5024, 4983, 0.0f, 1, 0}};
   float *p = fa(n), *g = fa(n), *m = fa(n), *v = fa(n);
   double *rp = da(n), *rm = da(n), *rv = da(n);
   t_fill(p, n, 1), t_fill(g, n, 1), t_fill(m, n, 0.1f);

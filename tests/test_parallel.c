@@ -12,7 +12,8 @@
    llama (RMSNorm, SwiGLU, no biases, rotary, untied, 8 heads in 4 key/value groups) and gqa
    (the groups alone, with biases), combined with the others; qwen (Llama's block with Qwen 3's
    head size of 24 and q/k norms); moe (Llama's block with Mixture-of-Experts layers: top-2 of 4
-   experts, the load-balancing and z-losses) and moe1 (layer 1 only, sigmoid scores). */
+   experts, the load-balancing and z-losses) and moe1 (layer 1 only, sigmoid scores), with
+   "-epN" the experts over N expert-parallel ranks (the layout only). */
 #include <mpi.h>
 #include <string.h>
 
@@ -23,7 +24,7 @@
 enum { ITERS = 20 };
 
 static int overlap, recompute, distopt, selective, block, sp, flash, chunks, untied, rope, llama,
-    gqa, qwen, moe, moe1;
+    gqa, qwen, moe, moe1, ep = 1;
 static int layout_run; /* the run on the layout, not the one-rank reference */
 
 static mgt_config test_config(int tp, int dist, int seqpar) {
@@ -63,6 +64,8 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
     c.num_experts = 4, c.moe_router_topk = 2, c.moe_ffn_hidden_size = 96;
     c.moe_aux_loss_coeff = 0.01, c.moe_z_loss_coeff = 0.001;
     if (moe1) strcpy(c.moe_layer_freq, "[0,1]"), c.moe_router_score_function = MGT_MOE_SIGMOID;
+    c.expert_model_parallel_size = layout_run ? ep : 1;
+    if (ep > 1) c.clip_grad = 0.05; /* a norm that binds: each expert counted once, exactly */
   }
   if (llama) { /* and the rest of Llama's block */
     c.normalization = MGT_NORM_RMSNORM, c.swiglu = 1, c.disable_bias_linear = 1;
@@ -83,7 +86,7 @@ static void shard_to_full(const mgt_param *p, const float *local, float *full) {
   for (int64_t i = 0; i < s->shape[0]; i++)
     for (int64_t j = 0; j < s1; j++)
       for (int64_t k = 0; k < s2; k++) {
-        int64_t gi = i + (s->split_dim == 0 ? s->offset : 0);
+        int64_t gi = i + (s->split_dim == 0 ? s->offset : s->lead);
         int64_t gj = j + (s->split_dim == 1 ? s->offset : 0);
         int64_t gk = k + (s->split_dim == 2 ? s->offset : 0);
         if (gi >= s->full[0] || gj >= f1 || gk >= f2) continue;
@@ -131,6 +134,13 @@ static float *run(const mgt_grid *grid, int tp, int dist, int seqpar, double *lo
     off += full_numel(&params[i]);
   }
   MPI_Allreduce(MPI_IN_PLACE, full, (int)n, MPI_FLOAT, MPI_SUM, grid->tp_comm);
+  off = 0; /* each expert-parallel rank holds other experts */
+  for (int i = 0; i < np; i++) {
+    if (params[i].expert && grid->ep > 1)
+      MPI_Allreduce(MPI_IN_PLACE, full + off, (int)full_numel(&params[i]), MPI_FLOAT, MPI_SUM,
+                    grid->ep_comm);
+    off += full_numel(&params[i]);
+  }
   /* every data-parallel replica must hold the same model */
   float *r0 = malloc(n * sizeof(float));
   memcpy(r0, full, n * sizeof(float));
@@ -165,9 +175,11 @@ int main(int argc, char **argv) {
   moe = argc > 2 && strstr(argv[2], "moe") != NULL && !strstr(argv[2], "moe1");
   moe1 = argc > 2 && strstr(argv[2], "moe1") != NULL;
   llama |= qwen | moe | moe1;
+  if (argc > 2 && strstr(argv[2], "-ep")) ep = atoi(strstr(argv[2], "-ep") + 3);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   mgt_grid *grid = NULL, *single = NULL;
   T_OK(mgt_grid_create(MPI_COMM_WORLD, tp, &grid));
+  T_OK(mgt_grid_set_experts(grid, ep));
   double ref[ITERS], got[ITERS];
   size_t nref = 0, n = 0;
   float *pref = NULL;
@@ -191,9 +203,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < nref; i++)
       r[i] = pref[i];
     T_CLOSE("parameters after training", p, r, n, 1e-5, 1e-5);
-    printf("tp=%d dp=%d%s%s: %d iterations, worst loss difference %.2e relative, final loss %.6f "
-           "(one rank %.6f)\n",
-           grid->tp, grid->dp,
+    printf("tp=%d dp=%d ep=%d%s%s: %d iterations, worst loss difference %.2e relative, final "
+           "loss %.6f (one rank %.6f)\n",
+           grid->tp, grid->dp, grid->ep,
            chunks ? " (logits in chunks of 7 rows)"
            : sp   ? (flash ? " (flash attention, sequence parallel)" : " (sequence parallel)")
                   : (flash ? " (flash attention)" : ""),

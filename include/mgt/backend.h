@@ -32,6 +32,9 @@ typedef struct mgt_shard {
   int64_t full[3];  /* logical, unpadded */
   int split_dim;    /* -1 when every rank holds the whole tensor */
   int64_t offset;   /* first logical index along split_dim held here */
+  /* first logical index along dimension 0 held here when split_dim is another (an MoE layer's
+     experts over the expert-parallel ranks, their width over tp); 0 otherwise */
+  int64_t lead;
 } mgt_shard;
 
 /* A contiguous range of a flat buffer and how the optimizer treats it. */
@@ -39,6 +42,7 @@ typedef struct mgt_segment {
   size_t offset, n;
   float weight_decay; /* 0 for biases and LayerNorm */
   int count_in_norm;  /* 0 for a replicated tensor on a rank that is not its owner */
+  int expert;         /* an MoE layer's experts: a different part on each expert-parallel rank */
 } mgt_segment;
 
 /* AdamW hyper-parameters of one step. */

@@ -15,7 +15,16 @@ extern "C" {
 #endif
 
 /* Which communicator of the grid a collective runs on. */
-typedef enum mgt_axis { MGT_AXIS_TP, MGT_AXIS_DP, MGT_AXIS_WORLD } mgt_axis;
+/* EP: the expert-parallel group; EDP: the data-parallel ranks that hold the same experts (the
+   data-parallel group itself without expert parallelism). */
+typedef enum mgt_axis {
+  MGT_AXIS_TP,
+  MGT_AXIS_DP,
+  MGT_AXIS_WORLD,
+  MGT_AXIS_EP,
+  MGT_AXIS_EDP,
+  MGT_N_AXES
+} mgt_axis;
 typedef enum mgt_redop { MGT_SUM, MGT_MAX } mgt_redop;
 
 /* A non-blocking collective in flight: an MPI request, or (the device communicator's NCCL
@@ -31,9 +40,9 @@ typedef struct mgt_comm_req {
 /* Time spent inside collectives, per axis: blocking calls whole, non-blocking ones from
    start to return plus the wait. */
 typedef struct mgt_comm_stats {
-  double seconds[3];
-  uint64_t calls[3];
-  uint64_t bytes[3];
+  double seconds[MGT_N_AXES];
+  uint64_t calls[MGT_N_AXES];
+  uint64_t bytes[MGT_N_AXES];
 } mgt_comm_stats;
 
 /* A communicator: the collectives on the grid's groups, for host buffers (MPI) or device

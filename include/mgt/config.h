@@ -102,6 +102,7 @@ typedef struct mgt_config {
   int qk_layernorm;       /* RMSNorm over each head's q and k (Qwen 3) */
   /* Mixture-of-Experts (docs/moe.md; Megatron-LM's flags) */
   int num_experts;                       /* 0: dense */
+  int expert_model_parallel_size;        /* the experts shared out over this many dp ranks */
   int moe_router_topk;                   /* experts per token */
   int moe_ffn_hidden_size;               /* an expert's inner width; 0: --ffn-hidden-size */
   char moe_layer_freq[256];              /* which layers: N (every N-th from 0) or a 0/1 list */

@@ -37,6 +37,9 @@ typedef struct mgt_gpt_dims {
   /* Mixture-of-Experts (spec.experts > 0): E experts, each token to K of them; an expert's inner
      width Fe, Fel = Fe/tp of it here, Foe its first projections' local outputs (Fel, or 2*Fel) */
   int E, K, Fe, Fel, Foe;
+  /* expert parallelism: ep ranks share the experts out, this one (ep_rank) holding El of them
+     from e0 */
+  int ep, ep_rank, El, e0;
   /* --sequence-parallel (tp > 1): outside the tensor-parallel regions this rank holds token
      rows [r0, r0 + Nl) of the micro-batch's B*T; otherwise r0 = 0, Nl = B*T */
   int sp, r0, Nl;
@@ -69,6 +72,7 @@ typedef struct mgt_param {
   float init_value;
   int decay;      /* weight decay applies */
   int replicated; /* every tensor-parallel rank holds the same values */
+  int expert;     /* an MoE layer's experts: over the expert-parallel ranks */
 } mgt_param;
 
 typedef struct mgt_gpt mgt_gpt;

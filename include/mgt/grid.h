@@ -20,9 +20,14 @@ typedef struct mgt_grid {
   int rank, size;   /* in world */
   int tp, dp;
   int tp_rank, dp_rank;
-  int nodes, node;   /* nodes of the job (MPI_COMM_TYPE_SHARED), numbered by first rank */
-  int tp_spanning;   /* tensor-parallel groups with ranks on more than one node */
-  int dp_spanning;   /* data-parallel groups with ranks on more than one node */
+  int nodes, node; /* nodes of the job (MPI_COMM_TYPE_SHARED), numbered by first rank */
+  int tp_spanning; /* tensor-parallel groups with ranks on more than one node */
+  int dp_spanning; /* data-parallel groups with ranks on more than one node */
+  /* expert parallelism (mgt_grid_set_experts), carved out of the data-parallel ranks: groups of
+     ep consecutive dp ranks share the experts out (ep_comm), and the ranks at the same place of
+     each group hold the same experts (edp_comm, edp = dp / ep of them); MPI_COMM_NULL at ep 1 */
+  int ep, ep_rank, edp, edp_rank;
+  MPI_Comm ep_comm, edp_comm;
   int *from_rank;    /* grid rank -> rank in the communicator given to mgt_grid_create */
   int *node_of;      /* grid rank -> node */
   char (*names)[64]; /* node -> processor name; on grid rank 0 only, else NULL */
@@ -35,6 +40,9 @@ typedef struct mgt_grid {
    is not a multiple of tp. Collective over `world`. The caller frees it with
    mgt_grid_destroy. */
 MGT_NODISCARD mgt_status mgt_grid_create(MPI_Comm world, int tp, mgt_grid **out);
+/* Splits the data-parallel ranks into expert-parallel groups of ep (ep divides dp). Collective
+   over the grid's world. */
+MGT_NODISCARD mgt_status mgt_grid_set_experts(mgt_grid *g, int ep);
 /* Frees the communicators and the grid; collective over the grid's world. */
 void mgt_grid_destroy(mgt_grid **grid);
 

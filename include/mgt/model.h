@@ -104,6 +104,7 @@ typedef struct mgt_model_layout {
   int device;            /* MGT_DEVICE_* */
   int cpu_gemm;          /* MGT_CPU_GEMM_*, -1: native bf16 GEMMs where the CPU can */
   int logits_chunk_rows; /* GPT's output layer in chunks of rows; 0: 64 MiB of logits */
+  int expert_parallel;   /* ranks an MoE layer's experts are shared out to (1: none) */
 } mgt_model_layout;
 
 /* The layout cfg asks for (the attention resolved by mgt_config_flash). */

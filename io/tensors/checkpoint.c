@@ -86,6 +86,7 @@ static void region_of(const mgt_shard *s, region *r) {
     r->full[d] = in ? (hsize_t)s->full[d] : 1;
     r->local[d] = in ? (hsize_t)s->shape[d] : 1;
     r->start[d] = (in && d == s->split_dim) ? (hsize_t)s->offset : 0;
+    if (in && d == 0 && s->split_dim != 0) r->start[d] = (hsize_t)s->lead;
     r->count[d] = r->local[d];
     if (r->start[d] + r->count[d] > r->full[d])
       r->count[d] = r->full[d] > r->start[d] ? r->full[d] - r->start[d] : 0;

@@ -49,7 +49,7 @@ mgt_status cpu_init_normal(void *ctx, float *p, const mgt_shard *sh, uint64_t se
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t i = 0; i < s0; i++)
     for (int64_t j = 0; j < s1; j++) {
-      int64_t gi = i + (sh->split_dim == 0 ? sh->offset : 0);
+      int64_t gi = i + (sh->split_dim == 0 ? sh->offset : sh->lead);
       int64_t gj = j + (sh->split_dim == 1 ? sh->offset : 0);
       float *row = p + (i * s1 + j) * s2;
       int64_t k0 = sh->split_dim == 2 ? sh->offset : 0;

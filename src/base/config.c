@@ -124,6 +124,10 @@ static const mgt_flag flags[] = {
           "Mixture-of-Experts: experts of each MoE layer (0: a dense model; docs/moe.md)", RESUME),
     INT_M("--moe-router-topk", moe_router_topk, 1, 1 << 16, "experts each token is sent to",
           RESUME),
+    INT_M("--expert-model-parallel-size", expert_model_parallel_size, 1, 1 << 16,
+          "expert parallelism: groups of this many data-parallel ranks share the experts out "
+          "(each holds experts / this of them)",
+          MGT_FLAG_PLAN),
     INT_M("--moe-ffn-hidden-size", moe_ffn_hidden_size, 0, 1 << 22,
           "an expert's inner width (default --ffn-hidden-size)", RESUME),
     {"--moe-layer-freq", MGT_FLAG_STR, OFF(moe_layer_freq), 0, 0,
@@ -415,6 +419,7 @@ void mgt_config_defaults(mgt_config *cfg) {
   cfg->eval_iters = 100;
   cfg->ckpt_iteration = -1;
   cfg->moe_router_topk = 2;
+  cfg->expert_model_parallel_size = 1;
   strcpy(cfg->moe_layer_freq, "1");
   cfg->device = MGT_DEVICE_CPU;
   cfg->distributed_backend = -1;
@@ -663,6 +668,21 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
     snprintf(c->notes + strlen(c->notes), sizeof c->notes - strlen(c->notes),
              "--distributed-backend nccl: no GPU in this run (--device cpu): the collectives go "
              "through MPI\n");
+  const int ep = c->expert_model_parallel_size;
+  MGT_REQUIRE(ep == 1 || c->num_experts > 0,
+              "--expert-model-parallel-size %d shares experts out: give --num-experts", ep);
+  MGT_REQUIRE(ep == 1 || c->num_experts % ep == 0,
+              "--num-experts %d is not divisible by --expert-model-parallel-size %d",
+              c->num_experts, ep);
+  MGT_REQUIRE(ep == 1 || (world_size / tp) % ep == 0,
+              "--expert-model-parallel-size %d does not divide the data-parallel size %d (%d ranks "
+              "/ --tensor-model-parallel-size %d): expert parallelism is carved out of the "
+              "data-parallel ranks",
+              ep, world_size / tp, world_size, tp);
+  MGT_REQUIRE(ep == 1 || !c->use_distributed_optimizer,
+              "--expert-model-parallel-size %d with --use-distributed-optimizer is not implemented "
+              "yet",
+              ep);
   MGT_REQUIRE(c->moe_router_load_balancing_type == MGT_MOE_LB_AUX ||
                   c->moe_router_load_balancing_type == MGT_MOE_LB_NONE,
               "--moe-router-load-balancing-type %s: not in mgt yet (aux_loss, per micro-batch, and "

@@ -51,8 +51,6 @@ static const mgt_foreign_flag megatron[] = {
     AT("--context-parallel-size", 1, "1",
        "mgt has no context parallelism: long sequences fit through --sequence-parallel, "
        "recomputation and the tiled attention"),
-    AT("--expert-model-parallel-size", 1, "1",
-       "mgt has no expert parallelism yet: the experts are split over the tensor-parallel ranks"),
     AT("--rotary-percent", 1, "1",
        "rotary positions on part of each head are not implemented: the whole head turns"),
     AT("--data-impl", 1, "mmap|infer",

@@ -207,6 +207,7 @@ mgt_model_layout mgt_model_layout_of(const mgt_config *c) {
   l.fp16 = c->fp16;
   l.weight_copies = (c->bf16 || c->fp16) && !c->no_weight_copies;
   l.device = c->device;
+  l.expert_parallel = c->expert_model_parallel_size > 0 ? c->expert_model_parallel_size : 1;
   l.cpu_gemm = c->cpu_gemm;
   l.logits_chunk_rows = c->logits_chunk_rows;
   return l;

@@ -259,6 +259,7 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
   mgt_trainer *tr = NULL;
   int rc = 0;
   st = mgt_grid_create(world, cfg.tensor_model_parallel_size, &grid);
+  if (st == MGT_OK) st = mgt_grid_set_experts(grid, cfg.expert_model_parallel_size);
   if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 0);
   st = mgt_grid_check_nodes(grid, cfg.require_node_local_tp);
   if (st == MGT_OK) st = mgt_watchdog_start(60.0 * cfg.distributed_timeout_minutes, grid);

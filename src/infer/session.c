@@ -52,6 +52,7 @@ mgt_status mgt_session_open_config(mgt_session *s, const mgt_session_opts *o, MP
   c->mock_data = !c->task;              /* nothing is read from a dataset */
   c->data_path[0] = c->load[0] = c->save[0] = c->metrics_file[0] = 0;
   c->train_data[0] = c->valid_data[0] = c->pretrained_checkpoint[0] = 0;
+  c->expert_model_parallel_size = 1;       /* every rank holds every expert */
   MGT_CHECK(mgt_config_finalize(c, size)); /* the same verdict on every rank */
   /* the job's layout: forward only (nothing to recompute), its batch, precision and device */
   mgt_model_layout *l = &s->layout;

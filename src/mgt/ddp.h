@@ -24,6 +24,10 @@ typedef struct mgt_ddp_opts {
   int distributed; /* --use-distributed-optimizer */
   int overlap_param_gather;
   int weight_copies; /* the backend keeps 16-bit copies of w (set_weights) */
+  /* the ranges [expert_lo[i], expert_hi[i]) (sorted, disjoint) hold MoE experts, which only the
+     ranks of the expert-data-parallel axis share: their pieces are summed over it */
+  int n_expert;
+  const size_t *expert_lo, *expert_hi;
 } mgt_ddp_opts;
 
 /* Buckets b = 0 .. n_buckets - 1 are [lo[b], hi[b]) of w and g (n floats each, memory of be),

@@ -82,6 +82,7 @@ typedef struct layer_acts {
      (M, C, partial sums over tp) */
   float *logits, *probs, *rlse, *rw, *mout;
   int32_t *ridx, *rpos, *rperm;
+  float *xin; /* expert parallelism: the rows this rank's experts received, by expert (ep M, C) */
 } layer_acts;
 
 typedef struct rplan {
@@ -128,6 +129,11 @@ struct mgt_gpt {
      activations (M, Fel), of the layer's input (N, C), of the router's logits (N, E) and of the
      routing weights (N, K); the load-balancing loss's gradient of the scores (E) */
   float *moe_xp, *moe_dout, *moe_dfch, *moe_dact, *moe_dx, *moe_dlogits, *moe_dw, *moe_aux;
+  /* expert parallelism: rows as received from (and sent back to) the other ranks (ep M, C),
+     this rank's experts' outputs or input gradients by expert (ep M, C), and the orders
+     between the two (ep M each) */
+  float *moe_recv, *moe_eout;
+  int32_t *moe_order, *moe_unorder;
   struct gpt_moe_host *moe; /* host-side routing of each layer (moe.c) */
   double aux_scale;         /* 1 / the micro-batches of the global batch (the losses' weight) */
   double aux_loss_scale;    /* the loss scale of this micro-batch's gradients */
@@ -187,7 +193,9 @@ void gpt_build_params(const mgt_gpt_dims *d, mgt_param *out, int *n, size_t *tot
                       param_index *ix);
 /* The one decision of who holds the saved copy: data-parallel replica d holds copy d; a
    replicated tensor's copy is tensor-parallel rank 0's, the others are duplicates. */
-int gpt_replica_of(const mgt_param *p, int tp_rank, int dp_rank);
+int gpt_replica_of(const mgt_param *p, int tp_rank, int dp_rank, int ep);
+/* The experts of expert-parallel rank ep_rank in d. */
+void gpt_dims_set_expert_rank(mgt_gpt_dims *d, int ep_rank);
 void gpt_layer_views(const mgt_gpt *m, float *base, int l, float *v[P_SLOTS]);
 /* The index of layer l's first parameter and how many it has. */
 int gpt_layer_first(const mgt_gpt *m, int l, int *count);

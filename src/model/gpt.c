@@ -42,11 +42,31 @@ static mgt_status create_ddp(mgt_gpt *m) {
     lo[b] = m->params[first].offset;
     hi[b] = m->params[last - 1].offset + m->params[last - 1].numel;
   }
-  const mgt_ddp_opts o = {m->run.ddp_bucket_size, m->run.overlap_grad_reduce,
-                          m->run.distributed_optimizer, m->run.overlap_param_gather,
-                          m->weight_copies};
+  /* each expert tensor, summed over the ranks that hold the same experts */
+  size_t *elo = NULL, *ehi = NULL;
+  int ne = 0;
+  for (int i = 0; m->grid->ep > 1 && i < m->n_params; i++) /* else the same ranks as the rest */
+    ne += m->params[i].expert;
+  if (ne) st = mgt_calloc(sizeof(size_t) * 2 * (size_t)ne, "expert ranges", (void **)&elo);
+  if (st != MGT_OK) {
+    mgt_free(lo);
+    return st;
+  }
+  ehi = elo + ne, ne = 0;
+  for (int i = 0; m->grid->ep > 1 && i < m->n_params; i++)
+    if (m->params[i].expert)
+      elo[ne] = m->params[i].offset, ehi[ne++] = m->params[i].offset + m->params[i].numel;
+  const mgt_ddp_opts o = {m->run.ddp_bucket_size,
+                          m->run.overlap_grad_reduce,
+                          m->run.distributed_optimizer,
+                          m->run.overlap_param_gather,
+                          m->weight_copies,
+                          ne,
+                          elo,
+                          ehi};
   st = mgt_ddp_create(m->grid, m->comm, m->be, m->w, m->g, m->n_floats, nb, lo, hi, &o, &m->ddp);
   mgt_free(lo);
+  mgt_free(elo);
   return st;
 }
 
@@ -79,6 +99,9 @@ mgt_status mgt_gpt_create(const mgt_model_spec *spec, const mgt_model_layout *la
   m->tp.comm = comm;
   m->tp.grid = grid;
   mgt_gpt_dims_of(spec, layout, grid->tp, grid->tp_rank, &m->d);
+  MGT_GOTO_REQUIRE(m->d.ep == grid->ep, "a model of %d expert-parallel ranks on a grid of %d",
+                   m->d.ep, grid->ep);
+  gpt_dims_set_expert_rank(&m->d, grid->ep_rank);
   const mgt_gpt_dims *d = &m->d;
   if (layout->flash && !mgt_be_has(be, MGT_BE_FLASH_ATTENTION_FORWARD))
     MGT_GOTO_FAIL(MGT_ERR_INPUT, "--attention-backend flash: this backend has no flash attention");
@@ -93,7 +116,8 @@ mgt_status mgt_gpt_create(const mgt_model_spec *spec, const mgt_model_layout *la
     const mgt_param *p = &m->params[i];
     m->segs[i].offset = p->offset;
     m->segs[i].n = p->numel;
-    m->segs[i].count_in_norm = gpt_replica_of(p, grid->tp_rank, 0) != MGT_REPLICA_DUPLICATE;
+    m->segs[i].count_in_norm = gpt_replica_of(p, grid->tp_rank, 0, 1) != MGT_REPLICA_DUPLICATE;
+    m->segs[i].expert = p->expert;
   }
   size_t bytes = m->n_floats * sizeof(float);
   MGT_TRY(mgt_be_alloc(be, bytes, "parameters", (void **)&m->w));

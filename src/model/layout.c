@@ -65,11 +65,13 @@ void gpt_take_layer(arena *a, const mgt_gpt_dims *d, size_t N, size_t Nl, int ke
   la->ln2 = l16 ? NULL : take(a, Nl * d->C);
   la->ln2_mean = take(a, Nl);
   la->ln2_rstd = take(a, Nl);
-  const size_t M = N * (size_t)d->K; /* an MoE layer's rows for the experts, at most */
+  /* an MoE layer's rows for the experts, at most: every token's K, from each of ep ranks */
+  const size_t M = N * (size_t)d->K * (size_t)(d->ep > 0 ? d->ep : 1);
   la->fch = take(a, d->E && M * d->Foe > N * d->Fo ? M * d->Foe : N * d->Fo);
   la->fch_gelu = a16 ? NULL : take(a, d->E && M * d->Fel > N * d->Fl ? M * d->Fel : N * d->Fl);
   la->logits = la->probs = la->rlse = la->rw = la->mout = NULL;
   la->ridx = la->rpos = la->rperm = NULL;
+  la->xin = d->E && d->ep > 1 ? take(a, M * d->C) : NULL;
   if (d->E) {
     la->logits = take(a, N * d->E);
     la->probs = take(a, N * d->E);
@@ -77,8 +79,8 @@ void gpt_take_layer(arena *a, const mgt_gpt_dims *d, size_t N, size_t Nl, int ke
     la->rw = take(a, N * d->K);
     la->ridx = (int32_t *)take(a, N * d->K);
     la->rpos = (int32_t *)take(a, N * d->K);
-    la->rperm = (int32_t *)take(a, M);
-    la->mout = take(a, M * d->C);
+    la->rperm = (int32_t *)take(a, N * d->K);
+    la->mout = take(a, N * d->K * d->C);
   }
 }
 
@@ -140,11 +142,15 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
   m->dact = d->spec.mlp == MGT_MLP_SWIGLU ? take(&a, N * d->Fl) : NULL;
   m->att_scratch = rp->flash ? NULL : take(&a, probs);
   if (d->E) {
-    const size_t M = N * (size_t)d->K;
+    const size_t M = N * (size_t)d->K, Rm = M * (size_t)d->ep; /* sent, received at most */
     m->moe_xp = take(&a, M * d->C);
     m->moe_dout = take(&a, M * d->C);
-    m->moe_dfch = take(&a, M * d->Foe);
-    m->moe_dact = take(&a, M * d->Fel);
+    m->moe_dfch = take(&a, Rm * d->Foe);
+    m->moe_dact = take(&a, Rm * d->Fel);
+    m->moe_recv = d->ep > 1 ? take(&a, Rm * d->C) : NULL;
+    m->moe_eout = d->ep > 1 ? take(&a, Rm * d->C) : NULL;
+    m->moe_order = d->ep > 1 ? (int32_t *)take(&a, Rm) : NULL;
+    m->moe_unorder = d->ep > 1 ? (int32_t *)take(&a, Rm) : NULL;
     m->moe_dx = take(&a, N * d->C);
     m->moe_dlogits = take(&a, N * d->E);
     m->moe_dw = take(&a, N * d->K);

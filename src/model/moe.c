@@ -16,6 +16,11 @@ struct gpt_moe_host {
   float *probs;  /* (N, E) the scores, for the load-balancing loss's value */
   float *lse;    /* (N) */
   int *order;    /* (N) one expert's tokens, sorted by probability */
+  /* expert parallelism: layer l's rows from each rank for each of this rank's experts
+     (L, ep, El), and the staging of the counts (2 E floats) and the orders (2 ep M) */
+  int *recv;
+  float *counts_f;
+  int32_t *order_h;
 };
 
 mgt_status gpt_moe_create(mgt_gpt *m) {
@@ -34,6 +39,12 @@ mgt_status gpt_moe_create(mgt_gpt *m) {
   MGT_CHECK(mgt_calloc(sizeof(float) * N * E, "routing", (void **)&h->probs));
   MGT_CHECK(mgt_calloc(sizeof(float) * N, "routing", (void **)&h->lse));
   MGT_CHECK(mgt_calloc(sizeof(int) * N, "routing", (void **)&h->order));
+  if (d->ep > 1) {
+    const size_t R = N * K * (size_t)d->ep;
+    MGT_CHECK(mgt_calloc(sizeof(int) * L * E, "routing", (void **)&h->recv));
+    MGT_CHECK(mgt_calloc(sizeof(float) * 2 * E, "routing", (void **)&h->counts_f));
+    MGT_CHECK(mgt_calloc(sizeof(int32_t) * 2 * R, "routing", (void **)&h->order_h));
+  }
   m->aux_scale = m->aux_loss_scale = 1.0;
   m->spread[0] = INFINITY, m->spread[1] = 0;
   return MGT_OK;
@@ -44,6 +55,7 @@ void gpt_moe_destroy(mgt_gpt *m) {
   if (!h) return;
   mgt_free(h->offsets), mgt_free(h->counts), mgt_free(h->idx), mgt_free(h->w);
   mgt_free(h->pos), mgt_free(h->perm), mgt_free(h->probs), mgt_free(h->lse), mgt_free(h->order);
+  mgt_free(h->recv), mgt_free(h->counts_f), mgt_free(h->order_h);
   mgt_free(h);
   m->moe = NULL;
 }
@@ -102,11 +114,112 @@ static int capacity(const mgt_gpt_dims *d, int N) {
   return c > N ? N : (int)c;
 }
 
+/* Local expert e's MLP on rows [r0, r0 + c) of x: [gate | up] (or the GeLU's input) in
+   a->fch, its activation in a->fch_gelu, its output (a partial sum over tp) in out. */
+static mgt_status expert_forward(mgt_gpt *m, int e, int r0, int c, const float *x, layer_acts *a,
+                                 float *const *w, float *out) {
+  const mgt_backend *be = m->be;
+  const mgt_gpt_dims *d = &m->d;
+  const int C = d->C, Fl = d->Fel, Fo = d->Foe;
+  if (c == 0) return MGT_OK;
+  const float *xe = x + (size_t)r0 * C, *w1 = w[P_EFC_W] + (size_t)e * Fl * C;
+  float *pre = a->fch + (size_t)r0 * Fo, *act = a->fch_gelu + (size_t)r0 * Fl;
+  if (d->spec.mlp == MGT_MLP_SWIGLU) {
+    MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, c, Fl, C, 1.0f, xe, C, w1, C, 0.0f, pre, Fo));
+    MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, c, Fl, C, 1.0f, xe, C,
+                          w[P_EUP_W] + (size_t)e * Fl * C, C, 0.0f, pre + Fl, Fo));
+    MGT_CHECK(mgt_be_swiglu_forward(be, act, pre, c, Fl));
+  } else {
+    MGT_CHECK(mgt_be_linear_bias_gelu(be, c, Fl, C, xe, C, w1, C, NULL, pre, act));
+  }
+  return mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, c, C, Fl, 1.0f, act, Fl,
+                     w[P_EFCP_W] + (size_t)e * C * Fl, Fl, 0.0f, out + (size_t)r0 * C, C);
+}
+
+/* Expert parallelism: the rows this rank sends each rank (rows[q], the experts q holds, in
+   expert order), and the rows each rank sends it (recv[q]), from layer l's counts. */
+static void exchange_rows(const mgt_gpt *m, int l, const int *off, int *sent, int *got) {
+  const mgt_gpt_dims *d = &m->d;
+  const int *rc = m->moe->recv + (size_t)l * d->E;
+  for (int q = 0; q < d->ep; q++) {
+    sent[q] = off[(q + 1) * d->El] - off[q * d->El], got[q] = 0;
+    for (int j = 0; j < d->El; j++)
+      got[q] += rc[q * d->El + j];
+  }
+}
+
+/* The received rows (by sender, then expert) put in expert order (by expert, then sender):
+   order[i] is the received row at expert-order position i, unorder its inverse; *local the
+   first row of each of this rank's experts (El + 1). Uploaded to the model's buffers. */
+static mgt_status orders(mgt_gpt *m, int l, int *local) {
+  const mgt_gpt_dims *d = &m->d;
+  const int *rc = m->moe->recv + (size_t)l * d->E;
+  int32_t *order = m->moe->order_h;
+  int total = 0;
+  for (int i = 0; i < d->ep * d->El; i++)
+    total += rc[i];
+  int32_t *unorder = order + total;
+  int at = 0;
+  for (int j = 0; j < d->El; j++) {
+    local[j] = at;
+    for (int q = 0; q < d->ep; q++) {
+      int from = 0; /* sender q's first row for expert j */
+      for (int p = 0; p < q; p++)
+        for (int k = 0; k < d->El; k++)
+          from += rc[p * d->El + k];
+      for (int k = 0; k < j; k++)
+        from += rc[q * d->El + k];
+      for (int r = 0; r < rc[q * d->El + j]; r++, at++)
+        order[at] = from + r, unorder[from + r] = at;
+    }
+  }
+  local[d->El] = at;
+  MGT_CHECK(mgt_be_upload(m->be, m->moe_order, order, sizeof(int32_t) * (size_t)total));
+  return mgt_be_upload(m->be, m->moe_unorder, unorder, sizeof(int32_t) * (size_t)total);
+}
+
+/* Sends each row of src (rows in expert order, sent[q] to rank q) to the rank of its expert and
+   receives into dst (got[q] from rank q), C floats a row; or back with the counts swapped. */
+static mgt_status all_to_all(mgt_gpt *m, const float *src, const int *sent, float *dst,
+                             const int *got) {
+  int sc[m->d.ep], rc[m->d.ep];
+  for (int q = 0; q < m->d.ep; q++)
+    sc[q] = sent[q] * m->d.C, rc[q] = got[q] * m->d.C;
+  return mgt_comm_alltoallv(m->comm, MGT_AXIS_EP, src, sc, dst, rc);
+}
+
+/* Expert parallelism's forward: each rank's rows (m->moe_xp, in expert order) to the ranks of
+   their experts, this rank's experts on what it received (kept in a->xin by expert), the
+   outputs back into a->mout at the rows they came from. */
+static mgt_status dispatch(mgt_gpt *m, int l, int N, const int *off, layer_acts *a,
+                           float *const *w) {
+  const mgt_gpt_dims *d = &m->d;
+  struct gpt_moe_host *h = m->moe;
+  const int E = d->E, El = d->El, C = d->C;
+  (void)N;
+  int cs[d->ep], cr[d->ep], sent[d->ep], got[d->ep], local[El + 1];
+  for (int e = 0; e < E; e++) /* each expert's rows from here, to its rank */
+    h->counts_f[e] = (float)(off[e + 1] - off[e]);
+  for (int q = 0; q < d->ep; q++)
+    cs[q] = cr[q] = El;
+  MGT_CHECK(mgt_comm_alltoallv(m->comm, MGT_AXIS_EP, h->counts_f, cs, h->counts_f + E, cr));
+  int *rc = h->recv + (size_t)l * E;
+  for (int i = 0; i < E; i++)
+    rc[i] = (int)h->counts_f[E + i];
+  exchange_rows(m, l, off, sent, got);
+  MGT_CHECK(all_to_all(m, m->moe_xp, sent, m->moe_recv, got));
+  MGT_CHECK(orders(m, l, local));
+  MGT_CHECK(mgt_be_gather_rows(m->be, a->xin, m->moe_recv, m->moe_order, local[El], C));
+  for (int j = 0; j < El; j++)
+    MGT_CHECK(expert_forward(m, j, local[j], local[j + 1] - local[j], a->xin, a, w, m->moe_eout));
+  MGT_CHECK(mgt_be_gather_rows(m->be, m->moe_recv, m->moe_eout, m->moe_unorder, local[El], C));
+  return all_to_all(m, m->moe_recv, got, a->mout, sent);
+}
+
 mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts *a, float *y) {
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
-  const int E = d->E, K = d->K, C = d->C, Fl = d->Fel, Fo = d->Foe;
-  const int swiglu = d->spec.mlp == MGT_MLP_SWIGLU;
+  const int E = d->E, K = d->K, C = d->C;
   struct gpt_moe_host *h = m->moe;
   float *w[P_SLOTS];
   gpt_layer_views(m, m->w, l, w);
@@ -123,25 +236,11 @@ mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts
   MGT_CHECK(mgt_be_upload(be, a->rpos, h->pos, sizeof(int32_t) * (size_t)N * K));
   MGT_CHECK(mgt_be_upload(be, a->rperm, h->perm, sizeof(int32_t) * (size_t)M));
   MGT_CHECK(mgt_be_gather_rows(be, m->moe_xp, in, a->rperm, M, C));
-  /* each expert's MLP on its rows: [gate | up] (or the GeLU's input) in fch, its activation in
-     fch_gelu, its output (a partial sum over tp) in mout */
-  for (int e = 0; e < E; e++) {
-    const int r0 = off[e], c = off[e + 1] - r0;
-    if (c == 0) continue;
-    const float *x = m->moe_xp + (size_t)r0 * C, *w1 = w[P_EFC_W] + (size_t)e * Fl * C;
-    float *pre = a->fch + (size_t)r0 * Fo, *act = a->fch_gelu + (size_t)r0 * Fl;
-    if (swiglu) {
-      MGT_CHECK(
-          mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, c, Fl, C, 1.0f, x, C, w1, C, 0.0f, pre, Fo));
-      MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, c, Fl, C, 1.0f, x, C,
-                            w[P_EUP_W] + (size_t)e * Fl * C, C, 0.0f, pre + Fl, Fo));
-      MGT_CHECK(mgt_be_swiglu_forward(be, act, pre, c, Fl));
-    } else {
-      MGT_CHECK(mgt_be_linear_bias_gelu(be, c, Fl, C, x, C, w1, C, NULL, pre, act));
-    }
-    MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, c, C, Fl, 1.0f, act, Fl,
-                          w[P_EFCP_W] + (size_t)e * C * Fl, Fl, 0.0f, a->mout + (size_t)r0 * C, C));
-  }
+  if (d->ep > 1)
+    MGT_CHECK(dispatch(m, l, N, off, a, w));
+  else
+    for (int e = 0; e < E; e++)
+      MGT_CHECK(expert_forward(m, e, off[e], off[e + 1] - off[e], m->moe_xp, a, w, a->mout));
   return mgt_be_moe_combine(be, y, a->mout, a->rpos, a->rw, N, K, C, 0);
 }
 
@@ -194,12 +293,73 @@ static mgt_status aux_losses(mgt_gpt *m, int l, int N, const layer_acts *a, floa
   return MGT_OK;
 }
 
+/* Local expert e's backward on rows [r0, r0 + c) of its input x: dout's rows (the gradient of
+   its outputs) become the gradient of its inputs; its weights' gradients into g (accumulated with
+   acc; zero when it had no row and !acc). */
+static mgt_status expert_backward(mgt_gpt *m, int e, int r0, int c, const float *x, layer_acts *a,
+                                  float *const *w, float *const *g, float *dout_io, int acc) {
+  const mgt_backend *be = m->be;
+  const mgt_gpt_dims *d = &m->d;
+  const int C = d->C, Fl = d->Fel, Fo = d->Foe;
+  const int swiglu = d->spec.mlp == MGT_MLP_SWIGLU;
+  float *gw1 = g[P_EFC_W] + (size_t)e * Fl * C, *gw2 = g[P_EFCP_W] + (size_t)e * C * Fl;
+  float *gup = swiglu ? g[P_EUP_W] + (size_t)e * Fl * C : NULL;
+  if (c == 0) { /* no token: a zero gradient, or nothing to add */
+    if (acc) return MGT_OK;
+    MGT_CHECK(mgt_be_zero(be, gw1, sizeof(float) * (size_t)Fl * C));
+    MGT_CHECK(mgt_be_zero(be, gw2, sizeof(float) * (size_t)C * Fl));
+    if (gup) MGT_CHECK(mgt_be_zero(be, gup, sizeof(float) * (size_t)Fl * C));
+    return MGT_OK;
+  }
+  const float beta = acc ? 1.0f : 0.0f;
+  const float *xe = x + (size_t)r0 * C, *pre = a->fch + (size_t)r0 * Fo;
+  const float *act = a->fch_gelu + (size_t)r0 * Fl, *w1 = w[P_EFC_W] + (size_t)e * Fl * C;
+  const float *w2 = w[P_EFCP_W] + (size_t)e * C * Fl;
+  float *dout = dout_io + (size_t)r0 * C, *dfch = m->moe_dfch + (size_t)r0 * Fo;
+  float *dact = m->moe_dact + (size_t)r0 * Fl;
+  MGT_CHECK(
+      mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, Fl, C, 1.0f, dout, C, w2, Fl, 0.0f, dact, Fl));
+  MGT_CHECK(
+      mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, C, Fl, c, 1.0f, dout, C, act, Fl, beta, gw2, Fl));
+  if (swiglu) {
+    MGT_CHECK(mgt_be_swiglu_backward(be, dfch, dact, pre, c, Fl));
+    MGT_CHECK(
+        mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, c, 1.0f, dfch, Fo, xe, C, beta, gw1, C));
+    MGT_CHECK(mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, c, 1.0f, dfch + Fl, Fo, xe, C, beta,
+                          gup, C));
+    MGT_CHECK(
+        mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, C, Fl, 1.0f, dfch, Fo, w1, C, 0.0f, dout, C));
+    return mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, C, Fl, 1.0f, dfch + Fl, Fo,
+                       w[P_EUP_W] + (size_t)e * Fl * C, C, 1.0f, dout, C);
+  }
+  MGT_CHECK(mgt_be_gelu_backward(be, dfch, dact, pre, (size_t)c * Fl));
+  MGT_CHECK(mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, c, 1.0f, dfch, Fo, xe, C, beta, gw1, C));
+  return mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, C, Fl, 1.0f, dfch, Fo, w1, C, 0.0f, dout, C);
+}
+
+/* Expert parallelism's backward: the outputs' gradients to the ranks of their experts, this
+   rank's experts' backward on them, the inputs' gradients back into m->moe_dout. */
+static mgt_status undispatch(mgt_gpt *m, int l, const int *off, layer_acts *a, float *const *w,
+                             float *const *g, int acc) {
+  const mgt_gpt_dims *d = &m->d;
+  const int El = d->El, C = d->C;
+  int sent[d->ep], got[d->ep], local[El + 1];
+  exchange_rows(m, l, off, sent, got);
+  MGT_CHECK(all_to_all(m, m->moe_dout, sent, m->moe_recv, got));
+  MGT_CHECK(orders(m, l, local));
+  MGT_CHECK(mgt_be_gather_rows(m->be, m->moe_eout, m->moe_recv, m->moe_order, local[El], C));
+  for (int j = 0; j < El; j++)
+    MGT_CHECK(expert_backward(m, j, local[j], local[j + 1] - local[j], a->xin, a, w, g, m->moe_eout,
+                              acc));
+  MGT_CHECK(mgt_be_gather_rows(m->be, m->moe_recv, m->moe_eout, m->moe_unorder, local[El], C));
+  return all_to_all(m, m->moe_recv, got, m->moe_dout, sent);
+}
+
 mgt_status gpt_moe_backward(mgt_gpt *m, int l, const float *in, const float *dy, layer_acts *a,
                             float *dx, int acc) {
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
-  const int E = d->E, K = d->K, C = d->C, Fl = d->Fel, Fo = d->Foe, N = d->B * d->T;
-  const int swiglu = d->spec.mlp == MGT_MLP_SWIGLU;
+  const int E = d->E, K = d->K, C = d->C, N = d->B * d->T;
   const int *off = m->moe->offsets + (size_t)l * (E + 1), M = off[E];
   float *w[P_SLOTS], *g[P_SLOTS];
   gpt_layer_views(m, m->w, l, w);
@@ -223,46 +383,13 @@ mgt_status gpt_moe_backward(mgt_gpt *m, int l, const float *in, const float *dy,
   else
     MGT_CHECK(mgt_be_zero(be, dx, sizeof(float) * (size_t)N * C));
   /* each expert, its rows' input gradient in place of their output's */
-  MGT_CHECK(mgt_be_gather_rows(be, m->moe_xp, in, a->rperm, M, C));
-  const float beta = acc ? 1.0f : 0.0f;
-  for (int e = 0; e < E; e++) {
-    const int r0 = off[e], c = off[e + 1] - r0;
-    float *gw1 = g[P_EFC_W] + (size_t)e * Fl * C, *gw2 = g[P_EFCP_W] + (size_t)e * C * Fl;
-    float *gup = swiglu ? g[P_EUP_W] + (size_t)e * Fl * C : NULL;
-    if (c == 0) { /* no token: a zero gradient, or nothing to add */
-      if (!acc) {
-        MGT_CHECK(mgt_be_zero(be, gw1, sizeof(float) * (size_t)Fl * C));
-        MGT_CHECK(mgt_be_zero(be, gw2, sizeof(float) * (size_t)C * Fl));
-        if (gup) MGT_CHECK(mgt_be_zero(be, gup, sizeof(float) * (size_t)Fl * C));
-      }
-      continue;
-    }
-    const float *x = m->moe_xp + (size_t)r0 * C, *pre = a->fch + (size_t)r0 * Fo;
-    const float *act = a->fch_gelu + (size_t)r0 * Fl, *w1 = w[P_EFC_W] + (size_t)e * Fl * C;
-    const float *w2 = w[P_EFCP_W] + (size_t)e * C * Fl;
-    float *dout = m->moe_dout + (size_t)r0 * C, *dfch = m->moe_dfch + (size_t)r0 * Fo;
-    float *dact = m->moe_dact + (size_t)r0 * Fl;
-    MGT_CHECK(
-        mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, Fl, C, 1.0f, dout, C, w2, Fl, 0.0f, dact, Fl));
-    MGT_CHECK(
-        mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, C, Fl, c, 1.0f, dout, C, act, Fl, beta, gw2, Fl));
-    if (swiglu) {
-      MGT_CHECK(mgt_be_swiglu_backward(be, dfch, dact, pre, c, Fl));
+  if (d->ep > 1) {
+    MGT_CHECK(undispatch(m, l, off, a, w, g, acc));
+  } else {
+    MGT_CHECK(mgt_be_gather_rows(be, m->moe_xp, in, a->rperm, M, C));
+    for (int e = 0; e < E; e++)
       MGT_CHECK(
-          mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, c, 1.0f, dfch, Fo, x, C, beta, gw1, C));
-      MGT_CHECK(mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, c, 1.0f, dfch + Fl, Fo, x, C, beta,
-                            gup, C));
-      MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, C, Fl, 1.0f, dfch, Fo, w1, C, 0.0f,
-                            dout, C));
-      MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, C, Fl, 1.0f, dfch + Fl, Fo,
-                            w[P_EUP_W] + (size_t)e * Fl * C, C, 1.0f, dout, C));
-    } else {
-      MGT_CHECK(mgt_be_gelu_backward(be, dfch, dact, pre, (size_t)c * Fl));
-      MGT_CHECK(
-          mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, c, 1.0f, dfch, Fo, x, C, beta, gw1, C));
-      MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, C, Fl, 1.0f, dfch, Fo, w1, C, 0.0f,
-                            dout, C));
-    }
+          expert_backward(m, e, off[e], off[e + 1] - off[e], m->moe_xp, a, w, g, m->moe_dout, acc));
   }
   return mgt_be_moe_combine(be, dx, m->moe_dout, a->rpos, NULL, N, K, C, 1);
 }

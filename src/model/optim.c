@@ -109,6 +109,28 @@ void mgt_optim_destroy(mgt_optim **opt) {
   *opt = NULL;
 }
 
+/* The norm with expert parallelism: the experts' sum of squares over the expert-parallel ranks
+   too (each holds other experts), the rest's over the tensor-parallel ranks only, so that every
+   element counts once. */
+static mgt_status expert_norm(mgt_optim *o, const mgt_segment *segs, int nseg, double *norm) {
+  mgt_segment *part = NULL;
+  MGT_CHECK(mgt_calloc(sizeof *part * (size_t)(nseg ? nseg : 1), "norm segments", (void **)&part));
+  double ss[2] = {0, 0};
+  mgt_status st = MGT_OK;
+  for (int e = 0; e < 2 && st == MGT_OK; e++) {
+    int n = 0;
+    for (int i = 0; i < nseg; i++)
+      if (segs[i].expert == e) part[n++] = segs[i];
+    if (n) st = mgt_be_sumsq(o->be, mgt_gpt_grad_data(o->model), part, n, &ss[e]);
+  }
+  mgt_free(part);
+  MGT_CHECK(st);
+  MGT_CHECK(mgt_comm_allreduce_f64(o->comm, MGT_AXIS_TP, ss, 2, MGT_SUM));
+  MGT_CHECK(mgt_comm_allreduce_f64(o->comm, MGT_AXIS_EP, &ss[1], 1, MGT_SUM));
+  *norm = sqrt(ss[0] + ss[1]);
+  return MGT_OK;
+}
+
 mgt_status mgt_optim_grad_norm(mgt_optim *o, double *norm) {
   double ss = 0.0;
   if (o->segs) { /* each shard once: the sum is over the whole grid */
@@ -121,6 +143,7 @@ mgt_status mgt_optim_grad_norm(mgt_optim *o, double *norm) {
   }
   int nseg;
   const mgt_segment *segs = mgt_gpt_segments(o->model, &nseg);
+  if (mgt_comm_grid(o->comm)->ep > 1) return expert_norm(o, segs, nseg, norm);
   MGT_CHECK(mgt_be_sumsq(o->be, mgt_gpt_grad_data(o->model), segs, nseg, &ss));
   MGT_CHECK(mgt_comm_allreduce_f64(o->comm, MGT_AXIS_TP, &ss, 1, MGT_SUM));
   *norm = sqrt(ss);

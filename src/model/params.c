@@ -29,6 +29,8 @@ void mgt_gpt_dims_of(const mgt_model_spec *spec, const mgt_model_layout *lay, in
   d->Fo = d->spec.mlp == MGT_MLP_SWIGLU ? 2 * d->Fl : d->Fl;
   d->E = spec->experts, d->K = spec->topk, d->Fe = spec->moe_ffn, d->Fel = d->Fe / tp;
   d->Foe = d->spec.mlp == MGT_MLP_SWIGLU ? 2 * d->Fel : d->Fel;
+  d->ep = lay->expert_parallel > 0 ? lay->expert_parallel : 1;
+  d->El = d->E / d->ep, d->ep_rank = 0, d->e0 = 0; /* this rank's: gpt_dims_set_expert_rank */
   d->v0 = tp_rank * d->Vl;
   int nv = d->V - d->v0;
   d->nv = nv < 0 ? 0 : (nv > d->Vl ? d->Vl : nv);
@@ -76,6 +78,7 @@ static void add_param(mgt_param *out, int *n, size_t *off, uint32_t id, const pa
   }
   p.shard.split_dim = s->split_dim;
   p.shard.offset = s->offset;
+
   p.numel = numel;
   p.offset = *off;
   p.id = id;
@@ -115,7 +118,7 @@ static int layer_list(const mgt_gpt_dims *d, int moe, layer_row *rows) {
   const float out_std = std / sqrtf(2.0f * (float)d->L); /* scaled output projections */
   const int64_t C = d->C, Cl = d->Cl, Fl = d->Fl, F = d->F, H = d->H, hd = d->hd, KVl = d->KVl;
   const int64_t KV = (int64_t)d->G * hd, A = H * hd, r = d->tp_rank; /* A: attention width */
-  const int64_t E = d->E, Fe = d->Fe, Fel = d->Fel;
+  const int64_t E = d->E, El = d->El, Fe = d->Fe, Fel = d->Fel;
   const int grouped = d->G != d->H, swiglu = d->spec.mlp == MGT_MLP_SWIGLU, bias = d->spec.bias;
   const int ln = d->spec.norm == MGT_NORM_LAYERNORM;
   const float one = d->spec.norm_1p ? 0.0f : 1.0f; /* a gain of 1, as stored */
@@ -167,7 +170,7 @@ static int layer_list(const mgt_gpt_dims *d, int moe, layer_row *rows) {
       {P_EFC_W,
        {swiglu ? "mlp.experts.gate.weight" : "mlp.experts.dense_h_to_4h.weight",
         3,
-        {E, Fel, C},
+        {El, Fel, C},
         {E, Fe, C},
         1,
         r * Fel,
@@ -177,11 +180,11 @@ static int layer_list(const mgt_gpt_dims *d, int moe, layer_row *rows) {
        19,
        0},
       {P_EUP_W,
-       {"mlp.experts.up.weight", 3, {E, Fel, C}, {E, Fe, C}, 1, r * Fel, std, 0, 1},
+       {"mlp.experts.up.weight", 3, {El, Fel, C}, {E, Fe, C}, 1, r * Fel, std, 0, 1},
        20,
        0},
       {P_EFCP_W,
-       {"mlp.experts.dense_4h_to_h.weight", 3, {E, C, Fel}, {E, C, Fe}, 2, r * Fel, out_std, 0, 1},
+       {"mlp.experts.dense_4h_to_h.weight", 3, {El, C, Fel}, {E, C, Fe}, 2, r * Fel, out_std, 0, 1},
        21,
        0},
   };
@@ -252,9 +255,13 @@ void gpt_build_params(const mgt_gpt_dims *d, mgt_param *out, int *n, size_t *tot
     char prefix[32];
     snprintf(prefix, sizeof prefix, "layers.%d.", l);
     const int moe = mgt_model_is_moe_layer(&d->spec, l);
-    for (int i = 0; i < pi.per_layer[moe]; i++)
+    for (int i = 0; i < pi.per_layer[moe]; i++) {
+      const int role = rows[moe][i].role;
       add_param(out, n, &off, gpt_layer_stream(rows[moe][i].code, l), &rows[moe][i].s, prefix,
                 rows[moe][i].pack);
+      if (out && (role == P_EFC_W || role == P_EUP_W || role == P_EFCP_W))
+        out[*n - 1].expert = 1, out[*n - 1].shard.lead = d->e0; /* this rank's experts */
+    }
   }
   param_spec lnw = {"final_layernorm.weight", 1, {C}, {C}, -1, 0, 0, one, 0};
   param_spec lnb = {"final_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0};
@@ -300,8 +307,13 @@ void gpt_build_params(const mgt_gpt_dims *d, mgt_param *out, int *n, size_t *tot
   if (ix) *ix = pi;
 }
 
-int gpt_replica_of(const mgt_param *p, int tp_rank, int dp_rank) {
+int gpt_replica_of(const mgt_param *p, int tp_rank, int dp_rank, int ep) {
+  if (p->expert) return dp_rank / ep; /* a copy is an expert-parallel group's experts */
   return p->replicated && tp_rank != 0 ? MGT_REPLICA_DUPLICATE : dp_rank;
+}
+
+void gpt_dims_set_expert_rank(mgt_gpt_dims *d, int ep_rank) {
+  d->ep_rank = ep_rank, d->e0 = ep_rank * d->El;
 }
 
 /* Parameters of the LM head (without the tied output) and of the pooler with the SOP head. */
@@ -433,15 +445,15 @@ mgt_status gpt_init_params(mgt_gpt *m, uint64_t seed) {
   return MGT_OK;
 }
 
-static mgt_status list_params(const mgt_param *params, int n, int tp_rank, int dp_rank, float *flat,
-                              const mgt_backend *mem, mgt_state *out) {
+static mgt_status list_params(const mgt_param *params, int n, int tp_rank, int dp_rank, int ep,
+                              float *flat, const mgt_backend *mem, mgt_state *out) {
   for (int i = 0; i < n; i++) {
     mgt_state_tensor t;
     memset(&t, 0, sizeof t);
     snprintf(t.name, sizeof t.name, "model/%s", params[i].name);
     t.dtype = MGT_DTYPE_F32;
     t.shard = params[i].shard;
-    t.replica = gpt_replica_of(&params[i], tp_rank, dp_rank);
+    t.replica = gpt_replica_of(&params[i], tp_rank, dp_rank, ep);
     t.data = flat ? flat + params[i].offset : NULL;
     t.mem = flat ? mem : NULL;
     MGT_CHECK(mgt_state_add(out, &t));
@@ -453,13 +465,14 @@ mgt_status mgt_gpt_describe(const mgt_config *cfg, int tp, int tp_rank, int dp_r
                             mgt_state *out) {
   mgt_gpt_dims d;
   mgt_gpt_dims_from_config(cfg, tp, tp_rank, &d);
+  gpt_dims_set_expert_rank(&d, dp_rank % d.ep);
   int n = 0;
   size_t total = 0;
   gpt_build_params(&d, NULL, &n, &total, NULL);
   mgt_param *params = calloc((size_t)n, sizeof *params);
   if (!params) MGT_FAIL(MGT_ERR_NOMEM, "out of memory describing the model");
   gpt_build_params(&d, params, &n, &total, NULL);
-  mgt_status st = list_params(params, n, tp_rank, dp_rank, NULL, NULL, out);
+  mgt_status st = list_params(params, n, tp_rank, dp_rank, d.ep, NULL, NULL, out);
   free(params);
   return st;
 }
@@ -467,5 +480,6 @@ mgt_status mgt_gpt_describe(const mgt_config *cfg, int tp, int tp_rank, int dp_r
 mgt_status mgt_gpt_state(mgt_gpt *m, mgt_state *out) {
   MGT_CHECK(mgt_ddp_params_ready(m->ddp, -1)); /* a checkpoint reads every parameter */
   mgt_gpt_weights_changed(m);                  /* and a load writes them */
-  return list_params(m->params, m->n_params, m->grid->tp_rank, m->grid->dp_rank, m->w, m->be, out);
+  return list_params(m->params, m->n_params, m->grid->tp_rank, m->grid->dp_rank, m->d.ep, m->w,
+                     m->be, out);
 }

@@ -49,7 +49,7 @@ typedef struct cuda_comm {
   /* per axis: tensor- and data-parallel; NULL on axes of size 1 and always on the world axis,
      which no device collective uses (the gradient norm's world sum is a host double): a
      device collective over the world goes through MPI (through_nccl) */
-  ncclComm_t nccl[3];
+  ncclComm_t nccl[MGT_N_AXES];
   /* the communication stream of the data-parallel communicator (NULL without one), and the
      events that order it against the compute stream: fork and join are re-recorded for every
      call (a stream waits for an event as it was when the wait was enqueued); completion events
@@ -595,7 +595,7 @@ static void cu_destroy(void *ctx) {
   /* collectives still in flight (a step that failed before its waits) end before their
      communicator, events and buffers go */
   if (c->side) cudaStreamSynchronize(c->side);
-  for (int a = 0; a < 3; a++)
+  for (int a = 0; a < MGT_N_AXES; a++)
     if (c->nccl[a]) ncclCommDestroy(c->nccl[a]);
   for (int i = 0; i < c->n_all; i++)
     cudaEventDestroy(c->all[i]);
@@ -638,6 +638,13 @@ mgt_status mgt_comm_cuda_create(const mgt_grid *grid, void *stream_ptr, int use_
     st = mgt_mpi_agree(grid->world, st);
     if (st == MGT_OK) st = nccl_over(grid->dp_comm, "data-parallel", &c->nccl[MGT_AXIS_DP]);
     if (st == MGT_OK && c->nccl[MGT_AXIS_DP]) st = side_create(c);
+    if (grid->ep > 1) { /* expert parallelism: its groups and the ranks holding the same experts */
+      st = mgt_mpi_agree(grid->world, st);
+      if (st == MGT_OK) st = nccl_over(grid->ep_comm, "expert-parallel", &c->nccl[MGT_AXIS_EP]);
+      st = mgt_mpi_agree(grid->world, st);
+      if (st == MGT_OK)
+        st = nccl_over(grid->edp_comm, "expert-data-parallel", &c->nccl[MGT_AXIS_EDP]);
+    }
   }
 #endif
   comm->name = "cuda";

@@ -22,6 +22,8 @@ MPI_Comm mgt_grid_axis_comm(const mgt_grid *g, mgt_axis axis, int *size) {
   switch (axis) {
   case MGT_AXIS_TP: *size = g->tp; return g->tp_comm;
   case MGT_AXIS_DP: *size = g->dp; return g->dp_comm;
+  case MGT_AXIS_EP: *size = g->ep; return g->ep > 1 ? g->ep_comm : MPI_COMM_SELF;
+  case MGT_AXIS_EDP: *size = g->edp; return g->ep > 1 ? g->edp_comm : g->dp_comm;
   default: *size = g->size; return g->world;
   }
 }

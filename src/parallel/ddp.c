@@ -16,6 +16,7 @@ struct mgt_ddp {
   size_t *lo, *hi;   /* each bucket's range */
   int *bucket_first; /* n_buckets + 1 indices into the pieces */
   size_t *piece_off, *piece_n;
+  char *piece_expert; /* summed over the expert-data-parallel axis */
   mgt_comm_req *reqs;
   int n_pieces, n_started, n_done;
   /* distributed: rank q owns [shard[q], shard[q + 1]); a piece's reduce-scatter gives each
@@ -29,6 +30,22 @@ struct mgt_ddp {
   char *stale;         /* weight_copies: bucket b's copies are to be remade before a read */
 };
 
+/* The end of the run of elements from o within [o, hi) that are all experts or all not (*expert
+   says which). */
+static size_t run_end(const mgt_ddp *d, size_t o, size_t hi, int *expert) {
+  *expert = 0;
+  size_t end = hi;
+  for (int i = 0; i < d->o.n_expert; i++) {
+    const size_t a = d->o.expert_lo[i], b = d->o.expert_hi[i];
+    if (o >= a && o < b) {
+      *expert = 1;
+      return b < hi ? b : hi;
+    }
+    if (a > o && a < end) end = a;
+  }
+  return end;
+}
+
 static mgt_status plan_pieces(mgt_ddp *d) {
   const size_t cap = d->o.bucket_size;
   MGT_CHECK(mgt_calloc(sizeof(int) * (size_t)(d->n_buckets + 1), "bucket index",
@@ -37,16 +54,23 @@ static mgt_status plan_pieces(mgt_ddp *d) {
     int np = 0;
     for (int b = 0; b < d->n_buckets; b++) {
       if (pass) d->bucket_first[b] = np;
-      for (size_t o = d->lo[b]; o < d->hi[b]; o += cap, np++)
-        if (pass) {
-          d->piece_off[np] = o;
-          d->piece_n[np] = d->hi[b] - o < cap ? d->hi[b] - o : cap;
-        }
+      for (size_t o = d->lo[b]; o < d->hi[b];) { /* runs of experts or not, cut at cap */
+        int expert;
+        const size_t end = run_end(d, o, d->hi[b], &expert);
+        for (; o < end; o += cap, np++)
+          if (pass) {
+            d->piece_off[np] = o;
+            d->piece_n[np] = end - o < cap ? end - o : cap;
+            d->piece_expert[np] = (char)expert;
+          }
+        o = end;
+      }
     }
     if (!pass) {
       d->n_pieces = np;
       MGT_CHECK(mgt_calloc(sizeof(size_t) * (size_t)np, "bucket pieces", (void **)&d->piece_off));
       MGT_CHECK(mgt_calloc(sizeof(size_t) * (size_t)np, "bucket pieces", (void **)&d->piece_n));
+      MGT_CHECK(mgt_calloc((size_t)np + 1, "bucket pieces", (void **)&d->piece_expert));
       MGT_CHECK(
           mgt_calloc(sizeof(mgt_comm_req) * (size_t)np, "bucket requests", (void **)&d->reqs));
     } else {
@@ -92,6 +116,8 @@ mgt_status mgt_ddp_create(const mgt_grid *grid, const mgt_comm *comm, const mgt_
   *out = NULL;
   MGT_REQUIRE(o->bucket_size > 0, "--ddp-bucket-size must be positive");
   MGT_REQUIRE(n_buckets > 0, "no gradient buckets");
+  MGT_REQUIRE(!o->n_expert || !o->distributed,
+              "the distributed optimizer over expert-parallel ranks is not implemented");
   for (int b = 0; b < n_buckets; b++)
     MGT_REQUIRE(lo[b] <= hi[b] && hi[b] <= n, "bucket %d [%zu, %zu) is outside the %zu elements", b,
                 lo[b], hi[b], n);
@@ -99,6 +125,13 @@ mgt_status mgt_ddp_create(const mgt_grid *grid, const mgt_comm *comm, const mgt_
   MGT_CHECK(mgt_calloc(sizeof *d, "data parallelism", (void **)&d));
   mgt_status st = MGT_OK;
   d->grid = grid, d->comm = comm, d->be = be, d->o = *o;
+  if (o->n_expert) { /* kept: the caller's ranges are borrowed for the call only */
+    size_t *r = NULL;
+    MGT_TRY(mgt_calloc(sizeof(size_t) * 2 * (size_t)o->n_expert, "expert ranges", (void **)&r));
+    memcpy(r, o->expert_lo, sizeof(size_t) * (size_t)o->n_expert);
+    memcpy(r + o->n_expert, o->expert_hi, sizeof(size_t) * (size_t)o->n_expert);
+    d->o.expert_lo = r, d->o.expert_hi = r + o->n_expert;
+  }
   d->w = w, d->g = g, d->n = n, d->n_buckets = n_buckets;
   MGT_TRY(mgt_calloc(sizeof(size_t) * (size_t)n_buckets, "buckets", (void **)&d->lo));
   MGT_TRY(mgt_calloc(sizeof(size_t) * (size_t)n_buckets, "buckets", (void **)&d->hi));
@@ -130,6 +163,8 @@ void mgt_ddp_destroy(mgt_ddp **ptr) {
   mgt_free(d->bucket_first);
   mgt_free(d->piece_off);
   mgt_free(d->piece_n);
+  mgt_free(d->piece_expert);
+  mgt_free((void *)d->o.expert_lo);
   mgt_free(d->reqs);
   mgt_free(d->shard);
   mgt_free(d->piece_counts);
@@ -185,11 +220,11 @@ mgt_status mgt_ddp_start_bucket(mgt_ddp *d, int b) {
                                         overlap ? &d->reqs[p] : NULL));
       continue;
     }
+    const mgt_axis axis = d->piece_expert[p] ? MGT_AXIS_EDP : MGT_AXIS_DP;
     if (overlap)
-      MGT_CHECK(
-          mgt_comm_iallreduce(d->comm, MGT_AXIS_DP, buf, d->piece_n[p], MGT_SUM, &d->reqs[p]));
+      MGT_CHECK(mgt_comm_iallreduce(d->comm, axis, buf, d->piece_n[p], MGT_SUM, &d->reqs[p]));
     else
-      MGT_CHECK(mgt_comm_allreduce(d->comm, MGT_AXIS_DP, buf, d->piece_n[p], MGT_SUM));
+      MGT_CHECK(mgt_comm_allreduce(d->comm, axis, buf, d->piece_n[p], MGT_SUM));
   }
   if (!overlap) d->n_done = d->n_started;
   return MGT_OK;

@@ -79,7 +79,7 @@ mgt_status mgt_grid_create(MPI_Comm world, int tp, mgt_grid **out) {
               "--tensor-model-parallel-size %d does not divide the number of ranks %d", tp, size);
   mgt_grid *g = NULL;
   MGT_CHECK(mgt_calloc(sizeof *g, "process grid", (void **)&g));
-  g->world = g->tp_comm = g->dp_comm = MPI_COMM_NULL;
+  g->world = g->tp_comm = g->dp_comm = g->ep_comm = g->edp_comm = MPI_COMM_NULL;
   mgt_status st = MGT_OK;
   int grank = rank;
   MGT_TRY(learn_nodes(world, rank, size, g, &grank));
@@ -89,6 +89,7 @@ mgt_status mgt_grid_create(MPI_Comm world, int tp, mgt_grid **out) {
   g->dp = size / tp;
   g->tp_rank = grank % tp;
   g->dp_rank = grank / tp;
+  g->ep = 1, g->ep_rank = 0, g->edp = g->dp, g->edp_rank = g->dp_rank;
   for (int k = 0; k < g->dp; k++)
     g->tp_spanning += spans(g, k * tp, 1, tp);
   for (int j = 0; j < tp; j++)
@@ -105,9 +106,24 @@ done:
   return st;
 }
 
+mgt_status mgt_grid_set_experts(mgt_grid *g, int ep) {
+  MGT_REQUIRE(ep >= 1 && g->dp % ep == 0,
+              "--expert-model-parallel-size %d does not divide the data-parallel size %d", ep,
+              g->dp);
+  if (g->ep_comm != MPI_COMM_NULL) MPI_Comm_free(&g->ep_comm);
+  if (g->edp_comm != MPI_COMM_NULL) MPI_Comm_free(&g->edp_comm);
+  g->ep = ep, g->ep_rank = g->dp_rank % ep, g->edp = g->dp / ep, g->edp_rank = g->dp_rank / ep;
+  if (ep == 1) return MGT_OK;
+  MGT_MPI(MPI_Comm_split(g->dp_comm, g->edp_rank, g->ep_rank, &g->ep_comm));
+  MGT_MPI(MPI_Comm_split(g->dp_comm, g->ep_rank, g->edp_rank, &g->edp_comm));
+  return MGT_OK;
+}
+
 void mgt_grid_destroy(mgt_grid **grid) {
   mgt_grid *g = *grid;
   if (!g) return;
+  if (g->ep_comm != MPI_COMM_NULL) MPI_Comm_free(&g->ep_comm);
+  if (g->edp_comm != MPI_COMM_NULL) MPI_Comm_free(&g->edp_comm);
   if (g->dp_comm != MPI_COMM_NULL) MPI_Comm_free(&g->dp_comm);
   if (g->tp_comm != MPI_COMM_NULL) MPI_Comm_free(&g->tp_comm);
   if (g->world != MPI_COMM_NULL) MPI_Comm_free(&g->world);
