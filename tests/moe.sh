@@ -4,7 +4,8 @@
 # sigmoid scaled with a capacity by probability and GeLU experts; top-1 of 16, so that experts get
 # no token; Qwen3-MoE's block: q/k norms, a head size of its own, pre-softmax, a dense layer 0), each scored by mgt eval at tp=1 and tp=2 against an independent float64 numpy model
 # (tests/moe_numpy.py, written from Megatron-LM's router); resumed on another layout with the
-# losses of the uninterrupted run; the auxiliary losses in the log line and the metrics file;
+# losses of the uninterrupted run, also with expert parallelism (saved at ep=2, resumed at ep=4,
+# ep=1 and tp=2); the auxiliary losses in the log line and the metrics file;
 # Hugging Face's MixtralForCausalLM and Qwen3MoeForCausalLM both ways; the Mixtral 8x7B and
 # Qwen3-30B-A3B jobs' parameters per rank against a hand count.
 # Usage: moe.sh MGT MPIEXEC TESTS_DIR
@@ -127,6 +128,37 @@ for r in runs[1:]:
         assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(r[k], ref[k])), (k, r[k], ref[k])
 print("ok: resumed at tp=2 dp=1 and tp=1 dp=2: losses %s as without a stop" % [round(ref[k][0], 6) for k in (13, 14)])
 PY
+
+# expert parallelism: saved at ep=2 dp=2, resumed at ep=4 dp=4, at ep=1 dp=2 and at tp=2 ep=2: the
+# losses and load-balancing losses of the uninterrupted run at ep=2
+E=("${M[@]}" ${V[softmax]} --tensor-model-parallel-size 1 --log-interval 1 --global-batch-size 16)
+"$MPIEXEC" -n 4 "$MGT" train "${E[@]}" --train-iters 14 --expert-model-parallel-size 2 \
+  --metrics-file "$tmp/epwhole.jsonl" > "$tmp/ep.log" 2>&1 || { fail "the uninterrupted ep=2 run"; grep error "$tmp/ep.log"; }
+"$MPIEXEC" -n 4 "$MGT" train "${E[@]}" --train-iters 12 --expert-model-parallel-size 2 \
+  --save "$tmp/ep" > "$tmp/ep.log" 2>&1 || { fail "the ep=2 run to 12"; grep error "$tmp/ep.log"; }
+for layout in "8 4 1" "2 1 1" "8 2 2"; do
+  read -r np ep tp <<< "$layout"
+  "$MPIEXEC" -n $np "$MGT" train "${E[@]}" --train-iters 14 --expert-model-parallel-size $ep \
+    --tensor-model-parallel-size $tp --load "$tmp/ep" --metrics-file "$tmp/ep$np$ep$tp.jsonl" \
+    > "$tmp/ep.log" 2>&1 || { fail "resuming at ep=$ep tp=$tp on $np ranks"; grep error "$tmp/ep.log"; }
+done
+$PY - "$tmp/epwhole.jsonl" "$tmp"/ep841.jsonl "$tmp"/ep211.jsonl "$tmp"/ep822.jsonl <<'PY' || fail "resumed at another expert-parallel layout"
+import json, sys
+runs = [{r["iteration"]: (r["loss"], r["load_balancing_loss"], r["grad_norm"]) for r in map(json.loads, open(f)) if "loss" in r} for f in sys.argv[1:]]
+ref = runs[0]
+for r in runs[1:]:
+    assert sorted(r) == [13, 14], r
+    for k in r:
+        assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(r[k], ref[k])), (k, r[k], ref[k])
+print("ok: saved at ep=2 dp=2, resumed at ep=4 dp=4, ep=1 dp=2 and tp=2 ep=2 dp=2: losses %s, "
+      "grad norms %s as without a stop" % ([round(ref[k][0], 6) for k in (13, 14)], [round(ref[k][2], 4) for k in (13, 14)]))
+PY
+expect "--expert-model-parallel-size 3 does not divide the data-parallel size 2" \
+  "$MPIEXEC" -n 2 "$MGT" train "${E[@]}" --num-experts 6 --expert-model-parallel-size 3
+expect "--num-experts 4 is not divisible by --expert-model-parallel-size 8" \
+  "$MPIEXEC" -n 8 "$MGT" train "${E[@]}" --expert-model-parallel-size 8
+expect "with --use-distributed-optimizer is not implemented yet" \
+  "$MPIEXEC" -n 2 "$MGT" train "${E[@]}" --expert-model-parallel-size 2 --use-distributed-optimizer
 
 # the Mixtral 8x7B and Qwen3-30B-A3B jobs: their flags are accepted and plan the parameters
 # counted by hand (a launcher that runs mgt train --dry-run on their tp ranks instead of srun);
