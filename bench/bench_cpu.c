@@ -191,7 +191,8 @@ static void measure(rates *r) {
 /* Times `steps` training steps (after one warm-up step) of GPT-2 124M shapes with global
    batch B at the grid's layout; prints throughput and the share of time in collectives. */
 static int overlap, distopt, param_gather, seqpar, flash, attn; /* attn: MGT_ATTN_* */
-static int bf16, no_copies, emulated; /* --bf16, --no-weight-copies, --emulated */
+static int bf16, no_copies, emulated;   /* --bf16, --no-weight-copies, --emulated */
+static int moe_e, moe_k, moe_f, ep = 1; /* --moe E,K,F: the MLPs as E experts of F, top-K; --ep */
 
 /* This process's resident memory, now (VmRSS) or at its peak (VmHWM), MiB; 0 when /proc does
    not say. */
@@ -203,6 +204,13 @@ static double rss_mib(const char *key) {
     if (!strncmp(line, key, strlen(key))) kib = atof(line + strlen(key));
   if (f) fclose(f);
   return kib / 1024.0;
+}
+
+static double axes_seconds(const mgt_comm_stats *s) {
+  double t = 0;
+  for (int a = 0; a < MGT_N_AXES; a++)
+    t += s->seconds[a];
+  return t;
 }
 
 static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T, int steps,
@@ -230,6 +238,11 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   flash = mgt_config_flash(&cfg, NULL, 0);
   cfg.bf16 = bf16;
   cfg.no_weight_copies = no_copies;
+  if (moe_e) { /* GPT-2's block without biases, its MLPs Mixture-of-Experts layers */
+    cfg.num_experts = moe_e, cfg.moe_router_topk = moe_k, cfg.moe_ffn_hidden_size = moe_f;
+    cfg.disable_bias_linear = 1, cfg.moe_aux_loss_coeff = 0.01;
+    cfg.expert_model_parallel_size = ep;
+  }
   if (T > cfg.max_position_embeddings) cfg.max_position_embeddings = T;
   if (mgt_config_finalize(&cfg, grid->size) != MGT_OK) {
     mgt_error_print(stderr);
@@ -252,7 +265,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   mgt_step_stats s;
   for (int i = 0; i <= steps; i++) {
     MPI_Barrier(grid->world);
-    double c0 = stats.seconds[0] + stats.seconds[1] + stats.seconds[2], t0 = mgt_now();
+    double c0 = axes_seconds(&stats), t0 = mgt_now();
     if (mgt_trainer_step(tr, &s) != MGT_OK) {
       mgt_error_print(stderr);
       MPI_Abort(grid->world, 1);
@@ -261,7 +274,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
     MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, grid->world);
     if (i > 0) { /* the first step warms caches and pages */
       times[i - 1] = t;
-      comm_s += stats.seconds[0] + stats.seconds[1] + stats.seconds[2] - c0;
+      comm_s += axes_seconds(&stats) - c0;
     }
   }
   double cmax = comm_s;
@@ -278,6 +291,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   rss[1] = rss[0] - base;
   MPI_Allreduce(MPI_IN_PLACE, rss, 2, MPI_DOUBLE, MPI_MAX, grid->world);
   if (grid->rank == 0) {
+    if (moe_e) printf("MoE %d experts of %d, top-%d, ep=%d: ", moe_e, moe_f, moe_k, grid->ep);
     printf("gpt2-124M B=%d T=%-4d tp=%d dp=%d threads/rank=%d: %8.1f ms/step %7.1f tokens/s "
            "%6.1f GFLOP/s",
            B, T, grid->tp, grid->dp, omp_get_max_threads(), 1e3 * t, tokens / t, flops / t / 1e9);
@@ -307,7 +321,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
                     [--use-distributed-optimizer] [--overlap-param-gather]
                     [--sequence-parallel] [--attention-backend auto|flash|unfused]
                     [--use-flash-attn] [--bf16 [--no-weight-copies]]
-                    [--config small|large|both | --shape BxT]
+                    [--config small|large|both | --shape BxT] [--moe E,K,F [--ep N]]
    One rank: measures the machine's peaks, then the step time at two shapes.
    Several ranks (under mpiexec): the same shapes at the given tensor-parallel size, the
    rest data-parallel, at the same global batch. */
@@ -353,13 +367,18 @@ int main(int argc, char **argv) {
       i++, which = "shape";
     else if (!strcmp(argv[i], "--config") && i + 1 < argc)
       which = argv[++i];
+    else if (!strcmp(argv[i], "--moe") && i + 1 < argc &&
+             sscanf(argv[i + 1], "%d,%d,%d", &moe_e, &moe_k, &moe_f) == 3)
+      i++;
+    else if (!strcmp(argv[i], "--ep") && i + 1 < argc)
+      ep = atoi(argv[++i]);
   }
   if (steps < 1 || steps > 60) steps = 5;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   mgt_grid *grid = NULL;
   mgt_backend *be = NULL;
   if (mgt_grid_create(MPI_COMM_WORLD, tp, &grid) != MGT_OK ||
-      mgt_backend_cpu_create(&be) != MGT_OK ||
+      mgt_grid_set_experts(grid, ep) != MGT_OK || mgt_backend_cpu_create(&be) != MGT_OK ||
       (bf16 && mgt_be_set_precision(be, MGT_PREC_BF16) != MGT_OK) ||
       (bf16 && !emulated && mgt_cpu_bf16_units(NULL, 0) && mgt_backend_cpu_native(be, 1))) {
     mgt_error_print(stderr);

@@ -4,6 +4,7 @@
 # (the same active MLP width), and top-1 of 16 experts of 1408: the median step of 8 after 2, as
 # tokens/s and model TFLOP/s (on the active parameters), and the fraction of this machine's FMA
 # peak given as PEAK_GFLOPS (docs/performance.md, "The machine": 219 with 256-bit vectors).
+# Then the memory plan against a real run, one rank and ep=2 (bench_cpu --moe).
 # Usage: bench/moe.sh [build-dir]
 set -eu
 BUILD=${1:-build}
@@ -33,3 +34,9 @@ PY
 run dense --ffn-hidden-size 1408
 run moe8x2 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 704 --moe-aux-loss-coeff 0.01
 run moe16x1 --num-experts 16 --moe-router-topk 1 --moe-ffn-hidden-size 1408 --moe-aux-loss-coeff 0.01
+# the memory plan against a real run: GPT-2 124M's shapes with 8 experts of 1536 (top-2) in every
+# layer, B=4 T=64, on one rank and at ep=2 (bench_cpu: planned total against the peak RSS above
+# the RSS before the model)
+OMP_NUM_THREADS=2 "$BUILD/bench/bench_cpu" --no-peaks --steps 3 --config small --moe 8,2,1536
+OMP_NUM_THREADS=1 mpiexec -n 2 --bind-to none "$BUILD/bench/bench_cpu" --no-peaks --steps 3 \
+  --config small --moe 8,2,1536 --ep 2
