@@ -195,5 +195,27 @@ done
   echo "ok: mgt plan counts Mixtral 8x7B's 46.7 B parameters, 12.9 B active" ||
   { fail "mgt plan of Mixtral 8x7B"; head -3 "$tmp/plan.log"; }
 
+# mgt plan with expert parallelism: a rank's experts and the all-to-all bytes against a hand count
+"$MGT" plan --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --swiglu \
+  --ffn-hidden-size 128 --normalization RMSNorm --position-embedding-type rope --disable-bias-linear \
+  --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --vocab-size 1000 \
+  --global-batch-size 8 --nodes 1 --gpus-per-node 4 --tensor-model-parallel-size 1 \
+  --micro-batch-size 1 --recompute none --expert-model-parallel-size 2 --json \
+  --gpu-memory 1GiB > "$tmp/plan.json" 2>&1 || { fail "mgt plan with experts"; cat "$tmp/plan.json"; }
+$PY - "$tmp/plan.json" <<'PY' || fail "mgt plan's expert-parallel memory and all-to-all bytes"
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][0]
+C, L, T, E, k, F, ep, dp = 64, 2, 32, 4, 2, 64, 2, 4
+layer = 2 * C + 4 * C * C + E * C + 3 * (E // ep) * F * C  # norms, attention, router, experts
+floats = 1024 * C + L * layer + C  # the vocabulary padded to 128, layers, final norm
+assert r["ep"] == ep and r["dp"] == dp and not r["distributed_optimizer"], r
+assert abs(r["params"] / 4 - floats) <= 0.01 * floats, (r["params"] / 4, floats)
+n_micro = 8 // dp
+a2a = n_micro * L * 4 * (1 * T * k) * C * 4 * (ep - 1) / ep  # out and back, forward and backward
+assert abs(r["a2a_bytes"] - a2a) < 1, (r["a2a_bytes"], a2a)
+print("ok: mgt plan at ep=2: %.0f parameters a rank (experts / 2), %.0f all-to-all bytes a step, "
+      "as counted" % (r["params"] / 4, r["a2a_bytes"]))
+PY
+
 echo "moe: $fails failures"
 [ "$fails" = 0 ]

@@ -161,8 +161,20 @@ void mgt_plan_traffic(const mgt_config *c, int dp, int elem, double *tp_bytes, d
   *dp_bytes = ring_bytes((double)mem.params / sizeof(float) * elem, dp);
 }
 
+/* Mixture-of-Experts: the MoE layers, and the expert parameters a rank holds at tp and ep. */
+static double expert_floats(const mgt_config *c, int tp, int ep, int *moe_layers) {
+  const mgt_model_spec s = mgt_model_of(c);
+  *moe_layers = 0;
+  for (int l = 0; l < s.layers; l++)
+    *moe_layers += mgt_model_is_moe_layer(&s, l);
+  if (!s.experts) return 0;
+  const double mats = s.mlp == MGT_MLP_SWIGLU ? 3.0 : 2.0; /* gate, up, down */
+  return *moe_layers * mats * (s.experts / ep) * (double)(s.moe_ffn / tp) * s.hidden;
+}
+
 void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_plan_row *r) {
   const int tp = c->tensor_model_parallel_size, G = o->gpus_per_node, L = c->num_layers;
+  const int ep = c->expert_model_parallel_size > 0 ? c->expert_model_parallel_size : 1;
   const double T = c->seq_length, C = c->hidden_size, mb = c->micro_batch_size;
   const double n_micro = (double)c->global_batch_size / (mb * dp);
   mgt_gpt_memory mem;
@@ -189,6 +201,20 @@ void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_
   const double elem = 16.0 * mb * T * C * o->comm_bytes * L * n_micro;
   r->elementwise_s = (tp > 1 && !sp ? elem * (1.0 - 1.0 / tp) : 0.0) / (o->memory_gbps * 1e9);
   mgt_plan_traffic(c, dp, o->comm_bytes, &r->tp_bytes, &r->dp_bytes);
+  /* expert parallelism: the experts' gradients summed over dp / ep ranks, not dp; each MoE
+     layer's rows out and back by all-to-all, forward and backward (and the forward again with
+     full recomputation), (ep - 1) / ep of them to other ranks */
+  int moe_layers;
+  const double ef = expert_floats(c, tp, ep, &moe_layers);
+  r->ep = ep, r->a2a_bytes = 0, r->a2a_s = 0;
+  if (ep > 1) {
+    r->dp_bytes = ring_bytes(((double)mem.params / sizeof(float) - ef) * o->comm_bytes, dp) +
+                  ring_bytes(ef * o->comm_bytes, dp / ep);
+    const double rows = mb * T * c->moe_router_topk,
+                 passes = 4.0 + (c->recompute_granularity == MGT_RECOMPUTE_FULL ? 2.0 : 0.0);
+    r->a2a_bytes = n_micro * moe_layers * passes * rows * C * o->comm_bytes * (ep - 1) / ep;
+    r->a2a_s = r->a2a_bytes / ((tp * ep <= G ? o->nvlink_gbps : o->network_gbps / G) * 1e9);
+  }
   const double tp_gbps = tp <= G ? o->nvlink_gbps : o->network_gbps / G;
   r->tp_comm_s = r->tp_bytes / (tp_gbps * 1e9);
   /* data parallelism, hidden under the last backward as far as --dp-overlap allows. A group
@@ -199,11 +225,13 @@ void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_
   const int across = tp * dp > G, per_node = tp < G ? G / tp : 1;
   const double dp_gbps = across ? o->network_gbps * per_node / G : o->nvlink_gbps;
   r->dp_comm_s = r->dp_bytes / (dp_gbps * 1e9);
-  r->intra_bytes = (tp <= G ? r->tp_bytes : 0.0) + (across ? 0.0 : r->dp_bytes);
-  r->inter_bytes = (tp <= G ? 0.0 : r->tp_bytes) + (across ? r->dp_bytes : 0.0);
+  r->intra_bytes = (tp <= G ? r->tp_bytes : 0.0) + (across ? 0.0 : r->dp_bytes) +
+                   (tp * ep <= G ? r->a2a_bytes : 0.0);
+  r->inter_bytes = (tp <= G ? 0.0 : r->tp_bytes) + (across ? r->dp_bytes : 0.0) +
+                   (tp * ep <= G ? 0.0 : r->a2a_bytes);
   const double last_backward = r->compute_s * (2.0 / 3.0) / n_micro;
   r->dp_exposed_s = fmax(0.0, r->dp_comm_s - o->dp_overlap * last_backward);
-  r->step_s = r->compute_s + r->elementwise_s + r->tp_comm_s + r->dp_exposed_s;
+  r->step_s = r->compute_s + r->elementwise_s + r->tp_comm_s + r->dp_exposed_s + r->a2a_s;
   r->ideal_s = F / (tp * (double)dp) / (o->gemm_tflops * 1e12);
 }
 
@@ -233,24 +261,31 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
       for (int g = 0; g < 3; g++) {
         if (o->recompute && g != o->recompute - 1) continue;
         const int sp_ok = tp > 1 && (int64_t)mb * o->m.seq_length % tp == 0;
-        for (int dist = o->distopt_only; dist <= (dp > 1); dist++)
-          for (int sp = o->sp_only; sp <= sp_ok; sp++) {
-            mgt_config c;
-            mgt_plan_config(o, tp, mb, g, dist, sp, &c);
-            mgt_plan_row r;
-            mgt_plan_estimate(o, &c, dp, &r);
-            tried++;
-            if (r.memory > o->memory_bytes) continue;
-            if (n == cap) {
-              mgt_plan_row *p = realloc(rows, sizeof *rows * (cap *= 2));
-              if (!p) {
-                free(rows);
-                MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the plan");
+        for (int ep = 1; ep <= dp; ep++) /* expert parallelism: experts over dp ranks */
+          for (int dist = o->distopt_only; dist <= (dp > 1 && ep == 1); dist++)
+            for (int sp = o->sp_only; sp <= sp_ok; sp++) {
+              if (ep > 1 &&
+                  (!o->m.num_experts || dp % ep || o->m.num_experts % ep ||
+                   (o->m.expert_model_parallel_size > 1 && ep != o->m.expert_model_parallel_size)))
+                continue;
+              if (ep == 1 && o->m.expert_model_parallel_size > 1) continue;
+              mgt_config c;
+              mgt_plan_config(o, tp, mb, g, dist, sp, &c);
+              c.expert_model_parallel_size = ep;
+              mgt_plan_row r;
+              mgt_plan_estimate(o, &c, dp, &r);
+              tried++;
+              if (r.memory > o->memory_bytes) continue;
+              if (n == cap) {
+                mgt_plan_row *p = realloc(rows, sizeof *rows * (cap *= 2));
+                if (!p) {
+                  free(rows);
+                  MGT_FAIL(MGT_ERR_NOMEM, "out of memory for the plan");
+                }
+                rows = p;
               }
-              rows = p;
+              rows[n++] = r;
             }
-            rows[n++] = r;
-          }
       }
     }
   }
@@ -281,10 +316,12 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
   }
   qsort(rows, n, sizeof *rows, by_time);
   fprintf(out, "%zu of %zu layouts fit; fastest first:\n", n, tried);
+  const int moe = o->m.num_experts > 0; /* an expert-parallel column and its all-to-all time */
   if (!o->json)
     fprintf(out,
-            "   tp    dp  micro  recompute  dist-opt  seq-par  memory/GPU  step (s)  "
-            "compute  tp comm  dp comm  tokens/s  TFLOP/s/GPU  efficiency  node GB   net GB\n");
+            "   tp    dp%s  micro  recompute  dist-opt  seq-par  memory/GPU  step (s)  "
+            "compute  tp comm  dp comm%s  tokens/s  TFLOP/s/GPU  efficiency  node GB   net GB\n",
+            moe ? "    ep" : "", moe ? "  all-to-all" : "");
   for (size_t i = 0; i < n && i < (size_t)o->top && o->json; i++) {
     const mgt_plan_row *r = &rows[i];
     fprintf(out,
@@ -294,20 +331,25 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
             "%.0f, \"optimizer\": %.0f, \"activations\": %.0f, \"step_s\": %.9g, "
             "\"compute_s\": %.9g, \"elementwise_s\": %.9g, \"tp_comm_s\": %.9g, \"dp_comm_s\": "
             "%.9g, \"dp_exposed_s\": %.9g, \"efficiency\": %.9g, \"tp_bytes\": %.0f, "
-            "\"dp_bytes\": %.0f, \"intra_node_bytes\": %.0f, \"inter_node_bytes\": %.0f}\n",
+            "\"dp_bytes\": %.0f, \"intra_node_bytes\": %.0f, \"inter_node_bytes\": %.0f, "
+            "\"ep\": %d, \"a2a_bytes\": %.0f, \"a2a_s\": %.9g}\n",
             r->tp, r->dp, r->micro_batch, rname(r->recompute), r->distopt ? "true" : "false",
             r->sp ? "true" : "false", r->memory, r->params, r->grads, r->optimizer, r->activations,
             r->step_s, r->compute_s, r->elementwise_s, r->tp_comm_s, r->dp_comm_s, r->dp_exposed_s,
-            r->ideal_s / r->step_s, r->tp_bytes, r->dp_bytes, r->intra_bytes, r->inter_bytes);
+            r->ideal_s / r->step_s, r->tp_bytes, r->dp_bytes, r->intra_bytes, r->inter_bytes, r->ep,
+            r->a2a_bytes, r->a2a_s);
   }
   for (size_t i = 0; i < n && i < (size_t)o->top && !o->json; i++) {
     const mgt_plan_row *r = &rows[i];
+    char epc[16] = "", a2a[16] = "";
+    if (moe)
+      snprintf(epc, sizeof epc, "  %4d", r->ep), snprintf(a2a, sizeof a2a, "  %10.3f", r->a2a_s);
     fprintf(out,
-            " %4d  %4d  %5d  %9s  %8s  %7s  %7.1f GiB  %8.3f  %7.3f  %7.3f  %7.3f  %8.0f  "
+            " %4d  %4d%s  %5d  %9s  %8s  %7s  %7.1f GiB  %8.3f  %7.3f  %7.3f  %7.3f%s  %8.0f  "
             "%11.2f  %9.1f%%  %7.2f  %7.2f\n",
-            r->tp, r->dp, r->micro_batch, rname(r->recompute), r->distopt ? "yes" : "no",
+            r->tp, r->dp, epc, r->micro_batch, rname(r->recompute), r->distopt ? "yes" : "no",
             r->sp ? "yes" : "no", r->memory / (1 << 30), r->step_s, r->compute_s, r->tp_comm_s,
-            r->dp_exposed_s, (double)o->m.global_batch_size * o->m.seq_length / r->step_s,
+            r->dp_exposed_s, a2a, (double)o->m.global_batch_size * o->m.seq_length / r->step_s,
             r->model_flops / r->step_s / gpus / 1e12, 100.0 * r->ideal_s / r->step_s,
             r->intra_bytes / 1e9, r->inter_bytes / 1e9);
   }

@@ -31,6 +31,9 @@ typedef struct mgt_plan_opts {
 /* One layout and its estimate. Times in seconds per iteration; memory in bytes per GPU. */
 typedef struct mgt_plan_row {
   int tp, dp, micro_batch, recompute, distopt, sp;
+  int ep;           /* expert parallelism (1: none) */
+  double a2a_bytes; /* sent per GPU and step by the experts' all-to-alls */
+  double a2a_s;     /* their time (not overlapped) */
   double memory, model_flops;
   double params, grads, optimizer, activations; /* the parts of memory */
   double compute_s, elementwise_s, tp_comm_s, dp_comm_s, dp_exposed_s, step_s;
