@@ -82,8 +82,9 @@ static mgt_status guard_moe_route(const float *logits, int N, int E, int k, int 
 static mgt_status guard_moe_route_backward(float *dlogits, const float *dw, const float *logits,
                                            const int32_t *idx, const float *w, const float *probs,
                                            const float *lse, int N, int E, int k, int score,
-                                           int pre, float scale, const float *aux, float zc) {
-  (void)dlogits, (void)dw, (void)aux, (void)zc;
+                                           int pre, float scale, const float *aux, int aux_rows,
+                                           float zc) {
+  (void)dlogits, (void)dw, (void)aux, (void)aux_rows, (void)zc;
   return guard_moe_route(logits, N, E, k, score, pre, scale, (int32_t *)idx, (float *)w,
                          (float *)probs, (float *)lse);
 }

@@ -753,9 +753,9 @@ static void test_moe(void) {
       same("moe_route probs", pd, p, (size_t)N * E, 1e-5);
       same("moe_route lse", lsed, lse, N, 1e-5);
       T_OK(mgt_be_moe_route_backward(cpu, dz, dw, z, idx, w, p, lse, N, E, k, score, pre, 1.5f, aux,
-                                     0.01f));
+                                     pre ? N : 0, 0.01f)); /* one sequence's, or every row's */
       T_OK(mgt_be_moe_route_backward(gpu, dzd, dwd, zd, idxd, wd, pd, lsed, N, E, k, score, pre,
-                                     1.5f, auxd, 0.01f));
+                                     1.5f, auxd, pre ? N : 0, 0.01f));
       same("moe_route_backward", dzd, dz, (size_t)N * E, 1e-5);
     }
   int32_t *pos = malloc(M * 4); /* slot (t, s) at row (t * 7 + s * 3) % M, a permutation */

@@ -321,7 +321,7 @@ static void test_head_rmsnorm(void) {
    (the logits have no near ties, so finite differences keep the choice), its backward against
    finite differences of dw . w + aux . probs + zc lse^2; the combination and its backward. */
 typedef struct route_ctx {
-  int N, E, k, score, pre;
+  int N, E, k, score, pre, aux_rows; /* aux_rows > 0: aux has E values each aux_rows rows */
   double scale, zc;
   const int32_t *idx;
   const double *dw, *aux;
@@ -365,8 +365,8 @@ static double route_obj(const double *z, void *vc) {
   route_ref(z, c, w, p, lse);
   for (size_t i = 0; i < nw; i++)
     f += c->dw[i] * w[i];
-  for (size_t i = 0; i < np; i++)
-    f += c->aux[i % c->E] * p[i];
+  for (size_t i = 0; i < np; i++) /* row t = i / E takes its sequence's aux */
+    f += c->aux[(c->aux_rows ? (int)(i / c->E) / c->aux_rows * c->E : 0) + i % c->E] * p[i];
   for (int t = 0; t < c->N; t++)
     f += c->zc * lse[t] * lse[t];
   free(w), free(p), free(lse);
@@ -379,18 +379,19 @@ static void test_moe_route(void) {
                           {4, 8, 2, 1, 0, 1}, {3, 5, 5, 0, 0, 1}, {9, 16, 4, 0, 1, 1}};
   for (size_t q = 0; q < sizeof cases / sizeof cases[0]; q++) {
     const int N = cases[q][0], E = cases[q][1], k = cases[q][2];
-    route_ctx c = {N,    E,    k,    cases[q][3], cases[q][4], cases[q][5] ? 2.5 : 0,
+    const int rows = N % 3 == 0 ? 3 : 0; /* a load-balancing loss per sequence of 3 rows */
+    route_ctx c = {N,    E,    k,    cases[q][3], cases[q][4], rows, cases[q][5] ? 2.5 : 0,
                    0.01, NULL, NULL, NULL};
-    const size_t nz = (size_t)N * E, nw = (size_t)N * k;
-    float *z = fa(nz), *w = fa(nw), *p = fa(nz), *lse = fa(N), *dw = fa(nw), *aux = fa(E);
+    const size_t nz = (size_t)N * E, nw = (size_t)N * k, na = (size_t)(rows ? N / rows : 1) * E;
+    float *z = fa(nz), *w = fa(nw), *p = fa(nz), *lse = fa(N), *dw = fa(nw), *aux = fa(na);
     float *dz = fa(nz);
     int32_t *idx = calloc(nw, sizeof(int32_t)), *ridx = calloc(nw, sizeof(int32_t));
     double *Z = da(nz), *rw = da(nw), *rp = da(nz), *rl = da(N), *g = da(nz), *ddw = da(nw);
-    double *daux = da(E);
+    double *daux = da(na);
     for (size_t i = 0; i < nz; i++) /* distinct, well separated: a stable choice */
       z[i] = (float)(((i * 7919) % nz) * 0.37 - nz * 0.15) / (float)E;
     t_fill(dw, nw, 1);
-    t_fill(aux, E, 1);
+    t_fill(aux, na, 1);
     for (int t = 0; t < N; t++) /* the choice, by its definition: the k largest scores */
       for (int j = 0; j < k; j++) {
         int best = -1;
@@ -404,7 +405,7 @@ static void test_moe_route(void) {
       }
     to_double(z, Z, nz);
     to_double(dw, ddw, nw);
-    to_double(aux, daux, E);
+    to_double(aux, daux, na);
     c.idx = ridx, c.dw = ddw, c.aux = daux;
     route_ref(Z, &c, rw, rp, rl);
     T_OK(mgt_be_moe_route(be, z, N, E, k, c.score, c.pre, (float)c.scale, idx, w, p, lse));
@@ -414,7 +415,7 @@ static void test_moe_route(void) {
     T_CLOSE("moe_route lse", lse, rl, N, 1e-6, 1e-5);
     fd_grad(route_obj, Z, nz, &c, g);
     T_OK(mgt_be_moe_route_backward(be, dz, dw, z, idx, w, p, lse, N, E, k, c.score, c.pre,
-                                   (float)c.scale, aux, (float)c.zc));
+                                   (float)c.scale, aux, rows, (float)c.zc));
     T_CLOSE("moe_route_backward", dz, g, nz, 1e-5, 1e-3);
     free(z), free(w), free(p), free(lse), free(dw), free(aux), free(dz), free(idx), free(ridx);
     free(Z), free(rw), free(rp), free(rl), free(g), free(ddw), free(daux);

@@ -408,7 +408,8 @@ static void test_qwen(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
    load-balancing and z-losses, with the router's weights scaled up (logits of order 1, so that
    no perturbation changes a token's experts): softmax top-2 of 4 in every layer; pre-softmax
    top-1 of 16 (experts that get no token) in layer 1 only; sigmoid top-3 of 6 scaled, GeLU
-   experts, capacity 1 by position; capacity 0.5 by probability. */
+   experts, capacity 1 by position; capacity 0.5 by probability; the second and the last with
+   the load-balancing loss of each sequence (seq_aux_loss). */
 static void test_moe(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   /* E, k, score, pre, GeLU, capacity x 10, policy, freq */
   const int cases[][8] = {{4, 2, 0, 0, 0, 0, 0, 1},
@@ -425,6 +426,7 @@ static void test_moe(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
     snprintf(c.moe_layer_freq, sizeof c.moe_layer_freq, cases[q][7] == 2 ? "[0,1]" : "1");
     c.moe_ffn_hidden_size = 6, c.moe_aux_loss_coeff = 0.1, c.moe_z_loss_coeff = 0.001;
     if (q == 2) c.moe_router_topk_scaling_factor = 2.5;
+    if (q == 1 || q == 3) c.moe_router_load_balancing_type = MGT_MOE_LB_SEQ_AUX; /* a sequence's */
     T_OK(mgt_config_finalize(&c, 1));
     mgt_gpt *m = NULL;
     T_OK(mgt_train_model_create(&c, grid, be, comm, &m));

@@ -12,7 +12,8 @@
    llama (RMSNorm, SwiGLU, no biases, rotary, untied, 8 heads in 4 key/value groups) and gqa
    (the groups alone, with biases), combined with the others; qwen (Llama's block with Qwen 3's
    head size of 24 and q/k norms); moe (Llama's block with Mixture-of-Experts layers: top-2 of 4
-   experts, the load-balancing and z-losses) and moe1 (layer 1 only, sigmoid scores), with
+   experts, the load-balancing and z-losses) and moe1 (layer 1 only, sigmoid scores, the
+   load-balancing loss per sequence), with
    "-epN" the experts over N expert-parallel ranks (the layout only). */
 #include <mpi.h>
 #include <string.h>
@@ -64,6 +65,7 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
     c.num_experts = 4, c.moe_router_topk = 2, c.moe_ffn_hidden_size = 96;
     c.moe_aux_loss_coeff = 0.01, c.moe_z_loss_coeff = 0.001;
     if (moe1) strcpy(c.moe_layer_freq, "[0,1]"), c.moe_router_score_function = MGT_MOE_SIGMOID;
+    if (moe1) c.moe_router_load_balancing_type = MGT_MOE_LB_SEQ_AUX;
     c.expert_model_parallel_size = layout_run ? ep : 1;
     if (ep > 1) c.clip_grad = 0.05; /* a norm that binds: each expert counted once, exactly */
   }

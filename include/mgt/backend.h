@@ -150,12 +150,14 @@ MGT_NODISCARD mgt_status mgt_be_sync(const mgt_backend *be);
      float *w, float *probs, float *lse),                                                          \
     (logits, N, E, k, score, pre, scale, idx, w, probs, lse), GUARDED)                             \
   /* Its backward: dlogits (N,E) = the gradient through moe_route of dw (N,k) (NULL: none), of     \
-  aux (E, NULL: none) taken as the gradient of every row of probs, and of zc * lse^2. */           \
+  aux taken as the gradient of probs (NULL: none; E floats for every row, or with aux_rows > 0 E   \
+  for each aux_rows rows: a sequence's), and of zc * lse^2. */                                     \
   X(moe_route_backward, MOE_ROUTE_BACKWARD,                                                        \
     (float *dlogits, const float *dw, const float *logits, const int32_t *idx, const float *w,     \
      const float *probs, const float *lse, int N, int E, int k, int score, int pre, float scale,   \
-     const float *aux, float zc),                                                                  \
-    (dlogits, dw, logits, idx, w, probs, lse, N, E, k, score, pre, scale, aux, zc), GUARDED)       \
+     const float *aux, int aux_rows, float zc),                                                    \
+    (dlogits, dw, logits, idx, w, probs, lse, N, E, k, score, pre, scale, aux, aux_rows, zc),      \
+    GUARDED)                                                                                       \
   /* y(N,C) = [y +] sum over the k slots of row t, in order, of w[t,s] (1 with w NULL) times row   \
   pos[t,s] of src (a slot with pos < 0 is dropped): the experts' rows back into their tokens. */   \
   X(moe_combine, MOE_COMBINE,                                                                      \

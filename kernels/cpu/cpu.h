@@ -143,7 +143,7 @@ mgt_status cpu_moe_route(void *ctx, const float *logits, int N, int E, int k, in
 mgt_status cpu_moe_route_backward(void *ctx, float *dlogits, const float *dw, const float *logits,
                                   const int32_t *idx, const float *w, const float *probs,
                                   const float *lse, int N, int E, int k, int score, int pre,
-                                  float scale, const float *aux, float zc);
+                                  float scale, const float *aux, int aux_rows, float zc);
 mgt_status cpu_moe_combine(void *ctx, float *y, const float *src, const int32_t *pos,
                            const float *w, int N, int k, int C, int accumulate);
 mgt_status cpu_moe_combine_backward(void *ctx, float *dsrc, float *dw, const float *dy,

@@ -32,13 +32,14 @@ mgt_status cpu_moe_route(void *ctx, const float *logits, int N, int E, int k, in
 mgt_status cpu_moe_route_backward(void *ctx, float *dlogits, const float *dw, const float *logits,
                                   const int32_t *idx, const float *w, const float *probs,
                                   const float *lse, int N, int E, int k, int score, int pre,
-                                  float scale, const float *aux, float zc) {
+                                  float scale, const float *aux, int aux_rows, float zc) {
   (void)ctx;
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < N; t++)
     mgt_moe_route_backward_row(dlogits + (size_t)t * E, dw ? dw + (size_t)t * k : NULL,
                                logits + (size_t)t * E, idx + (size_t)t * k, w + (size_t)t * k,
-                               probs + (size_t)t * E, lse[t], E, k, score, pre, scale, aux, zc);
+                               probs + (size_t)t * E, lse[t], E, k, score, pre, scale,
+                               aux && aux_rows > 0 ? aux + (size_t)(t / aux_rows) * E : aux, zc);
   return MGT_OK;
 }
 

@@ -37,21 +37,22 @@ mgt_status cu_moe_route(void *ctx, const float *logits, int N, int E, int k, int
 __global__ void k_moe_route_backward(float *dlogits, const float *dw, const float *logits,
                                      const int32_t *idx, const float *w, const float *probs,
                                      const float *lse, int N, int E, int k, int score, int pre,
-                                     float scale, const float *aux, float zc) {
+                                     float scale, const float *aux, int aux_rows, float zc) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t < N)
     mgt_moe_route_backward_row(dlogits + (size_t)t * E, dw ? dw + (size_t)t * k : NULL,
                                logits + (size_t)t * E, idx + (size_t)t * k, w + (size_t)t * k,
-                               probs + (size_t)t * E, lse[t], E, k, score, pre, scale, aux, zc);
+                               probs + (size_t)t * E, lse[t], E, k, score, pre, scale,
+                               aux && aux_rows > 0 ? aux + (size_t)(t / aux_rows) * E : aux, zc);
 }
 
 mgt_status cu_moe_route_backward(void *ctx, float *dlogits, const float *dw, const float *logits,
                                  const int32_t *idx, const float *w, const float *probs,
                                  const float *lse, int N, int E, int k, int score, int pre,
-                                 float scale, const float *aux, float zc) {
+                                 float scale, const float *aux, int aux_rows, float zc) {
   if (N == 0) return MGT_OK;
   k_moe_route_backward<<<(N + 127) / 128, 128, 0, C_(ctx)->stream>>>(
-      dlogits, dw, logits, idx, w, probs, lse, N, E, k, score, pre, scale, aux, zc);
+      dlogits, dw, logits, idx, w, probs, lse, N, E, k, score, pre, scale, aux, aux_rows, zc);
   LAUNCHED();
   return MGT_OK;
 }

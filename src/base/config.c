@@ -141,7 +141,8 @@ static const mgt_flag flags[] = {
     DBL_M("--moe-router-topk-scaling-factor", moe_router_topk_scaling_factor, 0, 1e6,
           "multiplies the routing weights (0: none)", RESUME),
     {"--moe-router-load-balancing-type", MGT_FLAG_ENUM, OFF(moe_router_load_balancing_type), 0, 0,
-     "aux_loss (Switch Transformer's, per micro-batch) or none", mgt_moe_lb_names, 0, 0},
+     "aux_loss (Switch Transformer's, per micro-batch), seq_aux_loss (per sequence) or none",
+     mgt_moe_lb_names, 0, 0},
     DBL("--moe-aux-loss-coeff", moe_aux_loss_coeff, 0, 1e6, "the load-balancing loss's weight"),
     DBL("--moe-z-loss-coeff", moe_z_loss_coeff, 0, 1e6,
         "the z-loss's weight (the squared log-sum-exp of the router's logits)"),
@@ -683,10 +684,9 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               "--expert-model-parallel-size %d with --use-distributed-optimizer is not implemented "
               "yet",
               ep);
-  MGT_REQUIRE(c->moe_router_load_balancing_type == MGT_MOE_LB_AUX ||
-                  c->moe_router_load_balancing_type == MGT_MOE_LB_NONE,
-              "--moe-router-load-balancing-type %s: not in mgt yet (aux_loss, per micro-batch, and "
-              "none are)",
+  MGT_REQUIRE(c->moe_router_load_balancing_type != MGT_MOE_LB_GLOBAL_AUX,
+              "--moe-router-load-balancing-type %s: not in mgt yet (aux_loss, per micro-batch, "
+              "seq_aux_loss, per sequence, and none are)",
               mgt_moe_lb_names[c->moe_router_load_balancing_type]);
   MGT_REQUIRE(!c->no_position_embedding || c->position_embedding_type == MGT_POS_ROPE,
               "--no-position-embedding: a model without positions is not implemented (with "

@@ -154,7 +154,7 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
     m->moe_dx = take(&a, N * d->C);
     m->moe_dlogits = take(&a, N * d->E);
     m->moe_dw = take(&a, N * d->K);
-    m->moe_aux = take(&a, d->E);
+    m->moe_aux = take(&a, (size_t)d->B * d->E); /* per sequence with seq_aux_loss */
   }
   m->inv_freq = d->spec.pos == MGT_POS_ROPE ? take(&a, (size_t)d->hd / 2) : NULL;
   if (d->spec.input == MGT_INPUT_SAMPLES) {

@@ -244,24 +244,56 @@ mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts
   return mgt_be_moe_combine(be, y, a->mout, a->rpos, a->rw, N, K, C, 0);
 }
 
+/* Megatron-LM's seq_aux_loss: the load-balancing loss of each of the B sequences of T tokens (its
+   own counts and scores), averaged over them; the gradient of the scores is then the
+   sequence's (aux, B x E, a sequence's E for each of its T rows). */
+static mgt_status seq_aux_loss(mgt_gpt *m, int l, int N, const layer_acts *a, float **aux,
+                               int *aux_rows) {
+  const mgt_gpt_dims *d = &m->d;
+  struct gpt_moe_host *h = m->moe;
+  const int E = d->E, K = d->K, T = d->T, B = N / T;
+  const double s = m->aux_scale, f = m->run.moe_aux_coeff * E / ((double)K * T * T) / B;
+  float g[B * E];
+  double v = 0;
+  MGT_CHECK(mgt_be_download(m->be, h->probs, a->probs, sizeof(float) * (size_t)N * E));
+  for (int b = 0; b < B; b++)
+    for (int e = 0; e < E; e++) {
+      double p = 0;
+      int c = 0;
+      for (int t = b * T; t < (b + 1) * T; t++) {
+        p += h->probs[(size_t)t * E + e];
+        for (int j = 0; j < K; j++)
+          c += h->idx[(size_t)t * K + j] == e;
+      }
+      g[b * E + e] = (float)(s * m->aux_loss_scale * f * c);
+      v += p * c;
+    }
+  m->aux_sums[0] += s * f * v;
+  MGT_CHECK(mgt_be_upload(m->be, m->moe_aux, g, sizeof g));
+  *aux = m->moe_aux, *aux_rows = T;
+  return MGT_OK;
+}
+
 /* The auxiliary losses' gradients of the scores (aux, E floats on the device) and of the
    log-sum-exps (*zc) at N tokens, and their values added to m->aux_sums. Megatron-LM's
    aux_loss: coeff E / (K N^2) sum_e count_e sum_t p_te; the z-loss: coeff mean_t lse_t^2; each
    scaled by m->aux_scale (1 / the micro-batches of the global batch, as its
    MoEAuxLossAutoScaler) and shared by the MoE layers. */
 static mgt_status aux_losses(mgt_gpt *m, int l, int N, const layer_acts *a, float **aux,
-                             float *zc) {
+                             int *aux_rows, float *zc) {
   const mgt_gpt_dims *d = &m->d;
   const mgt_gpt_training *r = &m->run;
   struct gpt_moe_host *h = m->moe;
   const int E = d->E;
   const int lb = r->moe_load_balancing == MGT_MOE_LB_AUX && r->moe_aux_coeff > 0;
-  *aux = NULL, *zc = 0.0f;
+  *aux = NULL, *aux_rows = 0, *zc = 0.0f;
   const double mean = (double)N * d->K / E; /* the tokens an expert gets when balanced */
   for (int e = 0; e < E; e++) {
     const double x = h->counts[(size_t)l * E + e] / mean;
     m->spread[0] = fmin(m->spread[0], x), m->spread[1] = fmax(m->spread[1], x);
   }
+  if (r->moe_load_balancing == MGT_MOE_LB_SEQ_AUX && r->moe_aux_coeff > 0)
+    MGT_CHECK(seq_aux_loss(m, l, N, a, aux, aux_rows));
   if (!lb && r->moe_z_coeff <= 0) return MGT_OK;
   const double s = m->aux_scale, n = N;
   const int *counts = h->counts + (size_t)l * E;
@@ -371,10 +403,11 @@ mgt_status gpt_moe_backward(mgt_gpt *m, int l, const float *in, const float *dy,
     MGT_CHECK(mgt_comm_allreduce(m->comm, MGT_AXIS_TP, m->moe_dw, (size_t)N * K, MGT_SUM));
   /* the router: the same on every rank; its input gradient is counted once, on rank 0 */
   float *aux, zc;
-  MGT_CHECK(aux_losses(m, l, N, a, &aux, &zc));
-  MGT_CHECK(mgt_be_moe_route_backward(be, m->moe_dlogits, m->moe_dw, a->logits, a->ridx, a->rw,
-                                      a->probs, a->rlse, N, E, K, d->spec.router_score,
-                                      d->spec.router_pre, (float)d->spec.router_scale, aux, zc));
+  int aux_rows;
+  MGT_CHECK(aux_losses(m, l, N, a, &aux, &aux_rows, &zc));
+  MGT_CHECK(mgt_be_moe_route_backward(
+      be, m->moe_dlogits, m->moe_dw, a->logits, a->ridx, a->rw, a->probs, a->rlse, N, E, K,
+      d->spec.router_score, d->spec.router_pre, (float)d->spec.router_scale, aux, aux_rows, zc));
   MGT_CHECK(mgt_be_gemm32(be, MGT_TRANS, MGT_NOTRANS, E, C, N, 1.0f, m->moe_dlogits, E, in, C,
                           acc ? 1.0f : 0.0f, g[P_RT_W], C));
   if (d->tp_rank == 0)
