@@ -71,11 +71,14 @@ static mgt_status guard_head_rmsnorm_backward(float *dx, int ld, float *dw, cons
 }
 
 static mgt_status guard_moe_route(const float *logits, int N, int E, int k, int score, int pre,
-                                  float scale, int32_t *idx, float *w, float *probs, float *lse) {
-  (void)logits, (void)N, (void)pre, (void)scale, (void)idx, (void)w, (void)probs, (void)lse;
+                                  float scale, const float *bias, int32_t *idx, float *w,
+                                  float *probs, float *lse) {
+  (void)logits, (void)N, (void)pre, (void)scale, (void)bias, (void)idx, (void)w, (void)probs,
+      (void)lse;
   MGT_REQUIRE(E >= 1 && k >= 1 && k <= E, "moe_route: top-%d of %d experts", k, E);
   MGT_REQUIRE(score == MGT_MOE_SOFTMAX || score == MGT_MOE_SIGMOID, "moe_route: score function %d",
               score);
+  MGT_REQUIRE(!bias || score == MGT_MOE_SIGMOID, "moe_route: an expert bias with softmax scores");
   return MGT_OK;
 }
 
@@ -85,7 +88,7 @@ static mgt_status guard_moe_route_backward(float *dlogits, const float *dw, cons
                                            int pre, float scale, const float *aux, int aux_rows,
                                            float zc) {
   (void)dlogits, (void)dw, (void)aux, (void)aux_rows, (void)zc;
-  return guard_moe_route(logits, N, E, k, score, pre, scale, (int32_t *)idx, (float *)w,
+  return guard_moe_route(logits, N, E, k, score, pre, scale, NULL, (int32_t *)idx, (float *)w,
                          (float *)probs, (float *)lse);
 }
 

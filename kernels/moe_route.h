@@ -14,15 +14,18 @@
 #define MGT_HD
 #endif
 
-/* The k largest of v (E), the lower index first among equal values, in decreasing order. */
-MGT_HD static inline void mgt_moe_top_k(const float *v, int E, int k, int32_t *idx) {
+/* The k largest of v + bias (E each; bias may be NULL), the lower index first among equal
+   values, in decreasing order. */
+MGT_HD static inline void mgt_moe_top_k(const float *v, const float *bias, int E, int k,
+                                        int32_t *idx) {
   for (int j = 0; j < k; j++) {
     int best = -1;
     for (int e = 0; e < E; e++) {
       int taken = 0;
       for (int i = 0; i < j; i++)
         taken |= idx[i] == e;
-      if (!taken && (best < 0 || v[e] > v[best])) best = e;
+      if (!taken && (best < 0 || (bias ? v[e] + bias[e] > v[best] + bias[best] : v[e] > v[best])))
+        best = e;
     }
     idx[j] = best;
   }
@@ -32,8 +35,8 @@ MGT_HD static inline float mgt_moe_sigmoid(float x) { return 1.0f / (1.0f + expf
 
 /* One token: logits z (E) to it, wt (k), p (E), *lse. */
 MGT_HD static inline void mgt_moe_route_row(const float *z, int E, int k, int score, int pre,
-                                            float scale, int32_t *it, float *wt, float *p,
-                                            float *lse) {
+                                            float scale, const float *bias, int32_t *it, float *wt,
+                                            float *p, float *lse) {
   float mx = z[0];
   for (int e = 1; e < E; e++)
     mx = fmaxf(mx, z[e]);
@@ -44,7 +47,7 @@ MGT_HD static inline void mgt_moe_route_row(const float *z, int E, int k, int sc
   if (score == MGT_MOE_SOFTMAX) {
     for (int e = 0; e < E; e++) /* the load-balancing loss's scores */
       p[e] = expf(z[e] - mx) / s;
-    mgt_moe_top_k(pre ? p : z, E, k, it);
+    mgt_moe_top_k(pre ? p : z, NULL, E, k, it);
     if (pre) {
       for (int j = 0; j < k; j++)
         wt[j] = p[it[j]];
@@ -59,7 +62,7 @@ MGT_HD static inline void mgt_moe_route_row(const float *z, int E, int k, int sc
     float sum = 0.0f;
     for (int e = 0; e < E; e++)
       p[e] = mgt_moe_sigmoid(z[e]), sum += p[e];
-    mgt_moe_top_k(p, E, k, it);
+    mgt_moe_top_k(p, bias, E, k, it); /* the bias chooses, never weighs (aux-loss-free) */
     float chosen = 0.0f;
     for (int j = 0; j < k; j++)
       wt[j] = p[it[j]], chosen += wt[j];

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Mixture-of-Experts models end to end: five routers trained at tp=2 (softmax top-2 with the
+# Mixture-of-Experts models end to end: six routers trained at tp=2 (softmax top-2 with the
 # load-balancing and z-losses; pre-softmax with a capacity by position in every other layer;
 # sigmoid scaled with a capacity by probability and GeLU experts; top-1 of 16, so that experts get
-# no token; Qwen3-MoE's block: q/k norms, a head size of its own, pre-softmax, a dense layer 0), each scored by mgt eval at tp=1 and tp=2 against an independent float64 numpy model
+# no token; Qwen3-MoE's block: q/k norms, a head size of its own, pre-softmax, a dense layer 0;
+# sigmoid top-2 chosen with an aux-loss-free expert bias), each scored by mgt eval at tp=1 and
+# tp=2 against an independent float64 numpy model
 # (tests/moe_numpy.py, written from Megatron-LM's router); resumed on another layout with the
 # losses of the uninterrupted run, also with expert parallelism (saved at ep=2, resumed at ep=4,
 # ep=1 and tp=2); the auxiliary losses in the log line and the metrics file;
@@ -23,9 +25,10 @@ V[softmax]="--swiglu --num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.
 V[pre]="--swiglu --num-experts 8 --moe-router-topk 2 --moe-router-pre-softmax --moe-layer-freq [0,1] --moe-expert-capacity-factor 0.5 --moe-token-drop-policy position --moe-aux-loss-coeff 0.01"
 V[sigmoid]="--num-experts 6 --moe-router-topk 3 --moe-router-score-function sigmoid --moe-router-topk-scaling-factor 2.5 --moe-expert-capacity-factor 1 --moe-token-drop-policy probs --moe-aux-loss-coeff 0.01 --untie-embeddings-and-output-weights"
 V[top1]="--swiglu --num-experts 16 --moe-router-topk 1 --group-query-attention --num-query-groups 2 --moe-z-loss-coeff 0.01"
+V[bias]="--num-experts 8 --moe-router-topk 2 --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 0.05"
 V[qmoe]="--swiglu --num-experts 4 --moe-router-topk 2 --moe-router-pre-softmax --moe-layer-freq [0,1] --qk-layernorm --kv-channels 12 --group-query-attention --num-query-groups 2 --untie-embeddings-and-output-weights --moe-aux-loss-coeff 0.001"
 
-for name in softmax pre sigmoid top1 qmoe; do
+for name in softmax pre sigmoid top1 qmoe bias; do
   # shellcheck disable=SC2086
   "$MPIEXEC" -n 2 "$MGT" train "${M[@]}" ${V[$name]} --save "$tmp/$name" \
     --metrics-file "$tmp/$name.jsonl" > "$tmp/$name.log" 2>&1 || { fail "training $name"; tail -3 "$tmp/$name.log"; continue; }
@@ -127,6 +130,26 @@ for r in runs[1:]:
     for k in r:
         assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(r[k], ref[k])), (k, r[k], ref[k])
 print("ok: resumed at tp=2 dp=1 and tp=1 dp=2: losses %s as without a stop" % [round(ref[k][0], 6) for k in (13, 14)])
+PY
+
+# aux-loss-free balancing: the expert biases (scored above with numpy's choice by sigmoid plus
+# bias) are whole steps of the update rate, and numpy without them scores otherwise
+$PY - "$tmp/bias/iter_0000012.h5" "$tmp/ids.txt" "$TESTS" "$tmp/bias.numpy" <<'PY' || fail "the expert bias after 12 steps"
+import json, sys
+sys.path.insert(0, sys.argv[3])
+import numpy as np
+import moe_numpy
+from gpt2_numpy import score
+s, w = moe_numpy.load(sys.argv[1])
+b = np.concatenate([w["layers.%d.mlp.router.expert_bias" % l] for l in (0, 1)]) / 0.05
+assert np.allclose(b, np.round(b), atol=1e-3) and np.abs(b).max() <= 12 and np.abs(b).max() >= 1, b
+for l in (0, 1):
+    del w["layers.%d.mlp.router.expert_bias" % l]
+ids = [int(t) for t in open(sys.argv[2]).read().split()]
+_, unbiased = score(lambda cfg, w, ids: moe_numpy.forward(s, w, ids), None, w, ids, 32, 32)
+biased = json.loads(open(sys.argv[4]).read())["avg_loss"]
+assert abs(unbiased - biased) > 1e-5 * biased, (unbiased, biased)
+print("ok: the expert biases after 12 steps are whole steps of 0.05 (%d to %d); without them numpy scores %.7f, not %.7f" % (b.min(), b.max(), unbiased, biased))
 PY
 
 # expert parallelism: saved at ep=2 dp=2, resumed at ep=4 dp=4, at ep=1 dp=2 and at tp=2 ep=2: the

@@ -6,7 +6,8 @@ scored in windows of SEQ_LENGTH, as gpt2_numpy.py does, each window one micro-ba
 positions, SwiGLU or the tanh GeLU, no biases; Qwen 3's q/k norms); its MoE layers are written from Megatron-LM's
 router (megatron/core/transformer/moe/moe_utils.py: topk_routing_with_score_function: softmax of
 the top-k logits, or with pre-softmax the top-k of the softmax, or sigmoid scores divided by the
-chosen ones' sum; times the scaling factor; apply_router_token_dropping: capacity
+chosen ones' sum, chosen by score plus expert bias if there is one; times the scaling factor;
+apply_router_token_dropping: capacity
 ceil(T k / E x factor), the tokens of the highest weights or the first ones kept) and its
 experts (each an MLP of the block's kind, outputs summed with the routing weights).
 Usage: moe_numpy.py CHECKPOINT.h5 IDS_FILE SEQ_LENGTH"""
@@ -41,9 +42,10 @@ def mlp(s, x, first, second):
     return act(s, x @ first.T) @ second.T
 
 
-def route(s, z):
+def route(s, z, bias=None):
     """Each token's experts (T, k) and weights, as Megatron-LM's router; the lower expert first
-    among equal scores."""
+    among equal scores. An expert bias (aux-loss-free balancing) moves the sigmoid scores' choice,
+    not their weights."""
     T, E = z.shape
     k = s["topk"]
     order = lambda v: np.array([sorted(range(E), key=lambda e: (-r[e], e))[:k] for r in v])
@@ -60,7 +62,7 @@ def route(s, z):
             w /= w.sum(-1, keepdims=True)
     else:
         sg = 1 / (1 + np.exp(-z))
-        idx = order(sg)
+        idx = order(sg if bias is None else sg + bias)
         w = np.take_along_axis(sg, idx, 1)
         if k > 1:
             w = w / (w.sum(-1, keepdims=True) + 1e-20)
@@ -87,7 +89,7 @@ def keep(s, idx, w):
 
 def moe(s, w, p, x):
     z = x @ w[p + "mlp.router.weight"].T
-    idx, wt = route(s, z)
+    idx, wt = route(s, z, w.get(p + "mlp.router.expert_bias"))
     kept = keep(s, idx, wt)
     up = "mlp.experts.up.weight"
     out = np.zeros_like(x)

@@ -408,7 +408,7 @@ static void test_moe_route(void) {
     to_double(aux, daux, na);
     c.idx = ridx, c.dw = ddw, c.aux = daux;
     route_ref(Z, &c, rw, rp, rl);
-    T_OK(mgt_be_moe_route(be, z, N, E, k, c.score, c.pre, (float)c.scale, idx, w, p, lse));
+    T_OK(mgt_be_moe_route(be, z, N, E, k, c.score, c.pre, (float)c.scale, NULL, idx, w, p, lse));
     T_CHECK(!memcmp(idx, ridx, nw * sizeof(int32_t)), "moe_route case %zu: the chosen experts", q);
     T_CLOSE("moe_route weights", w, rw, nw, 1e-6, 1e-5);
     T_CLOSE("moe_route probs", p, rp, nz, 1e-6, 1e-5);
@@ -420,9 +420,23 @@ static void test_moe_route(void) {
     free(z), free(w), free(p), free(lse), free(dw), free(aux), free(dz), free(idx), free(ridx);
     free(Z), free(rw), free(rp), free(rl), free(g), free(ddw), free(daux);
   }
+  { /* an expert bias (sigmoid): the top-2 of sigmoid + bias choose, the sigmoids weigh */
+    const float z[6] = {2.0f, 1.0f, 0.0f, -1.0f, 0.5f, -0.5f}, bias[6] = {0, 0, 0, 3.0f, 0, 2.0f};
+    float w[2], p[6], lse[1];
+    int32_t idx[2];
+    T_OK(mgt_be_moe_route(be, z, 1, 6, 2, MGT_MOE_SIGMOID, 0, 0, bias, idx, w, p, lse));
+    const double s3 = 1 / (1 + exp(1.0)), s5 = 1 / (1 + exp(0.5));
+    const double ref[2] = {s3 / (s3 + s5), s5 / (s3 + s5)};
+    T_CHECK(idx[0] == 3 && idx[1] == 5, "the expert bias chooses experts 3 and 5, got %d and %d",
+            idx[0], idx[1]);
+    T_CLOSE("moe_route weights with an expert bias: the sigmoids alone", w, ref, 2, 1e-6, 1e-5);
+    T_CHECK(mgt_be_moe_route(be, z, 1, 6, 2, MGT_MOE_SOFTMAX, 0, 0, bias, idx, w, p, lse) ==
+                MGT_ERR_INPUT,
+            "an expert bias with softmax scores refused");
+  }
   float v[4] = {0};
   int32_t i4[4];
-  T_CHECK(mgt_be_moe_route(be, v, 1, 2, 3, 0, 0, 0, i4, v, v, v) == MGT_ERR_INPUT,
+  T_CHECK(mgt_be_moe_route(be, v, 1, 2, 3, 0, 0, 0, NULL, i4, v, v, v) == MGT_ERR_INPUT,
           "top-3 of 2 experts refused");
 }
 

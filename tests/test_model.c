@@ -125,6 +125,11 @@ static void test_gradient(mgt_gpt *m) {
   const double h = 1e-2;
   for (int i = 0; i < np; i++) {
     const mgt_param *p = &params[i];
+    if (strstr(p->name, "expert_bias")) { /* it chooses experts only: no gradient, by design */
+      for (size_t k = 0; k < p->numel; k++)
+        T_CHECK(grad[p->offset + k] == 0.0f, "%s has a gradient", p->name);
+      continue;
+    }
     /* direction: random unit vector inside this tensor */
     double *dir = calloc(p->numel, sizeof(double)), nrm = 0, gd = 0;
     for (size_t k = 0; k < p->numel; k++) {
@@ -212,6 +217,7 @@ static int has_param(mgt_gpt *m, const char *name, int ndim, int64_t d0, int64_t
 }
 
 static void test_accumulate(mgt_gpt *m);
+static void test_expert_bias(mgt_gpt *m);
 
 /* The logical parameters of the model's tensors (full shapes, vocabulary without padding). */
 static int64_t full_params(mgt_gpt *m) {
@@ -425,7 +431,7 @@ static void test_moe(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
     c.moe_expert_capacity_factor = cases[q][5] / 10.0, c.moe_token_drop_policy = cases[q][6];
     snprintf(c.moe_layer_freq, sizeof c.moe_layer_freq, cases[q][7] == 2 ? "[0,1]" : "1");
     c.moe_ffn_hidden_size = 6, c.moe_aux_loss_coeff = 0.1, c.moe_z_loss_coeff = 0.001;
-    if (q == 2) c.moe_router_topk_scaling_factor = 2.5;
+    if (q == 2) c.moe_router_topk_scaling_factor = 2.5, c.moe_router_enable_expert_bias = 1;
     if (q == 1 || q == 3) c.moe_router_load_balancing_type = MGT_MOE_LB_SEQ_AUX; /* a sequence's */
     T_OK(mgt_config_finalize(&c, 1));
     mgt_gpt *m = NULL;
@@ -446,8 +452,33 @@ static void test_moe(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
     check_count(m, &c, "MoE");
     test_gradient(m);
     test_accumulate(m);
+    if (c.moe_router_enable_expert_bias) test_expert_bias(m);
     mgt_gpt_destroy(&m);
   }
+}
+
+/* Aux-loss-free balancing: a bias of +10 on expert 0 and -10 on expert 1 sends every token to
+   expert 0 and none to expert 1; the update moves them a step of the rate back toward the mean. */
+static void test_expert_bias(mgt_gpt *m) {
+  double ls;
+  T_OK(mgt_gpt_update_expert_bias(m, 0.0)); /* forgets the counts of the tests before */
+  int np;
+  const mgt_param *p = mgt_gpt_params(m, &np);
+  float *w = mgt_gpt_param_data(m);
+  for (int i = 0; i < np; i++)
+    if (strstr(p[i].name, "expert_bias")) w[p[i].offset] = 10.0f, w[p[i].offset + 1] = -10.0f;
+  T_OK(mgt_gpt_forward_backward(m, tokens, SAMPLE_BASE, 1.0f, 0, 0, &ls));
+  T_OK(mgt_gpt_update_expert_bias(m, 0.25));
+  w = mgt_gpt_param_data(m);
+  int seen = 0;
+  for (int i = 0; i < np; i++)
+    if (strstr(p[i].name, "expert_bias")) {
+      seen++;
+      T_CHECK(w[p[i].offset] == 9.75f && w[p[i].offset + 1] == -9.75f,
+              "%s: the crowded and the idle expert's biases %g and %g, not 9.75 and -9.75",
+              p[i].name, w[p[i].offset], w[p[i].offset + 1]);
+    }
+  T_CHECK(seen == 2, "%d expert biases", seen);
 }
 
 /* Padding rows of the vocabulary get no gradient, and accumulation adds micro-batches. */

@@ -66,6 +66,7 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
     c.moe_aux_loss_coeff = 0.01, c.moe_z_loss_coeff = 0.001;
     if (moe1) strcpy(c.moe_layer_freq, "[0,1]"), c.moe_router_score_function = MGT_MOE_SIGMOID;
     if (moe1) c.moe_router_load_balancing_type = MGT_MOE_LB_SEQ_AUX;
+    if (moe1) c.moe_router_enable_expert_bias = 1, c.moe_router_bias_update_rate = 0.01;
     c.expert_model_parallel_size = layout_run ? ep : 1;
     if (ep > 1) c.clip_grad = 0.05; /* a norm that binds: each expert counted once, exactly */
   }

@@ -144,11 +144,12 @@ MGT_NODISCARD mgt_status mgt_be_sync(const mgt_backend *be);
   the k chosen logits, or with pre the softmax over all E at the chosen; MGT_MOE_SIGMOID: the      \
   chosen sigmoids divided by their sum (k > 1); times scale unless 0. probs (N,E): the scores the  \
   load-balancing loss reads (softmax over all E, or sigmoids divided by their sum); lse (N): each  \
-  row's log-sum-exp (the z-loss's). 1 <= k <= E. */                                                \
+  row's log-sum-exp (the z-loss's). With bias (E, MGT_MOE_SIGMOID only) the top-k of the sigmoids  \
+  plus it chooses, the sigmoids alone weigh (aux-loss-free balancing). 1 <= k <= E. */             \
   X(moe_route, MOE_ROUTE,                                                                          \
-    (const float *logits, int N, int E, int k, int score, int pre, float scale, int32_t *idx,      \
-     float *w, float *probs, float *lse),                                                          \
-    (logits, N, E, k, score, pre, scale, idx, w, probs, lse), GUARDED)                             \
+    (const float *logits, int N, int E, int k, int score, int pre, float scale, const float *bias, \
+     int32_t *idx, float *w, float *probs, float *lse),                                            \
+    (logits, N, E, k, score, pre, scale, bias, idx, w, probs, lse), GUARDED)                       \
   /* Its backward: dlogits (N,E) = the gradient through moe_route of dw (N,k) (NULL: none), of     \
   aux taken as the gradient of probs (NULL: none; E floats for every row, or with aux_rows > 0 E   \
   for each aux_rows rows: a sequence's), and of zc * lse^2. */                                     \

@@ -111,11 +111,13 @@ typedef struct mgt_config {
   double moe_router_topk_scaling_factor; /* multiplies the weights; 0: none */
   int moe_router_load_balancing_type;    /* MGT_MOE_LB_* */
   double moe_aux_loss_coeff, moe_z_loss_coeff;
-  double moe_expert_capacity_factor;       /* 0: dropless */
-  int moe_token_drop_policy;               /* MGT_MOE_DROP_PROBS or _POSITION */
-  int moe_pad_expert_input_to_capacity;    /* changes no number here */
-  int moe_token_dispatcher_type;           /* alltoall or allgather: the same numbers */
-  int moe_grouped_gemm;                    /* changes no number here */
+  double moe_expert_capacity_factor;    /* 0: dropless */
+  int moe_token_drop_policy;            /* MGT_MOE_DROP_PROBS or _POSITION */
+  int moe_pad_expert_input_to_capacity; /* changes no number here */
+  int moe_token_dispatcher_type;        /* alltoall or allgather: the same numbers */
+  int moe_grouped_gemm;                 /* changes no number here */
+  int moe_router_enable_expert_bias;    /* aux-loss-free balancing: a bias that only chooses */
+  double moe_router_bias_update_rate;
   int bert_no_binary_head;                 /* BERT without tokentypes, pooler and SOP */
   int untie_embeddings_and_output_weights; /* GPT: an output layer of its own (Llama) */
   int position_embedding_type;             /* 0 learned_absolute, 1 rope */

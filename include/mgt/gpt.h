@@ -214,6 +214,11 @@ void mgt_gpt_aux_losses(mgt_gpt *m, double out[2]);
 /* The fewest and the most tokens an expert of an MoE layer got in a training micro-batch since
    the last call, over the mean (N topk / experts: 1 when balanced); NaN for none. */
 void mgt_gpt_expert_spread(mgt_gpt *m, double out[2]);
+/* Aux-loss-free balancing (spec.expert_bias): each MoE layer's expert bias moves by rate toward
+   the even share of the tokens the training micro-batches since the last call sent (summed over
+   the data-parallel group): + rate for an expert under the mean, - rate over it. Collective over
+   dp. */
+MGT_NODISCARD mgt_status mgt_gpt_update_expert_bias(mgt_gpt *m, double rate);
 
 /* ---- the head interface: one training micro-batch whatever the head ---- */
 

@@ -73,6 +73,7 @@ typedef struct mgt_model_spec {
      ceil(tokens x topk / experts x capacity) tokens an expert (capacity 0: all), dropping by
      drop_policy (MGT_MOE_DROP_*) */
   int experts, topk, moe_ffn, moe_first, moe_every, router_score, router_pre, drop_policy;
+  int expert_bias; /* the router's aux-loss-free bias (mlp.router.expert_bias) */
   double router_scale, capacity;
   int causal;      /* causal attention; else every row sees its sample's keys (padding) */
   int token_types; /* token-type embeddings (with a pooled head, as Megatron-LM) */

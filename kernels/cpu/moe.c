@@ -20,11 +20,12 @@ mgt_status cpu_gemm32(void *ctx, int transa, int transb, int M, int N, int K, fl
 }
 
 mgt_status cpu_moe_route(void *ctx, const float *logits, int N, int E, int k, int score, int pre,
-                         float scale, int32_t *idx, float *w, float *probs, float *lse) {
+                         float scale, const float *bias, int32_t *idx, float *w, float *probs,
+                         float *lse) {
   (void)ctx;
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < N; t++)
-    mgt_moe_route_row(logits + (size_t)t * E, E, k, score, pre, scale, idx + (size_t)t * k,
+    mgt_moe_route_row(logits + (size_t)t * E, E, k, score, pre, scale, bias, idx + (size_t)t * k,
                       w + (size_t)t * k, probs + (size_t)t * E, &lse[t]);
   return MGT_OK;
 }

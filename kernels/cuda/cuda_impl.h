@@ -288,7 +288,8 @@ mgt_status cu_gemm32(void *ctx, int transa, int transb, int M, int N, int K, flo
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc);
 mgt_status cu_moe_route(void *ctx, const float *logits, int N, int E, int k, int score, int pre,
-                        float scale, int32_t *idx, float *w, float *probs, float *lse);
+                        float scale, const float *bias, int32_t *idx, float *w, float *probs,
+                        float *lse);
 mgt_status cu_moe_route_backward(void *ctx, float *dlogits, const float *dw, const float *logits,
                                  const int32_t *idx, const float *w, const float *probs,
                                  const float *lse, int N, int E, int k, int score, int pre,

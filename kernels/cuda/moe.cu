@@ -18,18 +18,20 @@ mgt_status cu_gemm32(void *ctx, int transa, int transb, int M, int N, int K, flo
 }
 
 __global__ void k_moe_route(const float *logits, int N, int E, int k, int score, int pre,
-                            float scale, int32_t *idx, float *w, float *probs, float *lse) {
+                            float scale, const float *bias, int32_t *idx, float *w, float *probs,
+                            float *lse) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t < N)
-    mgt_moe_route_row(logits + (size_t)t * E, E, k, score, pre, scale, idx + (size_t)t * k,
+    mgt_moe_route_row(logits + (size_t)t * E, E, k, score, pre, scale, bias, idx + (size_t)t * k,
                       w + (size_t)t * k, probs + (size_t)t * E, &lse[t]);
 }
 
 mgt_status cu_moe_route(void *ctx, const float *logits, int N, int E, int k, int score, int pre,
-                        float scale, int32_t *idx, float *w, float *probs, float *lse) {
+                        float scale, const float *bias, int32_t *idx, float *w, float *probs,
+                        float *lse) {
   if (N == 0) return MGT_OK;
-  k_moe_route<<<(N + 127) / 128, 128, 0, C_(ctx)->stream>>>(logits, N, E, k, score, pre, scale, idx,
-                                                            w, probs, lse);
+  k_moe_route<<<(N + 127) / 128, 128, 0, C_(ctx)->stream>>>(logits, N, E, k, score, pre, scale,
+                                                            bias, idx, w, probs, lse);
   LAUNCHED();
   return MGT_OK;
 }

@@ -159,6 +159,13 @@ static const mgt_flag flags[] = {
          "mgt computes without the padding"),
     {"--moe-token-dispatcher-type", MGT_FLAG_ENUM, OFF(moe_token_dispatcher_type), 0, 0,
      "alltoall or allgather: the same numbers", moe_dispatchers, 0, 0},
+    BOOL_M("--moe-router-enable-expert-bias", moe_router_enable_expert_bias,
+           "aux-loss-free balancing (sigmoid scores): a per-expert bias added to the scores to "
+           "choose the experts only, moved after each step toward the even share",
+           RESUME),
+    DBL("--moe-router-bias-update-rate", moe_router_bias_update_rate, 0, 1e6,
+        "the expert bias's step: + rate where an expert got fewer than the mean of the global "
+        "batch's tokens, - rate where more"),
     BOOL("--moe-grouped-gemm", moe_grouped_gemm,
          "Megatron-LM's grouped GEMM of the experts: the same numbers as one GEMM per expert"),
     BOOL_M("--apply-layernorm-1p", apply_layernorm_1p,
@@ -420,6 +427,7 @@ void mgt_config_defaults(mgt_config *cfg) {
   cfg->eval_iters = 100;
   cfg->ckpt_iteration = -1;
   cfg->moe_router_topk = 2;
+  cfg->moe_router_bias_update_rate = 1e-3;
   cfg->expert_model_parallel_size = 1;
   strcpy(cfg->moe_layer_freq, "1");
   cfg->device = MGT_DEVICE_CPU;
@@ -538,6 +546,7 @@ static mgt_config resume_view(const mgt_config *c) {
   if (c->position_embedding_type != MGT_POS_ROPE) v.rotary_base = 0, v.use_rope_scaling = 0;
   if (!v.use_rope_scaling) v.rope_scaling_factor = 1;
   if (!c->num_experts) { /* a dense model (and checkpoints from before MoE) */
+    v.moe_router_enable_expert_bias = 0;
     v.moe_router_topk = 2, v.moe_ffn_hidden_size = 0, v.moe_router_score_function = 0;
     v.moe_router_pre_softmax = 0, v.moe_router_topk_scaling_factor = 0;
     strcpy(v.moe_layer_freq, "1");

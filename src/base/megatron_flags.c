@@ -371,22 +371,21 @@ static const mgt_foreign_flag megatron[] = {
           "--moe-single-grouped-bias --moe-single-grouped-weight --moe-use-grouped-tensor "
           "--overlap-dispatch-backward-with-experts-wgrad --overlap-moe-expert-parallel-comm"),
     AT("--moe-router-dtype", 1, "fp32", "mgt's router computes in fp32 always"),
-    REFUSE(
-        NO_MOE,
-        "--expert-tensor-parallel-num-weight-shards --expert-tensor-parallel-size "
-        "--moe-apply-probs-on-input --moe-combine-bwd-dtype --moe-dispatch-fwd-dtype "
-        "--moe-enable-routing-replay --moe-expert-rank-capacity-factor --moe-input-jitter-eps "
-        "--moe-latent-size --moe-layer-recompute --moe-mlp-glu-interleave-size "
-        "--moe-router-bias-update-rate --moe-router-enable-expert-bias --moe-router-force-biased "
-        "--moe-router-force-load-balancing --moe-router-group-topk --moe-router-num-groups "
-        "--moe-router-padding-for-fp8 --moe-router-padding-for-quantization "
-        "--moe-router-quantile-balancing-ema --moe-routing-trace-capture-hidden-states "
-        "--moe-routing-trace-capture-logits --moe-routing-trace-dump-weights "
-        "--moe-routing-trace-max-training-iters --moe-routing-trace-path "
-        "--moe-shared-expert-gate --moe-shared-expert-glu-interleave-size "
-        "--moe-shared-expert-intermediate-size --moe-upcycling-granularity --moe-use-upcycling "
-        "--save-tokens-per-expert-interval --use-fused-weighted-squared-relu "
-        "--use-grouped-gemm-for-shared-expert"),
+    REFUSE(NO_MOE,
+           "--expert-tensor-parallel-num-weight-shards --expert-tensor-parallel-size "
+           "--moe-apply-probs-on-input --moe-combine-bwd-dtype --moe-dispatch-fwd-dtype "
+           "--moe-enable-routing-replay --moe-expert-rank-capacity-factor --moe-input-jitter-eps "
+           "--moe-latent-size --moe-layer-recompute --moe-mlp-glu-interleave-size "
+           "--moe-router-force-biased "
+           "--moe-router-force-load-balancing --moe-router-group-topk --moe-router-num-groups "
+           "--moe-router-padding-for-fp8 --moe-router-padding-for-quantization "
+           "--moe-router-quantile-balancing-ema --moe-routing-trace-capture-hidden-states "
+           "--moe-routing-trace-capture-logits --moe-routing-trace-dump-weights "
+           "--moe-routing-trace-max-training-iters --moe-routing-trace-path "
+           "--moe-shared-expert-gate --moe-shared-expert-glu-interleave-size "
+           "--moe-shared-expert-intermediate-size --moe-upcycling-granularity --moe-use-upcycling "
+           "--save-tokens-per-expert-interval --use-fused-weighted-squared-relu "
+           "--use-grouped-gemm-for-shared-expert"),
     REFUSE("mgt has no context parallelism: long sequences fit through --sequence-parallel, "
            "recomputation and the tiled attention",
            "--hybrid-context-parallel --max-seqlen-per-dp-cp-rank"),

@@ -161,6 +161,7 @@ static mgt_model_spec derive(const mgt_config *c) {
     d.router_score = c->moe_router_score_function, d.router_pre = c->moe_router_pre_softmax;
     d.router_scale = c->moe_router_topk_scaling_factor;
     d.capacity = c->moe_expert_capacity_factor, d.drop_policy = c->moe_token_drop_policy;
+    d.expert_bias = c->moe_router_enable_expert_bias;
   }
   d.causal = k->causal;
   d.task = c->task;
@@ -267,6 +268,10 @@ mgt_status mgt_model_describe(const mgt_config *c, mgt_model_spec *out) {
                 "(--model gpt)");
     MGT_REQUIRE(c->moe_router_score_function == MGT_MOE_SOFTMAX || !c->moe_router_pre_softmax,
                 "--moe-router-pre-softmax is for --moe-router-score-function softmax");
+    MGT_REQUIRE(
+        !c->moe_router_enable_expert_bias || c->moe_router_score_function == MGT_MOE_SIGMOID,
+        "--moe-router-enable-expert-bias chooses by sigmoid scores plus the bias (Megatron-LM "
+        "ignores it with softmax): give --moe-router-score-function sigmoid");
   }
   *out = derive(c);
   return MGT_OK;
@@ -357,6 +362,7 @@ static const spec_field spec_fields[] = {
     {"router_scale", 'd', offsetof(mgt_model_spec, router_scale), NULL, 1},
     {"capacity", 'd', offsetof(mgt_model_spec, capacity), NULL, 1},
     {"drop_policy", 'i', offsetof(mgt_model_spec, drop_policy), NULL, 1},
+    {"expert_bias", 'i', offsetof(mgt_model_spec, expert_bias), NULL, 1},
 };
 enum { N_SPEC_FIELDS = sizeof spec_fields / sizeof spec_fields[0] };
 

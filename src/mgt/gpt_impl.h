@@ -42,6 +42,7 @@ enum {
   P_EFC_W,
   P_EUP_W,
   P_EFCP_W,
+  P_RT_B, /* the router's expert bias (aux-loss-free balancing): no gradient, moved by counts */
   P_SLOTS
 };
 

@@ -21,6 +21,7 @@ struct gpt_moe_host {
   int *recv;
   float *counts_f;
   int32_t *order_h;
+  double *bias_counts; /* (L, E) the tokens of each expert since the last bias update */
 };
 
 mgt_status gpt_moe_create(mgt_gpt *m) {
@@ -39,6 +40,8 @@ mgt_status gpt_moe_create(mgt_gpt *m) {
   MGT_CHECK(mgt_calloc(sizeof(float) * N * E, "routing", (void **)&h->probs));
   MGT_CHECK(mgt_calloc(sizeof(float) * N, "routing", (void **)&h->lse));
   MGT_CHECK(mgt_calloc(sizeof(int) * N, "routing", (void **)&h->order));
+  if (d->spec.expert_bias)
+    MGT_CHECK(mgt_calloc(sizeof(double) * L * E, "routing", (void **)&h->bias_counts));
   if (d->ep > 1) {
     const size_t R = N * K * (size_t)d->ep;
     MGT_CHECK(mgt_calloc(sizeof(int) * L * E, "routing", (void **)&h->recv));
@@ -55,7 +58,7 @@ void gpt_moe_destroy(mgt_gpt *m) {
   if (!h) return;
   mgt_free(h->offsets), mgt_free(h->counts), mgt_free(h->idx), mgt_free(h->w);
   mgt_free(h->pos), mgt_free(h->perm), mgt_free(h->probs), mgt_free(h->lse), mgt_free(h->order);
-  mgt_free(h->recv), mgt_free(h->counts_f), mgt_free(h->order_h);
+  mgt_free(h->recv), mgt_free(h->counts_f), mgt_free(h->order_h), mgt_free(h->bias_counts);
   mgt_free(h);
   m->moe = NULL;
 }
@@ -227,7 +230,8 @@ mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts
   MGT_CHECK(mgt_be_gemm32(be, MGT_NOTRANS, MGT_TRANS, N, E, C, 1.0f, in, C, w[P_RT_W], C, 0.0f,
                           a->logits, E));
   MGT_CHECK(mgt_be_moe_route(be, a->logits, N, E, K, d->spec.router_score, d->spec.router_pre,
-                             (float)d->spec.router_scale, a->ridx, a->rw, a->probs, a->rlse));
+                             (float)d->spec.router_scale, w[P_RT_B], a->ridx, a->rw, a->probs,
+                             a->rlse));
   MGT_CHECK(mgt_be_download(be, h->idx, a->ridx, sizeof(int32_t) * (size_t)N * K));
   MGT_CHECK(mgt_be_download(be, h->w, a->rw, sizeof(float) * (size_t)N * K));
   int *off = h->offsets + (size_t)l * (E + 1);
@@ -291,6 +295,7 @@ static mgt_status aux_losses(mgt_gpt *m, int l, int N, const layer_acts *a, floa
   for (int e = 0; e < E; e++) {
     const double x = h->counts[(size_t)l * E + e] / mean;
     m->spread[0] = fmin(m->spread[0], x), m->spread[1] = fmax(m->spread[1], x);
+    if (h->bias_counts) h->bias_counts[(size_t)l * E + e] += h->counts[(size_t)l * E + e];
   }
   if (r->moe_load_balancing == MGT_MOE_LB_SEQ_AUX && r->moe_aux_coeff > 0)
     MGT_CHECK(seq_aux_loss(m, l, N, a, aux, aux_rows));
@@ -443,4 +448,30 @@ void mgt_gpt_expert_spread(mgt_gpt *m, double out[2]) {
   const int seen = m->spread[0] <= m->spread[1];
   out[0] = seen ? m->spread[0] : NAN, out[1] = seen ? m->spread[1] : NAN;
   m->spread[0] = INFINITY, m->spread[1] = 0;
+}
+
+mgt_status mgt_gpt_update_expert_bias(mgt_gpt *m, double rate) {
+  struct gpt_moe_host *h = m->moe;
+  const mgt_gpt_dims *d = &m->d;
+  if (!h || !h->bias_counts) return MGT_OK;
+  const int E = d->E;
+  /* the global batch's counts: the data-parallel ranks' micro-batches (tp ranks route alike) */
+  MGT_CHECK(
+      mgt_comm_allreduce_f64(m->comm, MGT_AXIS_DP, h->bias_counts, (size_t)d->L * E, MGT_SUM));
+  for (int l = 0; l < d->L; l++) {
+    if (!mgt_model_is_moe_layer(&d->spec, l)) continue;
+    const double *c = h->bias_counts + (size_t)l * E;
+    double mean = 0;
+    for (int e = 0; e < E; e++)
+      mean += c[e] / E;
+    float *w[P_SLOTS], b[E];
+    gpt_layer_views(m, m->w, l, w);
+    MGT_CHECK(mgt_be_download(m->be, b, w[P_RT_B], sizeof b));
+    for (int e = 0; e < E; e++) /* Megatron-LM's: + rate sign(mean - count) */
+      b[e] += (float)(rate * ((mean > c[e]) - (mean < c[e])));
+    MGT_CHECK(mgt_be_upload(m->be, w[P_RT_B], b, sizeof b));
+  }
+  memset(h->bias_counts, 0, sizeof(double) * (size_t)d->L * E);
+  mgt_gpt_weights_changed(m);
+  return MGT_OK;
 }

@@ -183,6 +183,7 @@ static int layer_list(const mgt_gpt_dims *d, int moe, layer_row *rows) {
        {"mlp.experts.up.weight", 3, {El, Fel, C}, {E, Fe, C}, 1, r * Fel, std, 0, 1},
        20,
        0},
+      {P_RT_B, {"mlp.router.expert_bias", 1, {E}, {E}, -1, 0, 0, 0, 0}, 22, 0},
       {P_EFCP_W,
        {"mlp.experts.dense_4h_to_h.weight", 3, {El, C, Fel}, {E, C, Fe}, 2, r * Fel, out_std, 0, 1},
        21,
@@ -211,7 +212,8 @@ static int layer_list(const mgt_gpt_dims *d, int moe, layer_row *rows) {
                                 [P_RT_W] = moe,
                                 [P_EFC_W] = moe,
                                 [P_EUP_W] = moe && swiglu,
-                                [P_EFCP_W] = moe};
+                                [P_EFCP_W] = moe,
+                                [P_RT_B] = moe && d->spec.expert_bias};
   int n = 0;
   for (int k = 0; k < P_SLOTS; k++)
     if (present[all[k].role]) rows[n++] = all[k];

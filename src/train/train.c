@@ -631,6 +631,9 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   /* The loss is the same on every rank (summed over both axes), so all take the same branch.
      A non-finite loss skips the update whatever the gradients look like. */
   if (isfinite(loss)) MGT_CHECK(mgt_optim_step(tr->optim, lr, lr_dec, &norm, &skipped));
+  if (tr->spec.expert_bias) /* after the update, as Megatron-LM's */
+    MGT_CHECK(
+        mgt_gpt_update_expert_bias(tr->model, skipped ? 0.0 : tr->cfg.moe_router_bias_update_rate));
   /* under dynamic fp16 loss scaling an overflowing norm is expected, and lowers the scale */
   const int dynamic_fp16 = r->optim.fp16 && r->optim.loss_scale == 0;
   MGT_CHECK(mgt_be_sync(tr->be));
