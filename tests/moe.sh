@@ -153,19 +153,26 @@ print("ok: the expert biases after 12 steps are whole steps of 0.05 (%d to %d); 
 PY
 
 # expert parallelism: saved at ep=2 dp=2, resumed at ep=4 dp=4, at ep=1 dp=2 and at tp=2 ep=2: the
-# losses and load-balancing losses of the uninterrupted run at ep=2
+# losses and load-balancing losses of the uninterrupted run at ep=2; with the distributed
+# optimizer (its moments in parts over the ranks that hold the same experts) saved at ep=2 dp=2
+# and resumed at ep=2 dp=4, at ep=4 dp=4 without it and at tp=2 ep=2 with it, and resumed with it
+# from the save without it
 E=("${M[@]}" ${V[softmax]} --tensor-model-parallel-size 1 --log-interval 1 --global-batch-size 16)
 "$MPIEXEC" -n 4 "$MGT" train "${E[@]}" --train-iters 14 --expert-model-parallel-size 2 \
   --metrics-file "$tmp/epwhole.jsonl" > "$tmp/ep.log" 2>&1 || { fail "the uninterrupted ep=2 run"; grep error "$tmp/ep.log"; }
 "$MPIEXEC" -n 4 "$MGT" train "${E[@]}" --train-iters 12 --expert-model-parallel-size 2 \
   --save "$tmp/ep" > "$tmp/ep.log" 2>&1 || { fail "the ep=2 run to 12"; grep error "$tmp/ep.log"; }
-for layout in "8 4 1" "2 1 1" "8 2 2"; do
-  read -r np ep tp <<< "$layout"
+"$MPIEXEC" -n 4 "$MGT" train "${E[@]}" --train-iters 12 --expert-model-parallel-size 2 \
+  --use-distributed-optimizer --save "$tmp/epd" > "$tmp/ep.log" 2>&1 || { fail "the ep=2 run to 12, distributed optimizer"; grep error "$tmp/ep.log"; }
+for layout in "ep 8 4 1 -" "ep 2 1 1 -" "ep 8 2 2 -" "epd 4 2 1 d" "epd 8 4 1 -" "epd 8 2 2 d" "ep 8 2 1 d"; do
+  read -r from np ep tp dist <<< "$layout"
+  opt=()
+  [ "$dist" = d ] && opt=(--use-distributed-optimizer)
   "$MPIEXEC" -n $np "$MGT" train "${E[@]}" --train-iters 14 --expert-model-parallel-size $ep \
-    --tensor-model-parallel-size $tp --load "$tmp/ep" --metrics-file "$tmp/ep$np$ep$tp.jsonl" \
-    > "$tmp/ep.log" 2>&1 || { fail "resuming at ep=$ep tp=$tp on $np ranks"; grep error "$tmp/ep.log"; }
+    --tensor-model-parallel-size $tp "${opt[@]}" --load "$tmp/$from" --metrics-file "$tmp/$from$np$ep$tp.jsonl" \
+    > "$tmp/ep.log" 2>&1 || { fail "resuming $from at ep=$ep tp=$tp on $np ranks ($dist)"; grep error "$tmp/ep.log"; }
 done
-$PY - "$tmp/epwhole.jsonl" "$tmp"/ep841.jsonl "$tmp"/ep211.jsonl "$tmp"/ep822.jsonl <<'PY' || fail "resumed at another expert-parallel layout"
+$PY - "$tmp/epwhole.jsonl" "$tmp"/ep841.jsonl "$tmp"/ep211.jsonl "$tmp"/ep822.jsonl "$tmp"/epd421.jsonl "$tmp"/epd841.jsonl "$tmp"/epd822.jsonl "$tmp"/ep821.jsonl <<'PY' || fail "resumed at another expert-parallel layout"
 import json, sys
 runs = [{r["iteration"]: (r["loss"], r["load_balancing_loss"], r["grad_norm"]) for r in map(json.loads, open(f)) if "loss" in r} for f in sys.argv[1:]]
 ref = runs[0]
@@ -173,15 +180,15 @@ for r in runs[1:]:
     assert sorted(r) == [13, 14], r
     for k in r:
         assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(r[k], ref[k])), (k, r[k], ref[k])
-print("ok: saved at ep=2 dp=2, resumed at ep=4 dp=4, ep=1 dp=2 and tp=2 ep=2 dp=2: losses %s, "
+print("ok: saved at ep=2 dp=2 with and without the distributed optimizer, resumed at ep=4 dp=4, ep=1 dp=2, tp=2 ep=2 dp=2 and ep=2 dp=4, with and without it: losses %s, "
       "grad norms %s as without a stop" % ([round(ref[k][0], 6) for k in (13, 14)], [round(ref[k][2], 4) for k in (13, 14)]))
 PY
 expect "--expert-model-parallel-size 3 does not divide the data-parallel size 2" \
   "$MPIEXEC" -n 2 "$MGT" train "${E[@]}" --num-experts 6 --expert-model-parallel-size 3
 expect "--num-experts 4 is not divisible by --expert-model-parallel-size 8" \
   "$MPIEXEC" -n 8 "$MGT" train "${E[@]}" --expert-model-parallel-size 8
-expect "with --use-distributed-optimizer is not implemented yet" \
-  "$MPIEXEC" -n 2 "$MGT" train "${E[@]}" --expert-model-parallel-size 2 --use-distributed-optimizer
+expect "--moe-router-enable-expert-bias chooses by sigmoid scores" \
+  "$MPIEXEC" -n 2 "$MGT" train "${E[@]}" --moe-router-enable-expert-bias
 
 # the Mixtral 8x7B and Qwen3-30B-A3B jobs: their flags are accepted and plan the parameters
 # counted by hand (a launcher that runs mgt train --dry-run on their tp ranks instead of srun);
@@ -231,13 +238,17 @@ r = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][0]
 C, L, T, E, k, F, ep, dp = 64, 2, 32, 4, 2, 64, 2, 4
 layer = 2 * C + 4 * C * C + E * C + 3 * (E // ep) * F * C  # norms, attention, router, experts
 floats = 1024 * C + L * layer + C  # the vocabulary padded to 128, layers, final norm
-assert r["ep"] == ep and r["dp"] == dp and not r["distributed_optimizer"], r
+assert r["ep"] == ep and r["dp"] == dp, r
 assert abs(r["params"] / 4 - floats) <= 0.01 * floats, (r["params"] / 4, floats)
+experts = L * 3 * (E // ep) * F * C  # the distributed optimizer: the rest over dp, experts over dp / ep
+shard = -(-(floats - experts) // dp) + -(-experts // (dp // ep)) if r["distributed_optimizer"] else floats
+assert abs(r["optimizer"] / 8 - shard) <= 0.01 * shard, (r["optimizer"] / 8, shard)
 n_micro = 8 // dp
 a2a = n_micro * L * 4 * (1 * T * k) * C * 4 * (ep - 1) / ep  # out and back, forward and backward
 assert abs(r["a2a_bytes"] - a2a) < 1, (r["a2a_bytes"], a2a)
-print("ok: mgt plan at ep=2: %.0f parameters a rank (experts / 2), %.0f all-to-all bytes a step, "
-      "as counted" % (r["params"] / 4, r["a2a_bytes"]))
+print("ok: mgt plan at ep=2: %.0f parameters a rank (experts / 2), %.0f Adam moments (%s), %.0f all-to-all "
+      "bytes a step, as counted" % (r["params"] / 4, r["optimizer"] / 8,
+      "distributed" if r["distributed_optimizer"] else "whole", r["a2a_bytes"]))
 PY
 
 echo "moe: $fails failures"

@@ -45,6 +45,12 @@ typedef struct mgt_segment {
   int expert;         /* an MoE layer's experts: a different part on each expert-parallel rank */
 } mgt_segment;
 
+/* Elements [at, at + n) of flat buffers, held at [to, to + n) of a packed part of them (the
+   distributed optimizer's shard of a rank). */
+typedef struct mgt_span {
+  size_t at, n, to;
+} mgt_span;
+
 /* AdamW hyper-parameters of one step. */
 typedef struct mgt_adamw_step {
   float lr, beta1, beta2, eps;

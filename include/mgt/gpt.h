@@ -251,10 +251,11 @@ const mgt_param *mgt_gpt_params(const mgt_gpt *m, int *count);
 float *mgt_gpt_param_data(mgt_gpt *m); /* flat buffer, in the backend's memory */
 float *mgt_gpt_grad_data(mgt_gpt *m);
 size_t mgt_gpt_param_count(const mgt_gpt *m); /* floats in the flat buffers */
-/* The gradient of the flat-buffer elements [*first, *first + *n) this rank updates: with
-   --use-distributed-optimizer its data-parallel shard, summed over the data-parallel group by
-   the last backward of an iteration; otherwise the whole gradient buffer. */
-float *mgt_gpt_grad_shard(mgt_gpt *m, size_t *first, size_t *n);
+/* The gradient of the flat-buffer elements this rank updates, *n of them packed from the spans
+   (sorted): with --use-distributed-optimizer its data-parallel shard (with expert parallelism
+   its part of the rest and of its experts, several spans), summed by the last backward of an
+   iteration; otherwise the whole gradient buffer, one span. */
+float *mgt_gpt_grad_shard(mgt_gpt *m, const mgt_span **spans, int *n_spans, size_t *n);
 /* --use-distributed-optimizer: every rank's updated shard of the parameters to every
    data-parallel rank (nothing otherwise). Collective over dp_comm. */
 MGT_NODISCARD mgt_status mgt_gpt_gather_params(mgt_gpt *m);

@@ -689,10 +689,6 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               "/ --tensor-model-parallel-size %d): expert parallelism is carved out of the "
               "data-parallel ranks",
               ep, world_size / tp, world_size, tp);
-  MGT_REQUIRE(ep == 1 || !c->use_distributed_optimizer,
-              "--expert-model-parallel-size %d with --use-distributed-optimizer is not implemented "
-              "yet",
-              ep);
   MGT_REQUIRE(c->moe_router_load_balancing_type != MGT_MOE_LB_GLOBAL_AUX,
               "--moe-router-load-balancing-type %s: not in mgt yet (aux_loss, per micro-batch, "
               "seq_aux_loss, per sequence, and none are)",

@@ -262,7 +262,7 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
         if (o->recompute && g != o->recompute - 1) continue;
         const int sp_ok = tp > 1 && (int64_t)mb * o->m.seq_length % tp == 0;
         for (int ep = 1; ep <= dp; ep++) /* expert parallelism: experts over dp ranks */
-          for (int dist = o->distopt_only; dist <= (dp > 1 && ep == 1); dist++)
+          for (int dist = o->distopt_only; dist <= (dp > 1); dist++)
             for (int sp = o->sp_only; sp <= sp_ok; sp++) {
               if (ep > 1 &&
                   (!o->m.num_experts || dp % ep || o->m.num_experts % ep ||

@@ -4,9 +4,10 @@
    data-parallel axis. A bucket's gradients are summed as soon as backward completes it
    (non-blocking with overlap_grad_reduce); with `distributed` (ZeRO stage 1, Megatron-LM's
    distributed optimizer) data-parallel rank q owns the q-th of dp even cuts of the buffers (at
-   any element) and a piece's reduce-scatter leaves each rank its owned part only, and the
-   parameters are all-gathered after the update (non-blocking with overlap_param_gather, waited
-   for per bucket when the forward first reads it). With weight_copies, the backend's 16-bit
+   any element; with experts, of the rest's elements, and the experts' are cut over the
+   expert-data-parallel ranks) and a piece's reduce-scatter leaves each rank its owned part only,
+   and the parameters are all-gathered after the update (non-blocking with overlap_param_gather,
+   waited for per bucket when the forward first reads it). With weight_copies, the backend's 16-bit
    weight copies are remade per bucket, once after each change, before their first read. */
 #pragma once
 
@@ -47,9 +48,10 @@ MGT_NODISCARD mgt_status mgt_ddp_start_bucket(mgt_ddp *d, int b);
 MGT_NODISCARD mgt_status mgt_ddp_progress(mgt_ddp *d);
 MGT_NODISCARD mgt_status mgt_ddp_finish(mgt_ddp *d);
 
-/* The summed gradient of this rank's part: [*first, *first + *n) of g, held at the pointer
-   returned (g itself without `distributed`, or at dp = 1). */
-float *mgt_ddp_grad_shard(mgt_ddp *d, size_t *first, size_t *n);
+/* The summed gradient of this rank's part, *n elements packed from the *n_spans spans (sorted)
+   at the pointer returned: g itself, one run, without `distributed` or at dp = 1. With expert
+   ranges a rank owns a part of the rest and a part of the experts, hence several spans. */
+float *mgt_ddp_grad_shard(mgt_ddp *d, const mgt_span **spans, int *n_spans, size_t *n);
 /* `distributed`: every rank's updated part of w to every rank, bucket by bucket in the order
    the forward reads them (the last bucket first). Marks the weights changed. */
 MGT_NODISCARD mgt_status mgt_ddp_gather_params(mgt_ddp *d);

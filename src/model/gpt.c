@@ -74,8 +74,8 @@ void mgt_gpt_weights_changed(mgt_gpt *m) {
   if (m->ddp) mgt_ddp_weights_changed(m->ddp);
 }
 
-float *mgt_gpt_grad_shard(mgt_gpt *m, size_t *first, size_t *n) {
-  return mgt_ddp_grad_shard(m->ddp, first, n);
+float *mgt_gpt_grad_shard(mgt_gpt *m, const mgt_span **spans, int *n_spans, size_t *n) {
+  return mgt_ddp_grad_shard(m->ddp, spans, n_spans, n);
 }
 
 mgt_status mgt_gpt_gather_params(mgt_gpt *m) { return mgt_ddp_gather_params(m->ddp); }

@@ -195,16 +195,25 @@ void mgt_gpt_memory_plan_grid(const mgt_config *cfg, int tp, int dp, mgt_gpt_mem
   mgt_gpt_dims d;
   mgt_gpt_dims_of(&spec, &lay, tp, 0, &d);
   int n;
-  size_t floats;
+  size_t floats, experts = 0;
   gpt_build_params(&d, NULL, &n, &floats, NULL);
+  mgt_param *params = NULL;
+  if (d.ep > 1 && mgt_calloc(sizeof *params * (size_t)n, "memory plan", (void **)&params) == MGT_OK)
+    gpt_build_params(&d, params, &n, &floats, NULL);
+  for (int i = 0; params && i < n; i++)
+    experts += params[i].expert ? params[i].numel : 0;
+  mgt_free(params);
   mgt_gpt probe;
   memset(&probe, 0, sizeof probe);
   memset(mem, 0, sizeof *mem);
   mem->params = floats * sizeof(float);
   mem->grads = mem->params;
   mem->optimizer = 2 * mem->params;
-  if (cfg->use_distributed_optimizer && dp > 1) { /* the largest shard, and its gradient */
-    const size_t shard = (floats + (size_t)dp - 1) / (size_t)dp * sizeof(float);
+  if (cfg->use_distributed_optimizer && dp > 1) { /* the largest shard, and its gradient: the
+                                                     rest's over dp, the experts' over dp / ep */
+    const size_t rest = floats - experts, edp = (size_t)dp / (size_t)d.ep,
+                 shard = ((rest + (size_t)dp - 1) / (size_t)dp + (experts + edp - 1) / edp) *
+                         sizeof(float);
     mem->optimizer = 2 * shard;
     mem->grads += shard;
   }

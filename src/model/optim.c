@@ -9,9 +9,12 @@ struct mgt_optim {
   mgt_gpt *model;
   const mgt_backend *be;
   const mgt_comm *comm;
-  float *m, *v; /* of the elements this rank updates: [first, first + n) of the flat buffers */
-  size_t first, n;
-  mgt_segment *segs; /* the model's segments cut to [first, first + n), offsets from first */
+  float *m, *v; /* of the n elements this rank updates, packed from the spans of the buffers */
+  size_t n;
+  const mgt_span *spans; /* the distributed optimizer's (the model's) */
+  int n_spans;
+  float *wpack;      /* the spans' parameters packed, when there are several */
+  mgt_segment *segs; /* the model's segments cut to the spans, at their packed offsets */
   int nseg;
   /* with a decoupled learning rate: the segments this rank updates, split into the rest (0) and
      the word embeddings and output layer (1), as Megatron-LM groups them */
@@ -39,6 +42,14 @@ mgt_optim_options mgt_optim_options_of(const mgt_config *cfg) {
   return o;
 }
 
+/* The flat-buffer offset of packed element i of the distributed optimizer's shard. */
+static size_t flat_of(const mgt_optim *o, size_t i) {
+  int k = 0;
+  while (k + 1 < o->n_spans && o->spans[k + 1].to <= i)
+    k++;
+  return o->spans[k].at + (i - o->spans[k].to);
+}
+
 mgt_status mgt_optim_create(const mgt_optim_options *opt, mgt_gpt *model, const mgt_backend *be,
                             const mgt_comm *comm, mgt_optim **out) {
   *out = NULL;
@@ -54,20 +65,25 @@ mgt_status mgt_optim_create(const mgt_optim_options *opt, mgt_gpt *model, const 
   o->hysteresis_left = opt->hysteresis;
   o->n = mgt_gpt_param_count(model);
   if (opt->distributed) {
-    (void)mgt_gpt_grad_shard(model, &o->first, &o->n);
+    (void)mgt_gpt_grad_shard(model, &o->spans, &o->n_spans, &o->n);
     int ns;
     const mgt_segment *all = mgt_gpt_segments(model, &ns);
-    MGT_TRY(mgt_calloc(sizeof(mgt_segment) * (size_t)(ns ? ns : 1), "optimizer segments",
+    MGT_TRY(mgt_calloc(sizeof(mgt_segment) * (size_t)(ns + o->n_spans + 1), "optimizer segments",
                        (void **)&o->segs));
-    for (int i = 0; i < ns; i++) {
-      const size_t a = all[i].offset > o->first ? all[i].offset : o->first,
-                   b = all[i].offset + all[i].n < o->first + o->n ? all[i].offset + all[i].n
-                                                                  : o->first + o->n;
-      if (b <= a) continue;
-      o->segs[o->nseg] = all[i];
-      o->segs[o->nseg].offset = a - o->first;
-      o->segs[o->nseg++].n = b - a;
-    }
+    for (int k = 0; k < o->n_spans; k++) /* spans and segments both sorted: at most ns + spans */
+      for (int i = 0; i < ns; i++) {
+        const mgt_span *sp = &o->spans[k];
+        const size_t a = all[i].offset > sp->at ? all[i].offset : sp->at,
+                     b = all[i].offset + all[i].n < sp->at + sp->n ? all[i].offset + all[i].n
+                                                                   : sp->at + sp->n;
+        if (b <= a) continue;
+        o->segs[o->nseg] = all[i];
+        o->segs[o->nseg].offset = sp->to + (a - sp->at);
+        o->segs[o->nseg++].n = b - a;
+      }
+    if (o->n_spans != 1)
+      MGT_TRY(mgt_be_alloc(be, (o->n ? o->n : 1) * sizeof(float), "optimizer parameters",
+                           (void **)&o->wpack));
   }
   if (opt->decoupled) {
     int ns, np;
@@ -78,7 +94,7 @@ mgt_status mgt_optim_create(const mgt_optim_options *opt, mgt_gpt *model, const 
       MGT_TRY(mgt_calloc(sizeof(mgt_segment) * (size_t)(ns ? ns : 1), "optimizer groups",
                          (void **)&o->group[g]));
     for (int i = 0; i < ns; i++) { /* the parameter whose elements the segment holds */
-      const size_t at = all[i].offset + (o->segs ? o->first : 0);
+      const size_t at = o->segs ? flat_of(o, all[i].offset) : all[i].offset;
       int p = 0;
       while (p + 1 < np && params[p + 1].offset <= at)
         p++;
@@ -102,6 +118,7 @@ void mgt_optim_destroy(mgt_optim **opt) {
   if (!o) return;
   if (o->m) mgt_be_free(o->be, o->m);
   if (o->v) mgt_be_free(o->be, o->v);
+  if (o->wpack) mgt_be_free(o->be, o->wpack);
   mgt_free(o->segs);
   mgt_free(o->group[0]);
   mgt_free(o->group[1]);
@@ -134,8 +151,10 @@ static mgt_status expert_norm(mgt_optim *o, const mgt_segment *segs, int nseg, d
 mgt_status mgt_optim_grad_norm(mgt_optim *o, double *norm) {
   double ss = 0.0;
   if (o->segs) { /* each shard once: the sum is over the whole grid */
-    size_t first, n;
-    const float *g = mgt_gpt_grad_shard(o->model, &first, &n);
+    const mgt_span *spans;
+    int ns;
+    size_t n;
+    const float *g = mgt_gpt_grad_shard(o->model, &spans, &ns, &n);
     if (o->nseg) MGT_CHECK(mgt_be_sumsq(o->be, g, o->segs, o->nseg, &ss));
     MGT_CHECK(mgt_comm_allreduce_f64(o->comm, MGT_AXIS_WORLD, &ss, 1, MGT_SUM));
     *norm = sqrt(ss);
@@ -218,10 +237,19 @@ mgt_status mgt_optim_step(mgt_optim *o, double lr, double lr_decoupled, double *
   s.bias_correction2 = (float)(1.0 - pow(o->opt.beta2, (double)o->steps));
   s.grad_scale = (float)scale;
   if (o->segs) { /* this rank's shard, then every shard to every data-parallel rank */
-    size_t first, n;
-    float *g = mgt_gpt_grad_shard(o->model, &first, &n);
-    MGT_CHECK(
-        adamw(o, mgt_gpt_param_data(o->model) + first, g, o->segs, o->nseg, &s, lr, lr_decoupled));
+    const mgt_span *sp;
+    int ns;
+    size_t n;
+    float *g = mgt_gpt_grad_shard(o->model, &sp, &ns, &n), *w = mgt_gpt_param_data(o->model);
+    if (!o->wpack) {
+      MGT_CHECK(adamw(o, w + sp[0].at, g, o->segs, o->nseg, &s, lr, lr_decoupled));
+      return mgt_gpt_gather_params(o->model);
+    }
+    for (int k = 0; k < ns; k++) /* several spans: the update on a packed copy */
+      MGT_CHECK(mgt_be_copy(o->be, o->wpack + sp[k].to, w + sp[k].at, sizeof(float) * sp[k].n));
+    MGT_CHECK(adamw(o, o->wpack, g, o->segs, o->nseg, &s, lr, lr_decoupled));
+    for (int k = 0; k < ns; k++)
+      MGT_CHECK(mgt_be_copy(o->be, w + sp[k].at, o->wpack + sp[k].to, sizeof(float) * sp[k].n));
     return mgt_gpt_gather_params(o->model);
   }
   int nseg;
@@ -234,9 +262,9 @@ int64_t mgt_optim_step_count(const mgt_optim *o) { return o->steps; }
 void mgt_optim_set_step_count(mgt_optim *o, int64_t steps) { o->steps = steps; }
 
 /* The moments have the parameters' layout: each model entry gives one entry per moment, at the
-   same offset in the moment's flat buffer. A distributed optimizer holds elements
-   [first, first + n) of those buffers: each entry is the range of its slab that falls there,
-   parts of one copy over the data-parallel ranks. */
+   same offset in the moment's flat buffer. A distributed optimizer holds the elements of its
+   spans of those buffers, packed: each entry is the range of its slab that falls there, parts
+   of one copy over the data-parallel (an expert's: expert-data-parallel) ranks. */
 static mgt_status list_moments(const mgt_state *model, const float *w, float *const mom[2],
                                const mgt_optim *dist, mgt_state *out) {
   static const char *const names[2] = {"exp_avg", "exp_avg_sq"};
@@ -248,15 +276,22 @@ static mgt_status list_moments(const mgt_state *model, const float *w, float *co
       if (snprintf(t.name, sizeof t.name, "optimizer/%s/%s", names[k], base) >= (int)sizeof t.name)
         MGT_FAIL(MGT_ERR_INTERNAL, "tensor name too long: %s", model->t[i].name);
       if (mom && t.data) t.data = mom[k] + ((const float *)model->t[i].data - w);
-      if (dist && t.data) {
+      if (dist && t.data) { /* a tensor's part lies in one span: the rest's or the experts' */
         const size_t at = (size_t)((const float *)model->t[i].data - w),
-                     len = mgt_state_local_numel(&model->t[i]),
-                     a = at > dist->first ? at : dist->first,
-                     b = at + len < dist->first + dist->n ? at + len : dist->first + dist->n;
+                     len = mgt_state_local_numel(&model->t[i]);
+        size_t a = 0, b = 0, to = 0;
+        for (int q = 0; q < dist->n_spans; q++) {
+          const mgt_span *sp = &dist->spans[q];
+          const size_t lo = at > sp->at ? at : sp->at,
+                       hi = at + len < sp->at + sp->n ? at + len : sp->at + sp->n;
+          if (hi <= lo) continue;
+          if (b > a) MGT_FAIL(MGT_ERR_INTERNAL, "%s: two parts in a shard", t.name);
+          a = lo, b = hi, to = sp->to + (lo - sp->at);
+        }
         t.ranged = 1;
         t.first = b > a ? (int64_t)(a - at) : 0;
         t.count = b > a ? (int64_t)(b - a) : 0;
-        t.data = mom[k] + (b > a ? a - dist->first : 0);
+        t.data = mom[k] + to;
         if (t.replica > 0) t.replica = MGT_REPLICA_PRIMARY; /* one copy, in parts */
       }
       MGT_CHECK(mgt_state_add(out, &t));

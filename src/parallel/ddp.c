@@ -19,12 +19,18 @@ struct mgt_ddp {
   char *piece_expert; /* summed over the expert-data-parallel axis */
   mgt_comm_req *reqs;
   int n_pieces, n_started, n_done;
-  /* distributed: rank q owns [shard[q], shard[q + 1]); a piece's reduce-scatter gives each
-     rank its part (piece_counts, dp per piece) in gshard, the owned gradient (g itself at
-     dp = 1) */
-  size_t *shard;
+  /* distributed: the rest's elements, numbered in order, are cut in dp even parts, data-parallel
+     rank q owning the q-th; the experts' alike in edp parts over the expert-data-parallel ranks.
+     This rank's elements are the spans, packed in that order into gshard (g itself when it owns
+     everything); a piece's reduce-scatter over its axis gives each rank its part (piece_counts,
+     an axis's size per piece), at piece_out[p] of gshard. */
+  mgt_span *spans;
+  int n_spans;
+  size_t owned;
+  size_t *piece_out;
   int *piece_counts, *piece_displs;
   float *gshard;
+  mgt_span whole;      /* the one span without `distributed` */
   mgt_comm_req *greqs; /* overlap_param_gather: each bucket's all-gathers in flight ... */
   char *gathering;     /* ... until the forward needs the bucket (gathering[b]) */
   char *stale;         /* weight_copies: bucket b's copies are to be remade before a read */
@@ -80,12 +86,58 @@ static mgt_status plan_pieces(mgt_ddp *d) {
   return MGT_OK;
 }
 
+/* The expert elements before flat offset o. */
+static size_t experts_before(const mgt_ddp *d, size_t o) {
+  size_t k = 0;
+  for (int i = 0; i < d->o.n_expert; i++)
+    if (d->o.expert_lo[i] < o)
+      k += (d->o.expert_hi[i] < o ? d->o.expert_hi[i] : o) - d->o.expert_lo[i];
+  return k;
+}
+
+/* Of [o, o + n), all experts or all not, the part that member q of its axis owns: [*a, *b). */
+static void owned_part(const mgt_ddp *d, size_t o, size_t n, int expert, int q, size_t *a,
+                       size_t *b) {
+  const size_t nx = experts_before(d, d->n), total = expert ? nx : d->n - nx,
+               members = (size_t)(expert ? d->grid->edp : d->grid->dp),
+               i0 = expert ? experts_before(d, o) : o - experts_before(d, o);
+  const size_t c0 = (size_t)((uint64_t)total * (uint64_t)q / members),
+               c1 = (size_t)((uint64_t)total * (uint64_t)(q + 1) / members);
+  const size_t lo = i0 > c0 ? i0 : c0, hi = i0 + n < c1 ? i0 + n : c1;
+  *a = o + (hi > lo ? lo - i0 : 0), *b = o + (hi > lo ? hi - i0 : 0);
+}
+
+static int member(const mgt_ddp *d, int expert) {
+  return expert ? d->grid->edp_rank : d->grid->dp_rank;
+}
+
+/* This rank's spans, in the order of the buffers, and each piece's parts over its axis. */
 static mgt_status plan_shards(mgt_ddp *d) {
-  const int dp = d->grid->dp, r = d->grid->dp_rank;
-  MGT_CHECK(mgt_calloc(sizeof(size_t) * (size_t)(dp + 1), "optimizer shards", (void **)&d->shard));
-  for (int q = 0; q <= dp; q++)
-    d->shard[q] = (size_t)((uint64_t)d->n * (uint64_t)q / (uint64_t)dp);
-  if (dp == 1) {
+  const int dp = d->grid->dp;
+  for (int pass = 0; pass < 2; pass++) {
+    int nr = 0;
+    size_t owned = 0;
+    for (size_t o = 0; o < d->n;) {
+      int expert;
+      const size_t end = run_end(d, o, d->n, &expert);
+      size_t a, b;
+      owned_part(d, o, end - o, expert, member(d, expert), &a, &b);
+      if (pass && b > a && nr && d->spans[nr - 1].at + d->spans[nr - 1].n == a)
+        d->spans[nr - 1].n += b - a; /* merged: pass 0 counted at most this many */
+      else if (b > a && pass)
+        d->spans[nr++] = (mgt_span){a, b - a, owned};
+      else if (b > a)
+        nr++;
+      owned += b - a, o = end;
+    }
+    if (!pass) {
+      MGT_CHECK(mgt_calloc(sizeof(mgt_span) * (size_t)(nr ? nr : 1), "optimizer shards",
+                           (void **)&d->spans));
+    } else {
+      d->n_spans = nr, d->owned = owned;
+    }
+  }
+  if (d->n_spans == 1 && d->owned == d->n) {
     d->gshard = d->g; /* nothing to reduce: the shard is everything */
     return MGT_OK;
   }
@@ -93,21 +145,29 @@ static mgt_status plan_shards(mgt_ddp *d) {
                        (void **)&d->piece_counts));
   MGT_CHECK(mgt_calloc(sizeof(int) * (size_t)d->n_pieces * (size_t)dp, "shard offsets",
                        (void **)&d->piece_displs));
+  MGT_CHECK(
+      mgt_calloc(sizeof(size_t) * (size_t)d->n_pieces, "shard places", (void **)&d->piece_out));
   MGT_CHECK(mgt_calloc(sizeof(mgt_comm_req) * (size_t)d->n_pieces, "gather requests",
                        (void **)&d->greqs));
   MGT_CHECK(mgt_calloc((size_t)d->n_buckets, "gather flags", (void **)&d->gathering));
   for (int p = 0; p < d->n_pieces; p++) {
-    const size_t a = d->piece_off[p], b = a + d->piece_n[p];
-    MGT_REQUIRE(d->piece_n[p] <= INT_MAX, "--ddp-bucket-size: pieces above 2^31 elements");
-    for (int q = 0; q < dp; q++) {
-      const size_t lo = a > d->shard[q] ? a : d->shard[q],
-                   hi = b < d->shard[q + 1] ? b : d->shard[q + 1];
-      d->piece_counts[(size_t)p * dp + q] = hi > lo ? (int)(hi - lo) : 0;
-      d->piece_displs[(size_t)p * dp + q] = hi > lo ? (int)(lo - a) : (int)(b - a);
+    const size_t o = d->piece_off[p], n = d->piece_n[p];
+    const int e = d->piece_expert[p], members = e ? d->grid->edp : dp;
+    MGT_REQUIRE(n <= INT_MAX, "--ddp-bucket-size: pieces above 2^31 elements");
+    for (int q = 0; q < members; q++) {
+      size_t a, b;
+      owned_part(d, o, n, e, q, &a, &b);
+      d->piece_counts[(size_t)p * dp + q] = (int)(b - a);
+      d->piece_displs[(size_t)p * dp + q] = b > a ? (int)(a - o) : (int)n;
+      if (q != member(d, e) || b == a) continue;
+      int r = 0; /* the span that holds it */
+      while (r + 1 < d->n_spans && d->spans[r + 1].at <= a)
+        r++;
+      d->piece_out[p] = d->spans[r].to + (a - d->spans[r].at);
     }
   }
-  const size_t n = d->shard[r + 1] - d->shard[r];
-  return mgt_be_alloc(d->be, sizeof(float) * (n ? n : 1), "gradient shard", (void **)&d->gshard);
+  return mgt_be_alloc(d->be, sizeof(float) * (d->owned ? d->owned : 1), "gradient shard",
+                      (void **)&d->gshard);
 }
 
 mgt_status mgt_ddp_create(const mgt_grid *grid, const mgt_comm *comm, const mgt_backend *be,
@@ -116,8 +176,6 @@ mgt_status mgt_ddp_create(const mgt_grid *grid, const mgt_comm *comm, const mgt_
   *out = NULL;
   MGT_REQUIRE(o->bucket_size > 0, "--ddp-bucket-size must be positive");
   MGT_REQUIRE(n_buckets > 0, "no gradient buckets");
-  MGT_REQUIRE(!o->n_expert || !o->distributed,
-              "the distributed optimizer over expert-parallel ranks is not implemented");
   for (int b = 0; b < n_buckets; b++)
     MGT_REQUIRE(lo[b] <= hi[b] && hi[b] <= n, "bucket %d [%zu, %zu) is outside the %zu elements", b,
                 lo[b], hi[b], n);
@@ -166,7 +224,8 @@ void mgt_ddp_destroy(mgt_ddp **ptr) {
   mgt_free(d->piece_expert);
   mgt_free((void *)d->o.expert_lo);
   mgt_free(d->reqs);
-  mgt_free(d->shard);
+  mgt_free(d->spans);
+  mgt_free(d->piece_out);
   mgt_free(d->piece_counts);
   mgt_free(d->piece_displs);
   mgt_free(d->greqs);
@@ -212,15 +271,13 @@ mgt_status mgt_ddp_start_bucket(mgt_ddp *d, int b) {
   const int overlap = d->o.overlap_grad_reduce;
   for (int p = d->bucket_first[b]; p < d->bucket_first[b + 1]; p++, d->n_started++) {
     float *buf = d->g + d->piece_off[p];
+    const mgt_axis axis = d->piece_expert[p] ? MGT_AXIS_EDP : MGT_AXIS_DP;
     if (d->piece_counts) { /* distributed optimizer: only the owned part is summed here */
-      const size_t lo = d->shard[d->grid->dp_rank], hi = d->shard[d->grid->dp_rank + 1],
-                   at = d->piece_off[p] < lo ? lo : (d->piece_off[p] > hi ? hi : d->piece_off[p]);
-      MGT_CHECK(mgt_comm_reduce_scatter(d->comm, MGT_AXIS_DP, buf, d->gshard + (at - lo),
+      MGT_CHECK(mgt_comm_reduce_scatter(d->comm, axis, buf, d->gshard + d->piece_out[p],
                                         d->piece_counts + (size_t)p * d->grid->dp,
                                         overlap ? &d->reqs[p] : NULL));
       continue;
     }
-    const mgt_axis axis = d->piece_expert[p] ? MGT_AXIS_EDP : MGT_AXIS_DP;
     if (overlap)
       MGT_CHECK(mgt_comm_iallreduce(d->comm, axis, buf, d->piece_n[p], MGT_SUM, &d->reqs[p]));
     else
@@ -246,13 +303,13 @@ mgt_status mgt_ddp_finish(mgt_ddp *d) {
   return MGT_OK;
 }
 
-float *mgt_ddp_grad_shard(mgt_ddp *d, size_t *first, size_t *n) {
-  if (!d->shard) {
-    *first = 0, *n = d->n;
+float *mgt_ddp_grad_shard(mgt_ddp *d, const mgt_span **spans, int *n_spans, size_t *n) {
+  if (!d->spans) {
+    d->whole = (mgt_span){0, d->n, 0};
+    *spans = &d->whole, *n_spans = 1, *n = d->n;
     return d->g;
   }
-  const int r = d->grid->dp_rank;
-  *first = d->shard[r], *n = d->shard[r + 1] - d->shard[r];
+  *spans = d->spans, *n_spans = d->n_spans, *n = d->owned;
   return d->gshard;
 }
 
@@ -264,8 +321,9 @@ mgt_status mgt_ddp_gather_params(mgt_ddp *d) {
     const int b = d->n_buckets - 1 - k;
     for (int p = d->bucket_first[b]; p < d->bucket_first[b + 1]; p++)
       MGT_CHECK(mgt_comm_allgatherv(
-          d->comm, MGT_AXIS_DP, d->w + d->piece_off[p], d->piece_counts + (size_t)p * d->grid->dp,
-          d->piece_displs + (size_t)p * d->grid->dp, overlap ? &d->greqs[p] : NULL));
+          d->comm, d->piece_expert[p] ? MGT_AXIS_EDP : MGT_AXIS_DP, d->w + d->piece_off[p],
+          d->piece_counts + (size_t)p * d->grid->dp, d->piece_displs + (size_t)p * d->grid->dp,
+          overlap ? &d->greqs[p] : NULL));
     d->gathering[b] = (char)overlap;
   }
   mgt_ddp_weights_changed(d);

@@ -18,7 +18,13 @@ void mgt_print_memory_plan(const mgt_config *cfg, int tp, int dp, FILE *f) {
     fprintf(f, "  16-bit weights      %12.1f  (remade once per step; --no-weight-copies)\n",
             m.weight_copies / MiB);
   fprintf(f, "  gradients           %12.1f\n", m.grads / MiB);
-  if (cfg->use_distributed_optimizer && dp > 1)
+  const int ep = cfg->expert_model_parallel_size;
+  if (cfg->use_distributed_optimizer && dp > 1 && ep > 1)
+    fprintf(f,
+            "  optimizer (Adam)    %12.1f  (a shard of %d, the experts' of %d, "
+            "--use-distributed-optimizer)\n",
+            m.optimizer / MiB, dp, dp / ep);
+  else if (cfg->use_distributed_optimizer && dp > 1)
     fprintf(f, "  optimizer (Adam)    %12.1f  (a shard of %d, --use-distributed-optimizer)\n",
             m.optimizer / MiB, dp);
   else
