@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mixture-of-Experts models end to end: six routers trained at tp=2 (softmax top-2 with the
-# load-balancing and z-losses; pre-softmax with a capacity by position in every other layer;
-# sigmoid scaled with a capacity by probability and GeLU experts; top-1 of 16, so that experts get
+# load-balancing and z-losses; pre-softmax with a capacity by position in every other layer and
+# a gated shared expert; sigmoid scaled with a capacity by probability, GeLU experts and a shared
+# one; top-1 of 16, so that experts get
 # no token; Qwen3-MoE's block: q/k norms, a head size of its own, pre-softmax, a dense layer 0;
 # sigmoid top-2 chosen with an aux-loss-free expert bias), each scored by mgt eval at tp=1 and
 # tp=2 against an independent float64 numpy model
@@ -22,8 +23,8 @@ M=(--mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-len
   --disable-bias-linear --tensor-model-parallel-size 2 --moe-ffn-hidden-size 48)
 declare -A V
 V[softmax]="--swiglu --num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
-V[pre]="--swiglu --num-experts 8 --moe-router-topk 2 --moe-router-pre-softmax --moe-layer-freq [0,1] --moe-expert-capacity-factor 0.5 --moe-token-drop-policy position --moe-aux-loss-coeff 0.01"
-V[sigmoid]="--num-experts 6 --moe-router-topk 3 --moe-router-score-function sigmoid --moe-router-topk-scaling-factor 2.5 --moe-expert-capacity-factor 1 --moe-token-drop-policy probs --moe-aux-loss-coeff 0.01 --untie-embeddings-and-output-weights"
+V[pre]="--swiglu --num-experts 8 --moe-router-topk 2 --moe-router-pre-softmax --moe-layer-freq [0,1] --moe-expert-capacity-factor 0.5 --moe-token-drop-policy position --moe-aux-loss-coeff 0.01 --moe-shared-expert-intermediate-size 40 --moe-shared-expert-gate"
+V[sigmoid]="--num-experts 6 --moe-router-topk 3 --moe-router-score-function sigmoid --moe-router-topk-scaling-factor 2.5 --moe-expert-capacity-factor 1 --moe-token-drop-policy probs --moe-aux-loss-coeff 0.01 --untie-embeddings-and-output-weights --moe-shared-expert-intermediate-size 24"
 V[top1]="--swiglu --num-experts 16 --moe-router-topk 1 --group-query-attention --num-query-groups 2 --moe-z-loss-coeff 0.01"
 V[bias]="--num-experts 8 --moe-router-topk 2 --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 0.05"
 V[qmoe]="--swiglu --num-experts 4 --moe-router-topk 2 --moe-router-pre-softmax --moe-layer-freq [0,1] --qk-layernorm --kv-channels 12 --group-query-attention --num-query-groups 2 --untie-embeddings-and-output-weights --moe-aux-loss-coeff 0.001"

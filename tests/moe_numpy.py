@@ -9,7 +9,8 @@ the top-k logits, or with pre-softmax the top-k of the softmax, or sigmoid score
 chosen ones' sum, chosen by score plus expert bias if there is one; times the scaling factor;
 apply_router_token_dropping: capacity
 ceil(T k / E x factor), the tokens of the highest weights or the first ones kept) and its
-experts (each an MLP of the block's kind, outputs summed with the routing weights).
+experts (each an MLP of the block's kind, outputs summed with the routing weights), plus a shared
+expert's output (an MLP of the block's kind on every token, times sigmoid(x . w) with its gate).
 Usage: moe_numpy.py CHECKPOINT.h5 IDS_FILE SEQ_LENGTH"""
 import json
 import math
@@ -103,6 +104,14 @@ def moe(s, w, p, x):
             else:
                 first = w[p + "mlp.experts.dense_h_to_4h.weight"][e]
             out[t] += wt[t, j] * mlp(s, x[t:t + 1], first, w[p + "mlp.experts.dense_4h_to_h.weight"][e])[0]
+    sh = p + "mlp.shared_expert."
+    if sh + "dense_4h_to_h.weight" in w:  # Megatron-LM's SharedExpertMLP, every token
+        first = (np.concatenate([w[sh + "gate.weight"], w[sh + "up.weight"]]) if s["mlp"] == "swiglu"
+                 else w[sh + "dense_h_to_4h.weight"])
+        y = mlp(s, x, first, w[sh + "dense_4h_to_h.weight"])
+        if p + "mlp.shared_expert_gate.weight" in w:  # times sigmoid(x . w)
+            y = y / (1 + np.exp(-(x @ w[p + "mlp.shared_expert_gate.weight"].T)))
+        out += y
     return out
 
 

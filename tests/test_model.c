@@ -415,7 +415,8 @@ static void test_qwen(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
    no perturbation changes a token's experts): softmax top-2 of 4 in every layer; pre-softmax
    top-1 of 16 (experts that get no token) in layer 1 only; sigmoid top-3 of 6 scaled, GeLU
    experts, capacity 1 by position; capacity 0.5 by probability; the second and the last with
-   the load-balancing loss of each sequence (seq_aux_loss). */
+   the load-balancing loss of each sequence (seq_aux_loss); a shared expert in the first (with
+   its gate) and the third. */
 static void test_moe(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   /* E, k, score, pre, GeLU, capacity x 10, policy, freq */
   const int cases[][8] = {{4, 2, 0, 0, 0, 0, 0, 1},
@@ -432,6 +433,8 @@ static void test_moe(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
     snprintf(c.moe_layer_freq, sizeof c.moe_layer_freq, cases[q][7] == 2 ? "[0,1]" : "1");
     c.moe_ffn_hidden_size = 6, c.moe_aux_loss_coeff = 0.1, c.moe_z_loss_coeff = 0.001;
     if (q == 2) c.moe_router_topk_scaling_factor = 2.5, c.moe_router_enable_expert_bias = 1;
+    if (q == 0 || q == 2) c.moe_shared_expert_intermediate_size = 10; /* SwiGLU, GeLU */
+    if (q == 0) c.moe_shared_expert_gate = 1;
     if (q == 1 || q == 3) c.moe_router_load_balancing_type = MGT_MOE_LB_SEQ_AUX; /* a sequence's */
     T_OK(mgt_config_finalize(&c, 1));
     mgt_gpt *m = NULL;
@@ -449,6 +452,13 @@ static void test_moe(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
     T_CHECK(routers == (cases[q][7] == 2 ? 1 : 2), "case %zu: %d routers", q, routers);
     T_CHECK(has_param(m, "layers.1.mlp.experts.dense_4h_to_h.weight", 3, cases[q][0], 8, 6),
             "case %zu: the experts' second projection is [E, C, F]", q);
+    T_CHECK(q != 0 || (has_param(m, "layers.1.mlp.shared_expert.up.weight", 2, 10, 8, 0) &&
+                       has_param(m, "layers.1.mlp.shared_expert_gate.weight", 2, 1, 8, 0)),
+            "a SwiGLU shared expert [10, C] and its gate [1, C]");
+    T_CHECK(q != 2 ||
+                (has_param(m, "layers.1.mlp.shared_expert.dense_4h_to_h.weight", 2, 8, 10, 0) &&
+                 has_param(m, "layers.1.mlp.shared_expert_gate.weight", -1, 0, 0, 0)),
+            "a GeLU shared expert [C, 10] without a gate");
     check_count(m, &c, "MoE");
     test_gradient(m);
     test_accumulate(m);

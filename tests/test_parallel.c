@@ -12,8 +12,8 @@
    llama (RMSNorm, SwiGLU, no biases, rotary, untied, 8 heads in 4 key/value groups) and gqa
    (the groups alone, with biases), combined with the others; qwen (Llama's block with Qwen 3's
    head size of 24 and q/k norms); moe (Llama's block with Mixture-of-Experts layers: top-2 of 4
-   experts, the load-balancing and z-losses) and moe1 (layer 1 only, sigmoid scores, the
-   load-balancing loss per sequence), with
+   experts, the load-balancing and z-losses, a gated shared expert) and moe1 (layer 1 only,
+   sigmoid scores, the load-balancing loss per sequence, an expert bias, a shared expert), with
    "-epN" the experts over N expert-parallel ranks (the layout only). */
 #include <mpi.h>
 #include <string.h>
@@ -67,6 +67,8 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
     if (moe1) strcpy(c.moe_layer_freq, "[0,1]"), c.moe_router_score_function = MGT_MOE_SIGMOID;
     if (moe1) c.moe_router_load_balancing_type = MGT_MOE_LB_SEQ_AUX;
     if (moe1) c.moe_router_enable_expert_bias = 1, c.moe_router_bias_update_rate = 0.01;
+    c.moe_shared_expert_intermediate_size = moe1 ? 32 : 48; /* gated in moe */
+    c.moe_shared_expert_gate = moe;
     c.expert_model_parallel_size = layout_run ? ep : 1;
     if (ep > 1) c.clip_grad = 0.05; /* a norm that binds: each expert counted once, exactly */
   }

@@ -118,6 +118,8 @@ typedef struct mgt_config {
   int moe_grouped_gemm;                 /* changes no number here */
   int moe_router_enable_expert_bias;    /* aux-loss-free balancing: a bias that only chooses */
   double moe_router_bias_update_rate;
+  int moe_shared_expert_intermediate_size; /* a dense MLP every token passes through; 0: none */
+  int moe_shared_expert_gate;              /* its output times sigmoid(x . w) (Qwen2-MoE's) */
   int bert_no_binary_head;                 /* BERT without tokentypes, pooler and SOP */
   int untie_embeddings_and_output_weights; /* GPT: an output layer of its own (Llama) */
   int position_embedding_type;             /* 0 learned_absolute, 1 rope */

@@ -37,6 +37,7 @@ typedef struct mgt_gpt_dims {
   /* Mixture-of-Experts (spec.experts > 0): E experts, each token to K of them; an expert's inner
      width Fe, Fel = Fe/tp of it here, Foe its first projections' local outputs (Fel, or 2*Fel) */
   int E, K, Fe, Fel, Foe;
+  int Fs, Fsl, Fso; /* the shared expert's (spec.shared_ffn): Fs, Fs/tp here, and its Foe */
   /* expert parallelism: ep ranks share the experts out, this one (ep_rank) holding El of them
      from e0 */
   int ep, ep_rank, El, e0;

@@ -74,6 +74,8 @@ typedef struct mgt_model_spec {
      drop_policy (MGT_MOE_DROP_*) */
   int experts, topk, moe_ffn, moe_first, moe_every, router_score, router_pre, drop_policy;
   int expert_bias; /* the router's aux-loss-free bias (mlp.router.expert_bias) */
+  int shared_ffn;  /* a shared expert's inner width (0: none), and whether a gate scales it */
+  int shared_gate;
   double router_scale, capacity;
   int causal;      /* causal attention; else every row sees its sample's keys (padding) */
   int token_types; /* token-type embeddings (with a pooled head, as Megatron-LM) */

@@ -166,6 +166,13 @@ static const mgt_flag flags[] = {
     DBL("--moe-router-bias-update-rate", moe_router_bias_update_rate, 0, 1e6,
         "the expert bias's step: + rate where an expert got fewer than the mean of the global "
         "batch's tokens, - rate where more"),
+    INT_M("--moe-shared-expert-intermediate-size", moe_shared_expert_intermediate_size, 0, 1 << 22,
+          "a shared expert of this inner width in each MoE layer: an MLP every token passes "
+          "through, added to the routed experts' output",
+          RESUME),
+    BOOL_M("--moe-shared-expert-gate", moe_shared_expert_gate,
+           "the shared expert's output times sigmoid(x . w), w of the hidden size (Qwen2-MoE's)",
+           RESUME),
     BOOL("--moe-grouped-gemm", moe_grouped_gemm,
          "Megatron-LM's grouped GEMM of the experts: the same numbers as one GEMM per expert"),
     BOOL_M("--apply-layernorm-1p", apply_layernorm_1p,
@@ -547,6 +554,7 @@ static mgt_config resume_view(const mgt_config *c) {
   if (!v.use_rope_scaling) v.rope_scaling_factor = 1;
   if (!c->num_experts) { /* a dense model (and checkpoints from before MoE) */
     v.moe_router_enable_expert_bias = 0;
+    v.moe_shared_expert_intermediate_size = 0, v.moe_shared_expert_gate = 0;
     v.moe_router_topk = 2, v.moe_ffn_hidden_size = 0, v.moe_router_score_function = 0;
     v.moe_router_pre_softmax = 0, v.moe_router_topk_scaling_factor = 0;
     strcpy(v.moe_layer_freq, "1");
@@ -658,6 +666,13 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(c->ffn_hidden_size % tp == 0,
               "--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
               c->ffn_hidden_size, tp);
+  MGT_REQUIRE(!c->num_experts || c->moe_ffn_hidden_size % tp == 0,
+              "--moe-ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
+              c->moe_ffn_hidden_size, tp);
+  MGT_REQUIRE(c->moe_shared_expert_intermediate_size % tp == 0,
+              "--moe-shared-expert-intermediate-size %d is not divisible by "
+              "--tensor-model-parallel-size %d",
+              c->moe_shared_expert_intermediate_size, tp);
   MGT_REQUIRE(c->global_batch_size % (c->micro_batch_size * dp) == 0,
               "--global-batch-size %d is not divisible by --micro-batch-size %d times the "
               "data-parallel size %d",

@@ -382,8 +382,8 @@ static const mgt_foreign_flag megatron[] = {
            "--moe-router-quantile-balancing-ema --moe-routing-trace-capture-hidden-states "
            "--moe-routing-trace-capture-logits --moe-routing-trace-dump-weights "
            "--moe-routing-trace-max-training-iters --moe-routing-trace-path "
-           "--moe-shared-expert-gate --moe-shared-expert-glu-interleave-size "
-           "--moe-shared-expert-intermediate-size --moe-upcycling-granularity --moe-use-upcycling "
+           "--moe-shared-expert-glu-interleave-size "
+           "--moe-upcycling-granularity --moe-use-upcycling "
            "--save-tokens-per-expert-interval --use-fused-weighted-squared-relu "
            "--use-grouped-gemm-for-shared-expert"),
     REFUSE("mgt has no context parallelism: long sequences fit through --sequence-parallel, "

@@ -162,6 +162,8 @@ static mgt_model_spec derive(const mgt_config *c) {
     d.router_scale = c->moe_router_topk_scaling_factor;
     d.capacity = c->moe_expert_capacity_factor, d.drop_policy = c->moe_token_drop_policy;
     d.expert_bias = c->moe_router_enable_expert_bias;
+    d.shared_ffn = c->moe_shared_expert_intermediate_size;
+    d.shared_gate = c->moe_shared_expert_gate;
   }
   d.causal = k->causal;
   d.task = c->task;
@@ -254,6 +256,9 @@ mgt_status mgt_model_describe(const mgt_config *c, mgt_model_spec *out) {
               "--num-query-groups %d does not divide --num-attention-heads %d (each group serves "
               "the same number of query heads)",
               c->num_query_groups, c->num_attention_heads);
+  MGT_REQUIRE(c->num_experts > 0 || !c->moe_shared_expert_intermediate_size,
+              "--moe-shared-expert-intermediate-size: a shared expert is part of an MoE layer: "
+              "give --num-experts");
   if (c->num_experts > 0) {
     int first, every;
     MGT_CHECK(moe_layers(c->moe_layer_freq, c->num_layers, &first, &every));
@@ -268,6 +273,9 @@ mgt_status mgt_model_describe(const mgt_config *c, mgt_model_spec *out) {
                 "(--model gpt)");
     MGT_REQUIRE(c->moe_router_score_function == MGT_MOE_SOFTMAX || !c->moe_router_pre_softmax,
                 "--moe-router-pre-softmax is for --moe-router-score-function softmax");
+    MGT_REQUIRE(!c->moe_shared_expert_gate || c->moe_shared_expert_intermediate_size > 0,
+                "--moe-shared-expert-gate scales a shared expert: give "
+                "--moe-shared-expert-intermediate-size");
     MGT_REQUIRE(
         !c->moe_router_enable_expert_bias || c->moe_router_score_function == MGT_MOE_SIGMOID,
         "--moe-router-enable-expert-bias chooses by sigmoid scores plus the bias (Megatron-LM "
@@ -363,6 +371,8 @@ static const spec_field spec_fields[] = {
     {"capacity", 'd', offsetof(mgt_model_spec, capacity), NULL, 1},
     {"drop_policy", 'i', offsetof(mgt_model_spec, drop_policy), NULL, 1},
     {"expert_bias", 'i', offsetof(mgt_model_spec, expert_bias), NULL, 1},
+    {"shared_ffn", 'i', offsetof(mgt_model_spec, shared_ffn), NULL, 1},
+    {"shared_gate", 'i', offsetof(mgt_model_spec, shared_gate), NULL, 1},
 };
 enum { N_SPEC_FIELDS = sizeof spec_fields / sizeof spec_fields[0] };
 

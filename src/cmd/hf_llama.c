@@ -40,6 +40,8 @@ static const char *hf_llama_family(const mgt_model_spec *d, const char **model_t
     else if (d->qk_norm && d->moe_first % d->moe_every != d->moe_every - 1)
       *why = "--moe-layer-freq: Qwen3-MoE's MoE layers are those l with l + 1 a multiple of its "
              "decoder_sparse_step (layers 1, 3, 5, ... for 2)";
+    else if (d->shared_ffn || d->expert_bias)
+      *why = "a shared expert or an expert bias: Hugging Face's Mixtral and Qwen3-MoE have none";
     return *why ? NULL : (d->qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM");
   }
   if (d->qk_norm) {

@@ -42,7 +42,11 @@ enum {
   P_EFC_W,
   P_EUP_W,
   P_EFCP_W,
-  P_RT_B, /* the router's expert bias (aux-loss-free balancing): no gradient, moved by counts */
+  P_RT_B,  /* the router's expert bias (aux-loss-free balancing): no gradient, moved by counts */
+  P_SFC_W, /* the shared expert, as the MLP (SwiGLU: the gate, then P_SUP_W), and its gate */
+  P_SUP_W,
+  P_SFCP_W,
+  P_SG_W,
   P_SLOTS
 };
 
@@ -84,6 +88,11 @@ typedef struct layer_acts {
   float *logits, *probs, *rlse, *rw, *mout;
   int32_t *ridx, *rpos, *rperm;
   float *xin; /* expert parallelism: the rows this rank's experts received, by expert (ep M, C) */
+  /* the shared expert: its first projections (N, Fso) and activation (N, Fsl); with its gate
+     its output (N, C, partial over tp), the gate's logit, weight, sigmoid and log-sum-exp (N)
+     and expert (N, all 0): a router of one expert */
+  float *sfch, *sact, *sout, *glogit, *gw, *gprobs, *glse;
+  int32_t *gidx;
 } layer_acts;
 
 typedef struct rplan {
@@ -130,6 +139,10 @@ struct mgt_gpt {
      activations (M, Fel), of the layer's input (N, C), of the router's logits (N, E) and of the
      routing weights (N, K); the load-balancing loss's gradient of the scores (E) */
   float *moe_xp, *moe_dout, *moe_dfch, *moe_dact, *moe_dx, *moe_dlogits, *moe_dw, *moe_aux;
+  /* the shared expert's gradients: of its first projections (N, Fso), activation (N, Fsl),
+     output under the gate (N, C), the gate's weight and logit (N); each row's own position */
+  float *sh_dfch, *sh_dact, *sh_ds, *sh_dg, *sh_dglogit;
+  int32_t *sh_pos;
   /* expert parallelism: rows as received from (and sent back to) the other ranks (ep M, C),
      this rank's experts' outputs or input gradients by expert (ep M, C), and the orders
      between the two (ep M each) */

@@ -82,6 +82,20 @@ void gpt_take_layer(arena *a, const mgt_gpt_dims *d, size_t N, size_t Nl, int ke
     la->rperm = (int32_t *)take(a, N * d->K);
     la->mout = take(a, N * d->K * d->C);
   }
+  la->sfch = la->sact = la->sout = la->glogit = la->gw = la->gprobs = la->glse = NULL;
+  la->gidx = NULL;
+  if (d->E && d->Fs) {
+    la->sfch = take(a, N * d->Fso);
+    la->sact = take(a, N * d->Fsl);
+  }
+  if (d->E && d->Fs && d->spec.shared_gate) {
+    la->sout = take(a, N * d->C);
+    la->glogit = take(a, N);
+    la->gw = take(a, N);
+    la->gprobs = take(a, N);
+    la->glse = take(a, N);
+    la->gidx = (int32_t *)take(a, N);
+  }
 }
 
 size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp) {
@@ -156,6 +170,13 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
     m->moe_dw = take(&a, N * d->K);
     m->moe_aux = take(&a, (size_t)d->B * d->E); /* per sequence with seq_aux_loss */
   }
+  const int gate = d->E && d->Fs && d->spec.shared_gate;
+  m->sh_dfch = d->E && d->Fs ? take(&a, N * d->Fso) : NULL;
+  m->sh_dact = d->E && d->Fs ? take(&a, N * d->Fsl) : NULL;
+  m->sh_ds = gate ? take(&a, N * d->C) : NULL;
+  m->sh_dg = gate ? take(&a, N) : NULL;
+  m->sh_dglogit = gate ? take(&a, N) : NULL;
+  m->sh_pos = gate ? (int32_t *)take(&a, N) : NULL;
   m->inv_freq = d->spec.pos == MGT_POS_ROPE ? take(&a, (size_t)d->hd / 2) : NULL;
   if (d->spec.input == MGT_INPUT_SAMPLES) {
     const size_t B = (size_t)d->B;

@@ -22,6 +22,7 @@ struct gpt_moe_host {
   float *counts_f;
   int32_t *order_h;
   double *bias_counts; /* (L, E) the tokens of each expert since the last bias update */
+  int32_t *ident;      /* 0 .. N - 1: each row's own position (the shared expert's gate) */
 };
 
 mgt_status gpt_moe_create(mgt_gpt *m) {
@@ -42,6 +43,11 @@ mgt_status gpt_moe_create(mgt_gpt *m) {
   MGT_CHECK(mgt_calloc(sizeof(int) * N, "routing", (void **)&h->order));
   if (d->spec.expert_bias)
     MGT_CHECK(mgt_calloc(sizeof(double) * L * E, "routing", (void **)&h->bias_counts));
+  if (d->Fs && d->spec.shared_gate) {
+    MGT_CHECK(mgt_calloc(sizeof(int32_t) * N, "routing", (void **)&h->ident));
+    for (size_t t = 0; t < N; t++)
+      h->ident[t] = (int32_t)t;
+  }
   if (d->ep > 1) {
     const size_t R = N * K * (size_t)d->ep;
     MGT_CHECK(mgt_calloc(sizeof(int) * L * E, "routing", (void **)&h->recv));
@@ -59,6 +65,7 @@ void gpt_moe_destroy(mgt_gpt *m) {
   mgt_free(h->offsets), mgt_free(h->counts), mgt_free(h->idx), mgt_free(h->w);
   mgt_free(h->pos), mgt_free(h->perm), mgt_free(h->probs), mgt_free(h->lse), mgt_free(h->order);
   mgt_free(h->recv), mgt_free(h->counts_f), mgt_free(h->order_h), mgt_free(h->bias_counts);
+  mgt_free(h->ident);
   mgt_free(h);
   m->moe = NULL;
 }
@@ -219,6 +226,82 @@ static mgt_status dispatch(mgt_gpt *m, int l, int N, const int *off, layer_acts 
   return all_to_all(m, m->moe_recv, got, a->mout, sent);
 }
 
+/* The shared expert on every row of in, added to y (partial sums over tp): an MLP split over tp
+   as the dense one; with its gate, its output times sigmoid(in . w), the gate being a sigmoid
+   router of one expert (so moe_route and moe_combine compute it and its gradient). */
+static mgt_status shared_forward(mgt_gpt *m, int N, const float *in, layer_acts *a, float *const *w,
+                                 float *y) {
+  const mgt_backend *be = m->be;
+  const mgt_gpt_dims *d = &m->d;
+  const int C = d->C, Fl = d->Fsl, Fo = d->Fso, gate = d->spec.shared_gate;
+  if (d->spec.mlp == MGT_MLP_SWIGLU) {
+    MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, N, Fl, C, 1.0f, in, C, w[P_SFC_W], C, 0.0f,
+                          a->sfch, Fo));
+    MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, N, Fl, C, 1.0f, in, C, w[P_SUP_W], C, 0.0f,
+                          a->sfch + Fl, Fo));
+    MGT_CHECK(mgt_be_swiglu_forward(be, a->sact, a->sfch, N, Fl));
+  } else {
+    MGT_CHECK(mgt_be_linear_bias_gelu(be, N, Fl, C, in, C, w[P_SFC_W], C, NULL, a->sfch, a->sact));
+  }
+  MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, N, C, Fl, 1.0f, a->sact, Fl, w[P_SFCP_W], Fl,
+                        gate ? 0.0f : 1.0f, gate ? a->sout : y, C));
+  if (!gate) return MGT_OK;
+  MGT_CHECK(mgt_be_gemm32(be, MGT_NOTRANS, MGT_TRANS, N, 1, C, 1.0f, in, C, w[P_SG_W], C, 0.0f,
+                          a->glogit, 1));
+  MGT_CHECK(mgt_be_moe_route(be, a->glogit, N, 1, 1, MGT_MOE_SIGMOID, 0, 0.0f, NULL, a->gidx, a->gw,
+                             a->gprobs, a->glse));
+  MGT_CHECK(mgt_be_upload(be, m->sh_pos, m->moe->ident, sizeof(int32_t) * (size_t)N));
+  return mgt_be_moe_combine(be, y, a->sout, m->sh_pos, a->gw, N, 1, C, 1);
+}
+
+/* Its backward from dy (the layer output's gradient, every row): the weights' gradients, and
+   the input's added to dx (the gate's on tensor-parallel rank 0 only, as the router's). */
+static mgt_status shared_backward(mgt_gpt *m, int N, const float *in, const float *dy,
+                                  layer_acts *a, float *const *w, float *const *g, float *dx,
+                                  int acc) {
+  const mgt_backend *be = m->be;
+  const mgt_gpt_dims *d = &m->d;
+  const int C = d->C, Fl = d->Fsl, Fo = d->Fso;
+  const float beta = acc ? 1.0f : 0.0f;
+  const float *ds = dy;
+  if (d->spec.shared_gate) { /* the gate's weight gradient: dy . output, summed over tp */
+    MGT_CHECK(mgt_be_upload(be, m->sh_pos, m->moe->ident, sizeof(int32_t) * (size_t)N));
+    MGT_CHECK(mgt_be_moe_combine_backward(be, m->sh_ds, m->sh_dg, dy, a->sout, m->sh_pos, a->gw, N,
+                                          1, C));
+    if (d->tp > 1)
+      MGT_CHECK(mgt_comm_allreduce(m->comm, MGT_AXIS_TP, m->sh_dg, (size_t)N, MGT_SUM));
+    MGT_CHECK(mgt_be_moe_route_backward(be, m->sh_dglogit, m->sh_dg, a->glogit, a->gidx, a->gw,
+                                        a->gprobs, a->glse, N, 1, 1, MGT_MOE_SIGMOID, 0, 0.0f, NULL,
+                                        0, 0.0f));
+    MGT_CHECK(mgt_be_gemm32(be, MGT_TRANS, MGT_NOTRANS, 1, C, N, 1.0f, m->sh_dglogit, 1, in, C,
+                            beta, g[P_SG_W], C));
+    if (d->tp_rank == 0)
+      MGT_CHECK(mgt_be_gemm32(be, MGT_NOTRANS, MGT_NOTRANS, N, C, 1, 1.0f, m->sh_dglogit, 1,
+                              w[P_SG_W], C, 1.0f, dx, C));
+    ds = m->sh_ds;
+  }
+  MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, N, Fl, C, 1.0f, ds, C, w[P_SFCP_W], Fl, 0.0f,
+                        m->sh_dact, Fl));
+  MGT_CHECK(mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, C, Fl, N, 1.0f, ds, C, a->sact, Fl, beta,
+                        g[P_SFCP_W], Fl));
+  if (d->spec.mlp == MGT_MLP_SWIGLU) {
+    MGT_CHECK(mgt_be_swiglu_backward(be, m->sh_dfch, m->sh_dact, a->sfch, N, Fl));
+    MGT_CHECK(mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, N, 1.0f, m->sh_dfch, Fo, in, C, beta,
+                          g[P_SFC_W], C));
+    MGT_CHECK(mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, N, 1.0f, m->sh_dfch + Fl, Fo, in, C,
+                          beta, g[P_SUP_W], C));
+    MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, N, C, Fl, 1.0f, m->sh_dfch, Fo, w[P_SFC_W],
+                          C, 1.0f, dx, C));
+    return mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, N, C, Fl, 1.0f, m->sh_dfch + Fl, Fo,
+                       w[P_SUP_W], C, 1.0f, dx, C);
+  }
+  MGT_CHECK(mgt_be_gelu_backward(be, m->sh_dfch, m->sh_dact, a->sfch, (size_t)N * Fl));
+  MGT_CHECK(mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, N, 1.0f, m->sh_dfch, Fo, in, C, beta,
+                        g[P_SFC_W], C));
+  return mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, N, C, Fl, 1.0f, m->sh_dfch, Fo, w[P_SFC_W], C,
+                     1.0f, dx, C);
+}
+
 mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts *a, float *y) {
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
@@ -245,7 +328,8 @@ mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts
   else
     for (int e = 0; e < E; e++)
       MGT_CHECK(expert_forward(m, e, off[e], off[e + 1] - off[e], m->moe_xp, a, w, a->mout));
-  return mgt_be_moe_combine(be, y, a->mout, a->rpos, a->rw, N, K, C, 0);
+  MGT_CHECK(mgt_be_moe_combine(be, y, a->mout, a->rpos, a->rw, N, K, C, 0));
+  return d->Fs ? shared_forward(m, N, in, a, w, y) : MGT_OK;
 }
 
 /* Megatron-LM's seq_aux_loss: the load-balancing loss of each of the B sequences of T tokens (its
@@ -429,7 +513,8 @@ mgt_status gpt_moe_backward(mgt_gpt *m, int l, const float *in, const float *dy,
       MGT_CHECK(
           expert_backward(m, e, off[e], off[e + 1] - off[e], m->moe_xp, a, w, g, m->moe_dout, acc));
   }
-  return mgt_be_moe_combine(be, dx, m->moe_dout, a->rpos, NULL, N, K, C, 1);
+  MGT_CHECK(mgt_be_moe_combine(be, dx, m->moe_dout, a->rpos, NULL, N, K, C, 1));
+  return d->Fs ? shared_backward(m, N, in, dy, a, w, g, dx, acc) : MGT_OK;
 }
 
 void mgt_gpt_set_micro_batches(mgt_gpt *m, int micro_batches) {

@@ -29,6 +29,8 @@ void mgt_gpt_dims_of(const mgt_model_spec *spec, const mgt_model_layout *lay, in
   d->Fo = d->spec.mlp == MGT_MLP_SWIGLU ? 2 * d->Fl : d->Fl;
   d->E = spec->experts, d->K = spec->topk, d->Fe = spec->moe_ffn, d->Fel = d->Fe / tp;
   d->Foe = d->spec.mlp == MGT_MLP_SWIGLU ? 2 * d->Fel : d->Fel;
+  d->Fs = spec->shared_ffn, d->Fsl = d->Fs / tp;
+  d->Fso = d->spec.mlp == MGT_MLP_SWIGLU ? 2 * d->Fsl : d->Fsl;
   d->ep = lay->expert_parallel > 0 ? lay->expert_parallel : 1;
   d->El = d->E / d->ep, d->ep_rank = 0, d->e0 = 0; /* this rank's: gpt_dims_set_expert_rank */
   d->v0 = tp_rank * d->Vl;
@@ -118,7 +120,7 @@ static int layer_list(const mgt_gpt_dims *d, int moe, layer_row *rows) {
   const float out_std = std / sqrtf(2.0f * (float)d->L); /* scaled output projections */
   const int64_t C = d->C, Cl = d->Cl, Fl = d->Fl, F = d->F, H = d->H, hd = d->hd, KVl = d->KVl;
   const int64_t KV = (int64_t)d->G * hd, A = H * hd, r = d->tp_rank; /* A: attention width */
-  const int64_t E = d->E, El = d->El, Fe = d->Fe, Fel = d->Fel;
+  const int64_t E = d->E, El = d->El, Fe = d->Fe, Fel = d->Fel, Fs = d->Fs, Fsl = d->Fsl;
   const int grouped = d->G != d->H, swiglu = d->spec.mlp == MGT_MLP_SWIGLU, bias = d->spec.bias;
   const int ln = d->spec.norm == MGT_NORM_LAYERNORM;
   const float one = d->spec.norm_1p ? 0.0f : 1.0f; /* a gain of 1, as stored */
@@ -188,6 +190,28 @@ static int layer_list(const mgt_gpt_dims *d, int moe, layer_row *rows) {
        {"mlp.experts.dense_4h_to_h.weight", 3, {El, C, Fel}, {E, C, Fe}, 2, r * Fel, out_std, 0, 1},
        21,
        0},
+      /* the shared expert: split over tp as the MLP; its gate replicated */
+      {P_SFC_W,
+       {swiglu ? "mlp.shared_expert.gate.weight" : "mlp.shared_expert.dense_h_to_4h.weight",
+        2,
+        {Fsl, C},
+        {Fs, C},
+        0,
+        r * Fsl,
+        std,
+        0,
+        1},
+       23,
+       0},
+      {P_SUP_W,
+       {"mlp.shared_expert.up.weight", 2, {Fsl, C}, {Fs, C}, 0, r * Fsl, std, 0, 1},
+       24,
+       0},
+      {P_SFCP_W,
+       {"mlp.shared_expert.dense_4h_to_h.weight", 2, {C, Fsl}, {C, Fs}, 1, r * Fsl, out_std, 0, 1},
+       25,
+       0},
+      {P_SG_W, {"mlp.shared_expert_gate.weight", 2, {1, C}, {1, C}, -1, 0, std, 0, 1}, 26, 0},
   };
   const int qb = bias || d->spec.qkv_bias, qk = d->spec.qk_norm;
   const int mlp = !moe;
@@ -213,7 +237,11 @@ static int layer_list(const mgt_gpt_dims *d, int moe, layer_row *rows) {
                                 [P_EFC_W] = moe,
                                 [P_EUP_W] = moe && swiglu,
                                 [P_EFCP_W] = moe,
-                                [P_RT_B] = moe && d->spec.expert_bias};
+                                [P_RT_B] = moe && d->spec.expert_bias,
+                                [P_SFC_W] = moe && d->Fs,
+                                [P_SUP_W] = moe && d->Fs && swiglu,
+                                [P_SFCP_W] = moe && d->Fs,
+                                [P_SG_W] = moe && d->Fs && d->spec.shared_gate};
   int n = 0;
   for (int k = 0; k < P_SLOTS; k++)
     if (present[all[k].role]) rows[n++] = all[k];
