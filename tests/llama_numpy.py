@@ -12,7 +12,8 @@ Mixtral (modeling_mixtral) and Qwen3-MoE (modeling_qwen3_moe): the MLP of their 
 router (softmax over the experts, the top num_experts_per_tok, renormalized: always in Mixtral,
 with norm_topk_prob in Qwen3-MoE) and the chosen experts' MLPs summed with those weights;
 Qwen3-MoE's layer l has experts when l + 1 is a multiple of decoder_sparse_step and l is not in
-mlp_only_layers.
+mlp_only_layers. OLMoE (modeling_olmoe): experts in every layer (norm_topk_prob: renormalized or
+not), q_norm and k_norm an RMSNorm over the whole q and the whole k projections.
 Usage: llama_numpy.py HF_DIR IDS_FILE SEQ_LENGTH"""
 import json
 import math
@@ -72,7 +73,7 @@ def swiglu(w, h, gate, up, down):
 
 
 def is_moe(cfg, l):
-    if cfg.get("model_type") == "mixtral":
+    if cfg.get("model_type") in ("mixtral", "olmoe"):
         return True
     if cfg.get("model_type") != "qwen3_moe":
         return False
@@ -105,6 +106,7 @@ def forward(cfg, w, ids):
     G = cfg.get("num_key_value_heads") or H
     hd, eps = cfg.get("head_dim") or C // H, cfg["rms_norm_eps"]
     qk_norm = cfg.get("model_type") in ("qwen3", "qwen3_moe")
+    full_qk_norm = cfg.get("model_type") == "olmoe"
     ang = np.outer(np.arange(T), inv_freq(cfg, hd))
     cos, sin = np.cos(np.concatenate([ang, ang], -1)), np.sin(np.concatenate([ang, ang], -1))
     x = w["model.embed_tokens.weight"][ids]
@@ -115,6 +117,9 @@ def forward(cfg, w, ids):
         q = linear(h, w, p + "self_attn.q_proj")
         k = linear(h, w, p + "self_attn.k_proj")
         v = linear(h, w, p + "self_attn.v_proj")
+        if full_qk_norm:
+            q = rmsnorm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rmsnorm(k, w[p + "self_attn.k_norm.weight"], eps)
         heads = []
         for i in range(H):
             g = i // (H // G)

@@ -3,7 +3,7 @@
 (its tensors at their logical shapes and its "model" spec): prints the mean loss of token ids
 scored in windows of SEQ_LENGTH, as gpt2_numpy.py does, each window one micro-batch of T tokens
 (mgt eval --micro-batch-size 1). The block is Llama's (tests/llama_numpy.py: RMSNorm, rotary
-positions, SwiGLU or the tanh GeLU, no biases; Qwen 3's q/k norms); its MoE layers are written from Megatron-LM's
+positions, SwiGLU or the tanh GeLU, no biases; Qwen 3's q/k norms, or OLMoE's over all heads); its MoE layers are written from Megatron-LM's
 router (megatron/core/transformer/moe/moe_utils.py: topk_routing_with_score_function: softmax of
 the top-k logits, or with pre-softmax the top-k of the softmax, or sigmoid scores divided by the
 chosen ones' sum, chosen by score plus expert bias if there is one; times the scaling factor;
@@ -132,11 +132,14 @@ def forward(s, w, ids):
         else:
             q = h @ w[p + "attention.query.weight"].T
             k, v = (h @ m.T for m in w[p + "attention.key_value.weight"])
+        if s.get("qk_norm") == 2:  # OLMoE's: over all heads' q, and over all heads' k
+            q = rmsnorm(q, w[p + "attention.q_layernorm.weight"], eps)
+            k = rmsnorm(k, w[p + "attention.k_layernorm.weight"], eps)
         heads = []
         for i in range(H):
             g = i // (H // G)
             qi, kg = q[:, i * hd:(i + 1) * hd], k[:, g * hd:(g + 1) * hd]
-            if s.get("qk_norm"):  # Qwen 3's, before the rotation
+            if s.get("qk_norm") == 1:  # Qwen 3's, before the rotation
                 qi = rmsnorm(qi, w[p + "attention.q_layernorm.weight"], eps)
                 kg = rmsnorm(kg, w[p + "attention.k_layernorm.weight"], eps)
             qi, kg = rotate(qi, cos, sin), rotate(kg, cos, sin)

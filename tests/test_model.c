@@ -416,7 +416,7 @@ static void test_qwen(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
    top-1 of 16 (experts that get no token) in layer 1 only; sigmoid top-3 of 6 scaled, GeLU
    experts, capacity 1 by position; capacity 0.5 by probability; the second and the last with
    the load-balancing loss of each sequence (seq_aux_loss); a shared expert in the first (with
-   its gate) and the third. */
+   its gate) and the third; OLMoE's q/k norms over all heads in the last. */
 static void test_moe(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
   /* E, k, score, pre, GeLU, capacity x 10, policy, freq */
   const int cases[][8] = {{4, 2, 0, 0, 0, 0, 0, 1},
@@ -435,6 +435,7 @@ static void test_moe(mgt_grid *grid, mgt_backend *be, mgt_comm *comm) {
     if (q == 2) c.moe_router_topk_scaling_factor = 2.5, c.moe_router_enable_expert_bias = 1;
     if (q == 0 || q == 2) c.moe_shared_expert_intermediate_size = 10; /* SwiGLU, GeLU */
     if (q == 0) c.moe_shared_expert_gate = 1;
+    if (q == 3) c.qk_layernorm = 1, c.qk_layernorm_full = 1; /* OLMoE's, over all heads */
     if (q == 1 || q == 3) c.moe_router_load_balancing_type = MGT_MOE_LB_SEQ_AUX; /* a sequence's */
     T_OK(mgt_config_finalize(&c, 1));
     mgt_gpt *m = NULL;

@@ -100,6 +100,7 @@ typedef struct mgt_config {
   int apply_layernorm_1p; /* norm weights stored as w, the gain 1 + w (Megatron-LM's) */
   int add_qkv_bias;       /* biases in the QKV projection even with disable_bias_linear */
   int qk_layernorm;       /* RMSNorm over each head's q and k (Qwen 3) */
+  int qk_layernorm_full;  /* ... over all heads' q and all heads' k instead (OLMoE) */
   /* Mixture-of-Experts (docs/moe.md; Megatron-LM's flags) */
   int num_experts;                       /* 0: dense */
   int expert_model_parallel_size;        /* the experts shared out over this many dp ranks */

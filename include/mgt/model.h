@@ -66,7 +66,8 @@ typedef struct mgt_model_spec {
   int post_ln;  /* the LayerNorm after each residual add (the original BERT), not before */
   int norm_1p;  /* every norm's gain is 1 + its stored weight (--apply-layernorm-1p) */
   int qkv_bias; /* the QKV projection has biases though `bias` is off (Qwen 2) */
-  int qk_norm;  /* RMSNorm over each head's q and k before the rotary positions (Qwen 3) */
+  int qk_norm;  /* RMSNorm over each head's q and k before the rotary positions (Qwen 3); 2:
+                   over all heads' q and all heads' k (OLMoE) */
   /* Mixture-of-Experts: `experts` (0: none) of inner width moe_ffn in layers moe_first,
      moe_first + moe_every, ...; each token to `topk` of them, by the router's score (MGT_MOE_*),
      softmax before the top-k (router_pre), its weights times router_scale (0: 1); at most

@@ -120,6 +120,10 @@ static const mgt_flag flags[] = {
            "RMSNorm over each head's query and key, after the projection and before the rotary "
            "positions (Qwen 3); needs --normalization RMSNorm",
            RESUME),
+    BOOL_M("--qk-layernorm-full", qk_layernorm_full,
+           "with --qk-layernorm: one RMSNorm over the whole query projection and one over the "
+           "whole key projection (all heads, OLMoE's), not per head",
+           RESUME),
     INT_M("--num-experts", num_experts, 0, 1 << 16,
           "Mixture-of-Experts: experts of each MoE layer (0: a dense model; docs/moe.md)", RESUME),
     INT_M("--moe-router-topk", moe_router_topk, 1, 1 << 16, "experts each token is sent to",
@@ -552,6 +556,7 @@ static mgt_config resume_view(const mgt_config *c) {
   v.group_query_attention = v.num_query_groups != c->num_attention_heads;
   if (c->position_embedding_type != MGT_POS_ROPE) v.rotary_base = 0, v.use_rope_scaling = 0;
   if (!v.use_rope_scaling) v.rope_scaling_factor = 1;
+  if (!c->qk_layernorm) v.qk_layernorm_full = 0;
   if (!c->num_experts) { /* a dense model (and checkpoints from before MoE) */
     v.moe_router_enable_expert_bias = 0;
     v.moe_shared_expert_intermediate_size = 0, v.moe_shared_expert_gate = 0;
@@ -669,6 +674,10 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(!c->num_experts || c->moe_ffn_hidden_size % tp == 0,
               "--moe-ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
               c->moe_ffn_hidden_size, tp);
+  MGT_REQUIRE(!c->qk_layernorm_full || tp == 1,
+              "--qk-layernorm-full at --tensor-model-parallel-size %d: the norm over all heads is "
+              "not split over tensor-parallel ranks yet (expert and data parallelism are)",
+              tp);
   MGT_REQUIRE(c->moe_shared_expert_intermediate_size % tp == 0,
               "--moe-shared-expert-intermediate-size %d is not divisible by "
               "--tensor-model-parallel-size %d",

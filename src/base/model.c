@@ -152,7 +152,7 @@ static mgt_model_spec derive(const mgt_config *c) {
   d.post_ln = c->apply_residual_connection_post_layernorm;
   d.norm_1p = c->apply_layernorm_1p;
   d.qkv_bias = c->add_qkv_bias && c->disable_bias_linear;
-  d.qk_norm = c->qk_layernorm;
+  d.qk_norm = c->qk_layernorm ? (c->qk_layernorm_full ? 2 : 1) : 0;
   if (c->num_experts > 0) {
     d.experts = c->num_experts, d.topk = c->moe_router_topk;
     d.moe_ffn = c->moe_ffn_hidden_size > 0 ? c->moe_ffn_hidden_size : c->ffn_hidden_size;
@@ -242,6 +242,8 @@ mgt_status mgt_model_describe(const mgt_config *c, mgt_model_spec *out) {
   MGT_REQUIRE(!c->qk_layernorm || c->normalization == MGT_NORM_RMSNORM,
               "--qk-layernorm: mgt's query/key norm is RMSNorm (Qwen 3's): give --normalization "
               "RMSNorm");
+  MGT_REQUIRE(!c->qk_layernorm_full || c->qk_layernorm,
+              "--qk-layernorm-full says how wide the q/k norms are: give --qk-layernorm");
   MGT_REQUIRE(!c->qk_layernorm || !c->apply_residual_connection_post_layernorm,
               "--qk-layernorm with --apply-residual-connection-post-layernorm is not implemented");
   MGT_REQUIRE(!c->use_rope_scaling || c->position_embedding_type == MGT_POS_ROPE,

@@ -622,7 +622,7 @@ static mgt_status read_hf_config(const char *hf_dir, const mgt_st_dir *sf, mgt_c
   if (type && (type->type != MGT_JSON_STRING || strlen(type->str) != type->len))
     MGT_GOTO_FAIL(MGT_ERR_INPUT,
                   "%s: model_type must be a string: gpt2, llama, qwen2, qwen3, mixtral, qwen3_moe, "
-                  "megatron-bert or bert",
+                  "olmoe, megatron-bert or bert",
                   path);
   const char *mt = type ? type->str : "gpt2";
   if (!strcmp(mt, "megatron-bert") || !strcmp(mt, "bert")) {
@@ -633,8 +633,9 @@ static mgt_status read_hf_config(const char *hf_dir, const mgt_st_dir *sf, mgt_c
                                           {"qwen2", "Qwen2", "Qwen2ForCausalLM"},
                                           {"qwen3", "Qwen3", "Qwen3ForCausalLM"},
                                           {"mixtral", "Mixtral", "MixtralForCausalLM"},
-                                          {"qwen3_moe", "Qwen3Moe", "Qwen3MoeForCausalLM"}};
-  for (int k = 0; k < 5; k++)
+                                          {"qwen3_moe", "Qwen3Moe", "Qwen3MoeForCausalLM"},
+                                          {"olmoe", "Olmoe", "OlmoeForCausalLM"}};
+  for (int k = 0; k < 6; k++)
     if (!strcmp(mt, llamas[k][0])) {
       MGT_TRY(check_architecture(conf, path, mt, llamas[k][1], llamas[k][2], log));
       MGT_TRY(hf_read_llama_config(conf, path, mt, cfg));
@@ -643,7 +644,7 @@ static mgt_status read_hf_config(const char *hf_dir, const mgt_st_dir *sf, mgt_c
   if (strcmp(mt, "gpt2") != 0)
     MGT_GOTO_FAIL(MGT_ERR_INPUT,
                   "%s: model_type %.100s is not gpt2, llama, qwen2, qwen3, mixtral, qwen3_moe, "
-                  "megatron-bert or bert",
+                  "olmoe, megatron-bert or bert",
                   path, mt);
   MGT_TRY(check_architecture(conf, path, "gpt2", "GPT2", "GPT2LMHeadModel", log));
   const mgt_json *act = mgt_json_get(conf, "activation_function");

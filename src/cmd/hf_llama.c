@@ -27,8 +27,15 @@ static mgt_status plan_rows(hf_plan *pl, const hf_names *w, const char *hf, cons
 static const char *hf_llama_family(const mgt_model_spec *d, const char **model_type,
                                    const char **why) {
   *why = NULL;
-  if (d->experts) { /* Mixtral, or Qwen3-MoE with q/k norms: softmax routers, no bias */
-    *model_type = d->qk_norm ? "qwen3_moe" : "mixtral";
+  if (d->qk_norm < 0 || d->qk_norm > 2) {
+    *why = "the checkpoint's q/k norms are of no kind mgt knows";
+    return NULL;
+  }
+  if (d->experts) { /* Mixtral; Qwen3-MoE with q/k norms, OLMoE with full-width ones */
+    static const char *const types[3] = {"mixtral", "qwen3_moe", "olmoe"};
+    static const char *const classes[3] = {"MixtralForCausalLM", "Qwen3MoeForCausalLM",
+                                           "OlmoeForCausalLM"};
+    *model_type = types[d->qk_norm];
     if (d->router_score != MGT_MOE_SOFTMAX || (d->router_scale != 0 && d->router_scale != 1))
       *why = "a sigmoid or scaled MoE router: Hugging Face's Mixtral and Qwen3-MoE route by "
              "softmax";
@@ -37,12 +44,19 @@ static const char *hf_llama_family(const mgt_model_spec *d, const char **model_t
     else if (!d->qk_norm && (d->moe_first != 0 || d->moe_every != 1 || d->router_pre))
       *why = "Hugging Face's Mixtral has experts in every layer, their top-k renormalized (no "
              "--moe-layer-freq, no --moe-router-pre-softmax; with --qk-layernorm: Qwen3-MoE)";
-    else if (d->qk_norm && d->moe_first % d->moe_every != d->moe_every - 1)
+    else if (d->qk_norm == 2 && (d->moe_first != 0 || d->moe_every != 1))
+      *why = "Hugging Face's OLMoE has experts in every layer (no --moe-layer-freq)";
+    else if (d->qk_norm == 1 && d->moe_first % d->moe_every != d->moe_every - 1)
       *why = "--moe-layer-freq: Qwen3-MoE's MoE layers are those l with l + 1 a multiple of its "
              "decoder_sparse_step (layers 1, 3, 5, ... for 2)";
     else if (d->shared_ffn || d->expert_bias)
       *why = "a shared expert or an expert bias: Hugging Face's Mixtral and Qwen3-MoE have none";
-    return *why ? NULL : (d->qk_norm ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM");
+    return *why ? NULL : classes[d->qk_norm];
+  }
+  if (d->qk_norm == 2) {
+    *why = "--qk-layernorm-full without experts: Hugging Face's OLMoE has experts (OLMo 2's "
+           "block differs)";
+    return NULL;
   }
   if (d->qk_norm) {
     *model_type = "qwen3";
@@ -63,10 +77,10 @@ static const char *hf_llama_family(const mgt_model_spec *d, const char **model_t
 }
 
 /* An MoE layer's router and experts: expert e's slices of our [E, F, C] and [E, C, F] tensors,
-   under Mixtral's names (block_sparse_moe: gate, experts.e.w1, w3, w2) or Qwen3-MoE's (mlp:
-   gate, experts.e.gate_proj, up_proj, down_proj). */
+   under Mixtral's names (block_sparse_moe: gate, experts.e.w1, w3, w2) or Qwen3-MoE's and
+   OLMoE's (mlp: gate, experts.e.gate_proj, up_proj, down_proj). */
 static mgt_status plan_experts(hf_plan *pl, const mgt_model_spec *d, const hf_names *w, int l) {
-  const int qwen = d->qk_norm;
+  const int qwen = d->qk_norm != 0; /* Qwen3-MoE's names, and OLMoE's */
   const char *block = qwen ? "mlp" : "block_sparse_moe";
   static const char *const names[2][3] = {{"w1", "w3", "w2"},
                                           {"gate_proj", "up_proj", "down_proj"}};
@@ -166,7 +180,14 @@ char *hf_llama_config_json(const mgt_config *c, const mgt_model_spec *d, int64_t
   const char *model_type, *why, *cls = hf_llama_family(d, &model_type, &why);
   if (!cls) return NULL; /* the plan refused it first */
   char moe[1024] = "", dense[768] = "";
-  if (d->experts && d->qk_norm) { /* Qwen3-MoE: dense layers l + 1 not a multiple of the step */
+  if (d->experts && d->qk_norm == 2) { /* OLMoE: every layer, its top-k renormalized or not */
+    snprintf(moe, sizeof moe,
+             "  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
+             "  \"norm_topk_prob\": %s,\n  \"router_aux_loss_coef\": %.9g,\n"
+             "  \"output_router_logits\": false,\n  \"clip_qkv\": null,\n",
+             d->experts, d->topk, d->router_pre ? "false" : "true", c->moe_aux_loss_coeff);
+  } else if (d->experts && d->qk_norm) { /* Qwen3-MoE: dense layers l + 1 not a multiple of the
+                                            step */
     for (int l = 0; l < d->moe_first && strlen(dense) + 16 < sizeof dense; l++)
       if ((l + 1) % d->moe_every == 0)
         snprintf(dense + strlen(dense), sizeof dense - strlen(dense), "%s%d", dense[0] ? ", " : "",
@@ -185,7 +206,8 @@ char *hf_llama_config_json(const mgt_config *c, const mgt_model_spec *d, int64_t
              "  \"sliding_window\": null,\n",
              d->experts, d->topk, c->moe_aux_loss_coeff);
   }
-  const int ffn = d->experts && !d->qk_norm ? d->moe_ffn : c->ffn_hidden_size; /* Mixtral's */
+  const int ffn = /* Mixtral's and OLMoE's: the experts' */
+      d->experts && d->qk_norm != 1 ? d->moe_ffn : c->ffn_hidden_size;
   char *s = NULL;
   if (asprintf(&s,
                "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
@@ -279,14 +301,23 @@ static mgt_status read_rope_scaling(const mgt_json *conf, const char *path, mgt_
 /* MixtralConfig's or Qwen3MoeConfig's experts: all layers MoE (Mixtral), or those l with l + 1 a
    multiple of decoder_sparse_step and not in mlp_only_layers; the top-k renormalized (Mixtral,
    Qwen3-MoE's norm_topk_prob) or not (softmax before the top-k). */
-static mgt_status read_moe(const mgt_json *conf, const char *path, int qwen, mgt_config *cfg) {
+static mgt_status read_moe(const mgt_json *conf, const char *path, int qwen, int olmoe,
+                           mgt_config *cfg) {
   int norm = 1, step = 1;
-  MGT_CHECK(hf_int(conf, path, qwen ? "num_experts" : "num_local_experts", 0, 1, 1 << 16,
+  MGT_CHECK(hf_int(conf, path, qwen || olmoe ? "num_experts" : "num_local_experts", 0, 1, 1 << 16,
                    &cfg->num_experts));
   MGT_CHECK(
       hf_int(conf, path, "num_experts_per_tok", 2, 1, cfg->num_experts, &cfg->moe_router_topk));
   MGT_CHECK(hf_num(conf, path, "router_aux_loss_coef", 0.001, 0, 1e6, &cfg->moe_aux_loss_coeff));
   cfg->moe_ffn_hidden_size = cfg->ffn_hidden_size;
+  if (olmoe) { /* every layer; OlmoeConfig's norm_topk_prob defaults to false */
+    MGT_CHECK(hf_bool(conf, path, "norm_topk_prob", 0, &norm));
+    cfg->moe_router_pre_softmax = !norm;
+    const mgt_json *clip = mgt_json_get(conf, "clip_qkv");
+    MGT_REQUIRE(!clip || clip->type == MGT_JSON_NULL,
+                "%s: clip_qkv: OLMoE with clipped q, k and v is not implemented", path);
+    return MGT_OK;
+  }
   if (!qwen) return MGT_OK;
   MGT_CHECK(
       hf_int(conf, path, "moe_intermediate_size", 0, 1, HF_MAX_FFN, &cfg->moe_ffn_hidden_size));
@@ -318,7 +349,9 @@ static mgt_status read_moe(const mgt_json *conf, const char *path, int qwen, mgt
 mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, const char *model_type,
                                 mgt_config *cfg) {
   const int qmoe = !strcmp(model_type, "qwen3_moe"), mixtral = !strcmp(model_type, "mixtral");
-  const int qwen3 = !strcmp(model_type, "qwen3") || qmoe, qwen2 = !strcmp(model_type, "qwen2");
+  const int olmoe = !strcmp(model_type, "olmoe");
+  const int qwen3 = !strcmp(model_type, "qwen3") || qmoe || olmoe; /* q/k norms, no bias */
+  const int qwen2 = !strcmp(model_type, "qwen2");
   const mgt_json *act = mgt_json_get(conf, "hidden_act");
   MGT_REQUIRE(!act || hf_is(act, "silu"), "%s: hidden_act must be \"silu\" (SwiGLU's gate)", path);
   mgt_config_defaults(cfg);
@@ -350,6 +383,7 @@ mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, const ch
                 "implemented",
                 path);
     cfg->disable_bias_linear = 1, cfg->add_qkv_bias = qwen2, cfg->qk_layernorm = qwen3;
+    cfg->qk_layernorm_full = olmoe; /* over the whole projections */
     MGT_REQUIRE(!qwen2 || cfg->kv_channels == 0,
                 "%s: head_dim %d: Qwen 2's head size is hidden_size / num_attention_heads", path,
                 hd);
@@ -365,7 +399,7 @@ mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, const ch
   MGT_CHECK(hf_bool(conf, path, "tie_word_embeddings", 0, &tied)); /* LlamaConfig's default */
   cfg->untie_embeddings_and_output_weights = !tied;
   cfg->seq_length = cfg->max_position_embeddings < 4096 ? cfg->max_position_embeddings : 4096;
-  return mixtral || qmoe ? read_moe(conf, path, qmoe, cfg) : MGT_OK;
+  return mixtral || qmoe || olmoe ? read_moe(conf, path, qmoe, olmoe, cfg) : MGT_OK;
 }
 
 /* A Llama directory's tokenizer.json becomes the checkpoint's tokenizer (by its absolute path),

@@ -60,13 +60,16 @@ mgt_status gpt_norm_gain(const mgt_gpt *m, const float *w, const float **gain) {
 static mgt_status qk_norm_forward(mgt_gpt *m, float *qkv, int N, layer_acts *a, float *const *w) {
   const mgt_gpt_dims *d = &m->d;
   const float eps = (float)d->spec.norm_eps;
+  const int full = d->spec.qk_norm == 2; /* one "head" of all (tp = 1) */
+  const int qh = full ? 1 : d->Hl, qw = full ? d->Cl : d->hd;
+  const int kh = full ? 1 : d->Gl, kw = full ? d->KVl : d->hd;
   const float *g;
-  MGT_CHECK(gpt_norm_gain_n(m, w[P_QN_W], d->hd, &g));
-  MGT_CHECK(mgt_be_head_rmsnorm_forward(m->be, qkv, d->QKVl, a->qn_raw, a->qn_rstd, g, N, d->Hl,
-                                        d->hd, eps));
-  MGT_CHECK(gpt_norm_gain_n(m, w[P_KN_W], d->hd, &g));
-  return mgt_be_head_rmsnorm_forward(m->be, qkv + d->Cl, d->QKVl, a->kn_raw, a->kn_rstd, g, N,
-                                     d->Gl, d->hd, eps);
+  MGT_CHECK(gpt_norm_gain_n(m, w[P_QN_W], qw, &g));
+  MGT_CHECK(
+      mgt_be_head_rmsnorm_forward(m->be, qkv, d->QKVl, a->qn_raw, a->qn_rstd, g, N, qh, qw, eps));
+  MGT_CHECK(gpt_norm_gain_n(m, w[P_KN_W], kw, &g));
+  return mgt_be_head_rmsnorm_forward(m->be, qkv + d->Cl, d->QKVl, a->kn_raw, a->kn_rstd, g, N, kh,
+                                     kw, eps);
 }
 
 /* Its backward in place on the gradient of the projection's rows; the weights' gradients are
@@ -78,13 +81,16 @@ static mgt_status qk_norm_backward(mgt_gpt *m, float *dqkv, const layer_acts *a,
   const int N = d->B * d->T, hd = d->hd;
   float *gq = m->qkg ? m->qkg : g[P_QN_W], *gk = m->qkg ? m->qkg + hd : g[P_KN_W];
   const int a1 = m->qkg ? 0 : acc;
+  const int full = d->spec.qk_norm == 2;
+  const int qh = full ? 1 : d->Hl, qw = full ? d->Cl : hd;
+  const int kh = full ? 1 : d->Gl, kw = full ? d->KVl : hd;
   const float *gain;
-  MGT_CHECK(gpt_norm_gain_n(m, w[P_QN_W], hd, &gain));
+  MGT_CHECK(gpt_norm_gain_n(m, w[P_QN_W], qw, &gain));
   MGT_CHECK(mgt_be_head_rmsnorm_backward(m->be, dqkv, d->QKVl, gq, a->qn_raw, a->qn_rstd, gain, N,
-                                         d->Hl, hd, a1));
-  MGT_CHECK(gpt_norm_gain_n(m, w[P_KN_W], hd, &gain));
+                                         qh, qw, a1));
+  MGT_CHECK(gpt_norm_gain_n(m, w[P_KN_W], kw, &gain));
   MGT_CHECK(mgt_be_head_rmsnorm_backward(m->be, dqkv + d->Cl, d->QKVl, gk, a->kn_raw, a->kn_rstd,
-                                         gain, N, d->Gl, hd, a1));
+                                         gain, N, kh, kw, a1));
   if (!m->qkg) return MGT_OK;
   MGT_CHECK(mgt_comm_allreduce(m->comm, MGT_AXIS_TP, m->qkg, 2 * (size_t)hd, MGT_SUM));
   for (int k = 0; k < 2; k++) {

@@ -136,9 +136,10 @@ mgt_status mgt_gpt_create(const mgt_model_spec *spec, const mgt_model_layout *la
     gpt_layout_activations(m, d, &m->rp);
   }
   MGT_TRY(gpt_moe_create(m));
+  const int widest = d->C > d->Cl ? d->C : d->Cl; /* full-width q/k norms: Cl at tp = 1 */
   if (d->spec.norm_1p)
-    MGT_TRY(mgt_be_alloc(be, sizeof(float) * (size_t)(d->C > d->hd ? d->C : d->hd), "norm gains",
-                         (void **)&m->gain));
+    MGT_TRY(mgt_be_alloc(be, sizeof(float) * (size_t)(widest > d->hd ? widest : d->hd),
+                         "norm gains", (void **)&m->gain));
   if (d->act16) {
     if (!mgt_be_has(be, MGT_BE_SET_ACT16) || mgt_be_act16_bytes(be) != d->act16)
       MGT_GOTO_FAIL(MGT_ERR_INPUT,
