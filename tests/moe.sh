@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Mixture-of-Experts models end to end: six routers trained at tp=2 (softmax top-2 with the
+# Mixture-of-Experts models end to end: seven routers trained (softmax top-2 with the
 # load-balancing and z-losses; pre-softmax with a capacity by position in every other layer and
 # a gated shared expert; sigmoid scaled with a capacity by probability, GeLU experts and a shared
-# one; top-1 of 16, so that experts get
-# no token; Qwen3-MoE's block: q/k norms, a head size of its own, pre-softmax, a dense layer 0;
+# one; top-1 of 16, so that experts get no token; Qwen3-MoE's block: q/k norms, a head size of
+# its own, pre-softmax, a dense layer 0; OLMoE's: q/k norms over all heads, at tp=1 ep=2;
 # sigmoid top-2 chosen with an aux-loss-free expert bias), each scored by mgt eval at tp=1 and
-# tp=2 against an independent float64 numpy model
-# (tests/moe_numpy.py, written from Megatron-LM's router); resumed on another layout with the
-# losses of the uninterrupted run, also with expert parallelism (saved at ep=2, resumed at ep=4,
-# ep=1 and tp=2); the auxiliary losses in the log line and the metrics file;
-# Hugging Face's MixtralForCausalLM and Qwen3MoeForCausalLM both ways; the Mixtral 8x7B and
-# Qwen3-30B-A3B jobs' parameters per rank against a hand count.
+# tp=2 against an independent float64 numpy model (tests/moe_numpy.py, written from
+# Megatron-LM's router); resumed on another layout with the losses of the uninterrupted run, also
+# with expert parallelism and the distributed optimizer (saved at ep=2, resumed at ep=4, ep=1 and
+# tp=2); the all-gather dispatcher against the all-to-all; the auxiliary losses in the log line
+# and the metrics file; Hugging Face's MixtralForCausalLM, Qwen3MoeForCausalLM and
+# OlmoeForCausalLM both ways; the Mixtral 8x7B and Qwen3-30B-A3B jobs' parameters per rank
+# against a hand count; mgt plan's expert-parallel counts.
 # Usage: moe.sh MGT MPIEXEC TESTS_DIR
 set -u
 MGT=$(readlink -f "$1") MPIEXEC=$2 TESTS=$3
@@ -182,6 +183,17 @@ for layout in "ep 8 4 1 -" "ep 2 1 1 -" "ep 8 2 2 -" "epd 4 2 1 d" "epd 8 4 1 -"
     --tensor-model-parallel-size $tp "${opt[@]}" --load "$tmp/$from" --metrics-file "$tmp/$from$np$ep$tp.jsonl" \
     > "$tmp/ep.log" 2>&1 || { fail "resuming $from at ep=$ep tp=$tp on $np ranks ($dist)"; grep error "$tmp/ep.log"; }
 done
+# the all-gather dispatcher: the same rows reach the same experts, and its reduce-scatter adds
+# zeros only, so the run is the all-to-all one bit for bit
+"$MPIEXEC" -n 4 "$MGT" train "${E[@]}" --train-iters 14 --expert-model-parallel-size 2 \
+  --moe-token-dispatcher-type allgather --metrics-file "$tmp/epag.jsonl" > "$tmp/epag.log" 2>&1 || { fail "the ep=2 run, all-gather dispatcher"; grep error "$tmp/epag.log"; }
+grep -q "rows by all-gather and reduce-scatter" "$tmp/epag.log" || fail "the layout does not name the all-gather dispatcher"
+$PY - "$tmp/epwhole.jsonl" "$tmp/epag.jsonl" <<'PY' || fail "the all-gather dispatcher differs from the all-to-all"
+import json, sys
+a, b = ([{k: v for k, v in r.items() if k in ("iteration", "loss", "load_balancing_loss", "z_loss", "grad_norm")} for r in map(json.loads, open(f)) if "loss" in r] for f in sys.argv[1:])
+assert len(a) == 14 and a == b, (a[:2], b[:2])
+print("ok: the all-gather dispatcher's 14 losses, auxiliary losses and gradient norms are the all-to-all's, every printed digit")
+PY
 $PY - "$tmp/epwhole.jsonl" "$tmp"/ep841.jsonl "$tmp"/ep211.jsonl "$tmp"/ep822.jsonl "$tmp"/epd421.jsonl "$tmp"/epd841.jsonl "$tmp"/epd822.jsonl "$tmp"/ep821.jsonl <<'PY' || fail "resumed at another expert-parallel layout"
 import json, sys
 runs = [{r["iteration"]: (r["loss"], r["load_balancing_loss"], r["grad_norm"]) for r in map(json.loads, open(f)) if "loss" in r} for f in sys.argv[1:]]
@@ -244,9 +256,17 @@ done
   --global-batch-size 8 --nodes 1 --gpus-per-node 4 --tensor-model-parallel-size 1 \
   --micro-batch-size 1 --recompute none --expert-model-parallel-size 2 --json \
   --gpu-memory 1GiB > "$tmp/plan.json" 2>&1 || { fail "mgt plan with experts"; cat "$tmp/plan.json"; }
-$PY - "$tmp/plan.json" <<'PY' || fail "mgt plan's expert-parallel memory and all-to-all bytes"
+"$MGT" plan --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --swiglu \
+  --ffn-hidden-size 128 --normalization RMSNorm --position-embedding-type rope --disable-bias-linear \
+  --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --vocab-size 1000 \
+  --global-batch-size 8 --nodes 1 --gpus-per-node 4 --tensor-model-parallel-size 1 \
+  --micro-batch-size 1 --recompute none --expert-model-parallel-size 2 --json \
+  --gpu-memory 1GiB --moe-token-dispatcher-type allgather > "$tmp/plan_ag.json" 2>&1 || { fail "mgt plan, all-gather"; cat "$tmp/plan_ag.json"; }
+$PY - "$tmp/plan.json" "$tmp/plan_ag.json" <<'PY' || fail "mgt plan's expert-parallel memory and all-to-all bytes"
 import json, sys
 r = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][0]
+ag = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")][0]
+assert ag["a2a_bytes"] == r["a2a_bytes"] * 2, (ag["a2a_bytes"], r["a2a_bytes"])  # ep - 1 rows, not (ep - 1) / ep
 C, L, T, E, k, F, ep, dp = 64, 2, 32, 4, 2, 64, 2, 4
 layer = 2 * C + 4 * C * C + E * C + 3 * (E // ep) * F * C  # norms, attention, router, experts
 floats = 1024 * C + L * layer + C  # the vocabulary padded to 128, layers, final norm

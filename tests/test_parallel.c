@@ -15,7 +15,7 @@
    experts, the load-balancing and z-losses, a gated shared expert) and moe1 (layer 1 only,
    sigmoid scores, the load-balancing loss per sequence, an expert bias, a shared expert), with
    "-epN" the experts over N expert-parallel ranks (the layout only); "full": OLMoE's q/k norms
-   over all heads. */
+   over all heads; "-ag" the all-gather dispatcher. */
 #include <mpi.h>
 #include <string.h>
 
@@ -26,7 +26,7 @@
 enum { ITERS = 20 };
 
 static int overlap, recompute, distopt, selective, block, sp, flash, chunks, untied, rope, llama,
-    gqa, qwen, moe, moe1, olmoe, ep = 1;
+    gqa, qwen, moe, moe1, olmoe, allgather, ep = 1;
 static int layout_run; /* the run on the layout, not the one-rank reference */
 
 static mgt_config test_config(int tp, int dist, int seqpar) {
@@ -72,6 +72,7 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
     c.moe_shared_expert_intermediate_size = moe1 ? 32 : 48; /* gated in moe */
     c.moe_shared_expert_gate = moe;
     c.expert_model_parallel_size = layout_run ? ep : 1;
+    c.moe_token_dispatcher_type = layout_run && allgather; /* the all-gather dispatcher */
     if (ep > 1) c.clip_grad = 0.05; /* a norm that binds: each expert counted once, exactly */
   }
   if (llama) { /* and the rest of Llama's block */
@@ -182,6 +183,7 @@ int main(int argc, char **argv) {
   moe = argc > 2 && strstr(argv[2], "moe") != NULL && !strstr(argv[2], "moe1");
   moe1 = argc > 2 && strstr(argv[2], "moe1") != NULL;
   olmoe = argc > 2 && strstr(argv[2], "full") != NULL;
+  allgather = argc > 2 && strstr(argv[2], "-ag") != NULL;
   llama |= qwen | moe | moe1;
   if (argc > 2 && strstr(argv[2], "-ep")) ep = atoi(strstr(argv[2], "-ep") + 3);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

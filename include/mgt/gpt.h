@@ -108,6 +108,7 @@ typedef struct mgt_gpt_training {
   /* Mixture-of-Experts' auxiliary losses: MGT_MOE_LB_AUX (or _NONE), their coefficients */
   int moe_load_balancing;
   double moe_aux_coeff, moe_z_coeff;
+  int moe_allgather; /* expert parallelism's rows travel by all-gather and reduce-scatter */
 } mgt_gpt_training;
 /* Makes m a model being trained as t says and initializes its parameters from t->seed. Not
    collective. */

@@ -162,7 +162,9 @@ static const mgt_flag flags[] = {
          "Megatron-LM pads each expert's tokens to its capacity with zeros: no number changes; "
          "mgt computes without the padding"),
     {"--moe-token-dispatcher-type", MGT_FLAG_ENUM, OFF(moe_token_dispatcher_type), 0, 0,
-     "alltoall or allgather: the same numbers", moe_dispatchers, 0, 0},
+     "expert parallelism's rows by all-to-all, or by all-gather and reduce-scatter: the same "
+     "numbers",
+     moe_dispatchers, 0, MGT_FLAG_PLAN},
     BOOL_M("--moe-router-enable-expert-bias", moe_router_enable_expert_bias,
            "aux-loss-free balancing (sigmoid scores): a per-expert bias added to the scores to "
            "choose the experts only, moved after each step toward the even share",

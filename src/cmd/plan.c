@@ -212,7 +212,9 @@ void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_
                   ring_bytes(ef * o->comm_bytes, dp / ep);
     const double rows = mb * T * c->moe_router_topk,
                  passes = 4.0 + (c->recompute_granularity == MGT_RECOMPUTE_FULL ? 2.0 : 0.0);
-    r->a2a_bytes = n_micro * moe_layers * passes * rows * C * o->comm_bytes * (ep - 1) / ep;
+    /* the all-gather dispatcher receives every other rank's rows, and reduce-scatters as many */
+    const double share = c->moe_token_dispatcher_type == 1 ? ep - 1.0 : (ep - 1.0) / ep;
+    r->a2a_bytes = n_micro * moe_layers * passes * rows * C * o->comm_bytes * share;
     r->a2a_s = r->a2a_bytes / ((tp * ep <= G ? o->nvlink_gbps : o->network_gbps / G) * 1e9);
   }
   const double tp_gbps = tp <= G ? o->nvlink_gbps : o->network_gbps / G;

@@ -302,6 +302,10 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
              prec == MGT_PREC_BF16 ? "; bf16 GEMM inputs"
                                    : (prec == MGT_PREC_FP16 ? "; fp16 GEMM inputs" : ""),
              flash ? "flash" : "unfused", why);
+      if (grid->ep > 1)
+        printf("experts: %d a rank over %d expert-parallel ranks (%d groups of them), rows by %s\n",
+               cfg.num_experts / grid->ep, grid->ep, grid->edp,
+               cfg.moe_token_dispatcher_type == 1 ? "all-gather and reduce-scatter" : "all-to-all");
       mgt_grid_print_placement(grid, stdout);
       mgt_print_memory_plan(&cfg, grid->tp, grid->dp, stdout);
       fflush(stdout);

@@ -198,6 +198,72 @@ static mgt_status all_to_all(mgt_gpt *m, const float *src, const int *sent, floa
   return mgt_comm_alltoallv(m->comm, MGT_AXIS_EP, src, sc, dst, rc);
 }
 
+/* The all-gather dispatcher's counts: S[p * ep + q] rows rank p sends rank q (every rank's
+   sent), from an all-gather over the expert-parallel group. */
+static mgt_status sent_matrix(mgt_gpt *m, const int *sent, int *S) {
+  const int ep = m->d.ep, me = m->grid->ep_rank;
+  float f[ep * ep];
+  int counts[ep], displs[ep];
+  for (int q = 0; q < ep; q++)
+    f[me * ep + q] = (float)sent[q], counts[q] = ep, displs[q] = q * ep;
+  MGT_CHECK(mgt_comm_allgatherv(m->comm, MGT_AXIS_EP, f, counts, displs, NULL));
+  for (int i = 0; i < ep * ep; i++)
+    S[i] = (int)f[i];
+  return MGT_OK;
+}
+
+/* Rows of src (in expert order, sent[q] of them for rank q) to the ranks of their experts, into
+   dst (got[q] from rank q, by sender): by all-to-all, or (--moe-token-dispatcher-type allgather)
+   by an all-gather of every rank's rows into m->moe_eout, of which each rank takes its own. */
+static mgt_status to_experts(mgt_gpt *m, const float *src, const int *sent, float *dst,
+                             const int *got) {
+  if (!m->run.moe_allgather) return all_to_all(m, src, sent, dst, got);
+  const int ep = m->d.ep, me = m->grid->ep_rank, C = m->d.C;
+  int S[ep * ep], counts[ep], displs[ep], at = 0, n = 0;
+  MGT_CHECK(sent_matrix(m, sent, S));
+  for (int p = 0; p < ep; p++) {
+    int rows = 0;
+    for (int q = 0; q < ep; q++)
+      rows += S[p * ep + q];
+    MGT_REQUIRE((int64_t)rows * C <= INT32_MAX && (int64_t)at * C <= INT32_MAX,
+                "the all-gather dispatcher: over 2^31 floats of rows");
+    counts[p] = rows * C, displs[p] = at * C;
+    for (int q = 0, first = at; q < ep; first += S[p * ep + q], q++) /* p's rows for me */
+      for (int r = 0; q == me && r < S[p * ep + q]; r++)
+        m->moe->order_h[n++] = first + r;
+    at += rows;
+  }
+  (void)got;
+  MGT_CHECK(mgt_be_copy(m->be, m->moe_eout + displs[me], src, sizeof(float) * (size_t)counts[me]));
+  MGT_CHECK(mgt_comm_allgatherv(m->comm, MGT_AXIS_EP, m->moe_eout, counts, displs, NULL));
+  MGT_CHECK(mgt_be_upload(m->be, m->moe_order, m->moe->order_h, sizeof(int32_t) * (size_t)n));
+  return mgt_be_gather_rows(m->be, dst, m->moe_eout, m->moe_order, n, C);
+}
+
+/* Back: rows of src (got[q] for rank q, by sender) to where they came from, dst (sent[q] to
+   rank q, in expert order): by all-to-all, or each rank's rows placed among zeros in
+   m->moe_eout at every rank's rows and reduce-scattered (a sum of one row and zeros: exact). */
+static mgt_status to_sources(mgt_gpt *m, const float *src, const int *got, float *dst,
+                             const int *sent) {
+  if (!m->run.moe_allgather) return all_to_all(m, src, got, dst, sent);
+  const int ep = m->d.ep, me = m->grid->ep_rank, C = m->d.C;
+  int S[ep * ep], counts[ep], at = 0, n = 0;
+  int32_t *from = m->moe->order_h; /* each row of every rank's: the row of src, or -1 */
+  MGT_CHECK(sent_matrix(m, sent, S));
+  for (int p = 0; p < ep; p++) {
+    int rows = 0;
+    for (int q = 0; q < ep; q++)
+      for (int r = 0; r < S[p * ep + q]; r++, rows++)
+        from[at + rows] = q == me ? n++ : -1;
+    counts[p] = rows * C;
+    at += rows;
+  }
+  (void)got;
+  MGT_CHECK(mgt_be_upload(m->be, m->moe_order, from, sizeof(int32_t) * (size_t)at));
+  MGT_CHECK(mgt_be_moe_combine(m->be, m->moe_eout, src, m->moe_order, NULL, at, 1, C, 0));
+  return mgt_comm_reduce_scatter(m->comm, MGT_AXIS_EP, m->moe_eout, dst, counts, NULL);
+}
+
 /* Expert parallelism's forward: each rank's rows (m->moe_xp, in expert order) to the ranks of
    their experts, this rank's experts on what it received (kept in a->xin by expert), the
    outputs back into a->mout at the rows they came from. */
@@ -217,13 +283,13 @@ static mgt_status dispatch(mgt_gpt *m, int l, int N, const int *off, layer_acts 
   for (int i = 0; i < E; i++)
     rc[i] = (int)h->counts_f[E + i];
   exchange_rows(m, l, off, sent, got);
-  MGT_CHECK(all_to_all(m, m->moe_xp, sent, m->moe_recv, got));
+  MGT_CHECK(to_experts(m, m->moe_xp, sent, m->moe_recv, got));
   MGT_CHECK(orders(m, l, local));
   MGT_CHECK(mgt_be_gather_rows(m->be, a->xin, m->moe_recv, m->moe_order, local[El], C));
   for (int j = 0; j < El; j++)
     MGT_CHECK(expert_forward(m, j, local[j], local[j + 1] - local[j], a->xin, a, w, m->moe_eout));
   MGT_CHECK(mgt_be_gather_rows(m->be, m->moe_recv, m->moe_eout, m->moe_unorder, local[El], C));
-  return all_to_all(m, m->moe_recv, got, a->mout, sent);
+  return to_sources(m, m->moe_recv, got, a->mout, sent);
 }
 
 /* The shared expert on every row of in, added to y (partial sums over tp): an MLP split over tp
@@ -466,14 +532,14 @@ static mgt_status undispatch(mgt_gpt *m, int l, const int *off, layer_acts *a, f
   const int El = d->El, C = d->C;
   int sent[d->ep], got[d->ep], local[El + 1];
   exchange_rows(m, l, off, sent, got);
-  MGT_CHECK(all_to_all(m, m->moe_dout, sent, m->moe_recv, got));
+  MGT_CHECK(to_experts(m, m->moe_dout, sent, m->moe_recv, got));
   MGT_CHECK(orders(m, l, local));
   MGT_CHECK(mgt_be_gather_rows(m->be, m->moe_eout, m->moe_recv, m->moe_order, local[El], C));
   for (int j = 0; j < El; j++)
     MGT_CHECK(expert_backward(m, j, local[j], local[j + 1] - local[j], a->xin, a, w, g, m->moe_eout,
                               acc));
   MGT_CHECK(mgt_be_gather_rows(m->be, m->moe_recv, m->moe_eout, m->moe_unorder, local[El], C));
-  return all_to_all(m, m->moe_recv, got, m->moe_dout, sent);
+  return to_sources(m, m->moe_recv, got, m->moe_dout, sent);
 }
 
 mgt_status gpt_moe_backward(mgt_gpt *m, int l, const float *in, const float *dy, layer_acts *a,

@@ -174,7 +174,8 @@ mgt_gpt_training mgt_train_model_options(const mgt_config *cfg) {
                         cfg->overlap_param_gather,
                         cfg->moe_router_load_balancing_type,
                         cfg->moe_aux_loss_coeff,
-                        cfg->moe_z_loss_coeff};
+                        cfg->moe_z_loss_coeff,
+                        cfg->moe_token_dispatcher_type == 1};
   return t;
 }
 
