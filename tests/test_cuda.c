@@ -643,6 +643,7 @@ static void test_xent(void) {
   int32_t tgt[N];
   for (int i = 0; i < N; i++)
     tgt[i] = (int32_t)(t_next() % 2000);   /* some on this shard, some elsewhere */
+  tgt[3] = -1;                             /* no loss */
   lg[5 * Vl + 7] = lg[5 * Vl + 9] = 50.0f; /* a tie for argmax */
   float *mx = malloc(N * 4), *sum = malloc(N * 4), *tv = malloc(N * 4), *loss = malloc(N * 4);
   float *lgd = dev(lg, n * 4), *mxd = dev(NULL, N * 4), *sumd = dev(NULL, N * 4);
@@ -667,8 +668,8 @@ static void test_xent(void) {
   }
   same("xent exp(logits)", lgd, lg, n, 1e-5);
   double ta = 0, tb = 0;
-  T_OK(mgt_be_xent_loss(cpu, loss, mx, sum, tv, N, &ta));
-  T_OK(mgt_be_xent_loss(gpu, lossd, mxd, sumd, tvd, N, &tb));
+  T_OK(mgt_be_xent_loss(cpu, loss, mx, sum, tv, tgt, N, &ta));
+  T_OK(mgt_be_xent_loss(gpu, lossd, mxd, sumd, tvd, tgtd, N, &tb));
   same("xent_loss", lossd, loss, N, 1e-5);
   T_CHECK(fabs(ta - tb) <= 1e-5 * fabs(ta), "xent total %.9g vs %.9g", ta, tb);
   T_OK(mgt_be_xent_backward(cpu, lg, sum, tgt, N, Vl, nv, v0, 0.25f));

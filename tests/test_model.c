@@ -217,6 +217,55 @@ static int has_param(mgt_gpt *m, const char *name, int ndim, int64_t d0, int64_t
 }
 
 static void test_accumulate(mgt_gpt *m);
+
+/* --eod-mask-loss: taking each id x in turn as the end of document drops the losses of the
+   positions whose input is x, so the V masked losses sum to (V - 1) times the whole loss, each
+   no more than it (equal where x is no input); the loss units count the other positions; and
+   the gradient of a masked loss (x = 3, twice an input) against finite differences. */
+static void test_eod_mask(mgt_gpt *m, const mgt_config *c) {
+  mgt_gpt_training t = mgt_train_model_options(c);
+  const int V = c->vocab_size, T = c->seq_length;
+  double all = 0, sum = 0;
+  T_OK(mgt_gpt_train_with(m, &t));
+  T_OK(mgt_gpt_forward(m, tokens, &all));
+  for (int x = 0; x < V; x++) {
+    t.eod_mask = x;
+    T_OK(mgt_gpt_train_with(m, &t));
+    double l = 0, units[2] = {0, 0};
+    T_OK(mgt_gpt_forward(m, tokens, &l));
+    mgt_gpt_loss_units(m, tokens, 2, units);
+    int inputs = 0;
+    for (int r = 0; r < 2; r++)
+      for (int k = 0; k < T; k++)
+        inputs += tokens[r * (T + 1) + k] == x;
+    T_CHECK(units[0] == 2 * T - inputs, "eod %d: %g units, not %d", x, units[0], 2 * T - inputs);
+    T_CHECK(inputs ? l < all : l == all, "eod %d (%d inputs): loss %.9g, unmasked %.9g", x, inputs,
+            l, all);
+    sum += l;
+  }
+  T_CHECK(fabs(sum - (V - 1) * all) <= 1e-5 * V * all,
+          "the masked losses sum to %.9g, not (V - 1) x %.9g", sum, all);
+  /* a batch of end-of-document tokens only: no loss, no unit, a zero gradient, no NaN */
+  int32_t eods[2 * 6];
+  for (int i = 0; i < 2 * (T + 1); i++)
+    eods[i] = 5;
+  t.eod_mask = 5;
+  T_OK(mgt_gpt_train_with(m, &t));
+  double l = -1, units[2] = {0, 0};
+  mgt_gpt_loss_units(m, eods, 2, units);
+  T_OK(mgt_gpt_forward_backward(m, eods, SAMPLE_BASE, 0.0f, 0, 0, &l));
+  const float *g = mgt_gpt_grad_data(m);
+  size_t bad = 0;
+  for (size_t i = 0; i < mgt_gpt_param_count(m); i++)
+    bad += g[i] != 0.0f;
+  T_CHECK(l == 0 && units[0] == 0 && bad == 0,
+          "ends of documents only: loss %g, %g units, %zu nonzero gradients", l, units[0], bad);
+  t.eod_mask = 3;
+  T_OK(mgt_gpt_train_with(m, &t));
+  test_gradient(m);
+  t.eod_mask = -1;
+  T_OK(mgt_gpt_train_with(m, &t));
+}
 static void test_expert_bias(mgt_gpt *m);
 
 /* The logical parameters of the model's tensors (full shapes, vocabulary without padding). */
@@ -835,6 +884,7 @@ int main(int argc, char **argv) {
   T_OK(mgt_train_model_create(&c, grid, be, comm, &m));
   test_gradient(m);
   test_accumulate(m);
+  test_eod_mask(m, &c);
   mgt_gpt_destroy(&m);
   /* an untied output layer: its own tensor and gradient, the word embeddings' gradient from
      the lookup alone */

@@ -358,13 +358,14 @@ MGT_NODISCARD mgt_status mgt_be_sync(const mgt_backend *be);
     (float *sum, float *tgt, float *logits, const float *rowmax, const int32_t *targets, int N,    \
      int Vl, int nv, int v0, int keep_exp),                                                        \
     (sum, tgt, logits, rowmax, targets, N, Vl, nv, v0, keep_exp), PLAIN)                           \
-  /* Step 3 (after sum and tgt are reduced): losses(N) = log(sum) + max - tgt; returns             \
-  their total on the host. */                                                                      \
+  /* Step 3 (after sum and tgt are reduced): losses(N) = log(sum) + max - tgt, 0 where the target  \
+  is negative (a token without loss); returns their total on the host. */                          \
   X(xent_loss, XENT_LOSS,                                                                          \
-    (float *losses, const float *rowmax, const float *sum, const float *tgt, int N,                \
-     double *total),                                                                               \
-    (losses, rowmax, sum, tgt, N, total), PLAIN)                                                   \
-  /* Step 4: logits holding exp(l - max) become scale * (softmax - onehot). */                     \
+    (float *losses, const float *rowmax, const float *sum, const float *tgt,                       \
+     const int32_t *targets, int N, double *total),                                                \
+    (losses, rowmax, sum, tgt, targets, N, total), PLAIN)                                          \
+  /* Step 4: logits holding exp(l - max) become scale * (softmax - onehot), 0 where the target is  \
+  negative. */                                                                                     \
   X(xent_backward, XENT_BACKWARD,                                                                  \
     (float *logits, const float *sum, const int32_t *targets, int N, int Vl, int nv, int v0,       \
      float scale),                                                                                 \

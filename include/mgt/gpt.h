@@ -109,6 +109,7 @@ typedef struct mgt_gpt_training {
   int moe_load_balancing;
   double moe_aux_coeff, moe_z_coeff;
   int moe_allgather; /* expert parallelism's rows travel by all-gather and reduce-scatter */
+  int eod_mask;      /* --eod-mask-loss: no loss where the input is this token (-1: none) */
 } mgt_gpt_training;
 /* Makes m a model being trained as t says and initializes its parameters from t->seed. Not
    collective. */

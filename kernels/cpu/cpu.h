@@ -197,7 +197,7 @@ mgt_status cpu_xent_max(void *ctx, float *rowmax, const float *logits, int N, in
 mgt_status cpu_xent_sumexp(void *ctx, float *sum, float *tgt, float *logits, const float *rowmax,
                            const int32_t *targets, int N, int Vl, int nv, int v0, int keep_exp);
 mgt_status cpu_xent_loss(void *ctx, float *losses, const float *rowmax, const float *sum,
-                         const float *tgt, int N, double *total);
+                         const float *tgt, const int32_t *targets, int N, double *total);
 mgt_status cpu_xent_backward(void *ctx, float *logits, const float *sum, const int32_t *targets,
                              int N, int Vl, int nv, int v0, float scale);
 mgt_status cpu_argmax(void *ctx, const float *logits, int N, int Vl, int nv, float *val,

@@ -43,10 +43,10 @@ mgt_status cpu_xent_sumexp(void *ctx, float *sum, float *tgt, float *logits, con
 }
 
 mgt_status cpu_xent_loss(void *ctx, float *losses, const float *rowmax, const float *sum,
-                         const float *tgt, int N, double *total) {
+                         const float *tgt, const int32_t *targets, int N, double *total) {
   double acc = 0.0;
   for (int n = 0; n < N; n++) {
-    losses[n] = logf(sum[n]) + rowmax[n] - tgt[n];
+    losses[n] = targets[n] < 0 ? 0.0f : logf(sum[n]) + rowmax[n] - tgt[n];
     acc += losses[n];
   }
   *total = acc;
@@ -58,14 +58,14 @@ mgt_status cpu_xent_backward(void *ctx, float *logits, const float *sum, const i
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     float *r = logits + (size_t)n * Vl;
-    float k = scale / sum[n];
+    float k = targets[n] < 0 ? 0.0f : scale / sum[n]; /* no loss, no gradient */
 #pragma omp simd
     for (int j = 0; j < nv; j++)
       r[j] *= k;
     for (int j = nv; j < Vl; j++)
       r[j] = 0.0f;
     int t = targets[n] - v0;
-    if (t >= 0 && t < nv) r[t] -= scale;
+    if (targets[n] >= 0 && t >= 0 && t < nv) r[t] -= scale;
   }
   return MGT_OK;
 }

@@ -49,16 +49,17 @@ mgt_status cu_xent_sumexp(void *ctx, float *sum, float *tgt, float *logits, cons
 }
 
 __global__ void k_xent_loss(float *losses, const float *rowmax, const float *sum, const float *tgt,
-                            int N) {
-  GRID_STRIDE(n, (size_t)N) losses[n] = logf(sum[n]) + rowmax[n] - tgt[n];
+                            const int32_t *targets, int N) {
+  GRID_STRIDE(n, (size_t)N) losses[n] = targets[n] < 0 ? 0.0f : logf(sum[n]) + rowmax[n] - tgt[n];
 }
 
 mgt_status cu_xent_loss(void *ctx, float *losses, const float *rowmax, const float *sum,
-                        const float *tgt, int N, double *total) {
+                        const float *tgt, const int32_t *targets, int N, double *total) {
   cuda_ctx *c = C_(ctx);
   *total = 0.0;
   if (N == 0) return MGT_OK;
-  k_xent_loss<<<blocks_for((size_t)N, 256), 256, 0, c->stream>>>(losses, rowmax, sum, tgt, N);
+  k_xent_loss<<<blocks_for((size_t)N, 256), 256, 0, c->stream>>>(losses, rowmax, sum, tgt, targets,
+                                                                 N);
   LAUNCHED();
   /* summed on the host in double, in row order, as the CPU twin does */
   float *h = NULL;
@@ -75,8 +76,8 @@ __global__ void k_xent_backward(float *logits, const float *sum, const int32_t *
                                 int Vl, int nv, int v0, float scale) {
   GRID_STRIDE(i, (size_t)N * Vl) {
     int n = (int)(i / Vl), j = (int)(i % Vl), t = targets[n] - v0;
-    float g = j < nv ? logits[i] * (scale / sum[n]) : 0.0f;
-    if (j == t && t < nv) g -= scale;
+    float g = j < nv && targets[n] >= 0 ? logits[i] * (scale / sum[n]) : 0.0f;
+    if (j == t && t < nv && targets[n] >= 0) g -= scale;
     logits[i] = g;
   }
 }

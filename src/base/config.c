@@ -330,6 +330,9 @@ static const mgt_flag flags[] = {
     {"--seed", MGT_FLAG_UINT64, OFF(seed), 0, BIG, "seed of initialization, dropout and data", NULL,
      0, 0},
     BOOL("--mock-data", mock_data, "synthetic sequences (start + stride * j) mod vocab"),
+    BOOL("--eod-mask-loss", eod_mask_loss,
+         "no loss where the input token is the tokenizer's end of document, so that no "
+         "document's first token is predicted from the one before (Megatron-LM's)"),
     {"--data-path", MGT_FLAG_LIST, OFF(data_path), 0, 0,
      "dataset prefix P (P.h5 from mgt preprocess), or weights and prefixes W1 P1 W2 P2 ...", NULL,
      sizeof(((mgt_config *)0)->data_path), 0},
@@ -441,6 +444,7 @@ void mgt_config_defaults(mgt_config *cfg) {
   cfg->ckpt_iteration = -1;
   cfg->moe_router_topk = 2;
   cfg->moe_router_bias_update_rate = 1e-3;
+  cfg->eod_token = -1;
   cfg->expert_model_parallel_size = 1;
   strcpy(cfg->moe_layer_freq, "1");
   cfg->device = MGT_DEVICE_CPU;

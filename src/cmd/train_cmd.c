@@ -62,14 +62,16 @@ static int refuse_memory(size_t need, size_t avail, int rank, MPI_Comm world) {
 }
 
 /* The vocabulary of the tokenizer the flags give (--vocab-file, or --tokenizer-type
-   ByteTokenizer), or 0 when they give none. */
-static mgt_status tokenizer_vocab(const mgt_config *cfg, int *n) {
-  *n = 0;
+   ByteTokenizer), or 0 when they give none; and its end-of-document id (GPT-2's 50256 without
+   its files, -1 when unknown). */
+static mgt_status tokenizer_vocab(const mgt_config *cfg, int *n, int *eod) {
+  *n = 0, *eod = -1;
   mgt_tokenizer *tok = NULL;
   if (cfg->tokenizer_type == MGT_TOKENIZER_NULL) return MGT_OK; /* its vocabulary is the flag's */
   if (cfg->tokenizer_type != MGT_TOKENIZER_GPT2 || (cfg->vocab_file[0] && cfg->merge_file[0]))
     MGT_CHECK(mgt_tok_open(cfg->tokenizer_type, cfg->vocab_file, cfg->merge_file, &tok));
-  if (tok) *n = mgt_tok_vocab_size(tok);
+  if (tok) *n = mgt_tok_vocab_size(tok), *eod = mgt_tok_eod(tok);
+  if (!tok && cfg->tokenizer_type == MGT_TOKENIZER_GPT2) *eod = 50256; /* <|endoftext|> */
   mgt_tok_destroy(&tok);
   return MGT_OK;
 }
@@ -168,7 +170,11 @@ static mgt_status job_config(mgt_config *cfg, MPI_Comm world, int rank, int size
   int tok_vocab = 0;
   /* Megatron-LM's NullTokenizer: --vocab-size ids and the end of document, id --vocab-size */
   if (cfg->tokenizer_type == MGT_TOKENIZER_NULL && cfg->vocab_size > 0) cfg->vocab_size++;
-  MGT_CHECK(mgt_mpi_agree(world, tokenizer_vocab(cfg, &tok_vocab)));
+  MGT_CHECK(mgt_mpi_agree(world, tokenizer_vocab(cfg, &tok_vocab, &cfg->eod_token)));
+  if (cfg->tokenizer_type == MGT_TOKENIZER_NULL && cfg->vocab_size > 0)
+    cfg->eod_token = cfg->vocab_size - 1;
+  MGT_REQUIRE(!cfg->eod_mask_loss || cfg->eod_token >= 0,
+              "--eod-mask-loss: this tokenizer has no end-of-document token");
   if (tok_vocab && cfg->vocab_size == 0) cfg->vocab_size = tok_vocab; /* as Megatron-LM does */
   if (tok_vocab > cfg->vocab_size && rank == 0)
     fprintf(stderr,

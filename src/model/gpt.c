@@ -92,6 +92,7 @@ mgt_status mgt_gpt_create(const mgt_model_spec *spec, const mgt_model_layout *la
   MGT_CHECK(mgt_calloc(sizeof *m, "model", (void **)&m));
   m->layout = *layout;
   m->run.ddp_bucket_size = DEFAULT_BUCKET;
+  m->run.eod_mask = -1; /* every token has a loss until a trainer says */
   m->grid = grid;
   m->be = be;
   m->comm = comm;

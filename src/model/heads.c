@@ -16,7 +16,7 @@ static mgt_status load_tokens(mgt_gpt *m, const int32_t *tokens) {
                   "token id %d out of range [0, %d) in sample row %d", (x < 0 || x >= d->V) ? x : y,
                   d->V, b);
       in[b * d->T + t] = x;
-      tg[b * d->T + t] = y;
+      tg[b * d->T + t] = x == m->run.eod_mask ? -1 : y; /* -1: no loss (--eod-mask-loss) */
     }
   MGT_CHECK(mgt_be_upload(m->be, m->inputs, in, sizeof(int32_t) * (size_t)N));
   MGT_CHECK(mgt_be_upload(m->be, m->targets, tg, sizeof(int32_t) * (size_t)N));
@@ -262,7 +262,8 @@ static mgt_status bert_forward(mgt_gpt *m, const step_ctx *s, int keep_exp, mgt_
   MGT_CHECK(mgt_be_xent_max(be, x->rowmax, m->sop_logits, B, 2, 2));
   MGT_CHECK(mgt_be_xent_sumexp(be, x->sumtgt, x->sumtgt + B, m->sop_logits, x->rowmax, m->sop_tgt,
                                B, 2, 2, 0, keep_exp));
-  MGT_CHECK(mgt_be_xent_loss(be, x->losses, x->rowmax, x->sumtgt, x->sumtgt + B, B, &out->sop_sum));
+  MGT_CHECK(mgt_be_xent_loss(be, x->losses, x->rowmax, x->sumtgt, x->sumtgt + B, m->sop_tgt, B,
+                             &out->sop_sum));
   for (int b = 0; b < B; b++)
     out->sop_correct += pred[b] == tgt[b];
   out->sop_count = B;
@@ -364,8 +365,8 @@ static mgt_status task_forward(mgt_gpt *m, const step_ctx *s, int n, int keep_ex
   MGT_CHECK(mgt_be_xent_max(be, x->rowmax, m->sop_logits, n, W, W));
   MGT_CHECK(mgt_be_xent_sumexp(be, x->sumtgt, x->sumtgt + n, m->sop_logits, x->rowmax, m->sop_tgt,
                                n, W, W, 0, keep_exp));
-  MGT_CHECK(
-      mgt_be_xent_loss(be, x->losses, x->rowmax, x->sumtgt, x->sumtgt + n, n, &out->loss_sum));
+  MGT_CHECK(mgt_be_xent_loss(be, x->losses, x->rowmax, x->sumtgt, x->sumtgt + n, m->sop_tgt, n,
+                             &out->loss_sum));
   for (int g = 0; g < n; g++) {
     out->correct += p[g] == tgt[g];
     if (pred) pred[g] = p[g];
@@ -440,8 +441,12 @@ int mgt_gpt_head_sums(const mgt_gpt *m) {
 
 void mgt_gpt_loss_units(const mgt_gpt *m, const int32_t *batch, int n, double units[2]) {
   const mgt_gpt_dims *d = &m->d;
-  if (d->spec.head == MGT_HEAD_CAUSAL_LM) {
-    units[0] += (double)n * d->T;
+  if (d->spec.head == MGT_HEAD_CAUSAL_LM) { /* the tokens with a loss */
+    double k = (double)n * d->T;
+    for (int r = 0; r < n && m->run.eod_mask >= 0; r++)
+      for (int t = 0; t < d->T; t++)
+        k -= batch[(size_t)r * (d->T + 1) + t] == m->run.eod_mask;
+    units[0] += k;
   } else if (d->spec.masked_lm) {
     units[0] += (double)mgt_bert_count_masked(batch, n, d->T);
     units[1] += n;
@@ -457,8 +462,9 @@ mgt_status mgt_gpt_train_micro(mgt_gpt *m, const int32_t *batch, uint64_t first,
   m->aux_loss_scale = loss_scale;
   if (d->spec.head == MGT_HEAD_CAUSAL_LM) {
     double ls = 0.0;
-    MGT_CHECK(mgt_gpt_forward_backward(m, batch, first, (float)(loss_scale / units[0]), accumulate,
-                                       sync_dp, &ls));
+    MGT_CHECK(mgt_gpt_forward_backward(m, batch, first,
+                                       units[0] > 0 ? (float)(loss_scale / units[0]) : 0.0f,
+                                       accumulate, sync_dp, &ls));
     sums[0] += ls;
   } else if (d->spec.masked_lm) {
     mgt_bert_losses l;
@@ -483,7 +489,7 @@ mgt_status mgt_gpt_eval_micro(mgt_gpt *m, const int32_t *batch, double *sums, do
     double ls = 0.0;
     MGT_CHECK(mgt_gpt_forward(m, batch, &ls));
     sums[0] += ls;
-    units[0] += (double)d->B * d->T;
+    mgt_gpt_loss_units(m, batch, d->B, units);
     return MGT_OK;
   }
   mgt_bert_losses l;

@@ -108,7 +108,8 @@ mgt_status mgt_tp_xent_forward(const mgt_tp *tp, const mgt_tp_xent *x, float *lo
   MGT_CHECK(mgt_be_xent_sumexp(be, x->sumtgt, x->sumtgt + N, logits, x->rowmax, targets, N, Vl, nv,
                                v0, keep_exp));
   MGT_CHECK(allreduce(tp, x->sumtgt, 2 * (size_t)N, MGT_SUM));
-  MGT_CHECK(mgt_be_xent_loss(be, x->losses, x->rowmax, x->sumtgt, x->sumtgt + N, N, loss_sum));
+  MGT_CHECK(
+      mgt_be_xent_loss(be, x->losses, x->rowmax, x->sumtgt, x->sumtgt + N, targets, N, loss_sum));
   return MGT_OK;
 }
 

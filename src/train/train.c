@@ -175,7 +175,8 @@ mgt_gpt_training mgt_train_model_options(const mgt_config *cfg) {
                         cfg->moe_router_load_balancing_type,
                         cfg->moe_aux_loss_coeff,
                         cfg->moe_z_loss_coeff,
-                        cfg->moe_token_dispatcher_type == 1};
+                        cfg->moe_token_dispatcher_type == 1,
+                        cfg->eod_mask_loss ? cfg->eod_token : -1};
   return t;
 }
 
@@ -541,7 +542,9 @@ static double head_means(const mgt_model_spec *d, const double *sums, const doub
                          mgt_step_stats *stats) {
   stats->sop_loss = stats->sop_accuracy = NAN;
   switch (d->head) {
-  case MGT_HEAD_CAUSAL_LM: stats->lm_loss = sums[0] / units[0]; return stats->lm_loss;
+  case MGT_HEAD_CAUSAL_LM: /* 0 when --eod-mask-loss left no token with a loss */
+    stats->lm_loss = units[0] > 0 ? sums[0] / units[0] : 0.0;
+    return stats->lm_loss;
   case MGT_HEAD_MLM_SOP:
   case MGT_HEAD_MLM: {
     const int sop = d->head == MGT_HEAD_MLM_SOP;
