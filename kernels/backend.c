@@ -46,9 +46,9 @@ mgt_status mgt_be_sync(const mgt_backend *be) {
 }
 
 /* The arguments of the GUARDED operations, checked before any backend sees them. */
-static mgt_status guard_rope(float *x, int N, int T, int pos0, int heads, int hd, int ld,
-                             const float *inv_freq, int inverse) {
-  (void)x, (void)N, (void)pos0, (void)heads, (void)ld, (void)inv_freq, (void)inverse;
+static mgt_status guard_rope(float *x, int N, int T, int pos0, const int32_t *pos, int heads,
+                             int hd, int ld, const float *inv_freq, int inverse) {
+  (void)x, (void)N, (void)pos0, (void)pos, (void)heads, (void)ld, (void)inv_freq, (void)inverse;
   MGT_REQUIRE(hd % 2 == 0 && T > 0, "rope: head size %d is odd or T %d is not positive", hd, T);
   return MGT_OK;
 }

@@ -279,11 +279,19 @@ static void test_rowwise(void) {
   for (int i = 0; i < 32; i++)
     inv[i] = (float)(1.0 / pow(10000.0, i / 32.0));
   float *invd = dev(inv, sizeof inv), *r = dup(x, n), *rd = dev(x, n * 4);
-  for (int inverse = 0; inverse < 2; inverse++) {
-    T_OK(mgt_be_rope(cpu, r, N, 9, 5, 4, 64, C, inv, inverse));
-    T_OK(mgt_be_rope(gpu, rd, N, 9, 5, 4, 64, C, invd, inverse));
-    same(inverse ? "rope inverse" : "rope", rd, r, n, 1e-5);
+  int32_t *own = malloc(sizeof(int32_t) * (size_t)N); /* positions restarting after documents */
+  for (int i = 0; i < N; i++)
+    own[i] = (i * 7 + 3) % 13;
+  int32_t *ownd = dev(own, sizeof(int32_t) * (size_t)N);
+  for (int inverse = 0; inverse < 4; inverse++) {
+    const int with = inverse >= 2;
+    T_OK(mgt_be_rope(cpu, r, N, 9, 5, with ? own : NULL, 4, 64, C, inv, inverse % 2));
+    T_OK(mgt_be_rope(gpu, rd, N, 9, 5, with ? ownd : NULL, 4, 64, C, invd, inverse % 2));
+    same(with ? "rope at positions of their own" : (inverse ? "rope inverse" : "rope"), rd, r, n,
+         1e-5);
   }
+  mgt_be_free(gpu, ownd);
+  free(own);
   /* GeLU */
   float *pre = dup(x, n), *pred = dev(x, n * 4);
   T_OK(mgt_be_bias_gelu_forward(cpu, out, pre, b, N, C));
@@ -595,16 +603,24 @@ static void test_embedding_dropout(void) {
   T_OK(mgt_be_embedding_forward(cpu, out, tok, wte, N, C, v0, Vl));
   T_OK(mgt_be_embedding_forward(gpu, outd, tokd, wted, N, C, v0, Vl));
   same("embedding_forward", outd, out, (size_t)N * C, 0.0);
-  T_OK(mgt_be_add_position(cpu, out, wpe, N, 0, T, C));
-  T_OK(mgt_be_add_position(gpu, outd, wped, N, 0, T, C));
+  T_OK(mgt_be_add_position(cpu, out, wpe, N, 0, T, C, NULL));
+  T_OK(mgt_be_add_position(gpu, outd, wped, N, 0, T, C, NULL));
   same("add_position", outd, out, (size_t)N * C, 1e-6);
-  T_OK(mgt_be_add_position(cpu, out + C, wpe, N - 3, 1 % T, T, C)); /* from row 1 */
-  T_OK(mgt_be_add_position(gpu, outd + C, wped, N - 3, 1 % T, T, C));
+  T_OK(mgt_be_add_position(cpu, out + C, wpe, N - 3, 1 % T, T, C, NULL)); /* from row 1 */
+  T_OK(mgt_be_add_position(gpu, outd + C, wped, N - 3, 1 % T, T, C, NULL));
   same("add_position from row 1", outd, out, (size_t)N * C, 1e-6);
+  int32_t pos[B * T]; /* positions restarting after documents */
+  for (int i = 0; i < N; i++)
+    pos[i] = (i * 5 + 2) % 7;
+  int32_t *posd = dev(pos, sizeof pos);
+  T_OK(mgt_be_add_position(cpu, out, wpe, N, 0, T, C, pos));
+  T_OK(mgt_be_add_position(gpu, outd, wped, N, 0, T, C, posd));
+  same("add_position at positions of their own", outd, out, (size_t)N * C, 1e-6);
   float *dout = rnd((size_t)N * C, 1.0f), *doutd = dev(dout, (size_t)N * C * 4);
-  for (int acc = 0; acc < 2; acc++) {
-    T_OK(mgt_be_embedding_backward(cpu, wte, wpe, dout, tok, B, T, C, v0, Vl, acc));
-    T_OK(mgt_be_embedding_backward(gpu, wted, wped, doutd, tokd, B, T, C, v0, Vl, acc));
+  for (int acc = 0; acc < 4; acc++) {
+    const int32_t *p = acc >= 2 ? pos : NULL, *pd = acc >= 2 ? posd : NULL;
+    T_OK(mgt_be_embedding_backward(cpu, wte, wpe, dout, tok, p, B, T, C, v0, Vl, acc % 2));
+    T_OK(mgt_be_embedding_backward(gpu, wted, wped, doutd, tokd, pd, B, T, C, v0, Vl, acc % 2));
     same("embedding_backward wte", wted, wte, (size_t)Vl * C, 1e-6);
     same("embedding_backward wpe", wped, wpe, (size_t)T * C, 1e-6);
   }
@@ -630,8 +646,8 @@ static void test_embedding_dropout(void) {
                                 &dw));
     same("dropout_forward window", outd, out, (size_t)N * C, 1e-6);
   }
-  void *all[] = {tokd, wted, wped, outd, doutd, resd};
-  for (size_t i = 0; i < 6; i++)
+  void *all[] = {tokd, wted, wped, outd, doutd, resd, posd};
+  for (size_t i = 0; i < 7; i++)
     mgt_be_free(gpu, all[i]);
   free(wte), free(wpe), free(out), free(dout), free(res);
 }

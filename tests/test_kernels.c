@@ -549,12 +549,12 @@ static void test_swiglu(void) {
 /* Rotary positions: Hugging Face's half-split rotation against a float64 reference (forward,
    and the backward as the transposed rotation), on rows whose stride leaves other columns
    (a QKV row: only q and k rotate), which must stay untouched. */
-static void rope_ref(const double *x, double *out, int N, int T, int pos0, int heads, int hd,
-                     int ld, const float *inv_freq, int transpose) {
+static void rope_ref(const double *x, double *out, int N, int T, int pos0, const int32_t *pos,
+                     int heads, int hd, int ld, const float *inv_freq, int transpose) {
   for (int n = 0; n < N; n++)
     for (int h = 0; h < heads; h++)
       for (int i = 0; i < hd / 2; i++) {
-        const double a = (double)(pos0 + n % T) * inv_freq[i], c = cos(a),
+        const double a = (double)(pos ? pos[n] : pos0 + n % T) * inv_freq[i], c = cos(a),
                      s = transpose ? -sin(a) : sin(a);
         const size_t o = (size_t)n * ld + (size_t)h * hd;
         const double x1 = x[o + i], x2 = x[o + i + hd / 2];
@@ -564,9 +564,13 @@ static void rope_ref(const double *x, double *out, int N, int T, int pos0, int h
 }
 
 static void test_rope(void) {
-  const int cases[][5] = {{1, 1, 2, 1, 0}, {12, 6, 8, 3, 0}, {10, 5, 16, 2, 7}, {4, 1, 64, 4, 40}};
-  for (size_t k = 0; k < 4; k++) {
+  /* the last case: positions of their own (restarting after each document) */
+  const int cases[][5] = {
+      {1, 1, 2, 1, 0}, {12, 6, 8, 3, 0}, {10, 5, 16, 2, 7}, {4, 1, 64, 4, 40}, {12, 6, 8, 3, -1}};
+  const int32_t own[12] = {0, 1, 2, 0, 1, 0, 3, 4, 5, 6, 0, 1};
+  for (size_t k = 0; k < 5; k++) {
     const int N = cases[k][0], T = cases[k][1], hd = cases[k][2], heads = cases[k][3];
+    const int32_t *pos = cases[k][4] < 0 ? own : NULL;
     const int pos0 = cases[k][4], ld = heads * hd * 2 + 3; /* q, k, then v and padding */
     const size_t n = (size_t)N * ld;
     float *inv = fa(hd / 2), *x = fa(n), *y = fa(n);
@@ -578,18 +582,19 @@ static void test_rope(void) {
       memcpy(y, x, n * sizeof(float));
       to_double(x, X, n);
       memcpy(ref, X, n * sizeof(double));
-      rope_ref(X, ref, N, T, pos0, 2 * heads, hd, ld, inv, inverse);
-      T_OK(mgt_be_rope(be, y, N, T, pos0, 2 * heads, hd, ld, inv, inverse));
+      rope_ref(X, ref, N, T, pos0, pos, 2 * heads, hd, ld, inv, inverse);
+      T_OK(mgt_be_rope(be, y, N, T, pos0, pos, 2 * heads, hd, ld, inv, inverse));
       T_CLOSE(inverse ? "rope backward (transposed rotation)" : "rope forward", y, ref, n, 1e-5,
               1e-5);
     }
-    T_OK(mgt_be_rope(be, y, N, T, pos0, 2 * heads, hd, ld, inv, 0)); /* y: back to x */
+    T_OK(mgt_be_rope(be, y, N, T, pos0, pos, 2 * heads, hd, ld, inv, 0)); /* y: back to x */
     to_double(x, X, n);
     T_CLOSE("rope inverse undoes forward", y, X, n, 1e-5, 1e-5);
     free(inv), free(x), free(y), free(X), free(ref);
   }
   float v[3] = {1, 2, 3}, f[1] = {1};
-  T_CHECK(mgt_be_rope(be, v, 1, 1, 0, 1, 3, 3, f, 0) == MGT_ERR_INPUT, "an odd head size refused");
+  T_CHECK(mgt_be_rope(be, v, 1, 1, 0, NULL, 1, 3, 3, f, 0) == MGT_ERR_INPUT,
+          "an odd head size refused");
 }
 
 /* ---------------- GeLU ---------------- */
@@ -1002,31 +1007,46 @@ static void test_embedding(void) {
       r[n * C + c] = (t >= 0 && t < Vl ? wte[t * C + c] : 0.0) + wpe[(n % T) * C + c];
     }
   T_OK(mgt_be_embedding_forward(be, out, tok, wte, N, C, v0, Vl));
-  T_OK(mgt_be_add_position(be, out, wpe, N, 0, T, C));
+  T_OK(mgt_be_add_position(be, out, wpe, N, 0, T, C, NULL));
   T_CLOSE("embedding_forward", out, r, (size_t)N * C, 1e-6, 1e-6);
   /* rows 7..13 alone (a sequence-parallel rank's), starting mid-sample */
   T_OK(mgt_be_embedding_forward(be, out, tok + 7, wte, 7, C, v0, Vl));
-  T_OK(mgt_be_add_position(be, out, wpe, 7, 7 % T, T, C));
+  T_OK(mgt_be_add_position(be, out, wpe, 7, 7 % T, T, C, NULL));
   T_CLOSE("add_position from row 7", out, r + 7 * C, (size_t)7 * C, 1e-6, 1e-6);
-  for (int acc = 0; acc < 2; acc++) {
-    t_fill(dout, (size_t)N * C, 1);
-    t_fill(dwte, (size_t)Vl * C, 1);
-    t_fill(dwpe, (size_t)T * C, 1);
-    for (int i = 0; i < Vl * C; i++)
-      rw[i] = dwte[i];
-    for (int i = 0; i < T * C; i++)
-      rp[i] = acc ? dwpe[i] : 0.0;
-    for (int n = 0; n < N; n++)
-      for (int c = 0; c < C; c++) {
-        int t = tok[n] - v0;
-        if (t >= 0 && t < Vl) rw[t * C + c] += dout[n * C + c];
-        rp[(n % T) * C + c] += dout[n * C + c];
-      }
-    T_OK(mgt_be_embedding_backward(be, dwte, dwpe, dout, tok, B, T, C, v0, Vl, acc));
-    T_CLOSE("embedding_backward wte", dwte, rw, (size_t)Vl * C, 1e-5, 1e-5);
-    T_CLOSE("embedding_backward wpe", dwpe, rp, (size_t)T * C, 1e-5, 1e-5);
-  }
+  /* positions of their own (restarting after each document): each row its pos */
+  int32_t *pos = malloc(sizeof(int32_t) * (size_t)N);
+  for (int n = 0; n < N; n++)
+    pos[n] = (n * 7 + 3) % 5 % T;
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      int t = tok[n] - v0;
+      r[n * C + c] = (t >= 0 && t < Vl ? wte[t * C + c] : 0.0) + wpe[pos[n] * C + c];
+    }
+  T_OK(mgt_be_embedding_forward(be, out, tok, wte, N, C, v0, Vl));
+  T_OK(mgt_be_add_position(be, out, wpe, N, 0, T, C, pos));
+  T_CLOSE("add_position at positions of their own", out, r, (size_t)N * C, 1e-6, 1e-6);
+  for (int own = 0; own < 2; own++)
+    for (int acc = 0; acc < 2; acc++) {
+      t_fill(dout, (size_t)N * C, 1);
+      t_fill(dwte, (size_t)Vl * C, 1);
+      t_fill(dwpe, (size_t)T * C, 1);
+      for (int i = 0; i < Vl * C; i++)
+        rw[i] = dwte[i];
+      for (int i = 0; i < T * C; i++)
+        rp[i] = acc ? dwpe[i] : 0.0;
+      for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+          int t = tok[n] - v0;
+          if (t >= 0 && t < Vl) rw[t * C + c] += dout[n * C + c];
+          rp[(own ? pos[n] : n % T) * C + c] += dout[n * C + c];
+        }
+      T_OK(mgt_be_embedding_backward(be, dwte, dwpe, dout, tok, own ? pos : NULL, B, T, C, v0, Vl,
+                                     acc));
+      T_CLOSE("embedding_backward wte", dwte, rw, (size_t)Vl * C, 1e-5, 1e-5);
+      T_CLOSE("embedding_backward wpe", dwpe, rp, (size_t)T * C, 1e-5, 1e-5);
+    }
   free(wte), free(wpe), free(out), free(dout), free(dwte), free(dwpe), free(r), free(rw), free(rp);
+  free(pos);
 }
 
 /* ---------------- dropout ---------------- */

@@ -218,6 +218,43 @@ static int has_param(mgt_gpt *m, const char *name, int ndim, int64_t d0, int64_t
 
 static void test_accumulate(mgt_gpt *m);
 
+/* --reset-position-ids with learned positions: both rows end a document at their second input
+   (id 8), so their positions are 0 1 0 1 2; the loss is bit for bit that of the model without
+   the reset whose position table's rows 0..4 are the rows of those positions. Then the gradient
+   against finite differences, which checks the positions' gradient rows too. */
+static void test_reset_positions(mgt_gpt *m, const mgt_config *c) {
+  static const int32_t two[2 * 6] = {5, 8, 1, 2, 6, 7, 3, 8, 9, 4, 0, 2};
+  static const int pos[5] = {0, 1, 0, 1, 2};
+  mgt_gpt_training t = mgt_train_model_options(c);
+  t.reset_positions = 8;
+  T_OK(mgt_gpt_train_with(m, &t));
+  double reset = 0, moved = 0;
+  T_OK(mgt_gpt_forward(m, two, &reset));
+  int np;
+  const mgt_param *p = mgt_gpt_params(m, &np);
+  int wpe = -1;
+  for (int i = 0; i < np; i++)
+    if (!strcmp(p[i].name, "embedding.position_embeddings.weight")) wpe = i;
+  T_CHECK(wpe >= 0, "a learned position table");
+  if (wpe < 0) return;
+  float *w = mgt_gpt_param_data(m) + p[wpe].offset, rows[5 * 8];
+  const int C = c->hidden_size;
+  for (int k = 0; k < 5; k++)
+    memcpy(rows + k * C, w + pos[k] * C, sizeof(float) * (size_t)C);
+  t.reset_positions = -1;
+  T_OK(mgt_gpt_train_with(m, &t)); /* the same initialization, then the table's rows moved */
+  w = mgt_gpt_param_data(m) + p[wpe].offset;
+  memcpy(w, rows, sizeof(float) * 5 * (size_t)C);
+  T_OK(mgt_gpt_forward(m, two, &moved));
+  T_CHECK(reset == moved, "positions reset after the end of document: loss %.9g, not %.9g", reset,
+          moved);
+  t.reset_positions = 3;
+  T_OK(mgt_gpt_train_with(m, &t));
+  test_gradient(m);
+  t.reset_positions = -1;
+  T_OK(mgt_gpt_train_with(m, &t));
+}
+
 /* --eod-mask-loss: taking each id x in turn as the end of document drops the losses of the
    positions whose input is x, so the V masked losses sum to (V - 1) times the whole loss, each
    no more than it (equal where x is no input); the loss units count the other positions; and
@@ -885,6 +922,7 @@ int main(int argc, char **argv) {
   test_gradient(m);
   test_accumulate(m);
   test_eod_mask(m, &c);
+  test_reset_positions(m, &c);
   mgt_gpt_destroy(&m);
   /* an untied output layer: its own tensor and gradient, the word embeddings' gradient from
      the lookup alone */

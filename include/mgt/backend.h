@@ -259,13 +259,14 @@ MGT_NODISCARD mgt_status mgt_be_sync(const mgt_backend *be);
     (dx, ld, dw, raw, rstd, w, N, heads, hd, accumulate), GUARDED)                                 \
   /* Rotary position embedding in place, in Hugging Face's half-split convention: in each of N     \
   rows (stride ld floats) the `heads` consecutive vectors of hd floats at x, at position pos0 +    \
-  row % T, have each pair (i, i + hd/2) rotated by the angle position * inv_freq[i] (float32, as   \
-  Hugging Face computes it; inv_freq: hd/2 floats in the backend's memory). With inverse the       \
-  rotation is undone: the backward of the forward. hd is even. */                                  \
+  row % T (or pos[row], N ints in the backend's memory, when pos is given), have each pair (i,     \
+  i + hd/2) rotated by the angle position * inv_freq[i] (float32, as Hugging Face computes it;     \
+  inv_freq: hd/2 floats in the backend's memory). With inverse the rotation is undone: the         \
+  backward of the forward. hd is even. */                                                          \
   X(rope, ROPE,                                                                                    \
-    (float *x, int N, int T, int pos0, int heads, int hd, int ld, const float *inv_freq,           \
-     int inverse),                                                                                 \
-    (x, N, T, pos0, heads, hd, ld, inv_freq, inverse), GUARDED)                                    \
+    (float *x, int N, int T, int pos0, const int32_t *pos, int heads, int hd, int ld,              \
+     const float *inv_freq, int inverse),                                                          \
+    (x, N, T, pos0, pos, heads, hd, ld, inv_freq, inverse), GUARDED)                               \
   /* Grouped-query attention over the multi-head kernels: Gl key/value heads shared by Hl query    \
   heads, head h using group h / (Hl/Gl) (Hugging Face's repeat_kv, Megatron's repeat_interleave).  \
   Forward (reduce 0): rows of src (N, (Hl + 2*Gl)*hd), [q | k | v], become rows of dst             \
@@ -328,14 +329,16 @@ MGT_NODISCARD mgt_status mgt_be_sync(const mgt_backend *be);
     (float *out, const int32_t *tokens, const float *wte, int N, int C, int v0, int Vl),           \
     (out, tokens, wte, N, C, v0, Vl), PLAIN)                                                       \
   /* x(N,C) += wpe(T,C): row n is position (t0 + n) mod T (t0 > 0: a rank's rows under             \
-  sequence parallelism) */                                                                         \
-  X(add_position, ADD_POSITION, (float *x, const float *wpe, int N, int t0, int T, int C),         \
-    (x, wpe, N, t0, T, C), PLAIN)                                                                  \
-  /* dwte[tok - v0] += dout for tokens in range; dwpe = [dwpe +] sum over the batch. */            \
+  sequence parallelism), or pos[n] when pos (N ints, backend memory) is given */                   \
+  X(add_position, ADD_POSITION,                                                                    \
+    (float *x, const float *wpe, int N, int t0, int T, int C, const int32_t *pos),                 \
+    (x, wpe, N, t0, T, C, pos), PLAIN)                                                             \
+  /* dwte[tok - v0] += dout for tokens in range; dwpe = [dwpe +] the sum of each position's rows   \
+  (row n at n % T, or pos[n] when pos is given), rows in order. */                                 \
   X(embedding_backward, EMBEDDING_BACKWARD,                                                        \
-    (float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B, int T, int C,      \
-     int v0, int Vl, int accumulate),                                                              \
-    (dwte, dwpe, dout, tokens, B, T, C, v0, Vl, accumulate), PLAIN)                                \
+    (float *dwte, float *dwpe, const float *dout, const int32_t *tokens, const int32_t *pos,       \
+     int B, int T, int C, int v0, int Vl, int accumulate),                                         \
+    (dwte, dwpe, dout, tokens, pos, B, T, C, v0, Vl, accumulate), PLAIN)                           \
   /* out = [res +] dropout(x) over n elements: element i is element d->first + i of the            \
   micro-batch, whose samples are `row` elements each; p = 0 is a plain add/copy. out may           \
   alias x. */                                                                                      \

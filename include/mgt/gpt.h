@@ -108,8 +108,9 @@ typedef struct mgt_gpt_training {
   /* Mixture-of-Experts' auxiliary losses: MGT_MOE_LB_AUX (or _NONE), their coefficients */
   int moe_load_balancing;
   double moe_aux_coeff, moe_z_coeff;
-  int moe_allgather; /* expert parallelism's rows travel by all-gather and reduce-scatter */
-  int eod_mask;      /* --eod-mask-loss: no loss where the input is this token (-1: none) */
+  int moe_allgather;   /* expert parallelism's rows travel by all-gather and reduce-scatter */
+  int eod_mask;        /* --eod-mask-loss: no loss where the input is this token (-1: none) */
+  int reset_positions; /* --reset-position-ids: positions restart after this token (-1: no) */
 } mgt_gpt_training;
 /* Makes m a model being trained as t says and initializes its parameters from t->seed. Not
    collective. */

@@ -297,18 +297,18 @@ mgt_status cpu_attention_decode(void *ctx, float *out, const float *q, const flo
 }
 
 /* Rotary positions (Llama's), Hugging Face's half-split pairs; the angle in float32 as there. */
-mgt_status cpu_rope(void *ctx, float *x, int N, int T, int pos0, int heads, int hd, int ld,
-                    const float *inv_freq, int inverse) {
+mgt_status cpu_rope(void *ctx, float *x, int N, int T, int pos0, const int32_t *pos, int heads,
+                    int hd, int ld, const float *inv_freq, int inverse) {
   (void)ctx;
   const int half = hd / 2;
   const float sign = inverse ? -1.0f : 1.0f;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
-    const float pos = (float)(pos0 + n % T);
+    const float at = (float)(pos ? pos[n] : pos0 + n % T);
     for (int h = 0; h < heads; h++) {
       float *v = x + (size_t)n * ld + (size_t)h * hd;
       for (int i = 0; i < half; i++) {
-        const float a = pos * inv_freq[i], c = cosf(a), s = sign * sinf(a);
+        const float a = at * inv_freq[i], c = cosf(a), s = sign * sinf(a);
         const float x1 = v[i], x2 = v[i + half];
         v[i] = x1 * c - x2 * s;
         v[i + half] = x2 * c + x1 * s;

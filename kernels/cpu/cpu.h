@@ -155,8 +155,8 @@ mgt_status cpu_head_rmsnorm_forward(void *ctx, float *x, int ld, float *raw, flo
 mgt_status cpu_head_rmsnorm_backward(void *ctx, float *dx, int ld, float *dw, const float *raw,
                                      const float *rstd, const float *w, int N, int heads, int hd,
                                      int accumulate);
-mgt_status cpu_rope(void *ctx, float *x, int N, int T, int pos0, int heads, int hd, int ld,
-                    const float *inv_freq, int inverse);
+mgt_status cpu_rope(void *ctx, float *x, int N, int T, int pos0, const int32_t *pos, int heads,
+                    int hd, int ld, const float *inv_freq, int inverse);
 mgt_status cpu_kv_group(void *ctx, float *dst, const float *src, int N, int Hl, int Gl, int hd,
                         int reduce);
 mgt_status cpu_bias_gelu_forward(void *ctx, float *out, float *pre, const float *b, int N, int C);
@@ -184,10 +184,11 @@ mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dou
                                         const mgt_dropout *d);
 mgt_status cpu_embedding_forward(void *ctx, float *out, const int32_t *tokens, const float *wte,
                                  int N, int C, int v0, int Vl);
-mgt_status cpu_add_position(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C);
+mgt_status cpu_add_position(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C,
+                            const int32_t *pos);
 mgt_status cpu_embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
-                                  const int32_t *tokens, int B, int T, int C, int v0, int Vl,
-                                  int accumulate);
+                                  const int32_t *tokens, const int32_t *pos, int B, int T, int C,
+                                  int v0, int Vl, int accumulate);
 mgt_status cpu_dropout_forward(void *ctx, float *out, const float *x, const float *res, size_t n,
                                size_t row, const mgt_dropout *d);
 mgt_status cpu_dropout_backward(void *ctx, float *dx, const float *dout, size_t n, size_t row,

@@ -16,11 +16,12 @@ mgt_status cpu_embedding_forward(void *ctx, float *out, const int32_t *tokens, c
   return MGT_OK;
 }
 
-mgt_status cpu_add_position(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C) {
+mgt_status cpu_add_position(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C,
+                            const int32_t *pos) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     float *r = x + (size_t)n * C;
-    const float *p = wpe + (size_t)((t0 + n) % T) * C;
+    const float *p = wpe + (size_t)(pos ? pos[n] : (t0 + n) % T) * C;
 #pragma omp simd
     for (int c = 0; c < C; c++)
       r[c] += p[c];
@@ -29,8 +30,8 @@ mgt_status cpu_add_position(void *ctx, float *x, const float *wpe, int N, int t0
 }
 
 mgt_status cpu_embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
-                                  const int32_t *tokens, int B, int T, int C, int v0, int Vl,
-                                  int accumulate) {
+                                  const int32_t *tokens, const int32_t *pos, int B, int T, int C,
+                                  int v0, int Vl, int accumulate) {
   /* Threads own column ranges: a token seen twice adds in row order, without races. */
 #pragma omp parallel
   {
@@ -45,7 +46,18 @@ mgt_status cpu_embedding_backward(void *ctx, float *dwte, float *dwpe, const flo
       for (int c = c0; c < c1; c++)
         w[c] += d[c];
     }
-    if (dwpe) {
+    if (dwpe && pos) { /* positions of their own (reset after each document): rows in order */
+      for (int t = 0; t < T && !accumulate; t++)
+        for (int c = c0; c < c1; c++)
+          dwpe[(size_t)t * C + c] = 0.0f;
+      for (int n = 0; n < B * T; n++) {
+        float *w = dwpe + (size_t)pos[n] * C;
+        const float *d = dout + (size_t)n * C;
+#pragma omp simd
+        for (int c = c0; c < c1; c++)
+          w[c] += d[c];
+      }
+    } else if (dwpe) {
       for (int t = 0; t < T; t++) {
         float *w = dwpe + (size_t)t * C;
         if (!accumulate)

@@ -147,14 +147,14 @@ mgt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, cons
 }
 
 /* Rotary positions (Llama's), Hugging Face's half-split pairs: one thread per pair. */
-__global__ void k_rope(float *x, int T, int pos0, int heads, int hd, int ld, const float *inv_freq,
-                       float sign, size_t n) {
+__global__ void k_rope(float *x, int T, int pos0, const int32_t *pos, int heads, int hd, int ld,
+                       const float *inv_freq, float sign, size_t n) {
   const int half = hd / 2;
   GRID_STRIDE(k, n) {
     const size_t row = k / ((size_t)heads * half);
     const int h = (int)(k / half % heads), i = (int)(k % half);
     float *v = x + row * ld + (size_t)h * hd;
-    const float a = (float)(pos0 + (int)(row % T)) * inv_freq[i];
+    const float a = (float)(pos ? pos[row] : pos0 + (int)(row % T)) * inv_freq[i];
     const float c = cosf(a), s = sign * sinf(a), x1 = v[i], x2 = v[i + half];
     v[i] = x1 * c - x2 * s;
     v[i + half] = x2 * c + x1 * s;
@@ -197,11 +197,11 @@ mgt_status cu_kv_group(void *ctx, float *dst, const float *src, int N, int Hl, i
   return MGT_OK;
 }
 
-mgt_status cu_rope(void *ctx, float *x, int N, int T, int pos0, int heads, int hd, int ld,
-                   const float *inv_freq, int inverse) {
+mgt_status cu_rope(void *ctx, float *x, int N, int T, int pos0, const int32_t *pos, int heads,
+                   int hd, int ld, const float *inv_freq, int inverse) {
   const size_t n = (size_t)N * heads * (hd / 2);
   if (n == 0) return MGT_OK;
-  k_rope<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(x, T, pos0, heads, hd, ld, inv_freq,
+  k_rope<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(x, T, pos0, pos, heads, hd, ld, inv_freq,
                                                           inverse ? -1.0f : 1.0f, n);
   LAUNCHED();
   return MGT_OK;

@@ -304,8 +304,8 @@ mgt_status cu_head_rmsnorm_forward(void *ctx, float *x, int ld, float *raw, floa
 mgt_status cu_head_rmsnorm_backward(void *ctx, float *dx, int ld, float *dw, const float *raw,
                                     const float *rstd, const float *w, int N, int heads, int hd,
                                     int accumulate);
-mgt_status cu_rope(void *ctx, float *x, int N, int T, int pos0, int heads, int hd, int ld,
-                   const float *inv_freq, int inverse);
+mgt_status cu_rope(void *ctx, float *x, int N, int T, int pos0, const int32_t *pos, int heads,
+                   int hd, int ld, const float *inv_freq, int inverse);
 mgt_status cu_kv_group(void *ctx, float *dst, const float *src, int N, int Hl, int Gl, int hd,
                        int reduce);
 mgt_status cu_layernorm_backward(void *ctx, float *dx, float *dw, float *db, const float *dout,
@@ -336,10 +336,11 @@ mgt_status cu_attention_decode(void *ctx, float *out, const float *q, const floa
                                const float *vc, int len, int Hl, int Gl, int hd);
 mgt_status cu_embedding_forward(void *ctx, float *out, const int32_t *tokens, const float *wte,
                                 int N, int C, int v0, int Vl);
-mgt_status cu_add_position(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C);
+mgt_status cu_add_position(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C,
+                           const int32_t *pos);
 mgt_status cu_embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
-                                 const int32_t *tokens, int B, int T, int C, int v0, int Vl,
-                                 int accumulate);
+                                 const int32_t *tokens, const int32_t *pos, int B, int T, int C,
+                                 int v0, int Vl, int accumulate);
 mgt_status cu_dropout_forward(void *ctx, float *out, const float *x, const float *res, size_t n,
                               size_t row, const mgt_dropout *d);
 mgt_status cu_dropout_backward(void *ctx, float *dx, const float *dout, size_t n, size_t row,

@@ -20,14 +20,19 @@ mgt_status cu_embedding_forward(void *ctx, float *out, const int32_t *tokens, co
   return MGT_OK;
 }
 
-__global__ void k_add_position(float *x, const float *wpe, int t0, int T, int C, size_t n) {
-  GRID_STRIDE(i, n) x[i] += wpe[((t0 + i / C) % T) * C + i % C];
+__global__ void k_add_position(float *x, const float *wpe, int t0, int T, int C, const int32_t *pos,
+                               size_t n) {
+  GRID_STRIDE(i, n) {
+    const size_t row = i / C, p = pos ? (size_t)pos[row] : (t0 + row) % T;
+    x[i] += wpe[p * C + i % C];
+  }
 }
 
-mgt_status cu_add_position(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C) {
+mgt_status cu_add_position(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C,
+                           const int32_t *pos) {
   size_t n = (size_t)N * C;
   if (!n) return MGT_OK;
-  k_add_position<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(x, wpe, t0, T, C, n);
+  k_add_position<<<blocks_for(n, 256), 256, 0, C_(ctx)->stream>>>(x, wpe, t0, T, C, pos, n);
   LAUNCHED();
   return MGT_OK;
 }
@@ -54,14 +59,29 @@ __global__ void k_embedding_backward_wpe(float *dwpe, const float *dout, int B, 
   }
 }
 
+/* Positions of their own: one thread per column, rows in order, as the CPU twin. */
+__global__ void k_embedding_backward_wpe_pos(float *dwpe, const float *dout, const int32_t *pos,
+                                             int N, int T, int C, int acc) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  for (int t = 0; t < T && !acc; t++)
+    dwpe[(size_t)t * C + c] = 0.0f;
+  for (int n = 0; n < N; n++)
+    dwpe[(size_t)pos[n] * C + c] += dout[(size_t)n * C + c];
+}
+
 mgt_status cu_embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout,
-                                 const int32_t *tokens, int B, int T, int C, int v0, int Vl,
-                                 int accumulate) {
+                                 const int32_t *tokens, const int32_t *pos, int B, int T, int C,
+                                 int v0, int Vl, int accumulate) {
   cudaStream_t s = C_(ctx)->stream;
   if (C == 0) return MGT_OK;
   k_embedding_backward_wte<<<(C + 127) / 128, 128, 0, s>>>(dwte, dout, tokens, B * T, C, v0, Vl);
   LAUNCHED();
-  if (dwpe && (size_t)T * C > 0) {
+  if (dwpe && pos) {
+    k_embedding_backward_wpe_pos<<<(C + 127) / 128, 128, 0, s>>>(dwpe, dout, pos, B * T, T, C,
+                                                                 accumulate);
+    LAUNCHED();
+  } else if (dwpe && (size_t)T * C > 0) {
     k_embedding_backward_wpe<<<blocks_for((size_t)T * C, 256), 256, 0, s>>>(dwpe, dout, B, T, C,
                                                                             accumulate);
     LAUNCHED();

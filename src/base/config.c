@@ -333,6 +333,8 @@ static const mgt_flag flags[] = {
     BOOL("--eod-mask-loss", eod_mask_loss,
          "no loss where the input token is the tokenizer's end of document, so that no "
          "document's first token is predicted from the one before (Megatron-LM's)"),
+    BOOL("--reset-position-ids", reset_position_ids,
+         "positions restart at 0 after each end-of-document token within a sample (Megatron-LM's)"),
     {"--data-path", MGT_FLAG_LIST, OFF(data_path), 0, 0,
      "dataset prefix P (P.h5 from mgt preprocess), or weights and prefixes W1 P1 W2 P2 ...", NULL,
      sizeof(((mgt_config *)0)->data_path), 0},

@@ -123,6 +123,7 @@ struct mgt_gpt {
   float *lnf, *lnf_mean, *lnf_rstd, *logits;
   mgt_tp_xent xent;
   int32_t *inputs, *targets;
+  int32_t *positions; /* (N) each input's position when they restart after each document */
   float *dres, *dtmp, *dqkv, *datty, *dfch, *att_scratch;
   float *inv_freq; /* (hd/2) rotary frequencies, with --position-embedding-type rope */
   float *qkvx;     /* (N, 3*Cl) grouped-query attention: the groups repeated for the heads, then the
@@ -164,7 +165,7 @@ struct mgt_gpt {
   int32_t *host_rows; /* (B*P) staging of masked rows, then labels */
   int32_t *host_b;    /* (4B) per-sample staging: lengths, order labels, predictions */
 
-  int32_t *host_tokens; /* (N) staging of inputs and targets */
+  int32_t *host_tokens; /* (N) staging of inputs and targets, then of positions */
   /* data parallelism over the flat buffers: buckets of the final LayerNorm and heads, the
      layers last to first, the embeddings (bucket_range in gpt.c) */
   mgt_ddp *ddp;

@@ -55,6 +55,12 @@ mgt_status gpt_norm_gain(const mgt_gpt *m, const float *w, const float **gain) {
   return gpt_norm_gain_n(m, w, m->d.C, gain);
 }
 
+/* Each input's position when they restart after each document (--reset-position-ids), else
+   NULL: row % T. */
+static const int32_t *positions(const mgt_gpt *m) {
+  return m->run.reset_positions >= 0 ? m->positions : NULL;
+}
+
 /* --qk-layernorm: RMSNorm over each local head's query and key of the N rows of the QKV
    projection, in place, keeping their inputs in a. */
 static mgt_status qk_norm_forward(mgt_gpt *m, float *qkv, int N, layer_acts *a, float *const *w) {
@@ -164,7 +170,8 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
   MGT_CHECK(mgt_tp_column_forward(&m->tp, qg, in, w[P_QKV_W], w[P_QKV_B], N, C, d->QKVl));
   if (d->spec.qk_norm) MGT_CHECK(qk_norm_forward(m, qg, N, a, w));
   if (m->inv_freq && !r->kc) /* q and k of every local head turned by their position */
-    MGT_CHECK(mgt_be_rope(be, qg, N, d->T, 0, d->Hl + d->Gl, d->hd, d->QKVl, m->inv_freq, 0));
+    MGT_CHECK(mgt_be_rope(be, qg, N, d->T, 0, positions(m), d->Hl + d->Gl, d->hd, d->QKVl,
+                          m->inv_freq, 0));
   if (r->kc) { /* decoding: each row's key and value join its cache, which its query reads */
     const size_t bytes = sizeof(float) * (size_t)KVl;
     for (int i = 0; i < N; i++) {
@@ -173,8 +180,8 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
       float *kc = r->kc + base, *vc = r->vc + base;
       const size_t at = (size_t)r->pos[i] * KVl;
       if (m->inv_freq)
-        MGT_CHECK(
-            mgt_be_rope(be, qi, 1, 1, r->pos[i], d->Hl + d->Gl, d->hd, d->QKVl, m->inv_freq, 0));
+        MGT_CHECK(mgt_be_rope(be, qi, 1, 1, r->pos[i], NULL, d->Hl + d->Gl, d->hd, d->QKVl,
+                              m->inv_freq, 0));
       MGT_CHECK(mgt_be_copy(be, kc + at, qi + Cl, bytes));
       MGT_CHECK(mgt_be_copy(be, vc + at, qi + Cl + KVl, bytes));
       MGT_CHECK(mgt_be_attention_decode(be, a->atty + (size_t)i * Cl, qi, kc, vc, r->pos[i] + 1,
@@ -235,7 +242,8 @@ mgt_status gpt_trunk_forward(mgt_gpt *m, const step_ctx *s) {
     MGT_CHECK(mgt_tp_embedding_forward(&m->tp, m->res[0], m->inputs, wte, N, C, d->v0, d->Vl));
   if (m->ix.wpe >= 0) /* a table of positions; rotary ones turn q and k in each layer */
     MGT_CHECK(mgt_be_add_position(be, m->res[0], m->w + m->params[m->ix.wpe].offset, Nl,
-                                  d->r0 % d->T, d->T, C));
+                                  d->r0 % d->T, d->T, C,
+                                  m->run.reset_positions >= 0 ? m->positions + d->r0 : NULL));
   if (m->ix.tte >= 0) { /* two rows, replicated: a local lookup added in */
     const float *tte = m->w + m->params[m->ix.tte].offset;
     MGT_CHECK(mgt_be_embedding_forward(be, m->dtmp, m->types + d->r0, tte, Nl, C, 0, 2));
@@ -400,7 +408,8 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
     dqg = m->qkvx;
   }
   if (m->inv_freq) /* the rotation's transpose: back to the gradient of the projections */
-    MGT_CHECK(mgt_be_rope(be, dqg, N, d->T, 0, d->Hl + d->Gl, d->hd, d->QKVl, m->inv_freq, 1));
+    MGT_CHECK(mgt_be_rope(be, dqg, N, d->T, 0, positions(m), d->Hl + d->Gl, d->hd, d->QKVl,
+                          m->inv_freq, 1));
   if (d->spec.qk_norm) MGT_CHECK(qk_norm_backward(m, dqg, a, w, g, acc));
   MGT_CHECK(column_back(m, &dln, g[P_QKV_W], g[P_QKV_B], dqg, a->ln1, w[P_QKV_W], d->QKVl, acc));
   MGT_CHECK(post_ln_residual(m, dln, dres));
@@ -451,13 +460,13 @@ mgt_status gpt_trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int
      untied one writes its own */
   if ((d->spec.task || d->spec.untied) && !accumulate)
     MGT_CHECK(mgt_be_zero(be, gwte, sizeof(float) * m->params[m->ix.wte].numel));
-  MGT_CHECK(mgt_be_embedding_backward(be, gwte, gwpe, demb, m->inputs, d->B, d->T, C, d->v0, d->Vl,
-                                      accumulate));
+  MGT_CHECK(mgt_be_embedding_backward(be, gwte, gwpe, demb, m->inputs, positions(m), d->B, d->T, C,
+                                      d->v0, d->Vl, accumulate));
   if (m->ix.tte >= 0) {
     float *gtte = m->g + m->params[m->ix.tte].offset;
     if (!accumulate) MGT_CHECK(mgt_be_zero(be, gtte, sizeof(float) * 2 * (size_t)C));
-    MGT_CHECK(
-        mgt_be_embedding_backward(be, gtte, NULL, demb, m->types, d->B, d->T, C, 0, 2, accumulate));
+    MGT_CHECK(mgt_be_embedding_backward(be, gtte, NULL, demb, m->types, NULL, d->B, d->T, C, 0, 2,
+                                        accumulate));
   }
   if (dp_sync) {
     MGT_CHECK(mgt_ddp_start_bucket(m->ddp, d->L + 1));

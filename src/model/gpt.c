@@ -92,7 +92,7 @@ mgt_status mgt_gpt_create(const mgt_model_spec *spec, const mgt_model_layout *la
   MGT_CHECK(mgt_calloc(sizeof *m, "model", (void **)&m));
   m->layout = *layout;
   m->run.ddp_bucket_size = DEFAULT_BUCKET;
-  m->run.eod_mask = -1; /* every token has a loss until a trainer says */
+  m->run.eod_mask = m->run.reset_positions = -1; /* as in one document, until a trainer says */
   m->grid = grid;
   m->be = be;
   m->comm = comm;
@@ -150,7 +150,7 @@ mgt_status mgt_gpt_create(const mgt_model_spec *spec, const mgt_model_layout *la
                     d->act16);
     MGT_TRY(mgt_be_set_act16(be, m->act16, m->act16_bytes));
   }
-  MGT_TRY(mgt_calloc(sizeof(int32_t) * 2 * (size_t)d->B * d->T, "token staging",
+  MGT_TRY(mgt_calloc(sizeof(int32_t) * 3 * (size_t)d->B * d->T, "token staging",
                      (void **)&m->host_tokens));
   if (m->inv_freq) {
     float f[d->hd / 2];
