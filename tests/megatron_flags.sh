@@ -328,6 +328,22 @@ fi
 grep -E -q "^layout: .*backend cpu \(BLAS: [^)]*\) \(--device not given: cpu, (not every rank sees a GPU|this mgt was built without CUDA)\)|^layout: .*backend cuda: .*\(--device not given: cuda, every rank sees a GPU\)" "$tmp/out" &&
   "$MGT" train "${G[@]}" --train-iters 1 --device cpu 2>&1 | grep -q "^layout: .*backend cpu (BLAS: [^)]*);" &&
   echo "ok: $(grep -o -- '--device not given: [^)]*' "$tmp/out")" || { fail "the device chosen"; grep -E "^layout|error" "$tmp/out"; }
+# --num-microbatches-in-minibatch (Megatron-LM 2020's): micro-batch x it x dp, the run of that
+# --global-batch-size bit for bit
+k=0
+for how in "--num-microbatches-in-minibatch 3" "--global-batch-size 12"; do
+  k=$((k + 1))
+  # shellcheck disable=SC2086
+  "$MPIEXEC" -n 2 "$MGT" train --mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 \
+    --seq-length 16 --micro-batch-size 2 --lr 1e-3 --log-interval 1 --train-iters 2 $how \
+    --metrics-file "$tmp/mb$k.jsonl" > "$tmp/out" 2>&1 ||
+    { fail "a run with $how"; grep error "$tmp/out"; }
+done
+[ "$(numbers "$tmp/mb1.jsonl")" = "$(numbers "$tmp/mb2.jsonl")" ] && grep -q '"iteration":2,"consumed_samples":24' "$tmp/mb1.jsonl" &&
+  echo "ok: --num-microbatches-in-minibatch 3 at micro-batch 2 on 2 ranks is --global-batch-size 12" ||
+  fail "--num-microbatches-in-minibatch: not --global-batch-size 12"
+expect_error "--num-microbatches-in-minibatch 3 makes a global batch of 6" \
+  "$MGT" train "${G[@]}" --num-microbatches-in-minibatch 3 --global-batch-size 4
 expect_error "--optimizer sgd: mgt's optimizer is AdamW" "$MGT" train "${G[@]}" --optimizer sgd
 expect_error "--multi-latent-attention: mgt has no multi-latent attention: train with --group-query-attention" \
   "$MGT" train "${G[@]}" --multi-latent-attention --q-lora-rank 8

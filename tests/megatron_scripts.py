@@ -28,6 +28,7 @@ RENAMES = {"--batch-size": ["--micro-batch-size"], "--warmup": ["--lr-warmup-fra
 # examples of the paper's era
 STARTS = ["2019-pretrain_gpt2.args", "2019-pretrain_gpt2_model_parallel.args",
           "2020-pretrain_gpt2.args", "2020-pretrain_gpt2_distributed.args",
+          "2020-pretrain_gpt2_distributed_with_mp.args",
           "2020-pretrain_bert_distributed.args", "2021-pretrain_gpt.args",
           "2021-pretrain_gpt_distributed.args", "2021-pretrain_gpt_distributed_with_mp.args",
           "2021-pretrain_bert.args", "2021-pretrain_bert_distributed_with_mp.args",

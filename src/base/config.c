@@ -333,6 +333,9 @@ static const mgt_flag flags[] = {
     BOOL("--eod-mask-loss", eod_mask_loss,
          "no loss where the input token is the tokenizer's end of document, so that no "
          "document's first token is predicted from the one before (Megatron-LM's)"),
+    INT("--num-microbatches-in-minibatch", num_microbatches_in_minibatch, 0, 1 << 20,
+        "Megatron-LM 2020's: micro-batches accumulated per step; the global batch is "
+        "--micro-batch-size x it x the data-parallel size (--global-batch-size since)"),
     BOOL("--reset-position-ids", reset_position_ids,
          "positions restart at 0 after each end-of-document token within a sample (Megatron-LM's)"),
     {"--data-path", MGT_FLAG_LIST, OFF(data_path), 0, 0,

@@ -146,9 +146,6 @@ static const mgt_foreign_flag megatron[] = {
     REFUSED("--max-preds-per-seq", 1,
             "Megatron-LM 2019's: mgt masks up to --mask-prob of each sample's tokens, as "
             "Megatron-LM since 2020; leave it out"),
-    REFUSED("--num-microbatches-in-minibatch", 1,
-            "Megatron-LM 2020's: give --global-batch-size (micro-batch size x micro-batches x "
-            "data-parallel size)"),
     NOTE("--no-check-for-nan-in-loss-and-grad", 0,
          "mgt finds a non-finite loss or gradient norm always and skips that update "
          "(--max-skipped-iterations stops the run)"),

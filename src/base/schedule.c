@@ -133,6 +133,16 @@ mgt_status mgt_config_batches(mgt_config *c, int dp, mgt_batch_schedule *s) {
                   "--micro-batch-size %d times the data-parallel size %d",
                   (long long)s->batch[k], c->micro_batch_size, dp);
   }
+  if (c->num_microbatches_in_minibatch > 0) { /* Megatron-LM 2020's accumulation count */
+    const int64_t g = unit * c->num_microbatches_in_minibatch;
+    MGT_REQUIRE(g <= (1 << 30) && (c->global_batch_size == 0 || c->global_batch_size == g),
+                "--num-microbatches-in-minibatch %d makes a global batch of %lld "
+                "(--micro-batch-size %d x it x the data-parallel size %d): --global-batch-size %d "
+                "differs",
+                c->num_microbatches_in_minibatch, (long long)g, c->micro_batch_size, dp,
+                c->global_batch_size);
+    c->global_batch_size = (int)g;
+  }
   if (c->global_batch_size == 0) c->global_batch_size = (int)unit;
   s->global_batch = c->global_batch_size;
   const int64_t *ramp = s->ramp;
