@@ -372,16 +372,18 @@ static void test_attention(void) {
         float *Pd = dev(NULL, np * 4), *scrd = dev(NULL, np * 4), *dqd = dev(NULL, nq * 4);
         const int32_t *kl = masked ? lens[s] : NULL;
         int32_t *kld = masked ? (int32_t *)dev(lens[s], sizeof lens[s]) : NULL;
-        T_OK(mgt_be_attention_forward(cpu, out, P, qkv, B, T, Hl, hd, off, H, kl, &d, scr));
-        T_OK(mgt_be_attention_forward(gpu, outd, Pd, qkvd, B, T, Hl, hd, off, H, kld, &d, scrd));
+        T_OK(mgt_be_attention_forward(cpu, out, P, qkv, B, T, Hl, hd, off, H, kl, NULL, &d, scr));
+        T_OK(mgt_be_attention_forward(gpu, outd, Pd, qkvd, B, T, Hl, hd, off, H, kld, NULL, &d,
+                                      scrd));
         char what[96];
         snprintf(what, sizeof what, "attention B%d T%d Hl%d hd%d drop %d masked %d", B, T, Hl, hd,
                  drop, masked);
         same(what, outd, out, no, 1e-5);
         same("attention probabilities", Pd, P, np, 1e-5);
-        T_OK(mgt_be_attention_backward(cpu, dq, dout, qkv, P, B, T, Hl, hd, off, H, kl, &d, scr));
-        T_OK(mgt_be_attention_backward(gpu, dqd, doutd, qkvd, Pd, B, T, Hl, hd, off, H, kld, &d,
-                                       scrd));
+        T_OK(mgt_be_attention_backward(cpu, dq, dout, qkv, P, B, T, Hl, hd, off, H, kl, NULL, &d,
+                                       scr));
+        T_OK(mgt_be_attention_backward(gpu, dqd, doutd, qkvd, Pd, B, T, Hl, hd, off, H, kld, NULL,
+                                       &d, scrd));
         same("attention dqkv", dqd, dq, nq, 1e-5);
         void *all[] = {qkvd, doutd, outd, Pd, scrd, dqd, kld};
         for (size_t i = 0; i < 7; i++)
@@ -457,17 +459,17 @@ static void flash_case_free(flash_case *f) {
 /* The CPU's forward into out and lse, then its backward from them into dq (host buffers). */
 static void flash_cpu(const flash_case *f, float *out, float *lse, float *dq) {
   T_OK(mgt_be_flash_attention_forward(cpu, out, lse, f->qkv, f->B, f->T, f->Hl, f->hd, f->off,
-                                      f->kl, &f->d));
+                                      f->kl, NULL, &f->d));
   T_OK(mgt_be_flash_attention_backward(cpu, dq, f->dout, f->qkv, out, lse, f->B, f->T, f->Hl, f->hd,
-                                       f->off, f->kl, &f->d));
+                                       f->off, f->kl, NULL, &f->d));
 }
 
 /* The same on the GPU, into the case's device out, lse and dqkv. */
 static void flash_gpu(const flash_case *f) {
   T_OK(mgt_be_flash_attention_forward(gpu, f->outd, f->lsed, f->qkvd, f->B, f->T, f->Hl, f->hd,
-                                      f->off, f->kld, &f->d));
+                                      f->off, f->kld, NULL, &f->d));
   T_OK(mgt_be_flash_attention_backward(gpu, f->dqd, f->doutd, f->qkvd, f->outd, f->lsed, f->B, f->T,
-                                       f->Hl, f->hd, f->off, f->kld, &f->d));
+                                       f->Hl, f->hd, f->off, f->kld, NULL, &f->d));
 }
 
 /* Flash attention against its CPU twin (kernels/cpu/flash.c): output, row log-sum-exp and

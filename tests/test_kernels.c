@@ -707,7 +707,20 @@ typedef struct att_ctx {
   const mgt_dropout *d;
   const double *dout;
   const int32_t *keylen; /* NULL: causal */
+  const int32_t *kfirst; /* NULL: from key 0; else each row's document's first key */
 } att_ctx;
+
+/* Documents of 3 or 5 tokens (samples in turn), of 70 or 40 where T spans tiles: each row's
+   first key, its document's first row (--reset-attention-mask). */
+static int32_t *doc_starts(int B, int T) {
+  int32_t *f = malloc(sizeof(int32_t) * (size_t)B * T);
+  for (int b = 0; b < B; b++) {
+    const int len = T > 64 ? (b ? 40 : 70) : (b % 2 ? 5 : 3);
+    for (int i = 0; i < T; i++)
+      f[(size_t)b * T + i] = i - i % len;
+  }
+  return f;
+}
 
 /* Keys row i of sample b sees: j <= i (causal) or j < keylen[b] (padding mask). */
 static int ref_lim(const att_ctx *c, int b, int i) { return c->keylen ? c->keylen[b] : i + 1; }
@@ -722,8 +735,10 @@ static void att_ref(const double *qkv, const att_ctx *c, double *out, double *P)
       for (int i = 0; i < T; i++) {
         const double *q = qkv + ((size_t)b * T + i) * ld + h * c->hd;
         double mx = -1e300, s = 0;
-        const int lim = ref_lim(c, b, i);
-        for (int j = 0; j < lim; j++) {
+        const int lim = ref_lim(c, b, i), lo = c->kfirst ? c->kfirst[(size_t)b * T + i] : 0;
+        for (int j = 0; j < lo; j++)
+          row[j] = 0;
+        for (int j = lo; j < lim; j++) {
           const double *k = qkv + ((size_t)b * T + j) * ld + Cl + h * c->hd;
           double dot = 0;
           for (int e = 0; e < c->hd; e++)
@@ -731,17 +746,17 @@ static void att_ref(const double *qkv, const att_ctx *c, double *out, double *P)
           row[j] = dot * scale;
           if (row[j] > mx) mx = row[j];
         }
-        for (int j = 0; j < lim; j++)
+        for (int j = lo; j < lim; j++)
           s += (row[j] = exp(row[j] - mx));
         for (int j = 0; j < T; j++) {
-          double p = j < lim ? row[j] / s : 0.0;
+          double p = j >= lo && j < lim ? row[j] / s : 0.0;
           if (P) P[(((size_t)b * c->Hl + h) * T + i) * T + j] = p;
           row[j] = p;
         }
         double *o = out + ((size_t)b * T + i) * Cl + h * c->hd;
         for (int e = 0; e < c->hd; e++)
           o[e] = 0;
-        for (int j = 0; j < lim; j++) {
+        for (int j = lo; j < lim; j++) {
           double p = row[j];
           if (c->d->p > 0) {
             uint64_t word = (((uint64_t)(c->head_offset + h) * T) + i) * T + j;
@@ -766,8 +781,8 @@ static double att_obj(const double *qkv, void *p) {
   return s;
 }
 
-/* Causal, and the padding mask with lengths from 1 to T (keys past a length must neither
-   receive probability nor gradient). */
+/* Causal, the padding mask with lengths from 1 to T (keys past a length must neither receive
+   probability nor gradient), and documents kept apart (keys before a row's document neither). */
 static void test_attention(void) {
   int shapes[][5] = {/* B, T, Hl, hd, head_offset */
                      {1, 1, 1, 4, 0},
@@ -776,11 +791,12 @@ static void test_attention(void) {
                      {3, 8, 1, 16, 1}};
   float drops[] = {0.0f, 0.3f};
   const int32_t lens[4][3] = {{1, 1, 1}, {5, 2, 1}, {11, 1, 1}, {8, 1, 3}};
-  for (int masked = 0; masked < 2; masked++)
+  for (int masked = 0; masked < 3; masked++)
     for (size_t s = 0; s < 4; s++)
       for (int di = 0; di < 2; di++) {
-        const int32_t *kl = masked ? lens[s] : NULL;
+        const int32_t *kl = masked == 1 ? lens[s] : NULL;
         int B = shapes[s][0], T = shapes[s][1], Hl = shapes[s][2], hd = shapes[s][3];
+        int32_t *kf = masked == 2 ? doc_starts(B, T) : NULL;
         int Cl = Hl * hd, H = shapes[s][4] + Hl;
         mgt_dropout d = {drops[di], 99, 1000, 3, MGT_DROPOUT_ATTN, 0};
         size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, np = (size_t)B * Hl * T * T;
@@ -789,9 +805,10 @@ static void test_attention(void) {
         double *Q = da(nq), *ro = da(no), *rP = da(np), *dd = da(no), *g = da(nq);
         t_fill(qkv, nq, 1.5f);
         to_double(qkv, Q, nq);
-        att_ctx c = {B, T, Hl, hd, shapes[s][4], &d, NULL, kl};
+        att_ctx c = {B, T, Hl, hd, shapes[s][4], &d, NULL, kl, kf};
         att_ref(Q, &c, ro, rP);
-        T_OK(mgt_be_attention_forward(be, out, P, qkv, B, T, Hl, hd, shapes[s][4], H, kl, &d, scr));
+        T_OK(mgt_be_attention_forward(be, out, P, qkv, B, T, Hl, hd, shapes[s][4], H, kl, kf, &d,
+                                      scr));
         T_CLOSE("attention_forward out", out, ro, no, 1e-5, 1e-4);
         T_CLOSE("attention_forward P", P, rP, np, 1e-6, 1e-4);
         t_fill(dout, no, 1);
@@ -799,10 +816,10 @@ static void test_attention(void) {
         c.dout = dd;
         fd_grad(att_obj, Q, nq, &c, g);
         T_OK(mgt_be_attention_backward(be, dqkv, dout, qkv, P, B, T, Hl, hd, shapes[s][4], H, kl,
-                                       &d, scr));
+                                       kf, &d, scr));
         T_CLOSE("attention_backward", dqkv, g, nq, 1e-4, 1e-3);
         free(qkv), free(out), free(P), free(scr), free(dout), free(dqkv), free(Q), free(ro),
-            free(rP), free(dd), free(g);
+            free(rP), free(dd), free(g), free(kf);
       }
 }
 
@@ -816,11 +833,12 @@ static void test_flash_attention(void) {
                      {3, 8, 1, 16, 1}, {2, 150, 2, 8, 1}, {1, 130, 1, 16, 0}};
   const int32_t lens[6][3] = {{1, 1, 1}, {5, 2, 1}, {11, 1, 1}, {8, 1, 3}, {150, 77}, {64}};
   float drops[] = {0.0f, 0.3f};
-  for (int masked = 0; masked < 2; masked++)
+  for (int masked = 0; masked < 3; masked++) /* causal, padding, documents kept apart */
     for (size_t s = 0; s < 6; s++)
       for (int di = 0; di < 2; di++) {
-        const int32_t *kl = masked ? lens[s] : NULL;
+        const int32_t *kl = masked == 1 ? lens[s] : NULL;
         int B = shapes[s][0], T = shapes[s][1], Hl = shapes[s][2], hd = shapes[s][3];
+        int32_t *kf = masked == 2 ? doc_starts(B, T) : NULL;
         int Cl = Hl * hd, H = shapes[s][4] + Hl, small = T < 64;
         mgt_dropout d = {drops[di], 99, 1000, 3, MGT_DROPOUT_ATTN, 0};
         size_t nq = (size_t)B * T * 3 * Cl, no = (size_t)B * T * Cl, np = (size_t)B * Hl * T * T;
@@ -829,29 +847,30 @@ static void test_flash_attention(void) {
         double *Q = da(nq), *ro = da(no), *dd = da(no), *g = da(nq);
         t_fill(qkv, nq, 1.5f);
         to_double(qkv, Q, nq);
-        att_ctx c = {B, T, Hl, hd, shapes[s][4], &d, NULL, kl};
+        att_ctx c = {B, T, Hl, hd, shapes[s][4], &d, NULL, kl, kf};
         att_ref(Q, &c, ro, NULL);
-        T_OK(mgt_be_flash_attention_forward(be, out, lse, qkv, B, T, Hl, hd, shapes[s][4], kl, &d));
+        T_OK(mgt_be_flash_attention_forward(be, out, lse, qkv, B, T, Hl, hd, shapes[s][4], kl, kf,
+                                            &d));
         T_CLOSE("flash_attention_forward out", out, ro, no, 1e-5, 1e-4);
         t_fill(dout, no, 1);
         T_OK(mgt_be_flash_attention_backward(be, dqkv, dout, qkv, out, lse, B, T, Hl, hd,
-                                             shapes[s][4], kl, &d));
+                                             shapes[s][4], kl, kf, &d));
         if (small) {
           to_double(dout, dd, no);
           c.dout = dd;
           fd_grad(att_obj, Q, nq, &c, g);
         } else {
-          T_OK(mgt_be_attention_forward(be, ref_out, P, qkv, B, T, Hl, hd, shapes[s][4], H, kl, &d,
-                                        scr));
+          T_OK(mgt_be_attention_forward(be, ref_out, P, qkv, B, T, Hl, hd, shapes[s][4], H, kl, kf,
+                                        &d, scr));
           T_OK(mgt_be_attention_backward(be, ref_d, dout, qkv, P, B, T, Hl, hd, shapes[s][4], H, kl,
-                                         &d, scr));
+                                         kf, &d, scr));
           to_double(ref_d, g, nq);
         }
         T_CLOSE(small ? "flash_attention_backward (finite differences)"
                       : "flash_attention_backward (materialized kernel)",
                 dqkv, g, nq, 1e-4, 1e-3);
         free(qkv), free(out), free(lse), free(P), free(scr), free(ref_out), free(dout), free(dqkv),
-            free(ref_d), free(Q), free(ro), free(dd), free(g);
+            free(ref_d), free(Q), free(ro), free(dd), free(g), free(kf);
       }
 }
 
@@ -862,7 +881,7 @@ static void test_attention_shards(void) {
   float *qkv = fa((size_t)B * T * 3 * C), *out = fa((size_t)B * T * C),
         *P = fa((size_t)B * H * T * T), *scr = fa((size_t)B * H * T * T);
   t_fill(qkv, (size_t)B * T * 3 * C, 1);
-  T_OK(mgt_be_attention_forward(be, out, P, qkv, B, T, H, hd, 0, H, NULL, &d, scr));
+  T_OK(mgt_be_attention_forward(be, out, P, qkv, B, T, H, hd, 0, H, NULL, NULL, &d, scr));
   int Hl = 2, Cl = Hl * hd;
   float *sq = fa((size_t)B * T * 3 * Cl), *so = fa((size_t)B * T * Cl);
   for (int r = 0; r < 2; r++) {
@@ -870,7 +889,7 @@ static void test_attention_shards(void) {
       for (int part = 0; part < 3; part++)
         memcpy(sq + (size_t)n * 3 * Cl + part * Cl, qkv + (size_t)n * 3 * C + part * C + r * Cl,
                Cl * sizeof(float));
-    T_OK(mgt_be_attention_forward(be, so, P, sq, B, T, Hl, hd, r * Hl, H, NULL, &d, scr));
+    T_OK(mgt_be_attention_forward(be, so, P, sq, B, T, Hl, hd, r * Hl, H, NULL, NULL, &d, scr));
     int same = 1;
     for (int n = 0; n < B * T; n++)
       same &= memcmp(so + (size_t)n * Cl, out + (size_t)n * C + r * Cl, Cl * sizeof(float)) == 0;
@@ -1417,7 +1436,7 @@ static void f16_forward_ref(const f16_case *c, const float *qkv, double *O, doub
   const float scale = 1.0f / sqrtf((float)hd);
   const int drop = c->d->p > 0.0f;
   const double dscale = drop ? 1.0f / (1.0f - c->d->p) : 1.0;
-  const att_ctx ac = {c->B, T, c->Hl, hd, c->off, c->d, NULL, c->keylen};
+  const att_ctx ac = {c->B, T, c->Hl, hd, c->off, c->d, NULL, c->keylen, NULL};
   double *S = da((size_t)T), *mt = da((size_t)T / F16_KEYS + 1);
   for (int b = 0; b < c->B; b++)
     for (int h = 0; h < c->Hl; h++)
@@ -1471,7 +1490,7 @@ static void f16_backward_ref(const f16_case *c, const float *qkv, const float *d
   const float scale = 1.0f / sqrtf((float)hd);
   const int drop = c->d->p > 0.0f;
   const double dscale = drop ? 1.0f / (1.0f - c->d->p) : 1.0, u = f16_u;
-  const att_ctx ac = {c->B, T, c->Hl, hd, c->off, c->d, NULL, c->keylen};
+  const att_ctx ac = {c->B, T, c->Hl, hd, c->off, c->d, NULL, c->keylen, NULL};
   const size_t nq = (size_t)c->B * T * ld;
   for (size_t x = 0; x < nq; x++)
     G[x] = bud[x] = abs_sum[x] = 0;
@@ -1588,7 +1607,8 @@ static void test_flash_attention_16(void) {
                      nat ? "native " : "", prec == MGT_PREC_BF16 ? "bf16" : "fp16", B, T, Hl, hd,
                      masked ? "masked" : "causal", (double)d.p);
             T_OK(mgt_be_set_precision(tb, (mgt_precision)prec));
-            T_OK(mgt_be_flash_attention_forward(tb, out, lse, qkv, B, T, Hl, hd, off, kl, &d));
+            T_OK(
+                mgt_be_flash_attention_forward(tb, out, lse, qkv, B, T, Hl, hd, off, kl, NULL, &d));
             f16_forward_ref(&c, qkv, ro, ob, oa, rl);
             char w2[160];
             snprintf(w2, sizeof w2, "%s out", what);
@@ -1598,7 +1618,7 @@ static void test_flash_attention_16(void) {
             for (int from_zero = 0; from_zero < 2; from_zero++) {
               const float *o = from_zero ? zero : out;
               T_OK(mgt_be_flash_attention_backward(tb, dqkv, dout, qkv, o, lse, B, T, Hl, hd, off,
-                                                   kl, &d));
+                                                   kl, NULL, &d));
               f16_backward_ref(&c, qkv, dout, o, lse, g, gb, ga);
               snprintf(w2, sizeof w2, "%s dqkv%s", what, from_zero ? " (out = 0)" : "");
               f16_close(w2, dqkv, g, gb, ga, nq, rtol, atol);
@@ -1611,16 +1631,18 @@ static void test_flash_attention_16(void) {
                     *mo = fa(no), *md = fa(nq);
               double *Q = da(nq), *r32 = da(no), *g32 = da(nq);
               to_double(qkv, Q, nq);
-              const att_ctx ac = {B, T, Hl, hd, off, &d, NULL, kl};
+              const att_ctx ac = {B, T, Hl, hd, off, &d, NULL, kl, NULL};
               att_ref(Q, &ac, r32, NULL);
-              T_OK(mgt_be_flash_attention_forward(be, out, lse, qkv, B, T, Hl, hd, off, kl, &d));
+              T_OK(mgt_be_flash_attention_forward(be, out, lse, qkv, B, T, Hl, hd, off, kl, NULL,
+                                                  &d));
               snprintf(w2, sizeof w2, "fp32 flash B%d T%d hd%d out", B, T, hd);
               T_CLOSE(w2, out, r32, no, 1e-5, 1e-4);
               T_OK(mgt_be_flash_attention_backward(be, dqkv, dout, qkv, out, lse, B, T, Hl, hd, off,
-                                                   kl, &d));
-              T_OK(mgt_be_attention_forward(be, mo, P, qkv, B, T, Hl, hd, off, H, kl, &d, scr));
-              T_OK(mgt_be_attention_backward(be, md, dout, qkv, P, B, T, Hl, hd, off, H, kl, &d,
-                                             scr));
+                                                   kl, NULL, &d));
+              T_OK(mgt_be_attention_forward(be, mo, P, qkv, B, T, Hl, hd, off, H, kl, NULL, &d,
+                                            scr));
+              T_OK(mgt_be_attention_backward(be, md, dout, qkv, P, B, T, Hl, hd, off, H, kl, NULL,
+                                             &d, scr));
               to_double(md, g32, nq);
               snprintf(w2, sizeof w2, "fp32 flash B%d T%d hd%d dqkv (materialized kernel)", B, T,
                        hd);
@@ -1641,13 +1663,14 @@ static void test_flash_attention_16(void) {
           *l16 = fa(nl), *g16 = fa(nq);
     t_fill(qkv, nq, 1.0f);
     t_fill(dout, no, 1.0f);
-    T_OK(mgt_be_flash_attention_forward(be, o32, l32, qkv, B, T, Hl, hd, 0, NULL, &d));
-    T_OK(mgt_be_flash_attention_backward(be, g32, dout, qkv, o32, l32, B, T, Hl, hd, 0, NULL, &d));
+    T_OK(mgt_be_flash_attention_forward(be, o32, l32, qkv, B, T, Hl, hd, 0, NULL, NULL, &d));
+    T_OK(mgt_be_flash_attention_backward(be, g32, dout, qkv, o32, l32, B, T, Hl, hd, 0, NULL, NULL,
+                                         &d));
     for (int prec = MGT_PREC_BF16; prec <= MGT_PREC_FP16; prec++) {
       T_OK(mgt_be_set_precision(be, (mgt_precision)prec));
-      T_OK(mgt_be_flash_attention_forward(be, o16, l16, qkv, B, T, Hl, hd, 0, NULL, &d));
-      T_OK(
-          mgt_be_flash_attention_backward(be, g16, dout, qkv, o16, l16, B, T, Hl, hd, 0, NULL, &d));
+      T_OK(mgt_be_flash_attention_forward(be, o16, l16, qkv, B, T, Hl, hd, 0, NULL, NULL, &d));
+      T_OK(mgt_be_flash_attention_backward(be, g16, dout, qkv, o16, l16, B, T, Hl, hd, 0, NULL,
+                                           NULL, &d));
       T_OK(mgt_be_set_precision(be, MGT_PREC_FP32));
       const char *name = prec == MGT_PREC_BF16 ? "bf16" : "fp16";
       if (hd == 48) {
@@ -1694,10 +1717,12 @@ static void test_native_attention(void) {
   for (int mask = 0; mask < 2; mask++)
     for (int rep = 0; rep < 2; rep++) {
       const int32_t *kl = mask ? keylen : NULL;
-      T_OK(mgt_be_attention_forward(be, o32, p32, qkv, B, T, Hl, hd, 1, 4, kl, &d, s32));
-      T_OK(mgt_be_attention_backward(be, g32, dout, qkv, p32, B, T, Hl, hd, 1, 4, kl, &d, s32));
-      T_OK(mgt_be_attention_forward(nb, o16, p16, qkv, B, T, Hl, hd, 1, 4, kl, &d, s16));
-      T_OK(mgt_be_attention_backward(nb, g16, dout, qkv, p16, B, T, Hl, hd, 1, 4, kl, &d, s16));
+      T_OK(mgt_be_attention_forward(be, o32, p32, qkv, B, T, Hl, hd, 1, 4, kl, NULL, &d, s32));
+      T_OK(mgt_be_attention_backward(be, g32, dout, qkv, p32, B, T, Hl, hd, 1, 4, kl, NULL, &d,
+                                     s32));
+      T_OK(mgt_be_attention_forward(nb, o16, p16, qkv, B, T, Hl, hd, 1, 4, kl, NULL, &d, s16));
+      T_OK(mgt_be_attention_backward(nb, g16, dout, qkv, p16, B, T, Hl, hd, 1, 4, kl, NULL, &d,
+                                     s16));
       const double go = rel_gap(o16, o32, no), gp = rel_gap(p16, p32, np),
                    gg = rel_gap(g16, g32, nq);
       if (rep == 0)

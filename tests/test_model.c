@@ -218,6 +218,39 @@ static int has_param(mgt_gpt *m, const char *name, int ndim, int64_t d0, int64_t
 
 static void test_accumulate(mgt_gpt *m);
 
+/* Documents packed in a sample (--reset-position-ids with --reset-attention-mask): a document
+   after an end of document (id 8) scores as it does alone at the start of a sample, as the
+   float64 sum of its tokens' losses (row 0's inputs 3 and 4 against row 1's 0 and 1); with the
+   positions reset alone it does not, nor with the attention kept apart alone under learned
+   positions (rotary ones see relative positions only: there it does). Then the gradient
+   against finite differences. */
+static void test_documents(mgt_gpt *m, const mgt_config *c) {
+  static const int32_t two[2 * 6] = {5, 1, 8, 6, 2, 9, 6, 2, 9, 4, 3, 7};
+  const int T = c->seq_length;
+  double gap[3];
+  for (int k = 0; k < 3; k++) { /* both flags, positions only, attention only */
+    mgt_gpt_training t = mgt_train_model_options(c);
+    t.reset_positions = k != 2 ? 8 : -1, t.reset_attention = k != 1 ? 8 : -1;
+    T_OK(mgt_gpt_train_with(m, &t));
+    float l[2 * 5];
+    T_OK(mgt_gpt_forward_losses(m, two, l));
+    const double packed = (double)l[3] + l[4], alone = (double)l[T] + l[T + 1];
+    gap[k] = fabs(packed - alone) / alone;
+  }
+  T_CHECK(gap[0] <= 1e-6, "a packed document scores %.3g off its score alone", gap[0]);
+  T_CHECK(gap[1] > 1e-4, "positions reset alone, a packed document scores as alone: no test");
+  if (c->position_embedding_type == MGT_POS_ROPE) /* rotations see relative positions only */
+    T_CHECK(gap[2] <= 1e-6, "rotary, attention kept apart: %.3g off alone", gap[2]);
+  else
+    T_CHECK(gap[2] > 1e-4, "learned positions, attention kept apart alone: scores as alone");
+  mgt_gpt_training t = mgt_train_model_options(c);
+  t.reset_positions = t.reset_attention = 9; /* row 1: documents 3 3 9 and 0 6 */
+  T_OK(mgt_gpt_train_with(m, &t));
+  test_gradient(m);
+  t.reset_positions = t.reset_attention = -1;
+  T_OK(mgt_gpt_train_with(m, &t));
+}
+
 /* --reset-position-ids with learned positions: both rows end a document at their second input
    (id 8), so their positions are 0 1 0 1 2; the loss is bit for bit that of the model without
    the reset whose position table's rows 0..4 are the rows of those positions. Then the gradient
@@ -923,6 +956,7 @@ int main(int argc, char **argv) {
   test_accumulate(m);
   test_eod_mask(m, &c);
   test_reset_positions(m, &c);
+  test_documents(m, &c);
   mgt_gpt_destroy(&m);
   /* an untied output layer: its own tensor and gradient, the word embeddings' gradient from
      the lookup alone */
@@ -950,10 +984,12 @@ int main(int argc, char **argv) {
     found += strstr(p[i].name, "position_embeddings") != NULL;
   T_CHECK(found == 0, "a rotary model has no position table");
   test_gradient(m);
+  test_documents(m, &rc);
   mgt_gpt_destroy(&m);
   rc.attention_backend = MGT_ATTN_FLASH;
   T_OK(mgt_train_model_create(&rc, grid, be, comm, &m));
   test_gradient(m);
+  test_documents(m, &rc);
   mgt_gpt_destroy(&m);
   test_rope_frequencies();
   test_llama(grid, be, comm);

@@ -16,7 +16,8 @@
    sigmoid scores, the load-balancing loss per sequence, an expert bias, a shared expert), with
    "-epN" the experts over N expert-parallel ranks (the layout only); "full": OLMoE's q/k norms
    over all heads; "-ag" the all-gather dispatcher; "eod" --eod-mask-loss (the loss the mean
-   over the global batch's tokens with a loss); "reset" --reset-position-ids. */
+   over the global batch's tokens with a loss); "reset" --reset-position-ids; "docs" those two and
+   --reset-attention-mask. */
 #include <mpi.h>
 #include <string.h>
 
@@ -27,7 +28,7 @@
 enum { ITERS = 20 };
 
 static int overlap, recompute, distopt, selective, block, sp, flash, chunks, untied, rope, llama,
-    gqa, qwen, moe, moe1, olmoe, allgather, eod, reset, ep = 1;
+    gqa, qwen, moe, moe1, olmoe, allgather, eod, reset, docs, ep = 1;
 static int layout_run; /* the run on the layout, not the one-rank reference */
 
 static mgt_config test_config(int tp, int dist, int seqpar) {
@@ -66,6 +67,8 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
   if (olmoe) c.qk_layernorm = 1, c.qk_layernorm_full = 1; /* OLMoE's, over all heads (tp = 1) */
   if (eod) c.eod_mask_loss = 1, c.eod_token = 7;          /* an id the mock sequences hold */
   if (reset) c.reset_position_ids = 1, c.eod_token = 7;
+  if (docs) /* documents packed in samples, kept apart */
+    c.reset_position_ids = c.reset_attention_mask = c.eod_mask_loss = 1, c.eod_token = 7;
   if (moe || moe1) {
     c.num_experts = 4, c.moe_router_topk = 2, c.moe_ffn_hidden_size = 96;
     c.moe_aux_loss_coeff = 0.01, c.moe_z_loss_coeff = 0.001;
@@ -189,6 +192,7 @@ int main(int argc, char **argv) {
   allgather = argc > 2 && strstr(argv[2], "-ag") != NULL;
   eod = argc > 2 && strstr(argv[2], "eod") != NULL;
   reset = argc > 2 && strstr(argv[2], "reset") != NULL;
+  docs = argc > 2 && strstr(argv[2], "docs") != NULL;
   llama |= qwen | moe | moe1;
   if (argc > 2 && strstr(argv[2], "-ep")) ep = atoi(strstr(argv[2], "-ep") + 3);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -159,7 +159,7 @@ static void test_attention_block(int B, int T, int H, int hd) {
         *yref = malloc(sizeof(float) * N * C);
   T_OK(mgt_be_gemm(be, 0, 1, N, 3 * C, C, 1, x, C, Wqkv, C, 0, qkv, 3 * C));
   T_OK(mgt_be_add_bias(be, qkv, bqkv, N, 3 * C));
-  T_OK(mgt_be_attention_forward(be, att, Pm, qkv, B, T, H, hd, 0, H, NULL, &d, scr));
+  T_OK(mgt_be_attention_forward(be, att, Pm, qkv, B, T, H, hd, 0, H, NULL, NULL, &d, scr));
   T_OK(mgt_be_gemm(be, 0, 1, N, C, C, 1, att, C, Wo, C, 0, yref, C));
   T_OK(mgt_be_add_bias(be, yref, bo, N, C));
   /* split: rows [q_r; k_r; v_r] of Wqkv and columns r of Wo */
@@ -174,7 +174,7 @@ static void test_attention_block(int B, int T, int H, int hd) {
   for (int o = 0; o < C; o++)
     memcpy(Wol + (size_t)o * Cl, Wo + (size_t)o * C + R * Cl, sizeof(float) * Cl);
   T_OK(mgt_tp_column_forward(&tp, ql, x, Wq, bq, N, C, 3 * Cl));
-  T_OK(mgt_be_attention_forward(be, al, Pm, ql, B, T, Hl, hd, R * Hl, H, NULL, &d, scr));
+  T_OK(mgt_be_attention_forward(be, al, Pm, ql, B, T, Hl, hd, R * Hl, H, NULL, NULL, &d, scr));
   T_OK(mgt_tp_row_forward(&tp, y, al, Wol, bo, N, Cl, C));
   double *r = dz((size_t)N * C);
   for (size_t i = 0; i < (size_t)N * C; i++)

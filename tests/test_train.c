@@ -69,20 +69,21 @@ static void shift_kv(float *dst, const float *qkv, int B, int T, int Cl) {
 }
 
 static mgt_status leak_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
-                               int Hl, int hd, int ho, int H, const int32_t *kl,
+                               int Hl, int hd, int ho, int H, const int32_t *kl, const int32_t *kf,
                                const mgt_dropout *d, float *scr) {
   shift_kv(shift_buf, qkv, B, T, Hl * hd);
-  return real.attention_forward(ctx, out, P, shift_buf, B, T, Hl, hd, ho, H, kl, d, scr);
+  return real.attention_forward(ctx, out, P, shift_buf, B, T, Hl, hd, ho, H, kl, kf, d, scr);
 }
 
 static mgt_status leak_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                 const float *P, int B, int T, int Hl, int hd, int ho, int H,
-                                const int32_t *kl, const mgt_dropout *d, float *scr) {
+                                const int32_t *kl, const int32_t *kf, const mgt_dropout *d,
+                                float *scr) {
   int Cl = Hl * hd;
   size_t ld = 3 * (size_t)Cl;
   shift_kv(shift_buf, qkv, B, T, Cl);
   MGT_CHECK(
-      real.attention_backward(ctx, dqkv, dout, shift_buf, P, B, T, Hl, hd, ho, H, kl, d, scr));
+      real.attention_backward(ctx, dqkv, dout, shift_buf, P, B, T, Hl, hd, ho, H, kl, kf, d, scr));
   /* the gradient of a shifted key/value belongs to the position it came from */
   for (int b = 0; b < B; b++) {
     for (int t = T - 1; t >= 1; t--) {

@@ -286,29 +286,33 @@ MGT_NODISCARD mgt_status mgt_be_sync(const mgt_backend *be);
   keylen NULL: causal, row i sees keys j <= i. Otherwise keylen (B, backend memory) is             \
   each sample's real length and every row sees keys j < keylen[b] (BERT's padding mask;            \
   rows past the length are computed the same way and carry no gradient to real rows).              \
+  kfirst (B*T, backend memory) or NULL: row i of sample b sees no key before kfirst[b*T + i] (the  \
+  first of its document: documents kept apart, causal only; the CUDA kernels refuse it yet).       \
   head_offset is the global index of local head 0, for the dropout mask. scratch holds             \
   B*Hl*T*T floats. */                                                                              \
   X(attention_forward, ATTENTION_FORWARD,                                                          \
     (float *out, float *P, const float *qkv, int B, int T, int Hl, int hd, int head_offset, int H, \
-     const int32_t *keylen, const mgt_dropout *d, float *scratch),                                 \
-    (out, P, qkv, B, T, Hl, hd, head_offset, H, keylen, d, scratch), PLAIN)                        \
+     const int32_t *keylen, const int32_t *kfirst, const mgt_dropout *d, float *scratch),          \
+    (out, P, qkv, B, T, Hl, hd, head_offset, H, keylen, kfirst, d, scratch), PLAIN)                \
   /* dqkv = gradient wrt qkv (overwritten). scratch holds B*Hl*T*T floats. */                      \
   X(attention_backward, ATTENTION_BACKWARD,                                                        \
     (float *dqkv, const float *dout, const float *qkv, const float *P, int B, int T, int Hl,       \
-     int hd, int head_offset, int H, const int32_t *keylen, const mgt_dropout *d, float *scratch), \
-    (dqkv, dout, qkv, P, B, T, Hl, hd, head_offset, H, keylen, d, scratch), PLAIN)                 \
+     int hd, int head_offset, int H, const int32_t *keylen, const int32_t *kfirst,                 \
+     const mgt_dropout *d, float *scratch),                                                        \
+    (dqkv, dout, qkv, P, B, T, Hl, hd, head_offset, H, keylen, kfirst, d, scratch), PLAIN)         \
   /* The same attention without the T x T probabilities (--use-flash-attn): tiles of keys with     \
   an online softmax, the same dropout masks; lse (B, Hl, T) keeps each row's log-sum-exp           \
   for the backward, which rebuilds the probabilities tile by tile from it and from out,            \
   the forward's output. dqkv is overwritten. No scratch: O(T) memory per (batch, head). */         \
   X(flash_attention_forward, FLASH_ATTENTION_FORWARD,                                              \
     (float *out, float *lse, const float *qkv, int B, int T, int Hl, int hd, int head_offset,      \
-     const int32_t *keylen, const mgt_dropout *d),                                                 \
-    (out, lse, qkv, B, T, Hl, hd, head_offset, keylen, d), PLAIN)                                  \
+     const int32_t *keylen, const int32_t *kfirst, const mgt_dropout *d),                          \
+    (out, lse, qkv, B, T, Hl, hd, head_offset, keylen, kfirst, d), PLAIN)                          \
   X(flash_attention_backward, FLASH_ATTENTION_BACKWARD,                                            \
     (float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B,  \
-     int T, int Hl, int hd, int head_offset, const int32_t *keylen, const mgt_dropout *d),         \
-    (dqkv, dout, qkv, out, lse, B, T, Hl, hd, head_offset, keylen, d), PLAIN)                      \
+     int T, int Hl, int hd, int head_offset, const int32_t *keylen, const int32_t *kfirst,         \
+     const mgt_dropout *d),                                                                        \
+    (dqkv, dout, qkv, out, lse, B, T, Hl, hd, head_offset, keylen, kfirst, d), PLAIN)              \
   /* The activations of BERT's heads (MGT_ACT_*): pre(N,C) += b (b may be NULL), out =             \
   act(pre); and dpre = dout * act'(pre), dpre may alias dout. */                                   \
   X(bias_act_forward, BIAS_ACT_FORWARD,                                                            \

@@ -193,6 +193,7 @@ typedef struct mgt_config {
   int mock_data;
   int eod_mask_loss;                 /* no loss where the input token is the end of a document */
   int reset_position_ids;            /* positions restart after each end of document */
+  int reset_attention_mask;          /* no attention across an end of document */
   int num_microbatches_in_minibatch; /* Megatron-LM 2020's: global batch = micro x it x dp */
   int eod_token;           /* the tokenizer's end-of-document id, -1 unknown (set by the job) */
   char data_path[1 << 16]; /* "P" or "W1 P1 W2 P2 ...", one value per line (hundreds of pairs) */

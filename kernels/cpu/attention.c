@@ -38,35 +38,39 @@ static void row_mask(uint8_t *keep, const mgt_dropout *d, int b, int hg, int T, 
 
 /* Writes the dropped, rescaled probabilities Pd of one (batch, head) into w (T, T). */
 static void dropped_probs(float *w, const float *p, const mgt_dropout *d, const int32_t *keylen,
-                          int b, int hg, int T, uint32_t thr, float dscale) {
+                          const int32_t *kfirst, int b, int hg, int T, uint32_t thr, float dscale) {
   uint8_t keep[T];
   for (int i = 0; i < T; i++) {
-    const int lim = key_limit(keylen, b, T, i);
+    const int lim = key_limit(keylen, b, T, i), lo = cpu_key_first(kfirst, b, T, i);
     row_mask(keep, d, b, hg, T, i, lim, thr);
     const float *r = p + (size_t)i * T;
     float *o = w + (size_t)i * T;
-    for (int j = 0; j < lim; j++)
+    for (int j = 0; j < lo; j++)
+      o[j] = 0.0f;
+    for (int j = lo; j < lim; j++)
       o[j] = keep[j] ? r[j] * dscale : 0.0f;
     for (int j = lim; j < T; j++)
       o[j] = 0.0f;
   }
 }
 
-/* Softmax of one row of scores over its keys [0, lim), zeros past them. */
-static void softmax_row(float *r, int lim, int T) {
+/* Softmax of one row of scores over its keys [lo, lim), zeros elsewhere. */
+static void softmax_row(float *r, int lo, int lim, int T) {
   float mx = -FLT_MAX;
-  for (int j = 0; j < lim; j++)
+  for (int j = lo; j < lim; j++)
     mx = r[j] > mx ? r[j] : mx;
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-  for (int j = 0; j < lim; j++) {
+  for (int j = lo; j < lim; j++) {
     r[j] = mgt_fast_expf(r[j] - mx);
     s += r[j];
   }
   float inv = 1.0f / s;
 #pragma omp simd
-  for (int j = 0; j < lim; j++)
+  for (int j = lo; j < lim; j++)
     r[j] *= inv;
+  for (int j = 0; j < lo; j++)
+    r[j] = 0.0f;
   for (int j = lim; j < T; j++)
     r[j] = 0.0f;
 }
@@ -74,21 +78,23 @@ static void softmax_row(float *r, int lim, int T) {
 /* Row i of one (batch, head): r holds dPd = dO V^T; becomes dS = P (dP - <P, dP>) scale, with
    dP = dPd through the dropout mask. */
 static void softmax_backward_row(float *r, const float *pr, const mgt_dropout *d, int b, int hg,
-                                 int T, int i, int lim, const cpu_att *A) {
+                                 int T, int i, int lo, int lim, const cpu_att *A) {
   if (A->drop) {
     uint8_t keep[T];
     row_mask(keep, d, b, hg, T, i, lim, A->thr);
-    for (int j = 0; j < lim; j++)
+    for (int j = lo; j < lim; j++)
       r[j] = keep[j] ? r[j] * A->dscale : 0.0f;
   }
   float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-  for (int j = 0; j < lim; j++)
+  for (int j = lo; j < lim; j++)
     dot += pr[j] * r[j];
   const float scale = A->scale;
 #pragma omp simd
-  for (int j = 0; j < lim; j++)
+  for (int j = lo; j < lim; j++)
     r[j] = pr[j] * (r[j] - dot) * scale;
+  for (int j = 0; j < lo; j++)
+    r[j] = 0.0f;
   for (int j = lim; j < T; j++)
     r[j] = 0.0f;
 }
@@ -106,8 +112,8 @@ static cpu_mm att_mm(int B, int Hl, int M, int N, int K, float alpha) {
 
 static mgt_status attention_forward_native(cpu_ctx *c, float *out, float *P, const float *qkv,
                                            int B, int T, int Hl, int hd, int head_offset,
-                                           const int32_t *keylen, const mgt_dropout *d,
-                                           float *scratch) {
+                                           const int32_t *keylen, const int32_t *kfirst,
+                                           const mgt_dropout *d, float *scratch) {
   const cpu_att A = cpu_att_of(Hl, hd, d);
   const long long TT = (long long)T * T, ld = A.ld, Cl = A.Cl;
   uint16_t *q16, *p16;
@@ -123,10 +129,11 @@ static mgt_status attention_forward_native(cpu_ctx *c, float *out, float *P, con
     for (int h = 0; h < Hl; h++) {
       float *p = P + ((size_t)b * Hl + h) * TT;
       for (int i = 0; i < T; i++)
-        softmax_row(p + (size_t)i * T, key_limit(keylen, b, T, i), T);
+        softmax_row(p + (size_t)i * T, cpu_key_first(kfirst, b, T, i), key_limit(keylen, b, T, i),
+                    T);
       if (A.drop)
-        dropped_probs(scratch + ((size_t)b * Hl + h) * TT, p, d, keylen, b, head_offset + h, T,
-                      A.thr, A.dscale);
+        dropped_probs(scratch + ((size_t)b * Hl + h) * TT, p, d, keylen, kfirst, b, head_offset + h,
+                      T, A.thr, A.dscale);
     }
   cpu_to_bf16(p16, A.drop ? scratch : P, B * Hl * T, T, T);
   cpu_mm o = att_mm(B, Hl, T, hd, T, 1.0f); /* out = Pd V */
@@ -138,7 +145,8 @@ static mgt_status attention_forward_native(cpu_ctx *c, float *out, float *P, con
 static mgt_status attention_backward_native(cpu_ctx *c, float *dqkv, const float *dout,
                                             const float *qkv, const float *P, int B, int T, int Hl,
                                             int hd, int head_offset, const int32_t *keylen,
-                                            const mgt_dropout *d, float *scratch) {
+                                            const int32_t *kfirst, const mgt_dropout *d,
+                                            float *scratch) {
   const cpu_att A = cpu_att_of(Hl, hd, d);
   const long long TT = (long long)T * T, ld = A.ld, Cl = A.Cl;
   uint16_t *q16, *o16, *p16;
@@ -152,7 +160,7 @@ static mgt_status attention_backward_native(cpu_ctx *c, float *dqkv, const float
     for (int b = 0; b < B; b++)
       for (int h = 0; h < Hl; h++)
         dropped_probs(scratch + ((size_t)b * Hl + h) * TT, P + ((size_t)b * Hl + h) * TT, d, keylen,
-                      b, head_offset + h, T, A.thr, A.dscale);
+                      kfirst, b, head_offset + h, T, A.thr, A.dscale);
   }
   cpu_to_bf16(p16, A.drop ? scratch : P, B * Hl * T, T, T);
   cpu_mm m = att_mm(B, Hl, T, hd, T, 1.0f); /* dV = Pd^T dO */
@@ -170,7 +178,7 @@ static mgt_status attention_backward_native(cpu_ctx *c, float *dqkv, const float
       const float *p = P + ((size_t)b * Hl + h) * TT;
       for (int i = 0; i < T; i++)
         softmax_backward_row(s + (size_t)i * T, p + (size_t)i * T, d, b, head_offset + h, T, i,
-                             key_limit(keylen, b, T, i), &A);
+                             cpu_key_first(kfirst, b, T, i), key_limit(keylen, b, T, i), &A);
     }
   cpu_to_bf16(p16, scratch, B * Hl * T, T, T);
   m = att_mm(B, Hl, T, hd, T, 1.0f); /* dQ = dS K */
@@ -184,10 +192,10 @@ static mgt_status attention_backward_native(cpu_ctx *c, float *dqkv, const float
 
 mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
                                  int Hl, int hd, int head_offset, int H, const int32_t *keylen,
-                                 const mgt_dropout *d, float *scratch) {
+                                 const int32_t *kfirst, const mgt_dropout *d, float *scratch) {
 #ifdef MGT_HAVE_ONEDNN
   if (cpu_native_on(ctx))
-    return attention_forward_native(ctx, out, P, qkv, B, T, Hl, hd, head_offset, keylen, d,
+    return attention_forward_native(ctx, out, P, qkv, B, T, Hl, hd, head_offset, keylen, kfirst, d,
                                     scratch);
 #endif
   const cpu_att A = cpu_att_of(Hl, hd, d);
@@ -204,11 +212,12 @@ mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *q
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, q, ld, k, ld, 0.0f, p,
                   T);
       for (int i = 0; i < T; i++)
-        softmax_row(p + (size_t)i * T, key_limit(keylen, b, T, i), T);
+        softmax_row(p + (size_t)i * T, cpu_key_first(kfirst, b, T, i), key_limit(keylen, b, T, i),
+                    T);
       const float *pd = p;
       if (drop) {
         float *sd = scratch + ((size_t)b * Hl + h) * T * T;
-        dropped_probs(sd, p, d, keylen, b, head_offset + h, T, thr, dscale);
+        dropped_probs(sd, p, d, keylen, kfirst, b, head_offset + h, T, thr, dscale);
         pd = sd;
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, pd, T, v, ld, 0.0f, o,
@@ -219,12 +228,12 @@ mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *q
 
 mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                   const float *P, int B, int T, int Hl, int hd, int head_offset,
-                                  int H, const int32_t *keylen, const mgt_dropout *d,
-                                  float *scratch) {
+                                  int H, const int32_t *keylen, const int32_t *kfirst,
+                                  const mgt_dropout *d, float *scratch) {
 #ifdef MGT_HAVE_ONEDNN
   if (cpu_native_on(ctx))
-    return attention_backward_native(ctx, dqkv, dout, qkv, P, B, T, Hl, hd, head_offset, keylen, d,
-                                     scratch);
+    return attention_backward_native(ctx, dqkv, dout, qkv, P, B, T, Hl, hd, head_offset, keylen,
+                                     kfirst, d, scratch);
 #endif
   const cpu_att A = cpu_att_of(Hl, hd, d);
   const int Cl = A.Cl, ld = A.ld, drop = A.drop;
@@ -241,7 +250,7 @@ mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, con
       /* dV = Pd^T dO, with Pd the dropped probabilities rebuilt from the mask. */
       const float *pd = p;
       if (drop) {
-        dropped_probs(s, p, d, keylen, b, head_offset + h, T, A.thr, A.dscale);
+        dropped_probs(s, p, d, keylen, kfirst, b, head_offset + h, T, A.thr, A.dscale);
         pd = s;
       }
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, pd, T, o, Cl, 0.0f, dv,
@@ -251,7 +260,7 @@ mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, con
                   T);
       for (int i = 0; i < T; i++)
         softmax_backward_row(s + (size_t)i * T, p + (size_t)i * T, d, b, head_offset + h, T, i,
-                             key_limit(keylen, b, T, i), &A);
+                             cpu_key_first(kfirst, b, T, i), key_limit(keylen, b, T, i), &A);
       /* dQ = dS K, dK = dS^T Q */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, s, T, k, ld, 0.0f, dq,
                   ld);

@@ -170,18 +170,19 @@ mgt_status cpu_scatter_add_rows(void *ctx, float *dx, const float *dy, const int
                                 int C);
 mgt_status cpu_attention_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
                                  int Hl, int hd, int head_offset, int H, const int32_t *keylen,
-                                 const mgt_dropout *d, float *scratch);
+                                 const int32_t *kfirst, const mgt_dropout *d, float *scratch);
 mgt_status cpu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                   const float *P, int B, int T, int Hl, int hd, int head_offset,
-                                  int H, const int32_t *keylen, const mgt_dropout *d,
-                                  float *scratch);
+                                  int H, const int32_t *keylen, const int32_t *kfirst,
+                                  const mgt_dropout *d, float *scratch);
 mgt_status cpu_flash_attention_forward(void *ctx, float *out, float *lse, const float *qkv, int B,
                                        int T, int Hl, int hd, int head_offset,
-                                       const int32_t *keylen, const mgt_dropout *d);
+                                       const int32_t *keylen, const int32_t *kfirst,
+                                       const mgt_dropout *d);
 mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                         const float *out, const float *lse, int B, int T, int Hl,
                                         int hd, int head_offset, const int32_t *keylen,
-                                        const mgt_dropout *d);
+                                        const int32_t *kfirst, const mgt_dropout *d);
 mgt_status cpu_embedding_forward(void *ctx, float *out, const int32_t *tokens, const float *wte,
                                  int N, int C, int v0, int Vl);
 mgt_status cpu_add_position(void *ctx, float *x, const float *wpe, int N, int t0, int T, int C,
@@ -220,6 +221,10 @@ static inline int cpu_key_limit(const int32_t *keylen, int b, int T, int i) {
   if (!keylen) return i + 1;
   int n = keylen[b];
   return n < 1 ? 1 : (n > T ? T : n);
+}
+/* The first key row i of sample b sees: its document's first (kfirst) or 0. */
+static inline int cpu_key_first(const int32_t *kfirst, int b, int T, int i) {
+  return kfirst ? kfirst[(size_t)b * T + i] : 0;
 }
 /* Keep flags of row i's keys [j0, j0 + n) of global head hg: mask words ((hg*T + i)*T + j). */
 void cpu_attn_mask(uint8_t *keep, const mgt_dropout *d, int b, int hg, int T, int i, int j0, int n,

@@ -157,9 +157,21 @@ static int tile_keys(const int32_t *keylen, int b, int T, int i0, int nr) {
   return keylen ? keys_of(keylen, b, T, i0) : i0 + nr;
 }
 
+/* The first tile of keys any of rows [i0, i0 + nr) sees: tiles before their documents are
+   skipped whole (tiles stay at multiples of BC, as the 16-bit contract has them). */
+static int tile_first(const int32_t *kfirst, int b, int T, int i0, int nr) {
+  int lo = T;
+  for (int r = 0; r < nr; r++) {
+    const int f = cpu_key_first(kfirst, b, T, i0 + r);
+    lo = f < lo ? f : lo;
+  }
+  return lo / BC * BC;
+}
+
 mgt_status cpu_flash_attention_forward(void *ctx, float *out, float *lse, const float *qkv, int B,
                                        int T, int Hl, int hd, int head_offset,
-                                       const int32_t *keylen, const mgt_dropout *d) {
+                                       const int32_t *keylen, const int32_t *kfirst,
+                                       const mgt_dropout *d) {
   const cpu_att A = cpu_att_of(Hl, hd, d);
   const rounder rnd = rounding_of(ctx, hd);
   int native, failed = 0;
@@ -187,35 +199,39 @@ mgt_status cpu_flash_attention_forward(void *ctx, float *out, float *lse, const 
           for (int e = 0; e < hd; e++)
             o[(size_t)(i0 + r) * A.Cl + e] = 0.0f;
         }
-        for (int j0 = 0; j0 < jend; j0 += BC) {
+        for (int j0 = tile_first(kfirst, b, T, i0, nr); j0 < jend; j0 += BC) {
           const int nc = jend - j0 < BC ? jend - j0 : BC;
           const void *kt = operand(&t, kb, h.k + (size_t)j0 * A.ld, A.ld, nc, hd, &lk);
           scores(&t, s, qt, lq, nr, kt, lk, nc, hd, A.scale);
           for (int r = 0; r < nr; r++) {
             float *sr = s + (size_t)r * BC, *orow = o + (size_t)(i0 + r) * A.Cl;
-            int valid = keys_of(keylen, b, T, i0 + r) - j0;
+            int valid = keys_of(keylen, b, T, i0 + r) - j0,
+                c0 = cpu_key_first(kfirst, b, T, i0 + r) - j0; /* keys [c0, valid) of the tile */
             valid = valid < 0 ? 0 : (valid > nc ? nc : valid);
+            c0 = c0 < 0 ? 0 : (c0 > valid ? valid : c0);
             float mx = m[r];
-            for (int c = 0; c < valid; c++)
+            for (int c = c0; c < valid; c++)
               mx = sr[c] > mx ? sr[c] : mx;
-            const float alpha = valid ? mgt_fast_expf(m[r] - mx) : 1.0f;
+            const float alpha = valid > c0 ? mgt_fast_expf(m[r] - mx) : 1.0f;
             float sum = 0.0f;
-            for (int c = 0; c < valid; c++)
+            for (int c = c0; c < valid; c++)
               sum += (sr[c] = mgt_fast_expf(sr[c] - mx));
+            for (int c = 0; c < c0; c++)
+              sr[c] = 0.0f;
             for (int c = valid; c < nc; c++)
               sr[c] = 0.0f;
-            if (!valid) continue;
+            if (valid <= c0) continue;
             l[r] = l[r] * alpha + sum;
             m[r] = mx;
             for (int e = 0; e < hd; e++)
               orow[e] *= alpha;
             if (A.drop) {
               tile_mask(keep, d, b, head_offset + hh, T, i0 + r, j0, valid, A.thr);
-              for (int c = 0; c < valid; c++)
+              for (int c = c0; c < valid; c++)
                 sr[c] = keep[c] ? sr[c] * A.dscale : 0.0f;
             }
             if (rnd && !t.nat) /* P as the tensor core's operand, after l took the exact sum */
-              for (int c = 0; c < valid; c++)
+              for (int c = c0; c < valid; c++)
                 sr[c] = rnd(sr[c]);
           }
           const void *vt = operand(&t, vb, h.v + (size_t)j0 * A.ld, A.ld, nc, hd, &lv);
@@ -238,7 +254,7 @@ mgt_status cpu_flash_attention_forward(void *ctx, float *out, float *lse, const 
 mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                         const float *out, const float *lse, int B, int T, int Hl,
                                         int hd, int head_offset, const int32_t *keylen,
-                                        const mgt_dropout *d) {
+                                        const int32_t *kfirst, const mgt_dropout *d) {
   const cpu_att A = cpu_att_of(Hl, hd, d);
   const rounder rnd = rounding_of(ctx, hd);
   int native, failed = 0;
@@ -275,7 +291,7 @@ mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dou
         int lq, lo, lk, lv;
         const void *qt = operand(&t, qb, h.q + (size_t)i0 * A.ld, A.ld, nr, hd, &lq);
         const void *ot = operand(&t, ob, dO + (size_t)i0 * A.Cl, A.Cl, nr, hd, &lo);
-        for (int j0 = 0; j0 < jend; j0 += BC) {
+        for (int j0 = tile_first(kfirst, b, T, i0, nr); j0 < jend; j0 += BC) {
           const int nc = jend - j0 < BC ? jend - j0 : BC;
           const void *kt = operand(&t, kb, h.k + (size_t)j0 * A.ld, A.ld, nc, hd, &lk);
           const void *vt = operand(&t, vb, h.v + (size_t)j0 * A.ld, A.ld, nc, hd, &lv);
@@ -284,18 +300,22 @@ mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dou
                     BC); /* dPd = dO_i V_j^T */
           for (int r = 0; r < nr; r++) {
             float *sr = s + (size_t)r * BC, *pr = pd + (size_t)r * BC, *gr = dp + (size_t)r * BC;
-            int valid = keys_of(keylen, b, T, i0 + r) - j0;
+            int valid = keys_of(keylen, b, T, i0 + r) - j0,
+                c0 = cpu_key_first(kfirst, b, T, i0 + r) - j0;
             valid = valid < 0 ? 0 : (valid > nc ? nc : valid);
+            c0 = c0 < 0 ? 0 : (c0 > valid ? valid : c0);
             if (A.drop && valid)
               tile_mask(keep, d, b, head_offset + hh, T, i0 + r, j0, valid, A.thr);
-            for (int c = 0; c < valid; c++) {
+            for (int c = 0; c < c0; c++)
+              pr[c] = sr[c] = 0.0f;
+            for (int c = c0; c < valid; c++) {
               const float p = mgt_fast_expf(sr[c] - L[i0 + r]);
               const float kd = A.drop ? (keep[c] ? A.dscale : 0.0f) : 1.0f;
               pr[c] = p * kd;                            /* the dropped probability */
               sr[c] = p * (gr[c] * kd - D[r]) * A.scale; /* dS */
             }
             if (rnd && !t.nat) /* the two as tensor-core operands */
-              for (int c = 0; c < valid; c++)
+              for (int c = c0; c < valid; c++)
                 pr[c] = rnd(pr[c]), sr[c] = rnd(sr[c]);
             for (int c = valid; c < nc; c++)
               pr[c] = sr[c] = 0.0f;

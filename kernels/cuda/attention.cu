@@ -69,7 +69,9 @@ mask_args mask_of(const mgt_dropout *d, int head_offset, int Hl, int T) {
 
 mgt_status cu_attention_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
                                 int Hl, int hd, int head_offset, int H, const int32_t *keylen,
-                                const mgt_dropout *d, float *scratch) {
+                                const int32_t *kfirst, const mgt_dropout *d, float *scratch) {
+  MGT_REQUIRE(!kfirst, "--reset-attention-mask: documents kept apart in attention are not in the "
+                       "CUDA kernels yet (the CPU backend has them)");
   cuda_ctx *c = C_(ctx);
   const int Cl = Hl * hd, ld = 3 * Cl;
   const float scale = 1.0f / sqrtf((float)hd);
@@ -99,8 +101,10 @@ mgt_status cu_attention_forward(void *ctx, float *out, float *P, const float *qk
 
 mgt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                  const float *P, int B, int T, int Hl, int hd, int head_offset,
-                                 int H, const int32_t *keylen, const mgt_dropout *d,
-                                 float *scratch) {
+                                 int H, const int32_t *keylen, const int32_t *kfirst,
+                                 const mgt_dropout *d, float *scratch) {
+  MGT_REQUIRE(!kfirst, "--reset-attention-mask: documents kept apart in attention are not in the "
+                       "CUDA kernels yet (the CPU backend has them)");
   cuda_ctx *c = C_(ctx);
   const int Cl = Hl * hd, ld = 3 * Cl;
   const float scale = 1.0f / sqrtf((float)hd);

@@ -320,18 +320,18 @@ mgt_status cu_scatter_add_rows(void *ctx, float *dx, const float *dy, const int3
                                int C);
 mgt_status cu_attention_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
                                 int Hl, int hd, int head_offset, int H, const int32_t *keylen,
-                                const mgt_dropout *d, float *scratch);
+                                const int32_t *kfirst, const mgt_dropout *d, float *scratch);
 mgt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                  const float *P, int B, int T, int Hl, int hd, int head_offset,
-                                 int H, const int32_t *keylen, const mgt_dropout *d,
-                                 float *scratch);
+                                 int H, const int32_t *keylen, const int32_t *kfirst,
+                                 const mgt_dropout *d, float *scratch);
 mgt_status cu_flash_attention_forward(void *ctx, float *out, float *lse, const float *qkv, int B,
                                       int T, int Hl, int hd, int head_offset, const int32_t *keylen,
-                                      const mgt_dropout *d);
+                                      const int32_t *kfirst, const mgt_dropout *d);
 mgt_status cu_flash_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                        const float *out, const float *lse, int B, int T, int Hl,
                                        int hd, int head_offset, const int32_t *keylen,
-                                       const mgt_dropout *d);
+                                       const int32_t *kfirst, const mgt_dropout *d);
 mgt_status cu_attention_decode(void *ctx, float *out, const float *q, const float *kc,
                                const float *vc, int len, int Hl, int Gl, int hd);
 mgt_status cu_embedding_forward(void *ctx, float *out, const int32_t *tokens, const float *wte,

@@ -171,7 +171,9 @@ __global__ void k_flash_dkv(float *dqkv, const float *D, const float *dout, cons
 
 mgt_status cu_flash_attention_forward(void *ctx, float *out, float *lse, const float *qkv, int B,
                                       int T, int Hl, int hd, int head_offset, const int32_t *keylen,
-                                      const mgt_dropout *d) {
+                                      const int32_t *kfirst, const mgt_dropout *d) {
+  MGT_REQUIRE(!kfirst, "--reset-attention-mask: documents kept apart in attention are not in the "
+                       "CUDA kernels yet (the CPU backend has them)");
   cuda_ctx *c = C_(ctx);
   const size_t rows = (size_t)B * Hl * T;
   if (rows == 0) return MGT_OK;
@@ -190,7 +192,9 @@ mgt_status cu_flash_attention_forward(void *ctx, float *out, float *lse, const f
 mgt_status cu_flash_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                        const float *out, const float *lse, int B, int T, int Hl,
                                        int hd, int head_offset, const int32_t *keylen,
-                                       const mgt_dropout *d) {
+                                       const int32_t *kfirst, const mgt_dropout *d) {
+  MGT_REQUIRE(!kfirst, "--reset-attention-mask: documents kept apart in attention are not in the "
+                       "CUDA kernels yet (the CPU backend has them)");
   cuda_ctx *c = C_(ctx);
   const size_t rows = (size_t)B * Hl * T;
   if (rows == 0) return MGT_OK;

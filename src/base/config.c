@@ -336,6 +336,9 @@ static const mgt_flag flags[] = {
     INT("--num-microbatches-in-minibatch", num_microbatches_in_minibatch, 0, 1 << 20,
         "Megatron-LM 2020's: micro-batches accumulated per step; the global batch is "
         "--micro-batch-size x it x the data-parallel size (--global-batch-size since)"),
+    BOOL("--reset-attention-mask", reset_attention_mask,
+         "no attention across an end-of-document token within a sample: each token sees its own "
+         "document's tokens only (Megatron-LM's; the CPU backend)"),
     BOOL("--reset-position-ids", reset_position_ids,
          "positions restart at 0 after each end-of-document token within a sample (Megatron-LM's)"),
     {"--data-path", MGT_FLAG_LIST, OFF(data_path), 0, 0,
@@ -685,6 +688,12 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(!c->num_experts || c->moe_ffn_hidden_size % tp == 0,
               "--moe-ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
               c->moe_ffn_hidden_size, tp);
+  MGT_REQUIRE(!c->reset_attention_mask || c->device != MGT_DEVICE_CUDA,
+              "--reset-attention-mask: documents kept apart in attention are not in the CUDA "
+              "kernels yet: train with --device cpu, or without it");
+  MGT_REQUIRE(!c->reset_attention_mask || mgt_model_kinds[c->model].causal,
+              "--reset-attention-mask keeps documents apart in causal attention (GPT-style "
+              "models)");
   MGT_REQUIRE(!c->qk_layernorm_full || tp == 1,
               "--qk-layernorm-full at --tensor-model-parallel-size %d: the norm over all heads is "
               "not split over tensor-parallel ranks yet (expert and data parallelism are)",

@@ -526,7 +526,7 @@ static const mgt_foreign_flag megatron[] = {
            "--disable-pad-vocab-size --no-pad-vocab-size --padded-vocab-size --tokenizer-metadata "
            "--tokenizer-special-tokens"),
     REFUSE("not yet in mgt: documents are not kept apart within a sample",
-           "--dataloader-inter-document-masking --reset-attention-mask"),
+           "--dataloader-inter-document-masking"),
     REFUSE("not yet in mgt: no chat/SFT data, pretraining token datasets only",
            "--chat-template --sft --sft-tokenizer-prompt-format"),
     REFUSE("write --save-interval (mgt's name for it)", "--persistent-save-interval"),

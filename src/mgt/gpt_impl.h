@@ -124,6 +124,7 @@ struct mgt_gpt {
   mgt_tp_xent xent;
   int32_t *inputs, *targets;
   int32_t *positions; /* (N) each input's position when they restart after each document */
+  int32_t *kfirst;    /* (N) each row's first key: its document's first row */
   float *dres, *dtmp, *dqkv, *datty, *dfch, *att_scratch;
   float *inv_freq; /* (hd/2) rotary frequencies, with --position-embedding-type rope */
   float *qkvx;     /* (N, 3*Cl) grouped-query attention: the groups repeated for the heads, then the

@@ -55,6 +55,11 @@ mgt_status gpt_norm_gain(const mgt_gpt *m, const float *w, const float **gain) {
   return gpt_norm_gain_n(m, w, m->d.C, gain);
 }
 
+/* Each row's first key, its document's first row (--reset-attention-mask), else NULL: 0. */
+static const int32_t *key_first(const mgt_gpt *m) {
+  return m->run.reset_attention >= 0 ? m->kfirst : NULL;
+}
+
 /* Each input's position when they restart after each document (--reset-position-ids), else
    NULL: row % T. */
 static const int32_t *positions(const mgt_gpt *m) {
@@ -192,11 +197,12 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
     MGT_CHECK(heads_qkv(m, a, &qkv));
     if (m->rp.flash)
       MGT_CHECK(mgt_be_flash_attention_forward(be, a->atty, a->lse, qkv, d->B, d->T, d->Hl, d->hd,
-                                               d->tp_rank * d->Hl, m->keylen, &ds.attn));
+                                               d->tp_rank * d->Hl, m->keylen, key_first(m),
+                                               &ds.attn));
     else
       MGT_CHECK(mgt_be_attention_forward(be, a->atty, a->P, qkv, d->B, d->T, d->Hl, d->hd,
-                                         d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
-                                         m->att_scratch));
+                                         d->tp_rank * d->Hl, d->H, m->keylen, key_first(m),
+                                         &ds.attn, m->att_scratch));
   }
   /* the projection's bias, dropout, residual and the MLP's LayerNorm in one pass */
   MGT_CHECK(row_out(m, r, &tmp, a->atty, w[P_PROJ_W], Cl));
@@ -392,14 +398,14 @@ static mgt_status layer_backward(mgt_gpt *m, int l, const step_ctx *s, int acc) 
   if (m->rp.flash) /* the probabilities rebuilt tile by tile inside */
     MGT_CHECK(mgt_be_flash_attention_backward(be, m->dqkv, m->datty, qkv, a->atty, a->lse, d->B,
                                               d->T, d->Hl, d->hd, d->tp_rank * d->Hl, m->keylen,
-                                              &ds.attn));
+                                              key_first(m), &ds.attn));
   else {
     if (m->rp.selective) /* the probabilities again; atty is rewritten with the same values */
       MGT_CHECK(mgt_be_attention_forward(be, a->atty, a->P, qkv, d->B, d->T, d->Hl, d->hd,
-                                         d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
-                                         m->att_scratch));
+                                         d->tp_rank * d->Hl, d->H, m->keylen, key_first(m),
+                                         &ds.attn, m->att_scratch));
     MGT_CHECK(mgt_be_attention_backward(be, m->dqkv, m->datty, qkv, a->P, d->B, d->T, d->Hl, d->hd,
-                                        d->tp_rank * d->Hl, d->H, m->keylen, &ds.attn,
+                                        d->tp_rank * d->Hl, d->H, m->keylen, key_first(m), &ds.attn,
                                         m->att_scratch));
   }
   float *dqg = m->dqkv;

@@ -92,7 +92,8 @@ mgt_status mgt_gpt_create(const mgt_model_spec *spec, const mgt_model_layout *la
   MGT_CHECK(mgt_calloc(sizeof *m, "model", (void **)&m));
   m->layout = *layout;
   m->run.ddp_bucket_size = DEFAULT_BUCKET;
-  m->run.eod_mask = m->run.reset_positions = -1; /* as in one document, until a trainer says */
+  m->run.eod_mask = m->run.reset_positions = m->run.reset_attention = -1; /* as in one document,
+                                                                            until a trainer says */
   m->grid = grid;
   m->be = be;
   m->comm = comm;

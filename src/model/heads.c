@@ -20,15 +20,22 @@ static mgt_status load_tokens(mgt_gpt *m, const int32_t *tokens) {
     }
   MGT_CHECK(mgt_be_upload(m->be, m->inputs, in, sizeof(int32_t) * (size_t)N));
   MGT_CHECK(mgt_be_upload(m->be, m->targets, tg, sizeof(int32_t) * (size_t)N));
-  if (m->run.reset_positions < 0) return MGT_OK;
-  int32_t *pos = m->host_tokens + 2 * (size_t)N; /* 0 after each end of document, which keeps
-                                                    its own document's position */
+  if (m->run.reset_positions < 0 && m->run.reset_attention < 0) return MGT_OK;
+  /* each input's place in its document: 0 after each end of document (which belongs to the
+     document it ends); the row's first key is its document's first row */
+  const int32_t eod = m->run.reset_positions >= 0 ? m->run.reset_positions : m->run.reset_attention;
+  int32_t *pos = m->host_tokens + 2 * (size_t)N;
   for (int b = 0; b < d->B; b++)
     for (int t = 0, p = 0; t < d->T; t++) {
       pos[b * d->T + t] = p;
-      p = in[b * d->T + t] == m->run.reset_positions ? 0 : p + 1;
+      p = in[b * d->T + t] == eod ? 0 : p + 1;
     }
-  return mgt_be_upload(m->be, m->positions, pos, sizeof(int32_t) * (size_t)N);
+  if (m->run.reset_positions >= 0)
+    MGT_CHECK(mgt_be_upload(m->be, m->positions, pos, sizeof(int32_t) * (size_t)N));
+  if (m->run.reset_attention < 0) return MGT_OK;
+  for (int i = 0; i < N; i++)
+    pos[i] = i % d->T - pos[i];
+  return mgt_be_upload(m->be, m->kfirst, pos, sizeof(int32_t) * (size_t)N);
 }
 
 /* What the GPT output layer does with each chunk of logits besides the loss. */

@@ -141,6 +141,7 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
   m->inputs = (int32_t *)take(&a, N);
   m->targets = (int32_t *)take(&a, N);
   m->positions = (int32_t *)take(&a, N);
+  m->kfirst = (int32_t *)take(&a, N);
   m->dres = take(&a, Nl * d->C);
   m->dtmp = take(&a, N * d->C);
   if (d->sp) {

@@ -177,7 +177,8 @@ mgt_gpt_training mgt_train_model_options(const mgt_config *cfg) {
                         cfg->moe_z_loss_coeff,
                         cfg->moe_token_dispatcher_type == 1,
                         cfg->eod_mask_loss ? cfg->eod_token : -1,
-                        cfg->reset_position_ids ? cfg->eod_token : -1};
+                        cfg->reset_position_ids ? cfg->eod_token : -1,
+                        cfg->reset_attention_mask ? cfg->eod_token : -1};
   return t;
 }
 
