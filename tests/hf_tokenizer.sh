@@ -34,27 +34,8 @@ for n in llama3 qwen3 llama2; do
   if [ $live = 1 ]; then
     node "$JS/encode.mjs" "$H/$n" "$tmp/texts.jsonl" > "$tmp/$n.js" || fail "Tokenizers.js with $n"
   fi
-  $PY - "$n" "$tmp/$n.ids" "$tmp/$n.js" "$REF" "$tmp/texts.jsonl" "${5:-}" <<'PY' || fail "$n: ids differ from Tokenizers.js's"
-import hashlib, json, os, sys
-name, mine, js, ref, texts, mode = sys.argv[1:7]
-ours = open(mine).read().splitlines()
-texts = [json.loads(l)["text"] for l in open(texts)]
-digest = lambda line: hashlib.sha256(line.encode()).hexdigest()[:16]
-assert len(ours) == len(texts), (len(ours), len(texts))
-if os.path.exists(js):
-    theirs = open(js).read().splitlines()
-    bad = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
-    assert len(theirs) == len(ours) and not bad, "texts %s differ from Tokenizers.js, first: %r" % (bad[:8], texts[bad[0]][:200] if bad else "")
-    if mode == "--record":
-        with open(ref, "a") as f:
-            for i, line in enumerate(theirs):
-                f.write("%s %d %s\n" % (name, i, digest(line)))
-recorded = {int(l.split()[1]): l.split()[2] for l in open(ref) if l.startswith(name + " ")}
-assert len(recorded) == len(ours), "%d recorded digests for %d texts" % (len(recorded), len(ours))
-bad = [i for i, line in enumerate(ours) if digest(line) != recorded[i]]
-assert not bad, "texts %s differ from the recorded ids, first: %r" % (bad[:8], texts[bad[0]][:200])
-print("ok: %s: %d texts, %d ids, as Tokenizers.js%s" % (name, len(ours), sum(len(l.split()) for l in ours), " (live)" if os.path.exists(js) else ""))
-PY
+  $PY "$TESTS/js_ids.py" "$n" "$tmp/$n.ids" "$tmp/$n.js" "$REF" "$tmp/texts.jsonl" ${5:-} ||
+    fail "$n: ids differ from Tokenizers.js's"
 done
 # --tokenizer-model may name the model's folder (its tokenizer.json and tokenizer_config.json)
 "$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/qwen3" --input "$tmp/texts.jsonl" > "$tmp/dir.ids" &&

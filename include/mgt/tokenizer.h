@@ -74,6 +74,14 @@ const char *mgt_tok_hash(const mgt_tokenizer *tok);
 MGT_NODISCARD mgt_status mgt_tok_encode(mgt_tokenizer *tok, const char *text, size_t len,
                                         mgt_ids *out);
 
+/* As mgt_tok_encode, and appends to `ends`, for each id, the offset in text just past the bytes
+   it stands for (a text of at most INT32_MAX bytes): the ends rise, and the last is len. A
+   token made of bytes that normalization changed (NFC composing a character, a space written
+   as "▁") ends where the last of them ends. Not for WordPiece (its text is lower-cased and
+   split into words): refused. */
+MGT_NODISCARD mgt_status mgt_tok_encode_ends(mgt_tokenizer *tok, const char *text, size_t len,
+                                             mgt_ids *out, mgt_ids *ends);
+
 /* Appends the bytes of ids to *buf (grown with realloc; *len and *cap updated). Fails with
    MGT_ERR_INPUT on an id outside the vocabulary. The end-of-document id decodes to
    "<|endoftext|>" for GPT-2 and to nothing for bytes. */

@@ -771,6 +771,22 @@ int32_t mgt_tok_eod(const mgt_tokenizer *t) { return t->eod; }
 const char *mgt_tok_name(const mgt_tokenizer *t) { return mgt_tokenizer_names[t->type]; }
 int mgt_tok_type(const mgt_tokenizer *t) { return t->type; }
 
+mgt_status mgt_tok_encode_ends(mgt_tokenizer *t, const char *text, size_t len, mgt_ids *out,
+                               mgt_ids *ends) {
+  MGT_REQUIRE(len <= INT32_MAX, "a text of %zu bytes is too long to place its tokens", len);
+  MGT_REQUIRE(t->kind != KIND_WORDPIECE,
+              "WordPiece cannot say where its tokens are in the text (it lower-cases and splits)");
+  if (t->kind == KIND_HF) return mgt_hf_encode_ends(t, text, len, out, ends);
+  const size_t k0 = out->n; /* GPT-2 and bytes: each id stands for its own bytes */
+  MGT_CHECK(mgt_tok_encode(t, text, len, out));
+  int64_t at = 0;
+  for (size_t k = k0; k < out->n; k++) {
+    at += t->kind == KIND_BYTES ? 1 : t->tok_len[out->ids[k]];
+    MGT_CHECK(mgt_ids_push(ends, (int32_t)(at < (int64_t)len ? at : (int64_t)len)));
+  }
+  return MGT_OK;
+}
+
 mgt_status mgt_tok_piece(const mgt_tokenizer *t, int32_t id, const char **s, size_t *len) {
   MGT_REQUIRE(id >= 0 && id < t->n_vocab, "token id %d is outside the vocabulary [0, %d)", id,
               t->n_vocab);

@@ -76,6 +76,8 @@ mgt_status mgt_tok_alloc_cache(mgt_tokenizer *t, int bits);
 /* ---- hf_tokenizer.c ---- */
 
 mgt_status mgt_hf_encode(mgt_tokenizer *t, const char *text, size_t len, mgt_ids *out);
+mgt_status mgt_hf_encode_ends(mgt_tokenizer *t, const char *text, size_t len, mgt_ids *out,
+                              mgt_ids *ends);
 void mgt_hf_free(mgt_hf_tok **h);
 /* A pipeline sharing src's tables with its own work space (mgt_tok_clone). */
 mgt_status mgt_hf_clone(const mgt_hf_tok *src, mgt_hf_tok **out);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mgt/chat.h"
 #include "mgt/cli.h"
 #include "mgt/flags.h"
 #include "mgt/json.h"
@@ -23,6 +24,11 @@ static const mgt_flag flags[] = {
      NULL, SZ(json_keys), 0},
     {"--decode", MGT_FLAG_BOOL, OFF(decode), 0, 1,
      "read lines of space-separated ids, write one JSON line of text each", NULL, 0, 0},
+    {"--chat-template", MGT_FLAG_STR, OFF(chat_template), 0, 0,
+     "read conversations ({\"messages\": ...} or {\"segments\": ...}) and write each as "
+     "{\"text\", \"ids\", \"loss_mask\"}, rendered as this format: llama3, chatml (qwen3), "
+     "llama2, mistral, or auto (the tokenizer's tokenizer_config.json)",
+     NULL, SZ(chat_template), 0},
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
@@ -39,6 +45,10 @@ mgt_status mgt_tokenize_parse(mgt_tokenize_opts *o, int argc, char **argv, int f
               mgt_tokenizer_names[o->tokenizer_type], mgt_tokenizer_file_flag(o->tokenizer_type));
   MGT_REQUIRE(o->tokenizer_type != MGT_TOKENIZER_GPT2 || o->merge_file[0],
               "GPT2BPETokenizer needs --vocab-file and --merge-file");
+  MGT_REQUIRE(!o->chat_template[0] || !o->decode, "--chat-template encodes: not with --decode");
+  int f;
+  if (o->chat_template[0] && strcmp(o->chat_template, "auto") != 0)
+    MGT_CHECK(mgt_chat_format_named(o->chat_template, &f));
   return MGT_OK;
 }
 
@@ -103,6 +113,27 @@ static mgt_status decode_line(mgt_tokenizer *tok, const mgt_tokenize_opts *o, co
   return MGT_OK;
 }
 
+/* A conversation's text, ids and loss mask as one JSON line. */
+static mgt_status chat_line(mgt_tokenizer *tok, int format, const mgt_json *root,
+                            mgt_chat_text *text, mgt_ids *ids, uint8_t **mask, size_t *mask_cap,
+                            FILE *out) {
+  mgt_chat_specials sp;
+  MGT_CHECK(mgt_chat_specials_of(tok, &sp));
+  MGT_CHECK(mgt_chat_from_json(root, format, sp.bos, sp.eos, 0, text));
+  ids->n = 0;
+  MGT_CHECK(mgt_chat_encode(tok, text, ids, mask, mask_cap));
+  fputs("{\"text\": ", out);
+  mgt_json_write_bytes(out, text->s ? text->s : "", text->n);
+  fputs(", \"ids\": [", out);
+  for (size_t i = 0; i < ids->n; i++)
+    fprintf(out, i ? ", %d" : "%d", ids->ids[i]);
+  fputs("], \"loss_mask\": [", out);
+  for (size_t i = 0; i < ids->n; i++)
+    fprintf(out, i ? ", %d" : "%d", (*mask)[i]);
+  fputs("]}\n", out);
+  return MGT_OK;
+}
+
 mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out) {
   mgt_status st = MGT_OK;
   mgt_tokenizer *tok = NULL;
@@ -112,8 +143,16 @@ mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out) {
   char *line = NULL, *buf = NULL;
   size_t cap = 0, bcap = 0, line_no = 0;
   mgt_ids ids = {0};
+  mgt_chat_text text = {0};
+  uint8_t *mask = NULL;
+  size_t mask_cap = 0;
+  int format = -1;
   MGT_TRY(mgt_tok_open(o->tokenizer_type, o->vocab_file, o->merge_file, &tok));
   MGT_TRY(mgt_json_parser_create(&jp));
+  if (!strcmp(o->chat_template, "auto"))
+    MGT_TRY(mgt_chat_format_of(o->vocab_file, &format));
+  else if (o->chat_template[0])
+    MGT_TRY(mgt_chat_format_named(o->chat_template, &format));
   if (o->input[0]) { /* a stream, read once: a FIFO (`--input <(zcat x.gz)`) is meant to wait */
     in = fopen(o->input, "rb");
     if (!in) MGT_GOTO_FAIL(MGT_ERR_INPUT, "--input %s: cannot open: %s", o->input, strerror(errno));
@@ -138,6 +177,15 @@ mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out) {
       snprintf(why, sizeof why, "%s", mgt_error_message());
       MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s:%zu: %s", name, line_no, why);
     }
+    if (o->chat_template[0]) {
+      const mgt_status cs = chat_line(tok, format, root, &text, &ids, &mask, &mask_cap, out);
+      if (cs != MGT_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", mgt_error_message());
+        MGT_GOTO_FAIL(cs, "%s:%zu: %s", name, line_no, why);
+      }
+      continue;
+    }
     v = mgt_json_get(root, o->json_keys);
     if (!v || v->type != MGT_JSON_STRING)
       MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s:%zu: no string \"%s\" key (--json-keys)", name, line_no,
@@ -160,6 +208,8 @@ done:
   if (in && in != stdin) fclose(in);
   free(line);
   free(buf);
+  free(mask);
+  mgt_chat_text_free(&text);
   mgt_ids_free(&ids);
   mgt_json_parser_destroy(&jp);
   mgt_tok_destroy(&tok);

@@ -17,6 +17,7 @@ typedef struct mgt_tokenize_opts {
   char input[MGT_PATH_MAX];
   char json_keys[256];
   int decode;
+  char chat_template[64]; /* conversations: a chat format's name, or "auto" */
 } mgt_tokenize_opts;
 
 void mgt_tokenize_defaults(mgt_tokenize_opts *o);
@@ -24,7 +25,9 @@ MGT_NODISCARD mgt_status mgt_tokenize_parse(mgt_tokenize_opts *o, int argc, char
                                             int *help);
 void mgt_tokenize_usage(FILE *f);
 /* Encodes each JSON line of the input (its --json-keys string) into a line of
-   space-separated ids, or with decode each line of ids into {"text": ...}. Not collective. */
+   space-separated ids, or with decode each line of ids into {"text": ...}; with a chat template
+   each conversation (include/mgt/chat.h) into {"text": rendered, "ids": [...], "loss_mask":
+   [...]}. Not collective. */
 MGT_NODISCARD mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out);
 
 #ifdef __cplusplus
