@@ -31,8 +31,13 @@ static void attr_str(hid_t f, const char *n, const char *v) {
   H5Aclose(a), H5Sclose(s), H5Tclose(t);
 }
 
-/* Writes PREFIX.h5 with NDOC ramp documents; tokens offset by `base`. */
-static void write_dataset(const char *prefix, uint32_t base, int complete) {
+/* The loss mask of the datasets written with one: every third token of a document does not
+   train. */
+static int trains(int j) { return j % 3 != 0; }
+
+/* Writes PREFIX.h5 with NDOC ramp documents; tokens offset by `base`; with `mask` a loss mask
+   (format 2, as mgt preprocess --chat-template writes). */
+static void write_dataset_mask(const char *prefix, uint32_t base, int complete, int mask) {
   char path[512];
   snprintf(path, sizeof path, "%s.h5", prefix);
   int64_t off[NDOC + 1];
@@ -56,7 +61,24 @@ static void write_dataset(const char *prefix, uint32_t base, int complete) {
   ds = H5Dcreate2(f, "document_offsets", H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, off);
   H5Dclose(ds), H5Sclose(s);
-  attr_str(f, "format", "megatron-c tokens 1");
+  if (mask) {
+    uint8_t *m = malloc((size_t)off[NDOC]);
+    for (int d = 0; d < NDOC; d++)
+      for (int j = 0; j < doc_len(d); j++)
+        m[off[d] + j] = (uint8_t)trains(j);
+    hsize_t nt = (hsize_t)off[NDOC];
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+    s = H5Screate_simple(1, &nt, NULL);
+    ds = H5Dcreate2(f, "loss_mask", H5T_STD_U8LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, m);
+    H5Dclose(ds), H5Sclose(s), H5Pclose(dcpl);
+    attr_str(f, "chat_template", "llama3");
+    attr_i64(f, "n_trained", 0);
+    free(m);
+  }
+  attr_str(f, "format", mask ? "megatron-c tokens 2" : "megatron-c tokens 1");
   attr_str(f, "tokenizer", "TestTokenizer");
   attr_str(f, "vocab_hash", "0000");
   attr_i64(f, "vocab_size", 1000000);
@@ -69,6 +91,10 @@ static void write_dataset(const char *prefix, uint32_t base, int complete) {
   if (complete) attr_i64(f, "complete", 1);
   H5Fclose(f);
   free(tok);
+}
+
+static void write_dataset(const char *prefix, uint32_t base, int complete) {
+  write_dataset_mask(prefix, base, complete, 0);
 }
 
 static mgt_config config(const char *data_path, uint64_t seed) {
@@ -116,6 +142,83 @@ static void check_samples(mgt_data *src, int n, int lo_doc, int hi_doc, uint32_t
   }
 }
 
+/* --sft's packed samples of the masked dataset at `path` under each long-document policy: each
+   sample is whole pieces of documents of the train split, each piece flagged as a document start
+   and its tokens' loss as the mask says, then padding that trains nothing; over the samples
+   read, every document's targets come equally often (once per pass: none lost, none twice; a
+   split document's last pass may stop inside it), documents too long are cut at SEQ + 1 tokens,
+   dropped, or split so that every target is in exactly one piece, and the passes of two documents
+   differ by at most one. */
+static void test_packing(const char *path) {
+  static const char *names[3] = {"truncate", "drop", "split"};
+  for (int policy = 0; policy < 3; policy++) {
+    mgt_config c = config(path, 7);
+    c.sft = 1, c.sft_long_policy = policy;
+    mgt_data train, valid;
+    T_OK(mgt_dataset_sources(&c, MPI_COMM_WORLD, NULL, &train, &valid));
+    int *seen = calloc(NDOC * 64, sizeof(int)); /* (document, token) as a trained position */
+    int32_t row[SEQ + 1];
+    int bad = 0;
+    for (int s = 0; s < 400 && !bad; s++) {
+      T_OK(train.get(train.ctx, (uint64_t)s, 1, SEQ, row));
+      int k = 0;
+      for (; k <= SEQ && !bad; k++) {
+        const int v = row[k] & MGT_TOKEN_ID, d = v / 1000, j = v % 1000;
+        const int start = (row[k] & MGT_TOKEN_DOC_START) != 0;
+        if (v == 999999) break; /* the padding */
+        const int prev = k ? (row[k - 1] & MGT_TOKEN_ID) : -1;
+        const int follows = k && prev / 1000 == d && prev % 1000 == j - 1;
+        if (d >= 160 || j >= doc_len(d) || start == follows ||
+            ((row[k] & MGT_TOKEN_NO_LOSS) != 0) == trains(j) || (start && j != 0 && policy != 2)) {
+          bad = 1;
+          T_CHECK(0, "%s: sample %d token %d (%d, flags %x) is no piece of a train document",
+                  names[policy], s, k, v, (unsigned)row[k] >> 29);
+        }
+        if (!start) seen[d * 64 + j]++;
+      }
+      for (int first = k; k <= SEQ && !bad; k++)
+        if ((row[k] & MGT_TOKEN_ID) != 999999 || !(row[k] & MGT_TOKEN_NO_LOSS) ||
+            (k == first) != ((row[k] & MGT_TOKEN_DOC_START) != 0)) {
+          bad = 1;
+          T_CHECK(0, "%s: sample %d: padding %x at %d after %d tokens", names[policy], s,
+                  (unsigned)row[k], k, first);
+        }
+    }
+    int lo = 1 << 30, hi = 0;
+    for (int d = 0; d < 160 && !bad; d++) {
+      const int n = doc_len(d), cut = policy == 0 && n > SEQ + 1 ? SEQ + 1 : n;
+      if (n < 2 || (policy == 1 && n > SEQ + 1)) {
+        for (int j = 0; j < n; j++)
+          T_CHECK(seen[d * 64 + j] == 0, "%s: document %d token %d placed", names[policy], d, j);
+        continue;
+      }
+      /* the samples read may end inside the pieces of a split document: its last pass then
+         holds the targets up to a point */
+      const int times = seen[d * 64 + 1];
+      for (int j = 1; j < n; j++)
+        if (j < cut ? seen[d * 64 + j] > seen[d * 64 + j - (j > 1)] ||
+                          seen[d * 64 + j] < times - (policy == 2)
+                    : seen[d * 64 + j] != 0) {
+          T_CHECK(0, "%s: document %d (%d tokens): target %d placed %d times, target 1 %d",
+                  names[policy], d, n, j, seen[d * 64 + j], times);
+          break;
+        }
+      lo = times < lo ? times : lo, hi = times > hi ? times : hi;
+    }
+    T_CHECK(lo >= 1 && hi - lo <= 1, "%s: documents placed between %d and %d times", names[policy],
+            lo, hi);
+    printf("packing, %s: every document's targets %d or %d times over 400 samples\n", names[policy],
+           lo, hi);
+    free(seen);
+    mgt_data_destroy(&train), mgt_data_destroy(&valid);
+  }
+  mgt_config c = config(path, 7); /* a loss mask needs --sft */
+  mgt_data t2, v2;
+  mgt_status st = mgt_dataset_sources(&c, MPI_COMM_WORLD, NULL, &t2, &v2);
+  T_CHECK(st == MGT_ERR_INPUT && strstr(mgt_error_message(), "train them with --sft"),
+          "a masked dataset without --sft: %s", mgt_error_message());
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   char dir[] = "/tmp/mgt_test_dataset_XXXXXX";
@@ -127,6 +230,10 @@ int main(int argc, char **argv) {
   write_dataset(a, 0, 1);
   write_dataset(b, 500000, 1);
   write_dataset(bad, 0, 0);
+  char masked[256];
+  snprintf(masked, sizeof masked, "%s/masked", dir);
+  write_dataset_mask(masked, 0, 1, 1);
+  test_packing(masked);
 
   /* split 80/20: train documents [0, 160), valid [160, 200) */
   mgt_config c = config(a, 7);

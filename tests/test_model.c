@@ -251,6 +251,41 @@ static void test_documents(mgt_gpt *m, const mgt_config *c) {
   T_OK(mgt_gpt_train_with(m, &t));
 }
 
+/* --sft's flags (include/mgt/data.h): row 0 packs the document 6 2 9 after 5 1 8, flagged as
+   starting there, so it scores as alone (row 1 of the plain batch), the target starting it has no
+   loss, and the first document scores as in the plain batch; row 1 starts a document at 0 and
+   masks two targets (their losses 0, the others as in the plain batch). The loss units count the
+   7 targets left. */
+static void test_doc_flags(mgt_gpt *m, const mgt_config *c) {
+  const int T = c->seq_length;
+  const int32_t D = MGT_TOKEN_DOC_START, N = MGT_TOKEN_NO_LOSS;
+  const int32_t packed[2 * 6] = {5, 1, 8, 6 | D, 2, 9, 6 | D, 2 | N, 9, 4, 3 | N, 7};
+  const int32_t plain[2 * 6] = {5, 1, 8, 6, 2, 9, 6, 2, 9, 4, 3, 7};
+  mgt_gpt_training t = mgt_train_model_options(c);
+  t.doc_flags = 1;
+  T_OK(mgt_gpt_train_with(m, &t));
+  float lf[2 * 5], lp[2 * 5];
+  T_OK(mgt_gpt_forward_losses(m, packed, lf));
+  double units[2] = {0, 0};
+  mgt_gpt_loss_units(m, packed, 2, units);
+  t.doc_flags = 0;
+  T_OK(mgt_gpt_train_with(m, &t));
+  T_OK(mgt_gpt_forward_losses(m, plain, lp));
+  const double alone = (double)lp[T] + lp[T + 1], packed_doc = (double)lf[3] + lf[4];
+  T_CHECK(fabs(packed_doc - alone) <= 1e-6 * alone, "a flagged document scores %.9g, alone %.9g",
+          packed_doc, alone);
+  T_CHECK(fabs(lf[0] - lp[0]) <= 1e-6 * lp[0] && fabs(lf[1] - lp[1]) <= 1e-6 * lp[1],
+          "the document before a flagged one scores %g %g, not %g %g", lf[0], lf[1], lp[0], lp[1]);
+  T_CHECK(lf[2] == 0 && lf[T] == 0 && lf[T + 3] == 0,
+          "masked targets and a document's first token have losses %g %g %g, not 0", lf[2], lf[T],
+          lf[T + 3]);
+  for (int k = 1; k < 5; k++)
+    if (k != 3)
+      T_CHECK(fabs(lf[T + k] - lp[T + k]) <= 1e-6 * lp[T + k],
+              "row 1 target %d: %g with flags, %g without", k, lf[T + k], lp[T + k]);
+  T_CHECK(units[0] == 7, "%g loss units, not the 7 targets left", units[0]);
+}
+
 /* --reset-position-ids with learned positions: both rows end a document at their second input
    (id 8), so their positions are 0 1 0 1 2; the loss is bit for bit that of the model without
    the reset whose position table's rows 0..4 are the rows of those positions. Then the gradient
@@ -957,6 +992,7 @@ int main(int argc, char **argv) {
   test_eod_mask(m, &c);
   test_reset_positions(m, &c);
   test_documents(m, &c);
+  test_doc_flags(m, &c);
   mgt_gpt_destroy(&m);
   /* an untied output layer: its own tensor and gradient, the word embeddings' gradient from
      the lookup alone */
@@ -985,11 +1021,13 @@ int main(int argc, char **argv) {
   T_CHECK(found == 0, "a rotary model has no position table");
   test_gradient(m);
   test_documents(m, &rc);
+  test_doc_flags(m, &rc);
   mgt_gpt_destroy(&m);
   rc.attention_backend = MGT_ATTN_FLASH;
   T_OK(mgt_train_model_create(&rc, grid, be, comm, &m));
   test_gradient(m);
   test_documents(m, &rc);
+  test_doc_flags(m, &rc);
   mgt_gpt_destroy(&m);
   test_rope_frequencies();
   test_llama(grid, be, comm);

@@ -195,7 +195,10 @@ typedef struct mgt_config {
   int reset_position_ids;            /* positions restart after each end of document */
   int reset_attention_mask;          /* no attention across an end of document */
   int num_microbatches_in_minibatch; /* Megatron-LM 2020's: global batch = micro x it x dp */
-  int eod_token;           /* the tokenizer's end-of-document id, -1 unknown (set by the job) */
+  int sft;             /* documents (conversations) packed whole, kept apart, masked as stored */
+  int sft_long_policy; /* a document longer than a sample: 0 truncate, 1 drop, 2 split */
+  int train_on_prompt; /* --sft: every token of a conversation trains, not its loss mask's */
+  int eod_token;       /* the tokenizer's end-of-document id, -1 unknown (set by the job) */
   char data_path[1 << 16]; /* "P" or "W1 P1 W2 P2 ...", one value per line (hundreds of pairs) */
   char split[128];         /* train,valid,test weights over documents */
   /* each split its own blend (Megatron-LM's), "P" or "W1 P1 ..." or "P1 P2 ...", one per line */

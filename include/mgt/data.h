@@ -28,6 +28,16 @@ static inline int mgt_bert_max_predictions(int T, double mask_prob) {
   return p < T ? p : T;
 }
 
+/* In a GPT sample of packed documents (--sft), a token's bits above its id say: a document
+   starts here (positions restart, its tokens see no key before it, and this token is no target of
+   the one before), and this token is trained as no target (its loss mask is 0, or padding). Ids
+   are then below 2^29. */
+enum { MGT_TOKEN_ID = (1 << 29) - 1, MGT_TOKEN_DOC_START = 1 << 29, MGT_TOKEN_NO_LOSS = 1 << 30 };
+/* Whether the token, as a target, has a loss (with flags). */
+static inline int mgt_token_trains(int32_t x) {
+  return (x & (MGT_TOKEN_DOC_START | MGT_TOKEN_NO_LOSS)) == 0;
+}
+
 typedef struct mgt_data {
   void *ctx;
   /* Writes samples [first, first + n) as n rows of T + 1 tokens (GPT), or of

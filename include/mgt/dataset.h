@@ -29,7 +29,10 @@ typedef struct mgt_preprocess_opts {
   int skip_bad_lines;
   int log_interval_s; /* seconds between progress lines on stderr when it is not a terminal */
   int dataset_impl;   /* 0: hdf5 (PREFIX.h5); 1: mmap, Megatron-LM's PREFIX_KEY_LEVEL.bin/.idx */
-  char notes[1024];   /* not a flag: Megatron-LM's flags taken that change nothing, and why */
+  /* conversations (include/mgt/chat.h) rendered as this chat format ("auto": the tokenizer's
+     tokenizer_config.json's), stored with their loss masks; "" for text */
+  char chat_template[64];
+  char notes[1024]; /* not a flag: Megatron-LM's flags taken that change nothing, and why */
 } mgt_preprocess_opts;
 
 /* Tokenizes the inputs, each rank its share of the documents, and writes OUTPUT_PREFIX.h5
@@ -53,6 +56,9 @@ typedef struct mgt_dataset_info {
   int64_t vocab_size, eod_id, n_tokens, n_documents, max_token_id;
   int64_t n_sentences; /* -1: not split into sentences */
   int token_bytes;
+  int has_mask;           /* conversations with a loss mask (format 2; PREFIX_loss_mask) */
+  char chat_template[16]; /* the chat format they were rendered as ("" unknown) */
+  int64_t n_trained;      /* tokens whose loss mask is 1 (-1 unknown) */
 } mgt_dataset_info;
 
 /* Reads what PREFIX.h5 (or PATH when it ends in .h5) says about itself, or, without

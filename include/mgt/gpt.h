@@ -112,6 +112,7 @@ typedef struct mgt_gpt_training {
   int eod_mask;        /* --eod-mask-loss: no loss where the input is this token (-1: none) */
   int reset_positions; /* --reset-position-ids: positions restart after this token (-1: no) */
   int reset_attention; /* --reset-attention-mask: no attention across this token (-1: across) */
+  int doc_flags;       /* --sft: samples carry MGT_TOKEN_* flags (include/mgt/data.h) */
 } mgt_gpt_training;
 /* Makes m a model being trained as t says and initializes its parameters from t->seed. Not
    collective. */

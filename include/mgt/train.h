@@ -44,7 +44,9 @@ typedef struct mgt_step_stats {
   double grad_norm;          /* before clipping */
   double lr;
   double seconds;
-  int skipped;       /* the update was skipped: non-finite loss or gradients */
+  double targets;    /* GPT: the tokens of the global batch with a loss (0: the update skipped) */
+  int skipped;       /* the update was skipped: non-finite loss or gradients, or no target (its loss
+                        is then left out of the log's means, as a skipped step's) */
   int nonfinite;     /* skipped for a non-finite loss or norm that is no fp16 overflow */
   double loss_scale; /* after the step (1 unless --fp16) */
   /* Mixture-of-Experts: the load-balancing and z-losses of the global batch, means over the

@@ -70,13 +70,22 @@ static void megatron_info(const mgt_mmidx *x, mgt_dataset_info *info) {
   info->token_bytes = x->elem;
 }
 
+/* Megatron-LM's files of a loss mask beside PREFIX's tokens. */
+static void mask_prefix(const char *prefix, char *out, size_t n) {
+  snprintf(out, n, "%s_loss_mask", prefix);
+}
+
 mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info) {
   memset(info, 0, sizeof *info);
+  info->n_trained = -1;
   if (is_megatron(prefix)) {
     mgt_mmidx x;
+    char mp[MGT_PATH_MAX + 16];
     MGT_CHECK(mgt_mmidx_open(prefix, &x));
     megatron_info(&x, info);
     mgt_mmidx_close(&x);
+    mask_prefix(prefix, mp, sizeof mp);
+    info->has_mask = mgt_mmidx_exists(mp);
     return MGT_OK;
   }
   h5_path(prefix, info->path, sizeof info->path);
@@ -95,9 +104,15 @@ mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info) {
   int64_t complete = 0;
   hid_t d = -1, t = -1;
   MGT_TRY(mgt_h5_read_str(f, "format", format, sizeof format, p));
-  if (strcmp(format, "megatron-c tokens 1") != 0)
+  if (strcmp(format, "megatron-c tokens 1") != 0 && strcmp(format, "megatron-c tokens 2") != 0)
     MGT_GOTO_FAIL(MGT_ERR_INPUT, "--data-path %s: format '%s' is not a megatron-c token dataset", p,
                   format);
+  info->has_mask = format[sizeof "megatron-c tokens " - 1] == '2';
+  if (info->has_mask) {
+    MGT_TRY(
+        mgt_h5_read_str(f, "chat_template", info->chat_template, sizeof info->chat_template, p));
+    MGT_TRY(mgt_h5_read_i64(f, "n_trained", &info->n_trained, p));
+  }
   MGT_TRY(mgt_h5_read_i64(f, "complete", &complete, p));
   MGT_TRY(mgt_h5_read_str(f, "tokenizer", info->tokenizer, sizeof info->tokenizer, p));
   MGT_TRY(mgt_h5_read_str(f, "vocab_hash", info->vocab_hash, sizeof info->vocab_hash, p));
@@ -135,7 +150,9 @@ done:
 
 void ds_dataset_close(dataset *ds) {
   mgt_mmidx_close(&ds->mm);
+  mgt_mmidx_close(&ds->mm_mask);
   if (ds->map) munmap(ds->map, ds->map_len);
+  if (ds->mask_map) munmap(ds->mask_map, ds->mask_map_len);
   mgt_free(ds->doc_off);
   mgt_free(ds->sent_off);
   mgt_free(ds->doc_sent);
@@ -235,11 +252,52 @@ static mgt_status megatron_open(const char *prefix, int sentences, dataset *ds) 
       memcpy(ds->doc_sent, x->doc_seq, sizeof(int64_t) * (size_t)(x->n_doc + 1));
     }
   }
+  char mp[MGT_PATH_MAX + 16];
+  mask_prefix(prefix, mp, sizeof mp);
+  if (st == MGT_OK && mgt_mmidx_exists(mp)) { /* the same sequences, a byte each */
+    st = mgt_mmidx_open(mp, &ds->mm_mask);
+    const mgt_mmidx *y = &ds->mm_mask;
+    if (st == MGT_OK && (y->dtype != MGT_MM_U8 || y->n_seq != x->n_seq ||
+                         memcmp(y->seq_off, x->seq_off, sizeof(int64_t) * (size_t)(x->n_seq + 1))))
+      st = MGT_ERROR(MGT_ERR_INPUT,
+                     "--data-path %s: %s.idx is not a uint8 loss mask of the same sequences",
+                     prefix, mp);
+    if (st == MGT_OK) ds->mask = y->map, ds->info.has_mask = 1;
+  }
   if (st == MGT_OK) {
     const struct stat *files[2] = {&x->idx_st, &x->bin_st};
     identity_of(ds, files, 2);
   }
   if (st != MGT_OK) ds_dataset_close(ds);
+  return st;
+}
+
+/* The loss_mask dataset of an open HDF5 file, mapped as the tokens are. */
+static mgt_status map_mask(hid_t f, int fd, const char *p, const struct stat *sb, dataset *ds) {
+  mgt_status st = MGT_OK;
+  hid_t d = -1, dcpl = -1, t = -1;
+  int64_t n = 0;
+  MGT_H5_TRY(d = H5Dopen2(f, "loss_mask", H5P_DEFAULT), p);
+  MGT_TRY(extent_1d(d, p, "loss_mask", &n));
+  MGT_H5_TRY(t = H5Dget_type(d), p);
+  MGT_H5_TRY(dcpl = H5Dget_create_plist(d), p);
+  const haddr_t off = H5Dget_offset(d);
+  if (n != ds->info.n_tokens || H5Tget_size(t) != 1 || H5Pget_layout(dcpl) != H5D_CONTIGUOUS ||
+      H5Pget_nfilters(dcpl) != 0 || off == HADDR_UNDEF || (uint64_t)sb->st_size < off + (uint64_t)n)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT,
+                  "--data-path %s: loss_mask is not one contiguous byte per token of the file", p);
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE), start = (size_t)off / page * page;
+  ds->mask_map_len = (size_t)n + ((size_t)off - start);
+  ds->mask_map = mmap(NULL, ds->mask_map_len, PROT_READ, MAP_SHARED, fd, (off_t)start);
+  if (ds->mask_map == MAP_FAILED) {
+    ds->mask_map = NULL;
+    MGT_GOTO_FAIL(MGT_ERR_IO, "--data-path %s: mmap failed: %s", p, strerror(errno));
+  }
+  ds->mask = (const unsigned char *)ds->mask_map + ((size_t)off - start);
+done:
+  if (t >= 0) H5Tclose(t);
+  if (dcpl >= 0) H5Pclose(dcpl);
+  if (d >= 0) H5Dclose(d);
   return st;
 }
 
@@ -303,6 +361,7 @@ mgt_status ds_dataset_open(const char *prefix, int sentences, dataset *ds) {
     ds->tokens = (const unsigned char *)ds->map + ((size_t)off - start);
     const struct stat *files[1] = {&sb};
     identity_of(ds, files, 1);
+    if (ds->info.has_mask) MGT_TRY(map_mask(f, fd, p, &sb, ds));
   }
 done:
   if (fd >= 0) close(fd);
@@ -391,6 +450,8 @@ typedef struct source {
   opened *op; /* shared with the other source of the run */
   int n;      /* datasets */
   split_index *ix;
+  pack_index *px; /* --sft: packed documents instead of windows */
+  int train_on_prompt;
   blending bl;
   int seq;
 } source;
@@ -401,6 +462,12 @@ static mgt_status source_get(void *ctx, uint64_t first, int n, int T, int32_t *o
     int d;
     int64_t k;
     MGT_CHECK(ds_blending_at(&s->bl, first + (uint64_t)r, &d, &k));
+    if (s->px) {
+      MGT_REQUIRE(k < s->px[d].n_samples, "sample %lld is beyond the %lld packed of %s",
+                  (long long)k, (long long)s->px[d].n_samples, s->px[d].ds->info.path);
+      MGT_CHECK(ds_pack_read(&s->px[d], k, T, s->train_on_prompt, out + (size_t)r * (T + 1)));
+      continue;
+    }
     const split_index *ix = &s->ix[d];
     MGT_REQUIRE(k < ix->n_samples, "sample %lld is beyond the %lld in the index of %s",
                 (long long)k, (long long)ix->n_samples, ix->ds->info.path);
@@ -421,8 +488,12 @@ static void source_destroy(void *ctx) {
   if (s->ix)
     for (int d = 0; d < s->n; d++)
       ds_index_free(&s->ix[d]);
+  if (s->px)
+    for (int d = 0; d < s->n; d++)
+      ds_pack_free(&s->px[d]);
   ds_opened_release(s->op);
   mgt_free(s->ix);
+  mgt_free(s->px);
   ds_blending_free(&s->bl);
   mgt_free(s);
 }
@@ -541,6 +612,26 @@ void ds_opened_release(opened *op) {
   mgt_free(op);
 }
 
+/* What packing made of a split: the documents placed, the samples, the slots filled. */
+static void pack_report(const pack_index *px, int split, int seq, FILE *log) {
+  static const char *names[3] = {"train", "valid", "test"};
+  const double slots = (double)px->n_samples * (seq + 1);
+  fprintf(log,
+          "data: --sft %s split of %s: %lld documents placed into %lld samples of %d tokens, "
+          "%.1f%% of the slots filled (the rest padding)",
+          names[split], px->ds->info.path, (long long)px->docs, (long long)px->n_samples, seq + 1,
+          slots > 0 ? 100.0 * (double)px->tokens / slots : 0.0);
+  if (px->truncated)
+    fprintf(log, "; %lld longer truncated (%lld tokens cut)", (long long)px->truncated,
+            (long long)px->cut);
+  if (px->dropped) fprintf(log, "; %lld longer dropped", (long long)px->dropped);
+  if (px->split)
+    fprintf(log, "; %lld longer split into %lld pieces", (long long)px->split,
+            (long long)px->pieces_split);
+  fputc('\n', log);
+  fflush(log);
+}
+
 static mgt_status make_source(opened *op, const data_spec *spec, int split, const double frac[3],
                               int64_t needed, const mgt_config *cfg, MPI_Comm world, FILE *log,
                               mgt_data *out) {
@@ -575,9 +666,21 @@ static mgt_status make_source(opened *op, const data_spec *spec, int split, cons
   st = ds_blending_make(w, spec->n, needed, &s->bl);
   mgt_free(sized);
   MGT_TRY(st);
+  if (cfg->sft) {
+    s->train_on_prompt = cfg->train_on_prompt;
+    MGT_TRY(mgt_calloc(sizeof(pack_index) * (size_t)spec->n, "packed samples", (void **)&s->px));
+  }
   for (int d = 0; d < spec->n; d++) {
     int64_t a, b, need = s->bl.counts[d] > 0 ? s->bl.counts[d] : 1;
     ds_split_docs(&op->ds[d], split, frac, &a, &b);
+    if (cfg->sft) {
+      MGT_TRY(ds_pack_build(&op->ds[d], a, b, split, need, cfg->seq_length, cfg->seed,
+                            cfg->sft_long_policy, &s->px[d]));
+      int rank;
+      MPI_Comm_rank(world, &rank);
+      if (rank == 0 && log) pack_report(&s->px[d], split, cfg->seq_length, log);
+      continue;
+    }
     MGT_TRY(ds_split_index_get(&op->ds[d], split, a, b, need, cfg->seq_length, cfg->seed, world,
                                log, &s->ix[d]));
   }
@@ -612,6 +715,11 @@ static mgt_status open_blend(const mgt_config *cfg, const char *flag, const char
                     "(hash %.12s, expected %.12s)",
                     flag, in->path, mgt_tokenizer_file_flag(cfg->tokenizer_type), cfg->vocab_file,
                     in->vocab_hash, mgt_tok_hash(tok));
+    if (in->has_mask && !cfg->sft)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT,
+                    "%s %s holds conversations with a loss mask: train them with --sft (packed "
+                    "whole, each attending only to itself)",
+                    flag, in->path);
     if (in->max_token_id >= cfg->vocab_size || in->vocab_size > cfg->vocab_size)
       MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "%s %s: vocabulary of %lld ids (largest used %lld) does not fit "

@@ -26,6 +26,12 @@ typedef struct dataset {
      folder, which Megatron-LM's tools/merge_datasets.py passes over) */
   char cache_dir[MGT_PATH_MAX];
   mgt_mmidx mm; /* a Megatron-LM dataset: its tokens (mm.map) instead of map */
+  /* conversations' loss masks (mgt preprocess --chat-template): a byte per token, mapped from
+     the HDF5 file's loss_mask or a Megatron-LM PREFIX_loss_mask.bin; NULL without */
+  const unsigned char *mask;
+  void *mask_map;
+  size_t mask_map_len;
+  mgt_mmidx mm_mask;
 } dataset;
 
 /* The cache file: this header, then doc_idx, sample_idx and shuffle (index_views). A job killed
@@ -88,6 +94,8 @@ typedef struct opened {
 void ds_dataset_close(dataset *ds);
 mgt_status ds_dataset_open(const char *prefix, int sentences, dataset *ds);
 int32_t ds_token_at(const dataset *ds, int64_t i);
+/* Token i's loss mask: 1 where it trains (every token of a dataset without one). */
+static inline int ds_mask_at(const dataset *ds, int64_t i) { return !ds->mask || ds->mask[i]; }
 
 /* ---- sample_index.c: the sample index, the caches ---- */
 
@@ -101,6 +109,34 @@ mgt_status ds_cached_block(const char *path, const cache_ops *ops, const dataset
 mgt_status ds_split_index_get(const dataset *ds, int split, int64_t a, int64_t b, int64_t needed,
                               int seq, uint64_t seed, MPI_Comm world, FILE *log, split_index *ix);
 void ds_read_sample(const split_index *ix, int64_t s, int seq, int32_t *out);
+/* The documents [a, a + n) in the order of epoch `epoch` of split `split` (seeded). */
+void ds_shuffle_docs(uint64_t seed, int split, int64_t epoch, int64_t a, int64_t n, int32_t *out);
+
+/* ---- pack.c: --sft's samples, whole documents packed ---- */
+
+typedef struct pack_index {
+  const dataset *ds;
+  int64_t n_samples, n_pieces;
+  int64_t *first; /* n_samples + 1: each sample's first piece */
+  int64_t *piece; /* 3 per piece: document, its first token there, tokens */
+  /* for the log: documents placed, tokens placed, and what a long document became */
+  int64_t docs, tokens, truncated, cut, dropped, split, pieces_split;
+} pack_index;
+
+/* Samples of documents [a, b) of ds for `needed` samples of seq + 1 tokens: each epoch's
+   documents in their shuffled order, placed whole while they fit (next fit); a document longer
+   than seq + 1 truncated, dropped or split (policy 0, 1, 2) into pieces of seq + 1 that overlap
+   by one token, so each of its targets is trained once. Not collective: every rank builds the
+   same. */
+mgt_status ds_pack_build(const dataset *ds, int64_t a, int64_t b, int split, int64_t needed,
+                         int seq, uint64_t seed, int policy, pack_index *px);
+void ds_pack_free(pack_index *px);
+/* Sample s as seq + 1 tokens with MGT_TOKEN_* flags: each piece's first token starts a
+   document, a token whose loss mask is 0 (unless train_on_prompt) trains no target, and the
+   padding after the pieces (the dataset's end-of-document id) is a document of no target. Fails
+   on an id outside [0, vocabulary). */
+mgt_status ds_pack_read(const pack_index *px, int64_t s, int seq, int train_on_prompt,
+                        int32_t *out);
 
 /* ---- dataset.c ---- */
 

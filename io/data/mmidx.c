@@ -292,12 +292,14 @@ done:
   return mgt_mpi_agree(world, st);
 }
 
-mgt_status mgt_mmidx_write(const char *prefix, MPI_Comm world, int64_t vocab_size,
-                           const int32_t *tokens, int64_t n_tok, const int64_t *seq_len,
-                           int64_t n_seq, const int64_t *doc_seqs, int64_t n_docs) {
+mgt_status mgt_mmidx_write(const char *prefix, MPI_Comm world, int dtype, const int32_t *tokens,
+                           int64_t n_tok, const int64_t *seq_len, int64_t n_seq,
+                           const int64_t *doc_seqs, int64_t n_docs) {
   int rank;
   MGT_MPI(MPI_Comm_rank(world, &rank));
-  const int dtype = vocab_size < 65500 ? MGT_MM_U16 : MGT_MM_I32, elem = elem_of(dtype);
+  MGT_REQUIRE(dtype == MGT_MM_U8 || dtype == MGT_MM_U16 || dtype == MGT_MM_I32,
+              "%s: writing dtype %d is not implemented", prefix, dtype);
+  const int elem = elem_of(dtype);
   char bin[MGT_PATH_MAX + 16], idx[MGT_PATH_MAX + 16], tbin[MGT_PATH_MAX + 24],
       tidx[MGT_PATH_MAX + 24];
   snprintf(bin, sizeof bin, "%s.bin", prefix);
@@ -307,7 +309,9 @@ mgt_status mgt_mmidx_write(const char *prefix, MPI_Comm world, int64_t vocab_siz
   void *buf = NULL;
   mgt_status st = mgt_calloc((size_t)(n_tok ? n_tok : 1) * (size_t)elem, "token buffer", &buf);
   for (int64_t i = 0; st == MGT_OK && i < n_tok; i++) {
-    if (elem == 2) {
+    if (elem == 1) {
+      ((uint8_t *)buf)[i] = (uint8_t)tokens[i];
+    } else if (elem == 2) {
       const uint16_t v = (uint16_t)tokens[i];
       memcpy((char *)buf + 2 * i, &v, 2);
     } else

@@ -47,10 +47,10 @@ const char *mgt_mmidx_dtype_name(int dtype);
 
 /* Writes PREFIX.bin and PREFIX.idx (under temporary names, published when complete, the index
    last) from every rank's share: `n_tok` tokens, `n_seq` sequence lengths, and for each of its
-   `n_docs` documents the number of its sequences. Shares follow in rank order. The dtype is
-   Megatron-LM's choice: uint16 below a vocabulary of 65500, else int32. Errors are agreed.
-   Collective over world. */
-MGT_NODISCARD mgt_status mgt_mmidx_write(const char *prefix, MPI_Comm world, int64_t vocab_size,
+   `n_docs` documents the number of its sequences. Shares follow in rank order. The dtype
+   (MGT_MM_U8, _U16 or _I32) is the caller's: Megatron-LM's is uint16 below a vocabulary of 65500,
+   else int32. Errors are agreed. Collective over world. */
+MGT_NODISCARD mgt_status mgt_mmidx_write(const char *prefix, MPI_Comm world, int dtype,
                                          const int32_t *tokens, int64_t n_tok,
                                          const int64_t *seq_len, int64_t n_seq,
                                          const int64_t *doc_seqs, int64_t n_docs);

@@ -19,6 +19,7 @@
 #include "h5util.h"
 #include "mgt/dataset.h"
 #include "mgt/agree.h"
+#include "mgt/chat.h"
 #include "mgt/json.h"
 #include "mgt/log.h"
 #include "mgt/progress.h"
@@ -97,6 +98,13 @@ typedef struct share {
   size_t cap_spans;
   uint64_t bad_lines, bytes_done;
   int32_t max_id;
+  /* conversations: the format, its bos/eos texts, the rendering, and a loss mask per token */
+  int chat;
+  mgt_chat_specials sp;
+  mgt_chat_text text;
+  uint8_t *mask;
+  size_t mask_cap;
+  int64_t trained;
 } share;
 
 static mgt_status push_len(int64_t **v, size_t *n, size_t *cap, size_t len) {
@@ -148,6 +156,23 @@ static mgt_status encode_doc(const mgt_preprocess_opts *o, mgt_tokenizer *tok, s
     MGT_CHECK(mgt_ids_push(&sh->tokens, mgt_tok_eod(tok)));
   for (size_t i = before; i < sh->tokens.n; i++)
     if (sh->tokens.ids[i] > sh->max_id) sh->max_id = sh->tokens.ids[i];
+  return add_doc(sh, sh->tokens.n - before);
+}
+
+/* A conversation: rendered, tokenized as one text, each token's loss mask beside it; a line
+   the format refuses leaves nothing behind. */
+static mgt_status encode_chat(mgt_tokenizer *tok, share *sh, const mgt_json *root) {
+  const size_t before = sh->tokens.n;
+  mgt_status st = mgt_chat_from_json(root, sh->chat - 1, sh->sp.bos, sh->sp.eos, 0, &sh->text);
+  if (st == MGT_OK) st = mgt_chat_encode(tok, &sh->text, &sh->tokens, &sh->mask, &sh->mask_cap);
+  if (st != MGT_OK) {
+    sh->tokens.n = before;
+    return st;
+  }
+  for (size_t i = before; i < sh->tokens.n; i++) {
+    if (sh->tokens.ids[i] > sh->max_id) sh->max_id = sh->tokens.ids[i];
+    sh->trained += sh->mask[i];
+  }
   return add_doc(sh, sh->tokens.n - before);
 }
 
@@ -264,9 +289,13 @@ static mgt_status read_jsonl(const mgt_preprocess_opts *o, mgt_tokenizer *tok, m
     if (k == len) continue; /* blank line */
     const mgt_json *root = NULL, *v = NULL;
     mgt_status ps = mgt_json_parse(jp, line, len, &root);
-    if (ps == MGT_OK) v = mgt_json_get(root, o->json_keys);
+    if (ps == MGT_OK && !sh->chat) v = mgt_json_get(root, o->json_keys);
     mgt_status es = MGT_ERR_INPUT; /* the line's: MGT_OK, or why it is bad */
-    if (ps == MGT_OK && v && v->type == MGT_JSON_STRING) {
+    if (ps == MGT_OK && sh->chat) {
+      es = encode_chat(tok, sh, root);
+      if (es != MGT_OK && es != MGT_ERR_INPUT) MGT_TRY(es);
+      v = root; /* the reason is the error's */
+    } else if (ps == MGT_OK && v && v->type == MGT_JSON_STRING) {
       const size_t tokens = sh->tokens.n, sents = sh->n_sents;
       es = encode_doc(o, tok, sh, v->str, v->len);
       if (es != MGT_OK && es != MGT_ERR_INPUT) MGT_TRY(es);
@@ -282,7 +311,7 @@ static mgt_status read_jsonl(const mgt_preprocess_opts *o, mgt_tokenizer *tok, m
       mgt_error_clear();
     } else {
       char why[512];
-      if (ps != MGT_OK || (v && v->type == MGT_JSON_STRING))
+      if (ps != MGT_OK || sh->chat || (v && v->type == MGT_JSON_STRING))
         snprintf(why, sizeof why, "%s", mgt_error_message());
       else if (!v)
         snprintf(why, sizeof why, "no \"%s\" key (--json-keys)", o->json_keys);
@@ -316,7 +345,19 @@ static mgt_status tokenize_share(const mgt_preprocess_opts *o, const input *in, 
                      1e-6, o->log_interval_s);
   MGT_TRY(mgt_tok_open(o->tokenizer_type, o->vocab_file, o->merge_file, &tok));
   MGT_TRY(mgt_json_parser_create(&jp));
+  if (o->chat_template[0]) {
+    int f;
+    if (!strcmp(o->chat_template, "auto"))
+      MGT_TRY(mgt_chat_format_of(o->vocab_file, &f));
+    else
+      MGT_TRY(mgt_chat_format_named(o->chat_template, &f));
+    sh->chat = 1 + f;
+    MGT_TRY(mgt_chat_specials_of(tok, &sh->sp));
+  }
   for (int i = 0; i < n_in; i++) {
+    if (!in[i].jsonl && sh->chat)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT, "--input %s: conversations come as JSON lines (.jsonl)",
+                    in[i].path);
     uint64_t fs = in[i].start, fe = fs + in[i].size;
     if (!in[i].jsonl) {
       /* one document starting at fs; a document at the very end belongs to the last rank */
@@ -339,6 +380,7 @@ done:
 
 typedef struct totals {
   int64_t tok_before, doc_before, sent_before, n_tokens, n_docs, n_sents, max_id, bad_lines;
+  int64_t n_trained; /* conversations: the tokens whose loss mask is 1 */
 } totals;
 
 /* The tokenizer facts written as attributes; every rank computes the same. */
@@ -391,8 +433,14 @@ done:
 }
 
 static mgt_status write_attrs(hid_t file, const mgt_preprocess_opts *o, const totals *t,
-                              const tok_meta *meta, const char *what) {
-  MGT_CHECK(mgt_h5_write_str(file, "format", "megatron-c tokens 1", what));
+                              const tok_meta *meta, const char *chat, const char *what) {
+  /* a loss mask is format 2: an earlier reader refuses it rather than train on every token */
+  MGT_CHECK(
+      mgt_h5_write_str(file, "format", chat ? "megatron-c tokens 2" : "megatron-c tokens 1", what));
+  if (chat) {
+    MGT_CHECK(mgt_h5_write_str(file, "chat_template", chat, what));
+    MGT_CHECK(mgt_h5_write_i64(file, "n_trained", t->n_trained, what));
+  }
   MGT_CHECK(mgt_h5_write_str(file, "tokenizer", meta->name, what));
   MGT_CHECK(mgt_h5_write_str(file, "vocab_hash", meta->hash, what));
   MGT_CHECK(mgt_h5_write_i64(file, "vocab_size", meta->vocab_size, what));
@@ -414,6 +462,7 @@ static mgt_status write_attrs(hid_t file, const mgt_preprocess_opts *o, const to
    io/tensors/checkpoint.c): create, reserve the space, write, attributes. */
 static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_Comm world,
                              const share *sh, const totals *t, const tok_meta *meta) {
+  const char *chat = sh->chat ? mgt_chat_names[sh->chat - 1] : NULL;
   int rank, size;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
@@ -466,9 +515,12 @@ static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_
       st = create_1d(file, "document_offsets", H5T_STD_I64LE, (hsize_t)t->n_docs + 1, what);
     if (st == MGT_OK && sents)
       st = create_1d(file, "sentence_offsets", H5T_STD_I64LE, (hsize_t)t->n_sents + 1, what);
+    if (st == MGT_OK && chat)
+      st = create_1d(file, "loss_mask", H5T_STD_U8LE, (hsize_t)t->n_tokens, what);
     st = mgt_mpi_agree(world, st);
   }
   const uint64_t bytes = (uint64_t)t->n_tokens * (wide ? 4 : 2) +
+                         (chat ? (uint64_t)t->n_tokens : 0) +
                          8 * ((uint64_t)t->n_docs + 1 + (sents ? (uint64_t)t->n_sents + 1 : 0));
   if (st == MGT_OK) st = mgt_h5_reserve(file, tmp, world, bytes, what);
   if (st == MGT_OK) {
@@ -480,9 +532,12 @@ static mgt_status write_file(const mgt_preprocess_opts *o, const char *tmp, MPI_
     if (st == MGT_OK && sents)
       st = write_1d(file, "sentence_offsets", H5T_NATIVE_INT64, (hsize_t)t->sent_before,
                     (hsize_t)ns, soffs, what);
+    if (st == MGT_OK && chat)
+      st = write_1d(file, "loss_mask", H5T_NATIVE_UINT8, (hsize_t)t->tok_before, (hsize_t)n,
+                    sh->mask ? (const void *)sh->mask : (const void *)"", what);
     st = mgt_mpi_agree(world, st);
   }
-  if (st == MGT_OK) st = mgt_mpi_agree(world, write_attrs(file, o, t, meta, what));
+  if (st == MGT_OK) st = mgt_mpi_agree(world, write_attrs(file, o, t, meta, chat, what));
   st = mgt_h5_close(file, tmp, world, st, what);
   if (fapl >= 0) H5Pclose(fapl);
   mgt_free(buf);
@@ -512,8 +567,22 @@ static mgt_status write_megatron(const char *prefix, MPI_Comm world, int split, 
   const int64_t *seq = split ? sh->sent_len : docs;
   st = mgt_mpi_agree(world, st);
   if (st == MGT_OK)
-    st = mgt_mmidx_write(prefix, world, meta->vocab_size, sh->tokens.ids, (int64_t)sh->tokens.n,
-                         seq, (int64_t)n_seq, per_doc, (int64_t)sh->n_docs);
+    st = mgt_mmidx_write(prefix, world, meta->vocab_size < 65500 ? MGT_MM_U16 : MGT_MM_I32,
+                         sh->tokens.ids, (int64_t)sh->tokens.n, seq, (int64_t)n_seq, per_doc,
+                         (int64_t)sh->n_docs);
+  if (st == MGT_OK && sh->chat) { /* the loss mask: a uint8 dataset of the same sequences */
+    char mp[MGT_PATH_MAX + 320];
+    int32_t *m = NULL;
+    snprintf(mp, sizeof mp, "%s_loss_mask", prefix);
+    st = mgt_calloc(sizeof *m * (sh->tokens.n + 1), "loss mask", (void **)&m);
+    for (size_t i = 0; st == MGT_OK && i < sh->tokens.n; i++)
+      m[i] = sh->mask[i];
+    st = mgt_mpi_agree(world, st);
+    if (st == MGT_OK)
+      st = mgt_mmidx_write(mp, world, MGT_MM_U8, m, (int64_t)sh->tokens.n, seq, (int64_t)n_seq,
+                           per_doc, (int64_t)sh->n_docs);
+    mgt_free(m);
+  }
   mgt_free(per_doc);
   mgt_free(docs);
   return st;
@@ -573,15 +642,16 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
   memset(&t, 0, sizeof t);
   if (st == MGT_OK) {
     int64_t mine[3] = {(int64_t)sh.tokens.n, (int64_t)sh.n_docs, (int64_t)sh.n_sents},
-            before[3] = {0, 0, 0}, sum[4],
-            loc[4] = {mine[0], mine[1], mine[2], (int64_t)sh.bad_lines};
+            before[3] = {0, 0, 0}, sum[5],
+            loc[5] = {mine[0], mine[1], mine[2], (int64_t)sh.bad_lines, sh.trained};
     MGT_MPI(MPI_Exscan(mine, before, 3, MPI_INT64_T, MPI_SUM, world));
     if (rank == 0) before[0] = before[1] = before[2] = 0; /* Exscan leaves rank 0's undefined */
-    MGT_MPI(MPI_Allreduce(loc, sum, 4, MPI_INT64_T, MPI_SUM, world));
+    MGT_MPI(MPI_Allreduce(loc, sum, 5, MPI_INT64_T, MPI_SUM, world));
     int64_t mx = sh.max_id;
     MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_INT64_T, MPI_MAX, world));
     t.tok_before = before[0], t.doc_before = before[1], t.sent_before = before[2];
     t.n_tokens = sum[0], t.n_docs = sum[1], t.n_sents = sum[2], t.bad_lines = sum[3], t.max_id = mx;
+    t.n_trained = sum[4];
     mgt_tokenizer *tok = NULL;
     st = mgt_tok_open(o->tokenizer_type, o->vocab_file, o->merge_file, &tok);
     if (st == MGT_OK) {
@@ -606,13 +676,21 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
     st = mgt_check_space(dirname(dir), need, final);
   }
   st = mgt_mpi_agree(world, st);
+  if (st == MGT_OK && rank == 0 && log && sh.chat)
+    fprintf(log,
+            "preprocess: %lld conversations as the %s chat format: %lld tokens, %lld (%.1f%%) "
+            "trained (loss mask 1)\n",
+            (long long)t.n_docs, mgt_chat_names[sh.chat - 1], (long long)t.n_tokens,
+            (long long)t.n_trained,
+            t.n_tokens ? 100.0 * (double)t.n_trained / (double)t.n_tokens : 0.0);
   if (st == MGT_OK && o->dataset_impl) {
     st = write_megatron(mm, world, o->split_sentences, &sh, &meta);
     if (st == MGT_OK && rank == 0 && log)
       fprintf(log,
-              "preprocess: wrote %s.bin and %s.idx (Megatron-LM's mmap format, %s): %lld "
+              "preprocess: wrote %s.bin and %s.idx%s (Megatron-LM's mmap format, %s): %lld "
               "documents, %lld %s, %lld tokens; train with --data-path %s\n",
-              mm, mm, meta.vocab_size < 65500 ? "uint16" : "int32", (long long)t.n_docs,
+              mm, mm, sh.chat ? " and the loss mask's _loss_mask.bin/.idx" : "",
+              meta.vocab_size < 65500 ? "uint16" : "int32", (long long)t.n_docs,
               (long long)(o->split_sentences ? t.n_sents : t.n_docs),
               o->split_sentences ? "sentences" : "sequences", (long long)t.n_tokens, mm);
     goto out;
@@ -638,6 +716,8 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
   }
 out:
   mgt_ids_free(&sh.tokens);
+  mgt_chat_text_free(&sh.text);
+  free(sh.mask);
   free(sh.doc_len);
   free(sh.sent_len);
   free(sh.spans);

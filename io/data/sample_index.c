@@ -57,6 +57,19 @@ static uint64_t draw(uint64_t seed, uint64_t stream, uint64_t k) {
 }
 
 /* Builds the index into one malloc'd block laid out as the cache file. */
+void ds_shuffle_docs(uint64_t seed, int split, int64_t e, int64_t a, int64_t n, int32_t *d) {
+  for (int64_t i = 0; i < n; i++)
+    d[i] = (int32_t)(a + i);
+  for (int64_t i = n - 1; i > 0; i--) { /* Fisher-Yates */
+    int64_t j = (int64_t)(draw(seed, mgt_rng_data_stream(0x100u + (uint32_t)split),
+                               (uint64_t)e << 32 | (uint64_t)i) %
+                          (uint64_t)(i + 1));
+    int32_t tmp = d[i];
+    d[i] = d[j];
+    d[j] = tmp;
+  }
+}
+
 static mgt_status build_index(const dataset *ds, int64_t a, int64_t b, int split, int64_t needed,
                               int seq, uint64_t seed, void **out, size_t *out_len) {
   const char *p = ds->info.path;
@@ -87,19 +100,8 @@ static mgt_status build_index(const dataset *ds, int64_t a, int64_t b, int split
   h->bytes = bytes;
   int32_t *doc_idx = (int32_t *)(mem + sizeof *h);
   int64_t *sample_idx = (int64_t *)(mem + off_samples), *shuffle = (int64_t *)(mem + off_shuffle);
-  for (int64_t e = 0; e < epochs; e++) {
-    int32_t *d = doc_idx + e * n_docs;
-    for (int64_t i = 0; i < n_docs; i++)
-      d[i] = (int32_t)(a + i);
-    for (int64_t i = n_docs - 1; i > 0; i--) { /* Fisher-Yates */
-      int64_t j = (int64_t)(draw(seed, mgt_rng_data_stream(0x100u + (uint32_t)split),
-                                 (uint64_t)e << 32 | (uint64_t)i) %
-                            (uint64_t)(i + 1));
-      int32_t tmp = d[i];
-      d[i] = d[j];
-      d[j] = tmp;
-    }
-  }
+  for (int64_t e = 0; e < epochs; e++)
+    ds_shuffle_docs(seed, split, e, a, n_docs, doc_idx + e * n_docs);
   int64_t pos = 0, offset = 0;
   for (int64_t s = 0; s <= n_samples; s++) {
     sample_idx[2 * s] = pos;

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE /* open_memstream */
 #include "mgt/config.h"
+#include "mgt/data.h"
 
 #include "mgt/backend.h" /* mgt_cpu_bf16_units, mgt_flash16_head */
 
@@ -53,6 +54,7 @@ const char *const mgt_moe_lb_names[] = {"aux_loss", "seq_aux_loss", "global_aux_
 const char *const mgt_moe_score_names[] = {"softmax", "sigmoid", NULL};
 const char *const mgt_moe_drop_names[] = {"probs", "position", NULL};
 static const char *const moe_dispatchers[] = {"alltoall", "allgather", NULL};
+static const char *const sft_long[] = {"truncate", "drop", "split", NULL};
 
 #define INT(n, f, lo, hi, h)                                                                       \
   { n, MGT_FLAG_INT, OFF(f), lo, hi, h, NULL, 0, 0 }
@@ -339,6 +341,16 @@ static const mgt_flag flags[] = {
     BOOL("--reset-attention-mask", reset_attention_mask,
          "no attention across an end-of-document token within a sample: each token sees its own "
          "document's tokens only (Megatron-LM's; the CPU backend)"),
+    BOOL("--sft", sft,
+         "fine-tuning on whole documents: the datasets' documents (conversations of mgt "
+         "preprocess --chat-template) packed into samples, each starting its own positions and "
+         "attending only to itself, trained where their loss mask says (docs/chat.md)"),
+    {"--sft-long-policy", MGT_FLAG_ENUM, OFF(sft_long_policy), 0, 0,
+     "--sft: a document longer than --seq-length + 1 tokens is truncated, dropped, or split into "
+     "pieces (each counted in the log)",
+     sft_long, 0, 0},
+    BOOL("--train-on-prompt", train_on_prompt,
+         "--sft: every token of a conversation trains (the prompt too), not only its loss mask's"),
     BOOL("--reset-position-ids", reset_position_ids,
          "positions restart at 0 after each end-of-document token within a sample (Megatron-LM's)"),
     {"--data-path", MGT_FLAG_LIST, OFF(data_path), 0, 0,
@@ -691,6 +703,16 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(!c->reset_attention_mask || c->device != MGT_DEVICE_CUDA,
               "--reset-attention-mask: documents kept apart in attention are not in the CUDA "
               "kernels yet: train with --device cpu, or without it");
+  MGT_REQUIRE(!c->sft || c->device != MGT_DEVICE_CUDA,
+              "--sft: documents kept apart in attention are not in the CUDA kernels yet: train "
+              "with --device cpu");
+  MGT_REQUIRE(!c->sft || mgt_model_kinds[c->model].causal,
+              "--sft packs documents for causal (GPT-style) models");
+  MGT_REQUIRE(!c->sft || mgt_config_padded_vocab(c, tp) <= MGT_TOKEN_ID + 1,
+              "--sft: a vocabulary of %lld is above the 2^29 ids packed samples carry",
+              (long long)mgt_config_padded_vocab(c, tp));
+  MGT_REQUIRE(!(c->sft_long_policy || c->train_on_prompt) || c->sft,
+              "--sft-long-policy and --train-on-prompt are --sft's");
   MGT_REQUIRE(!c->reset_attention_mask || mgt_model_kinds[c->model].causal,
               "--reset-attention-mask keeps documents apart in causal attention (GPT-style "
               "models)");

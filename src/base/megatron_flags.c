@@ -527,8 +527,9 @@ static const mgt_foreign_flag megatron[] = {
            "--tokenizer-special-tokens"),
     REFUSE("not yet in mgt: documents are not kept apart within a sample",
            "--dataloader-inter-document-masking"),
-    REFUSE("not yet in mgt: no chat/SFT data, pretraining token datasets only",
-           "--chat-template --sft --sft-tokenizer-prompt-format"),
+    REFUSE("mgt renders conversations when preprocessing (mgt preprocess --chat-template) and "
+           "trains them with --sft",
+           "--chat-template --sft-tokenizer-prompt-format"),
     REFUSE("write --save-interval (mgt's name for it)", "--persistent-save-interval"),
     AT("--cpu-offloading-num-layers", 1, "0",
        "mgt has no CPU offloading: save memory with recomputation or --use-distributed-optimizer"),

@@ -2,6 +2,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "mgt/chat.h"
 #include "mgt/cli.h"
 #include "mgt/dataset.h"
 #include "mgt/tokenizer.h"
@@ -35,6 +36,11 @@ static const mgt_flag flags[] = {
      "hdf5 (PREFIX.h5, this project's) or mmap (Megatron-LM's PREFIX_KEY_LEVEL.bin and .idx, "
      "KEY the --json-keys, LEVEL document or sentence, as its preprocess_data.py names them)",
      impls, 0, 0},
+    {"--chat-template", MGT_FLAG_STR, OFF(chat_template), 0, 0,
+     "the lines are conversations ({\"messages\": ...} or {\"segments\": ...}, docs/chat.md), "
+     "rendered as this chat format (llama3, chatml or qwen3, llama2, mistral; auto: as the "
+     "tokenizer's tokenizer_config.json names it) and stored with a loss mask",
+     NULL, SZ(chat_template), 0},
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
@@ -73,6 +79,18 @@ mgt_status mgt_preprocess_parse(mgt_preprocess_opts *o, int argc, char **argv, i
               "--append-eod: BERT's WordPiece has no end-of-document token (documents are kept "
               "apart by document_offsets)");
   MGT_REQUIRE(strlen(o->output_prefix) + 8 < MGT_PATH_MAX, "--output-prefix is too long");
+  if (o->chat_template[0]) {
+    int f;
+    if (strcmp(o->chat_template, "auto") != 0)
+      MGT_CHECK(mgt_chat_format_named(o->chat_template, &f));
+    MGT_REQUIRE(!o->split_sentences && !o->append_eod,
+                "--chat-template: conversations are not split into sentences, and their format "
+                "writes their own ends (no --split-sentences, --append-eod)");
+    MGT_REQUIRE(o->tokenizer_type != MGT_TOKENIZER_BERT_LOWER &&
+                    o->tokenizer_type != MGT_TOKENIZER_BERT_CASED,
+                "--chat-template: WordPiece cannot say where its tokens are in the text");
+    if (!strcmp(o->json_keys, "text")) snprintf(o->json_keys, sizeof o->json_keys, "messages");
+  }
   return MGT_OK;
 }
 

@@ -57,13 +57,13 @@ mgt_status gpt_norm_gain(const mgt_gpt *m, const float *w, const float **gain) {
 
 /* Each row's first key, its document's first row (--reset-attention-mask), else NULL: 0. */
 static const int32_t *key_first(const mgt_gpt *m) {
-  return m->run.reset_attention >= 0 ? m->kfirst : NULL;
+  return m->run.reset_attention >= 0 || m->run.doc_flags ? m->kfirst : NULL;
 }
 
 /* Each input's position when they restart after each document (--reset-position-ids), else
    NULL: row % T. */
 static const int32_t *positions(const mgt_gpt *m) {
-  return m->run.reset_positions >= 0 ? m->positions : NULL;
+  return m->run.reset_positions >= 0 || m->run.doc_flags ? m->positions : NULL;
 }
 
 /* --qk-layernorm: RMSNorm over each local head's query and key of the N rows of the QKV
@@ -249,7 +249,7 @@ mgt_status gpt_trunk_forward(mgt_gpt *m, const step_ctx *s) {
   if (m->ix.wpe >= 0) /* a table of positions; rotary ones turn q and k in each layer */
     MGT_CHECK(mgt_be_add_position(be, m->res[0], m->w + m->params[m->ix.wpe].offset, Nl,
                                   d->r0 % d->T, d->T, C,
-                                  m->run.reset_positions >= 0 ? m->positions + d->r0 : NULL));
+                                  positions(m) ? m->positions + d->r0 : NULL));
   if (m->ix.tte >= 0) { /* two rows, replicated: a local lookup added in */
     const float *tte = m->w + m->params[m->ix.tte].offset;
     MGT_CHECK(mgt_be_embedding_forward(be, m->dtmp, m->types + d->r0, tte, Nl, C, 0, 2));

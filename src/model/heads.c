@@ -2,37 +2,45 @@
    BERT's masked LM and sentence order, the fine-tuning classifiers; the entry points. */
 #include "mgt/gpt_impl.h"
 
-/* Stages tokens (B windows of T+1) as inputs and targets on the backend. */
+/* Stages tokens (B windows of T+1) as inputs and targets on the backend; with --sft their
+   flags (include/mgt/data.h) mask targets and start documents. */
 static mgt_status load_tokens(mgt_gpt *m, const int32_t *tokens) {
   const mgt_gpt_dims *d = &m->d;
   MGT_REQUIRE(d->spec.input == MGT_INPUT_WINDOWS,
               "a BERT model takes BERT samples (mgt_bert_forward_backward)");
-  const int N = d->B * d->T;
-  int32_t *in = m->host_tokens, *tg = m->host_tokens + N;
+  const int N = d->B * d->T, flags = m->run.doc_flags;
+  const int32_t id_mask = flags ? MGT_TOKEN_ID : -1;
+  int32_t *in = m->host_tokens, *tg = m->host_tokens + N, *pos = m->host_tokens + 2 * (size_t)N;
   for (int b = 0; b < d->B; b++)
     for (int t = 0; t < d->T; t++) {
-      int32_t x = tokens[(size_t)b * (d->T + 1) + t], y = tokens[(size_t)b * (d->T + 1) + t + 1];
+      const int32_t rx = tokens[(size_t)b * (d->T + 1) + t],
+                    ry = tokens[(size_t)b * (d->T + 1) + t + 1];
+      const int32_t x = rx & id_mask, y = ry & id_mask;
       MGT_REQUIRE(x >= 0 && x < d->V && y >= 0 && y < d->V,
                   "token id %d out of range [0, %d) in sample row %d", (x < 0 || x >= d->V) ? x : y,
                   d->V, b);
       in[b * d->T + t] = x;
-      tg[b * d->T + t] = x == m->run.eod_mask ? -1 : y; /* -1: no loss (--eod-mask-loss) */
+      /* -1: no loss (--eod-mask-loss; a target masked or starting a document) */
+      tg[b * d->T + t] = x == m->run.eod_mask || (flags && !mgt_token_trains(ry)) ? -1 : y;
     }
   MGT_CHECK(mgt_be_upload(m->be, m->inputs, in, sizeof(int32_t) * (size_t)N));
   MGT_CHECK(mgt_be_upload(m->be, m->targets, tg, sizeof(int32_t) * (size_t)N));
-  if (m->run.reset_positions < 0 && m->run.reset_attention < 0) return MGT_OK;
-  /* each input's place in its document: 0 after each end of document (which belongs to the
-     document it ends); the row's first key is its document's first row */
+  const int by_eod = m->run.reset_positions >= 0 || m->run.reset_attention >= 0;
+  if (!by_eod && !flags) return MGT_OK;
+  /* each input's place in its document: 0 at a flagged document start and after each end of
+     document (which belongs to the document it ends); the row's first key is its document's
+     first row */
   const int32_t eod = m->run.reset_positions >= 0 ? m->run.reset_positions : m->run.reset_attention;
-  int32_t *pos = m->host_tokens + 2 * (size_t)N;
   for (int b = 0; b < d->B; b++)
     for (int t = 0, p = 0; t < d->T; t++) {
+      const int32_t rx = tokens[(size_t)b * (d->T + 1) + t];
+      if (flags && (rx & MGT_TOKEN_DOC_START)) p = 0;
       pos[b * d->T + t] = p;
-      p = in[b * d->T + t] == eod ? 0 : p + 1;
+      p = by_eod && in[b * d->T + t] == eod ? 0 : p + 1;
     }
-  if (m->run.reset_positions >= 0)
+  if (m->run.reset_positions >= 0 || flags)
     MGT_CHECK(mgt_be_upload(m->be, m->positions, pos, sizeof(int32_t) * (size_t)N));
-  if (m->run.reset_attention < 0) return MGT_OK;
+  if (m->run.reset_attention < 0 && !flags) return MGT_OK;
   for (int i = 0; i < N; i++)
     pos[i] = i % d->T - pos[i];
   return mgt_be_upload(m->be, m->kfirst, pos, sizeof(int32_t) * (size_t)N);
@@ -458,9 +466,13 @@ void mgt_gpt_loss_units(const mgt_gpt *m, const int32_t *batch, int n, double un
   const mgt_gpt_dims *d = &m->d;
   if (d->spec.head == MGT_HEAD_CAUSAL_LM) { /* the tokens with a loss */
     double k = (double)n * d->T;
-    for (int r = 0; r < n && m->run.eod_mask >= 0; r++)
-      for (int t = 0; t < d->T; t++)
-        k -= batch[(size_t)r * (d->T + 1) + t] == m->run.eod_mask;
+    const int32_t id_mask = m->run.doc_flags ? MGT_TOKEN_ID : -1;
+    for (int r = 0; r < n && (m->run.eod_mask >= 0 || m->run.doc_flags); r++)
+      for (int t = 0; t < d->T; t++) {
+        const int32_t *row = batch + (size_t)r * (d->T + 1);
+        k -= (row[t] & id_mask) == m->run.eod_mask ||
+             (m->run.doc_flags && !mgt_token_trains(row[t + 1]));
+      }
     units[0] += k;
   } else if (d->spec.masked_lm) {
     units[0] += (double)mgt_bert_count_masked(batch, n, d->T);

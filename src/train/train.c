@@ -178,7 +178,8 @@ mgt_gpt_training mgt_train_model_options(const mgt_config *cfg) {
                         cfg->moe_token_dispatcher_type == 1,
                         cfg->eod_mask_loss ? cfg->eod_token : -1,
                         cfg->reset_position_ids ? cfg->eod_token : -1,
-                        cfg->reset_attention_mask ? cfg->eod_token : -1};
+                        cfg->reset_attention_mask ? cfg->eod_token : -1,
+                        cfg->sft};
   return t;
 }
 
@@ -587,6 +588,7 @@ static mgt_status train_batch(mgt_trainer *tr, double *loss, mgt_step_stats *sta
   double units[2] = {0, 0};
   mgt_gpt_loss_units(tr->model, tr->tokens, n_micro * B, units);
   MGT_CHECK(mgt_comm_allreduce_f64(tr->comm, MGT_AXIS_DP, units, 2, MGT_SUM));
+  stats->targets = units[0];
   mgt_timer_stop(&tr->timers[T_DATA]);
   const double ls = mgt_optim_loss_scale(tr->optim);
   double sums[3] = {0, 0, 0}, aux[2];
@@ -636,7 +638,11 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   int skipped = 1;
   /* The loss is the same on every rank (summed over both axes), so all take the same branch.
      A non-finite loss skips the update whatever the gradients look like. */
-  if (isfinite(loss)) MGT_CHECK(mgt_optim_step(tr->optim, lr, lr_dec, &norm, &skipped));
+  /* A global batch with no target (every token masked, --sft) has no gradient: nothing to step
+     on, and AdamW's moments would still move the weights. */
+  const int no_target = tr->spec.head == MGT_HEAD_CAUSAL_LM && stats->targets == 0;
+  if (isfinite(loss) && !no_target)
+    MGT_CHECK(mgt_optim_step(tr->optim, lr, lr_dec, &norm, &skipped));
   if (tr->spec.expert_bias) /* after the update, as Megatron-LM's */
     MGT_CHECK(
         mgt_gpt_update_expert_bias(tr->model, skipped ? 0.0 : tr->cfg.moe_router_bias_update_rate));
@@ -654,7 +660,7 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   stats->lr = lr;
   stats->seconds = tr->timers[T_ITERATION].total;
   stats->skipped = skipped;
-  stats->nonfinite = !isfinite(loss) || (skipped && !dynamic_fp16);
+  stats->nonfinite = !isfinite(loss) || (skipped && !dynamic_fp16 && !no_target);
   stats->loss_scale = mgt_optim_loss_scale(tr->optim);
   return MGT_OK;
 }

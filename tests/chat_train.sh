@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Chat fine-tuning data end to end (docs/chat.md): 400 generated conversations in Mistral's
+# [INST] format on the [INST] tokenizer of ../shared/data/hf-tokenizers preprocessed with their
+# loss masks, the same on 1 and 3 ranks and in Megatron-LM's .bin/.idx (tokens and mask); mgt
+# train --sft on a small Llama: the same losses from both file formats (bit for bit), at tp=2,
+# dp=2 and tp=2 x dp=2 with the distributed optimizer as on one rank (within 1e-5), the
+# validation loss on held-out conversations falling, --train-on-prompt training more targets, a
+# batch with no target skipping its update (no NaN, the weights kept); mistakes refused.
+# Usage: chat_train.sh MGT MPIEXEC TESTS_DIR DATA_DIR
+set -u
+MGT=$(readlink -f "$1") MPIEXEC=$2 TESTS=$3 DATA=$(readlink -f "$4")
+. "$TESTS/lib.sh"
+H=$DATA/hf-tokenizers
+if [ ! -f "$H/llama2/tokenizer.json" ]; then
+  echo "no $H: skipped"
+  [ -n "${MGT_REQUIRE_DATA:-}" ] && exit 1
+  exit 77
+fi
+TOK=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$H/llama2")
+$PY "$TESTS/chat_reference.py" gen mistral 400 3 "$tmp/conv.jsonl"
+
+# preprocess: 1 and 3 ranks, HDF5 and Megatron-LM's files, hold the same tokens and masks
+"$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$tmp/conv.jsonl" --output-prefix "$tmp/c1" > "$tmp/pp.log" 2>&1 &&
+  "$MPIEXEC" -n 3 "$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$tmp/conv.jsonl" --output-prefix "$tmp/c3" > /dev/null 2>&1 &&
+  "$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$tmp/conv.jsonl" --output-prefix "$tmp/mm" --dataset-impl mmap > /dev/null 2>&1 ||
+  { fail "preprocess"; cat "$tmp/pp.log"; exit 1; }
+grep "conversations" "$tmp/pp.log"
+"$MGT" tokenize "${TOK[@]}" --chat-template mistral --input "$tmp/conv.jsonl" > "$tmp/conv.out" || fail "tokenize"
+$PY - "$tmp" <<'PY' || fail "the datasets differ"
+import json, sys, h5py, numpy as np
+t = sys.argv[1]
+a, b = h5py.File(t + "/c1.h5"), h5py.File(t + "/c3.h5")
+for k in ("tokens", "loss_mask", "document_offsets"):
+    assert (a[k][:] == b[k][:]).all(), k + " differs between 1 and 3 ranks"
+assert a.attrs["format"] == b"megatron-c tokens 2" and a.attrs["chat_template"] == b"mistral"
+conv = [json.loads(l) for l in open(t + "/conv.out")]
+assert (a["tokens"][:] == np.concatenate([c["ids"] for c in conv])).all(), "tokens are not mgt tokenize's"
+assert (a["loss_mask"][:] == np.concatenate([c["loss_mask"] for c in conv])).all(), "masks are not mgt tokenize's"
+assert a.attrs["n_trained"] == a["loss_mask"][:].sum()
+tok = np.fromfile(t + "/mm_messages_document.bin", dtype=np.uint16)
+mask = np.fromfile(t + "/mm_messages_document_loss_mask.bin", dtype=np.uint8)
+assert (tok == a["tokens"][:]).all() and (mask == a["loss_mask"][:]).all(), "the .bin files differ"
+print("ok: %d conversations, %d tokens, %d trained: the same from 1 and 3 ranks, in HDF5 and .bin/.idx"
+      % (len(conv), len(tok), mask.sum()))
+PY
+
+M=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 96 --seq-length 64
+  --normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear
+  --untie-embeddings-and-output-weights --micro-batch-size 2 --global-batch-size 8 --lr 3e-3
+  --lr-warmup-iters 2 --log-interval 1 --split 90,10,0 --sft "${TOK[@]}")
+# train NAME RANKS ARGS...: metrics in NAME.jsonl
+train() {
+  local name=$1 n=$2
+  shift 2
+  rm -f "$tmp/$name.jsonl"
+  "$MPIEXEC" -n "$n" "$MGT" train "${M[@]}" --metrics-file "$tmp/$name.jsonl" "$@" > "$tmp/$name.log" 2>&1 ||
+    { fail "train $name"; tail -5 "$tmp/$name.log"; return 1; }
+}
+# same A B TOL: per-iteration losses and validations of A and B within TOL
+same() {
+  $PY - "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$3" <<'PY'
+import json, sys
+def load(p):
+    rows = list(map(json.loads, open(p)))
+    return ({r["iteration"]: r["loss"] for r in rows if "consumed_samples" in r},
+            {r["iteration"]: r["valid_loss"] for r in rows if "valid_loss" in r})
+(a, av), (b, bv) = load(sys.argv[1]), load(sys.argv[2])
+tol = float(sys.argv[3])
+assert a and sorted(a) == sorted(b) and sorted(av) == sorted(bv), "iterations differ"
+worst = max(abs(a[i] - b[i]) for i in a)
+vworst = max([abs(av[i] - bv[i]) for i in av] + [0])
+assert worst <= tol and vworst <= tol, "losses differ by %.3g, validations by %.3g" % (worst, vworst)
+print("ok:   %d iterations, losses within %.2g, %d validations" % (len(a), worst, len(av)))
+PY
+}
+V=(--eval-interval 10 --eval-iters 4)
+train ref 1 --data-path "$tmp/c1" --train-iters 30 "${V[@]}" && {
+  grep "data: --sft" "$tmp/ref.log"
+  train mmap 1 --data-path "$tmp/mm_messages_document" --train-iters 30 "${V[@]}" &&
+    { same ref mmap 0 || fail "--sft from .bin/.idx differs from HDF5"; }
+  for layout in "2 2" "2 1" "4 2 --use-distributed-optimizer"; do
+    set -- $layout
+    n=$1 tp=$2
+    shift 2
+    echo "layout: $n ranks, tp=$tp $*"
+    train "l$n$tp" "$n" --data-path "$tmp/c1" --train-iters 30 "${V[@]}" --tensor-model-parallel-size "$tp" "$@" &&
+      { same ref "l$n$tp" 1e-5 || fail "--sft at $n ranks, tp=$tp $* differs from one rank"; }
+  done
+}
+
+# held-out conversations: the validation loss falls
+train long 1 --data-path "$tmp/c1" --train-iters 120 --eval-interval 20 --eval-iters 10 &&
+  $PY - "$tmp/long.jsonl" <<'PY' || fail "the held-out loss does not fall"
+import json, sys
+v = [(r["iteration"], r["valid_loss"]) for r in map(json.loads, open(sys.argv[1])) if "valid_loss" in r]
+assert len(v) >= 3 and v[-1][1] < 0.6 * v[0][1], v
+print("ok: held-out loss %s" % " -> ".join("%.3f" % l for _, l in v))
+PY
+
+# --train-on-prompt: the prompts train too (more targets, another loss)
+train prompt 1 --data-path "$tmp/c1" --train-iters 3 --train-on-prompt &&
+  train masked 1 --data-path "$tmp/c1" --train-iters 3 &&
+  $PY - "$tmp/prompt.jsonl" "$tmp/masked.jsonl" <<'PY' || fail "--train-on-prompt"
+import json, sys
+p, m = [[r["loss"] for r in map(json.loads, open(f)) if "consumed_samples" in r] for f in sys.argv[1:3]]
+assert p[0] != m[0], (p, m)
+print("ok: --train-on-prompt: first loss %.4f, masked %.4f" % (p[0], m[0]))
+PY
+
+# a global batch with no target (conversations without an assistant turn): no update, no NaN;
+# the weights stay as a run at learning rate 0 leaves them (an update of AdamW's moments alone
+# would move them by the weight decay)
+$PY - "$tmp/users.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(40):
+        f.write(json.dumps({"messages": [{"role": "user", "content": "question %d, a few words long" % i}]}) + "\n")
+PY
+"$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$tmp/users.jsonl" --output-prefix "$tmp/users" > /dev/null 2>&1 || fail "preprocess users"
+train none 1 --data-path "$tmp/users" --train-iters 3 --split 100,0,0 --eval-iters 0 --save "$tmp/none_ckpt" --save-interval 3 &&
+  train none0 1 --data-path "$tmp/users" --train-iters 3 --split 100,0,0 --eval-iters 0 --save "$tmp/none0_ckpt" --save-interval 3 --lr 0 --min-lr 0 &&
+  $PY - "$tmp/none.jsonl" "$tmp/none_ckpt" "$tmp/none0_ckpt" <<'PY' || fail "a batch with no target"
+import glob, json, math, sys, h5py, numpy as np
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "consumed_samples" in r]
+# skipped, as an overflowing fp16 step is (no loss to average: null), and no NaN anywhere
+assert len(rows) == 3 and all(r["loss"] is None and r["skipped_iterations"] == 1 and
+                              r["nan_iterations"] == 0 for r in rows), rows
+def weights(d):
+    f = h5py.File(sorted(glob.glob(d + "/iter_*.h5"))[-1])
+    out = {}
+    f.visititems(lambda k, v: out.__setitem__(k, v[()]) if isinstance(v, h5py.Dataset) and "model" in k else None)
+    return out
+a, b = weights(sys.argv[2]), weights(sys.argv[3])
+assert a and a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a), "the weights moved"
+print("ok: 3 iterations without a target: loss 0, the %d model tensors as initialized" % len(a))
+PY
+grep -q "skipped iterations: 1 | nan iterations: 0" "$tmp/none.log" && echo "ok: skipped iterations logged, no NaN" ||
+  { fail "no skipped iterations logged"; grep iteration "$tmp/none.log" | tail -2; }
+
+# mistakes
+expect "holds conversations with a loss mask: train them with --sft" "$MGT" train "${M[@]:0:${#M[@]}-5}" "${TOK[@]}" --data-path "$tmp/c1" --train-iters 4
+expect "--sft: documents kept apart in attention are not in the CUDA kernels yet" "$MGT" train "${M[@]}" --data-path "$tmp/c1" --train-iters 1 --device cuda
+expect "--sft-long-policy and --train-on-prompt are --sft's" "$MGT" train --mock-data --train-on-prompt --train-iters 1
+expect "conversations are not split into sentences" "$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$tmp/conv.jsonl" --output-prefix "$tmp/x" --split-sentences
+expect "conversations come as JSON lines" "$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$TESTS/lib.sh" --output-prefix "$tmp/x"
+printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}' > "$tmp/bad.jsonl"
+expect "bad.jsonl:1: the mistral chat format needs roles that alternate" "$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$tmp/bad.jsonl" --output-prefix "$tmp/x"
+
+[ $fails = 0 ] && echo "chat_train: all checks passed" || { echo "chat_train: $fails failures"; exit 1; }
