@@ -137,6 +137,79 @@ PY
 grep -q "skipped iterations: 1 | nan iterations: 0" "$tmp/none.log" && echo "ok: skipped iterations logged, no NaN" ||
   { fail "no skipped iterations logged"; grep iteration "$tmp/none.log" | tail -2; }
 
+# the fine-tuned model served: POST /v1/chat/completions renders the conversation as the chat
+# format and answers as mgt generate does on that text, stopping at the end of the turn (a model
+# fine-tuned to answer four questions with long answers, so that the answer is not empty)
+$PY - "$tmp/qa.jsonl" <<'PY'
+import json, sys
+qa = [("Hello, what do you say?", "I say hello back to you, and a good day too."),
+      ("Count to five.", "One, two, three, four, five."),
+      ("Name a colour.", "Blue, like the sky over the sea."),
+      ("Where is Paris?", "Paris is in France, on the Seine.")]
+with open(sys.argv[1], "w") as f:
+    for i in range(200):
+        q, a = qa[i % 4]
+        f.write(json.dumps({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}) + "\n")
+PY
+"$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$tmp/qa.jsonl" --output-prefix "$tmp/qa" > /dev/null 2>&1 || fail "preprocess qa"
+train qa 1 --data-path "$tmp/qa" --train-iters 60 --split 100,0,0 --eval-iters 0 --save "$tmp/chat_ckpt"
+MSG='[{"role": "user", "content": "Hello, what do you say?"}]'
+echo "{\"messages\": $MSG}" > "$tmp/ask.jsonl"
+"$MGT" tokenize "${TOK[@]}" --chat-template mistral --input "$tmp/ask.jsonl" > "$tmp/ask.out" &&
+  $PY -c 'import json, sys; open(sys.argv[2], "w").write(json.load(open(sys.argv[1]))["text"])' "$tmp/ask.out" "$tmp/ask.txt" &&
+  "$MGT" generate --load "$tmp/chat_ckpt" --prompt-file "$tmp/ask.txt" --greedy --max-new-tokens 30 > "$tmp/ask.gen" 2> /dev/null &&
+  $PY - "$tmp/ask.txt" "$tmp/ask.gen" "$tmp/want.txt" <<'PY' || fail "generate on the rendered conversation"
+import sys
+prompt = open(sys.argv[1], encoding="utf-8").read()
+out = open(sys.argv[2], encoding="utf-8").read()[:-1]
+assert out.startswith(prompt) and len(out) > len(prompt), (out, prompt)
+open(sys.argv[3], "w").write(out[len(prompt):])
+print("ok: mgt generate --greedy answers %r" % out[len(prompt):])
+PY
+if serve_start "$tmp/serve.log" "$MGT" serve --port 0 --load "$tmp/chat_ckpt" --chat-template mistral; then
+  grep "chat" "$tmp/serve.log"
+  curl -sf "localhost:$PORT/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d "{\"messages\": $MSG, \"max_tokens\": 30, \"temperature\": 0}" > "$tmp/chat.json" &&
+    curl -sfN "localhost:$PORT/v1/chat/completions" -H 'Content-Type: application/json' \
+      -d "{\"messages\": $MSG, \"max_tokens\": 30, \"temperature\": 0, \"stream\": true}" > "$tmp/chat.sse" &&
+    $PY - "$tmp/chat.json" "$tmp/chat.sse" "$tmp/want.txt" <<'PY' || fail "POST /v1/chat/completions"
+import json, sys
+r = json.load(open(sys.argv[1]))
+want = open(sys.argv[3], encoding="utf-8").read()
+c = r["choices"][0]
+assert r["object"] == "chat.completion" and c["message"]["role"] == "assistant", r
+assert c["message"]["content"] == want, (c["message"]["content"], want)
+assert c["finish_reason"] == "stop", c  # at the format's end of turn, within max_tokens
+events = [json.loads(l[6:]) for l in open(sys.argv[2]) if l.startswith("data: {")]
+assert open(sys.argv[2]).read().rstrip().endswith("data: [DONE]")
+assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+assert all(e["object"] == "chat.completion.chunk" for e in events)
+text = "".join(e["choices"][0]["delta"]["content"] for e in events)
+assert text == want and events[-1]["choices"][0]["finish_reason"] == c["finish_reason"], (text, want)
+print("ok: /v1/chat/completions answers %r (%s) as mgt generate on the rendered conversation; "
+      "streamed in %d chunks" % (want, c["finish_reason"], len(events)))
+PY
+  for bad in '{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}|roles that alternate' \
+    '{"messages": []}|not a non-empty array' '{"prompt": "x"}|unknown field' '{"max_tokens": 3}|messages is required'; do
+    code=$(curl -s -o "$tmp/bad.json" -w '%{http_code}' "localhost:$PORT/v1/chat/completions" -H 'Content-Type: application/json' -d "${bad%|*}")
+    [ "$code" = 400 ] && grep -q "${bad#*|}" "$tmp/bad.json" && echo "ok: 400: $(cat "$tmp/bad.json")" ||
+      fail "${bad%|*}: $code $(cat "$tmp/bad.json")"
+  done
+  if command -v node > /dev/null && [ -d "$TESTS/openai-js/node_modules/openai" ]; then
+    node "$TESTS/openai-js/chat.mjs" "$PORT" "$MSG" "$tmp/want.txt" 30 || fail "the openai chat client"
+  else
+    echo "the openai npm client is not installed in $TESTS/openai-js (npm ci there): not run"
+  fi
+  kill -TERM "$server" && wait "$server" || fail "serve did not stop on SIGTERM"
+fi
+# a server whose tokenizer names no chat format answers the chat endpoint 400, saying so
+if serve_start "$tmp/serve2.log" "$MGT" serve --port 0 --load "$tmp/chat_ckpt"; then
+  code=$(curl -s -o "$tmp/bad.json" -w '%{http_code}' "localhost:$PORT/v1/chat/completions" -d "{\"messages\": $MSG}")
+  [ "$code" = 400 ] && grep -q "this server has no chat format" "$tmp/bad.json" && echo "ok: 400: $(cat "$tmp/bad.json")" ||
+    fail "no chat format: $code $(cat "$tmp/bad.json")"
+  kill -TERM "$server" && wait "$server" || fail "serve did not stop on SIGTERM"
+fi
+
 # mistakes
 expect "holds conversations with a loss mask: train them with --sft" "$MGT" train "${M[@]:0:${#M[@]}-5}" "${TOK[@]}" --data-path "$tmp/c1" --train-iters 4
 expect "--sft: documents kept apart in attention are not in the CUDA kernels yet" "$MGT" train "${M[@]}" --data-path "$tmp/c1" --train-iters 1 --device cuda

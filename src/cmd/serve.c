@@ -5,6 +5,7 @@
    positions, tokens) to the tensor-parallel group, which decodes it together; rank 0 samples
    as mgt generate does, so greedy answers and seeded draws are generate's. */
 #define _POSIX_C_SOURCE 200809L
+#include "mgt/chat.h"
 #include "mgt/serve.h"
 
 #include <math.h>
@@ -58,6 +59,11 @@ static const mgt_flag flags[] = {
      "the model's name in /v1/models and completions (default: the checkpoint folder's)", NULL,
      SZ(served_model_name), 0},
     MGT_TOKENIZER_FLAGS(mgt_serve_opts, " (default: the checkpoint's)"),
+    {"--chat-template", MGT_FLAG_STR, OFF(chat_template), 0, 0,
+     "the chat format POST /v1/chat/completions renders conversations in: llama3, chatml "
+     "(qwen3), llama2, mistral, or auto (the one the tokenizer's tokenizer_config.json holds; "
+     "none found: the endpoint answers 400 saying so)",
+     NULL, SZ(chat_template), 0},
     MGT_DEVICE_FLAG(mgt_serve_opts),
     MGT_PRECISION_FLAGS(mgt_serve_opts),
 };
@@ -75,12 +81,15 @@ void mgt_serve_defaults(mgt_serve_opts *o) {
   o->idle_timeout = 15, o->request_timeout = 60, o->drain_timeout = 30;
   o->tokenizer_type = -1;
   o->cpu_gemm = -1;
+  snprintf(o->chat_template, sizeof o->chat_template, "auto");
 }
 
 mgt_status mgt_serve_parse(mgt_serve_opts *o, int argc, char **argv, int first, int *help) {
   MGT_CHECK(mgt_flags_parse(flags, N_FLAGS, o, argc, argv, first, "serve", help));
   if (*help) return MGT_OK;
   MGT_REQUIRE(o->load[0], "--load: give the checkpoint to serve");
+  int f;
+  if (strcmp(o->chat_template, "auto") != 0) MGT_CHECK(mgt_chat_format_named(o->chat_template, &f));
   return MGT_OK;
 }
 
@@ -88,8 +97,8 @@ void mgt_serve_usage(FILE *f) {
   mgt_serve_opts d;
   mgt_serve_defaults(&d);
   mgt_flags_usage(flags, N_FLAGS, &d, "serve", f);
-  fprintf(f, "\nAPI: PUT /api (Megatron-LM's), POST /v1/completions, GET /v1/models, GET "
-             "/health. See docs/serving.md.\n");
+  fprintf(f, "\nAPI: PUT /api (Megatron-LM's), POST /v1/completions, POST /v1/chat/completions, "
+             "GET /v1/models, GET /health. See docs/serving.md.\n");
 }
 
 static volatile sig_atomic_t stop_signal;
@@ -104,6 +113,40 @@ mgt_status srv_http_start(srv *s, const mgt_serve_opts *o, void **http, int *bou
 void srv_http_quiesce(void *http) { (void)http; }
 void srv_http_stop(void *http) { (void)http; }
 #endif
+
+/* The chat format of the server: the one named, or the tokenizer's; without one the chat
+   endpoint says why. The end of an assistant's turn is the format's own token. */
+static mgt_status chat_setup(srv *s, const mgt_serve_opts *o, const mgt_config *ck,
+                             mgt_chat_specials *sp) {
+  s->chat_format = -1;
+  MGT_CHECK(mgt_chat_specials_of(s->tok, sp));
+  s->chat_sp = sp;
+  s->end_of_turn = s->eod;
+  const char *tok_path = o->vocab_file[0] ? o->vocab_file : ck->vocab_file;
+  const int type = o->tokenizer_type >= 0 ? o->tokenizer_type : ck->tokenizer_type;
+  int f = -1;
+  if (strcmp(o->chat_template, "auto") != 0) {
+    MGT_CHECK(mgt_chat_format_named(o->chat_template, &f));
+  } else if (type != MGT_TOKENIZER_HF) {
+    snprintf(s->chat_why, sizeof s->chat_why,
+             "this server has no chat format: its tokenizer has no chat template (start it with "
+             "--chat-template llama3, chatml, llama2 or mistral)");
+  } else if (mgt_chat_format_of(tok_path, &f) != MGT_OK) {
+    snprintf(s->chat_why, sizeof s->chat_why, "this server has no chat format: %s",
+             mgt_error_message());
+    mgt_error_clear();
+    f = -1;
+  }
+  if (f == MGT_CHAT_LLAMA3) { /* <|eot_id|> ends a turn, <|end_of_text|> the document */
+    mgt_ids ids = {0};
+    mgt_status st = mgt_tok_encode(s->tok, "<|eot_id|>", 10, &ids);
+    if (st == MGT_OK && ids.n == 1) s->end_of_turn = ids.ids[0];
+    mgt_ids_free(&ids);
+    MGT_CHECK(st);
+  }
+  s->chat_format = f;
+  return MGT_OK;
+}
 
 mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
   int rank, size;
@@ -142,6 +185,8 @@ mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
   const int V = mgt_gpt_get_dims(ses.model)->V;
   s.positions = positions, s.eligible = mgt_tok_vocab_size(s.tok), s.eod = mgt_tok_eod(s.tok);
   s.max_prompts = o->max_prompts, s.max_body = (size_t)o->max_body;
+  mgt_chat_specials sp;
+  MGT_TRY(mgt_mpi_agree(world, chat_setup(&s, o, &ses.saved, &sp)));
   if (o->served_model_name[0]) {
     snprintf(s.model_name, sizeof s.model_name, "%s", o->served_model_name);
   } else { /* the checkpoint folder's name */
@@ -168,6 +213,11 @@ mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
            "http://%s:%d (model '%s', %d sequences at a time per replica, %d positions)\n",
            ses.path, (long long)ses.state.iteration, g->tp, g->dp, ses.precision, o->host, bound,
            s.model_name, o->max_batch, positions);
+    if (s.chat_format >= 0)
+      printf("serve: POST /v1/chat/completions renders conversations as the %s chat format\n",
+             mgt_chat_names[s.chat_format]);
+    else
+      printf("serve: POST /v1/chat/completions answers 400: %s\n", s.chat_why);
     fflush(stdout);
     st = srv_engine_run(&s, dec, o->max_batch, V, g, &stop_signal, srv_http_quiesce, http,
                         o->drain_timeout);

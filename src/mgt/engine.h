@@ -44,6 +44,7 @@ typedef struct srv_params {
      generation also stops at stop_token (-1: only at the end of document) */
   double top_p_decay, top_p_bound;
   int32_t colon_id, newline_id, stop_token;
+  int chat; /* OpenAI: a chat completion (its answers are messages) */
 } srv_params;
 
 typedef struct srv_job srv_job;
@@ -69,6 +70,7 @@ typedef struct srv_seq {
   size_t stop_at; /* the bytes of the generated text before it */
   size_t sent;    /* streaming: bytes of the answer's text sent */
   int sent_tokens;
+  int sent_role; /* a chat stream: the first chunk, with the role, went */
   int final_sent;
 } srv_seq;
 
@@ -96,6 +98,12 @@ typedef struct srv {
   int positions, eligible;
   int32_t eod;
   char model_name[256];
+  /* POST /v1/chat/completions: the chat format (include/mgt/chat.h; -1: none, chat_why says
+     why), its bos/eos texts, and the token ending an assistant's turn */
+  int chat_format;
+  char chat_why[512];
+  struct mgt_chat_specials *chat_sp;
+  int32_t end_of_turn;
   int max_prompts;
   size_t max_body;
   unsigned long long served;

@@ -38,8 +38,9 @@ typedef struct mgt_serve_opts {
   char merge_file[MGT_PATH_MAX];
   int tokenizer_type;
   int device;
-  int bf16, fp16; /* the GEMM inputs' precision (default fp32) */
-  int cpu_gemm;   /* MGT_CPU_GEMM_*; -1: native under --bf16 where the CPU can */
+  int bf16, fp16;         /* the GEMM inputs' precision (default fp32) */
+  int cpu_gemm;           /* MGT_CPU_GEMM_*; -1: native under --bf16 where the CPU can */
+  char chat_template[64]; /* the chat format of /v1/chat/completions; "auto": the tokenizer's */
 } mgt_serve_opts;
 
 void mgt_serve_defaults(mgt_serve_opts *o);
@@ -63,6 +64,40 @@ typedef struct srv_reply {
   srv_job *job;
   int client_fd; /* the connection's socket, watched while the answer is decoded (-1: none) */
 } srv_reply;
+
+/* serve_api.c's helpers for the OpenAI-style endpoints (serve_openai.c) */
+struct mgt_ids;
+typedef struct srv_out { /* a reply body being written */
+  FILE *f;
+  char *buf;
+  size_t len;
+} srv_out;
+int srv_out_open(srv_out *o);
+void srv_out_reply(srv_out *o, srv_reply *r, int status, const char *type);
+/* srv_error, then 0: for the checks that return whether a request may go on. */
+#define srv_error_0(...) (srv_error(__VA_ARGS__), 0)
+/* How many bytes at the end of s[0..n) begin a UTF-8 character not complete yet. */
+size_t srv_utf8_tail(const char *s, size_t n);
+int srv_is_int(const struct mgt_json *v);
+void srv_params_init(srv_params *p);
+/* The first member of obj not in known[] (NULL-terminated), or NULL. */
+const char *srv_unknown_field(const struct mgt_json *obj, const char *const *known);
+/* A job of the prompts (token ids), each `copies` times; NULL when out of memory. */
+srv_job *srv_job_new(const srv *s, int api, const srv_params *p, struct mgt_ids *prompts, int np,
+                     int copies);
+/* Tokenizes the prompts with a clone of the server's tokenizer and checks that each fits the
+   model with p->max_new tokens after it; 0 with the reply set when not. */
+int srv_tokenize(srv *s, srv_reply *r, int api, const char *const *text, const size_t *len, int np,
+                 const srv_params *p, struct mgt_ids *ids);
+/* Queues the job and waits for it (a stream: returns at once, r->job set); 0 with the reply
+   set when it cannot be answered. */
+int srv_run_job(srv *s, srv_reply *r, srv_job *job);
+/* The bytes of the generated text a client sees: cut before a stop string. */
+size_t srv_gen_len(const srv_seq *q, size_t n);
+
+/* serve_openai.c: POST /v1/completions and POST /v1/chat/completions */
+void srv_openai_completions(srv *s, const struct mgt_json *req, srv_reply *r);
+void srv_openai_chat(srv *s, const struct mgt_json *req, srv_reply *r);
 
 /* serve_api.c: answers a request (method, url, body); for a stream, reply->job is the job
    and the caller streams it with srv_stream_next. While the answer is decoded, client_fd (the
