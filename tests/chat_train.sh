@@ -25,6 +25,24 @@ $PY "$TESTS/chat_reference.py" gen mistral 400 3 "$tmp/conv.jsonl"
   "$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$tmp/conv.jsonl" --output-prefix "$tmp/mm" --dataset-impl mmap > /dev/null 2>&1 ||
   { fail "preprocess"; cat "$tmp/pp.log"; exit 1; }
 grep "conversations" "$tmp/pp.log"
+# --seq-length: how they pack, against the same next fit over the file's document lengths
+"$MPIEXEC" -n 2 "$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$tmp/conv.jsonl" --output-prefix "$tmp/c2" \
+  --seq-length 64 > "$tmp/pp2.log" 2>&1 || fail "preprocess --seq-length"
+$PY - "$tmp/c1.h5" "$tmp/pp2.log" <<'PY' || fail "preprocess's packing report"
+import re, sys, h5py, numpy as np
+off = h5py.File(sys.argv[1])["document_offsets"][:]
+samples, fill, placed, longer = 0, 65, 0, 0
+for n in np.diff(off):
+    if n == 0: continue
+    longer += n > 65
+    n = min(n, 65)
+    if fill + n > 65: samples, fill = samples + 1, 0
+    fill += n; placed += n
+want = "%d samples, %.1f%% of the slots filled; %d documents longer" % (samples, 100.0 * placed / (samples * 65), longer)
+log = open(sys.argv[2]).read()
+assert want in log, (want, log)
+print("ok: preprocess --seq-length 64: " + want)
+PY
 "$MGT" tokenize "${TOK[@]}" --chat-template mistral --input "$tmp/conv.jsonl" > "$tmp/conv.out" || fail "tokenize"
 $PY - "$tmp" <<'PY' || fail "the datasets differ"
 import json, sys, h5py, numpy as np
@@ -202,6 +220,31 @@ PY
   fi
   kill -TERM "$server" && wait "$server" || fail "serve did not stop on SIGTERM"
 fi
+# the workflow on an open checkpoint: the model in Hugging Face's format imported, fine-tuned
+# with --sft (20 iterations at one rank, resumed for 10 at tp=2), exported, and imported back
+# bit for bit; the held-out loss of the fine-tuning falls
+"$MGT" ckpt export --format hf --load "$tmp/chat_ckpt" --output "$tmp/hf0" > /dev/null 2>&1 &&
+  "$MGT" ckpt import --format hf --input "$tmp/hf0" --save "$tmp/base" > /dev/null 2>&1 || fail "export and import of the base"
+train ft1 1 --data-path "$tmp/c1" --train-iters 20 --load "$tmp/base" --finetune --save "$tmp/ft" --eval-interval 10 --eval-iters 4 &&
+  train ft2 2 --data-path "$tmp/c1" --train-iters 30 --load "$tmp/ft" --save "$tmp/ft" --eval-interval 10 --eval-iters 4 \
+    --tensor-model-parallel-size 2 &&
+  "$MGT" ckpt export --format hf --load "$tmp/ft" --output "$tmp/hf1" > /dev/null 2>&1 &&
+  "$MGT" ckpt import --format hf --input "$tmp/hf1" --save "$tmp/back" > /dev/null 2>&1 &&
+  $PY - "$tmp/ft" "$tmp/back" "$tmp/ft1.jsonl" "$tmp/ft2.jsonl" <<'PY' || fail "the fine-tuning workflow"
+import glob, json, sys, h5py, numpy as np
+def model(d):
+    f = h5py.File(sorted(glob.glob(d + "/iter_*.h5"))[-1])
+    return {k: f["model"][k][()] for k in f["model"]}
+a, b = model(sys.argv[1]), model(sys.argv[2])
+assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a), "re-imported weights differ"
+v = [r["valid_loss"] for f in sys.argv[3:5] for r in map(json.loads, open(f)) if "valid_loss" in r]
+it = [r["iteration"] for r in map(json.loads, open(sys.argv[4])) if "consumed_samples" in r]
+assert it and it[0] == 21 and it[-1] == 30, it
+assert len(v) == 3 and v[-1] < v[0], v
+print("ok: imported, fine-tuned (resumed at tp=2 from iteration %d), exported and re-imported: "
+      "%d tensors bit for bit; held-out loss %s" % (it[0] - 1, len(a), " -> ".join("%.3f" % x for x in v)))
+PY
+
 # a server whose tokenizer names no chat format answers the chat endpoint 400, saying so
 if serve_start "$tmp/serve2.log" "$MGT" serve --port 0 --load "$tmp/chat_ckpt"; then
   code=$(curl -s -o "$tmp/bad.json" -w '%{http_code}' "localhost:$PORT/v1/chat/completions" -d "{\"messages\": $MSG}")

@@ -32,6 +32,7 @@ typedef struct mgt_preprocess_opts {
   /* conversations (include/mgt/chat.h) rendered as this chat format ("auto": the tokenizer's
      tokenizer_config.json's), stored with their loss masks; "" for text */
   char chat_template[64];
+  int seq_length;   /* > 0: report how the documents pack into samples of seq_length + 1 */
   char notes[1024]; /* not a flag: Megatron-LM's flags taken that change nothing, and why */
 } mgt_preprocess_opts;
 

@@ -588,6 +588,53 @@ static mgt_status write_megatron(const char *prefix, MPI_Comm world, int split, 
   return st;
 }
 
+/* --seq-length: how the documents, in the input's order, pack whole into samples of seq + 1
+   tokens as mgt train --sft packs them (next fit; a longer one truncated), on rank 0. */
+static mgt_status report_packing(const share *sh, int seq, MPI_Comm world, FILE *log) {
+  int rank, size;
+  MGT_MPI(MPI_Comm_rank(world, &rank));
+  MGT_MPI(MPI_Comm_size(world, &size));
+  int *counts = NULL, *displs = NULL;
+  int64_t *all = NULL;
+  int mine = (int)sh->n_docs;
+  mgt_status st = MGT_OK;
+  if (rank == 0) {
+    st = mgt_calloc(sizeof(int) * (size_t)size * 2, "document counts", (void **)&counts);
+    if (st == MGT_OK) displs = counts + size;
+  }
+  MGT_MPI(MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, world));
+  int64_t total = 0;
+  for (int r = 0; rank == 0 && r < size; r++)
+    displs[r] = (int)total, total += counts[r];
+  if (rank == 0 && st == MGT_OK)
+    st = mgt_calloc(sizeof(int64_t) * (size_t)(total + 1), "document lengths", (void **)&all);
+  st = mgt_mpi_agree(world, st);
+  if (st == MGT_OK)
+    MGT_MPI(
+        MPI_Gatherv(sh->doc_len, mine, MPI_INT64_T, all, counts, displs, MPI_INT64_T, 0, world));
+  if (st == MGT_OK && rank == 0 && log) {
+    const int64_t slots = seq + 1;
+    int64_t samples = 0, fill = slots, placed = 0, longer = 0, cut = 0;
+    for (int64_t d = 0; d < total; d++) {
+      int64_t len = all[d];
+      if (len == 0) continue;
+      if (len > slots) longer++, cut += len - slots, len = slots;
+      if (fill + len > slots) samples++, fill = 0;
+      fill += len, placed += len;
+    }
+    fprintf(log,
+            "preprocess: packed whole into samples of %lld tokens (--sft, in the input's order): "
+            "%lld samples, %.1f%% of the slots filled; %lld documents longer (truncated: %lld "
+            "tokens cut)\n",
+            (long long)slots, (long long)samples,
+            samples ? 100.0 * (double)placed / (double)(samples * slots) : 0.0, (long long)longer,
+            (long long)cut);
+  }
+  mgt_free(counts);
+  mgt_free(all);
+  return st;
+}
+
 mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE *log) {
   int rank, size;
   MGT_MPI(MPI_Comm_rank(world, &rank));
@@ -683,6 +730,7 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
             (long long)t.n_docs, mgt_chat_names[sh.chat - 1], (long long)t.n_tokens,
             (long long)t.n_trained,
             t.n_tokens ? 100.0 * (double)t.n_trained / (double)t.n_tokens : 0.0);
+  if (st == MGT_OK && o->seq_length > 0) st = report_packing(&sh, o->seq_length, world, log);
   if (st == MGT_OK && o->dataset_impl) {
     st = write_megatron(mm, world, o->split_sentences, &sh, &meta);
     if (st == MGT_OK && rank == 0 && log)

@@ -41,6 +41,10 @@ static const mgt_flag flags[] = {
      "rendered as this chat format (llama3, chatml or qwen3, llama2, mistral; auto: as the "
      "tokenizer's tokenizer_config.json names it) and stored with a loss mask",
      NULL, SZ(chat_template), 0},
+    {"--seq-length", MGT_FLAG_INT, OFF(seq_length), 0, 1 << 24,
+     "report how the documents would pack whole into samples of this + 1 tokens (mgt train "
+     "--sft's packing, in the input's order): the share of the slots they fill",
+     NULL, 0, 0},
 };
 enum { N_FLAGS = sizeof flags / sizeof flags[0] };
 
