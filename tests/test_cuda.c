@@ -358,7 +358,9 @@ static void test_attention(void) {
                           {2, 64, 2, 32, 2},
                           {1, 130, 4, 64, 4}};
   const int32_t lens[4][2] = {{1, 1}, {17, 5}, {1, 40}, {129, 0}};
-  for (int masked = 0; masked < 2; masked++)
+  /* masked 2: causal with documents kept apart, each row's first key its document's first row
+     (documents of 1, 3, 7, ... rows) */
+  for (int masked = 0; masked < 3; masked++)
     for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++)
       for (int drop = 0; drop < 2; drop++) {
         const int B = cases[s][0], T = cases[s][1], Hl = cases[s][2], hd = cases[s][3];
@@ -370,25 +372,35 @@ static void test_attention(void) {
               *dq = malloc(nq * 4);
         float *qkvd = dev(qkv, nq * 4), *doutd = dev(dout, no * 4), *outd = dev(NULL, no * 4);
         float *Pd = dev(NULL, np * 4), *scrd = dev(NULL, np * 4), *dqd = dev(NULL, nq * 4);
-        const int32_t *kl = masked ? lens[s] : NULL;
-        int32_t *kld = masked ? (int32_t *)dev(lens[s], sizeof lens[s]) : NULL;
-        T_OK(mgt_be_attention_forward(cpu, out, P, qkv, B, T, Hl, hd, off, H, kl, NULL, &d, scr));
-        T_OK(mgt_be_attention_forward(gpu, outd, Pd, qkvd, B, T, Hl, hd, off, H, kld, NULL, &d,
+        const int32_t *kl = masked == 1 ? lens[s] : NULL;
+        int32_t *kld = masked == 1 ? (int32_t *)dev(lens[s], sizeof lens[s]) : NULL;
+        int32_t *kf = NULL, *kfd = NULL;
+        if (masked == 2) {
+          kf = malloc(sizeof(int32_t) * (size_t)B * T);
+          for (int b = 0; b < B; b++)
+            for (int i = 0, first = 0, len = 1; i < T; i++) {
+              if (i - first == len) first = i, len = 2 * len + 1;
+              kf[b * T + i] = b ? i / 5 * 5 : first; /* the second sample: documents of 5 */
+            }
+          kfd = (int32_t *)dev(kf, sizeof(int32_t) * (size_t)B * T);
+        }
+        T_OK(mgt_be_attention_forward(cpu, out, P, qkv, B, T, Hl, hd, off, H, kl, kf, &d, scr));
+        T_OK(mgt_be_attention_forward(gpu, outd, Pd, qkvd, B, T, Hl, hd, off, H, kld, kfd, &d,
                                       scrd));
         char what[96];
         snprintf(what, sizeof what, "attention B%d T%d Hl%d hd%d drop %d masked %d", B, T, Hl, hd,
                  drop, masked);
         same(what, outd, out, no, 1e-5);
         same("attention probabilities", Pd, P, np, 1e-5);
-        T_OK(mgt_be_attention_backward(cpu, dq, dout, qkv, P, B, T, Hl, hd, off, H, kl, NULL, &d,
+        T_OK(mgt_be_attention_backward(cpu, dq, dout, qkv, P, B, T, Hl, hd, off, H, kl, kf, &d,
                                        scr));
-        T_OK(mgt_be_attention_backward(gpu, dqd, doutd, qkvd, Pd, B, T, Hl, hd, off, H, kld, NULL,
+        T_OK(mgt_be_attention_backward(gpu, dqd, doutd, qkvd, Pd, B, T, Hl, hd, off, H, kld, kfd,
                                        &d, scrd));
         same("attention dqkv", dqd, dq, nq, 1e-5);
-        void *all[] = {qkvd, doutd, outd, Pd, scrd, dqd, kld};
-        for (size_t i = 0; i < 7; i++)
+        void *all[] = {qkvd, doutd, outd, Pd, scrd, dqd, kld, kfd};
+        for (size_t i = 0; i < 8; i++)
           if (all[i]) mgt_be_free(gpu, all[i]);
-        free(qkv), free(dout), free(out), free(P), free(scr), free(dq);
+        free(qkv), free(dout), free(out), free(P), free(scr), free(dq), free(kf);
       }
   /* one query against a cache, of every head (3) or of 2 key/value heads shared by 3 each */
   const int len = 300, Hl = 6, hd = 64, Cl = Hl * hd;

@@ -4,53 +4,57 @@
 
 namespace mgt_cu {
 
-/* Softmax of one row over its keys, in place, zeros beyond them. One block per row. */
-__global__ void k_masked_softmax(float *P, const int32_t *keylen, int Hl, int T) {
+/* Softmax of one row over its keys [lo, lim), in place, zeros outside them. One block per
+   row. */
+__global__ void k_masked_softmax(float *P, const int32_t *keylen, const int32_t *kfirst, int Hl,
+                                 int T) {
   __shared__ float sh[32];
   const size_t row = blockIdx.x; /* (b*Hl + h)*T + i */
-  const int lim = key_limit(keylen, row, Hl, T);
+  const int lim = key_limit(keylen, row, Hl, T), lo = key_first(kfirst, row, Hl, T);
   float *r = P + row * T;
   float mx = -FLT_MAX;
-  for (int j = threadIdx.x; j < lim; j += blockDim.x)
+  for (int j = lo + threadIdx.x; j < lim; j += blockDim.x)
     mx = fmaxf(mx, r[j]);
   mx = block_max(mx, sh);
   float s = 0.0f;
-  for (int j = threadIdx.x; j < lim; j += blockDim.x) {
+  for (int j = lo + threadIdx.x; j < lim; j += blockDim.x) {
     float e = __expf(r[j] - mx);
     r[j] = e;
     s += e;
   }
   const float inv = 1.0f / block_sum(s, sh);
   for (int j = threadIdx.x; j < T; j += blockDim.x)
-    r[j] = j < lim ? r[j] * inv : 0.0f;
+    r[j] = j >= lo && j < lim ? r[j] * inv : 0.0f;
 }
 
 /* out = dropout(x) on the probabilities (or gradients) of B*Hl*T rows, within their keys. */
 __global__ void k_attn_dropout(float *out, const float *x, size_t n, const int32_t *keylen,
-                               mask_args a) {
+                               const int32_t *kfirst, mask_args a) {
   GRID_STRIDE(k, n) {
     size_t row = k / a.T;
     int j = (int)(k % a.T);
-    out[k] =
-        (j < key_limit(keylen, row, a.Hl, a.T) && attn_keep(a, row, j)) ? x[k] * a.dscale : 0.0f;
+    out[k] = (j >= key_first(kfirst, row, a.Hl, a.T) && j < key_limit(keylen, row, a.Hl, a.T) &&
+              attn_keep(a, row, j))
+                 ? x[k] * a.dscale
+                 : 0.0f;
   }
 }
 
 /* dS from dP (in s) and P: r = P * (dP - sum(P dP)) * scale within the row's keys. One
    block per row. */
-__global__ void k_softmax_backward(float *s, const float *P, const int32_t *keylen, int Hl, int T,
-                                   float scale) {
+__global__ void k_softmax_backward(float *s, const float *P, const int32_t *keylen,
+                                   const int32_t *kfirst, int Hl, int T, float scale) {
   __shared__ float sh[32];
   const size_t row = blockIdx.x;
-  const int lim = key_limit(keylen, row, Hl, T);
+  const int lim = key_limit(keylen, row, Hl, T), lo = key_first(kfirst, row, Hl, T);
   float *r = s + row * T;
   const float *pr = P + row * T;
   float dot = 0.0f;
-  for (int j = threadIdx.x; j < lim; j += blockDim.x)
+  for (int j = lo + threadIdx.x; j < lim; j += blockDim.x)
     dot += pr[j] * r[j];
   dot = block_sum(dot, sh);
   for (int j = threadIdx.x; j < T; j += blockDim.x)
-    r[j] = j < lim ? pr[j] * (r[j] - dot) * scale : 0.0f;
+    r[j] = j >= lo && j < lim ? pr[j] * (r[j] - dot) * scale : 0.0f;
 }
 
 mask_args mask_of(const mgt_dropout *d, int head_offset, int Hl, int T) {
@@ -70,8 +74,6 @@ mask_args mask_of(const mgt_dropout *d, int head_offset, int Hl, int T) {
 mgt_status cu_attention_forward(void *ctx, float *out, float *P, const float *qkv, int B, int T,
                                 int Hl, int hd, int head_offset, int H, const int32_t *keylen,
                                 const int32_t *kfirst, const mgt_dropout *d, float *scratch) {
-  MGT_REQUIRE(!kfirst, "--reset-attention-mask: documents kept apart in attention are not in the "
-                       "CUDA kernels yet (the CPU backend has them)");
   cuda_ctx *c = C_(ctx);
   const int Cl = Hl * hd, ld = 3 * Cl;
   const float scale = 1.0f / sqrtf((float)hd);
@@ -83,12 +85,12 @@ mgt_status cu_attention_forward(void *ctx, float *out, float *P, const float *qk
     MGT_CHECK(gemm_batched(c, 0, 1, T, T, hd, scale, q, ld, hd, q + Cl, ld, hd, 0.0f,
                            P + (size_t)b * Hl * TT, T, TT, Hl));
   }
-  k_masked_softmax<<<(unsigned)rows, 128, 0, c->stream>>>(P, keylen, Hl, T);
+  k_masked_softmax<<<(unsigned)rows, 128, 0, c->stream>>>(P, keylen, kfirst, Hl, T);
   LAUNCHED();
   const float *probs = P;
   if (d->p > 0.0f) {
     k_attn_dropout<<<blocks_for(rows * T, 256), 256, 0, c->stream>>>(
-        scratch, P, rows * T, keylen, mask_of(d, head_offset, Hl, T));
+        scratch, P, rows * T, keylen, kfirst, mask_of(d, head_offset, Hl, T));
     LAUNCHED();
     probs = scratch;
   }
@@ -103,8 +105,6 @@ mgt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, cons
                                  const float *P, int B, int T, int Hl, int hd, int head_offset,
                                  int H, const int32_t *keylen, const int32_t *kfirst,
                                  const mgt_dropout *d, float *scratch) {
-  MGT_REQUIRE(!kfirst, "--reset-attention-mask: documents kept apart in attention are not in the "
-                       "CUDA kernels yet (the CPU backend has them)");
   cuda_ctx *c = C_(ctx);
   const int Cl = Hl * hd, ld = 3 * Cl;
   const float scale = 1.0f / sqrtf((float)hd);
@@ -117,7 +117,7 @@ mgt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, cons
   const float *probs = P;
   if (drop) {
     k_attn_dropout<<<blocks_for(rows * T, 256), 256, 0, c->stream>>>(scratch, P, rows * T, keylen,
-                                                                     ma);
+                                                                     kfirst, ma);
     LAUNCHED();
     probs = scratch;
   }
@@ -132,10 +132,11 @@ mgt_status cu_attention_backward(void *ctx, float *dqkv, const float *dout, cons
                            scratch + (size_t)b * Hl * TT, T, TT, Hl));
   if (drop) {
     k_attn_dropout<<<blocks_for(rows * T, 256), 256, 0, c->stream>>>(scratch, scratch, rows * T,
-                                                                     keylen, ma);
+                                                                     keylen, kfirst, ma);
     LAUNCHED();
   }
-  k_softmax_backward<<<(unsigned)rows, 128, 0, c->stream>>>(scratch, P, keylen, Hl, T, scale);
+  k_softmax_backward<<<(unsigned)rows, 128, 0, c->stream>>>(scratch, P, keylen, kfirst, Hl, T,
+                                                            scale);
   LAUNCHED();
   /* dQ = dS K, dK = dS^T Q */
   for (int b = 0; b < B; b++) {

@@ -190,6 +190,13 @@ __device__ inline int key_limit(const int32_t *keylen, size_t row, int Hl, int T
   return n < 1 ? 1 : (n > T ? T : n);
 }
 
+/* The first key row (b*Hl + h)*T + i attends to: its document's first row (kfirst[b*T + i],
+   --reset-attention-mask and --sft), else 0, as the CPU's cpu_key_first. */
+__device__ inline int key_first(const int32_t *kfirst, size_t row, int Hl, int T) {
+  if (!kfirst) return 0;
+  return kfirst[(row / ((size_t)Hl * T)) * T + row % T];
+}
+
 struct mask_args {
   uint64_t seed, sample_base;
   int layer, site, head_offset, Hl, T;

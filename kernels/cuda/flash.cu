@@ -172,8 +172,9 @@ __global__ void k_flash_dkv(float *dqkv, const float *D, const float *dout, cons
 mgt_status cu_flash_attention_forward(void *ctx, float *out, float *lse, const float *qkv, int B,
                                       int T, int Hl, int hd, int head_offset, const int32_t *keylen,
                                       const int32_t *kfirst, const mgt_dropout *d) {
-  MGT_REQUIRE(!kfirst, "--reset-attention-mask: documents kept apart in attention are not in the "
-                       "CUDA kernels yet (the CPU backend has them)");
+  MGT_REQUIRE(!kfirst, "documents kept apart in attention (--reset-attention-mask, --sft) are in "
+                       "the CUDA backend's materialized attention, not yet its tiles: "
+                       "--attention-backend unfused");
   cuda_ctx *c = C_(ctx);
   const size_t rows = (size_t)B * Hl * T;
   if (rows == 0) return MGT_OK;
@@ -193,8 +194,9 @@ mgt_status cu_flash_attention_backward(void *ctx, float *dqkv, const float *dout
                                        const float *out, const float *lse, int B, int T, int Hl,
                                        int hd, int head_offset, const int32_t *keylen,
                                        const int32_t *kfirst, const mgt_dropout *d) {
-  MGT_REQUIRE(!kfirst, "--reset-attention-mask: documents kept apart in attention are not in the "
-                       "CUDA kernels yet (the CPU backend has them)");
+  MGT_REQUIRE(!kfirst, "documents kept apart in attention (--reset-attention-mask, --sft) are in "
+                       "the CUDA backend's materialized attention, not yet its tiles: "
+                       "--attention-backend unfused");
   cuda_ctx *c = C_(ctx);
   const size_t rows = (size_t)B * Hl * T;
   if (rows == 0) return MGT_OK;

@@ -26,6 +26,13 @@ static void print_info(const mgt_dataset_info *in, FILE *f) {
   if (in->n_sentences >= 0) fprintf(f, "sentences: %lld\n", (long long)in->n_sentences);
   fprintf(f, "tokens: %lld\n", (long long)in->n_tokens);
   fprintf(f, "dtype: %s\n", in->dtype);
+  if (in->has_mask && in->n_trained >= 0)
+    fprintf(
+        f,
+        "loss mask: conversations in the %s chat format, %lld tokens trained (mgt train --sft)\n",
+        in->chat_template, (long long)in->n_trained);
+  else if (in->has_mask)
+    fprintf(f, "loss mask: PREFIX_loss_mask.bin/.idx beside it (mgt train --sft)\n");
   if (mm) {
     fprintf(f, "vocabulary: unknown (a Megatron-LM dataset does not record its tokenizer)\n");
     return;
