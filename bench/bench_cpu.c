@@ -295,6 +295,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
     printf("gpt2-124M B=%d T=%-4d tp=%d dp=%d threads/rank=%d: %8.1f ms/step %7.1f tokens/s "
            "%6.1f GFLOP/s",
            B, T, grid->tp, grid->dp, omp_get_max_threads(), 1e3 * t, tokens / t, flops / t / 1e9);
+    if (grid->dp > 1) printf(" | %d samples per rank", B / grid->dp);
     if (grid->size > 1)
       printf(" | communication %.1f%% of step time%s", 100.0 * cmax / total,
              overlap && grid->dp > 1 ? " (overlapped gradient all-reduce)" : "");
