@@ -108,6 +108,19 @@ train ref 1 --data-path "$tmp/c1" --train-iters 30 "${V[@]}" && {
   done
 }
 
+# a --sft run saved at iteration 10 and resumed gives the uninterrupted run's losses bit for bit
+train whole 1 --data-path "$tmp/c1" --train-iters 20 --eval-iters 0 &&
+  train half 1 --data-path "$tmp/c1" --train-iters 20 --exit-interval 10 --save "$tmp/half" --eval-iters 0 &&
+  train rest 1 --data-path "$tmp/c1" --train-iters 20 --load "$tmp/half" --eval-iters 0 &&
+  $PY - "$tmp/whole.jsonl" "$tmp/half.jsonl" "$tmp/rest.jsonl" <<'PY' || fail "--sft resumed"
+import json, sys
+load = lambda p: {r["iteration"]: r["loss"] for r in map(json.loads, open(p)) if "consumed_samples" in r}
+w, h, r = map(load, sys.argv[1:4])
+assert sorted(h) == list(range(1, 11)) and sorted(r) == list(range(11, 21)), (sorted(h), sorted(r))
+assert all(w[i] == {**h, **r}[i] for i in w), "resumed losses differ"
+print("ok: --sft saved at iteration 10 and resumed: 20 losses bit for bit as uninterrupted")
+PY
+
 # held-out conversations: the validation loss falls
 train long 1 --data-path "$tmp/c1" --train-iters 120 --eval-interval 20 --eval-iters 10 &&
   $PY - "$tmp/long.jsonl" <<'PY' || fail "the held-out loss does not fall"
