@@ -38,6 +38,7 @@ static int trains(int j) { return j % 3 != 0; }
 /* Writes PREFIX.h5 with NDOC ramp documents; tokens offset by `base`; with `mask` a loss mask
    (format 2, as mgt preprocess --chat-template writes). */
 static void write_dataset_mask(const char *prefix, uint32_t base, int complete, int mask) {
+  /* mask 2: format 2 without the loss_mask; 3: a loss_mask one byte short */
   char path[512];
   snprintf(path, sizeof path, "%s.h5", prefix);
   int64_t off[NDOC + 1];
@@ -61,12 +62,12 @@ static void write_dataset_mask(const char *prefix, uint32_t base, int complete, 
   ds = H5Dcreate2(f, "document_offsets", H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, off);
   H5Dclose(ds), H5Sclose(s);
-  if (mask) {
+  if (mask == 1 || mask == 3) {
     uint8_t *m = malloc((size_t)off[NDOC]);
     for (int d = 0; d < NDOC; d++)
       for (int j = 0; j < doc_len(d); j++)
         m[off[d] + j] = (uint8_t)trains(j);
-    hsize_t nt = (hsize_t)off[NDOC];
+    hsize_t nt = (hsize_t)off[NDOC] - (mask == 3);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_layout(dcpl, H5D_CONTIGUOUS);
     H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
@@ -74,9 +75,11 @@ static void write_dataset_mask(const char *prefix, uint32_t base, int complete, 
     ds = H5Dcreate2(f, "loss_mask", H5T_STD_U8LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, m);
     H5Dclose(ds), H5Sclose(s), H5Pclose(dcpl);
+    free(m);
+  }
+  if (mask) {
     attr_str(f, "chat_template", "llama3");
     attr_i64(f, "n_trained", 0);
-    free(m);
   }
   attr_str(f, "format", mask ? "megatron-c tokens 2" : "megatron-c tokens 1");
   attr_str(f, "tokenizer", "TestTokenizer");
@@ -217,6 +220,19 @@ static void test_packing(const char *path) {
   mgt_status st = mgt_dataset_sources(&c, MPI_COMM_WORLD, NULL, &t2, &v2);
   T_CHECK(st == MGT_ERR_INPUT && strstr(mgt_error_message(), "train them with --sft"),
           "a masked dataset without --sft: %s", mgt_error_message());
+  /* format 2 without its mask, or with one of another length: refused, the file named */
+  static const char *const why[2] = {"without its loss_mask", "loss_mask is not one contiguous"};
+  for (int k = 0; k < 2; k++) {
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s_bad%d", path, k);
+    write_dataset_mask(bad, 0, 1, 2 + k);
+    c = config(bad, 7);
+    c.sft = 1;
+    st = mgt_dataset_sources(&c, MPI_COMM_WORLD, NULL, &t2, &v2);
+    T_CHECK(st == MGT_ERR_INPUT && strstr(mgt_error_message(), why[k]) &&
+                strstr(mgt_error_message(), "_bad"),
+            "a damaged loss mask: %s", mgt_error_message());
+  }
 }
 
 int main(int argc, char **argv) {

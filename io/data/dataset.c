@@ -277,6 +277,9 @@ static mgt_status map_mask(hid_t f, int fd, const char *p, const struct stat *sb
   mgt_status st = MGT_OK;
   hid_t d = -1, dcpl = -1, t = -1;
   int64_t n = 0;
+  if (H5Lexists(f, "loss_mask", H5P_DEFAULT) <= 0)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "--data-path %s: format 2 (conversations) without its loss_mask",
+                  p);
   MGT_H5_TRY(d = H5Dopen2(f, "loss_mask", H5P_DEFAULT), p);
   MGT_TRY(extent_1d(d, p, "loss_mask", &n));
   MGT_H5_TRY(t = H5Dget_type(d), p);
