@@ -32,8 +32,7 @@ void mgt_chat_text_free(mgt_chat_text *t) {
 mgt_status mgt_chat_format_named(const char *name, int *format) {
   for (int f = 0; f < MGT_CHAT_N; f++)
     if (strcmp(name, mgt_chat_names[f]) == 0) return *format = f, MGT_OK;
-  if (strcmp(name, "qwen3") == 0 || strcmp(name, "qwen2") == 0)
-    return *format = MGT_CHAT_CHATML, MGT_OK;
+  if (strcmp(name, "qwen3") == 0) return *format = MGT_CHAT_CHATML, MGT_OK;
   MGT_FAIL(MGT_ERR_INPUT,
            "--chat-template %s: not a chat format here (llama3, chatml or qwen3, "
            "llama2, mistral)",
