@@ -270,8 +270,6 @@ fi
 
 # mistakes
 expect "holds conversations with a loss mask: train them with --sft" "$MGT" train "${M[@]:0:${#M[@]}-5}" "${TOK[@]}" --data-path "$tmp/c1" --train-iters 4
-expect "--sft: documents kept apart in attention are in the CUDA backend's materialized attention, not yet its tiles" \
-  "$MGT" train "${M[@]}" --data-path "$tmp/c1" --train-iters 4 --device cuda --attention-backend flash
 expect "--sft-long-policy and --train-on-prompt are --sft's" "$MGT" train --mock-data --train-on-prompt --train-iters 1
 expect "conversations are not split into sentences" "$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$tmp/conv.jsonl" --output-prefix "$tmp/x" --split-sentences
 expect "conversations come as JSON lines" "$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$TESTS/lib.sh" --output-prefix "$tmp/x"

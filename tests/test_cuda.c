@@ -352,6 +352,17 @@ static void test_heads(void) {
   free(x), free(dx), free(dy), free(g);
 }
 
+/* Documents kept apart: sample 0 in documents of 1, 3, 7, ... rows, the others of 5. */
+static int32_t *doc_starts(int B, int T) {
+  int32_t *kf = malloc(sizeof(int32_t) * (size_t)B * T);
+  for (int b = 0; b < B; b++)
+    for (int i = 0, first = 0, len = 1; i < T; i++) {
+      if (i - first == len) first = i, len = 2 * len + 1;
+      kf[b * T + i] = b ? i / 5 * 5 : first;
+    }
+  return kf;
+}
+
 static void test_attention(void) {
   const int cases[][5] = {/* B, T, Hl, hd, head_offset */ {1, 1, 1, 8, 0},
                           {2, 17, 3, 16, 0},
@@ -374,16 +385,8 @@ static void test_attention(void) {
         float *Pd = dev(NULL, np * 4), *scrd = dev(NULL, np * 4), *dqd = dev(NULL, nq * 4);
         const int32_t *kl = masked == 1 ? lens[s] : NULL;
         int32_t *kld = masked == 1 ? (int32_t *)dev(lens[s], sizeof lens[s]) : NULL;
-        int32_t *kf = NULL, *kfd = NULL;
-        if (masked == 2) {
-          kf = malloc(sizeof(int32_t) * (size_t)B * T);
-          for (int b = 0; b < B; b++)
-            for (int i = 0, first = 0, len = 1; i < T; i++) {
-              if (i - first == len) first = i, len = 2 * len + 1;
-              kf[b * T + i] = b ? i / 5 * 5 : first; /* the second sample: documents of 5 */
-            }
-          kfd = (int32_t *)dev(kf, sizeof(int32_t) * (size_t)B * T);
-        }
+        int32_t *kf = masked == 2 ? doc_starts(B, T) : NULL;
+        int32_t *kfd = kf ? (int32_t *)dev(kf, sizeof(int32_t) * (size_t)B * T) : NULL;
         T_OK(mgt_be_attention_forward(cpu, out, P, qkv, B, T, Hl, hd, off, H, kl, kf, &d, scr));
         T_OK(mgt_be_attention_forward(gpu, outd, Pd, qkvd, B, T, Hl, hd, off, H, kld, kfd, &d,
                                       scrd));
@@ -442,8 +445,9 @@ typedef struct {
   mgt_dropout d;
   float *qkv, *dout;
   const int32_t *kl; /* NULL unless masked */
+  int32_t *kf;       /* masked 2: each row's first key, its document's (else NULL) */
   float *qkvd, *doutd, *outd, *lsed, *dqd;
-  int32_t *kld;
+  int32_t *kld, *kfd;
 } flash_case;
 
 static flash_case flash_case_of(const int c[5], const int32_t lens[2], int masked, int drop) {
@@ -456,43 +460,46 @@ static flash_case flash_case_of(const int c[5], const int32_t lens[2], int maske
   f.qkv = rnd(f.nq, 1.0f), f.dout = rnd(f.no, 1.0f);
   f.qkvd = dev(f.qkv, f.nq * 4), f.doutd = dev(f.dout, f.no * 4), f.outd = dev(NULL, f.no * 4);
   f.lsed = dev(NULL, f.nl * 4), f.dqd = dev(NULL, f.nq * 4);
-  f.kl = masked ? lens : NULL;
-  f.kld = masked ? (int32_t *)dev(lens, 2 * sizeof(int32_t)) : NULL;
+  f.kl = masked == 1 ? lens : NULL;
+  f.kld = masked == 1 ? (int32_t *)dev(lens, 2 * sizeof(int32_t)) : NULL;
+  f.kf = masked == 2 ? doc_starts(f.B, f.T) : NULL;
+  f.kfd = f.kf ? (int32_t *)dev(f.kf, sizeof(int32_t) * (size_t)f.B * f.T) : NULL;
   return f;
 }
 
 static void flash_case_free(flash_case *f) {
-  void *all[] = {f->qkvd, f->doutd, f->outd, f->lsed, f->dqd, f->kld};
-  for (size_t i = 0; i < 6; i++)
+  void *all[] = {f->qkvd, f->doutd, f->outd, f->lsed, f->dqd, f->kld, f->kfd};
+  for (size_t i = 0; i < 7; i++)
     if (all[i]) mgt_be_free(gpu, all[i]);
-  free(f->qkv), free(f->dout);
+  free(f->qkv), free(f->dout), free(f->kf);
 }
 
 /* The CPU's forward into out and lse, then its backward from them into dq (host buffers). */
 static void flash_cpu(const flash_case *f, float *out, float *lse, float *dq) {
   T_OK(mgt_be_flash_attention_forward(cpu, out, lse, f->qkv, f->B, f->T, f->Hl, f->hd, f->off,
-                                      f->kl, NULL, &f->d));
+                                      f->kl, f->kf, &f->d));
   T_OK(mgt_be_flash_attention_backward(cpu, dq, f->dout, f->qkv, out, lse, f->B, f->T, f->Hl, f->hd,
-                                       f->off, f->kl, NULL, &f->d));
+                                       f->off, f->kl, f->kf, &f->d));
 }
 
 /* The same on the GPU, into the case's device out, lse and dqkv. */
 static void flash_gpu(const flash_case *f) {
   T_OK(mgt_be_flash_attention_forward(gpu, f->outd, f->lsed, f->qkvd, f->B, f->T, f->Hl, f->hd,
-                                      f->off, f->kld, NULL, &f->d));
+                                      f->off, f->kld, f->kfd, &f->d));
   T_OK(mgt_be_flash_attention_backward(gpu, f->dqd, f->doutd, f->qkvd, f->outd, f->lsed, f->B, f->T,
-                                       f->Hl, f->hd, f->off, f->kld, NULL, &f->d));
+                                       f->Hl, f->hd, f->off, f->kld, f->kfd, &f->d));
 }
 
 /* Flash attention against its CPU twin (kernels/cpu/flash.c): output, row log-sum-exp and
-   gradient, causal and padding-masked, dropout on and off, several tiles of keys. */
+   gradient, causal, padding-masked and with documents kept apart, dropout on and off, several
+   tiles of keys. */
 static void test_flash_attention(void) {
   const int cases[][5] = {/* B, T, Hl, hd, head_offset */ {1, 1, 1, 8, 0},
                           {2, 17, 3, 16, 0},
                           {2, 200, 2, 32, 2},
                           {1, 300, 4, 64, 4}};
   const int32_t lens[4][2] = {{1, 1}, {17, 5}, {1, 140}, {257, 0}};
-  for (int masked = 0; masked < 2; masked++)
+  for (int masked = 0; masked < 3; masked++)
     for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++)
       for (int drop = 0; drop < 2; drop++) {
         flash_case f = flash_case_of(cases[s], lens[s], masked, drop);

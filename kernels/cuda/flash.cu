@@ -7,7 +7,9 @@ namespace mgt_cu {
    The twin of kernels/cpu/flash.c, written for correctness first: one block per query row
    (forward, dQ) or key row (dK, dV), keys or queries in tiles of the block's 128 threads with
    an online softmax, nothing of T x T in memory and no atomics (each block owns its outputs).
-   The same mask words as the materialized kernels (attn_keep). */
+   The same mask words as the materialized kernels (attn_keep). Documents kept apart
+   (kfirst): a query row starts at its document's first key; a key row skips the queries of later
+   documents. */
 
 enum { FLASH_TILE = 128 };
 
@@ -36,13 +38,15 @@ __device__ float flash_dot(const float *x, const float *y, int hd) {
 
 /* Shared memory: q (hd), output accumulator (hd), tile weights (FLASH_TILE). */
 __global__ void k_flash_forward(float *out, float *lse, const float *qkv, int T, int Hl, int hd,
-                                float scale, const int32_t *keylen, mask_args a, int drop) {
+                                float scale, const int32_t *keylen, const int32_t *kfirst,
+                                mask_args a, int drop) {
   extern __shared__ float sm[];
   __shared__ float red[32];
   float *sq = sm, *so = sm + hd, *sp = sm + 2 * hd;
   const size_t row = blockIdx.x;
   const flash_row r = flash_row_of(row, T, Hl, hd);
   const int Cl = Hl * hd, ld = 3 * Cl, lim = key_limit(keylen, row, Hl, T);
+  const int lo = key_first(kfirst, row, Hl, T); /* the keys before it, tiles and all, skipped */
   const float *k = qkv + r.base + Cl, *v = qkv + r.base + 2 * Cl;
   for (int e = threadIdx.x; e < hd; e += blockDim.x) {
     sq[e] = qkv[r.base + (size_t)r.i * ld + e];
@@ -50,7 +54,7 @@ __global__ void k_flash_forward(float *out, float *lse, const float *qkv, int T,
   }
   __syncthreads();
   float m = -FLT_MAX, l = 0.0f;
-  for (int j0 = 0; j0 < lim; j0 += FLASH_TILE) {
+  for (int j0 = lo; j0 < lim; j0 += FLASH_TILE) {
     const int j = j0 + (int)threadIdx.x, n = lim - j0 < FLASH_TILE ? lim - j0 : FLASH_TILE;
     const float s = j < lim ? flash_dot(sq, k + (size_t)j * ld, hd) * scale : -FLT_MAX;
     const float mx = fmaxf(m, block_max(s, red)), alpha = __expf(m - mx);
@@ -78,7 +82,7 @@ __global__ void k_flash_forward(float *out, float *lse, const float *qkv, int T,
    dS (FLASH_TILE). */
 __global__ void k_flash_dq(float *dqkv, float *D, const float *dout, const float *qkv,
                            const float *out, const float *lse, int T, int Hl, int hd, float scale,
-                           const int32_t *keylen, mask_args a, int drop) {
+                           const int32_t *keylen, const int32_t *kfirst, mask_args a, int drop) {
   extern __shared__ float sm[];
   __shared__ float red[32];
   float *sq = sm, *sdo = sm + hd, *sdq = sm + 2 * hd, *sds = sm + 3 * hd;
@@ -96,7 +100,7 @@ __global__ void k_flash_dq(float *dqkv, float *D, const float *dout, const float
   }
   const float Di = block_sum(part, red), L = lse[row];
   if (threadIdx.x == 0) D[row] = Di;
-  for (int j0 = 0; j0 < lim; j0 += FLASH_TILE) {
+  for (int j0 = key_first(kfirst, row, Hl, T); j0 < lim; j0 += FLASH_TILE) {
     const int j = j0 + (int)threadIdx.x, n = lim - j0 < FLASH_TILE ? lim - j0 : FLASH_TILE;
     float ds = 0.0f;
     if (j < lim) {
@@ -122,7 +126,7 @@ __global__ void k_flash_dq(float *dqkv, float *D, const float *dout, const float
    tile dS and dropped probabilities (FLASH_TILE each). */
 __global__ void k_flash_dkv(float *dqkv, const float *D, const float *dout, const float *qkv,
                             const float *lse, int T, int Hl, int hd, float scale,
-                            const int32_t *keylen, mask_args a, int drop) {
+                            const int32_t *keylen, const int32_t *kfirst, mask_args a, int drop) {
   extern __shared__ float sm[];
   float *sk = sm, *sv = sm + hd, *sdk = sm + 2 * hd, *sdv = sm + 3 * hd, *sds = sm + 4 * hd,
         *spd = sds + FLASH_TILE;
@@ -142,7 +146,8 @@ __global__ void k_flash_dkv(float *dqkv, const float *D, const float *dout, cons
   for (int i0 = i_lo; i0 < i_hi; i0 += FLASH_TILE) {
     const int i = i0 + (int)threadIdx.x, n = i_hi - i0 < FLASH_TILE ? i_hi - i0 : FLASH_TILE;
     float ds = 0.0f, pd = 0.0f;
-    if (i < i_hi) {
+    /* a query of a later document does not see key j */
+    if (i < i_hi && (!kfirst || kfirst[(size_t)r.b * T + i] <= j)) {
       const size_t qrow = first + (size_t)i;
       const size_t orow = ((size_t)r.b * T + i) * Cl + (size_t)r.h * hd;
       const float p = __expf(flash_dot(sk, q + (size_t)i * ld, hd) * scale - lse[qrow]);
@@ -172,20 +177,18 @@ __global__ void k_flash_dkv(float *dqkv, const float *D, const float *dout, cons
 mgt_status cu_flash_attention_forward(void *ctx, float *out, float *lse, const float *qkv, int B,
                                       int T, int Hl, int hd, int head_offset, const int32_t *keylen,
                                       const int32_t *kfirst, const mgt_dropout *d) {
-  MGT_REQUIRE(!kfirst, "documents kept apart in attention (--reset-attention-mask, --sft) are in "
-                       "the CUDA backend's materialized attention, not yet its tiles: "
-                       "--attention-backend unfused");
   cuda_ctx *c = C_(ctx);
   const size_t rows = (size_t)B * Hl * T;
   if (rows == 0) return MGT_OK;
-  if (c->precision != MGT_PREC_FP32 && flash16_supported(hd))
+  /* the tensor-core tiles do not keep documents apart yet: these fp32 tiles do */
+  if (c->precision != MGT_PREC_FP32 && flash16_supported(hd) && !kfirst)
     return flash16_forward(c->stream, c->precision == MGT_PREC_BF16, out, lse, qkv, B, T, Hl, hd,
                            head_offset, keylen, d);
   const int drop = d->p > 0.0f;
   const mask_args a = drop ? mask_of(d, head_offset, Hl, T) : mask_args();
   const size_t shared = sizeof(float) * (2 * (size_t)hd + FLASH_TILE);
   k_flash_forward<<<(unsigned)rows, FLASH_TILE, shared, c->stream>>>(
-      out, lse, qkv, T, Hl, hd, 1.0f / sqrtf((float)hd), keylen, a, drop);
+      out, lse, qkv, T, Hl, hd, 1.0f / sqrtf((float)hd), keylen, kfirst, a, drop);
   LAUNCHED();
   return MGT_OK;
 }
@@ -194,9 +197,6 @@ mgt_status cu_flash_attention_backward(void *ctx, float *dqkv, const float *dout
                                        const float *out, const float *lse, int B, int T, int Hl,
                                        int hd, int head_offset, const int32_t *keylen,
                                        const int32_t *kfirst, const mgt_dropout *d) {
-  MGT_REQUIRE(!kfirst, "documents kept apart in attention (--reset-attention-mask, --sft) are in "
-                       "the CUDA backend's materialized attention, not yet its tiles: "
-                       "--attention-backend unfused");
   cuda_ctx *c = C_(ctx);
   const size_t rows = (size_t)B * Hl * T;
   if (rows == 0) return MGT_OK;
@@ -204,15 +204,16 @@ mgt_status cu_flash_attention_backward(void *ctx, float *dqkv, const float *dout
   const mask_args a = drop ? mask_of(d, head_offset, Hl, T) : mask_args();
   const float scale = 1.0f / sqrtf((float)hd);
   MGT_CHECK(grow((void **)&c->fscratch, &c->fscratch_n, sizeof(float) * rows));
-  if (c->precision != MGT_PREC_FP32 && flash16_supported(hd))
+  if (c->precision != MGT_PREC_FP32 && flash16_supported(hd) && !kfirst)
     return flash16_backward(c->stream, c->precision == MGT_PREC_BF16, dqkv, c->fscratch, dout, qkv,
                             out, lse, B, T, Hl, hd, head_offset, keylen, d);
   k_flash_dq<<<(unsigned)rows, FLASH_TILE, sizeof(float) * (3 * (size_t)hd + FLASH_TILE),
-               c->stream>>>(dqkv, c->fscratch, dout, qkv, out, lse, T, Hl, hd, scale, keylen, a,
-                            drop);
+               c->stream>>>(dqkv, c->fscratch, dout, qkv, out, lse, T, Hl, hd, scale, keylen,
+                            kfirst, a, drop);
   LAUNCHED();
   k_flash_dkv<<<(unsigned)rows, FLASH_TILE, sizeof(float) * (4 * (size_t)hd + 2 * FLASH_TILE),
-                c->stream>>>(dqkv, c->fscratch, dout, qkv, lse, T, Hl, hd, scale, keylen, a, drop);
+                c->stream>>>(dqkv, c->fscratch, dout, qkv, lse, T, Hl, hd, scale, keylen, kfirst, a,
+                             drop);
   LAUNCHED();
   return MGT_OK;
 }

@@ -513,8 +513,8 @@ int mgt_config_flash(const mgt_config *c, char *why, size_t n) {
     snprintf(why, n, "auto: tiles are at least as fast here");
     return 1;
   }
-  if (c->reset_attention_mask || c->sft) { /* the tiles on GPUs do not keep documents apart */
-    snprintf(why, n, "auto: documents kept apart, in the materialized kernels");
+  if (c->reset_attention_mask || c->sft) { /* the tensor-core tiles do not keep them apart */
+    snprintf(why, n, "auto: documents kept apart: cuBLAS's materialized attention");
     return 0;
   }
   /* where the tensor-core kernels run; the fp32 kernel is a row per block, for correctness
@@ -704,11 +704,6 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(!c->num_experts || c->moe_ffn_hidden_size % tp == 0,
               "--moe-ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
               c->moe_ffn_hidden_size, tp);
-  MGT_REQUIRE(!(c->reset_attention_mask || c->sft) || c->device != MGT_DEVICE_CUDA ||
-                  !mgt_config_flash(c, NULL, 0),
-              "%s: documents kept apart in attention are in the CUDA backend's materialized "
-              "attention, not yet its tiles: --attention-backend unfused (auto chooses it)",
-              c->sft ? "--sft" : "--reset-attention-mask");
   MGT_REQUIRE(!c->sft || mgt_model_kinds[c->model].causal,
               "--sft packs documents for causal (GPT-style) models");
   MGT_REQUIRE(!c->sft || mgt_config_padded_vocab(c, tp) <= MGT_TOKEN_ID + 1,
