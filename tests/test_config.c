@@ -38,6 +38,9 @@ static void test_parse(void) {
               c.lr_decay_style == MGT_LR_COSINE && c.mock_data && c.seed == 7,
           "parsed values wrong");
   T_CHECK(mgt_config_finalize(&c, 4) == MGT_OK, "finalize: %s", mgt_error_message());
+  mgt_config m;
+  T_CHECK(parse(&m, "--dataloader-inter-document-masking") == MGT_OK && m.reset_attention_mask,
+          "Megatron-LM's --dataloader-inter-document-masking is not --reset-attention-mask");
   T_CHECK(c.ffn_hidden_size == 384 && c.global_batch_size == 4 * c.micro_batch_size &&
               c.max_position_embeddings == c.seq_length && c.lr_decay_iters == c.train_iters,
           "derived defaults wrong");

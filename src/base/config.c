@@ -338,6 +338,8 @@ static const mgt_flag flags[] = {
     INT("--num-microbatches-in-minibatch", num_microbatches_in_minibatch, 0, 1 << 20,
         "Megatron-LM 2020's: micro-batches accumulated per step; the global batch is "
         "--micro-batch-size x it x the data-parallel size (--global-batch-size since)"),
+    /* Megatron-LM's: attention kept apart at the end-of-document tokens (its cu_seqlens) */
+    BOOL("--dataloader-inter-document-masking", reset_attention_mask, ""),
     BOOL("--reset-attention-mask", reset_attention_mask,
          "no attention across an end-of-document token within a sample: each token sees its own "
          "document's tokens only (Megatron-LM's; the CPU backend)"),

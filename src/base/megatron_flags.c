@@ -525,8 +525,6 @@ static const mgt_foreign_flag megatron[] = {
            "--make-vocab-size-divisible-by x TP",
            "--disable-pad-vocab-size --no-pad-vocab-size --padded-vocab-size --tokenizer-metadata "
            "--tokenizer-special-tokens"),
-    REFUSE("not yet in mgt: documents are not kept apart within a sample",
-           "--dataloader-inter-document-masking"),
     REFUSE("mgt renders conversations when preprocessing (mgt preprocess --chat-template) and "
            "trains them with --sft",
            "--chat-template --sft-tokenizer-prompt-format"),
