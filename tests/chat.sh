@@ -12,11 +12,7 @@ set -u
 MGT=$(readlink -f "$1") TESTS=$2 DATA=$(readlink -f "$3")
 . "$TESTS/lib.sh"
 H=$DATA/hf-tokenizers
-if [ ! -f "$H/llama3/tokenizer.json" ]; then
-  echo "no $H: skipped"
-  [ -n "${MGT_REQUIRE_DATA:-}" ] && exit 1
-  exit 77
-fi
+need_data "$H/llama3/tokenizer.json"
 $PY -c "import jinja2" 2> /dev/null || { echo "no python3-jinja2 for $PY"; exit 1; }
 REF=$TESTS/data/chat-ids.txt
 JS=$TESTS/tokenizers-js

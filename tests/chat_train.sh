@@ -11,11 +11,7 @@ set -u
 MGT=$(readlink -f "$1") MPIEXEC=$2 TESTS=$3 DATA=$(readlink -f "$4")
 . "$TESTS/lib.sh"
 H=$DATA/hf-tokenizers
-if [ ! -f "$H/llama2/tokenizer.json" ]; then
-  echo "no $H: skipped"
-  [ -n "${MGT_REQUIRE_DATA:-}" ] && exit 1
-  exit 77
-fi
+need_data "$H/llama2/tokenizer.json"
 TOK=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$H/llama2")
 $PY "$TESTS/chat_reference.py" gen mistral 400 3 "$tmp/conv.jsonl"
 

@@ -12,11 +12,7 @@ set -u
 MGT=$(readlink -f "$1") MPIEXEC=$2 TESTS=$3 DATA=$(readlink -f "$4")
 . "$TESTS/lib.sh"
 H=$DATA/hf-tokenizers
-if [ ! -f "$H/llama3/tokenizer.json" ]; then
-  echo "no $H: skipped"
-  [ -n "${MGT_REQUIRE_DATA:-}" ] && exit 1
-  exit 77
-fi
+need_data "$H/llama3/tokenizer.json"
 REF=$TESTS/data/hf-tokenizer-ids.txt
 JS=$TESTS/tokenizers-js
 HF=(--tokenizer-type HuggingFaceTokenizer)

@@ -24,7 +24,7 @@ declare -A layer=(
   [grid.h]=parallel [comm.h]=parallel [comm_impl.h]=parallel [ddp.h]=parallel [tp.h]=parallel [device.h]=parallel [watchdog.h]=parallel
   [gpt.h]=model [optim.h]=model [gpt_impl.h]=model
   [checkpoint.h]=tensors [ckpt_impl.h]=tensors [safetensors.h]=tensors
-  [tokenizer.h]=text [chat.h]=text [wordpiece.h]=text [tokenizer_impl.h]=text [unicode.h]=text [unicode_bert.h]=text
+  [tokenizer.h]=text [chat.h]=text [hf_tok_impl.h]=text [wordpiece.h]=text [tokenizer_impl.h]=text [unicode.h]=text [unicode_bert.h]=text
   [unicode_tables.h]=text
   [dataset.h]=data [dataset_impl.h]=data [tasks.h]=data [mmidx.h]=data [bert_data.h]=data [sentences.h]=data
   [train.h]=train [data_mock.h]=train [report.h]=train

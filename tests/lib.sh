@@ -8,6 +8,14 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+# need_data PATH: the test is skipped (exit 77) without PATH of ../shared/data, and fails
+# instead under MGT_REQUIRE_DATA (CI)
+need_data() {
+  [ -e "$1" ] && return 0
+  echo "no $1: skipped"
+  [ -n "${MGT_REQUIRE_DATA:-}" ] && exit 1
+  exit 77
+}
 
 # book_dataset BOOK PARAGRAPHS PREFIX: the book as documents of PARAGRAPHS paragraphs each,
 # preprocessed into a WordPiece sentence dataset PREFIX.h5 (its summary line printed)

@@ -46,10 +46,14 @@ void mgt_chat_text_free(mgt_chat_text *t);
    error naming the choices. */
 MGT_NODISCARD mgt_status mgt_chat_format_named(const char *name, int *format);
 
-/* The format whose template is the chat_template of `config` (a tokenizer_config.json, or the
-   folder holding one), recognized by its exact text; a template it does not know is refused
-   naming the formats there are and --chat-template. */
-MGT_NODISCARD mgt_status mgt_chat_format_of(const char *config, int *format);
+/* The format whose template is the chat_template of the tokenizer_config.json at `path`,
+   recognized by its exact text; a template it does not know is refused naming the formats there
+   are and --chat-template. */
+MGT_NODISCARD mgt_status mgt_chat_format_of(const char *path, int *format);
+/* `name` as --chat-template gives it: a format's name, or "auto" for the one tok's
+   tokenizer_config.json holds (mgt_chat_format_of). */
+MGT_NODISCARD mgt_status mgt_chat_format_resolve(const char *name, const mgt_tokenizer *tok,
+                                                 int *format);
 
 /* Renders messages[0..n) as `format` writes them into out (emptied first), with bos and eos the
    tokenizer's beginning- and end-of-sequence texts; with add_generation_prompt, what comes

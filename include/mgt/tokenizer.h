@@ -62,6 +62,9 @@ int32_t mgt_tok_special(const mgt_tokenizer *tok, const char *name);
 /* The beginning-of-sequence id a Hugging Face tokenizer declares (tokenizer_config.json's
    bos_token), or -1. */
 int32_t mgt_tok_bos(const mgt_tokenizer *tok);
+/* The tokenizer_config.json a Hugging Face tokenizer read (beside its tokenizer.json), written
+   into out[0..n) and returned; NULL for the other tokenizers. */
+const char *mgt_tok_config_file(const mgt_tokenizer *tok, char *out, size_t n);
 /* Its name, as --tokenizer-type spells it, and its type (MGT_TOKENIZER_*). */
 const char *mgt_tok_name(const mgt_tokenizer *tok);
 int mgt_tok_type(const mgt_tokenizer *tok);

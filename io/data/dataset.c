@@ -272,6 +272,21 @@ static mgt_status megatron_open(const char *prefix, int sentences, dataset *ds) 
   return st;
 }
 
+/* bytes of the file at offset off, mapped read-only (from the page holding off): *at is their
+   start, *map and *len what to unmap. */
+static mgt_status map_at(int fd, haddr_t off, size_t bytes, const char *p, void **map, size_t *len,
+                         const unsigned char **at) {
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE), start = (size_t)off / page * page;
+  *len = bytes + ((size_t)off - start);
+  *map = mmap(NULL, *len, PROT_READ, MAP_SHARED, fd, (off_t)start);
+  if (*map == MAP_FAILED) {
+    *map = NULL;
+    MGT_FAIL(MGT_ERR_IO, "--data-path %s: mmap failed: %s", p, strerror(errno));
+  }
+  *at = (const unsigned char *)*map + ((size_t)off - start);
+  return MGT_OK;
+}
+
 /* The loss_mask dataset of an open HDF5 file, mapped as the tokens are. */
 static mgt_status map_mask(hid_t f, int fd, const char *p, const struct stat *sb, dataset *ds) {
   mgt_status st = MGT_OK;
@@ -289,14 +304,7 @@ static mgt_status map_mask(hid_t f, int fd, const char *p, const struct stat *sb
       H5Pget_nfilters(dcpl) != 0 || off == HADDR_UNDEF || (uint64_t)sb->st_size < off + (uint64_t)n)
     MGT_GOTO_FAIL(MGT_ERR_INPUT,
                   "--data-path %s: loss_mask is not one contiguous byte per token of the file", p);
-  const size_t page = (size_t)sysconf(_SC_PAGESIZE), start = (size_t)off / page * page;
-  ds->mask_map_len = (size_t)n + ((size_t)off - start);
-  ds->mask_map = mmap(NULL, ds->mask_map_len, PROT_READ, MAP_SHARED, fd, (off_t)start);
-  if (ds->mask_map == MAP_FAILED) {
-    ds->mask_map = NULL;
-    MGT_GOTO_FAIL(MGT_ERR_IO, "--data-path %s: mmap failed: %s", p, strerror(errno));
-  }
-  ds->mask = (const unsigned char *)ds->mask_map + ((size_t)off - start);
+  MGT_TRY(map_at(fd, off, (size_t)n, p, &ds->mask_map, &ds->mask_map_len, &ds->mask));
 done:
   if (t >= 0) H5Tclose(t);
   if (dcpl >= 0) H5Pclose(dcpl);
@@ -354,14 +362,7 @@ mgt_status ds_dataset_open(const char *prefix, int sentences, dataset *ds) {
     if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < off + bytes)
       MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "--data-path %s: the file is shorter than its token dataset (truncated?)", p);
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), start = (size_t)off / page * page;
-    ds->map_len = bytes + ((size_t)off - start);
-    ds->map = mmap(NULL, ds->map_len, PROT_READ, MAP_SHARED, fd, (off_t)start);
-    if (ds->map == MAP_FAILED) {
-      ds->map = NULL;
-      MGT_GOTO_FAIL(MGT_ERR_IO, "--data-path %s: mmap failed: %s", p, strerror(errno));
-    }
-    ds->tokens = (const unsigned char *)ds->map + ((size_t)off - start);
+    MGT_TRY(map_at(fd, off, bytes, p, &ds->map, &ds->map_len, &ds->tokens));
     const struct stat *files[1] = {&sb};
     identity_of(ds, files, 1);
     if (ds->info.has_mask) MGT_TRY(map_mask(f, fd, p, &sb, ds));

@@ -347,10 +347,7 @@ static mgt_status tokenize_share(const mgt_preprocess_opts *o, const input *in, 
   MGT_TRY(mgt_json_parser_create(&jp));
   if (o->chat_template[0]) {
     int f;
-    if (!strcmp(o->chat_template, "auto"))
-      MGT_TRY(mgt_chat_format_of(o->vocab_file, &f));
-    else
-      MGT_TRY(mgt_chat_format_named(o->chat_template, &f));
+    MGT_TRY(mgt_chat_format_resolve(o->chat_template, tok, &f));
     sh->chat = 1 + f;
     MGT_TRY(mgt_chat_specials_of(tok, &sh->sp));
   }

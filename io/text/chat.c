@@ -39,39 +39,18 @@ mgt_status mgt_chat_format_named(const char *name, int *format) {
            name);
 }
 
-mgt_status mgt_chat_format_of(const char *config, int *format) {
-  char path[MGT_PATH_MAX + 32];
-  const size_t n = strlen(config);
-  if (n > 5 && strcmp(config + n - 5, ".json") == 0 &&
-      !(n >= 14 && strcmp(config + n - 14, "tokenizer.json") == 0 &&
-        (n == 14 || config[n - 15] == '/')))
-    snprintf(path, sizeof path, "%s", config);
-  else if (n >= 14 && strcmp(config + n - 14, "tokenizer.json") == 0)
-    snprintf(path, sizeof path, "%.*stokenizer_config.json", (int)(n - 14), config);
-  else
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", config);
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    MGT_FAIL(MGT_ERR_INPUT,
-             "%s: cannot be read, so the chat format is unknown (name it with "
-             "--chat-template: llama3, chatml, llama2, mistral)",
-             path);
+mgt_status mgt_chat_format_of(const char *path, int *format) {
   char *buf = NULL;
-  size_t len = 0, cap = 0, got;
-  mgt_status st = MGT_OK;
-  do {
-    if (len + 65536 > cap) {
-      char *p = realloc(buf, cap = 2 * cap + 65536);
-      if (!p) {
-        st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory reading %s", path);
-        break;
-      }
-      buf = p;
-    }
-    got = fread(buf + len, 1, cap - len, f);
-    len += got;
-  } while (got > 0);
-  fclose(f);
+  size_t len = 0;
+  mgt_status st = mgt_read_file("--chat-template auto", path, &buf, &len);
+  if (st != MGT_OK) {
+    char why[600];
+    snprintf(why, sizeof why, "%s", mgt_error_message());
+    MGT_FAIL(st,
+             "%s (so the chat format is unknown: name it with --chat-template: llama3, "
+             "chatml, llama2, mistral)",
+             why);
+  }
   mgt_json_parser *jp = NULL;
   const mgt_json *root = NULL, *t = NULL;
   if (st == MGT_OK) st = mgt_json_parser_create(&jp);
@@ -105,6 +84,16 @@ mgt_status mgt_chat_format_of(const char *config, int *format) {
   mgt_json_parser_destroy(&jp);
   free(buf);
   return st;
+}
+
+mgt_status mgt_chat_format_resolve(const char *name, const mgt_tokenizer *tok, int *format) {
+  if (strcmp(name, "auto") != 0) return mgt_chat_format_named(name, format);
+  char path[MGT_PATH_MAX + 32];
+  MGT_REQUIRE(mgt_tok_config_file(tok, path, sizeof path),
+              "%s has no tokenizer_config.json to name its chat format: give one with "
+              "--chat-template (llama3, chatml, llama2, mistral)",
+              mgt_tok_name(tok));
+  return mgt_chat_format_of(path, format);
 }
 
 /* ---- Python's string methods ---- */

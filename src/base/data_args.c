@@ -1,5 +1,7 @@
 /* Megatron-LM's data-args files (--data-args-path, --per-split-data-args-path) read into the
-   configuration's data flags. */
+   configuration's data flags, and its --split weights. */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,4 +81,42 @@ done:
   mgt_json_parser_destroy(&jp);
   free(text);
   return st;
+}
+
+mgt_status mgt_split_parse(const char *s, double w[3]) {
+  double sum = 0;
+  int n = 0;
+  /* Megatron-LM's recipes pass "--split '99,1,0'" from a bash array: the quotes arrive */
+  char inner[128];
+  const size_t len = strlen(s);
+  if (len >= 2 && len < sizeof inner && (s[0] == '\'' || s[0] == '"') && s[len - 1] == s[0]) {
+    snprintf(inner, sizeof inner, "%.*s", (int)(len - 2), s + 1);
+    s = inner;
+  }
+  const char *p = s;
+  while (*p && n < 3) {
+    char *end;
+    errno = 0;
+    double x = strtod(p, &end);
+    MGT_REQUIRE(end != p && errno == 0 && isfinite(x) && x >= 0,
+                "--split '%s': expected up to three comma-separated non-negative weights", s);
+    w[n++] = x;
+    sum += x;
+    p = end;
+    while (*p == ' ')
+      p++;
+    if (*p == ',') p++;
+    while (*p == ' ')
+      p++;
+  }
+  MGT_REQUIRE(*p == '\0' && n > 0,
+              "--split '%s': expected up to three comma-separated "
+              "non-negative weights",
+              s);
+  MGT_REQUIRE(sum > 0, "--split '%s': the weights sum to zero", s);
+  for (int i = n; i < 3; i++)
+    w[i] = 0;
+  for (int i = 0; i < 3; i++)
+    w[i] /= sum;
+  return MGT_OK;
 }

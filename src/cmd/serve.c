@@ -116,22 +116,15 @@ void srv_http_stop(void *http) { (void)http; }
 
 /* The chat format of the server: the one named, or the tokenizer's; without one the chat
    endpoint says why. The end of an assistant's turn is the format's own token. */
-static mgt_status chat_setup(srv *s, const mgt_serve_opts *o, const mgt_config *ck,
-                             mgt_chat_specials *sp) {
+static mgt_status chat_setup(srv *s, const mgt_serve_opts *o, mgt_chat_specials *sp) {
   s->chat_format = -1;
   MGT_CHECK(mgt_chat_specials_of(s->tok, sp));
   s->chat_sp = sp;
   s->end_of_turn = s->eod;
-  const char *tok_path = o->vocab_file[0] ? o->vocab_file : ck->vocab_file;
-  const int type = o->tokenizer_type >= 0 ? o->tokenizer_type : ck->tokenizer_type;
   int f = -1;
-  if (strcmp(o->chat_template, "auto") != 0) {
-    MGT_CHECK(mgt_chat_format_named(o->chat_template, &f));
-  } else if (type != MGT_TOKENIZER_HF) {
-    snprintf(s->chat_why, sizeof s->chat_why,
-             "this server has no chat format: its tokenizer has no chat template (start it with "
-             "--chat-template llama3, chatml, llama2 or mistral)");
-  } else if (mgt_chat_format_of(tok_path, &f) != MGT_OK) {
+  const mgt_status st = mgt_chat_format_resolve(o->chat_template, s->tok, &f);
+  if (st != MGT_OK) {
+    if (strcmp(o->chat_template, "auto") != 0) return st; /* a name: its error */
     snprintf(s->chat_why, sizeof s->chat_why, "this server has no chat format: %s",
              mgt_error_message());
     mgt_error_clear();
@@ -139,10 +132,10 @@ static mgt_status chat_setup(srv *s, const mgt_serve_opts *o, const mgt_config *
   }
   if (f == MGT_CHAT_LLAMA3) { /* <|eot_id|> ends a turn, <|end_of_text|> the document */
     mgt_ids ids = {0};
-    mgt_status st = mgt_tok_encode(s->tok, "<|eot_id|>", 10, &ids);
-    if (st == MGT_OK && ids.n == 1) s->end_of_turn = ids.ids[0];
+    const mgt_status es = mgt_tok_encode(s->tok, "<|eot_id|>", 10, &ids);
+    if (es == MGT_OK && ids.n == 1) s->end_of_turn = ids.ids[0];
     mgt_ids_free(&ids);
-    MGT_CHECK(st);
+    MGT_CHECK(es);
   }
   s->chat_format = f;
   return MGT_OK;
@@ -186,7 +179,7 @@ mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
   s.positions = positions, s.eligible = mgt_tok_vocab_size(s.tok), s.eod = mgt_tok_eod(s.tok);
   s.max_prompts = o->max_prompts, s.max_body = (size_t)o->max_body;
   mgt_chat_specials sp;
-  MGT_TRY(mgt_mpi_agree(world, chat_setup(&s, o, &ses.saved, &sp)));
+  MGT_TRY(mgt_mpi_agree(world, chat_setup(&s, o, &sp)));
   if (o->served_model_name[0]) {
     snprintf(s.model_name, sizeof s.model_name, "%s", o->served_model_name);
   } else { /* the checkpoint folder's name */

@@ -12,7 +12,6 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "mgt/chat.h"
 #include "mgt/json.h"
 #include "mgt/rng.h"
 #include "mgt/serve.h"

@@ -149,10 +149,7 @@ mgt_status mgt_tokenize_run(const mgt_tokenize_opts *o, FILE *out) {
   int format = -1;
   MGT_TRY(mgt_tok_open(o->tokenizer_type, o->vocab_file, o->merge_file, &tok));
   MGT_TRY(mgt_json_parser_create(&jp));
-  if (!strcmp(o->chat_template, "auto"))
-    MGT_TRY(mgt_chat_format_of(o->vocab_file, &format));
-  else if (o->chat_template[0])
-    MGT_TRY(mgt_chat_format_named(o->chat_template, &format));
+  if (o->chat_template[0]) MGT_TRY(mgt_chat_format_resolve(o->chat_template, tok, &format));
   if (o->input[0]) { /* a stream, read once: a FIFO (`--input <(zcat x.gz)`) is meant to wait */
     in = fopen(o->input, "rb");
     if (!in) MGT_GOTO_FAIL(MGT_ERR_INPUT, "--input %s: cannot open: %s", o->input, strerror(errno));
