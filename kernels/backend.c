@@ -53,20 +53,37 @@ static mgt_status guard_rope(float *x, int N, int T, int pos0, const int32_t *po
   return MGT_OK;
 }
 
-static mgt_status guard_head_rmsnorm_forward(float *x, int ld, float *raw, float *rstd,
-                                             const float *w, int N, int heads, int hd, float eps) {
-  (void)x, (void)raw, (void)rstd, (void)w, (void)N, (void)eps;
+/* sums make the vectors parts of wider norms: one vector per row, narrower than the norm. */
+static mgt_status check_head_rmsnorm(int ld, int heads, int hd, const float *sums, int width) {
   MGT_REQUIRE(hd > 0 && heads >= 0 && ld >= heads * hd,
               "head_rmsnorm: %d heads of %d floats do not fit rows of %d", heads, hd, ld);
+  MGT_REQUIRE(!sums || (heads == 1 && width >= hd),
+              "head_rmsnorm: sums over norms %d wide for %d heads of %d floats (want 1 head, "
+              "at most that wide)",
+              width, heads, hd);
   return MGT_OK;
+}
+
+static mgt_status guard_head_rmsnorm_forward(float *x, int ld, float *raw, float *rstd,
+                                             const float *w, int N, int heads, int hd, float eps,
+                                             const float *sums, int width) {
+  (void)x, (void)raw, (void)rstd, (void)w, (void)N, (void)eps;
+  return check_head_rmsnorm(ld, heads, hd, sums, width);
 }
 
 static mgt_status guard_head_rmsnorm_backward(float *dx, int ld, float *dw, const float *raw,
                                               const float *rstd, const float *w, int N, int heads,
-                                              int hd, int accumulate) {
+                                              int hd, int accumulate, const float *sums,
+                                              int width) {
   (void)dx, (void)dw, (void)raw, (void)rstd, (void)w, (void)N, (void)accumulate;
-  MGT_REQUIRE(hd > 0 && heads >= 0 && ld >= heads * hd,
-              "head_rmsnorm: %d heads of %d floats do not fit rows of %d", heads, hd, ld);
+  return check_head_rmsnorm(ld, heads, hd, sums, width);
+}
+
+static mgt_status guard_row_dots(float *out, const float *a, int lda, const float *b, int ldb,
+                                 const float *w, int N, int n) {
+  (void)out, (void)a, (void)b, (void)w;
+  MGT_REQUIRE(N >= 0 && n >= 0 && lda >= n && ldb >= n,
+              "row_dots: %d rows of %d floats do not fit strides %d and %d", N, n, lda, ldb);
   return MGT_OK;
 }
 

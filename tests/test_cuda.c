@@ -247,16 +247,16 @@ static void test_rowwise(void) {
     const size_t S = (size_t)N * heads;
     float *h = dup(x, n), *hdv = dev(x, n * 4), *raw = malloc(S * hd * 4), *hr = malloc(S * 4);
     float *rawd = dev(NULL, S * hd * 4), *hrd = dev(NULL, S * 4);
-    T_OK(mgt_be_head_rmsnorm_forward(cpu, h, C, raw, hr, w, N, heads, hd, 1e-6f));
-    T_OK(mgt_be_head_rmsnorm_forward(gpu, hdv, C, rawd, hrd, wd, N, heads, hd, 1e-6f));
+    T_OK(mgt_be_head_rmsnorm_forward(cpu, h, C, raw, hr, w, N, heads, hd, 1e-6f, NULL, 0));
+    T_OK(mgt_be_head_rmsnorm_forward(gpu, hdv, C, rawd, hrd, wd, N, heads, hd, 1e-6f, NULL, 0));
     same("head_rmsnorm out", hdv, h, n, 1e-5);
     same("head_rmsnorm raw", rawd, raw, S * hd, 0.0);
     same("head_rmsnorm rstd", hrd, hr, S, 1e-5);
     float *hw = rnd(hd, 1.0f), *hwd = dev(hw, hd * 4);
     for (int acc = 0; acc < 2; acc++) {
       float *hx = dup(dy, n), *hxd = dev(dy, n * 4);
-      T_OK(mgt_be_head_rmsnorm_backward(cpu, hx, C, hw, raw, hr, w, N, heads, hd, acc));
-      T_OK(mgt_be_head_rmsnorm_backward(gpu, hxd, C, hwd, rawd, hrd, wd, N, heads, hd, acc));
+      T_OK(mgt_be_head_rmsnorm_backward(cpu, hx, C, hw, raw, hr, w, N, heads, hd, acc, NULL, 0));
+      T_OK(mgt_be_head_rmsnorm_backward(gpu, hxd, C, hwd, rawd, hrd, wd, N, heads, hd, acc, NULL, 0));
       same("head_rmsnorm dx", hxd, hx, n, 1e-5);
       same("head_rmsnorm dw", hwd, hw, hd, 1e-5);
       free(hx), mgt_be_free(gpu, hxd);
@@ -264,6 +264,36 @@ static void test_rowwise(void) {
     free(h), free(raw), free(hr), free(hw);
     void *hall[] = {hdv, rawd, hrd, hwd};
     for (size_t i = 0; i < 4; i++)
+      mgt_be_free(gpu, hall[i]);
+  }
+  /* one part (columns 40..89) of norms over the rows' first 120 columns, with their sums */
+  {
+    const int c0 = 40, hd = 50, W = 120;
+    float *sm = malloc((size_t)N * 4), *smd = dev(NULL, (size_t)N * 4);
+    T_OK(mgt_be_row_dots(cpu, sm, x, C, x, C, NULL, N, W));
+    T_OK(mgt_be_row_dots(gpu, smd, xd, C, xd, C, NULL, N, W));
+    same("row_dots", smd, sm, N, 1e-5);
+    float *h = dup(x, n), *hdv = dev(x, n * 4), *raw = malloc((size_t)N * hd * 4);
+    float *hr = malloc((size_t)N * 4), *rawd = dev(NULL, (size_t)N * hd * 4);
+    float *hrd = dev(NULL, (size_t)N * 4);
+    T_OK(mgt_be_head_rmsnorm_forward(cpu, h + c0, C, raw, hr, w, N, 1, hd, 1e-6f, sm, W));
+    T_OK(mgt_be_upload(gpu, smd, sm, (size_t)N * 4)); /* the same sums on both */
+    T_OK(mgt_be_head_rmsnorm_forward(gpu, hdv + c0, C, rawd, hrd, wd, N, 1, hd, 1e-6f, smd, W));
+    same("head_rmsnorm part out", hdv, h, n, 1e-5);
+    same("head_rmsnorm part rstd", hrd, hr, N, 1e-5);
+    T_OK(mgt_be_row_dots(cpu, sm, dy + c0, C, raw, hd, w, N, hd));
+    T_OK(mgt_be_row_dots(gpu, smd, dyd + c0, C, rawd, hd, wd, N, hd));
+    same("row_dots with weights", smd, sm, N, 1e-5);
+    T_OK(mgt_be_upload(gpu, smd, sm, (size_t)N * 4));
+    float *hw = malloc((size_t)hd * 4), *hwd = dev(NULL, (size_t)hd * 4);
+    float *hx = dup(dy, n), *hxd = dev(dy, n * 4);
+    T_OK(mgt_be_head_rmsnorm_backward(cpu, hx + c0, C, hw, raw, hr, w, N, 1, hd, 0, sm, W));
+    T_OK(mgt_be_head_rmsnorm_backward(gpu, hxd + c0, C, hwd, rawd, hrd, wd, N, 1, hd, 0, smd, W));
+    same("head_rmsnorm part dx", hxd, hx, n, 1e-5);
+    same("head_rmsnorm part dw", hwd, hw, hd, 1e-5);
+    free(sm), free(h), free(raw), free(hr), free(hw), free(hx);
+    void *hall[] = {smd, hdv, rawd, hrd, hwd, hxd};
+    for (size_t i = 0; i < 6; i++)
       mgt_be_free(gpu, hall[i]);
   }
   /* SwiGLU: x read as (N, 2 * (C / 2)) */

@@ -288,7 +288,7 @@ static void test_head_rmsnorm(void) {
     to_double(w, P + n, hd);
     hn_ctx c = {N, heads, hd, ld, dd};
     head_rms_ref(P, P + n, &c, ref);
-    T_OK(mgt_be_head_rmsnorm_forward(be, x, ld, raw, rstd, w, N, heads, hd, 1e-6f));
+    T_OK(mgt_be_head_rmsnorm_forward(be, x, ld, raw, rstd, w, N, heads, hd, 1e-6f, NULL, 0));
     T_CLOSE("head_rmsnorm_forward (the other columns unchanged)", x, ref, n, 1e-5, 1e-5);
     t_fill(dx, n, 1);
     to_double(dx, dd, n);
@@ -304,7 +304,7 @@ static void test_head_rmsnorm(void) {
         }
       for (int i = 0; i < hd; i++)
         rw[i] = (acc ? dw[i] : 0) + g[n + i];
-      T_OK(mgt_be_head_rmsnorm_backward(be, d, ld, dw, raw, rstd, w, N, heads, hd, acc));
+      T_OK(mgt_be_head_rmsnorm_backward(be, d, ld, dw, raw, rstd, w, N, heads, hd, acc, NULL, 0));
       T_CLOSE("head_rmsnorm_backward dx", d, rx, n, 1e-4, 1e-3);
       T_CLOSE("head_rmsnorm_backward dw", dw, rw, hd, 1e-4, 1e-3);
       free(d);
@@ -313,8 +313,63 @@ static void test_head_rmsnorm(void) {
     free(P), free(ref), free(g), free(dd), free(rx), free(rw);
   }
   float v[4] = {0};
-  T_CHECK(mgt_be_head_rmsnorm_forward(be, v, 3, v, v, v, 1, 2, 2, 1e-6f) == MGT_ERR_INPUT,
+  T_CHECK(mgt_be_head_rmsnorm_forward(be, v, 3, v, v, v, 1, 2, 2, 1e-6f, NULL, 0) ==
+              MGT_ERR_INPUT,
           "heads wider than the row refused");
+  T_CHECK(mgt_be_head_rmsnorm_forward(be, v, 4, v, v, v, 1, 2, 2, 1e-6f, v, 4) == MGT_ERR_INPUT,
+          "sums over a norm for two heads refused");
+  T_CHECK(mgt_be_row_dots(be, v, v, 1, v, 2, NULL, 1, 2) == MGT_ERR_INPUT,
+          "row_dots wider than its stride refused");
+}
+
+/* One norm over rows of W floats split in two parts (OLMoE's q/k norm over tensor ranks): each
+   part's row_dots summed, then each part normalized with the sums, against the unsplit float64
+   reference forward and its finite differences backward. */
+static void test_head_rmsnorm_split(void) {
+  const int N = 5, W = 24, p0 = 10, ld = W + 3, part[2][2] = {{0, p0}, {p0, W - p0}};
+  const size_t n = (size_t)N * ld, np = n + (size_t)W;
+  float *x = fa(n), *w = fa(W), *raw = fa((size_t)N * W), *rstd = fa(2 * (size_t)N);
+  float *sums = fa(N), *one = fa(N), *dx = fa(n), *dw = fa(W);
+  double *P = da(np), *ref = da(n), *g = da(np), *dd = da(n), *rw = da(W);
+  t_fill(x, n, 2);
+  t_fill(w, W, 1);
+  to_double(x, P, n);
+  to_double(w, P + n, W);
+  hn_ctx c = {N, 1, W, ld, dd};
+  head_rms_ref(P, P + n, &c, ref);
+  for (int s = 0; s < 2; s++) { /* the sum of squares over both parts */
+    T_OK(mgt_be_row_dots(be, one, x + part[s][0], ld, x + part[s][0], ld, NULL, N, part[s][1]));
+    for (int r = 0; r < N; r++)
+      sums[r] = s ? sums[r] + one[r] : one[r];
+  }
+  for (int s = 0; s < 2; s++)
+    T_OK(mgt_be_head_rmsnorm_forward(be, x + part[s][0], ld, raw + (size_t)N * part[s][0],
+                                     rstd + (size_t)N * s, w + part[s][0], N, 1, part[s][1],
+                                     1e-6f, sums, W));
+  T_CLOSE("head_rmsnorm_forward in two parts of one norm", x, ref, n, 1e-5, 1e-5);
+  t_fill(dx, n, 1);
+  to_double(dx, dd, n);
+  fd_grad(head_rms_obj, P, np, &c, g);
+  for (int r = 0; r < N; r++)
+    for (int i = W; i < ld; i++) /* the columns after the norm untouched */
+      g[(size_t)r * ld + i] = dd[(size_t)r * ld + i];
+  for (int s = 0; s < 2; s++) { /* the sums of dout * w * raw over both parts */
+    const float *rs = raw + (size_t)N * part[s][0];
+    T_OK(mgt_be_row_dots(be, one, dx + part[s][0], ld, rs, part[s][1], w + part[s][0], N,
+                         part[s][1]));
+    for (int r = 0; r < N; r++)
+      sums[r] = s ? sums[r] + one[r] : one[r];
+  }
+  for (int s = 0; s < 2; s++)
+    T_OK(mgt_be_head_rmsnorm_backward(be, dx + part[s][0], ld, dw + part[s][0],
+                                      raw + (size_t)N * part[s][0], rstd + (size_t)N * s,
+                                      w + part[s][0], N, 1, part[s][1], 0, sums, W));
+  for (int i = 0; i < W; i++)
+    rw[i] = g[n + i];
+  T_CLOSE("head_rmsnorm_backward dx in two parts", dx, g, n, 1e-4, 1e-3);
+  T_CLOSE("head_rmsnorm_backward dw in two parts", dw, rw, W, 1e-4, 1e-3);
+  free(x), free(w), free(raw), free(rstd), free(sums), free(one), free(dx), free(dw);
+  free(P), free(ref), free(g), free(dd), free(rw);
 }
 
 /* MoE routing: a float64 reference of Megatron-LM's score functions at a fixed choice of experts
@@ -1824,6 +1879,7 @@ int main(void) {
   test_layernorm();
   test_rmsnorm();
   test_head_rmsnorm();
+  test_head_rmsnorm_split();
   test_moe_route();
   test_moe_combine();
   test_gemm32();

@@ -64,7 +64,7 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
   if (llama || gqa) /* 8 heads in 4 key/value groups: whole groups on up to 4 ranks */
     c.num_attention_heads = 8, c.group_query_attention = 1, c.num_query_groups = 4;
   if (qwen) c.kv_channels = 24, c.qk_layernorm = 1;       /* 8 heads of 24: 192 wide */
-  if (olmoe) c.qk_layernorm = 1, c.qk_layernorm_full = 1; /* OLMoE's, over all heads (tp = 1) */
+  if (olmoe) c.qk_layernorm = 1, c.qk_layernorm_full = 1; /* OLMoE's, over all heads */
   if (eod) c.eod_mask_loss = 1, c.eod_token = 7;          /* an id the mock sequences hold */
   if (reset) c.reset_position_ids = 1, c.eod_token = 7;
   if (docs) /* documents packed in samples, kept apart */

@@ -246,17 +246,26 @@ MGT_NODISCARD mgt_status mgt_be_sync(const mgt_backend *be);
     (float *dx, const float *dout, const float *x, int N, int F), (dx, dout, x, N, F), PLAIN)      \
   /* RMSNorm over each head (Qwen 3's q/k norm), in place: in each of N rows (stride ld floats)    \
   the `heads` consecutive vectors of hd floats at x become v * r * w, r = (mean v^2 + eps)^-1/2;   \
-  raw (N, heads*hd) keeps the vectors before, rstd (N*heads) their r, for the backward. */         \
+  raw (N, heads*hd) keeps the vectors before, rstd (N*heads) their r, for the backward. With       \
+  sums (N floats, heads 1) the vectors are one rank's part of norms `width` floats wide (OLMoE's   \
+  over all heads, split over tensor ranks): r = (sums[row] / width + eps)^-1/2, sums[row] the sum  \
+  of squares over the whole width (row_dots, then summed over the ranks). */                       \
   X(head_rmsnorm_forward, HEAD_RMSNORM_FORWARD,                                                    \
     (float *x, int ld, float *raw, float *rstd, const float *w, int N, int heads, int hd,          \
-     float eps),                                                                                   \
-    (x, ld, raw, rstd, w, N, heads, hd, eps), GUARDED)                                             \
+     float eps, const float *sums, int width),                                                     \
+    (x, ld, raw, rstd, w, N, heads, hd, eps, sums, width), GUARDED)                                \
   /* Its backward in place: dx (the same strided vectors) from the gradient of the output to that  \
-  of the input; dw (hd) = [dw +] the sum over rows and heads of dout * raw * rstd. */              \
+  of the input; dw (hd) = [dw +] the sum over rows and heads of dout * raw * rstd. With sums (N    \
+  floats, heads 1): each row's sum of dout * w * raw over the whole width (row_dots with w, summed \
+  over the ranks). */                                                                              \
   X(head_rmsnorm_backward, HEAD_RMSNORM_BACKWARD,                                                  \
     (float *dx, int ld, float *dw, const float *raw, const float *rstd, const float *w, int N,     \
-     int heads, int hd, int accumulate),                                                           \
-    (dx, ld, dw, raw, rstd, w, N, heads, hd, accumulate), GUARDED)                                 \
+     int heads, int hd, int accumulate, const float *sums, int width),                             \
+    (dx, ld, dw, raw, rstd, w, N, heads, hd, accumulate, sums, width), GUARDED)                    \
+  /* out[r] = sum over c < n of a[r*lda + c] * b[r*ldb + c] (* w[c] when w is given), r < N. */    \
+  X(row_dots, ROW_DOTS,                                                                            \
+    (float *out, const float *a, int lda, const float *b, int ldb, const float *w, int N, int n),  \
+    (out, a, lda, b, ldb, w, N, n), GUARDED)                                                       \
   /* Rotary position embedding in place, in Hugging Face's half-split convention: in each of N     \
   rows (stride ld floats) the `heads` consecutive vectors of hd floats at x, at position pos0 +    \
   row % T (or pos[row], N ints in the backend's memory, when pos is given), have each pair (i,     \

@@ -133,9 +133,11 @@ mgt_status cpu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *do
   return MGT_OK;
 }
 
-/* RMSNorm over each head of strided rows (Qwen 3's q/k norm), in place. */
+/* RMSNorm over each head of strided rows (Qwen 3's q/k norm), in place; or over a part of each
+   row's norm, its sum of squares given. */
 mgt_status cpu_head_rmsnorm_forward(void *ctx, float *x, int ld, float *raw, float *rstd,
-                                    const float *w, int N, int heads, int hd, float eps) {
+                                    const float *w, int N, int heads, int hd, float eps,
+                                    const float *sums, int width) {
   (void)ctx;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++)
@@ -148,7 +150,7 @@ mgt_status cpu_head_rmsnorm_forward(void *ctx, float *x, int ld, float *raw, flo
         rv[c] = v[c];
         q += v[c] * v[c];
       }
-      const float r = 1.0f / sqrtf(q / hd + eps);
+      const float r = sums ? 1.0f / sqrtf(sums[n] / width + eps) : 1.0f / sqrtf(q / hd + eps);
 #pragma omp simd
       for (int c = 0; c < hd; c++)
         v[c] = rv[c] * r * w[c];
@@ -158,10 +160,11 @@ mgt_status cpu_head_rmsnorm_forward(void *ctx, float *x, int ld, float *raw, flo
 }
 
 /* dw first (the gradient of the output is overwritten after), each thread a column range so that
-   the sums have a fixed order; then dx = r (dy w - x r * mean(dy w x r)) per head. */
+   the sums have a fixed order; then dx = r (dy w - x r * mean(dy w x r)) per head, the mean over
+   the whole norm when its sum is given. */
 mgt_status cpu_head_rmsnorm_backward(void *ctx, float *dx, int ld, float *dw, const float *raw,
                                      const float *rstd, const float *w, int N, int heads, int hd,
-                                     int accumulate) {
+                                     int accumulate, const float *sums, int width) {
   (void)ctx;
 #pragma omp parallel
   {
@@ -187,14 +190,39 @@ mgt_status cpu_head_rmsnorm_backward(void *ctx, float *dx, int ld, float *dw, co
         const float *xr = raw + s * hd;
         const float r = rstd[s];
         float m = 0.0f;
+        if (sums)
+          m = sums[n] * r / width;
+        else {
 #pragma omp simd reduction(+ : m)
-        for (int c = 0; c < hd; c++)
-          m += dr[c] * w[c] * xr[c] * r;
-        m /= hd;
+          for (int c = 0; c < hd; c++)
+            m += dr[c] * w[c] * xr[c] * r;
+          m /= hd;
+        }
 #pragma omp simd
         for (int c = 0; c < hd; c++)
           dr[c] = (dr[c] * w[c] - xr[c] * r * m) * r;
       }
+  }
+  return MGT_OK;
+}
+
+mgt_status cpu_row_dots(void *ctx, float *out, const float *a, int lda, const float *b, int ldb,
+                        const float *w, int N, int n) {
+  (void)ctx;
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < N; r++) {
+    const float *ar = a + (size_t)r * lda, *br = b + (size_t)r * ldb;
+    float q = 0.0f;
+    if (w) {
+#pragma omp simd reduction(+ : q)
+      for (int c = 0; c < n; c++)
+        q += ar[c] * br[c] * w[c];
+    } else {
+#pragma omp simd reduction(+ : q)
+      for (int c = 0; c < n; c++)
+        q += ar[c] * br[c];
+    }
+    out[r] = q;
   }
   return MGT_OK;
 }

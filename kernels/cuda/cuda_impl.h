@@ -307,10 +307,13 @@ mgt_status cu_moe_combine_backward(void *ctx, float *dsrc, float *dw, const floa
                                    const float *src, const int32_t *pos, const float *w, int N,
                                    int k, int C);
 mgt_status cu_head_rmsnorm_forward(void *ctx, float *x, int ld, float *raw, float *rstd,
-                                   const float *w, int N, int heads, int hd, float eps);
+                                   const float *w, int N, int heads, int hd, float eps,
+                                   const float *sums, int width);
 mgt_status cu_head_rmsnorm_backward(void *ctx, float *dx, int ld, float *dw, const float *raw,
                                     const float *rstd, const float *w, int N, int heads, int hd,
-                                    int accumulate);
+                                    int accumulate, const float *sums, int width);
+mgt_status cu_row_dots(void *ctx, float *out, const float *a, int lda, const float *b, int ldb,
+                       const float *w, int N, int n);
 mgt_status cu_rope(void *ctx, float *x, int N, int T, int pos0, const int32_t *pos, int heads,
                    int hd, int ld, const float *inv_freq, int inverse);
 mgt_status cu_kv_group(void *ctx, float *dst, const float *src, int N, int Hl, int Gl, int hd,

@@ -122,9 +122,11 @@ mgt_status cu_rmsnorm_backward(void *ctx, float *dx, float *dw, const float *dou
   return column_sums(C_(ctx), dw, dout, x, NULL, rstd, N, C, accumulate);
 }
 
-/* RMSNorm over each head of strided rows (Qwen 3's q/k norm), in place: a warp per head. */
+/* RMSNorm over each head of strided rows (Qwen 3's q/k norm), in place: a warp per head; or
+   over a part of each row's norm, its sum of squares given. */
 __global__ void k_head_rmsnorm_forward(float *x, int ld, float *raw, float *rstd, const float *w,
-                                       int S, int heads, int hd, float eps) {
+                                       int S, int heads, int hd, float eps, const float *sums,
+                                       int width) {
   const int s = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (s >= S) return; /* the whole warp */
   float *v = x + (size_t)(s / heads) * ld + (size_t)(s % heads) * hd, *rv = raw + (size_t)s * hd;
@@ -135,35 +137,41 @@ __global__ void k_head_rmsnorm_forward(float *x, int ld, float *raw, float *rstd
   }
   for (int o = 16; o > 0; o >>= 1)
     q += __shfl_xor_sync(0xffffffffu, q, o);
-  const float r = rsqrtf(q / hd + eps);
+  const float r = sums ? rsqrtf(sums[s] / width + eps) : rsqrtf(q / hd + eps);
   for (int c = lane; c < hd; c += 32)
     v[c] = rv[c] * r * w[c];
   if (lane == 0) rstd[s] = r;
 }
 
 mgt_status cu_head_rmsnorm_forward(void *ctx, float *x, int ld, float *raw, float *rstd,
-                                   const float *w, int N, int heads, int hd, float eps) {
+                                   const float *w, int N, int heads, int hd, float eps,
+                                   const float *sums, int width) {
   const int S = N * heads;
   if (S == 0) return MGT_OK;
   k_head_rmsnorm_forward<<<(S + 7) / 8, 256, 0, C_(ctx)->stream>>>(x, ld, raw, rstd, w, S, heads,
-                                                                   hd, eps);
+                                                                   hd, eps, sums, width);
   LAUNCHED();
   return MGT_OK;
 }
 
 __global__ void k_head_rmsnorm_dx(float *dx, int ld, const float *raw, const float *rstd,
-                                  const float *w, int S, int heads, int hd) {
+                                  const float *w, int S, int heads, int hd, const float *sums,
+                                  int width) {
   const int s = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (s >= S) return;
   float *dr = dx + (size_t)(s / heads) * ld + (size_t)(s % heads) * hd;
   const float *xr = raw + (size_t)s * hd;
   const float r = rstd[s];
   float m = 0.0f;
-  for (int c = lane; c < hd; c += 32)
-    m += dr[c] * w[c] * xr[c] * r;
-  for (int o = 16; o > 0; o >>= 1)
-    m += __shfl_xor_sync(0xffffffffu, m, o);
-  m /= hd;
+  if (sums)
+    m = sums[s] * r / width;
+  else {
+    for (int c = lane; c < hd; c += 32)
+      m += dr[c] * w[c] * xr[c] * r;
+    for (int o = 16; o > 0; o >>= 1)
+      m += __shfl_xor_sync(0xffffffffu, m, o);
+    m /= hd;
+  }
   for (int c = lane; c < hd; c += 32)
     dr[c] = (dr[c] * w[c] - xr[c] * r * m) * r;
 }
@@ -171,11 +179,34 @@ __global__ void k_head_rmsnorm_dx(float *dx, int ld, const float *raw, const flo
 /* dw from the output's gradient first, then dx over it. */
 mgt_status cu_head_rmsnorm_backward(void *ctx, float *dx, int ld, float *dw, const float *raw,
                                     const float *rstd, const float *w, int N, int heads, int hd,
-                                    int accumulate) {
+                                    int accumulate, const float *sums, int width) {
   const int S = N * heads;
   MGT_CHECK(column_sums_heads(C_(ctx), dw, dx, ld, heads, raw, rstd, N, hd, accumulate));
   if (S == 0) return MGT_OK;
-  k_head_rmsnorm_dx<<<(S + 7) / 8, 256, 0, C_(ctx)->stream>>>(dx, ld, raw, rstd, w, S, heads, hd);
+  k_head_rmsnorm_dx<<<(S + 7) / 8, 256, 0, C_(ctx)->stream>>>(dx, ld, raw, rstd, w, S, heads, hd,
+                                                              sums, width);
+  LAUNCHED();
+  return MGT_OK;
+}
+
+/* A warp per row. */
+__global__ void k_row_dots(float *out, const float *a, int lda, const float *b, int ldb,
+                           const float *w, int N, int n) {
+  const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (r >= N) return;
+  const float *ar = a + (size_t)r * lda, *br = b + (size_t)r * ldb;
+  float q = 0.0f;
+  for (int c = lane; c < n; c += 32)
+    q += ar[c] * br[c] * (w ? w[c] : 1.0f);
+  for (int o = 16; o > 0; o >>= 1)
+    q += __shfl_xor_sync(0xffffffffu, q, o);
+  if (lane == 0) out[r] = q;
+}
+
+mgt_status cu_row_dots(void *ctx, float *out, const float *a, int lda, const float *b, int ldb,
+                       const float *w, int N, int n) {
+  if (N == 0) return MGT_OK;
+  k_row_dots<<<(N + 7) / 8, 256, 0, C_(ctx)->stream>>>(out, a, lda, b, ldb, w, N, n);
   LAUNCHED();
   return MGT_OK;
 }

@@ -716,10 +716,6 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(!c->reset_attention_mask || mgt_model_kinds[c->model].causal,
               "--reset-attention-mask keeps documents apart in causal attention (GPT-style "
               "models)");
-  MGT_REQUIRE(!c->qk_layernorm_full || tp == 1,
-              "--qk-layernorm-full at --tensor-model-parallel-size %d: the norm over all heads is "
-              "not split over tensor-parallel ranks yet (expert and data parallelism are)",
-              tp);
   MGT_REQUIRE(c->moe_shared_expert_intermediate_size % tp == 0,
               "--moe-shared-expert-intermediate-size %d is not divisible by "
               "--tensor-model-parallel-size %d",

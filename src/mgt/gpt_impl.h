@@ -136,6 +136,7 @@ struct mgt_gpt {
   float *sp_loc, *lng;
   float *gain; /* --apply-layernorm-1p: the gain 1 + w of the norm being run (C or hd floats) */
   float *qkg;  /* --qk-layernorm at tp > 1: the q and k norms' gradients summed over tp (2 hd) */
+  float *qks;  /* --qk-layernorm-full at tp > 1: each row's sums over all heads (N) */
   /* Mixture-of-Experts (src/model/moe.c): the rows gathered for the experts (M, C), the gradient
      of their outputs then of their inputs (M, C), of their first projections (M, Foe) and
      activations (M, Fel), of the layer's input (N, C), of the router's logits (N, E) and of the

@@ -66,42 +66,60 @@ static const int32_t *positions(const mgt_gpt *m) {
   return m->run.reset_positions >= 0 || m->run.doc_flags ? m->positions : NULL;
 }
 
+/* --qk-layernorm-full at tp > 1: each of the N rows' sums over the whole norm, of a * b (* w)
+   over this rank's n columns summed over tp, into m->qks; else NULL (each norm on one rank). */
+static mgt_status qk_sums(mgt_gpt *m, const float *a, int lda, const float *b, int ldb,
+                          const float *w, int N, int n, const float **sums) {
+  *sums = m->qks;
+  if (!m->qks) return MGT_OK;
+  MGT_CHECK(mgt_be_row_dots(m->be, m->qks, a, lda, b, ldb, w, N, n));
+  return mgt_comm_allreduce(m->comm, MGT_AXIS_TP, m->qks, (size_t)N, MGT_SUM);
+}
+
 /* --qk-layernorm: RMSNorm over each local head's query and key of the N rows of the QKV
-   projection, in place, keeping their inputs in a. */
+   projection, in place, keeping their inputs in a; --qk-layernorm-full: over all heads' queries
+   and all heads' keys, each rank's heads a part of the norm. */
 static mgt_status qk_norm_forward(mgt_gpt *m, float *qkv, int N, layer_acts *a, float *const *w) {
   const mgt_gpt_dims *d = &m->d;
   const float eps = (float)d->spec.norm_eps;
-  const int full = d->spec.qk_norm == 2; /* one "head" of all (tp = 1) */
+  const int full = d->spec.qk_norm == 2, qn = d->H * d->hd, kn = d->G * d->hd;
   const int qh = full ? 1 : d->Hl, qw = full ? d->Cl : d->hd;
   const int kh = full ? 1 : d->Gl, kw = full ? d->KVl : d->hd;
-  const float *g;
+  const float *g, *sums;
+  float *k = qkv + d->Cl;
   MGT_CHECK(gpt_norm_gain_n(m, w[P_QN_W], qw, &g));
-  MGT_CHECK(
-      mgt_be_head_rmsnorm_forward(m->be, qkv, d->QKVl, a->qn_raw, a->qn_rstd, g, N, qh, qw, eps));
+  MGT_CHECK(qk_sums(m, qkv, d->QKVl, qkv, d->QKVl, NULL, N, qw, &sums));
+  MGT_CHECK(mgt_be_head_rmsnorm_forward(m->be, qkv, d->QKVl, a->qn_raw, a->qn_rstd, g, N, qh, qw,
+                                        eps, sums, qn));
   MGT_CHECK(gpt_norm_gain_n(m, w[P_KN_W], kw, &g));
-  return mgt_be_head_rmsnorm_forward(m->be, qkv + d->Cl, d->QKVl, a->kn_raw, a->kn_rstd, g, N, kh,
-                                     kw, eps);
+  MGT_CHECK(qk_sums(m, k, d->QKVl, k, d->QKVl, NULL, N, kw, &sums));
+  return mgt_be_head_rmsnorm_forward(m->be, k, d->QKVl, a->kn_raw, a->kn_rstd, g, N, kh, kw, eps,
+                                     sums, kn);
 }
 
-/* Its backward in place on the gradient of the projection's rows; the weights' gradients are
-   sums over the local heads, summed over tp (each rank holds other heads) before they are added
-   in, so that every rank holds the same (replicated) gradient. */
+/* Its backward in place on the gradient of the projection's rows. Per-head norms: the weights'
+   gradients are sums over the local heads, summed over tp (each rank holds other heads) before
+   they are added in, so that every rank holds the same (replicated) gradient. Full-width ones:
+   each rank's weights and gradients are its heads' part. */
 static mgt_status qk_norm_backward(mgt_gpt *m, float *dqkv, const layer_acts *a, float *const *w,
                                    float *const *g, int acc) {
   const mgt_gpt_dims *d = &m->d;
   const int N = d->B * d->T, hd = d->hd;
   float *gq = m->qkg ? m->qkg : g[P_QN_W], *gk = m->qkg ? m->qkg + hd : g[P_KN_W];
   const int a1 = m->qkg ? 0 : acc;
-  const int full = d->spec.qk_norm == 2;
+  const int full = d->spec.qk_norm == 2, qn = d->H * hd, kn = d->G * hd;
   const int qh = full ? 1 : d->Hl, qw = full ? d->Cl : hd;
   const int kh = full ? 1 : d->Gl, kw = full ? d->KVl : hd;
-  const float *gain;
+  const float *gain, *sums;
+  float *dk = dqkv + d->Cl;
   MGT_CHECK(gpt_norm_gain_n(m, w[P_QN_W], qw, &gain));
+  MGT_CHECK(qk_sums(m, dqkv, d->QKVl, a->qn_raw, qw, gain, N, qw, &sums));
   MGT_CHECK(mgt_be_head_rmsnorm_backward(m->be, dqkv, d->QKVl, gq, a->qn_raw, a->qn_rstd, gain, N,
-                                         qh, qw, a1));
+                                         qh, qw, a1, sums, qn));
   MGT_CHECK(gpt_norm_gain_n(m, w[P_KN_W], kw, &gain));
-  MGT_CHECK(mgt_be_head_rmsnorm_backward(m->be, dqkv + d->Cl, d->QKVl, gk, a->kn_raw, a->kn_rstd,
-                                         gain, N, kh, kw, a1));
+  MGT_CHECK(qk_sums(m, dk, d->QKVl, a->kn_raw, kw, gain, N, kw, &sums));
+  MGT_CHECK(mgt_be_head_rmsnorm_backward(m->be, dk, d->QKVl, gk, a->kn_raw, a->kn_rstd, gain, N,
+                                         kh, kw, a1, sums, kn));
   if (!m->qkg) return MGT_OK;
   MGT_CHECK(mgt_comm_allreduce(m->comm, MGT_AXIS_TP, m->qkg, 2 * (size_t)hd, MGT_SUM));
   for (int k = 0; k < 2; k++) {

@@ -148,7 +148,8 @@ size_t gpt_layout_activations(mgt_gpt *m, const mgt_gpt_dims *d, const rplan *rp
     m->sp_loc = take(&a, Nl * d->C);
     m->lng = take(&a, 2 * (size_t)d->C);
   }
-  m->qkg = d->spec.qk_norm && d->tp > 1 ? take(&a, 2 * (size_t)d->hd) : NULL;
+  m->qkg = d->spec.qk_norm == 1 && d->tp > 1 ? take(&a, 2 * (size_t)d->hd) : NULL;
+  m->qks = d->spec.qk_norm == 2 && d->tp > 1 ? take(&a, N) : NULL;
   m->dqkv = take(&a, N * 3 * d->Cl);
   m->datty = take(&a, N * d->Cl);
   m->dfch = take(&a, N * d->Fo);

@@ -124,7 +124,6 @@ static int layer_list(const mgt_gpt_dims *d, int moe, layer_row *rows) {
   const int grouped = d->G != d->H, swiglu = d->spec.mlp == MGT_MLP_SWIGLU, bias = d->spec.bias;
   const int ln = d->spec.norm == MGT_NORM_LAYERNORM;
   const float one = d->spec.norm_1p ? 0.0f : 1.0f; /* a gain of 1, as stored */
-  const int64_t qw = d->spec.qk_norm == 2 ? A : hd, kw = d->spec.qk_norm == 2 ? KV : hd;
   const layer_row all[P_SLOTS] = {
       {P_LN1_W, {"input_layernorm.weight", 1, {C}, {C}, -1, 0, 0, one, 0}, 0, 0},
       {P_LN1_B, {"input_layernorm.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 1, 0},
@@ -142,8 +141,16 @@ static int layer_list(const mgt_gpt_dims *d, int moe, layer_row *rows) {
                : (param_spec){"attention.qkv.bias", 2, {3, Cl}, {3, A}, 1, r * Cl, 0, 0, 0},
        3, grouped},
       {P_KV_B, {"attention.key_value.bias", 2, {2, KVl}, {2, KV}, 1, r * KVl, 0, 0, 0}, 13, 0},
-      {P_QN_W, {"attention.q_layernorm.weight", 1, {qw}, {qw}, -1, 0, 0, one, 0}, 16, 0},
-      {P_KN_W, {"attention.k_layernorm.weight", 1, {kw}, {kw}, -1, 0, 0, one, 0}, 17, 0},
+      {P_QN_W,
+       d->spec.qk_norm == 2 /* over all heads: each rank its heads' part */
+           ? (param_spec){"attention.q_layernorm.weight", 1, {Cl}, {A}, 0, r * Cl, 0, one, 0}
+           : (param_spec){"attention.q_layernorm.weight", 1, {hd}, {hd}, -1, 0, 0, one, 0},
+       16, 0},
+      {P_KN_W,
+       d->spec.qk_norm == 2
+           ? (param_spec){"attention.k_layernorm.weight", 1, {KVl}, {KV}, 0, r * KVl, 0, one, 0}
+           : (param_spec){"attention.k_layernorm.weight", 1, {hd}, {hd}, -1, 0, 0, one, 0},
+       17, 0},
       {P_PROJ_W, {"attention.dense.weight", 2, {C, Cl}, {C, A}, 1, r * Cl, out_std, 0, 1}, 4, 0},
       {P_PROJ_B, {"attention.dense.bias", 1, {C}, {C}, -1, 0, 0, 0, 0}, 5, 0},
       {P_LN2_W, {"post_attention_layernorm.weight", 1, {C}, {C}, -1, 0, 0, one, 0}, 6, 0},
