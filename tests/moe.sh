@@ -11,7 +11,8 @@
 # tp=2); the all-gather dispatcher against the all-to-all; the auxiliary losses in the log line
 # and the metrics file; Hugging Face's MixtralForCausalLM, Qwen3MoeForCausalLM and
 # OlmoeForCausalLM both ways; the Mixtral 8x7B and Qwen3-30B-A3B jobs' parameters per rank
-# against a hand count; mgt plan's expert-parallel counts.
+# against a hand count; mgt plan's expert-parallel counts; global_aux_loss against a float64
+# numpy of Megatron-LM's definition (tests/moe_global_aux.py).
 # Usage: moe.sh MGT MPIEXEC TESTS_DIR
 set -u
 MGT=$(readlink -f "$1") MPIEXEC=$2 TESTS=$3
@@ -116,6 +117,24 @@ for r in rows:
 print("ok: load_balancing_loss %.6f, z_loss %.3g, an expert's tokens %d to %d of a micro-batch "
       "at iteration 12" % (rows[-1]["load_balancing_loss"], rows[-1]["z_loss"],
                            rows[-1]["expert_tokens_min"] * 32, rows[-1]["expert_tokens_max"] * 32))
+PY
+
+# global_aux_loss: the load-balancing loss of iteration 2 (two micro-steps on dp=2 ep=2, the
+# counts of each over both ranks, averaged over the micro-steps so far) against Megatron-LM's
+# definition in float64 numpy from the checkpoint of iteration 1 and the mock sequences 8-15
+"$MPIEXEC" -n 2 "$MGT" train "${M[@]}" --swiglu --num-experts 4 --moe-router-topk 2 \
+  --moe-router-load-balancing-type global_aux_loss --moe-aux-loss-coeff 0.01 --hidden-dropout 0 \
+  --attention-dropout 0 --tensor-model-parallel-size 1 --expert-model-parallel-size 2 \
+  --train-iters 2 --log-interval 1 --save-interval 1 --save "$tmp/gaux" \
+  --metrics-file "$tmp/gaux.jsonl" > "$tmp/gaux.log" 2>&1 || { fail "global_aux_loss"; tail -3 "$tmp/gaux.log"; }
+$PY "$TESTS/moe_global_aux.py" "$tmp/gaux/iter_0000001.h5" 1234 128 8 8 2 2 32 0.01 > "$tmp/gaux.numpy" ||
+  fail "numpy global_aux_loss"
+$PY - "$tmp/gaux.jsonl" "$tmp/gaux.numpy" <<'PY' || fail "global_aux_loss differs from numpy's"
+import json, sys
+got = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][1]["load_balancing_loss"]
+want = json.load(open(sys.argv[2]))["load_balancing_loss"]
+assert abs(got - want) <= 1e-6 * want, (got, want)
+print("ok: global_aux_loss at iteration 2 %.12f, numpy %.12f" % (got, want))
 PY
 
 # resumed on other layouts (the experts resharded on their inner width): the losses of the

@@ -115,7 +115,8 @@ def moe(s, w, p, x):
     return out
 
 
-def forward(s, w, ids):
+def forward(s, w, ids, taps=None):
+    """The logits of ids; with taps, each MoE layer's input rows appended as (layer, rows)."""
     T, C, H, G, hd = len(ids), s["hidden"], s["heads"], s["groups"], s["head_size"]
     eps = s["norm_eps"]
     assert s["norm"] == "RMSNorm" and s["pos"] == "rope" and not s["rope_scaling"]
@@ -150,6 +151,8 @@ def forward(s, w, ids):
         h = rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps)
         moe_layer = s["experts"] and l >= s["moe_first"] and (l - s["moe_first"]) % s["moe_every"] == 0
         if moe_layer:
+            if taps is not None:
+                taps.append((l, h))
             x = x + moe(s, w, p, h)
         elif s["mlp"] == "swiglu":
             first = np.concatenate([w[p + "mlp.gate.weight"], w[p + "mlp.up.weight"]])

@@ -256,7 +256,8 @@ static void test_rowwise(void) {
     for (int acc = 0; acc < 2; acc++) {
       float *hx = dup(dy, n), *hxd = dev(dy, n * 4);
       T_OK(mgt_be_head_rmsnorm_backward(cpu, hx, C, hw, raw, hr, w, N, heads, hd, acc, NULL, 0));
-      T_OK(mgt_be_head_rmsnorm_backward(gpu, hxd, C, hwd, rawd, hrd, wd, N, heads, hd, acc, NULL, 0));
+      T_OK(mgt_be_head_rmsnorm_backward(gpu, hxd, C, hwd, rawd, hrd, wd, N, heads, hd, acc, NULL,
+                                        0));
       same("head_rmsnorm dx", hxd, hx, n, 1e-5);
       same("head_rmsnorm dw", hwd, hw, hd, 1e-5);
       free(hx), mgt_be_free(gpu, hxd);

@@ -313,8 +313,7 @@ static void test_head_rmsnorm(void) {
     free(P), free(ref), free(g), free(dd), free(rx), free(rw);
   }
   float v[4] = {0};
-  T_CHECK(mgt_be_head_rmsnorm_forward(be, v, 3, v, v, v, 1, 2, 2, 1e-6f, NULL, 0) ==
-              MGT_ERR_INPUT,
+  T_CHECK(mgt_be_head_rmsnorm_forward(be, v, 3, v, v, v, 1, 2, 2, 1e-6f, NULL, 0) == MGT_ERR_INPUT,
           "heads wider than the row refused");
   T_CHECK(mgt_be_head_rmsnorm_forward(be, v, 4, v, v, v, 1, 2, 2, 1e-6f, v, 4) == MGT_ERR_INPUT,
           "sums over a norm for two heads refused");
@@ -344,8 +343,8 @@ static void test_head_rmsnorm_split(void) {
   }
   for (int s = 0; s < 2; s++)
     T_OK(mgt_be_head_rmsnorm_forward(be, x + part[s][0], ld, raw + (size_t)N * part[s][0],
-                                     rstd + (size_t)N * s, w + part[s][0], N, 1, part[s][1],
-                                     1e-6f, sums, W));
+                                     rstd + (size_t)N * s, w + part[s][0], N, 1, part[s][1], 1e-6f,
+                                     sums, W));
   T_CLOSE("head_rmsnorm_forward in two parts of one norm", x, ref, n, 1e-5, 1e-5);
   t_fill(dx, n, 1);
   to_double(dx, dd, n);

@@ -28,7 +28,9 @@
 enum { ITERS = 20 };
 
 static int overlap, recompute, distopt, selective, block, sp, flash, chunks, untied, rope, llama,
-    gqa, qwen, moe, moe1, olmoe, allgather, eod, reset, docs, ep = 1;
+    gqa, qwen, moe, moe1, olmoe, allgather, gaux, eod, reset, docs, ep = 1;
+static int ref_dp =
+    1; /* global_aux_loss: the reference takes the layout's dp micro-batches at once */
 static int layout_run; /* the run on the layout, not the one-rank reference */
 
 static mgt_config test_config(int tp, int dist, int seqpar) {
@@ -80,6 +82,10 @@ static mgt_config test_config(int tp, int dist, int seqpar) {
     c.expert_model_parallel_size = layout_run ? ep : 1;
     c.moe_token_dispatcher_type = layout_run && allgather; /* the all-gather dispatcher */
     if (ep > 1) c.clip_grad = 0.05; /* a norm that binds: each expert counted once, exactly */
+    if (gaux) { /* the counts of the micro-step on all dp ranks: one rank's of dp x the rows */
+      c.moe_router_load_balancing_type = MGT_MOE_LB_GLOBAL_AUX, c.moe_aux_loss_coeff = 0.1;
+      if (!layout_run) c.micro_batch_size *= ref_dp;
+    }
   }
   if (llama) { /* and the rest of Llama's block */
     c.normalization = MGT_NORM_RMSNORM, c.swiglu = 1, c.disable_bias_linear = 1;
@@ -190,6 +196,7 @@ int main(int argc, char **argv) {
   moe1 = argc > 2 && strstr(argv[2], "moe1") != NULL;
   olmoe = argc > 2 && strstr(argv[2], "full") != NULL;
   allgather = argc > 2 && strstr(argv[2], "-ag") != NULL;
+  gaux = argc > 2 && strstr(argv[2], "gaux") != NULL;
   eod = argc > 2 && strstr(argv[2], "eod") != NULL;
   reset = argc > 2 && strstr(argv[2], "reset") != NULL;
   docs = argc > 2 && strstr(argv[2], "docs") != NULL;
@@ -202,6 +209,7 @@ int main(int argc, char **argv) {
   double ref[ITERS], got[ITERS];
   size_t nref = 0, n = 0;
   float *pref = NULL;
+  ref_dp = grid->dp;
   if (rank == 0) {
     T_OK(mgt_grid_create(MPI_COMM_SELF, 1, &single));
     pref = run(single, 1, 0, 0, ref, &nref);

@@ -214,7 +214,8 @@ MGT_NODISCARD mgt_status mgt_task_forward(mgt_gpt *m, const int32_t *rows, int n
    means of the micro-batches', as Megatron-LM's), times the loss scale; their values (load
    balancing, z-loss) so weighted, summed over the micro-batches since the last call and
    averaged over the MoE layers, go to out and restart from 0. Summed over the data-parallel
-   group they are the global batch's. */
+   group they are the global batch's. set_micro_batches starts a step (global_aux_loss's
+   running counts restart). */
 void mgt_gpt_set_micro_batches(mgt_gpt *m, int micro_batches);
 void mgt_gpt_aux_losses(mgt_gpt *m, double out[2]);
 /* The fewest and the most tokens an expert of an MoE layer got in a training micro-batch since

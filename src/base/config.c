@@ -751,10 +751,6 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               "/ --tensor-model-parallel-size %d): expert parallelism is carved out of the "
               "data-parallel ranks",
               ep, world_size / tp, world_size, tp);
-  MGT_REQUIRE(c->moe_router_load_balancing_type != MGT_MOE_LB_GLOBAL_AUX,
-              "--moe-router-load-balancing-type %s: not in mgt yet (aux_loss, per micro-batch, "
-              "seq_aux_loss, per sequence, and none are)",
-              mgt_moe_lb_names[c->moe_router_load_balancing_type]);
   MGT_REQUIRE(!c->no_position_embedding || c->position_embedding_type == MGT_POS_ROPE,
               "--no-position-embedding: a model without positions is not implemented (with "
               "--position-embedding-type rope there is no learned table)");

@@ -118,8 +118,8 @@ static mgt_status qk_norm_backward(mgt_gpt *m, float *dqkv, const layer_acts *a,
                                          qh, qw, a1, sums, qn));
   MGT_CHECK(gpt_norm_gain_n(m, w[P_KN_W], kw, &gain));
   MGT_CHECK(qk_sums(m, dk, d->QKVl, a->kn_raw, kw, gain, N, kw, &sums));
-  MGT_CHECK(mgt_be_head_rmsnorm_backward(m->be, dk, d->QKVl, gk, a->kn_raw, a->kn_rstd, gain, N,
-                                         kh, kw, a1, sums, kn));
+  MGT_CHECK(mgt_be_head_rmsnorm_backward(m->be, dk, d->QKVl, gk, a->kn_raw, a->kn_rstd, gain, N, kh,
+                                         kw, a1, sums, kn));
   if (!m->qkg) return MGT_OK;
   MGT_CHECK(mgt_comm_allreduce(m->comm, MGT_AXIS_TP, m->qkg, 2 * (size_t)hd, MGT_SUM));
   for (int k = 0; k < 2; k++) {

@@ -22,7 +22,11 @@ struct gpt_moe_host {
   float *counts_f;
   int32_t *order_h;
   double *bias_counts; /* (L, E) the tokens of each expert since the last bias update */
-  int32_t *ident;      /* 0 .. N - 1: each row's own position (the shared expert's gate) */
+  /* global_aux_loss: layer l's counts over the data-parallel ranks, summed over this step's
+     micro-batches so far (L, E), and how many (L) */
+  double *gsum;
+  int *gsteps;
+  int32_t *ident; /* 0 .. N - 1: each row's own position (the shared expert's gate) */
 };
 
 mgt_status gpt_moe_create(mgt_gpt *m) {
@@ -43,6 +47,8 @@ mgt_status gpt_moe_create(mgt_gpt *m) {
   MGT_CHECK(mgt_calloc(sizeof(int) * N, "routing", (void **)&h->order));
   if (d->spec.expert_bias)
     MGT_CHECK(mgt_calloc(sizeof(double) * L * E, "routing", (void **)&h->bias_counts));
+  MGT_CHECK(mgt_calloc(sizeof(double) * L * E, "routing", (void **)&h->gsum));
+  MGT_CHECK(mgt_calloc(sizeof(int) * L, "routing", (void **)&h->gsteps));
   if (d->Fs && d->spec.shared_gate) {
     MGT_CHECK(mgt_calloc(sizeof(int32_t) * N, "routing", (void **)&h->ident));
     for (size_t t = 0; t < N; t++)
@@ -65,6 +71,7 @@ void gpt_moe_destroy(mgt_gpt *m) {
   mgt_free(h->offsets), mgt_free(h->counts), mgt_free(h->idx), mgt_free(h->w);
   mgt_free(h->pos), mgt_free(h->perm), mgt_free(h->probs), mgt_free(h->lse), mgt_free(h->order);
   mgt_free(h->recv), mgt_free(h->counts_f), mgt_free(h->order_h), mgt_free(h->bias_counts);
+  mgt_free(h->gsum), mgt_free(h->gsteps);
   mgt_free(h->ident);
   mgt_free(h);
   m->moe = NULL;
@@ -428,18 +435,40 @@ static mgt_status seq_aux_loss(mgt_gpt *m, int l, int N, const layer_acts *a, fl
   return MGT_OK;
 }
 
+/* Megatron-LM's global_aux_loss: layer l's counts summed over the data-parallel ranks (the
+   tokens of this micro-step on all of them), averaged over the step's micro-steps so far, into
+   c; *n the tokens of the micro-step on all ranks. Once per micro-batch and layer: in the
+   backward, which recomputation does not repeat. */
+static mgt_status global_counts(mgt_gpt *m, int l, int N, double *c, double *n) {
+  struct gpt_moe_host *h = m->moe;
+  const int E = m->d.E;
+  double *sum = h->gsum + (size_t)l * E;
+  for (int e = 0; e < E; e++)
+    c[e] = h->counts[(size_t)l * E + e];
+  MGT_CHECK(mgt_comm_allreduce_f64(m->comm, MGT_AXIS_DP, c, (size_t)E, MGT_SUM));
+  const int steps = ++h->gsteps[l];
+  for (int e = 0; e < E; e++)
+    sum[e] += c[e], c[e] = sum[e] / steps;
+  *n = (double)N * m->grid->dp;
+  return MGT_OK;
+}
+
 /* The auxiliary losses' gradients of the scores (aux, E floats on the device) and of the
    log-sum-exps (*zc) at N tokens, and their values added to m->aux_sums. Megatron-LM's
    aux_loss: coeff E / (K N^2) sum_e count_e sum_t p_te; the z-loss: coeff mean_t lse_t^2; each
    scaled by m->aux_scale (1 / the micro-batches of the global batch, as its
-   MoEAuxLossAutoScaler) and shared by the MoE layers. */
+   MoEAuxLossAutoScaler) and shared by the MoE layers. global_aux_loss: the same with the
+   counts and N of the micro-step on all data-parallel ranks (the counts averaged over the
+   step's micro-steps so far), each rank's scores its part of the sum over t: the ranks' parts
+   add up to the loss of the micro-step, so it is not divided by dp. */
 static mgt_status aux_losses(mgt_gpt *m, int l, int N, const layer_acts *a, float **aux,
                              int *aux_rows, float *zc) {
   const mgt_gpt_dims *d = &m->d;
   const mgt_gpt_training *r = &m->run;
   struct gpt_moe_host *h = m->moe;
   const int E = d->E;
-  const int lb = r->moe_load_balancing == MGT_MOE_LB_AUX && r->moe_aux_coeff > 0;
+  const int global = r->moe_load_balancing == MGT_MOE_LB_GLOBAL_AUX;
+  const int lb = (r->moe_load_balancing == MGT_MOE_LB_AUX || global) && r->moe_aux_coeff > 0;
   *aux = NULL, *aux_rows = 0, *zc = 0.0f;
   const double mean = (double)N * d->K / E; /* the tokens an expert gets when balanced */
   for (int e = 0; e < E; e++) {
@@ -451,12 +480,16 @@ static mgt_status aux_losses(mgt_gpt *m, int l, int N, const layer_acts *a, floa
     MGT_CHECK(seq_aux_loss(m, l, N, a, aux, aux_rows));
   if (!lb && r->moe_z_coeff <= 0) return MGT_OK;
   const double s = m->aux_scale, n = N;
-  const int *counts = h->counts + (size_t)l * E;
   if (lb) {
     float g[E];
-    const double f = r->moe_aux_coeff * E / ((double)d->K * n * n);
+    double counts[E], nc = n;
     for (int e = 0; e < E; e++)
-      g[e] = (float)(s * m->aux_loss_scale * f * counts[e]);
+      counts[e] = h->counts[(size_t)l * E + e];
+    if (global) MGT_CHECK(global_counts(m, l, N, counts, &nc));
+    const double sl = global ? s * m->grid->dp : s;
+    const double f = r->moe_aux_coeff * E / ((double)d->K * nc * nc);
+    for (int e = 0; e < E; e++)
+      g[e] = (float)(sl * m->aux_loss_scale * f * counts[e]);
     MGT_CHECK(mgt_be_upload(m->be, m->moe_aux, g, sizeof g));
     *aux = m->moe_aux;
     MGT_CHECK(mgt_be_download(m->be, h->probs, a->probs, sizeof(float) * (size_t)N * E));
@@ -467,7 +500,7 @@ static mgt_status aux_losses(mgt_gpt *m, int l, int N, const layer_acts *a, floa
         p += h->probs[(size_t)t * E + e];
       v += p * counts[e];
     }
-    m->aux_sums[0] += s * f * v;
+    m->aux_sums[0] += sl * f * v;
   }
   if (r->moe_z_coeff > 0) {
     *zc = (float)(s * m->aux_loss_scale * r->moe_z_coeff / n);
@@ -585,6 +618,10 @@ mgt_status gpt_moe_backward(mgt_gpt *m, int l, const float *in, const float *dy,
 
 void mgt_gpt_set_micro_batches(mgt_gpt *m, int micro_batches) {
   m->aux_scale = micro_batches > 0 ? 1.0 / micro_batches : 1.0;
+  struct gpt_moe_host *h = m->moe;
+  if (!h) return;
+  memset(h->gsum, 0, sizeof(double) * (size_t)m->d.L * m->d.E); /* a new step */
+  memset(h->gsteps, 0, sizeof(int) * (size_t)m->d.L);
 }
 
 void mgt_gpt_aux_losses(mgt_gpt *m, double out[2]) {
