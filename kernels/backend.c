@@ -53,6 +53,21 @@ static mgt_status guard_rope(float *x, int N, int T, int pos0, const int32_t *po
   return MGT_OK;
 }
 
+static mgt_status guard_gemm_grouped(int transa, int transb, int count, const int *M, const int *N,
+                                     const int *K, float alpha, const float *const *A, int lda,
+                                     const float *const *B, int ldb, float beta, float *const *C,
+                                     int ldc) {
+  (void)alpha, (void)beta, (void)A, (void)B, (void)C;
+  MGT_REQUIRE(count >= 0, "gemm_grouped: %d GEMMs", count);
+  for (int g = 0; g < count; g++) {
+    const int ka = transa ? M[g] : K[g], kb = transb ? K[g] : N[g];
+    MGT_REQUIRE(M[g] >= 0 && N[g] >= 0 && K[g] >= 0 && lda >= ka && ldb >= kb && ldc >= N[g],
+                "gemm_grouped: GEMM %d of %d x %d x %d does not fit leading dimensions %d, %d, %d",
+                g, M[g], N[g], K[g], lda, ldb, ldc);
+  }
+  return MGT_OK;
+}
+
 /* sums make the vectors parts of wider norms: one vector per row, narrower than the norm. */
 static mgt_status check_head_rmsnorm(int ld, int heads, int hd, const float *sums, int width) {
   MGT_REQUIRE(hd > 0 && heads >= 0 && ld >= heads * hd,

@@ -8,6 +8,9 @@
 #   gpt-bf16               bf16 at tp=2, and fp16 with dynamic loss scaling at one rank
 #   llama-gqa-swiglu       RMSNorm, SwiGLU, rotary positions, 2 key/value groups, no biases, an
 #                          untied output layer, tp=2 dp=2
+#   moe-swiglu-ep          SwiGLU experts (top-2 of 4, a shared expert) at tp=2 dp=2 ep=2
+#   moe-gelu-bf16          GeLU experts (top-1 of 8, capacity 1, experts without rows) in bf16 at
+#                          dp=2, recomputed
 #   bert-pre, bert-post    BERT pre-LN at tp=2 dp=2, post-LN (the original BERT) at tp=2
 #   finetune               MNLI from the pre-LN BERT, tp=2
 #   resume-format1/2       the stored format-1 checkpoint and a format-2 one written by the old
@@ -80,6 +83,13 @@ run gpt-fp16 1 train "${G[@]}" --fp16 --initial-loss-scale 65536
 run llama-gqa-swiglu 4 train "${G[@]}" "${D[@]}" --tensor-model-parallel-size 2 --normalization RMSNorm \
   --swiglu --disable-bias-linear --position-embedding-type rope --group-query-attention \
   --num-query-groups 2 --untie-embeddings-and-output-weights
+run moe-swiglu-ep 4 train "${G[@]}" "${D[@]}" --tensor-model-parallel-size 2 --normalization RMSNorm \
+  --swiglu --disable-bias-linear --position-embedding-type rope --num-experts 4 --moe-router-topk 2 \
+  --moe-ffn-hidden-size 24 --expert-model-parallel-size 2 --moe-aux-loss-coeff 0.01 \
+  --moe-z-loss-coeff 0.001 --moe-shared-expert-intermediate-size 16
+run moe-gelu-bf16 2 train "${G[@]}" "${D[@]}" --disable-bias-linear --num-experts 8 \
+  --moe-router-topk 1 --moe-ffn-hidden-size 24 --moe-expert-capacity-factor 1 --bf16 \
+  --recompute-activations
 run bert-pre 4 train "${B[@]}" "${D[@]}" --tensor-model-parallel-size 2
 run bert-post 2 train "${B[@]}" "${D[@]}" --tensor-model-parallel-size 2 \
   --apply-residual-connection-post-layernorm

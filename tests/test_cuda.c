@@ -69,6 +69,53 @@ static void test_gemm(void) {
   T_OK(mgt_be_set_precision(gpu, MGT_PREC_FP32));
 }
 
+/* The experts' grouped GEMM (cuBLAS's) against the CPU's gemm each, at every precision: blocks of
+   rows of shared matrices (the experts' rows), an expert without rows, and one with K = 0; the
+   weights registered (set_weights) so that their 16-bit copies are read as the model reads them. */
+static void test_gemm_grouped(void) {
+  const int M[] = {40, 0, 7, 129, 16}, N[] = {64, 64, 64, 64, 48}, K[] = {96, 96, 96, 96, 0};
+  const int G = 5, ld = 160, rows = 40 + 7 + 129 + 16;
+  const size_t nw = (size_t)G * 96 * ld, na = (size_t)rows * ld; /* nw > na: A's blocks too */
+  for (int prec = 0; prec < 3; prec++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++) {
+        T_OK(mgt_be_set_precision(cpu, (mgt_precision)prec));
+        T_OK(mgt_be_set_precision(gpu, (mgt_precision)prec));
+        /* A: each expert's block of a shared (ta ? K x M : M x K) region; B: its own matrix */
+        float *A = rnd(nw, 1.0f), *W = rnd(nw, 1.0f), *Cc = rnd(na, 1.0f);
+        float *dA = dev(A, nw * 4), *dW = dev(W, nw * 4), *dC = dev(Cc, na * 4);
+        T_OK(mgt_be_set_weights(cpu, W, nw));
+        T_OK(mgt_be_set_weights(gpu, dW, nw));
+        T_OK(mgt_be_refresh_weights(cpu, 0, nw));
+        T_OK(mgt_be_refresh_weights(gpu, 0, nw));
+        const float *pa[5], *pb[5], *qa[5], *qb[5];
+        float *pc[5], *qc[5];
+        size_t r = 0;
+        for (int g = 0; g < G; g++) {
+          const size_t oa = ta ? (size_t)g * 96 * ld : r * ld, ow = (size_t)g * 96 * ld;
+          pa[g] = A + oa, qa[g] = dA + oa, pb[g] = W + ow, qb[g] = dW + ow;
+          pc[g] = Cc + r * ld, qc[g] = dC + r * ld;
+          r += M[g];
+        }
+        for (int beta = 0; beta < 2; beta++) {
+          T_OK(mgt_be_gemm_grouped(cpu, ta, tb, G, M, N, K, 0.5f, pa, ld, pb, ld, (float)beta, pc,
+                                   ld));
+          T_OK(mgt_be_gemm_grouped(gpu, ta, tb, G, M, N, K, 0.5f, qa, ld, qb, ld, (float)beta, qc,
+                                   ld));
+          char what[96];
+          snprintf(what, sizeof what, "gemm_grouped prec %d ta %d tb %d beta %d", prec, ta, tb,
+                   beta);
+          same(what, dC, Cc, na, prec ? 1e-4 : 1e-5);
+        }
+        T_OK(mgt_be_set_weights(cpu, W, 0)); /* the registration ends */
+        T_OK(mgt_be_set_weights(gpu, dW, 0));
+        mgt_be_free(gpu, dA), mgt_be_free(gpu, dW), mgt_be_free(gpu, dC);
+        free(A), free(W), free(Cc);
+      }
+  T_OK(mgt_be_set_precision(cpu, MGT_PREC_FP32));
+  T_OK(mgt_be_set_precision(gpu, MGT_PREC_FP32));
+}
+
 /* GeLU in float64: the tanh form the model uses, and the erf form (BERT's head). */
 static double gelu_tanh64(double x) {
   return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
@@ -864,6 +911,7 @@ int main(void) {
   test_memory();
   test_init();
   test_gemm();
+  test_gemm_grouped();
   test_linear_bias_gelu();
   test_rowwise();
   test_moe();

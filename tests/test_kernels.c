@@ -75,6 +75,51 @@ static void test_gemm(void) {
         }
 }
 
+/* Grouped GEMMs as the experts make them: three with their own M, N and K (one of no rows, one
+   of K = 0: C = beta C), in blocks of shared matrices with shared leading dimensions, every
+   transposition, against float64. */
+static void test_gemm_grouped(void) {
+  const int M[] = {5, 0, 9, 3}, N[] = {7, 4, 6, 7}, K[] = {8, 3, 0, 11}, G = 4;
+  const int ld = 16; /* wider than every M, N, K */
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      const float alpha = 0.7f, beta = ta ? 0.5f : 0.0f;
+      float *A = fa(16 * (size_t)ld * G), *B = fa(16 * (size_t)ld * G),
+            *C = fa(16 * (size_t)ld * G);
+      double *R = da(16 * (size_t)ld * G);
+      t_fill(A, 16 * (size_t)ld * G, 1);
+      t_fill(B, 16 * (size_t)ld * G, 1);
+      t_fill(C, 16 * (size_t)ld * G, 1);
+      to_double(C, R, 16 * (size_t)ld * G);
+      const float *pa[4], *pb[4];
+      float *pc[4];
+      for (int g = 0; g < G; g++) {
+        const size_t o = 16 * (size_t)ld * g;
+        pa[g] = A + o, pb[g] = B + o, pc[g] = C + o;
+        for (int i = 0; i < M[g]; i++)
+          for (int j = 0; j < N[g]; j++) {
+            double acc = 0;
+            for (int k = 0; k < K[g]; k++)
+              acc += (double)(ta ? A[o + k * ld + i] : A[o + i * ld + k]) *
+                     (tb ? B[o + j * ld + k] : B[o + k * ld + j]);
+            R[o + i * ld + j] = alpha * acc + beta * C[o + i * ld + j];
+          }
+      }
+      T_OK(mgt_be_gemm_grouped(be, ta, tb, G, M, N, K, alpha, pa, ld, pb, ld, beta, pc, ld));
+      T_CLOSE("gemm_grouped (the rest of each block untouched)", C, R, 16 * (size_t)ld * G,
+              1e-5 * sqrt(11), 1e-5);
+      free(A), free(B), free(C), free(R);
+    }
+  T_OK(mgt_be_gemm_grouped(be, 0, 0, 0, NULL, NULL, NULL, 1.0f, NULL, 1, NULL, 1, 0.0f, NULL, 1));
+  const int m1 = 2, n1 = 2, k1 = 3;
+  float v[8] = {0};
+  const float *pv = v;
+  float *qv = v;
+  T_CHECK(mgt_be_gemm_grouped(be, 0, 0, 1, &m1, &n1, &k1, 1.0f, &pv, 2, &pv, 2, 0.0f, &qv, 2) ==
+              MGT_ERR_INPUT,
+          "a GEMM wider than its leading dimension refused");
+}
+
 /* ---------------- bias ---------------- */
 static void test_bias(void) {
   int N = 13, C = 37;
@@ -1873,6 +1918,7 @@ int main(void) {
   test_wrappers();
   test_precision();
   test_gemm();
+  test_gemm_grouped();
   test_native_gemm();
   test_bias();
   test_layernorm();

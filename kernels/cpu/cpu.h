@@ -77,6 +77,10 @@ mgt_status cpu_fill(void *ctx, float *p, size_t n, float value);
 mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc);
+mgt_status cpu_gemm_grouped(void *ctx, int transa, int transb, int count, const int *M,
+                            const int *N, const int *K, float alpha, const float *const *A,
+                            int lda, const float *const *B, int ldb, float beta, float *const *C,
+                            int ldc);
 mgt_status cpu_linear_bias(void *ctx, int M, int N, int K, const float *A, int lda, const float *W,
                            int ldw, const float *b, float *out);
 mgt_status cpu_linear_param_grads(void *ctx, int M, int N, int K, const float *dy, const float *x,

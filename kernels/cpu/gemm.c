@@ -205,6 +205,15 @@ mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, floa
   return MGT_OK;
 }
 
+mgt_status cpu_gemm_grouped(void *ctx, int transa, int transb, int count, const int *M,
+                            const int *N, const int *K, float alpha, const float *const *A, int lda,
+                            const float *const *B, int ldb, float beta, float *const *C, int ldc) {
+  for (int g = 0; g < count; g++)
+    MGT_CHECK(cpu_gemm(ctx, transa, transb, M[g], N[g], K[g], alpha, A[g], lda, B[g], ldb, beta,
+                       C[g], ldc));
+  return MGT_OK;
+}
+
 mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
                                 const float *W, int ldw, const float *b, float *pre, float *out) {
   MGT_CHECK(cpu_gemm(ctx, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, lda, W, ldw, 0.0f, pre, N));

@@ -56,6 +56,7 @@ void cu_destroy(void *ctx) {
   cudaStreamSynchronize(c->stream);
   cudaFree(c->half[0]);
   cudaFree(c->half[1]);
+  cudaFree(c->gptr);
   cudaFree(c->wcopy);
   cudaFree(c->dsum);
   cudaFree(c->dpart);

@@ -131,26 +131,61 @@ static int capacity(const mgt_gpt_dims *d, int N) {
   return c > N ? N : (int)c;
 }
 
-/* Local expert e's MLP on rows [r0, r0 + c) of x: [gate | up] (or the GeLU's input) in
-   a->fch, its activation in a->fch_gelu, its output (a partial sum over tp) in out. */
-static mgt_status expert_forward(mgt_gpt *m, int e, int r0, int c, const float *x, layer_acts *a,
-                                 float *const *w, float *out) {
+/* An operand of the experts' GEMMs: each expert's block of rows (rows[j] .. rows[j + 1] of a
+   matrix ld floats a row; stride 0) or each expert's own matrix (stride floats apart). */
+typedef struct xop {
+  const float *p;
+  int ld;
+  size_t stride;
+} xop;
+
+#define XROWS (-1) /* a GEMM dimension that is each expert's row count */
+
+/* One kind of GEMM of the n local experts with rows, as one grouped GEMM (cuBLAS's on GPUs); an
+   expert without a row has none. */
+static mgt_status experts_gemm(const mgt_gpt *m, int n, const int *rows, int ta, int tb, int M,
+                               int N, int K, xop A, xop B, float beta, xop C) {
+  int gm[n], gn[n], gk[n], k = 0;
+  const float *pa[n], *pb[n];
+  float *pc[n];
+  for (int j = 0; j < n; j++) {
+    const int r = rows[j + 1] - rows[j];
+    if (!r) continue;
+    gm[k] = M == XROWS ? r : M, gn[k] = N == XROWS ? r : N, gk[k] = K == XROWS ? r : K;
+    pa[k] = A.p + (A.stride ? j * A.stride : (size_t)rows[j] * A.ld);
+    pb[k] = B.p + (B.stride ? j * B.stride : (size_t)rows[j] * B.ld);
+    pc[k] = (float *)C.p + (C.stride ? j * C.stride : (size_t)rows[j] * C.ld);
+    k++;
+  }
+  return mgt_be_gemm_grouped(m->be, ta, tb, k, gm, gn, gk, 1.0f, pa, A.ld, pb, B.ld, beta, pc,
+                             C.ld);
+}
+
+/* The n local experts' MLPs on their rows of x (expert j: rows [rows[j], rows[j + 1])): [gate |
+   up] (or the GeLU's input) in a->fch, the activations in a->fch_gelu, the outputs (partial sums
+   over tp) in out's rows; each GEMM one grouped GEMM of them all, the activation one call over
+   all the rows. */
+static mgt_status experts_forward(mgt_gpt *m, int n, const int *rows, const float *x, layer_acts *a,
+                                  float *const *w, float *out) {
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
-  const int C = d->C, Fl = d->Fel, Fo = d->Foe;
-  if (c == 0) return MGT_OK;
-  const float *xe = x + (size_t)r0 * C, *w1 = w[P_EFC_W] + (size_t)e * Fl * C;
-  float *pre = a->fch + (size_t)r0 * Fo, *act = a->fch_gelu + (size_t)r0 * Fl;
+  const int C = d->C, Fl = d->Fel, Fo = d->Foe, r0 = rows[0], R = rows[n] - rows[0];
+  const size_t sw = (size_t)Fl * C;
+  const xop X = {x, C, 0}, pre = {a->fch, Fo, 0}, act = {a->fch_gelu, Fl, 0};
+  if (R == 0) return MGT_OK;
+  MGT_CHECK(experts_gemm(m, n, rows, MGT_NOTRANS, MGT_TRANS, XROWS, Fl, C, X,
+                         (xop){w[P_EFC_W], C, sw}, 0.0f, pre));
   if (d->spec.mlp == MGT_MLP_SWIGLU) {
-    MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, c, Fl, C, 1.0f, xe, C, w1, C, 0.0f, pre, Fo));
-    MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, c, Fl, C, 1.0f, xe, C,
-                          w[P_EUP_W] + (size_t)e * Fl * C, C, 0.0f, pre + Fl, Fo));
-    MGT_CHECK(mgt_be_swiglu_forward(be, act, pre, c, Fl));
-  } else {
-    MGT_CHECK(mgt_be_linear_bias_gelu(be, c, Fl, C, xe, C, w1, C, NULL, pre, act));
+    MGT_CHECK(experts_gemm(m, n, rows, MGT_NOTRANS, MGT_TRANS, XROWS, Fl, C, X,
+                           (xop){w[P_EUP_W], C, sw}, 0.0f, (xop){a->fch + Fl, Fo, 0}));
+    MGT_CHECK(
+        mgt_be_swiglu_forward(be, a->fch_gelu + (size_t)r0 * Fl, a->fch + (size_t)r0 * Fo, R, Fl));
+  } else { /* the experts' activations are floats, never 16-bit (layout.c) */
+    MGT_CHECK(mgt_be_bias_gelu_forward(be, a->fch_gelu + (size_t)r0 * Fl, a->fch + (size_t)r0 * Fo,
+                                       NULL, R, Fl));
   }
-  return mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, c, C, Fl, 1.0f, act, Fl,
-                     w[P_EFCP_W] + (size_t)e * C * Fl, Fl, 0.0f, out + (size_t)r0 * C, C);
+  return experts_gemm(m, n, rows, MGT_NOTRANS, MGT_TRANS, XROWS, C, Fl, act,
+                      (xop){w[P_EFCP_W], Fl, sw}, 0.0f, (xop){out, C, 0});
 }
 
 /* Expert parallelism: the rows this rank sends each rank (rows[q], the experts q holds, in
@@ -293,8 +328,7 @@ static mgt_status dispatch(mgt_gpt *m, int l, int N, const int *off, layer_acts 
   MGT_CHECK(to_experts(m, m->moe_xp, sent, m->moe_recv, got));
   MGT_CHECK(orders(m, l, local));
   MGT_CHECK(mgt_be_gather_rows(m->be, a->xin, m->moe_recv, m->moe_order, local[El], C));
-  for (int j = 0; j < El; j++)
-    MGT_CHECK(expert_forward(m, j, local[j], local[j + 1] - local[j], a->xin, a, w, m->moe_eout));
+  MGT_CHECK(experts_forward(m, El, local, a->xin, a, w, m->moe_eout));
   MGT_CHECK(mgt_be_gather_rows(m->be, m->moe_recv, m->moe_eout, m->moe_unorder, local[El], C));
   return to_sources(m, m->moe_recv, got, a->mout, sent);
 }
@@ -399,8 +433,7 @@ mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts
   if (d->ep > 1)
     MGT_CHECK(dispatch(m, l, N, off, a, w));
   else
-    for (int e = 0; e < E; e++)
-      MGT_CHECK(expert_forward(m, e, off[e], off[e + 1] - off[e], m->moe_xp, a, w, a->mout));
+    MGT_CHECK(experts_forward(m, E, off, m->moe_xp, a, w, a->mout));
   MGT_CHECK(mgt_be_moe_combine(be, y, a->mout, a->rpos, a->rw, N, K, C, 0));
   return d->Fs ? shared_forward(m, N, in, a, w, y) : MGT_OK;
 }
@@ -513,48 +546,49 @@ static mgt_status aux_losses(mgt_gpt *m, int l, int N, const layer_acts *a, floa
   return MGT_OK;
 }
 
-/* Local expert e's backward on rows [r0, r0 + c) of its input x: dout's rows (the gradient of
-   its outputs) become the gradient of its inputs; its weights' gradients into g (accumulated with
-   acc; zero when it had no row and !acc). */
-static mgt_status expert_backward(mgt_gpt *m, int e, int r0, int c, const float *x, layer_acts *a,
-                                  float *const *w, float *const *g, float *dout_io, int acc) {
+/* The backward of experts_forward: dout_io's rows (the gradient of the experts' outputs) become
+   the gradient of their inputs; the weights' gradients into g (accumulated with acc; zero for an
+   expert without a row when !acc). */
+static mgt_status experts_backward(mgt_gpt *m, int n, const int *rows, const float *x,
+                                   layer_acts *a, float *const *w, float *const *g, float *dout_io,
+                                   int acc) {
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
-  const int C = d->C, Fl = d->Fel, Fo = d->Foe;
+  const int C = d->C, Fl = d->Fel, Fo = d->Foe, r0 = rows[0], R = rows[n] - rows[0];
   const int swiglu = d->spec.mlp == MGT_MLP_SWIGLU;
-  float *gw1 = g[P_EFC_W] + (size_t)e * Fl * C, *gw2 = g[P_EFCP_W] + (size_t)e * C * Fl;
-  float *gup = swiglu ? g[P_EUP_W] + (size_t)e * Fl * C : NULL;
-  if (c == 0) { /* no token: a zero gradient, or nothing to add */
-    if (acc) return MGT_OK;
-    MGT_CHECK(mgt_be_zero(be, gw1, sizeof(float) * (size_t)Fl * C));
-    MGT_CHECK(mgt_be_zero(be, gw2, sizeof(float) * (size_t)C * Fl));
-    if (gup) MGT_CHECK(mgt_be_zero(be, gup, sizeof(float) * (size_t)Fl * C));
-    return MGT_OK;
-  }
+  const size_t sw = (size_t)Fl * C;
   const float beta = acc ? 1.0f : 0.0f;
-  const float *xe = x + (size_t)r0 * C, *pre = a->fch + (size_t)r0 * Fo;
-  const float *act = a->fch_gelu + (size_t)r0 * Fl, *w1 = w[P_EFC_W] + (size_t)e * Fl * C;
-  const float *w2 = w[P_EFCP_W] + (size_t)e * C * Fl;
-  float *dout = dout_io + (size_t)r0 * C, *dfch = m->moe_dfch + (size_t)r0 * Fo;
-  float *dact = m->moe_dact + (size_t)r0 * Fl;
-  MGT_CHECK(
-      mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, Fl, C, 1.0f, dout, C, w2, Fl, 0.0f, dact, Fl));
-  MGT_CHECK(
-      mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, C, Fl, c, 1.0f, dout, C, act, Fl, beta, gw2, Fl));
-  if (swiglu) {
-    MGT_CHECK(mgt_be_swiglu_backward(be, dfch, dact, pre, c, Fl));
-    MGT_CHECK(
-        mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, c, 1.0f, dfch, Fo, xe, C, beta, gw1, C));
-    MGT_CHECK(mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, c, 1.0f, dfch + Fl, Fo, xe, C, beta,
-                          gup, C));
-    MGT_CHECK(
-        mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, C, Fl, 1.0f, dfch, Fo, w1, C, 0.0f, dout, C));
-    return mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, C, Fl, 1.0f, dfch + Fl, Fo,
-                       w[P_EUP_W] + (size_t)e * Fl * C, C, 1.0f, dout, C);
-  }
-  MGT_CHECK(mgt_be_gelu_backward(be, dfch, dact, pre, (size_t)c * Fl));
-  MGT_CHECK(mgt_be_gemm(be, MGT_TRANS, MGT_NOTRANS, Fl, C, c, 1.0f, dfch, Fo, xe, C, beta, gw1, C));
-  return mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, c, C, Fl, 1.0f, dfch, Fo, w1, C, 0.0f, dout, C);
+  for (int j = 0; j < n && !acc; j++) /* no token: a zero gradient */
+    if (rows[j + 1] == rows[j]) {
+      MGT_CHECK(mgt_be_zero(be, g[P_EFC_W] + j * sw, sizeof(float) * sw));
+      MGT_CHECK(mgt_be_zero(be, g[P_EFCP_W] + j * sw, sizeof(float) * sw));
+      if (swiglu) MGT_CHECK(mgt_be_zero(be, g[P_EUP_W] + j * sw, sizeof(float) * sw));
+    }
+  if (R == 0) return MGT_OK;
+  const xop X = {x, C, 0}, act = {a->fch_gelu, Fl, 0}, dout = {dout_io, C, 0};
+  const xop dact = {m->moe_dact, Fl, 0}, dfch = {m->moe_dfch, Fo, 0};
+  const xop dfup = {m->moe_dfch + Fl, Fo, 0};
+  float *dfch0 = m->moe_dfch + (size_t)r0 * Fo, *dact0 = m->moe_dact + (size_t)r0 * Fl;
+  const float *pre0 = a->fch + (size_t)r0 * Fo;
+  MGT_CHECK(experts_gemm(m, n, rows, MGT_NOTRANS, MGT_NOTRANS, XROWS, Fl, C, dout,
+                         (xop){w[P_EFCP_W], Fl, sw}, 0.0f, dact));
+  MGT_CHECK(experts_gemm(m, n, rows, MGT_TRANS, MGT_NOTRANS, C, Fl, XROWS, dout, act, beta,
+                         (xop){g[P_EFCP_W], Fl, sw}));
+  if (swiglu)
+    MGT_CHECK(mgt_be_swiglu_backward(be, dfch0, dact0, pre0, R, Fl));
+  else
+    MGT_CHECK(mgt_be_gelu_backward(be, dfch0, dact0, pre0, (size_t)R * Fl));
+  MGT_CHECK(experts_gemm(m, n, rows, MGT_TRANS, MGT_NOTRANS, Fl, C, XROWS, dfch, X, beta,
+                         (xop){g[P_EFC_W], C, sw}));
+  if (swiglu)
+    MGT_CHECK(experts_gemm(m, n, rows, MGT_TRANS, MGT_NOTRANS, Fl, C, XROWS, dfup, X, beta,
+                           (xop){g[P_EUP_W], C, sw}));
+  /* the inputs' gradient over the outputs' (read above, each expert's own rows) */
+  MGT_CHECK(experts_gemm(m, n, rows, MGT_NOTRANS, MGT_NOTRANS, XROWS, C, Fl, dfch,
+                         (xop){w[P_EFC_W], C, sw}, 0.0f, dout));
+  if (!swiglu) return MGT_OK;
+  return experts_gemm(m, n, rows, MGT_NOTRANS, MGT_NOTRANS, XROWS, C, Fl, dfup,
+                      (xop){w[P_EUP_W], C, sw}, 1.0f, dout);
 }
 
 /* Expert parallelism's backward: the outputs' gradients to the ranks of their experts, this
@@ -568,9 +602,7 @@ static mgt_status undispatch(mgt_gpt *m, int l, const int *off, layer_acts *a, f
   MGT_CHECK(to_experts(m, m->moe_dout, sent, m->moe_recv, got));
   MGT_CHECK(orders(m, l, local));
   MGT_CHECK(mgt_be_gather_rows(m->be, m->moe_eout, m->moe_recv, m->moe_order, local[El], C));
-  for (int j = 0; j < El; j++)
-    MGT_CHECK(expert_backward(m, j, local[j], local[j + 1] - local[j], a->xin, a, w, g, m->moe_eout,
-                              acc));
+  MGT_CHECK(experts_backward(m, El, local, a->xin, a, w, g, m->moe_eout, acc));
   MGT_CHECK(mgt_be_gather_rows(m->be, m->moe_recv, m->moe_eout, m->moe_unorder, local[El], C));
   return to_sources(m, m->moe_recv, got, m->moe_dout, sent);
 }
@@ -608,9 +640,7 @@ mgt_status gpt_moe_backward(mgt_gpt *m, int l, const float *in, const float *dy,
     MGT_CHECK(undispatch(m, l, off, a, w, g, acc));
   } else {
     MGT_CHECK(mgt_be_gather_rows(be, m->moe_xp, in, a->rperm, M, C));
-    for (int e = 0; e < E; e++)
-      MGT_CHECK(
-          expert_backward(m, e, off[e], off[e + 1] - off[e], m->moe_xp, a, w, g, m->moe_dout, acc));
+    MGT_CHECK(experts_backward(m, E, off, m->moe_xp, a, w, g, m->moe_dout, acc));
   }
   MGT_CHECK(mgt_be_moe_combine(be, dx, m->moe_dout, a->rpos, NULL, N, K, C, 1));
   return d->Fs ? shared_backward(m, N, in, dy, a, w, g, dx, acc) : MGT_OK;
