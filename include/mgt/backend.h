@@ -139,7 +139,7 @@ MGT_NODISCARD mgt_status mgt_be_sync(const mgt_backend *be);
     (int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,            \
      const float *B, int ldb, float beta, float *C, int ldc),                                      \
     (transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), PLAIN)                         \
-  /* count GEMMs at once (the experts'): C_g(M_g,N_g) = alpha * op(A_g) op(B_g) + beta * C_g for  \
+  /* count GEMMs at once (the experts'): C_g(M_g,N_g) = alpha * op(A_g) op(B_g) + beta * C_g for   \
   g < count, as gemm each (A and B rounded to the set precision); M, N, K, A, B and C are host     \
   arrays of count entries, the matrices in the backend's memory, the leading dimensions shared.    \
   One cuBLAS grouped GEMM on GPUs; a gemm each on the CPU. */                                      \
