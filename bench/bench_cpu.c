@@ -160,10 +160,63 @@ static double gemm_rate(int N, int C, int V, mgt_backend *nb) {
   return best;
 }
 
+/* Memory bandwidth, bytes/s: the best of 5 triads a = b + s c on every thread over arrays of 64
+   MiB each (far beyond the caches), counted as STREAM does (12 bytes an element: b and c read,
+   a written). */
+static double stream_bw(void) {
+  const size_t n = (size_t)16 << 20;
+  float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)),
+        *c = malloc(n * sizeof(float));
+  if (!a || !b || !c) {
+    free(a), free(b), free(c);
+    return 0.0;
+  }
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++)
+    a[i] = 0.0f, b[i] = 1.0f, c[i] = 2.0f;
+  double best = 0.0;
+  for (int rep = 0; rep < 5; rep++) {
+    const float k = 0.5f + (float)rep;
+    double t0 = mgt_now();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+      a[i] = b[i] + k * c[i];
+    double t = mgt_now() - t0;
+    if (12.0 * n / t > best) best = 12.0 * n / t;
+  }
+  if (a[n / 2] == 12345.0f) printf(" ");
+  free(a), free(b), free(c);
+  return best;
+}
+
 typedef struct rates {
   double fma256, fma512, gemm, gemm2048; /* FLOP/s; 0 when not measured */
   double dpbf16, bgemm, bgemm2048;       /* bf16: dot-product peak, native GEMMs */
+  double bw;                             /* memory bandwidth, bytes/s */
+  double dgemm, dgemm2048;               /* oneDNN's fp32 matmul on the same shapes */
 } rates;
+
+/* What a timed configuration did, for its roofline. */
+typedef struct step_info {
+  double seconds, flops, bytes; /* the median step; its model FLOPs; its bytes outside GEMMs */
+} step_info;
+
+/* The bytes a training step moves outside its GEMMs, estimated from the shapes (fp32
+   activations, GPT-2's block: pre-LN, GeLU, biases, no dropout): each element-wise pass reads
+   its inputs and writes its outputs once. Per token and layer 62 C floats (forward: LayerNorm
+   2 C, the QKV bias 6 C, bias + residual + LayerNorm 4 C, bias + GeLU 12 C, bias + residual
+   3 C; backward: two LayerNorms 8 C, GeLU 12 C, bias gradients 9 C, residual gradients 6 C)
+   and, with the attention probabilities materialized, 5 H T (the softmax forward 2, backward
+   3); the final LayerNorm 6 C; the cross-entropy's four passes over V logits a token; AdamW 28
+   bytes a parameter (p, g, m, v read; p, m, v written), 2 more for a 16-bit copy of the
+   weights under --bf16. GEMM operands (and their 16-bit conversions) are the GEMMs' own. */
+static double step_bytes(const mgt_config *c, int materialized, size_t params) {
+  const double N = (double)c->global_batch_size * c->seq_length, C = c->hidden_size;
+  const double H = c->num_attention_heads, T = c->seq_length, V = c->vocab_size;
+  const double layer = 62.0 * C + (materialized ? 5.0 * H * T : 0.0);
+  const double acts = N * (c->num_layers * layer + 6.0 * C + 4.0 * V) * 4.0;
+  return acts + (double)params * (28.0 + (c->bf16 ? 2.0 : 0.0));
+}
 
 static void measure(rates *r) {
   r->fma256 = fma_peak_width(0);
@@ -174,8 +227,16 @@ static void measure(rates *r) {
   r->gemm = gemm_rate(256, 768, 50304, NULL);
   r->gemm2048 = gemm_rate(2048, 768, 50304, NULL);
   r->dpbf16 = bf16_peak();
-  r->bgemm = r->bgemm2048 = 0.0;
+  r->bw = stream_bw();
+  r->bgemm = r->bgemm2048 = r->dgemm = r->dgemm2048 = 0.0;
   mgt_backend *nb = NULL;
+  if (mgt_backend_cpu_create(&nb) == MGT_OK && mgt_backend_cpu_fp32_onednn(nb, 1) == MGT_OK) {
+    r->dgemm = gemm_rate(256, 768, 50304, nb);
+    r->dgemm2048 = gemm_rate(2048, 768, 50304, nb);
+  } else {
+    mgt_error_clear(); /* no oneDNN in this build */
+  }
+  mgt_backend_destroy(&nb);
   if (mgt_cpu_bf16_units(NULL, 0)) {
     if (mgt_backend_cpu_create(&nb) || mgt_be_set_precision(nb, MGT_PREC_BF16) ||
         mgt_backend_cpu_native(nb, 1)) {
@@ -192,6 +253,7 @@ static void measure(rates *r) {
    batch B at the grid's layout; prints throughput and the share of time in collectives. */
 static int overlap, distopt, param_gather, seqpar, flash, attn; /* attn: MGT_ATTN_* */
 static int bf16, no_copies, emulated;   /* --bf16, --no-weight-copies, --emulated */
+static int f32dnn;                      /* --fp32-gemm onednn: fp32 GEMMs through oneDNN */
 static int moe_e, moe_k, moe_f, ep = 1; /* --moe E,K,F: the MLPs as E experts of F, top-K; --ep */
 
 /* This process's resident memory, now (VmRSS) or at its peak (VmHWM), MiB; 0 when /proc does
@@ -214,7 +276,7 @@ static double axes_seconds(const mgt_comm_stats *s) {
 }
 
 static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T, int steps,
-                      double *achieved) {
+                      step_info *info) {
   mgt_config cfg;
   mgt_config_defaults(&cfg);
   cfg.num_layers = 12;
@@ -307,13 +369,15 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
            seqpar ? (flash ? " (sequence parallel, flash attention)" : " (sequence parallel)")
                   : (flash ? " (flash attention)" : " (unfused attention)"),
            plan.total / 1048576.0, rss[0], rss[1]);
+    if (!bf16) printf(" | fp32 GEMMs %s", f32dnn ? "oneDNN" : "OpenBLAS");
     if (bf16)
       printf(" | bf16 GEMMs %s, %s",
              !emulated && mgt_cpu_bf16_units(NULL, 0) ? "native" : "emulated in fp32",
              no_copies ? "weights rounded in every GEMM" : "16-bit weight copies once per step");
     printf(" | model %.1f GFLOP/step, loss %.3f\n", flops / 1e9, s.loss);
   }
-  *achieved = flops / t;
+  info->seconds = t, info->flops = flops;
+  info->bytes = step_bytes(&cfg, !flash, mgt_gpt_param_count(mgt_trainer_model(tr)));
   mgt_trainer_destroy(&tr);
   return 0;
 }
@@ -323,6 +387,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
                     [--sequence-parallel] [--attention-backend auto|flash|unfused]
                     [--use-flash-attn] [--bf16 [--no-weight-copies]]
                     [--config small|large|both | --shape BxT] [--moe E,K,F [--ep N]]
+                    [--fp32-gemm openblas|onednn]
    One rank: measures the machine's peaks, then the step time at two shapes.
    Several ranks (under mpiexec): the same shapes at the given tensor-parallel size, the
    rest data-parallel, at the same global batch. */
@@ -363,6 +428,8 @@ int main(int argc, char **argv) {
       no_copies = 1;
     else if (!strcmp(argv[i], "--emulated"))
       emulated = 1;
+    else if (!strcmp(argv[i], "--fp32-gemm") && i + 1 < argc)
+      f32dnn = !strcmp(argv[++i], "onednn");
     else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
              sscanf(argv[i + 1], "%dx%d", &shape_b, &shape_t) == 2 && shape_b > 0 && shape_t > 0)
       i++, which = "shape";
@@ -381,7 +448,8 @@ int main(int argc, char **argv) {
   if (mgt_grid_create(MPI_COMM_WORLD, tp, &grid) != MGT_OK ||
       mgt_grid_set_experts(grid, ep) != MGT_OK || mgt_backend_cpu_create(&be) != MGT_OK ||
       (bf16 && mgt_be_set_precision(be, MGT_PREC_BF16) != MGT_OK) ||
-      (bf16 && !emulated && mgt_cpu_bf16_units(NULL, 0) && mgt_backend_cpu_native(be, 1))) {
+      (bf16 && !emulated && mgt_cpu_bf16_units(NULL, 0) && mgt_backend_cpu_native(be, 1)) ||
+      (f32dnn && mgt_backend_cpu_fp32_onednn(be, 1))) {
     mgt_error_print(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -390,14 +458,17 @@ int main(int argc, char **argv) {
   rates before = {0}, after = {0};
   if (peaks && rank == 0) measure(&before);
   int rc = 0;
-  double got[2] = {0, 0};
+  step_info info[2] = {{0, 0, 0}, {0, 0, 0}};
   if (!strcmp(which, "shape")) /* one shape of the caller's, e.g. 1x4096 */
-    rc |= run_config(grid, be, shape_b, shape_t, steps, &got[0]), peaks = 0;
+    rc |= run_config(grid, be, shape_b, shape_t, steps, &info[0]), peaks = 0;
   else {
-    if (strcmp(which, "large") != 0) rc |= run_config(grid, be, 4, 64, steps, &got[0]);
+    if (strcmp(which, "large") != 0) rc |= run_config(grid, be, 4, 64, steps, &info[0]);
     if (strcmp(which, "small") != 0)
-      rc |= run_config(grid, be, 8, 256, steps > 3 ? 3 : steps, &got[1]);
+      rc |= run_config(grid, be, 8, 256, steps > 3 ? 3 : steps, &info[1]);
   }
+  double got[2];
+  for (int k = 0; k < 2; k++)
+    got[k] = info[k].seconds > 0 ? info[k].flops / info[k].seconds : 0.0;
   if (peaks && rank == 0) {
     measure(&after);
     rates r;
@@ -405,7 +476,7 @@ int main(int argc, char **argv) {
     r.fma512 = fmax(before.fma512, after.fma512);
     double g256 = fmax(before.gemm, after.gemm), g2048 = fmax(before.gemm2048, after.gemm2048);
     double b256 = fmax(before.bgemm, after.bgemm), b2048 = fmax(before.bgemm2048, after.bgemm2048);
-    double dp = fmax(before.dpbf16, after.dpbf16);
+    double dp = fmax(before.dpbf16, after.dpbf16), bw = fmax(before.bw, after.bw);
     char units[128];
     mgt_cpu_bf16_units(units, sizeof units);
     printf("threads: %d, BLAS kernels: %s\n", omp_get_max_threads(), mgt_cpu_blas_name());
@@ -417,15 +488,31 @@ int main(int argc, char **argv) {
     printf("bf16 dot-product peak (VDPBF16PS): %.1f GFLOP/s; native bf16 GEMMs (%s) on the "
            "step's shapes: %.1f GFLOP/s at 256 tokens, %.1f GFLOP/s at 2048 tokens\n",
            dp / 1e9, units, b256 / 1e9, b2048 / 1e9);
+    const double d256 = fmax(before.dgemm, after.dgemm);
+    const double d2048 = fmax(before.dgemm2048, after.dgemm2048);
+    printf("oneDNN's fp32 matmul on the step's GEMM shapes: %.1f GFLOP/s at 256 tokens, %.1f "
+           "GFLOP/s at 2048 tokens\n",
+           d256 / 1e9, d2048 / 1e9);
+    printf("memory bandwidth (triad): %.1f GB/s\n", bw / 1e9);
     const char *names[2] = {"B=4 T=64 ", "B=8 T=256"};
     double gemm[2] = {g256, g2048}, bgemm[2] = {b256, b2048};
+    /* the roofline's GEMM rate: the best this run measured for the GEMMs the step runs */
+    const int native = bf16 && !emulated && b256 > 0;
+    const double best = native ? fmax(b256, b2048) : fmax(fmax(g256, g2048), fmax(d256, d2048));
     for (int k = 0; k < 2; k++)
-      if (got[k] > 0)
+      if (got[k] > 0) {
         printf("%s: %.3f of the 256-bit FMA peak, %.3f of the 512-bit FMA peak, %.3f of sgemm, "
                "%.3f of the bf16 dot-product peak, %.3f of native bf16 GEMMs\n",
                names[k], got[k] / r.fma256, r.fma512 > 0 ? got[k] / r.fma512 : 0.0,
                got[k] / gemm[k], dp > 0 ? got[k] / dp : 0.0,
                bgemm[k] > 0 ? got[k] / bgemm[k] : 0.0);
+        const double tg = info[k].flops / best, tm = bw > 0 ? info[k].bytes / bw : 0.0;
+        printf("%s: roofline %.1f ms (GEMMs %.1f ms at %.1f GFLOP/s %s, memory %.1f ms: %.2f GB "
+               "at %.1f GB/s): the step (%.1f ms) at %.3f of it\n",
+               names[k], 1e3 * (tg + tm), 1e3 * tg, best / 1e9,
+               native ? "native bf16" : "fp32, the faster library", 1e3 * tm, info[k].bytes / 1e9,
+               bw / 1e9, 1e3 * info[k].seconds, (tg + tm) / info[k].seconds);
+      }
   }
   mgt_backend_destroy(&be);
   mgt_grid_destroy(&grid);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # CPU benchmark of GPT-2 124M training steps on this machine:
-#   1 rank x 2 threads (with the machine's FMA peak and sgemm rate measured in the same run),
+#   1 rank x 2 threads (with the machine's FMA peak, sgemm and oneDNN fp32 rates and memory
+#   bandwidth measured in the same run, and each shape's roofline), the same with fp32 GEMMs
+#   through oneDNN,
 #   the same in bf16 (native GEMMs where the CPU has bf16 units, with its bf16 dot-product peak
 #   and native GEMM rate; and emulated), PyTorch fp32 and bf16 autocast at the same shapes
 #   (bench/torch_gpt2.py, where python3 has torch; MGT_PYTHON chooses the interpreter),
@@ -12,6 +14,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 NCPU=$(nproc)
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $NCPU CPUs"
 OMP_NUM_THREADS=$NCPU "$BUILD/bench/bench_cpu" --steps 5
+OMP_NUM_THREADS=$NCPU "$BUILD/bench/bench_cpu" --steps 5 --fp32-gemm onednn --no-peaks
 OMP_NUM_THREADS=$NCPU "$BUILD/bench/bench_cpu" --steps 5 --bf16
 OMP_NUM_THREADS=$NCPU "$BUILD/bench/bench_cpu" --steps 5 --bf16 --emulated --no-peaks
 PY=${MGT_PYTHON:-/usr/bin/python3}

@@ -10,6 +10,8 @@
 #  - native bf16 GEMMs track the emulated ones within 1e-2 over 300 iterations, also with
 #    flash attention's tiles (head dim 32, ragged tiles of 64 keys); a CPU without
 #    bf16 units says so on the layout line and refuses --cpu-gemm native;
+#  - fp32 GEMMs through oneDNN's matmul (--cpu-gemm-fp32 onednn) track OpenBLAS's within 1e-4
+#    over 60 iterations, and a model too small to time keeps OpenBLAS, bit for bit;
 #  - flags that exclude each other are refused.
 set -u
 MGT=$1
@@ -48,6 +50,17 @@ run fp16_nc 1 1 --fp16 --hysteresis 2 --no-weight-copies
 run dist 4 2 --bf16 --use-distributed-optimizer --overlap-param-gather --overlap-grad-reduce
 run dist_nc 4 2 --bf16 --use-distributed-optimizer --overlap-param-gather --overlap-grad-reduce \
   --no-weight-copies
+# fp32 GEMMs through oneDNN's matmul against OpenBLAS's sgemm (--cpu-gemm-fp32), where oneDNN is
+# built in: the same run within float rounding
+"$MGT" version | grep -q "oneDNN [0-9]" && run fp32_onednn 1 1 --cpu-gemm-fp32 onednn
+run fp32_openblas 1 1 --cpu-gemm-fp32 openblas
+if [ -f "$tmp/fp32_onednn.log" ]; then # said, and done: oneDNN's log lists its fp32 matmuls
+  grep -q "fp32 GEMMs oneDNN, as asked" "$tmp/fp32_onednn.log" ||
+    { echo "FAIL: the layout line does not say the fp32 GEMMs are oneDNN's"; fails=$((fails + 1)); }
+  ONEDNN_VERBOSE=1 "$MGT" train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 \
+    --train-iters 1 --eval-iters 0 --cpu-gemm-fp32 onednn 2>&1 | grep -q "exec,cpu,matmul,.*src_f32" ||
+    { echo "FAIL: --cpu-gemm-fp32 onednn ran no fp32 matmul of oneDNN's"; fails=$((fails + 1)); }
+fi
 # native against emulated bf16 GEMMs, where the CPU has bf16 units
 ITERS=300 run long_emulated 1 1 --bf16 --cpu-gemm emulated
 ITERS=300 run long_default 1 1 --bf16
@@ -155,6 +168,17 @@ assert all(a["loss"] == b["loss"] for a, b in zip(rows("fp16_nc"), resumed)), \
     "fp16 resumed with weight copies differs from the run without"
 print("ok: 16-bit weight copies: bf16 (1 rank, tp=2, distributed optimizer with both overlaps), "
       "fp16 with skipped steps and resumed, bit for bit as without them")
+ob = rows("fp32_openblas")
+assert all(a["loss"] == b["loss"] for a, b in zip(ref, ob)), "--cpu-gemm-fp32 openblas is not the default"
+import os
+if os.path.exists(f"{d}/fp32_onednn.jsonl"):
+    od = rows("fp32_onednn")
+    worst = max(abs(a["loss"] - b["loss"]) for a, b in zip(ob, od))
+    assert len(od) == 60 and worst <= 1e-4, ("fp32 GEMMs through oneDNN against OpenBLAS", worst)
+    print(f"ok: fp32 GEMMs through oneDNN's matmul: 60 losses within {worst:.1e} of OpenBLAS's "
+          "(a model too small to time keeps OpenBLAS by default, bit for bit)")
+else:
+    print("skipped: fp32 GEMMs through oneDNN (this mgt has no oneDNN)")
 fx = rows("fp16_fixed")
 assert all(r["loss_scale"] == 1024 for r in fx) and all(r["skipped_iterations"] == 0 for r in fx)
 close("fp16_fixed")
@@ -178,6 +202,8 @@ expect_err "--cpu-gemm native needs --bf16" --fp16 --cpu-gemm native
 expect_err "--cpu-gemm native needs --bf16" --cpu-gemm native
 expect_err "--cpu-gemm needs --device cpu" --device cuda --bf16 --cpu-gemm emulated
 expect_err "--cpu-gemm: expected one of native, emulated" --bf16 --cpu-gemm fast
+expect_err "--cpu-gemm-fp32 needs --device cpu" --device cuda --cpu-gemm-fp32 onednn
+expect_err "--cpu-gemm-fp32: expected one of auto, openblas, onednn" --cpu-gemm-fp32 blis
 expect_err "--min-loss-scale" --fp16 --initial-loss-scale 4 --min-loss-scale 8
 if ! "$MGT" version 2>/dev/null | grep -q cuda; then
   expect_err "built without CUDA" --device cuda

@@ -47,6 +47,9 @@ static int ref_keep(const mgt_dropout *d, int row, uint64_t e) {
 /* ---------------- GEMM ---------------- */
 static void test_gemm(void) {
   int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 48, 80}, {2, 129, 31}};
+  mgt_backend *dnn = NULL; /* fp32 GEMMs through oneDNN, where it is built in */
+  T_OK(mgt_backend_cpu_create(&dnn));
+  if (mgt_backend_cpu_fp32_onednn(dnn, 1) != MGT_OK) mgt_error_clear(), mgt_backend_destroy(&dnn);
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
     for (int ta = 0; ta < 2; ta++)
       for (int tb = 0; tb < 2; tb++)
@@ -69,10 +72,17 @@ static void test_gemm(void) {
               }
               R[i * N + j] = alpha * acc + beta * C[i * N + j];
             }
+          float *C0 = malloc(sizeof(float) * (size_t)M * N);
+          memcpy(C0, C, sizeof(float) * (size_t)M * N);
           T_OK(mgt_be_gemm(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, N));
           T_CLOSE("gemm", C, R, (size_t)M * N, 1e-5 * sqrt(K), 1e-5);
-          free(A), free(B), free(C), free(R);
+          if (dnn) { /* the same through oneDNN's fp32 matmul (--cpu-gemm-fp32 onednn) */
+            T_OK(mgt_be_gemm(dnn, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, N));
+            T_CLOSE("gemm through oneDNN", C0, R, (size_t)M * N, 1e-5 * sqrt(K), 1e-5);
+          }
+          free(A), free(B), free(C), free(C0), free(R);
         }
+  mgt_backend_destroy(&dnn);
 }
 
 /* Grouped GEMMs as the experts make them: three with their own M, N and K (one of no rows, one

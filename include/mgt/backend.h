@@ -486,6 +486,14 @@ int mgt_cpu_bf16_units(char *what, size_t n);
    kernels' twin, bit for bit what conformance tests compare). Fails where the units or oneDNN
    are missing. 16-bit weight copies are dropped: register them again (set_weights). */
 MGT_NODISCARD mgt_status mgt_backend_cpu_native(mgt_backend *be, int on);
+/* The CPU backend's fp32 GEMMs: through oneDNN's fp32 matmul (on = 1) or the BLAS's sgemm (0,
+   the default). Fails where oneDNN is missing. */
+MGT_NODISCARD mgt_status mgt_backend_cpu_fp32_onednn(mgt_backend *be, int on);
+/* The fp32 GEMM rates (FLOP/s) of the BLAS and of oneDNN (0 without it) over one layer's GEMMs
+   at `rows` tokens, widths C (hidden), qkv (the QKV projection's outputs, 3 times the
+   attention's) and f (the MLP's): each product forward and in both backward orientations, the
+   best of two timings after a warm-up. Returns the FLOPs of one timing. */
+double mgt_cpu_fp32_gemm_rates(int rows, int C, int qkv, int f, double *blas, double *dnn);
 
 #ifdef __cplusplus
 }

@@ -65,6 +65,9 @@ enum { MGT_DIST_BACKEND_NCCL = 0, MGT_DIST_BACKEND_MPI = 1, MGT_DIST_BACKEND_GLO
 /* --cpu-gemm: bf16 GEMMs on the CPU's bf16 units, or emulated in fp32 (the CUDA twin) */
 enum { MGT_CPU_GEMM_NATIVE = 0, MGT_CPU_GEMM_EMULATED = 1 };
 extern const char *const mgt_cpu_gemm_names[];
+/* --cpu-gemm-fp32: the fp32 GEMMs' library on the CPU, chosen by measurement at start (auto) */
+enum { MGT_FP32_GEMM_AUTO = 0, MGT_FP32_GEMM_OPENBLAS = 1, MGT_FP32_GEMM_ONEDNN = 2 };
+extern const char *const mgt_fp32_gemm_names[];
 /* --attention-backend (Megatron-Core's name): auto, the tiled kernel (flash) or the one that
    materializes the probabilities. FLASH is 1: --use-flash-attn, a flag alias, sets it. */
 enum { MGT_ATTN_AUTO = 0, MGT_ATTN_FLASH = 1, MGT_ATTN_UNFUSED = 2 };
@@ -159,6 +162,7 @@ typedef struct mgt_config {
   int device;              /* MGT_DEVICE_* */
   int distributed_backend; /* MGT_DIST_BACKEND_*; -1: NCCL where it can run, else MPI */
   int cpu_gemm;            /* MGT_CPU_GEMM_*; -1: native under --bf16 where the CPU can */
+  int cpu_gemm_fp32;       /* MGT_FP32_GEMM_* */
   int fp16, bf16;          /* 16-bit GEMM inputs, fp32 master weights */
   int no_weight_copies;    /* 16-bit: round the weights in every GEMM, not once per step */
   double loss_scale;       /* fp16: a fixed scale; 0: dynamic */

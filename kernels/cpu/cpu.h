@@ -56,6 +56,7 @@ typedef struct cpu_ctx {
      place of wcopy) and the bf16 operands of one call */
   struct cpu_native *nat;
   int native;
+  int f32dnn; /* fp32 GEMMs through oneDNN's matmul (mgt_backend_cpu_fp32_onednn), not sgemm */
   uint16_t *w16;
   uint16_t *s16[3];
   size_t s16_n[3];
@@ -78,9 +79,8 @@ mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, floa
                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc);
 mgt_status cpu_gemm_grouped(void *ctx, int transa, int transb, int count, const int *M,
-                            const int *N, const int *K, float alpha, const float *const *A,
-                            int lda, const float *const *B, int ldb, float beta, float *const *C,
-                            int ldc);
+                            const int *N, const int *K, float alpha, const float *const *A, int lda,
+                            const float *const *B, int ldb, float beta, float *const *C, int ldc);
 mgt_status cpu_linear_bias(void *ctx, int M, int N, int K, const float *A, int lda, const float *W,
                            int ldw, const float *b, float *out);
 mgt_status cpu_linear_param_grads(void *ctx, int M, int N, int K, const float *dy, const float *x,

@@ -196,6 +196,11 @@ mgt_status cpu_gemm(void *ctx, int transa, int transb, int M, int N, int K, floa
   if (c && c->native && c->precision == MGT_PREC_BF16 && K > 0)
     return cpu_gemm_native(c, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #endif
+#ifdef MGT_HAVE_ONEDNN
+  if (c && c->f32dnn && c->precision == MGT_PREC_FP32 && K > 0)
+    return cpu_native_gemm_f32(c->nat, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                               ldc);
+#endif
   if (c && c->precision != MGT_PREC_FP32 && K > 0) {
     MGT_CHECK(cpu_operand(c, 0, A, transa ? K : M, transa ? M : K, lda, &A));
     MGT_CHECK(cpu_operand(c, 1, B, transb ? N : K, transb ? K : N, ldb, &B));
@@ -248,6 +253,83 @@ mgt_status mgt_backend_cpu_native(mgt_backend *be, int on) {
   if (on != c->native) cpu_drop_copies(c); /* the copies are in the other mode's format */
   c->native = on;
   return MGT_OK;
+}
+
+mgt_status mgt_backend_cpu_fp32_onednn(mgt_backend *be, int on) {
+  MGT_REQUIRE(be && !strcmp(be->name, "cpu"), "fp32 GEMMs through oneDNN are the CPU backend's");
+  cpu_ctx *c = be->ctx;
+#ifdef MGT_HAVE_ONEDNN
+  if (on && !c->nat) MGT_CHECK(cpu_native_create(&c->nat));
+#else
+  MGT_REQUIRE(!on, "fp32 GEMMs through oneDNN: this mgt was built without oneDNN");
+#endif
+  c->f32dnn = on;
+  return MGT_OK;
+}
+
+/* One layer's fp32 GEMMs (each product forward, and both backward orientations) through
+   sgemm (nat NULL) or oneDNN: seconds (1e30 where oneDNN fails). */
+static double layer_seconds(struct cpu_native *nat, const int (*sh)[3], int ns, float *A, float *B,
+                            float *C) {
+  const double t0 = omp_get_wtime();
+  for (int s = 0; s < ns; s++) {
+    const int M = sh[s][0], N = sh[s][1], K = sh[s][2];
+    const int o[3][5] = {{0, 1, M, N, K}, {0, 0, M, K, N}, {1, 0, N, K, M}}; /* ta tb m n k */
+    for (int q = 0; q < 3; q++) {
+      const int ta = o[q][0], tb = o[q][1], m = o[q][2], n = o[q][3], k = o[q][4];
+      const int lda = ta ? m : k, ldb = tb ? k : n;
+#ifdef MGT_HAVE_ONEDNN
+      if (nat) {
+        if (cpu_native_gemm_f32(nat, ta, tb, m, n, k, 1.0f, A, lda, B, ldb, 0.0f, C, n)) {
+          mgt_error_clear();
+          return 1e30;
+        }
+        continue;
+      }
+#endif
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
+                  n, k, 1.0f, A, lda, B, ldb, 0.0f, C, n);
+    }
+  }
+  return omp_get_wtime() - t0;
+}
+
+double mgt_cpu_fp32_gemm_rates(int rows, int C, int qkv, int f, double *blas, double *dnn) {
+  const int att = qkv >= 3 ? qkv / 3 : 1; /* the attention's width: the projection's input */
+  const int sh[4][3] = {{rows, qkv, C}, {rows, C, att}, {rows, f, C}, {rows, C, f}};
+  size_t big = 0;
+  double flops = 0;
+  for (int s = 0; s < 4; s++) {
+    const size_t a = (size_t)sh[s][0] * sh[s][1], b = (size_t)sh[s][1] * sh[s][2],
+                 c = (size_t)sh[s][0] * sh[s][2];
+    big = a > big ? a : big, big = b > big ? b : big, big = c > big ? c : big;
+    flops += 3.0 * 2.0 * sh[s][0] * sh[s][1] * sh[s][2];
+  }
+  float *A = malloc(big * sizeof(float)), *B = malloc(big * sizeof(float)),
+        *Cm = malloc(big * sizeof(float));
+  *blas = *dnn = 0.0;
+  if (A && B && Cm) {
+    for (size_t i = 0; i < big; i++)
+      A[i] = (float)((int)(i % 17) - 8) * 0.01f, B[i] = (float)((int)(i % 13) - 6) * 0.01f;
+    struct cpu_native *nat = NULL;
+#ifdef MGT_HAVE_ONEDNN
+    if (cpu_native_create(&nat) != MGT_OK) mgt_error_clear(), nat = NULL;
+#endif
+    /* alternating, so that a slow spell of a shared machine hits both; the first round warms
+       the caches and makes oneDNN's primitives */
+    double tb = 1e30, td = 1e30;
+    for (int round = 0; round < 4; round++) {
+      const double b = layer_seconds(NULL, sh, 4, A, B, Cm);
+      const double d = nat ? layer_seconds(nat, sh, 4, A, B, Cm) : 1e30;
+      if (round > 0) tb = b < tb ? b : tb, td = d < td ? d : td;
+    }
+    *blas = flops / tb, *dnn = nat ? flops / td : 0.0;
+#ifdef MGT_HAVE_ONEDNN
+    cpu_native_destroy(nat);
+#endif
+  }
+  free(A), free(B), free(Cm);
+  return flops;
 }
 
 #ifdef MGT_HAVE_OPENBLAS

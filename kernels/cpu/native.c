@@ -1,5 +1,6 @@
 /* bf16 GEMMs on the CPU's own bf16 units (AVX512-BF16, AMX) through oneDNN's matmul primitive:
-   bf16 operands, fp32 accumulation and output, as a GPU's tensor cores multiply. A primitive is
+   bf16 operands, fp32 accumulation and output, as a GPU's tensor cores multiply; and fp32 GEMMs
+   through the same primitive where it beats the BLAS (--cpu-gemm-fp32). A primitive is
    made once per shape and kept (a training step repeats the same few dozen shapes), with its
    memory objects, whose data pointers are set per call. */
 #include "native.h"
@@ -90,8 +91,9 @@ static mgt_status entry_make(cpu_native *nat, const cpu_mm *k, native_entry *e) 
     as[i] = i + o < 4 ? k->sa[i + o] : 0, bs[i] = i + o < 4 ? k->sb[i + o] : 0;
     cs[i] = i + o < 4 ? k->sc[i + o] : 0;
   }
-  DNNL_TRY(dnnl_memory_desc_init_by_strides(&am, nd, ad, dnnl_bf16, as), "the A descriptor");
-  DNNL_TRY(dnnl_memory_desc_init_by_strides(&bm, nd, bd, dnnl_bf16, bs), "the B descriptor");
+  const dnnl_data_type_t in = k->f32 ? dnnl_f32 : dnnl_bf16;
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(&am, nd, ad, in, as), "the A descriptor");
+  DNNL_TRY(dnnl_memory_desc_init_by_strides(&bm, nd, bd, in, bs), "the B descriptor");
   DNNL_TRY(dnnl_memory_desc_init_by_strides(&cm, nd, cd, dnnl_f32, cs), "the C descriptor");
   dnnl_matmul_desc_t md;
   DNNL_TRY(dnnl_matmul_desc_init(&md, &am, &bm, NULL, &cm), "the matmul descriptor");
@@ -120,30 +122,51 @@ done:
   if (attr) dnnl_primitive_attr_destroy(attr);
   if (st != MGT_OK) {
     entry_free(e);
-    MGT_FAIL(st, "oneDNN: no bf16 matmul for %d x %d x %d (batch %d x %d)", k->M, k->N, k->K, k->nb,
-             k->nh);
+    MGT_FAIL(st, "oneDNN: no %s matmul for %d x %d x %d (batch %d x %d)", k->f32 ? "fp32" : "bf16",
+             k->M, k->N, k->K, k->nb, k->nh);
   }
   return MGT_OK;
+}
+
+static mgt_status matmul(cpu_native *nat, const cpu_mm *mm, const void *A, const void *B, float *C);
+
+static void gemm_key(cpu_mm *k, int ta, int tb, int M, int N, int K, float alpha, int lda, int ldb,
+                     float beta, int ldc) {
+  memset(k, 0, sizeof *k); /* compared as bytes */
+  k->nb = k->nh = 1, k->M = M, k->N = N, k->K = K, k->alpha = alpha, k->beta = beta;
+  k->sa[2] = ta ? 1 : lda, k->sa[3] = ta ? lda : 1;
+  k->sb[2] = tb ? 1 : ldb, k->sb[3] = tb ? ldb : 1;
+  k->sc[2] = ldc, k->sc[3] = 1;
 }
 
 mgt_status cpu_native_gemm(cpu_native *nat, int ta, int tb, int M, int N, int K, float alpha,
                            const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                            float *C, int ldc) {
   cpu_mm k;
-  memset(&k, 0, sizeof k); /* compared as bytes */
-  k.nb = k.nh = 1, k.M = M, k.N = N, k.K = K, k.alpha = alpha, k.beta = beta;
-  k.sa[2] = ta ? 1 : lda, k.sa[3] = ta ? lda : 1;
-  k.sb[2] = tb ? 1 : ldb, k.sb[3] = tb ? ldb : 1;
-  k.sc[2] = ldc, k.sc[3] = 1;
-  return cpu_native_matmul(nat, &k, A, B, C);
+  gemm_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc);
+  return matmul(nat, &k, A, B, C);
+}
+
+mgt_status cpu_native_gemm_f32(cpu_native *nat, int ta, int tb, int M, int N, int K, float alpha,
+                               const float *A, int lda, const float *B, int ldb, float beta,
+                               float *C, int ldc) {
+  cpu_mm k;
+  gemm_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc);
+  k.f32 = 1;
+  return matmul(nat, &k, A, B, C);
 }
 
 mgt_status cpu_native_matmul(cpu_native *nat, const cpu_mm *mm, const uint16_t *A,
                              const uint16_t *B, float *C) {
+  return matmul(nat, mm, A, B, C);
+}
+
+static mgt_status matmul(cpu_native *nat, const cpu_mm *mm, const void *A, const void *B,
+                         float *C) {
   cpu_mm k;
   memset(&k, 0, sizeof k);
   k.nb = mm->nb, k.nh = mm->nh, k.M = mm->M, k.N = mm->N, k.K = mm->K;
-  k.alpha = mm->alpha, k.beta = mm->beta;
+  k.alpha = mm->alpha, k.beta = mm->beta, k.f32 = mm->f32;
   memcpy(k.sa, mm->sa, sizeof k.sa), memcpy(k.sb, mm->sb, sizeof k.sb);
   memcpy(k.sc, mm->sc, sizeof k.sc);
   native_entry *e = NULL;
@@ -170,7 +193,7 @@ mgt_status cpu_native_matmul(cpu_native *nat, const cpu_mm *mm, const uint16_t *
   DNNL_TRY(dnnl_memory_set_data_handle(e->b, (void *)B), "setting B");
   DNNL_TRY(dnnl_memory_set_data_handle(e->c, C), "setting C");
   dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}};
-  DNNL_TRY(dnnl_primitive_execute(e->prim, nat->stream, 3, args), "a bf16 matmul");
-  DNNL_TRY(dnnl_stream_wait(nat->stream), "waiting for a bf16 matmul");
+  DNNL_TRY(dnnl_primitive_execute(e->prim, nat->stream, 3, args), "a matmul");
+  DNNL_TRY(dnnl_stream_wait(nat->stream), "waiting for a matmul");
   return MGT_OK;
 }

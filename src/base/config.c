@@ -45,6 +45,7 @@ const char *const mgt_model_names[] = {"gpt", "bert", NULL};
 static const char *const lr_styles[] = {"constant", "linear", "cosine", NULL};
 static const char *const dist_backends[] = {"nccl", "mpi", "gloo", NULL};
 const char *const mgt_cpu_gemm_names[] = {"native", "emulated", NULL};
+const char *const mgt_fp32_gemm_names[] = {"auto", "openblas", "onednn", NULL};
 static const char *const attention_backends[] = {"auto",  "flash", "unfused",
                                                  "fused", "local", NULL};
 static const char *const recompute_granularities[] = {"none", "full", "selective", NULL};
@@ -278,6 +279,11 @@ static const mgt_flag flags[] = {
      "accumulation) or emulated (operands rounded to bf16, fp32 sgemm: the CUDA kernels' twin); "
      "default: native where the CPU has bf16 units",
      mgt_cpu_gemm_names, 0, 0},
+    {"--cpu-gemm-fp32", MGT_FLAG_ENUM, OFF(cpu_gemm_fp32), 0, 0,
+     "the CPU's fp32 GEMMs: openblas (the BLAS's sgemm), onednn (oneDNN's fp32 matmul) or auto "
+     "(both timed at start on a layer's GEMM shapes, oneDNN taken where it is 10% faster; "
+     "models too small to time keep the BLAS)",
+     mgt_fp32_gemm_names, 0, 0},
     BOOL("--fp16", fp16, "fp16 GEMM inputs with loss scaling; fp32 master weights"),
     BOOL("--bf16", bf16, "bf16 GEMM inputs; fp32 master weights"),
     BOOL("--no-weight-copies", no_weight_copies,
@@ -733,6 +739,8 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               (long long)c->train_iters, c->global_batch_size);
   MGT_REQUIRE(!(c->fp16 && c->bf16), "--fp16 and --bf16 exclude each other");
   MGT_REQUIRE(c->cpu_gemm < 0 || c->device == MGT_DEVICE_CPU, "--cpu-gemm needs --device cpu");
+  MGT_REQUIRE(c->cpu_gemm_fp32 == MGT_FP32_GEMM_AUTO || c->device == MGT_DEVICE_CPU,
+              "--cpu-gemm-fp32 needs --device cpu");
   MGT_REQUIRE(c->cpu_gemm != MGT_CPU_GEMM_NATIVE || c->bf16,
               "--cpu-gemm native needs --bf16 (fp16 and fp32 GEMMs have no native bf16 path)");
   if (c->distributed_backend == MGT_DIST_BACKEND_NCCL && c->device != MGT_DEVICE_CUDA &&

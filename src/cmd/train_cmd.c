@@ -279,6 +279,15 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
   }
   const mgt_precision prec = cfg.bf16 ? MGT_PREC_BF16 : (cfg.fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32);
   st = mgt_device_open(&dev, cfg.device, cfg.distributed_backend, cfg.cpu_gemm, prec, grid, NULL);
+  if (st == MGT_OK) { /* a layer's GEMMs per rank: the micro-batch's rows, the widths over tp */
+    const int tp = cfg.tensor_model_parallel_size, C = cfg.hidden_size;
+    const int dense = cfg.ffn_hidden_size ? cfg.ffn_hidden_size : 4 * C;
+    const int F =
+        (cfg.num_experts && cfg.moe_ffn_hidden_size ? cfg.moe_ffn_hidden_size : dense) / tp;
+    st = mgt_device_fp32_gemm(&dev, cfg.cpu_gemm_fp32, cfg.micro_batch_size * cfg.seq_length, C,
+                              3 * C / tp, cfg.swiglu ? 2 * F : F, prec, grid);
+    if (st != MGT_OK) mgt_device_close(&dev);
+  }
   if (st != MGT_OK) {
     mgt_watchdog_stop();
     mgt_grid_destroy(&grid);

@@ -26,6 +26,13 @@ typedef struct mgt_device {
 MGT_NODISCARD mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend, int cpu_gemm,
                                          mgt_precision precision, const mgt_grid *grid,
                                          mgt_comm_stats *stats);
+/* --cpu-gemm-fp32 (MGT_FP32_GEMM_*) on a CPU device: the library of fp32 GEMMs; auto times
+   OpenBLAS and oneDNN on world rank 0 over a layer's GEMMs (rows tokens, widths C, qkv, f per
+   rank) and takes oneDNN where it is at least 10% faster, every rank the same; under a 16-bit
+   precision, or where a layer's GEMMs are too small to time, the BLAS stays. Says which in the
+   layout description. Collective over the grid's world. */
+MGT_NODISCARD mgt_status mgt_device_fp32_gemm(mgt_device *d, int choice, int rows, int C, int qkv,
+                                              int f, mgt_precision precision, const mgt_grid *grid);
 void mgt_device_close(mgt_device *d);
 /* Free and total memory of the device in bytes (0, 0 for the CPU: see available_memory). */
 void mgt_device_memory(const mgt_device *d, size_t *free_bytes, size_t *total_bytes);

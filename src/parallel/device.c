@@ -25,6 +25,39 @@ static mgt_status cpu_gemm_open(mgt_device *d, int cpu_gemm, const mgt_grid *gri
   return MGT_OK;
 }
 
+mgt_status mgt_device_fp32_gemm(mgt_device *d, int choice, int rows, int C, int qkv, int f,
+                                mgt_precision precision, const mgt_grid *grid) {
+  if (d->cuda) return MGT_OK;
+  /* rank 0 times both where asked and where the products are big enough to time (a tiny
+     model's are noise, and its runs keep the BLAS, the same numbers every time) */
+  const double gemm = 2.0 * rows * (double)qkv * C;
+  int onednn = choice == MGT_FP32_GEMM_ONEDNN;
+  double r[2] = {0, 0};
+  const int timed = choice == MGT_FP32_GEMM_AUTO && precision == MGT_PREC_FP32 && gemm >= 1e8;
+  if (timed && grid->rank == 0) {
+    /* rows capped so that one timing is about 8 GFLOP (tens of ms), but not below 128 rows,
+       where the kernels would run other code than the step's */
+    const double per_row = 6.0 * ((double)qkv + qkv / 3 + 2.0 * f) * C;
+    int capped = rows * per_row > 8e9 ? (int)(8e9 / per_row) + 1 : rows;
+    if (capped < 128) capped = rows < 128 ? rows : 128;
+    mgt_cpu_fp32_gemm_rates(capped, C, qkv, f, &r[0], &r[1]);
+    onednn = r[1] > 1.1 * r[0];
+  }
+  MGT_MPI(MPI_Bcast(&onednn, 1, MPI_INT, 0, grid->world));
+  MGT_MPI(MPI_Bcast(r, 2, MPI_DOUBLE, 0, grid->world));
+  MGT_CHECK(mgt_mpi_agree(grid->world, mgt_backend_cpu_fp32_onednn(d->be, onednn)));
+  size_t len = strlen(d->desc) - 1; /* in place of the closing parenthesis */
+  const char *lib = onednn ? "oneDNN" : "OpenBLAS";
+  if (timed)
+    snprintf(d->desc + len, sizeof d->desc - len,
+             "; fp32 GEMMs %s: %.0f GFLOP/s against %s's %.0f on a layer's shapes)", lib,
+             (onednn ? r[1] : r[0]) / 1e9, onednn ? "OpenBLAS" : "oneDNN",
+             (onednn ? r[0] : r[1]) / 1e9);
+  else if (choice != MGT_FP32_GEMM_AUTO)
+    snprintf(d->desc + len, sizeof d->desc - len, "; fp32 GEMMs %s, as asked)", lib);
+  return MGT_OK;
+}
+
 mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend, int cpu_gemm,
                            mgt_precision precision, const mgt_grid *grid, mgt_comm_stats *stats) {
   memset(d, 0, sizeof *d);
