@@ -115,6 +115,15 @@ static inline uint16_t cpu_bf16_bits(float x) {
   if ((u & 0x7F800000u) != 0x7F800000u) u += 0x7FFFu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
 }
+/* mgt_round_bf16, inline so that the rounding loops vectorize (the same bits: infinities and
+   NaNs kept as they are). */
+static inline float cpu_round_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  if ((u & 0x7F800000u) != 0x7F800000u) u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
 #ifdef MGT_HAVE_ONEDNN
 /* Makes c->tnat hold a oneDNN state for each of omp_get_max_threads() threads. */
 mgt_status cpu_native_threads(cpu_ctx *c);

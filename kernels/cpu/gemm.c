@@ -12,15 +12,7 @@
 #include "native.h"
 #endif
 
-float mgt_round_bf16(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  if ((u & 0x7F800000u) == 0x7F800000u) return x; /* inf, nan */
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  u &= 0xFFFF0000u;
-  memcpy(&x, &u, sizeof x);
-  return x;
-}
+float mgt_round_bf16(float x) { return cpu_round_bf16(x); }
 
 float mgt_round_fp16(float x) {
   if (!isfinite(x)) return x;
@@ -49,13 +41,21 @@ static mgt_status cpu_rounded(cpu_ctx *c, int k, const float *src, int rows, int
     c->scratch[k] = p, c->scratch_n[k] = n;
   }
   float *dst = c->scratch[k];
-  const int bf = c->precision == MGT_PREC_BF16;
+  if (c->precision == MGT_PREC_BF16) {
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i < rows; i++)
-    for (int j = 0; j < cols; j++) {
-      float v = src[(size_t)i * ld + j];
-      dst[(size_t)i * ld + j] = bf ? mgt_round_bf16(v) : mgt_round_fp16(v);
+    for (int i = 0; i < rows; i++) {
+      const float *s = src + (size_t)i * ld;
+      float *d = dst + (size_t)i * ld;
+#pragma omp simd
+      for (int j = 0; j < cols; j++)
+        d[j] = cpu_round_bf16(s[j]);
     }
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++)
+      for (int j = 0; j < cols; j++)
+        dst[(size_t)i * ld + j] = mgt_round_fp16(src[(size_t)i * ld + j]);
+  }
   *out = dst;
   return MGT_OK;
 }
@@ -229,10 +229,15 @@ mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, 
 }
 
 void cpu_round16(cpu_ctx *c, float *dst, const float *src, size_t n) {
-  const int bf = c->precision == MGT_PREC_BF16;
+  if (c->precision == MGT_PREC_BF16) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++)
+      dst[i] = cpu_round_bf16(src[i]);
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++)
-    dst[i] = bf ? mgt_round_bf16(src[i]) : mgt_round_fp16(src[i]);
+    dst[i] = mgt_round_fp16(src[i]);
 }
 
 #ifndef MGT_HAVE_ONEDNN
