@@ -183,7 +183,8 @@ static const mgt_flag flags[] = {
            "the shared expert's output times sigmoid(x . w), w of the hidden size (Qwen2-MoE's)",
            RESUME),
     BOOL("--moe-grouped-gemm", moe_grouped_gemm,
-         "Megatron-LM's grouped GEMM of the experts: the same numbers as one GEMM per expert"),
+         "Megatron-LM's grouped GEMM of the experts: mgt groups them always (one cuBLAS grouped "
+         "GEMM on GPUs), the same numbers as one GEMM per expert"),
     BOOL_M("--apply-layernorm-1p", apply_layernorm_1p,
            "the norms' weights stored zero-centred: the gain is 1 + weight, the weight "
            "initialized to 0 (Megatron-LM's; Transformer Engine's zero-centred gamma)",
