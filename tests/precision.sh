@@ -54,6 +54,15 @@ run dist_nc 4 2 --bf16 --use-distributed-optimizer --overlap-param-gather --over
 # built in: the same run within float rounding
 "$MGT" version | grep -q "oneDNN [0-9]" && run fp32_onednn 1 1 --cpu-gemm-fp32 onednn
 run fp32_openblas 1 1 --cpu-gemm-fp32 openblas
+# auto on a model big enough to time (a QKV product of 0.4 GFLOP): rank 0 times both libraries,
+# both ranks take its choice, and the layout line gives the two rates
+if [ -f "$tmp/fp32_onednn.log" ]; then
+  "$MPIEXEC" -n 2 "$MGT" train --mock-data --num-layers 1 --hidden-size 256 --num-attention-heads 4 \
+    --seq-length 256 --micro-batch-size 4 --global-batch-size 8 --train-iters 1 --eval-iters 0 \
+    >"$tmp/auto.log" 2>&1 && grep -q "fp32 GEMMs \(oneDNN\|OpenBLAS\): [0-9]* GFLOP/s against" "$tmp/auto.log" &&
+    echo "ok: --cpu-gemm-fp32 auto: $(grep -o 'fp32 GEMMs [^)]*' "$tmp/auto.log")" ||
+    { echo "FAIL: --cpu-gemm-fp32 auto did not time the two libraries"; tail -3 "$tmp/auto.log"; fails=$((fails + 1)); }
+fi
 if [ -f "$tmp/fp32_onednn.log" ]; then # said, and done: oneDNN's log lists its fp32 matmuls
   grep -q "fp32 GEMMs oneDNN, as asked" "$tmp/fp32_onednn.log" ||
     { echo "FAIL: the layout line does not say the fp32 GEMMs are oneDNN's"; fails=$((fails + 1)); }
