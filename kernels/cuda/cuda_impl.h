@@ -75,6 +75,8 @@ struct cuda_ctx {
   size_t half_n[2];
   void *gptr; /* a grouped GEMM's operands' addresses */
   size_t gptr_n;
+  void *gargs; /* its host staging (sizes, scalars, addresses) */
+  size_t gargs_n;
   int grouped[3]; /* per precision: -1 when cuBLAS's grouped GEMM refused its types */
   /* set_weights: the fp32 parameters and their 16-bit copy in the current precision's format
      (NULL at fp32 or after a change of precision) */
@@ -252,10 +254,9 @@ mgt_status half_copy(cuda_ctx *c, int k, const float *src, int rows, int cols, i
 mgt_status cu_gemm(void *ctx, int transa, int transb, int M, int N, int K, float alpha,
                    const float *A, int lda, const float *B, int ldb, float beta, float *Cm,
                    int ldc);
-mgt_status cu_gemm_grouped(void *ctx, int transa, int transb, int count, const int *M,
-                           const int *N, const int *K, float alpha, const float *const *A,
-                           int lda, const float *const *B, int ldb, float beta, float *const *C,
-                           int ldc);
+mgt_status cu_gemm_grouped(void *ctx, int transa, int transb, int count, const int *M, const int *N,
+                           const int *K, float alpha, const float *const *A, int lda,
+                           const float *const *B, int ldb, float beta, float *const *C, int ldc);
 mgt_status gemm_batched(cuda_ctx *c, int transa, int transb, int M, int N, int K, float alpha,
                         const float *A, int lda, long long sa, const float *B, int ldb,
                         long long sb, float beta, float *Cm, int ldc, long long sc, int batch);

@@ -153,12 +153,18 @@ typedef struct grouped_args {
   const void **p;         /* B's, A's and C's operands, 3 n */
 } grouped_args;
 
-static mgt_status grouped_alloc(int n, grouped_args *g, void **block) {
+/* Lays g out over the context's host staging (grown, kept across calls: the experts' GEMMs run
+   several times a layer). */
+static mgt_status grouped_alloc(cuda_ctx *c, int n, grouped_args *g) {
   const size_t ints = 11 * (size_t)n, ops = 2 * (size_t)n, fl = 2 * (size_t)n, ptrs = 5 * (size_t)n;
-  MGT_CHECK(mgt_calloc(sizeof(void *) * ptrs + sizeof(int) * ints +
-                           sizeof(cublasOperation_t) * ops + sizeof(float) * fl,
-                       "grouped GEMM arguments", block));
-  g->p = (const void **)*block;
+  const size_t bytes = sizeof(void *) * ptrs + sizeof(int) * ints +
+                       sizeof(cublasOperation_t) * ops + sizeof(float) * fl;
+  if (bytes > c->gargs_n) {
+    void *p = realloc(c->gargs, bytes);
+    if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for a grouped GEMM of %d", n);
+    c->gargs = p, c->gargs_n = bytes;
+  }
+  g->p = (const void **)c->gargs;
   g->fa = (const float **)(g->p + 3 * n), g->fb = g->fa + n;
   g->m = (int *)(g->fb + n), g->n = g->m + n, g->k = g->n + n, g->ones = g->k + n;
   g->lds = g->ones + n, g->rows = g->lds + 3 * n, g->cols = g->rows + 2 * n;
@@ -179,9 +185,8 @@ mgt_status cu_gemm_grouped(void *ctx, int transa, int transb, int count, const i
     n += M[i] > 0 && N[i] > 0;
   if (!n) return MGT_OK;
   mgt_status st = MGT_OK;
-  void *block = NULL;
   grouped_args g;
-  MGT_CHECK(grouped_alloc(n, &g, &block));
+  MGT_CHECK(grouped_alloc(c, n, &g));
   const cublasOperation_t ob = transb ? CUBLAS_OP_T : CUBLAS_OP_N,
                           oa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
   const bool f32 = c->precision == MGT_PREC_FP32;
@@ -208,6 +213,7 @@ mgt_status cu_gemm_grouped(void *ctx, int transa, int transb, int count, const i
   if (c->grouped[c->precision] >= 0) {
     MGT_TRY(grow(&c->gptr, &c->gptr_n, sizeof(void *) * 3 * n));
     const void **dp = (const void **)c->gptr;
+    /* from pageable memory: staged before the call returns, so the next call may reuse g */
     const cudaError_t e =
         cudaMemcpyAsync(dp, g.p, sizeof(void *) * 3 * n, cudaMemcpyHostToDevice, c->stream);
     if (e != cudaSuccess) {
@@ -237,7 +243,6 @@ mgt_status cu_gemm_grouped(void *ctx, int transa, int transb, int count, const i
       MGT_GOTO_FAIL(MGT_ERR_BACKEND, "cuBLAS GEMM %d of a group: status %d", j, (int)bs);
   }
 done:
-  mgt_free(block);
   return st;
 }
 

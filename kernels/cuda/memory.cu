@@ -57,6 +57,7 @@ void cu_destroy(void *ctx) {
   cudaFree(c->half[0]);
   cudaFree(c->half[1]);
   cudaFree(c->gptr);
+  free(c->gargs);
   cudaFree(c->wcopy);
   cudaFree(c->dsum);
   cudaFree(c->dpart);
