@@ -8,12 +8,13 @@
    Usage: OMP_NUM_THREADS=N bench_bf16_layout */
 #define _POSIX_C_SOURCE 200809L
 #include "cblas_any.h"
-#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include "dnnl_compat.h"
 
 static double now(void) {
   struct timespec t;
@@ -41,29 +42,26 @@ static double run_ms(dnnl_primitive_t p, dnnl_stream_t st, int nargs, const dnnl
 /* y (M x N) = x (M x K) B, B (K x N) the weight read as W^T (W is N x K) or as W (K x N). */
 static void layout(dnnl_engine_t eng, dnnl_stream_t st, int M, int N, int K, int wt, double *plain,
                    double *packed) {
-  dnnl_memory_desc_t am, bm, cm, anym;
+  mgt_dnnl_md am, bm, cm, anym;
   dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N}, as = {K, 1}, cs = {N, 1};
   dnnl_dims_t bs = {wt ? 1 : N, wt ? K : 1};
-  check(dnnl_memory_desc_init_by_strides(&am, 2, ad, dnnl_bf16, as), "x");
-  check(dnnl_memory_desc_init_by_strides(&bm, 2, bd, dnnl_bf16, bs), "W");
-  check(dnnl_memory_desc_init_by_strides(&cm, 2, cd, dnnl_f32, cs), "y");
-  check(dnnl_memory_desc_init_by_tag(&anym, 2, bd, dnnl_bf16, dnnl_format_tag_any), "W any");
-  dnnl_matmul_desc_t md;
+  check(mgt_dnnl_md_strides(&am, 2, ad, dnnl_bf16, as), "x");
+  check(mgt_dnnl_md_strides(&bm, 2, bd, dnnl_bf16, bs), "W");
+  check(mgt_dnnl_md_strides(&cm, 2, cd, dnnl_f32, cs), "y");
+  check(mgt_dnnl_md_any(&anym, 2, bd, dnnl_bf16), "W any");
   dnnl_primitive_desc_t pd1, pd2, rpd;
   dnnl_primitive_t p1, p2, r;
-  check(dnnl_matmul_desc_init(&md, &am, &bm, NULL, &cm), "plain matmul");
-  check(dnnl_primitive_desc_create(&pd1, &md, NULL, eng, NULL), "plain matmul");
+  check(mgt_dnnl_matmul_pd(&pd1, eng, &am, &bm, &cm, NULL), "plain matmul");
   check(dnnl_primitive_create(&p1, pd1), "plain matmul");
-  check(dnnl_matmul_desc_init(&md, &am, &anym, NULL, &cm), "packed matmul");
-  check(dnnl_primitive_desc_create(&pd2, &md, NULL, eng, NULL), "packed matmul");
+  check(mgt_dnnl_matmul_pd(&pd2, eng, &am, &anym, &cm, NULL), "packed matmul");
   check(dnnl_primitive_create(&p2, pd2), "packed matmul");
-  const dnnl_memory_desc_t *pm = dnnl_primitive_desc_query_md(pd2, dnnl_query_weights_md, 0);
-  check(dnnl_reorder_primitive_desc_create(&rpd, &bm, eng, pm, eng, NULL), "reorder");
+  mgt_dnnl_cmd pm = dnnl_primitive_desc_query_md(pd2, dnnl_query_weights_md, 0);
+  check(dnnl_reorder_primitive_desc_create(&rpd, MGT_DNNL_MD(bm), eng, pm, eng, NULL), "reorder");
   check(dnnl_primitive_create(&r, rpd), "reorder");
   dnnl_memory_t x, w, y, wp;
-  check(dnnl_memory_create(&x, &am, eng, DNNL_MEMORY_ALLOCATE), "x");
-  check(dnnl_memory_create(&w, &bm, eng, DNNL_MEMORY_ALLOCATE), "W");
-  check(dnnl_memory_create(&y, &cm, eng, DNNL_MEMORY_ALLOCATE), "y");
+  check(dnnl_memory_create(&x, MGT_DNNL_MD(am), eng, DNNL_MEMORY_ALLOCATE), "x");
+  check(dnnl_memory_create(&w, MGT_DNNL_MD(bm), eng, DNNL_MEMORY_ALLOCATE), "W");
+  check(dnnl_memory_create(&y, MGT_DNNL_MD(cm), eng, DNNL_MEMORY_ALLOCATE), "y");
   check(dnnl_memory_create(&wp, pm, eng, DNNL_MEMORY_ALLOCATE), "packed W");
   void *h;
   check(dnnl_memory_get_data_handle(x, &h), "x");
@@ -82,6 +80,7 @@ static void layout(dnnl_engine_t eng, dnnl_stream_t st, int M, int N, int K, int
   dnnl_primitive_destroy(p1), dnnl_primitive_destroy(p2), dnnl_primitive_destroy(r);
   dnnl_primitive_desc_destroy(pd1), dnnl_primitive_desc_destroy(pd2);
   dnnl_primitive_desc_destroy(rpd);
+  mgt_dnnl_md_free(am), mgt_dnnl_md_free(bm), mgt_dnnl_md_free(cm), mgt_dnnl_md_free(anym);
 }
 
 /* GFLOP/s per thread of 64^3 tile products, native and sgemm, every thread at once. */
@@ -94,27 +93,23 @@ static void tiles(double *native, double *sgemm) {
     dnnl_stream_t st;
     check(dnnl_engine_create(&eng, dnnl_cpu, 0), "an engine");
     check(dnnl_stream_create(&st, eng, dnnl_stream_default_flags), "a stream");
-    dnnl_memory_desc_t am, bm, cm;
+    mgt_dnnl_md am, bm, cm;
     dnnl_dims_t d = {n, n}, s = {n, 1}, t = {1, n};
-    check(dnnl_memory_desc_init_by_strides(&am, 2, d, dnnl_bf16, s), "A");
-    check(dnnl_memory_desc_init_by_strides(&bm, 2, d, dnnl_bf16, t), "B^T");
-    check(dnnl_memory_desc_init_by_strides(&cm, 2, d, dnnl_f32, s), "C");
+    check(mgt_dnnl_md_strides(&am, 2, d, dnnl_bf16, s), "A");
+    check(mgt_dnnl_md_strides(&bm, 2, d, dnnl_bf16, t), "B^T");
+    check(mgt_dnnl_md_strides(&cm, 2, d, dnnl_f32, s), "C");
     dnnl_primitive_attr_t at;
     dnnl_post_ops_t po;
     check(dnnl_primitive_attr_create(&at), "attributes");
-    check(dnnl_post_ops_create(&po), "post-ops");
-    check(dnnl_post_ops_append_sum(po, 1.0f), "sum");
-    check(dnnl_primitive_attr_set_post_ops(at, po), "post-ops");
-    dnnl_matmul_desc_t md;
+    check(mgt_dnnl_alpha_beta(at, &po, 1.0f, 1.0f), "the sum post-op");
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t p;
-    check(dnnl_matmul_desc_init(&md, &am, &bm, NULL, &cm), "tile matmul");
-    check(dnnl_primitive_desc_create(&pd, &md, at, eng, NULL), "tile matmul");
+    check(mgt_dnnl_matmul_pd(&pd, eng, &am, &bm, &cm, at), "tile matmul");
     check(dnnl_primitive_create(&p, pd), "tile matmul");
     dnnl_memory_t a, b, c;
-    check(dnnl_memory_create(&a, &am, eng, DNNL_MEMORY_ALLOCATE), "A");
-    check(dnnl_memory_create(&b, &bm, eng, DNNL_MEMORY_ALLOCATE), "B");
-    check(dnnl_memory_create(&c, &cm, eng, DNNL_MEMORY_ALLOCATE), "C");
+    check(dnnl_memory_create(&a, MGT_DNNL_MD(am), eng, DNNL_MEMORY_ALLOCATE), "A");
+    check(dnnl_memory_create(&b, MGT_DNNL_MD(bm), eng, DNNL_MEMORY_ALLOCATE), "B");
+    check(dnnl_memory_create(&c, MGT_DNNL_MD(cm), eng, DNNL_MEMORY_ALLOCATE), "C");
     float *af = calloc(n * n, sizeof *af), *bf = calloc(n * n, sizeof *bf),
           *cf = calloc(n * n, sizeof *cf);
     if (!af || !bf || !cf) exit(1);
@@ -132,6 +127,7 @@ static void tiles(double *native, double *sgemm) {
     dnnl_memory_destroy(a), dnnl_memory_destroy(b), dnnl_memory_destroy(c);
     dnnl_primitive_destroy(p), dnnl_primitive_desc_destroy(pd);
     dnnl_post_ops_destroy(po), dnnl_primitive_attr_destroy(at);
+    mgt_dnnl_md_free(am), mgt_dnnl_md_free(bm), mgt_dnnl_md_free(cm);
     dnnl_stream_destroy(st), dnnl_engine_destroy(eng);
   }
   const double gf = 2.0 * n * n * n * 1e-6;

@@ -5,9 +5,10 @@
 #   gpt-dropout-recompute  GPT with dropout and full recomputation, tp=2 dp=2
 #   gpt-sp-distopt-flash   sequence parallelism, distributed optimizer (both overlaps) and
 #                          flash attention, tp=2 dp=2, selective recomputation
-#   gpt-bf16               bf16 at tp=2, and fp16 with dynamic loss scaling at one rank
+#   gpt-bf16               bf16 at tp=2 (native GEMMs where the CPU has bf16 units), emulated bf16
+#                          and fp16 with dynamic loss scaling at one rank
 #   llama-gqa-swiglu       RMSNorm, SwiGLU, rotary positions, 2 key/value groups, no biases, an
-#                          untied output layer, tp=2 dp=2
+#                          untied output layer, tp=2 dp=2; and in bf16 at tp=2, recomputed
 #   moe-swiglu-ep          SwiGLU experts (top-2 of 4, a shared expert) at tp=2 dp=2 ep=2
 #   moe-gelu-bf16          GeLU experts (top-1 of 8, capacity 1, experts without rows) in bf16 at
 #                          dp=2, recomputed
@@ -79,10 +80,13 @@ run gpt-sp-distopt-flash 4 train "${G[@]}" "${D[@]}" --tensor-model-parallel-siz
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --use-flash-attn \
   --recompute-granularity selective
 run gpt-bf16 2 train "${G[@]}" "${D[@]}" --tensor-model-parallel-size 2 --bf16
+run gpt-bf16-emulated 1 train "${G[@]}" "${D[@]}" --bf16 --cpu-gemm emulated
 run gpt-fp16 1 train "${G[@]}" --fp16 --initial-loss-scale 65536
 run llama-gqa-swiglu 4 train "${G[@]}" "${D[@]}" --tensor-model-parallel-size 2 --normalization RMSNorm \
   --swiglu --disable-bias-linear --position-embedding-type rope --group-query-attention \
   --num-query-groups 2 --untie-embeddings-and-output-weights
+run llama-bf16 2 train "${G[@]}" "${D[@]}" --tensor-model-parallel-size 2 --normalization RMSNorm \
+  --swiglu --disable-bias-linear --position-embedding-type rope --bf16 --recompute-activations
 run moe-swiglu-ep 4 train "${G[@]}" "${D[@]}" --tensor-model-parallel-size 2 --normalization RMSNorm \
   --swiglu --disable-bias-linear --position-embedding-type rope --num-experts 4 --moe-router-topk 2 \
   --moe-ffn-hidden-size 24 --expert-model-parallel-size 2 --moe-aux-loss-coeff 0.01 \

@@ -827,12 +827,36 @@ static void test_optimizer(void) {
     mgt_be_free(gpu, xd);
     free(x);
   }
-  mgt_adamw_step st = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.05f, 0.7f};
+  mgt_adamw_step st = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.05f, 0.7f, 0};
   T_OK(mgt_be_adamw(cpu, p, g, m, v, segs, 3, &st));
   T_OK(mgt_be_adamw(gpu, pd, gd, md, vd, segs, 3, &st));
   same("adamw p", pd, p, n, 1e-6);
   same("adamw m", md, m, n, 1e-6);
   same("adamw v", vd, v, n, 1e-6);
+  /* the weights' 16-bit copies written in the same pass (st.copies): a GEMM through them equals
+     the GEMM on the updated weights outside the registered region, bit for bit */
+  for (int prec = 1; prec < 3; prec++) {
+    const int M = 9, K = 50, N = 1999; /* N x K of the n weights */
+    float *x = rnd((size_t)M * K, 1.0f), *xd = dev(x, (size_t)M * K * 4);
+    float *y = dev(NULL, (size_t)M * N * 4), *yr = dev(NULL, (size_t)M * N * 4);
+    float *qd = dev(NULL, n * 4);
+    T_OK(mgt_be_set_precision(gpu, (mgt_precision)prec));
+    T_OK(mgt_be_set_weights(gpu, pd, n));
+    T_OK(mgt_be_refresh_weights(gpu, 0, n));
+    st.copies = 1;
+    T_OK(mgt_be_adamw(gpu, pd, gd, md, vd, segs, 3, &st));
+    T_OK(mgt_be_copy(gpu, qd, pd, n * 4));
+    T_OK(mgt_be_gemm(gpu, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, xd, K, pd, K, 0.0f, y, N));
+    T_OK(mgt_be_gemm(gpu, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, xd, K, qd, K, 0.0f, yr, N));
+    float *h = malloc((size_t)M * N * 4);
+    T_OK(mgt_be_download(gpu, h, yr, (size_t)M * N * 4));
+    same("a GEMM through the copies adamw wrote", y, h, (size_t)M * N, 0.0);
+    T_OK(mgt_be_set_weights(gpu, pd, 0));
+    T_OK(mgt_be_set_precision(gpu, MGT_PREC_FP32));
+    st.copies = 0;
+    mgt_be_free(gpu, xd), mgt_be_free(gpu, y), mgt_be_free(gpu, yr), mgt_be_free(gpu, qd);
+    free(x), free(h);
+  }
   mgt_be_free(gpu, pd), mgt_be_free(gpu, gd), mgt_be_free(gpu, md), mgt_be_free(gpu, vd);
   free(p), free(g), free(m), free(v);
 }

@@ -2,7 +2,8 @@
    what backend.h says they compute: linear_bias, linear_param_grads (at 16 bits the bias
    gradient sums the rounded dy), linear_dgelu (tanh GeLU's derivative), bias_dropout_add_ln
    (the dropout mask read back from dropout_forward on ones, which test_kernels checks); and
-   that each equals the unfused operations the model called before, bit for bit. */
+   that each equals the unfused operations the model called before, bit for bit; and the 16-bit
+   activations, in floats and (native bf16 GEMMs) in bf16 itself. */
 #include <stdio.h>
 #include <string.h>
 
@@ -212,6 +213,94 @@ static void test_act16(int prec) {
     free(y[k]), free(dW[k]);
 }
 
+static uint16_t bf16_bits(float x) {
+  const float r = mgt_round_bf16(x);
+  uint32_t u;
+  memcpy(&u, &r, sizeof u);
+  return (uint16_t)(u >> 16);
+}
+
+/* Under native bf16 GEMMs the region holds bf16 itself (2 bytes an element, as on GPUs): the
+   writers store the bits of what rounding their fp32 output gives, and the GEMMs that read it
+   there give the numbers of the same GEMMs on that fp32 output, bit for bit. */
+static void test_act16_native(void) {
+  char what[128];
+  if (!mgt_cpu_bf16_units(what, sizeof what)) {
+    printf("test_fused: native bf16 activations not checked: %s\n", what);
+    return;
+  }
+  const int M = 29, K = 48, F = 64, C = 40;
+  T_OK(mgt_be_set_precision(be, MGT_PREC_BF16));
+  T_OK(mgt_backend_cpu_native(be, 1));
+  T_CHECK(mgt_be_act16_bytes(be) == 2, "native bf16 keeps activations in %d bytes",
+          mgt_be_act16_bytes(be));
+  float *A = rnd((size_t)M * K, 1.0f), *W1 = rnd((size_t)F * K, 0.3f), *b1 = rnd(F, 0.2f);
+  float *W2 = rnd((size_t)C * F, 0.3f), *dy = rnd((size_t)M * C, 1.0f);
+  float *pre = malloc((size_t)M * F * 4), *h = malloc((size_t)M * F * 4), *y[2], *dW[2];
+  uint16_t *region = malloc((size_t)M * F * 2 + 64);
+  for (int k = 0; k < 2; k++)
+    y[k] = malloc((size_t)M * C * 4), dW[k] = malloc((size_t)C * F * 4);
+  for (int k = 0; k < 2; k++) { /* 0: fp32 output; 1: in the bf16 region */
+    float *out = k ? (float *)(void *)region : h;
+    if (k) T_OK(mgt_be_set_act16(be, region, (size_t)M * F * 2 + 64));
+    T_OK(mgt_be_linear_bias_gelu(be, M, F, K, A, K, W1, K, b1, pre, out));
+    T_OK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, out, F, W2, F, 0.0f, y[k], C));
+    T_OK(mgt_be_linear_param_grads(be, M, C, F, dy, out, dW[k], NULL, 0));
+    if (k) T_OK(mgt_be_set_act16(be, region, 0));
+  }
+  size_t off = 0;
+  for (size_t i = 0; i < (size_t)M * F; i++)
+    off += region[i] != bf16_bits(h[i]);
+  T_CHECK(off == 0, "native: %zu GeLU outputs in the bf16 region are not the rounded fp32 ones",
+          off);
+  T_CHECK(!memcmp(y[0], y[1], (size_t)M * C * 4) && !memcmp(dW[0], dW[1], (size_t)C * F * 4),
+          "native: GEMMs on the bf16 activations differ from those on the fp32 ones");
+  /* the norms' outputs, alone and at the fused end of a block */
+  float *x = rnd((size_t)M * F, 1.0f), *lw = rnd(F, 1.0f), *lb = rnd(F, 0.5f), mean[29], rstd[29];
+  float *res = rnd((size_t)M * F, 1.0f), *sum = malloc((size_t)M * F * 4);
+  float *x2 = malloc((size_t)M * F * 4), *r16 = (float *)(void *)region;
+  mgt_dropout nod = {0};
+  for (int rms = 0; rms < 2; rms++) {
+    size_t offl = 0;
+    if (rms)
+      T_OK(mgt_be_rmsnorm_forward(be, h, rstd, x, lw, M, F, 1e-5f));
+    else
+      T_OK(mgt_be_layernorm_forward(be, h, mean, rstd, x, lw, lb, M, F, 1e-5f));
+    T_OK(mgt_be_set_act16(be, region, (size_t)M * F * 2));
+    if (rms)
+      T_OK(mgt_be_rmsnorm_forward(be, r16, rstd, x, lw, M, F, 1e-5f));
+    else
+      T_OK(mgt_be_layernorm_forward(be, r16, mean, rstd, x, lw, lb, M, F, 1e-5f));
+    for (size_t i = 0; i < (size_t)M * F; i++)
+      offl += region[i] != bf16_bits(h[i]);
+    memcpy(x2, x, (size_t)M * F * 4);
+    T_OK(mgt_be_bias_dropout_add_ln(be, sum, x2, b1, res, M, F, (size_t)F, &nod, r16,
+                                    rms ? NULL : mean, rstd, lw, rms ? NULL : lb, 1e-5f));
+    T_OK(mgt_be_set_act16(be, region, 0));
+    if (rms)
+      T_OK(mgt_be_rmsnorm_forward(be, h, rstd, sum, lw, M, F, 1e-5f));
+    else
+      T_OK(mgt_be_layernorm_forward(be, h, mean, rstd, sum, lw, lb, M, F, 1e-5f));
+    for (size_t i = 0; i < (size_t)M * F; i++)
+      offl += region[i] != bf16_bits(h[i]);
+    T_CHECK(offl == 0, "native: %zu %s outputs in the bf16 region are not the rounded fp32 ones",
+            offl, rms ? "RMSNorm" : "LayerNorm");
+  }
+  /* the region's element size is the mode's: it cannot change under it */
+  T_OK(mgt_be_set_act16(be, region, 64));
+  T_CHECK(mgt_backend_cpu_native(be, 0) != MGT_OK,
+          "native GEMMs switched off under bf16 activations");
+  mgt_error_clear();
+  T_OK(mgt_be_set_act16(be, region, 0));
+  T_OK(mgt_backend_cpu_native(be, 0));
+  T_CHECK(mgt_be_act16_bytes(be) == 4, "emulated bf16 keeps activations in %d bytes",
+          mgt_be_act16_bytes(be));
+  free(x), free(lw), free(lb), free(res), free(sum), free(x2);
+  free(A), free(W1), free(b1), free(W2), free(dy), free(pre), free(h), free(region);
+  for (int k = 0; k < 2; k++)
+    free(y[k]), free(dW[k]);
+}
+
 int main(void) {
   T_OK(mgt_backend_cpu_create(&be));
   for (int prec = 0; prec < 3; prec++) {
@@ -229,6 +318,7 @@ int main(void) {
   T_OK(mgt_be_set_act16(be, pin, 0));
   T_OK(mgt_be_set_precision(be, MGT_PREC_FP32));
   test_bias_dropout_add_ln();
+  test_act16_native();
   mgt_backend_destroy(&be);
   return t_report("test_fused");
 }

@@ -1307,7 +1307,7 @@ static void test_optimizer(void) {
         want += (double)g[segs[s].offset + i] * g[segs[s].offset + i];
   T_OK(mgt_be_sumsq(be, g, segs, 3, &ss));
   T_CHECK(fabs(ss - want) <= 1e-6 * want, "sumsq %.12g, reference %.12g", ss, want);
-  mgt_adamw_step st = {1e-2f, 0.9f, 0.95f, 1e-8f, 1 - 0.9f * 0.9f, 1 - 0.95f * 0.95f, 0.5f};
+  mgt_adamw_step st = {1e-2f, 0.9f, 0.95f, 1e-8f, 1 - 0.9f * 0.9f, 1 - 0.95f * 0.95f, 0.5f, 0};
   to_double(p, rp, n), to_double(m, rm, n), to_double(v, rv, n);
   for (int s = 0; s < 3; s++)
     for (size_t k = 0; k < segs[s].n; k++) {
@@ -1323,6 +1323,44 @@ static void test_optimizer(void) {
   T_CLOSE("adamw m", m, rm, n, 1e-7, 1e-5);
   T_CLOSE("adamw v", v, rv, n, 1e-9, 1e-5);
   free(p), free(g), free(m), free(v), free(rp), free(rm), free(rv);
+}
+
+/* AdamW writing the weights' 16-bit copies in its pass (s.copies): a GEMM reading the weights
+   through their copy afterwards gives what it gives on the updated weights outside the
+   registered region (rounded per GEMM), bit for bit; emulated bf16 and fp16, and native bf16
+   where the CPU has bf16 units. */
+static void test_adamw_copies(void) {
+  const size_t n = 10007;
+  const int M = 7, K = 23, N = n / K; /* the weights as an N x K matrix, and a spare tail */
+  mgt_segment segs[3] = {{0, 5000, 0.1f, 1, 0}, {5008, 3, 0.0f, 0, 0}, {5024, 4983, 0.0f, 1, 0}};
+  mgt_backend *b2 = NULL;
+  T_OK(mgt_backend_cpu_create(&b2));
+  for (int mode = 0; mode < 3; mode++) { /* emulated bf16, fp16, native bf16 */
+    if (mode == 2 && !mgt_cpu_bf16_units(NULL, 0)) break;
+    T_OK(mgt_be_set_precision(b2, mode == 1 ? MGT_PREC_FP16 : MGT_PREC_BF16));
+    T_OK(mgt_backend_cpu_native(b2, mode == 2));
+    float *p = fa(n), *g = fa(n), *m = fa(n), *v = fa(n), *q = fa(n), *x = fa((size_t)M * K);
+    float *y = fa((size_t)M * N), *yr = fa((size_t)M * N);
+    t_fill(p, n, 1), t_fill(g, n, 1), t_fill(m, n, 0.1f), t_fill(x, (size_t)M * K, 1);
+    for (size_t i = 0; i < n; i++)
+      v[i] = fabsf(t_randn()) * 0.01f;
+    T_OK(mgt_be_set_weights(b2, p, n));
+    T_OK(mgt_be_refresh_weights(b2, 0, n));
+    mgt_adamw_step st = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.19f, 0.0975f, 0.5f, 1};
+    T_CHECK(mgt_be_adamw(b2, q, g, m, v, segs, 3, &st) != MGT_OK,
+            "AdamW wrote copies of buffers that are not the weights");
+    mgt_error_clear();
+    T_OK(mgt_be_adamw(b2, p, g, m, v, segs, 3, &st));
+    memcpy(q, p, n * sizeof(float));
+    T_OK(mgt_be_gemm(b2, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, x, K, p, K, 0.0f, y, N));
+    T_OK(mgt_be_gemm(b2, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, x, K, q, K, 0.0f, yr, N));
+    T_CHECK(!memcmp(y, yr, sizeof(float) * (size_t)M * N),
+            "mode %d: a GEMM through the copies AdamW wrote differs from the updated weights'",
+            mode);
+    T_OK(mgt_be_set_weights(b2, p, 0));
+    free(p), free(g), free(m), free(v), free(q), free(x), free(y), free(yr);
+  }
+  mgt_backend_destroy(&b2);
 }
 
 /* ---------------- fast math ---------------- */
@@ -1955,6 +1993,7 @@ int main(void) {
   test_dropout();
   test_xent();
   test_optimizer();
+  test_adamw_copies();
   test_fast_exp();
   mgt_backend_destroy(&be);
   return t_report("test_kernels");

@@ -56,6 +56,8 @@ typedef struct mgt_adamw_step {
   float lr, beta1, beta2, eps;
   float bias_correction1, bias_correction2; /* 1 - beta^t */
   float grad_scale;                         /* multiplies every gradient first (clipping) */
+  int copies; /* p is set_weights' w: the updated elements' 16-bit copies written in the same pass
+               */
 } mgt_adamw_step;
 
 enum { MGT_NOTRANS = 0, MGT_TRANS = 1 };
@@ -82,7 +84,8 @@ typedef struct mgt_backend mgt_backend;
 
 /* "cpu" or "cuda". */
 const char *mgt_be_name(const mgt_backend *be);
-/* Bytes per element of the 16-bit activations (set_act16): 2 on GPUs, 4 on the CPU. */
+/* Bytes per element of the 16-bit activations (set_act16): 2 on GPUs and under the CPU's
+   native bf16 GEMMs, else 4 on the CPU. */
 int mgt_be_act16_bytes(const mgt_backend *be);
 
 /* ---- the operations (not collective; buffers in the backend's memory) ---- */
@@ -121,10 +124,11 @@ MGT_NODISCARD mgt_status mgt_be_sync(const mgt_backend *be);
   X(set_weights, SET_WEIGHTS, (const float *w, size_t n), (w, n), PLAIN)                           \
   X(refresh_weights, REFRESH_WEIGHTS, (size_t offset, size_t n), (offset, n), PLAIN)               \
   /* 16-bit activations: under a 16-bit precision, [p, p + bytes) holds GEMM-input activations     \
-  in that format, act16_bytes per element (2 on GPUs; 4 on the CPU, floats holding 16-bit          \
-  values, so that BLAS multiplies them as they are). A buffer there is addressed by its first      \
-  element as a float pointer (its elements are not floats on GPUs: only the operations below       \
-  touch it). linear_bias_gelu writes its out there already rounded, gemm and                       \
+  in that format, act16_bytes per element (2 on GPUs and under the CPU's native bf16 GEMMs; 4      \
+  on the CPU otherwise, floats holding 16-bit values, so that BLAS multiplies them as they are).   \
+  A buffer there is addressed by its first element as a float pointer (its elements are not        \
+  floats at 2 bytes: only the operations below touch it). linear_bias_gelu and the norms'          \
+  forwards write their out there already rounded, gemm and                                         \
   linear_param_grads read operands there without rounding them; the numbers are those of           \
   rounding per GEMM. bytes = 0 forgets the region if p is its start; while one is set the          \
   precision cannot change. */                                                                      \
@@ -410,7 +414,8 @@ MGT_NODISCARD mgt_status mgt_be_sync(const mgt_backend *be);
   /* Sum of squares over the segments with count_in_norm set, on the host. */                      \
   X(sumsq, SUMSQ, (const float *x, const mgt_segment *segs, int nseg, double *out),                \
     (x, segs, nseg, out), PLAIN)                                                                   \
-  /* One AdamW step over the segments of the flat buffers. */                                      \
+  /* One AdamW step over the segments of the flat buffers; with s->copies (p must then be          \
+  set_weights' w) also the 16-bit copies of the elements it updates, as refresh_weights would. */  \
   X(adamw, ADAMW,                                                                                  \
     (float *p, const float *g, float *m, float *v, const mgt_segment *segs, int nseg,              \
      const mgt_adamw_step *s),                                                                     \

@@ -270,6 +270,10 @@ MGT_NODISCARD mgt_status mgt_gpt_gather_params(mgt_gpt *m);
    the state list, a copy into mgt_gpt_param_data): their 16-bit copies are remade before the
    next GEMM that reads them. mgt_gpt_param_data and mgt_gpt_state imply it. Not collective. */
 void mgt_gpt_weights_changed(mgt_gpt *m);
+/* Whether the model keeps 16-bit copies of its weights (set_weights), remade per bucket. */
+int mgt_gpt_weight_copies(const mgt_gpt *m);
+/* Every parameter's copy was just written with it (adamw's copies): none is remade. */
+void mgt_gpt_copies_fresh(mgt_gpt *m);
 /* Optimizer segments (weight decay and norm ownership per tensor); `count` receives n. */
 const mgt_segment *mgt_gpt_segments(const mgt_gpt *m, int *count);
 /* Appends the model's parameters to `out` as "model/<name>" entries: this rank's slabs in the

@@ -52,8 +52,27 @@ mgt_status cpu_sumsq(void *ctx, const float *x, const mgt_segment *segs, int nse
   return MGT_OK;
 }
 
+/* One element's update: the same arithmetic in each of cpu_adamw's loops. */
+#define ADAMW_ELEMENT(i)                                                                           \
+  do {                                                                                             \
+    float gi = gg[i] * gs;                                                                         \
+    float mi = b1 * mm[i] + (1.0f - b1) * gi;                                                      \
+    float vi = b2 * vv[i] + (1.0f - b2) * gi * gi;                                                 \
+    mm[i] = mi;                                                                                    \
+    vv[i] = vi;                                                                                    \
+    float upd = (mi * ib1) / (sqrtf(vi * ib2) + eps);                                              \
+    pp[i] -= lr * (upd + wd * pp[i]);                                                              \
+  } while (0)
+
 mgt_status cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v,
                      const mgt_segment *segs, int nseg, const mgt_adamw_step *s) {
+  cpu_ctx *c = ctx;
+  const int copies = s->copies && c && (c->w16 || c->wcopy);
+  MGT_REQUIRE(!copies || p == c->wbase, "AdamW writing the weights' copies: not the weights");
+  /* the copy in the same pass: bf16 bits (native), rounded bf16 floats; fp16 after each range */
+  uint16_t *w16 = copies ? c->w16 : NULL;
+  float *wc = copies ? c->wcopy : NULL;
+  const int half = wc && c->precision == MGT_PREC_FP16;
   size_t total = seg_total(segs, nseg);
   const float b1 = s->beta1, b2 = s->beta2, lr = s->lr, eps = s->eps, gs = s->grad_scale;
   const float ib1 = 1.0f / s->bias_correction1, ib2 = 1.0f / s->bias_correction2;
@@ -71,15 +90,27 @@ mgt_status cpu_adamw(void *ctx, float *p, const float *g, float *m, float *v,
       float *pp = p + off, *mm = m + off, *vv = v + off;
       const float *gg = g + off;
       const float wd = segs[k].weight_decay;
+      if (w16) {
+        uint16_t *cc = w16 + off;
 #pragma omp simd
-      for (size_t i = i0; i < i1; i++) {
-        float gi = gg[i] * gs;
-        float mi = b1 * mm[i] + (1.0f - b1) * gi;
-        float vi = b2 * vv[i] + (1.0f - b2) * gi * gi;
-        mm[i] = mi;
-        vv[i] = vi;
-        float upd = (mi * ib1) / (sqrtf(vi * ib2) + eps);
-        pp[i] -= lr * (upd + wd * pp[i]);
+        for (size_t i = i0; i < i1; i++) {
+          ADAMW_ELEMENT(i);
+          cc[i] = cpu_bf16_bits(pp[i]);
+        }
+      } else if (wc && !half) {
+        float *cc = wc + off;
+#pragma omp simd
+        for (size_t i = i0; i < i1; i++) {
+          ADAMW_ELEMENT(i);
+          cc[i] = cpu_round_bf16(pp[i]);
+        }
+      } else {
+#pragma omp simd
+        for (size_t i = i0; i < i1; i++) {
+          ADAMW_ELEMENT(i);
+        }
+        for (size_t i = i0; half && i < i1; i++)
+          wc[off + i] = mgt_round_fp16(pp[i]);
       }
     }
   }

@@ -55,6 +55,7 @@ static mgt_status cpu_set_precision(void *ctx, mgt_precision prec) {
               "the precision cannot change while 16-bit activations are held");
   if (prec != c->precision) cpu_drop_copies(c); /* the copies hold the old format's values */
   c->precision = prec;
+  cpu_act16_mode(c);
   return MGT_OK;
 }
 
@@ -67,6 +68,7 @@ mgt_status mgt_backend_cpu_create(mgt_backend **out) {
   }
   be->name = "cpu";
   be->act16_bytes = (int)sizeof(float);
+  ((cpu_ctx *)be->ctx)->be = be;
   be->free = cpu_free;
   be->sync = cpu_sync;
   be->destroy = cpu_destroy;

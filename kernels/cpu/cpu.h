@@ -49,9 +49,12 @@ typedef struct cpu_ctx {
   const float *wbase;
   size_t wn;
   float *wcopy;
-  /* set_act16: floats holding 16-bit values, [a16, a16 + a16n) */
-  float *a16;
-  size_t a16n;
+  /* set_act16: the 16-bit activations, [a16, a16 + a16_bytes): floats holding 16-bit values
+     (a16b 4), or bf16 itself under native GEMMs (a16b 2), which no GEMM converts again */
+  char *a16;
+  size_t a16_bytes;
+  int a16b;
+  struct mgt_backend *be; /* the table, whose act16_bytes follows the mode */
   /* native bf16 GEMMs (mgt_backend_cpu_native): oneDNN's state, the weights' bf16 copy (in
      place of wcopy) and the bf16 operands of one call */
   struct cpu_native *nat;
@@ -67,6 +70,18 @@ typedef struct cpu_ctx {
 /* Whether [p, p + n) lies in the region [lo, lo + len) (floats). */
 static inline int cpu_inside(const float *p, size_t n, const float *lo, size_t len) {
   return lo && p >= lo && p < lo + len && n <= (size_t)(lo + len - p);
+}
+
+/* Whether the n elements at p lie in the 16-bit activation region. */
+static inline int cpu_in_act16(const cpu_ctx *c, const void *p, size_t n) {
+  const char *q = (const char *)p;
+  return c && c->a16 && q >= c->a16 && q < c->a16 + c->a16_bytes &&
+         n * (size_t)c->a16b <= (size_t)(c->a16 + c->a16_bytes - q);
+}
+
+/* The same where the region holds bf16 (native GEMMs): the n elements at p are uint16_t. */
+static inline uint16_t *cpu_act16_bf16(const cpu_ctx *c, const void *p, size_t n) {
+  return c && c->a16b == 2 && cpu_in_act16(c, p, n) ? (uint16_t *)(uintptr_t)p : NULL;
 }
 
 /* Largest team the reductions keep per-thread partials for. */
@@ -107,6 +122,8 @@ void cpu_drop_copies(cpu_ctx *c);
 static inline int cpu_native_on(const cpu_ctx *c) {
   return c && c->native && c->precision == MGT_PREC_BF16;
 }
+/* Sets the table's act16_bytes to the mode's: bf16 under native GEMMs, else floats. */
+void cpu_act16_mode(cpu_ctx *c);
 /* The bf16 bits of x rounded as mgt_round_bf16, branch-free so that the conversion loops
    vectorize (calling mgt_round_bf16 there made a native step 25% slower). */
 static inline uint16_t cpu_bf16_bits(float x) {
@@ -135,6 +152,13 @@ mgt_status cpu_bf16_scratch(cpu_ctx *c, int k, size_t n, uint16_t **out);
 mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
                                 const float *W, int ldw, const float *b, float *pre, float *out);
 mgt_status cpu_add_bias(void *ctx, float *y, const float *b, int N, int C);
+/* bias_backward of dy in bf16 (N x C) */
+void cpu_bias_backward16(float *db, const uint16_t *dy, int N, int C, int accumulate);
+#ifdef MGT_HAVE_ONEDNN
+/* linear_param_grads with native GEMMs: dy converted to bf16 once, for the GEMM and the bias */
+mgt_status cpu_native_param_grads(cpu_ctx *c, int M, int N, int K, const float *dy, const float *x,
+                                  float *dW, float *db, int accumulate);
+#endif
 mgt_status cpu_bias_backward(void *ctx, float *db, const float *dy, int N, int C, int accumulate);
 mgt_status cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *x,
                                  const float *w, const float *b, int N, int C, float eps);
@@ -176,6 +200,9 @@ mgt_status cpu_rope(void *ctx, float *x, int N, int T, int pos0, const int32_t *
 mgt_status cpu_kv_group(void *ctx, float *dst, const float *src, int N, int Hl, int Gl, int hd,
                         int reduce);
 mgt_status cpu_bias_gelu_forward(void *ctx, float *out, float *pre, const float *b, int N, int C);
+/* bias_gelu_forward with out in bf16 (the native mode's 16-bit activations) */
+mgt_status cpu_bias_gelu_forward16(void *ctx, uint16_t *out, float *pre, const float *b, int N,
+                                   int C);
 mgt_status cpu_gelu_backward(void *ctx, float *dpre, const float *dout, const float *pre, size_t n);
 mgt_status cpu_bias_act_forward(void *ctx, int act, float *out, float *pre, const float *b, int N,
                                 int C);

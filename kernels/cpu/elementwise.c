@@ -93,8 +93,10 @@ mgt_status cpu_add_bias(void *ctx, float *y, const float *b, int N, int C) {
   return MGT_OK;
 }
 
-mgt_status cpu_bias_backward(void *ctx, float *db, const float *dy, int N, int C, int accumulate) {
-  /* Threads own column ranges, so the sum over rows has a fixed order. */
+/* db (+)= the column sums of dy, fp32 or bf16 (widened): threads own column ranges, so the
+   sum over rows has a fixed order, the same for both types on the same values. */
+static void bias_sums(float *db, const float *dy, const uint16_t *dy16, int N, int C,
+                      int accumulate) {
 #pragma omp parallel
   {
     int nt = omp_get_num_threads(), t = omp_get_thread_num();
@@ -103,13 +105,32 @@ mgt_status cpu_bias_backward(void *ctx, float *db, const float *dy, int N, int C
       for (int c = c0; c < c1; c++)
         db[c] = 0.0f;
     for (int n = 0; n < N; n++) {
+      if (dy16) {
+        const uint16_t *r = dy16 + (size_t)n * C;
+#pragma omp simd
+        for (int c = c0; c < c1; c++) {
+          const uint32_t u = (uint32_t)r[c] << 16;
+          float v;
+          memcpy(&v, &u, sizeof v);
+          db[c] += v;
+        }
+        continue;
+      }
       const float *r = dy + (size_t)n * C;
 #pragma omp simd
       for (int c = c0; c < c1; c++)
         db[c] += r[c];
     }
   }
+}
+
+mgt_status cpu_bias_backward(void *ctx, float *db, const float *dy, int N, int C, int accumulate) {
+  bias_sums(db, dy, NULL, N, C, accumulate);
   return MGT_OK;
+}
+
+void cpu_bias_backward16(float *db, const uint16_t *dy, int N, int C, int accumulate) {
+  bias_sums(db, NULL, dy, N, C, accumulate);
 }
 
 mgt_status cpu_add(void *ctx, float *y, const float *x, size_t n) {

@@ -22,12 +22,9 @@ mgt_status cpu_linear_param_grads(void *ctx, int M, int N, int K, const float *d
   }
   /* under 16 bits dy is rounded once: the bias sums are of the dy the GEMM multiplies */
   const float *g, *a;
-  if (c->native && c->precision == MGT_PREC_BF16) { /* the GEMM rounds dy the same way */
-    if (db) MGT_CHECK(cpu_operand(c, 0, dy, M, N, N, &g));
-    if (db) MGT_CHECK(cpu_bias_backward(ctx, db, g, M, N, accumulate));
-    return cpu_gemm(ctx, MGT_TRANS, MGT_NOTRANS, N, K, M, 1.0f, dy, N, x, K,
-                    accumulate ? 1.0f : 0.0f, dW, K);
-  }
+#ifdef MGT_HAVE_ONEDNN
+  if (cpu_native_on(c)) return cpu_native_param_grads(c, M, N, K, dy, x, dW, db, accumulate);
+#endif
   MGT_CHECK(cpu_operand(c, 0, dy, M, N, N, &g));
   MGT_CHECK(cpu_operand(c, 1, x, M, K, K, &a));
   if (db) MGT_CHECK(cpu_bias_backward(ctx, db, g, M, N, accumulate));

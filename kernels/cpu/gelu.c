@@ -15,6 +15,24 @@ mgt_status cpu_bias_gelu_forward(void *ctx, float *out, float *pre, const float 
   return MGT_OK;
 }
 
+/* The same numbers stored as bf16 bits: what rounding out afterwards gives. */
+mgt_status cpu_bias_gelu_forward16(void *ctx, uint16_t *out, float *pre, const float *b, int N,
+                                   int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    float *p = pre + (size_t)n * C;
+    uint16_t *o = out + (size_t)n * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+      float x = b ? p[c] + b[c] : p[c];
+      p[c] = x;
+      float u = MGT_GELU_K0 * (x + MGT_GELU_K1 * x * x * x);
+      o[c] = cpu_bf16_bits(0.5f * x * (1.0f + mgt_fast_tanhf(u)));
+    }
+  }
+  return MGT_OK;
+}
+
 mgt_status cpu_gelu_backward(void *ctx, float *dpre, const float *dout, const float *pre,
                              size_t n) {
 #pragma omp parallel for simd schedule(static)

@@ -126,12 +126,16 @@ mgt_status cpu_refresh_weights(void *ctx, size_t offset, size_t n) {
 mgt_status cpu_set_act16(void *ctx, void *p, size_t bytes) {
   cpu_ctx *c = ctx;
   if (!bytes) {
-    if (p == c->a16) c->a16 = NULL, c->a16n = 0;
+    if (p == c->a16) c->a16 = NULL, c->a16_bytes = 0;
     return MGT_OK;
   }
   MGT_REQUIRE(c->precision != MGT_PREC_FP32, "16-bit activations need a 16-bit precision");
-  c->a16 = p, c->a16n = bytes / sizeof(float);
+  c->a16 = p, c->a16_bytes = bytes, c->a16b = cpu_native_on(c) ? 2 : (int)sizeof(float);
   return MGT_OK;
+}
+
+void cpu_act16_mode(cpu_ctx *c) {
+  if (c->be) c->be->act16_bytes = cpu_native_on(c) ? 2 : (int)sizeof(float);
 }
 
 /* A 16-bit operand: a 16-bit activation as it is, its part of the weights' copy when it lies
@@ -139,7 +143,9 @@ mgt_status cpu_set_act16(void *ctx, void *p, size_t bytes) {
 mgt_status cpu_operand(cpu_ctx *c, int k, const float *src, int rows, int cols, int ld,
                        const float **out) {
   const size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
-  if (cpu_inside(src, n, c->a16, c->a16n)) {
+  if (cpu_in_act16(c, src, n)) {
+    MGT_REQUIRE(c->a16b == (int)sizeof(float),
+                "a bf16 activation read by a GEMM that is not native");
     *out = src;
     return MGT_OK;
   }
@@ -159,11 +165,27 @@ static mgt_status cpu_operand_bf16(cpu_ctx *c, int k, const float *src, int rows
     *out = c->w16 + (src - c->wbase);
     return MGT_OK;
   }
+  const uint16_t *a = cpu_act16_bf16(c, src, n); /* an activation kept in bf16 */
+  if (a) {
+    *out = a;
+    return MGT_OK;
+  }
   uint16_t *p;
   MGT_CHECK(cpu_bf16_scratch(c, k, n, &p));
   cpu_to_bf16(p, src, rows, cols, ld);
   *out = p;
   return MGT_OK;
+}
+
+mgt_status cpu_native_param_grads(cpu_ctx *c, int M, int N, int K, const float *dy, const float *x,
+                                  float *dW, float *db, int accumulate) {
+  const uint16_t *g, *a;
+  MGT_CHECK(cpu_operand_bf16(c, 0, dy, M, N, N, &g));
+  if (db) cpu_bias_backward16(db, g, M, N, accumulate);
+  if (N == 0 || K == 0) return MGT_OK;
+  MGT_CHECK(cpu_operand_bf16(c, 1, x, M, K, K, &a));
+  return cpu_native_gemm(c->nat, MGT_TRANS, MGT_NOTRANS, N, K, M, 1.0f, g, N, a, K,
+                         accumulate ? 1.0f : 0.0f, dW, K);
 }
 
 mgt_status cpu_native_threads(cpu_ctx *c) {
@@ -222,9 +244,11 @@ mgt_status cpu_gemm_grouped(void *ctx, int transa, int transb, int count, const 
 mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
                                 const float *W, int ldw, const float *b, float *pre, float *out) {
   MGT_CHECK(cpu_gemm(ctx, MGT_NOTRANS, MGT_TRANS, M, N, K, 1.0f, A, lda, W, ldw, 0.0f, pre, N));
-  MGT_CHECK(cpu_bias_gelu_forward(ctx, out, pre, b, M, N));
   cpu_ctx *c = ctx; /* kept in 16 bits (set_act16): rounded once, here */
-  if (c && cpu_inside(out, (size_t)M * N, c->a16, c->a16n)) cpu_round16(c, out, out, (size_t)M * N);
+  uint16_t *o16 = cpu_act16_bf16(c, out, (size_t)M * N);
+  if (o16) return cpu_bias_gelu_forward16(ctx, o16, pre, b, M, N);
+  MGT_CHECK(cpu_bias_gelu_forward(ctx, out, pre, b, M, N));
+  if (cpu_in_act16(c, out, (size_t)M * N)) cpu_round16(c, out, out, (size_t)M * N);
   return MGT_OK;
 }
 
@@ -255,8 +279,11 @@ mgt_status mgt_backend_cpu_native(mgt_backend *be, int on) {
 #ifdef MGT_HAVE_ONEDNN
   if (on && !c->nat) MGT_CHECK(cpu_native_create(&c->nat));
 #endif
+  MGT_REQUIRE(on == c->native || !c->a16,
+              "native bf16 GEMMs cannot be switched while 16-bit activations are held");
   if (on != c->native) cpu_drop_copies(c); /* the copies are in the other mode's format */
   c->native = on;
+  cpu_act16_mode(c);
   return MGT_OK;
 }
 

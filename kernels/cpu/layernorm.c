@@ -4,6 +4,8 @@
 
 mgt_status cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd, const float *x,
                                  const float *w, const float *b, int N, int C, float eps) {
+  cpu_ctx *cx = ctx; /* kept in 16 bits (set_act16): rounded once, here */
+  uint16_t *o16 = cpu_act16_bf16(cx, out, (size_t)N * C);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *xr = x + (size_t)n * C;
@@ -18,14 +20,20 @@ mgt_status cpu_layernorm_forward(void *ctx, float *out, float *mean, float *rstd
     for (int c = 0; c < C; c++)
       v += (xr[c] - m) * (xr[c] - m);
     float r = 1.0f / sqrtf(v / C + eps);
+    if (o16) {
+      uint16_t *q = o16 + (size_t)n * C;
 #pragma omp simd
-    for (int c = 0; c < C; c++)
-      o[c] = (xr[c] - m) * r * w[c] + b[c];
+      for (int c = 0; c < C; c++)
+        q[c] = cpu_bf16_bits((xr[c] - m) * r * w[c] + b[c]);
+    } else {
+#pragma omp simd
+      for (int c = 0; c < C; c++)
+        o[c] = (xr[c] - m) * r * w[c] + b[c];
+    }
     mean[n] = m;
     rstd[n] = r;
   }
-  cpu_ctx *c = ctx; /* kept in 16 bits (set_act16): rounded once, here */
-  if (c && cpu_inside(out, (size_t)N * C, c->a16, c->a16n)) cpu_round16(c, out, out, (size_t)N * C);
+  if (!o16 && cpu_in_act16(cx, out, (size_t)N * C)) cpu_round16(cx, out, out, (size_t)N * C);
   return MGT_OK;
 }
 
@@ -77,6 +85,8 @@ mgt_status cpu_layernorm_backward(void *ctx, float *dx, float *dw, float *db, co
 /* RMSNorm (Llama's): no mean is removed and there is no bias. */
 mgt_status cpu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *x, const float *w,
                                int N, int C, float eps) {
+  cpu_ctx *cx = ctx; /* kept in 16 bits (set_act16): rounded once, here */
+  uint16_t *o16 = cpu_act16_bf16(cx, out, (size_t)N * C);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *xr = x + (size_t)n * C;
@@ -86,13 +96,19 @@ mgt_status cpu_rmsnorm_forward(void *ctx, float *out, float *rstd, const float *
     for (int c = 0; c < C; c++)
       v += xr[c] * xr[c];
     float r = 1.0f / sqrtf(v / C + eps);
+    if (o16) {
+      uint16_t *q = o16 + (size_t)n * C;
 #pragma omp simd
-    for (int c = 0; c < C; c++)
-      o[c] = xr[c] * r * w[c];
+      for (int c = 0; c < C; c++)
+        q[c] = cpu_bf16_bits(xr[c] * r * w[c]);
+    } else {
+#pragma omp simd
+      for (int c = 0; c < C; c++)
+        o[c] = xr[c] * r * w[c];
+    }
     rstd[n] = r;
   }
-  cpu_ctx *c = ctx; /* kept in 16 bits (set_act16): rounded once, here */
-  if (c && cpu_inside(out, (size_t)N * C, c->a16, c->a16n)) cpu_round16(c, out, out, (size_t)N * C);
+  if (!o16 && cpu_in_act16(cx, out, (size_t)N * C)) cpu_round16(cx, out, out, (size_t)N * C);
   return MGT_OK;
 }
 

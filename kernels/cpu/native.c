@@ -5,11 +5,11 @@
    memory objects, whose data pointers are set per call. */
 #include "native.h"
 
-#include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dnnl_compat.h"
 #include "mgt/common.h"
 
 enum { NATIVE_CACHE = 96 };
@@ -81,7 +81,6 @@ void cpu_native_destroy(cpu_native *nat) {
    each element is, so a transposed operand is the same matrix read with its strides swapped,
    which oneDNN's kernels take as they are. */
 static mgt_status entry_make(cpu_native *nat, const cpu_mm *k, native_entry *e) {
-  dnnl_memory_desc_t am, bm, cm;
   const int nd = k->nb == 1 && k->nh == 1 ? 2 : 4, o = 4 - nd;
   dnnl_dims_t ad = {k->nb, k->nh, k->M, k->K}, bd = {k->nb, k->nh, k->K, k->N};
   dnnl_dims_t cd = {k->nb, k->nh, k->M, k->N}, as, bs, cs;
@@ -92,31 +91,27 @@ static mgt_status entry_make(cpu_native *nat, const cpu_mm *k, native_entry *e) 
     cs[i] = i + o < 4 ? k->sc[i + o] : 0;
   }
   const dnnl_data_type_t in = k->f32 ? dnnl_f32 : dnnl_bf16;
-  DNNL_TRY(dnnl_memory_desc_init_by_strides(&am, nd, ad, in, as), "the A descriptor");
-  DNNL_TRY(dnnl_memory_desc_init_by_strides(&bm, nd, bd, in, bs), "the B descriptor");
-  DNNL_TRY(dnnl_memory_desc_init_by_strides(&cm, nd, cd, dnnl_f32, cs), "the C descriptor");
-  dnnl_matmul_desc_t md;
-  DNNL_TRY(dnnl_matmul_desc_init(&md, &am, &bm, NULL, &cm), "the matmul descriptor");
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t po = NULL;
   dnnl_primitive_desc_t pd = NULL;
+  mgt_dnnl_md am = MGT_DNNL_MD_NONE, bm = MGT_DNNL_MD_NONE, cm = MGT_DNNL_MD_NONE;
   mgt_status st = MGT_ERR_BACKEND;
-  if (dnnl_primitive_attr_create(&attr) != dnnl_success) goto done;
-  if (k->alpha != 1.0f && dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha)) goto done;
-  if (k->beta != 0.0f) { /* C = alpha A B + beta C: a sum post-op */
-    if (dnnl_post_ops_create(&po) || dnnl_post_ops_append_sum(po, k->beta) ||
-        dnnl_primitive_attr_set_post_ops(attr, po))
-      goto done;
-  }
-  if (dnnl_primitive_desc_create(&pd, &md, attr, nat->eng, NULL) != dnnl_success) goto done;
-  if (dnnl_primitive_create(&e->prim, pd) != dnnl_success) goto done;
-  if (dnnl_memory_create(&e->a, &am, nat->eng, DNNL_MEMORY_NONE) ||
-      dnnl_memory_create(&e->b, &bm, nat->eng, DNNL_MEMORY_NONE) ||
-      dnnl_memory_create(&e->c, &cm, nat->eng, DNNL_MEMORY_NONE))
+  if (mgt_dnnl_md_strides(&am, nd, ad, in, as) || mgt_dnnl_md_strides(&bm, nd, bd, in, bs) ||
+      mgt_dnnl_md_strides(&cm, nd, cd, dnnl_f32, cs))
+    goto done;
+  if (dnnl_primitive_attr_create(&attr) != dnnl_success ||
+      mgt_dnnl_alpha_beta(attr, &po, k->alpha, k->beta) != dnnl_success ||
+      mgt_dnnl_matmul_pd(&pd, nat->eng, &am, &bm, &cm, attr) != dnnl_success ||
+      dnnl_primitive_create(&e->prim, pd) != dnnl_success)
+    goto done;
+  if (dnnl_memory_create(&e->a, MGT_DNNL_MD(am), nat->eng, DNNL_MEMORY_NONE) ||
+      dnnl_memory_create(&e->b, MGT_DNNL_MD(bm), nat->eng, DNNL_MEMORY_NONE) ||
+      dnnl_memory_create(&e->c, MGT_DNNL_MD(cm), nat->eng, DNNL_MEMORY_NONE))
     goto done;
   e->key = *k;
   st = MGT_OK;
 done:
+  mgt_dnnl_md_free(am), mgt_dnnl_md_free(bm), mgt_dnnl_md_free(cm);
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (po) dnnl_post_ops_destroy(po);
   if (attr) dnnl_primitive_attr_destroy(attr);

@@ -67,9 +67,12 @@ mgt_status cu_sumsq(void *ctx, const float *x, const mgt_segment *segs, int nseg
   return MGT_OK;
 }
 
-/* One launch for every segment: blockIdx.y is the segment, x strides over its elements. */
+/* One launch for every segment: blockIdx.y is the segment, x strides over its elements; the
+   weights' 16-bit copy (T) written in the same pass where copy is not NULL. */
+template <typename T>
 __global__ void k_adamw(float *p, const float *g, float *m, float *v, const mgt_segment *segs,
-                        float b1, float b2, float lr, float eps, float gs, float ib1, float ib2) {
+                        float b1, float b2, float lr, float eps, float gs, float ib1, float ib2,
+                        T *copy) {
   const mgt_segment sg = segs[blockIdx.y];
   const float wd = sg.weight_decay;
   for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < sg.n;
@@ -81,6 +84,7 @@ __global__ void k_adamw(float *p, const float *g, float *m, float *v, const mgt_
     m[i] = mi;
     v[i] = vi;
     p[i] -= lr * ((mi * ib1) / (sqrtf(vi * ib2) + eps) + wd * p[i]);
+    if (copy) store16(&copy[i], p[i]);
   }
 }
 
@@ -88,6 +92,8 @@ mgt_status cu_adamw(void *ctx, float *p, const float *g, float *m, float *v,
                     const mgt_segment *segs, int nseg, const mgt_adamw_step *s) {
   cuda_ctx *c = C_(ctx);
   if (nseg <= 0) return MGT_OK;
+  const bool copies = s->copies && c->wcopy;
+  MGT_REQUIRE(!copies || p == c->wbase, "AdamW writing the weights' copies: not the weights");
   MGT_REQUIRE(nseg <= 65535, "AdamW over %d segments exceeds one launch's grid", nseg);
   /* the table changes only with the model: uploaded when it differs from the last one */
   const size_t bytes = sizeof(mgt_segment) * (size_t)nseg;
@@ -104,9 +110,14 @@ mgt_status cu_adamw(void *ctx, float *p, const float *g, float *m, float *v,
     most = segs[k].n > most ? segs[k].n : most;
   if (!most) return MGT_OK;
   const dim3 grid(blocks_for(most, 256) < 1024u ? blocks_for(most, 256) : 1024u, (unsigned)nseg);
-  k_adamw<<<grid, 256, 0, c->stream>>>(p, g, m, v, c->dsegs, s->beta1, s->beta2, s->lr, s->eps,
-                                       s->grad_scale, 1.0f / s->bias_correction1,
-                                       1.0f / s->bias_correction2);
+  const float ib1 = 1.0f / s->bias_correction1, ib2 = 1.0f / s->bias_correction2;
+  if (copies && c->precision == MGT_PREC_FP16)
+    k_adamw<<<grid, 256, 0, c->stream>>>(p, g, m, v, c->dsegs, s->beta1, s->beta2, s->lr, s->eps,
+                                         s->grad_scale, ib1, ib2, (__half *)c->wcopy);
+  else
+    k_adamw<<<grid, 256, 0, c->stream>>>(p, g, m, v, c->dsegs, s->beta1, s->beta2, s->lr, s->eps,
+                                         s->grad_scale, ib1, ib2,
+                                         copies ? (__nv_bfloat16 *)c->wcopy : nullptr);
   LAUNCHED();
   return MGT_OK;
 }

@@ -61,3 +61,5 @@ MGT_NODISCARD mgt_status mgt_ddp_params_ready(mgt_ddp *d, int b);
 MGT_NODISCARD mgt_status mgt_ddp_weights_ready(mgt_ddp *d, int b);
 /* w changed (an update, a load): every bucket's 16-bit copies are stale. */
 void mgt_ddp_weights_changed(mgt_ddp *d);
+/* Every bucket's copies were written with w (the optimizer's pass): none is stale. */
+void mgt_ddp_copies_fresh(mgt_ddp *d);

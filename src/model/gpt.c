@@ -74,6 +74,12 @@ void mgt_gpt_weights_changed(mgt_gpt *m) {
   if (m->ddp) mgt_ddp_weights_changed(m->ddp);
 }
 
+int mgt_gpt_weight_copies(const mgt_gpt *m) { return m->weight_copies; }
+
+void mgt_gpt_copies_fresh(mgt_gpt *m) {
+  if (m->ddp) mgt_ddp_copies_fresh(m->ddp);
+}
+
 float *mgt_gpt_grad_shard(mgt_gpt *m, const mgt_span **spans, int *n_spans, size_t *n) {
   return mgt_ddp_grad_shard(m->ddp, spans, n_spans, n);
 }
@@ -101,6 +107,9 @@ mgt_status mgt_gpt_create(const mgt_model_spec *spec, const mgt_model_layout *la
   m->tp.comm = comm;
   m->tp.grid = grid;
   mgt_gpt_dims_of(spec, layout, grid->tp, grid->tp_rank, &m->d);
+  /* the CPU keeps them in floats, or in bf16 itself under native bf16 GEMMs: its backend says */
+  if (m->d.act16 && layout->device == MGT_DEVICE_CPU && !strcmp(mgt_be_name(be), "cpu"))
+    m->d.act16 = mgt_be_act16_bytes(be);
   MGT_GOTO_REQUIRE(m->d.ep == grid->ep, "a model of %d expert-parallel ranks on a grid of %d",
                    m->d.ep, grid->ep);
   gpt_dims_set_expert_rank(&m->d, grid->ep_rank);

@@ -241,6 +241,11 @@ void mgt_gpt_memory_plan_grid(const mgt_config *cfg, int tp, int dp, mgt_gpt_mem
     mem->optimizer = 2 * shard;
     mem->grads += shard;
   }
+  /* native bf16 on CPUs keeps the 16-bit activations and set_weights' copy in 2 bytes, as GPUs;
+     emulated, in floats */
+  const int native = lay.device == MGT_DEVICE_CPU && lay.bf16 &&
+                     lay.cpu_gemm != MGT_CPU_GEMM_EMULATED && mgt_cpu_bf16_units(NULL, 0);
+  if (native && d.act16) d.act16 = 2;
   mgt_model_layout alt = lay;
   alt.recompute_method = MGT_RECOMPUTE_UNIFORM;
   alt.recompute_layers = 1;
@@ -254,9 +259,6 @@ void mgt_gpt_memory_plan_grid(const mgt_config *cfg, int tp, int dp, mgt_gpt_mem
   }
   const rplan rp = gpt_recompute_plan(&lay, d.L);
   mem->activations = gpt_layout_activations(&probe, &d, &rp) * sizeof(float);
-  /* set_weights' copy: 16 bits on GPUs and in native bf16 on CPUs, floats when emulated */
-  const int native = lay.device == MGT_DEVICE_CPU && lay.bf16 &&
-                     lay.cpu_gemm != MGT_CPU_GEMM_EMULATED && mgt_cpu_bf16_units(NULL, 0);
   if (lay.weight_copies)
     mem->weight_copies = floats * (lay.device == MGT_DEVICE_CUDA || native ? 2 : sizeof(float));
   mem->total = mem->params + mem->weight_copies + mem->grads + mem->optimizer + mem->activations;

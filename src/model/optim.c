@@ -228,7 +228,7 @@ mgt_status mgt_optim_step(mgt_optim *o, double lr, double lr_decoupled, double *
   if (o->opt.clip_grad > 0.0 && norm > o->opt.clip_grad) scale = o->opt.clip_grad / (norm + 1e-6);
   scale /= o->loss_scale;
   o->steps++;
-  mgt_adamw_step s;
+  mgt_adamw_step s = {0};
   s.lr = (float)lr;
   s.beta1 = (float)o->opt.beta1;
   s.beta2 = (float)o->opt.beta2;
@@ -254,8 +254,13 @@ mgt_status mgt_optim_step(mgt_optim *o, double lr, double lr_decoupled, double *
   }
   int nseg;
   const mgt_segment *segs = mgt_gpt_segments(o->model, &nseg);
-  return adamw(o, mgt_gpt_param_data(o->model), mgt_gpt_grad_data(o->model), segs, nseg, &s, lr,
-               lr_decoupled);
+  /* every parameter updated here: their 16-bit copies written in the same pass, not remade
+     before the next forward */
+  s.copies = mgt_gpt_weight_copies(o->model);
+  MGT_CHECK(adamw(o, mgt_gpt_param_data(o->model), mgt_gpt_grad_data(o->model), segs, nseg, &s, lr,
+                  lr_decoupled));
+  if (s.copies) mgt_gpt_copies_fresh(o->model);
+  return MGT_OK;
 }
 
 int64_t mgt_optim_step_count(const mgt_optim *o) { return o->steps; }

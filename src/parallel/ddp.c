@@ -255,6 +255,10 @@ void mgt_ddp_weights_changed(mgt_ddp *d) {
   if (d->stale) memset(d->stale, 1, (size_t)d->n_buckets);
 }
 
+void mgt_ddp_copies_fresh(mgt_ddp *d) {
+  if (d->stale) memset(d->stale, 0, (size_t)d->n_buckets);
+}
+
 mgt_status mgt_ddp_weights_ready(mgt_ddp *d, int b) {
   MGT_CHECK(mgt_ddp_params_ready(d, b));
   for (int k = 0; d->stale && k < d->n_buckets; k++) {
