@@ -18,7 +18,7 @@ declare -A layer=(
   [json.h]=formats [sha256.h]=formats [h5util.h]=formats [tensorboard.h]=formats
   [config.h]=base [model.h]=base [state.h]=base [data.h]=base [backend.h]=base [flags.h]=base
   [log.h]=base [progress.h]=base [rng.h]=base
-  [backend_impl.h]=kernels [cpu.h]=kernels [native.h]=kernels [cblas_any.h]=kernels [cuda_check.h]=kernels [cuda_impl.h]=kernels [flash16.h]=kernels
+  [backend_impl.h]=kernels [cpu.h]=kernels [native.h]=kernels [dnnl_compat.h]=kernels [cblas_any.h]=kernels [cuda_check.h]=kernels [cuda_impl.h]=kernels [flash16.h]=kernels
   [philox.h]=kernels
   [moe_route.h]=kernels
   [grid.h]=parallel [comm.h]=parallel [comm_impl.h]=parallel [ddp.h]=parallel [tp.h]=parallel [device.h]=parallel [watchdog.h]=parallel
