@@ -158,25 +158,36 @@ static void test_bias_dropout_add_ln(void) {
   }
 }
 
-/* The MLP's GeLU output kept in 16 bits (set_act16): linear_bias_gelu writes it rounded, and
-   the next layer's GEMMs (forward and weight gradient) read it as it is; the same numbers, bit
-   for bit, as the fp32 output each GEMM rounds itself. */
-static void test_act16(int prec) {
-  const int M = 29, K = 48, F = 64, C = 40;
+/* The MLP's GeLU output (M x F) written by linear_bias_gelu into h (k = 0) and into the 16-bit
+   activation region [region, region + bytes) (k = 1), each read by the next layer's GEMMs:
+   y[k] its forward (M x C), dW[k] its weight gradient (C x F). */
+enum { GM = 29, GK = 48, GF = 64, GC = 40 };
+static void gelu_then_gemms(float *h, void *region, size_t bytes, float *y[2], float *dW[2]) {
+  const int M = GM, K = GK, F = GF, C = GC;
   float *A = rnd((size_t)M * K, 1.0f), *W1 = rnd((size_t)F * K, 0.3f), *b1 = rnd(F, 0.2f);
   float *W2 = rnd((size_t)C * F, 0.3f), *dy = rnd((size_t)M * C, 1.0f);
-  float *pre = malloc((size_t)M * F * 4), *h = malloc((size_t)M * F * 4);
-  float *region = malloc((size_t)M * F * 4 + 64), *y[2], *dW[2];
-  for (int k = 0; k < 2; k++)
-    y[k] = malloc((size_t)M * C * 4), dW[k] = malloc((size_t)C * F * 4);
-  for (int k = 0; k < 2; k++) { /* 0: plain fp32 output; 1: in the 16-bit region */
-    float *out = k ? region : h;
-    if (k) T_OK(mgt_be_set_act16(be, region, (size_t)M * F * 4 + 64));
+  float *pre = malloc((size_t)M * F * 4);
+  for (int k = 0; k < 2; k++) {
+    float *out = k ? (float *)region : h;
+    if (k) T_OK(mgt_be_set_act16(be, region, bytes));
     T_OK(mgt_be_linear_bias_gelu(be, M, F, K, A, K, W1, K, b1, pre, out));
     T_OK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, out, F, W2, F, 0.0f, y[k], C));
     T_OK(mgt_be_linear_param_grads(be, M, C, F, dy, out, dW[k], NULL, 0));
     if (k) T_OK(mgt_be_set_act16(be, region, 0));
   }
+  free(A), free(W1), free(b1), free(W2), free(dy), free(pre);
+}
+
+/* The MLP's GeLU output kept in 16 bits (set_act16): linear_bias_gelu writes it rounded, and
+   the next layer's GEMMs (forward and weight gradient) read it as it is; the same numbers, bit
+   for bit, as the fp32 output each GEMM rounds itself. */
+static void test_act16(int prec) {
+  const int M = GM, F = GF, C = GC;
+  float *h = malloc((size_t)M * F * 4), *region = malloc((size_t)M * F * 4 + 64), *y[2], *dW[2];
+  for (int k = 0; k < 2; k++)
+    y[k] = malloc((size_t)M * C * 4), dW[k] = malloc((size_t)C * F * 4);
+  gelu_then_gemms(h, region, (size_t)M * F * 4 + 64, y, dW);
+  float *b1 = rnd(F, 0.2f); /* the attention block's output bias below */
   size_t off = 0;
   for (size_t i = 0; i < (size_t)M * F; i++)
     off += region[i] != (float)round_to(prec, h[i]);
@@ -208,7 +219,7 @@ static void test_act16(int prec) {
   T_CHECK(offl == 0, "precision %d: %zu LayerNorm outputs in the 16-bit region are not rounded",
           prec, offl);
   free(x), free(lw), free(lb), free(res), free(sum), free(x2), free(ref);
-  free(A), free(W1), free(b1), free(W2), free(dy), free(pre), free(h), free(region);
+  free(b1), free(h), free(region);
   for (int k = 0; k < 2; k++)
     free(y[k]), free(dW[k]);
 }
@@ -229,25 +240,17 @@ static void test_act16_native(void) {
     printf("test_fused: native bf16 activations not checked: %s\n", what);
     return;
   }
-  const int M = 29, K = 48, F = 64, C = 40;
+  const int M = GM, F = GF, C = GC;
   T_OK(mgt_be_set_precision(be, MGT_PREC_BF16));
   T_OK(mgt_backend_cpu_native(be, 1));
   T_CHECK(mgt_be_act16_bytes(be) == 2, "native bf16 keeps activations in %d bytes",
           mgt_be_act16_bytes(be));
-  float *A = rnd((size_t)M * K, 1.0f), *W1 = rnd((size_t)F * K, 0.3f), *b1 = rnd(F, 0.2f);
-  float *W2 = rnd((size_t)C * F, 0.3f), *dy = rnd((size_t)M * C, 1.0f);
-  float *pre = malloc((size_t)M * F * 4), *h = malloc((size_t)M * F * 4), *y[2], *dW[2];
+  float *h = malloc((size_t)M * F * 4), *y[2], *dW[2];
   uint16_t *region = malloc((size_t)M * F * 2 + 64);
   for (int k = 0; k < 2; k++)
     y[k] = malloc((size_t)M * C * 4), dW[k] = malloc((size_t)C * F * 4);
-  for (int k = 0; k < 2; k++) { /* 0: fp32 output; 1: in the bf16 region */
-    float *out = k ? (float *)(void *)region : h;
-    if (k) T_OK(mgt_be_set_act16(be, region, (size_t)M * F * 2 + 64));
-    T_OK(mgt_be_linear_bias_gelu(be, M, F, K, A, K, W1, K, b1, pre, out));
-    T_OK(mgt_be_gemm(be, MGT_NOTRANS, MGT_TRANS, M, C, F, 1.0f, out, F, W2, F, 0.0f, y[k], C));
-    T_OK(mgt_be_linear_param_grads(be, M, C, F, dy, out, dW[k], NULL, 0));
-    if (k) T_OK(mgt_be_set_act16(be, region, 0));
-  }
+  gelu_then_gemms(h, region, (size_t)M * F * 2 + 64, y, dW);
+  float *b1 = rnd(F, 0.2f); /* the attention block's output bias below */
   size_t off = 0;
   for (size_t i = 0; i < (size_t)M * F; i++)
     off += region[i] != bf16_bits(h[i]);
@@ -296,7 +299,7 @@ static void test_act16_native(void) {
   T_CHECK(mgt_be_act16_bytes(be) == 4, "emulated bf16 keeps activations in %d bytes",
           mgt_be_act16_bytes(be));
   free(x), free(lw), free(lb), free(res), free(sum), free(x2);
-  free(A), free(W1), free(b1), free(W2), free(dy), free(pre), free(h), free(region);
+  free(b1), free(h), free(region);
   for (int k = 0; k < 2; k++)
     free(y[k]), free(dW[k]);
 }
