@@ -297,9 +297,10 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   cfg.overlap_param_gather = param_gather;
   cfg.sequence_parallel = seqpar;
   cfg.attention_backend = attn;
-  flash = mgt_config_flash(&cfg, NULL, 0);
   cfg.bf16 = bf16;
+  if (emulated) cfg.cpu_gemm = MGT_CPU_GEMM_EMULATED;
   cfg.no_weight_copies = no_copies;
+  flash = mgt_config_flash(&cfg, NULL, 0); /* as the model chooses it (its label and bytes) */
   if (moe_e) { /* GPT-2's block without biases, its MLPs Mixture-of-Experts layers */
     cfg.num_experts = moe_e, cfg.moe_router_topk = moe_k, cfg.moe_ffn_hidden_size = moe_f;
     cfg.disable_bias_linear = 1, cfg.moe_aux_loss_coeff = 0.01;

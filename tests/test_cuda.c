@@ -3,7 +3,8 @@
    differences in test_kernels). fp32 results agree within 1e-5 of the result's scale; GEMMs
    with bf16/fp16 inputs within 1e-4 (both sides round the inputs the same way, so only the
    order of fp32 accumulation differs); the fused linear + bias + GeLU also against float64
-   tanh-GeLU, per precision and path (test_linear_bias_gelu). Exits 77 (skipped) without a
+   tanh-GeLU, per precision and path (test_linear_bias_gelu); hold's reuse of a conversion
+   (test_hold). Exits 77 (skipped) without a
    GPU. */
 #include <float.h>
 #include <string.h>
@@ -242,6 +243,44 @@ static void test_linear_bias_gelu(void) {
   }
   T_OK(mgt_be_set_precision(cpu, MGT_PREC_FP32));
   T_OK(mgt_be_set_precision(gpu, MGT_PREC_FP32));
+}
+
+/* hold under 16 bits: a layer's output gradient converted once for its two GEMMs, as on the
+   CPU; writing it while held (breaking the promise) shows the GEMM reusing the first copy,
+   a release shows it converted again. */
+static void test_hold(void) {
+  const int M = 33, N = 40, K = 24;
+  const size_t MN = (size_t)M * N, MK = (size_t)M * K, NK = (size_t)N * K;
+  float *dy = rnd(MN, 1.0f), *dy2 = rnd(MN, 1.0f), *W = rnd(NK, 1.0f), *x = rnd(MK, 1.0f);
+  float *dx = malloc(MK * 4), *dx2 = malloc(MK * 4), *dW = malloc(NK * 4), *db = malloc(N * 4);
+  float *ddy = dev(dy, MN * 4), *dW_ = dev(W, NK * 4), *dx_ = dev(x, MK * 4);
+  float *ddx = dev(NULL, MK * 4), *ddW = dev(NULL, NK * 4), *ddb = dev(NULL, N * 4);
+  for (int prec = 1; prec < 3; prec++) {
+    T_OK(mgt_be_set_precision(cpu, (mgt_precision)prec));
+    T_OK(mgt_be_set_precision(gpu, (mgt_precision)prec));
+    T_OK(mgt_be_gemm(cpu, MGT_NOTRANS, MGT_NOTRANS, M, K, N, 1.0f, dy, N, W, K, 0.0f, dx, K));
+    T_OK(mgt_be_linear_param_grads(cpu, M, N, K, dy, x, dW, db, 0));
+    T_OK(mgt_be_gemm(cpu, MGT_NOTRANS, MGT_NOTRANS, M, K, N, 1.0f, dy2, N, W, K, 0.0f, dx2, K));
+    T_OK(mgt_be_upload(gpu, ddy, dy, MN * 4));
+    T_OK(mgt_be_hold(gpu, ddy, MN));
+    T_OK(mgt_be_gemm(gpu, MGT_NOTRANS, MGT_NOTRANS, M, K, N, 1.0f, ddy, N, dW_, K, 0.0f, ddx, K));
+    T_OK(mgt_be_linear_param_grads(gpu, M, N, K, ddy, dx_, ddW, ddb, 0));
+    same("held gemm", ddx, dx, MK, 1e-4);
+    same("held linear_param_grads dW", ddW, dW, NK, 1e-4);
+    same("held linear_param_grads db", ddb, db, N, 1e-4);
+    T_OK(mgt_be_upload(gpu, ddy, dy2, MN * 4)); /* the promise broken: the first copy reused */
+    T_OK(mgt_be_gemm(gpu, MGT_NOTRANS, MGT_NOTRANS, M, K, N, 1.0f, ddy, N, dW_, K, 0.0f, ddx, K));
+    same("held gemm after a write", ddx, dx, MK, 1e-4);
+    T_OK(mgt_be_hold(gpu, NULL, 0)); /* released: converted again */
+    T_OK(mgt_be_gemm(gpu, MGT_NOTRANS, MGT_NOTRANS, M, K, N, 1.0f, ddy, N, dW_, K, 0.0f, ddx, K));
+    same("gemm after the release", ddx, dx2, MK, 1e-4);
+  }
+  T_OK(mgt_be_set_precision(cpu, MGT_PREC_FP32));
+  T_OK(mgt_be_set_precision(gpu, MGT_PREC_FP32));
+  void *all[] = {ddy, dW_, dx_, ddx, ddW, ddb};
+  for (size_t i = 0; i < 6; i++)
+    mgt_be_free(gpu, all[i]);
+  free(dy), free(dy2), free(W), free(x), free(dx), free(dx2), free(dW), free(db);
 }
 
 static void test_rowwise(void) {
@@ -937,6 +976,7 @@ int main(void) {
   test_gemm();
   test_gemm_grouped();
   test_linear_bias_gelu();
+  test_hold();
   test_rowwise();
   test_moe();
   test_heads();

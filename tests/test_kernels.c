@@ -1363,6 +1363,71 @@ static void test_adamw_copies(void) {
   mgt_backend_destroy(&b2);
 }
 
+/* hold: under 16 bits a held output gradient is converted once for its layer's two GEMMs (the
+   same numbers as converting it for each); seen by breaking the promise (writing it while held:
+   the GEMM still multiplies the old values), and forgotten when released, when held anew, when
+   the precision changes and when another operand takes its slot. */
+static void test_hold(void) {
+  const int M = 9, N = 13, K = 11;
+  const size_t MN = (size_t)M * N, MK = (size_t)M * K, sz = sizeof(float) * MK;
+  mgt_backend *b2 = NULL;
+  T_OK(mgt_backend_cpu_create(&b2));
+  float *dy = fa(MN), *dy2 = fa(MN), *y = fa(MN), *o = fa(MN), *W = fa((size_t)N * K);
+  float *x = fa(MK), *dx = fa(MK), *dxr = fa(MK), *dx2 = fa(MK), *dW = fa((size_t)N * K),
+        *dWr = fa((size_t)N * K), *db = fa(N), *dbr = fa(N);
+  t_fill(dy, MN, 1), t_fill(dy2, MN, 1), t_fill(W, (size_t)N * K, 1), t_fill(x, MK, 1);
+  t_fill(o, MN, 1); /* a third operand */
+#define DX(out)                                                                                    \
+  T_OK(mgt_be_gemm(b2, MGT_NOTRANS, MGT_NOTRANS, M, K, N, 1.0f, y, N, W, K, 0.0f, out, K))
+#define SET(v) memcpy(y, v, sizeof(float) * MN)
+  for (int mode = 0; mode < 3; mode++) { /* emulated bf16, fp16, native bf16 */
+    if (mode == 2 && !mgt_cpu_bf16_units(NULL, 0)) break;
+    T_OK(mgt_be_set_precision(b2, mode == 1 ? MGT_PREC_FP16 : MGT_PREC_BF16));
+    T_OK(mgt_backend_cpu_native(b2, mode == 2));
+    /* the references: each GEMM converting dy itself */
+    SET(dy2);
+    DX(dx2);
+    SET(dy);
+    DX(dxr);
+    T_OK(mgt_be_linear_param_grads(b2, M, N, K, y, x, dWr, dbr, 0));
+    T_OK(mgt_be_hold(b2, y, MN));
+    DX(dx);
+    T_OK(mgt_be_linear_param_grads(b2, M, N, K, y, x, dW, db, 0));
+    const int same = !memcmp(dx, dxr, sz) && !memcmp(dW, dWr, sizeof(float) * (size_t)N * K) &&
+                     !memcmp(db, dbr, sizeof(float) * N);
+    SET(dy2);
+    DX(dx); /* the promise broken: still the conversion made once */
+    const int once = !memcmp(dx, dxr, sz);
+    T_OK(mgt_be_gemm(b2, MGT_NOTRANS, MGT_NOTRANS, M, K, N, 1.0f, o, N, W, K, 0.0f, dx, K));
+    DX(dx); /* another operand took the slot: converted again, the new values */
+    const int slot = !memcmp(dx, dx2, sz);
+    T_OK(mgt_be_hold(b2, NULL, 0));
+    SET(dy);
+    DX(dx);
+    const int released = !memcmp(dx, dxr, sz);
+    T_OK(mgt_be_hold(b2, y, MN));
+    DX(dx);
+    T_OK(mgt_be_hold(b2, y, MN)); /* held anew: the last hold's conversion is not used */
+    SET(dy2);
+    DX(dx);
+    const int anew = !memcmp(dx, dx2, sz);
+    T_OK(mgt_be_set_precision(b2, mode == 1 ? MGT_PREC_BF16 : MGT_PREC_FP16));
+    DX(dx); /* held across a change of precision: converted again in the new format */
+    T_OK(mgt_be_hold(b2, NULL, 0));
+    DX(dxr);
+    const int format = !memcmp(dx, dxr, sz);
+    T_CHECK(same && once && slot && released && anew && format,
+            "mode %d: held output gradient: same numbers %d, converted once %d, converted again "
+            "after its slot was taken %d, after release %d, when held anew %d, in a new format %d",
+            mode, same, once, slot, released, anew, format);
+  }
+#undef DX
+#undef SET
+  mgt_backend_destroy(&b2);
+  free(dy), free(dy2), free(y), free(o), free(W), free(x), free(dx), free(dxr), free(dx2);
+  free(dW), free(dWr), free(db), free(dbr);
+}
+
 /* ---------------- fast math ---------------- */
 static void test_fast_exp(void) {
   double worst = 0;
@@ -1994,6 +2059,7 @@ int main(void) {
   test_xent();
   test_optimizer();
   test_adamw_copies();
+  test_hold();
   test_fast_exp();
   mgt_backend_destroy(&be);
   return t_report("test_kernels");

@@ -133,6 +133,11 @@ MGT_NODISCARD mgt_status mgt_be_sync(const mgt_backend *be);
   rounding per GEMM. bytes = 0 forgets the region if p is its start; while one is set the          \
   precision cannot change. */                                                                      \
   X(set_act16, SET_ACT16, (void *p, size_t bytes), (p, bytes), PLAIN)                              \
+  /* A promise: the caller writes nothing in [p, p + n) until its next hold (p NULL: none). Under  \
+  a 16-bit precision the GEMMs meanwhile convert an operand starting at p once, not once each      \
+  (a linear layer's output gradient, read by its input- and weight-gradient GEMMs): the same       \
+  numbers. */                                                                                      \
+  X(hold, HOLD, (const float *p, size_t n), (p, n), PLAIN)                                         \
   /* p = std * N(0,1) by logical element index, or 0 on padding. */                                \
   X(init_normal, INIT_NORMAL,                                                                      \
     (float *p, const mgt_shard *sh, uint64_t seed, uint64_t stream, float std),                    \

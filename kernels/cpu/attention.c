@@ -108,6 +108,12 @@ static cpu_mm att_mm(int B, int Hl, int M, int N, int K, float alpha) {
   m.nb = B, m.nh = Hl, m.M = M, m.N = N, m.K = K, m.alpha = alpha;
   return m;
 }
+/* One thread's block of a parallel loop in bf16 bits. */
+static void block_to_bf16(uint16_t *dst, const float *src, long long n) {
+#pragma omp simd
+  for (long long i = 0; i < n; i++)
+    dst[i] = cpu_bf16_bits(src[i]);
+}
 #define STRIDES(s, a, b, c, d) ((s)[0] = (a), (s)[1] = (b), (s)[2] = (c), (s)[3] = (d))
 
 static mgt_status attention_forward_native(cpu_ctx *c, float *out, float *P, const float *qkv,
@@ -128,14 +134,18 @@ static mgt_status attention_forward_native(cpu_ctx *c, float *out, float *P, con
   for (int b = 0; b < B; b++)
     for (int h = 0; h < Hl; h++) {
       float *p = P + ((size_t)b * Hl + h) * TT;
-      for (int i = 0; i < T; i++)
+      uint16_t *p16b = p16 + ((size_t)b * Hl + h) * TT;
+      for (int i = 0; i < T; i++) {
         softmax_row(p + (size_t)i * T, cpu_key_first(kfirst, b, T, i), key_limit(keylen, b, T, i),
                     T);
-      if (A.drop)
-        dropped_probs(scratch + ((size_t)b * Hl + h) * TT, p, d, keylen, kfirst, b, head_offset + h,
-                      T, A.thr, A.dscale);
+        if (!A.drop) block_to_bf16(p16b + (size_t)i * T, p + (size_t)i * T, T); /* while in cache */
+      }
+      if (A.drop) {
+        float *pd = scratch + ((size_t)b * Hl + h) * TT;
+        dropped_probs(pd, p, d, keylen, kfirst, b, head_offset + h, T, A.thr, A.dscale);
+        block_to_bf16(p16b, pd, TT);
+      }
     }
-  cpu_to_bf16(p16, A.drop ? scratch : P, B * Hl * T, T, T);
   cpu_mm o = att_mm(B, Hl, T, hd, T, 1.0f); /* out = Pd V */
   STRIDES(o.sa, Hl * TT, TT, T, 1), STRIDES(o.sb, T * ld, hd, ld, 1);
   STRIDES(o.sc, T * Cl, hd, Cl, 1);
@@ -158,11 +168,15 @@ static mgt_status attention_backward_native(cpu_ctx *c, float *dqkv, const float
   if (A.drop) {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-      for (int h = 0; h < Hl; h++)
-        dropped_probs(scratch + ((size_t)b * Hl + h) * TT, P + ((size_t)b * Hl + h) * TT, d, keylen,
-                      kfirst, b, head_offset + h, T, A.thr, A.dscale);
+      for (int h = 0; h < Hl; h++) {
+        const size_t o = ((size_t)b * Hl + h) * TT;
+        dropped_probs(scratch + o, P + o, d, keylen, kfirst, b, head_offset + h, T, A.thr,
+                      A.dscale);
+        block_to_bf16(p16 + o, scratch + o, TT);
+      }
+  } else {
+    cpu_to_bf16(p16, P, B * Hl * T, T, T);
   }
-  cpu_to_bf16(p16, A.drop ? scratch : P, B * Hl * T, T, T);
   cpu_mm m = att_mm(B, Hl, T, hd, T, 1.0f); /* dV = Pd^T dO */
   STRIDES(m.sa, Hl * TT, TT, 1, T), STRIDES(m.sb, T * Cl, hd, Cl, 1);
   STRIDES(m.sc, T * ld, hd, ld, 1);
@@ -176,11 +190,13 @@ static mgt_status attention_backward_native(cpu_ctx *c, float *dqkv, const float
     for (int h = 0; h < Hl; h++) {
       float *s = scratch + ((size_t)b * Hl + h) * TT;
       const float *p = P + ((size_t)b * Hl + h) * TT;
-      for (int i = 0; i < T; i++)
+      uint16_t *s16 = p16 + ((size_t)b * Hl + h) * TT;
+      for (int i = 0; i < T; i++) {
         softmax_backward_row(s + (size_t)i * T, p + (size_t)i * T, d, b, head_offset + h, T, i,
                              cpu_key_first(kfirst, b, T, i), key_limit(keylen, b, T, i), &A);
+        block_to_bf16(s16 + (size_t)i * T, s + (size_t)i * T, T); /* dS, while in cache */
+      }
     }
-  cpu_to_bf16(p16, scratch, B * Hl * T, T, T);
   m = att_mm(B, Hl, T, hd, T, 1.0f); /* dQ = dS K */
   STRIDES(m.sa, Hl * TT, TT, T, 1), STRIDES(m.sb, T * ld, hd, ld, 1);
   STRIDES(m.sc, T * ld, hd, ld, 1);

@@ -53,7 +53,7 @@ static mgt_status cpu_set_precision(void *ctx, mgt_precision prec) {
   cpu_ctx *c = ctx;
   MGT_REQUIRE(prec == c->precision || !c->a16,
               "the precision cannot change while 16-bit activations are held");
-  if (prec != c->precision) cpu_drop_copies(c); /* the copies hold the old format's values */
+  if (prec != c->precision) cpu_drop_copies(c), c->held_in = 0; /* the old format's values */
   c->precision = prec;
   cpu_act16_mode(c);
   return MGT_OK;

@@ -65,6 +65,12 @@ typedef struct cpu_ctx {
   size_t s16_n[3];
   struct cpu_native **tnat; /* one per OpenMP thread, for flash attention's tiles */
   int tnat_n;
+  /* hold: [held, held + held_n) is unchanged until the next hold; slot 0 keeps its conversion
+     of rows x cols (leading dimension ld), in rounded floats (held_in 1) or bf16 (2), until
+     anything else is converted into slot 0 (held_in 0) */
+  const float *held;
+  size_t held_n;
+  int held_in, held_rows, held_cols, held_ld;
 } cpu_ctx;
 
 /* Whether [p, p + n) lies in the region [lo, lo + len) (floats). */
@@ -145,6 +151,7 @@ static inline float cpu_round_bf16(float x) {
 /* Makes c->tnat hold a oneDNN state for each of omp_get_max_threads() threads. */
 mgt_status cpu_native_threads(cpu_ctx *c);
 #endif
+mgt_status cpu_hold(void *ctx, const float *p, size_t n);
 /* dst (same layout) = the bf16 bits of a rows x cols matrix with leading dimension ld. */
 void cpu_to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld);
 /* Scratch slot k (0-2) of native operands, at least n elements. */

@@ -73,6 +73,12 @@ struct cuda_ctx {
   mgt_precision precision;
   void *half[2]; /* 16-bit copies of GEMM inputs */
   size_t half_n[2];
+  /* hold: [held, held + held_n) is unchanged until the next hold; half[0] keeps its copy of
+     rows x cols (leading dimension ld) while held_in, until anything else is rounded there */
+  const float *held;
+  size_t held_n;
+  bool held_in;
+  int held_rows, held_cols, held_ld;
   void *gptr; /* a grouped GEMM's operands' addresses */
   size_t gptr_n;
   void *gargs; /* its host staging (sizes, scalars, addresses) */
@@ -248,6 +254,7 @@ mgt_status cu_fill(void *ctx, float *p, size_t n, float value);
 mgt_status cu_set_weights(void *ctx, const float *w, size_t n);
 mgt_status cu_refresh_weights(void *ctx, size_t offset, size_t n);
 mgt_status cu_set_act16(void *ctx, void *p, size_t bytes);
+mgt_status cu_hold(void *ctx, const float *p, size_t n);
 bool in_act16(const cuda_ctx *c, const void *p, size_t n);
 mgt_status half_copy(cuda_ctx *c, int k, const float *src, int rows, int cols, int ld,
                      const void **out);

@@ -92,6 +92,7 @@ mgt_status cu_set_precision(void *ctx, mgt_precision prec) {
     CU(cudaFree(c->wcopy));
     c->wcopy = NULL;
   }
+  if (prec != c->precision) c->held_in = false;
   c->precision = prec;
   return MGT_OK;
 }

@@ -16,13 +16,22 @@ mgt_status mgt_tp_column_forward_gelu(const mgt_tp *tp, float *pre, float *y, co
   return mgt_be_linear_bias_gelu(be, N, out_l, in, x, in, W, in, b, pre, y);
 }
 
+/* Ends a hold on a layer's output gradient, which its two GEMMs read in between (converted to
+   16 bits once), keeping the first failure. */
+static mgt_status unhold(const mgt_backend *be, mgt_status s) {
+  const mgt_status r = mgt_be_hold(be, NULL, 0);
+  return s != MGT_OK ? s : r;
+}
+
 mgt_status mgt_tp_column_grads(const mgt_tp *tp, float *dx, float *dW, float *db, const float *dy,
                                const float *x, const float *W, int N, int in, int out_l,
                                int accumulate) {
   const mgt_backend *be = tp->be;
-  MGT_CHECK(mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, N, in, out_l, 1.0f, dy, out_l, W, in, 0.0f,
-                        dx, in));
-  return mgt_be_linear_param_grads(be, N, out_l, in, dy, x, dW, db, accumulate);
+  MGT_CHECK(mgt_be_hold(be, dy, (size_t)N * out_l));
+  mgt_status s =
+      mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, N, in, out_l, 1.0f, dy, out_l, W, in, 0.0f, dx, in);
+  if (s == MGT_OK) s = mgt_be_linear_param_grads(be, N, out_l, in, dy, x, dW, db, accumulate);
+  return unhold(be, s);
 }
 
 mgt_status mgt_tp_column_backward(const mgt_tp *tp, float *dx, float *dW, float *db,
@@ -46,17 +55,22 @@ mgt_status mgt_tp_row_backward(const mgt_tp *tp, float *dx, float *dW, float *db
                                const float *x, const float *W, int N, int in_l, int out,
                                int accumulate) {
   const mgt_backend *be = tp->be;
-  MGT_CHECK(mgt_be_linear_param_grads(be, N, out, in_l, dy, x, dW, db, accumulate));
-  return mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, N, in_l, out, 1.0f, dy, out, W, in_l, 0.0f, dx,
-                     in_l);
+  MGT_CHECK(mgt_be_hold(be, dy, (size_t)N * out));
+  mgt_status s = mgt_be_linear_param_grads(be, N, out, in_l, dy, x, dW, db, accumulate);
+  if (s == MGT_OK)
+    s = mgt_be_gemm(be, MGT_NOTRANS, MGT_NOTRANS, N, in_l, out, 1.0f, dy, out, W, in_l, 0.0f, dx,
+                    in_l);
+  return unhold(be, s);
 }
 
 mgt_status mgt_tp_row_backward_gelu(const mgt_tp *tp, float *dpre, float *dW, float *db,
                                     float *db_in, const float *dy, const float *x, const float *W,
                                     const float *pre, int N, int in_l, int out, int accumulate) {
   const mgt_backend *be = tp->be;
-  MGT_CHECK(mgt_be_linear_param_grads(be, N, out, in_l, dy, x, dW, db, accumulate));
-  return mgt_be_linear_dgelu(be, N, in_l, out, dy, W, pre, dpre, db_in, accumulate);
+  MGT_CHECK(mgt_be_hold(be, dy, (size_t)N * out));
+  mgt_status s = mgt_be_linear_param_grads(be, N, out, in_l, dy, x, dW, db, accumulate);
+  if (s == MGT_OK) s = mgt_be_linear_dgelu(be, N, in_l, out, dy, W, pre, dpre, db_in, accumulate);
+  return unhold(be, s);
 }
 
 mgt_status mgt_tp_embedding_forward(const mgt_tp *tp, float *out, const int32_t *tokens,
