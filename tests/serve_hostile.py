@@ -16,6 +16,11 @@
                          JSON, each stray byte U+FFFD
   path PORT              a request path with %0a and %1b: answered 404 (the log is checked by
                          the caller)
+  fair PORT              (--max-batch 1) a request of 6 sequences, then one of a single short
+                         sequence: the short one takes its turn after the first sequence, not
+                         after all 6
+  values PORT            a body of 300,000 tiny values (its 600 KB within the body limit)
+                         answered 413 by the cap on values; a request of token ids still 200
   drain PORT OUT         a long request and a client trickling its body while the server is
                          stopped: the request's status and body into OUT"""
 import http.client
@@ -162,6 +167,44 @@ def leave():
     print("ok: a request whose client left is cancelled: the next one answered in %.2f s" % took)
 
 
+def fair():
+    done = {}
+
+    def many():
+        t0 = time.time()
+        done["status"], _ = post("/v1/completions", {"prompt": "a", "n": 6, "max_tokens": 60,
+                                                      "temperature": 0})
+        done["t0"], done["end"] = t0, time.time()
+
+    th = threading.Thread(target=many)
+    th.start()
+    time.sleep(0.3)
+    t = time.time()
+    status, out = post("/v1/completions", {"prompt": "b", "max_tokens": 2, "temperature": 0})
+    end = time.time()
+    th.join()
+    assert status == 200 and done["status"] == 200, (status, out[:200], done)
+    many_took = done["end"] - done["t0"]
+    assert many_took > 1.0, "6 sequences of 60 tokens took only %.2f s: not a test" % many_took
+    assert end < done["end"] - many_took / 3, (
+        "the short request ended %.2f s after it began, %.2f s before the request of 6 "
+        "sequences (%.2f s): it waited for most of them" % (end - t, done["end"] - end, many_took))
+    print("ok: a short request answered in %.2f s beside a request of 6 sequences (%.2f s)"
+          % (end - t, many_took))
+
+
+def values():
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
+    body = '{"prompts": ["a"], "tokens_to_generate": 1, "x": [%s]}' % ",".join(["0"] * 300000)
+    c.request("PUT", "/api", body=body, headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    out = r.read()
+    assert r.status == 413 and b"JSON values" in out, (r.status, out[:300])
+    status, out = post("/v1/completions", {"prompt": [[97] * 200], "max_tokens": 1})
+    assert status == 200, (status, out[:300])
+    print("ok: a body of 300,000 values answered 413; a request of 200 token ids 200")
+
+
 def strict(raw):
     """The body as JSON, decoded as strict UTF-8 (as Go's, Rust's and browsers' parsers)."""
     return json.loads(raw.decode("utf-8", errors="strict"))
@@ -245,7 +288,7 @@ def main():
     {"stall": stall, "idle": lambda: idle(int(args[0])),
      "idle-timeout": lambda: idle_timeout(float(args[0])),
      "trickle": lambda: trickle(float(args[0])), "leave": leave, "utf8": utf8, "path": path,
-     "drain": lambda: drain(args[0])}[case]()
+     "fair": fair, "values": values, "drain": lambda: drain(args[0])}[case]()
 
 
 main()

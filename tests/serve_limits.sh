@@ -4,7 +4,9 @@
 # request; idle connections are bounded per address and closed when idle; a request trickled a
 # byte at a time is cut off; a client that leaves a non-streamed request frees its slot (499 in
 # the log, not 200); answers are valid UTF-8 JSON whatever bytes a byte-level model gives; a
-# path with %0a and %1b forges no log line; SIGTERM ends within the drain time, answering 503.
+# path with %0a and %1b forges no log line; a body of tiny values past the cap on values is 413;
+# a request of many sequences takes turns with a short one; SIGTERM ends within the drain time,
+# answering 503.
 # Usage: serve_limits.sh MGT DATA_DIR
 set -u
 MGT=$(readlink -f "$1") DATA=${2:-../shared/data}
@@ -60,6 +62,7 @@ if start small --load "$tmp/small" --max-connections-per-client 32 --idle-timeou
   run trickle "$PORT" 3
   run utf8 "$PORT"
   run path "$PORT"
+  run values "$PORT"
   grep -q "closed a connection from 127.0.0.1: no whole request within 3 s" "$tmp/small.log" &&
     echo "ok: the log says which connections were cut off" || fail "no line for the cut-off connections"
   if grep -q $'\e' "$tmp/small.log" || grep -q "^serve: forged" "$tmp/small.log" ||
@@ -76,6 +79,7 @@ if start slow --load "$tmp/slow" --max-batch 1 --drain-timeout 2 --request-timeo
   grep -q "POST /v1/completions 499 the client left; its decoding was cancelled" "$tmp/slow.log" &&
     [ "$(grep -c "POST /v1/completions 200" "$tmp/slow.log")" = 1 ] &&
     echo "ok: logged as 499, not 200" || { fail "the request whose client left, in the log"; cat "$tmp/slow.log"; }
+  run fair "$PORT"
   "${T[@]}" $PY "$TESTS/serve_hostile.py" drain "$PORT" "$tmp/drain" &
   client=$!
   for _ in $(seq 100); do [ -e "$tmp/drain.ready" ] && break; sleep 0.1; done

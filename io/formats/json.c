@@ -29,6 +29,7 @@ struct mgt_json_parser {
   const char **kstack;
   size_t *lstack;
   size_t stack_cap, stack_len;
+  size_t max_values, values; /* mgt_json_parser_limit's cap (0: none), and this parse's count */
 };
 
 static void *arena_take(mgt_json_parser *p, size_t n) {
@@ -352,6 +353,7 @@ static int parse_value(mgt_json_parser *p, mgt_json *v, int depth) {
   skip_ws(p);
   memset(v, 0, sizeof *v);
   if (p->s >= p->end) FAIL("unexpected end of input");
+  if (p->max_values && ++p->values > p->max_values) FAIL("more than %zu values", p->max_values);
   char c = *p->s;
   if (c == '{') return parse_container(p, v, depth, 1);
   if (c == '[') return parse_container(p, v, depth, 0);
@@ -392,9 +394,15 @@ static int parse_value(mgt_json_parser *p, mgt_json *v, int depth) {
   FAIL("unexpected character '%c'", c);
 }
 
+void mgt_json_parser_limit(mgt_json_parser *p, size_t max_values) { p->max_values = max_values; }
+
+int mgt_json_parser_over(const mgt_json_parser *p) {
+  return p->max_values && p->values > p->max_values;
+}
+
 mgt_status mgt_json_parse(mgt_json_parser *p, const char *text, size_t len, const mgt_json **root) {
   arena_reset(p);
-  p->stack_len = 0;
+  p->stack_len = 0, p->values = 0;
   p->s = p->begin = text;
   p->end = text + len;
   p->err[0] = 0;

@@ -480,8 +480,18 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
     mgt_error_clear();
     return srv_error(r, api, 500, "out of memory");
   }
+  /* no valid request holds more values than its prompts' tokens and a few parameters: the cap
+     keeps a body of tiny values from costing 40x its size while it is served */
+  const size_t cap = (size_t)s->max_prompts * (size_t)s->positions + 4096;
+  mgt_json_parser_limit(jp, cap);
   if (mgt_json_parse(jp, body ? body : "", len, &req) != MGT_OK) {
-    srv_error(r, api, 400, "malformed JSON: %s", mgt_error_message());
+    if (mgt_json_parser_over(jp))
+      srv_error(r, api, 413,
+                "the request holds more than %zu JSON values (--max-prompts %d times the "
+                "model's %d positions, and 4096 more)",
+                cap, s->max_prompts, s->positions);
+    else
+      srv_error(r, api, 400, "malformed JSON: %s", mgt_error_message());
     mgt_error_clear();
   } else if (is_api) {
     megatron(s, req, r);

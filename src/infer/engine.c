@@ -44,7 +44,7 @@ mgt_status srv_submit(srv *s, srv_job *job) {
   }
   for (int i = 0; i < job->nseq; i++)
     s->queue[s->nq++] = &job->seq[i];
-  job->pending = job->nseq, job->refs = 2;
+  job->pending = job->nseq, job->refs = 2, job->admitted = 0;
   pthread_cond_signal(&s->cv);
   return MGT_OK;
 }
@@ -266,6 +266,34 @@ static mgt_status decode_mine(mgt_gpt_decoder *dec, const mgt_grid *g, const int
   return k ? mgt_gpt_decode_batch(dec, k, slot, tok, pos, logits) : MGT_OK;
 }
 
+/* Fills free slots (the emptiest replica first) from the queue: each with a sequence of the
+   job that has had the fewest admitted, the earliest among equals, so that a request of many
+   sequences (n) takes turns with the others instead of holding them all up. */
+static void admit(srv *s, srv_seq **act, int R, int slots) {
+  while (s->nq > 0) {
+    int best = -1, best_free = 0;
+    for (int r = 0; r < R; r++) {
+      int f = 0;
+      for (int k = 0; k < slots; k++)
+        f += !act[r * slots + k];
+      if (f > best_free) best = r, best_free = f;
+    }
+    if (best < 0) return;
+    int pick = 0;
+    for (int i = 1; i < s->nq; i++)
+      if (s->queue[i]->job->admitted < s->queue[pick]->job->admitted) pick = i;
+    srv_seq *q = s->queue[pick];
+    memmove(s->queue + pick, s->queue + pick + 1, sizeof *s->queue * (size_t)(s->nq - pick - 1));
+    s->nq--;
+    int k = 0;
+    while (act[best * slots + k])
+      k++;
+    q->slot = best * slots + k, q->fed = 0;
+    act[q->slot] = q;
+    q->job->admitted++;
+  }
+}
+
 /* Grid rank 0: admits queued sequences into the replicas' slots (the emptiest replica first),
    broadcasts each step to every rank, decodes replica 0's rows, receives the other replicas'
    logits from their first ranks, and samples everything; until stopped and drained. */
@@ -331,30 +359,15 @@ mgt_status srv_engine_run(srv *s, mgt_gpt_decoder *dec, int slots, int V, const 
     int w = 0;
     for (int i = 0; i < s->nq; i++) {
       srv_seq *q = s->queue[i];
-      if (q->job->cancelled) {
+      if (q->job->cancelled)
         seq_finish(q, SRV_STOP);
-        continue;
-      }
-      int best = -1, best_free = 0; /* the replica with the most free slots */
-      for (int r = 0; r < R; r++) {
-        int f = 0;
-        for (int k = 0; k < slots; k++)
-          f += !act[r * slots + k];
-        if (f > best_free) best = r, best_free = f;
-      }
-      if (best < 0) {
-        s->queue[w++] = q;
-      } else if (q->job->p.max_new == 0 && q->n <= 1) { /* nothing to feed */
+      else if (q->job->p.max_new == 0 && q->n <= 1) /* nothing to feed */
         seq_finish(q, SRV_LENGTH);
-      } else {
-        int k = 0;
-        while (act[best * slots + k])
-          k++;
-        q->slot = best * slots + k, q->fed = 0;
-        act[q->slot] = q;
-      }
+      else
+        s->queue[w++] = q;
     }
     s->nq = w;
+    admit(s, act, R, slots);
     int n = 0;
     for (int i = 0; i < total; i++) /* grouped by replica, as the logits come back */
       if (act[i]) row[n++] = act[i];

@@ -40,6 +40,12 @@ typedef struct mgt_json_parser mgt_json_parser;
 MGT_NODISCARD mgt_status mgt_json_parser_create(mgt_json_parser **out);
 void mgt_json_parser_destroy(mgt_json_parser **p);
 
+/* Caps the values (every number, string, array, object...) of each document parsed from now on
+   at max_values (0: no cap): a document of more fails to parse, and mgt_json_parser_over says
+   that was why. Each value takes about 80 bytes, whatever its text (2 bytes for "0,"). */
+void mgt_json_parser_limit(mgt_json_parser *p, size_t max_values);
+int mgt_json_parser_over(const mgt_json_parser *p);
+
 /* Parses text[0..len) as one JSON value (surrounding whitespace allowed). On success *root
    points into the parser's arena, valid until the next parse. On malformed input returns
    MGT_ERR_INPUT with a message naming the byte offset and the problem. */
