@@ -387,5 +387,35 @@ echo partial > "$tmp/good/iter_0000009.h5.tmp" && echo 9 > "$tmp/good/latest.tmp
 [ $? = 2 ] && [ ! -s "$tmp/out" ] && echo "ok: a refused run prints one line and no configuration" ||
   { fail "a refusal after the configuration dump ($(wc -l < "$tmp/out") lines)"; head -3 "$tmp/out"; }
 
+# ---- a checkpoint that points HDF5 at other files (a FIFO: reading it would block for ever),
+# a checksum stored as an array (HDF5 would write all its elements into one integer), 'latest'
+# with garbage after its number, an enum stored as "" where the key needs a value ----
+BN=model/final_layernorm.bias
+mkfifo "$tmp/other"
+ckcopy "$GOOD" "$tmp/efl" && h5edit "$tmp/efl/iter_0000003.h5" "d = f['$BN']; c = d.attrs['checksum']; s = d.shape; del f['$BN']; n = f.create_dataset('$BN', shape=s, dtype='<f4', external=[('$tmp/other', 0, 4 * s[0])]); n.attrs['checksum'] = c"
+expect_error "/$BN keeps its elements in other files (external storage" "$MGT" "${R[@]}" --load "$tmp/efl"
+"${T[@]}" "$MGT" ckpt verify "$tmp/efl" > "$tmp/out" 2>&1
+[ $? = 1 ] && grep -q "damaged: /$BN (stored elsewhere" "$tmp/out" && grep -q "83 tensors, 1 damaged" "$tmp/out" &&
+  echo "ok: verify names the tensor stored in another file" || { fail "verify of external storage"; cat "$tmp/out"; }
+ckcopy "$GOOD" "$tmp/elink" && h5edit "$tmp/elink/iter_0000003.h5" "del f['$BN']; f['$BN'] = h5py.ExternalLink('$tmp/other', '/$BN')"
+expect_error "/$BN is a link to another file or name" "$MGT" "${R[@]}" --load "$tmp/elink"
+ckcopy "$GOOD" "$tmp/glink" && h5edit "$tmp/glink/iter_0000003.h5" "f.move('model', 'm2'); f['model'] = h5py.ExternalLink('$tmp/other', '/model')"
+expect_error "/model is a link to another file or name" "$MGT" "${R[@]}" --load "$tmp/glink"
+ckcopy "$GOOD" "$tmp/sumarr" && h5edit "$tmp/sumarr/iter_0000003.h5" "d = f['$BN']; c = int(d.attrs['checksum']); del d.attrs['checksum']; a = np.full(100000, 0x4141414141414141, dtype=np.uint64); a[0] = c; d.attrs.create('checksum', a)"
+expect_error "tensor /$BN: attribute 'checksum' is not one integer" "$MGT" "${R[@]}" --load "$tmp/sumarr"
+"${T[@]}" "$MGT" ckpt verify "$tmp/sumarr" > "$tmp/out" 2>&1
+[ $? = 1 ] && grep -q "damaged: /$BN (its checksum is not one integer)" "$tmp/out" &&
+  echo "ok: verify names the checksum that is not one integer" || { fail "verify of an array checksum"; cat "$tmp/out"; }
+for junk in 3garbage 3.9e5 '3 4'; do
+  ckcopy "$GOOD" "$tmp/lat" && printf '%s\n' "$junk" > "$tmp/lat/latest"
+  expect_error "'latest' does not hold an iteration number alone" "$MGT" ckpt info "$tmp/lat"
+  rm -rf "$tmp/lat"
+done
+cfgedit enum_empty "c['attention_backend'] = ''"
+expect_error "configuration key attention_backend has an unknown value" "$MGT" eval --load "$tmp/enum_empty" --input-ids "$tmp/ids.txt"
+cfgedit enum_unset "c['cpu_gemm'] = ''; c['distributed_backend'] = ''"
+"${T[@]}" "$MGT" ckpt info "$tmp/enum_unset" > "$tmp/out" 2>&1 && echo "ok: an unset --cpu-gemm stored as \"\" loads" ||
+  { fail "an unset enum stored as \"\""; tail -3 "$tmp/out"; }
+
 echo "hostile: $fails failures"
 [ $fails = 0 ]

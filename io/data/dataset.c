@@ -33,6 +33,15 @@
 
 /* ---- dataset files ---- */
 
+/* A dataset of the file p whose elements the file holds (mgt_h5_open_dataset). */
+static mgt_status open_ds(hid_t f, const char *name, const char *p, hid_t *d) {
+  char what[600];
+  snprintf(what, sizeof what, "--data-path %.580s", p);
+  MGT_CHECK(mgt_h5_open_dataset(f, name, what, d));
+  MGT_REQUIRE(*d >= 0, "--data-path %s: no dataset %s", p, name);
+  return MGT_OK;
+}
+
 static void h5_path(const char *prefix, char *out, size_t n) {
   size_t l = strlen(prefix);
   if (l > 3 && strcmp(prefix + l - 3, ".h5") == 0)
@@ -128,7 +137,7 @@ mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info) {
       MGT_GOTO_FAIL(MGT_ERR_INPUT, "--data-path %s: n_sentences is %lld", p,
                     (long long)info->n_sentences);
   }
-  MGT_H5_TRY(d = H5Dopen2(f, "tokens", H5P_DEFAULT), p);
+  MGT_TRY(open_ds(f, "tokens", p, &d));
   MGT_H5_TRY(t = H5Dget_type(d), p);
   info->token_bytes = (int)H5Tget_size(t);
   snprintf(info->dtype, sizeof info->dtype, "uint%d", 8 * info->token_bytes);
@@ -180,8 +189,8 @@ static mgt_status read_sentences(hid_t f, dataset *ds) {
               "--data-path %s: not split into sentences (BERT needs mgt preprocess "
               "--split-sentences)",
               p);
-  hid_t o = H5Dopen2(f, "sentence_offsets", H5P_DEFAULT);
-  MGT_REQUIRE(o >= 0, "--data-path %s: cannot open sentence_offsets", p);
+  hid_t o = -1;
+  MGT_CHECK(open_ds(f, "sentence_offsets", p, &o));
   int64_t n = 0;
   mgt_status st = extent_1d(o, p, "sentence_offsets", &n);
   if (st == MGT_OK && n != ns + 1) {
@@ -295,7 +304,7 @@ static mgt_status map_mask(hid_t f, int fd, const char *p, const struct stat *sb
   if (H5Lexists(f, "loss_mask", H5P_DEFAULT) <= 0)
     MGT_GOTO_FAIL(MGT_ERR_INPUT, "--data-path %s: format 2 (conversations) without its loss_mask",
                   p);
-  MGT_H5_TRY(d = H5Dopen2(f, "loss_mask", H5P_DEFAULT), p);
+  MGT_TRY(open_ds(f, "loss_mask", p, &d));
   MGT_TRY(extent_1d(d, p, "loss_mask", &n));
   MGT_H5_TRY(t = H5Dget_type(d), p);
   MGT_H5_TRY(dcpl = H5Dget_create_plist(d), p);
@@ -321,7 +330,7 @@ mgt_status ds_dataset_open(const char *prefix, int sentences, dataset *ds) {
   hid_t f = -1, d = -1, o = -1, dcpl = -1;
   int fd = -1;
   MGT_H5_TRY(f = open_ro(p), p);
-  MGT_H5_TRY(o = H5Dopen2(f, "document_offsets", H5P_DEFAULT), p);
+  MGT_TRY(open_ds(f, "document_offsets", p, &o));
   /* sizes from attributes are checked against the datasets before they size a buffer */
   int64_t n_off = 0, n_tok = 0;
   MGT_TRY(extent_1d(o, p, "document_offsets", &n_off));
@@ -330,7 +339,7 @@ mgt_status ds_dataset_open(const char *prefix, int sentences, dataset *ds) {
                   "--data-path %s: document_offsets holds %lld entries, but the n_documents "
                   "attribute says %lld documents",
                   p, (long long)n_off, (long long)ds->info.n_documents);
-  MGT_H5_TRY(d = H5Dopen2(f, "tokens", H5P_DEFAULT), p);
+  MGT_TRY(open_ds(f, "tokens", p, &d));
   MGT_TRY(extent_1d(d, p, "tokens", &n_tok));
   if (n_tok != ds->info.n_tokens)
     MGT_GOTO_FAIL(MGT_ERR_INPUT,
@@ -350,7 +359,7 @@ mgt_status ds_dataset_open(const char *prefix, int sentences, dataset *ds) {
                   (long long)ds->info.n_tokens);
   if (sentences) MGT_TRY(read_sentences(f, ds));
   if (ds->info.n_tokens > 0) {
-    MGT_H5_TRY(d = H5Dopen2(f, "tokens", H5P_DEFAULT), p);
+    MGT_TRY(open_ds(f, "tokens", p, &d));
     MGT_H5_TRY(dcpl = H5Dget_create_plist(d), p);
     haddr_t off = H5Dget_offset(d);
     if (H5Pget_layout(dcpl) != H5D_CONTIGUOUS || H5Pget_nfilters(dcpl) != 0 || off == HADDR_UNDEF)

@@ -2,6 +2,7 @@
 #include "h5util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -86,6 +87,59 @@ done:
   if (sp >= 0) H5Sclose(sp);
   if (t >= 0) H5Tclose(t);
   if (a >= 0) H5Aclose(a);
+  return st;
+}
+
+static int hard_link(hid_t loc, const char *path) {
+#if H5_VERSION_GE(1, 12, 0)
+  H5L_info2_t li;
+  if (H5Lget_info2(loc, path, &li, H5P_DEFAULT) < 0) return -1;
+#else
+  H5L_info_t li;
+  if (H5Lget_info(loc, path, &li, H5P_DEFAULT) < 0) return -1;
+#endif
+  return li.type == H5L_TYPE_HARD;
+}
+
+mgt_status mgt_h5_open_dataset(hid_t loc, const char *path, const char *what, hid_t *out) {
+  *out = -1;
+  const size_t n = strlen(path);
+  char *prefix = malloc(n + 1);
+  if (!prefix) MGT_FAIL(MGT_ERR_NOMEM, "%s: out of memory", what);
+  mgt_status st = MGT_OK;
+  hid_t d = -1, pl = -1;
+  for (size_t end = 0; end <= n;
+       end++) { /* each component, its links checked before it is crossed */
+    if (end < n && path[end] != '/') continue;
+    if (end == 0 || path[end - 1] == '/') continue;
+    memcpy(prefix, path, end);
+    prefix[end] = 0;
+    const htri_t e = H5Lexists(loc, prefix, H5P_DEFAULT);
+    if (e <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      goto done; /* nothing there */
+    }
+    const int hard = hard_link(loc, prefix);
+    if (hard < 0) MGT_GOTO_FAIL(MGT_ERR_IO, "%s: the link /%s cannot be read", what, prefix);
+    if (!hard)
+      MGT_GOTO_FAIL(MGT_ERR_INPUT,
+                    "%s: /%s is a link to another file or name (only what the file holds is read)",
+                    what, prefix);
+  }
+  MGT_H5_TRY(d = H5Dopen2(loc, path, H5P_DEFAULT), what);
+  MGT_H5_TRY(pl = H5Dget_create_plist(d), what);
+  const int ext = H5Pget_external_count(pl);
+  const H5D_layout_t layout = H5Pget_layout(pl);
+  if (ext != 0 || layout == H5D_VIRTUAL)
+    MGT_GOTO_FAIL(
+        MGT_ERR_INPUT,
+        "%s: /%s keeps its elements in other files (%s; only what the file holds is read)", what,
+        path, ext != 0 ? "external storage" : "a virtual dataset");
+  *out = d, d = -1;
+done:
+  if (pl >= 0) H5Pclose(pl);
+  if (d >= 0) H5Dclose(d);
+  free(prefix);
   return st;
 }
 

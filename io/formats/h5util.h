@@ -24,6 +24,14 @@ typedef H5O_info_t mgt_h5_oinfo;
 #define MGT_H5_NO_LOCK(fapl) 0 /* 1.12.0: HDF5_USE_FILE_LOCKING=FALSE in the environment */
 #endif
 
+/* Opens the dataset at path (from loc) where every link on the way is a hard one and its
+   elements lie in this file: an external or soft link, external storage or a virtual dataset
+   would have HDF5 open another file when read (a FIFO there blocks for ever; any file would lend
+   its bytes), and is refused with MGT_ERR_INPUT naming `what`. *out = -1 (and MGT_OK) when
+   nothing is at path, which the caller reports in its own words. */
+MGT_NODISCARD mgt_status mgt_h5_open_dataset(hid_t loc, const char *path, const char *what,
+                                             hid_t *out);
+
 /* Turns off HDF5's printing of error stacks; errors are reported through mgt_status. */
 void mgt_h5_quiet(void);
 

@@ -724,10 +724,8 @@ static mgt_status read_part(hid_t f, const char *file, const char *name, const p
   mgt_status st = MGT_OK;
   hid_t d = -1, fs = -1, ms = -1;
   if (local_n) memset(local, 0, local_n * sizeof(float));
-  if (H5Lexists(f, name, H5P_DEFAULT) <= 0) {
-    MGT_FAIL(MGT_ERR_INPUT, "checkpoint %s: tensor /%s is missing", file, name);
-  }
-  MGT_H5_TRY(d = H5Dopen2(f, name, H5P_DEFAULT), file);
+  MGT_CHECK(mgt_h5_open_dataset(f, name, file, &d));
+  if (d < 0) MGT_FAIL(MGT_ERR_INPUT, "checkpoint %s: tensor /%s is missing", file, name);
   MGT_H5_TRY(fs = H5Dget_space(d), file);
   hsize_t dims[H5S_MAX_RANK];
   int nd = H5Sget_simple_extent_ndims(fs);
@@ -758,15 +756,15 @@ done:
 
 static mgt_status read_checksum(hid_t f, const char *file, const char *name, uint64_t *sum) {
   mgt_status st = MGT_OK;
-  hid_t d = -1, a = -1;
-  MGT_H5_TRY(d = H5Dopen2(f, name, H5P_DEFAULT), file);
-  if (H5Aexists(d, "checksum") <= 0)
-    MGT_GOTO_FAIL(MGT_ERR_INPUT, "checkpoint %s: tensor /%s has no checksum", file, name);
-  MGT_H5_TRY(a = H5Aopen(d, "checksum", H5P_DEFAULT), file);
-  MGT_H5_TRY(H5Aread(a, H5T_NATIVE_UINT64, sum), file);
+  hid_t d = -1;
+  char what[512];
+  snprintf(what, sizeof what, "checkpoint %s: tensor /%s", file, name);
+  MGT_CHECK(mgt_h5_open_dataset(f, name, file, &d));
+  if (d < 0) MGT_FAIL(MGT_ERR_INPUT, "%s is missing", what);
+  if (H5Aexists(d, "checksum") <= 0) MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s has no checksum", what);
+  MGT_TRY(mgt_h5_read_u64(d, "checksum", sum, what));
 done:
-  if (a >= 0) H5Aclose(a);
-  if (d >= 0) H5Dclose(d);
+  H5Dclose(d);
   return st;
 }
 

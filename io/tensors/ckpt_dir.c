@@ -195,6 +195,25 @@ static int by_iteration_desc(const void *a, const void *b) {
   return (x < y) - (x > y);
 }
 
+/* The iteration in a 'latest' file: digits, then nothing but white space (a damaged "3.9e5" or
+   "3garbage" is not iteration 3); -1 when it holds anything else. */
+static long long read_latest(FILE *f) {
+  char buf[64];
+  const size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = 0;
+  const char *s = buf;
+  while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+    s++;
+  if (*s < '0' || *s > '9' || n == sizeof buf - 1) return -1;
+  char *end;
+  errno = 0;
+  const long long it = strtoll(s, &end, 10);
+  if (errno) return -1;
+  while (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')
+    end++;
+  return *end || (size_t)(end - buf) != n ? -1 : it;
+}
+
 mgt_status mgt_ckpt_prune(const char *dir, int keep, FILE *log) {
   if (keep <= 0) return MGT_OK;
   long long latest = -1;
@@ -203,7 +222,7 @@ mgt_status mgt_ckpt_prune(const char *dir, int keep, FILE *log) {
   FILE *f = NULL;
   if (mgt_fopen_file("--save", path, &f) != MGT_OK) mgt_error_clear(); /* none: prune them all */
   if (f) {
-    if (fscanf(f, "%lld", &latest) != 1) latest = -1;
+    latest = read_latest(f);
     fclose(f);
   }
   DIR *d = opendir(dir);
@@ -271,10 +290,9 @@ mgt_status mgt_ckpt_resolve(const char *src, int64_t iteration, char *path, size
     FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
     MGT_REQUIRE(f, "--load %s: no 'latest' file (%s): no checkpoint was completed there", src,
                 strerror(errno));
-    long long it = -1;
-    int ok = fscanf(f, "%lld", &it) == 1;
+    const long long it = read_latest(f);
     fclose(f);
-    MGT_REQUIRE(ok && it >= 0, "--load %s: 'latest' does not hold an iteration number", src);
+    MGT_REQUIRE(it >= 0, "--load %s: 'latest' does not hold an iteration number alone", src);
     iteration = it;
   }
   snprintf(path, n, "%s/iter_%07lld.h5", src, (long long)iteration);

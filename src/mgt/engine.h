@@ -79,7 +79,7 @@ struct srv_job {
   srv_params p;
   int nseq, pending, refs, cancelled;
   int admitted; /* its sequences given a slot so far */
-  int failed; /* SRV_FAILED_*: the engine failed, or the drain time ran out */
+  int failed;   /* SRV_FAILED_*: the engine failed, or the drain time ran out */
   srv_seq *seq;
   pthread_cond_t cv;
   char id[40];

@@ -85,7 +85,8 @@ void mgt_flags_print(const mgt_flag *flags, int n, const void *src, FILE *f);
 /* The flags as one JSON object, keys with '_' for '-'. */
 void mgt_flags_json(const mgt_flag *flags, int n, const void *src, FILE *f);
 /* Sets the fields of dst from a JSON object written by mgt_flags_json; keys it lacks keep
-   their values. A value of the wrong type fails with MGT_ERR_INPUT naming `what`. */
+   their values. A value of the wrong type fails with MGT_ERR_INPUT naming `what`, and so does
+   "" (an unset enum) for an enum that does not hold -1 in dst already. */
 struct mgt_json;
 MGT_NODISCARD mgt_status mgt_flags_from_json(const mgt_flag *flags, int n, void *dst,
                                              const struct mgt_json *obj, const char *what);
