@@ -141,8 +141,17 @@ def check(port, hf, greedy_file, prompt):
     assert status == 200 and json.loads(text)["data"][0]["object"] == "model", text
     print("ok: stop strings, n choices, repeatable seeds, PUT /api's answer, /v1/models")
 
-    # bad requests: 4xx with one line, and the server still answers
-    bad = [("PUT", "/api", b"{not json", 400, "malformed JSON"),
+    name = json.loads(text)["data"][0]["id"]
+    status, text = call("HEAD", "/health")
+    assert status == 200 and text == "", (status, text)
+
+    # bad requests: 4xx with one line, and the server still answers ("\u0000" inside a name or
+    # a value does not end it: not the server's model, not a known field)
+    named = json.dumps({"prompt": "a", "model": name + "\u0000junk"}).encode()
+    bad = [("POST", "/v1/completions", named, 404, "does not exist"),
+           ("POST", "/v1/completions", b'{"prompt": "a", "stream\\u0000x": true}', 400,
+            "unknown field"),
+           ("PUT", "/api", b"{not json", 400, "malformed JSON"),
            ("PUT", "/api", b'{"prompts": "x"}', 400, "prompts is not a list of strings"),
            ("PUT", "/api", b'{"prompts": [1]}', 400, "prompts is not a list of strings"),
            ("PUT", "/api", b'{"tokens_to_generate": 3}', 400, "prompts argument required"),

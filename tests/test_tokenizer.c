@@ -294,6 +294,33 @@ static void test_json_objects(void) {
   mgt_json_parser_destroy(&jp);
 }
 
+/* mgt_json_is takes all of a string ("\u0000" inside does not end it); the cap on values counts
+   every value, nested ones included, and says it was the cause. */
+static void test_json_is_and_cap(void) {
+  mgt_json_parser *jp = NULL;
+  T_OK(mgt_json_parser_create(&jp));
+  const char *text = "{\"a\": \"user\", \"b\": \"user\\u0000x\", \"c\": \"use\", \"d\": 1}";
+  const mgt_json *root;
+  T_OK(mgt_json_parse(jp, text, strlen(text), &root));
+  T_CHECK(mgt_json_is(mgt_json_get(root, "a"), "user") &&
+              !mgt_json_is(mgt_json_get(root, "b"), "user") &&
+              !mgt_json_is(mgt_json_get(root, "c"), "user") &&
+              !mgt_json_is(mgt_json_get(root, "d"), "user") && !mgt_json_is(NULL, "user"),
+          "mgt_json_is");
+  const char *doc = "{\"x\": [1, [2, 3], {\"y\": 4}]}"; /* 8 values */
+  mgt_json_parser_limit(jp, 8);
+  T_OK(mgt_json_parse(jp, doc, strlen(doc), &root));
+  T_CHECK(!mgt_json_parser_over(jp), "a document of 8 values under a cap of 8");
+  mgt_json_parser_limit(jp, 7);
+  T_CHECK(mgt_json_parse(jp, doc, strlen(doc), &root) != MGT_OK && mgt_json_parser_over(jp),
+          "a document of 8 values under a cap of 7");
+  mgt_error_clear();
+  T_CHECK(mgt_json_parse(jp, "[1", 2, &root) != MGT_OK && !mgt_json_parser_over(jp),
+          "malformed, not over the cap");
+  mgt_error_clear();
+  mgt_json_parser_destroy(&jp);
+}
+
 /* Clones (mgt_tok_clone) encoding at once on their own threads, while the original decodes on
    a third: each stream must be the original's, encoded alone before. */
 typedef struct clone_job {
@@ -398,6 +425,7 @@ static void test_json_collisions(void) {
 int main(int argc, char **argv) {
   const char *dir = argc > 1 ? argv[1] : "../shared/data";
   test_json_objects();
+  test_json_is_and_cap();
   test_json_collisions();
   mgt_tokenizer *bytes = NULL;
   T_OK(mgt_tok_create_bytes(&bytes));

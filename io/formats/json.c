@@ -434,6 +434,11 @@ const mgt_json *mgt_json_get(const mgt_json *obj, const char *key) {
   return NULL;
 }
 
+int mgt_json_is(const mgt_json *v, const char *s) {
+  const size_t n = strlen(s);
+  return v && v->type == MGT_JSON_STRING && v->len == n && memcmp(v->str, s, n) == 0;
+}
+
 void mgt_json_write_string(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {

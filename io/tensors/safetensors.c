@@ -217,9 +217,9 @@ mgt_status mgt_safetensors_read(const mgt_safetensors *f, const char *name, int 
                  *of = mgt_json_get(t, "data_offsets");
   int esize = 0, bf16 = 0;
   if (dt && dt->type == MGT_JSON_STRING) {
-    if (!strcmp(dt->str, "F32")) esize = 4;
-    if (!strcmp(dt->str, "F16")) esize = 2;
-    if (!strcmp(dt->str, "BF16")) esize = 2, bf16 = 1;
+    if (mgt_json_is(dt, "F32")) esize = 4;
+    if (mgt_json_is(dt, "F16")) esize = 2;
+    if (mgt_json_is(dt, "BF16")) esize = 2, bf16 = 1;
   }
   MGT_REQUIRE(esize, "%s: tensor %s is not of dtype F32, F16 or BF16", f->path, name);
   int same = sh && sh->type == MGT_JSON_ARRAY && sh->len == (size_t)ndim;

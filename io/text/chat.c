@@ -415,7 +415,7 @@ mgt_status mgt_chat_from_json(const mgt_json *root, int format, const char *bos,
       MGT_GOTO_FAIL(MGT_ERR_INPUT, "message %zu has no string \"role\"", i + 1);
     m[i].role = -1;
     for (int k = 0; k < 3; k++)
-      if (strcmp(role->str, role_names[k]) == 0) m[i].role = k;
+      if (mgt_json_is(role, role_names[k])) m[i].role = k;
     if (m[i].role < 0)
       MGT_GOTO_FAIL(MGT_ERR_INPUT,
                     "message %zu: role \"%.40s\" is not system, user or assistant (tools are "

@@ -467,7 +467,7 @@ mgt_status mgt_flags_from_json(const mgt_flag *flags, int n, void *dst, const mg
          defaults': --distributed-backend, --cpu-gemm), never for a key that needs a value */
       if (v->type == MGT_JSON_STRING && v->len == 0 && *(int *)p == -1) break;
       for (int c = 0; v->type == MGT_JSON_STRING && f->choices[c]; c++)
-        if (strcmp(v->str, f->choices[c]) == 0) found = c;
+        if (mgt_json_is(v, f->choices[c])) found = c;
       MGT_REQUIRE(found >= 0, "%s: configuration key %s has an unknown value", what, key);
       *(int *)p = found;
       break;

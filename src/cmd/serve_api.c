@@ -88,8 +88,9 @@ void srv_params_init(srv_params *p) {
 const char *srv_unknown_field(const mgt_json *obj, const char *const *known) {
   for (size_t i = 0; i < obj->len; i++) {
     int found = 0;
-    for (int k = 0; known[k] && !found; k++)
-      found = !strcmp(obj->keys[i], known[k]);
+    for (int k = 0; known[k] && !found; k++) /* all of the name: "\u0000" does not end it */
+      found =
+          obj->key_lens[i] == strlen(known[k]) && !memcmp(obj->keys[i], known[k], obj->key_lens[i]);
     if (!found) return obj->keys[i];
   }
   return NULL;
@@ -445,7 +446,7 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
   memset(r, 0, sizeof *r);
   r->client_fd = client_fd;
   const int api = !strcmp(url, "/api") ? SRV_MEGATRON : SRV_OPENAI;
-  const int get = !strcmp(method, "GET");
+  const int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"); /* HEAD: the same, no body */
   if (!strcmp(url, "/health")) {
     if (!get) return srv_error(r, api, 405, "%s /health: use GET", method);
     srv_out o;

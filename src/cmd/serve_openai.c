@@ -122,7 +122,7 @@ static int openai_params(srv *s, const mgt_json *req, int chat, srv_reply *r, sr
   const mgt_json *v;
   if ((v = mgt_json_get(req, "model")) && v->type != MGT_JSON_NULL) {
     if (v->type != MGT_JSON_STRING) return srv_error_0(r, api, 400, "model must be a string");
-    if (strcmp(v->str, s->model_name))
+    if (!mgt_json_is(v, s->model_name))
       return srv_error_0(r, api, 404, "The model `%.200s` does not exist (this server has `%s`)",
                          v->str, s->model_name);
   }

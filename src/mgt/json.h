@@ -56,6 +56,9 @@ MGT_NODISCARD mgt_status mgt_json_parse(mgt_json_parser *p, const char *text, si
    Constant time for objects of many members (a safetensors header, a vocabulary). */
 const mgt_json *mgt_json_get(const mgt_json *obj, const char *key);
 
+/* Whether v is the string s, all of it (a "\u0000" inside v is not where s ends). */
+int mgt_json_is(const mgt_json *v, const char *s);
+
 /* Writes s as a JSON string literal. */
 void mgt_json_write_string(FILE *f, const char *s);
 /* Writes text[0..n) as a JSON string literal that is valid UTF-8 whatever the bytes: NULs and
