@@ -174,6 +174,20 @@ for n in 2 $((ndocs / 2)); do
 done
 cp "$tmp/docs.h5" "$tmp/badtok.h5" && h5edit "$tmp/badtok.h5" "t = f['tokens']; v = t[()]; v[::7] = 300; t[...] = v"
 expect_error "--data-path $tmp/badtok.h5: token id 300 in sample" "$MPIEXEC" -n 2 "$MGT" "${D0[@]}" --data-path "$tmp/badtok"
+# a vocabulary of 0 or 2^61 (a division by zero, a wrapped allocation), ids stored big-endian
+# (read as the bytes lie), offsets whose extent is not stored (a file of kilobytes sizing GBs)
+for v in 0 2305843009213693952; do
+  cp "$tmp/docs.h5" "$tmp/v$v.h5" && h5edit "$tmp/v$v.h5" "f.attrs['vocab_size'] = np.int64($v); f.attrs['max_token_id'] = np.int64(min($v, 256) - 1) if $v == 0 else f.attrs['max_token_id']"
+  expect_error "--data-path $tmp/v$v.h5: inconsistent attributes" "$MGT" "${D[@]/$tmp\/docs/$tmp/v$v}"
+  expect_error "--data-path $tmp/v$v.h5: inconsistent attributes" "$MGT" dataset info "$tmp/v$v" --unigram
+done
+cp "$tmp/docs.h5" "$tmp/be.h5" && h5edit "$tmp/be.h5" "v = f['tokens'][()]; del f['tokens']; f.create_dataset('tokens', data=v.astype('>u2'))"
+expect_error "tokens are stored big-endian" "$MGT" "${D[@]/$tmp\/docs/$tmp/be}"
+cp "$tmp/docs.h5" "$tmp/sparse.h5" && h5edit "$tmp/sparse.h5" "n = 1 << 24; del f['document_offsets']; f.create_dataset('document_offsets', shape=(n,), dtype='<i8', chunks=(1 << 16,), compression='gzip'); f.attrs['n_documents'] = np.int64(n - 1)"
+expect_error "document_offsets holds 16777216 elements but stores fewer" "$MGT" "${D[@]/$tmp\/docs/$tmp/sparse}"
+mkdir "$tmp/outdir.h5"
+expect_error "--output-prefix $tmp/outdir: $tmp/outdir.h5 exists and is not a regular file" "$MGT" preprocess --input "$tmp/docs.jsonl" --output-prefix "$tmp/outdir" --tokenizer-type ByteTokenizer
+expect_error "--input $tmp/fifo.h5: not a regular file" "$MGT" preprocess --input "$tmp/fifo.h5" --output-prefix "$tmp/o" --tokenizer-type ByteTokenizer
 cp "$tmp/docs.h5" "$tmp/nt.h5" && h5edit "$tmp/nt.h5" "f.attrs['n_tokens'] = np.int64(f.attrs['n_tokens'] + 1000)"
 expect_error "but the n_tokens attribute says" "$MGT" "${D[@]/$tmp\/docs/$tmp/nt}"
 "${T[@]}" "$MGT" "${D[@]}" > "$tmp/out" 2>&1 || { fail "training on the dataset"; cat "$tmp/out"; }

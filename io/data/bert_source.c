@@ -163,12 +163,16 @@ static mgt_status bert_source_get(void *ctx, uint64_t first, int n, int T, int32
                               s->binary, s->seed, (uint64_t)k, row + MGT_BERT_TOKENS * T,
                               row + MGT_BERT_TYPES * T, row + MGT_BERT_LABELS * T,
                               row + mgt_bert_length_at(T), row + mgt_bert_random_at(T)));
-    const int64_t V = ds->info.vocab_size; /* the attribute may lie about the data */
-    for (int t = 0; t < T; t++)
-      MGT_REQUIRE(row[t] >= 0 && row[t] < V,
+    const int64_t V = ds->info.vocab_size;          /* the attribute may lie about the data */
+    const int32_t *lab = row + MGT_BERT_LABELS * T; /* a masked position's id is only here */
+    for (int t = 0; t < T; t++) {
+      const int bad = row[t] < 0 || row[t] >= V;
+      const int32_t x = bad ? row[t] : lab[t]; /* -1: not masked */
+      MGT_REQUIRE(!bad && x >= -1 && x < V,
                   "--data-path %s: token id %lld in BERT sample %lld is outside its vocabulary of "
                   "%lld",
-                  ds->info.path, (long long)(uint32_t)row[t], (long long)k, (long long)V);
+                  ds->info.path, (long long)(uint32_t)x, (long long)k, (long long)V);
+    }
   }
   return MGT_OK;
 }

@@ -143,12 +143,18 @@ mgt_status mgt_dataset_info_read(const char *prefix, mgt_dataset_info *info) {
   snprintf(info->dtype, sizeof info->dtype, "uint%d", 8 * info->token_bytes);
   if (complete != 1 || H5Tget_class(t) != H5T_INTEGER || H5Tget_sign(t) != H5T_SGN_NONE ||
       (info->token_bytes != 2 && info->token_bytes != 4) || info->n_tokens < 0 ||
-      info->n_documents < 0 || info->max_token_id >= info->vocab_size) {
+      info->n_documents < 0 || info->vocab_size < 1 || info->vocab_size > (1 << 30) ||
+      info->max_token_id >= info->vocab_size) {
     st = MGT_ERROR(MGT_ERR_INPUT,
                    "--data-path %s: inconsistent attributes (complete %lld, %d-byte tokens, max "
                    "id %lld, vocabulary %lld)",
                    p, (long long)complete, info->token_bytes, (long long)info->max_token_id,
                    (long long)info->vocab_size);
+  } else if (H5Tget_order(t) != H5T_ORDER_LE) { /* the ids are read from the file's bytes */
+    st = MGT_ERROR(MGT_ERR_INPUT,
+                   "--data-path %s: tokens are stored big-endian; megatron-c reads little-endian "
+                   "ids (rewrite them, e.g. h5py's astype('<u%d'))",
+                   p, info->token_bytes);
   }
 done:
   if (t >= 0) H5Tclose(t);
@@ -177,6 +183,16 @@ static mgt_status extent_1d(hid_t d, const char *p, const char *name, int64_t *n
   if (nd >= 1 && nd <= H5S_MAX_RANK) H5Sget_simple_extent_dims(sp, dims, NULL);
   H5Sclose(sp);
   MGT_REQUIRE(nd == 1, "--data-path %s: %s is not one-dimensional", p, name);
+  /* every element stored (as mgt preprocess writes them, uncompressed): an extent read into
+     memory is then bounded by the file's size, not by a number in it */
+  hid_t t = H5Dget_type(d);
+  const size_t es = t >= 0 ? H5Tget_size(t) : 0;
+  if (t >= 0) H5Tclose(t);
+  MGT_REQUIRE(es > 0 && dims[0] <= (hsize_t)(INT64_MAX / (int64_t)es) &&
+                  H5Dget_storage_size(d) >= dims[0] * es,
+              "--data-path %s: %s holds %llu elements but stores fewer (compressed or never "
+              "written)",
+              p, name, (unsigned long long)dims[0]);
   *n = (int64_t)dims[0];
   return MGT_OK;
 }

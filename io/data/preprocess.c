@@ -53,11 +53,15 @@ static mgt_status list_inputs(const char *list, input **out, int *count) {
     size_t l = e ? (size_t)(e - s) : strlen(s);
     snprintf(in[k].path, sizeof in[k].path, "%.*s", (int)l, s);
     struct stat st;
-    if (stat(in[k].path, &st) != 0 || !S_ISREG(st.st_mode) || access(in[k].path, R_OK) != 0) {
-      int err = errno;
+    const int found = stat(in[k].path, &st) == 0, err = errno;
+    const char *why = !found                     ? strerror(err)
+                      : S_ISDIR(st.st_mode)      ? "is a directory"
+                      : !S_ISREG(st.st_mode)     ? "not a regular file"
+                      : access(in[k].path, R_OK) ? strerror(errno)
+                                                 : NULL;
+    if (why) {
       mgt_free(in);
-      MGT_FAIL(MGT_ERR_INPUT, "--input %.*s: %s", (int)l, s,
-               S_ISDIR(st.st_mode) ? "is a directory" : strerror(err ? err : EACCES));
+      MGT_FAIL(MGT_ERR_INPUT, "--input %.*s: %s", (int)l, s, why);
     }
     in[k].jsonl = is_jsonl(in[k].path);
     in[k].size = (uint64_t)st.st_size;
@@ -661,6 +665,16 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
     if (access(d, W_OK) != 0) {
       st = MGT_ERROR(MGT_ERR_INPUT, "--output-prefix %s: directory %s is not writable: %s",
                      o->output_prefix, d, strerror(errno));
+    }
+    /* and the outputs' names free for files: a directory or FIFO there fails only at the end */
+    char idx[sizeof mm + 8];
+    snprintf(idx, sizeof idx, "%s.idx", mm);
+    const char *outs[2] = {final, o->dataset_impl ? idx : NULL};
+    for (int k = 0; k < 2 && st == MGT_OK && outs[k]; k++) {
+      struct stat sb;
+      if (lstat(outs[k], &sb) == 0 && !S_ISREG(sb.st_mode))
+        st = MGT_ERROR(MGT_ERR_INPUT, "--output-prefix %s: %s exists and is not a regular file",
+                       o->output_prefix, outs[k]);
     }
   }
   if (st == MGT_OK && rank == 0) { /* this run's own temporary names: an interrupted one's */
