@@ -185,6 +185,26 @@ cp "$tmp/docs.h5" "$tmp/be.h5" && h5edit "$tmp/be.h5" "v = f['tokens'][()]; del 
 expect_error "tokens are stored big-endian" "$MGT" "${D[@]/$tmp\/docs/$tmp/be}"
 cp "$tmp/docs.h5" "$tmp/sparse.h5" && h5edit "$tmp/sparse.h5" "n = 1 << 24; del f['document_offsets']; f.create_dataset('document_offsets', shape=(n,), dtype='<i8', chunks=(1 << 16,), compression='gzip'); f.attrs['n_documents'] = np.int64(n - 1)"
 expect_error "document_offsets holds 16777216 elements but stores fewer" "$MGT" "${D[@]/$tmp\/docs/$tmp/sparse}"
+# BERT: an id outside the vocabulary at a masked position is only in the labels (these seeds
+# mask it in the first sample that holds it: before, it reached the model as a bad label)
+$PY - "$tmp" <<'PY'
+import json, random, sys
+random.seed(3)
+words = "the king queen of a and to my lord good sir thou art not in this is what we will be".split()
+v = ["[PAD]"] + ["[unused%d]" % i for i in range(10)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]", "."] + words
+open(sys.argv[1] + "/bvocab.txt", "w").write("\n".join(v) + "\n")
+with open(sys.argv[1] + "/bdocs.jsonl", "w") as f:
+    for d in range(30):
+        s = [" ".join(random.choice(words) for _ in range(random.randint(4, 9))).capitalize() + "."
+             for _ in range(6)]
+        f.write(json.dumps({"text": " ".join(s)}) + "\n")
+PY
+BT=(--tokenizer-type BertWordPieceLowerCase --vocab-file "$tmp/bvocab.txt")
+"${T[@]}" "$MGT" preprocess --input "$tmp/bdocs.jsonl" --output-prefix "$tmp/bbad" "${BT[@]}" --split-sentences > /dev/null || fail "BERT preprocess"
+h5edit "$tmp/bbad.h5" "o = f['document_offsets'][()]; t = f['tokens'][()]; t[o[:-1] + 1] = 65000; f['tokens'][...] = t"
+for seed in 16 23 30; do
+  expect_error "--data-path $tmp/bbad.h5: token id 65000 in BERT sample" "$MGT" train --model bert --bert-no-binary-head --data-path "$tmp/bbad" "${BT[@]}" --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 32 --micro-batch-size 1 --global-batch-size 1 --train-iters 10 --eval-iters 0 --seed $seed
+done
 mkdir "$tmp/outdir.h5"
 expect_error "--output-prefix $tmp/outdir: $tmp/outdir.h5 exists and is not a regular file" "$MGT" preprocess --input "$tmp/docs.jsonl" --output-prefix "$tmp/outdir" --tokenizer-type ByteTokenizer
 expect_error "--input $tmp/fifo.h5: not a regular file" "$MGT" preprocess --input "$tmp/fifo.h5" --output-prefix "$tmp/o" --tokenizer-type ByteTokenizer
