@@ -163,6 +163,24 @@ done
 [ -e "$tmp/llama3.hf/model.safetensors" ] && [ ! -e "$tmp/llama3.hf/model.safetensors.index.json" ] ||
   fail "the stale index of the sharded export is left beside model.safetensors"
 
+# transformers 5 writes rope_theta and rope_scaling as one object, rope_parameters: the same model
+rm -rf "$tmp/v5.hf" && cp -r "$tmp/llama3.hf" "$tmp/v5.hf"
+$PY - "$tmp/v5.hf/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["rope_parameters"] = dict(c.pop("rope_scaling"), rope_theta=c.pop("rope_theta"))
+json.dump(c, open(sys.argv[1], "w"))
+PY
+"$MGT" ckpt import --format hf --input "$tmp/v5.hf" --save "$tmp/v5.imp" > /dev/null 2>&1 || fail "import of rope_parameters"
+$PY - "$tmp/llama3.imp" "$tmp/v5.imp" <<'PY' || fail "rope_parameters imported another rotary embedding"
+import glob, h5py, json, sys
+a, b = (json.loads(h5py.File(sorted(glob.glob(d + "/iter_*.h5"))[-1], "r").attrs["config"]) for d in sys.argv[1:])
+keys = ("rotary_base", "use_rope_scaling", "rope_scaling_factor")
+assert a["use_rope_scaling"] and all(a[k] == b[k] for k in keys), [(k, a[k], b[k]) for k in keys]
+print("ok: rope_parameters (transformers 5) imports as rope_theta and rope_scaling do: %s"
+      % [(k, b[k]) for k in keys])
+PY
+
 # what Llama's config.json may say that the model cannot be
 mkdir -p "$tmp/bad"
 cp "$tmp/other.hf/model.safetensors" "$tmp/bad/"
@@ -177,7 +195,11 @@ PY
 bad "c['hidden_act'] = 'gelu'"
 expect 'hidden_act must be "silu"' "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
 bad "c['rope_scaling'] = {'rope_type': 'yarn', 'factor': 4.0}"
-expect 'rope_scaling is implemented for rope_type "llama3" only' "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
+expect 'rope_scaling is implemented for rope_type "default" and "llama3" only' "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
+bad "c['rope_parameters'] = {'rope_type': 'yarn', 'rope_theta': 1e4, 'factor': 4.0}; c.pop('rope_scaling', None)"
+expect 'rope_parameters is implemented for rope_type "default" and "llama3" only' "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
+bad "c['rope_parameters'] = {'rope_type': 'default', 'rope_theta': 1e4}; c['rope_scaling'] = {'rope_type': 'llama3', 'factor': 8.0}"
+expect "both rope_parameters and rope_scaling: give one" "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
 bad "c['attention_bias'] = False"
 expect "attention_bias false and mlp_bias true" "$MGT" ckpt import --format hf --input "$tmp/bad" --save "$tmp/x"
 bad "c['model_type'] = 'qwen2'; c['architectures'] = ['Qwen2ForCausalLM']; c['head_dim'] = 32"

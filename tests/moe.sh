@@ -98,6 +98,11 @@ with h5py.File(a, "r") as p, h5py.File(b, "r") as q:
 print("ok: %d model tensors imported bit for bit" % len(names))
 PY
 done
+# keys a config.json leaves out default as transformers' classes do: Qwen3MoeConfig's top 8 (not
+# Mixtral's 2) of these 4 experts is refused
+rm -rf "$tmp/nok.hf" && cp -r "$tmp/qmoe.hf" "$tmp/nok.hf"
+$PY -c "import json, sys; c = json.load(open(sys.argv[1])); del c['num_experts_per_tok']; json.dump(c, open(sys.argv[1], 'w'))" "$tmp/nok.hf/config.json"
+expect "config.json: --moe-router-topk 8 exceeds --num-experts 4" "$MGT" ckpt import --format hf --input "$tmp/nok.hf" --save "$tmp/x"
 expect "Hugging Face's Mixtral has experts in every layer, their top-k renormalized" \
   "$MGT" ckpt export --format hf --load "$tmp/pre" --output "$tmp/x.hf"
 

@@ -275,25 +275,37 @@ static mgt_status hf_bool(const mgt_json *conf, const char *path, const char *ke
   return MGT_OK;
 }
 
-/* Llama 3.1's rope_scaling (rope_type llama3 with the band mgt_gpt_rope_frequencies uses), or
-   none. */
-static mgt_status read_rope_scaling(const mgt_json *conf, const char *path, mgt_config *cfg) {
-  const mgt_json *rs = mgt_json_get(conf, "rope_scaling");
+/* The rotary positions: rope_theta, and Llama 3.1's scaling (rope_type llama3 with the band
+   mgt_gpt_rope_frequencies uses) or none ("default"). transformers 4 writes them as rope_theta
+   and rope_scaling, transformers 5 as one object, rope_parameters (its theta inside). */
+static mgt_status read_rope(const mgt_json *conf, const char *path, mgt_config *cfg) {
+  const mgt_json *rp = mgt_json_get(conf, "rope_parameters"),
+                 *rs = mgt_json_get(conf, "rope_scaling");
+  const char *key = "rope_scaling";
+  MGT_CHECK(hf_num(conf, path, "rope_theta", 10000, 1, 1e12, &cfg->rotary_base));
+  if (rp && rp->type != MGT_JSON_NULL) {
+    MGT_REQUIRE(rp->type == MGT_JSON_OBJECT, "%s: rope_parameters is not an object", path);
+    MGT_REQUIRE(!rs || rs->type == MGT_JSON_NULL || rs == rp,
+                "%s: both rope_parameters and rope_scaling: give one", path);
+    MGT_CHECK(hf_num(rp, path, "rope_theta", cfg->rotary_base, 1, 1e12, &cfg->rotary_base));
+    rs = rp, key = "rope_parameters";
+  }
   if (!rs || rs->type == MGT_JSON_NULL) return MGT_OK;
-  const mgt_json *type = mgt_json_get(rs, "rope_type");
-  if (!type) type = mgt_json_get(rs, "type"); /* the older key */
-  MGT_REQUIRE(rs->type == MGT_JSON_OBJECT && type && type->type == MGT_JSON_STRING &&
-                  hf_is(type, "llama3"),
-              "%s: rope_scaling is implemented for rope_type \"llama3\" only (Llama 3.1)", path);
+  const mgt_json *type = rs->type == MGT_JSON_OBJECT ? mgt_json_get(rs, "rope_type") : NULL;
+  if (!type && rs->type == MGT_JSON_OBJECT) type = mgt_json_get(rs, "type"); /* the older key */
+  if (type && hf_is(type, "default")) return MGT_OK;
+  MGT_REQUIRE(
+      rs->type == MGT_JSON_OBJECT && type && type->type == MGT_JSON_STRING && hf_is(type, "llama3"),
+      "%s: %s is implemented for rope_type \"default\" and \"llama3\" only (Llama 3.1)", path, key);
   double lo, hi, orig;
   MGT_CHECK(hf_num(rs, path, "factor", 0, 1, 1e6, &cfg->rope_scaling_factor));
   MGT_CHECK(hf_num(rs, path, "low_freq_factor", 1, 0, 1e6, &lo));
   MGT_CHECK(hf_num(rs, path, "high_freq_factor", 4, 0, 1e6, &hi));
   MGT_CHECK(hf_num(rs, path, "original_max_position_embeddings", 8192, 1, 1e9, &orig));
   MGT_REQUIRE(lo == 1 && hi == 4 && orig == 8192,
-              "%s: rope_scaling with low_freq_factor %g, high_freq_factor %g and "
+              "%s: %s with low_freq_factor %g, high_freq_factor %g and "
               "original_max_position_embeddings %g: only Llama 3.1's 1, 4 and 8192 are implemented",
-              path, lo, hi, orig);
+              path, key, lo, hi, orig);
   cfg->use_rope_scaling = 1;
   return MGT_OK;
 }
@@ -304,10 +316,12 @@ static mgt_status read_rope_scaling(const mgt_json *conf, const char *path, mgt_
 static mgt_status read_moe(const mgt_json *conf, const char *path, int qwen, int olmoe,
                            mgt_config *cfg) {
   int norm = 1, step = 1;
-  MGT_CHECK(hf_int(conf, path, qwen || olmoe ? "num_experts" : "num_local_experts", 0, 1, 1 << 16,
-                   &cfg->num_experts));
-  MGT_CHECK(
-      hf_int(conf, path, "num_experts_per_tok", 2, 1, cfg->num_experts, &cfg->moe_router_topk));
+  /* absent keys default as transformers' MixtralConfig (8 experts, top 2), Qwen3MoeConfig (128,
+     top 8) and OlmoeConfig (64, top 8) do */
+  MGT_CHECK(hf_int(conf, path, qwen || olmoe ? "num_experts" : "num_local_experts",
+                   qwen ? 128 : (olmoe ? 64 : 8), 1, 1 << 16, &cfg->num_experts));
+  MGT_CHECK(hf_int(conf, path, "num_experts_per_tok", qwen || olmoe ? 8 : 2, 1, cfg->num_experts,
+                   &cfg->moe_router_topk));
   MGT_CHECK(hf_num(conf, path, "router_aux_loss_coef", 0.001, 0, 1e6, &cfg->moe_aux_loss_coeff));
   cfg->moe_ffn_hidden_size = cfg->ffn_hidden_size;
   if (olmoe) { /* every layer; OlmoeConfig's norm_topk_prob defaults to false */
@@ -371,8 +385,7 @@ mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, const ch
                    HF_MAX_HIDDEN, &hd));
   if ((int64_t)hd * cfg->num_attention_heads != cfg->hidden_size) cfg->kv_channels = hd;
   MGT_CHECK(hf_num(conf, path, "rms_norm_eps", 1e-6, 1e-12, 1, &cfg->layernorm_epsilon));
-  MGT_CHECK(hf_num(conf, path, "rope_theta", 10000, 1, 1e12, &cfg->rotary_base));
-  MGT_CHECK(read_rope_scaling(conf, path, cfg));
+  MGT_CHECK(read_rope(conf, path, cfg));
   int window;
   MGT_CHECK(hf_bool(conf, path, "use_sliding_window", 0, &window));
   MGT_REQUIRE(!window, "%s: use_sliding_window: sliding-window attention is not implemented", path);
