@@ -244,10 +244,33 @@ static void transpose(const float *src, int64_t rows, int64_t cols, float *dst) 
 }
 
 /* The model tensors of cfg as whole logical tensors in host buffers of their own. */
-static mgt_status whole_model(const mgt_config *cfg, mgt_state *out) {
+/* The model's tensors, allocated; with sf (an import), only where its weights can hold them. */
+static mgt_status whole_model(const mgt_config *cfg, const mgt_st_dir *sf, const char *dir,
+                              mgt_state *out) {
   mgt_state desc = {0};
   mgt_status st = MGT_OK;
   MGT_TRY(mgt_gpt_describe(cfg, 1, 0, 0, &desc));
+  if (sf) { /* sizes come from config.json: a small folder must not make them gigabytes */
+    double want = 0, held = 0;
+    for (int i = 0; i < desc.n; i++) {
+      mgt_state_tensor t;
+      mgt_state_whole(&desc.t[i], &t);
+      want += (double)mgt_state_numel(&t);
+    }
+    for (int i = 0; i < mgt_st_dir_count(sf); i++) {
+      int64_t shape[MGT_ST_MAX_DIMS];
+      const int nd = mgt_st_dir_dims(sf, mgt_st_dir_name(sf, i), shape);
+      double n = 1;
+      for (int k = 0; k < nd; k++)
+        n *= (double)shape[k];
+      held += nd >= 0 ? n : 0;
+    }
+    if (want > 2 * held + (1 << 20))
+      MGT_GOTO_FAIL(MGT_ERR_INPUT,
+                    "%s: config.json describes %.0f parameters, its safetensors hold %.0f: not "
+                    "this model's weights",
+                    dir, want, held);
+  }
   for (int i = 0; i < desc.n; i++) {
     mgt_state_tensor t;
     mgt_state_whole(&desc.t[i], &t);
@@ -367,7 +390,7 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, size_t max_
   float **zeros = NULL;
   char *json = NULL;
   char path[MGT_PATH_MAX + 64];
-  MGT_TRY(whole_model(&cfg, &w));
+  MGT_TRY(whole_model(&cfg, NULL, NULL, &w));
   MGT_TRY(mgt_ckpt_load(ckpt_path, MPI_COMM_SELF, &w, &state));
   for (int i = 0; cfg.apply_layernorm_1p && i < w.n; i++) { /* HF stores the gain, 1 + w */
     const size_t len = strlen(w.t[i].name), k = strlen("layernorm.weight");
@@ -753,7 +776,7 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   MGT_TRY(read_hf_config(hf_dir, sf, &cfg, log));
   const mgt_model_spec desc = mgt_model_of(&cfg);
   if (hf_is_llama(&desc)) MGT_TRY(hf_adopt_tokenizer(hf_dir, &cfg, log));
-  MGT_TRY(whole_model(&cfg, &w));
+  MGT_TRY(whole_model(&cfg, sf, hf_dir, &w));
   MGT_TRY(make_plan(&cfg, &w, &plan));
   MGT_TRY(mgt_calloc(sizeof(int64_t) * (size_t)w.n, "import counts", (void **)&covered));
   for (int i = 0; i < plan.n; i++) {
