@@ -231,6 +231,8 @@ many[129]=$tmp/typo
 expect_error "--data-path $tmp/typo.h5: No such file" "$MGT" "${D0[@]}" --data-path "${many[@]}"
 many[129]=$tmp/docs && many[128]=x1
 expect_error "--data-path: value 129, 'x1', is not a positive weight" "$MGT" "${D0[@]}" --data-path "${many[@]}"
+expect_error "--data-path: the weights sum beyond a double's range" "$MGT" "${D0[@]}" --data-path 1.5e308 "$tmp/docs" 1e308 "$tmp/docs"
+expect_error "--split '1e308,1e308,1e308': the weights sum beyond a double's range" "$MGT" "${D[@]}" --split 1e308,1e308,1e308
 
 # ---- output locations: checked before the first iteration; one job per --save directory ----
 expect_error "--save /etc/passwd: not a directory" "$MGT" "${R[@]}" --save /etc/passwd

@@ -594,6 +594,8 @@ static mgt_status parse_data_path(const char *flag, const char *list, data_spec 
     sum += w;
     spec->prefix[i] = items[weights ? 2 * i + 1 : i];
   }
+  if (!isfinite(sum)) /* each finite, their sum not: the shares would be 0 or NaN */
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: the weights sum beyond a double's range", flag);
   for (int i = 0; i < spec->n; i++)
     spec->w[i] /= sum;
   free(items);

@@ -114,6 +114,7 @@ mgt_status mgt_split_parse(const char *s, double w[3]) {
               "non-negative weights",
               s);
   MGT_REQUIRE(sum > 0, "--split '%s': the weights sum to zero", s);
+  MGT_REQUIRE(isfinite(sum), "--split '%s': the weights sum beyond a double's range", s);
   for (int i = n; i < 3; i++)
     w[i] = 0;
   for (int i = 0; i < 3; i++)
