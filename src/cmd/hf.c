@@ -293,10 +293,6 @@ static void free_whole(mgt_state *s) {
   mgt_state_fini(s);
 }
 
-int hf_is(const mgt_json *v, const char *want) {
-  return v && v->type == MGT_JSON_STRING && v->len == strlen(want) && !memcmp(v->str, want, v->len);
-}
-
 /* An export in progress: this file is written before anything else and removed after the last
    file is in, and config.json is removed before the first weight is written, so that an export
    cut short (a kill, a full disk) leaves a folder that neither mgt ckpt import nor transformers
@@ -521,7 +517,7 @@ static mgt_status bert_kind(const mgt_json *conf, const char *path, int post, co
       for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         char name[64];
         snprintf(name, sizeof name, "%s%s", family, kinds[k]);
-        if (hf_is(a, name)) *kind = kinds[k];
+        if (mgt_json_is(a, name)) *kind = kinds[k];
       }
       MGT_REQUIRE(*kind, "%s: architecture %.100s is none of BERT's %s%s, ...%s, ...%s or ...%s",
                   path, a->str, family, kinds[0], kinds[1], kinds[2], kinds[3]);
@@ -585,7 +581,7 @@ static mgt_status read_bert_config(const mgt_json *conf, const char *path, int p
     task = n == 3 ? MGT_TASK_MNLI : MGT_TASK_QQP;
   }
   const mgt_json *act = mgt_json_get(conf, "hidden_act");
-  MGT_REQUIRE(!act || hf_is(act, "gelu"),
+  MGT_REQUIRE(!act || mgt_json_is(act, "gelu"),
               "%s: hidden_act must be \"gelu\" (erf), the LM head's activation", path);
   int types;
   MGT_CHECK(hf_int(conf, path, "type_vocab_size", 2, 2, 2, &types));
@@ -671,8 +667,8 @@ static mgt_status read_hf_config(const char *hf_dir, const mgt_st_dir *sf, mgt_c
                   path, mt);
   MGT_TRY(check_architecture(conf, path, "gpt2", "GPT2", "GPT2LMHeadModel", log));
   const mgt_json *act = mgt_json_get(conf, "activation_function");
-  if (act && act->type != MGT_JSON_NULL && !hf_is(act, "gelu_new") &&
-      !hf_is(act, "gelu_pytorch_tanh")) {
+  if (act && act->type != MGT_JSON_NULL && !mgt_json_is(act, "gelu_new") &&
+      !mgt_json_is(act, "gelu_pytorch_tanh")) {
     MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: activation_function must be \"gelu_new\" (GPT-2's tanh GeLU)",
                   path);
   }

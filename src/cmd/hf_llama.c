@@ -293,10 +293,11 @@ static mgt_status read_rope(const mgt_json *conf, const char *path, mgt_config *
   if (!rs || rs->type == MGT_JSON_NULL) return MGT_OK;
   const mgt_json *type = rs->type == MGT_JSON_OBJECT ? mgt_json_get(rs, "rope_type") : NULL;
   if (!type && rs->type == MGT_JSON_OBJECT) type = mgt_json_get(rs, "type"); /* the older key */
-  if (type && hf_is(type, "default")) return MGT_OK;
-  MGT_REQUIRE(
-      rs->type == MGT_JSON_OBJECT && type && type->type == MGT_JSON_STRING && hf_is(type, "llama3"),
-      "%s: %s is implemented for rope_type \"default\" and \"llama3\" only (Llama 3.1)", path, key);
+  if (type && mgt_json_is(type, "default")) return MGT_OK;
+  MGT_REQUIRE(rs->type == MGT_JSON_OBJECT && type && type->type == MGT_JSON_STRING &&
+                  mgt_json_is(type, "llama3"),
+              "%s: %s is implemented for rope_type \"default\" and \"llama3\" only (Llama 3.1)",
+              path, key);
   double lo, hi, orig;
   MGT_CHECK(hf_num(rs, path, "factor", 0, 1, 1e6, &cfg->rope_scaling_factor));
   MGT_CHECK(hf_num(rs, path, "low_freq_factor", 1, 0, 1e6, &lo));
@@ -367,7 +368,8 @@ mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, const ch
   const int qwen3 = !strcmp(model_type, "qwen3") || qmoe || olmoe; /* q/k norms, no bias */
   const int qwen2 = !strcmp(model_type, "qwen2");
   const mgt_json *act = mgt_json_get(conf, "hidden_act");
-  MGT_REQUIRE(!act || hf_is(act, "silu"), "%s: hidden_act must be \"silu\" (SwiGLU's gate)", path);
+  MGT_REQUIRE(!act || mgt_json_is(act, "silu"), "%s: hidden_act must be \"silu\" (SwiGLU's gate)",
+              path);
   mgt_config_defaults(cfg);
   cfg->normalization = MGT_NORM_RMSNORM, cfg->swiglu = 1;
   cfg->position_embedding_type = MGT_POS_ROPE;

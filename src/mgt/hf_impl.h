@@ -53,8 +53,6 @@ int hf_find(const hf_names *w, const char *name);
 /* Our tensor `ours` whole as `hf`, in its own shape (flat: as one vector; conv1d: transposed). */
 mgt_status hf_plan_whole(hf_plan *pl, const hf_names *w, const char *hf, const char *ours, int flat,
                          int conv1d);
-/* Whether v is the JSON string `want`, byte for byte (a string with a NUL inside is not). */
-int hf_is(const mgt_json *v, const char *want);
 /* Writes `text` to path, published durably. */
 mgt_status hf_write_text(const char *path, const char *text);
 /* config.json's integer or number `key` (dflt when absent or null) within [lo, hi]. */
