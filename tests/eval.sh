@@ -240,9 +240,46 @@ rc=$?
 "$MGT" eval --task wikitext103 --load "$tmp/run" > "$tmp/out" 2>&1
 rc=$?
 [ $rc -eq 2 ] && grep -q "valid-data" "$tmp/out" || { cat "$tmp/out"; fail "wikitext103 without data: exit $rc"; }
+# (its first line, a space, is blank and skipped as blank JSON lines are)
 "$MGT" eval --task lambada --load "$tmp/run" --valid-data "$WIKI" > "$tmp/out" 2>&1
 rc=$?
-[ $rc -eq 2 ] && grep -q "wiki.test.tokens:1" "$tmp/out" || { cat "$tmp/out"; fail "lambada on a non-JSON file: exit $rc"; }
+[ $rc -eq 2 ] && grep -q "wiki.test.tokens:2:" "$tmp/out" || { cat "$tmp/out"; fail "lambada on a non-JSON file: exit $rc"; }
+# Inputs that cannot be scored as asked: one line naming the file and line, exit 2.
+refused() { # PATTERN ARGS...: mgt eval ARGS exits 2 saying PATTERN
+  local want=$1
+  shift
+  "$MGT" eval --load "$tmp/run" "$@" > "$tmp/out" 2>&1
+  local rc=$?
+  [ $rc -eq 2 ] && grep -qF -- "$want" "$tmp/out" || { cat "$tmp/out"; fail "eval $* (exit $rc): not '$want'"; }
+}
+head -2 "$LAMB" > "$tmp/nul.jsonl"
+printf '\0\n' >> "$tmp/nul.jsonl"
+sed -n 3,9p "$LAMB" >> "$tmp/nul.jsonl"
+refused "nul.jsonl:3: malformed JSON at byte 0: unexpected byte 0x00" --task lambada --valid-data "$tmp/nul.jsonl"
+printf '{"text": "a b c"}\n{"text": "  zebra  "}\n' > "$tmp/noctx.jsonl"
+refused "noctx.jsonl:2: a LAMBADA text without context" --task lambada --strict-lambada --valid-data "$tmp/noctx.jsonl"
+printf '{"text": "a b c"}\n{"text": ""}\n' > "$tmp/short.jsonl"
+refused "short.jsonl:2: a LAMBADA text of fewer than two tokens" --task lambada --valid-data "$tmp/short.jsonl"
+printf '{"text": "the end of a word supercalifragilisticexpialidocious"}\n' > "$tmp/long.jsonl"
+refused "long.jsonl:1: the last word is" --task lambada --strict-lambada --valid-data "$tmp/long.jsonl" --seq-length 4
+printf ' Supercalifragilisticexpialidocious \n' > "$tmp/one.txt"
+refused "fewer than two whitespace-separated tokens" --task wikitext103 --valid-data "$tmp/one.txt"
+refused "--valid-data: --task lm reads" --task lm --input-ids "$tmp/pieces.ids" --valid-data "$LAMB"
+refused "--input-ids and --text are for --task lm" --task lambada --valid-data "$LAMB" --text "$BOOK"
+refused "--strict-lambada is for --task lambada" --task wikitext103 --valid-data "$WIKI" --strict-lambada
+refused "--overlapping-eval is for" --task lambada --valid-data "$LAMB" --overlapping-eval 5
+refused "--skip-bad-records is for" --task lambada --valid-data "$LAMB" --skip-bad-records
+# blank lines (CRLF, spaces) are skipped: the same examples and verdicts as without them
+head -5 "$LAMB" > "$tmp/five.jsonl"
+{ head -2 "$LAMB"; printf '\r\n   \n'; sed -n 3,5p "$LAMB"; printf '\t\n'; } > "$tmp/blank.jsonl"
+for f in five blank; do
+  "$MGT" eval --task lambada --load "$tmp/run" --valid-data "$tmp/$f.jsonl" 2> /dev/null | grep '"examples": 5,' |
+    sed 's/"checkpoint.*//' > "$tmp/$f.res"
+done
+[ -s "$tmp/five.res" ] && cmp -s "$tmp/five.res" "$tmp/blank.res" || fail "blank lines change LAMBADA's examples"
+# a window under wikitext103's default stride of 32 strides by the window
+"$MGT" eval --task wikitext103 --load "$tmp/run" --valid-data "$tmp/wiki.txt" --seq-length 16 > "$tmp/out" 2>&1 &&
+  grep -q '"overlapping_eval": 16' "$tmp/out" || { cat "$tmp/out"; fail "wikitext103 at --seq-length 16"; }
 
 [ $fails -eq 0 ] && echo "eval: all checks passed"
 exit $((fails > 0))

@@ -280,5 +280,18 @@ expect "--task is for mgt finetune" "$MGT" train --model bert $ARCH --task MNLI 
 expect "not a BERT fine-tuned for QQP" "$MGT" eval --task QQP --load "$tmp/ft_mnli" --valid-data "$tmp/QQP.dev.tsv"
 expect "not a BERT fine-tuned for MNLI" "$MGT" eval --task MNLI --load "$tmp/pre" --valid-data "$tmp/MNLI.dev.tsv"
 expect "a fine-tuned BERT is scored with mgt eval --task" "$MGT" eval --task lm --load "$tmp/ft_mnli" --text "$BOOK"
+# a GLUE test file (no labels: every row would be labelled 0) is neither trained on nor scored
+cut -f1,4,5 "$tmp/QQP.dev.tsv" >"$tmp/qqp_test.tsv"
+expect "qqp_test.tsv is a GLUE test file (its header has 3 columns)" $FT --task QQP --train-data "$tmp/qqp_test.tsv"
+cut -f1-10 "$tmp/MNLI.dev.tsv" >"$tmp/mnli_test.tsv"
+expect "mnli_test.tsv is a GLUE test file (its header has 10 columns)" "$MGT" eval --task MNLI \
+  --load "$tmp/ft_mnli" --valid-data "$tmp/mnli_test.tsv"
+# an MNLI row short of its header's columns would take another column as its label
+awk -F'\t' 'BEGIN{OFS="\t"} NR==3{NF=NF-1} {print}' "$tmp/MNLI.dev.tsv" >"$tmp/short.tsv"
+expect "short.tsv:3: the header has" "$MGT" eval --task MNLI --load "$tmp/ft_mnli" --valid-data "$tmp/short.tsv"
+# a vocabulary larger than the model's, before anything is read
+{ cat "$V"; seq 1 100 | sed 's/^/extra/'; } >"$tmp/big_vocab.txt"
+expect "the tokenizer has 30622 ids but the model's vocabulary only 30522" "$MGT" eval --task MNLI \
+  --load "$tmp/ft_mnli" --valid-data "$tmp/MNLI.dev.tsv" --vocab-file "$tmp/big_vocab.txt"
 echo "finetune: $fails failures"
 [ $fails = 0 ]

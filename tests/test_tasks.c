@@ -182,7 +182,7 @@ static void test_mnli(void) {
                               "0\tx\tx\tx\tx\tx\tx\tx\tfirst\tsecond\n"
                               "1\tx\tx\tx\tx\tx\tx\tx\tfirst\tsecond\tneutral\n");
   e = read_error(MGT_TASK_MNLI, "mnli_test11.tsv", 0);
-  T_CHECK(strstr(e, "mnli_test11.tsv:3:") && strstr(e, "10 columns, this one 11"),
+  T_CHECK(strstr(e, "mnli_test11.tsv:3:") && strstr(e, "the header has 10 columns, this row 11"),
           "MNLI test row of 11 columns: \"%s\"", e);
   char wide[512] = "i\t2\t3\t4\t5\t6\t7\t8\ts1\ts2\tl1\tgold\n0";
   for (int k = 1; k < 33; k++)

@@ -31,6 +31,7 @@ struct mgt_task_set {
   size_t pool_n, pool_cap;
   example *ex;
   int64_t n, cap, skipped;
+  int header_cols, unlabelled; /* GLUE: a test file's rows carry label 0, not theirs */
 };
 
 /* ---- Python's text handling ---- */
@@ -231,9 +232,9 @@ static mgt_status glue_line(void *vctx, const char *b, const char *e, int64_t li
   if (s->task == MGT_TASK_MNLI) {
     if (n > MAX_COLS) return bad(s, c->skip, c->file, line, "more than 32 columns");
     if (n < 10) return bad(s, c->skip, c->file, line, "too few columns for MNLI (10 or more)");
-    if (c->is_test && n != 10) { /* a test file's header has 10 columns, and so has each row */
-      char why[64];
-      snprintf(why, sizeof why, "an MNLI test row has 10 columns, this one %d", n);
+    if (n != c->header_cols) { /* a test row has 10, a dev row's label is its last column */
+      char why[80];
+      snprintf(why, sizeof why, "the header has %d columns, this row %d", c->header_cols, n);
       return bad(s, c->skip, c->file, line, why);
     }
     ia = 8, ib = 9;
@@ -291,6 +292,7 @@ static mgt_status read_glue(mgt_task_set *s, mgt_tokenizer *tok, int skip) {
   free(text);
   MGT_CHECK(st);
   MGT_REQUIRE(c.header_cols > 0, "%s: empty (GLUE files start with a header line)", s->path);
+  s->header_cols = c.header_cols, s->unlabelled = c.is_test;
   return MGT_OK;
 }
 
@@ -628,6 +630,11 @@ static mgt_status read_sets(const mgt_config *cfg, const char *list, mgt_tokeniz
     }
     MGT_CHECK(mgt_task_set_read(cfg->task, path, tok, cfg->skip_bad_records, log, &(*sets)[*n]));
     (*n)++;
+    const mgt_task_set *s = (*sets)[*n - 1];
+    MGT_REQUIRE(!s->unlabelled,
+                "%s is a GLUE test file (its header has %d columns): it has no labels to train on "
+                "or score against",
+                path, s->header_cols);
   }
   return MGT_OK;
 }

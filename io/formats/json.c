@@ -391,6 +391,7 @@ static int parse_value(mgt_json_parser *p, mgt_json *v, int depth) {
     p->s = q;
     return 1;
   }
+  if (c < 0x20 || c > 0x7E) FAIL("unexpected byte 0x%02X", (unsigned)(unsigned char)c);
   FAIL("unexpected character '%c'", c);
 }
 

@@ -82,6 +82,18 @@ mgt_status mgt_eval_parse(mgt_eval_opts *o, int argc, char **argv, int first, in
                 "--task lm needs one of --input-ids and --text");
   else
     MGT_REQUIRE(o->valid_data[0], "--task %s needs --valid-data", tasks[o->task]);
+  /* a flag of another task would be ignored: the run would not be the one asked for */
+  MGT_REQUIRE(o->task == TASK_LM || (!o->input_ids[0] && !o->text[0]),
+              "--input-ids and --text are for --task lm (--task %s reads --valid-data)",
+              tasks[o->task]);
+  MGT_REQUIRE(o->task != TASK_LM || !o->valid_data[0],
+              "--valid-data: --task lm reads --input-ids or --text");
+  MGT_REQUIRE(o->task == TASK_LAMBADA || !o->strict_lambada,
+              "--strict-lambada is for --task lambada");
+  MGT_REQUIRE(o->task == TASK_LM || o->task == TASK_WIKITEXT || !o->overlapping_eval,
+              "--overlapping-eval is for --task lm and wikitext103 (windows over a text)");
+  MGT_REQUIRE(finetuned(o->task) || !o->skip_bad_records,
+              "--skip-bad-records is for --task RACE, MNLI and QQP");
   MGT_REQUIRE(finetuned(o->task) || !strchr(o->valid_data, '\n'),
               "--valid-data: --task %s reads one file", tasks[o->task]);
   return MGT_OK;
@@ -184,6 +196,7 @@ mgt_status mgt_lambada_example(mgt_tokenizer *tok, const char *text, size_t len,
   while (cb < ce && (text[cb] == ' ' || text[cb] == '\t' || text[cb] == '\n' || text[cb] == '\r'))
     cb++;
   MGT_TRY(mgt_tok_encode(tok, text + cb, ce - cb, &all));
+  MGT_GOTO_REQUIRE(all.n > 0, "a LAMBADA text without context before its last word");
   char *word = malloc(e - b + 2);
   if (!word) MGT_GOTO_FAIL(MGT_ERR_NOMEM, "out of memory");
   word[0] = ' ';
@@ -258,8 +271,8 @@ static void free_examples(example *ex, size_t n) {
   free(ex);
 }
 
-/* Reads LAMBADA's JSON lines ({"text": ...}) into examples. */
-static mgt_status load_lambada(const mgt_eval_opts *o, mgt_tokenizer *tok, example **out,
+/* Reads LAMBADA's JSON lines ({"text": ...}) into examples whose target fits a window of T. */
+static mgt_status load_lambada(const mgt_eval_opts *o, mgt_tokenizer *tok, int T, example **out,
                                size_t *out_n) {
   char *text = NULL;
   size_t len = 0;
@@ -269,12 +282,14 @@ static mgt_status load_lambada(const mgt_eval_opts *o, mgt_tokenizer *tok, examp
   size_t n_ex = 0, cap = 0;
   mgt_status st = mgt_json_parser_create(&jp);
   size_t line = 0;
-  for (char *p = text; st == MGT_OK && *p;) {
-    char *nl = strchr(p, '\n');
-    size_t ll = nl ? (size_t)(nl - p) : strlen(p);
+  for (char *p = text, *end = text + len; st == MGT_OK && p < end;) {
+    char *nl = memchr(p, '\n', (size_t)(end - p));
+    size_t ll = nl ? (size_t)(nl - p) : (size_t)(end - p), blank = 0;
+    while (blank < ll && p[blank] && strchr(" \t\r\f\v", p[blank]))
+      blank++;
     line++;
     const mgt_json *root = NULL, *t = NULL;
-    if (ll > 0) {
+    if (blank < ll) {
       st = mgt_json_parse(jp, p, ll, &root);
       if (st == MGT_OK) t = mgt_json_get(root, "text");
       if (st == MGT_OK && (!t || t->type != MGT_JSON_STRING)) {
@@ -298,6 +313,17 @@ static mgt_status load_lambada(const mgt_eval_opts *o, mgt_tokenizer *tok, examp
         st = mgt_lambada_example(tok, t->str, t->len, o->strict_lambada, &ex[n_ex].ids, &ex[n_ex].n,
                                  &ex[n_ex].n_target);
         if (st == MGT_OK) n_ex++;
+        if (st == MGT_OK && ex[n_ex - 1].n_target > T) {
+          st = MGT_ERROR(MGT_ERR_INPUT,
+                         "%s:%zu: the last word is %d tokens, more than the window of %d "
+                         "(--seq-length): it cannot be scored whole",
+                         o->valid_data, line, ex[n_ex - 1].n_target, T);
+        } else if (st == MGT_ERR_INPUT) {
+          char why[512];
+          snprintf(why, sizeof why, "%s", mgt_error_message());
+          mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s:%zu: %s", o->valid_data,
+                        line, why);
+        }
       }
     }
     if (!nl) break;
@@ -377,12 +403,16 @@ static mgt_status eval_finetuned(const mgt_eval_opts *o, MPI_Comm world, FILE *o
                                .fp16 = o->fp16,
                                .cpu_gemm = o->cpu_gemm};
   MGT_CHECK(mgt_session_open_config(&ses, &so, world));
+  mgt_tokenizer *tok = NULL; /* a vocabulary larger than the model's, refused before reading */
+  mgt_status st = mgt_mpi_agree(world, mgt_open_tokenizer(-1, "", "", &ses.cfg, &tok));
+  mgt_tok_destroy(&tok);
+  if (st != MGT_OK) return st;
   mgt_config rc = ses.cfg; /* the sets read with the checkpoint's tokenizer unless overridden */
   snprintf(rc.valid_data, sizeof rc.valid_data, "%s", o->valid_data);
   rc.train_data[0] = 0;
   rc.skip_bad_records = o->skip_bad_records;
   mgt_task_data d;
-  mgt_status st = mgt_mpi_agree(world, mgt_task_data_open(&rc, NULL, &d));
+  st = mgt_mpi_agree(world, mgt_task_data_open(&rc, NULL, &d));
   if (st != MGT_OK) return st;
   MGT_TRY(mgt_session_open_model(&ses, world));
   if (rank == 0)
@@ -447,8 +477,10 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
   const mgt_config cfg = ses.cfg;
   const char *path = ses.path;
   mgt_status st = MGT_OK;
-  int stride =
-      o->overlapping_eval ? o->overlapping_eval : (o->task == TASK_WIKITEXT ? 32 : cfg.seq_length);
+  int stride = o->overlapping_eval        ? o->overlapping_eval
+               : o->task != TASK_WIKITEXT ? cfg.seq_length
+               : cfg.seq_length < 32      ? cfg.seq_length
+                                          : 32;
   MGT_REQUIRE(stride <= cfg.seq_length, "--overlapping-eval %d exceeds the window of %d tokens",
               stride, cfg.seq_length);
 
@@ -467,7 +499,7 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
   } else {
     st = mgt_open_tokenizer(o->tokenizer_type, o->vocab_file, o->merge_file, &ses.saved, &tok);
     if (st == MGT_OK && o->task == TASK_LAMBADA)
-      st = load_lambada(o, tok, &ex, &n_ex);
+      st = load_lambada(o, tok, cfg.seq_length, &ex, &n_ex);
     else if (st == MGT_OK) {
       const char *file = o->task == TASK_LM ? o->text : o->valid_data;
       st = mgt_read_file(o->task == TASK_LM ? "--text" : "--valid-data", file, &text, &text_n);
@@ -485,6 +517,11 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
   }
   if (st == MGT_OK && o->task != TASK_LAMBADA && n < 2) {
     st = MGT_ERROR(MGT_ERR_INPUT, "fewer than two tokens to score");
+  } else if (st == MGT_OK && o->task == TASK_WIKITEXT && words < 2) {
+    st = MGT_ERROR(MGT_ERR_INPUT,
+                   "--valid-data %s: fewer than two whitespace-separated tokens (the adjusted "
+                   "perplexity divides by their count - 1)",
+                   o->valid_data);
   }
   MGT_TRY(mgt_mpi_agree(world, st));
   MGT_TRY(mgt_session_open_model(&ses, world));
