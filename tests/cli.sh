@@ -127,6 +127,74 @@ else
   fails=$((fails + 1))
 fi
 
+# sizes that would wrap a count or an index: refused by name before anything runs
+T=(train --mock-data --train-iters 2 --micro-batch-size 2 --seq-length 16 --hidden-size 32)
+expect 1 "--moe-layer-freq [1,1]*4611686018427387904: not an integer, nor a list" \
+  "${T[@]}" --num-experts 4 --moe-layer-freq '[1,1]*4611686018427387904'
+expect 1 "--moe-layer-freq 4294967297: every N-th layer needs N in [1, 2147483647]" \
+  "${T[@]}" --num-experts 4 --disable-bias-linear --num-layers 4 --moe-layer-freq 4294967297
+expect 1 "make an attention activation of 2^31 elements or more" \
+  "${T[@]}" --kv-channels 65536 --num-attention-heads 65536
+expect 1 "more validation samples than can be counted" train --mock-data \
+  --train-iters 8589934591 --eval-interval 1 --eval-iters 1073741824
+expect 1 "--lr-decay-iters 9000000000000000 or --lr-warmup-iters 0 times --global-batch-size 2048" \
+  "${T[@]}" --rampup-batch-size 2 2 100 --global-batch-size 2048 --lr-decay-iters 9000000000000000
+expect 1 "the model has over 10^15 parameters" "${T[@]}" --num-layers 65535 --hidden-size 1048576 \
+  --num-attention-heads 16 --num-experts 65536 --moe-router-topk 1 --disable-bias-linear \
+  --moe-ffn-hidden-size 4194304 --dry-run
+expect 1 "--min-lr 0.005, the end of --decoupled-lr 0.001's decay" \
+  "${T[@]}" --lr 0.01 --min-lr 0.005 --decoupled-lr 0.001
+expect 1 "--decoupled-min-lr -0.5: a learning rate, or -1" "${T[@]}" --decoupled-lr 0.01 --decoupled-min-lr -0.5
+expect 1 "--gpu-memory 'inf': not a size" plan --gpu-memory inf
+MGT_PROGRESS_SECONDS=abc expect 1 "MGT_PROGRESS_SECONDS=abc: not a positive number" version
+MGT_CUDA_AWARE_MPI=yes expect 1 "MGT_CUDA_AWARE_MPI=yes: 0 (stage through the host) or 1" version
+
+# flags that change nothing in this run are noted, not ignored in silence
+"$MGT" "${T[@]}" --save-interval 1 --loss-scale 128 --hysteresis=3 --rotary-base 500000 \
+  --moe-router-topk 1 --no-weight-copies >"$tmp/out" 2>"$tmp/err"
+missing=$(for n in "--save-interval: without --save" "--loss-scale, --hysteresis: loss scaling is" \
+  "--rotary-base: the model has no rotary" "--moe-router-topk: a dense model" \
+  "--no-weight-copies: an fp32 run"; do grep -q -F -- "mgt: note: $n" "$tmp/err" || echo "$n"; done)
+[ -z "$missing" ] && echo "ok: flags without effect here are noted" ||
+  { echo "FAIL: notes missing: $missing"; fails=$((fails + 1)); }
+
+# ranks started with other arguments, or whose files give them other configurations, stop
+# together with one message (they used to hang, or train apart)
+mpmd_expect() { # RC "substring": the last two-rank run
+  local rc=$1 want=$2
+  if [ "$rc" = 2 ] && [ "$(grep -c '^mgt: error:' "$tmp/err")" = 1 ] && grep -q -F -- "$want" "$tmp/err"; then
+    echo "ok: $(grep '^mgt: error:' "$tmp/err")"
+  else
+    echo "FAIL: two ranks (exit $rc): wanted '$want'"
+    sed 's/^/    /' "$tmp/err" | head -5
+    fails=$((fails + 1))
+  fi
+}
+timeout 120 "$MPIEXEC" -n 1 "$MGT" "${T[@]}" : -n 1 "$MGT" "${T[@]}" --lr 1e-3x >"$tmp/out" 2>"$tmp/err"
+mpmd_expect $? "rank 1: started with other arguments than rank 0: its argument 11 is '--lr', rank 0's missing"
+timeout 120 "$MPIEXEC" -n 1 "$MGT" "${T[@]}" --num-layers 2 : -n 1 "$MGT" "${T[@]}" --num-layers 3 \
+  >"$tmp/out" 2>"$tmp/err"
+mpmd_expect $? "its argument 12 is '3', rank 0's '2'"
+# --data-args-path: a file each node reads for itself
+mkdir -p "$tmp/a" "$tmp/b"
+python3 -c "open('$tmp/d.txt', 'wb').write(bytes(range(32, 127)) * 64)"
+"$MGT" preprocess --input "$tmp/d.txt" --output-prefix "$tmp/d" --tokenizer-type ByteTokenizer \
+  >/dev/null 2>&1 || { echo "FAIL: preprocess for the data-args runs"; fails=$((fails + 1)); }
+echo "$tmp/d" >"$tmp/a/args.txt"
+D=(train --train-iters 2 --micro-batch-size 2 --seq-length 16 --hidden-size 32 --eval-iters 0
+  --tokenizer-type ByteTokenizer --data-args-path args.txt)
+timeout 120 "$MPIEXEC" -n 1 --wdir "$tmp/a" "$MGT" "${D[@]}" : -n 1 --wdir "$tmp/b" "$MGT" "${D[@]}" \
+  >"$tmp/out" 2>"$tmp/err"
+mpmd_expect $? "--data-args-path args.txt: cannot open"
+echo "2 $tmp/d" >"$tmp/b/args.txt"
+timeout 120 "$MPIEXEC" -n 1 --wdir "$tmp/a" "$MGT" "${D[@]}" : -n 1 --wdir "$tmp/b" "$MGT" "${D[@]}" \
+  >"$tmp/out" 2>"$tmp/err"
+mpmd_expect $? "rank 1: its configuration differs from rank 0's: \"data_path\":[\"2\","
+echo "$tmp/d" >"$tmp/b/args.txt"
+timeout 120 "$MPIEXEC" -n 1 --wdir "$tmp/a" "$MGT" "${D[@]}" : -n 1 --wdir "$tmp/b" "$MGT" "${D[@]}" \
+  >"$tmp/out" 2>"$tmp/err" && echo "ok: the same files on both ranks train" ||
+  { echo "FAIL: two ranks with the same data-args files"; head -5 "$tmp/err"; fails=$((fails + 1)); }
+
 # a good run: exit 0, metrics lines with the documented keys
 if ! "$MPIEXEC" -n 2 "$MGT" train --mock-data --train-iters 6 --log-interval 2 \
   --tensor-model-parallel-size 2 --metrics-file "$tmp/m.jsonl" >"$tmp/out" 2>&1; then

@@ -322,6 +322,37 @@ fi
   grep -q "^mgt: note: --cuda-graph-scope: a CUDA-graph setting" "$tmp/err" &&
   echo "ok: noted flags with their values, and values mgt implements, change no number" ||
   { fail "the noted Megatron-LM flags"; cat "$tmp/err"; }
+# noted flags given all at once: each one's note is there (more than 4 KB of notes)
+NOTED=(
+  --use-mcore-models --use-legacy-models --num-workers 1 --local-rank 1 --no-mmap-bin-files
+  --mmap-bin-files --no-create-attention-mask-in-dataloader --log-throughput --manual-gc
+  --manual-gc-interval 1 --no-manual-gc-eval --empty-unused-memory-level 1
+  --cross-entropy-loss-fusion --cross-entropy-fusion-impl 1 --no-masked-softmax-fusion
+  --no-bias-gelu-fusion --no-bias-swiglu-fusion --no-bias-dropout-fusion --no-rope-fusion
+  --no-persist-layer-norm --no-gradient-accumulation-fusion
+  --no-async-tensor-model-parallel-allreduce --apply-query-key-layer-scaling
+  --attention-softmax-in-fp32 --accumulate-allreduce-grads-in-fp32 --calculate-per-token-loss
+  --grad-reduce-in-bf16 --tp-comm-overlap --tiktoken-pattern 1 --profile --use-pytorch-profiler
+  --profile-step-start 1 --profile-step-end 1 --profile-ranks 1 --record-memory-history
+  --memory-snapshot-path 1 --nvtx-ranges --timing-log-level 1 --timing-log-option 1
+  --log-params-norm --log-num-zeros-in-grad --log-timers-to-tensorboard
+  --log-validation-ppl-to-tensorboard --log-memory-to-tensorboard --log-world-size-to-tensorboard
+  --log-loss-scale-to-tensorboard --log-batch-size-to-tensorboard --tensorboard-log-interval 1
+  --tensorboard-queue-size 1 --wandb-project 1 --wandb-exp-name 1 --wandb-save-dir 1
+  --ckpt-format 1 --use-dist-ckpt --auto-detect-ckpt-format --ckpt-fully-parallel-save
+  --ckpt-fully-parallel-load --dist-ckpt-strictness 1 --use-cpu-initialization --lazy-loader
+  --resume-dataloader --cache-dir 1 --presplit-sentences --fp32-embedding --fp32-layernorm
+  --no-check-for-nan-in-loss-and-grad --logging-level 1 --init-model-with-meta-device
+  --cuda-graph-impl --enable-experimental --create-all-gather-group --cp-comm-type
+  --dataloader-defer-npy-index-mmap --disable-jit-fuser --delay-wgrad-compute
+  --account-for-embedding-in-pipeline-split --calc-ft-timeouts --async-ckpt-cpu-priority
+  --decode-only-cuda-graphs)
+"$MGT" train "${G[@]}" --train-iters 1 "${NOTED[@]}" > /dev/null 2> "$tmp/err" || fail "the noted flags at once"
+missing=$(for f in "${NOTED[@]}"; do
+  [[ $f == --* ]] && ! grep -q -- "$f[:,]" "$tmp/err" && echo "$f"
+done)
+[ -z "$missing" ] && echo "ok: ${#NOTED[@]} words of noted flags at once, each noted ($(wc -c < "$tmp/err") bytes)" ||
+  fail "noted flags left out of the notes: $missing"
 # --device not given: the GPU where this mgt has CUDA and every rank sees one, else the CPU;
 # the layout line says which and why
 "$MPIEXEC" -n 2 "$MGT" train "${G[@]}" --train-iters 1 > "$tmp/out" 2>&1

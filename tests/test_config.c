@@ -166,6 +166,70 @@ static void test_schedule_samples(void) {
                "--train-samples 3 is less than one global batch of 4");
 }
 
+/* The iterations of --train-samples under a ramp-up or a step schedule, counted in bands,
+   against Megatron-LM's count one iteration at a time, on random schedules. */
+static int64_t iterations_one_by_one(const mgt_batch_schedule *s, int64_t samples, int gbs) {
+  int64_t it = 0, consumed = 0;
+  if (s->has_ramp) {
+    while (consumed <= s->ramp[2] && consumed <= samples)
+      consumed += mgt_batch_at(s, (uint64_t)consumed), it++;
+    if (samples > consumed) it += (samples - consumed) / gbs;
+  } else {
+    while (consumed < samples)
+      consumed += mgt_batch_at(s, (uint64_t)consumed), it++;
+  }
+  return it;
+}
+
+static void test_batch_counts(void) {
+  srand(7);
+  for (int trial = 0; trial < 3000; trial++) {
+    mgt_config c;
+    mgt_config_defaults(&c);
+    c.micro_batch_size = 1, c.seq_length = 8, c.mock_data = 1;
+    c.train_samples = 1 + rand() % 5000;
+    if (trial % 2) {
+      const int start = 1 + rand() % 9, inc = 1 + rand() % 7, steps = rand() % 12;
+      c.global_batch_size = start + inc * steps;
+      snprintf(c.rampup_batch_size, sizeof c.rampup_batch_size, "%d\n%d\n%d", start, inc,
+               1 + rand() % 3000);
+    } else {
+      int th = 0, n = 0;
+      for (int k = 0, k_n = 1 + rand() % 5; k < k_n; k++, th += 8 * (1 + rand() % 400))
+        n += snprintf(c.step_batch_size_schedule + n, sizeof c.step_batch_size_schedule - n,
+                      "%s%d:%d", k ? "\n" : "", th, 1 + rand() % 40);
+      c.global_batch_size = 0;
+    }
+    mgt_batch_schedule s;
+    const mgt_status st = mgt_config_batches(&c, 1, &s);
+    T_CHECK(st == MGT_OK, "trial %d: %s", trial, mgt_error_message());
+    if (st != MGT_OK) continue;
+    const int64_t want = iterations_one_by_one(&s, c.train_samples, c.global_batch_size);
+    T_CHECK(c.train_iters == want, "trial %d (%s%s): %lld iterations, one by one %lld", trial,
+            c.rampup_batch_size, c.step_batch_size_schedule, (long long)c.train_iters,
+            (long long)want);
+  }
+  /* 9e15 samples counted at once, not looped over (this test would not end) */
+  mgt_config c;
+  T_CHECK(parse(&c, "--mock-data --micro-batch-size 1 --global-batch-size 8 --train-samples "
+                    "9000000000000000 --rampup-batch-size 1 1 8999999999999999") == MGT_OK &&
+              mgt_config_finalize(&c, 1) == MGT_OK,
+          "a ramp of 9e15 samples: %s", mgt_error_message());
+  /* 1000 samples (8000 tokens of 8) one at a time, then batches of 8 */
+  T_CHECK(parse(&c, "--mock-data --micro-batch-size 1 --seq-length 8 --train-samples "
+                    "9000000000000000 --step-batch-size-schedule 0:1 8000:8") == MGT_OK &&
+              mgt_config_finalize(&c, 1) == MGT_OK &&
+              c.train_iters == 1000 + (9000000000000000 - 1000 + 7) / 8,
+          "a step schedule over 9e15 samples: %lld iterations (%s)", (long long)c.train_iters,
+          mgt_error_message());
+  expect_error("--mock-data --step-batch-size-schedule 0:4294967296", 1,
+               "the batch is not an integer in [1, 2^30]");
+  expect_error("--mock-data --step-batch-size-schedule 0:2.9", 1, "the batch is not an integer");
+  expect_error("--mock-data --train-samples 8 --global-batch-size 4 --rampup-batch-size 2 2 "
+               "99999999999999999999",
+               1, "three integers");
+}
+
 /* The model description of each kind and head against a hand-written table, and the
    combinations no code runs refused by name. */
 static void test_model_desc(void) {
@@ -307,6 +371,7 @@ int main(void) {
   test_lists();
   test_schedule();
   test_schedule_samples();
+  test_batch_counts();
   test_model_desc();
   test_spec_text();
   return t_report("test_config");

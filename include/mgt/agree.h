@@ -16,6 +16,14 @@ extern "C" {
    returns the failure of the lowest failing rank, with its message. Collective over comm. */
 MGT_NODISCARD mgt_status mgt_mpi_agree(MPI_Comm comm, mgt_status local);
 
+/* Whether every rank holds rank 0's n bytes. Where one does not, the lowest such rank puts
+   the difference into words (describe(mine, rank 0's, why, cap)) and every rank returns
+   MGT_ERR_INPUT with "rank R: why". Collective over comm. */
+typedef void (*mgt_describe_difference)(const char *mine, size_t mine_n, const char *root,
+                                        size_t root_n, char *why, size_t cap);
+MGT_NODISCARD mgt_status mgt_mpi_same_bytes(MPI_Comm comm, const char *bytes, size_t n,
+                                            mgt_describe_difference describe);
+
 /* Checks an MPI return code; on failure records MPI's message and returns MGT_ERR_MPI. */
 MGT_NODISCARD mgt_status mgt_mpi_status(int rc, const char *file, int line, const char *func,
                                         const char *call);

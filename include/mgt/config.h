@@ -242,7 +242,7 @@ typedef struct mgt_config {
   int no_position_embedding;          /* Megatron-LM's: no learned table (with rope: none is) */
   /* not a flag: what the command line said that changes nothing here ("--flag: why\n" each),
      for rank 0 to print */
-  char notes[4096];
+  char notes[32768]; /* every note of megatron_flags.c's table fits */
 } mgt_config;
 
 /* Megatron-LM's defaults where it has them; a small model otherwise. */
@@ -276,6 +276,13 @@ int mgt_config_query_groups(const mgt_config *cfg);
 /* --data-args-path and --per-split-data-args-path: their files' lists become the data flags'
    (the paths are then cleared); src/base/data_args.c. */
 MGT_NODISCARD mgt_status mgt_config_read_data_args(mgt_config *cfg);
+/* Notes the flags of argv that change nothing in this configuration (--loss-scale without
+   --fp16, --save-interval without --save, ...): src/base/config_notes.c. */
+void mgt_config_note_unused(mgt_config *cfg, int argc, char **argv, int first);
+/* The sizes finalize allows (src/base/config_bounds.c): sample counts and the schedule's steps
+   within 64 bits, parameters under 2^50, every per-rank activation under 2^31 elements (the
+   vocabulary's once it is known). */
+MGT_NODISCARD mgt_status mgt_config_check_bounds(const mgt_config *cfg, int tp);
 /* The head size: --kv-channels, or hidden size / heads. */
 int mgt_config_head_size(const mgt_config *cfg);
 /* The vocabulary padded to a multiple of --make-vocab-size-divisible-by times tp. */

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -84,4 +85,37 @@ mgt_status mgt_mpi_agree(MPI_Comm comm, mgt_status local) {
   if (rank != first) mgt_error_set((mgt_status)e.status, __FILE__, __LINE__, __func__, "%s", e.msg);
   mgt_error_set_agreed(size);
   return (mgt_status)e.status;
+}
+
+mgt_status mgt_mpi_same_bytes(MPI_Comm comm, const char *bytes, size_t n,
+                              mgt_describe_difference describe) {
+  int rank, size;
+  MGT_MPI(MPI_Comm_rank(comm, &rank));
+  MGT_MPI(MPI_Comm_size(comm, &size));
+  if (size == 1) return MGT_OK;
+  unsigned long long root_n = n;
+  MGT_MPI(MPI_Bcast(&root_n, 1, MPI_UNSIGNED_LONG_LONG, 0, comm));
+  MGT_REQUIRE(root_n < (1ull << 30), "%llu bytes to compare across ranks", root_n);
+  char *root = rank == 0 ? (char *)bytes : malloc(root_n + 1);
+  int lost = root == NULL, first;
+  MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, &lost, 1, MPI_INT, MPI_MAX, comm));
+  if (lost) {
+    if (rank != 0) free(root);
+    return mgt_mpi_agree(comm, MGT_ERROR(MGT_ERR_NOMEM, "out of memory comparing across ranks"));
+  }
+  mgt_status st = mgt_mpi_status(MPI_Bcast(root, (int)root_n, MPI_CHAR, 0, comm), __FILE__,
+                                 __LINE__, __func__, "MPI_Bcast");
+  if (st == MGT_OK) {
+    first = root_n != n || memcmp(root, bytes, n) != 0 ? rank : size;
+    st = mgt_mpi_status(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm), __FILE__,
+                        __LINE__, __func__, "MPI_Allreduce");
+  }
+  if (st == MGT_OK && first < size) {
+    char why[900] = "";
+    if (rank == first) describe(bytes, n, root, (size_t)root_n, why, sizeof why);
+    st = mgt_mpi_agree(comm,
+                       rank == first ? MGT_ERROR(MGT_ERR_INPUT, "rank %d: %s", rank, why) : MGT_OK);
+  }
+  if (rank != 0) free(root);
+  return st;
 }

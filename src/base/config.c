@@ -500,6 +500,7 @@ mgt_status mgt_config_parse(mgt_config *cfg, int argc, char **argv, int first, i
   /* BERT's vocabulary is WordPiece's unless said otherwise, as Megatron-LM's pretrain_bert.py */
   if (cfg->model == MGT_MODEL_BERT && !tokenizer_given && cfg->vocab_file[0])
     cfg->tokenizer_type = MGT_TOKENIZER_BERT_LOWER;
+  mgt_config_note_unused(cfg, argc, argv, first);
   return MGT_OK;
 }
 
@@ -734,10 +735,6 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(c->seq_length <= c->max_position_embeddings,
               "--seq-length %d exceeds --max-position-embeddings %d", c->seq_length,
               c->max_position_embeddings);
-  /* samples are counted in 64 bits, with room for the valid split */
-  MGT_REQUIRE(c->train_iters <= ((int64_t)1 << 60) / c->global_batch_size,
-              "--train-iters %lld times --global-batch-size %d is more samples than can be counted",
-              (long long)c->train_iters, c->global_batch_size);
   MGT_REQUIRE(!(c->fp16 && c->bf16), "--fp16 and --bf16 exclude each other");
   MGT_REQUIRE(c->cpu_gemm < 0 || c->device == MGT_DEVICE_CPU, "--cpu-gemm needs --device cpu");
   MGT_REQUIRE(c->cpu_gemm_fp32 == MGT_FP32_GEMM_AUTO || c->device == MGT_DEVICE_CPU,
@@ -767,11 +764,17 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               "--min-loss-scale %g exceeds --initial-loss-scale %g", c->min_loss_scale,
               c->initial_loss_scale);
   MGT_REQUIRE(c->min_lr <= c->lr, "--min-lr %g exceeds --lr %g", c->min_lr, c->lr);
+  MGT_REQUIRE(c->decoupled_min_lr == -1 || c->decoupled_min_lr >= 0,
+              "--decoupled-min-lr %g: a learning rate, or -1 for --min-lr", c->decoupled_min_lr);
   MGT_REQUIRE(c->decoupled_min_lr < 0 || c->decoupled_lr > 0,
               "--decoupled-min-lr needs --decoupled-lr");
   MGT_REQUIRE(c->decoupled_lr == 0 || c->decoupled_min_lr <= c->decoupled_lr,
               "--decoupled-min-lr %g exceeds --decoupled-lr %g", c->decoupled_min_lr,
               c->decoupled_lr);
+  MGT_REQUIRE(c->decoupled_lr == 0 || c->decoupled_min_lr >= 0 || c->min_lr <= c->decoupled_lr,
+              "--min-lr %g, the end of --decoupled-lr %g's decay unless --decoupled-min-lr says "
+              "otherwise, exceeds it",
+              c->min_lr, c->decoupled_lr);
   MGT_REQUIRE(c->lr_decay_style == MGT_LR_CONSTANT || c->lr_warmup_iters <= c->lr_decay_iters,
               "--lr-warmup-iters %lld exceeds --lr-decay-iters %lld", (long long)c->lr_warmup_iters,
               (long long)c->lr_decay_iters);
@@ -809,6 +812,10 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(!(c->mock_data && c->data_path[0]), "--mock-data and --data-path exclude each other");
   double w[3];
   MGT_CHECK(mgt_split_parse(c->split, w));
+  if (c->data_path[0] && w[1] == 0 && c->eval_iters > 0 && !strstr(c->notes, "--split"))
+    snprintf(c->notes + strlen(c->notes), sizeof c->notes - strlen(c->notes),
+             "--split %s: no documents for validation: --eval-iters %d validates nothing\n",
+             c->split, c->eval_iters);
   MGT_REQUIRE(!c->merge_file[0] || c->vocab_file[0], "--merge-file needs --vocab-file");
   struct stat sb; /* a model's folder: its tokenizer.json, the file every later reader reads */
   if (c->tokenizer_type == MGT_TOKENIZER_HF && c->vocab_file[0] && stat(c->vocab_file, &sb) == 0 &&
@@ -830,18 +837,7 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
               mgt_tokenizer_file_flag(c->tokenizer_type));
   MGT_REQUIRE(!c->vocab_file[0] || c->merge_file[0] || c->tokenizer_type != MGT_TOKENIZER_GPT2,
               "--vocab-file needs --merge-file for GPT2BPETokenizer");
-  if (c->vocab_size == 0) return MGT_OK; /* the dataset supplies it; finalize again then */
-  /* Activations are indexed with int: keep every per-rank tensor below 2^31 elements. */
-  int64_t vp = mgt_config_padded_vocab(c, tp);
-  int64_t tokens = (int64_t)c->micro_batch_size * c->seq_length;
-  MGT_REQUIRE(tokens * (vp / tp) < (1ll << 31) && tokens * c->ffn_hidden_size / tp < (1ll << 31) &&
-                  (int64_t)c->micro_batch_size * c->num_attention_heads / tp * c->seq_length *
-                          c->seq_length <
-                      (1ll << 31),
-              "--micro-batch-size %d with --seq-length %d makes an activation of 2^31 "
-              "elements or more per rank; lower the micro-batch size",
-              c->micro_batch_size, c->seq_length);
-  return MGT_OK;
+  return mgt_config_check_bounds(c, tp); /* without a vocabulary yet: again once it is known */
 }
 
 void mgt_config_usage(FILE *f) {

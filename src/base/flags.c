@@ -224,11 +224,14 @@ static mgt_status foreign_flag(const mgt_foreign_flag *g, const char *name, cons
     if ((s == notes || s[-1] == ' ' || s[-1] == '\n') && (s[nl] == ':' || s[nl] == ','))
       return MGT_OK; /* given twice */
   char *at = strstr(notes, tail);
-  if (at && used + nl + 2 < notes_size) { /* ", NAME" goes before the ": why" */
+  MGT_REQUIRE(used + nl + strlen(tail) + 2 < notes_size,
+              "%s: more flags answered with a note than the %zu bytes of notes hold", name,
+              notes_size);
+  if (at) { /* ", NAME" goes before the ": why" */
     memmove(at + nl + 2, at, used - (size_t)(at - notes) + 1);
     memcpy(at, ", ", 2);
     memcpy(at + 2, name, nl);
-  } else if (!at) {
+  } else {
     snprintf(notes + used, notes_size - used, "%s: %s\n", name, g->text);
   }
   return MGT_OK;
@@ -376,6 +379,45 @@ void mgt_flags_print(const mgt_flag *flags, int n, const void *src, FILE *f) {
     if (alias_of(flags, i)) continue;
     value_string(&flags[i], src, v, sizeof v);
     fprintf(f, "  %-32s %s\n", flags[i].name + 2, v);
+  }
+}
+
+/* The length of the item at s (up to a comma or brace outside strings and arrays). */
+static size_t json_item(const char *s, size_t n) {
+  size_t i = 0;
+  for (int depth = 0, quoted = 0; i < n; i++) {
+    if (quoted) {
+      if (s[i] == '\\')
+        i++;
+      else if (s[i] == '"')
+        quoted = 0;
+    } else if (s[i] == '"') {
+      quoted = 1;
+    } else if (s[i] == '[') {
+      depth++;
+    } else if (s[i] == ']') {
+      depth--;
+    } else if (depth == 0 && (s[i] == ',' || s[i] == '}')) {
+      break;
+    }
+  }
+  return i < n ? i : n;
+}
+
+void mgt_flags_json_difference(const char *mine, size_t mine_n, const char *root, size_t root_n,
+                               char *why, size_t cap) {
+  size_t a = 1, b = 1; /* past the '{' */
+  for (;;) {
+    const size_t la = a < mine_n ? json_item(mine + a, mine_n - a) : 0;
+    const size_t lb = b < root_n ? json_item(root + b, root_n - b) : 0;
+    if (la != lb || memcmp(mine + a, root + b, la) != 0 || la == 0) {
+      snprintf(why, cap,
+               "its configuration differs from rank 0's: %.*s here, %.*s on rank 0 (a "
+               "file or environment variable that differs between nodes?)",
+               (int)(la < 300 ? la : 300), mine + a, (int)(lb < 300 ? lb : 300), root + b);
+      return;
+    }
+    a += la + 1, b += lb + 1;
   }
 }
 

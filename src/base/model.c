@@ -6,6 +6,8 @@
 #include "mgt/backend.h"
 #include "mgt/json.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -65,9 +67,10 @@ static void fp_term(freq_parser *p) {
   for (fp_space(p); *p->s == '*' && !p->bad; fp_space(p)) {
     char *end;
     p->s++;
+    errno = 0;
     long r = strtol(p->s, &end, 10);
     const int len = p->n - start;
-    if (end == p->s || r < 0 || (long)len * r > p->max - start) {
+    if (end == p->s || errno == ERANGE || r < 0 || (len > 0 && r > (p->max - start) / len)) {
       p->bad = 1;
       return;
     }
@@ -90,9 +93,11 @@ static void fp_expr(freq_parser *p) {
    spec holds (Megatron-LM's every N-th, Qwen3-MoE's decoder_sparse_step, dense first layers). */
 static mgt_status moe_layers(const char *freq, int L, int *first, int *every) {
   char *end;
+  errno = 0;
   long n = strtol(freq, &end, 10);
   if (end != freq && *end == '\0') {
-    MGT_REQUIRE(n >= 1, "--moe-layer-freq %s: every N-th layer needs N >= 1", freq);
+    MGT_REQUIRE(n >= 1 && n <= INT_MAX && errno != ERANGE,
+                "--moe-layer-freq %s: every N-th layer needs N in [1, %d]", freq, INT_MAX);
     *first = 0, *every = (int)n;
     return MGT_OK;
   }

@@ -3,6 +3,7 @@
 #include "mgt/config.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +40,11 @@ static int rampup_values(const mgt_config *c, mgt_batch_schedule *s) {
   const char *p = c->rampup_batch_size;
   for (int k = 0; k < 3; k++) {
     char *end;
-    s->ramp[k] = strtoll(p, &end, 10);
-    if (end == p || (*end && *end != '\n')) return -1;
+    errno = 0;
+    s->ramp[k] = isspace((unsigned char)*p) ? -1 : strtoll(p, &end, 10);
+    if (s->ramp[k] < 0 || errno == ERANGE || end == p || (*end && *end != '\n') ||
+        s->ramp[k] > (k < 2 ? (1ll << 30) : (1ll << 60)))
+      return -1;
     p = *end ? end + 1 : end;
   }
   return *p ? -1 : 1;
@@ -77,6 +81,11 @@ static mgt_status step_schedule(const mgt_config *c, mgt_batch_schedule *s) {
     bs[k] = colon ? schedule_number(colon + 1, len - (size_t)(colon + 1 - p)) : -1;
     MGT_REQUIRE(th[k] >= 0 && bs[k] > 0, "%s: '%.*s' is not THRESHOLD:BATCH", flag,
                 (int)(len < 40 ? len : 40), p);
+    char *end; /* a batch is a count of samples, as --global-batch-size */
+    const long long whole = strtoll(colon + 1, &end, 10);
+    MGT_REQUIRE(end == p + len && whole >= 1 && whole <= (1 << 30),
+                "%s: '%.*s': the batch is not an integer in [1, 2^30]", flag,
+                (int)(len < 40 ? len : 40), p);
     th[k] /= c->seq_length > 0 ? c->seq_length : 1;
     for (int j = k; j > 0 && th[j - 1] > th[j]; j--) { /* sorted by threshold */
       const int64_t t = th[j], b = bs[j];
@@ -95,7 +104,8 @@ mgt_status mgt_batch_schedule_of(const mgt_config *c, mgt_batch_schedule *s) {
   memset(s, 0, sizeof *s);
   s->has_ramp = rampup_values(c, s);
   MGT_REQUIRE(s->has_ramp >= 0,
-              "--rampup-batch-size: give START INCREMENT SAMPLES, three integers");
+              "--rampup-batch-size: give START INCREMENT SAMPLES, three integers (START and "
+              "INCREMENT up to 2^30, SAMPLES up to 2^60)");
   MGT_CHECK(step_schedule(c, s));
   MGT_REQUIRE(!s->has_ramp || !s->steps,
               "give one of --rampup-batch-size and --step-batch-size-schedule");
@@ -116,6 +126,31 @@ int mgt_batch_at(const mgt_batch_schedule *s, uint64_t consumed) {
   const double per = increments > 0 ? (double)s->ramp[2] / (double)increments : 1.0;
   const int64_t b = s->ramp[0] + (int64_t)((double)consumed / per) * s->ramp[1];
   return (int)(b < s->global_batch ? b : s->global_batch);
+}
+
+/* The iterations from *consumed on whose batch is the same as at *consumed and which start
+   below `limit`, taken at once: a count of samples up to 2^60 in a few steps, not one by one. */
+static void same_batch(const mgt_batch_schedule *s, int64_t limit, int64_t *consumed, int64_t *it) {
+  const int64_t c = *consumed, b = mgt_batch_at(s, (uint64_t)c);
+  int64_t end = limit; /* where the batch may change next */
+  if (s->steps) {
+    for (int k = 0; k < s->steps; k++)
+      if (s->threshold[k] > c && s->threshold[k] < end) end = s->threshold[k];
+  } else if (s->has_ramp && c <= s->ramp[2] && b < s->global_batch && s->ramp[2] > 0) {
+    /* mgt_batch_at's band (double)x / per; its end found by that same expression */
+    const int64_t increments = (s->global_batch - s->ramp[0]) / s->ramp[1];
+    const double per = increments > 0 ? (double)s->ramp[2] / (double)increments : 1.0;
+    const int64_t band = per > 0 ? (int64_t)((double)c / per) : -1;
+    int64_t x = (int64_t)ceil((double)(band + 1) * per);
+    if (x <= c) x = c + 1;
+    while (x > c + 1 && (int64_t)((double)(x - 1) / per) > band)
+      x--;
+    while ((int64_t)((double)x / per) <= band)
+      x++;
+    if (x < end) end = x;
+  }
+  const int64_t n = end > c ? (end - c + b - 1) / b : 1;
+  *consumed = c + n * b, *it += n;
 }
 
 mgt_status mgt_config_batches(mgt_config *c, int dp, mgt_batch_schedule *s) {
@@ -147,9 +182,9 @@ mgt_status mgt_config_batches(mgt_config *c, int dp, mgt_batch_schedule *s) {
   s->global_batch = c->global_batch_size;
   const int64_t *ramp = s->ramp;
   if (s->has_ramp) {
-    MGT_REQUIRE(ramp[0] > 0 && ramp[1] > 0 && ramp[2] >= 0 && ramp[0] <= c->global_batch_size,
-                "--rampup-batch-size %lld %lld %lld: a start in [1, --global-batch-size %d] and a "
-                "positive increment",
+    MGT_REQUIRE(ramp[0] > 0 && ramp[1] > 0 && ramp[2] > 0 && ramp[0] <= c->global_batch_size,
+                "--rampup-batch-size %lld %lld %lld: a start in [1, --global-batch-size %d], a "
+                "positive increment and a positive number of samples",
                 (long long)ramp[0], (long long)ramp[1], (long long)ramp[2], c->global_batch_size);
     MGT_REQUIRE((c->global_batch_size - ramp[0]) % ramp[1] == 0,
                 "--rampup-batch-size: --global-batch-size %d minus the start %lld is not a "
@@ -163,12 +198,13 @@ mgt_status mgt_config_batches(mgt_config *c, int dp, mgt_batch_schedule *s) {
   int64_t it = 0, consumed = 0;
   if (c->train_samples > 0 && s->has_ramp) { /* Megatron-LM's count: the ramp, whole batches */
     while (consumed <= ramp[2] && consumed <= c->train_samples)
-      consumed += mgt_batch_at(s, (uint64_t)consumed), it++;
+      same_batch(s, ramp[2] < c->train_samples ? ramp[2] + 1 : c->train_samples + 1, &consumed,
+                 &it);
     if (c->train_samples > consumed) it += (c->train_samples - consumed) / c->global_batch_size;
     c->train_iters = it;
   } else if (c->train_samples > 0 && s->steps) { /* its count under a step schedule */
     while (consumed < c->train_samples)
-      consumed += mgt_batch_at(s, (uint64_t)consumed), it++;
+      same_batch(s, c->train_samples, &consumed, &it);
     c->train_iters = it;
   }
   return MGT_OK;

@@ -265,9 +265,62 @@ static int asks_help(int argc, char **argv) {
   return 0;
 }
 
+/* The k-th of the NUL-terminated strings in s[0..n), or NULL. */
+static const char *nth_string(const char *s, size_t n, int k) {
+  for (size_t i = 0; i < n; i += strlen(s + i) + 1)
+    if (k-- == 0) return s + i;
+  return NULL;
+}
+
+static void describe_args(const char *mine, size_t mine_n, const char *root, size_t root_n,
+                          char *why, size_t cap) {
+  int k = 0;
+  const char *a, *b;
+  while ((a = nth_string(mine, mine_n, k)) && (b = nth_string(root, root_n, k)) && !strcmp(a, b))
+    k++;
+  a = nth_string(mine, mine_n, k), b = nth_string(root, root_n, k);
+  snprintf(why, cap,
+           "started with other arguments than rank 0: its argument %d is %s%.200s%s, rank 0's "
+           "%s%.200s%s (every rank runs the same command)",
+           k + 1, a ? "'" : "", a ? a : "missing", a ? "'" : "", b ? "'" : "", b ? b : "missing",
+           b ? "'" : "");
+}
+
+/* Ranks started with different arguments would parse different configurations and part ways
+   at the first collective: refused first, on every rank. */
+static mgt_status same_args(int argc, char **argv, MPI_Comm world) {
+  size_t n = 0;
+  for (int i = 1; i < argc; i++)
+    n += strlen(argv[i]) + 1;
+  char *all = malloc(n + 1), *p = all;
+  if (!all) return mgt_mpi_agree(world, MGT_ERROR(MGT_ERR_NOMEM, "out of memory"));
+  for (int i = 1; i < argc; i++)
+    p = stpcpy(p, argv[i]) + 1;
+  const mgt_status st = mgt_mpi_same_bytes(world, all, n, describe_args);
+  free(all);
+  return st;
+}
+
+/* mgt's own environment variables, which nothing else would check (docs/training.md,
+   docs/gpu.md). */
+static mgt_status check_env(void) {
+  const char *e = getenv("MGT_CUDA_AWARE_MPI");
+  MGT_REQUIRE(!e || !*e || !strcmp(e, "0") || !strcmp(e, "1"),
+              "MGT_CUDA_AWARE_MPI=%.40s: 0 (stage through the host) or 1 (CUDA-aware MPI)", e);
+  e = getenv("MGT_PROGRESS_SECONDS");
+  char *end = NULL;
+  const double s = e && *e ? strtod(e, &end) : 1;
+  MGT_REQUIRE(!e || !*e || (end != e && *end == 0 && s > 0 && s < 1e9),
+              "MGT_PROGRESS_SECONDS=%.40s: not a positive number of seconds", e);
+  return MGT_OK;
+}
+
 int mgt_cli_main(int argc, char **argv, MPI_Comm world) {
   int rank;
   MPI_Comm_rank(world, &rank);
+  mgt_status st = same_args(argc, argv, world);
+  if (st == MGT_OK) st = mgt_mpi_agree(world, check_env());
+  if (st != MGT_OK) return mgt_cli_fail(st, rank, world, 1);
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
       strcmp(argv[1], "help") == 0) {
     if (rank == 0) usage(argc < 2 ? stderr : stdout);

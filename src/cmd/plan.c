@@ -84,7 +84,7 @@ void mgt_plan_defaults(mgt_plan_opts *o) {
 static mgt_status parse_bytes(const char *s, double *out) {
   char *end = NULL;
   double v = strtod(s, &end);
-  MGT_REQUIRE(end != s && v > 0, "--gpu-memory '%s': not a size (e.g. 80GiB)", s);
+  MGT_REQUIRE(end != s && v > 0 && v < 1e18, "--gpu-memory '%s': not a size (e.g. 80GiB)", s);
   static const struct {
     const char *unit;
     double mult;

@@ -5,12 +5,14 @@
 #include <omp.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mgt/cli.h"
 #include "mgt/config.h"
 #include "mgt/dataset.h"
 #include "mgt/device.h"
+#include "mgt/flags.h"
 #include "mgt/gpt.h"
 #include "mgt/plan.h"
 #include "mgt/tasks.h"
@@ -185,12 +187,19 @@ static mgt_status job_config(mgt_config *cfg, MPI_Comm world, int rank, int size
             "mgt: note: --vocab-size %d is smaller than the tokenizer's %d ids; ids from %d up "
             "cannot be trained on or evaluated\n",
             cfg->vocab_size, tok_vocab, cfg->vocab_size);
-  MGT_CHECK(mgt_config_finalize(cfg, size));
+  /* finalize reads files (--data-args-path) that a node may lack */
+  MGT_CHECK(mgt_mpi_agree(world, mgt_config_finalize(cfg, size)));
   if ((cfg->data_path[0] || cfg->train_data_path[0]) && cfg->vocab_size == 0) {
     /* the vocabulary comes from the datasets; every rank reads the same attributes */
     MGT_CHECK(mgt_mpi_agree(world, mgt_dataset_vocab_size(cfg, &cfg->vocab_size)));
-    MGT_CHECK(mgt_config_finalize(cfg, size));
+    MGT_CHECK(mgt_mpi_agree(world, mgt_config_finalize(cfg, size)));
   }
+  /* the same arguments can still give ranks different runs, through files or the environment */
+  char *text = mgt_config_to_text(cfg);
+  MGT_CHECK(mgt_mpi_agree(world, text ? MGT_OK : MGT_ERROR(MGT_ERR_NOMEM, "out of memory")));
+  const mgt_status same = mgt_mpi_same_bytes(world, text, strlen(text), mgt_flags_json_difference);
+  free(text);
+  MGT_CHECK(same);
   int ok = 1;
   if (rank == 0 && cfg->metrics_file[0]) {
     FILE *f = NULL;

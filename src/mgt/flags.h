@@ -84,6 +84,10 @@ void mgt_flags_usage(const mgt_flag *flags, int n, const void *defaults, const c
 void mgt_flags_print(const mgt_flag *flags, int n, const void *src, FILE *f);
 /* The flags as one JSON object, keys with '_' for '-'. */
 void mgt_flags_json(const mgt_flag *flags, int n, const void *src, FILE *f);
+/* The first item ("key":value) of two mgt_flags_json texts that differs, in words (a
+   mgt_describe_difference: `mine` against rank 0's). */
+void mgt_flags_json_difference(const char *mine, size_t mine_n, const char *root, size_t root_n,
+                               char *why, size_t cap);
 /* Sets the fields of dst from a JSON object written by mgt_flags_json; keys it lacks keep
    their values. A value of the wrong type fails with MGT_ERR_INPUT naming `what`, and so does
    "" (an unset enum) for an enum that does not hold -1 in dst already. */
