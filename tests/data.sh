@@ -101,6 +101,33 @@ alice = np.searchsorted(so, do[1])  # the book, document 0, is many sentences
 assert alice > 1000, alice
 print("ok: %d sentences in %d documents (the book %d), documents made of whole sentences" % (len(so) - 1, len(do) - 1, alice))
 PY
+# --append-eod with --split-sentences: each document that has a sentence ends with the end of
+# document, counted in its last sentence (Megatron-LM's sentence_lens[-1] += 1); the rest as
+# without the flag
+printf '{"text": "Hello there. This is two."}\n{"text": ""}\n{"text": "One more."}' > "$tmp/eod.jsonl"
+for e in "" --append-eod; do
+  "$MGT" preprocess --input "$tmp/eod.jsonl" --output-prefix "$tmp/eod$e" $V --split-sentences $e \
+    > "$tmp/log" 2>&1 || { fail "--split-sentences $e"; cat "$tmp/log"; }
+done
+/usr/bin/python3 - "$tmp/eod.h5" "$tmp/eod--append-eod.h5" <<'PY' || fail "--split-sentences --append-eod"
+import sys, h5py
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+tok, so, do = list(a["tokens"][()]), list(a["sentence_offsets"][()]), list(a["document_offsets"][()])
+# the reference: an end of document after each non-empty document, its last sentence one longer
+want_tok, want_so, want_do, shift = [], [0], [0], 0
+for d in range(len(do) - 1):
+    sents = [s for s in range(len(so) - 1) if do[d] <= so[s] < do[d + 1]]
+    for s in sents:
+        want_tok += tok[so[s]:so[s + 1]]
+        if s == sents[-1]:
+            want_tok.append(50256)
+        want_so.append(len(want_tok))
+    want_do.append(len(want_tok))
+assert len(do) == 4 and do[0] < do[1] == do[2] < do[3] and b.attrs["append_eod"] == 1, (do, dict(b.attrs))
+assert list(b["tokens"][()]) == want_tok, (list(b["tokens"][()]), want_tok)
+assert list(b["sentence_offsets"][()]) == want_so and list(b["document_offsets"][()]) == want_do
+print("ok: --split-sentences --append-eod ends each document's last sentence with the end of document")
+PY
 
 "$MGT" train --data-path "$tmp/bert1" $BV --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 32 \
   --micro-batch-size 2 --train-iters 2 --eval-iters 0 --dry-run > "$tmp/out" 2>&1 && grep -Eq "^  vocab-size +30522$" "$tmp/out" ||

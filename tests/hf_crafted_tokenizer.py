@@ -9,7 +9,14 @@ added token 256. Usage: hf_crafted_tokenizer.py DIR KIND
   nul-added     an added token "a\\0b" (id 257)
   backtrack     a Split regex (a|aa)+b, which backtracks exponentially on a run of a's
   hex           a Split regex \\h+ (Oniguruma: a hexadecimal digit), the merge "Ġ z" (id 257)
-  u-escape      a Split regex \\u0041+ (Oniguruma's \\u: "A"), the merge "A A" (id 257)"""
+  u-escape      a Split regex \\u0041+ (Oniguruma's \\u: "A"), the merge "A A" (id 257)
+  order         merges "ab a" (id 258) before "a b" (id 257): not in training order
+  dup-merge     merges "a b" (257), "b c" (258), "a b" again
+  dup-vocab     the key "ab" twice, ids 257 and 258, the merge "a b"
+  prefix-split  a Split, then ByteLevel with add_prefix_space (refused)
+  split-after   ByteLevel, then a Split (refused)
+  no-prefix     a ByteLevel without add_prefix_space (refused)
+  unk           characters a-d and "\u2581" (ids 3-7) with <unk> fused, no bytes"""
 import json
 import os
 import sys
@@ -49,6 +56,26 @@ def main():
         pre.insert(0, {"type": "Split", "pattern": {"Regex": "\\u0041+"}, "behavior": "Isolated"})
         vocab["AA"] = 257
         merges.append("A A")
+    elif kind == "order":
+        vocab.update({"ab": 257, "aba": 258})
+        merges += ["ab a", "a b"]
+    elif kind == "dup-merge":
+        vocab.update({"ab": 257, "bc": 258})
+        merges += ["a b", "b c", "a b"]
+    elif kind == "dup-vocab":
+        vocab.update({"ab": 257, "DUP": 258})  # DUP is spelt "ab" below: a key listed twice
+        merges.append("a b")
+    elif kind == "prefix-split":
+        pre = [{"type": "Split", "pattern": {"Regex": "\\s+|\\w+|[^\\s\\w]+"}, "behavior": "Isolated"},
+               {"type": "ByteLevel", "add_prefix_space": True, "use_regex": False}]
+    elif kind == "split-after":
+        pre.append({"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Isolated"})
+    elif kind == "no-prefix":
+        pre = [{"type": "ByteLevel", "use_regex": False}]
+    elif kind == "unk":
+        vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "a": 3, "b": 4, "c": 5, "d": 6, "\u2581": 7}
+        added = [{"id": k, "content": t, "special": True} for k, t in enumerate(["<unk>", "<s>", "</s>"])]
+        pre = None
     elif kind != "plain":
         sys.exit("unknown kind " + kind)
     for a in added:
@@ -56,15 +83,20 @@ def main():
         a.update({"single_word": False, "lstrip": False, "rstrip": False, "normalized": False})
     tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
            "normalizer": None,
-           "pre_tokenizer": {"type": "Sequence", "pretokenizers": pre},
-           "post_processor": None, "decoder": {"type": "ByteLevel"},
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": pre} if pre else None,
+           "post_processor": None, "decoder": {"type": "ByteLevel"} if pre else None,
            "model": {"type": "BPE", "dropout": None, "unk_token": None, "byte_fallback": False,
                      "vocab": vocab, "merges": merges}}
+    if kind == "unk":
+        tok["model"].update({"unk_token": "<unk>", "fuse_unk": True})
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "tokenizer.json"), "w") as f:
-        json.dump(tok, f)
+        f.write(json.dumps(tok).replace('"DUP"', '"ab"'))
     with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
-        json.dump({"eos_token": "<|endoftext|>", "bos_token": None}, f)
+        if kind == "unk":
+            json.dump({"eos_token": "</s>", "bos_token": "<s>"}, f)
+        else:
+            json.dump({"eos_token": "<|endoftext|>", "bos_token": None}, f)
 
 
 main()

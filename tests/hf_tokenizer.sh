@@ -228,4 +228,30 @@ printf '{"model": ' > "$tmp/bad/tokenizer.json"
 expect "not a tokenizer.json" enc
 expect "HuggingFaceTokenizer needs --tokenizer-model" "$MGT" tokenize "${HF[@]}" --input "$tmp/alice.jsonl"
 
+# invalid UTF-8: one U+FFFD per maximal subpart (a lead byte and the continuation bytes that
+# could follow it: Rust's from_utf8_lossy, TextDecoder), and a JSON lone surrogate one U+FFFD
+# (Tokenizers.js): each text encodes as its replaced twin
+$PY - "$tmp/bad.jsonl" "$tmp/good.jsonl" <<'PY'
+import sys
+bad = [b'a\xe2\x82b', b'ab\xe2\x82', b'\xf0\x9f\x98 x', b'\xed\xa0\x80y', b'\xc0\xafz', b'\xf4\x90\x80\x80!']
+# (the bytes of an encoded surrogate are one U+FFFD, read as the JSON reader's "\\ud800")
+good = ['a\ufffdb', 'ab\ufffd', '\ufffd x', '\ufffdy', '\ufffd\ufffdz', '\ufffd\ufffd\ufffd\ufffd!']
+with open(sys.argv[1], "wb") as f:
+    for b in bad:
+        f.write(b'{"text": "' + b + b'"}\n')
+    f.write(b'{"text": "q\\ud800r"}\n')
+with open(sys.argv[2], "w") as f:
+    for g in good + ['q\ufffdr']:
+        f.write('{"text": "%s"}\n' % g.replace('\ufffd', '\\ufffd'))
+PY
+"$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/llama3" --input "$tmp/bad.jsonl" > "$tmp/bad.ids" 2>&1
+"$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/llama3" --input "$tmp/good.jsonl" > "$tmp/good.ids" 2>&1
+cmp -s "$tmp/bad.ids" "$tmp/good.ids" && echo "ok: invalid UTF-8 as one U+FFFD per maximal subpart, a lone surrogate as one" ||
+  { fail "invalid UTF-8"; paste "$tmp/bad.ids" "$tmp/good.ids"; }
+# --decode writes JSON whatever the ids (a token that is part of a character: U+FFFD), and its
+# key escaped
+echo 226 | "$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/llama3" --decode --json-keys 'say "x"' > "$tmp/dec.jsonl" 2>&1
+$PY -c 'import json, sys; r = json.loads(open(sys.argv[1], encoding="utf-8").read()); assert r == {"say \"x\"": "\ufffd"}, r' \
+  "$tmp/dec.jsonl" && echo "ok: --decode of part of a character is JSON, U+FFFD" || fail "--decode JSON: $(cat "$tmp/dec.jsonl")"
+
 [ $fails = 0 ] && echo "hf_tokenizer: all checks passed" || { echo "hf_tokenizer: $fails failures"; exit 1; }

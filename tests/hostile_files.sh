@@ -145,5 +145,84 @@ printf '{"text": "xAAy"}\n' > "$tmp/u.jsonl"
 "${T[@]}" "$MGT" tokenize "${HF[@]}" --tokenizer-model "$tmp/tok_u-escape/tokenizer.json" --input "$tmp/u.jsonl" > "$tmp/out" 2>&1
 [ "$(cat "$tmp/out")" = "120 257 121" ] && echo "ok: \\u0041+ is A+, as Oniguruma" || fail "\\u0041: $(cat "$tmp/out")"
 
+# BPE files that Hugging Face and GPT-2's encoder.py read alike only when the merges are in
+# training order: each read as its reference does (the Hugging Face ids are Tokenizers.js's)
+for k in order dup-merge dup-vocab prefix-split split-after no-prefix unk; do
+  $PY "$TESTS/hf_crafted_tokenizer.py" "$tmp/tok_$k" "$k"
+done
+long=abababababababababababababababababababab # 40 bytes: merged with the heap
+printf '{"text": "abab"}\n{"text": "%s"}\n{"text": "abc"}\n' $long > "$tmp/bpe.jsonl"
+for k in order dup-merge dup-vocab; do
+  "${T[@]}" "$MGT" tokenize "${HF[@]}" --tokenizer-model "$tmp/tok_$k/tokenizer.json" --input "$tmp/bpe.jsonl" \
+    2>&1 | tr '\n' '|' > "$tmp/$k.ids"
+done
+[ "$(cat "$tmp/order.ids")" = "258 98|$(printf '258 98 %.0s' {1..10} | sed 's/ $//')|257 99|" ] &&
+  echo "ok: merges out of training order, one at a time (Hugging Face), short and long pieces" ||
+  fail "merges out of training order: $(cat "$tmp/order.ids")"
+[ "$(cut -d'|' -f3 "$tmp/dup-merge.ids")" = "97 258" ] && echo "ok: a merge listed twice takes its last rank" ||
+  fail "a merge listed twice: $(cat "$tmp/dup-merge.ids")"
+[ "$(cut -d'|' -f1 "$tmp/dup-vocab.ids")" = "258 258" ] && echo "ok: a vocabulary key listed twice is its last id" ||
+  fail "a key listed twice: $(cat "$tmp/dup-vocab.ids")"
+expect_error "ByteLevel with add_prefix_space after a Split" \
+  "$MGT" tokenize "${HF[@]}" --tokenizer-model "$tmp/tok_prefix-split/tokenizer.json" --input "$tmp/bpe.jsonl"
+expect_error "a Split after ByteLevel" \
+  "$MGT" tokenize "${HF[@]}" --tokenizer-model "$tmp/tok_split-after/tokenizer.json" --input "$tmp/bpe.jsonl"
+expect_error "a ByteLevel pre-tokenizer without add_prefix_space" \
+  "$MGT" tokenize "${HF[@]}" --tokenizer-model "$tmp/tok_no-prefix/tokenizer.json" --input "$tmp/bpe.jsonl"
+# GPT-2's files with those merges: encoder.py's reading (every occurrence of a rank at once, the
+# last rank of a pair listed twice), computed here by its algorithm
+$PY - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+bs = list(range(33, 127)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+cs = bs[:] + [256 + n for n in range(256 - len(bs))]
+bs += [b for b in range(256) if b not in bs]
+sp = {b: chr(c) for b, c in zip(bs, cs)}
+vocab = {sp[b]: b for b in range(256)}
+vocab.update({"ab": 256, "aba": 257, "bc": 258, "<|endoftext|>": 259})
+json.dump(vocab, open(d + "/g_vocab.json", "w"))
+open(d + "/g_order.txt", "w").write("#version: 0.2\nab a\na b\nb c\n")
+open(d + "/g_dup.txt", "w").write("#version: 0.2\na b\nb c\na b\n")
+def bpe(word, ranks):  # encoder.py's loop
+    word = tuple(word)
+    while len(word) > 1:
+        pairs = set(zip(word, word[1:]))
+        first, second = min(pairs, key=lambda p: ranks.get(p, float("inf")))
+        if (first, second) not in ranks:
+            break
+        new, i = [], 0
+        while i < len(word):
+            if i < len(word) - 1 and word[i] == first and word[i + 1] == second:
+                new.append(first + second)
+                i += 2
+            else:
+                new.append(word[i])
+                i += 1
+        word = tuple(new)
+    return " ".join(str(vocab[t]) for t in word)
+for name in ("order", "dup"):
+    lines = open(d + "/g_%s.txt" % name).read().split("\n")[1:-1]
+    ranks = dict(zip([tuple(m.split()) for m in lines], range(len(lines))))
+    with open(d + "/g_%s.want" % name, "w") as f:
+        for t in ("abab", "ab" * 20, "abc"):
+            f.write(bpe(t, ranks) + "\n")
+PY
+for k in order dup; do
+  "${T[@]}" "$MGT" tokenize --vocab-file "$tmp/g_vocab.json" --merge-file "$tmp/g_$k.txt" --input "$tmp/bpe.jsonl" \
+    > "$tmp/g_$k.ids" 2>&1
+  cmp -s "$tmp/g_$k.ids" "$tmp/g_$k.want" && echo "ok: GPT-2's merges ($k) as encoder.py: $(tr '\n' '|' < "$tmp/g_$k.ids")" ||
+    fail "GPT-2's merges ($k): $(tr '\n' '|' < "$tmp/g_$k.ids"), encoder.py $(tr '\n' '|' < "$tmp/g_$k.want")"
+done
+# where ids end after an <unk> that stands for three characters: the loss mask of the chat
+# segment after it starts on its first token
+printf '{"segments": [{"text": "\\u20ac\\u20ac\\u20acab"}, {"text": "cd", "loss": true}]}\n' > "$tmp/unk.jsonl"
+"${T[@]}" "$MGT" tokenize "${HF[@]}" --tokenizer-model "$tmp/tok_unk/tokenizer.json" --chat-template mistral \
+  --input "$tmp/unk.jsonl" > "$tmp/out" 2>&1
+$PY - "$tmp/out" <<'PY' && echo "ok: an <unk> of three characters ends where they do (the loss mask)" || fail "<unk> ends: $(cat "$tmp/out")"
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+assert r["ids"] == [0, 3, 4, 5, 6] and r["loss_mask"] == [0, 0, 0, 1, 1], r
+PY
+
 echo "hostile_files: $fails failures"
 [ $fails = 0 ]

@@ -127,8 +127,9 @@ static mgt_status add_doc(share *sh, size_t n_tokens) {
 }
 
 /* A document as sentences, each tokenized apart; one without a sentence is an empty document, as
-   Megatron-LM's tools/preprocess_data.py writes it. */
-static mgt_status encode_sentences(mgt_tokenizer *tok, share *sh, const char *text, size_t len) {
+   Megatron-LM's tools/preprocess_data.py writes it, and --append-eod ends the last sentence. */
+static mgt_status encode_sentences(mgt_tokenizer *tok, share *sh, const char *text, size_t len,
+                                   int append_eod) {
   size_t n = mgt_split_sentences(text, len, sh->spans, sh->cap_spans);
   if (n > sh->cap_spans) {
     mgt_span *p = realloc(sh->spans, n * sizeof *p);
@@ -145,6 +146,10 @@ static mgt_status encode_sentences(mgt_tokenizer *tok, share *sh, const char *te
     MGT_CHECK(push_len(&sh->sent_len, &sh->n_sents, &sh->cap_sents, sh->tokens.n - b));
     kept++;
   }
+  if (kept && append_eod) {
+    MGT_CHECK(mgt_ids_push(&sh->tokens, mgt_tok_eod(tok)));
+    sh->sent_len[sh->n_sents - 1]++;
+  }
   for (size_t i = before; i < sh->tokens.n; i++)
     if (sh->tokens.ids[i] > sh->max_id) sh->max_id = sh->tokens.ids[i];
   return add_doc(sh, kept ? sh->tokens.n - before : 0);
@@ -152,7 +157,7 @@ static mgt_status encode_sentences(mgt_tokenizer *tok, share *sh, const char *te
 
 static mgt_status encode_doc(const mgt_preprocess_opts *o, mgt_tokenizer *tok, share *sh,
                              const char *text, size_t len) {
-  if (o->split_sentences) return encode_sentences(tok, sh, text, len);
+  if (o->split_sentences) return encode_sentences(tok, sh, text, len, o->append_eod);
   size_t before = sh->tokens.n;
   MGT_CHECK(mgt_tok_encode(tok, text, len, &sh->tokens));
   /* no token, no end of document: an empty document, as Megatron-LM's preprocess_data.py */

@@ -468,6 +468,24 @@ static size_t utf8_char(const unsigned char *s, size_t n) {
   return len;
 }
 
+size_t mgt_utf8_bad_len(const unsigned char *s, size_t n) {
+  const unsigned c = s[0];
+  unsigned lo = 0x80, hi = 0xBF, need;
+  if (c >= 0xC2 && c <= 0xDF) {
+    need = 1;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    need = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    need = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+  } else {
+    return 1;
+  }
+  size_t k = 1;
+  while (k <= need && k < n && s[k] >= (k == 1 ? lo : 0x80) && s[k] <= (k == 1 ? hi : 0xBF))
+    k++;
+  return k;
+}
+
 void mgt_json_write_bytes(FILE *f, const char *text, size_t n) {
   const unsigned char *s = (const unsigned char *)text;
   fputc('"', f);
@@ -482,7 +500,7 @@ void mgt_json_write_bytes(FILE *f, const char *text, size_t n) {
       fwrite(s + i, 1, len, f);
     else
       fputs("\xEF\xBF\xBD", f); /* U+FFFD, the replacement character */
-    i += len ? len : 1;
+    i += len ? len : mgt_utf8_bad_len(s + i, n - i);
   }
   fputc('"', f);
 }

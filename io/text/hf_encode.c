@@ -8,9 +8,19 @@
 #include <utf8proc.h>
 
 #include "hf_tok_impl.h"
+#include "mgt/json.h"
 
-/* Valid UTF-8 for the regex: each byte of an invalid sequence becomes U+FFFD (as a decoder
-   with replacement does); n is updated. Returns s itself when it was valid. */
+/* The bytes at s[0..n) (not a valid character) that one U+FFFD replaces: the maximal subpart
+   (mgt_utf8_bad_len), and an encoded surrogate (JSON's lone "\ud800", kept as WTF-8 by the
+   reader) whole, as Tokenizers.js reads such a string. */
+static size_t bad_len(const unsigned char *s, size_t n) {
+  if (s[0] == 0xED && n >= 3 && s[1] >= 0xA0 && s[1] <= 0xBF && s[2] >= 0x80 && s[2] <= 0xBF)
+    return 3;
+  return mgt_utf8_bad_len(s, n);
+}
+
+/* Valid UTF-8 for the regex: each invalid part (bad_len) becomes U+FFFD; n is updated.
+   Returns s itself when it was valid. */
 static const unsigned char *valid_utf8(mgt_hf_tok *h, const unsigned char *s, size_t *n,
                                        mgt_status *st) {
   size_t i = 0, len = *n;
@@ -28,7 +38,7 @@ static const unsigned char *valid_utf8(mgt_hf_tok *h, const unsigned char *s, si
     utf8proc_int32_t cp;
     utf8proc_ssize_t l = utf8proc_iterate(s + i, (utf8proc_ssize_t)(len - i), &cp);
     if (l < 0) {
-      memcpy(h->buf + o, "\xEF\xBF\xBD", 3), o += 3, i++;
+      memcpy(h->buf + o, "\xEF\xBF\xBD", 3), o += 3, i += bad_len(s + i, len - i);
     } else {
       memcpy(h->buf + o, s + i, (size_t)l), o += (size_t)l, i += (size_t)l;
     }
@@ -125,10 +135,25 @@ static mgt_status nfc_mapped(mgt_hf_tok *h, const unsigned char *s, size_t n, si
   return MGT_OK;
 }
 
+/* The bytes of the character at s[0..n) (1 for a byte that starts none). */
+static size_t char_len(const unsigned char *s, size_t n) {
+  utf8proc_int32_t cp;
+  const utf8proc_ssize_t l = utf8proc_iterate(s, (utf8proc_ssize_t)n, &cp);
+  return l > 0 ? (size_t)l : 1;
+}
+
 /* The length in the normalized text of id, found at s[0..left). */
 static size_t id_len(const mgt_hf_tok *h, int32_t id, const unsigned char *s, size_t left) {
   if (left == 0) return 0;
   if (h->byte_fallback && h->fallback[s[0]] == id) return 1;
+  if (id == h->unk && !h->byte_level && !h->byte_fallback &&
+      mgt_hf_find_key(h, s, char_len(s, left)) < 0) {
+    /* the characters it stands for: one, or a run of them fused */
+    size_t l = char_len(s, left);
+    while (h->fuse_unk && l < left && mgt_hf_find_key(h, s + l, char_len(s + l, left - l)) < 0)
+      l += char_len(s + l, left - l);
+    return l;
+  }
   const size_t l = h->key_len[id] == UINT32_MAX ? left : h->key_len[id];
   return l < left ? l : left;
 }
@@ -242,7 +267,7 @@ static mgt_status segment(mgt_tokenizer *t, const unsigned char *s, size_t n, mg
   return st;
 }
 
-/* Where byte k of the text, made valid UTF-8, came from: a byte replaced by U+FFFD is 3. */
+/* Where byte k of the text, made valid UTF-8, came from: a part replaced by U+FFFD is 3. */
 static mgt_status valid_map(const unsigned char *text, size_t len, size_t **out) {
   size_t *m = malloc((3 * len + 1) * sizeof *m);
   if (!m) MGT_FAIL(MGT_ERR_NOMEM, "out of memory tokenizing %zu bytes", len);
@@ -250,7 +275,8 @@ static mgt_status valid_map(const unsigned char *text, size_t len, size_t **out)
   for (size_t i = 0; i < len;) {
     utf8proc_int32_t cp;
     utf8proc_ssize_t l = utf8proc_iterate(text + i, (utf8proc_ssize_t)(len - i), &cp);
-    const size_t out_l = l < 0 ? 3 : (size_t)l, in_l = l < 0 ? 1 : (size_t)l;
+    const size_t out_l = l < 0 ? 3 : (size_t)l,
+                 in_l = l < 0 ? bad_len(text + i, len - i) : (size_t)l;
     for (size_t k = 0; k < out_l; k++)
       m[o++] = k ? i + in_l : i;
     i += in_l;

@@ -84,8 +84,10 @@ mgt_status mgt_hf_grow(void **p, size_t *cap, size_t need, size_t elem) {
   return MGT_OK;
 }
 
-/* Gives id the key s[0..n) (the first holder of a key keeps it). */
-static mgt_status set_key(mgt_hf_tok *h, int32_t id, const unsigned char *s, size_t n) {
+/* Gives id the key s[0..n): a key the vocabulary lists twice is its last id's (as serde's map
+   and a JavaScript object read it), an added token's text the vocabulary holds stays the
+   vocabulary's (`last` 0). */
+static mgt_status set_key(mgt_hf_tok *h, int32_t id, const unsigned char *s, size_t n, int last) {
   MGT_CHECK(mgt_hf_grow((void **)&h->keys, &h->keys_cap, h->keys_used + n + 1, 1));
   memcpy(h->keys + h->keys_used, s, n);
   h->key_off[id] = (uint32_t)h->keys_used, h->key_len[id] = (uint32_t)n;
@@ -93,7 +95,10 @@ static mgt_status set_key(mgt_hf_tok *h, int32_t id, const unsigned char *s, siz
   size_t i = mgt_tok_hash_bytes(s, n) & h->mask;
   while (h->slot[i] >= 0) {
     const int32_t o = h->slot[i];
-    if (h->key_len[o] == n && memcmp(h->keys + h->key_off[o], s, n) == 0) return MGT_OK;
+    if (h->key_len[o] == n && memcmp(h->keys + h->key_off[o], s, n) == 0) {
+      if (last) h->slot[i] = id;
+      return MGT_OK;
+    }
     i = (i + 1) & h->mask;
   }
   h->slot[i] = id;
@@ -275,8 +280,18 @@ static mgt_status one_pretokenizer(loader *L, const mgt_json *p) {
   const char *type = str_of(p, "type");
   mgt_hf_tok *h = L->h;
   if (type && !strcmp(type, "ByteLevel")) {
+    const mgt_json *aps = mgt_json_get(p, "add_prefix_space");
+    MGT_REQUIRE(aps && aps->type == MGT_JSON_BOOL,
+                "%s: a ByteLevel pre-tokenizer without add_prefix_space true or false (Hugging "
+                "Face's tokenizers refuses it, Tokenizers.js reads false)",
+                L->path);
     h->byte_level = 1;
-    h->prefix_space = flag_of(p, "add_prefix_space", 1);
+    h->prefix_space = flag_of(p, "add_prefix_space", 0);
+    /* Hugging Face gives each piece of an earlier Split its own space */
+    MGT_REQUIRE(!h->prefix_space || !h->split,
+                "%s: ByteLevel with add_prefix_space after a Split (a space before each piece) is "
+                "not implemented",
+                L->path);
     if (flag_of(p, "use_regex", 1)) {
       MGT_REQUIRE(!h->split, "%s: two splitting pre-tokenizers are not implemented", L->path);
       MGT_CHECK(compile(L, gpt2_pattern, strlen(gpt2_pattern)));
@@ -289,6 +304,10 @@ static mgt_status one_pretokenizer(loader *L, const mgt_json *p) {
   if (type && !strcmp(type, "Split") && re && behavior && !strcmp(behavior, "Isolated") &&
       !flag_of(p, "invert", 0)) {
     MGT_REQUIRE(!h->split, "%s: two splitting pre-tokenizers are not implemented", L->path);
+    MGT_REQUIRE(!h->byte_level,
+                "%s: a Split after ByteLevel (over its byte spelling, Ġ for a space) is not "
+                "implemented",
+                L->path);
     return compile(L, re, re_len);
   }
   MGT_FAIL(MGT_ERR_INPUT,
@@ -467,7 +486,7 @@ static mgt_status model(loader *L, const mgt_json *m, const mgt_json *added) {
                      kl < 0 ? "not a byte-level token" : "a second token of its id");
       break;
     }
-    st = set_key(h, id, k, (size_t)kl);
+    st = set_key(h, id, k, (size_t)kl, 1);
     t->tok_off[id] = (uint32_t)used;
     t->tok_len[id] = (uint32_t)decoded(L, k, (size_t)kl, t->blob + used);
     used += t->tok_len[id];
@@ -491,7 +510,7 @@ static mgt_status model(loader *L, const mgt_json *m, const mgt_json *added) {
                 "implemented",
                 L->path, (int)(cl < 60 ? cl : 60), c);
     if (h->key_len[id] == UINT32_MAX) { /* a token of its own, beyond the model's vocabulary */
-      MGT_CHECK(set_key(h, id, (const unsigned char *)c, cl));
+      MGT_CHECK(set_key(h, id, (const unsigned char *)c, cl, 0));
       t->tok_off[id] = (uint32_t)used;
       t->tok_len[id] = (uint32_t)cl;
       memcpy(t->blob + used, c, cl);

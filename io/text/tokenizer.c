@@ -56,10 +56,10 @@ void mgt_tok_merge_add(mgt_tokenizer *t, int32_t a, int32_t b, uint32_t rank, in
   size_t h = mgt_fmix64(key) & t->mmask;
   while (t->mkey[h] != NO_MERGE && t->mkey[h] != key)
     h = (h + 1) & t->mmask;
-  if (t->mkey[h] == NO_MERGE) { /* the first (lowest-ranked) occurrence wins */
-    t->mkey[h] = key;
-    t->mval[h] = (uint64_t)rank << 32 | (uint32_t)m;
-  }
+  /* a pair listed twice takes its last rank, as encoder.py's dict, Hugging Face's HashMap and
+     Tokenizers.js's Map read the list */
+  t->mkey[h] = key;
+  t->mval[h] = (uint64_t)rank << 32 | (uint32_t)m;
 }
 
 /* ---- code points ---- */
@@ -136,8 +136,14 @@ static mgt_status ensure_work(mgt_tokenizer *t, size_t n) {
   return MGT_OK;
 }
 
-/* Short pieces: merge every occurrence of the lowest-ranked pair, repeat. */
-static size_t bpe_small(const mgt_tokenizer *t, int32_t *ids, int32_t *tmp, size_t n) {
+/* Two readings of BPE, the same for merges listed in the order training made them (every
+   published file): GPT-2's encoder.py (and Megatron-LM's copy) merges every occurrence of the
+   lowest-ranked pair, left to right, before looking again; Hugging Face's tokenizers (and
+   Tokenizers.js) merge the leftmost lowest-ranked pair one at a time, so a pair a merge makes
+   may go before the rest of the first pair's occurrences. `all` chooses encoder.py's. */
+
+/* Short pieces: merge the lowest-ranked pair (every occurrence, or the leftmost), repeat. */
+static size_t bpe_small(const mgt_tokenizer *t, int32_t *ids, int32_t *tmp, size_t n, int all) {
   while (n > 1) {
     uint64_t best = NO_MERGE;
     size_t bi = 0;
@@ -149,7 +155,7 @@ static size_t bpe_small(const mgt_tokenizer *t, int32_t *ids, int32_t *tmp, size
     int32_t a = ids[bi], b = ids[bi + 1], merged = (int32_t)(uint32_t)best;
     size_t j = 0;
     for (size_t i = 0; i < n;) {
-      if (i + 1 < n && ids[i] == a && ids[i + 1] == b) {
+      if (i + 1 < n && ids[i] == a && ids[i + 1] == b && (all || i == bi)) {
         tmp[j++] = merged;
         i += 2;
       } else {
@@ -162,9 +168,9 @@ static size_t bpe_small(const mgt_tokenizer *t, int32_t *ids, int32_t *tmp, size
   return n;
 }
 
-/* Long pieces: a heap of pairs by (rank, position) over a linked list, O(n log n). Merging
-   the leftmost lowest-ranked pair one at a time gives the same result as merging all its
-   occurrences at once, because a pair formed by a merge always ranks after that merge. */
+/* Long pieces: a heap of pairs by (rank, position) over a linked list, O(n log n): the
+   leftmost lowest-ranked pair merged one at a time; with `all`, the pairs the merges of one
+   rank make wait until every occurrence of that rank is merged. */
 typedef struct heap_item {
   uint64_t rank;
   uint32_t pos;
@@ -202,15 +208,17 @@ static heap_item heap_pop(heap_item *h, size_t *n) {
   return top;
 }
 
-static mgt_status bpe_large(const mgt_tokenizer *t, int32_t *ids, size_t *np) {
+static mgt_status bpe_large(const mgt_tokenizer *t, int32_t *ids, size_t *np, int all) {
   size_t n = *np;
   int32_t *next = malloc(n * sizeof *next), *prev = malloc(n * sizeof *prev);
-  heap_item *heap = malloc(2 * n * sizeof *heap); /* each merge pushes at most two */
+  heap_item *heap = malloc(4 * n * sizeof *heap); /* each merge pushes at most two */
   if (!next || !prev || !heap) {
     free(next), free(prev), free(heap);
     MGT_FAIL(MGT_ERR_NOMEM, "out of memory tokenizing a piece of %zu bytes", n);
   }
-  size_t hn = 0;
+  heap_item *wait = heap + 2 * n; /* `all`: the pairs made at the current rank */
+  size_t hn = 0, wn = 0;
+  uint64_t cur = NO_MERGE;
   for (size_t i = 0; i < n; i++) {
     next[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
     prev[i] = (int32_t)i - 1;
@@ -219,8 +227,15 @@ static mgt_status bpe_large(const mgt_tokenizer *t, int32_t *ids, size_t *np) {
       if (v != NO_MERGE) heap_push(heap, &hn, (heap_item){v, (uint32_t)i, ids[i], ids[i + 1]});
     }
   }
-  while (hn) {
+  for (;;) {
+    if (wn && (!hn || heap[0].rank != cur)) { /* that rank is done */
+      for (size_t k = 0; k < wn; k++)
+        heap_push(heap, &hn, wait[k]);
+      wn = 0;
+    }
+    if (!hn) break;
     heap_item it = heap_pop(heap, &hn);
+    cur = it.rank;
     int32_t p = (int32_t)it.pos, q = next[p];
     /* stale: the node was merged away or its pair changed */
     if (ids[p] != it.a || q < 0 || ids[q] != it.b || prev[p] == -2) continue;
@@ -233,11 +248,15 @@ static mgt_status bpe_large(const mgt_tokenizer *t, int32_t *ids, size_t *np) {
     if (prev[p] >= 0) {
       int32_t l = prev[p];
       uint64_t v = merge_lookup(t, ids[l], ids[p]);
-      if (v != NO_MERGE) heap_push(heap, &hn, (heap_item){v, (uint32_t)l, ids[l], ids[p]});
+      const heap_item made = {v, (uint32_t)l, ids[l], ids[p]};
+      if (v != NO_MERGE && all) wait[wn++] = made;
+      if (v != NO_MERGE && !all) heap_push(heap, &hn, made);
     }
     if (r >= 0) {
       uint64_t v = merge_lookup(t, ids[p], ids[r]);
-      if (v != NO_MERGE) heap_push(heap, &hn, (heap_item){v, (uint32_t)p, ids[p], ids[r]});
+      const heap_item made = {v, (uint32_t)p, ids[p], ids[r]};
+      if (v != NO_MERGE && all) wait[wn++] = made;
+      if (v != NO_MERGE && !all) heap_push(heap, &hn, made);
     }
   }
   size_t j = 0;
@@ -249,9 +268,10 @@ static mgt_status bpe_large(const mgt_tokenizer *t, int32_t *ids, size_t *np) {
 }
 
 mgt_status mgt_tok_merge_ids(mgt_tokenizer *t, int32_t *ids, size_t *n) {
-  if (*n >= HEAP_MIN) return bpe_large(t, ids, n);
+  const int all = t->hf == NULL;
+  if (*n >= HEAP_MIN) return bpe_large(t, ids, n, all);
   MGT_CHECK(ensure_work(t, *n));
-  *n = bpe_small(t, ids, t->work2, *n);
+  *n = bpe_small(t, ids, t->work2, *n, all);
   return MGT_OK;
 }
 
@@ -283,10 +303,10 @@ mgt_status mgt_tok_encode_piece(mgt_tokenizer *t, const unsigned char *s, size_t
     ids[i] = t->byte_id[s[i]];
   size_t m = n;
   if (n < HEAP_MIN) {
-    m = bpe_small(t, ids, t->work2, n);
+    m = bpe_small(t, ids, t->work2, n, t->hf == NULL);
   } else {
     /* the heap orders pairs by the stored value; the merged id rides in it */
-    MGT_CHECK(bpe_large(t, ids, &m));
+    MGT_CHECK(bpe_large(t, ids, &m, t->hf == NULL));
   }
   for (size_t k = 0; k < m; k++)
     MGT_CHECK(mgt_ids_push(out, ids[k]));

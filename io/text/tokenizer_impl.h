@@ -57,11 +57,13 @@ struct mgt_tokenizer {
 /* ---- tokenizer.c, for hf_tokenizer.c ---- */
 
 uint64_t mgt_tok_hash_bytes(const unsigned char *p, size_t n);
-/* The merge table, for at least n merges; a merge of ids (a, b) into m at rank, the first of
+/* The merge table, for at least n merges; a merge of ids (a, b) into m at rank, the last of
    equal pairs kept. */
 mgt_status mgt_tok_merges_alloc(mgt_tokenizer *t, size_t n);
 void mgt_tok_merge_add(mgt_tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t m);
-/* Merges ids[0..*n) by rank in place (the lowest-ranked pair first, leftmost on ties). */
+/* Merges ids[0..*n) by rank in place: the lowest-ranked pair first, leftmost on ties, one at a
+   time (Hugging Face's reading) or every occurrence at once (GPT-2's encoder.py, for a
+   tokenizer that is not t->hf's); tokenizer.c says where they differ. */
 mgt_status mgt_tok_merge_ids(mgt_tokenizer *t, int32_t *ids, size_t *n);
 /* Appends the ids of one pre-tokenized piece of raw bytes, each byte t->byte_id's (cached). */
 mgt_status mgt_tok_encode_piece(mgt_tokenizer *t, const unsigned char *s, size_t n, mgt_ids *out);

@@ -85,31 +85,13 @@ static mgt_status decode_line(mgt_tokenizer *tok, const mgt_tokenize_opts *o, co
   size_t len = 0;
   if (*buf) (*buf)[0] = 0;
   MGT_CHECK(mgt_tok_decode(tok, ids->ids, ids->n, buf, &len, cap));
-  fprintf(out, "{\"%s\": ", o->json_keys);
-  /* text with NULs cannot pass through a C string: escape them here */
-  size_t start = 0;
-  fputc('"', out);
-  for (size_t i = 0; i <= len; i++) {
-    if (i == len || (*buf)[i] == 0) {
-      char save = i < len ? (*buf)[i] : 0;
-      if (i > start) {
-        char *piece = strndup(*buf + start, i - start);
-        if (!piece) MGT_FAIL(MGT_ERR_NOMEM, "out of memory");
-        /* the helper writes the quotes: strip them by writing into a memory stream */
-        char *mem = NULL;
-        size_t ml = 0;
-        FILE *ms = open_memstream(&mem, &ml);
-        mgt_json_write_string(ms, piece);
-        fclose(ms);
-        fwrite(mem + 1, 1, ml - 2, out);
-        free(mem);
-        free(piece);
-      }
-      if (i < len && save == 0) fputs("\\u0000", out);
-      start = i + 1;
-    }
-  }
-  fputs("\"}\n", out);
+  /* valid JSON whatever the ids: a byte that ends no character (a byte-level token's piece of
+     one) is U+FFFD, as Hugging Face's decoders give it */
+  fputc('{', out);
+  mgt_json_write_string(out, o->json_keys);
+  fputs(": ", out);
+  mgt_json_write_bytes(out, *buf, len);
+  fputs("}\n", out);
   return MGT_OK;
 }
 

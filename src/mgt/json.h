@@ -62,9 +62,14 @@ int mgt_json_is(const mgt_json *v, const char *s);
 /* Writes s as a JSON string literal. */
 void mgt_json_write_string(FILE *f, const char *s);
 /* Writes text[0..n) as a JSON string literal that is valid UTF-8 whatever the bytes: NULs and
-   control characters escaped, each byte that does not belong to a UTF-8 character (a byte-level
-   tokenizer's piece of one, 0xF5-0xFF) written as U+FFFD. */
+   control characters escaped, each part that is no UTF-8 character (a byte-level tokenizer's
+   piece of one, 0xF5-0xFF) written as one U+FFFD (mgt_utf8_bad_len's parts). */
 void mgt_json_write_bytes(FILE *f, const char *text, size_t n);
+/* The bytes at s[0..n), which start no valid UTF-8 character, that one U+FFFD replaces: the
+   maximal subpart of a sequence (a lead byte and the continuation bytes that could still follow
+   it), as Unicode recommends and Python's errors="replace", Rust's from_utf8_lossy and
+   TextDecoder do; else one byte. */
+size_t mgt_utf8_bad_len(const unsigned char *s, size_t n);
 
 #ifdef __cplusplus
 }
