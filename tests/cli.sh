@@ -194,6 +194,19 @@ echo "$tmp/d" >"$tmp/b/args.txt"
 timeout 120 "$MPIEXEC" -n 1 --wdir "$tmp/a" "$MGT" "${D[@]}" : -n 1 --wdir "$tmp/b" "$MGT" "${D[@]}" \
   >"$tmp/out" 2>"$tmp/err" && echo "ok: the same files on both ranks train" ||
   { echo "FAIL: two ranks with the same data-args files"; head -5 "$tmp/err"; fails=$((fails + 1)); }
+# a dataset one rank cannot open (a node without it): one error, not a hang
+D2=(train --train-iters 2 --micro-batch-size 2 --seq-length 16 --hidden-size 32 --eval-iters 0
+  --tokenizer-type ByteTokenizer --data-path d --split 100,0,0)
+timeout 120 "$MPIEXEC" -n 1 --wdir "$tmp" "$MGT" "${D2[@]}" : -n 1 --wdir "$tmp/a" "$MGT" "${D2[@]}" \
+  >"$tmp/out" 2>"$tmp/err"
+mpmd_expect $? "--data-path d.h5: No such file or directory"
+# a blend by size with a dataset too small for one sample: never drawn, not an error
+printf '{"text": "tiny"}\n' >"$tmp/tiny.jsonl"
+"$MGT" preprocess --input "$tmp/tiny.jsonl" --output-prefix "$tmp/tiny" --tokenizer-type ByteTokenizer >/dev/null 2>&1
+"$MGT" train --train-iters 2 --micro-batch-size 2 --seq-length 16 --hidden-size 32 --eval-iters 0 \
+  --tokenizer-type ByteTokenizer --data-path "$tmp/d" "$tmp/tiny" --split 100,0,0 --data-cache-path "$tmp/cache" \
+  >"$tmp/out" 2>&1 && echo "ok: a blend by size with a dataset of no sample trains on the others" ||
+  { echo "FAIL: a blend with a dataset of no sample"; tail -3 "$tmp/out"; fails=$((fails + 1)); }
 
 # a good run: exit 0, metrics lines with the documented keys
 if ! "$MPIEXEC" -n 2 "$MGT" train --mock-data --train-iters 6 --log-interval 2 \

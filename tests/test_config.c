@@ -194,10 +194,10 @@ static void test_batch_counts(void) {
       snprintf(c.rampup_batch_size, sizeof c.rampup_batch_size, "%d\n%d\n%d", start, inc,
                1 + rand() % 3000);
     } else {
-      int th = 0, n = 0;
+      int th = 0, n = 0, batch = 0; /* batches that never fall */
       for (int k = 0, k_n = 1 + rand() % 5; k < k_n; k++, th += 8 * (1 + rand() % 400))
         n += snprintf(c.step_batch_size_schedule + n, sizeof c.step_batch_size_schedule - n,
-                      "%s%d:%d", k ? "\n" : "", th, 1 + rand() % 40);
+                      "%s%d:%d", k ? "\n" : "", th, batch += 1 + rand() % 10);
       c.global_batch_size = 0;
     }
     mgt_batch_schedule s;
@@ -225,6 +225,8 @@ static void test_batch_counts(void) {
   expect_error("--mock-data --step-batch-size-schedule 0:4294967296", 1,
                "the batch is not an integer in [1, 2^30]");
   expect_error("--mock-data --step-batch-size-schedule 0:2.9", 1, "the batch is not an integer");
+  expect_error("--mock-data --micro-batch-size 2 --step-batch-size-schedule 0:64,512:2", 1,
+               "the batch 64 before the last exceeds it (2)");
   expect_error("--mock-data --train-samples 8 --global-batch-size 4 --rampup-batch-size 2 2 "
                "99999999999999999999",
                1, "three integers");

@@ -304,6 +304,15 @@ int main(int argc, char **argv) {
   }
   T_CHECK(abs(from_b - 300) <= 1, "blend 1:3 took %d of 400 samples from the second dataset",
           from_b);
+  /* the order of Megatron-LM's build_blending_indices (helpers.cpp) for weights 0.25, 0.75 */
+  static const int megatron[24] = {1, 0, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1,
+                                   0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 1};
+  for (int s = 0; s < 24; s++) {
+    T_OK(t2.get(t2.ctx, (uint64_t)s, 1, SEQ, buf));
+    T_CHECK((buf[0] >= 500000) == megatron[s],
+            "blended sample %d from dataset %d, Megatron-LM's %d", s, buf[0] >= 500000,
+            megatron[s]);
+  }
   printf("blending 1:3: %d of 400 samples from the second dataset\n", from_b);
   mgt_data_destroy(&t2), mgt_data_destroy(&v2);
 

@@ -420,7 +420,8 @@ int32_t ds_token_at(const dataset *ds, int64_t i) {
 /* ---- blending ---- */
 
 /* Blending by weight: sample i goes to the dataset furthest behind its share,
-   w_d * (i + 1) - taken_d (ties to the lower index), as Megatron-LM's blendable dataset. */
+   w_d * max(i, 1) - taken_d (ties to the lower index), as Megatron-LM's
+   build_blending_indices (helpers.cpp). */
 mgt_status ds_blending_make(const double *w, int n, int64_t needed, blending *bl) {
   memset(bl, 0, sizeof *bl);
   MGT_CHECK(mgt_calloc(sizeof *bl->counts * (size_t)n, "blending counts", (void **)&bl->counts));
@@ -437,7 +438,7 @@ mgt_status ds_blending_make(const double *w, int n, int64_t needed, blending *bl
     int best = 0;
     double be = -1e300;
     for (int d = 0; d < n; d++) {
-      double e = w[d] * (double)(i + 1) - (double)bl->counts[d];
+      double e = w[d] * (double)(i > 1 ? i : 1) - (double)bl->counts[d];
       if (e > be) be = e, best = d;
     }
     bl->which[i] = best;
@@ -702,7 +703,8 @@ static mgt_status make_source(opened *op, const data_spec *spec, int split, cons
     MGT_TRY(mgt_calloc(sizeof(pack_index) * (size_t)spec->n, "packed samples", (void **)&s->px));
   }
   for (int d = 0; d < spec->n; d++) {
-    int64_t a, b, need = s->bl.counts[d] > 0 ? s->bl.counts[d] : 1;
+    int64_t a, b, need = s->bl.counts[d];
+    if (need == 0 && spec->n > 1) continue; /* never drawn (its split may hold no sample) */
     ds_split_docs(&op->ds[d], split, frac, &a, &b);
     if (cfg->sft) {
       MGT_TRY(ds_pack_build(&op->ds[d], a, b, split, need, cfg->seq_length, cfg->seed,
@@ -788,8 +790,10 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
   mgt_model_spec desc;
   MGT_CHECK(mgt_model_describe(cfg, &desc));
   const int samples = desc.input == MGT_INPUT_SAMPLES; /* BERT's, not windows of tokens */
+  /* what each rank opens alone (a node may lack a file) is agreed before any collective */
   if (cfg->vocab_file[0]) {
-    MGT_TRY(mgt_tok_open(cfg->tokenizer_type, cfg->vocab_file, cfg->merge_file, &tok));
+    MGT_TRY(mgt_mpi_agree(
+        world, mgt_tok_open(cfg->tokenizer_type, cfg->vocab_file, cfg->merge_file, &tok)));
   }
   if (samples && (!tok || mgt_tok_type(tok) < MGT_TOKENIZER_BERT_LOWER))
     MGT_GOTO_FAIL(MGT_ERR_INPUT,
@@ -800,18 +804,20 @@ mgt_status mgt_dataset_sources(const mgt_config *cfg, MPI_Comm world, FILE *log,
       cfg->train_iters, cfg->eval_interval, (int64_t)cfg->eval_iters * cfg->global_batch_size);
   if (cfg->train_data_path[0]) { /* each split its own blend, whole (Megatron-LM's) */
     static const double all_train[3] = {1, 0, 0}, all_valid[3] = {0, 1, 0};
-    MGT_TRY(open_blend(cfg, "--train-data-path", cfg->train_data_path, samples, tok, &spec, &op));
+    MGT_TRY(mgt_mpi_agree(world, open_blend(cfg, "--train-data-path", cfg->train_data_path, samples,
+                                            tok, &spec, &op)));
     MGT_TRY(blend_source(op, spec, 0, all_train, need_train, cfg, tok, world, log, samples, train));
     if (cfg->valid_data_path[0] && cfg->eval_iters > 0) {
-      MGT_TRY(
-          open_blend(cfg, "--valid-data-path", cfg->valid_data_path, samples, tok, &vspec, &vop));
+      MGT_TRY(mgt_mpi_agree(world, open_blend(cfg, "--valid-data-path", cfg->valid_data_path,
+                                              samples, tok, &vspec, &vop)));
       MGT_TRY(
           blend_source(vop, vspec, 1, all_valid, need_valid, cfg, tok, world, log, samples, valid));
     }
   } else {
     double frac[3];
     MGT_TRY(mgt_split_parse(cfg->split, frac));
-    MGT_TRY(open_blend(cfg, "--data-path", cfg->data_path, samples, tok, &spec, &op));
+    MGT_TRY(mgt_mpi_agree(
+        world, open_blend(cfg, "--data-path", cfg->data_path, samples, tok, &spec, &op)));
     MGT_TRY(blend_source(op, spec, 0, frac, need_train, cfg, tok, world, log, samples, train));
     if (cfg->eval_iters > 0 && frac[1] > 0)
       MGT_TRY(blend_source(op, spec, 1, frac, need_valid, cfg, tok, world, log, samples, valid));

@@ -378,6 +378,11 @@ mgt_status ds_split_index_get(const dataset *ds, int split, int64_t a, int64_t b
                               int seq, uint64_t seed, MPI_Comm world, FILE *log, split_index *ix) {
   memset(ix, 0, sizeof *ix);
   ix->ds = ds;
+  /* the index holds 32-bit document ids, as Megatron-LM's */
+  MGT_REQUIRE(b <= INT32_MAX,
+              "%s: a split reaching document %lld: over the 2^31 documents a sample "
+              "index holds (split the dataset in files of fewer)",
+              ds->info.path, (long long)b);
   /* the cache name hashes everything the index depends on */
   char key[512], path[MGT_PATH_MAX + 128];
   snprintf(key, sizeof key, "v3 %s %d %lld %lld %lld %d %llu", ds->identity, split, (long long)a,

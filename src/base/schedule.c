@@ -163,6 +163,11 @@ mgt_status mgt_config_batches(mgt_config *c, int dp, mgt_batch_schedule *s) {
                 s->global_batch, c->global_batch_size);
     c->global_batch_size = s->global_batch;
     for (int k = 0; k < s->steps; k++)
+      MGT_REQUIRE(s->batch[k] <= s->global_batch,
+                  "--step-batch-size-schedule: the batch %lld before the last exceeds it (%d): "
+                  "the run's buffers and planned samples are sized by the last",
+                  (long long)s->batch[k], s->global_batch);
+    for (int k = 0; k < s->steps; k++)
       MGT_REQUIRE(s->batch[k] % unit == 0,
                   "--step-batch-size-schedule: the batch %lld is not a multiple of "
                   "--micro-batch-size %d times the data-parallel size %d",

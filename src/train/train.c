@@ -241,8 +241,8 @@ static mgt_status open_data(mgt_trainer *tr, const mgt_task_data *task) {
   } else if (run->mock_data) {
     st = mgt_data_mock_create(cfg, &tr->data);
     if (st == MGT_OK) st = mgt_data_mock_valid_create(cfg, &tr->valid);
-  } else {
-    return mgt_dataset_sources(cfg, grid->world, tr->log, &tr->data, &tr->valid);
+  } else { /* agreed again: a rank's own failure after the last collective (--sft packing) */
+    st = mgt_dataset_sources(cfg, grid->world, tr->log, &tr->data, &tr->valid);
   }
   return mgt_mpi_agree(grid->world, st);
 }
