@@ -22,6 +22,8 @@
 # A start that fails before the trainer's first step (SAVE_DIR/mgt.started absent) is run again
 # in the same allocation, up to START_RETRIES (default 2) times, and not counted as a failure.
 #
+# A run stopped by --max-skipped-iterations (status 3, diverged) is not requeued.
+#
 # Failure policy: when the trainer fails otherwise (a crashed rank, the watchdog's status 76
 # after a lost peer, a lost node), the job is requeued too and resumes from the last complete
 # checkpoint on whatever nodes Slurm gives it, up to --max-restarts failures for this job
@@ -91,7 +93,7 @@ for start in $(seq 0 "$start_retries"); do
   done
   # srun has ended: the job's own end (a requeue's SIGTERM) must not cut the steps below short
   trap '' USR1 TERM
-  case $rc in 0 | 2 | 75) break ;; esac
+  case $rc in 0 | 2 | 3 | 75) break ;; esac
   [ $signalled = 0 ] && [ ! -e "$SAVE_DIR/mgt.started" ] && [ "$start" -lt "$start_retries" ] ||
     break
   say "mgt train failed with status $rc before its first step (a start-up failure):" \
@@ -112,6 +114,10 @@ fi
 if [ "$rc" = 75 ]; then
   say "checkpoint saved; requeueing job ${SLURM_JOB_ID:-?}"
   requeue
+fi
+if [ "$rc" = 3 ]; then # diverged: a restart would diverge again, from a later checkpoint
+  say "mgt train stopped: its loss diverged (--max-skipped-iterations): not requeueing"
+  exit 3
 fi
 # a failure: the checkpoint it would resume from, and this job's earlier failures
 latest=$(cat "$SAVE_DIR/latest" 2> /dev/null || echo none)

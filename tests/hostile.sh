@@ -250,6 +250,31 @@ rc=$?
 [ $rc = 75 ] && [ -f "$tmp/shared/latest" ] && [ ! -e "$tmp/shared/mgt.lock" ] &&
   echo "ok: the first job saved on SIGTERM (exit 75) and released its lock" ||
   { fail "the first job after SIGTERM: exit $rc"; tail -3 "$tmp/first.log"; }
+# a signal while the run starts (here loading a 0.2 GB checkpoint): the run ends before its first
+# step with 75 and nothing saved (the default action killed it, status 138); one in the last
+# iteration (its final validation) leaves a finished run, exit 0 (was 75: a requeue for nothing)
+S=(train --mock-data --num-layers 6 --hidden-size 512 --num-attention-heads 8 --seq-length 16
+  --micro-batch-size 1 --global-batch-size 1 --eval-iters 0 --log-interval 1)
+"${T[@]}" "$MGT" "${S[@]}" --train-iters 1 --save "$tmp/sig" > /dev/null 2>&1 || fail "the checkpoint to load"
+MGT_PROGRESS_SECONDS=0.02 "$MGT" "${S[@]}" --train-iters 1000000 --load "$tmp/sig" --save "$tmp/sig" > "$tmp/sig.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 400); do grep -q "checkpoint load" "$tmp/sig.log" && break; sleep 0.01; done
+kill -USR1 $pid
+wait $pid
+rc=$?
+[ $rc = 75 ] && grep -q "SIGUSR1 before the first step: exiting for a restart, nothing to save" "$tmp/sig.log" &&
+  [ "$(cat "$tmp/sig/latest")" = 1 ] && echo "ok: a signal while loading ends the run before its first step (exit 75)" ||
+  { fail "a signal while loading (exit $rc)"; tail -3 "$tmp/sig.log"; }
+"$MGT" "${R[@]}" --train-iters 2 --log-interval 1 --eval-interval 1000 --eval-iters 20000 --save "$tmp/last" \
+  > "$tmp/last.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 400); do grep -q "iteration  *2/  *2 " "$tmp/last.log" && break; sleep 0.01; done
+kill -USR1 $pid
+wait $pid
+rc=$?
+[ $rc = 0 ] && [ "$(cat "$tmp/last/latest")" = 2 ] && ! grep -q "saving and exiting for a restart" "$tmp/last.log" &&
+  echo "ok: a signal in the last iteration leaves a finished run (exit 0)" || { fail "a signal in the last iteration (exit $rc)"; tail -3 "$tmp/last.log"; }
+rm -rf "$tmp/sig"
 "$MGT" "${R[@]}" --train-iters 100000000 --log-interval 10000000 --save "$tmp/killed" > /dev/null 2>&1 &
 victim=$!
 for _ in $(seq 1 400); do [ -f "$tmp/killed/mgt.lock" ] && break; sleep 0.05; done
@@ -263,8 +288,8 @@ wait $victim 2> /dev/null
 "${T[@]}" "$MGT" "${R[@]}" --train-iters 50 --fp16 --loss-scale 1e30 --max-skipped-iterations 3 \
   --save "$tmp/nan" --metrics-file "$tmp/nan.jsonl" > "$tmp/out" 2>&1
 rc=$?
-[ $rc = 1 ] && grep -q "stopping after iteration 3: 3 iterations in a row had a non-finite loss" "$tmp/out" &&
-  [ "$(cat "$tmp/nan/latest")" = 3 ] && $PY - "$tmp/nan.jsonl" <<'PY' && echo "ok: a non-finite run is skipped, counted and stopped with a checkpoint (exit 1)" || { fail "a non-finite run (exit $rc)"; tail -3 "$tmp/out"; }
+[ $rc = 3 ] && grep -q "stopping after iteration 3: 3 iterations in a row had a non-finite loss" "$tmp/out" &&
+  [ "$(cat "$tmp/nan/latest")" = 3 ] && $PY - "$tmp/nan.jsonl" <<'PY' && echo "ok: a non-finite run is skipped, counted and stopped with a checkpoint (exit 3, diverged)" || { fail "a non-finite run (exit $rc)"; tail -3 "$tmp/out"; }
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert [r["nan_iterations"] for r in rows] == [1, 1, 1] and all(r["grad_norm"] is None for r in rows), rows

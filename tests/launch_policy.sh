@@ -9,7 +9,8 @@
 #      as one failure and requeued;
 #   C. a refused configuration (status 2) is not started again;
 #   D. a failure after the first step (mgt.started written) is not started again: counted and
-#      requeued.
+#      requeued;
+#   E. a diverged run (status 3, --max-skipped-iterations) is not requeued.
 # Usage: launch_policy.sh MGT SOURCE_DIR
 set -u
 MGT=$(readlink -f "$1") SRC=$(readlink -f "$2")
@@ -87,6 +88,11 @@ scenario D "after
 [ $rc = 0 ] && [ "$starts" = 1 ] && [ "$requeues" = 1 ] && [ "$failures" = 1 ] && [ -e "$tmp/save/mgt.started" ] &&
   echo "ok: a failure after the first step is counted and requeued, not started again" ||
   { fail "D"; cat "$tmp/D.log"; }
+
+scenario E "3
+"
+[ $rc = 3 ] && [ "$starts" = 1 ] && [ "$requeues" = 0 ] && grep -q "its loss diverged" "$tmp/E.log" &&
+  echo "ok: a diverged run (status 3) is not requeued" || { fail "E"; cat "$tmp/E.log"; }
 
 echo "launch_policy: $fails failures"
 [ $fails = 0 ]

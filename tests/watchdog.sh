@@ -52,5 +52,15 @@ fi
   fail "a healthy job failed"
 grep -q watchdog "$tmp/ok" && fail "the watchdog fired on a healthy job"
 expect "distributed-timeout-minutes" "$MGT" "${A[@]}" --train-iters 1 --distributed-timeout-minutes -1
+# a save longer than the timeout (660 MB over 1.2 s): the rank that does not write waits for the
+# writer unwatched, as checkpoint I/O is not watched (it ended the job with 76)
+"$MPIEXEC" -n 2 "$MGT" train --mock-data --num-layers 8 --hidden-size 768 --num-attention-heads 8 \
+  --seq-length 16 --micro-batch-size 1 --global-batch-size 2 --train-iters 1 --eval-iters 0 \
+  --distributed-timeout-minutes 0.02 --save "$tmp/big" > "$tmp/save" 2>&1
+rc=$?
+[ $rc = 0 ] && [ "$(cat "$tmp/big/latest" 2> /dev/null)" = 1 ] && ! grep -q watchdog "$tmp/save" &&
+  echo "ok: a save longer than the timeout at data-parallel 2 is not a lost peer" ||
+  { fail "a long save (exit $rc)"; grep -E "watchdog|error" "$tmp/save" | head -3; }
+rm -rf "$tmp/big"
 echo "watchdog: $fails failures"
 [ $fails = 0 ]

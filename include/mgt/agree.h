@@ -35,6 +35,9 @@ MGT_NODISCARD mgt_status mgt_mpi_status(int rc, const char *file, int line, cons
    thread: `op` ("all-reduce", a static string) on grid axis `axis` (0 tensor-parallel, 1
    data-parallel, 2 world). They cost nothing until mgt_watch_enable(1). */
 void mgt_watch_enable(int on);
+/* This thread's waits unwatched (off 1) or watched (0); returns the setting before. Checkpoint
+   saves run unwatched, and a background writer thread throughout. */
+int mgt_watch_thread(int off);
 void mgt_watch_begin(const char *op, int axis);
 void mgt_watch_end(void);
 void mgt_watch_iteration(int64_t iteration);

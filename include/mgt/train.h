@@ -151,6 +151,9 @@ typedef enum mgt_run_end {
 /* The exit status `mgt train` uses for a run that stopped early but is not finished (signal,
    --exit-duration-in-mins): job scripts turn it into `scontrol requeue` (EX_TEMPFAIL). */
 enum { MGT_EXIT_REQUEUE = 75 };
+/* The exit status of a run stopped by --max-skipped-iterations: diverged, not to be requeued
+   (jobs/launch.sh stops on it as on a refused configuration). */
+enum { MGT_EXIT_DIVERGED = 3 };
 
 /* Runs iterations until cfg->train_iters, logging on rank 0 to `log` every
    --log-interval iterations and appending to --metrics-file; validates every
@@ -169,6 +172,9 @@ MGT_NODISCARD mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir);
 /* Waits for a background save and returns its outcome. Collective. */
 MGT_NODISCARD mgt_status mgt_trainer_finish_saves(mgt_trainer *tr);
 int64_t mgt_trainer_iteration(const mgt_trainer *tr);
+/* The mgt_now() --exit-duration-in-mins counts from: the process's start, so that loading and
+   building count (Megatron-LM's); unset, the start of mgt_trainer_run. */
+void mgt_trainer_started_at(mgt_trainer *tr, double t);
 
 mgt_gpt *mgt_trainer_model(mgt_trainer *tr);
 mgt_optim *mgt_trainer_optim(mgt_trainer *tr);

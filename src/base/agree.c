@@ -24,8 +24,18 @@ void mgt_watch_enable(int on) {
   pthread_mutex_unlock(&watch.mu);
 }
 
+/* A thread whose waits are not watched: checkpoint I/O, which may outlast the timeout, and a
+   background writer (whose marks would also clear the training thread's). */
+static _Thread_local int unwatched;
+
+int mgt_watch_thread(int off) {
+  const int was = unwatched;
+  unwatched = off;
+  return was;
+}
+
 void mgt_watch_begin(const char *op, int axis) {
-  if (!watch.on) return; /* set before the watched thread starts waiting: no race */
+  if (!watch.on || unwatched) return; /* on is set before the watched thread waits: no race */
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   pthread_mutex_lock(&watch.mu);
@@ -36,7 +46,7 @@ void mgt_watch_begin(const char *op, int axis) {
 }
 
 void mgt_watch_end(void) {
-  if (!watch.on) return;
+  if (!watch.on || unwatched) return;
   pthread_mutex_lock(&watch.mu);
   watch.op = NULL;
   pthread_mutex_unlock(&watch.mu);

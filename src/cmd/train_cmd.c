@@ -14,6 +14,7 @@
 #include "mgt/device.h"
 #include "mgt/flags.h"
 #include "mgt/gpt.h"
+#include "mgt/log.h"
 #include "mgt/plan.h"
 #include "mgt/tasks.h"
 #include "mgt/tensorboard.h"
@@ -28,6 +29,7 @@
 /* Set by SIGUSR1/SIGTERM; the trainer polls it between iterations. Nothing else happens in
    the handler, so it is async-signal-safe. */
 static volatile sig_atomic_t stop_signal = 0;
+static double process_started; /* --exit-duration-in-mins counts from here */
 
 static void on_stop_signal(int sig) { stop_signal = sig; }
 
@@ -124,6 +126,9 @@ int mgt_cli_train(int argc, char **argv, MPI_Comm world) {
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
   const int finetune = strcmp(argv[1], "finetune") == 0;
+  /* a signal from here on asks for a stop: the run ends cleanly, never by the default action */
+  process_started = mgt_now();
+  install_stop_handlers();
   mgt_config cfg;
   mgt_config_defaults(&cfg);
   if (finetune) /* --train-iters 0: not given, the iterations come from --epochs */
@@ -339,12 +344,12 @@ static int train_job(mgt_config *cfg_in, MPI_Comm world, const mgt_task_data *ta
       fflush(stdout);
     }
     mgt_run_end end = MGT_RUN_FINISHED;
-    install_stop_handlers();
+    mgt_trainer_started_at(tr, process_started);
     st = mgt_trainer_run(tr, stdout, &stop_signal, &end);
     if (st != MGT_OK)
       rc = mgt_cli_fail(st, rank, world, 0);
     else if (end == MGT_RUN_NONFINITE)
-      rc = 1; /* a diverged run is not to be requeued */
+      rc = MGT_EXIT_DIVERGED; /* not to be requeued */
     else if (end == MGT_RUN_SIGNALED || end == MGT_RUN_DURATION)
       rc = MGT_EXIT_REQUEUE;
   }

@@ -84,6 +84,7 @@ struct mgt_trainer {
      every time, as the run did before */
   int64_t consumed_valid;
   int64_t saved_iteration; /* of the last checkpoint written or loaded, -1 if none */
+  double started;          /* mgt_now() that --exit-duration-in-mins counts from; 0: the run's */
   int save_lock;           /* this rank holds --save's lock */
   async_save async;
   FILE *log;
@@ -379,6 +380,7 @@ done:
 
 static void *async_main(void *arg) {
   async_save *a = arg;
+  (void)mgt_watch_thread(1);
   mgt_status st = mgt_ckpt_save(a->dir, a->comm, &a->list, a->config, a->model, &a->state, a->log);
   if (st == MGT_OK && a->keep_last > 0 && a->rank == 0)
     st = mgt_ckpt_prune(a->dir, a->keep_last, a->log);
@@ -479,7 +481,7 @@ static mgt_status async_start(mgt_trainer *tr, const char *dir, const mgt_state 
   return MGT_OK;
 }
 
-mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
+static mgt_status trainer_save(mgt_trainer *tr, const char *dir) {
   MGT_CHECK(async_wait(tr)); /* one save at a time: no writer reads tr->config now */
   free(tr->config);          /* the configuration as it is now (a load may have changed it) */
   tr->config = mgt_config_to_text(&tr->cfg);
@@ -518,7 +520,18 @@ mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
   return MGT_OK;
 }
 
+/* Unwatched: the ranks that do not write wait in the save's agreement for as long as the
+   writers take (docs/hpc-guide.md: checkpoint I/O is not watched). */
+mgt_status mgt_trainer_save(mgt_trainer *tr, const char *dir) {
+  const int was = mgt_watch_thread(1);
+  const mgt_status st = trainer_save(tr, dir);
+  (void)mgt_watch_thread(was);
+  return st;
+}
+
 mgt_status mgt_trainer_finish_saves(mgt_trainer *tr) { return async_wait(tr); }
+
+void mgt_trainer_started_at(mgt_trainer *tr, double t) { tr->started = t; }
 
 int64_t mgt_trainer_iteration(const mgt_trainer *tr) { return tr->iteration; }
 
@@ -773,7 +786,8 @@ static mgt_status stop_requested(mgt_trainer *tr, const volatile sig_atomic_t *s
                                  int64_t it, FILE *log, mgt_run_end *end) {
   const mgt_run *r = &tr->run;
   const int root = tr->grid->rank == 0;
-  if (stop || r->exit_duration_in_mins > 0) {
+  /* at the last iteration the run is finished, whatever came: nothing is left to requeue for */
+  if ((stop || r->exit_duration_in_mins > 0) && it < r->train_iters) {
     int want[2] = {stop && *stop ? (int)*stop : 0,
                    r->exit_duration_in_mins > 0 &&
                        mgt_now() - started >= 60.0 * r->exit_duration_in_mins};
@@ -818,9 +832,21 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
   MGT_CHECK(mgt_report_open(r, &tr->spec, flops, tokens, root, log, &rep));
   mgt_status st = MGT_OK;
   int nan_row = 0; /* non-finite iterations in a row */
-  const double started = mgt_now();
+  const double started = tr->started > 0 ? tr->started : mgt_now();
   const int64_t resumed = tr->iteration; /* the iteration this run starts from */
   *end = MGT_RUN_FINISHED;
+  /* a signal while the run started (loading, building indices): nothing trained, nothing to
+     save, the same checkpoint to resume from (the time budget gets one step at least) */
+  if (stop && tr->iteration < r->train_iters) {
+    int sig = *stop;
+    MGT_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, tr->grid->world));
+    if (sig) {
+      *end = MGT_RUN_SIGNALED;
+      if (root)
+        fprintf(log, "%s before the first step: exiting for a restart, nothing to save\n",
+                sig == SIGTERM ? "SIGTERM" : "SIGUSR1");
+    }
+  }
   while (tr->iteration < r->train_iters && *end == MGT_RUN_FINISHED) {
     mgt_step_stats s;
     mgt_watch_iteration(tr->iteration + 1);
@@ -845,7 +871,8 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
       MGT_TRY(mgt_trainer_save(tr, r->save));
     MGT_TRY(stop_requested(tr, stop, started, s.iteration, log, end));
   }
-  if (r->save[0] && tr->saved_iteration != tr->iteration) MGT_TRY(mgt_trainer_save(tr, r->save));
+  if (r->save[0] && tr->saved_iteration != tr->iteration && tr->iteration != resumed)
+    MGT_TRY(mgt_trainer_save(tr, r->save));
   MGT_TRY(async_wait(tr)); /* the exit waits for a background save */
   if (*end != MGT_RUN_FINISHED && !r->save[0] && root)
     fprintf(log, "warning: stopped early without --save: nothing was saved\n");
