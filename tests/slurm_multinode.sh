@@ -50,7 +50,7 @@ cat > "$tmp/mgt" << EOF
 #!/usr/bin/env bash
 echo "\$SLURM_PROCID \$(hostname)" >> "$tmp/place/\$SLURM_JOB_ID-\${SLURM_RESTART_COUNT:-0}-\$SLURM_STEP_ID"
 [ "\$SLURM_PROCID" = 0 ] && printf '%q ' "\$@" > "$tmp/place/\$SLURM_JOB_ID-\${SLURM_RESTART_COUNT:-0}.args"
-[ -f "$tmp/fail-now" ] && exit 3
+[ -f "$tmp/fail-now" ] && exit 4
 exec "$MGT" "\$@"
 EOF
 chmod +x "$tmp/mgt"
@@ -291,9 +291,9 @@ log=$(log_of "$job" fail-twice)
 echo "job $job: $s"
 grep -E "^\[launch" "$log" | sed 's/^/  /'
 [ "$s" = FAILED ] || fail "fail-twice ended $s"
-grep -q "the same failure (status 3) twice with no newer checkpoint than none: not requeueing" "$log" ||
+grep -q "the same failure (status 4) twice with no newer checkpoint than none: not requeueing" "$log" ||
   fail "fail-twice: not stopped after the second failure"
-[ "$(grep -c "mgt train failed with status 3 (failure" "$log")" = 2 ] || fail "fail-twice: not exactly two runs"
+[ "$(grep -c "mgt train failed with status 4 (failure" "$log")" = 2 ] || fail "fail-twice: not exactly two runs"
 
 echo "== the cluster taken down"
 nodes_down > /dev/null 2>&1

@@ -871,7 +871,9 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
       MGT_TRY(mgt_trainer_save(tr, r->save));
     MGT_TRY(stop_requested(tr, stop, started, s.iteration, log, end));
   }
-  if (r->save[0] && tr->saved_iteration != tr->iteration && tr->iteration != resumed)
+  /* (a run stopped before its first step has nothing new; --train-iters 0 saves the start) */
+  if (r->save[0] && tr->saved_iteration != tr->iteration &&
+      !(tr->iteration == resumed && *end == MGT_RUN_SIGNALED))
     MGT_TRY(mgt_trainer_save(tr, r->save));
   MGT_TRY(async_wait(tr)); /* the exit waits for a background save */
   if (*end != MGT_RUN_FINISHED && !r->save[0] && root)
