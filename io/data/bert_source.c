@@ -229,7 +229,7 @@ mgt_status ds_make_bert_source(opened *op, const data_spec *spec, int split, con
   MGT_TRY(ds_blending_make(spec->w, spec->n, needed, &s->bl));
   for (int d = 0; d < spec->n; d++) {
     int64_t a, b, need = s->bl.counts[d];
-    if (need == 0 && spec->n > 1) continue; /* never drawn (its split may hold no sample) */
+    if (need == 0) continue; /* never drawn (its split may hold no sample) */
     ds_split_docs(&op->ds[d], split, frac, &a, &b);
     MGT_TRY(bert_map_get(&op->ds[d], split, a, b, need, cfg, world, log, &s->map[d]));
   }

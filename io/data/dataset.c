@@ -704,7 +704,7 @@ static mgt_status make_source(opened *op, const data_spec *spec, int split, cons
   }
   for (int d = 0; d < spec->n; d++) {
     int64_t a, b, need = s->bl.counts[d];
-    if (need == 0 && spec->n > 1) continue; /* never drawn (its split may hold no sample) */
+    if (need == 0) continue; /* never drawn (its split may hold no sample) */
     ds_split_docs(&op->ds[d], split, frac, &a, &b);
     if (cfg->sft) {
       MGT_TRY(ds_pack_build(&op->ds[d], a, b, split, need, cfg->seq_length, cfg->seed,

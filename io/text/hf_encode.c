@@ -47,6 +47,13 @@ static const unsigned char *valid_utf8(mgt_hf_tok *h, const unsigned char *s, si
   return h->buf;
 }
 
+/* The bytes of the character at s[0..n) (1 for a byte that starts none). */
+static size_t char_len(const unsigned char *s, size_t n) {
+  utf8proc_int32_t cp;
+  const utf8proc_ssize_t l = utf8proc_iterate(s, (utf8proc_ssize_t)n, &cp);
+  return l > 0 ? (size_t)l : 1;
+}
+
 /* One piece of the pre-tokenizer's output through the model. */
 static mgt_status model_piece(mgt_tokenizer *t, const unsigned char *s, size_t n, mgt_ids *out) {
   mgt_hf_tok *h = t->hf;
@@ -60,9 +67,7 @@ static mgt_status model_piece(mgt_tokenizer *t, const unsigned char *s, size_t n
   MGT_CHECK(mgt_hf_grow((void **)&h->ids, &h->ids_cap, 4 * n + 1, sizeof *h->ids));
   size_t m = 0;
   for (size_t i = 0; i < n;) {
-    utf8proc_int32_t cp;
-    utf8proc_ssize_t l = utf8proc_iterate(s + i, (utf8proc_ssize_t)(n - i), &cp);
-    const size_t cl = l > 0 ? (size_t)l : 1;
+    const size_t cl = char_len(s + i, n - i);
     const int32_t id = mgt_hf_find_key(h, s + i, cl);
     if (id >= 0) {
       h->ids[m++] = id;
@@ -135,24 +140,18 @@ static mgt_status nfc_mapped(mgt_hf_tok *h, const unsigned char *s, size_t n, si
   return MGT_OK;
 }
 
-/* The bytes of the character at s[0..n) (1 for a byte that starts none). */
-static size_t char_len(const unsigned char *s, size_t n) {
-  utf8proc_int32_t cp;
-  const utf8proc_ssize_t l = utf8proc_iterate(s, (utf8proc_ssize_t)n, &cp);
-  return l > 0 ? (size_t)l : 1;
-}
-
 /* The length in the normalized text of id, found at s[0..left). */
 static size_t id_len(const mgt_hf_tok *h, int32_t id, const unsigned char *s, size_t left) {
   if (left == 0) return 0;
   if (h->byte_fallback && h->fallback[s[0]] == id) return 1;
-  if (id == h->unk && !h->byte_level && !h->byte_fallback &&
-      mgt_hf_find_key(h, s, char_len(s, left)) < 0) {
-    /* the characters it stands for: one, or a run of them fused */
-    size_t l = char_len(s, left);
-    while (h->fuse_unk && l < left && mgt_hf_find_key(h, s + l, char_len(s + l, left - l)) < 0)
-      l += char_len(s + l, left - l);
-    return l;
+  if (id == h->unk && !h->byte_level && !h->byte_fallback) {
+    size_t l = char_len(s, left), cl;
+    if (mgt_hf_find_key(h, s, l) < 0) { /* the characters it stands for: one, or a fused run */
+      while (h->fuse_unk && l < left &&
+             mgt_hf_find_key(h, s + l, cl = char_len(s + l, left - l)) < 0)
+        l += cl;
+      return l;
+    }
   }
   const size_t l = h->key_len[id] == UINT32_MAX ? left : h->key_len[id];
   return l < left ? l : left;

@@ -208,6 +208,18 @@ static heap_item heap_pop(heap_item *h, size_t *n) {
   return top;
 }
 
+/* A pair a merge made: into the heap, or (`all`) into the wait list until its rank is done. */
+static void made_pair(const mgt_tokenizer *t, heap_item *heap, size_t *hn, heap_item *wait,
+                      size_t *wn, int all, const int32_t *ids, int32_t l, int32_t r) {
+  const uint64_t v = merge_lookup(t, ids[l], ids[r]);
+  if (v == NO_MERGE) return;
+  const heap_item made = {v, (uint32_t)l, ids[l], ids[r]};
+  if (all)
+    wait[(*wn)++] = made;
+  else
+    heap_push(heap, hn, made);
+}
+
 static mgt_status bpe_large(const mgt_tokenizer *t, int32_t *ids, size_t *np, int all) {
   size_t n = *np;
   int32_t *next = malloc(n * sizeof *next), *prev = malloc(n * sizeof *prev);
@@ -245,19 +257,8 @@ static mgt_status bpe_large(const mgt_tokenizer *t, int32_t *ids, size_t *np, in
     if (r >= 0) prev[r] = p;
     prev[q] = -2; /* dead */
     ids[q] = -1;
-    if (prev[p] >= 0) {
-      int32_t l = prev[p];
-      uint64_t v = merge_lookup(t, ids[l], ids[p]);
-      const heap_item made = {v, (uint32_t)l, ids[l], ids[p]};
-      if (v != NO_MERGE && all) wait[wn++] = made;
-      if (v != NO_MERGE && !all) heap_push(heap, &hn, made);
-    }
-    if (r >= 0) {
-      uint64_t v = merge_lookup(t, ids[p], ids[r]);
-      const heap_item made = {v, (uint32_t)p, ids[p], ids[r]};
-      if (v != NO_MERGE && all) wait[wn++] = made;
-      if (v != NO_MERGE && !all) heap_push(heap, &hn, made);
-    }
+    if (prev[p] >= 0) made_pair(t, heap, &hn, wait, &wn, all, ids, prev[p], p);
+    if (r >= 0) made_pair(t, heap, &hn, wait, &wn, all, ids, p, r);
   }
   size_t j = 0;
   for (int32_t i = 0; i >= 0; i = next[i])

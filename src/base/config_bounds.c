@@ -46,7 +46,7 @@ mgt_status mgt_config_check_bounds(const mgt_config *c, int tp) {
   const int64_t tokens = (int64_t)c->micro_batch_size * c->seq_length;
   const int64_t qkv = (int64_t)mgt_config_head_size(c) *
                       (c->num_attention_heads + 2 * (int64_t)mgt_config_query_groups(c));
-  MGT_REQUIRE(qkv / tp <= (1 << 30) && tokens * (qkv / tp) < (1ll << 31),
+  MGT_REQUIRE(tokens * (qkv / tp) < (1ll << 31),
               "--num-attention-heads %d of --kv-channels %d with --micro-batch-size %d and "
               "--seq-length %d make an attention activation of 2^31 elements or more per rank",
               c->num_attention_heads, mgt_config_head_size(c), c->micro_batch_size, c->seq_length);

@@ -78,12 +78,11 @@ static mgt_status step_schedule(const mgt_config *c, mgt_batch_schedule *s) {
     const char *colon = memchr(p, ':', len);
     MGT_REQUIRE(k < MGT_MAX_BATCH_STEPS, "%s: more than %d entries", flag, MGT_MAX_BATCH_STEPS);
     th[k] = colon ? schedule_number(p, (size_t)(colon - p)) : -1;
-    bs[k] = colon ? schedule_number(colon + 1, len - (size_t)(colon + 1 - p)) : -1;
-    MGT_REQUIRE(th[k] >= 0 && bs[k] > 0, "%s: '%.*s' is not THRESHOLD:BATCH", flag,
-                (int)(len < 40 ? len : 40), p);
-    char *end; /* a batch is a count of samples, as --global-batch-size */
-    const long long whole = strtoll(colon + 1, &end, 10);
-    MGT_REQUIRE(end == p + len && whole >= 1 && whole <= (1 << 30),
+    MGT_REQUIRE(th[k] >= 0, "%s: '%.*s' is not THRESHOLD:BATCH", flag, (int)(len < 40 ? len : 40),
+                p);
+    char *end; /* a batch is a count of samples, as --global-batch-size: no suffix, no fraction */
+    bs[k] = strtoll(colon + 1, &end, 10);
+    MGT_REQUIRE(end == p + len && bs[k] >= 1 && bs[k] <= (1 << 30),
                 "%s: '%.*s': the batch is not an integer in [1, 2^30]", flag,
                 (int)(len < 40 ? len : 40), p);
     th[k] /= c->seq_length > 0 ? c->seq_length : 1;

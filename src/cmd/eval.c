@@ -289,41 +289,28 @@ static mgt_status load_lambada(const mgt_eval_opts *o, mgt_tokenizer *tok, int T
       blank++;
     line++;
     const mgt_json *root = NULL, *t = NULL;
-    if (blank < ll) {
+    if (blank < ll) { /* one example; its input errors named by file and line below */
       st = mgt_json_parse(jp, p, ll, &root);
       if (st == MGT_OK) t = mgt_json_get(root, "text");
-      if (st == MGT_OK && (!t || t->type != MGT_JSON_STRING)) {
-        st = MGT_ERROR(MGT_ERR_INPUT, "%s:%zu: no string \"text\"", o->valid_data, line);
-      } else if (st != MGT_OK) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", mgt_error_message());
-        mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s:%zu: %s", o->valid_data,
-                      line, why);
-      }
+      if (st == MGT_OK && (!t || t->type != MGT_JSON_STRING))
+        st = MGT_ERROR(MGT_ERR_INPUT, "no string \"text\"");
       if (st == MGT_OK && n_ex == cap) {
-        cap = cap ? 2 * cap : 1024;
-        example *q = realloc(ex, cap * sizeof *ex);
-        if (!q) {
-          st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory");
-        } else {
-          ex = q;
-        }
+        example *q = realloc(ex, (cap ? 2 * cap : 1024) * sizeof *ex);
+        if (q) ex = q, cap = cap ? 2 * cap : 1024;
+        if (!q) st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory");
       }
-      if (st == MGT_OK) {
+      if (st == MGT_OK)
         st = mgt_lambada_example(tok, t->str, t->len, o->strict_lambada, &ex[n_ex].ids, &ex[n_ex].n,
                                  &ex[n_ex].n_target);
-        if (st == MGT_OK) n_ex++;
-        if (st == MGT_OK && ex[n_ex - 1].n_target > T) {
-          st = MGT_ERROR(MGT_ERR_INPUT,
-                         "%s:%zu: the last word is %d tokens, more than the window of %d "
-                         "(--seq-length): it cannot be scored whole",
-                         o->valid_data, line, ex[n_ex - 1].n_target, T);
-        } else if (st == MGT_ERR_INPUT) {
-          char why[512];
-          snprintf(why, sizeof why, "%s", mgt_error_message());
-          mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s:%zu: %s", o->valid_data,
-                        line, why);
-        }
+      if (st == MGT_OK && ex[n_ex++].n_target > T)
+        st = MGT_ERROR(MGT_ERR_INPUT,
+                       "the last word is %d tokens, more than the window of %d (--seq-length): it "
+                       "cannot be scored whole",
+                       ex[n_ex - 1].n_target, T);
+      if (st == MGT_ERR_INPUT) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", mgt_error_message());
+        mgt_error_set(st, __FILE__, __LINE__, __func__, "%s:%zu: %s", o->valid_data, line, why);
       }
     }
     if (!nl) break;
