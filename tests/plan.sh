@@ -61,19 +61,21 @@ assert got == saved, (got, saved)
 print("ok: --sequence-parallel at tp=2 saves %d bytes of activations, as counted by hand" % saved)
 PY
 
-# ---- memory: the same as --dry-run for four layouts ----
-for spec in "1 1 2 none no" "2 2 4 selective yes" "2 4 2 full no" "2 2 4 none no sp"; do
+# ---- memory: the same as --dry-run on GPUs (mgt plan's: their attention, their 16-bit
+# copies) for five layouts ----
+for spec in "1 1 2 none no" "2 2 4 selective yes" "2 4 2 full no" "2 2 4 none no sp" "1 2 2 none no bf16"; do
   set -- $spec
   both=(--tensor-model-parallel-size $1 --micro-batch-size $3)
-  tflags=(--recompute-granularity $4)
+  tflags=(--recompute-granularity $4 --device cuda)
   pflags=(--nodes 1 --gpus-per-node $(($1 * $2)) --recompute $4)
   [ "$5" = yes ] && both+=(--use-distributed-optimizer)
   [ "${6:-}" = sp ] && both+=(--sequence-parallel)
+  [ "${6:-}" = bf16 ] && both+=(--bf16)
   "$MPIEXEC" -n $(($1 * $2)) "$MGT" train --mock-data $B "${both[@]}" "${tflags[@]}" --dry-run >"$tmp/dry" 2>&1 ||
     { fail "dry-run $spec"; tail -3 "$tmp/dry"; continue; }
   "$MGT" plan $B "${both[@]}" "${pflags[@]}" --json --gpu-memory 1GiB --top 1000 >"$tmp/p.json" 2>&1 ||
     { fail "plan $spec"; tail -3 "$tmp/p.json"; continue; }
-  $PY - "$tmp/dry" "$tmp/p.json" "$1" "$2" "$5" "${6:-}" "$3" "$4" <<'PY' && echo "ok: plan == --dry-run at tp=$1 dp=$2, micro $3, recompute $4, distributed optimizer $5${6:+, sequence parallel}; traffic as counted by hand" || fail "plan vs --dry-run ($spec)"
+  $PY - "$tmp/dry" "$tmp/p.json" "$1" "$2" "$5" "${6:-}" "$3" "$4" <<'PY' && echo "ok: plan == --dry-run at tp=$1 dp=$2, micro $3, recompute $4, distributed optimizer $5${6:+, $6}; traffic as counted by hand" || fail "plan vs --dry-run ($spec)"
 import json, re, sys
 total = float(re.search(r"total\s+([0-9.]+)", open(sys.argv[1]).read()).group(1))
 rows = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
@@ -96,6 +98,67 @@ assert t, "no traffic line in --dry-run"
 inside, across, tpg, dpg = map(float, t.groups())
 assert across == 0 and abs(tpg - want_tp / 1e9) < 6e-4 and abs(dpg - want_dp / 1e9) < 6e-4, t.groups()
 assert r[0]["inter_node_bytes"] == 0 and abs(r[0]["intra_node_bytes"] - want_tp - want_dp) < 1
+PY
+done
+# what the GPU holds and the CPU does not: fp32 attention materialized (on CPUs in tiles), and
+# 16-bit weight copies in 2 bytes (emulated CPU bf16: 4)
+for prec in "" --bf16; do
+  "$MGT" plan $B --nodes 1 --gpus-per-node 1 --micro-batch-size 4 --recompute none $prec --json \
+    --gpu-memory 1GiB >"$tmp/g.json" 2>&1 || { fail "plan $prec"; cat "$tmp/g.json"; }
+  "$MGT" train --mock-data $B --micro-batch-size 4 $prec --cpu-gemm emulated --dry-run \
+    >"$tmp/cpu" 2>&1 || { fail "dry-run cpu $prec"; tail -3 "$tmp/cpu"; }
+  $PY - "$tmp/g.json" "$tmp/cpu" "$prec" <<'PY' && echo "ok: mgt plan${prec:+ $prec} sizes a GPU's memory, more than the CPU's" || fail "plan on GPUs $prec"
+import json, re, sys
+g = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][0]
+t = open(sys.argv[2]).read()
+cpu = float(re.search(r"total\s+([0-9.]+)", t).group(1))
+acts = float(re.search(r"^  activations\s+([0-9.]+)", t, re.M).group(1))
+# B: 3 layers, 8 heads, sequence 64, micro-batch 4: the probabilities and their dropout mask
+assert g["activations"] / 2**20 > acts, (g["activations"] / 2**20, acts)
+if sys.argv[3]:
+    copies = float(re.search(r"^  16-bit weights +([0-9.]+)", t, re.M).group(1))
+    p = g["params"] / 2**20
+    assert abs(copies - p) < 0.1 and g["memory"] / 2**20 < cpu + (g["activations"] / 2**20 - acts), (copies, p)
+PY
+done
+
+# ---- layouts mgt train refuses are not planned: widths tensor parallelism splits ----
+W="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --global-batch-size 8
+  --nodes 1 --gpus-per-node 4 --json --top 1000"
+for f in "--ffn-hidden-size 254" "--num-experts 4 --moe-ffn-hidden-size 98 --disable-bias-linear" \
+  "--num-experts 4 --moe-shared-expert-intermediate-size 34 --disable-bias-linear"; do
+  "$MGT" plan $W $f >"$tmp/w.json" 2>&1 || { fail "plan $f"; cat "$tmp/w.json"; continue; }
+  tps=$($PY -c "import json,sys; print(sorted({json.loads(l)['tp'] for l in open(sys.argv[1]) if l.startswith('{')}))" "$tmp/w.json")
+  [ "$tps" = "[1, 2]" ] && echo "ok: $f: tp 1 and 2 planned, not 4" || fail "$f: planned tp $tps"
+  expect "not divisible by --tensor-model-parallel-size 4" "$MGT" plan $W $f --tensor-model-parallel-size 4
+done
+"$MGT" plan --num-layers 2 --hidden-size 100 --num-attention-heads 8 --kv-channels 16 --seq-length 32 \
+  --global-batch-size 8 --nodes 1 --gpus-per-node 1 --gpu-memory 1GiB >"$tmp/kv" 2>&1 &&
+  echo "ok: a head size given (--kv-channels) where the heads do not divide the width, as mgt train" ||
+  { fail "plan --kv-channels"; tail -2 "$tmp/kv"; }
+
+# ---- expert parallelism: --dry-run's traffic is the plan's (the experts' gradients over dp / ep,
+# the all-to-alls) ----
+E="--num-layers 2 --hidden-size 512 --num-attention-heads 8 --seq-length 64 --vocab-size 1000
+  --global-batch-size 8 --num-experts 4 --disable-bias-linear --micro-batch-size 2"
+for ep in 2 4; do
+  "$MPIEXEC" -n 4 "$MGT" train --mock-data $E --expert-model-parallel-size $ep --device cuda \
+    --dry-run >"$tmp/ed" 2>&1 || { fail "dry-run ep $ep"; tail -3 "$tmp/ed"; continue; }
+  "$MGT" plan $E --expert-model-parallel-size $ep --nodes 1 --gpus-per-node 4 --json --top 1000 \
+    --recompute none >"$tmp/ep.json" 2>&1 || { fail "plan ep $ep"; tail -3 "$tmp/ep.json"; continue; }
+  $PY - "$tmp/ed" "$tmp/ep.json" $ep <<'PY' && echo "ok: ep=$ep: --dry-run's traffic is the plan's" || fail "ep=$ep traffic"
+import json, re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"data-parallel ([0-9.]+) GB .*of which the experts' ([0-9.]+) GB over (\d+) ranks; "
+              r"expert all-to-all ([0-9.]+) GB", t)
+assert m, t[-600:]
+rows = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+r = [r for r in rows if r["tp"] == 1 and r["dp"] == 4 and not r["distributed_optimizer"]][0]
+dp, experts, edp, a2a = float(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))
+ep = int(sys.argv[3])
+assert edp == 4 // ep and r["ep"] == ep, (edp, r["ep"])
+assert abs(dp - r["dp_bytes"] / 1e9) < 6e-4 and abs(a2a - r["a2a_bytes"] / 1e9) < 6e-4, (m.groups(), r)
+assert (experts == 0) == (ep == 4), experts  # at dp = ep each expert lives on one rank
 PY
 done
 

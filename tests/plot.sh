@@ -278,6 +278,41 @@ assert title == 'loss & <lr> "runs"', title
 print("ok: titles and labels with & < > and quotes come back as written")
 PY
 
+# (2b) a batch ramp: --x tokens from the tokens of each line (consumed_tokens), and for files
+# without them (an earlier version's) from each interval's samples, not the mean batch since
+# iteration 0 (which put iteration 24 of this run at 2304 tokens, 70 samples x 16 = 1120)
+"$MGT" train --mock-data --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
+  --micro-batch-size 2 --global-batch-size 16 --rampup-batch-size 2 2 200 --train-samples 600 \
+  --log-interval 2 --eval-iters 0 --metrics-file "$tmp/ramp.jsonl" >"$tmp/ramp.log" 2>&1 ||
+  { fail "ramp run"; tail -3 "$tmp/ramp.log"; }
+$PY - "$tmp/ramp.jsonl" "$tmp/ramp-old.jsonl" <<'PY' || fail "consumed_tokens"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert rows and all(r["consumed_tokens"] == 16 * r["consumed_samples"] for r in rows), rows[:2]
+assert len({r["consumed_samples"] - 2 * r["iteration"] for r in rows}) > 1  # the batch ramped
+with open(sys.argv[2], "w") as f:
+    for r in rows:
+        del r["consumed_tokens"]
+        f.write(json.dumps(r) + "\n")
+print("ok: consumed_tokens = consumed_samples x 16 on %d lines of a ramped run" % len(rows))
+PY
+for f in ramp ramp-old; do
+  "$MGT" plot "$tmp/$f.jsonl" --x tokens --labels ramp --output "$tmp/$f.svg" >/dev/null 2>&1 ||
+    fail "plot $f --x tokens"
+done
+cmp -s "$tmp/ramp.svg" "$tmp/ramp-old.svg" && grep -q 'mgt:x1="10000"' "$tmp/ramp.svg" &&
+  echo "ok: a ramped run against tokens: the same picture with and without consumed_tokens, to 10000" ||
+  fail "a ramped run against tokens: $(grep -o 'mgt:x1="[^"]*"' "$tmp/ramp.svg" "$tmp/ramp-old.svg")"
+# values too small for the axes' powers of ten are drawn at 0
+printf '{"iteration":1,"loss":1e-310}\n{"iteration":2,"loss":2.5}\n' >"$tmp/sub.jsonl"
+printf '{"iteration":1,"loss":1e-320}\n{"iteration":2,"loss":2e-320}\n' >"$tmp/sub2.jsonl"
+for c in "sub.jsonl --log-scale" "sub2.jsonl"; do
+  set -- $c
+  "$MGT" plot "$tmp/$1" ${2:-} --output "$tmp/sub.svg" >/dev/null 2>&1 && ! grep -qi nan "$tmp/sub.svg" &&
+    rsvg-convert "$tmp/sub.svg" -o "$tmp/sub.png" 2>/dev/null && echo "ok: subnormal losses ($c) drawn" ||
+    fail "subnormal losses ($c)"
+done
+
 # (3) refusals: one line, exit 2
 printf '{"iteration":2,"loss":3.5,"lr":0.001}\n{"iteration":4,"loss":3.4,"lr"\n' >"$tmp/bad.jsonl"
 printf '{"iteration":2,"lr":0.001}\n{"note":"no losses"}\n' >"$tmp/none.jsonl"

@@ -142,9 +142,10 @@ def same_f32(got, v):
     return float(f"{v:.9g}") == v and abs(bits(got) - bits(want)) == 1
 
 # metrics-file key -> TensorBoard tag; training lines (GPT, BERT) and validation lines
-TRAIN = {"consumed_samples": "consumed-samples", "lr": "learning-rate", "grad_norm": "grad-norm",
+TRAIN = {"consumed_samples": "consumed-samples", "consumed_tokens": "consumed-tokens",
+         "lr": "learning-rate", "grad_norm": "grad-norm",
          "ms_per_iteration": "iteration-time-ms", "tokens_per_sec": "tokens-per-second",
-         "tflops": "tflops", "skipped_iterations": "skipped-iterations",
+         "tflops": "tflops", "tflops_per_rank": "throughput", "skipped_iterations": "skipped-iterations",
          "nan_iterations": "nan-iterations", "loss_scale": "loss-scale"}
 GPT = dict(TRAIN, loss="lm loss")
 BERT = dict(TRAIN, loss="loss", lm_loss="lm loss", sop_loss="sop loss",

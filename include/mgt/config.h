@@ -257,6 +257,9 @@ MGT_NODISCARD mgt_status mgt_config_parse(mgt_config *cfg, int argc, char **argv
 /* Fills derived defaults and checks the relations between flags for a job of
    `world_size` ranks. Fails with MGT_ERR_INPUT naming the flags. Not collective. */
 MGT_NODISCARD mgt_status mgt_config_finalize(mgt_config *cfg, int world_size);
+/* The widths tensor parallelism splits (heads, key/value groups, MLP and expert widths) divide
+   by `tp`, as mgt_config_finalize checks (for mgt plan's layouts). */
+MGT_NODISCARD mgt_status mgt_config_check_tp(const mgt_config *c, int tp);
 
 /* Fills the sizes other flags imply when they are left at 0: --ffn-hidden-size (4 * hidden),
    --max-position-embeddings (the sequence length), --vocab-size with --mock-data (128). The

@@ -27,6 +27,7 @@ typedef struct mgt_grid {
      ep consecutive dp ranks share the experts out (ep_comm), and the ranks at the same place of
      each group hold the same experts (edp_comm, edp = dp / ep of them); MPI_COMM_NULL at ep 1 */
   int ep, ep_rank, edp, edp_rank;
+  int ep_spanning, edp_spanning; /* of the tp x dp / ep groups of each, those spanning nodes */
   MPI_Comm ep_comm, edp_comm;
   int *from_rank;    /* grid rank -> rank in the communicator given to mgt_grid_create */
   int *node_of;      /* grid rank -> node */

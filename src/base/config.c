@@ -263,8 +263,8 @@ static const mgt_flag flags[] = {
      "materialized; auto: flash where it was measured at least as fast (CPUs, but for native "
      "bf16 below sequence 2048; GPUs under 16 bits at head sizes 32, 64, 128); Megatron-Core's "
      "fused is flash here, its local unfused",
-     attention_backends, 0, 0},
-    BOOL("--use-flash-attn", attention_backend, ""), /* Megatron-LM's: MGT_ATTN_FLASH is 1 */
+     attention_backends, 0, MGT_FLAG_PLAN},
+    BOOL_M("--use-flash-attn", attention_backend, "", MGT_FLAG_PLAN), /* MGT_ATTN_FLASH is 1 */
     INT("--logits-chunk-rows", logits_chunk_rows, 0, 1 << 30,
         "GPT: token rows whose output-layer logits (and their gradient) are held at once; 0: as "
         "many as fit 64 MiB"),
@@ -285,12 +285,15 @@ static const mgt_flag flags[] = {
      "(both timed at start on a layer's GEMM shapes, oneDNN taken where it is 10% faster; "
      "models too small to time keep the BLAS)",
      mgt_fp32_gemm_names, 0, 0},
-    BOOL("--fp16", fp16, "fp16 GEMM inputs with loss scaling; fp32 master weights"),
-    BOOL("--bf16", bf16, "bf16 GEMM inputs; fp32 master weights"),
-    BOOL("--no-weight-copies", no_weight_copies,
-         "with --bf16 or --fp16: keep no 16-bit copy of the weights (remade once per step); "
-         "every GEMM rounds its weights again (saves 2 bytes per parameter on GPUs and native CPU "
-         "bf16, 4 in emulated)"),
+    BOOL_M("--fp16", fp16, "fp16 GEMM inputs with loss scaling; fp32 master weights",
+           MGT_FLAG_PLAN),
+    BOOL_M("--bf16", bf16, "bf16 GEMM inputs; fp32 master weights", MGT_FLAG_PLAN),
+    BOOL_M(
+        "--no-weight-copies", no_weight_copies,
+        "with --bf16 or --fp16: keep no 16-bit copy of the weights (remade once per step); "
+        "every GEMM rounds its weights again (saves 2 bytes per parameter on GPUs and native CPU "
+        "bf16, 4 in emulated)",
+        MGT_FLAG_PLAN),
     DBL("--loss-scale", loss_scale, 0, 1e30, "fp16: a fixed loss scale (default: dynamic)"),
     DBL("--initial-loss-scale", initial_loss_scale, 1, 1e30, "fp16: the first dynamic scale"),
     DBL("--min-loss-scale", min_loss_scale, 1e-30, 1e30, "fp16: the dynamic scale's floor"),
@@ -635,6 +638,31 @@ int mgt_config_model_diff(const mgt_config *a, const mgt_config *b, char *diff, 
   return k;
 }
 
+mgt_status mgt_config_check_tp(const mgt_config *c, int tp) {
+  MGT_REQUIRE(c->kv_channels > 0 || c->hidden_size % c->num_attention_heads == 0,
+              "--hidden-size %d is not divisible by --num-attention-heads %d (or give the head "
+              "size, --kv-channels)",
+              c->hidden_size, c->num_attention_heads);
+  MGT_REQUIRE(c->num_attention_heads % tp == 0,
+              "--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d",
+              c->num_attention_heads, tp);
+  MGT_REQUIRE(mgt_config_query_groups(c) % tp == 0,
+              "--num-query-groups %d is not divisible by --tensor-model-parallel-size %d: each "
+              "rank holds whole key/value groups with their query heads",
+              mgt_config_query_groups(c), tp);
+  MGT_REQUIRE(c->ffn_hidden_size % tp == 0,
+              "--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
+              c->ffn_hidden_size, tp);
+  MGT_REQUIRE(!c->num_experts || c->moe_ffn_hidden_size % tp == 0,
+              "--moe-ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
+              c->moe_ffn_hidden_size, tp);
+  MGT_REQUIRE(c->moe_shared_expert_intermediate_size % tp == 0,
+              "--moe-shared-expert-intermediate-size %d is not divisible by "
+              "--tensor-model-parallel-size %d",
+              c->moe_shared_expert_intermediate_size, tp);
+  return MGT_OK;
+}
+
 mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   mgt_config_derive(c);
   MGT_REQUIRE(!c->recompute_activations || c->recompute_granularity != MGT_RECOMPUTE_SELECTIVE,
@@ -697,23 +725,7 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
                 "--lr-warmup-samples %lld exceeds --lr-decay-samples %lld",
                 (long long)c->lr_warmup_samples, (long long)c->lr_decay_samples);
   }
-  MGT_REQUIRE(c->kv_channels > 0 || c->hidden_size % c->num_attention_heads == 0,
-              "--hidden-size %d is not divisible by --num-attention-heads %d (or give the head "
-              "size, --kv-channels)",
-              c->hidden_size, c->num_attention_heads);
-  MGT_REQUIRE(c->num_attention_heads % tp == 0,
-              "--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d",
-              c->num_attention_heads, tp);
-  MGT_REQUIRE(mgt_config_query_groups(c) % tp == 0,
-              "--num-query-groups %d is not divisible by --tensor-model-parallel-size %d: each "
-              "rank holds whole key/value groups with their query heads",
-              mgt_config_query_groups(c), tp);
-  MGT_REQUIRE(c->ffn_hidden_size % tp == 0,
-              "--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
-              c->ffn_hidden_size, tp);
-  MGT_REQUIRE(!c->num_experts || c->moe_ffn_hidden_size % tp == 0,
-              "--moe-ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d",
-              c->moe_ffn_hidden_size, tp);
+  MGT_CHECK(mgt_config_check_tp(c, tp));
   MGT_REQUIRE(!c->sft || mgt_model_kinds[c->model].causal,
               "--sft packs documents for causal (GPT-style) models");
   MGT_REQUIRE(!c->sft || mgt_config_padded_vocab(c, tp) <= MGT_TOKEN_ID + 1,
@@ -724,10 +736,6 @@ mgt_status mgt_config_finalize(mgt_config *c, int world_size) {
   MGT_REQUIRE(!c->reset_attention_mask || mgt_model_kinds[c->model].causal,
               "--reset-attention-mask keeps documents apart in causal attention (GPT-style "
               "models)");
-  MGT_REQUIRE(c->moe_shared_expert_intermediate_size % tp == 0,
-              "--moe-shared-expert-intermediate-size %d is not divisible by "
-              "--tensor-model-parallel-size %d",
-              c->moe_shared_expert_intermediate_size, tp);
   MGT_REQUIRE(c->global_batch_size % (c->micro_batch_size * dp) == 0,
               "--global-batch-size %d is not divisible by --micro-batch-size %d times the "
               "data-parallel size %d",

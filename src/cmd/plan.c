@@ -74,6 +74,7 @@ void mgt_plan_defaults(mgt_plan_opts *o) {
   o->m.seq_length = 1024, o->m.max_position_embeddings = 0; /* 0: the sequence length */
   o->m.vocab_size = 50257, o->m.make_vocab_size_divisible_by = 128;
   o->m.global_batch_size = 512;
+  o->m.device = MGT_DEVICE_CUDA; /* the memory of a GPU run: its attention, its 16-bit copies */
   o->nodes = 1, o->gpus_per_node = 8;
   snprintf(o->gpu_memory, sizeof o->gpu_memory, "80GiB");
   o->gemm_tflops = 100, o->nvlink_gbps = 150, o->network_gbps = 100, o->memory_gbps = 2000;
@@ -108,12 +109,11 @@ mgt_status mgt_plan_parse(mgt_plan_opts *o, int argc, char **argv, int first, in
   MGT_CHECK(mgt_flags_parse(flags, n, o, argc, argv, first, "plan", help));
   if (*help) return MGT_OK;
   MGT_CHECK(parse_bytes(o->gpu_memory, &o->memory_bytes));
-  MGT_REQUIRE(o->m.hidden_size % o->m.num_attention_heads == 0,
-              "--hidden-size %d is not divisible by --num-attention-heads %d", o->m.hidden_size,
-              o->m.num_attention_heads);
+  MGT_REQUIRE(!(o->m.fp16 && o->m.bf16), "--fp16 and --bf16 exclude each other");
   mgt_config c; /* the block's flags make sense together, as mgt train would say */
   mgt_model_spec d;
-  mgt_plan_config(o, 1, 1, MGT_RECOMPUTE_NONE, 0, 0, &c);
+  mgt_plan_config(o, o->tp ? o->tp : 1, 1, MGT_RECOMPUTE_NONE, 0, 0, &c);
+  MGT_CHECK(mgt_config_check_tp(&c, c.tensor_model_parallel_size));
   return mgt_model_describe(&c, &d);
 }
 
@@ -150,17 +150,6 @@ static double tp_collectives(const mgt_config *c, int dp) {
 /* What one rank of a ring all-reduce over n ranks sends */
 static double ring_bytes(double bytes, int n) { return n > 1 ? 2.0 * (n - 1) / n * bytes : 0.0; }
 
-void mgt_plan_traffic(const mgt_config *c, int dp, int elem, double *tp_bytes, double *dp_bytes) {
-  const int tp = c->tensor_model_parallel_size;
-  const double act = (double)c->micro_batch_size * c->seq_length * c->hidden_size * elem;
-  *tp_bytes = tp_collectives(c, dp) * ring_bytes(act, tp);
-  mgt_gpt_memory mem;
-  mgt_gpt_memory_plan_grid(c, tp, dp, &mem);
-  /* the gradients of this rank's parameters (a reduce-scatter and an all-gather move the same
-     bytes as the all-reduce) */
-  *dp_bytes = ring_bytes((double)mem.params / sizeof(float) * elem, dp);
-}
-
 /* Mixture-of-Experts: the MoE layers, and the expert parameters a rank holds at tp and ep. */
 static double expert_floats(const mgt_config *c, int tp, int ep, int *moe_layers) {
   const mgt_model_spec s = mgt_model_of(c);
@@ -170,6 +159,32 @@ static double expert_floats(const mgt_config *c, int tp, int ep, int *moe_layers
   if (!s.experts) return 0;
   const double mats = s.mlp == MGT_MLP_SWIGLU ? 3.0 : 2.0; /* gate, up, down */
   return *moe_layers * mats * (s.experts / ep) * (double)(s.moe_ffn / tp) * s.hidden;
+}
+
+void mgt_plan_traffic(const mgt_config *c, int dp, int elem, mgt_plan_bytes *b) {
+  const int tp = c->tensor_model_parallel_size;
+  const int ep = c->expert_model_parallel_size > 0 ? c->expert_model_parallel_size : 1;
+  const double act = (double)c->micro_batch_size * c->seq_length * c->hidden_size * elem;
+  b->tp = tp_collectives(c, dp) * ring_bytes(act, tp);
+  mgt_gpt_memory mem;
+  mgt_gpt_memory_plan_grid(c, tp, dp, &mem);
+  /* the gradients of this rank's parameters (a reduce-scatter and an all-gather move the same
+     bytes as the all-reduce): the experts' summed over the dp / ep ranks holding the same ones */
+  int moe_layers;
+  const double ef = expert_floats(c, tp, ep, &moe_layers);
+  b->dp = ring_bytes(((double)mem.params / sizeof(float) - ef) * elem, dp);
+  b->edp = ring_bytes(ef * elem, dp / ep);
+  /* each MoE layer's rows out and back by all-to-all, forward and backward (and the forward
+     again with full recomputation), (ep - 1) / ep of them to other ranks; the all-gather
+     dispatcher receives every other rank's rows, and reduce-scatters as many */
+  b->a2a = 0;
+  if (ep > 1) {
+    const double n_micro = (double)c->global_batch_size / ((double)c->micro_batch_size * dp),
+                 rows = (double)c->micro_batch_size * c->seq_length * c->moe_router_topk,
+                 passes = 4.0 + (c->recompute_granularity == MGT_RECOMPUTE_FULL ? 2.0 : 0.0),
+                 share = c->moe_token_dispatcher_type == 1 ? ep - 1.0 : (ep - 1.0) / ep;
+    b->a2a = n_micro * moe_layers * passes * rows * c->hidden_size * elem * share;
+  }
 }
 
 void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_plan_row *r) {
@@ -200,23 +215,10 @@ void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_
      splits it instead */
   const double elem = 16.0 * mb * T * C * o->comm_bytes * L * n_micro;
   r->elementwise_s = (tp > 1 && !sp ? elem * (1.0 - 1.0 / tp) : 0.0) / (o->memory_gbps * 1e9);
-  mgt_plan_traffic(c, dp, o->comm_bytes, &r->tp_bytes, &r->dp_bytes);
-  /* expert parallelism: the experts' gradients summed over dp / ep ranks, not dp; each MoE
-     layer's rows out and back by all-to-all, forward and backward (and the forward again with
-     full recomputation), (ep - 1) / ep of them to other ranks */
-  int moe_layers;
-  const double ef = expert_floats(c, tp, ep, &moe_layers);
-  r->ep = ep, r->a2a_bytes = 0, r->a2a_s = 0;
-  if (ep > 1) {
-    r->dp_bytes = ring_bytes(((double)mem.params / sizeof(float) - ef) * o->comm_bytes, dp) +
-                  ring_bytes(ef * o->comm_bytes, dp / ep);
-    const double rows = mb * T * c->moe_router_topk,
-                 passes = 4.0 + (c->recompute_granularity == MGT_RECOMPUTE_FULL ? 2.0 : 0.0);
-    /* the all-gather dispatcher receives every other rank's rows, and reduce-scatters as many */
-    const double share = c->moe_token_dispatcher_type == 1 ? ep - 1.0 : (ep - 1.0) / ep;
-    r->a2a_bytes = n_micro * moe_layers * passes * rows * C * o->comm_bytes * share;
-    r->a2a_s = r->a2a_bytes / ((tp * ep <= G ? o->nvlink_gbps : o->network_gbps / G) * 1e9);
-  }
+  mgt_plan_bytes b;
+  mgt_plan_traffic(c, dp, o->comm_bytes, &b);
+  r->tp_bytes = b.tp, r->dp_bytes = b.dp + b.edp, r->a2a_bytes = b.a2a, r->ep = ep;
+  r->a2a_s = b.a2a / ((tp * ep <= G ? o->nvlink_gbps : o->network_gbps / G) * 1e9);
   const double tp_gbps = tp <= G ? o->nvlink_gbps : o->network_gbps / G;
   r->tp_comm_s = r->tp_bytes / (tp_gbps * 1e9);
   /* data parallelism, hidden under the last backward as far as --dp-overlap allows. A group
@@ -252,10 +254,14 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
   size_t cap = 256, n = 0, tried = 0;
   mgt_plan_row *rows = malloc(sizeof *rows * cap);
   MGT_REQUIRE(rows, "out of memory for the plan");
+  mgt_config c0;
+  mgt_plan_config(o, 1, 1, 0, 0, 0, &c0);
   for (int tp = 1; tp <= gpus; tp++) {
-    if (gpus % tp || o->m.num_attention_heads % tp ||
-        (o->m.group_query_attention && o->m.num_query_groups % tp) || (o->tp && tp != o->tp))
+    if (gpus % tp || (o->tp && tp != o->tp)) continue;
+    if (mgt_config_check_tp(&c0, tp) != MGT_OK) { /* a layout mgt train refuses */
+      mgt_error_clear();
       continue;
+    }
     const int dp = gpus / tp;
     if (o->m.global_batch_size % dp) continue;
     for (int mb = 1; mb <= o->m.global_batch_size / dp; mb *= 2) {
@@ -291,8 +297,6 @@ mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out) {
       }
     }
   }
-  mgt_config c0;
-  mgt_plan_config(o, 1, 1, 0, 0, 0, &c0);
   char active[64] = ""; /* Mixture-of-Experts: the parameters a token passes through */
   const mgt_model_spec spec = mgt_model_of(&c0);
   if (spec.experts)

@@ -97,11 +97,15 @@ void mgt_plot_usage(FILE *f) {
 
 /* ---- the data of one run ---- */
 
-/* Values beyond are drawn at it: ranges, pads and ticks of larger ones overflow a double (a
-   diverged run logs losses of 1e308). */
+/* Values beyond are drawn at it, and those nearer 0 than PLOT_MIN at 0: ranges, pads and ticks
+   of larger ones overflow a double (a diverged run logs losses of 1e308), and the powers of ten
+   that step the ticks of smaller ones too (1e-310: 10^310). */
 #define PLOT_MAX 1e300
+#define PLOT_MIN 1e-280
 
-static double clamp(double v) { return fabs(v) > PLOT_MAX ? copysign(PLOT_MAX, v) : v; }
+static double clamp(double v) {
+  return fabs(v) > PLOT_MAX ? copysign(PLOT_MAX, v) : (fabs(v) < PLOT_MIN ? 0.0 : v);
+}
 
 static mgt_status push(series *s, double it, double y, size_t line) {
   if (!isfinite(y) || !isfinite(it)) return MGT_OK; /* not drawn, as a null */
@@ -152,9 +156,12 @@ static int number_of(const mgt_json *obj, const char *key, double *v) {
 }
 
 /* The tokens seen by a training line: consumed_tokens if it has them, else consumed_samples
-   times the tokens per sample (--seq-length, or the tokens of an iteration, tokens_per_sec x
-   ms_per_iteration, over its samples, consumed_samples / iteration). */
-static int tokens_of(const mgt_json *obj, double it, int seq_length, double *tokens) {
+   times the tokens per sample: --seq-length, or the interval's tokens (tokens_per_sec x
+   ms_per_iteration per iteration) over its samples, those consumed since the line before
+   (`prev_it`, `prev_cs`: the interval's start, when earlier; else since iteration 0: a ramp's
+   smaller batches make that average wrong, and files of this version carry consumed_tokens). */
+static int tokens_of(const mgt_json *obj, double it, int seq_length, double prev_it, double prev_cs,
+                     double *tokens) {
   double cs = 0, tps = 0, ms = 0;
   if (number_of(obj, "consumed_tokens", tokens) == 0) return 1;
   if (number_of(obj, "consumed_samples", &cs) != 0) return 0;
@@ -165,7 +172,8 @@ static int tokens_of(const mgt_json *obj, double it, int seq_length, double *tok
   if (number_of(obj, "tokens_per_sec", &tps) != 0 || number_of(obj, "ms_per_iteration", &ms) != 0 ||
       it <= 0 || cs <= 0 || tps <= 0 || ms <= 0)
     return 0;
-  double per_sample = tps * ms / 1e3 / (cs / it), whole = round(per_sample);
+  if (!(prev_it < it && prev_cs < cs)) prev_it = prev_cs = 0;
+  double per_sample = tps * ms / 1e3 / ((cs - prev_cs) / (it - prev_it)), whole = round(per_sample);
   if (fabs(per_sample - whole) <= 1e-6 * per_sample) per_sample = whole; /* printed to 9 digits */
   *tokens = cs * per_sample;
   return 1;
@@ -214,7 +222,10 @@ static mgt_status add_line(run *r, const mgt_json *obj, const mgt_plot_opts *o, 
   got = number_of(obj, "lr", &lr);
   MGT_REQUIRE(got >= 0, "%s:%zu: \"lr\" is not a number", path, line);
   if (got == 0) MGT_CHECK(push(&r->lr, it, lr, line));
-  if (tokens_of(obj, it, o->seq_length, &tokens)) MGT_CHECK(push(&r->clock, it, tokens, line));
+  if (tokens_of(obj, it, o->seq_length, r->prev_it, r->prev_samples, &tokens))
+    MGT_CHECK(push(&r->clock, it, tokens, line));
+  r->prev_it = it;
+  if (number_of(obj, "consumed_samples", &r->prev_samples) != 0) r->prev_samples = 0;
   return MGT_OK;
 }
 

@@ -220,15 +220,24 @@ static mgt_status job_config(mgt_config *cfg, MPI_Comm world, int rank, int size
 /* Bytes per rank and step inside a node and across nodes, from the real placement: the share
    of each parallelism's groups that span nodes. */
 static void print_traffic(const mgt_config *cfg, const mgt_grid *g) {
-  double tp_b, dp_b;
-  mgt_plan_traffic(cfg, g->dp, 4, &tp_b, &dp_b);
-  const double tp_out = tp_b * g->tp_spanning / g->dp, dp_out = dp_b * g->dp_spanning / g->tp;
+  mgt_plan_bytes b;
+  mgt_plan_traffic(cfg, g->dp, 4, &b);
+  const double dp_b = b.dp + b.edp, out = b.tp * g->tp_spanning / g->dp +
+                                          b.dp * g->dp_spanning / g->tp +
+                                          b.edp * g->edp_spanning / ((double)g->tp * g->ep) +
+                                          b.a2a * g->ep_spanning / ((double)g->tp * g->edp);
   mgt_grid_print_placement(g, stdout);
+  char experts[160] = "";
+  if (g->ep > 1)
+    snprintf(experts, sizeof experts,
+             ", of which the experts' %.3f GB over %d ranks; expert all-to-all %.3f GB (%d of %d "
+             "groups span nodes)",
+             b.edp / 1e9, g->edp, b.a2a / 1e9, g->ep_spanning, g->tp * g->edp);
   printf("traffic per rank and step (fp32): %.3f GB inside a node, %.3f GB across nodes; "
          "tensor-parallel %.3f GB (%d of %d groups span nodes), data-parallel %.3f GB (%d of %d "
-         "groups span nodes)\n",
-         (tp_b - tp_out + dp_b - dp_out) / 1e9, (tp_out + dp_out) / 1e9, tp_b / 1e9, g->tp_spanning,
-         g->dp, dp_b / 1e9, g->dp_spanning, g->tp);
+         "groups span nodes)%s\n",
+         (b.tp + dp_b + b.a2a - out) / 1e9, out / 1e9, b.tp / 1e9, g->tp_spanning, g->dp,
+         dp_b / 1e9, g->dp_spanning, g->tp, experts);
 }
 
 /* --dry-run: the memory plan, and what fits here (the smallest share over the ranks). */
@@ -244,7 +253,8 @@ static void dry_run(const mgt_config *cfg, MPI_Comm world, int rank, int size) {
   }
   MPI_Allreduce(MPI_IN_PLACE, &avail, 1, MPI_UNSIGNED_LONG, MPI_MIN, world);
   mgt_grid *grid = NULL; /* where the ranks are, for the traffic */
-  const mgt_status st = mgt_grid_create(world, cfg->tensor_model_parallel_size, &grid);
+  mgt_status st = mgt_grid_create(world, cfg->tensor_model_parallel_size, &grid);
+  if (st == MGT_OK) st = mgt_grid_set_experts(grid, cfg->expert_model_parallel_size);
   if (rank == 0) {
     const int tp = cfg->tensor_model_parallel_size;
     printf("megatron-c %s\n", MGT_VERSION);

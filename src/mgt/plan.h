@@ -52,10 +52,14 @@ void mgt_plan_config(const mgt_plan_opts *o, int tp, int micro_batch, int recomp
 /* The memory (this project's plan, as --dry-run) and the step-time estimate of c on dp
    data-parallel groups. */
 void mgt_plan_estimate(const mgt_plan_opts *o, const mgt_config *c, int dp, mgt_plan_row *r);
-/* Bytes one rank sends per step in the tensor-parallel collectives (ring all-reduces, or the
-   all-gathers and reduce-scatters of sequence parallelism: the same volume) and in the
-   data-parallel gradient reduction, at `elem` bytes per element. */
-void mgt_plan_traffic(const mgt_config *c, int dp, int elem, double *tp_bytes, double *dp_bytes);
+/* Bytes one rank sends per step, at `elem` bytes per element: the tensor-parallel collectives
+   (ring all-reduces, or the all-gathers and reduce-scatters of sequence parallelism: the same
+   volume), the data-parallel gradient reduction (the experts' over dp / ep ranks) and the
+   experts' all-to-alls. */
+typedef struct mgt_plan_bytes {
+  double tp, dp, edp, a2a; /* dp: the parameters but the experts'; edp: the experts' */
+} mgt_plan_bytes;
+void mgt_plan_traffic(const mgt_config *c, int dp, int elem, mgt_plan_bytes *b);
 /* Every layout that fits, fastest first, to `out`; an input error when none fits. */
 MGT_NODISCARD mgt_status mgt_plan_run(const mgt_plan_opts *o, FILE *out);
 

@@ -31,6 +31,7 @@ typedef struct run {
   series valid[MAX_SETS]; /* validation sets: one for pretraining, any for fine-tuning */
   char set[MAX_SETS][NAME_LEN];
   int n_sets;
+  double prev_it, prev_samples; /* the last training line read (a log interval's start) */
 } run;
 
 /* Each run's legend label: the file's name, or --labels. */

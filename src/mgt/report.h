@@ -11,11 +11,11 @@
 typedef struct mgt_report mgt_report;
 
 /* Creates the sinks of run (--metrics-file, --tensorboard-dir) on the root rank; log (root
-   only) takes the text lines. An iteration does `flops` model FLOPs on `tokens` tokens. run must
-   outlive the report. */
+   only) takes the text lines. An iteration does `flops` model FLOPs on `tokens` tokens over
+   `ranks` ranks. run must outlive the report. */
 MGT_NODISCARD mgt_status mgt_report_open(const mgt_run *run, const mgt_model_spec *desc,
-                                         double flops, double tokens, int root, FILE *log,
-                                         mgt_report **out);
+                                         double flops, double tokens, int ranks, int root,
+                                         FILE *log, mgt_report **out);
 /* Adds an iteration that took `seconds` to the current interval. */
 void mgt_report_step(mgt_report *r, const mgt_step_stats *s, double seconds);
 /* The interval's means up to iteration s (log line, TensorBoard, metrics), then a new one. */

@@ -94,6 +94,7 @@ mgt_status mgt_grid_create(MPI_Comm world, int tp, mgt_grid **out) {
     g->tp_spanning += spans(g, k * tp, 1, tp);
   for (int j = 0; j < tp; j++)
     g->dp_spanning += spans(g, j, tp, g->dp);
+  g->edp_spanning = g->dp_spanning;
   MGT_MPI_TRY(MPI_Comm_split(world, 0, grank, &g->world));
   MGT_MPI_TRY(MPI_Comm_set_errhandler(g->world, MPI_ERRORS_RETURN));
   /* Color by replica gives the tp group; color by shard gives the dp group. */
@@ -113,6 +114,13 @@ mgt_status mgt_grid_set_experts(mgt_grid *g, int ep) {
   if (g->ep_comm != MPI_COMM_NULL) MPI_Comm_free(&g->ep_comm);
   if (g->edp_comm != MPI_COMM_NULL) MPI_Comm_free(&g->edp_comm);
   g->ep = ep, g->ep_rank = g->dp_rank % ep, g->edp = g->dp / ep, g->edp_rank = g->dp_rank / ep;
+  g->ep_spanning = g->edp_spanning = 0;
+  for (int j = 0; j < g->tp; j++) { /* grid rank = dp_rank * tp + tp_rank */
+    for (int k = 0; k < g->edp; k++)
+      g->ep_spanning += spans(g, j + k * ep * g->tp, g->tp, ep);
+    for (int e = 0; e < ep; e++)
+      g->edp_spanning += spans(g, j + e * g->tp, ep * g->tp, g->edp);
+  }
   if (ep == 1) return MGT_OK;
   MGT_MPI(MPI_Comm_split(g->dp_comm, g->edp_rank, g->ep_rank, &g->ep_comm));
   MGT_MPI(MPI_Comm_split(g->dp_comm, g->ep_rank, g->edp_rank, &g->edp_comm));

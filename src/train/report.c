@@ -29,6 +29,7 @@ struct mgt_report {
   FILE *log, *metrics;
   mgt_tb *tb;
   double flops, tokens; /* per iteration */
+  int ranks;            /* the job's: the model FLOP/s per rank (per GPU) */
   loss_means acc;       /* sums over the interval's iterations that were not skipped */
   double seconds;
   double batches; /* the interval's iterations in full global batches (a ramp-up's are less) */
@@ -36,7 +37,7 @@ struct mgt_report {
 };
 
 mgt_status mgt_report_open(const mgt_run *run, const mgt_model_spec *desc, double flops,
-                           double tokens, int root, FILE *log, mgt_report **out) {
+                           double tokens, int ranks, int root, FILE *log, mgt_report **out) {
   *out = NULL;
   mgt_report *r = NULL;
   MGT_CHECK(mgt_calloc(sizeof *r, "report", (void **)&r));
@@ -49,6 +50,7 @@ mgt_status mgt_report_open(const mgt_run *run, const mgt_model_spec *desc, doubl
   r->log = log;
   r->flops = flops;
   r->tokens = tokens;
+  r->ranks = ranks > 0 ? ranks : 1;
   mgt_status st = MGT_OK;
   if (root && run->metrics_file[0])
     MGT_TRY(mgt_create_file("--metrics-file", run->metrics_file, 1, &r->metrics));
@@ -100,9 +102,10 @@ static void json_num(FILE *f, const char *key, double v, int digits) {
 
 static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm, int kind,
                          const double *moe, double ms, double tokens_per_sec, double tflops,
-                         int skipped, int nans) {
-  fprintf(f, "{\"iteration\":%lld,\"consumed_samples\":%llu", (long long)s->iteration,
-          (unsigned long long)s->consumed_samples);
+                         int ranks, double sample_tokens, int skipped, int nans) {
+  fprintf(f, "{\"iteration\":%lld,\"consumed_samples\":%llu,\"consumed_tokens\":%.0f",
+          (long long)s->iteration, (unsigned long long)s->consumed_samples,
+          (double)s->consumed_samples * sample_tokens);
   json_num(f, "loss", lm->loss, 17);
   if (kind == KIND_TASK) {
     json_num(f, "accuracy", lm->sop_acc, 9);
@@ -120,6 +123,7 @@ static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm,
   json_num(f, "ms_per_iteration", ms, 9);
   json_num(f, "tokens_per_sec", tokens_per_sec, 9);
   json_num(f, "tflops", tflops, 9);
+  json_num(f, "tflops_per_rank", tflops / ranks, 9);
   fprintf(f, ",\"skipped_iterations\":%d,\"nan_iterations\":%d", skipped, nans);
   json_num(f, "loss_scale", s->loss_scale, 17);
   fputs("}\n", f);
@@ -144,9 +148,11 @@ static mgt_status tb_write(mgt_tb *tb, int64_t step, const tb_scalar *x, int n) 
    lm + sop). */
 static mgt_status tb_train(mgt_tb *tb, const mgt_step_stats *s, const loss_means *lm, int kind,
                            int moe, const double *spread, int batch, double ms,
-                           double tokens_per_sec, double tflops, int skipped, int nans) {
+                           double tokens_per_sec, double tflops, int ranks, double sample_tokens,
+                           int skipped, int nans) {
   const tb_scalar x[] = {
       {"consumed-samples", (double)s->consumed_samples, 1},
+      {"consumed-tokens", (double)s->consumed_samples * sample_tokens, 1},
       {kind == KIND_MASKED ? "loss" : "lm loss", lm->loss, 1},
       {"accuracy", lm->sop_acc, kind == KIND_TASK},
       {"lm loss", lm->lm, kind == KIND_MASKED},
@@ -161,6 +167,7 @@ static mgt_status tb_train(mgt_tb *tb, const mgt_step_stats *s, const loss_means
       {"iteration-time-ms", ms, 1},
       {"tokens-per-second", tokens_per_sec, 1},
       {"tflops", tflops, 1},
+      {"throughput", tflops / ranks, 1}, /* Megatron-LM's: TFLOP/s per GPU */
       {"skipped-iterations", skipped, 1},
       {"nan-iterations", nans, 1},
       {"loss-scale", s->loss_scale, 1},
@@ -198,18 +205,18 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
     fprintf(log, " load_balancing_loss: %.6E | z_loss: %.6E | expert tokens min/max: %.2f/%.2f |",
             mean.lb, mean.z, r->spread[0], r->spread[1]);
   fprintf(log,
-          " grad norm: %.3f | tokens/s: %.1f | TFLOP/s: %.4f | skipped iterations: %d | nan "
-          "iterations: %d",
-          s->grad_norm, tps, tflops, skipped, nans);
+          " grad norm: %.3f | tokens/s: %.1f | TFLOP/s: %.4f | TFLOP/s per rank: %.4f | skipped "
+          "iterations: %d | nan iterations: %d",
+          s->grad_norm, tps, tflops, tflops / r->ranks, skipped, nans);
   if (c->optim.fp16) fprintf(log, " | loss scale: %.1f", s->loss_scale);
   fputc('\n', log);
   fflush(log);
   if (r->tb)
     MGT_CHECK(tb_train(r->tb, s, &mean, r->kind, r->moe, r->spread, s->global_batch, ms, tps,
-                       tflops, skipped, nans));
+                       tflops, r->ranks, r->tokens / c->global_batch, skipped, nans));
   if (r->metrics) {
-    metrics_line(r->metrics, s, &mean, r->kind, r->moe ? r->spread : NULL, ms, tps, tflops, skipped,
-                 nans);
+    metrics_line(r->metrics, s, &mean, r->kind, r->moe ? r->spread : NULL, ms, tps, tflops,
+                 r->ranks, r->tokens / c->global_batch, skipped, nans);
     fflush(r->metrics);
   }
   return MGT_OK;
@@ -232,7 +239,7 @@ static mgt_status tb_valid(mgt_tb *tb, int64_t iteration, const mgt_valid_stats 
 mgt_status mgt_report_valid(mgt_report *r, int64_t iteration, const mgt_valid_stats *v) {
   if (!r->root) return MGT_OK;
   const int bert = r->kind == KIND_MASKED;
-  const double vl = v->lm_loss, ppl = exp(vl < 700 ? vl : 700);
+  const double vl = v->lm_loss, ppl = isnan(vl) ? vl : exp(vl < 700 ? vl : 700);
   fprintf(r->log,
           "-----------------------------------------------------------------------------\n"
           " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |",

@@ -829,7 +829,7 @@ mgt_status mgt_trainer_run(mgt_trainer *tr, FILE *log, const volatile sig_atomic
   mgt_report *rep = NULL;
   const double flops = mgt_gpt_flops_per_iteration(&tr->cfg),
                tokens = (double)r->global_batch * tr->layout.seq_length;
-  MGT_CHECK(mgt_report_open(r, &tr->spec, flops, tokens, root, log, &rep));
+  MGT_CHECK(mgt_report_open(r, &tr->spec, flops, tokens, tr->grid->size, root, log, &rep));
   mgt_status st = MGT_OK;
   int nan_row = 0; /* non-finite iterations in a row */
   const double started = tr->started > 0 ? tr->started : mgt_now();
