@@ -171,7 +171,7 @@ grep -q "skipped iterations: 1 | nan iterations: 0" "$tmp/none.log" && echo "ok:
 # fine-tuned to answer four questions with long answers, so that the answer is not empty)
 $PY - "$tmp/qa.jsonl" <<'PY'
 import json, sys
-qa = [("Hello, what do you say?", "I say hello back to you, and a good day too."),
+qa = [("Hello, what do you say?", "I say hello back to you, and a good day too, my dear friend."),
       ("Count to five.", "One, two, three, four, five."),
       ("Name a colour.", "Blue, like the sky over the sea."),
       ("Where is Paris?", "Paris is in France, on the Seine.")]
@@ -218,6 +218,22 @@ assert text == want and events[-1]["choices"][0]["finish_reason"] == c["finish_r
 print("ok: /v1/chat/completions answers %r (%s) as mgt generate on the rendered conversation; "
       "streamed in %d chunks" % (want, c["finish_reason"], len(events)))
 PY
+  # without max_tokens the answer may fill the context (not 16 tokens, OpenAI's completions'
+  # default): the same answer; a conversation that fills the context leaves no room
+  curl -sf "localhost:$PORT/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d "{\"messages\": $MSG, \"temperature\": 0}" > "$tmp/chat_nocap.json" &&
+    $PY - "$tmp/chat_nocap.json" "$tmp/want.txt" <<'PY' || fail "a chat completion without max_tokens"
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["choices"][0]
+assert c["message"]["content"] == open(sys.argv[2], encoding="utf-8").read() and c["finish_reason"] == "stop", c
+assert r["usage"]["completion_tokens"] > 16, r["usage"]
+print("ok: without max_tokens: the same answer of %d tokens, to the end of its turn" % r["usage"]["completion_tokens"])
+PY
+  $PY -c 'import json; print(json.dumps({"messages": [{"role": "user", "content": "Hello " * 3000}]}))' > "$tmp/long.json"
+  code=$(curl -s -o "$tmp/bad.json" -w '%{http_code}' "localhost:$PORT/v1/chat/completions" -H 'Content-Type: application/json' -d @"$tmp/long.json")
+  [ "$code" = 400 ] && grep -q "exceeds the model's\|no room for an answer" "$tmp/bad.json" && echo "ok: 400: $(cut -c1-150 "$tmp/bad.json")" ||
+    fail "a conversation longer than the context: $code $(cut -c1-200 "$tmp/bad.json")"
   for bad in '{"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}|roles that alternate' \
     '{"messages": []}|not a non-empty array' '{"prompt": "x"}|unknown field' '{"max_tokens": 3}|messages is required'; do
     code=$(curl -s -o "$tmp/bad.json" -w '%{http_code}' "localhost:$PORT/v1/chat/completions" -H 'Content-Type: application/json' -d "${bad%|*}")

@@ -142,6 +142,56 @@ assert abs(got - want) <= 1e-6 * want, (got, want)
 print("ok: global_aux_loss at iteration 2 %.12f, numpy %.12f" % (got, want))
 PY
 
+# aux_loss with an expert bias (DeepSeek-V3's recipe): the loss counts the top k of the scores
+# alone, not the experts the bias chose (Megatron-LM's compute_routing_scores_for_aux_loss), at
+# iteration 2 from the checkpoint of iteration 1 (its biases moved by 0.5) against numpy; and
+# seq_aux_loss of one sequence per micro-batch is aux_loss, layer by layer (each MoE layer's own
+# routing, not the last forwarded one's)
+B1=("${M[@]}" --num-experts 4 --moe-router-topk 2 --moe-router-score-function sigmoid
+  --moe-router-enable-expert-bias --moe-router-bias-update-rate 0.5 --moe-aux-loss-coeff 0.01
+  --hidden-dropout 0 --attention-dropout 0 --tensor-model-parallel-size 1 --train-iters 2
+  --log-interval 1 --save-interval 1)
+"$MGT" train "${B1[@]}" --save "$tmp/baux" --metrics-file "$tmp/baux.jsonl" > "$tmp/baux.log" 2>&1 ||
+  { fail "aux_loss with an expert bias"; tail -3 "$tmp/baux.log"; }
+$PY "$TESTS/moe_global_aux.py" "$tmp/baux/iter_0000001.h5" 1234 128 8 8 2 1 32 0.01 aux > "$tmp/baux.numpy" ||
+  fail "numpy aux_loss with an expert bias"
+$PY - "$tmp/baux.jsonl" "$tmp/baux.numpy" <<'PY' || fail "aux_loss with an expert bias differs from numpy's"
+import json, sys
+got = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][1]["load_balancing_loss"]
+want = json.load(open(sys.argv[2]))["load_balancing_loss"]
+assert abs(got - want) <= 1e-6 * want, (got, want)
+print("ok: aux_loss with an expert bias at iteration 2 %.12f, numpy %.12f" % (got, want))
+PY
+S1=("${M[@]}" --swiglu --num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.1
+  --tensor-model-parallel-size 1 --micro-batch-size 1 --global-batch-size 4 --train-iters 6 --log-interval 1)
+for lb in aux_loss seq_aux_loss; do
+  "$MGT" train "${S1[@]}" --moe-router-load-balancing-type $lb --metrics-file "$tmp/lb_$lb.jsonl" \
+    > "$tmp/lb.log" 2>&1 || { fail "$lb"; tail -3 "$tmp/lb.log"; }
+done
+$PY - "$tmp/lb_aux_loss.jsonl" "$tmp/lb_seq_aux_loss.jsonl" <<'PY' || fail "seq_aux_loss of one sequence is not aux_loss"
+import json, sys
+a, b = ([(r["loss"], r["load_balancing_loss"]) for r in map(json.loads, open(f)) if "loss" in r] for f in sys.argv[1:3])
+assert len(a) == len(b) == 6, (a, b)
+assert all(abs(x - y) <= 1e-6 * abs(y) for p, q in zip(a, b) for x, y in zip(p, q)), (a, b)
+print("ok: seq_aux_loss of one sequence per micro-batch is aux_loss over 6 iterations, 2 MoE layers")
+PY
+
+# the expert-bias update waits for the overlapped all-gather of the parameters it changes (it
+# was overwritten by the gather in flight: other routing on each replica)
+O=("${M[@]}" --swiglu --num-experts 8 --moe-router-topk 2 --moe-router-score-function sigmoid
+  --moe-router-enable-expert-bias --moe-router-bias-update-rate 0.05 --tensor-model-parallel-size 1
+  --hidden-dropout 0 --attention-dropout 0 --train-iters 8 --log-interval 1 --use-distributed-optimizer)
+for ov in no --overlap-param-gather; do
+  "$MPIEXEC" -n 2 "$MGT" train "${O[@]}" ${ov#no} --metrics-file "$tmp/ov_$ov.jsonl" > "$tmp/ov.log" 2>&1 ||
+    { fail "expert bias, distributed optimizer $ov"; tail -3 "$tmp/ov.log"; }
+done
+$PY - "$tmp/ov_no.jsonl" "$tmp/ov_--overlap-param-gather.jsonl" <<'PY' || fail "the expert bias under --overlap-param-gather"
+import json, sys
+a, b = ([r["loss"] for r in map(json.loads, open(f)) if "loss" in r] for f in sys.argv[1:3])
+assert len(a) == 8 and a == b, (a, b)
+print("ok: an expert bias with --overlap-param-gather: the losses of the run without, bit for bit")
+PY
+
 # resumed on other layouts (the experts resharded on their inner width): the losses of the
 # uninterrupted run
 "$MPIEXEC" -n 2 "$MGT" train "${M[@]}" ${V[softmax]} --train-iters 14 --log-interval 1 \

@@ -9,7 +9,10 @@ the loss of micro-step m is coeff E / (k N^2) sum_e P_e c_e, N the micro-step's 
 sum of its tokens' softmax scores, c_e the sum of counts so far divided by m + 1; the step's is
 the mean over micro-steps, averaged over the MoE layers. The mock sequences are mgt's
 (Philox4x32-10 keyed by the seed, sample s's (start + stride j) mod vocab).
-Usage: moe_global_aux.py CHECKPOINT.h5 SEED VOCAB FIRST GLOBAL_BATCH MICRO_BATCH DP SEQ COEFF"""
+MODE aux (at DP 1) is Megatron-LM's aux_loss instead: each micro-step's own counts, and both
+they and the scores without the expert bias (compute_routing_scores_for_aux_loss: softmax, or
+sigmoids over their sum; counts of their top k), whatever experts the bias chose.
+Usage: moe_global_aux.py CHECKPOINT.h5 SEED VOCAB FIRST GLOBAL_BATCH MICRO_BATCH DP SEQ COEFF [MODE]"""
 import json
 import sys
 
@@ -40,7 +43,9 @@ def main():
     s, w = load(sys.argv[1])
     seed, vocab, first, gb, B, dp, T = map(int, sys.argv[2:9])
     coeff = float(sys.argv[9])
-    assert s["router_score"] == 0, "softmax scores"
+    mode = sys.argv[10] if len(sys.argv) > 10 else "global"
+    assert mode == "aux" or s["router_score"] == 0, "softmax scores"
+    assert mode == "global" or dp == 1, "aux: one rank"
     E, k, steps = s["experts"], s["topk"], gb // (B * dp)
     sums, total = {}, {}
     for m in range(steps):
@@ -53,10 +58,17 @@ def main():
         for l, hs in rows.items():
             h = np.concatenate(hs)
             z = h @ w["layers.%d.mlp.router.weight" % l].T
-            p = np.exp(z - z.max(-1, keepdims=True))
+            if s["router_score"] == 0:
+                p = np.exp(z - z.max(-1, keepdims=True))
+            else:
+                p = 1 / (1 + np.exp(-z))
             p /= p.sum(-1, keepdims=True)
-            idx, _ = route(s, z)
-            sums[l] = sums.get(l, 0) + np.bincount(idx.ravel(), minlength=E)
+            if mode == "aux":  # this micro-step's counts, the top k of the scores alone
+                idx = np.array([sorted(range(E), key=lambda e: (-r[e], e))[:k] for r in p])
+                sums[l] = np.bincount(idx.ravel(), minlength=E) * (m + 1)
+            else:
+                idx, _ = route(s, z)
+                sums[l] = sums.get(l, 0) + np.bincount(idx.ravel(), minlength=E)
             N = h.shape[0]
             loss = coeff * E / (k * N * N) * (p.sum(0) * sums[l] / (m + 1)).sum()
             total[l] = total.get(l, 0) + loss / steps

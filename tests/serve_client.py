@@ -141,6 +141,24 @@ def check(port, hf, greedy_file, prompt):
     assert status == 200 and json.loads(text)["data"][0]["object"] == "model", text
     print("ok: stop strings, n choices, repeatable seeds, PUT /api's answer, /v1/models")
 
+    # requests without a seed, at once: each its own draws and id (all four drew the same text
+    # when the default seed was the time in seconds)
+    got = [None] * 8
+    def unseeded(i):
+        if i < 4:
+            got[i] = complete(prompt=prompt, max_tokens=24, temperature=1.0)
+        else:
+            got[i] = json.loads(call("PUT", "/api", {"prompts": [prompt], "tokens_to_generate": 24,
+                                                      "temperature": 1.0})[1])
+    threads = [threading.Thread(target=unseeded, args=(i,)) for i in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    texts = [g["choices"][0]["text"] for g in got[:4]]
+    apis = [g["text"][0] for g in got[4:]]
+    assert len(set(texts)) == 4 and len(set(apis)) == 4, (texts, apis)
+    assert len({g["id"] for g in got[:4]}) == 4, [g["id"] for g in got[:4]]
+    print("ok: 4 concurrent unseeded completions and 4 PUT /api draw 8 different texts, 4 ids")
+
     name = json.loads(text)["data"][0]["id"]
     status, text = call("HEAD", "/health")
     assert status == 200 and text == "", (status, text)

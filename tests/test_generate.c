@@ -6,7 +6,10 @@
      between tp=2 and the single-rank model (over MPI_COMM_SELF);
    - argv[1] "bf16": the same in bf16 (GEMM inputs rounded as the CUDA kernels do, the 16-bit
      copies of the weights and activations), within bf16's tolerance, as mgt generate --bf16
-     and mgt serve --bf16 decode. */
+     and mgt serve --bf16 decode;
+   - argv[1] "moe": Mixture-of-Experts layers trained with a capacity (top-1 of 4, factor 0.5)
+     decode without one, whatever rows beside: against the full forward of the same weights
+     without a capacity. */
 #include <mpi.h>
 #include <string.h>
 
@@ -22,6 +25,7 @@ enum { T = 24, PROMPT = 5, VOCAB = 100 };
 static int rope;  /* argv[1] "rope": rotary positions, turned at the decoded position */
 static int llama; /* argv[1] "llama": and Llama's block, 8 heads reading a cache of 2 groups */
 static int bf16;  /* argv[1] "bf16" */
+static int moe;   /* argv[1] "moe" */
 static double tol = 1e-4;
 
 typedef struct model {
@@ -29,6 +33,7 @@ typedef struct model {
   mgt_backend *be;
   mgt_comm *comm;
   mgt_gpt *m;
+  mgt_gpt *full; /* the full forward's: m, or under "moe" its weights without a capacity */
 } model;
 
 static void model_create(model *x, MPI_Comm world, int tp) {
@@ -53,6 +58,10 @@ static void model_create(model *x, MPI_Comm world, int tp) {
     c.untie_embeddings_and_output_weights = 1;
     c.num_attention_heads = 8, c.group_query_attention = 1, c.num_query_groups = 2;
   }
+  if (moe) {
+    c.num_experts = 4, c.moe_router_topk = 1, c.disable_bias_linear = 1;
+    c.moe_expert_capacity_factor = 0.5; /* at 3 rows, 1 of them an expert */
+  }
   c.bf16 = bf16;
   c.cpu_gemm = bf16 ? MGT_CPU_GEMM_EMULATED : -1;
   int size;
@@ -63,9 +72,15 @@ static void model_create(model *x, MPI_Comm world, int tp) {
   if (bf16) T_OK(mgt_be_set_precision(x->be, MGT_PREC_BF16));
   T_OK(mgt_comm_mpi_create(x->grid, NULL, &x->comm));
   T_OK(mgt_train_model_create(&c, x->grid, x->be, x->comm, &x->m));
+  x->full = x->m;
+  if (moe) { /* the same initialization, no capacity */
+    c.moe_expert_capacity_factor = 0;
+    T_OK(mgt_train_model_create(&c, x->grid, x->be, x->comm, &x->full));
+  }
 }
 
 static void model_destroy(model *x) {
+  if (x->full != x->m) mgt_gpt_destroy(&x->full);
   mgt_gpt_destroy(&x->m);
   mgt_comm_destroy(&x->comm);
   mgt_backend_destroy(&x->be);
@@ -83,7 +98,7 @@ static int32_t argmax(const float *x, int n) {
 static void full_logits(model *x, const int32_t *seq, int len, int pos, float *logits) {
   int32_t tokens[T + 1] = {0};
   memcpy(tokens, seq, sizeof(int32_t) * (size_t)len);
-  T_OK(mgt_gpt_forward_logits(x->m, tokens, pos, logits));
+  T_OK(mgt_gpt_forward_logits(x->full, tokens, pos, logits));
 }
 
 /* Greedy continuation of prompt by the cache (out) and by recomputation (ref). */
@@ -110,6 +125,7 @@ int main(int argc, char **argv) {
   rope = argc > 1 && strcmp(argv[1], "rope") == 0;
   llama = argc > 1 && strcmp(argv[1], "llama") == 0;
   bf16 = argc > 1 && strcmp(argv[1], "bf16") == 0;
+  moe = argc > 1 && strcmp(argv[1], "moe") == 0;
   if (bf16) tol = 3e-2;
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -185,7 +201,7 @@ int main(int argc, char **argv) {
   /* greedy predictions of the batched forward */
   float losses[T];
   int32_t pred[T];
-  T_OK(mgt_gpt_forward_predict(a.m, seq, losses, pred));
+  T_OK(mgt_gpt_forward_predict(a.full, seq, losses, pred));
   for (int p = 0; p < T; p++)
     T_CHECK(pred[p] == argmax(all + (size_t)p * VOCAB, VOCAB),
             "position %d: predicted %d, argmax %d", p, pred[p],

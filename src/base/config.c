@@ -148,7 +148,8 @@ static const mgt_flag flags[] = {
     DBL_M("--moe-router-topk-scaling-factor", moe_router_topk_scaling_factor, 0, 1e6,
           "multiplies the routing weights (0: none)", RESUME),
     {"--moe-router-load-balancing-type", MGT_FLAG_ENUM, OFF(moe_router_load_balancing_type), 0, 0,
-     "aux_loss (Switch Transformer's, per micro-batch), seq_aux_loss (per sequence) or none",
+     "aux_loss (Switch Transformer's, per micro-batch), seq_aux_loss (per sequence), "
+     "global_aux_loss (over the data-parallel ranks' micro-batches of a step) or none",
      mgt_moe_lb_names, 0, 0},
     DBL("--moe-aux-loss-coeff", moe_aux_loss_coeff, 0, 1e6, "the load-balancing loss's weight"),
     DBL("--moe-z-loss-coeff", moe_z_loss_coeff, 0, 1e6,

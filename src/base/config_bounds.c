@@ -58,5 +58,13 @@ mgt_status mgt_config_check_bounds(const mgt_config *c, int tp) {
               "--micro-batch-size %d with --seq-length %d makes an activation of 2^31 "
               "elements or more per rank; lower the micro-batch size",
               c->micro_batch_size, c->seq_length);
+  /* an expert-parallel rank may receive every routed row of its group (the all-to-all's counts
+     are ints of floats) */
+  const int64_t ep = c->expert_model_parallel_size > 1 ? c->expert_model_parallel_size : 1;
+  MGT_REQUIRE(!c->num_experts || tokens * c->moe_router_topk * ep * c->hidden_size < (1ll << 31),
+              "--micro-batch-size %d with --seq-length %d, --moe-router-topk %d, --hidden-size "
+              "%d and --expert-model-parallel-size %d routes 2^31 floats or more to a rank; "
+              "lower the micro-batch size",
+              c->micro_batch_size, c->seq_length, c->moe_router_topk, c->hidden_size, (int)ep);
   return MGT_OK;
 }

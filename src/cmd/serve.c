@@ -130,9 +130,13 @@ static mgt_status chat_setup(srv *s, const mgt_serve_opts *o, mgt_chat_specials 
     mgt_error_clear();
     f = -1;
   }
-  if (f == MGT_CHAT_LLAMA3) { /* <|eot_id|> ends a turn, <|end_of_text|> the document */
+  /* Llama 3's <|eot_id|> and ChatML's <|im_end|> end a turn, whatever the tokenizer's
+     end-of-document (<|end_of_text|>, Qwen's base models' <|endoftext|>); both stop */
+  const char *eot =
+      f == MGT_CHAT_LLAMA3 ? "<|eot_id|>" : (f == MGT_CHAT_CHATML ? "<|im_end|>" : NULL);
+  if (eot) {
     mgt_ids ids = {0};
-    const mgt_status es = mgt_tok_encode(s->tok, "<|eot_id|>", 10, &ids);
+    const mgt_status es = mgt_tok_encode(s->tok, eot, strlen(eot), &ids);
     if (es == MGT_OK && ids.n == 1) s->end_of_turn = ids.ids[0];
     mgt_ids_free(&ids);
     MGT_CHECK(es);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mgt/json.h"
 #include "mgt/rng.h"
@@ -96,6 +97,23 @@ const char *srv_unknown_field(const mgt_json *obj, const char *const *known) {
   return NULL;
 }
 
+/* Jobs made by this process: their ids and default seeds differ whatever their timing. */
+static uint64_t jobs_made;
+
+static uint64_t mix64(uint64_t x) { /* SplitMix64's finalizer: every bit of x in every bit */
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t srv_fresh_seed(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  const uint64_t n = __atomic_fetch_add(&jobs_made, 1, __ATOMIC_RELAXED);
+  return mix64(((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+               mix64(n + ((uint64_t)getpid() << 32)));
+}
+
 /* A job of the given prompts (token ids), each `copies` times. */
 srv_job *srv_job_new(const srv *s, int api, const srv_params *p, mgt_ids *prompts, int np,
                      int copies) {
@@ -107,8 +125,9 @@ srv_job *srv_job_new(const srv *s, int api, const srv_params *p, mgt_ids *prompt
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   j->created = (long long)ts.tv_sec;
-  snprintf(j->id, sizeof j->id, "cmpl-%llx%06lx", (unsigned long long)ts.tv_sec,
-           (unsigned long)(ts.tv_nsec / 1000));
+  snprintf(j->id, sizeof j->id, "cmpl-%llx%06lx%llx", (unsigned long long)ts.tv_sec,
+           (unsigned long)(ts.tv_nsec / 1000),
+           (unsigned long long)__atomic_fetch_add(&jobs_made, 1, __ATOMIC_RELAXED));
   int ok = j->seq != NULL;
   for (int i = 0; ok && i < j->nseq; i++) {
     srv_seq *q = &j->seq[i];
@@ -356,7 +375,7 @@ static void megatron(srv *s, const mgt_json *req, srv_reply *r) {
   for (size_t i = 0; i < pr->len; i++)
     if (pr->items[i].len == 0 && !p.add_bos)
       return srv_error(r, api, 400, "Empty prompts require add_BOS=true");
-  p.seed = (uint64_t)time(NULL) ^ ((uint64_t)s->served << 20);
+  p.seed = srv_fresh_seed();
   if (colon) { /* the tokens of ":" and "\n", as Megatron-LM takes them: the first of each */
     p.colon_id = first_token(s, ":");
     p.newline_id = first_token(s, "\n");

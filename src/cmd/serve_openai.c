@@ -202,7 +202,7 @@ static int openai_params(srv *s, const mgt_json *req, int chat, srv_reply *r, sr
       memcpy(p->stop[p->nstop++], items[i].str, items[i].len + 1);
     }
   }
-  p->seed = (uint64_t)time(NULL) ^ ((uint64_t)s->served << 20);
+  p->seed = srv_fresh_seed();
   if ((v = mgt_json_get(req, "seed")) && v->type != MGT_JSON_NULL) {
     if (!srv_is_int(v) || v->number < 0)
       return srv_error_0(r, api, 400, "seed must be an integer of at least 0");
@@ -360,6 +360,10 @@ void srv_openai_chat(srv *s, const mgt_json *req, srv_reply *r) {
                        s->positions);
     p.max_new = (int)v->number;
   }
+  /* without a cap, the answer may fill the context (OpenAI's chat and vLLM have no default) */
+  const mgt_json *mt = mgt_json_get(req, "max_tokens");
+  const int capped = (mt && mt->type != MGT_JSON_NULL) || (v && v->type != MGT_JSON_NULL);
+  if (!capped) p.max_new = 0;
   if (p.n > s->max_prompts)
     return srv_error(r, api, 400, "n = %d is over this server's %d", p.n, s->max_prompts);
   p.stop_token = s->end_of_turn;
@@ -375,13 +379,23 @@ void srv_openai_chat(srv *s, const mgt_json *req, srv_reply *r) {
   }
   const char *t = text.s ? text.s : "";
   if (!srv_tokenize(s, r, api, &t, &text.n, 1, &p, &ids)) goto done;
+  if (!capped) {
+    if (ids.n >= (size_t)s->positions) {
+      srv_error(r, api, 400,
+                "the messages have %zu tokens: no room for an answer in the model's %d positions",
+                ids.n, s->positions);
+      goto done;
+    }
+    p.max_new = s->positions - (int)ids.n;
+  }
   job = srv_job_new(s, api, &p, &ids, 1, p.n);
   if (!job) {
     srv_error(r, api, 500, "out of memory");
     goto done;
   }
-  snprintf(job->id, sizeof job->id, "chatcmpl-%llx%06x", (unsigned long long)job->created,
-           (unsigned)(s->served & 0xffffff));
+  char id[sizeof job->id];
+  snprintf(id, sizeof id, "chat%.48s", job->id); /* chatcmpl-: OpenAI's prefix */
+  snprintf(job->id, sizeof job->id, "%s", id);
   if (!srv_run_job(s, r, job)) goto done;
   if (p.stream) goto done; /* the HTTP layer streams it: r->job */
   srv_out o;

@@ -82,7 +82,7 @@ struct srv_job {
   int failed;   /* SRV_FAILED_*: the engine failed, or the drain time ran out */
   srv_seq *seq;
   pthread_cond_t cv;
-  char id[40];
+  char id[64];
   long long created;
 };
 

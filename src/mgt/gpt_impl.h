@@ -287,8 +287,10 @@ mgt_status gpt_trunk_backward(mgt_gpt *m, const step_ctx *s, int accumulate, int
 mgt_status gpt_moe_create(mgt_gpt *m);
 void gpt_moe_destroy(mgt_gpt *m);
 /* Layer l's MoE in place of the MLP, on the N rows of `in` (every row, gathered): y (N, C) gets
-   the experts' outputs weighted by the router, a partial sum over tp to be reduced. */
-mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts *a, float *y);
+   the experts' outputs weighted by the router, a partial sum over tp to be reduced; dropless:
+   no capacity whatever was configured. */
+mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts *a, float *y,
+                           int dropless);
 /* Its backward from dy (N, C, every row): dx (N, C) the gradient of its input, a partial sum over
    tp to be reduced; the router's and the experts' gradients into g (accumulated with acc). */
 mgt_status gpt_moe_backward(mgt_gpt *m, int l, const float *in, const float *dy, layer_acts *a,

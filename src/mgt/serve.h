@@ -83,6 +83,8 @@ void srv_params_init(srv_params *p);
 /* The first member of obj not in known[] (NULL-terminated), or NULL. */
 const char *srv_unknown_field(const struct mgt_json *obj, const char *const *known);
 /* A job of the prompts (token ids), each `copies` times; NULL when out of memory. */
+/* A seed for a request that gives none: another for every request, concurrent or not. */
+uint64_t srv_fresh_seed(void);
 srv_job *srv_job_new(const srv *s, int api, const srv_params *p, struct mgt_ids *prompts, int np,
                      int copies);
 /* Tokenizes the prompts with a clone of the server's tokenizer and checks that each fits the

@@ -231,7 +231,9 @@ mgt_status gpt_layer_forward(mgt_gpt *m, int l, const layer_rows *r, const float
      Mixture-of-Experts, its output reduced as the row-parallel layer's */
   MGT_CHECK(full_rows(m, r->sp, a->ln2, &in));
   if (mgt_model_is_moe_layer(&d->spec, l)) {
-    MGT_CHECK(gpt_moe_forward(m, l, N, in, a, m->dtmp));
+    /* rows that join a cache are decoded: no capacity, so that a sequence's experts never
+       depend on the others beside it (as Hugging Face's and vLLM's inference) */
+    MGT_CHECK(gpt_moe_forward(m, l, N, in, a, m->dtmp, r->kc != NULL));
     tmp = m->dtmp;
     if (r->sp)
       MGT_CHECK(mgt_tp_sp_scatter(&m->tp, tmp = m->sp_loc, m->dtmp));

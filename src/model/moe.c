@@ -5,6 +5,7 @@
    routing is the same on every tensor-parallel rank (the router is replicated, its input every
    row), so each rank runs its shard of the same experts on the same rows. */
 #include "mgt/gpt_impl.h"
+#include "moe_route.h"
 
 struct gpt_moe_host {
   int *offsets;  /* (L, E + 1): layer l's rows of expert e are [offsets[e], offsets[e + 1]) */
@@ -409,7 +410,8 @@ static mgt_status shared_backward(mgt_gpt *m, int N, const float *in, const floa
                      1.0f, dx, C);
 }
 
-mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts *a, float *y) {
+mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts *a, float *y,
+                           int dropless) {
   const mgt_backend *be = m->be;
   const mgt_gpt_dims *d = &m->d;
   const int E = d->E, K = d->K, C = d->C;
@@ -425,7 +427,7 @@ mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts
   MGT_CHECK(mgt_be_download(be, h->idx, a->ridx, sizeof(int32_t) * (size_t)N * K));
   MGT_CHECK(mgt_be_download(be, h->w, a->rw, sizeof(float) * (size_t)N * K));
   int *off = h->offsets + (size_t)l * (E + 1);
-  place(d, h, N, capacity(d, N), off, h->counts + (size_t)l * E);
+  place(d, h, N, dropless ? N : capacity(d, N), off, h->counts + (size_t)l * E);
   const int M = off[E];
   MGT_CHECK(mgt_be_upload(be, a->rpos, h->pos, sizeof(int32_t) * (size_t)N * K));
   MGT_CHECK(mgt_be_upload(be, a->rperm, h->perm, sizeof(int32_t) * (size_t)M));
@@ -436,6 +438,13 @@ mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts
     MGT_CHECK(experts_forward(m, E, off, m->moe_xp, a, w, a->mout));
   MGT_CHECK(mgt_be_moe_combine(be, y, a->mout, a->rpos, a->rw, N, K, C, 0));
   return d->Fs ? shared_forward(m, N, in, a, w, y) : MGT_OK;
+}
+
+/* The loss's own routing of token t from its scores (layer l's, h->probs): their top k without
+   the expert bias (Megatron-LM's compute_routing_scores_for_aux_loss; without a bias, the
+   experts the token was sent to), into idx (k). */
+static void loss_top_k(const struct gpt_moe_host *h, int t, int E, int K, int32_t *idx) {
+  mgt_moe_top_k(h->probs + (size_t)t * E, NULL, E, K, idx);
 }
 
 /* Megatron-LM's seq_aux_loss: the load-balancing loss of each of the B sequences of T tokens (its
@@ -449,35 +458,39 @@ static mgt_status seq_aux_loss(mgt_gpt *m, int l, int N, const layer_acts *a, fl
   const double s = m->aux_scale, f = m->run.moe_aux_coeff * E / ((double)K * T * T) / B;
   float g[B * E];
   double v = 0;
+  int32_t idx[K];
   MGT_CHECK(mgt_be_download(m->be, h->probs, a->probs, sizeof(float) * (size_t)N * E));
-  for (int b = 0; b < B; b++)
+  for (int b = 0; b < B; b++) {
+    int c[E];
+    for (int e = 0; e < E; e++)
+      c[e] = 0;
+    for (int t = b * T; t < (b + 1) * T; t++) {
+      loss_top_k(h, t, E, K, idx);
+      for (int j = 0; j < K; j++)
+        c[idx[j]]++;
+    }
     for (int e = 0; e < E; e++) {
       double p = 0;
-      int c = 0;
-      for (int t = b * T; t < (b + 1) * T; t++) {
+      for (int t = b * T; t < (b + 1) * T; t++)
         p += h->probs[(size_t)t * E + e];
-        for (int j = 0; j < K; j++)
-          c += h->idx[(size_t)t * K + j] == e;
-      }
-      g[b * E + e] = (float)(s * m->aux_loss_scale * f * c);
-      v += p * c;
+      g[b * E + e] = (float)(s * m->aux_loss_scale * f * c[e]);
+      v += p * c[e];
     }
+  }
   m->aux_sums[0] += s * f * v;
   MGT_CHECK(mgt_be_upload(m->be, m->moe_aux, g, sizeof g));
   *aux = m->moe_aux, *aux_rows = T;
   return MGT_OK;
 }
 
-/* Megatron-LM's global_aux_loss: layer l's counts summed over the data-parallel ranks (the
-   tokens of this micro-step on all of them), averaged over the step's micro-steps so far, into
-   c; *n the tokens of the micro-step on all ranks. Once per micro-batch and layer: in the
+/* Megatron-LM's global_aux_loss: layer l's counts c summed over the data-parallel ranks (the
+   tokens of this micro-step on all of them), averaged over the step's micro-steps so far, in
+   place; *n the tokens of the micro-step on all ranks. Once per micro-batch and layer: in the
    backward, which recomputation does not repeat. */
 static mgt_status global_counts(mgt_gpt *m, int l, int N, double *c, double *n) {
   struct gpt_moe_host *h = m->moe;
   const int E = m->d.E;
   double *sum = h->gsum + (size_t)l * E;
-  for (int e = 0; e < E; e++)
-    c[e] = h->counts[(size_t)l * E + e];
   MGT_CHECK(mgt_comm_allreduce_f64(m->comm, MGT_AXIS_DP, c, (size_t)E, MGT_SUM));
   const int steps = ++h->gsteps[l];
   for (int e = 0; e < E; e++)
@@ -503,11 +516,13 @@ static mgt_status aux_losses(mgt_gpt *m, int l, int N, const layer_acts *a, floa
   const int global = r->moe_load_balancing == MGT_MOE_LB_GLOBAL_AUX;
   const int lb = (r->moe_load_balancing == MGT_MOE_LB_AUX || global) && r->moe_aux_coeff > 0;
   *aux = NULL, *aux_rows = 0, *zc = 0.0f;
+  const int *off = h->offsets + (size_t)l * (E + 1);
   const double mean = (double)N * d->K / E; /* the tokens an expert gets when balanced */
   for (int e = 0; e < E; e++) {
     const double x = h->counts[(size_t)l * E + e] / mean;
     m->spread[0] = fmin(m->spread[0], x), m->spread[1] = fmax(m->spread[1], x);
-    if (h->bias_counts) h->bias_counts[(size_t)l * E + e] += h->counts[(size_t)l * E + e];
+    if (h->bias_counts) /* the tokens it took: after the capacity's drops, as Megatron-LM's */
+      h->bias_counts[(size_t)l * E + e] += off[e + 1] - off[e];
   }
   if (r->moe_load_balancing == MGT_MOE_LB_SEQ_AUX && r->moe_aux_coeff > 0)
     MGT_CHECK(seq_aux_loss(m, l, N, a, aux, aux_rows));
@@ -516,8 +531,19 @@ static mgt_status aux_losses(mgt_gpt *m, int l, int N, const layer_acts *a, floa
   if (lb) {
     float g[E];
     double counts[E], nc = n;
+    MGT_CHECK(mgt_be_download(m->be, h->probs, a->probs, sizeof(float) * (size_t)N * E));
     for (int e = 0; e < E; e++)
       counts[e] = h->counts[(size_t)l * E + e];
+    if (h->bias_counts) { /* the bias chose other experts than the loss counts */
+      int32_t idx[d->K];
+      for (int e = 0; e < E; e++)
+        counts[e] = 0;
+      for (int t = 0; t < N; t++) {
+        loss_top_k(h, t, E, d->K, idx);
+        for (int j = 0; j < d->K; j++)
+          counts[idx[j]]++;
+      }
+    }
     if (global) MGT_CHECK(global_counts(m, l, N, counts, &nc));
     const double sl = global ? s * m->grid->dp : s;
     const double f = r->moe_aux_coeff * E / ((double)d->K * nc * nc);
@@ -525,7 +551,6 @@ static mgt_status aux_losses(mgt_gpt *m, int l, int N, const layer_acts *a, floa
       g[e] = (float)(sl * m->aux_loss_scale * f * counts[e]);
     MGT_CHECK(mgt_be_upload(m->be, m->moe_aux, g, sizeof g));
     *aux = m->moe_aux;
-    MGT_CHECK(mgt_be_download(m->be, h->probs, a->probs, sizeof(float) * (size_t)N * E));
     double v = 0;
     for (int e = 0; e < E; e++) {
       double p = 0;
@@ -672,6 +697,8 @@ mgt_status mgt_gpt_update_expert_bias(mgt_gpt *m, double rate) {
   struct gpt_moe_host *h = m->moe;
   const mgt_gpt_dims *d = &m->d;
   if (!h || !h->bias_counts) return MGT_OK;
+  /* the biases are parameters: an overlapped all-gather of the update may still write them */
+  if (m->ddp) MGT_CHECK(mgt_ddp_params_ready(m->ddp, -1));
   const int E = d->E;
   /* the global batch's counts: the data-parallel ranks' micro-batches (tp ranks route alike) */
   MGT_CHECK(
