@@ -132,15 +132,20 @@ PY
   --attention-dropout 0 --tensor-model-parallel-size 1 --expert-model-parallel-size 2 \
   --train-iters 2 --log-interval 1 --save-interval 1 --save "$tmp/gaux" \
   --metrics-file "$tmp/gaux.jsonl" > "$tmp/gaux.log" 2>&1 || { fail "global_aux_loss"; tail -3 "$tmp/gaux.log"; }
-$PY "$TESTS/moe_global_aux.py" "$tmp/gaux/iter_0000001.h5" 1234 128 8 8 2 2 32 0.01 > "$tmp/gaux.numpy" ||
-  fail "numpy global_aux_loss"
-$PY - "$tmp/gaux.jsonl" "$tmp/gaux.numpy" <<'PY' || fail "global_aux_loss differs from numpy's"
+# against_numpy NAME WHAT DP [MODE]: iteration 2's load-balancing loss of run NAME against
+# tests/moe_global_aux.py from its checkpoint of iteration 1
+against_numpy() {
+  $PY "$TESTS/moe_global_aux.py" "$tmp/$1/iter_0000001.h5" 1234 128 8 8 2 "$3" 32 0.01 ${4:-} \
+    > "$tmp/$1.numpy" || { fail "numpy $2"; return; }
+  $PY - "$tmp/$1.jsonl" "$tmp/$1.numpy" "$2" <<'PY' || fail "$2 differs from numpy's"
 import json, sys
 got = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][1]["load_balancing_loss"]
 want = json.load(open(sys.argv[2]))["load_balancing_loss"]
 assert abs(got - want) <= 1e-6 * want, (got, want)
-print("ok: global_aux_loss at iteration 2 %.12f, numpy %.12f" % (got, want))
+print("ok: %s at iteration 2 %.12f, numpy %.12f" % (sys.argv[3], got, want))
 PY
+}
+against_numpy gaux global_aux_loss 2
 
 # aux_loss with an expert bias (DeepSeek-V3's recipe): the loss counts the top k of the scores
 # alone, not the experts the bias chose (Megatron-LM's compute_routing_scores_for_aux_loss), at
@@ -153,15 +158,7 @@ B1=("${M[@]}" --num-experts 4 --moe-router-topk 2 --moe-router-score-function si
   --log-interval 1 --save-interval 1)
 "$MGT" train "${B1[@]}" --save "$tmp/baux" --metrics-file "$tmp/baux.jsonl" > "$tmp/baux.log" 2>&1 ||
   { fail "aux_loss with an expert bias"; tail -3 "$tmp/baux.log"; }
-$PY "$TESTS/moe_global_aux.py" "$tmp/baux/iter_0000001.h5" 1234 128 8 8 2 1 32 0.01 aux > "$tmp/baux.numpy" ||
-  fail "numpy aux_loss with an expert bias"
-$PY - "$tmp/baux.jsonl" "$tmp/baux.numpy" <<'PY' || fail "aux_loss with an expert bias differs from numpy's"
-import json, sys
-got = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][1]["load_balancing_loss"]
-want = json.load(open(sys.argv[2]))["load_balancing_loss"]
-assert abs(got - want) <= 1e-6 * want, (got, want)
-print("ok: aux_loss with an expert bias at iteration 2 %.12f, numpy %.12f" % (got, want))
-PY
+against_numpy baux "aux_loss with an expert bias" 1 aux
 S1=("${M[@]}" --swiglu --num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.1
   --tensor-model-parallel-size 1 --micro-batch-size 1 --global-batch-size 4 --train-iters 6 --log-interval 1)
 for lb in aux_loss seq_aux_loss; do
