@@ -122,6 +122,30 @@ def check(port, hf, greedy_file, prompt):
     assert all(e["choices"][0]["finish_reason"] is None for e in events[:-1])
     print("ok: the stream is the answer's text in %d events, then [DONE]" % len(events))
 
+    # a stream's log-probabilities: each event's those of its own text (a tail held back for a
+    # stop string "e#" holds back its tokens too), their offsets as the unstreamed answer's
+    ask = {"prompt": prompt, "max_tokens": 60, "seed": 3, "temperature": 1.0, "logprobs": 1,
+           "stop": ["e#"]}
+    whole = complete(**ask)["choices"][0]
+    req = urllib.request.Request(BASE + "/v1/completions", method="POST",
+                                 data=json.dumps(dict(ask, stream=True)).encode())
+    events = []
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        events = [json.loads(l.decode()[6:]) for l in resp if l.startswith(b"data: {")]
+    joined = {"tokens": [], "token_logprobs": [], "text_offset": []}
+    for e in events:
+        c = e["choices"][0]
+        got = c["logprobs"] or {"tokens": [], "token_logprobs": [], "text_offset": []}
+        assert "".join(got["tokens"]) == c["text"], c
+        for k in joined:
+            joined[k] += got[k]
+    assert "".join(e["choices"][0]["text"] for e in events) == whole["text"]
+    for k in joined:
+        assert joined[k] == whole["logprobs"][k], (k, joined[k], whole["logprobs"][k])
+    assert whole["logprobs"]["text_offset"][0] == len(prompt.encode()), whole["logprobs"]
+    print("ok: a stream's %d events carry the log-probabilities of their own text, offsets as "
+          "the answer's" % len(events))
+
     # stop strings, n, seeds, the Megatron API's answer
     stop = want[5:8]
     r = complete(prompt=prompt, max_tokens=n_new, temperature=0, stop=["\u00e9", stop])

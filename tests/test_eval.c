@@ -131,6 +131,8 @@ static int ref_sample(const float *l, int n, double temp, int top_k, double top_
     c[i].l = l[i], c[i].id = i;
   qsort(c, (size_t)n, sizeof *c, rc_cmp);
   int k = top_k > 0 && top_k < n ? top_k : n;
+  while (top_k > 1 && k < n && c[k].l == c[k - 1].l) /* the k-th's ties stay */
+    k++;
   double sum = 0;
   for (int i = 0; i < k; i++)
     sum += (p[i] = exp(((double)c[i].l - c[0].l) / temp));
@@ -186,6 +188,19 @@ static void test_sampler(void) {
     T_CHECK(k2 == 1 || k2 == 2, "top-k 2 keeps the two largest");
   }
   T_CHECK(mgt_sample_token(logits, 1, 0, 1.0, 0, 0.0, 0.9) == 0, "eligible ids only");
+  { /* top-k keeps the k-th's ties (Megatron-LM's, Hugging Face's): {2, 1, 1, 1} at k = 2 draws
+       each 1 with e / (e^2 + 3e) */
+    enum { G = 100000 };
+    const float lt[4] = {2.0f, 1.0f, 1.0f, 1.0f};
+    int ct[4] = {0};
+    for (int i = 0; i < G; i++)
+      ct[mgt_sample_token(lt, 4, 0, 1.0, 2, 0.0, (i + 0.5) / G)]++;
+    const double e = exp(1.0), z = e * e + 3 * e;
+    for (int i = 0; i < 4; i++)
+      T_CHECK(fabs(ct[i] / (double)G - (i ? e : e * e) / z) < 1e-4,
+              "top-k 2 with ties: token %d drawn %.5f, want %.5f", i, ct[i] / (double)G,
+              (i ? e : e * e) / z);
+  }
   /* frequencies over a fine grid of u are the probabilities (within the grid step) */
   enum { G = 100000 };
   const float l3[3] = {logf(0.5f), logf(0.3f), logf(0.2f)};

@@ -443,12 +443,19 @@ char *srv_stream_next(srv *s, srv_job *job, size_t *len, int *done) {
     const char *gt = srv_seq_text(q, q->n_prompt, q->n, &gn);
     size_t an;
     const char *all = srv_seq_text(q, job->p.echo ? 0 : q->n_prompt, q->n, &an);
-    int last = q->n;
+    int last = q->n, upto = q->n;
     if (finished) {
       last = visible_tokens(q, &vis);
     } else { /* hold back what a stop string or the next token may still change */
       vis = gn - srv_utf8_tail(gt, gn);
       vis -= stop_prefix(&job->p, gt, vis);
+      if (!job->p.chat && job->p.logprobs >= 0) { /* whole tokens: each event's log-
+                                                      probabilities are those of its text */
+        const size_t gen0 = q->off[q->n_prompt];
+        while (upto > q->n_prompt && q->off[upto] - gen0 > vis)
+          upto--;
+        vis = q->off[upto] - gen0;
+      }
     }
     const size_t total = (job->p.echo ? pn : 0) + vis;
     if (job->p.chat && (total > q->sent || finished || !q->sent_role)) {
@@ -479,11 +486,11 @@ char *srv_stream_next(srv *s, srv_job *job, size_t *len, int *done) {
       mgt_json_write_bytes(o.f, all + q->sent, total > q->sent ? total - q->sent : 0);
       fprintf(o.f, ", \"index\": %d, \"logprobs\": ", q->index);
       const int from = q->sent_tokens ? q->sent_tokens : (job->p.echo ? 0 : q->n_prompt);
-      const int to = finished ? last : (vis == gn ? q->n : from);
-      if (job->p.logprobs < 0 || to <= from)
+      const int to = finished ? last : upto;
+      if (job->p.logprobs < 0 || to <= from) /* offsets in the prompt and answer, as unstreamed */
         fputs("null", o.f);
       else
-        openai_logprobs(s, o.f, q, from, to, job->p.logprobs, q->sent);
+        openai_logprobs(s, o.f, q, from, to, job->p.logprobs, q->off[from]);
       if (to > from) q->sent_tokens = to;
       if (finished)
         fprintf(o.f, ", \"finish_reason\": \"%s\"}]}\n\n",

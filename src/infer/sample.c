@@ -31,7 +31,9 @@ static void sift_down(cand *h, int k, int i) {
   }
 }
 
-/* The k best of n logits, sorted: O(n log k) instead of sorting all n. */
+/* The k best of n logits, sorted, and every other equal to the k-th (Megatron-LM's and Hugging
+   Face's top-k keep ties: logits below the k-th are removed), c holding n: O(n log k) instead
+   of sorting all n. */
 static int select_top_k(const float *logits, int n, int k, cand *c) {
   for (int i = 0; i < k; i++)
     c[i].logit = logits[i], c[i].id = i;
@@ -45,6 +47,12 @@ static int select_top_k(const float *logits, int n, int k, cand *c) {
     }
   }
   qsort(c, (size_t)k, sizeof *c, by_logit);
+  const float last = c[k - 1].logit;
+  int kept = 0; /* of the equals to the k-th, the lowest ids are in */
+  for (int i = 0; i < k; i++)
+    kept += c[i].logit == last;
+  for (int i = 0; i < n; i++)
+    if (logits[i] == last && kept-- <= 0) c[k++] = (cand){logits[i], i};
   return k;
 }
 
@@ -63,6 +71,10 @@ int32_t mgt_sample_token(const float *logits, int n, int greedy, double temperat
   const double mx = logits[best];
   int k = n;
   double sum = 0.0;
+  if (top_k == 1) { /* greedy, as Megatron-LM's, whatever ties the mode has */
+    free(c), free(p);
+    return best;
+  }
   if (top_k > 0 && top_k < n) {
     k = select_top_k(logits, n, top_k, c);
     for (int i = 0; i < k; i++)
