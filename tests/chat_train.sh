@@ -59,6 +59,19 @@ assert (tok == a["tokens"][:]).all() and (mask == a["loss_mask"][:]).all(), "the
 print("ok: %d conversations, %d tokens, %d trained: the same from 1 and 3 ranks, in HDF5 and .bin/.idx"
       % (len(conv), len(tok), mask.sum()))
 PY
+# Megatron-LM's files of conversations: tokens never published without their loss mask (they
+# would read as plain text and train on every token), nor a mask left without its tokens
+for blocked in mf_messages_document_loss_mask.bin.tmp mf_messages_document.bin.tmp; do
+  rm -rf "$tmp"/mf_* && mkdir "$tmp/$blocked"
+  if "$MPIEXEC" -n 2 "$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$tmp/conv.jsonl" \
+    --output-prefix "$tmp/mf" --dataset-impl mmap > "$tmp/mf.log" 2>&1; then
+    fail "preprocess with $blocked blocked succeeded"
+  else
+    left=$(cd "$tmp" && ls -d mf_* | grep -v "^$blocked\$")
+    [ -z "$left" ] && echo "ok: $blocked blocked: $(grep -o 'cannot create[^;]*' "$tmp/mf.log" | head -1); nothing published" ||
+      fail "$blocked blocked: left $left"
+  fi
+done
 
 M=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 96 --seq-length 64
   --normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear

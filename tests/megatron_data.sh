@@ -33,7 +33,9 @@ import struct, sys, h5py, numpy as np
 d = sys.argv[1]
 with h5py.File(d + "/book.h5", "r") as f:
     tok, off = f["tokens"][:].astype(np.int64), f["document_offsets"][:]
-codes = {"uint16": (8, np.uint16), "int32": (4, np.int32), "int64": (5, np.int64), "float64": (6, np.float64)}
+# code 7 is float32 to Megatron-Core and float64 (np.double) to its legacy reader: both read
+codes = {"uint16": (8, np.uint16), "int32": (4, np.int32), "int64": (5, np.int64), "float64": (6, np.float64),
+         "float32": (7, np.float32), "double7": (7, np.float64)}
 for name, (code, dt) in codes.items():
     sizes = np.diff(off).astype(np.int32)   # one sequence per document
     ptrs = np.concatenate([[0], np.cumsum(sizes.astype(np.int64))[:-1]]) * np.dtype(dt).itemsize
@@ -43,7 +45,7 @@ for name, (code, dt) in codes.items():
         f.write(struct.pack("<Q", len(sizes)) + struct.pack("<Q", len(doc_idx)))
         f.write(sizes.tobytes() + ptrs.astype(np.int64).tobytes() + doc_idx.tobytes())
     tok.astype(dt).tofile("%s/mm_%s.bin" % (d, name))
-print("ok: numpy wrote %d documents, %d tokens in uint16, int32, int64, float64" % (len(off) - 1, len(tok)))
+print("ok: numpy wrote %d documents, %d tokens in uint16, int32, int64, float64, code 7 as float32 and float64" % (len(off) - 1, len(tok)))
 PY
 
 # train NAME RANKS ARGS...: metrics in $tmp/NAME.jsonl
@@ -66,7 +68,7 @@ assert len(a) >= 10 and a == b, (a[:3], b[:3])
 PY
 }
 train h5 1 --data-path "$tmp/book" || exit 1
-for dt in uint16 int32 int64 float64; do
+for dt in uint16 int32 int64 float64 float32 double7; do
   train "mm_$dt" 1 --data-path "$tmp/mm_$dt" && same h5 "mm_$dt" &&
     echo "ok: Megatron-LM $dt dataset: the HDF5 dataset's losses, bit for bit" || fail "Megatron-LM $dt dataset"
 done
@@ -214,6 +216,14 @@ with h5py.File(d + "/holes.h5", "r") as f:
 assert len(o) == len(texts) + 1 and (np.diff(o)[[i for i, t in enumerate(texts) if not t]] == 0).all()
 print("ok: %d empty documents: no token, no sequence, the document index repeated (.idx and HDF5)" % texts.count(""))
 PY
+# their summary counts the sequences (not the documents), and mgt dataset info does not take
+# the documents without one for a split into sentences
+n_docs=$(wc -l < "$tmp/holes.jsonl") n_empty=$(grep -c '"text": ""' "$tmp/holes.jsonl")
+grep -q "$n_docs documents, $((n_docs - n_empty)) sequences" "$tmp/holes.log" &&
+  "$MGT" dataset info "$tmp/holes_text_document" > "$tmp/hinfo" 2>&1 && ! grep -q "sentences" "$tmp/hinfo" &&
+  grep -q "documents: *$n_docs" "$tmp/hinfo" &&
+  echo "ok: $n_docs documents, $((n_docs - n_empty)) sequences in the summary; no sentences in mgt dataset info" ||
+  { fail "the counts of a dataset with empty documents"; head -3 "$tmp/holes.log"; cat "$tmp/hinfo"; }
 train holes_mm 1 --data-path "$tmp/holes_text_document" && train holes_h5 1 --data-path "$tmp/holes" &&
   same holes_mm holes_h5 && echo "ok: trains on datasets with empty documents, both formats alike" ||
   fail "training with empty documents"
@@ -313,6 +323,18 @@ put("ptr", src[:p0 + 8] + struct.pack("<q", struct.unpack("<q", src[p0 + 8:p0 + 
 put("docs", src[:-8] + struct.pack("<q", n - 1))
 PY
 T=(train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --train-iters 1 "${GPT2[@]}")
+# documents without a token, in either format: refused, nothing written
+printf '{"text": ""}\n{"text": ""}\n' > "$tmp/empty.jsonl"
+for impl in "" "--dataset-impl mmap"; do
+  expect "--input: no tokens (its 2 documents are empty once tokenized)" \
+    "$MGT" preprocess --input "$tmp/empty.jsonl" --output-prefix "$tmp/empty" "${GPT2[@]}" $impl
+done
+[ -z "$(ls "$tmp" | grep '^empty[._]' | grep -v '^empty.jsonl$')" ] && echo "ok: nothing written for them" || fail "files left: $(ls "$tmp" | grep '^empty')"
+# --skip-bad-lines counted in the mmap summary too
+printf '{"text": "a b"}\n{"text": 3}\nnot json\n{"text": "c"}\n' > "$tmp/badl.jsonl"
+"$MGT" preprocess --input "$tmp/badl.jsonl" --output-prefix "$tmp/badl" "${GPT2[@]}" --dataset-impl mmap \
+  --skip-bad-lines > "$tmp/badl.log" 2>&1 && grep -q "2 documents.*; 2 bad lines skipped; train with" "$tmp/badl.log" &&
+  echo "ok: --dataset-impl mmap --skip-bad-lines: 2 bad lines counted" || { fail "mmap bad lines"; cat "$tmp/badl.log"; }
 expect "bad_magic.idx: not a Megatron-LM MMIDIDX index" "$MGT" "${T[@]}" --data-path "$tmp/bad_magic"
 expect "bad_version.idx: index version 2" "$MGT" "${T[@]}" --data-path "$tmp/bad_version"
 expect "bad_dtype.idx: unknown dtype code 9" "$MGT" "${T[@]}" --data-path "$tmp/bad_dtype"

@@ -5,6 +5,7 @@
    consecutive tokens of documents of its split joined end to start; every token of the train
    split is covered; train and valid never mix; the same seed gives the same samples (from
    the cached index too), another seed another order; blending follows its weights. */
+#include <dirent.h>
 #include <hdf5.h>
 #include <mpi.h>
 #include <string.h>
@@ -287,6 +288,41 @@ int main(int argc, char **argv) {
   T_CHECK(memcmp(first, again, sizeof first) != 0, "another seed gave the same samples");
   check_samples(&t2, 400, 0, 160, 0, NULL, "train (seed 8)");
   mgt_data_destroy(&t2), mgt_data_destroy(&v2);
+
+  { /* the epochs of a split: the fewest whose concatenated tokens hold the samples (Megatron-LM's
+       _get_num_epochs: a sample may straddle two): documents [0, 108) hold 2744 tokens, 171
+       samples of 16 + 1 each alone, so 856 samples need 5 epochs, not ceil(856 / 171) = 6 */
+    char cache[300];
+    snprintf(cache, sizeof cache, "%s/epochs", dir);
+    c = config(a, 7);
+    strcpy(c.split, "54,46,0");
+    c.train_iters = 107; /* 856 samples */
+    snprintf(c.data_cache_path, sizeof c.data_cache_path, "%s", cache);
+    T_OK(mgt_dataset_sources(&c, MPI_COMM_WORLD, NULL, &t2, &v2));
+    check_samples(&t2, 856, 0, 108, 0, NULL, "train (5 epochs)");
+    mgt_data_destroy(&t2), mgt_data_destroy(&v2);
+    int64_t tpe = 0, found = 0;
+    for (int d = 0; d < 108; d++)
+      tpe += doc_len(d);
+    DIR *dd = opendir(cache);
+    struct dirent *e;
+    while (dd && (e = readdir(dd))) {
+      char f[600];
+      snprintf(f, sizeof f, "%s/%s", cache, e->d_name);
+      FILE *in = strstr(e->d_name, ".index-") ? fopen(f, "rb") : NULL;
+      int64_t h[3] = {0}; /* after the magic: documents of the index, samples, sequence */
+      if (in && fseek(in, 8, SEEK_SET) == 0 && fread(h, sizeof h, 1, in) == 1 && h[0] % 108 == 0) {
+        found++;
+        T_CHECK(
+            h[0] == 5 * 108 && h[1] == (5 * tpe - 1) / SEQ,
+            "856 samples of 2744 tokens: an index of %lld documents (%lld epochs), %lld samples",
+            (long long)h[0], (long long)(h[0] / 108), (long long)h[1]);
+      }
+      if (in) fclose(in);
+    }
+    if (dd) closedir(dd);
+    T_CHECK(found == 1, "%lld train indices in %s", (long long)found, cache);
+  }
 
   /* blending 1:3 */
   snprintf(blend_path, sizeof blend_path, "1\n%s\n3\n%s", a, b);

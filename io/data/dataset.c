@@ -71,11 +71,17 @@ static int is_megatron(const char *prefix) {
 static void megatron_info(const mgt_mmidx *x, mgt_dataset_info *info) {
   snprintf(info->path, sizeof info->path, "%s", x->idx_path);
   snprintf(info->format, sizeof info->format, "megatron");
-  snprintf(info->dtype, sizeof info->dtype, "%s", mgt_mmidx_dtype_name(x->dtype));
+  snprintf(info->dtype, sizeof info->dtype, "%s",
+           x->dtype == MGT_MM_D64 ? (x->elem == 4 ? "float32" : "float64")
+                                  : mgt_mmidx_dtype_name(x->dtype));
   info->eod_id = info->max_token_id = -1;
   info->n_tokens = x->seq_off[x->n_seq];
   info->n_documents = x->n_doc;
-  info->n_sentences = x->n_seq != x->n_doc ? x->n_seq : -1; /* a sequence per document: not split */
+  /* split into sentences where a document has several sequences (an empty one has none) */
+  int split = 0;
+  for (int64_t d = 0; d < x->n_doc && !split; d++)
+    split = x->doc_seq[d + 1] - x->doc_seq[d] > 1;
+  info->n_sentences = split ? x->n_seq : -1;
   info->token_bytes = x->elem;
 }
 

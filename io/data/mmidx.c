@@ -31,8 +31,8 @@ static int elem_of(int dtype) {
 }
 
 const char *mgt_mmidx_dtype_name(int dtype) {
-  static const char *const names[] = {"?",     "uint8",   "int8",    "int16", "int32",
-                                      "int64", "float64", "float64", "uint16"};
+  static const char *const names[] = {"?",     "uint8",   "int8",       "int16", "int32",
+                                      "int64", "float64", "float32/64", "uint16"};
   return dtype >= 1 && dtype <= 8 ? names[dtype] : "?";
 }
 
@@ -99,6 +99,17 @@ static mgt_status parse_index(mgt_mmidx *x, const unsigned char *b, size_t len) 
   MGT_CHECK(mgt_calloc(sizeof(int64_t) * m, "document starts", (void **)&x->doc_seq));
   const unsigned char *sizes = b + HEADER, *ptrs = sizes + 4 * n, *docs = ptrs + 8 * n;
   int64_t at = 0;
+  if (x->dtype == MGT_MM_D64) { /* Megatron-Core's float32, its legacy reader's float64: the
+                                   first pointer past a token tells (none: the .bin's size) */
+    x->elem = 0;
+    for (uint64_t i = 0, before = 0; i < n && !x->elem; i++) {
+      const uint64_t ptr = le64(ptrs + 8 * i);
+      if (before) x->elem = ptr == before * 4 ? 4 : 8;
+      int32_t sz;
+      memcpy(&sz, sizes + 4 * i, 4);
+      before += sz > 0 ? (uint64_t)sz : 0;
+    }
+  }
   for (uint64_t i = 0; i < n; i++) {
     int32_t sz;
     memcpy(&sz, sizes + 4 * i, 4);
@@ -138,6 +149,8 @@ mgt_status mgt_mmidx_open(const char *prefix, mgt_mmidx *x) {
   int fd = -1;
   if (st == MGT_OK) st = mgt_open_file("--data-path", x->bin_path, &fd);
   if (st == MGT_OK) {
+    if (fstat(fd, &x->bin_st) == 0 && x->elem == 0) /* code 7, no pointer past a token */
+      x->elem = (uint64_t)x->bin_st.st_size == (uint64_t)x->seq_off[x->n_seq] * 4 ? 4 : 8;
     const uint64_t bytes = (uint64_t)x->seq_off[x->n_seq] * (uint64_t)x->elem;
     if (fstat(fd, &x->bin_st) != 0) {
       st = MGT_ERROR(MGT_ERR_INPUT, "--data-path %s: %s", x->bin_path, strerror(errno));
@@ -186,9 +199,15 @@ int64_t mgt_mmidx_token(const mgt_mmidx *x, int64_t i) {
     memcpy(&v, p, 8);
     return v;
   }
-  default: { /* float64 */
+  default: { /* the float codes: 6 float64; 7 float32 or float64 (its element size) */
     double v;
-    memcpy(&v, p, 8);
+    if (x->elem == 4) {
+      float f;
+      memcpy(&f, p, 4);
+      v = f;
+    } else {
+      memcpy(&v, p, 8);
+    }
     return v >= -9e18 && v <= 9e18 ? (int64_t)v : -1;
   }
   }

@@ -19,8 +19,8 @@ enum {
   MGT_MM_I16 = 3,
   MGT_MM_I32 = 4,
   MGT_MM_I64 = 5,
-  MGT_MM_F64 = 6, /* numpy's np.float, a float64 */
-  MGT_MM_D64 = 7, /* np.double */
+  MGT_MM_F64 = 6, /* float64 */
+  MGT_MM_D64 = 7, /* Megatron-Core's float32, its legacy reader's float64: told by the offsets */
   MGT_MM_U16 = 8
 };
 

@@ -387,6 +387,8 @@ done:
 typedef struct totals {
   int64_t tok_before, doc_before, sent_before, n_tokens, n_docs, n_sents, max_id, bad_lines;
   int64_t n_trained; /* conversations: the tokens whose loss mask is 1 */
+  int64_t n_empty;   /* documents without tokens */
+  int64_t longest;   /* the most tokens of a document */
 } totals;
 
 /* The tokenizer facts written as attributes; every rank computes the same. */
@@ -572,14 +574,12 @@ static mgt_status write_megatron(const char *prefix, MPI_Comm world, int split, 
   }
   const int64_t *seq = split ? sh->sent_len : docs;
   st = mgt_mpi_agree(world, st);
-  if (st == MGT_OK)
-    st = mgt_mmidx_write(prefix, world, meta->vocab_size < 65500 ? MGT_MM_U16 : MGT_MM_I32,
-                         sh->tokens.ids, (int64_t)sh->tokens.n, seq, (int64_t)n_seq, per_doc,
-                         (int64_t)sh->n_docs);
-  if (st == MGT_OK && sh->chat) { /* the loss mask: a uint8 dataset of the same sequences */
-    char mp[MGT_PATH_MAX + 320];
+  /* the loss mask (a uint8 dataset of the same sequences) before the tokens: tokens published
+     without their mask would read as plain text and train on every token */
+  char mp[MGT_PATH_MAX + 320];
+  snprintf(mp, sizeof mp, "%s_loss_mask", prefix);
+  if (st == MGT_OK && sh->chat) {
     int32_t *m = NULL;
-    snprintf(mp, sizeof mp, "%s_loss_mask", prefix);
     st = mgt_calloc(sizeof *m * (sh->tokens.n + 1), "loss mask", (void **)&m);
     for (size_t i = 0; st == MGT_OK && i < sh->tokens.n; i++)
       m[i] = sh->mask[i];
@@ -588,6 +588,18 @@ static mgt_status write_megatron(const char *prefix, MPI_Comm world, int split, 
       st = mgt_mmidx_write(mp, world, MGT_MM_U8, m, (int64_t)sh->tokens.n, seq, (int64_t)n_seq,
                            per_doc, (int64_t)sh->n_docs);
     mgt_free(m);
+  }
+  if (st == MGT_OK) {
+    st = mgt_mmidx_write(prefix, world, meta->vocab_size < 65500 ? MGT_MM_U16 : MGT_MM_I32,
+                         sh->tokens.ids, (int64_t)sh->tokens.n, seq, (int64_t)n_seq, per_doc,
+                         (int64_t)sh->n_docs);
+    int rank;
+    MPI_Comm_rank(world, &rank);
+    if (st != MGT_OK && sh->chat && rank == 0) { /* no mask left without its tokens */
+      char f[sizeof mp + 8];
+      snprintf(f, sizeof f, "%s.idx", mp), unlink(f);
+      snprintf(f, sizeof f, "%s.bin", mp), unlink(f);
+    }
   }
   mgt_free(per_doc);
   mgt_free(docs);
@@ -705,15 +717,21 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
   memset(&t, 0, sizeof t);
   if (st == MGT_OK) {
     int64_t mine[3] = {(int64_t)sh.tokens.n, (int64_t)sh.n_docs, (int64_t)sh.n_sents},
-            before[3] = {0, 0, 0}, sum[5],
-            loc[5] = {mine[0], mine[1], mine[2], (int64_t)sh.bad_lines, sh.trained};
+            before[3] = {0, 0, 0}, sum[6],
+            loc[6] = {mine[0], mine[1], mine[2], (int64_t)sh.bad_lines, sh.trained, 0},
+            mx[2] = {sh.max_id, 0};
+    for (size_t d = 0; d < sh.n_docs; d++) {
+      loc[5] += sh.doc_len[d] == 0;
+      mx[1] = sh.doc_len[d] > mx[1] ? (int64_t)sh.doc_len[d] : mx[1];
+    }
     MGT_MPI(MPI_Exscan(mine, before, 3, MPI_INT64_T, MPI_SUM, world));
     if (rank == 0) before[0] = before[1] = before[2] = 0; /* Exscan leaves rank 0's undefined */
-    MGT_MPI(MPI_Allreduce(loc, sum, 5, MPI_INT64_T, MPI_SUM, world));
-    int64_t mx = sh.max_id;
-    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, &mx, 1, MPI_INT64_T, MPI_MAX, world));
+    MGT_MPI(MPI_Allreduce(loc, sum, 6, MPI_INT64_T, MPI_SUM, world));
+    MGT_MPI(MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPI_INT64_T, MPI_MAX, world));
+    t.n_empty = sum[5], t.longest = mx[1];
     t.tok_before = before[0], t.doc_before = before[1], t.sent_before = before[2];
-    t.n_tokens = sum[0], t.n_docs = sum[1], t.n_sents = sum[2], t.bad_lines = sum[3], t.max_id = mx;
+    t.n_tokens = sum[0], t.n_docs = sum[1], t.n_sents = sum[2], t.bad_lines = sum[3];
+    t.max_id = mx[0];
     t.n_trained = sum[4];
     mgt_tokenizer *tok = NULL;
     st = mgt_tok_open(o->tokenizer_type, o->vocab_file, o->merge_file, &tok);
@@ -731,11 +749,30 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
         "--input: no documents (the input is empty, or blank lines and white space only)");
     st = MGT_ERR_INPUT;
   }
+  if (st == MGT_OK && o->dataset_impl && t.longest > INT32_MAX) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "--dataset-impl mmap: a document of %lld tokens; Megatron-LM's index holds "
+                  "sizes below 2^31 (split the input, or write our HDF5 format)",
+                  (long long)t.longest);
+    st = MGT_ERR_INPUT;
+  }
+  if (st == MGT_OK && t.n_tokens == 0) {
+    mgt_error_set(MGT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                  "--input: no tokens (its %lld documents are empty once tokenized)",
+                  (long long)t.n_docs);
+    st = MGT_ERR_INPUT;
+  }
   if (st == MGT_OK && rank == 0) {
     char dir[sizeof final];
     snprintf(dir, sizeof dir, "%s", final);
-    uint64_t need = (1u << 20) + (uint64_t)t.n_tokens * (meta.vocab_size > 65536 ? 4 : 2) +
-                    ((uint64_t)t.n_docs + 1) * 8 + ((uint64_t)t.n_sents + 1) * 8;
+    /* the tokens (Megatron-LM's files: uint16 below a vocabulary of 65500, else int32; ours
+       uint16 to 65536), a loss mask's byte each, the indices */
+    const int wide = o->dataset_impl ? meta.vocab_size >= 65500 : meta.vocab_size > 65536;
+    uint64_t need = (1u << 20) + (uint64_t)t.n_tokens * (wide ? 4 : 2) +
+                    (sh.chat ? (uint64_t)t.n_tokens : 0) + ((uint64_t)t.n_docs + 1) * 8 +
+                    ((uint64_t)t.n_sents + 1) * 8;
+    if (o->dataset_impl)
+      need += ((uint64_t)t.n_docs + (uint64_t)t.n_sents) * 12 * (sh.chat ? 2 : 1);
     st = mgt_check_space(dirname(dir), need, final);
   }
   st = mgt_mpi_agree(world, st);
@@ -749,14 +786,16 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_opts *o, MPI_Comm world, FILE
   if (st == MGT_OK && o->seq_length > 0) st = report_packing(&sh, o->seq_length, world, log);
   if (st == MGT_OK && o->dataset_impl) {
     st = write_megatron(mm, world, o->split_sentences, &sh, &meta);
+    char bad[64] = "";
+    if (t.bad_lines) snprintf(bad, sizeof bad, "; %lld bad lines skipped", (long long)t.bad_lines);
     if (st == MGT_OK && rank == 0 && log)
       fprintf(log,
               "preprocess: wrote %s.bin and %s.idx%s (Megatron-LM's mmap format, %s): %lld "
-              "documents, %lld %s, %lld tokens; train with --data-path %s\n",
+              "documents, %lld %s, %lld tokens%s; train with --data-path %s\n",
               mm, mm, sh.chat ? " and the loss mask's _loss_mask.bin/.idx" : "",
               meta.vocab_size < 65500 ? "uint16" : "int32", (long long)t.n_docs,
-              (long long)(o->split_sentences ? t.n_sents : t.n_docs),
-              o->split_sentences ? "sentences" : "sequences", (long long)t.n_tokens, mm);
+              (long long)(o->split_sentences ? t.n_sents : t.n_docs - t.n_empty),
+              o->split_sentences ? "sentences" : "sequences", (long long)t.n_tokens, bad, mm);
     goto out;
   }
   if (st == MGT_OK) st = write_file(o, tmp, world, &sh, &t, &meta);

@@ -80,9 +80,11 @@ static mgt_status build_index(const dataset *ds, int64_t a, int64_t b, int split
               "--data-path %s: the %s split (documents %lld to %lld) has %lld tokens, "
               "too few for one sample of --seq-length %d + 1",
               p, names[split], (long long)a, (long long)b, (long long)tpe, seq);
-  int64_t epochs = (needed + spe - 1) / spe;
-  if (epochs < 1) epochs = 1;
-  /* a sample may straddle epochs, so count samples over the concatenated stream */
+  /* the fewest epochs whose concatenated tokens hold `needed` samples, a sample straddling
+     epochs (Megatron-LM's _get_num_epochs) */
+  MGT_REQUIRE(needed < INT64_MAX / seq - 1, "--data-path %s: %lld samples are too many", p,
+              (long long)needed);
+  const int64_t epochs = needed <= 0 ? 1 : (needed * seq + 1 + tpe - 1) / tpe;
   int64_t n_docs = b - a, n_doc_idx = epochs * n_docs;
   int64_t n_samples = (epochs * tpe - 1) / seq;
   size_t off_samples = (sizeof(index_header) + sizeof(int32_t) * (size_t)n_doc_idx + 7) / 8 * 8;
@@ -385,7 +387,7 @@ mgt_status ds_split_index_get(const dataset *ds, int split, int64_t a, int64_t b
               ds->info.path, (long long)b);
   /* the cache name hashes everything the index depends on */
   char key[512], path[MGT_PATH_MAX + 128];
-  snprintf(key, sizeof key, "v3 %s %d %lld %lld %lld %d %llu", ds->identity, split, (long long)a,
+  snprintf(key, sizeof key, "v4 %s %d %lld %lld %lld %d %llu", ds->identity, split, (long long)a,
            (long long)b, (long long)needed, seq, (unsigned long long)seed);
   ds_cache_path(ds, "index", key, path, sizeof path);
   const index_args args = {ds, split, seq, a, b, needed, seed};
