@@ -117,6 +117,18 @@ train ref 1 --data-path "$tmp/c1" --train-iters 30 "${V[@]}" && {
   done
 }
 
+# Megatron-LM's --reset-position-ids and --reset-attention-mask (their scripts pass them) change
+# nothing under --sft, whose documents' starts keep them apart, and say so: resetting at the
+# end-of-document token (</s>, which ends every turn here) split each conversation
+train resets 1 --data-path "$tmp/c1" --train-iters 30 "${V[@]}" --reset-position-ids --reset-attention-mask &&
+  $PY - "$tmp/ref.jsonl" "$tmp/resets.jsonl" <<'PY' && grep -q "^mgt: note: --reset-position-ids, --reset-attention-mask: --sft keeps" "$tmp/resets.log" &&
+import json, sys
+a, b = ([(r.get("loss"), r.get("valid_loss")) for r in map(json.loads, open(p))] for p in sys.argv[1:3])
+assert len(a) > 30 and a == b, (a[:3], b[:3])
+PY
+  echo "ok: --sft with --reset-position-ids --reset-attention-mask: noted, the same losses" ||
+  { fail "--sft with the reset flags"; grep note "$tmp/resets.log"; }
+
 # a --sft run saved at iteration 10 and resumed gives the uninterrupted run's losses bit for bit
 train whole 1 --data-path "$tmp/c1" --train-iters 20 --eval-iters 0 &&
   train half 1 --data-path "$tmp/c1" --train-iters 20 --exit-interval 10 --save "$tmp/half" --eval-iters 0 &&

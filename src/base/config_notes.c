@@ -23,6 +23,7 @@ static int not_bert(const mgt_config *c) { return c->model != MGT_MODEL_BERT; }
 static int dense(const mgt_config *c) { return c->num_experts == 0; }
 static int with_biases(const mgt_config *c) { return !c->disable_bias_linear; }
 static int fp32(const mgt_config *c) { return !c->bf16 && !c->fp16; }
+static int sft(const mgt_config *c) { return c->sft; }
 
 static const char *const saving[] = {"--save-interval", "--keep-last", "--no-save-optim",
                                      "--async-save", NULL};
@@ -41,6 +42,8 @@ static const char *const bert[] = {"--mask-prob", "--short-seq-prob", NULL};
 static const char *const moe[] = {"--moe-", NULL};
 static const char *const qkv_bias[] = {"--add-qkv-bias", NULL};
 static const char *const copies[] = {"--no-weight-copies", NULL};
+static const char *const resets[] = {"--reset-position-ids", "--reset-attention-mask",
+                                     "--dataloader-inter-document-masking", NULL};
 
 static const unused_rule rules[] = {
     {saving, no_save, "without --save no checkpoint is written"},
@@ -52,6 +55,9 @@ static const unused_rule rules[] = {
     {moe, dense, "a dense model: no experts without --num-experts"},
     {qkv_bias, with_biases, "every linear layer has biases without --disable-bias-linear"},
     {copies, fp32, "an fp32 run keeps no 16-bit weight copies"},
+    {resets, sft,
+     "--sft keeps the packed documents apart by their starts (positions and attention), not by "
+     "an end-of-document token, which in conversations ends every turn"},
 };
 
 /* Whether the list "--a, --b" holds the flag name[0..l). */

@@ -182,9 +182,9 @@ static mgt_status job_config(mgt_config *cfg, MPI_Comm world, int rank, int size
     cfg->eod_token = cfg->vocab_size - 1;
   MGT_REQUIRE(!cfg->eod_mask_loss || cfg->eod_token >= 0,
               "--eod-mask-loss: this tokenizer has no end-of-document token");
-  MGT_REQUIRE(!cfg->reset_position_ids || cfg->eod_token >= 0,
+  MGT_REQUIRE(!cfg->reset_position_ids || cfg->sft || cfg->eod_token >= 0,
               "--reset-position-ids: this tokenizer has no end-of-document token");
-  MGT_REQUIRE(!cfg->reset_attention_mask || cfg->eod_token >= 0,
+  MGT_REQUIRE(!cfg->reset_attention_mask || cfg->sft || cfg->eod_token >= 0,
               "--reset-attention-mask: this tokenizer has no end-of-document token");
   if (tok_vocab && cfg->vocab_size == 0) cfg->vocab_size = tok_vocab; /* as Megatron-LM does */
   if (tok_vocab > cfg->vocab_size && rank == 0)

@@ -165,22 +165,16 @@ mgt_status mgt_trainer_create_task(const mgt_config *cfg, const mgt_grid *grid,
 }
 
 mgt_gpt_training mgt_train_model_options(const mgt_config *cfg) {
-  mgt_gpt_training t = {cfg->hidden_dropout,
-                        cfg->attention_dropout,
-                        cfg->seed,
-                        cfg->weight_decay,
-                        (size_t)cfg->ddp_bucket_size,
-                        cfg->overlap_grad_reduce,
-                        cfg->use_distributed_optimizer,
-                        cfg->overlap_param_gather,
-                        cfg->moe_router_load_balancing_type,
-                        cfg->moe_aux_loss_coeff,
-                        cfg->moe_z_loss_coeff,
-                        cfg->moe_token_dispatcher_type == 1,
+  mgt_gpt_training t = {cfg->hidden_dropout, cfg->attention_dropout, cfg->seed, cfg->weight_decay,
+                        (size_t)cfg->ddp_bucket_size, cfg->overlap_grad_reduce,
+                        cfg->use_distributed_optimizer, cfg->overlap_param_gather,
+                        cfg->moe_router_load_balancing_type, cfg->moe_aux_loss_coeff,
+                        cfg->moe_z_loss_coeff, cfg->moe_token_dispatcher_type == 1,
                         cfg->eod_mask_loss ? cfg->eod_token : -1,
-                        cfg->reset_position_ids ? cfg->eod_token : -1,
-                        cfg->reset_attention_mask ? cfg->eod_token : -1,
-                        cfg->sft};
+                        /* --sft: the documents' starts keep them apart, not an end token
+                           (a conversation's ends every turn) */
+                        cfg->reset_position_ids && !cfg->sft ? cfg->eod_token : -1,
+                        cfg->reset_attention_mask && !cfg->sft ? cfg->eod_token : -1, cfg->sft};
   return t;
 }
 
