@@ -38,6 +38,28 @@ for l in open(sys.argv[1]): print(" ".join(map(str, json.loads(l)["ids"])))' "$t
     fail "$f: ids differ from Tokenizers.js's"
 done
 
+# conversations the generator does not write, against the templates too: a NUL in Llama 2's
+# system message (one text, byte for byte), tool_calls null and [] (no calls: the templates
+# test them as false)
+printf '%s\n' '{"messages": [{"role": "system", "content": "s\u0000t"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]}' > "$tmp/odd_llama2.jsonl"
+printf '%s\n' '{"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a", "tool_calls": []}, {"role": "user", "content": "v"}, {"role": "assistant", "content": "b", "tool_calls": null}]}' > "$tmp/odd_qwen3.jsonl"
+for f in llama2 qwen3; do
+  case $f in
+  qwen3) cfg=$H/$f/tokenizer_config.json tok=$H/$f fmt=auto ;;
+  *) cfg=$TESTS/data/chat-templates/$f.json tok=$H/llama2 fmt=$f ;;
+  esac
+  "$MGT" tokenize "${HF[@]}" --tokenizer-model "$tok" --chat-template $fmt --input "$tmp/odd_$f.jsonl" \
+    > "$tmp/odd_$f.out" 2> "$tmp/odd.err" &&
+    $PY "$TESTS/chat_reference.py" check $f "$cfg" "$tok/tokenizer.json" "$tmp/odd_$f.jsonl" "$tmp/odd_$f.out" \
+      "$tmp/odd_$f.texts" || { fail "$f: odd conversations differ from the template's"; cat "$tmp/odd.err"; }
+done
+# OpenAI's content as a list of text parts: their texts joined by newlines (vLLM's reading)
+printf '%s\n' '{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b\u0000c"}]}]}' \
+  '{"messages": [{"role": "user", "content": "a\nb\u0000c"}]}' > "$tmp/parts.jsonl"
+"$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/llama3" --chat-template auto --input "$tmp/parts.jsonl" > "$tmp/parts.out" &&
+  $PY -c 'import json, sys; a, b = [json.loads(l)["ids"] for l in open(sys.argv[1])]; assert a == b, (a, b)' "$tmp/parts.out" &&
+  echo "ok: content as text parts: the ids of their texts joined by newlines" || fail "content parts"
+
 # what the formats refuse
 chat() { echo "$2" > "$tmp/one.jsonl"; "$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/llama2" --chat-template "$1" --input "$tmp/one.jsonl"; }
 U='{"role": "user", "content": "hi"}' A='{"role": "assistant", "content": "yo"}' S='{"role": "system", "content": "be"}'
@@ -46,7 +68,8 @@ expect "roles that alternate user/assistant" chat llama2 "{\"messages\": [$S, $A
 expect "the mistral chat format has no system role" chat mistral "{\"messages\": [$S, $U]}"
 expect "the llama2 chat format has a system message only first" chat llama2 "{\"messages\": [$U, $A, $S]}"
 expect "role \"tool\" is not system, user or assistant" chat chatml '{"messages": [{"role": "tool", "content": "1"}]}'
-expect "tool_calls are not implemented" chat chatml '{"messages": [{"role": "assistant", "content": "", "tool_calls": []}]}'
+expect "tool_calls are not implemented" chat chatml '{"messages": [{"role": "assistant", "content": "", "tool_calls": [{"type": "function"}]}]}'
+expect "message 1: content part 1 is not {\"type\": \"text\"" chat chatml '{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}'
 expect "message 1 has no string \"content\"" chat llama3 '{"messages": [{"role": "user", "content": null}]}'
 expect "\"messages\" is not a non-empty array" chat llama3 '{"messages": []}'
 expect "no \"messages\" (a conversation) or \"segments\"" chat llama3 '{"text": "hi"}'

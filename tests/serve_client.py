@@ -146,6 +146,18 @@ def check(port, hf, greedy_file, prompt):
     print("ok: a stream's %d events carry the log-probabilities of their own text, offsets as "
           "the answer's" % len(events))
 
+    # stream_options.include_usage: one last event without choices, with the answer's usage
+    ask = {"prompt": prompt, "max_tokens": 12, "temperature": 0, "n": 2}
+    req = urllib.request.Request(BASE + "/v1/completions", method="POST", data=json.dumps(
+        dict(ask, stream=True, stream_options={"include_usage": True})).encode())
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        events = [json.loads(l.decode()[6:]) for l in resp if l.startswith(b"data: {")]
+    assert events[-1]["choices"] == [] and all(e["choices"] for e in events[:-1]), events[-1]
+    assert events[-1]["usage"] == complete(**ask)["usage"], (events[-1], ask)
+    status, text = call("POST", "/v1/completions", dict(ask, stream_options={"include_usage": True}))
+    assert status == 400 and "only allowed with stream" in text, (status, text)
+    print("ok: stream_options.include_usage: a last event with the usage %s" % events[-1]["usage"])
+
     # stop strings, n, seeds, the Megatron API's answer
     stop = want[5:8]
     r = complete(prompt=prompt, max_tokens=n_new, temperature=0, stop=["\u00e9", stop])

@@ -291,7 +291,9 @@ static mgt_status llama2(const mgt_chat_message *m, int n, const char *bos, cons
     if (k == 0 && sys) {
       const size_t l = 8 + m[0].len + 11 + x->len;
       MGT_TRY(mgt_calloc(l + 1, "a conversation", (void **)&first));
-      snprintf(first, l + 1, "<<SYS>>\n%.*s\n<</SYS>>\n\n", (int)m[0].len, m[0].content);
+      memcpy(first, "<<SYS>>\n", 8); /* byte by byte: a NUL in the text is text */
+      memcpy(first + 8, m[0].content, m[0].len);
+      memcpy(first + 8 + m[0].len, "\n<</SYS>>\n\n", 11);
       memcpy(first + 8 + m[0].len + 11, x->content, x->len);
       c = (str){first, l};
     }
@@ -391,6 +393,34 @@ static mgt_status segments(const mgt_json *v, mgt_chat_text *t) {
   return MGT_OK;
 }
 
+/* OpenAI's content as a list of parts: their texts joined by newlines (vLLM's reading), into
+ *out (malloc'd, *len bytes); a part that is not text is refused. */
+static mgt_status text_parts(const mgt_json *content, size_t i, char **out, size_t *len) {
+  size_t n = 0;
+  for (size_t k = 0; k < content->len; k++) {
+    const mgt_json *part = &content->items[k];
+    const mgt_json *type = part->type == MGT_JSON_OBJECT ? mgt_json_get(part, "type") : NULL;
+    const mgt_json *text = part->type == MGT_JSON_OBJECT ? mgt_json_get(part, "text") : NULL;
+    MGT_REQUIRE(type && mgt_json_is(type, "text") && text && text->type == MGT_JSON_STRING,
+                "message %zu: content part %zu is not {\"type\": \"text\", \"text\": ...} "
+                "(images and audio are not implemented)",
+                i + 1, k + 1);
+    n += text->len + 1;
+  }
+  char *s = malloc(n + 1);
+  MGT_REQUIRE(s, "message %zu: out of memory for its content", i + 1);
+  size_t at = 0;
+  for (size_t k = 0; k < content->len; k++) {
+    const mgt_json *text = mgt_json_get(&content->items[k], "text");
+    if (k) s[at++] = '\n';
+    memcpy(s + at, text->str, text->len);
+    at += text->len;
+  }
+  s[at] = 0;
+  *out = s, *len = at;
+  return MGT_OK;
+}
+
 mgt_status mgt_chat_from_json(const mgt_json *root, int format, const char *bos, const char *eos,
                               int gen, mgt_chat_text *t) {
   const mgt_json *v = root->type == MGT_JSON_OBJECT ? mgt_json_get(root, "messages") : NULL;
@@ -404,9 +434,10 @@ mgt_status mgt_chat_from_json(const mgt_json *root, int format, const char *bos,
   MGT_REQUIRE(v->type == MGT_JSON_ARRAY && v->len > 0 && v->len < 1000000,
               "\"messages\" is not a non-empty array");
   mgt_chat_message *m = NULL;
+  char **joined = NULL; /* the text of content given as parts */
   MGT_CHECK(mgt_calloc(sizeof *m * v->len, "messages", (void **)&m));
-  mgt_status st = MGT_OK;
-  for (size_t i = 0; i < v->len; i++) {
+  mgt_status st = mgt_calloc(sizeof *joined * v->len, "messages", (void **)&joined);
+  for (size_t i = 0; st == MGT_OK && i < v->len; i++) {
     const mgt_json *x = &v->items[i];
     const mgt_json *role = x->type == MGT_JSON_OBJECT ? mgt_json_get(x, "role") : NULL;
     const mgt_json *content = x->type == MGT_JSON_OBJECT ? mgt_json_get(x, "content") : NULL;
@@ -421,19 +452,28 @@ mgt_status mgt_chat_from_json(const mgt_json *root, int format, const char *bos,
                     "message %zu: role \"%.40s\" is not system, user or assistant (tools are "
                     "not implemented)",
                     i + 1, role->str);
-    if (mgt_json_get(x, "tool_calls"))
+    /* null or [] are no calls (the templates test them as false) */
+    const mgt_json *calls = mgt_json_get(x, "tool_calls");
+    if (calls && calls->type != MGT_JSON_NULL && !(calls->type == MGT_JSON_ARRAY && !calls->len))
       MGT_GOTO_FAIL(MGT_ERR_INPUT, "message %zu: tool_calls are not implemented", i + 1);
-    if (!content || content->type != MGT_JSON_STRING)
+    size_t jl = 0;
+    if (content && content->type == MGT_JSON_ARRAY)
+      MGT_TRY(text_parts(content, i, &joined[i], &jl));
+    if (!content || (content->type != MGT_JSON_STRING && !joined[i]))
       MGT_GOTO_FAIL(MGT_ERR_INPUT, "message %zu has no string \"content\"", i + 1);
-    m[i].content = content->str, m[i].len = content->len;
+    m[i].content = joined[i] ? joined[i] : content->str;
+    m[i].len = joined[i] ? jl : content->len;
     if (r && r->type != MGT_JSON_NULL) {
       if (r->type != MGT_JSON_STRING)
         MGT_GOTO_FAIL(MGT_ERR_INPUT, "message %zu: reasoning_content is not a string", i + 1);
       m[i].reasoning = r->str, m[i].reasoning_len = r->len;
     }
   }
-  st = mgt_chat_render(format, m, (int)v->len, gen, bos, eos, t);
+  if (st == MGT_OK) st = mgt_chat_render(format, m, (int)v->len, gen, bos, eos, t);
 done:
+  for (size_t i = 0; joined && i < v->len; i++)
+    free(joined[i]);
+  mgt_free(joined);
   mgt_free(m);
   return st;
 }

@@ -183,6 +183,16 @@ static int openai_params(srv *s, const mgt_json *req, int chat, srv_reply *r, sr
         return srv_error_0(r, api, 400, "%s must be a boolean", bools[i]);
       *dst[i] = v->number != 0;
     }
+  if ((v = mgt_json_get(req, "stream_options")) && v->type != MGT_JSON_NULL) {
+    static const char *const opts[] = {"include_usage", NULL};
+    const mgt_json *u = v->type == MGT_JSON_OBJECT ? mgt_json_get(v, "include_usage") : NULL;
+    if (v->type != MGT_JSON_OBJECT || srv_unknown_field(v, opts) ||
+        (u && u->type != MGT_JSON_BOOL && u->type != MGT_JSON_NULL))
+      return srv_error_0(r, api, 400,
+                         "stream_options must be an object of include_usage (a boolean)");
+    if (!p->stream) return srv_error_0(r, api, 400, "stream_options is only allowed with stream");
+    p->stream_usage = u && u->type == MGT_JSON_BOOL && u->number != 0;
+  }
   if (!chat && (v = mgt_json_get(req, "logprobs")) && v->type != MGT_JSON_NULL) {
     if (!srv_is_int(v) || v->number < 0 || v->number > SRV_MAX_TOP)
       return srv_error_0(r, api, 400, "logprobs must be an integer from 0 to %d", SRV_MAX_TOP);
@@ -215,10 +225,10 @@ void srv_openai_completions(srv *s, const mgt_json *req, srv_reply *r) {
   const int api = SRV_OPENAI;
   if (req->type != MGT_JSON_OBJECT) return srv_error(r, api, 400, "the body is not a JSON object");
   static const char *const known[] = {
-      "model", "prompt",           "max_tokens",        "temperature", "top_p",      "top_k",
-      "n",     "stream",           "logprobs",          "echo",        "stop",       "seed",
-      "user",  "presence_penalty", "frequency_penalty", "best_of",     "logit_bias", "suffix",
-      NULL};
+      "model",   "prompt",     "max_tokens", "temperature",      "top_p",
+      "top_k",   "n",          "stream",     "logprobs",         "echo",
+      "stop",    "seed",       "user",       "presence_penalty", "frequency_penalty",
+      "best_of", "logit_bias", "suffix",     "stream_options",   NULL};
   const char *bad = srv_unknown_field(req, known);
   if (bad) return srv_error(r, api, 400, "unknown field \"%s\"", bad);
   srv_params p;
@@ -336,6 +346,7 @@ void srv_openai_chat(srv *s, const mgt_json *req, srv_reply *r) {
                                       "top_k",
                                       "n",
                                       "stream",
+                                      "stream_options",
                                       "stop",
                                       "seed",
                                       "user",
@@ -510,6 +521,21 @@ char *srv_stream_next(srv *s, srv_job *job, size_t *len, int *done) {
                 ? "the server shut down before the answer was complete"
                 : "the model failed while decoding");
     all_final = 1;
+  }
+  if (all_final && !job->failed && job->p.stream_usage) { /* OpenAI's: no choices, the usage */
+    long long prompt_tokens = 0, completion_tokens = 0;
+    for (int i = 0; i < job->nseq; i++) {
+      if (i % job->p.n == 0) prompt_tokens += job->seq[i].n_prompt;
+      completion_tokens += job->seq[i].n - job->seq[i].n_prompt;
+    }
+    fprintf(o.f,
+            "data: {\"id\": \"%s\", \"object\": \"%s\", \"created\": %lld, \"model\": ", job->id,
+            job->p.chat ? "chat.completion.chunk" : "text_completion", job->created);
+    mgt_json_write_bytes(o.f, s->model_name, strlen(s->model_name));
+    fprintf(o.f,
+            ", \"choices\": [], \"usage\": {\"prompt_tokens\": %lld, \"completion_tokens\": "
+            "%lld, \"total_tokens\": %lld}}\n\n",
+            prompt_tokens, completion_tokens, prompt_tokens + completion_tokens);
   }
   if (all_final) {
     fputs("data: [DONE]\n\n", o.f);

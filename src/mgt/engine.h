@@ -39,6 +39,7 @@ typedef struct srv_params {
   int add_bos;
   int n; /* OpenAI: choices per prompt */
   int stream;
+  int stream_usage; /* OpenAI's stream_options.include_usage: a last event with the usage */
   /* Megatron-LM's: the nucleus shrinks by top_p_decay after each token, not below top_p_bound
      (0: no decay); a newline never follows a colon (the tokens of ":" and "\n", or -1); the
      generation also stops at stop_token (-1: only at the end of document) */
