@@ -305,6 +305,23 @@ if serve_start "$tmp/serve2.log" "$MGT" serve --port 0 --load "$tmp/chat_ckpt"; 
   kill -TERM "$server" && wait "$server" || fail "serve did not stop on SIGTERM"
 fi
 
+# a served ChatML model's answers end at <|im_end|>, whatever its tokenizer's eos_token (Qwen's
+# base models name <|endoftext|>); the mistral one's at </s>
+grep -q "as the mistral chat format, an answer ending at </s> (id 2)" "$tmp/serve.log" &&
+  echo "ok: $(grep -o 'mistral chat format.*' "$tmp/serve.log")" || { fail "the mistral end of turn"; grep chat "$tmp/serve.log"; }
+mkdir -p "$tmp/qbase" && cp "$H/qwen3/tokenizer.json" "$tmp/qbase/" &&
+  $PY -c 'import json, sys; c = json.load(open(sys.argv[1])); c["eos_token"] = "<|endoftext|>"; json.dump(c, open(sys.argv[2], "w"))' \
+    "$H/qwen3/tokenizer_config.json" "$tmp/qbase/tokenizer_config.json" &&
+  "$MGT" train --mock-data --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 32 \
+    --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$tmp/qbase" --train-iters 1 --eval-iters 0 \
+    --save "$tmp/qckpt" > "$tmp/q.log" 2>&1 || { fail "a model of Qwen's base tokenizer"; tail -3 "$tmp/q.log"; }
+if serve_start "$tmp/serve3.log" "$MGT" serve --port 0 --load "$tmp/qckpt"; then
+  grep -q "as the chatml chat format, an answer ending at <|im_end|> (id 151645)" "$tmp/serve3.log" &&
+    echo "ok: $(grep -o 'chatml chat format.*' "$tmp/serve3.log") with eos_token <|endoftext|>" ||
+    { fail "ChatML's end of turn"; grep chat "$tmp/serve3.log"; }
+  kill -TERM "$server" && wait "$server" || fail "serve did not stop on SIGTERM"
+fi
+
 # mistakes
 expect "holds conversations with a loss mask: train them with --sft" "$MGT" train "${M[@]:0:${#M[@]}-5}" "${TOK[@]}" --data-path "$tmp/c1" --train-iters 4
 expect "--sft-long-policy and --train-on-prompt are --sft's" "$MGT" train --mock-data --train-on-prompt --train-iters 1

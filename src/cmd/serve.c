@@ -210,10 +210,14 @@ mgt_status mgt_serve_run(const mgt_serve_opts *o, MPI_Comm world) {
            "http://%s:%d (model '%s', %d sequences at a time per replica, %d positions)\n",
            ses.path, (long long)ses.state.iteration, g->tp, g->dp, ses.precision, o->host, bound,
            s.model_name, o->max_batch, positions);
-    if (s.chat_format >= 0)
-      printf("serve: POST /v1/chat/completions renders conversations as the %s chat format\n",
-             mgt_chat_names[s.chat_format]);
-    else
+    if (s.chat_format >= 0) {
+      const char *eot = "";
+      size_t eot_n = 0;
+      if (mgt_tok_piece(s.tok, s.end_of_turn, &eot, &eot_n) != MGT_OK) mgt_error_clear();
+      printf("serve: POST /v1/chat/completions renders conversations as the %s chat format, an "
+             "answer ending at %.*s (id %d)\n",
+             mgt_chat_names[s.chat_format], (int)eot_n, eot, (int)s.end_of_turn);
+    } else
       printf("serve: POST /v1/chat/completions answers 400: %s\n", s.chat_why);
     fflush(stdout);
     st = srv_engine_run(&s, dec, o->max_batch, V, g, &stop_signal, srv_http_quiesce, http,
