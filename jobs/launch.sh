@@ -16,8 +16,10 @@
 #
 # Slurm delivers --signal=B:USR1@N to this shell, which forwards it to srun and so to every
 # rank; the trainer finishes its iteration, saves, and exits 75. This script then runs
-# `scontrol requeue` and exits 0; the requeued job starts over here and resumes. SIGTERM (the
-# time limit, scancel) is forwarded the same way.
+# `scontrol requeue` and exits 0; the requeued job starts over here and resumes. SIGTERM
+# (scancel, or a time limit reached without that warning) reaches srun as USR1 too (srun would
+# kill the ranks on TERM): the trainer saves, and the job ends there, not requeued: scancel
+# stops a job.
 #
 # A start that fails before the trainer's first step (SAVE_DIR/mgt.started absent) is run again
 # in the same allocation, up to START_RETRIES (default 2) times, and not counted as a failure.
@@ -61,6 +63,9 @@ say "job ${SLURM_JOB_ID:-?} restart $restart on ${SLURM_JOB_NUM_NODES:-?} nodes"
   "(${SLURM_JOB_NODELIST:-?}): ${SLURM_NTASKS:-?} tasks, tensor-parallel $tp," \
   "$([ ${#load[@]} -gt 0 ] && echo "resuming from $SAVE_DIR" || echo "starting")"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}
+# srun no longer inherits --cpus-per-task from sbatch (Slurm 22.05): ask for it again, or every
+# rank's threads share one CPU where tasks are bound
+[ -n "${SLURM_CPUS_PER_TASK:-}" ] && export SRUN_CPUS_PER_TASK=${SRUN_CPUS_PER_TASK:-$SLURM_CPUS_PER_TASK}
 # mgt train writes SAVE_DIR/mgt.started after the first step of a run: a step that fails
 # without it never trained. Such a start (Open MPI's TCP wire-up across nodes now and then
 # fails before the first collective completes) is run again, up to START_RETRIES more times,
@@ -70,20 +75,22 @@ if ! [[ "$start_retries" =~ ^[0-9]+$ ]]; then
   echo "launch.sh: START_RETRIES needs a count (got '$start_retries')" >&2
   exit 2
 fi
-signalled=0 rc=75 # a stop asked before anything started: requeued, as after a save
+# a stop asked before anything started: as after a save; usr1, terminated: which signals came
+signalled=0 usr1=0 terminated=0 rc=75
 for start in $(seq 0 "$start_retries"); do
   # until srun runs, a signal is remembered (a trapped signal reaches srun as its default; an
   # ignored one would be ignored there too)
-  trap 'signalled=1' USR1 TERM
-  [ $signalled = 0 ] || break
+  trap 'signalled=1 usr1=1' USR1
+  trap 'signalled=1 terminated=1' TERM
+  [ $signalled = 0 ] || { rc=75; break; }
   rm -f "$SAVE_DIR/mgt.started"
   # --kill-on-bad-exit: one rank that exits with an error (the watchdog's) ends the step, even
   # when a stopped rank never would
   srun --mpi=pmix --kill-on-bad-exit=1 "$MGT" train "${args[@]}" --tensor-model-parallel-size "$tp" \
     --save "$SAVE_DIR" "${load[@]}" &
   pid=$!
-  trap 'signalled=1; say "SIGUSR1: asking the trainer to save and stop"; kill -USR1 $pid' USR1
-  trap 'signalled=1; say "SIGTERM: asking the trainer to save and stop"; kill -TERM $pid' TERM
+  trap 'signalled=1 usr1=1; say "SIGUSR1: asking the trainer to save and stop"; kill -USR1 $pid' USR1
+  trap 'signalled=1 terminated=1; say "SIGTERM: asking the trainer to save and stop"; kill -USR1 $pid' TERM
   [ $signalled = 0 ] || kill -USR1 "$pid" # one that came as srun started
   # a trapped signal interrupts `wait`; wait again until srun has really ended
   while :; do
@@ -98,7 +105,8 @@ for start in $(seq 0 "$start_retries"); do
     break
   say "mgt train failed with status $rc before its first step (a start-up failure):" \
     "starting it again ($((start + 1)) of $start_retries such retries; not counted as a failure)"
-  trap 'signalled=1' USR1 TERM
+  trap 'signalled=1 usr1=1' USR1
+  trap 'signalled=1 terminated=1' TERM
   sleep 2
 done
 trap '' USR1 TERM
@@ -110,6 +118,14 @@ requeue() {
 if [ "$rc" = 0 ]; then
   say "mgt train finished"
   exit 0
+fi
+# SIGTERM without the USR1 warning before it: a cancelled job (or a time limit reached without
+# the warning) ends here, whatever the trainer's status
+if [ "$terminated" = 1 ] && [ "$usr1" = 0 ] && [ "$rc" != 0 ]; then
+  say "stopped by SIGTERM (scancel, or the time limit without --signal's warning):" \
+    "$([ "$rc" = 75 ] && echo "checkpoint saved" || echo "status $rc"); not requeueing"
+  [ "$rc" = 75 ] && exit 0
+  exit "$rc"
 fi
 if [ "$rc" = 75 ]; then
   say "checkpoint saved; requeueing job ${SLURM_JOB_ID:-?}"

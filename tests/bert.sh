@@ -91,6 +91,22 @@ for variant in "pre" "post --apply-residual-connection-post-layernorm" "nobin --
     cmp -s "$tmp/hf_$v/model.safetensors" "$tmp/hf2_$v/model.safetensors" &&
     echo "ok: import ($v) reads the export back bit for bit" || fail "import of the export ($v)"
 done
+# bert-base-uncased's files name the LayerNorms' weights gamma and beta (TensorFlow's names)
+mkdir -p "$tmp/hf_tf" && cp "$tmp/hf_post/config.json" "$tmp/hf_tf/" && $PY - "$tmp/hf_post/model.safetensors" "$tmp/hf_tf/model.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n])
+ren = lambda k: k[:-len(".weight")] + ".gamma" if k.endswith("LayerNorm.weight") else (k[:-len(".bias")] + ".beta" if k.endswith("LayerNorm.bias") else k)
+hdr = {ren(k): v for k, v in hdr.items()}
+assert any(k.endswith(".gamma") for k in hdr)
+t = json.dumps(hdr).encode()
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(t)) + t + raw[8 + n:])
+PY
+"$MGT" ckpt import --format hf --input "$tmp/hf_tf" --save "$tmp/imp_tf" >/dev/null 2>&1 &&
+  "$MGT" ckpt export --format hf --load "$tmp/imp_tf" --output "$tmp/hf2_tf" >/dev/null 2>&1 &&
+  cmp -s "$tmp/hf_post/model.safetensors" "$tmp/hf2_tf/model.safetensors" &&
+  echo "ok: BERT's LayerNorms named gamma and beta import as weight and bias" || fail "gamma and beta"
 grep -q '"MegatronBertForPreTraining"' "$tmp/hf_pre/config.json" &&
   grep -q '"BertForPreTraining"' "$tmp/hf_post/config.json" &&
   grep -q '"MegatronBertForMaskedLM"' "$tmp/hf_nobin/config.json" &&

@@ -172,6 +172,40 @@ for n in names:
     assert np.array_equal(a["model"][n][()].view(np.uint32), b["model"][n][()].view(np.uint32)), n
 print("ok: export then import gives the same %d tensors bit for bit" % len(names))
 PY
+# the Hub's GPT-2 files name the tensors without "transformer." (GPT2Model's names): the same
+# import; an import into a directory that holds checkpoints is refused (its iteration-0
+# checkpoint would become the run's `latest`)
+mkdir -p "$tmp/hub" && cp "$tmp/hf/config.json" "$tmp/hub/" && $PY - "$tmp/hf/model.safetensors" "$tmp/hub/model.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n])
+hdr = {(k[12:] if k.startswith("transformer.") else k): v for k, v in hdr.items()}
+t = json.dumps(hdr).encode()
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(t)) + t + raw[8 + n:])
+PY
+"$MGT" ckpt import --format hf --input "$tmp/hub" --save "$tmp/hub_imp" > "$tmp/out" 2>&1 &&
+  cmp -s <("$MGT" ckpt info "$tmp/imported" 2>&1 | grep -v "^path\|checkpoint\|file") <("$MGT" ckpt info "$tmp/hub_imp" 2>&1 | grep -v "^path\|checkpoint\|file") &&
+  $PY -c 'import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1])["model"], h5py.File(sys.argv[2])["model"]
+assert sorted(a) == sorted(b) and all(np.array_equal(a[k][()], b[k][()]) for k in a)' "$tmp/imported/iter_0000000.h5" "$tmp/hub_imp/iter_0000000.h5" &&
+  echo "ok: the Hub's GPT-2 names (no transformer. prefix) import to the same tensors" || { fail "the Hub's GPT-2 names"; cat "$tmp/out"; }
+mkdir -p "$tmp/hf_scaled" && cp "$tmp/hf/model.safetensors" "$tmp/hf_scaled/" &&
+  $PY -c 'import json, sys; c = json.load(open(sys.argv[1])); c["scale_attn_by_inverse_layer_idx"] = True; json.dump(c, open(sys.argv[2], "w"))' \
+    "$tmp/hf/config.json" "$tmp/hf_scaled/config.json"
+expect "scale_attn_by_inverse_layer_idx: attention scaled otherwise" "$MGT" ckpt import --format hf --input "$tmp/hf_scaled" --save "$tmp/x_scaled"
+expect "--save $tmp/run: holds checkpoints already" "$MGT" ckpt import --format hf --input "$tmp/hf" --save "$tmp/run"
+[ "$(cat "$tmp/run/latest")" = 20 ] && echo "ok: the run's latest is still 20" || fail "the import moved the run's latest"
+# checkpoints without `latest` are not an empty directory: a run from scratch would overwrite
+# them (Megatron-LM's own checkpoints too, which mgt does not read)
+mkdir -p "$tmp/nolatest" "$tmp/megatron/iter_0000010" && cp "$tmp/run/iter_0000020.h5" "$tmp/nolatest/" &&
+  echo 10 > "$tmp/megatron/latest_checkpointed_iteration.txt"
+expect "--load $tmp/nolatest: iter_* checkpoints but no 'latest' file: name one with --ckpt-iteration N" \
+  "$MGT" train "${A[@]}" --load "$tmp/nolatest" --save "$tmp/nolatest"
+expect "--load $tmp/megatron: Megatron-LM's checkpoints (latest_checkpointed_iteration.txt)" \
+  "$MGT" train "${A[@]}" --load "$tmp/megatron" --save "$tmp/megatron"
+[ "$(ls "$tmp/nolatest")" = iter_0000020.h5 ] && echo "ok: nothing written beside them" || fail "files written: $(ls "$tmp/nolatest")"
+
 # named tensors that are missing or of the wrong shape: one line naming them, no crash
 mkdir -p "$tmp/deleted" && cp "$tmp/run/iter_0000020.h5" "$tmp/deleted/" && echo 20 > "$tmp/deleted/latest"
 $PY - "$tmp/deleted/iter_0000020.h5" "$tmp/hf" "$tmp/hf_bad" <<'PY'

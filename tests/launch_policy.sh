@@ -18,9 +18,18 @@ MGT=$(readlink -f "$1") SRC=$(readlink -f "$2")
 mkdir -p "$tmp/bin"
 cat > "$tmp/bin/srun" << 'EOF'
 #!/usr/bin/env bash
-# srun's stand-in: its options dropped, the command run here
+# srun's stand-in: its options dropped, the command run here; as srun, USR1 forwarded to the
+# task and TERM taken for "forcing job termination" (the task killed)
 while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done
-exec "$@"
+"$@" &
+c=$!
+trap 'kill -USR1 $c' USR1
+trap 'echo "srun: forcing job termination"; kill -KILL $c' TERM
+while :; do
+  wait $c
+  rc=$?
+  kill -0 $c 2> /dev/null || exit $rc
+done
 EOF
 cat > "$tmp/bin/scontrol" << EOF
 #!/usr/bin/env bash
@@ -93,6 +102,30 @@ scenario E "3
 "
 [ $rc = 3 ] && [ "$starts" = 1 ] && [ "$requeues" = 0 ] && grep -q "its loss diverged" "$tmp/E.log" &&
   echo "ok: a diverged run (status 3) is not requeued" || { fail "E"; cat "$tmp/E.log"; }
+
+# a stop by signal while the trainer runs: USR1 (--signal's warning before the time limit)
+# saves and requeues; TERM (scancel) saves, reaching the trainer as USR1 (srun kills the
+# ranks on TERM), and ends the job: not requeued
+for sig in USR1 TERM; do
+  rm -rf "$tmp/save" "$tmp/starts" "$tmp/scontrol.calls" "$tmp/plan"
+  PATH=$tmp/bin:$PATH SAVE_DIR=$tmp/save MGT=$tmp/bin/trainer SLURM_JOB_ID=4242 SLURM_JOB_NODELIST=node1 \
+    SLURM_JOB_NUM_NODES=1 SLURM_NTASKS=1 "$SRC/jobs/launch.sh" "${TRAIN[@]}" \
+    --train-iters 100000 > "$tmp/$sig.log" 2>&1 &
+  launcher=$!
+  (sleep 120 && kill -KILL $launcher) 2> /dev/null &
+  guard=$!
+  for _ in $(seq 300); do [ -e "$tmp/save/mgt.started" ] && break; sleep 0.1; done
+  kill -$sig $launcher
+  wait $launcher
+  rc=$?
+  kill $guard 2> /dev/null
+  touch "$tmp/scontrol.calls"
+  requeues=$(grep -c "^requeue 4242" "$tmp/scontrol.calls")
+  want=$([ $sig = USR1 ] && echo 1 || echo 0)
+  [ $rc = 0 ] && [ -f "$tmp/save/latest" ] && [ "$requeues" = "$want" ] && ! grep -q "forcing job termination" "$tmp/$sig.log" &&
+    echo "ok: SIG$sig while training: a checkpoint saved (iteration $(cat "$tmp/save/latest")), $requeues requeue" ||
+    { fail "SIG$sig while training: exit $rc, $requeues requeues"; cat "$tmp/$sig.log"; }
+done
 
 echo "launch_policy: $fails failures"
 [ $fails = 0 ]

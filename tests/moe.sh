@@ -98,8 +98,16 @@ with h5py.File(a, "r") as p, h5py.File(b, "r") as q:
 print("ok: %d model tensors imported bit for bit" % len(names))
 PY
 done
-# keys a config.json leaves out default as transformers' classes do: Qwen3MoeConfig's top 8 (not
-# Mixtral's 2) of these 4 experts is refused
+# keys a config.json leaves out default as transformers' classes do: MixtralConfig's rope_theta
+# 1e6 and rms_norm_eps 1e-5 (not Llama's 10000 and 1e-6)
+rm -rf "$tmp/mdef.hf" && cp -r "$tmp/softmax.hf" "$tmp/mdef.hf"
+$PY -c "import json, sys; c = json.load(open(sys.argv[1])); assert c['model_type'] == 'mixtral'; del c['rope_theta'], c['rms_norm_eps']; json.dump(c, open(sys.argv[1], 'w'))" "$tmp/mdef.hf/config.json"
+"$MGT" ckpt import --format hf --input "$tmp/mdef.hf" --save "$tmp/mdef" > /dev/null 2>&1 &&
+  "$MGT" ckpt info "$tmp/mdef" > "$tmp/mdef.info" 2>&1 &&
+  grep -q "layernorm-epsilon *1e-05$" "$tmp/mdef.info" && grep -q "rotary-base *1000000$" "$tmp/mdef.info" &&
+  echo "ok: a Mixtral config.json without rope_theta and rms_norm_eps: MixtralConfig's 1e6 and 1e-5" ||
+  { fail "Mixtral's defaults"; grep -E "epsilon|rotary-base" "$tmp/mdef.info"; }
+# Qwen3MoeConfig's top 8 (not Mixtral's 2) of these 4 experts is refused
 rm -rf "$tmp/nok.hf" && cp -r "$tmp/qmoe.hf" "$tmp/nok.hf"
 $PY -c "import json, sys; c = json.load(open(sys.argv[1])); del c['num_experts_per_tok']; json.dump(c, open(sys.argv[1], 'w'))" "$tmp/nok.hf/config.json"
 expect "config.json: --moe-router-topk 8 exceeds --num-experts 4" "$MGT" ckpt import --format hf --input "$tmp/nok.hf" --save "$tmp/x"

@@ -38,6 +38,10 @@ run bf16 1 1 --bf16
 run bf16_tp2 2 2 --bf16
 run fp16 1 1 --fp16 --hysteresis 2
 run fp16_fixed 1 1 --fp16 --loss-scale 1024
+# the scale doubles every 2 clean steps: the gradients are unscaled by the scale they carry, the
+# one before the doubling (clipped to 0.01, each step's gradient norm is 0.01)
+ITERS=5 run fp16_grow 1 1 --fp16 --initial-loss-scale 1024 --loss-scale-window 2 --hysteresis 1 \
+  --clip-grad 0.01 --save "$tmp/grow" --save-interval 1
 # the loss scaler is part of the checkpoint: stop at 30, resume, and match the run above
 run fp16_first 1 1 --fp16 --hysteresis 2 --save "$tmp/ckpt" --exit-interval 30
 run fp16_resumed 1 1 --fp16 --hysteresis 2 --load "$tmp/ckpt"
@@ -167,6 +171,29 @@ assert [r["iteration"] for r in resumed] == list(range(1, 61)), "the resumed run
 assert all(a["loss"] == b["loss"] and a["loss_scale"] == b["loss_scale"] for a, b in zip(f, resumed)), \
     "an fp16 run resumed from iteration 30 differs from the uninterrupted one"
 print("ok: fp16 resumed at iteration 30 equals the uninterrupted run bit for bit, scale included")
+# the learning rate advances on the updates, not the skipped iterations (Megatron-LM's
+# scheduler steps after an update): iteration i trains at fp32's lr of i - the skips before it
+lr32 = [r["lr"] for r in rows("fp32")]
+skips = 0
+for r in f:
+    if not r["skipped_iterations"]:
+        assert r["lr"] == lr32[r["iteration"] - 1 - skips], (r, skips)
+    skips += r["skipped_iterations"]
+print(f"ok: fp16's {skips} skipped iterations do not advance the learning rate")
+import glob, h5py, numpy as np
+g = rows("fp16_grow")
+assert [r["loss_scale"] for r in g] == [1024, 2048, 2048, 4096, 4096] and not any(r["skipped_iterations"] for r in g), g
+m_prev, norms = None, []
+for it in range(1, 6):
+    with h5py.File(f"{sys.argv[1]}/grow/iter_{it:07d}.h5", "r") as h:
+        m = {k: h["optimizer/exp_avg"][k][()].astype(np.float64) for k in h["optimizer/exp_avg"]}
+    step = {k: (m[k] - 0.9 * m_prev[k] if m_prev else m[k]) / 0.1 for k in m}  # each gradient
+    gsq = sum((x * x).sum() for x in step.values())
+    norms.append(gsq ** 0.5)
+    m_prev = m
+assert all(abs(n - 0.01) < 1e-4 for n in norms), norms
+print("ok: fp16 loss-scale growth at iterations 2 and 4: every step's clipped gradient norm 0.01 "
+      "(%s)" % ", ".join("%.5f" % n for n in norms))
 for a, b in (("bf16", "bf16_nc"), ("bf16_tp2", "bf16_tp2_nc"), ("fp16", "fp16_nc"),
              ("dist", "dist_nc")):
     ra, rb = rows(a), rows(b)

@@ -31,6 +31,10 @@ typedef struct mgt_ckpt_state {
   /* validation samples consumed so far (Megatron-LM's consumed_valid_samples); -1: not recorded
      (older checkpoints, whose runs validated on the same samples every time) */
   int64_t consumed_valid_samples;
+  /* iterations, and their samples, whose update was skipped (an fp16 overflow, a non-finite
+     loss): the learning-rate schedule does not advance on them (Megatron-LM's); stored where
+     not 0 (older checkpoints: 0, as their runs counted every iteration) */
+  int64_t lr_skipped_iterations, lr_skipped_samples;
 } mgt_ckpt_state;
 
 /* The per-tensor checksum: the sum mod 2^64 over elements of h(i, b), where i is the element's

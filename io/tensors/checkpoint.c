@@ -56,6 +56,10 @@ static uint64_t state_hash(const mgt_ckpt_state *s) {
     h = mgt_fmix64(h ^ (uint64_t)w[i]) + i;
   if (s->consumed_valid_samples >= 0) /* stored only where recorded: older hashes stand */
     h = mgt_fmix64(h ^ (uint64_t)s->consumed_valid_samples ^ 0x76616c6964ull) + 17;
+  if (s->lr_skipped_iterations > 0) /* the same */
+    h = mgt_fmix64(h ^ (uint64_t)s->lr_skipped_iterations ^
+                   mgt_fmix64((uint64_t)s->lr_skipped_samples ^ 0x736b6970ull)) +
+        19;
   if (s->loss_scale > 0) {
     char ls[64];
     snprintf(ls, sizeof ls, "%.17g", s->loss_scale);
@@ -340,6 +344,10 @@ static mgt_status write_state_attrs(hid_t file, const mgt_ckpt_state *s, const c
   MGT_CHECK(mgt_h5_write_i64(file, "data_parallel_size", s->data_parallel_size, what));
   if (s->consumed_valid_samples >= 0)
     MGT_CHECK(mgt_h5_write_i64(file, "consumed_valid_samples", s->consumed_valid_samples, what));
+  if (s->lr_skipped_iterations > 0) {
+    MGT_CHECK(mgt_h5_write_i64(file, "lr_skipped_iterations", s->lr_skipped_iterations, what));
+    MGT_CHECK(mgt_h5_write_i64(file, "lr_skipped_samples", s->lr_skipped_samples, what));
+  }
   MGT_CHECK(mgt_h5_write_u64(file, "state_checksum", state_hash(s), what));
   return MGT_OK;
 }
@@ -630,6 +638,10 @@ static mgt_status read_state(hid_t f, const char *path, mgt_ckpt_state *s) {
   s->consumed_valid_samples = -1;
   if (H5Aexists(f, "consumed_valid_samples") > 0)
     MGT_CHECK(mgt_h5_read_i64(f, "consumed_valid_samples", &s->consumed_valid_samples, path));
+  if (H5Aexists(f, "lr_skipped_iterations") > 0) {
+    MGT_CHECK(mgt_h5_read_i64(f, "lr_skipped_iterations", &s->lr_skipped_iterations, path));
+    MGT_CHECK(mgt_h5_read_i64(f, "lr_skipped_samples", &s->lr_skipped_samples, path));
+  }
   if (H5Aexists(f, "loss_scale") > 0) {
     char ls[64];
     char *end = NULL;
@@ -654,6 +666,8 @@ static mgt_status read_state(hid_t f, const char *path, mgt_ckpt_state *s) {
       {"loss_scale_growth", s->loss_scale_growth, 0, INT32_MAX},
       {"loss_scale_hysteresis", s->loss_scale_hysteresis, 0, INT32_MAX},
       {"consumed_valid_samples", s->consumed_valid_samples, -1, INT64_MAX},
+      {"lr_skipped_iterations", s->lr_skipped_iterations, 0, it - steps},
+      {"lr_skipped_samples", s->lr_skipped_samples, 0, consumed},
   };
   for (size_t i = 0; i < sizeof range / sizeof range[0]; i++)
     MGT_REQUIRE(range[i].v >= range[i].lo && range[i].v <= range[i].hi,

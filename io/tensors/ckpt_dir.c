@@ -259,6 +259,21 @@ mgt_status mgt_ckpt_prune(const char *dir, int keep, FILE *log) {
   return MGT_OK;
 }
 
+/* What a directory holds besides `latest`: checkpoints of ours (iter_N..., not a temporary
+   file), or Megatron-LM's tracker file. */
+static void dir_holds(const char *dir, int *ours, int *megatron) {
+  *ours = *megatron = 0;
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    const char *c = e->d_name;
+    const size_t n = strlen(c);
+    if (!strncmp(c, "iter_", 5) && !(n > 4 && !strcmp(c + n - 4, ".tmp"))) *ours = 1;
+    if (!strcmp(c, "latest_checkpointed_iteration.txt")) *megatron = 1;
+  }
+  if (d) closedir(d);
+}
+
 int mgt_ckpt_none_yet(const char *src) {
   struct stat sb;
   if (stat(src, &sb) != 0) {
@@ -268,7 +283,11 @@ int mgt_ckpt_none_yet(const char *src) {
   if (!S_ISDIR(sb.st_mode)) return 0;
   char latest[MGT_PATH_MAX + 16];
   snprintf(latest, sizeof latest, "%s/latest", src);
-  return lstat(latest, &sb) != 0 && errno == ENOENT;
+  if (lstat(latest, &sb) == 0 || errno != ENOENT) return 0;
+  /* checkpoints without `latest` are not nothing: a run from scratch would overwrite them */
+  int ours, megatron;
+  dir_holds(src, &ours, &megatron);
+  return !ours && !megatron;
 }
 
 /* A --load path: a checkpoint file, or a directory (its `latest`, or iter_NNNNNNN.h5). */
@@ -288,8 +307,21 @@ mgt_status mgt_ckpt_resolve(const char *src, int64_t iteration, char *path, size
                 "--load %s: %s is not a regular file", src, latest);
     const int fd = open(latest, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
-    MGT_REQUIRE(f, "--load %s: no 'latest' file (%s): no checkpoint was completed there", src,
-                strerror(errno));
+    if (!f) {
+      const int why = errno;
+      int ours, megatron;
+      dir_holds(src, &ours, &megatron);
+      MGT_REQUIRE(!megatron,
+                  "--load %s: Megatron-LM's checkpoints (latest_checkpointed_iteration.txt), "
+                  "which mgt does not read: give mgt another directory",
+                  src);
+      MGT_REQUIRE(!ours,
+                  "--load %s: iter_* checkpoints but no 'latest' file: name one with "
+                  "--ckpt-iteration N (a run from scratch would overwrite them)",
+                  src);
+      MGT_FAIL(MGT_ERR_INPUT, "--load %s: no 'latest' file (%s): no checkpoint was completed there",
+               src, strerror(why));
+    }
     const long long it = read_latest(f);
     fclose(f);
     MGT_REQUIRE(it >= 0, "--load %s: 'latest' does not hold an iteration number alone", src);

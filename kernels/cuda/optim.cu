@@ -95,9 +95,12 @@ mgt_status cu_adamw(void *ctx, float *p, const float *g, float *m, float *v,
   const bool copies = s->copies && c->wcopy;
   MGT_REQUIRE(!copies || p == c->wbase, "AdamW writing the weights' copies: not the weights");
   MGT_REQUIRE(nseg <= 65535, "AdamW over %d segments exceeds one launch's grid", nseg);
-  /* the table changes only with the model: uploaded when it differs from the last one */
+  /* the table changes with the model, and between the groups of --decoupled-lr: uploaded when
+     it differs from the last one, once the kernels that read that one are done (the stream is
+     non-blocking: a plain copy is not ordered after them) */
   const size_t bytes = sizeof(mgt_segment) * (size_t)nseg;
   if (c->hsegs_n != bytes || memcmp(c->hsegs, segs, bytes) != 0) {
+    CU(cudaStreamSynchronize(c->stream));
     MGT_CHECK(grow((void **)&c->dsegs, &c->dsegs_n, bytes));
     CU(cudaMemcpy(c->dsegs, segs, bytes, cudaMemcpyHostToDevice));
     free(c->hsegs);

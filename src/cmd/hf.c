@@ -398,6 +398,11 @@ mgt_status mgt_hf_export(const char *ckpt_path, const char *out_dir, size_t max_
   if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
     MGT_GOTO_FAIL(MGT_ERR_INPUT, "--output %s: cannot create: %s", out_dir, strerror(errno));
   MGT_TRY(make_plan(&cfg, &w, &plan));
+  if (cfg.num_experts && cfg.moe_expert_capacity_factor > 0 && log)
+    fprintf(log,
+            "note: --moe-expert-capacity-factor %g: Hugging Face's MoE models drop no token, so "
+            "the export computes without the capacity (as mgt generate and mgt serve do)\n",
+            cfg.moe_expert_capacity_factor);
   char mark[MGT_PATH_MAX + 64];
   mark_path(out_dir, mark, sizeof mark);
   {
@@ -672,6 +677,14 @@ static mgt_status read_hf_config(const char *hf_dir, const mgt_st_dir *sf, mgt_c
     MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: activation_function must be \"gelu_new\" (GPT-2's tanh GeLU)",
                   path);
   }
+  int scaled = 1, by_layer = 0; /* GPT2Attention's: 1 / sqrt(head size), not 1 / layer too */
+  MGT_TRY(hf_bool(conf, path, "scale_attn_weights", 1, &scaled));
+  MGT_TRY(hf_bool(conf, path, "scale_attn_by_inverse_layer_idx", 0, &by_layer));
+  if (!scaled || by_layer)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT,
+                  "%s: %s: attention scaled otherwise than by 1 / sqrt(head size) is not "
+                  "implemented",
+                  path, scaled ? "scale_attn_by_inverse_layer_idx" : "scale_attn_weights false");
   mgt_config_defaults(cfg);
   MGT_TRY(hf_int(conf, path, "n_embd", 0, 1, HF_MAX_HIDDEN, &cfg->hidden_size));
   MGT_TRY(hf_int(conf, path, "n_layer", 0, 1, HF_MAX_LAYERS, &cfg->num_layers));
@@ -746,6 +759,28 @@ static mgt_status report_unused(const mgt_st_dir *sf, const hf_plan *plan, const
   return MGT_OK;
 }
 
+/* The name a piece has in the files when they spell it otherwise than save_pretrained does now:
+   GPT-2's Hub files without the "transformer." prefix (GPT2Model's names; transformers adds
+   it), BERT's LayerNorms as gamma and beta (TensorFlow's names, bert-base-uncased's). */
+static void hub_names(const mgt_st_dir *sf, hf_plan *plan) {
+  int64_t shape[MGT_ST_MAX_DIMS];
+  for (int i = 0; i < plan->n; i++) {
+    char *name = plan->p[i].name, alt[MGT_STATE_NAME];
+    if (mgt_st_dir_dims(sf, name, shape) >= 0) continue;
+    const size_t n = strlen(name);
+    if (!strncmp(name, "transformer.", 12)) {
+      snprintf(alt, sizeof alt, "%s", name + 12);
+    } else if (n > 17 && !strcmp(name + n - 17, ".LayerNorm.weight")) {
+      snprintf(alt, sizeof alt, "%.*s.LayerNorm.gamma", (int)(n - 17), name);
+    } else if (n > 15 && !strcmp(name + n - 15, ".LayerNorm.bias")) {
+      snprintf(alt, sizeof alt, "%.*s.LayerNorm.beta", (int)(n - 15), name);
+    } else {
+      continue;
+    }
+    if (mgt_st_dir_dims(sf, alt, shape) >= 0) snprintf(name, MGT_STATE_NAME, "%s", alt);
+  }
+}
+
 mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   mgt_config cfg;
   mgt_status st = MGT_OK;
@@ -774,6 +809,7 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   if (hf_is_llama(&desc)) MGT_TRY(hf_adopt_tokenizer(hf_dir, &cfg, log));
   MGT_TRY(whole_model(&cfg, sf, hf_dir, &w));
   MGT_TRY(make_plan(&cfg, &w, &plan));
+  hub_names(sf, &plan);
   MGT_TRY(mgt_calloc(sizeof(int64_t) * (size_t)w.n, "import counts", (void **)&covered));
   for (int i = 0; i < plan.n; i++) {
     const hf_piece *pc = &plan.p[i];
@@ -810,6 +846,12 @@ mgt_status mgt_hf_import(const char *hf_dir, const char *save_dir, FILE *log) {
   state.seed = cfg.seed;
   state.tensor_model_parallel_size = state.data_parallel_size = 1;
   int lock = 0;
+  /* an iteration-0 checkpoint would become a run's `latest` over its own */
+  if (!mgt_ckpt_none_yet(save_dir))
+    MGT_GOTO_FAIL(MGT_ERR_INPUT,
+                  "--save %s: holds checkpoints already (or is not a directory): import into a "
+                  "new directory",
+                  save_dir);
   MGT_TRY(mgt_ckpt_prepare_dir(save_dir, MPI_COMM_SELF, mgt_ckpt_bytes(&w), &lock));
   char *config = mgt_config_to_text(&cfg);
   const mgt_model_spec spec = mgt_model_of(&cfg);

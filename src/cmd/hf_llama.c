@@ -265,9 +265,7 @@ void hf_copy_tokenizer(const char *path, const char *out_dir, FILE *log, int32_t
             mgt_error_message());
 }
 
-/* config.json's boolean `key` (dflt when absent or null). */
-static mgt_status hf_bool(const mgt_json *conf, const char *path, const char *key, int dflt,
-                          int *out) {
+mgt_status hf_bool(const mgt_json *conf, const char *path, const char *key, int dflt, int *out) {
   const mgt_json *v = mgt_json_get(conf, key);
   MGT_REQUIRE(!v || v->type == MGT_JSON_NULL || v->type == MGT_JSON_BOOL,
               "%s: %s must be true or false", path, key);
@@ -278,11 +276,11 @@ static mgt_status hf_bool(const mgt_json *conf, const char *path, const char *ke
 /* The rotary positions: rope_theta, and Llama 3.1's scaling (rope_type llama3 with the band
    mgt_gpt_rope_frequencies uses) or none ("default"). transformers 4 writes them as rope_theta
    and rope_scaling, transformers 5 as one object, rope_parameters (its theta inside). */
-static mgt_status read_rope(const mgt_json *conf, const char *path, mgt_config *cfg) {
+static mgt_status read_rope(const mgt_json *conf, const char *path, double theta, mgt_config *cfg) {
   const mgt_json *rp = mgt_json_get(conf, "rope_parameters"),
                  *rs = mgt_json_get(conf, "rope_scaling");
   const char *key = "rope_scaling";
-  MGT_CHECK(hf_num(conf, path, "rope_theta", 10000, 1, 1e12, &cfg->rotary_base));
+  MGT_CHECK(hf_num(conf, path, "rope_theta", theta, 1, 1e12, &cfg->rotary_base));
   if (rp && rp->type != MGT_JSON_NULL) {
     MGT_REQUIRE(rp->type == MGT_JSON_OBJECT, "%s: rope_parameters is not an object", path);
     MGT_REQUIRE(!rs || rs->type == MGT_JSON_NULL || rs == rp,
@@ -386,8 +384,11 @@ mgt_status hf_read_llama_config(const mgt_json *conf, const char *path, const ch
   MGT_CHECK(hf_int(conf, path, "head_dim", cfg->hidden_size / cfg->num_attention_heads, 1,
                    HF_MAX_HIDDEN, &hd));
   if ((int64_t)hd * cfg->num_attention_heads != cfg->hidden_size) cfg->kv_channels = hd;
-  MGT_CHECK(hf_num(conf, path, "rms_norm_eps", 1e-6, 1e-12, 1, &cfg->layernorm_epsilon));
-  MGT_CHECK(read_rope(conf, path, cfg));
+  /* what a config.json leaves out is its class's default: MixtralConfig's rope_theta 1e6 and
+     rms_norm_eps 1e-5, OlmoeConfig's 1e-5, the others' (Llama's, Qwen's) 10000 and 1e-6 */
+  MGT_CHECK(hf_num(conf, path, "rms_norm_eps", mixtral || olmoe ? 1e-5 : 1e-6, 1e-12, 1,
+                   &cfg->layernorm_epsilon));
+  MGT_CHECK(read_rope(conf, path, mixtral ? 1e6 : 10000, cfg));
   int window;
   MGT_CHECK(hf_bool(conf, path, "use_sliding_window", 0, &window));
   MGT_REQUIRE(!window, "%s: use_sliding_window: sliding-window attention is not implemented", path);

@@ -55,6 +55,9 @@ mgt_status hf_plan_whole(hf_plan *pl, const hf_names *w, const char *hf, const c
                          int conv1d);
 /* Writes `text` to path, published durably. */
 mgt_status hf_write_text(const char *path, const char *text);
+/* config.json's boolean `key` (dflt when absent or null). */
+mgt_status hf_bool(const struct mgt_json *conf, const char *path, const char *key, int dflt,
+                   int *out);
 /* config.json's integer or number `key` (dflt when absent or null) within [lo, hi]. */
 mgt_status hf_int(const mgt_json *conf, const char *path, const char *key, int dflt, int lo, int hi,
                   int *out);

@@ -219,14 +219,15 @@ mgt_status mgt_optim_step(mgt_optim *o, double lr, double lr_decoupled, double *
                           int *skipped) {
   double norm = 0.0;
   MGT_CHECK(mgt_optim_grad_norm(o, &norm));
-  norm /= o->loss_scale; /* the gradients carry the loss scale */
+  const double used = o->loss_scale; /* the scale the gradients carry, before it changes */
+  norm /= used;
   *grad_norm = norm;
   *skipped = !isfinite(norm);
-  update_loss_scale(o, *skipped);
+  update_loss_scale(o, *skipped); /* after the unscaling, as Megatron-LM's */
   if (*skipped) return MGT_OK;
   double scale = 1.0;
   if (o->opt.clip_grad > 0.0 && norm > o->opt.clip_grad) scale = o->opt.clip_grad / (norm + 1e-6);
-  scale /= o->loss_scale;
+  scale /= used;
   o->steps++;
   mgt_adamw_step s = {0};
   s.lr = (float)lr;

@@ -83,6 +83,9 @@ struct mgt_trainer {
      as Megatron-LM's; -1 (resumed from a checkpoint that did not record it): the first ones
      every time, as the run did before */
   int64_t consumed_valid;
+  /* iterations, and their samples, that skipped their update: the learning rate does not
+     advance on them (Megatron-LM's scheduler steps only after an update) */
+  int64_t lr_skipped_it, lr_skipped_samples;
   int64_t saved_iteration; /* of the last checkpoint written or loaded, -1 if none */
   double started;          /* mgt_now() that --exit-duration-in-mins counts from; 0: the run's */
   int save_lock;           /* this rank holds --save's lock */
@@ -343,6 +346,8 @@ static mgt_status trainer_create(const mgt_config *cfg, const mgt_grid *grid, co
       tr->iteration = saved.iteration;
       tr->consumed = saved.consumed_samples;
       tr->consumed_valid = saved.consumed_valid_samples;
+      tr->lr_skipped_it = saved.lr_skipped_iterations;
+      tr->lr_skipped_samples = saved.lr_skipped_samples;
       tr->saved_iteration = saved.iteration;
       if (with_optim) {
         mgt_optim_set_step_count(tr->optim, saved.optimizer_steps);
@@ -495,6 +500,8 @@ static mgt_status trainer_save(mgt_trainer *tr, const char *dir) {
   s.tensor_model_parallel_size = tr->grid->tp;
   s.data_parallel_size = tr->grid->dp;
   s.consumed_valid_samples = tr->consumed_valid;
+  s.lr_skipped_iterations = tr->lr_skipped_it;
+  s.lr_skipped_samples = tr->lr_skipped_samples;
   mgt_state list = {0};
   mgt_status st = trainer_state(tr, (int)s.has_optimizer, &list);
   if (st == MGT_OK && tr->run.async_save) {
@@ -632,11 +639,13 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   int64_t it = tr->iteration + 1;
   /* a sample-based schedule steps by the samples consumed, as Megatron-LM's */
   stats->global_batch = mgt_batch_at(&r->batches, tr->consumed);
-  const int64_t after = (int64_t)tr->consumed + stats->global_batch;
+  /* the schedule counts the iterations (samples) that updated, and this one */
+  const int64_t after = (int64_t)tr->consumed + stats->global_batch - tr->lr_skipped_samples,
+                at = it - tr->lr_skipped_it;
   const int samples = r->lr.per_iteration > 1;
-  double lr = samples ? mgt_lr_at_step(&r->lr, after) : mgt_lr_at(&r->lr, it),
+  double lr = samples ? mgt_lr_at_step(&r->lr, after) : mgt_lr_at(&r->lr, at),
          lr_dec =
-             samples ? mgt_lr_at_step(&r->lr_decoupled, after) : mgt_lr_at(&r->lr_decoupled, it);
+             samples ? mgt_lr_at_step(&r->lr_decoupled, after) : mgt_lr_at(&r->lr_decoupled, at);
   double loss = 0.0;
   stats->accuracy = NAN;
   MGT_CHECK(train_batch(tr, &loss, stats));
@@ -660,6 +669,7 @@ mgt_status mgt_trainer_step(mgt_trainer *tr, mgt_step_stats *stats) {
   mgt_timer_stop(&tr->timers[T_ITERATION]);
   tr->iteration = it;
   tr->consumed += (uint64_t)stats->global_batch;
+  if (skipped) tr->lr_skipped_it++, tr->lr_skipped_samples += stats->global_batch;
   stats->iteration = it;
   stats->consumed_samples = tr->consumed;
   stats->loss = loss;
