@@ -121,7 +121,7 @@ NP=$TP run generate --load "$WORK/ckpt" --prompt "$PROMPT" "${sample[@]}" \
   --seed 7 --tensor-model-parallel-size "$TP" > "$WORK/sample.txt" 2> "$WORK/generate.log" ||
   { cat "$WORK/generate.log" >&2; exit 1; }
 cat "$WORK/sample.txt" "$WORK/generate.log"
-ppl=$(grep 'validation loss at iteration' "$WORK/train.log" | tail -n 1 | sed 's/.*lm loss PPL: *\([^ |]*\).*/\1/')
+ppl=$({ grep 'validation loss at iteration' "$WORK/train.log" || true; } | tail -n 1 | sed 's/.*lm loss PPL: *\([^ |]*\).*/\1/')
 if [ -n "$ppl" ]; then
   ppl=$(LC_ALL=C printf '%.2f' "$ppl")
   [ -n "$unigram" ] && unigram=$(LC_ALL=C printf '%.2f' "$unigram")

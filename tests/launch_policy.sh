@@ -112,13 +112,13 @@ for sig in USR1 TERM; do
     SLURM_JOB_NUM_NODES=1 SLURM_NTASKS=1 "$SRC/jobs/launch.sh" "${TRAIN[@]}" \
     --train-iters 100000 > "$tmp/$sig.log" 2>&1 &
   launcher=$!
-  (sleep 120 && kill -KILL $launcher) 2> /dev/null &
+  (sleep 120 && kill -KILL $launcher) > /dev/null 2>&1 & # off the test's output: ctest waits for it
   guard=$!
   for _ in $(seq 300); do [ -e "$tmp/save/mgt.started" ] && break; sleep 0.1; done
   kill -$sig $launcher
   wait $launcher
   rc=$?
-  kill $guard 2> /dev/null
+  kill $(pgrep -P $guard) $guard 2> /dev/null
   touch "$tmp/scontrol.calls"
   requeues=$(grep -c "^requeue 4242" "$tmp/scontrol.calls")
   want=$([ $sig = USR1 ] && echo 1 || echo 0)
