@@ -148,11 +148,11 @@ static mgt_status mpi_reduce_scatter(void *ctx, const mgt_grid *g, mgt_axis axis
   for (int q = 0; q < size; q++)
     n += (size_t)counts[q];
   double t0 = mgt_now();
-  if (req)
-    MGT_MPI(MPI_Ireduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, c, &req->mpi));
-  else
-    MGT_MPI_WATCHED("reduce-scatter", axis,
-                    MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, c));
+  /* the non-blocking collective either way: Open MPI sums MPI_Reduce_scatter in another order
+     than MPI_Ireduce_scatter (from 3 ranks), and --overlap-grad-reduce must not change a bit */
+  MPI_Request own = MPI_REQUEST_NULL;
+  MGT_MPI(MPI_Ireduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, c, req ? &req->mpi : &own));
+  if (!req) MGT_MPI_WATCHED("reduce-scatter", axis, MPI_Wait(&own, MPI_STATUS_IGNORE));
   account(ctx, axis, t0, n * sizeof(float));
   return MGT_OK;
 }
