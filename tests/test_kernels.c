@@ -1558,6 +1558,17 @@ static void test_native_gemm(void) {
   }
   T_OK(mgt_be_set_precision(nb, MGT_PREC_BF16));
   T_OK(mgt_backend_cpu_native(nb, 1));
+  { /* a NaN operand whose mantissa lies in its low 16 bits is a NaN in bf16 (not an infinity),
+       as the emulated GEMMs' and the GPU's conversions keep it */
+    const uint32_t nan_bits[2] = {0x7F800001u, 0xFF800001u};
+    for (int k = 0; k < 2; k++) {
+      float A[2] = {1.0f, 1.0f}, B[4] = {1.0f, 2.0f, 3.0f, 4.0f}, C[2] = {0.0f, 0.0f};
+      memcpy(&A[0], &nan_bits[k], sizeof A[0]);
+      T_OK(mgt_be_gemm(nb, MGT_NOTRANS, MGT_NOTRANS, 1, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2));
+      T_CHECK(isnan(C[0]) && isnan(C[1]), "native bf16 GEMM of the NaN %08x: %g %g",
+              (unsigned)nan_bits[k], C[0], C[1]);
+    }
+  }
   double worst = 0.0;
   const int shapes[][3] = {{19, 23, 37}, {1, 5, 3}, {64, 96, 770}, {256, 300, 64}};
   for (int s = 0; s < 4; s++)

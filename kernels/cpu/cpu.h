@@ -131,11 +131,15 @@ static inline int cpu_native_on(const cpu_ctx *c) {
 /* Sets the table's act16_bytes to the mode's: bf16 under native GEMMs, else floats. */
 void cpu_act16_mode(cpu_ctx *c);
 /* The bf16 bits of x rounded as mgt_round_bf16, branch-free so that the conversion loops
-   vectorize (calling mgt_round_bf16 there made a native step 25% slower). */
+   vectorize (calling mgt_round_bf16 there made a native step 25% slower); a NaN stays a NaN
+   (quieted: one whose mantissa lies in the low 16 bits would otherwise become an infinity). */
 static inline uint16_t cpu_bf16_bits(float x) {
   uint32_t u;
   memcpy(&u, &x, sizeof u);
-  if ((u & 0x7F800000u) != 0x7F800000u) u += 0x7FFFu + ((u >> 16) & 1u);
+  if ((u & 0x7F800000u) != 0x7F800000u)
+    u += 0x7FFFu + ((u >> 16) & 1u);
+  else if (u & 0x007FFFFFu)
+    u |= 0x00400000u;
   return (uint16_t)(u >> 16);
 }
 /* mgt_round_bf16, inline so that the rounding loops vectorize (the same bits: infinities and
