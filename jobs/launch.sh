@@ -75,15 +75,17 @@ if ! [[ "$start_retries" =~ ^[0-9]+$ ]]; then
   echo "launch.sh: START_RETRIES needs a count (got '$start_retries')" >&2
   exit 2
 fi
-# a stop asked before anything started: as after a save; usr1, terminated: which signals came
-signalled=0 usr1=0 terminated=0 rc=75
+# a stop asked before anything started: as after a save; usr1, terminated: which signals came;
+# ran: the trainer was started by this pass (a stop before that saved nothing)
+signalled=0 usr1=0 terminated=0 rc=75 ran=0
 for start in $(seq 0 "$start_retries"); do
   # until srun runs, a signal is remembered (a trapped signal reaches srun as its default; an
   # ignored one would be ignored there too)
   trap 'signalled=1 usr1=1' USR1
   trap 'signalled=1 terminated=1' TERM
-  [ $signalled = 0 ] || { rc=75; break; }
+  [ $signalled = 0 ] || { rc=75 ran=0; break; }
   rm -f "$SAVE_DIR/mgt.started"
+  ran=1
   # --kill-on-bad-exit: one rank that exits with an error (the watchdog's) ends the step, even
   # when a stopped rank never would
   srun --mpi=pmix --kill-on-bad-exit=1 "$MGT" train "${args[@]}" --tensor-model-parallel-size "$tp" \
@@ -123,12 +125,13 @@ fi
 # the warning) ends here, whatever the trainer's status
 if [ "$terminated" = 1 ] && [ "$usr1" = 0 ] && [ "$rc" != 0 ]; then
   say "stopped by SIGTERM (scancel, or the time limit without --signal's warning):" \
-    "$([ "$rc" = 75 ] && echo "checkpoint saved" || echo "status $rc"); not requeueing"
+    "$([ "$rc" != 75 ] && echo "status $rc" || { [ $ran = 1 ] && echo "checkpoint saved" || echo "no checkpoint saved"; }); not requeueing"
   [ "$rc" = 75 ] && exit 0
   exit "$rc"
 fi
 if [ "$rc" = 75 ]; then
-  say "checkpoint saved; requeueing job ${SLURM_JOB_ID:-?}"
+  say "$([ $ran = 1 ] && echo "checkpoint saved" || echo "stopped with no checkpoint saved");" \
+    "requeueing job ${SLURM_JOB_ID:-?}"
   requeue
 fi
 if [ "$rc" = 3 ]; then # diverged: a restart would diverge again, from a later checkpoint

@@ -73,6 +73,15 @@ for blocked in mf_messages_document_loss_mask.bin.tmp mf_messages_document.bin.t
   fi
 done
 
+# an overwrite whose tokens fail leaves the earlier tokens beside a mask that does not fit them:
+# refused when read, never trained on as plain text
+rm -rf "$tmp"/mf_* &&
+  "$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$tmp/conv.jsonl" --output-prefix "$tmp/mf" \
+    --dataset-impl mmap > /dev/null 2>&1 && mkdir "$tmp/mf_messages_document.bin.tmp" && head -50 "$tmp/conv.jsonl" > "$tmp/conv50.jsonl" &&
+  ! "$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$tmp/conv50.jsonl" --output-prefix "$tmp/mf" \
+    --dataset-impl mmap > /dev/null 2>&1 || fail "the failed overwrite"
+OVER=1
+
 M=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 96 --seq-length 64
   --normalization RMSNorm --swiglu --position-embedding-type rope --disable-bias-linear
   --untie-embeddings-and-output-weights --micro-batch-size 2 --global-batch-size 8 --lr 3e-3
@@ -323,6 +332,8 @@ if serve_start "$tmp/serve3.log" "$MGT" serve --port 0 --load "$tmp/qckpt"; then
 fi
 
 # mistakes
+[ "${OVER:-}" = 1 ] && expect "_loss_mask.idx is not a uint8 loss mask of the same sequences" \
+  "$MGT" train "${M[@]}" --data-path "$tmp/mf_messages_document" --train-iters 4
 expect "holds conversations with a loss mask: train them with --sft" "$MGT" train "${M[@]:0:${#M[@]}-5}" "${TOK[@]}" --data-path "$tmp/c1" --train-iters 4
 expect "--sft-long-policy and --train-on-prompt are --sft's" "$MGT" train --mock-data --train-on-prompt --train-iters 1
 expect "conversations are not split into sentences" "$MGT" preprocess "${TOK[@]}" --chat-template mistral --input "$tmp/conv.jsonl" --output-prefix "$tmp/x" --split-sentences

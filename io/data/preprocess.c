@@ -590,12 +590,16 @@ static mgt_status write_megatron(const char *prefix, MPI_Comm world, int split, 
     mgt_free(m);
   }
   if (st == MGT_OK) {
+    const int had_tokens = mgt_mmidx_exists(prefix); /* the same answer on every rank */
     st = mgt_mmidx_write(prefix, world, meta->vocab_size < 65500 ? MGT_MM_U16 : MGT_MM_I32,
                          sh->tokens.ids, (int64_t)sh->tokens.n, seq, (int64_t)n_seq, per_doc,
                          (int64_t)sh->n_docs);
     int rank;
     MPI_Comm_rank(world, &rank);
-    if (st != MGT_OK && sh->chat && rank == 0) { /* no mask left without its tokens */
+    /* no mask left without its tokens; beside earlier tokens (an overwrite that failed) the new
+       mask stays: it does not fit them, and reading refuses the pair, where tokens without a
+       mask would train on every token */
+    if (st != MGT_OK && sh->chat && rank == 0 && !had_tokens) {
       char f[sizeof mp + 8];
       snprintf(f, sizeof f, "%s.idx", mp), unlink(f);
       snprintf(f, sizeof f, "%s.bin", mp), unlink(f);
