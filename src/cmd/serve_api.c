@@ -16,6 +16,7 @@
 #include "mgt/json.h"
 #include "mgt/rng.h"
 #include "mgt/serve.h"
+#include "mgt/sha256.h"
 #include "mgt/tokenizer.h"
 
 /* ---- JSON out ---- */
@@ -100,18 +101,12 @@ const char *srv_unknown_field(const mgt_json *obj, const char *const *known) {
 /* Jobs made by this process: their ids and default seeds differ whatever their timing. */
 static uint64_t jobs_made;
 
-static uint64_t mix64(uint64_t x) { /* SplitMix64's finalizer: every bit of x in every bit */
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 uint64_t srv_fresh_seed(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   const uint64_t n = __atomic_fetch_add(&jobs_made, 1, __ATOMIC_RELAXED);
-  return mix64(((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
-               mix64(n + ((uint64_t)getpid() << 32)));
+  return mgt_fmix64(((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+                    mgt_fmix64(n + ((uint64_t)getpid() << 32)));
 }
 
 /* A job of the given prompts (token ids), each `copies` times. */

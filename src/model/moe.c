@@ -440,11 +440,18 @@ mgt_status gpt_moe_forward(mgt_gpt *m, int l, int N, const float *in, layer_acts
   return d->Fs ? shared_forward(m, N, in, a, w, y) : MGT_OK;
 }
 
-/* The loss's own routing of token t from its scores (layer l's, h->probs): their top k without
-   the expert bias (Megatron-LM's compute_routing_scores_for_aux_loss; without a bias, the
-   experts the token was sent to), into idx (k). */
-static void loss_top_k(const struct gpt_moe_host *h, int t, int E, int K, int32_t *idx) {
-  mgt_moe_top_k(h->probs + (size_t)t * E, NULL, E, K, idx);
+/* The loss's own counts of tokens [t0, t1) per expert, into c (E), from their scores (layer l's,
+   h->probs): the top k without the expert bias (Megatron-LM's
+   compute_routing_scores_for_aux_loss; without a bias, the experts the tokens were sent to). */
+static void loss_counts(const struct gpt_moe_host *h, int t0, int t1, int E, int K, double *c) {
+  int32_t idx[K];
+  for (int e = 0; e < E; e++)
+    c[e] = 0;
+  for (int t = t0; t < t1; t++) {
+    mgt_moe_top_k(h->probs + (size_t)t * E, NULL, E, K, idx);
+    for (int j = 0; j < K; j++)
+      c[idx[j]]++;
+  }
 }
 
 /* Megatron-LM's seq_aux_loss: the load-balancing loss of each of the B sequences of T tokens (its
@@ -458,17 +465,10 @@ static mgt_status seq_aux_loss(mgt_gpt *m, int l, int N, const layer_acts *a, fl
   const double s = m->aux_scale, f = m->run.moe_aux_coeff * E / ((double)K * T * T) / B;
   float g[B * E];
   double v = 0;
-  int32_t idx[K];
   MGT_CHECK(mgt_be_download(m->be, h->probs, a->probs, sizeof(float) * (size_t)N * E));
   for (int b = 0; b < B; b++) {
-    int c[E];
-    for (int e = 0; e < E; e++)
-      c[e] = 0;
-    for (int t = b * T; t < (b + 1) * T; t++) {
-      loss_top_k(h, t, E, K, idx);
-      for (int j = 0; j < K; j++)
-        c[idx[j]]++;
-    }
+    double c[E];
+    loss_counts(h, b * T, (b + 1) * T, E, K, c);
     for (int e = 0; e < E; e++) {
       double p = 0;
       for (int t = b * T; t < (b + 1) * T; t++)
@@ -532,18 +532,11 @@ static mgt_status aux_losses(mgt_gpt *m, int l, int N, const layer_acts *a, floa
     float g[E];
     double counts[E], nc = n;
     MGT_CHECK(mgt_be_download(m->be, h->probs, a->probs, sizeof(float) * (size_t)N * E));
-    for (int e = 0; e < E; e++)
-      counts[e] = h->counts[(size_t)l * E + e];
-    if (h->bias_counts) { /* the bias chose other experts than the loss counts */
-      int32_t idx[d->K];
+    if (h->bias_counts) /* the bias chose other experts than the loss counts */
+      loss_counts(h, 0, N, E, d->K, counts);
+    else
       for (int e = 0; e < E; e++)
-        counts[e] = 0;
-      for (int t = 0; t < N; t++) {
-        loss_top_k(h, t, E, d->K, idx);
-        for (int j = 0; j < d->K; j++)
-          counts[idx[j]]++;
-      }
-    }
+        counts[e] = h->counts[(size_t)l * E + e];
     if (global) MGT_CHECK(global_counts(m, l, N, counts, &nc));
     const double sl = global ? s * m->grid->dp : s;
     const double f = r->moe_aux_coeff * E / ((double)d->K * nc * nc);

@@ -102,10 +102,9 @@ static void json_num(FILE *f, const char *key, double v, int digits) {
 
 static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm, int kind,
                          const double *moe, double ms, double tokens_per_sec, double tflops,
-                         int ranks, double sample_tokens, int skipped, int nans) {
+                         double tflops_rank, double tokens_seen, int skipped, int nans) {
   fprintf(f, "{\"iteration\":%lld,\"consumed_samples\":%llu,\"consumed_tokens\":%.0f",
-          (long long)s->iteration, (unsigned long long)s->consumed_samples,
-          (double)s->consumed_samples * sample_tokens);
+          (long long)s->iteration, (unsigned long long)s->consumed_samples, tokens_seen);
   json_num(f, "loss", lm->loss, 17);
   if (kind == KIND_TASK) {
     json_num(f, "accuracy", lm->sop_acc, 9);
@@ -123,7 +122,7 @@ static void metrics_line(FILE *f, const mgt_step_stats *s, const loss_means *lm,
   json_num(f, "ms_per_iteration", ms, 9);
   json_num(f, "tokens_per_sec", tokens_per_sec, 9);
   json_num(f, "tflops", tflops, 9);
-  json_num(f, "tflops_per_rank", tflops / ranks, 9);
+  json_num(f, "tflops_per_rank", tflops_rank, 9);
   fprintf(f, ",\"skipped_iterations\":%d,\"nan_iterations\":%d", skipped, nans);
   json_num(f, "loss_scale", s->loss_scale, 17);
   fputs("}\n", f);
@@ -148,11 +147,11 @@ static mgt_status tb_write(mgt_tb *tb, int64_t step, const tb_scalar *x, int n) 
    lm + sop). */
 static mgt_status tb_train(mgt_tb *tb, const mgt_step_stats *s, const loss_means *lm, int kind,
                            int moe, const double *spread, int batch, double ms,
-                           double tokens_per_sec, double tflops, int ranks, double sample_tokens,
-                           int skipped, int nans) {
+                           double tokens_per_sec, double tflops, double tflops_rank,
+                           double tokens_seen, int skipped, int nans) {
   const tb_scalar x[] = {
       {"consumed-samples", (double)s->consumed_samples, 1},
-      {"consumed-tokens", (double)s->consumed_samples * sample_tokens, 1},
+      {"consumed-tokens", tokens_seen, 1},
       {kind == KIND_MASKED ? "loss" : "lm loss", lm->loss, 1},
       {"accuracy", lm->sop_acc, kind == KIND_TASK},
       {"lm loss", lm->lm, kind == KIND_MASKED},
@@ -167,7 +166,7 @@ static mgt_status tb_train(mgt_tb *tb, const mgt_step_stats *s, const loss_means
       {"iteration-time-ms", ms, 1},
       {"tokens-per-second", tokens_per_sec, 1},
       {"tflops", tflops, 1},
-      {"throughput", tflops / ranks, 1}, /* Megatron-LM's: TFLOP/s per GPU */
+      {"throughput", tflops_rank, 1}, /* Megatron-LM's: TFLOP/s per GPU */
       {"skipped-iterations", skipped, 1},
       {"nan-iterations", nans, 1},
       {"loss-scale", s->loss_scale, 1},
@@ -186,6 +185,9 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
                         r->acc.sop_acc / r->n, r->acc.lb / r->n, r->acc.z / r->n};
   const double per = n_it ? r->batches / n_it : 1.0; /* of a full global batch per iteration */
   const double tps = per * r->tokens / (ms / 1e3), tflops = per * r->flops / (ms / 1e3) / 1e12;
+  /* per rank (per GPU), and the tokens seen: r->tokens is a full batch's samples of a length */
+  const double tflops_rank = tflops / r->ranks,
+               seen = (double)s->consumed_samples * (r->tokens / c->global_batch);
   r->batches = 0;
   const int skipped = r->skipped, nans = r->nans;
   r->acc = (loss_means){0, 0, 0, 0, 0, 0};
@@ -207,16 +209,16 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
   fprintf(log,
           " grad norm: %.3f | tokens/s: %.1f | TFLOP/s: %.4f | TFLOP/s per rank: %.4f | skipped "
           "iterations: %d | nan iterations: %d",
-          s->grad_norm, tps, tflops, tflops / r->ranks, skipped, nans);
+          s->grad_norm, tps, tflops, tflops_rank, skipped, nans);
   if (c->optim.fp16) fprintf(log, " | loss scale: %.1f", s->loss_scale);
   fputc('\n', log);
   fflush(log);
   if (r->tb)
     MGT_CHECK(tb_train(r->tb, s, &mean, r->kind, r->moe, r->spread, s->global_batch, ms, tps,
-                       tflops, r->ranks, r->tokens / c->global_batch, skipped, nans));
+                       tflops, tflops_rank, seen, skipped, nans));
   if (r->metrics) {
     metrics_line(r->metrics, s, &mean, r->kind, r->moe ? r->spread : NULL, ms, tps, tflops,
-                 r->ranks, r->tokens / c->global_batch, skipped, nans);
+                 tflops_rank, seen, skipped, nans);
     fflush(r->metrics);
   }
   return MGT_OK;
