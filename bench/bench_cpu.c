@@ -1,7 +1,9 @@
+#define _GNU_SOURCE /* syscall: AMX tile permission */
 /* CPU training benchmark: GPT-2 124M shapes. Measures, in one run, the machine's FMA peak
    and its sgemm rate on the model's GEMM shapes, then times training steps and reports
    tokens/s, model FLOP/s and both ratios. */
 #include "cpu/cblas_any.h"
+#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <mpi.h>
@@ -9,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "mgt/backend.h"
 #include "mgt/cli.h"
@@ -99,8 +103,68 @@ static double bf16_peak(void) {
     best = fmax(best, dpbf16_chains(50000000));
   return best;
 }
+
+/* FLOP/s of AMX's bf16 tile products (TDPBF16PS: a 16 x 32 by 32 x 16 product and sum, 16,384
+   FLOP an instruction) on every thread, four independent accumulator tiles each: the matrix
+   units' peak; 0 where the CPU has none or the kernel does not lend the tile state. */
+struct amx_cfg {
+  unsigned char palette, start, reserved[14];
+  unsigned short colsb[16];
+  unsigned char rows[16];
+};
+__attribute__((target("amx-tile,amx-bf16"))) static double amx_chains(long iters) {
+  float sink = 0.0f;
+  double t0 = mgt_now();
+#pragma omp parallel reduction(+ : sink)
+  {
+    struct amx_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++)
+      cfg.colsb[i] = 64, cfg.rows[i] = 16;
+    _tile_loadconfig(&cfg);
+    unsigned short ab[16 * 32];
+    float out[16 * 16];
+    for (int i = 0; i < 16 * 32; i++)
+      ab[i] = (unsigned short)(0x3f00 + (i & 7)); /* bf16 near 0.5 */
+    _tile_loadd(4, ab, 64);
+    _tile_loadd(5, ab, 64);
+    _tile_loadd(6, ab, 64);
+    _tile_loadd(7, ab, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (long it = 0; it < iters; it++) {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, out, 64);
+    sink += out[0];
+    _tile_stored(3, out, 64);
+    sink += out[0];
+    _tile_release();
+  }
+  double t = mgt_now() - t0;
+  if (sink == 12345.0f) printf(" ");
+  return (double)omp_get_max_threads() * iters * 4 * 16384.0 / t;
+}
+static double amx_peak(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24)))
+    return 0.0;                                 /* no AMX-BF16 or no AMX-TILE */
+  if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) /* ARCH_REQ_XCOMP_PERM, XTILEDATA */
+    return 0.0;
+  double best = 0.0;
+  for (int rep = 0; rep < 5; rep++)
+    best = fmax(best, amx_chains(2000000));
+  return best;
+}
 #else
 static double bf16_peak(void) { return 0.0; }
+static double amx_peak(void) { return 0.0; }
 #endif
 
 /* GEMM FLOP/s over the GEMMs of one training step (forward and both backward products of
@@ -192,6 +256,7 @@ static double stream_bw(void) {
 typedef struct rates {
   double fma256, fma512, gemm, gemm2048; /* FLOP/s; 0 when not measured */
   double dpbf16, bgemm, bgemm2048;       /* bf16: dot-product peak, native GEMMs */
+  double amx;                            /* AMX's bf16 tile peak; 0 without AMX */
   double bw;                             /* memory bandwidth, bytes/s */
   double dgemm, dgemm2048;               /* oneDNN's fp32 matmul on the same shapes */
 } rates;
@@ -227,6 +292,7 @@ static void measure(rates *r) {
   r->gemm = gemm_rate(256, 768, 50304, NULL);
   r->gemm2048 = gemm_rate(2048, 768, 50304, NULL);
   r->dpbf16 = bf16_peak();
+  r->amx = amx_peak();
   r->bw = stream_bw();
   r->bgemm = r->bgemm2048 = r->dgemm = r->dgemm2048 = 0.0;
   mgt_backend *nb = NULL;
@@ -255,6 +321,7 @@ static int overlap, distopt, param_gather, seqpar, flash, attn; /* attn: MGT_ATT
 static int bf16, no_copies, emulated;   /* --bf16, --no-weight-copies, --emulated */
 static int f32dnn;                      /* --fp32-gemm onednn: fp32 GEMMs through oneDNN */
 static int moe_e, moe_k, moe_f, ep = 1; /* --moe E,K,F: the MLPs as E experts of F, top-K; --ep */
+static int chunk_rows;                  /* --logits-chunk-rows (0: the trainer's default) */
 
 /* This process's resident memory, now (VmRSS) or at its peak (VmHWM), MiB; 0 when /proc does
    not say. */
@@ -300,6 +367,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
   cfg.bf16 = bf16;
   if (emulated) cfg.cpu_gemm = MGT_CPU_GEMM_EMULATED;
   cfg.no_weight_copies = no_copies;
+  cfg.logits_chunk_rows = chunk_rows;
   flash = mgt_config_flash(&cfg, NULL, 0); /* as the model chooses it (its label and bytes) */
   if (moe_e) { /* GPT-2's block without biases, its MLPs Mixture-of-Experts layers */
     cfg.num_experts = moe_e, cfg.moe_router_topk = moe_k, cfg.moe_ffn_hidden_size = moe_f;
@@ -388,7 +456,7 @@ static int run_config(const mgt_grid *grid, const mgt_backend *be, int B, int T,
                     [--sequence-parallel] [--attention-backend auto|flash|unfused]
                     [--use-flash-attn] [--bf16 [--no-weight-copies]]
                     [--config small|large|both | --shape BxT] [--moe E,K,F [--ep N]]
-                    [--fp32-gemm openblas|onednn]
+                    [--fp32-gemm openblas|onednn] [--logits-chunk-rows N]
    One rank: measures the machine's peaks, then the step time at two shapes.
    Several ranks (under mpiexec): the same shapes at the given tensor-parallel size, the
    rest data-parallel, at the same global batch. */
@@ -441,6 +509,8 @@ int main(int argc, char **argv) {
       i++;
     else if (!strcmp(argv[i], "--ep") && i + 1 < argc)
       ep = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--logits-chunk-rows") && i + 1 < argc)
+      chunk_rows = atoi(argv[++i]);
   }
   if (steps < 1 || steps > 60) steps = 5;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -489,6 +559,11 @@ int main(int argc, char **argv) {
     printf("bf16 dot-product peak (VDPBF16PS): %.1f GFLOP/s; native bf16 GEMMs (%s) on the "
            "step's shapes: %.1f GFLOP/s at 256 tokens, %.1f GFLOP/s at 2048 tokens\n",
            dp / 1e9, units, b256 / 1e9, b2048 / 1e9);
+    const double amx = fmax(before.amx, after.amx);
+    if (amx > 0)
+      printf("AMX bf16 tile peak (TDPBF16PS): %.1f GFLOP/s; native bf16 GEMMs at %.3f of it (256 "
+             "tokens), %.3f (2048)\n",
+             amx / 1e9, b256 / amx, b2048 / amx);
     const double d256 = fmax(before.dgemm, after.dgemm);
     const double d2048 = fmax(before.dgemm2048, after.dgemm2048);
     printf("oneDNN's fp32 matmul on the step's GEMM shapes: %.1f GFLOP/s at 256 tokens, %.1f "
@@ -507,6 +582,7 @@ int main(int argc, char **argv) {
                names[k], got[k] / r.fma256, r.fma512 > 0 ? got[k] / r.fma512 : 0.0,
                got[k] / gemm[k], dp > 0 ? got[k] / dp : 0.0,
                bgemm[k] > 0 ? got[k] / bgemm[k] : 0.0);
+        if (amx > 0) printf("%s: %.3f of the AMX bf16 tile peak\n", names[k], got[k] / amx);
         const double tg = info[k].flops / best, tm = bw > 0 ? info[k].bytes / bw : 0.0;
         printf("%s: roofline %.1f ms (GEMMs %.1f ms at %.1f GFLOP/s %s, memory %.1f ms: %.2f GB "
                "at %.1f GB/s): the step (%.1f ms) at %.3f of it\n",

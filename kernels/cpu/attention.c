@@ -101,7 +101,10 @@ static void softmax_backward_row(float *r, const float *pr, const mgt_dropout *d
 
 #ifdef MGT_HAVE_ONEDNN
 /* The attention's products as batched bf16 matmuls over (batch, head) (native.c), with the
-   rows' softmax and dropout in fp32 between them, as every other element-wise step. */
+   rows' softmax and dropout in fp32 between them, as every other element-wise step. Their bf16
+   operands are stored head-major, each (batch, head)'s T x hd block contiguous: oneDNN's AMX
+   kernels take those (a transposed one through its strides), while read in place from the
+   token-major qkv it falls back to a kernel several times slower. */
 static cpu_mm att_mm(int B, int Hl, int M, int N, int K, float alpha) {
   cpu_mm m;
   memset(&m, 0, sizeof m);
@@ -116,20 +119,47 @@ static void block_to_bf16(uint16_t *dst, const float *src, long long n) {
 }
 #define STRIDES(s, a, b, c, d) ((s)[0] = (a), (s)[1] = (b), (s)[2] = (c), (s)[3] = (d))
 
+/* The nw blocks of Hl heads of each token row of src (row stride ld), in bf16, head-major:
+   block w of (b, h) at dst + ((w B + b) Hl + h) T hd. */
+static void heads_to_bf16(uint16_t *dst, const float *src, int B, int T, int Hl, int hd, int nw,
+                          int ld) {
+  const size_t blk = (size_t)T * hd;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      const float *s = src + ((size_t)b * T + t) * ld;
+      for (int w = 0; w < nw; w++)
+        for (int h = 0; h < Hl; h++)
+          block_to_bf16(dst + (((size_t)w * B + b) * Hl + h) * blk + (size_t)t * hd,
+                        s + ((size_t)w * Hl + h) * hd, hd);
+    }
+}
+/* Block w (0 q, 1 k, 2 v) of each of the rows of dqkv = the row of g (Cl wide). */
+static void grads_into(float *dqkv, const float *g, int rows, int Cl, int w) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++)
+    memcpy(dqkv + (size_t)r * 3 * Cl + (size_t)w * Cl, g + (size_t)r * Cl, (size_t)Cl * sizeof *g);
+}
+/* Strides of block w of heads_to_bf16's layout, read as rows x hd (or transposed: hd x rows). */
+static void head_strides(long long *s, int Hl, int T, int hd, int transposed) {
+  const long long blk = (long long)T * hd;
+  STRIDES(s, Hl * blk, blk, transposed ? 1 : hd, transposed ? hd : 1);
+}
+
 static mgt_status attention_forward_native(cpu_ctx *c, float *out, float *P, const float *qkv,
                                            int B, int T, int Hl, int hd, int head_offset,
                                            const int32_t *keylen, const int32_t *kfirst,
                                            const mgt_dropout *d, float *scratch) {
   const cpu_att A = cpu_att_of(Hl, hd, d);
-  const long long TT = (long long)T * T, ld = A.ld, Cl = A.Cl;
+  const long long TT = (long long)T * T, Cl = A.Cl, blk = (long long)B * Hl * T * hd;
   uint16_t *q16, *p16;
   MGT_CHECK(cpu_bf16_scratch(c, 0, (size_t)B * T * A.ld, &q16));
   MGT_CHECK(cpu_bf16_scratch(c, 1, (size_t)B * Hl * TT, &p16));
-  cpu_to_bf16(q16, qkv, B * T, A.ld, A.ld);
+  heads_to_bf16(q16, qkv, B, T, Hl, hd, 3, A.ld);
   cpu_mm s = att_mm(B, Hl, T, T, hd, A.scale); /* S = scale Q K^T */
-  STRIDES(s.sa, T * ld, hd, ld, 1), STRIDES(s.sb, T * ld, hd, 1, ld);
+  head_strides(s.sa, Hl, T, hd, 0), head_strides(s.sb, Hl, T, hd, 1);
   STRIDES(s.sc, Hl * TT, TT, T, 1);
-  MGT_CHECK(cpu_native_matmul(c->nat, &s, q16, q16 + Cl, P));
+  MGT_CHECK(cpu_native_matmul(c->nat, &s, q16, q16 + blk, P));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < Hl; h++) {
@@ -147,9 +177,9 @@ static mgt_status attention_forward_native(cpu_ctx *c, float *out, float *P, con
       }
     }
   cpu_mm o = att_mm(B, Hl, T, hd, T, 1.0f); /* out = Pd V */
-  STRIDES(o.sa, Hl * TT, TT, T, 1), STRIDES(o.sb, T * ld, hd, ld, 1);
+  STRIDES(o.sa, Hl * TT, TT, T, 1), head_strides(o.sb, Hl, T, hd, 0);
   STRIDES(o.sc, T * Cl, hd, Cl, 1);
-  return cpu_native_matmul(c->nat, &o, p16, q16 + 2 * Cl, out);
+  return cpu_native_matmul(c->nat, &o, p16, q16 + 2 * blk, out);
 }
 
 static mgt_status attention_backward_native(cpu_ctx *c, float *dqkv, const float *dout,
@@ -158,13 +188,13 @@ static mgt_status attention_backward_native(cpu_ctx *c, float *dqkv, const float
                                             const int32_t *kfirst, const mgt_dropout *d,
                                             float *scratch) {
   const cpu_att A = cpu_att_of(Hl, hd, d);
-  const long long TT = (long long)T * T, ld = A.ld, Cl = A.Cl;
+  const long long TT = (long long)T * T, blk = (long long)B * Hl * T * hd;
   uint16_t *q16, *o16, *p16;
   MGT_CHECK(cpu_bf16_scratch(c, 0, (size_t)B * T * A.ld, &q16));
   MGT_CHECK(cpu_bf16_scratch(c, 1, (size_t)B * T * A.Cl, &o16));
   MGT_CHECK(cpu_bf16_scratch(c, 2, (size_t)B * Hl * TT, &p16));
-  cpu_to_bf16(q16, qkv, B * T, A.ld, A.ld);
-  cpu_to_bf16(o16, dout, B * T, A.Cl, A.Cl);
+  heads_to_bf16(q16, qkv, B, T, Hl, hd, 3, A.ld);
+  heads_to_bf16(o16, dout, B, T, Hl, hd, 1, A.Cl);
   if (A.drop) {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
@@ -177,14 +207,19 @@ static mgt_status attention_backward_native(cpu_ctx *c, float *dqkv, const float
   } else {
     cpu_to_bf16(p16, P, B * Hl * T, T, T);
   }
+  /* dQ, dK, dV each into g, token-major without gaps (written into dqkv's gaps, oneDNN left its
+     AMX kernels), then copied into their columns of dqkv */
+  float *g;
+  MGT_CHECK(cpu_f32_scratch(c, 1, (size_t)B * T * A.Cl, &g));
   cpu_mm m = att_mm(B, Hl, T, hd, T, 1.0f); /* dV = Pd^T dO */
-  STRIDES(m.sa, Hl * TT, TT, 1, T), STRIDES(m.sb, T * Cl, hd, Cl, 1);
-  STRIDES(m.sc, T * ld, hd, ld, 1);
-  MGT_CHECK(cpu_native_matmul(c->nat, &m, p16, o16, dqkv + 2 * Cl));
+  STRIDES(m.sa, Hl * TT, TT, 1, T), head_strides(m.sb, Hl, T, hd, 0);
+  STRIDES(m.sc, T * A.Cl, hd, A.Cl, 1);
+  MGT_CHECK(cpu_native_matmul(c->nat, &m, p16, o16, g));
+  grads_into(dqkv, g, B * T, A.Cl, 2);
   m = att_mm(B, Hl, T, T, hd, 1.0f); /* dPd = dO V^T */
-  STRIDES(m.sa, T * Cl, hd, Cl, 1), STRIDES(m.sb, T * ld, hd, 1, ld);
+  head_strides(m.sa, Hl, T, hd, 0), head_strides(m.sb, Hl, T, hd, 1);
   STRIDES(m.sc, Hl * TT, TT, T, 1);
-  MGT_CHECK(cpu_native_matmul(c->nat, &m, o16, q16 + 2 * Cl, scratch));
+  MGT_CHECK(cpu_native_matmul(c->nat, &m, o16, q16 + 2 * blk, scratch));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < Hl; h++) {
@@ -198,11 +233,14 @@ static mgt_status attention_backward_native(cpu_ctx *c, float *dqkv, const float
       }
     }
   m = att_mm(B, Hl, T, hd, T, 1.0f); /* dQ = dS K */
-  STRIDES(m.sa, Hl * TT, TT, T, 1), STRIDES(m.sb, T * ld, hd, ld, 1);
-  STRIDES(m.sc, T * ld, hd, ld, 1);
-  MGT_CHECK(cpu_native_matmul(c->nat, &m, p16, q16 + Cl, dqkv));
+  STRIDES(m.sa, Hl * TT, TT, T, 1), head_strides(m.sb, Hl, T, hd, 0);
+  STRIDES(m.sc, T * A.Cl, hd, A.Cl, 1);
+  MGT_CHECK(cpu_native_matmul(c->nat, &m, p16, q16 + blk, g));
+  grads_into(dqkv, g, B * T, A.Cl, 0);
   STRIDES(m.sa, Hl * TT, TT, 1, T); /* dK = dS^T Q */
-  return cpu_native_matmul(c->nat, &m, p16, q16, dqkv + Cl);
+  MGT_CHECK(cpu_native_matmul(c->nat, &m, p16, q16, g));
+  grads_into(dqkv, g, B * T, A.Cl, 1);
+  return MGT_OK;
 }
 #endif
 

@@ -160,6 +160,8 @@ mgt_status cpu_hold(void *ctx, const float *p, size_t n);
 void cpu_to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld);
 /* Scratch slot k (0-2) of native operands, at least n elements. */
 mgt_status cpu_bf16_scratch(cpu_ctx *c, int k, size_t n, uint16_t **out);
+/* Scratch slot k (0-1) of floats, at least n (slot 0 forgets the held operand's conversion). */
+mgt_status cpu_f32_scratch(cpu_ctx *c, int k, size_t n, float **out);
 mgt_status cpu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, int lda,
                                 const float *W, int ldw, const float *b, float *pre, float *out);
 mgt_status cpu_add_bias(void *ctx, float *y, const float *b, int N, int C);

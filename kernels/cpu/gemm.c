@@ -58,14 +58,8 @@ static mgt_status cpu_rounded(cpu_ctx *c, int k, const float *src, int rows, int
     *out = c->scratch[0];
     return MGT_OK;
   }
-  if (k == 0) c->held_in = 0;
-  size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
-  if (n > c->scratch_n[k]) {
-    float *p = realloc(c->scratch[k], n * sizeof(float));
-    if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for a %d x %d mixed-precision copy", rows, cols);
-    c->scratch[k] = p, c->scratch_n[k] = n;
-  }
-  float *dst = c->scratch[k];
+  float *dst;
+  MGT_CHECK(cpu_f32_scratch(c, k, (size_t)(rows - 1) * (size_t)ld + (size_t)cols, &dst));
   if (c->precision == MGT_PREC_BF16) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; i++) {
@@ -105,6 +99,17 @@ void cpu_to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld) {
     for (int j = 0; j < cols; j++)
       d[j] = cpu_bf16_bits(s[j]);
   }
+}
+
+mgt_status cpu_f32_scratch(cpu_ctx *c, int k, size_t n, float **out) {
+  if (k == 0) c->held_in = 0;
+  if (n > c->scratch_n[k]) {
+    float *p = realloc(c->scratch[k], n * sizeof(float));
+    if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for %zu floats of scratch", n);
+    c->scratch[k] = p, c->scratch_n[k] = n;
+  }
+  *out = c->scratch[k];
+  return MGT_OK;
 }
 
 mgt_status cpu_bf16_scratch(cpu_ctx *c, int k, size_t n, uint16_t **out) {
