@@ -3,9 +3,10 @@
 #   1 rank x 2 threads (with the machine's FMA peak, sgemm and oneDNN fp32 rates and memory
 #   bandwidth measured in the same run, and each shape's roofline), the same with fp32 GEMMs
 #   through oneDNN,
-#   the same in bf16 (native GEMMs where the CPU has bf16 units, with its bf16 dot-product peak
-#   and native GEMM rate; and emulated), PyTorch fp32 and bf16 autocast at the same shapes
-#   (bench/torch_gpt2.py, where python3 has torch; MGT_PYTHON chooses the interpreter),
+#   the same in bf16 (native GEMMs where the CPU has bf16 units, with its bf16 dot-product peak,
+#   AMX's bf16 tile peak where it has AMX, and native GEMM rate; and emulated), PyTorch fp32 and
+#   bf16 autocast at the same shapes (bench/torch_gpt2.py, where python3 has torch; MGT_PYTHON
+#   chooses the interpreter),
 #   tensor-parallel 2 x 1 thread, data-parallel 2 x 1 thread.
 # Usage: bench/cpu.sh [build-dir]   (prints one line per configuration)
 set -eu
