@@ -107,6 +107,7 @@ static double bf16_peak(void) {
 /* FLOP/s of AMX's bf16 tile products (TDPBF16PS: a 16 x 32 by 32 x 16 product and sum, 16,384
    FLOP an instruction) on every thread, four independent accumulator tiles each: the matrix
    units' peak; 0 where the CPU has none or the kernel does not lend the tile state. */
+#if __GNUC__ >= 11 /* AMX's intrinsics */
 struct amx_cfg {
   unsigned char palette, start, reserved[14];
   unsigned short colsb[16];
@@ -162,6 +163,9 @@ static double amx_peak(void) {
     best = fmax(best, amx_chains(2000000));
   return best;
 }
+#else
+static double amx_peak(void) { return 0.0; }
+#endif
 #else
 static double bf16_peak(void) { return 0.0; }
 static double amx_peak(void) { return 0.0; }
