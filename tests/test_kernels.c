@@ -1570,8 +1570,11 @@ static void test_native_gemm(void) {
     }
   }
   double worst = 0.0;
-  const int shapes[][3] = {{19, 23, 37}, {1, 5, 3}, {64, 96, 770}, {256, 300, 64}};
-  for (int s = 0; s < 4; s++)
+  /* the last two: inner dimensions that AMX machines multiply in blocks (native.c), one with a
+     shorter last block */
+  const int shapes[][3] = {{19, 23, 37},   {1, 5, 3},    {64, 96, 770},
+                           {256, 300, 64}, {5, 7, 9000}, {3, 130, 12289}};
+  for (int s = 0; s < 6; s++)
     for (int t = 0; t < 4; t++) {
       const int *d = shapes[s];
       worst = fmax(worst, native_case(nb, t & 1, t >> 1, d[0], d[1], d[2], 1.0f, 0.0f, 0, 0));

@@ -24,6 +24,7 @@ typedef struct native_entry {
 struct cpu_native {
   dnnl_engine_t eng;
   dnnl_stream_t stream;
+  int amx; /* oneDNN runs AMX's kernels here: long inner dimensions go in blocks */
   native_entry e[NATIVE_CACHE];
   int n;
   unsigned long long clock;
@@ -56,6 +57,8 @@ mgt_status cpu_native_create(cpu_native **out) {
     free(nat);
     MGT_FAIL(MGT_ERR_BACKEND, "oneDNN: no CPU engine");
   }
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  nat->amx = (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
   *out = nat;
   return MGT_OK;
 }
@@ -134,12 +137,30 @@ static void gemm_key(cpu_mm *k, int ta, int tb, int M, int N, int K, float alpha
   k->sc[2] = ldc, k->sc[3] = 1;
 }
 
+/* oneDNN 2.6's AMX kernels multiply a long inner dimension at half their rate or less (GPT-2's
+   output layer's data gradient, K the 50k vocabulary: 0.58-0.70 TFLOP/s; a weight gradient over
+   8k or more tokens), and the same product as a sum over blocks of at most 4096 of it 1.3-2.3x
+   faster (docs/performance.md): from 8192 on it runs so, in even blocks, the first with the
+   caller's beta and the rest added. */
+enum { NATIVE_KBLOCK = 4096 };
+
 mgt_status cpu_native_gemm(cpu_native *nat, int ta, int tb, int M, int N, int K, float alpha,
                            const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                            float *C, int ldc) {
   cpu_mm k;
-  gemm_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc);
-  return matmul(nat, &k, A, B, C);
+  const int nblk = nat->amx && K >= 2 * NATIVE_KBLOCK ? (K + NATIVE_KBLOCK - 1) / NATIVE_KBLOCK : 1;
+  if (nblk == 1) {
+    gemm_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc);
+    return matmul(nat, &k, A, B, C);
+  }
+  const int kb = (K + nblk - 1) / nblk;
+  for (int k0 = 0; k0 < K; k0 += kb) {
+    const int kk = K - k0 < kb ? K - k0 : kb;
+    gemm_key(&k, ta, tb, M, N, kk, alpha, lda, ldb, k0 ? 1.0f : beta, ldc);
+    MGT_CHECK(matmul(nat, &k, A + (ta ? (size_t)k0 * lda : (size_t)k0),
+                     B + (tb ? (size_t)k0 : (size_t)k0 * ldb), C));
+  }
+  return MGT_OK;
 }
 
 mgt_status cpu_native_gemm_f32(cpu_native *nat, int ta, int tb, int M, int N, int K, float alpha,
