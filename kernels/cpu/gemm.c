@@ -101,25 +101,31 @@ void cpu_to_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld) {
   }
 }
 
-mgt_status cpu_f32_scratch(cpu_ctx *c, int k, size_t n, float **out) {
+/* Grows *p (capacity *cap elements of `size` bytes) to n elements; slot 0 of either kind holds the
+   held operand's conversion, which a new use forgets. */
+static mgt_status scratch_slot(cpu_ctx *c, int k, void **p, size_t *cap, size_t n, size_t size,
+                               void **out) {
   if (k == 0) c->held_in = 0;
-  if (n > c->scratch_n[k]) {
-    float *p = realloc(c->scratch[k], n * sizeof(float));
-    if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for %zu floats of scratch", n);
-    c->scratch[k] = p, c->scratch_n[k] = n;
+  if (n > *cap) {
+    void *q = realloc(*p, n * size);
+    if (!q) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for %zu scratch elements of %zu bytes", n, size);
+    *p = q, *cap = n;
   }
-  *out = c->scratch[k];
+  *out = *p;
+  return MGT_OK;
+}
+
+mgt_status cpu_f32_scratch(cpu_ctx *c, int k, size_t n, float **out) {
+  void *q;
+  MGT_CHECK(scratch_slot(c, k, (void **)&c->scratch[k], &c->scratch_n[k], n, sizeof(float), &q));
+  *out = q;
   return MGT_OK;
 }
 
 mgt_status cpu_bf16_scratch(cpu_ctx *c, int k, size_t n, uint16_t **out) {
-  if (k == 0) c->held_in = 0;
-  if (n > c->s16_n[k]) {
-    uint16_t *p = realloc(c->s16[k], n * sizeof(uint16_t));
-    if (!p) MGT_FAIL(MGT_ERR_NOMEM, "out of memory for %zu bf16 operands", n);
-    c->s16[k] = p, c->s16_n[k] = n;
-  }
-  *out = c->s16[k];
+  void *q;
+  MGT_CHECK(scratch_slot(c, k, (void **)&c->s16[k], &c->s16_n[k], n, sizeof(uint16_t), &q));
+  *out = q;
   return MGT_OK;
 }
 

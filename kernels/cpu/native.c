@@ -149,17 +149,15 @@ mgt_status cpu_native_gemm(cpu_native *nat, int ta, int tb, int M, int N, int K,
                            float *C, int ldc) {
   cpu_mm k;
   const int nblk = nat->amx && K >= 2 * NATIVE_KBLOCK ? (K + NATIVE_KBLOCK - 1) / NATIVE_KBLOCK : 1;
-  if (nblk == 1) {
-    gemm_key(&k, ta, tb, M, N, K, alpha, lda, ldb, beta, ldc);
-    return matmul(nat, &k, A, B, C);
-  }
   const int kb = (K + nblk - 1) / nblk;
-  for (int k0 = 0; k0 < K; k0 += kb) {
+  int k0 = 0;
+  do { /* one block when K is short (an empty one when K is 0: C = beta C) */
     const int kk = K - k0 < kb ? K - k0 : kb;
     gemm_key(&k, ta, tb, M, N, kk, alpha, lda, ldb, k0 ? 1.0f : beta, ldc);
     MGT_CHECK(matmul(nat, &k, A + (ta ? (size_t)k0 * lda : (size_t)k0),
                      B + (tb ? (size_t)k0 : (size_t)k0 * ldb), C));
-  }
+    k0 += kb;
+  } while (k0 < K);
   return MGT_OK;
 }
 
