@@ -139,8 +139,8 @@ static void gemm_key(cpu_mm *k, int ta, int tb, int M, int N, int K, float alpha
 
 /* oneDNN 2.6's AMX kernels multiply a long inner dimension at half their rate or less (GPT-2's
    output layer's data gradient, K the 50k vocabulary: 0.58-0.70 TFLOP/s; a weight gradient over
-   8k or more tokens), and the same product as a sum over blocks of at most 4096 of it 1.3-2.3x
-   faster (docs/performance.md): from 8192 on it runs so, in even blocks, the first with the
+   8k or more tokens), and the same product as a sum over blocks of at most 4096 of it 1.5-1.9x
+   faster (bench_bf16_layout): from 8192 on it runs so, in even blocks, the first with the
    caller's beta and the rest added. */
 enum { NATIVE_KBLOCK = 4096 };
 
