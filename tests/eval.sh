@@ -264,6 +264,10 @@ printf '{"text": "the end of a word supercalifragilisticexpialidocious"}\n' > "$
 refused "long.jsonl:1: the last word is" --task lambada --strict-lambada --valid-data "$tmp/long.jsonl" --seq-length 4
 printf ' Supercalifragilisticexpialidocious \n' > "$tmp/one.txt"
 refused "fewer than two whitespace-separated tokens" --task wikitext103 --valid-data "$tmp/one.txt"
+printf '99999999999999999999999\n' > "$tmp/huge.ids"
+refused "huge.ids: number 1 is too large for an id" --task lm --input-ids "$tmp/huge.ids"
+printf '7\n' > "$tmp/single.ids"
+refused "--input-ids $tmp/single.ids: fewer than two tokens" --task lm --input-ids "$tmp/single.ids"
 refused "--valid-data: --task lm reads" --task lm --input-ids "$tmp/pieces.ids" --valid-data "$LAMB"
 refused "--input-ids and --text are for --task lm" --task lambada --valid-data "$LAMB" --text "$BOOK"
 refused "--strict-lambada is for --task lambada" --task wikitext103 --valid-data "$WIKI" --strict-lambada

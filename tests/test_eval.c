@@ -111,6 +111,21 @@ static void test_lambada(void) {
   free(ids);
   mgt_status st = mgt_lambada_example(tok, "   ", 3, 1, &ids, &n, &nt);
   T_CHECK(st == MGT_ERR_INPUT, "a text without words is refused");
+  /* words apart by Unicode whitespace as Python's split() has it: NBSP, U+3000, U+2005, NEL */
+  const char *u = "\xe3\x80\x80"
+                  "a\xc2\xa0"
+                  "b\xe2\x80\x85"
+                  "cat\xc2\x85";
+  T_OK(mgt_lambada_example(tok, u, strlen(u), 1, &ids, &n, &nt));
+  const char *uctx = "a\xc2\xa0"
+                     "b";
+  ok = n == (int)strlen(uctx) + 4 && nt == 4;
+  for (size_t i = 0; ok && i < strlen(uctx); i++)
+    ok &= ids[i] == (unsigned char)uctx[i];
+  for (size_t i = 0; ok && i < 4; i++)
+    ok &= ids[strlen(uctx) + i] == (unsigned char)" cat"[i];
+  T_CHECK(ok, "strict: Unicode whitespace splits the last word off and is stripped");
+  free(ids);
   mgt_tok_destroy(&tok);
 }
 

@@ -387,7 +387,8 @@ static mgt_status read_race(mgt_task_set *s, mgt_tokenizer *tok, int skip) {
   mgt_status st = MGT_OK;
   for (struct dirent *de; (de = readdir(d)) != NULL;) {
     size_t l = strlen(de->d_name);
-    if (l < 4 || strcmp(de->d_name + l - 4, ".txt") != 0) continue;
+    /* as Python's glob("*.txt"): hidden files (a copy's "._x.txt") are not matched */
+    if (l < 4 || de->d_name[0] == '.' || strcmp(de->d_name + l - 4, ".txt") != 0) continue;
     if (n == cap) {
       char **p = realloc(names, sizeof *p * (cap = cap ? 2 * cap : 256));
       if (!p) {

@@ -6,8 +6,9 @@
    backend_cuda.cu and the 16-bit tensor-core ones in flash16.cu.
 
    16-bit contract (precision MGT_PREC_BF16 or MGT_PREC_FP16 in the ctx, head dims
-   cpu_flash16_hd; any other precision, head dim or a NULL ctx is fp32, unchanged). round()
-   is mgt_round_bf16 or mgt_round_fp16, i.e. the GPU's __float2bfloat16_rn / __float2half_rn.
+   cpu_flash16_hd, no kfirst; any other precision, head dim, documents kept apart or a NULL
+   ctx is fp32, unchanged). round() is mgt_round_bf16 or mgt_round_fp16, i.e. the GPU's
+   __float2bfloat16_rn / __float2half_rn.
    Exactly the operands a tensor core multiplies are rounded; every product accumulates in
    fp32, and lse, m, l, alpha, D and the outputs are fp32:
    forward, per row i and per tile of BC = 64 keys [j0, j0 + 64) that holds keys the row sees:
@@ -66,18 +67,19 @@ typedef struct tiles {
   int failed;
 } tiles;
 
-/* The 16-bit rounding of the contract above, or NULL for fp32. */
-static rounder rounding_of(const void *ctx, int hd) {
+/* The 16-bit rounding of the contract above, or NULL for fp32: also with documents kept apart
+   (kfirst), which the GPU's tensor-core tiles do not do and its fp32 tiles do. */
+static rounder rounding_of(const void *ctx, int hd, const int32_t *kfirst) {
   const cpu_ctx *c = ctx;
-  if (!c || c->precision == MGT_PREC_FP32 || !cpu_flash16_hd(hd)) return NULL;
+  if (!c || c->precision == MGT_PREC_FP32 || !cpu_flash16_hd(hd) || kfirst) return NULL;
   return c->precision == MGT_PREC_BF16 ? mgt_round_bf16 : mgt_round_fp16;
 }
 
 /* Whether the tiles run native (then c->tnat holds every thread's oneDNN state). */
-static mgt_status native_tiles(void *ctx, int hd, int *on) {
+static mgt_status native_tiles(void *ctx, rounder rnd, int *on) {
   *on = 0;
 #ifdef MGT_HAVE_ONEDNN
-  if (cpu_native_on(ctx) && cpu_flash16_hd(hd)) {
+  if (cpu_native_on(ctx) && rnd) {
     MGT_CHECK(cpu_native_threads(ctx));
     *on = 1;
   }
@@ -85,8 +87,8 @@ static mgt_status native_tiles(void *ctx, int hd, int *on) {
   return MGT_OK;
 }
 
-static tiles tiles_of(const void *ctx, int hd, int native) {
-  tiles t = {rounding_of(ctx, hd), NULL, 0};
+static tiles tiles_of(const void *ctx, rounder rnd, int native) {
+  tiles t = {rnd, NULL, 0};
   const cpu_ctx *c = ctx;
   const int tid = omp_get_thread_num();
   if (native && tid < c->tnat_n) t.nat = c->tnat[tid];
@@ -173,13 +175,13 @@ mgt_status cpu_flash_attention_forward(void *ctx, float *out, float *lse, const 
                                        const int32_t *keylen, const int32_t *kfirst,
                                        const mgt_dropout *d) {
   const cpu_att A = cpu_att_of(Hl, hd, d);
-  const rounder rnd = rounding_of(ctx, hd);
+  const rounder rnd = rounding_of(ctx, hd, kfirst);
   int native, failed = 0;
-  MGT_CHECK(native_tiles(ctx, hd, &native));
+  MGT_CHECK(native_tiles(ctx, rnd, &native));
 #pragma omp parallel for collapse(2) schedule(static) reduction(| : failed)
   for (int b = 0; b < B; b++)
     for (int hh = 0; hh < Hl; hh++) {
-      tiles t = tiles_of(ctx, hd, native);
+      tiles t = tiles_of(ctx, rnd, native);
       const float *q = qkv + (size_t)b * T * A.ld + (size_t)hh * hd;
       const head_view h = {q, q + A.Cl, q + 2 * A.Cl, A.ld, T, hd};
       float *o = out + (size_t)b * T * A.Cl + (size_t)hh * hd;
@@ -256,13 +258,13 @@ mgt_status cpu_flash_attention_backward(void *ctx, float *dqkv, const float *dou
                                         int hd, int head_offset, const int32_t *keylen,
                                         const int32_t *kfirst, const mgt_dropout *d) {
   const cpu_att A = cpu_att_of(Hl, hd, d);
-  const rounder rnd = rounding_of(ctx, hd);
+  const rounder rnd = rounding_of(ctx, hd, kfirst);
   int native, failed = 0;
-  MGT_CHECK(native_tiles(ctx, hd, &native));
+  MGT_CHECK(native_tiles(ctx, rnd, &native));
 #pragma omp parallel for collapse(2) schedule(static) reduction(| : failed)
   for (int b = 0; b < B; b++)
     for (int hh = 0; hh < Hl; hh++) {
-      tiles t = tiles_of(ctx, hd, native);
+      tiles t = tiles_of(ctx, rnd, native);
       const float *q = qkv + (size_t)b * T * A.ld + (size_t)hh * hd;
       const head_view h = {q, q + A.Cl, q + 2 * A.Cl, A.ld, T, hd};
       const float *o = out + (size_t)b * T * A.Cl + (size_t)hh * hd;

@@ -323,6 +323,8 @@ mgt_status cu_linear_bias_gelu(void *ctx, int M, int N, int K, const float *A, i
   cuda_ctx *c = C_(ctx);
   if (M == 0 || N == 0) return MGT_OK;
   if (in_act16(c, out, (size_t)M * N)) { /* out kept in 16 bits: GEMM, then bias + GeLU */
+    /* not fused: what the layout line reports */
+    c->lt_last[LT_GELU][c->precision] = false;
     MGT_CHECK(cu_gemm(ctx, 0, 1, M, N, K, 1.0f, A, lda, W, ldw, 0.0f, pre, N));
     const size_t n = (size_t)M * N;
     if (c->precision == MGT_PREC_BF16)
@@ -379,8 +381,8 @@ __global__ void k_round_f32(float *dst, const float *src, size_t n, int bf16) {
 mgt_status cu_linear_param_grads(void *ctx, int M, int N, int K, const float *dy, const float *x,
                                  float *dW, float *db, int accumulate) {
   cuda_ctx *c = C_(ctx);
-  if (N == 0 || K == 0) return MGT_OK;
-  if (db && M > 0 && lt_wanted(c, LT_BGRAD)) {
+  if (N == 0) return MGT_OK;
+  if (db && M > 0 && K > 0 && lt_wanted(c, LT_BGRAD)) {
     const void *g, *a;
     MGT_CHECK(gemm_operand(c, 0, dy, M, N, N, &g));
     MGT_CHECK(gemm_operand(c, 1, x, M, K, K, &a));
@@ -403,7 +405,8 @@ mgt_status cu_linear_param_grads(void *ctx, int M, int N, int K, const float *dy
     }
     MGT_CHECK(cu_bias_backward(ctx, db, src, M, N, accumulate));
   }
-  return cu_gemm(ctx, 1, 0, N, K, M, 1.0f, dy, N, x, K, accumulate ? 1.0f : 0.0f, dW, K);
+  return K > 0 ? cu_gemm(ctx, 1, 0, N, K, M, 1.0f, dy, N, x, K, accumulate ? 1.0f : 0.0f, dW, K)
+               : MGT_OK; /* db as the CPU's: written even with no inputs */
 }
 
 /* dpre (M,N) = (dy (M,K) W (K,N)) * gelu'(pre), db = [db +] its column sums. Column-major: D
@@ -412,7 +415,8 @@ mgt_status cu_linear_param_grads(void *ctx, int M, int N, int K, const float *dy
 mgt_status cu_linear_dgelu(void *ctx, int M, int N, int K, const float *dy, const float *W,
                            const float *pre, float *dpre, float *db, int accumulate) {
   cuda_ctx *c = C_(ctx);
-  if (M == 0 || N == 0) return MGT_OK;
+  if (N == 0) return MGT_OK;
+  if (M == 0) return db ? cu_bias_backward(ctx, db, dpre, 0, N, accumulate) : MGT_OK; /* zeros */
   if (db && K > 0 && N % 8 == 0 && lt_wanted(c, LT_DGELU)) {
     const void *g, *w;
     MGT_CHECK(gemm_operand(c, 0, dy, M, K, K, &g));

@@ -96,13 +96,14 @@ mgt_status cu_adamw(void *ctx, float *p, const float *g, float *m, float *v,
   MGT_REQUIRE(!copies || p == c->wbase, "AdamW writing the weights' copies: not the weights");
   MGT_REQUIRE(nseg <= 65535, "AdamW over %d segments exceeds one launch's grid", nseg);
   /* the table changes with the model, and between the groups of --decoupled-lr: uploaded when
-     it differs from the last one, once the kernels that read that one are done (the stream is
-     non-blocking: a plain copy is not ordered after them) */
+     it differs from the last one, once the kernels that read that one are done, on the stream
+     (non-blocking: a plain copy from pageable memory may return before its DMA lands, and is
+     not ordered before the kernel) */
   const size_t bytes = sizeof(mgt_segment) * (size_t)nseg;
   if (c->hsegs_n != bytes || memcmp(c->hsegs, segs, bytes) != 0) {
     CU(cudaStreamSynchronize(c->stream));
     MGT_CHECK(grow((void **)&c->dsegs, &c->dsegs_n, bytes));
-    CU(cudaMemcpy(c->dsegs, segs, bytes, cudaMemcpyHostToDevice));
+    CU(cudaMemcpyAsync(c->dsegs, segs, bytes, cudaMemcpyHostToDevice, c->stream));
     free(c->hsegs);
     c->hsegs = static_cast<mgt_segment *>(malloc(bytes));
     c->hsegs_n = c->hsegs ? bytes : 0;

@@ -32,8 +32,7 @@ static int put(buf *b, const char *s, size_t n) {
   return 1;
 }
 
-/* Length of the whitespace character at s (0 if none). */
-static size_t space_at(const unsigned char *s, size_t n) {
+size_t mgt_space_at(const unsigned char *s, size_t n) {
   if (n == 0) return 0;
   unsigned c = s[0];
   if (c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F)) return 1;
@@ -47,10 +46,9 @@ static size_t space_at(const unsigned char *s, size_t n) {
   return 0;
 }
 
-/* Length of the whitespace character that ends s[0..n) (0 if none). */
-static size_t space_before(const unsigned char *s, size_t n) {
+size_t mgt_space_before(const unsigned char *s, size_t n) {
   for (size_t k = 1; k <= 3 && k <= n; k++)
-    if (space_at(s + n - k, k) == k) return k;
+    if (mgt_space_at(s + n - k, k) == k) return k;
   return 0;
 }
 
@@ -108,9 +106,9 @@ static int pair_rule(buf *in, char open, char close) {
       continue;
     }
     size_t a = i + 1, b = (size_t)(c - s), k;
-    while (a < b && (k = space_at(s + a, b - a)) > 0)
+    while (a < b && (k = mgt_space_at(s + a, b - a)) > 0)
       a += k;
-    while (b > a && (k = space_before(s + a, b - a)) > 0)
+    while (b > a && (k = mgt_space_before(s + a, b - a)) > 0)
       b -= k;
     if (!put(&out, &open, 1) || !put(&out, (const char *)s + a, b - a) || !put(&out, &close, 1))
       return 0;
@@ -152,9 +150,9 @@ mgt_status mgt_wikitext_detokenize(const char *text, size_t n, char **out, size_
 size_t mgt_wikitext_word_count(const char *text, size_t n) {
   const unsigned char *s = (const unsigned char *)text;
   size_t a = 0, b = n, k;
-  while (a < b && (k = space_at(s + a, b - a)) > 0)
+  while (a < b && (k = mgt_space_at(s + a, b - a)) > 0)
     a += k;
-  while (b > a && (k = space_before(s + a, b - a)) > 0)
+  while (b > a && (k = mgt_space_before(s + a, b - a)) > 0)
     b -= k;
   size_t words = 1;
   for (size_t i = a; i < b; i++)

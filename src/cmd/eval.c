@@ -10,6 +10,7 @@
 #include "mgt/eval.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -128,24 +129,33 @@ mgt_status mgt_read_ids(const char *path, int vocab, int32_t **out, size_t *n) {
   size_t cap = 1 << 16, k = 0;
   int32_t *ids = malloc(cap * sizeof *ids);
   long long v;
+  int oom = 0;
   while (ids && fscanf(f, "%lld", &v) == 1) {
     if (v < 0 || v >= vocab) {
       fclose(f);
       free(ids);
+      if (v == LLONG_MAX) /* what fscanf gives for any number beyond it */
+        MGT_FAIL(MGT_ERR_INPUT, "--input-ids %s: number %zu is too large for an id", path, k + 1);
       MGT_FAIL(MGT_ERR_INPUT,
                "--input-ids %s: id %lld (number %zu) is outside the vocabulary [0, %d)", path, v,
                k + 1, vocab);
     }
     if (k == cap) {
       int32_t *p = realloc(ids, 2 * cap * sizeof *ids);
-      if (!p) break;
+      if (!p) {
+        oom = 1;
+        break;
+      }
       ids = p, cap *= 2;
     }
     ids[k++] = (int32_t)v;
   }
   int bad = !feof(f);
   fclose(f);
-  if (!ids) MGT_FAIL(MGT_ERR_NOMEM, "out of memory reading %s", path);
+  if (!ids || oom) {
+    free(ids);
+    MGT_FAIL(MGT_ERR_NOMEM, "out of memory reading %s", path);
+  }
   if (bad) {
     free(ids);
     MGT_FAIL(MGT_ERR_INPUT, "--input-ids %s: after %zu ids, something that is not an integer", path,
@@ -178,23 +188,19 @@ mgt_status mgt_lambada_example(mgt_tokenizer *tok, const char *text, size_t len,
     *ids = all.ids;
     return MGT_OK;
   }
-  size_t e = len;
-  while (e > 0 &&
-         (text[e - 1] == ' ' || text[e - 1] == '\t' || text[e - 1] == '\n' || text[e - 1] == '\r'))
-    e--;
-  size_t b = e;
-  while (b > 0 &&
-         !(text[b - 1] == ' ' || text[b - 1] == '\t' || text[b - 1] == '\n' || text[b - 1] == '\r'))
+  /* Python's str.split() and strip(): Unicode whitespace, as Megatron-LM splits */
+  const unsigned char *u = (const unsigned char *)text;
+  size_t e = len, b, ce, cb = 0, k;
+  while (e > 0 && (k = mgt_space_before(u, e)) > 0)
+    e -= k;
+  for (b = e; b > 0 && !mgt_space_before(u, b);)
     b--;
   MGT_GOTO_REQUIRE(e > b, "a LAMBADA text without words");
   /* rfind of the word in the text is its last occurrence, which starts at b */
-  size_t ce = b;
-  while (ce > 0 && (text[ce - 1] == ' ' || text[ce - 1] == '\t' || text[ce - 1] == '\n' ||
-                    text[ce - 1] == '\r'))
-    ce--;
-  size_t cb = 0;
-  while (cb < ce && (text[cb] == ' ' || text[cb] == '\t' || text[cb] == '\n' || text[cb] == '\r'))
-    cb++;
+  for (ce = b; ce > 0 && (k = mgt_space_before(u, ce)) > 0;)
+    ce -= k;
+  while (cb < ce && (k = mgt_space_at(u + cb, ce - cb)) > 0)
+    cb += k;
   MGT_TRY(mgt_tok_encode(tok, text + cb, ce - cb, &all));
   MGT_GOTO_REQUIRE(all.n > 0, "a LAMBADA text without context before its last word");
   char *word = malloc(e - b + 2);
@@ -503,7 +509,10 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
     }
   }
   if (st == MGT_OK && o->task != TASK_LAMBADA && n < 2) {
-    st = MGT_ERROR(MGT_ERR_INPUT, "fewer than two tokens to score");
+    const int by_ids = o->task == TASK_LM && o->input_ids[0];
+    st = MGT_ERROR(MGT_ERR_INPUT, "%s %s: fewer than two tokens to score",
+                   by_ids ? "--input-ids" : (o->task == TASK_LM ? "--text" : "--valid-data"),
+                   by_ids ? o->input_ids : (o->task == TASK_LM ? o->text : o->valid_data));
   } else if (st == MGT_OK && o->task == TASK_WIKITEXT && words < 2) {
     st = MGT_ERROR(MGT_ERR_INPUT,
                    "--valid-data %s: fewer than two whitespace-separated tokens (the adjusted "

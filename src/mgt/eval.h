@@ -52,6 +52,10 @@ MGT_NODISCARD mgt_status mgt_wikitext_detokenize(const char *text, size_t n, cha
 /* Words as Megatron-LM counts them for the adjusted perplexity: the text stripped of
    surrounding whitespace, split on single spaces. */
 size_t mgt_wikitext_word_count(const char *text, size_t n);
+/* The length of the whitespace character (Python's str.isspace) at s[0..n), or ending it; 0 if
+   there is none. */
+size_t mgt_space_at(const unsigned char *s, size_t n);
+size_t mgt_space_before(const unsigned char *s, size_t n);
 
 /* Which targets of a token stream of n tokens window w scores, with windows of seq_len
    tokens advancing by stride (Megatron-LM's --overlapping-eval): the first window scores all

@@ -83,7 +83,10 @@ mgt_status mgt_device_open(mgt_device *d, int device, int dist_backend, int cpu_
     int use_nccl = dist_backend == MGT_DIST_BACKEND_NCCL; /* refused below, with the reason */
 #endif
     st = mgt_mpi_agree(grid->world, mgt_backend_cuda_create(d->gpu, &d->be));
-    if (st != MGT_OK) return st;
+    if (st != MGT_OK) { /* where this rank's start-up succeeded and another's did not */
+      mgt_backend_destroy(&d->be);
+      return st;
+    }
     mgt_dist_mode mode = MGT_DIST_MPI_STAGED;
     st = mgt_mpi_agree(grid->world, mgt_comm_cuda_create(grid, mgt_backend_cuda_stream(d->be),
                                                          use_nccl, stats, &mode, &d->comm));
