@@ -96,4 +96,28 @@ assert k > 0 and o["loss_mask"] == [0] * k + [1] * (len(o["ids"]) - k), (o["ids"
 print("ok: segments: %s trains %s" % (o["ids"], o["loss_mask"]))
 PY
 
+# the loss mask of text that NFC changes: an assistant's reply in NFD Korean trains the tokens its
+# NFC twin trains (the same ids), no more; marks that compose across segments train the tokens
+# they end up in
+$PY - "$tmp/nfd.jsonl" "$tmp/nfc.jsonl" <<'PY'
+import json, sys, unicodedata
+for path, form in zip(sys.argv[1:], ("NFD", "NFC")):
+    t = unicodedata.normalize(form, "\ud55c\uad6d\uc5b4 \ud14d\uc2a4\ud2b8")
+    m = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": t},
+         {"role": "user", "content": "ok"}, {"role": "assistant", "content": "fine"}]
+    s = [{"text": "e", "loss": False}, {"text": "\u0301\u0301\u0301", "loss": True}, {"text": "x", "loss": False}]
+    open(path, "w").write(json.dumps({"messages": m}) + "\n" + json.dumps({"segments": s}) + "\n")
+PY
+for v in nfd nfc; do
+  "$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/qwen3" --chat-template chatml --input "$tmp/$v.jsonl" > "$tmp/$v.out" ||
+    fail "tokenize $v"
+done
+$PY - "$tmp/nfd.out" "$tmp/nfc.out" <<'PY' || fail "the loss mask of NFD text"
+import json, sys
+(a, s), (b, _) = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+assert a["ids"] == b["ids"] and a["loss_mask"] == b["loss_mask"], (a, b)
+assert s["loss_mask"] == [1] * (len(s["ids"]) - 1) + [0], s  # e+acute, acutes trained; x not
+print("ok: NFD text trains what its NFC twin trains: %s" % a["loss_mask"])
+PY
+
 [ $fails = 0 ] && echo "chat: all checks passed" || { echo "chat: $fails failures"; exit 1; }

@@ -10,6 +10,11 @@ added token 256. Usage: hf_crafted_tokenizer.py DIR KIND
   backtrack     a Split regex (a|aa)+b, which backtracks exponentially on a run of a's
   hex           a Split regex \\h+ (Oniguruma: a hexadecimal digit), the merge "Ġ z" (id 257)
   u-escape      a Split regex \\u0041+ (Oniguruma's \\u: "A"), the merge "A A" (id 257)
+  word          a Split regex \\w+|\\W (Oniguruma: a mark is a word character), the merge "e Ì"
+                (e and the first byte of U+0301; id 257)
+  lookahead     a Split regex (?=[A-Z]) (empty matches split), the merge "Ġ C" (id 257)
+  boundary      a Split regex \\b (between word characters, marks included, and the rest), the
+                merge of U+0301's last byte and a space (id 257)
   order         merges "ab a" (id 258) before "a b" (id 257): not in training order
   dup-merge     merges "a b" (257), "b c" (258), "a b" again
   dup-vocab     the key "ab" twice, ids 257 and 258, the merge "a b"
@@ -56,6 +61,13 @@ def main():
         pre.insert(0, {"type": "Split", "pattern": {"Regex": "\\u0041+"}, "behavior": "Isolated"})
         vocab["AA"] = 257
         merges.append("A A")
+    elif kind in ("word", "lookahead", "boundary"):
+        regex = {"word": "\\w+|\\W", "lookahead": "(?=[A-Z])", "boundary": "\\b"}[kind]
+        pair = {"word": ("e", sp[0xCC]), "lookahead": (sp[0x20], "C"),
+                "boundary": (sp[0x81], sp[0x20])}[kind]
+        pre.insert(0, {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated"})
+        vocab[pair[0] + pair[1]] = 257
+        merges.append(pair[0] + " " + pair[1])
     elif kind == "order":
         vocab.update({"ab": 257, "aba": 258})
         merges += ["ab a", "a b"]

@@ -56,6 +56,32 @@ print("ok: %s: %d texts decoded back" % (name, len(back)))
 PY
 done
 
+# NFC (Qwen 3's normalizer) against Python's unicodedata: combining marks of many classes in any
+# order, Hangul jamo, Tibetan vowels that decompose into marks; and a run of 100000 marks (the
+# canonical ordering was quadratic in a run's length: minutes for such a line)
+$PY - "$tmp/marks.jsonl" <<'PY'
+import json, random, sys
+r = random.Random(5)
+cps = (0x300, 0x301, 0x316, 0x317, 0x327, 0x328, 0x334, 0x338, 0x345, 0x5B0, 0x5B4, 0x5BC, 0x5C1,
+       0x93C, 0x94D, 0xF71, 0xF72, 0xF73, 0xF74, 0xF75, 0xF80, 0xF81, 0x1100, 0x1161, 0x11A8,
+       0x3099, 0x309A, 0x304B, 0x915, 0xAC00, 0x212B, 0x1E0A, 0xC5)
+pool = [chr(c) for c in cps] + list("aeouAEKkx ")
+with open(sys.argv[1], "w") as f:
+    for i in range(400):
+        f.write(json.dumps({"text": "".join(r.choice(pool) for _ in range(r.randint(1, 60)))}) + "\n")
+    f.write(json.dumps({"text": "a" + "\u0301\u0316" * 50000 + " b"}) + "\n")
+PY
+"$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/qwen3" --input "$tmp/marks.jsonl" > "$tmp/marks.ids" &&
+  "$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/qwen3" --decode --input "$tmp/marks.ids" > "$tmp/marks.back" &&
+  $PY - "$tmp/marks.jsonl" "$tmp/marks.back" <<'PY' || fail "NFC of combining marks differs from unicodedata's"
+import json, sys, unicodedata
+want = [unicodedata.normalize("NFC", json.loads(l)["text"]) for l in open(sys.argv[1])]
+back = [json.loads(l)["text"] for l in open(sys.argv[2])]
+bad = [i for i, (a, b) in enumerate(zip(want, back)) if a != b]
+assert len(back) == len(want) and not bad, bad[:5]
+print("ok: NFC of %d texts of combining marks as unicodedata's" % len(back))
+PY
+
 # Llama 2: each piece of text between added tokens comes back with the space its "▁" became
 "$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/llama2/tokenizer.json" --decode --input "$tmp/llama2.ids" > "$tmp/llama2.back" ||
   fail "decode with llama2"

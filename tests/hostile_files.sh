@@ -99,7 +99,7 @@ expect_error "activation_function must be \"gelu_new\"" "$MGT" ckpt import --for
 
 # ---- crafted tokenizer.json files ----
 HF=(--tokenizer-type HuggingFaceTokenizer)
-for k in big-id many-added nul-added backtrack hex u-escape; do $PY "$TESTS/hf_crafted_tokenizer.py" "$tmp/tok_$k" "$k"; done
+for k in big-id many-added nul-added backtrack hex u-escape word lookahead boundary; do $PY "$TESTS/hf_crafted_tokenizer.py" "$tmp/tok_$k" "$k"; done
 printf '{"text": "hi"}\n' > "$tmp/hi.jsonl"
 /usr/bin/time -f "%M" -o "$tmp/rss" "${T[@]}" "$MGT" tokenize "${HF[@]}" --tokenizer-model "$tmp/tok_big-id/tokenizer.json" \
   --input "$tmp/hi.jsonl" > "$tmp/out" 2> "$tmp/err"
@@ -144,6 +144,16 @@ printf '{"text": "cafe 12 zz"}\n' > "$tmp/hex.jsonl"
 printf '{"text": "xAAy"}\n' > "$tmp/u.jsonl"
 "${T[@]}" "$MGT" tokenize "${HF[@]}" --tokenizer-model "$tmp/tok_u-escape/tokenizer.json" --input "$tmp/u.jsonl" > "$tmp/out" 2>&1
 [ "$(cat "$tmp/out")" = "120 257 121" ] && echo "ok: \\u0041+ is A+, as Oniguruma" || fail "\\u0041: $(cat "$tmp/out")"
+# Oniguruma's word characters hold marks (PCRE2 10.42's do not); an empty match splits the text
+# (Hugging Face's Split); each through the merge it would allow or block (ids are bytes; the ids
+# Tokenizers.js gives)
+for c in "word|xe\u0301y|120 257 129 121" "lookahead|ab Cd|97 98 32 67 100" \
+  "boundary|a\u0301 b|97 204 129 32 98"; do
+  IFS='|' read -r k text want <<< "$c"
+  printf '{"text": "%s"}\n' "$text" > "$tmp/$k.jsonl"
+  "${T[@]}" "$MGT" tokenize "${HF[@]}" --tokenizer-model "$tmp/tok_$k/tokenizer.json" --input "$tmp/$k.jsonl" > "$tmp/out" 2>&1
+  [ "$(cat "$tmp/out")" = "$want" ] && echo "ok: $k: $want" || fail "$k: $(cat "$tmp/out"), not $want"
+done
 
 # BPE files that Hugging Face and GPT-2's encoder.py read alike only when the merges are in
 # training order: each read as its reference does (the Hugging Face ids are Tokenizers.js's)

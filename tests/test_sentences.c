@@ -40,6 +40,10 @@ int main(void) {
   expect("(This is in brackets.) This is not.", "(This is in brackets.)|This is not.");
   expect("Dr. No is a film. St. Paul is a city. No. 5 is a perfume.",
          "Dr. No is a film.|St. Paul is a city.|No. 5 is a perfume.");
+  /* references join a number only: "no." and "p." end sentences too */
+  expect("The answer is no. We went home. See p. 12 and Vol. II of it. I said no. I left.",
+         "The answer is no.|We went home.|See p. 12 and Vol. II of it.|I said no.|I left.");
+  expect("Read ch. IV. Then sec. 3.1 of it.", "Read ch. IV.|Then sec. 3.1 of it.");
   expect("  Leading and trailing space.  ", "Leading and trailing space.");
   expect("no terminal punctuation", "no terminal punctuation");
   expect("", "");

@@ -12,6 +12,7 @@
 #include "mgt/sha256.h"
 #include "mgt/tokenizer.h"
 #include "testutil.h"
+#include "unicode.h"
 
 static int hexval(char c) { return c <= '9' ? c - '0' : c - 'a' + 10; }
 
@@ -422,8 +423,36 @@ static void test_json_collisions(void) {
   free(text);
 }
 
+/* A class per value: 0 (a starter) for one in four, else 1-254. */
+static int toy_class(uint32_t c) { return c % 4 == 0 ? 0 : (int)(c >> 2) % 254 + 1; }
+
+/* mgt_canonical_order (counting sort of long runs) against neighbour swaps over whole runs. */
+static void test_canonical_order(void) {
+  uint32_t u[400], v[400], tmp[400];
+  uint64_t r = 7;
+  for (int t = 0; t < 300; t++) {
+    const size_t n = (size_t)(t % 400);
+    const int starters = t % 3; /* 0: one run of marks only */
+    for (size_t i = 0; i < n; i++) {
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+      uint32_t c = (uint32_t)(r >> 33) % 40; /* few classes: many equal ones to keep in order */
+      if (!starters && c % 4 == 0) c++;
+      if (starters == 1 && c % 4 == 0 && (r >> 20) % 8) c++; /* long runs */
+      u[i] = v[i] = c + 1000 * (uint32_t)i; /* the index tells equal classes apart */
+    }
+    mgt_canonical_order(u, n, toy_class, tmp);
+    for (size_t i = 1; i < n; i++)
+      for (size_t j = i; j > 0 && toy_class(v[j]) && toy_class(v[j - 1]) > toy_class(v[j]); j--) {
+        const uint32_t x = v[j];
+        v[j] = v[j - 1], v[j - 1] = x;
+      }
+    T_CHECK(!memcmp(u, v, n * sizeof *u), "canonical order of %zu code points (case %d)", n, t);
+  }
+}
+
 int main(int argc, char **argv) {
   const char *dir = argc > 1 ? argv[1] : "../shared/data";
+  test_canonical_order();
   test_json_objects();
   test_json_is_and_cap();
   test_json_collisions();

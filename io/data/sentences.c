@@ -2,8 +2,10 @@
    at a blank line, or at a run of . ! ? (with the closing quotes and brackets after it) that is
    followed by white space, unless
      - the next word starts with a lower-case letter ("e.g. this", "3 p.m. and");
-     - the run is one period after an abbreviation that goes with the next word (titles such as
-       Mr. Dr. St., references such as No. Fig. vol. pp., e.g. i.e. cf. vs. U.S.);
+     - the run is one period after an abbreviation that goes with the next word: titles such as
+       Mr. Dr. St., and e.g. i.e. cf. vs. U.S.; references such as No. Fig. vol. pp. when a
+       number follows (a digit, or a Roman numeral of two letters or more: "Vol. II"), as "no."
+       and "p." also end sentences ("The answer is no. We left.");
      - the run is one period after an initial (one capital letter) and the next word is
        capitalized ("J. R. R. Tolkien").
    A period inside a word or a number (3.14, a.m, example.com) is no end: white space must
@@ -13,13 +15,15 @@
 
 #include <string.h>
 
-/* Abbreviations that are no sentence end, lower case, without their final period. */
+/* Abbreviations that are no sentence end, lower case, without their final period: those that
+   go with any next word, then those that go with a number only. */
 static const char *const JOINING[] = {
-    "mr",  "mrs",  "ms",   "messrs", "dr",   "prof", "sr",   "jr",   "st",  "mt",  "ft",
-    "rev", "hon",  "gen",  "col",    "lt",   "sgt",  "capt", "cmdr", "adm", "gov", "sen",
-    "rep", "pres", "supt", "det",    "insp", "vs",   "v",    "cf",   "viz", "no",  "nos",
-    "vol", "vols", "ch",   "chap",   "sec",  "fig",  "figs", "p",    "pp",  "e.g", "i.e",
-    "u.s", "u.k",  "ca",   "approx", "op",   "cit",  NULL};
+    "mr",  "mrs", "ms",  "messrs", "dr",   "prof", "sr",     "jr",   "st",   "mt",
+    "ft",  "rev", "hon", "gen",    "col",  "lt",   "sgt",    "capt", "cmdr", "adm",
+    "gov", "sen", "rep", "pres",   "supt", "det",  "insp",   "vs",   "v",    "cf",
+    "viz", "e.g", "i.e", "u.s",    "u.k",  "ca",   "approx", "op",   "cit",  NULL};
+static const char *const NUMBERING[] = {"no",  "nos", "vol",  "vols", "ch", "chap",
+                                        "sec", "fig", "figs", "p",    "pp", NULL};
 
 static int is_space(unsigned char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
@@ -45,15 +49,28 @@ static size_t opening_at(const unsigned char *s, size_t n) {
   return 0;
 }
 
-static int joining(const unsigned char *w, size_t n) {
+/* Whether word w[0..n) is in the list, in any case. */
+static int listed(const char *const *list, const unsigned char *w, size_t n) {
   char low[16];
   if (n == 0 || n >= sizeof low) return 0;
   for (size_t i = 0; i < n; i++)
     low[i] = (char)(w[i] >= 'A' && w[i] <= 'Z' ? w[i] + 32 : w[i]);
   low[n] = 0;
-  for (int i = 0; JOINING[i]; i++)
-    if (strcmp(low, JOINING[i]) == 0) return 1;
+  for (int i = 0; list[i]; i++)
+    if (strcmp(low, list[i]) == 0) return 1;
   return 0;
+}
+
+static int roman(unsigned char c) { return strchr("IVXLCDM", c) && c; }
+
+/* Whether s[j..n) starts with a number: a digit, or two or more Roman numerals ending the
+   word. */
+static int number_at(const unsigned char *s, size_t n, size_t j) {
+  if (j < n && s[j] >= '0' && s[j] <= '9') return 1;
+  size_t e = j;
+  while (e < n && roman(s[e]))
+    e++;
+  return e - j >= 2 && (e == n || !((s[e] | 32) >= 'a' && (s[e] | 32) <= 'z'));
 }
 
 /* Whether the terminator run [t, r) of s, followed by white space at `after`, ends a
@@ -72,7 +89,8 @@ static int ends_sentence(const unsigned char *s, size_t n, size_t t, size_t r, s
     w--;
   for (size_t o; w < t && (o = opening_at(s + w, t - w)) > 0;)
     w += o;
-  if (joining(s + w, t - w)) return 0;
+  if (listed(JOINING, s + w, t - w)) return 0;
+  if (listed(NUMBERING, s + w, t - w) && number_at(s, n, j)) return 0;
   int next_upper = j < n && s[j] >= 'A' && s[j] <= 'Z';
   if (t - w == 1 && s[w] >= 'A' && s[w] <= 'Z' && next_upper) return 0; /* an initial */
   return 1;

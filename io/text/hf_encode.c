@@ -8,6 +8,7 @@
 #include <utf8proc.h>
 
 #include "hf_tok_impl.h"
+#include "unicode.h"
 #include "mgt/json.h"
 
 /* The bytes at s[0..n) (not a valid character) that one U+FFFD replaces: the maximal subpart
@@ -103,10 +104,103 @@ static mgt_status maps_for(mgt_hf_tok *h, size_t need) {
   return MGT_OK;
 }
 
+#define NFC_OPTS ((utf8proc_option_t)(UTF8PROC_STABLE | UTF8PROC_COMPOSE)) /* utf8proc_map's NFC   \
+                                                                            */
+
+static int ccc(uint32_t c) { return utf8proc_get_property((utf8proc_int32_t)c)->combining_class; }
+
+/* NFC of valid UTF-8 s[0..n), the bytes utf8proc_map(NFC_OPTS) gives, in linear time: each
+   character decomposed alone, the marks put in canonical order here (utf8proc's own ordering
+   swaps neighbours, quadratic in a run of marks), then composed by utf8proc. *out (UTF-8) lies
+   in h->u32 until the next call. */
+static mgt_status nfc(mgt_hf_tok *h, const unsigned char *s, size_t n, const unsigned char **out,
+                      size_t *outn) {
+  size_t k = 0;
+  for (size_t i = 0; i < n;) {
+    utf8proc_int32_t cp, d[32];
+    const utf8proc_ssize_t l = utf8proc_iterate(s + i, (utf8proc_ssize_t)(n - i), &cp);
+    MGT_REQUIRE(l > 0, "NFC: not UTF-8 at byte %zu", i);
+    const utf8proc_ssize_t m = utf8proc_decompose_char(cp, d, 32, NFC_OPTS, NULL);
+    MGT_REQUIRE(m >= 0 && m <= 32, "NFC: U+%04X decomposes into %zd code points", (unsigned)cp,
+                (ptrdiff_t)m);
+    MGT_CHECK(mgt_hf_grow((void **)&h->u32, &h->u32_cap, k + (size_t)m + 1, sizeof *h->u32));
+    for (utf8proc_ssize_t j = 0; j < m; j++)
+      h->u32[k++] = (uint32_t)d[j];
+    i += (size_t)l;
+  }
+  MGT_CHECK(mgt_hf_grow((void **)&h->u32b, &h->u32b_cap, k + 1, sizeof *h->u32b));
+  mgt_canonical_order(h->u32, k, ccc, h->u32b);
+  /* composed and written as UTF-8 over the code points (4 bytes each hold one's UTF-8) */
+  const utf8proc_ssize_t r =
+      k ? utf8proc_reencode((utf8proc_int32_t *)h->u32, (utf8proc_ssize_t)k, NFC_OPTS) : 0;
+  MGT_REQUIRE(r >= 0, "NFC of %zu bytes: %s", n, utf8proc_errmsg(r));
+  *out = (const unsigned char *)h->u32, *outn = (size_t)r;
+  return MGT_OK;
+}
+
+/* Whether NFC of s[0..a + b) is NFC of s[0..a) then NFC of s[a..a + b): nothing composes or
+   reorders across a. */
+static mgt_status nfc_apart(mgt_hf_tok *h, const unsigned char *s, size_t a, size_t b, int *apart) {
+  const unsigned char *d;
+  size_t l1, l2, l;
+  MGT_CHECK(nfc(h, s, a, &d, &l1));
+  MGT_CHECK(mgt_hf_grow((void **)&h->pbuf, &h->pbuf_cap, 2 * (a + b) + 16, 1));
+  memcpy(h->pbuf, d, l1);
+  MGT_CHECK(nfc(h, s + a, b, &d, &l2));
+  MGT_CHECK(mgt_hf_grow((void **)&h->pbuf, &h->pbuf_cap, l1 + l2 + 1, 1));
+  memcpy(h->pbuf + l1, d, l2);
+  MGT_CHECK(nfc(h, s, a + b, &d, &l));
+  *apart = l == l1 + l2 && !memcmp(d, h->pbuf, l);
+  return MGT_OK;
+}
+
+/* Maps the NFC of s[a, b), l bytes, into map[0..l): unchanged, byte for byte; changed, in
+   proportion (a token made of part of it holds its part of the input). */
+static void map_part(const unsigned char *s, size_t a, size_t b, const unsigned char *d, size_t l,
+                     size_t *map) {
+  const int same = l == b - a && !memcmp(d, s + a, l);
+  for (size_t k = 0; k < l; k++)
+    map[k] = a + (same ? k : k * (b - a) / l);
+}
+
+/* The map of a piece s[i, e) whose NFC, want[0..wn), differs from it: cut before each starter
+   that stays apart from the text since the last such cut (nfc_apart), each part mapped alone
+   (map_part), so that a part NFC changes moves no token's end outside it. *fine 0: the parts'
+   NFCs joined are not the piece's, nothing mapped. */
+static mgt_status nfc_parts(mgt_hf_tok *h, const unsigned char *s, size_t i, size_t e,
+                            const unsigned char *want, size_t wn, size_t *map, int *fine) {
+  *fine = 0;
+  size_t unit = i, part = i, q = 0;
+  for (size_t p = i + char_len(s + i, e - i); p <= e;) {
+    const size_t cl = p < e ? char_len(s + p, e - p) : 0;
+    int cut = p == e;
+    if (!cut) {
+      utf8proc_int32_t cp;
+      (void)utf8proc_iterate(s + p, (utf8proc_ssize_t)(e - p), &cp);
+      if (!ccc((uint32_t)cp)) {
+        MGT_CHECK(nfc_apart(h, s + unit, p - unit, cl, &cut));
+        if (cut) unit = p; /* else it composed: the unit goes on */
+      }
+    }
+    if (cut) {
+      const unsigned char *d;
+      size_t l;
+      MGT_CHECK(nfc(h, s + part, p - part, &d, &l));
+      if (q + l > wn || memcmp(d, want + q, l)) return MGT_OK;
+      map_part(s, part, p, d, l, map + q);
+      q += l, part = p;
+    }
+    if (p == e) break;
+    p += cl;
+  }
+  *fine = q == wn;
+  return MGT_OK;
+}
+
 /* NFC with h->map[k] the input position of normalized position k. The text is composed in
    pieces that each start at an ASCII byte: no character composes with or reorders across a
-   following ASCII character, so the pieces compose as the whole does; a piece NFC changes
-   maps inside to its end. */
+   following ASCII character, so the pieces compose as the whole does. A piece NFC changes is
+   mapped part by part (nfc_parts), or, where the parts do not compose as it does, whole. */
 static mgt_status nfc_mapped(mgt_hf_tok *h, const unsigned char *s, size_t n, size_t *outn) {
   MGT_CHECK(mgt_hf_grow((void **)&h->nbuf, &h->nbuf_cap, 3 * n + 1, 1));
   MGT_CHECK(maps_for(h, 3 * n + 2));
@@ -115,24 +209,21 @@ static mgt_status nfc_mapped(mgt_hf_tok *h, const unsigned char *s, size_t n, si
     size_t e = i + 1;
     while (e < n && s[e] >= 0x80)
       e++;
-    h->map[o] = i;
-    utf8proc_uint8_t *d = NULL;
-    utf8proc_ssize_t l = 0;
-    if (e - i > 1 || s[i] >= 0x80)
-      l = utf8proc_map(s + i, (utf8proc_ssize_t)(e - i), &d, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    if (l < 0) MGT_FAIL(MGT_ERR_NOMEM, "NFC of %zu bytes: %s", e - i, utf8proc_errmsg(l));
-    if (!d || ((size_t)l == e - i && memcmp(d, s + i, e - i) == 0)) {
+    const unsigned char *d = s + i;
+    size_t l = e - i;
+    if (e - i > 1 || s[i] >= 0x80) MGT_CHECK(nfc(h, s + i, e - i, &d, &l));
+    if (l == e - i && memcmp(d, s + i, e - i) == 0) {
       for (size_t k = i; k < e; k++)
         h->nbuf[o] = s[k], h->map[o++] = k;
     } else {
-      if (o + (size_t)l + 1 > h->nbuf_cap) { /* NFC may grow a piece: 3x bounds UTF-8 here */
-        free(d);
-        MGT_FAIL(MGT_ERR_INTERNAL, "NFC grew %zu bytes past the bound", e - i);
-      }
-      for (utf8proc_ssize_t k = 0; k < l; k++)
-        h->nbuf[o] = d[k], h->map[o++] = k ? e : i;
+      /* NFC may grow a piece: 3x bounds UTF-8 here */
+      MGT_REQUIRE(o + l + 1 <= h->nbuf_cap, "NFC grew %zu bytes past the bound", e - i);
+      memcpy(h->nbuf + o, d, l);
+      int fine;
+      MGT_CHECK(nfc_parts(h, s, i, e, h->nbuf + o, l, h->map + o, &fine));
+      if (!fine) map_part(s, i, e, h->nbuf + o, l, h->map + o);
+      o += l;
     }
-    free(d);
     i = e;
   }
   h->map[o] = n;
@@ -193,11 +284,13 @@ static mgt_status segment(mgt_tokenizer *t, const unsigned char *s, size_t n, mg
     MGT_CHECK(nfc_mapped(h, s, n, &l));
     s = h->nbuf, n = l;
   } else if (h->nfc) {
-    utf8proc_uint8_t *d = NULL;
-    utf8proc_ssize_t l =
-        utf8proc_map(s, (utf8proc_ssize_t)n, &d, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    if (l < 0) MGT_FAIL(MGT_ERR_NOMEM, "NFC of %zu bytes: %s", n, utf8proc_errmsg(l));
-    norm = d, s = d, n = (size_t)l;
+    const unsigned char *d;
+    size_t l;
+    MGT_CHECK(nfc(h, s, n, &d, &l));
+    norm = malloc(l + 1);
+    if (!norm) MGT_FAIL(MGT_ERR_NOMEM, "out of memory tokenizing %zu bytes", n);
+    memcpy(norm, d, l);
+    s = norm, n = l;
   }
   mgt_status st = MGT_OK;
   if (h->prepend || h->spaces || (h->byte_level && h->prefix_space && s[0] != ' ')) {
@@ -251,7 +344,8 @@ static mgt_status segment(mgt_tokenizer *t, const unsigned char *s, size_t n, mg
     }
     const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(h->md);
     size_t b0 = ov[0], b1 = ov[1];
-    if (b1 == b0) { /* an empty match: step over one character */
+    if (b1 == b0) { /* an empty match ends the text before it, as Hugging Face splits there */
+      if (b0 > gap) st = model_at(t, s, gap, b0, out, base), gap = b0;
       at = b0 + 1;
       while (at < n && (s[at] & 0xC0) == 0x80)
         at++;

@@ -61,6 +61,11 @@ struct mgt_hf_tok {
   size_t *map, *map2, map_cap;
   unsigned char *nbuf;
   size_t nbuf_cap;
+  /* NFC's code points and scratch (hf_encode.c: nfc) */
+  uint32_t *u32, *u32b;
+  size_t u32_cap, u32b_cap;
+  unsigned char *pbuf;
+  size_t pbuf_cap;
 };
 
 /* The id whose key is s[0..n), or -1. */

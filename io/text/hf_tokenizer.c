@@ -42,6 +42,9 @@ void mgt_hf_free(mgt_hf_tok **ph) {
   free(h->map);
   free(h->map2);
   free(h->nbuf);
+  free(h->u32);
+  free(h->u32b);
+  free(h->pbuf);
   mgt_free(h);
   *ph = NULL;
 }
@@ -54,6 +57,7 @@ mgt_status mgt_hf_clone(const mgt_hf_tok *src, mgt_hf_tok **out) {
   h->clone = 1;
   h->md = NULL, h->buf = NULL, h->buf_cap = 0, h->ids = NULL, h->ids_cap = 0;
   h->ends = NULL, h->map = h->map2 = NULL, h->map_cap = 0, h->nbuf = NULL, h->nbuf_cap = 0;
+  h->u32 = h->u32b = NULL, h->u32_cap = h->u32b_cap = 0, h->pbuf = NULL, h->pbuf_cap = 0;
   if (src->split) { /* a compiled pattern is shared; match data is per thread */
     h->md = pcre2_match_data_create_from_pattern(src->split, NULL);
     if (!h->md) {
@@ -142,12 +146,16 @@ static const char white_space[] = "\\t\\n\\x0B\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{
    of it the same way. What differs is spelt here in PCRE2's terms:
    - \s and \S: as white_space (inside a class, \s as its members);
    - \h and \H: a hexadecimal digit and its complement (to PCRE2, horizontal space);
+   - \w, \W, \b, \B: Oniguruma's word characters, Letter, Mark, Number, Connector_Punctuation
+     (PCRE2 10.42's \w has no marks), and the boundaries between them and the rest;
    - \uHHHH: the code point (PCRE2 has no \u);
    - the option m of (?m) and (?m:...): Ruby's "dot matches a newline", PCRE2's s; ^ and $ are
      always line anchors in Ruby, so the pattern is compiled multiline (compile());
-   - a class intersection [a&&b] is refused, as \S and \H inside a class: no PCRE2 spelling.
+   - a class intersection [a&&b] is refused, as \S, \H and \W inside a class: no PCRE2
+     spelling.
    *out is malloc'ed, *out_len its length (a NUL in the pattern stays a NUL). */
 static const char hex_class[] = "0-9a-fA-F";
+static const char word_class[] = "\\p{L}\\p{M}\\p{N}\\p{Pc}";
 
 static mgt_status hf_pattern(const loader *L, const char *p, size_t n, char **out,
                              size_t *out_len) {
@@ -172,6 +180,23 @@ static mgt_status hf_pattern(const loader *L, const char *p, size_t n, char **ou
       }
       const char *members = space ? white_space : hex_class;
       k += (size_t)sprintf(o + k, in_class ? "%s" : neg ? "[^%s]" : "[%s]", members);
+      i++;
+      continue;
+    }
+    if (c == '\\' && (e == 'w' || e == 'W')) {
+      if (in_class && e == 'W') {
+        refused = "\\W inside a character class";
+        break;
+      }
+      k += (size_t)sprintf(o + k, in_class ? "%s" : e == 'W' ? "[^%s]" : "[%s]", word_class);
+      i++;
+      continue;
+    }
+    if (c == '\\' && (e == 'b' || e == 'B') && !in_class) { /* in a class, \b is a backspace */
+      const char *w = word_class;
+      k += (size_t)(e == 'b'
+                        ? sprintf(o + k, "(?:(?<=[%s])(?![%s])|(?<![%s])(?=[%s]))", w, w, w, w)
+                        : sprintf(o + k, "(?:(?<=[%s])(?=[%s])|(?<![%s])(?![%s]))", w, w, w, w));
       i++;
       continue;
     }

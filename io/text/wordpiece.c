@@ -170,8 +170,8 @@ static size_t lower_word(const uint32_t *w, size_t n, uint32_t *out) {
 }
 
 /* NFD of w[0..n) into out (room for 4 n + 4: no canonical decomposition is longer), then
-   combining marks in canonical order; returns the length. */
-static size_t nfd(const uint32_t *w, size_t n, uint32_t *out) {
+   combining marks in canonical order (tmp: room for as many); returns the length. */
+static size_t nfd(const uint32_t *w, size_t n, uint32_t *out, uint32_t *tmp) {
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
     uint32_t c = w[i];
@@ -194,21 +194,7 @@ static size_t nfd(const uint32_t *w, size_t n, uint32_t *out) {
     for (uint32_t m = 0; m < mgt_bert_decomp[3 * r + 2]; m++)
       out[k++] = mgt_bert_decomp_cps[mgt_bert_decomp[3 * r + 1] + m];
   }
-  /* stable sort by combining class within each run of non-zero classes */
-  for (size_t i = 1; i < k; i++) {
-    if (out[i] < 0x300) continue; /* no combining class below U+0300 */
-    int ci = ccc_of(out[i]);
-    if (!ci) continue;
-    size_t j = i;
-    uint32_t c = out[i];
-    while (j > 0) {
-      int cj = ccc_of(out[j - 1]);
-      if (cj <= ci) break;
-      out[j] = out[j - 1];
-      j--;
-    }
-    out[j] = c;
-  }
+  mgt_canonical_order(out, k, ccc_of, tmp);
   return k;
 }
 
@@ -393,10 +379,10 @@ static mgt_status wordpiece(mgt_wordpiece *wp, const uint32_t *w, size_t n, mgt_
 /* Lower case, NFD and accents off (uncased), then the punctuation split and WordPiece. */
 static mgt_status encode_word(mgt_wordpiece *wp, const uint32_t *w, size_t n, mgt_ids *out) {
   if (wp->lower) {
-    MGT_CHECK(grow(&wp->word, &wp->word_cap, 15 * n + 8));
-    uint32_t *low = wp->word, *dec = wp->word + 3 * n + 1;
+    MGT_CHECK(grow(&wp->word, &wp->word_cap, 27 * n + 12));
+    uint32_t *low = wp->word, *dec = low + 3 * n + 1, *tmp = dec + 12 * n + 4;
     size_t m = lower_word(w, n, low);
-    m = nfd(low, m, dec);
+    m = nfd(low, m, dec, tmp);
     size_t k = 0;
     for (size_t i = 0; i < m; i++)
       if (!(class_of(wp, dec[i]) & C_MN)) dec[k++] = dec[i];
