@@ -251,7 +251,9 @@ echo '{"eos_token": "<|no such token|>"}' > "$tmp/bad/tokenizer_config.json"
 badtok "pass"
 expect "no eos_token of the vocabulary" enc
 printf '{"model": ' > "$tmp/bad/tokenizer.json"
-expect "not a tokenizer.json" enc
+expect "not a tokenizer.json: malformed JSON at byte 10" enc
+printf '[1]' > "$tmp/bad/tokenizer.json"
+expect "not a tokenizer.json (a JSON object)" enc
 expect "HuggingFaceTokenizer needs --tokenizer-model" "$MGT" tokenize "${HF[@]}" --input "$tmp/alice.jsonl"
 
 # invalid UTF-8: one U+FFFD per maximal subpart (a lead byte and the continuation bytes that

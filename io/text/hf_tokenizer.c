@@ -664,9 +664,13 @@ mgt_status mgt_tok_load_hf(const char *path, mgt_tokenizer **out) {
   mgt_tok_byte_tables(b2u, L.u2b);
   MGT_TRY(mgt_read_file("--tokenizer-model", path, &text, &len));
   MGT_TRY(mgt_json_parser_create(&jp));
-  if (mgt_json_parse(jp, text, len, &root) != MGT_OK || root->type != MGT_JSON_OBJECT) {
-    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: not a tokenizer.json (a JSON object)", path);
+  if (mgt_json_parse(jp, text, len, &root) != MGT_OK) { /* the parser's reason and offset */
+    char why[256];
+    snprintf(why, sizeof why, "%s", mgt_error_message());
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: not a tokenizer.json: %s", path, why);
   }
+  if (root->type != MGT_JSON_OBJECT)
+    MGT_GOTO_FAIL(MGT_ERR_INPUT, "%s: not a tokenizer.json (a JSON object)", path);
   MGT_TRY(normalizer(&L, mgt_json_get(root, "normalizer")));
   MGT_TRY(pretokenizer(&L, mgt_json_get(root, "pre_tokenizer")));
   const mgt_json *added = mgt_json_get(root, "added_tokens");
