@@ -98,7 +98,7 @@ PY
 
 # the loss mask of text that NFC changes: an assistant's reply in NFD Korean trains the tokens its
 # NFC twin trains (the same ids), no more; marks that compose across segments train the tokens
-# they end up in
+# they end up in; an empty trained segment trains nothing
 $PY - "$tmp/nfd.jsonl" "$tmp/nfc.jsonl" <<'PY'
 import json, sys, unicodedata
 for path, form in zip(sys.argv[1:], ("NFD", "NFC")):
@@ -106,7 +106,8 @@ for path, form in zip(sys.argv[1:], ("NFD", "NFC")):
     m = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": t},
          {"role": "user", "content": "ok"}, {"role": "assistant", "content": "fine"}]
     s = [{"text": "e", "loss": False}, {"text": "\u0301\u0301\u0301", "loss": True}, {"text": "x", "loss": False}]
-    open(path, "w").write(json.dumps({"messages": m}) + "\n" + json.dumps({"segments": s}) + "\n")
+    e = [{"text": "hel", "loss": False}, {"text": "", "loss": True}, {"text": "lo world", "loss": False}]
+    open(path, "w").write("".join(json.dumps(o) + "\n" for o in ({"messages": m}, {"segments": s}, {"segments": e})))
 PY
 for v in nfd nfc; do
   "$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/qwen3" --chat-template chatml --input "$tmp/$v.jsonl" > "$tmp/$v.out" ||
@@ -114,9 +115,10 @@ for v in nfd nfc; do
 done
 $PY - "$tmp/nfd.out" "$tmp/nfc.out" <<'PY' || fail "the loss mask of NFD text"
 import json, sys
-(a, s), (b, _) = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+(a, s, e), (b, _, _) = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
 assert a["ids"] == b["ids"] and a["loss_mask"] == b["loss_mask"], (a, b)
 assert s["loss_mask"] == [1] * (len(s["ids"]) - 1) + [0], s  # e+acute, acutes trained; x not
+assert e["loss_mask"] == [0] * len(e["ids"]), e  # an empty trained segment: no byte, no token
 print("ok: NFD text trains what its NFC twin trains: %s" % a["loss_mask"])
 PY
 

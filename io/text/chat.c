@@ -491,10 +491,11 @@ mgt_status mgt_chat_encode(mgt_tokenizer *tok, const mgt_chat_text *t, mgt_ids *
     if (!p) st = MGT_ERROR(MGT_ERR_NOMEM, "out of memory for the loss mask of %zu ids", ids->n);
     if (p) *mask = p, *mask_cap = c;
   }
-  /* a token trains when it holds a byte of a trained range: tokens and ranges both rise */
+  /* a token trains when it holds a byte of a trained range: tokens and ranges both rise (an
+     empty range holds none) */
   for (size_t k = 0, r = 0, start = 0; st == MGT_OK && k < ends.n; k++) {
     const size_t end = (size_t)ends.ids[k];
-    while (r + 1 < t->n_train && t->train[r + 1] <= start)
+    while (r + 1 < t->n_train && (t->train[r + 1] <= start || t->train[r] == t->train[r + 1]))
       r += 2;
     (*mask)[k0 + k] = r + 1 < t->n_train && start < t->train[r + 1] && end > t->train[r];
     start = end;
