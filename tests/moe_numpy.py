@@ -11,7 +11,8 @@ apply_router_token_dropping: capacity
 ceil(T k / E x factor), the tokens of the highest weights or the first ones kept) and its
 experts (each an MLP of the block's kind, outputs summed with the routing weights), plus a shared
 expert's output (an MLP of the block's kind on every token, times sigmoid(x . w) with its gate).
-Usage: moe_numpy.py CHECKPOINT.h5 IDS_FILE SEQ_LENGTH"""
+With MICRO_BATCH B > 1, B consecutive windows are one micro-batch, routed together (mgt eval
+--micro-batch-size B on one rank). Usage: moe_numpy.py CHECKPOINT.h5 IDS_FILE SEQ_LENGTH [B]"""
 import json
 import math
 import sys
@@ -116,59 +117,82 @@ def moe(s, w, p, x):
 
 
 def forward(s, w, ids, taps=None):
-    """The logits of ids; with taps, each MoE layer's input rows appended as (layer, rows)."""
-    T, C, H, G, hd = len(ids), s["hidden"], s["heads"], s["groups"], s["head_size"]
+    """The logits of ids, or of each sequence of a micro-batch (a list of lists of T ids), whose
+    MoE layers route the micro-batch's rows together in Megatron-LM's order, [s, b] (position
+    by position: the capacity sees them so); with taps, each MoE layer's input rows appended as
+    (layer, rows)."""
+    batched = isinstance(ids, list) and len(ids) > 0 and isinstance(ids[0], list)
+    batch = ids if batched else [ids]
+    B, T, C, H, G, hd = len(batch), len(batch[0]), s["hidden"], s["heads"], s["groups"], s["head_size"]
     eps = s["norm_eps"]
     assert s["norm"] == "RMSNorm" and s["pos"] == "rope" and not s["rope_scaling"]
     f = 1.0 / s["rope_base"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
     ang = np.outer(np.arange(T), f)
     cos, sin = np.cos(np.concatenate([ang, ang], -1)), np.sin(np.concatenate([ang, ang], -1))
-    x = w["embedding.word_embeddings.weight"][ids]
+    xs = [w["embedding.word_embeddings.weight"][seq] for seq in batch]
     mask = np.triu(np.full((T, T), -np.inf), 1)
     for l in range(s["layers"]):
         p = "layers.%d." % l
-        h = rmsnorm(x, w[p + "input_layernorm.weight"], eps)
-        if p + "attention.qkv.weight" in w:
-            q, k, v = (h @ m.T for m in w[p + "attention.qkv.weight"])
-        else:
-            q = h @ w[p + "attention.query.weight"].T
-            k, v = (h @ m.T for m in w[p + "attention.key_value.weight"])
-        if s.get("qk_norm") == 2:  # OLMoE's: over all heads' q, and over all heads' k
-            q = rmsnorm(q, w[p + "attention.q_layernorm.weight"], eps)
-            k = rmsnorm(k, w[p + "attention.k_layernorm.weight"], eps)
-        heads = []
-        for i in range(H):
-            g = i // (H // G)
-            qi, kg = q[:, i * hd:(i + 1) * hd], k[:, g * hd:(g + 1) * hd]
-            if s.get("qk_norm") == 1:  # Qwen 3's, before the rotation
-                qi = rmsnorm(qi, w[p + "attention.q_layernorm.weight"], eps)
-                kg = rmsnorm(kg, w[p + "attention.k_layernorm.weight"], eps)
-            qi, kg = rotate(qi, cos, sin), rotate(kg, cos, sin)
-            a = qi @ kg.T / math.sqrt(hd) + mask
-            a = np.exp(a - a.max(-1, keepdims=True))
-            heads.append((a / a.sum(-1, keepdims=True)) @ v[:, g * hd:(g + 1) * hd])
-        x = x + np.concatenate(heads, -1) @ w[p + "attention.dense.weight"].T
-        h = rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps)
+        hs = []
+        for b, x in enumerate(xs):
+            h = rmsnorm(x, w[p + "input_layernorm.weight"], eps)
+            if p + "attention.qkv.weight" in w:
+                q, k, v = (h @ m.T for m in w[p + "attention.qkv.weight"])
+            else:
+                q = h @ w[p + "attention.query.weight"].T
+                k, v = (h @ m.T for m in w[p + "attention.key_value.weight"])
+            if s.get("qk_norm") == 2:  # OLMoE's: over all heads' q, and over all heads' k
+                q = rmsnorm(q, w[p + "attention.q_layernorm.weight"], eps)
+                k = rmsnorm(k, w[p + "attention.k_layernorm.weight"], eps)
+            heads = []
+            for i in range(H):
+                g = i // (H // G)
+                qi, kg = q[:, i * hd:(i + 1) * hd], k[:, g * hd:(g + 1) * hd]
+                if s.get("qk_norm") == 1:  # Qwen 3's, before the rotation
+                    qi = rmsnorm(qi, w[p + "attention.q_layernorm.weight"], eps)
+                    kg = rmsnorm(kg, w[p + "attention.k_layernorm.weight"], eps)
+                qi, kg = rotate(qi, cos, sin), rotate(kg, cos, sin)
+                a = qi @ kg.T / math.sqrt(hd) + mask
+                a = np.exp(a - a.max(-1, keepdims=True))
+                heads.append((a / a.sum(-1, keepdims=True)) @ v[:, g * hd:(g + 1) * hd])
+            xs[b] = x = x + np.concatenate(heads, -1) @ w[p + "attention.dense.weight"].T
+            hs.append(rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps))
         moe_layer = s["experts"] and l >= s["moe_first"] and (l - s["moe_first"]) % s["moe_every"] == 0
         if moe_layer:
+            rows = np.stack(hs, 1).reshape(T * B, C)  # [s, b]
             if taps is not None:
-                taps.append((l, h))
-            x = x + moe(s, w, p, h)
+                taps.append((l, rows))
+            y = moe(s, w, p, rows).reshape(T, B, C)
+            xs = [x + y[:, b] for b, x in enumerate(xs)]
         elif s["mlp"] == "swiglu":
             first = np.concatenate([w[p + "mlp.gate.weight"], w[p + "mlp.up.weight"]])
-            x = x + mlp(s, h, first, w[p + "mlp.dense_4h_to_h.weight"])
+            xs = [x + mlp(s, h, first, w[p + "mlp.dense_4h_to_h.weight"]) for x, h in zip(xs, hs)]
         else:
-            x = x + mlp(s, h, w[p + "mlp.dense_h_to_4h.weight"], w[p + "mlp.dense_4h_to_h.weight"])
-    x = rmsnorm(x, w["final_layernorm.weight"], eps)
+            xs = [x + mlp(s, h, w[p + "mlp.dense_h_to_4h.weight"], w[p + "mlp.dense_4h_to_h.weight"])
+                  for x, h in zip(xs, hs)]
     out = w.get("output_layer.weight", w["embedding.word_embeddings.weight"])
-    return x @ out.T
+    logits = [rmsnorm(x, w["final_layernorm.weight"], eps) @ out.T for x in xs]
+    return logits if batched else logits[0]
 
 
 def main():
     s, w = load(sys.argv[1])
     ids = [int(t) for t in open(sys.argv[2]).read().split()]
     T = int(sys.argv[3])
-    count, loss = score(lambda cfg, w, ids: forward(s, w, ids), None, w, ids, T, T)
+    B = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    if B == 1:
+        count, loss = score(lambda cfg, w, ids: forward(s, w, ids), None, w, ids, T, T)
+    else:  # windows of T + 1 every T, B consecutive ones a micro-batch (whole ones only)
+        assert (len(ids) - 1) % (T * B) == 0, "ids for whole micro-batches of whole windows"
+        total, count = 0.0, 0
+        for start in range(0, len(ids) - 1, T * B):
+            wins = [ids[start + b * T:start + b * T + T + 1] for b in range(B)]
+            for win, z in zip(wins, forward(s, w, [x[:-1] for x in wins])):
+                m = z.max(-1, keepdims=True)
+                logp = z - m - np.log(np.exp(z - m).sum(-1, keepdims=True))
+                total -= sum(logp[t, win[t + 1]] for t in range(T))
+                count += T
+        loss = total / count
     print(json.dumps({"tokens": count, "avg_loss": loss}))
 
 

@@ -79,8 +79,16 @@ void gpt_moe_destroy(mgt_gpt *m) {
 }
 
 /* One expert's slots (t * K + s): by weight, the higher first, the earlier token among equal
-   weights (the probs policy); or by slot, the token order. */
+   weights (the probs policy); by position in the sequence, then sequence (the position policy:
+   Megatron-LM's rows are [s, b], ours b * T + t); or by slot, the token order. */
 static const float *sort_w;
+static int sort_k, sort_t, sort_b;
+static int by_position(const void *a, const void *b) {
+  const int x = *(const int *)a / sort_k, y = *(const int *)b / sort_k;
+  const long long kx = (long long)(x % sort_t) * sort_b + x / sort_t,
+                  ky = (long long)(y % sort_t) * sort_b + y / sort_t;
+  return (kx > ky) - (kx < ky);
+}
 static int by_weight(const void *a, const void *b) {
   const int x = *(const int *)a, y = *(const int *)b;
   if (sort_w[x] != sort_w[y]) return sort_w[x] > sort_w[y] ? -1 : 1;
@@ -93,7 +101,8 @@ static int by_slot(const void *a, const void *b) {
 
 /* Each expert's rows from the routing of N tokens (h->idx, h->w): its slots in token order, at
    most `cap` of them, the others dropped (pos -1): those of the lowest weights (probs) or the
-   last ones (position), as Megatron-LM's apply_router_token_dropping. */
+   latest positions (position: the micro-batch's sequences position by position), as
+   Megatron-LM's apply_router_token_dropping. */
 static void place(const mgt_gpt_dims *d, struct gpt_moe_host *h, int N, int cap, int *off,
                   int *counts) {
   const int E = d->E, K = d->K;
@@ -110,6 +119,10 @@ static void place(const mgt_gpt_dims *d, struct gpt_moe_host *h, int N, int cap,
       if (d->spec.drop_policy == MGT_MOE_DROP_PROBS) {
         sort_w = h->w;
         qsort(h->order, (size_t)n, sizeof(int), by_weight);
+        qsort(h->order, (size_t)cap, sizeof(int), by_slot);
+      } else if (d->T > 0 && N % d->T == 0 && N > d->T) { /* rows of N / T sequences */
+        sort_k = K, sort_t = d->T, sort_b = N / d->T;
+        qsort(h->order, (size_t)n, sizeof(int), by_position);
         qsort(h->order, (size_t)cap, sizeof(int), by_slot);
       }
       for (int j = cap; j < n; j++)

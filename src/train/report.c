@@ -183,6 +183,8 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
   if (r->n)
     mean = (loss_means){r->acc.loss / r->n,    r->acc.lm / r->n, r->acc.sop / r->n,
                         r->acc.sop_acc / r->n, r->acc.lb / r->n, r->acc.z / r->n};
+  /* no step counted (all skipped): no spread either, not the last interval's */
+  const double spread[2] = {r->n ? r->spread[0] : NAN, r->n ? r->spread[1] : NAN};
   const double per = n_it ? r->batches / n_it : 1.0; /* of a full global batch per iteration */
   const double tps = per * r->tokens / (ms / 1e3), tflops = per * r->flops / (ms / 1e3) / 1e12;
   /* per rank (per GPU), and the tokens seen: r->tokens is a full batch's samples of a length */
@@ -205,7 +207,7 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
   if (r->kind == KIND_TASK) fprintf(log, " accuracy: %.4f |", mean.sop_acc);
   if (r->moe)
     fprintf(log, " load_balancing_loss: %.6E | z_loss: %.6E | expert tokens min/max: %.2f/%.2f |",
-            mean.lb, mean.z, r->spread[0], r->spread[1]);
+            mean.lb, mean.z, spread[0], spread[1]);
   fprintf(log,
           " grad norm: %.3f | tokens/s: %.1f | TFLOP/s: %.4f | TFLOP/s per rank: %.4f | skipped "
           "iterations: %d | nan iterations: %d",
@@ -214,10 +216,10 @@ mgt_status mgt_report_interval(mgt_report *r, const mgt_step_stats *s) {
   fputc('\n', log);
   fflush(log);
   if (r->tb)
-    MGT_CHECK(tb_train(r->tb, s, &mean, r->kind, r->moe, r->spread, s->global_batch, ms, tps,
-                       tflops, tflops_rank, seen, skipped, nans));
+    MGT_CHECK(tb_train(r->tb, s, &mean, r->kind, r->moe, spread, s->global_batch, ms, tps, tflops,
+                       tflops_rank, seen, skipped, nans));
   if (r->metrics) {
-    metrics_line(r->metrics, s, &mean, r->kind, r->moe ? r->spread : NULL, ms, tps, tflops,
+    metrics_line(r->metrics, s, &mean, r->kind, r->moe ? spread : NULL, ms, tps, tflops,
                  tflops_rank, seen, skipped, nans);
     fflush(r->metrics);
   }
