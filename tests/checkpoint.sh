@@ -395,6 +395,13 @@ assert len(e) == 2 and e[0]["tokens"] == 8 and all(x["avg_loss"] > 0 for x in e)
 print("ok: mgt eval scores the format-2 checkpoint (%.4f) and its format-3 continuation (%.4f)"
       % (e[0]["avg_loss"], e[1]["avg_loss"]))
 PY
+# a format this version does not know yet: named as a later version's, not as no checkpoint
+mkdir -p "$tmp/f4" && cp "$tmp/f2_a/iter_0000005.h5" "$tmp/f4/" && echo 5 > "$tmp/f4/latest"
+$PY -c 'import h5py, sys; h5py.File(sys.argv[1], "r+").attrs["format"] = b"megatron-c checkpoint 4"' "$tmp/f4/iter_0000005.h5"
+"$MGT" ckpt info "$tmp/f4" > "$tmp/out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "iter_0000005.h5: format 4, written by a later version of mgt (this one reads formats 1-3)" "$tmp/out" &&
+  echo "ok: $(cat "$tmp/out")" || { fail "a format-4 checkpoint (exit $rc)"; cat "$tmp/out"; }
 
 echo "checkpoint: $fails failures"
 [ $fails = 0 ]

@@ -586,11 +586,18 @@ mgt_status ckpt_open(const char *path, hid_t *out) {
   char format[64] = "";
   int64_t complete = 0;
   mgt_status st = MGT_OK;
+  int later = 0; /* the format of a later version: "megatron-c checkpoint N", N > 3 */
   if (H5Aexists(f, "format") <= 0 ||
       mgt_h5_read_str(f, "format", format, sizeof format, path) != MGT_OK ||
       (strcmp(format, FORMAT) != 0 && strcmp(format, FORMAT_2) != 0 &&
        strcmp(format, FORMAT_1) != 0)) {
-    st = MGT_ERROR(MGT_ERR_INPUT, "checkpoint %s: not a megatron-c checkpoint", path);
+    if (sscanf(format, "megatron-c checkpoint %d", &later) == 1 && later > 3)
+      st = MGT_ERROR(MGT_ERR_INPUT,
+                     "checkpoint %s: format %d, written by a later version of mgt (this one "
+                     "reads formats 1-3)",
+                     path, later);
+    else
+      st = MGT_ERROR(MGT_ERR_INPUT, "checkpoint %s: not a megatron-c checkpoint", path);
   } else if (H5Aexists(f, "complete") <= 0 ||
              mgt_h5_read_i64(f, "complete", &complete, path) != MGT_OK || complete != 1) {
     st =

@@ -26,8 +26,13 @@ static void sync_dir_of(const char *path) {
 }
 
 mgt_status mgt_publish_file(const char *tmp, const char *final) {
-  int fd = open(tmp, O_RDONLY);
+  int fd = open(tmp, O_RDWR);
+  if (fd < 0) fd = open(tmp, O_RDONLY);
   MGT_REQUIRE(fd >= 0, "%s: cannot reopen to sync: %s", tmp, strerror(errno));
+  /* the blocks mgt_reserve_file kept past the end are released (ext4 and XFS keep them until
+     a truncate, even to the same size): the file takes its own size on disk */
+  struct stat sb;
+  if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) (void)!ftruncate(fd, sb.st_size);
   int rc = fsync(fd);
   close(fd);
   if (rc != 0) MGT_FAIL(MGT_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
