@@ -31,13 +31,8 @@ static void lock_me(lock_owner *o) {
   memset(o, 0, sizeof *o);
   gethostname(o->host, sizeof o->host - 1);
   o->pid = (long long)getpid();
-  /* the scheduler's job (a requeued job keeps it) and step: two steps of one allocation are two
-     jobs here */
-  const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
-  if (job && *job)
-    snprintf(o->job, sizeof o->job, "%s.%s", job, step && *step ? step : "-");
-  else
-    snprintf(o->job, sizeof o->job, "-");
+  const char *job = getenv("SLURM_JOB_ID"); /* the scheduler's: a requeued job keeps it */
+  snprintf(o->job, sizeof o->job, "%s", job && *job ? job : "-");
 }
 
 /* 1: read; 0: missing, or not readable as a lock (half written); -1: not a regular file (a
@@ -62,21 +57,14 @@ static int lock_read(const char *path, lock_owner *o) {
   return ok;
 }
 
-/* Whether lock owner o is this Slurm job step (a lock of an earlier version names the job
-   alone). */
-static int same_job(const lock_owner *o, const lock_owner *me) {
-  if (strcmp(o->job, "-") == 0 || strcmp(me->job, "-") == 0) return 0;
-  if (strcmp(o->job, me->job) == 0) return 1;
-  const size_t n = strlen(o->job);
-  return !strchr(o->job, '.') && strncmp(o->job, me->job, n) == 0 && me->job[n] == '.';
-}
-
 /* Whether the lock `o` may be taken over by `me`: its process is gone from this host, or it
-   is this Slurm job step before a requeue on another host (on this one, its process must be
-   gone too), or it cannot be read (a lock half written). */
+   is this Slurm job on another host (its run before a requeue, or a start that failed; on this
+   host its process must be gone: two steps of one allocation save into one directory
+   otherwise), or it cannot be read (a lock half written). */
 static int lock_stale(const lock_owner *o, int readable, const lock_owner *me) {
   if (!readable) return 1;
-  if (strcmp(o->host, me->host) != 0) return same_job(o, me);
+  if (strcmp(o->host, me->host) != 0)
+    return strcmp(o->job, "-") != 0 && strcmp(o->job, me->job) == 0;
   if (o->pid == me->pid) return 0;
   if (kill((pid_t)o->pid, 0) != 0 && errno == ESRCH) return 1;
   /* a killed process not reaped yet is a zombie: gone all the same */
