@@ -246,6 +246,16 @@ f=$(ls "$tmp"/new/parents/ckpt/iter_*.h5 | head -1)
 size=$(stat -c %s "$f") disk=$(($(stat -c '%b * %B' "$f")))
 [ "$disk" -lt $((size + 262144)) ] && echo "ok: a checkpoint of $size bytes takes $disk on disk" ||
   fail "a checkpoint of $size bytes takes $disk on disk (the reservation kept)"
+# a weight made NaN (or infinite) in the file: refused at load, naming the tensor, as mgt never
+# saves one (a run skips its non-finite steps)
+for v in nan inf; do
+  rm -rf "$tmp/nanw" && cp -r "$tmp/new/parents/ckpt" "$tmp/nanw"
+  $PY -c 'import h5py, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    d = f["model/final_layernorm.weight"]; a = d[()]; a[1] = float(sys.argv[2]); d[...] = a' "$(ls "$tmp"/nanw/iter_*.h5 | head -1)" $v
+  expect_error "final_layernorm.weight holds $([ $v = nan ] && echo "a NaN" || echo "an infinity") (element 1" \
+    "$MGT" "${R[@]}" --load "$tmp/nanw" --save "$tmp/nanw"
+done
 SLURM_JOB_ID=777 "$MGT" "${R[@]}" --train-iters 100000000 --log-interval 10000000 --save "$tmp/shared" > "$tmp/first.log" 2>&1 &
 first=$!
 for _ in $(seq 1 400); do [ -f "$tmp/shared/mgt.lock" ] && break; sleep 0.05; done

@@ -804,6 +804,11 @@ static mgt_status read_slabs(hid_t f, const char *path, const mgt_state *s, int 
     const size_t n = mgt_state_local_numel(t);
     float *local = t->mem ? staging : t->data;
     MGT_CHECK(read_part(f, path, t->name, &pt, local, n));
+    for (size_t k = 0; k < n; k++) /* saves are finite: a run skips a non-finite step */
+      MGT_REQUIRE(isfinite(local[k]),
+                  "checkpoint %s: %s holds %s (element %zu of this rank's part): edited or "
+                  "damaged, not a save of mgt",
+                  path, t->name, isnan(local[k]) ? "a NaN" : "an infinity", k);
     MGT_CHECK(read_checksum(f, path, t->name, &want[i]));
     if (t->mem) MGT_CHECK(mgt_be_upload(t->mem, t->data, local, n * sizeof(float)));
     if (t->replica >= 0) {
