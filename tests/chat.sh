@@ -98,7 +98,8 @@ PY
 
 # the loss mask of text that NFC changes: an assistant's reply in NFD Korean trains the tokens its
 # NFC twin trains (the same ids), no more; marks that compose across segments train the tokens
-# they end up in; an empty trained segment trains nothing
+# they end up in; an empty trained segment trains nothing; a long run of starters that keep
+# reordering with each other in linear time
 $PY - "$tmp/nfd.jsonl" "$tmp/nfc.jsonl" <<'PY'
 import json, sys, unicodedata
 for path, form in zip(sys.argv[1:], ("NFD", "NFC")):
@@ -107,15 +108,19 @@ for path, form in zip(sys.argv[1:], ("NFD", "NFC")):
          {"role": "user", "content": "ok"}, {"role": "assistant", "content": "fine"}]
     s = [{"text": "e", "loss": False}, {"text": "\u0301\u0301\u0301", "loss": True}, {"text": "x", "loss": False}]
     e = [{"text": "hel", "loss": False}, {"text": "", "loss": True}, {"text": "lo world", "loss": False}]
-    open(path, "w").write("".join(json.dumps(o) + "\n" for o in ({"messages": m}, {"segments": s}, {"segments": e})))
+    # Tibetan's vowel U+0F73, a starter whose marks reorder with the next one's: a long run
+    t = [{"text": "x", "loss": False}, {"text": "\u0f73" * 60000, "loss": True}]
+    objs = ({"messages": m}, {"segments": s}, {"segments": e}, {"segments": t})
+    open(path, "w").write("".join(json.dumps(o) + "\n" for o in objs))
 PY
 for v in nfd nfc; do
-  "$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/qwen3" --chat-template chatml --input "$tmp/$v.jsonl" > "$tmp/$v.out" ||
+  timeout 60 "$MGT" tokenize "${HF[@]}" --tokenizer-model "$H/qwen3" --chat-template chatml --input "$tmp/$v.jsonl" > "$tmp/$v.out" ||
     fail "tokenize $v"
 done
 $PY - "$tmp/nfd.out" "$tmp/nfc.out" <<'PY' || fail "the loss mask of NFD text"
 import json, sys
-(a, s, e), (b, _, _) = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+(a, s, e, t), (b, _, _, _) = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+assert t["loss_mask"][-1] == 1 and len(t["ids"]) > 1000, len(t["ids"])  # in linear time
 assert a["ids"] == b["ids"] and a["loss_mask"] == b["loss_mask"], (a, b)
 assert s["loss_mask"] == [1] * (len(s["ids"]) - 1) + [0], s  # e+acute, acutes trained; x not
 assert e["loss_mask"] == [0] * len(e["ids"]), e  # an empty trained segment: no byte, no token

@@ -104,8 +104,8 @@ static mgt_status maps_for(mgt_hf_tok *h, size_t need) {
   return MGT_OK;
 }
 
-#define NFC_OPTS ((utf8proc_option_t)(UTF8PROC_STABLE | UTF8PROC_COMPOSE)) /* utf8proc_map's NFC   \
-                                                                            */
+/* utf8proc_map's NFC */
+#define NFC_OPTS ((utf8proc_option_t)(UTF8PROC_STABLE | UTF8PROC_COMPOSE))
 
 static int ccc(uint32_t c) { return utf8proc_get_property((utf8proc_int32_t)c)->combining_class; }
 
@@ -178,6 +178,10 @@ static mgt_status nfc_parts(mgt_hf_tok *h, const unsigned char *s, size_t i, siz
       utf8proc_int32_t cp;
       (void)utf8proc_iterate(s + p, (utf8proc_ssize_t)(e - p), &cp);
       if (!ccc((uint32_t)cp)) {
+        /* a unit grows only while starters compose or reorder with it (Hangul's jamo, a few
+           at most; Tibetan vowels that decompose into marks, without end): past 256 bytes,
+           the piece is mapped whole, so that the cost stays linear */
+        if (p - unit > 256) return MGT_OK;
         MGT_CHECK(nfc_apart(h, s + unit, p - unit, cl, &cut));
         if (cut) unit = p; /* else it composed: the unit goes on */
       }
