@@ -256,6 +256,16 @@ with h5py.File(sys.argv[1], "r+") as f:
   expect_error "final_layernorm.weight holds $([ $v = nan ] && echo "a NaN" || echo "an infinity") (element 1" \
     "$MGT" "${R[@]}" --load "$tmp/nanw" --save "$tmp/nanw"
 done
+# a tensor rewritten as float64 (its values and checksum unchanged): refused at load, as mgt
+# ckpt verify reports it, not converted
+rm -rf "$tmp/f64" && cp -r "$tmp/new/parents/ckpt" "$tmp/f64"
+$PY -c 'import h5py, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    d = f["model/final_layernorm.weight"]; a, attrs = d[()], dict(d.attrs)
+    del f["model/final_layernorm.weight"]
+    n = f.create_dataset("model/final_layernorm.weight", data=a.astype("float64"))
+    for k, v in attrs.items(): n.attrs[k] = v' "$(ls "$tmp"/f64/iter_*.h5 | head -1)"
+expect_error "tensor /model/final_layernorm.weight is not float32" "$MGT" "${R[@]}" --load "$tmp/f64" --save "$tmp/f64"
 SLURM_JOB_ID=777 "$MGT" "${R[@]}" --train-iters 100000000 --log-interval 10000000 --save "$tmp/shared" > "$tmp/first.log" 2>&1 &
 first=$!
 for _ in $(seq 1 400); do [ -f "$tmp/shared/mgt.lock" ] && break; sleep 0.05; done

@@ -361,8 +361,10 @@ mgt_status mgt_mmidx_write(const char *prefix, MPI_Comm world, int dtype, const 
   }
   mgt_free(buf);
   if (st == MGT_OK) st = write_index(tidx, world, dtype, seq_len, n_seq, doc_seqs, n_docs);
-  if (st == MGT_OK) { /* the data first: a reader that finds the index finds its data */
-    mgt_status ps = rank == 0 ? mgt_publish_file(tbin, bin) : MGT_OK;
+  if (st == MGT_OK) { /* the data first: a reader that finds the index finds its data; an
+                          earlier index goes before, so that it never pairs with the new data */
+    mgt_status ps = rank == 0 ? mgt_remove_file(idx) : MGT_OK;
+    if (ps == MGT_OK && rank == 0) ps = mgt_publish_file(tbin, bin);
     if (ps == MGT_OK && rank == 0) ps = mgt_publish_file(tidx, idx);
     st = mgt_mpi_agree(world, ps);
   }

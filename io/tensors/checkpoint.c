@@ -765,6 +765,12 @@ static mgt_status read_part(hid_t f, const char *file, const char *name, const p
     MGT_GOTO_FAIL(MGT_ERR_INPUT, "checkpoint %s: tensor /%s has shape [%s], the model wants [%s]",
                   file, name, got, want);
   }
+  { /* as saved and as mgt ckpt verify checks: HDF5 would convert any other type silently */
+    const hid_t t = H5Dget_type(d);
+    const int f32 = t >= 0 && H5Tget_class(t) == H5T_FLOAT && H5Tget_size(t) == 4;
+    if (t >= 0) H5Tclose(t);
+    if (!f32) MGT_GOTO_FAIL(MGT_ERR_INPUT, "checkpoint %s: tensor /%s is not float32", file, name);
+  }
   MGT_TRY(select_part(fs, &ms, pt, 1, file));
   if (r->n && (!pt->ranged || H5Sget_select_npoints(ms) > 0))
     MGT_H5_TRY(H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, local), file);
