@@ -266,6 +266,27 @@ with h5py.File(sys.argv[1], "r+") as f:
     n = f.create_dataset("model/final_layernorm.weight", data=a.astype("float64"))
     for k, v in attrs.items(): n.attrs[k] = v' "$(ls "$tmp"/f64/iter_*.h5 | head -1)"
 expect_error "tensor /model/final_layernorm.weight is not float32" "$MGT" "${R[@]}" --load "$tmp/f64" --save "$tmp/f64"
+# finite weights whose logits overflow (a final norm of 3e38, its checksum as docs/checkpoint-format.md
+# defines it): a NaN loss, which mgt eval's JSON line gives as null (it printed nan, no JSON)
+rm -rf "$tmp/ovf" && cp -r "$tmp/new/parents/ckpt" "$tmp/ovf"
+$PY - "$(ls "$tmp"/ovf/iter_*.h5 | head -1)" <<'PY'
+import sys, h5py, numpy as np
+M = (1 << 64) - 1
+def fmix(k):
+    k ^= k >> 33; k = (k * 0xff51afd7ed558ccd) & M; k ^= k >> 33
+    k = (k * 0xc4ceb9fe1a85ec53) & M; return k ^ (k >> 33)
+with h5py.File(sys.argv[1], "r+") as f:
+    d = f["model/final_layernorm.weight"]
+    a = np.full(d.shape, 3e38, dtype=np.float32)
+    d[...] = a
+    d.attrs["checksum"] = np.uint64(sum(fmix(fmix(i + 1) ^ int(b)) for i, b in enumerate(a.view(np.uint32).ravel())) & M)
+PY
+seq 1 40 > "$tmp/ovf_ids.txt"
+"${T[@]}" "$MGT" eval --load "$tmp/ovf" --input-ids "$tmp/ovf_ids.txt" > "$tmp/out" 2>&1
+$PY -c 'import json, sys
+o = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
+assert o["avg_loss"] is None and o["ppl"] is None and o["tokens"] == 39, o' "$tmp/out" &&
+  echo "ok: a loss that overflowed is null in mgt eval's JSON" || { fail "a NaN eval loss"; tail -2 "$tmp/out"; }
 SLURM_JOB_ID=777 "$MGT" "${R[@]}" --train-iters 100000000 --log-interval 10000000 --save "$tmp/shared" > "$tmp/first.log" 2>&1 &
 first=$!
 for _ in $(seq 1 400); do [ -f "$tmp/shared/mgt.lock" ] && break; sleep 0.05; done

@@ -222,6 +222,17 @@ done:
   return st;
 }
 
+/* Perplexity from a mean loss, capped at e^20 as Megatron-LM's; a NaN loss stays NaN. */
+static double ppl_of(double loss) { return isnan(loss) ? loss : exp(loss < 20 ? loss : 20); }
+
+/* "key": value, as JSON has it: a NaN or an infinity (a loss that overflowed) as null. */
+static void json_num(FILE *out, const char *key, double v) {
+  if (isfinite(v))
+    fprintf(out, "\"%s\": %.9g, ", key, v);
+  else
+    fprintf(out, "\"%s\": null, ", key);
+}
+
 /* ---- the run ---- */
 
 typedef struct ctx {
@@ -549,20 +560,20 @@ mgt_status mgt_eval_run(const mgt_eval_opts *o, MPI_Comm world, FILE *out) {
     } else {
       double avg = sums[0] / sums[1];
       fprintf(out, " %s | tokens scored: %.0f | window %d, stride %d | avg loss: %.6f | ppl: %.4f",
-              tasks[o->task], sums[1], c.T, stride, avg, exp(avg < 20 ? avg : 20));
+              tasks[o->task], sums[1], c.T, stride, avg, ppl_of(avg));
       if (o->task == TASK_WIKITEXT) {
         /* Megatron-LM's normalization: loss over the T - 1 subword targets, rescaled to the
            T_o - 1 original tokens */
         double ratio = ((double)n - 1) / ((double)words - 1), adj = avg * ratio;
         fprintf(out, " | adjusted ppl: %.4f (T %zu subword tokens, T_o %zu original tokens)",
-                exp(adj < 20 ? adj : 20), n, words);
-        fprintf(out,
-                "\n{\"task\": \"wikitext103\", \"T\": %zu, \"T_o\": %zu, \"avg_loss\": %.9g, "
-                "\"ppl\": %.9g, \"adjusted_ppl\": %.9g, \"token_ratio\": %.9g, ",
-                n, words, avg, exp(avg < 20 ? avg : 20), exp(adj < 20 ? adj : 20), ratio);
+                ppl_of(adj), n, words);
+        fprintf(out, "\n{\"task\": \"wikitext103\", \"T\": %zu, \"T_o\": %zu, ", n, words);
+        json_num(out, "avg_loss", avg), json_num(out, "ppl", ppl_of(avg));
+        json_num(out, "adjusted_ppl", ppl_of(adj));
+        json_num(out, "token_ratio", ratio);
       } else {
-        fprintf(out, "\n{\"task\": \"lm\", \"avg_loss\": %.9g, \"ppl\": %.9g, ", avg,
-                exp(avg < 20 ? avg : 20));
+        fprintf(out, "\n{\"task\": \"lm\", ");
+        json_num(out, "avg_loss", avg), json_num(out, "ppl", ppl_of(avg));
       }
       fprintf(out,
               "\"tokens\": %.0f, \"seq_length\": %d, \"overlapping_eval\": %d, "
