@@ -86,6 +86,44 @@ static void layout(dnnl_engine_t eng, dnnl_stream_t st, int M, int N, int K, int
   mgt_dnnl_md_free(am), mgt_dnnl_md_free(bm), mgt_dnnl_md_free(cm), mgt_dnnl_md_free(anym);
 }
 
+/* A bf16 matmul C (M x N, fp32) = A (M x K) B (K x N) + beta C over the given strides, with its
+   memory objects (their own buffers, or none: set per call). */
+typedef struct bmm {
+  dnnl_primitive_t p;
+  dnnl_post_ops_t po;
+  dnnl_memory_t m[3]; /* A, B, C */
+} bmm;
+
+static void bmm_make(bmm *x, dnnl_engine_t eng, int M, int N, int K, const dnnl_dims_t as,
+                     const dnnl_dims_t bs, const dnnl_dims_t cs, float beta, int own) {
+  mgt_dnnl_md md[3];
+  dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N};
+  check(mgt_dnnl_md_strides(&md[0], 2, ad, dnnl_bf16, as), "A");
+  check(mgt_dnnl_md_strides(&md[1], 2, bd, dnnl_bf16, bs), "B");
+  check(mgt_dnnl_md_strides(&md[2], 2, cd, dnnl_f32, cs), "C");
+  dnnl_primitive_attr_t at;
+  dnnl_primitive_desc_t pd;
+  check(dnnl_primitive_attr_create(&at), "attributes");
+  check(mgt_dnnl_alpha_beta(at, &x->po, 1.0f, beta), "beta");
+  check(mgt_dnnl_matmul_pd(&pd, eng, &md[0], &md[1], &md[2], at), "a bf16 matmul");
+  check(dnnl_primitive_create(&x->p, pd), "a bf16 matmul");
+  for (int i = 0; i < 3; i++)
+    check(dnnl_memory_create(&x->m[i], MGT_DNNL_MD(md[i]), eng,
+                             own ? DNNL_MEMORY_ALLOCATE : DNNL_MEMORY_NONE),
+          "an operand");
+  dnnl_primitive_desc_destroy(pd), dnnl_primitive_attr_destroy(at);
+  for (int i = 0; i < 3; i++)
+    mgt_dnnl_md_free(md[i]);
+}
+
+static void bmm_free(bmm *x) {
+  if (!x->p) return;
+  dnnl_primitive_destroy(x->p);
+  for (int i = 0; i < 3; i++)
+    dnnl_memory_destroy(x->m[i]);
+  if (x->po) dnnl_post_ops_destroy(x->po);
+}
+
 /* GFLOP/s per thread of 64^3 tile products, native and sgemm, every thread at once. */
 static void tiles(double *native, double *sgemm) {
   enum { n = 64, reps = 20000 };
@@ -96,29 +134,16 @@ static void tiles(double *native, double *sgemm) {
     dnnl_stream_t st;
     check(dnnl_engine_create(&eng, dnnl_cpu, 0), "an engine");
     check(dnnl_stream_create(&st, eng, dnnl_stream_default_flags), "a stream");
-    mgt_dnnl_md am, bm, cm;
-    dnnl_dims_t d = {n, n}, s = {n, 1}, t = {1, n};
-    check(mgt_dnnl_md_strides(&am, 2, d, dnnl_bf16, s), "A");
-    check(mgt_dnnl_md_strides(&bm, 2, d, dnnl_bf16, t), "B^T");
-    check(mgt_dnnl_md_strides(&cm, 2, d, dnnl_f32, s), "C");
-    dnnl_primitive_attr_t at;
-    dnnl_post_ops_t po;
-    check(dnnl_primitive_attr_create(&at), "attributes");
-    check(mgt_dnnl_alpha_beta(at, &po, 1.0f, 1.0f), "the sum post-op");
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_t p;
-    check(mgt_dnnl_matmul_pd(&pd, eng, &am, &bm, &cm, at), "tile matmul");
-    check(dnnl_primitive_create(&p, pd), "tile matmul");
-    dnnl_memory_t a, b, c;
-    check(dnnl_memory_create(&a, MGT_DNNL_MD(am), eng, DNNL_MEMORY_ALLOCATE), "A");
-    check(dnnl_memory_create(&b, MGT_DNNL_MD(bm), eng, DNNL_MEMORY_ALLOCATE), "B");
-    check(dnnl_memory_create(&c, MGT_DNNL_MD(cm), eng, DNNL_MEMORY_ALLOCATE), "C");
+    dnnl_dims_t s = {n, 1}, t = {1, n}; /* B read transposed */
+    bmm x;
+    bmm_make(&x, eng, n, n, n, s, t, s, 1.0f, 1);
     float *af = calloc(n * n, sizeof *af), *bf = calloc(n * n, sizeof *bf),
           *cf = calloc(n * n, sizeof *cf);
     if (!af || !bf || !cf) exit(1);
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+    dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_SRC, x.m[0]}, {DNNL_ARG_WEIGHTS, x.m[1]}, {DNNL_ARG_DST, x.m[2]}};
 #pragma omp barrier
-    tn = run_ms(p, st, 3, args, reps);
+    tn = run_ms(x.p, st, 3, args, reps);
 #pragma omp barrier
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, af, n, bf, n, 1.0f, cf, n);
     const double t0 = now();
@@ -127,10 +152,7 @@ static void tiles(double *native, double *sgemm) {
                   n);
     ts = (now() - t0) / reps * 1e3;
     free(af), free(bf), free(cf);
-    dnnl_memory_destroy(a), dnnl_memory_destroy(b), dnnl_memory_destroy(c);
-    dnnl_primitive_destroy(p), dnnl_primitive_desc_destroy(pd);
-    dnnl_post_ops_destroy(po), dnnl_primitive_attr_destroy(at);
-    mgt_dnnl_md_free(am), mgt_dnnl_md_free(bm), mgt_dnnl_md_free(cm);
+    bmm_free(&x);
     dnnl_stream_destroy(st), dnnl_engine_destroy(eng);
   }
   const double gf = 2.0 * n * n * n * 1e-6;
@@ -148,39 +170,21 @@ static double kblocks_ms(dnnl_engine_t eng, dnnl_stream_t st, int M, int N, int 
     A[i] = (uint16_t)(0x3c00 + i % 7);
   for (size_t i = 0; i < (size_t)K * N; i++)
     B[i] = (uint16_t)(0x3c00 + i % 5);
-  dnnl_primitive_t p[2][2] = {{NULL, NULL}, {NULL, NULL}}; /* [last block][added] */
-  dnnl_memory_t m[2][2][3];
-  dnnl_post_ops_t po[2][2] = {{NULL, NULL}, {NULL, NULL}};
+  bmm x[2][2] = {{{0}}}; /* [last block][added] */
+  const dnnl_dims_t as = {K, 1}, bs = {N, 1}, cs = {N, 1};
   double best = 1e30;
   for (int rep = 0; rep < 4; rep++) {
     const double t0 = now();
     for (int k0 = 0; k0 < K; k0 += kb) {
       const int kk = K - k0 < kb ? K - k0 : kb, last = kk != kb, add = k0 > 0;
-      if (!p[last][add]) {
-        mgt_dnnl_md am, bm, cm;
-        dnnl_dims_t ad = {M, kk}, bd = {kk, N}, cd = {M, N}, as = {K, 1}, bs = {N, 1}, cs = {N, 1};
-        check(mgt_dnnl_md_strides(&am, 2, ad, dnnl_bf16, as), "A");
-        check(mgt_dnnl_md_strides(&bm, 2, bd, dnnl_bf16, bs), "B");
-        check(mgt_dnnl_md_strides(&cm, 2, cd, dnnl_f32, cs), "C");
-        dnnl_primitive_attr_t at;
-        dnnl_primitive_desc_t pd;
-        check(dnnl_primitive_attr_create(&at), "attributes");
-        check(mgt_dnnl_alpha_beta(at, &po[last][add], 1.0f, add ? 1.0f : 0.0f), "beta");
-        check(mgt_dnnl_matmul_pd(&pd, eng, &am, &bm, &cm, at), "block matmul");
-        check(dnnl_primitive_create(&p[last][add], pd), "block matmul");
-        check(dnnl_memory_create(&m[last][add][0], MGT_DNNL_MD(am), eng, DNNL_MEMORY_NONE), "A");
-        check(dnnl_memory_create(&m[last][add][1], MGT_DNNL_MD(bm), eng, DNNL_MEMORY_NONE), "B");
-        check(dnnl_memory_create(&m[last][add][2], MGT_DNNL_MD(cm), eng, DNNL_MEMORY_NONE), "C");
-        dnnl_primitive_desc_destroy(pd), dnnl_primitive_attr_destroy(at);
-        mgt_dnnl_md_free(am), mgt_dnnl_md_free(bm), mgt_dnnl_md_free(cm);
-      }
-      dnnl_memory_t *mm = m[last][add];
-      check(dnnl_memory_set_data_handle(mm[0], A + k0), "A");
-      check(dnnl_memory_set_data_handle(mm[1], B + (size_t)k0 * N), "B");
-      check(dnnl_memory_set_data_handle(mm[2], C), "C");
+      bmm *b = &x[last][add];
+      if (!b->p) bmm_make(b, eng, M, N, kk, as, bs, cs, add ? 1.0f : 0.0f, 0);
+      check(dnnl_memory_set_data_handle(b->m[0], A + k0), "A");
+      check(dnnl_memory_set_data_handle(b->m[1], B + (size_t)k0 * N), "B");
+      check(dnnl_memory_set_data_handle(b->m[2], C), "C");
       dnnl_exec_arg_t a[3] = {
-          {DNNL_ARG_SRC, mm[0]}, {DNNL_ARG_WEIGHTS, mm[1]}, {DNNL_ARG_DST, mm[2]}};
-      check(dnnl_primitive_execute(p[last][add], st, 3, a), "a block");
+          {DNNL_ARG_SRC, b->m[0]}, {DNNL_ARG_WEIGHTS, b->m[1]}, {DNNL_ARG_DST, b->m[2]}};
+      check(dnnl_primitive_execute(b->p, st, 3, a), "a block");
       check(dnnl_stream_wait(st), "waiting");
     }
     const double t = now() - t0;
@@ -188,12 +192,7 @@ static double kblocks_ms(dnnl_engine_t eng, dnnl_stream_t st, int M, int N, int 
   }
   for (int i = 0; i < 2; i++)
     for (int j = 0; j < 2; j++)
-      if (p[i][j]) {
-        dnnl_primitive_destroy(p[i][j]);
-        for (int q = 0; q < 3; q++)
-          dnnl_memory_destroy(m[i][j][q]);
-        if (po[i][j]) dnnl_post_ops_destroy(po[i][j]);
-      }
+      bmm_free(&x[i][j]);
   free(A), free(B), free(C);
   return best * 1e3;
 }

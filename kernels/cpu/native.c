@@ -36,12 +36,14 @@ struct cpu_native {
     if (s_ != dnnl_success) MGT_FAIL(MGT_ERR_BACKEND, "oneDNN: %s failed (status %d)", what, s_);  \
   } while (0)
 
+/* Whether oneDNN runs the kernels of `want` here (a wider ISA includes a narrower one's bits). */
+static int isa_has(dnnl_cpu_isa_t want) { return (dnnl_get_effective_cpu_isa() & want) == want; }
+
 int mgt_cpu_bf16_units(char *what, size_t n) {
   const dnnl_version_t *v = dnnl_version();
-  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
   /* avx512_core_bf16 and avx512_core_amx include its bits; AVX2-VNNI has no bf16 */
-  const int amx = (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
-  const int bf16 = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+  const int amx = isa_has(dnnl_cpu_isa_avx512_core_amx);
+  const int bf16 = isa_has(dnnl_cpu_isa_avx512_core_bf16);
   if (what && n)
     snprintf(what, n, "oneDNN %d.%d.%d, %s", v->major, v->minor, v->patch,
              amx ? "AMX" : (bf16 ? "AVX512-BF16" : "no bf16 units on this CPU"));
@@ -57,8 +59,7 @@ mgt_status cpu_native_create(cpu_native **out) {
     free(nat);
     MGT_FAIL(MGT_ERR_BACKEND, "oneDNN: no CPU engine");
   }
-  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-  nat->amx = (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx;
+  nat->amx = isa_has(dnnl_cpu_isa_avx512_core_amx);
   *out = nat;
   return MGT_OK;
 }
